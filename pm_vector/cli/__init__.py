@@ -1,0 +1,15 @@
+"""The ``pm-vector`` command line (typer): one sub-application per concern."""
+
+from __future__ import annotations
+
+import typer
+
+from .bench import bench_app
+
+app = typer.Typer(help="pm_vector: differentially private nearest-neighbour search in PostgreSQL/pgvector.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app.add_typer(bench_app, name="bench")
+
+
+def main() -> None:
+    app()

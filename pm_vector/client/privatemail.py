@@ -1,0 +1,171 @@
+"""The client side of PrivateMail (Algorithm 1 of the paper, with NOTES corrections).
+
+1. **Client set.** Query rows: the real query and one dummy per other class, each dummy drawn
+   uniformly from the public *dummy pool* (public items that are never anchor rows, so no
+   query row duplicates another row of the request), shuffled by a CSPRNG permutation. Then
+   the anchor rows, in anchor-id order. The multiset of query-row labels is always "every
+   class once", whatever the real class.
+2. **Private first iteration.** ``f(X) = Q + 1/2 Diag(L_X)^-1 (alpha L_Y - L_X) Q`` with the
+   appendix kernel and the paper's label kernel, ``Q = [0 for query rows; anchor frame E]``
+   (public, data-independent), released with the analytic Gaussian mechanism calibrated to
+   the corrected appendix-B bound (:func:`pm_vector.privacy.smlq_sensitivity`) with
+   ``n = N - 1``: the release is (eps, delta)-DP with respect to replacing any one row of the
+   client set by the null record of the appendix (features and label).
+3. **Post-processing** (no access to raw features): ``L_X`` is rebuilt from the release with a
+   bandwidth that widens with the noise the client knows it added, and the query rows are
+   iterated with eq. 4 against the anchor frame (anchors held fixed). The query rows' labels
+   enter here in the clear, as in the paper; they reveal only "one row per class", which is
+   the same for every query, so the real class stays hidden as long as the real row cannot
+   be told apart -- position is random and features are DP.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .._validation import as_labels, as_matrix, normalize_rows, require_unit_rows
+from ..errors import InvalidInputError
+from ..manifold import AnchorFrame, label_laplacian, smlq_step
+from ..manifold.laplacian import (DTYPE, GraphLaplacian, feature_laplacian, gaussian_weights, single_threaded,
+                                  to_tensor)
+from ..privacy import AnalyticGaussianMechanism, GaussianMechanism, secure_generator, smlq_sensitivity
+from .request import ClientSecret, PrivateMailRequest
+
+
+class PublicAnchor:
+    """The public data a server publishes: anchor rows (ids, features, labels) and the dummy pool."""
+
+    def __init__(self, ids, features, labels, dummy_features, dummy_labels):
+        self.features = as_matrix(features, "anchor features")
+        require_unit_rows(self.features, "anchor features")
+        self.labels = as_labels(labels, self.features.shape[0], "anchor labels")
+        self.ids = list(ids)
+        if len(self.ids) != self.features.shape[0] or len(set(self.ids)) != len(self.ids):
+            raise InvalidInputError("anchor ids must be unique, one per anchor row.")
+        self.dummy_features = as_matrix(dummy_features, "dummy features")
+        require_unit_rows(self.dummy_features, "dummy features")
+        self.dummy_labels = as_labels(dummy_labels, self.dummy_features.shape[0], "dummy labels")
+        if self.dummy_features.shape[1] != self.features.shape[1]:
+            raise InvalidInputError("dummy pool and anchor rows have different feature dimensions.")
+
+
+class PrivateMail:
+    """Builds PrivateMail requests against an :class:`~pm_vector.manifold.AnchorFrame`.
+
+    Parameters (validated in :meth:`request`): ``epsilon``/``delta`` of the release;
+    ``dp_sigma``/``dp_alpha``: kernel bandwidth and alpha of the private iteration -- sigma must
+    lie in the domain of the appendix-B bound (for ~1000 rows, sigma >= ~0.6: the refusal names
+    the bound); ``mechanism``: "analytic" (any eps) or "classical" (eps < 1 only);
+    ``n_post_iter``: post-processing iterations; ``seed``: inject for tests only -- by default
+    noise, dummies and shuffle come from a cryptographically seeded generator.
+    """
+
+    def __init__(self, frame: AnchorFrame, *, epsilon: float, delta: float = 1e-5, dp_sigma: float = 1.0,
+                 dp_alpha: float = 0.5, mechanism: str = "analytic", n_post_iter: int = 200,
+                 post_alpha: float = 0.9,
+                 seed: int | None = None, accountant=None):
+        self.frame = frame
+        self.epsilon = epsilon
+        self.delta = delta
+        self.dp_sigma = dp_sigma
+        self.dp_alpha = dp_alpha
+        self.mechanism = mechanism
+        self.n_post_iter = n_post_iter
+        self.post_alpha = post_alpha
+        self.seed = seed
+        self.accountant = accountant
+        self._rng = secure_generator(seed)
+
+    def _mechanism(self, sensitivity: float):
+        if self.mechanism == "analytic":
+            return AnalyticGaussianMechanism(self.epsilon, self.delta, sensitivity)
+        if self.mechanism == "classical":
+            return GaussianMechanism(self.epsilon, self.delta, sensitivity)
+        raise InvalidInputError(f"mechanism must be 'analytic' or 'classical'; got {self.mechanism!r}.")
+
+    def request(self, query, label: int, anchor: PublicAnchor, collection: str | None = None):
+        """Return ``(PrivateMailRequest, ClientSecret)`` for one query row."""
+        with single_threaded():
+            return self._request(query, label, anchor, collection)
+
+    def _request(self, query, label, anchor, collection):
+        frame = self.frame
+        if not hasattr(frame, "anchor_embedding_"):
+            raise InvalidInputError("the anchor frame is not fitted; fit it on the public anchor first.")
+        q = as_matrix(np.atleast_2d(np.asarray(query, dtype=np.float64)), "query")
+        if q.shape[0] != 1:
+            raise InvalidInputError(f"one query row at a time; got {q.shape[0]}.")
+        if q.shape[1] != anchor.features.shape[1]:
+            raise InvalidInputError(f"query has {q.shape[1]} features; the anchor set has {anchor.features.shape[1]}.")
+        q = normalize_rows(q)  # the bound assumes unit rows: queries are normalised, documented
+        classes = frame.classes_
+        label = int(label)
+        if label not in set(classes.tolist()):
+            raise InvalidInputError(f"query label {label} is not one of the collection's classes {classes.tolist()}.")
+        E = frame.anchor_embedding_
+        if E.shape[0] != anchor.features.shape[0]:
+            raise InvalidInputError("the anchor frame was fitted on a different anchor set.")
+        rng = self._rng
+        # 1. client set: the real row and one dummy per other class, CSPRNG-shuffled
+        rows, row_labels = [q[0]], [label]
+        for c in classes:
+            if c == label:
+                continue
+            pool = np.flatnonzero(anchor.dummy_labels == c)
+            if pool.size == 0:
+                raise InvalidInputError(f"class {int(c)} has no item in the public dummy pool to draw a dummy from; "
+                                        "the server must publish at least one dummy per class.")
+            rows.append(anchor.dummy_features[rng.choice(pool)])
+            row_labels.append(int(c))
+        order = rng.permutation(len(rows))
+        Xq = np.asarray(rows)[order]
+        yq = np.asarray(row_labels)[order]
+        real_row = int(np.flatnonzero(order == 0)[0])
+        C, k = Xq.shape[0], E.shape[1]
+        X = np.vstack([Xq, anchor.features])
+        y = np.concatenate([yq, anchor.labels])
+        N = X.shape[0]
+        # 2. the private first iteration and its release
+        Q = np.vstack([np.zeros((C, k)), E])
+        sens = smlq_sensitivity(n=N - 1, sigma=self.dp_sigma, alpha=self.dp_alpha, label_diameter_sq=2.0,
+                                q_frobenius=float(np.linalg.norm(Q)))
+        mech = self._mechanism(sens)
+        if self.accountant is not None:
+            self.accountant.spend(self.epsilon, self.delta, label=collection)  # refuses before anything is released
+        LX = feature_laplacian(X, self.dp_sigma, graph="dense", device="cpu")
+        LY = label_laplacian(y, self.dp_sigma, encoding="onehot", kind="same", device="cpu")
+        f = smlq_step(to_tensor(Q, "cpu"), LX, LY, float(self.dp_alpha)).numpy()
+        release = mech.release(f, rng)
+        # 3. post-processing: graph from the release only; anchors held at the public frame
+        Zq = self.post_process(release, yq, noise_sigma=mech.sigma, q_rms=float(np.sqrt((Q ** 2).sum(1).mean())))
+        embedding = np.vstack([Zq, E])
+        params = {"dp_sigma": self.dp_sigma, "dp_alpha": self.dp_alpha, "n_post_iter": self.n_post_iter,
+                  "post_alpha": self.post_alpha,
+                  "frame": frame_params(frame)}
+        req = PrivateMailRequest(anchor_ids=list(anchor.ids), embedding=embedding, n_query_rows=C,
+                                 epsilon=float(self.epsilon), delta=float(self.delta), sensitivity=float(sens),
+                                 noise_sigma=float(mech.sigma), mechanism=self.mechanism, params=params,
+                                 collection=collection)
+        return req, ClientSecret(real_row=real_row, label=label, row_labels=tuple(int(v) for v in yq))
+
+    def post_process(self, release: np.ndarray, query_labels, *, noise_sigma: float, q_rms: float) -> np.ndarray:
+        """Embed the query rows from the release alone (post-processing: no raw features)."""
+        Z = torch.as_tensor(release, dtype=DTYPE)
+        C = len(query_labels)
+        d = torch.cdist(Z, Z)
+        med = float(torch.median(d[torch.triu(torch.ones_like(d, dtype=torch.bool), 1)]))
+        # the client knows how much noise it added: the noisier, the flatter the rebuilt graph
+        rho = noise_sigma * math.sqrt(Z.shape[1]) / max(q_rms, 1e-12)
+        h = max(med, 1e-12) * (1.0 + rho)
+        W = gaussian_weights(Z[:C], Z, h)
+        W[:, :C].fill_diagonal_(0.0)
+        return self.frame.extend(None, np.asarray(query_labels), graph=GraphLaplacian(W), n_iter=self.n_post_iter,
+                                 alpha=self.post_alpha)
+
+
+def frame_params(frame: AnchorFrame) -> dict:
+    return {k: getattr(frame, k) for k in ("n_components", "sigma", "label_sigma", "alpha", "n_iter",
+                                           "n_extend_iter", "n_neighbors", "label_graph", "label_encoding", "seed")}
