@@ -15,6 +15,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -22,6 +24,11 @@ from .._validation import as_labels, as_matrix
 from ..errors import InvalidInputError
 
 DTYPE = torch.float64
+
+# torch flags its sparse layouts as beta on every construction; the operations used here
+# (COO coalesce, CSR @ dense) are stable, so the notices are noise for users.
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
 
 
 @contextmanager

@@ -216,6 +216,14 @@ class AnchorFrame(_Params):
         self.anchor_labels_ = y
         self.classes_ = np.unique(y)
         self.alpha_ = s.alpha_
+        # The scale of the relative alpha for k-NN extensions is fixed here, from the anchors'
+        # own extension graph, so that a row's embedding never depends on its batch.
+        G = cross_laplacian(X, X, self.sigma_, n_neighbors=min(int(self.n_neighbors) + 1, X.shape[0]),
+                            device=self.device)
+        LY = LabelLaplacian.build(y, self.label_sigma, fixed_labels=y, link_rows=False,
+                                  encoding=self.label_encoding, kind=self.label_graph, classes=self.classes_,
+                                  device=self.device)
+        self.extension_alpha_scale_ = effective_alpha(1.0, "relative", G, LY)
         return self
 
     def _check_fitted(self):
@@ -235,8 +243,8 @@ class AnchorFrame(_Params):
         y = np.asarray(y)
         n_iter = self.n_extend_iter if n_iter is None else int(n_iter)
         alpha = self.alpha if alpha is None else float(alpha)
-        if graph is not None:
-            return self._extend_block(y, graph, init, n_iter, alpha)
+        if graph is not None:  # a caller's graph (one block): alpha relative to that graph
+            return self._extend_block(y, graph, init, n_iter, alpha, None)
         X = as_matrix(X)
         if X.shape[1] != self.anchor_features_.shape[1]:
             raise InvalidInputError(f"rows have {X.shape[1]} features; the anchor set has "
@@ -247,12 +255,13 @@ class AnchorFrame(_Params):
             sl = slice(start, start + batch_size)
             G = cross_laplacian(X[sl], self.anchor_features_, self.sigma_, n_neighbors=self.n_neighbors,
                                 device=self.device)
-            out[sl] = self._extend_block(y[sl], G, None if init is None else init[sl], n_iter, alpha)
+            out[sl] = self._extend_block(y[sl], G, None if init is None else init[sl], n_iter,
+                                         alpha * self.extension_alpha_scale_, "absolute")
             if progress is not None:
                 progress(min(start + batch_size, X.shape[0]), X.shape[0])
         return out
 
-    def _extend_block(self, y, G: GraphLaplacian, init, n_iter: int, alpha: float) -> np.ndarray:
+    def _extend_block(self, y, G: GraphLaplacian, init, n_iter: int, alpha: float, scale) -> np.ndarray:
         n = G.n_rows
         y = as_labels(y, n)
         if G.W.shape[1] != n + self.anchor_embedding_.shape[0]:
@@ -266,7 +275,7 @@ class AnchorFrame(_Params):
         LY = LabelLaplacian.build(y, self.label_sigma, fixed_labels=self.anchor_labels_, link_rows=link_rows,
                                   encoding=self.label_encoding, kind=self.label_graph, classes=self.classes_,
                                   device=G.degree.device)
-        alpha = effective_alpha(alpha, "relative", G, LY)
+        alpha = effective_alpha(alpha, scale or "relative", G, LY)
         E = to_tensor(self.anchor_embedding_, G.degree.device)
         Z = torch.zeros(n, E.shape[1], dtype=DTYPE, device=E.device) if init is None else to_tensor(init, E.device)
         for _ in range(n_iter):

@@ -1,0 +1,175 @@
+import json
+
+import numpy as np
+import pytest
+
+from pm_vector.client import PrivateMail, PrivateMailRequest, PublicAnchor
+from pm_vector.errors import (AlignmentError, BudgetExceededError, DomainError, InvalidInputError,
+                              PrivacyParameterError)
+from pm_vector.manifold import AnchorFrame
+from pm_vector.privacy import PrivacyAccountant
+from pm_vector.resolve import align_request, knn
+
+
+@pytest.fixture(scope="module")
+def small(digits_split):
+    """A small anchor (6 per class) so hundreds of requests stay fast."""
+    Xa, ya = digits_split.anchor
+    keep = np.concatenate([np.flatnonzero(ya == c)[:6] for c in range(10)])
+    Xd, yd = digits_split.dummy
+    anchor = PublicAnchor([f"a{i}" for i in keep], Xa[keep], ya[keep], Xd, yd)
+    frame = AnchorFrame(4, seed=0).fit(Xa[keep], ya[keep])
+    return frame, anchor
+
+
+def test_request_layout_and_secret(small, digits_split):
+    frame, anchor = small
+    Xq, yq = digits_split.query
+    req, secret = PrivateMail(frame, epsilon=1.0, seed=1).request(Xq[0], yq[0], anchor, collection="digits")
+    assert req.n_query_rows == 10 and req.embedding.shape == (10 + 60, 4)
+    assert req.anchor_ids == anchor.ids
+    assert sorted(secret.row_labels) == list(range(10))  # one row per class, whatever the real class
+    assert secret.row_labels[secret.real_row] == yq[0]
+    assert req.sensitivity > 0 and req.noise_sigma > req.sensitivity  # eps = 1, delta = 1e-5
+    # the noise actually added by the mechanism is recorded, and only released data is present
+    d = req.to_dict()
+    assert set(d) >= {"anchor_ids", "embedding", "epsilon", "delta", "noise_sigma", "params"}
+    assert "real_row" not in json.dumps(d) and "label" not in d
+
+
+def test_request_json_round_trip(small, digits_split):
+    frame, anchor = small
+    Xq, yq = digits_split.query
+    req, _ = PrivateMail(frame, epsilon=0.5, seed=2).request(Xq[1], yq[1], anchor)
+    back = PrivateMailRequest.from_json(req.to_json())
+    np.testing.assert_array_equal(back.embedding, req.embedding)
+    assert back.anchor_ids == req.anchor_ids and back.epsilon == 0.5 and back.params == req.params
+    with pytest.raises(InvalidInputError, match="not valid JSON"):
+        PrivateMailRequest.from_json("{bad")
+    with pytest.raises(InvalidInputError, match="missing"):
+        PrivateMailRequest.from_json('{"embedding": [[1.0]]}')
+    d = req.to_dict()
+    d["embedding"] = d["embedding"][:-1]
+    with pytest.raises(InvalidInputError, match="rows"):
+        PrivateMailRequest.from_dict(d)
+
+
+def test_same_seed_same_request_and_default_is_not_reproducible(small, digits_split):
+    frame, anchor = small
+    Xq, yq = digits_split.query
+    a, _ = PrivateMail(frame, epsilon=1.0, seed=5).request(Xq[2], yq[2], anchor)
+    b, _ = PrivateMail(frame, epsilon=1.0, seed=5).request(Xq[2], yq[2], anchor)
+    c, _ = PrivateMail(frame, epsilon=1.0).request(Xq[2], yq[2], anchor)
+    d, _ = PrivateMail(frame, epsilon=1.0).request(Xq[2], yq[2], anchor)
+    np.testing.assert_array_equal(a.embedding, b.embedding)
+    assert not np.array_equal(c.embedding, d.embedding)
+
+
+def _attack_rates(frame, anchor, Xq, yq, eps, n=250):
+    """Three attacks that try to name the real row; each returns its success rate."""
+    client = PrivateMail(frame, epsilon=eps, seed=123)
+    E = frame.anchor_embedding_
+    centroids = {c: E[anchor.labels == c].mean(0) for c in frame.classes_}
+    hits = np.zeros(3)
+    for i in range(n):
+        j = i % len(yq)
+        req, secret = client.request(Xq[j], yq[j], anchor)
+        rows = req.query_rows
+        guesses = [
+            0,  # position: the real row is always first
+            int(np.argmax(np.min(np.linalg.norm(rows[:, None] - req.anchor_rows[None], axis=-1), axis=1))),
+            # duplication: the row least like any anchor row is not a public item
+            int(np.argmax([np.linalg.norm(r - centroids[c]) for r, c in zip(rows, secret.row_labels)])),
+            # atypicality: the row farthest from its class centroid
+        ]
+        hits += [g == secret.real_row for g in guesses]
+    return hits / n
+
+
+@pytest.mark.parametrize("eps", [1.0, 1e6])
+def test_the_real_row_cannot_be_picked_out(small, digits_split, eps):
+    frame, anchor = small
+    Xq, yq = digits_split.query
+    rates = _attack_rates(frame, anchor, Xq, yq, eps)
+    # chance is 1/10; 250 trials: sd 0.019, so 0.19 is > 4.5 sd above chance
+    assert (rates < 0.19).all(), rates
+
+
+def test_bad_input_gets_clear_errors(small, digits_split):
+    frame, anchor = small
+    Xq, yq = digits_split.query
+    pm = PrivateMail(frame, epsilon=1.0, seed=0)
+    q = Xq[0].copy()
+    q[5] = np.nan
+    with pytest.raises(InvalidInputError, match="NaN"):
+        pm.request(q, yq[0], anchor)
+    with pytest.raises(InvalidInputError, match="features"):
+        pm.request(Xq[0][:10], yq[0], anchor)
+    with pytest.raises(InvalidInputError, match="not one of"):
+        pm.request(Xq[0], 42, anchor)
+    with pytest.raises(InvalidInputError, match="zero row"):
+        pm.request(np.zeros_like(Xq[0]), yq[0], anchor)
+    no_three = PublicAnchor(anchor.ids, anchor.features, anchor.labels,
+                            anchor.dummy_features[anchor.dummy_labels != 3], anchor.dummy_labels[anchor.dummy_labels != 3])
+    with pytest.raises(InvalidInputError, match="class 3 has no item in the public dummy pool"):
+        pm.request(Xq[0], 0, no_three)
+    with pytest.raises(InvalidInputError, match="unit-norm"):
+        PublicAnchor(anchor.ids, anchor.features * 2, anchor.labels, anchor.dummy_features, anchor.dummy_labels)
+    for eps in (0.0, -1.0, float("nan")):
+        with pytest.raises(PrivacyParameterError):
+            PrivateMail(frame, epsilon=eps, seed=0).request(Xq[0], yq[0], anchor)
+    for delta in (0.0, 1.0, 2.0):
+        with pytest.raises(PrivacyParameterError):
+            PrivateMail(frame, epsilon=1.0, delta=delta, seed=0).request(Xq[0], yq[0], anchor)
+    with pytest.raises(DomainError):  # sigma outside the domain of the appendix-B bound
+        PrivateMail(frame, epsilon=1.0, dp_sigma=0.3, seed=0).request(Xq[0], yq[0], anchor)
+    with pytest.raises(PrivacyParameterError, match="Analytic"):
+        PrivateMail(frame, epsilon=2.0, mechanism="classical", seed=0).request(Xq[0], yq[0], anchor)
+
+
+def test_budget_is_checked_before_anything_is_released(small, digits_split):
+    frame, anchor = small
+    Xq, yq = digits_split.query
+    acc = PrivacyAccountant(epsilon_budget=1.5, delta_budget=1e-3)
+    pm = PrivateMail(frame, epsilon=1.0, seed=0, accountant=acc)
+    pm.request(Xq[0], yq[0], anchor)
+    with pytest.raises(BudgetExceededError):
+        pm.request(Xq[1], yq[1], anchor)
+    assert acc.total() == pytest.approx((1.0, 1e-5))
+
+
+def test_resolution_aligns_and_refuses_mismatches(small, digits_split):
+    frame, anchor = small
+    Xq, yq = digits_split.query
+    Xs, ys = digits_split.server
+    items = frame.extend(Xs, ys)
+    req, secret = PrivateMail(frame, epsilon=1.0, seed=3).request(Xq[0], yq[0], anchor)
+    aligned = align_request(req, anchor.ids, frame.anchor_embedding_)
+    idx, dist = knn(items, aligned, 8)
+    assert idx.shape == (10, 8) and (np.diff(dist, axis=1) >= 0).all()
+    # a client in a rotated/scaled frame is mapped back by Kabsch-Umeyama
+    from scipy.stats import special_ortho_group
+    R = special_ortho_group.rvs(4, random_state=0)
+    moved = PrivateMailRequest(**{**req.__dict__, "embedding": 3 * req.embedding @ R.T + 1.0})
+    np.testing.assert_allclose(align_request(moved, anchor.ids, frame.anchor_embedding_), aligned, atol=1e-8)
+    with pytest.raises(InvalidInputError, match="anchor ids"):
+        align_request(req, anchor.ids[::-1], frame.anchor_embedding_)
+    with pytest.raises(InvalidInputError, match="dimension"):
+        align_request(req, anchor.ids, frame.anchor_embedding_[:, :3])
+    broken = PrivateMailRequest(**{**req.__dict__, "embedding": np.random.default_rng(0).standard_normal(req.embedding.shape)})
+    with pytest.raises(AlignmentError, match="anchor frame"):
+        align_request(broken, anchor.ids, frame.anchor_embedding_)
+
+
+def test_private_query_retrieves_its_class_on_digits(digits_split, frame, public_anchor):
+    """End to end in memory: the real row's neighbours share its class far above chance."""
+    Xs, ys = digits_split.server
+    Xq, yq = digits_split.query
+    items = frame.extend(Xs, ys)
+    pm = PrivateMail(frame, epsilon=1.0, seed=9)
+    prec = []
+    for i in range(30):
+        req, secret = pm.request(Xq[i], yq[i], public_anchor)
+        idx, _ = knn(items, align_request(req, public_anchor.ids, frame.anchor_embedding_), 8)
+        prec.append((ys[secret.pick(idx)] == yq[i]).mean())
+    assert np.mean(prec) > 0.6  # chance is 0.1
