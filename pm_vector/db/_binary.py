@@ -1,0 +1,136 @@
+"""PostgreSQL binary COPY of fixed-width rows, encoded and decoded with numpy (no per-row Python).
+
+Used for the embedding tables (``bigint``/``integer`` key + ``vector(k)``) and for reading
+items back (``bigint, bigint, vector(d)``). pgvector's binary format of ``vector`` is
+``uint16 dim, uint16 unused, float4[dim]`` big-endian; ``halfvec`` the same with ``float2``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"
+TRAILER = b"\xff\xff"
+
+_INT = {"int8": ">i8", "int4": ">i4"}
+_VEC = {"vector": ">f4", "halfvec": ">f2"}
+
+
+def _row_dtype(columns: list[tuple[str, str, int]]) -> np.dtype:
+    """columns: (name, kind, dim) with kind in int8/int4/vector/halfvec (dim only for vectors)."""
+    fields: list[tuple] = [("_nfields", ">i2")]
+    for name, kind, dim in columns:
+        fields.append((f"_len_{name}", ">i4"))
+        if kind in _INT:
+            fields.append((name, _INT[kind]))
+        elif kind in _VEC:
+            fields += [(f"_dim_{name}", ">u2"), (f"_unused_{name}", ">u2"), (name, _VEC[kind], (dim,))]
+        else:  # pragma: no cover - programming error
+            raise ValueError(kind)
+    return np.dtype(fields)
+
+
+def _field_len(kind: str, dim: int) -> int:
+    if kind in _INT:
+        return np.dtype(_INT[kind]).itemsize
+    return 4 + np.dtype(_VEC[kind]).itemsize * dim
+
+
+def encode(columns: list[tuple[str, str, int]], data: dict[str, np.ndarray], with_header: bool = True) -> bytes:
+    """Binary COPY stream (signature, rows, trailer) for the given columns and arrays."""
+    dtype = _row_dtype(columns)
+    n = len(next(iter(data.values())))
+    rows = np.empty(n, dtype=dtype)
+    rows["_nfields"] = len(columns)
+    for name, kind, dim in columns:
+        rows[f"_len_{name}"] = _field_len(kind, dim)
+        if kind in _VEC:
+            rows[f"_dim_{name}"] = dim
+            rows[f"_unused_{name}"] = 0
+        rows[name] = data[name]
+    body = rows.tobytes()
+    return SIGNATURE + body + TRAILER if with_header else body
+
+
+def decode(columns: list[tuple[str, str, int]], buf: bytes) -> dict[str, np.ndarray]:
+    """Arrays from a binary COPY TO stream of non-NULL fixed-width rows of these columns."""
+    if not buf.startswith(SIGNATURE[:11]):
+        raise ValueError("not a PostgreSQL binary COPY stream")
+    ext = int.from_bytes(buf[15:19], "big")
+    start = 19 + ext
+    if not buf.endswith(TRAILER):
+        raise ValueError("binary COPY stream without trailer")
+    body = memoryview(buf)[start:len(buf) - 2]
+    dtype = _row_dtype(columns)
+    if len(body) % dtype.itemsize:
+        raise ValueError("binary COPY rows are not of the expected width (NULLs or another dimension?)")
+    rows = np.frombuffer(body, dtype=dtype)
+    if rows.size:
+        if np.any(rows["_nfields"] != len(columns)):
+            raise ValueError("unexpected field count in binary COPY stream")
+        for name, kind, dim in columns:
+            if np.any(rows[f"_len_{name}"] != _field_len(kind, dim)):
+                raise ValueError(f"column {name}: unexpected field width (NULL or wrong dimension)")
+    out: dict[str, np.ndarray] = {}
+    for name, kind, dim in columns:
+        a = rows[name]
+        out[name] = a.astype(np.int64) if kind in _INT else a.astype(np.float32)
+    return out
+
+
+def copy_out(conn, query: str, params=None) -> bytes:
+    """Run ``COPY (query) TO STDOUT (FORMAT BINARY)`` on a psycopg connection; return the stream."""
+    chunks: list[bytes] = []
+    with conn.cursor() as cur:
+        with cur.copy(f"COPY ({query}) TO STDOUT (FORMAT BINARY)", params) as cp:
+            for data in cp:
+                chunks.append(bytes(data))
+    return b"".join(chunks)
+
+
+def copy_in(conn, statement: str, stream: bytes, chunk: int = 1 << 20) -> None:
+    """Send a complete binary COPY stream to ``COPY ... FROM STDIN (FORMAT BINARY)``."""
+    with conn.cursor() as cur:
+        with cur.copy(statement) as cp:
+            mv = memoryview(stream)
+            for i in range(0, len(mv), chunk):
+                cp.write(mv[i:i + chunk])
+
+
+_NULL = b"\xff\xff\xff\xff"
+
+
+def encode_with_tail(columns: list[tuple[str, str, int]], data: dict[str, np.ndarray],
+                     tails: list[list[bytes | None]] | None) -> bytes:
+    """Binary COPY stream whose rows are the fixed-width ``columns`` followed by variable-length
+    fields given already encoded (``tails[f][i]``: the field's bytes for row i, or None for NULL).
+
+    The fixed part is built by numpy; only the variable fields cost a little Python per row.
+    """
+    n_tail = len(tails) if tails else 0
+    dtype = _row_dtype(columns)
+    n = len(next(iter(data.values())))
+    rows = np.empty(n, dtype=dtype)
+    rows["_nfields"] = len(columns) + n_tail
+    for name, kind, dim in columns:
+        rows[f"_len_{name}"] = _field_len(kind, dim)
+        if kind in _VEC:
+            rows[f"_dim_{name}"] = dim
+            rows[f"_unused_{name}"] = 0
+        rows[name] = data[name]
+    if not n_tail:
+        return SIGNATURE + rows.tobytes() + TRAILER
+    fixed = rows.tobytes()
+    w = dtype.itemsize
+
+    def field(b: bytes | None) -> bytes:
+        return _NULL if b is None else len(b).to_bytes(4, "big") + b
+
+    parts: list[bytes] = [SIGNATURE]
+    encoded_tails = [[field(b) for b in t] for t in tails]  # type: ignore[union-attr]
+    for i in range(n):
+        parts.append(fixed[i * w:(i + 1) * w])
+        for t in encoded_tails:
+            parts.append(t[i])
+    parts.append(TRAILER)
+    return b"".join(parts)

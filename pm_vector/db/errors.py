@@ -1,0 +1,113 @@
+"""Exceptions of the database layer.
+
+Every message says what was wrong and how to fix it. All subclass
+:class:`pm_vector.errors.PMVectorError`; input problems also subclass
+:class:`pm_vector.errors.InvalidInputError` (hence ``ValueError``).
+
+The SQL functions in ``sql/`` raise errors with custom SQLSTATE codes
+(``PM001`` ...); :func:`translate_sql_error` maps them onto these classes.
+"""
+
+from __future__ import annotations
+
+from ..errors import InvalidInputError, PMVectorError
+
+
+class DatabaseError(PMVectorError):
+    """Base class of errors raised by :mod:`pm_vector.db`."""
+
+
+class DatabaseConfigError(DatabaseError):
+    """The database cannot be reached or is not set up for pm_vector."""
+
+
+class PgvectorMissingError(DatabaseConfigError):
+    """The pgvector extension is not installed in the server or cannot be created."""
+
+
+class PgvectorVersionError(DatabaseConfigError):
+    """The installed pgvector is older than the minimum pm_vector needs (0.7)."""
+
+
+class SchemaNotReadyError(DatabaseConfigError):
+    """The pm_vector schema is missing or not at the newest migration."""
+
+
+class EmbeddedServerError(DatabaseError):
+    """The embedded PostgreSQL server could not be started or stopped."""
+
+
+class CollectionNotFoundError(DatabaseError, LookupError):
+    """No collection of that name."""
+
+
+class CollectionExistsError(DatabaseError):
+    """A collection of that name already exists."""
+
+
+class NoActiveRunError(DatabaseError):
+    """The collection has no successful embedding run serving queries yet."""
+
+
+class NoAnchorSetError(DatabaseError):
+    """The collection has no anchor set of the requested role."""
+
+
+class RunNotFoundError(DatabaseError, LookupError):
+    """No embedding run with that id."""
+
+
+class RawFeaturesNotAllowedError(DatabaseError, PermissionError):
+    """The collection's settings forbid returning raw features to clients."""
+
+
+class EmbeddingJobError(DatabaseError):
+    """An embedding job failed; the previously active run keeps serving."""
+
+    def __init__(self, message: str, run_id: int | None = None):
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class DimensionMismatchError(InvalidInputError):
+    """A vector's dimension differs from the collection's (or run's) dimension."""
+
+
+class DuplicateExternalIdError(InvalidInputError):
+    """An external id occurs twice in the input or already exists in the collection."""
+
+
+class UnknownLabelError(InvalidInputError):
+    """A label is not in the collection's label set."""
+
+
+_SQLSTATE_CLASSES: dict[str, type[PMVectorError]] = {
+    "PM001": CollectionNotFoundError,
+    "PM002": NoActiveRunError,
+    "PM003": DimensionMismatchError,
+    "PM004": InvalidInputError,
+    "PM005": RunNotFoundError,
+    "PM010": DimensionMismatchError,
+    "PM011": UnknownLabelError,
+    "PM012": InvalidInputError,
+}
+
+
+def translate_sql_error(exc: BaseException) -> BaseException:
+    """Return the pm_vector exception for a psycopg error raised by our SQL, or ``exc`` itself.
+
+    Handles the custom SQLSTATEs of ``sql/*.sql`` and unique violations on external ids.
+    """
+    sqlstate = getattr(exc, "sqlstate", None)
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) or str(exc)
+    hint = getattr(diag, "message_hint", None)
+    if sqlstate in _SQLSTATE_CLASSES:
+        msg = primary + (f" Hint: {hint}" if hint else "")
+        return _SQLSTATE_CLASSES[sqlstate](msg)
+    if sqlstate == "23505" and "uq_items_collection_external_id" in str(exc):
+        detail = getattr(diag, "message_detail", None) or ""
+        return DuplicateExternalIdError(
+            f"an external id already exists in this collection ({detail.strip()}); nothing was written. "
+            "Use unique external ids, or drop the existing item first.")
+    return exc

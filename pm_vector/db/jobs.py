@@ -1,0 +1,519 @@
+"""Embedding runs: compute a collection's embeddings, write them, index them, switch to them.
+
+:func:`run_embedding_job` is the server side of an SMLQ (re-)embedding. The embedding itself is
+an injected function, so this module only does the database mechanics::
+
+    embed_fn(anchor_X, anchor_y, item_X, item_y, params, seed, progress)
+        -> (anchor_embedding (A, k), item_embedding (n, k))
+
+(the real one is built on ``pm_vector.manifold.AnchorFrame``). ``anchor_X``/``item_X`` are
+float32 arrays as stored, labels int64, anchors in their stable order, items by id;
+``progress(done, total)`` may be called by ``embed_fn`` to report its own progress.
+
+Steps and their transactions:
+
+1. *register*: insert the run row (status ``running``) and take the session-level advisory
+   lock ``pm_lock_key(1, run_id)`` in the same transaction, on the job's own connection. The
+   lock lives exactly as long as the job's database session: if the process dies (SIGKILL,
+   crash, OOM kill) the server ends the session and releases the lock.
+2. *load* anchors and items (binary COPY), *embed* (``embed_fn``).
+3. *write*: create ``pm_vector.run_<id>_items`` / ``_anchors`` (typed ``vector(k)``) and COPY
+   the embeddings in batches, each committed (no transaction held for the whole write).
+4. *index*: HNSW on both tables (``pm_vector.pm_build_run_indexes``), then ANALYZE.
+5. *switch*, ONE transaction: lock the collection row, check the run is still ``running``,
+   mark it ``succeeded`` and point ``collections.active_run_id`` at it. Queries switch from
+   the old run to the new one atomically.
+6. *retire*: drop the tables of superseded runs beyond the collection's
+   ``keep_previous_runs`` and of failed runs.
+
+Kill safety: until step 5 commits, nothing points at the new run, so queries keep using the
+previous active run whatever happens. A failure in the job marks the run ``failed`` and drops
+its tables before raising. A job that is killed leaves a ``running`` row whose lock nobody
+holds; :func:`cleanup_stale_runs` (run at the start of every job, and by
+``pm_vector.db.cleanup()``) marks such runs ``failed`` and drops their tables. Triggers make
+sure only a ``succeeded`` run of the same collection, whose tables exist, can ever be active,
+and that the active run's status cannot change.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..errors import InvalidInputError, PMVectorError
+from . import _binary
+from .api import _collection_row, _iso, _load_anchor_set, _worker
+from .engine import connect
+from .errors import EmbeddingJobError, NoActiveRunError, RunNotFoundError, translate_sql_error
+
+RUN_LOCK_KIND = 1
+MAX_EMBEDDING_DIM = 4000
+
+JobProgress = Callable[[str, int, int], None]
+EmbedFn = Callable[..., tuple[np.ndarray, np.ndarray]]
+ExtendFn = Callable[..., np.ndarray]
+
+
+def _noop(*_a, **_k) -> None:
+    return None
+
+
+def _embedding_matrix(a, rows: int | None, what: str, dim: int | None = None) -> np.ndarray:
+    try:
+        m = np.asarray(a, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise EmbeddingJobError(f"{what} is not a numeric array ({exc}).") from None
+    if m.ndim != 2:
+        raise EmbeddingJobError(f"{what} must be 2-d, got shape {m.shape}.")
+    if rows is not None and m.shape[0] != rows:
+        raise EmbeddingJobError(f"{what} has {m.shape[0]} rows, expected {rows}.")
+    if not 1 <= m.shape[1] <= MAX_EMBEDDING_DIM:
+        raise EmbeddingJobError(f"{what} has {m.shape[1]} columns; an embedding needs 1..{MAX_EMBEDDING_DIM}.")
+    if dim is not None and m.shape[1] != dim:
+        raise EmbeddingJobError(f"{what} has {m.shape[1]} columns, but the run embeds in {dim} dimensions.")
+    m32 = m.astype(np.float32)
+    if not np.all(np.isfinite(m32)):
+        raise EmbeddingJobError(f"{what} contains NaN or infinite values (or values beyond float32).")
+    if m.shape[1] > 2000 and np.abs(m32).max() > 65504.0:
+        raise EmbeddingJobError(f"{what} has values beyond half precision (used above 2,000 dimensions).")
+    return m32
+
+
+def _vtype(dim: int) -> str:
+    return "vector" if dim <= 2000 else "halfvec"
+
+
+def _load_items(conn, coll: Mapping[str, Any], missing_from_run: int | None = None) -> dict[str, np.ndarray]:
+    """ids, labels, features of the collection's items by binary COPY, ordered by id; with
+    ``missing_from_run``, only items that have no embedding in that run."""
+    ftype = coll["feature_type"]
+    col = "features" if ftype == "vector" else "features_half"
+    q = f"SELECT i.id, i.label, i.{col} FROM pm_vector.items i WHERE i.collection_id = {int(coll['id'])}"
+    if missing_from_run is not None:
+        q += (f" AND NOT EXISTS (SELECT 1 FROM pm_vector.run_{int(missing_from_run)}_items e "
+              "WHERE e.item_id = i.id)")
+    q += " ORDER BY i.id"
+    buf = _binary.copy_out(conn, q)
+    return _binary.decode([("id", "int8", 0), ("label", "int8", 0), ("features", ftype, coll["feature_dim"])], buf)
+
+
+def _write_embeddings(conn, table: str, key: str, key_kind: str, keys: np.ndarray, emb: np.ndarray,
+                      batch: int, progress: Callable[[int, int], None] | None, commit: bool = True) -> None:
+    k = emb.shape[1]
+    n = emb.shape[0]
+    for start in range(0, n, batch):
+        stop = min(n, start + batch)
+        stream = _binary.encode([(key, key_kind, 0), ("embedding", _vtype(k), k)],
+                                {key: keys[start:stop], "embedding": emb[start:stop]})
+        _binary.copy_in(conn, f"COPY {table} ({key}, embedding) FROM STDIN (FORMAT BINARY)", stream)
+        if commit:
+            conn.commit()
+        if progress is not None:
+            progress(stop, n)
+
+
+# ----------------------------------------------------------------------------- stale runs
+
+def _fail_run(conn, run_id: int, error: str) -> None:
+    """Mark a run failed and drop its tables (one transaction on ``conn``); no-op if already final."""
+    conn.execute("SET LOCAL lock_timeout = '30s'")
+    row = conn.execute("SELECT status FROM pm_vector.embedding_runs WHERE id = %s FOR UPDATE", [run_id]).fetchone()
+    if row is not None and row[0] in ("running", "pending"):
+        conn.execute("UPDATE pm_vector.embedding_runs SET status = 'failed', error = %s, finished_at = now() "
+                     "WHERE id = %s", [error[:4000], run_id])
+    active = conn.execute("SELECT 1 FROM pm_vector.collections WHERE active_run_id = %s", [run_id]).fetchone()
+    if active is None:
+        conn.execute("SELECT pm_vector.pm_drop_run_tables(%s)", [run_id])
+    conn.commit()
+
+
+def cleanup_stale_runs(collection: str | None = None) -> list[int]:
+    """Mark ``running`` runs whose worker is gone as ``failed`` and drop their tables.
+
+    "Gone" means no session holds the run's advisory lock (the job takes it before its row is
+    visible and keeps it until the run is final). Returns the ids of the runs cleaned up.
+    """
+    done: list[int] = []
+    with connect() as conn:
+        cid = None
+        if collection is not None:
+            cid = _collection_row(conn, collection)["id"]
+        rows = conn.execute(
+            "SELECT id FROM pm_vector.embedding_runs WHERE status IN ('running', 'pending') "
+            "AND (%s::bigint IS NULL OR collection_id = %s) "
+            "AND NOT pm_vector.pm_lock_held(pm_vector.pm_lock_key(1, id)) ORDER BY id", [cid, cid]).fetchall()
+        conn.rollback()
+        for (rid,) in rows:
+            # take the lock ourselves: if we get it, no worker can hold it (re-check under lock)
+            got = conn.execute("SELECT pg_try_advisory_lock(pm_vector.pm_lock_key(1, %s))", [rid]).fetchone()[0]
+            conn.commit()
+            if not got:
+                continue
+            try:
+                st = conn.execute("SELECT status FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()
+                conn.rollback()
+                if st is not None and st[0] in ("running", "pending"):
+                    _fail_run(conn, rid, "abandoned: the job's process ended (killed or lost its database "
+                                         "connection) before the run finished; its tables were dropped")
+                    done.append(int(rid))
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(pm_vector.pm_lock_key(1, %s))", [rid])
+                conn.commit()
+    return done
+
+
+def _retire_runs(conn, coll_id: int, keep_previous: int) -> list[int]:
+    """Drop tables of failed runs and of succeeded runs older than the ``keep_previous`` newest
+    non-active ones. Never the active run, never a running one. Returns run ids dropped."""
+    import psycopg
+
+    active = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s", [coll_id]).fetchone()
+    active_id = active[0] if active else None
+    rows = conn.execute(
+        "SELECT id, status FROM pm_vector.embedding_runs WHERE collection_id = %s "
+        "AND status IN ('succeeded', 'failed') AND to_regclass(pm_vector.pm_run_table(id, 'items')) IS NOT NULL "
+        "ORDER BY id DESC", [coll_id]).fetchall()
+    conn.rollback()
+    kept = 0
+    dropped: list[int] = []
+    for rid, status in rows:
+        if rid == active_id:
+            continue
+        if status == "succeeded" and kept < keep_previous:
+            kept += 1
+            continue
+        try:
+            conn.execute("SET LOCAL lock_timeout = '5s'")
+            conn.execute("SELECT pm_vector.pm_drop_run_tables(%s)", [rid])
+            conn.commit()
+            dropped.append(int(rid))
+        except psycopg.Error:  # busy (a long query on it) or became active: try next time
+            conn.rollback()
+    return dropped
+
+
+# ----------------------------------------------------------------------------- the job
+
+def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
+                      progress: JobProgress | None = None, *, embed_fn: EmbedFn,
+                      write_batch_size: int = 20_000, maintenance_work_mem: str = "256MB") -> dict[str, Any]:
+    """Compute, store and index a new embedding of ``collection`` and make it the active run.
+
+    ``params``: JSON-serialisable parameters (stored with the run, passed to ``embed_fn``).
+    ``seed``: the run's seed (stored, passed on). ``progress(stage, done, total)`` with stage
+    in ``load``, ``embed``, ``write``, ``index``, ``switch``. ``embed_fn``: see the module doc.
+
+    Returns :func:`run_info` of the new (succeeded, active) run, plus ``items_missing``: items
+    ingested while the job ran, which the run does not contain (:func:`embed_new_items` adds
+    them). On failure raises :class:`EmbeddingJobError` (``.run_id`` set) after marking the
+    run ``failed`` and dropping its tables; the previous active run keeps serving.
+    """
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    if not isinstance(params, Mapping):
+        raise InvalidInputError(f"params must be a mapping (JSON object), got {type(params).__name__}.")
+    try:
+        params_json = json.loads(json.dumps(dict(params), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"params must be JSON-serialisable ({exc}).") from None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not -2**63 <= int(seed) < 2**63:
+        raise InvalidInputError(f"seed must be a 64-bit integer, got {seed!r}.")
+    seed = int(seed)
+    if not callable(embed_fn):
+        raise InvalidInputError("embed_fn must be callable: embed_fn(anchor_X, anchor_y, item_X, item_y, params, "
+                                "seed, progress) -> (anchor_embedding, item_embedding).")
+    if int(write_batch_size) < 1:
+        raise InvalidInputError("write_batch_size must be positive.")
+    report = progress or _noop
+
+    from .api import cleanup
+
+    cleanup(collection)  # runs and ingests of dead workers; also raises CollectionNotFoundError early
+    conn = connect()
+    run_id: int | None = None
+    timings: dict[str, float] = {}
+    try:
+        coll = _collection_row(conn, collection)
+        settings = coll["settings"] or {}
+        anchors = _load_anchor_set(conn, coll, "anchor", None)  # NoAnchorSetError before any run row
+        conn.rollback()
+        run_id = conn.execute(
+            "INSERT INTO pm_vector.embedding_runs (collection_id, anchor_set_id, status, params, seed, worker, "
+            "started_at) VALUES (%s, %s, 'running', %s, %s, %s, now()) RETURNING id",
+            [coll["id"], anchors.anchor_set_id, Jsonb(params_json), seed,
+             Jsonb({**_worker(), "backend_pid": conn.info.backend_pid})]).fetchone()[0]
+        conn.execute("SELECT pg_advisory_lock(pm_vector.pm_lock_key(%s, %s))", [RUN_LOCK_KIND, run_id])
+        conn.commit()
+
+        # -- load
+        t = time.perf_counter()
+        report("load", 0, 1)
+        items = _load_items(conn, coll)  # a snapshot: rows of ingests still running may be included
+        conn.rollback()
+        n = items["id"].shape[0]
+        if n == 0:
+            raise EmbeddingJobError(f"collection {collection!r} has no items to embed; ingest() some first.", run_id)
+        report("load", 1, 1)
+        timings["load_s"] = time.perf_counter() - t
+
+        # -- embed
+        t = time.perf_counter()
+        report("embed", 0, 1)
+        try:
+            out = embed_fn(anchors.features, anchors.labels, items["features"], items["label"], dict(params_json),
+                           seed, lambda done, total: report("embed", int(done), int(total)))
+        except PMVectorError as exc:
+            raise EmbeddingJobError(f"the embedding function failed: {exc}", run_id) from exc
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise EmbeddingJobError("embed_fn must return (anchor_embedding, item_embedding).", run_id)
+        a_emb = _embedding_matrix(out[0], len(anchors), "anchor_embedding")
+        i_emb = _embedding_matrix(out[1], n, "item_embedding", a_emb.shape[1])
+        k = a_emb.shape[1]
+        report("embed", 1, 1)
+        timings["embed_s"] = time.perf_counter() - t
+
+        # -- write
+        t = time.perf_counter()
+        conn.execute("UPDATE pm_vector.embedding_runs SET embedding_dim = %s, n_items = %s, n_anchors = %s "
+                     "WHERE id = %s", [k, n, len(anchors), run_id])
+        conn.execute("SELECT pm_vector.pm_create_run_tables(%s)", [run_id])
+        conn.commit()
+        report("write", 0, n)
+        _write_embeddings(conn, f"pm_vector.run_{run_id}_anchors", "position", "int4",
+                          np.arange(len(anchors), dtype=np.int32), a_emb, int(write_batch_size), None)
+        _write_embeddings(conn, f"pm_vector.run_{run_id}_items", "item_id", "int8", items["id"], i_emb,
+                          int(write_batch_size), lambda d, tot: report("write", d, tot))
+        timings["write_s"] = time.perf_counter() - t
+
+        # -- index
+        t = time.perf_counter()
+        report("index", 0, 1)
+        conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", [maintenance_work_mem])
+        conn.execute("SELECT pm_vector.pm_build_run_indexes(%s, %s, %s)",
+                     [run_id, int(settings.get("hnsw_m", 16)), int(settings.get("hnsw_ef_construction", 64))])
+        conn.commit()
+        report("index", 1, 1)
+        timings["index_s"] = time.perf_counter() - t
+
+        # -- switch (one transaction)
+        t = time.perf_counter()
+        report("switch", 0, 1)
+        row = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s FOR UPDATE",
+                           [coll["id"]]).fetchone()
+        if row is None:
+            raise EmbeddingJobError(f"collection {collection!r} was dropped while the job ran.", run_id)
+        previous = row[0]
+        st = conn.execute("SELECT status FROM pm_vector.embedding_runs WHERE id = %s FOR UPDATE", [run_id]).fetchone()
+        if st is None or st[0] != "running":
+            raise EmbeddingJobError(
+                f"run {run_id} is no longer 'running' (status {st[0] if st else 'deleted'}); another process "
+                "declared it abandoned, so it is not switched to.", run_id)
+        timings["switch_s"] = time.perf_counter() - t
+        conn.execute("UPDATE pm_vector.embedding_runs SET status = 'succeeded', finished_at = now(), timings = %s "
+                     "WHERE id = %s", [Jsonb({k_: round(v, 6) for k_, v in timings.items()}), run_id])
+        conn.execute("UPDATE pm_vector.collections SET active_run_id = %s WHERE id = %s", [run_id, coll["id"]])
+        conn.commit()
+        report("switch", 1, 1)
+    except BaseException as exc:
+        if run_id is None:  # nothing written yet
+            err = translate_sql_error(exc)
+            if err is exc:
+                raise
+            raise err from exc
+        _abort(conn, run_id, exc)
+        conn = None
+        if isinstance(exc, EmbeddingJobError):
+            if exc.run_id is None:
+                exc.run_id = run_id
+            raise
+        if not isinstance(exc, Exception):
+            raise
+        err = translate_sql_error(exc)
+        raise EmbeddingJobError(f"embedding run {run_id} of collection {collection!r} failed: "
+                                f"{err.__class__.__name__}: {err}; the previous active run keeps serving.",
+                                run_id) from exc
+    finally:
+        if conn is not None and not conn.closed:
+            try:
+                if run_id is not None:
+                    conn.rollback()
+                    conn.execute("SELECT pg_advisory_unlock(pm_vector.pm_lock_key(%s, %s))", [RUN_LOCK_KIND, run_id])
+                    conn.commit()
+            except psycopg.Error:
+                pass
+            conn.close()
+
+    with connect() as c2:
+        try:  # best effort: a run whose tables could not be dropped now is dropped by a later job
+            _retire_runs(c2, coll["id"], int(settings.get("keep_previous_runs", 1)))
+        except psycopg.Error:
+            c2.rollback()
+        missing = c2.execute(
+            f"SELECT count(*) FROM pm_vector.items i WHERE i.collection_id = %s AND NOT EXISTS "
+            f"(SELECT 1 FROM pm_vector.run_{int(run_id)}_items e WHERE e.item_id = i.id)", [coll["id"]]).fetchone()[0]
+    info = run_info(run_id)
+    info["previous_run_id"] = previous
+    info["items_missing"] = int(missing)
+    return info
+
+
+def _abort(conn, run_id: int, exc: BaseException) -> None:
+    """Mark the run failed and drop its tables; release the lock by closing the job connection."""
+    msg = f"{exc.__class__.__name__}: {exc}"
+    try:
+        if conn is not None and not conn.closed:
+            conn.rollback()
+            _fail_run(conn, run_id, msg)
+    except Exception:  # noqa: BLE001 - try again on a fresh connection below
+        try:
+            with connect() as c2:
+                _fail_run(c2, run_id, msg)
+        except Exception:  # noqa: BLE001 - cleanup_stale_runs() will finish it
+            pass
+    finally:
+        if conn is not None and not conn.closed:
+            conn.close()  # ends the session: the run's advisory lock goes with it
+
+
+# ----------------------------------------------------------------------------- new items
+
+def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: JobProgress | None = None,
+                    write_batch_size: int = 20_000) -> dict[str, Any]:
+    """Embed items ingested after the active run was built into that run (out-of-sample extension).
+
+    ``embed_fn_extend(anchor_X, anchor_y, anchor_embedding, new_X, new_y, params, seed) -> (m, k)``
+    places new items in the active run's embedding space from the run's anchors (features,
+    labels, embedding) and parameters. The rows are added to the active run's table (its HNSW
+    index is updated as they go in) in one transaction, provided the run is still active then.
+    Returns ``{"run_id", "n_new"}``.
+    """
+    import psycopg
+
+    report = progress or _noop
+    with connect() as conn:
+        coll = _collection_row(conn, collection)
+        run_id = coll["active_run_id"]
+        if run_id is None:
+            raise NoActiveRunError(
+                f"collection {collection!r} has no active embedding run; run_embedding_job() builds one "
+                "(it embeds all items).")
+        run = conn.execute("SELECT params, seed, anchor_set_id, embedding_dim FROM pm_vector.embedding_runs "
+                           "WHERE id = %s", [run_id]).fetchone()
+        params, seed, anchor_set_id, k = run
+        report("load", 0, 1)
+        new = _load_items(conn, coll, missing_from_run=run_id)
+        m = new["id"].shape[0]
+        if m == 0:
+            conn.rollback()
+            report("load", 1, 1)
+            return {"run_id": int(run_id), "n_new": 0}
+        anchors = _load_anchor_set(conn, coll, "anchor", anchor_set_id)
+        buf = _binary.copy_out(conn, f"SELECT position, embedding FROM pm_vector.run_{int(run_id)}_anchors "
+                                     "ORDER BY position")
+        a_emb = _binary.decode([("position", "int4", 0), ("embedding", _vtype(k), k)], buf)["embedding"]
+        conn.rollback()
+        report("load", 1, 1)
+
+        report("embed", 0, 1)
+        try:
+            e = embed_fn_extend(anchors.features, anchors.labels, a_emb, new["features"], new["label"],
+                                dict(params or {}), int(seed))
+        except PMVectorError as exc:
+            raise EmbeddingJobError(f"the extension function failed: {exc}", run_id) from exc
+        emb = _embedding_matrix(e, m, "new item embedding", k)
+        report("embed", 1, 1)
+
+        report("write", 0, m)
+        try:
+            row = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s FOR SHARE",
+                               [coll["id"]]).fetchone()
+            if row is None or row[0] != run_id:
+                raise EmbeddingJobError(
+                    f"the active run of collection {collection!r} changed while new items were embedded; "
+                    "call embed_new_items() again.", run_id)
+            conn.execute(f"CREATE TEMP TABLE pm_new_emb (LIKE pm_vector.run_{int(run_id)}_items) ON COMMIT DROP")
+            _write_embeddings(conn, "pm_new_emb", "item_id", "int8", new["id"], emb, int(write_batch_size),
+                              lambda d, tot: report("write", d, tot), commit=False)
+            conn.execute(f"INSERT INTO pm_vector.run_{int(run_id)}_items (item_id, embedding) "
+                         "SELECT item_id, embedding FROM pm_new_emb ON CONFLICT (item_id) DO NOTHING")
+            conn.commit()
+        except psycopg.Error as exc:
+            conn.rollback()
+            raise EmbeddingJobError(f"writing the new items' embeddings failed: {exc}", run_id) from exc
+    return {"run_id": int(run_id), "n_new": int(m)}
+
+
+# ----------------------------------------------------------------------------- run info
+
+def _run_dict(row: Mapping[str, Any]) -> dict[str, Any]:
+    d = {k: _iso(v) for k, v in dict(row).items()}
+    if d.get("duration") is not None:
+        d["duration"] = row["duration"].total_seconds()
+    return d
+
+
+def run_info(run_id: int) -> dict[str, Any]:
+    """A run as a dict (a row of ``pm_vector.pm_runs``): run_id, collection, status, is_active,
+    worker_alive (for running runs), params, seed, embedding_dim, n_items, n_anchors,
+    anchor_set_id, timings, error, worker, created_at, started_at, finished_at, duration (s),
+    has_tables."""
+    from psycopg.rows import dict_row
+
+    with connect() as conn:
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute("SELECT * FROM pm_vector.pm_runs WHERE run_id = %s", [int(run_id)])
+            row = cur.fetchone()
+    if row is None:
+        raise RunNotFoundError(f"no embedding run {run_id}.")
+    return _run_dict(row)
+
+
+def list_runs(collection: str | None = None) -> list[dict[str, Any]]:
+    """Runs (see :func:`run_info`), newest first; of one collection if given."""
+    from psycopg.rows import dict_row
+
+    with connect() as conn:
+        if collection is not None:
+            _collection_row(conn, collection)
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute("SELECT * FROM pm_vector.pm_runs WHERE (%s::text IS NULL OR collection = %s) "
+                        "ORDER BY run_id DESC", [collection, collection])
+            return [_run_dict(r) for r in cur.fetchall()]
+
+
+# ----------------------------------------------------------------------------- AnchorFrame adapters
+
+def _anchor_frame(anchor_X, anchor_y, params: Mapping[str, Any], seed: int):
+    from ..manifold import AnchorFrame
+
+    kwargs = {k: v for k, v in dict(params).items() if k != "seed"}
+    return AnchorFrame(**kwargs, seed=int(seed)).fit(anchor_X, anchor_y)
+
+
+def anchor_frame_embed_fn(anchor_X, anchor_y, item_X, item_y, params, seed, progress):
+    """``embed_fn`` built on :class:`pm_vector.manifold.AnchorFrame`.
+
+    ``params`` are AnchorFrame's keyword arguments (e.g. ``{"n_components": 8}``), ``seed`` its
+    public seed: the anchors are embedded by ``fit``, the items by ``extend``.
+    """
+    frame = _anchor_frame(anchor_X, anchor_y, params, seed)
+    return frame.anchor_embedding_, frame.extend(item_X, item_y, progress=progress)
+
+
+def anchor_frame_extend_fn(anchor_X, anchor_y, anchor_embedding, new_X, new_y, params, seed):
+    """``embed_fn_extend`` for :func:`embed_new_items` matching :func:`anchor_frame_embed_fn`.
+
+    Rebuilds the run's frame from its anchors, parameters and seed (deterministic), checks it
+    reproduces the stored anchor embedding, and extends it to the new items.
+    """
+    frame = _anchor_frame(anchor_X, anchor_y, params, seed)
+    ref = np.asarray(anchor_embedding, dtype=np.float64)
+    scale = max(1.0, float(np.abs(ref).max()))
+    if frame.anchor_embedding_.shape != ref.shape or np.abs(frame.anchor_embedding_ - ref).max() > 1e-4 * scale:
+        raise EmbeddingJobError("the anchor frame rebuilt from the run's anchors, parameters and seed does not "
+                                "reproduce the run's stored anchor embedding; run a full embedding job instead.")
+    return frame.extend(new_X, new_y)

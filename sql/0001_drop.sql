@@ -1,0 +1,28 @@
+-- Undo 0001_functions.sql and 0001_views.sql (migration 0001 downgrade). Triggers go with their tables.
+DROP VIEW IF EXISTS pm_vector.pm_requests, pm_vector.pm_anchor_sets, pm_vector.pm_runs, pm_vector.pm_collections;
+DROP TRIGGER IF EXISTS pm_items_check_insert ON pm_vector.items;
+DROP TRIGGER IF EXISTS pm_items_check_update ON pm_vector.items;
+DROP TRIGGER IF EXISTS pm_anchors_check_insert ON pm_vector.anchors;
+DROP TRIGGER IF EXISTS pm_anchors_check_update ON pm_vector.anchors;
+DROP TRIGGER IF EXISTS pm_collections_check_active_run ON pm_vector.collections;
+DROP TRIGGER IF EXISTS pm_embedding_runs_check_status ON pm_vector.embedding_runs;
+DROP FUNCTION IF EXISTS pm_vector.pm_check_run_status();
+DROP FUNCTION IF EXISTS pm_vector.pm_check_active_run();
+DROP FUNCTION IF EXISTS pm_vector.pm_check_anchor_rows();
+DROP FUNCTION IF EXISTS pm_vector.pm_check_item_rows();
+DROP FUNCTION IF EXISTS pm_vector.pm_drop_run_tables(bigint);
+DROP FUNCTION IF EXISTS pm_vector.pm_build_run_indexes(bigint, integer, integer);
+DROP FUNCTION IF EXISTS pm_vector.pm_create_run_tables(bigint);
+DROP FUNCTION IF EXISTS pm_vector.pm_knn_batch_explain(text, vector[], integer);
+DROP FUNCTION IF EXISTS pm_vector.pm_knn_batch(text, vector[], integer, integer);
+DROP FUNCTION IF EXISTS pm_vector.pm_knn(text, vector, integer, integer);
+DROP FUNCTION IF EXISTS pm_vector.pm_check_queries(bigint, integer, vector[]);
+DROP FUNCTION IF EXISTS pm_vector.pm_knn_sql(bigint, text, text, boolean);
+DROP FUNCTION IF EXISTS pm_vector.pm_prepare_search(integer, integer);
+DROP FUNCTION IF EXISTS pm_vector.pm_active_run(text);
+DROP FUNCTION IF EXISTS pm_vector.pm_lock_held(bigint);
+DROP FUNCTION IF EXISTS pm_vector.pm_lock_key(integer, bigint);
+DROP FUNCTION IF EXISTS pm_vector.pm_run_table(bigint, text);
+DROP FUNCTION IF EXISTS pm_vector.pm_opclass(text, text);
+DROP FUNCTION IF EXISTS pm_vector.pm_distance_operator(text);
+DROP FUNCTION IF EXISTS pm_vector.pm_vector_type(integer);

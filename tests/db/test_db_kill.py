@@ -1,0 +1,183 @@
+"""Kill safety: a job or an ingest SIGKILLed midway never disturbs the active run, and is cleaned up."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+from dbtest_helpers import data, make_embed_fn, projection
+
+JOB_CHILD = """
+import sys, time, numpy as np
+import pm_vector.db as db
+
+name, stage = sys.argv[1], sys.argv[2]
+
+def embed(ax, ay, ix, iy, params, seed, progress):
+    P = np.random.default_rng(seed).normal(size=(ax.shape[1], 3))
+    return ax.astype(np.float64) @ P, ix.astype(np.float64) @ P
+
+def progress(s, done, total):
+    if s == stage and (s != "write" or done > 0):
+        print("READY", done, total, flush=True)
+        time.sleep(300)
+
+db.run_embedding_job(name, {"k": 3}, 99, progress=progress, embed_fn=embed, write_batch_size=100)
+print("FINISHED", flush=True)
+"""
+
+INGEST_CHILD = """
+import sys, time, numpy as np
+import pm_vector.db as db
+
+name = sys.argv[1]
+X = np.random.default_rng(1).normal(size=(300, 6))
+
+def progress(done, total):
+    print("READY", done, total, flush=True)
+    time.sleep(300)
+
+db.ingest(name, X, np.zeros(300, dtype=int), external_ids=[f"late{i}" for i in range(300)], batch_size=50,
+          progress=progress)
+print("FINISHED", flush=True)
+"""
+
+
+def _start_child(code: str, *args: str):
+    import subprocess
+    import sys
+    import textwrap
+
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], env=dict(os.environ), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _wait_ready(proc, timeout: float = 60.0) -> str:
+    import select
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if r:
+            line = proc.stdout.readline()
+            if line.startswith("READY"):
+                return line
+            if not line and proc.poll() is not None:
+                break
+    proc.kill()
+    raise AssertionError(f"child never got ready: {proc.stderr.read()}")
+
+
+def _sigkill(proc) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def _wait_worker_gone(db, run_id: int, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if db.run_info(run_id)["worker_alive"] is False:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the killed job's session still holds its lock")
+
+
+@pytest.mark.parametrize("stage", ["write", "index"])
+def test_sigkilled_job_leaves_previous_run_serving(db, cname, conn, stage):
+    db.create_collection(cname, 6, [0, 1, 2])
+    X, y = data(1000, 6, seed=4)
+    ids = db.ingest(cname, X, y)["item_ids"]
+    db.register_anchor_set(cname, X[:30], y[:30])
+    first = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"]
+    q = X[10].astype(np.float64) @ projection(6, 3, 1)
+    before = db.knn(cname, q, 5)
+    assert before["item_ids"][0] == ids[10]
+
+    child = _start_child(JOB_CHILD, cname, stage)
+    try:
+        _wait_ready(child)
+        runs = [r for r in db.list_runs(cname) if r["status"] == "running"]
+        assert len(runs) == 1
+        run_id = runs[0]["run_id"]
+        assert runs[0]["worker_alive"] is True
+        written = conn.execute(f"SELECT count(*) FROM pm_vector.run_{run_id}_items").fetchone()[0]
+        if stage == "write":
+            assert 0 < written < 1000  # really half-written (committed batches)
+        else:
+            assert written == 1000
+        # while it runs, cleanup leaves it alone and queries use the previous run
+        assert db.cleanup_stale_runs(cname) == []
+        np.testing.assert_array_equal(db.knn(cname, q, 5)["item_ids"], before["item_ids"])
+        _sigkill(child)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+    _wait_worker_gone(db, run_id)
+    # the killed run is not visible to queries, and the previous run still serves
+    assert db.collection_info(cname)["active_run_id"] == first
+    np.testing.assert_array_equal(db.knn(cname, q, 5)["item_ids"], before["item_ids"])
+    assert db.run_info(run_id)["status"] == "running"  # stale until detected
+    assert db.cleanup_stale_runs(cname) == [run_id]
+    info = db.run_info(run_id)
+    assert info["status"] == "failed" and "abandoned" in info["error"] and info["has_tables"] is False
+    assert not info["is_active"]
+    assert db.cleanup_stale_runs(cname) == []
+    # the next job works and switches normally
+    nxt = db.run_embedding_job(cname, {"k": 3}, 2, embed_fn=make_embed_fn())
+    assert nxt["previous_run_id"] == first and db.collection_info(cname)["active_run_id"] == nxt["run_id"]
+
+
+def test_next_job_cleans_up_a_killed_one(db, cname):
+    """No explicit cleanup call: the next job detects the stale run itself."""
+    db.create_collection(cname, 6, [0, 1, 2])
+    X, y = data(400, 6, seed=5)
+    db.ingest(cname, X, y)
+    db.register_anchor_set(cname, X[:20], y[:20])
+    child = _start_child(JOB_CHILD, cname, "index")
+    try:
+        _wait_ready(child)
+        run_id = [r for r in db.list_runs(cname) if r["status"] == "running"][0]["run_id"]
+        _sigkill(child)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert db.collection_info(cname)["active_run_id"] is None  # never activated
+    _wait_worker_gone(db, run_id)
+    done = db.run_embedding_job(cname, {"k": 3}, 3, embed_fn=make_embed_fn())
+    assert db.run_info(run_id)["status"] == "failed" and db.run_info(run_id)["has_tables"] is False
+    assert db.collection_info(cname)["active_run_id"] == done["run_id"]
+
+
+def test_sigkilled_ingest_is_undone(db, cname, conn):
+    db.create_collection(cname, 6, [0])
+    db.ingest(cname, np.ones((5, 6)), np.zeros(5, dtype=int))
+    child = _start_child(INGEST_CHILD, cname)
+    try:
+        line = _wait_ready(child)
+        assert line.split()[1:] == ["50", "300"]
+        assert db.collection_info(cname)["n_items"] == 55  # one committed batch
+        assert db.cleanup(cname) == {"runs": [], "ingests": []}  # alive: untouched
+        _sigkill(child)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    deadline = time.monotonic() + 15
+    while True:
+        out = db.cleanup(cname)
+        if out["ingests"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert len(out["ingests"]) == 1
+    assert db.collection_info(cname)["n_items"] == 5
+    st = conn.execute("SELECT status, error FROM pm_vector.ingests WHERE id = %s", [out["ingests"][0]]).fetchone()
+    assert st[0] == "failed" and "abandoned" in st[1]
+    # the external ids of the undone ingest are free again
+    db.ingest(cname, np.ones((1, 6)), [0], external_ids=["late0"])
