@@ -1,4 +1,4 @@
-"""Helpers shared by the database tests (data, a real toy embedding function, subprocesses)."""
+"""Helpers shared by the database tests: toy data and a real (random-projection) embedding function."""
 
 from __future__ import annotations
 
