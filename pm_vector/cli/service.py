@@ -1,0 +1,387 @@
+"""``pm-vector serve | keys | query | demo | ingest`` and ``pm-vector bench load``: the service's commands.
+
+:func:`register` adds them to the main application (and ``load`` to the ``bench`` group).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..errors import PMVectorError
+
+err = Console(stderr=True)
+keys_app = typer.Typer(help="API keys of the HTTP service (stored hashed; the key is shown once).",
+                       no_args_is_help=True)
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {msg}")
+    raise typer.Exit(code)
+
+
+def _echo_json(obj) -> None:
+    typer.echo(json.dumps(obj, default=str))
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated numbers, e.g. 0.5,1,4; got {text!r}") from None
+    if not vals or any(not v > 0 for v in vals):
+        raise typer.BadParameter("epsilons must be positive numbers, e.g. 0.5,1,4")
+    return vals
+
+
+def _progress(disable: bool) -> Progress:
+    return Progress(TextColumn("{task.description:<22}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                    TimeElapsedColumn(), console=err, transient=True, disable=disable)
+
+
+# ----------------------------------------------------------------------------- serve
+
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0 in a container)."),
+    port: int = typer.Option(8000, help="TCP port."),
+    max_rows: Optional[int] = typer.Option(None, help="Most rows (query + anchor) of one request's embedding."),
+    max_dim: Optional[int] = typer.Option(None, help="Most columns of one request's embedding."),
+    max_body_bytes: Optional[int] = typer.Option(None, help="Largest request body in bytes."),
+    pool_max: Optional[int] = typer.Option(None, help="Database connections in the pool."),
+    no_auth: bool = typer.Option(False, "--no-auth", help="Accept requests without an API key (local tests only)."),
+    log_level: str = typer.Option("info", help="uvicorn log level."),
+):
+    """Run the HTTP service (FastAPI + uvicorn). OpenAPI schema at /openapi.json, docs at /docs.
+
+    Example: pm-vector keys create --name alice && pm-vector serve --port 8000
+    """
+    from ..service.runner import serve as _serve
+    from ..service.settings import ServiceSettings
+
+    try:
+        st = ServiceSettings.from_env(host=host, port=port, max_rows=max_rows, max_dim=max_dim,
+                                      max_body_bytes=max_body_bytes, pool_max=pool_max,
+                                      auth=False if no_auth else None)
+    except PMVectorError as e:
+        _fail(str(e))
+    if not st.auth:
+        err.print("[yellow]warning:[/] API keys are not required (--no-auth / PM_VECTOR_SERVICE_AUTH=0).")
+    _serve(st, log_level=log_level)
+
+
+# ----------------------------------------------------------------------------- keys
+
+@keys_app.command("create")
+def keys_create(name: str = typer.Option(..., help="Who or what the key is for."),
+                as_json: bool = typer.Option(False, "--json", help="Print the key record as JSON.")):
+    """Create an API key and print it (only this once).
+
+    Example: pm-vector keys create --name alice-laptop
+    """
+    from ..service.auth import create_key
+
+    try:
+        rec = create_key(name)
+    except PMVectorError as e:
+        _fail(str(e))
+    if as_json:
+        _echo_json(rec)
+        return
+    err.print(f"created key {rec['id']} ({rec['name']}); store it now, it is not shown again:")
+    typer.echo(rec["key"])
+
+
+@keys_app.command("list")
+def keys_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+              all_keys: bool = typer.Option(True, "--all/--active", help="Include revoked keys.")):
+    """List API keys (id, name, prefix, created, revoked) -- never the keys themselves.
+
+    Example: pm-vector keys list --active
+    """
+    from ..service.auth import list_keys
+
+    try:
+        rows = list_keys(include_revoked=all_keys)
+    except PMVectorError as e:
+        _fail(str(e))
+    if as_json:
+        _echo_json(rows)
+        return
+    t = Table(title="API keys")
+    for c in ("id", "name", "prefix", "created", "revoked"):
+        t.add_column(c)
+    for r in rows:
+        t.add_row(str(r["id"]), r["name"], r["prefix"], str(r["created_at"])[:19], str(r["revoked_at"] or "")[:19])
+    Console().print(t)
+
+
+@keys_app.command("revoke")
+def keys_revoke(key: str = typer.Argument(..., help="The key's id or prefix (pmv_xxxxxxxx)."),
+                as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
+    """Revoke an API key; requests with it are refused from now on.
+
+    Example: pm-vector keys revoke 3
+    """
+    from ..service.auth import revoke_key
+
+    try:
+        rec = revoke_key(key)
+    except PMVectorError as e:
+        _fail(str(e))
+    if as_json:
+        _echo_json(rec)
+    else:
+        err.print(f"revoked key {rec['id']} ({rec['name']}, {rec['prefix']}).")
+
+
+# ----------------------------------------------------------------------------- query
+
+def query(
+    collection: str = typer.Argument(..., help="Collection name."),
+    features: Path = typer.Option(..., help="Query features: .npy with one row (or several: pick with --row)."),
+    label: int = typer.Option(..., help="The query's class label (PrivateMail hides which class among all)."),
+    epsilon: float = typer.Option(..., help="epsilon of this query's release."),
+    delta: float = typer.Option(1e-5, help="delta of this query's release."),
+    row: int = typer.Option(0, help="Row of --features to query."),
+    k: int = typer.Option(8, help="Neighbours to return."),
+    url: str = typer.Option("http://127.0.0.1:8000", envvar="PM_VECTOR_URL", help="Service URL."),
+    api_key: str = typer.Option(None, envvar="PM_VECTOR_API_KEY", help="API key (or PM_VECTOR_API_KEY)."),
+    budget: Optional[float] = typer.Option(None, help="Set this collection's total epsilon budget first."),
+    budget_file: Optional[Path] = typer.Option(None, help="Ledger file (default $PM_VECTOR_HOME/client/budget.json)."),
+    rerank: bool = typer.Option(False, help="Re-rank by your raw features when the collection allows them."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+):
+    """One private k-NN query against a running service; spends epsilon from your budget ledger.
+
+    Example: pm-vector query digits --features q.npy --label 3 --epsilon 1 --budget 10 --url http://127.0.0.1:8000
+    """
+    import numpy as np
+
+    from ..client.budget import PrivacyBudget
+    from ..client.http import Client, ServiceError
+
+    try:
+        X = np.load(features, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        _fail(f"cannot read {features}: {e}")
+    X = np.atleast_2d(X)
+    if X.ndim != 2 or not 0 <= row < X.shape[0]:
+        _fail(f"{features} has shape {X.shape}; --row must select one of its rows.")
+    ledger = PrivacyBudget(budget_file)
+    try:
+        if budget is not None:
+            acc = ledger.accountant(collection)
+            ledger.set_budget(collection, budget, acc.delta_budget, acc.delta_slack)
+        with Client(url, api_key, budget=ledger) as c:
+            res = c.query(collection, X[row], label, epsilon=epsilon, delta=delta, k=k, rerank=rerank)
+    except ServiceError as e:
+        _fail(str(e))
+    except PMVectorError as e:
+        _fail(str(e))
+    except Exception as e:  # noqa: BLE001 - network errors
+        import httpx
+
+        if isinstance(e, httpx.HTTPError):
+            _fail(f"cannot reach {url}: {e}")
+        raise
+    if as_json:
+        _echo_json(res)
+        return
+    t = Table(title=f"{collection}: {k} nearest (eps={epsilon:g}, delta={delta:g})")
+    for c in ("rank", "item_id", "external_id", "label", "distance"):
+        t.add_column(c, justify="right")
+    for i, iid in enumerate(res["item_ids"]):
+        t.add_row(str(i + 1), str(iid), str(res["external_ids"][i]), str(res["labels"][i]),
+                  f"{res['distances'][i]:.4f}")
+    Console().print(t)
+    b = res.get("budget") or {}
+    err.print(f"spent so far on {collection}: eps={b.get('epsilon_spent', 0):.4g} of "
+              f"{b.get('epsilon_budget') or 'unlimited'}; {res['timing']['total_ms']:.0f} ms")
+
+
+# ----------------------------------------------------------------------------- demo
+
+def demo(
+    dataset: str = typer.Option("digits", help="Built-in dataset: digits or fashion-mnist."),
+    epsilons: str = typer.Option("0.5,1,4", help="Comma-separated epsilons."),
+    queries: Optional[int] = typer.Option(None, help="Queries per epsilon (default: 60 digits, 40 fashion-mnist)."),
+    seed: int = typer.Option(0, help="Seed of the split and of the frame (public)."),
+    keep: bool = typer.Option(False, help="Keep the demo collection in the database."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+):
+    """End to end on the embedded server: collection, ingest, anchor + dummy pool, embedding job, the real
+    service on loopback, private queries through the real client, and a recall/precision/latency table.
+
+    Example: pm-vector demo --dataset digits --epsilons 0.5,1,4 --json
+    """
+    from ..service.demo import run_demo
+
+    eps = _floats(epsilons)
+    try:
+        with _progress(disable=not sys.stderr.isatty()) as bar:
+            tasks: dict[str, int] = {}
+
+            def prog(name: str, done: int, total: int) -> None:
+                if name not in tasks:
+                    tasks[name] = bar.add_task(name, total=total)
+                bar.update(tasks[name], completed=done, total=total)
+
+            res = run_demo(dataset, eps, n_queries=queries, seed=seed, keep=keep, progress=prog,
+                           log=None if as_json else (lambda s: err.print(s)))
+    except PMVectorError as e:
+        _fail(str(e))
+    if as_json:
+        _echo_json(res)
+        return
+    t = Table(title=f"{res['dataset']}: private k-NN through the service (k=8, delta={res['delta']:g}, "
+                    f"{res['sizes']['query']} queries per row)")
+    for c in ("method", "epsilon", "recall@8", "precision@8", "query p50 (ms)"):
+        t.add_column(c, justify="right" if c != "method" else "left")
+    npv = res["nonprivate"]
+    t.add_row("non-private k-NN", "-", f"{npv['recall_at_8']:.3f}", f"{npv['precision_at_8']:.3f}", "-")
+    for r in res["results"]:
+        t.add_row("privatemail", f"{r['epsilon']:g}", f"{r['recall_at_8']:.3f}", f"{r['precision_at_8']:.3f}",
+                  f"{r['query_p50_ms']:.1f}")
+    Console().print(t)
+    err.print(f"embedding job {res['job_seconds']:.1f} s; total {res['seconds']:.1f} s")
+
+
+# ----------------------------------------------------------------------------- ingest
+
+def _read_table(path: Path):
+    import numpy as np
+
+    if path.suffix == ".npy":
+        return np.load(path, allow_pickle=False)
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq  # noqa: F401
+        except ImportError:
+            _fail(f"{path} is Parquet, which needs pyarrow; it is not installed. Install it (pip install pyarrow) "
+                  "or convert to .npy (numpy.save).")
+        tbl = pq.read_table(path)
+        cols = [np.asarray(c.to_numpy(zero_copy_only=False)) for c in tbl.columns]
+        if len(cols) == 1 and cols[0].dtype == object:
+            return np.stack([np.asarray(v) for v in cols[0]])
+        return np.column_stack(cols) if len(cols) > 1 else cols[0]
+    _fail(f"{path}: unsupported file type {path.suffix!r}; use .npy (or .parquet with pyarrow).")
+
+
+def ingest(
+    collection: str = typer.Argument(..., help="Collection name."),
+    features: Path = typer.Option(..., help="Features: .npy (rows x dims) or .parquet (needs pyarrow)."),
+    labels: Path = typer.Option(..., help="Integer labels: .npy or .parquet, one per row."),
+    role: str = typer.Option("items", help="items (searched), anchor (public anchor set) or dummy (public pool)."),
+    create: bool = typer.Option(False, help="Create the collection first (labels = the distinct labels given)."),
+    allow_raw_features: bool = typer.Option(False, help="With --create: clients may fetch raw item features."),
+    normalize: bool = typer.Option(True, help="Rescale rows to unit norm (the protocol assumes unit rows)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+):
+    """Load items, an anchor set or a dummy pool into a collection (all-or-nothing).
+
+    Example: pm-vector ingest mycoll --features X.npy --labels y.npy --create && pm-vector ingest mycoll \\
+    --features A.npy --labels ya.npy --role anchor
+    """
+    import numpy as np
+
+    from .. import db
+
+    if role not in ("items", "anchor", "dummy"):
+        _fail("--role must be items, anchor or dummy.")
+    X = _read_table(features)
+    y = _read_table(labels)
+    try:
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(y).ravel()
+        if X.ndim != 2 or X.shape[0] != y.shape[0]:
+            _fail(f"features have shape {X.shape} and labels {y.shape}: need (n, d) and (n,).")
+        if normalize:
+            n = np.linalg.norm(X, axis=1, keepdims=True)
+            if np.any(n == 0):
+                _fail(f"row {int(np.flatnonzero(n == 0)[0])} is all zeros and cannot be normalised.")
+            X = X / n
+        out: dict = {}
+        if create:
+            out["created"] = db.create_collection(collection, X.shape[1], sorted(set(int(v) for v in y)),
+                                                  allow_raw_features=allow_raw_features)["name"]
+        with _progress(disable=as_json or not sys.stderr.isatty()) as bar:
+            task = bar.add_task(f"ingest {role}", total=X.shape[0])
+            if role == "items":
+                r = db.ingest(collection, X, y, progress=lambda d, t: bar.update(task, completed=d))
+                out.update({"collection": collection, "role": role, "ingest_id": r["ingest_id"],
+                            "n_rows": r["n_rows"]})
+            else:
+                r = db.register_anchor_set(collection, X, y, role=role)
+                out.update({**r, "role": role})
+    except PMVectorError as e:
+        _fail(str(e))
+    if as_json:
+        _echo_json(out)
+    else:
+        err.print(f"{out['n_rows']} {role} row(s) written to {collection}.")
+
+
+# ----------------------------------------------------------------------------- bench load
+
+def load(
+    classes: str = typer.Option("10,100", help="Comma-separated class counts C (10 = digits, others synthetic)."),
+    concurrency: int = typer.Option(32, help="Concurrent clients."),
+    requests: int = typer.Option(400, help="Stop after this many requests per C ..."),
+    duration: float = typer.Option(30.0, help="... or after this many seconds per C, whichever comes first."),
+    distinct: int = typer.Option(16, help="Distinct pre-built PrivateMail requests (replayed)."),
+    epsilon: float = typer.Option(1.0, help="epsilon of the pre-built requests."),
+    pool_max: int = typer.Option(8, help="The service's database pool size."),
+    url: Optional[str] = typer.Option(None, help="A running loopback service (default: start one)."),
+    api_key: Optional[str] = typer.Option(None, envvar="PM_VECTOR_API_KEY", help="Its API key."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+):
+    """Bounded load test of the service on loopback: throughput, p50/p95, errors per C.
+
+    Example: pm-vector bench load --classes 10,100 --concurrency 32 --requests 400 --duration 30 --json
+    """
+    from ..service.loadtest import run_load
+
+    try:
+        cs = tuple(int(v) for v in classes.split(",") if v.strip())
+    except ValueError:
+        raise typer.BadParameter("--classes: comma-separated integers, e.g. 10,100") from None
+    if url is not None and not api_key:
+        _fail("--url needs --api-key (or PM_VECTOR_API_KEY).")
+    try:
+        res = run_load(cs, concurrency=concurrency, requests=requests, duration=duration, n_distinct=distinct,
+                       epsilon=epsilon, url=url, api_key=api_key, pool_max=pool_max,
+                       log=None if as_json else (lambda s: err.print(s)))
+    except (PMVectorError, ValueError) as e:
+        _fail(str(e))
+    if as_json:
+        _echo_json(res)
+        return
+    t = Table(title=f"load test: {concurrency} concurrent clients, <= {requests} requests / {duration:g} s per C "
+                    f"({os.cpu_count()} CPUs)")
+    for c in ("C", "rows/request", "requests", "ok", "errors", "req/s", "p50 ms", "p95 ms"):
+        t.add_column(c, justify="right")
+    for r in res["results"]:
+        t.add_row(str(r["classes"]), str(r["rows_per_request"]), str(r["requests"]), str(r["ok"]), str(r["errors"]),
+                  f"{r['throughput_rps']:.1f}", f"{r['p50_ms']:.1f}", f"{r['p95_ms']:.1f}")
+    Console().print(t)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the service's commands to ``app`` (and ``load`` to its ``bench`` group)."""
+    app.command("serve")(serve)
+    app.add_typer(keys_app, name="keys")
+    app.command("query")(query)
+    app.command("demo")(demo)
+    app.command("ingest")(ingest)
+    from .bench import bench_app
+
+    if not any(c.name == "load" for c in bench_app.registered_commands):
+        bench_app.command("load")(load)

@@ -1,0 +1,210 @@
+"""HTTP client of the pm_vector service: private nearest-neighbour queries with a privacy budget.
+
+    from pm_vector.client.http import Client
+    from pm_vector.client.budget import PrivacyBudget
+
+    budget = PrivacyBudget()                       # $PM_VECTOR_HOME/client/budget.json
+    budget.set_budget("digits", epsilon=10.0)      # refuse queries past eps = 10 in total
+    with Client("http://127.0.0.1:8000", "pmv_...", budget=budget) as c:
+        hit = c.query("digits", x, label=3, epsilon=1.0)
+        hit["item_ids"], hit["labels"], hit["distances"]
+
+What happens in :meth:`Client.query`:
+
+1. the collection's public anchor is fetched once per active run (ids, features, labels, the
+   dummy pool, the frame's AnchorFrame parameters, seed and anchor embedding); the client
+   rebuilds the AnchorFrame locally from the same parameters and seed and refuses to go on
+   unless it reproduces the published anchor embedding;
+2. the PrivateMail request is built locally (:class:`pm_vector.client.PrivateMail`); nothing
+   has left the machine yet;
+3. the budget is charged (:class:`pm_vector.client.budget.PrivacyBudget`); a query that would
+   exceed it raises :class:`~pm_vector.errors.BudgetExceededError` and nothing is sent;
+4. the request is sent to ``POST /collections/{name}/resolve``; the answer has one entry per
+   query row and the client keeps its real row's (the server cannot tell which it is);
+5. with ``rerank=True`` and a collection that allows raw features, the server returns the
+   neighbours' features for *every* row (so asking reveals nothing about the real row) and
+   the client re-orders its real row's neighbours by distance to its own raw query.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import AlignmentError, InvalidInputError, PMVectorError
+from .budget import PrivacyBudget
+from .privatemail import PrivateMail, PublicAnchor
+
+FRAME_TOLERANCE = 1e-4
+
+
+class ServiceError(PMVectorError):
+    """The service refused a request (4xx) or failed (5xx)."""
+
+    def __init__(self, status: int, error: str, message: str):
+        super().__init__(f"{status} {error}: {message}")
+        self.status, self.error, self.message = status, error, message
+
+
+def rebuild_frame(doc: dict[str, Any]):
+    """``(AnchorFrame, PublicAnchor)`` from an anchor document; checks the published anchor embedding."""
+    from ..manifold import AnchorFrame
+
+    fr = doc.get("frame") or {}
+    params = {k: v for k, v in dict(fr.get("params") or {}).items() if k not in ("seed", "device")}
+    if "seed" not in fr or fr.get("anchor_embedding") is None:
+        raise InvalidInputError("the server's anchor document has no frame seed or anchor embedding; it cannot be "
+                                "verified (is the collection embedded?).")
+    anchor = PublicAnchor(doc["anchor_ids"], np.asarray(doc["features"], dtype=np.float64), doc["labels"],
+                          np.asarray(doc["dummy_features"], dtype=np.float64), doc["dummy_labels"])
+    frame = AnchorFrame(**params, seed=int(fr["seed"])).fit(anchor.features, anchor.labels)
+    ref = np.asarray(fr["anchor_embedding"], dtype=np.float64)
+    scale = max(1.0, float(np.abs(ref).max())) if ref.size else 1.0
+    if frame.anchor_embedding_.shape != ref.shape or \
+            float(np.abs(frame.anchor_embedding_ - ref).max()) > FRAME_TOLERANCE * scale:
+        raise AlignmentError("the anchor frame rebuilt from the published anchor set, parameters and seed does not "
+                             "reproduce the published anchor embedding; refusing to query this collection (the "
+                             "server's frame is not the public one, or versions differ).")
+    return frame, anchor
+
+
+class Client:
+    """A pm_vector service client. ``budget``: a :class:`PrivacyBudget`, a ledger path, or None (no ledger;
+    nothing is refused). ``scope_budget_by_server``: key the ledger by ``"<base_url>|<collection>"``."""
+
+    def __init__(self, base_url: str, api_key: str | None, *, budget: PrivacyBudget | str | None = None,
+                 timeout: float = 60.0, scope_budget_by_server: bool = False, transport=None):
+        import httpx
+
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
+        self.budget = PrivacyBudget(budget) if isinstance(budget, (str, bytes)) or hasattr(budget, "__fspath__") \
+            else budget
+        self.scope_budget_by_server = scope_budget_by_server
+        self._frames: dict[str, tuple[int | None, Any, PublicAnchor, dict]] = {}
+
+    # ------------------------------------------------------------------ plumbing
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, **kw) -> Any:
+        r = self._http.request(method, path, **kw)
+        if r.status_code >= 400:
+            try:
+                body = r.json()
+                raise ServiceError(r.status_code, str(body.get("error", "error")), str(body.get("message", r.text)))
+            except ValueError:
+                raise ServiceError(r.status_code, "error", r.text[:500]) from None
+        return r.json()
+
+    def budget_key(self, collection: str) -> str:
+        return f"{self.base_url}|{collection}" if self.scope_budget_by_server else collection
+
+    # ------------------------------------------------------------------ endpoints
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "/health")
+
+    def collections(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/collections")["collections"]
+
+    def collection(self, name: str) -> dict[str, Any]:
+        return self._call("GET", f"/collections/{name}")
+
+    def anchor_document(self, name: str) -> dict[str, Any]:
+        return self._call("GET", f"/collections/{name}/anchor")
+
+    def items(self, name: str, ids, include_features: bool = False) -> dict[str, Any]:
+        return self._call("POST", f"/collections/{name}/items",
+                          json={"ids": [int(i) for i in ids], "include_features": include_features})
+
+    def start_job(self, name: str, params: dict[str, Any] | None = None, seed: int = 0) -> dict[str, Any]:
+        return self._call("POST", f"/collections/{name}/jobs", json={"params": params or {"n_components": 8},
+                                                                      "seed": int(seed)})
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self._call("GET", f"/jobs/{job_id}")
+
+    def wait_job(self, job_id: str, timeout: float = 600.0, poll: float = 0.2, progress=None) -> dict[str, Any]:
+        t0 = time.monotonic()
+        while True:
+            j = self.job(job_id)
+            if progress is not None:
+                progress(j)
+            if j["status"] in ("succeeded", "failed"):
+                if j["status"] == "failed":
+                    raise ServiceError(500, "job_failed", j.get("error") or "the job failed.")
+                return j
+            if time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"job {job_id} still {j['status']} after {timeout:.0f} s.")
+            time.sleep(poll)
+
+    def resolve(self, name: str, request, *, k: int = 8, include_features: bool = False) -> dict[str, Any]:
+        """Send a built request as is (no budget check: :meth:`query` does that)."""
+        body = {"request": request.to_dict() if hasattr(request, "to_dict") else request, "k": int(k),
+                "include_features": bool(include_features)}
+        return self._call("POST", f"/collections/{name}/resolve", json=body)
+
+    # ------------------------------------------------------------------ the private query
+    def frame(self, name: str, *, refresh: bool = False):
+        """``(AnchorFrame, PublicAnchor, frame_info)`` of the collection's active run, verified, cached per run."""
+        run_id = self.collection(name).get("active_run_id")
+        cached = self._frames.get(name)
+        if cached is not None and not refresh and cached[0] == run_id:
+            return cached[1], cached[2], cached[3]
+        doc = self.anchor_document(name)
+        frame, anchor = rebuild_frame(doc)
+        info = {k: v for k, v in (doc.get("frame") or {}).items() if k != "anchor_embedding"}
+        self._frames[name] = (run_id, frame, anchor, info)
+        return frame, anchor, info
+
+    def build_request(self, name: str, features, label: int, *, epsilon: float, delta: float = 1e-5,
+                      seed: int | None = None, **pm_kwargs):
+        """``(PrivateMailRequest, ClientSecret)``, built locally; nothing is sent or charged."""
+        frame, anchor, _ = self.frame(name)
+        pm = PrivateMail(frame, epsilon=epsilon, delta=delta, seed=seed, **pm_kwargs)
+        return pm.request(np.asarray(features, dtype=np.float64), int(label), anchor, collection=name)
+
+    def query(self, name: str, features, label: int, *, epsilon: float, delta: float = 1e-5, k: int = 8,
+              rerank: bool = False, seed: int | None = None, **pm_kwargs) -> dict[str, Any]:
+        """One private k-NN query; returns the real row's answer (``item_ids``, ``labels``, ``distances``,
+        ``external_ids``) with ``epsilon``, ``delta``, ``budget`` (status after the charge) and ``timing``."""
+        t0 = time.perf_counter()
+        req, secret = self.build_request(name, features, label, epsilon=epsilon, delta=delta, seed=seed, **pm_kwargs)
+        t1 = time.perf_counter()
+        status = None
+        if self.budget is not None:
+            key = self.budget_key(name)
+            self.budget.spend(key, float(epsilon), float(delta))  # BudgetExceededError: nothing is sent
+            status = self.budget.status(key)
+        allow_raw = False
+        if rerank:
+            allow_raw = bool(self.collection(name).get("allow_raw_features"))
+        res = self.resolve(name, req, k=k, include_features=rerank and allow_raw)
+        t2 = time.perf_counter()
+        row = dict(secret.pick(res["rows"]))
+        reranked = False
+        if rerank and allow_raw and row.get("features"):
+            q = np.asarray(features, dtype=np.float64).ravel()
+            q = q / max(float(np.linalg.norm(q)), 1e-12)
+            F = np.asarray(row["features"], dtype=np.float64)
+            d = np.linalg.norm(F - q, axis=1)
+            order = np.argsort(d, kind="stable")
+            for key2 in ("item_ids", "external_ids", "labels", "features"):
+                if row.get(key2) is not None:
+                    row[key2] = [row[key2][i] for i in order]
+            row["feature_distances"] = d[order].tolist()
+            reranked = True
+        row.pop("features", None)
+        return {**row, "collection": name, "epsilon": float(epsilon), "delta": float(delta), "k": int(k),
+                "run_id": res.get("run_id"), "reranked": reranked, "budget": status,
+                "timing": {"build_ms": (t1 - t0) * 1000, "resolve_ms": (t2 - t1) * 1000,
+                           "total_ms": (time.perf_counter() - t0) * 1000}}

@@ -1,0 +1,21 @@
+"""The HTTP service of pm_vector (``pm-vector serve``): FastAPI app, API keys, limits, jobs.
+
+See :mod:`pm_vector.service.app` for the endpoints, :mod:`pm_vector.client.http` for the
+client, :mod:`pm_vector.service.loadtest` for the bounded load test.
+"""
+
+from .settings import ServiceSettings
+
+__all__ = ["ServiceSettings", "create_app", "ServiceThread"]
+
+
+def __getattr__(name):  # lazy: importing the package must not import FastAPI
+    if name == "create_app":
+        from .app import create_app
+
+        return create_app
+    if name == "ServiceThread":
+        from .runner import ServiceThread
+
+        return ServiceThread
+    raise AttributeError(name)

@@ -1,0 +1,381 @@
+"""The FastAPI application of ``pm-vector serve``.
+
+Endpoints (all but ``/health``, ``/openapi.json`` and ``/docs`` need an API key, sent as
+``Authorization: Bearer pmv_...`` or ``X-API-Key: pmv_...``):
+
+=======  =====================================  =====================================================
+GET      /health                                status, version, the server's limits
+GET      /collections                           the collections (name, dims, labels, sizes, active run)
+GET      /collections/{name}                    one collection, with its active run
+GET      /collections/{name}/anchor             the public anchor: ids, features, labels, dummy pool,
+                                                frame info (AnchorFrame params, seed, anchor embedding)
+POST     /collections/{name}/items              items by id; raw features only if the collection allows
+POST     /collections/{name}/jobs               start an SMLQ embedding job (background thread) -> 202
+GET      /jobs, /jobs/{job_id}                  jobs of this process: status, stage progress, result
+POST     /collections/{name}/resolve            a PrivateMail request in, per-row k-NN results out
+=======  =====================================  =====================================================
+
+Refusals are JSON ``{"error", "message"}`` with a 4xx status and write nothing: 401 (no or
+unknown key), 413 (body, rows or dimensions over the limits), 400 (malformed JSON, NaN/Infinity),
+422 (wrong shapes or values), 404 (unknown collection, job, or no active run), 403 (raw features
+not allowed), 409 (no active run yet).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .. import __version__ as _version
+from ..errors import AlignmentError, BudgetExceededError, InvalidInputError, PMVectorError, PrivacyParameterError
+from . import schemas
+from .settings import ServiceSettings
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, error: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.error, self.message, self.headers = status, error, message, headers
+
+
+def _status_of(exc: PMVectorError) -> tuple[int, str]:
+    from ..db import errors as dbe
+
+    if isinstance(exc, (dbe.CollectionNotFoundError, dbe.RunNotFoundError, dbe.NoAnchorSetError)):
+        return 404, "not_found"
+    if isinstance(exc, dbe.NoActiveRunError):
+        return 409, "no_active_run"
+    if isinstance(exc, dbe.RawFeaturesNotAllowedError):
+        return 403, "raw_features_not_allowed"
+    if isinstance(exc, dbe.DatabaseConfigError):
+        return 503, "database_unavailable"
+    if isinstance(exc, (InvalidInputError, AlignmentError, PrivacyParameterError)):
+        return 422, "invalid_input"
+    if isinstance(exc, BudgetExceededError):
+        return 422, "budget_exceeded"
+    return 400, "bad_request"
+
+
+def _err(status: int, error: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": error, "message": message}, status_code=status, headers=headers)
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over ``max_bytes`` with 413 before the app reads them (Content-Length)
+    or as soon as the streamed body passes the limit (chunked)."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, int(max_bytes)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        msg = (f"request body is larger than this server's limit of {self.max_bytes:,} bytes; send fewer rows "
+               "or ask the operator to raise PM_VECTOR_SERVICE_MAX_BODY_BYTES.")
+        for name, value in scope.get("headers") or []:
+            if name == b"content-length":
+                try:
+                    n = int(value)
+                except ValueError:
+                    return await _err(400, "bad_request", "invalid Content-Length header.")(scope, receive, send)
+                if n > self.max_bytes:
+                    return await _err(413, "payload_too_large", msg)(scope, receive, send)
+        seen = 0
+        too_big = False
+
+        async def limited():
+            nonlocal seen, too_big
+            m = await receive()
+            if m["type"] == "http.request":
+                seen += len(m.get("body", b""))
+                if seen > self.max_bytes:
+                    too_big = True
+                    raise ApiError(413, "payload_too_large", msg)
+            return m
+
+        started = False
+
+        async def tracking_send(m):
+            nonlocal started
+            if m["type"] == "http.response.start":
+                started = True
+            await send(m)
+
+        try:
+            await self.app(scope, limited, tracking_send)
+        except ApiError as exc:
+            if not too_big or started:
+                raise
+            await _err(exc.status, exc.error, exc.message)(scope, receive, send)
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not allowed (JSON has no NaN/Infinity; the request must be finite numbers)")
+
+
+def parse_json(body: bytes) -> Any:
+    if not body:
+        raise ApiError(400, "malformed_json", "the request body is empty; send a JSON object.")
+    try:
+        return json.loads(body, parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise ApiError(400, "malformed_json", "the request body is not UTF-8 JSON.") from None
+    except json.JSONDecodeError as e:
+        raise ApiError(400, "malformed_json", f"the request body is not valid JSON: {e.msg} at line {e.lineno} "
+                                              f"column {e.colno}.") from None
+    except ValueError as e:
+        raise ApiError(400, "malformed_json", f"the request body is not valid JSON: {e}.") from None
+
+
+def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
+    """Validate a resolve body; returns ``(PrivateMailRequest, k, include_features)`` or raises ApiError."""
+    from ..client.request import PrivateMailRequest
+
+    if not isinstance(d, dict):
+        raise ApiError(422, "invalid_input", "the body must be a JSON object {\"request\": {...}, \"k\": 8}.")
+    unknown = sorted(set(d) - {"request", "k", "include_features"})
+    if unknown:
+        raise ApiError(422, "invalid_input", f"unknown field(s) {unknown}; the body has 'request', 'k', "
+                                             "'include_features'.")
+    k = d.get("k", 8)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= settings.max_k:
+        raise ApiError(422, "invalid_input", f"k must be an integer in 1..{settings.max_k}, got {k!r}.")
+    inc = d.get("include_features", False)
+    if not isinstance(inc, bool):
+        raise ApiError(422, "invalid_input", "include_features must be true or false.")
+    r = d.get("request")
+    if not isinstance(r, dict):
+        raise ApiError(422, "invalid_input", "'request' must be a PrivateMail request object "
+                                             "(PrivateMailRequest.to_dict()).")
+    emb = r.get("embedding")
+    if not isinstance(emb, list) or not emb or not all(isinstance(row, list) for row in emb):
+        raise ApiError(422, "invalid_input", "request.embedding must be a non-empty list of rows (lists of numbers).")
+    if len(emb) > settings.max_rows:
+        raise ApiError(413, "too_many_rows", f"request.embedding has {len(emb):,} rows; this server accepts at most "
+                                             f"{settings.max_rows:,}.")
+    width = len(emb[0])
+    if width > settings.max_dim:
+        raise ApiError(413, "too_many_dimensions", f"request.embedding has {width} columns; this server accepts at "
+                                                   f"most {settings.max_dim}.")
+    for i, row in enumerate(emb):
+        if len(row) != width:
+            raise ApiError(422, "invalid_input", f"request.embedding row {i} has {len(row)} values, row 0 has "
+                                                 f"{width}; every row must have the same length.")
+        for v in row:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ApiError(422, "invalid_input", f"request.embedding row {i} holds {v!r}; only numbers are "
+                                                     "allowed.")
+    if r.get("collection") not in (None, name):
+        raise ApiError(422, "invalid_input", f"the request was built for collection {r.get('collection')!r}, "
+                                             f"not {name!r}.")
+    nq = r.get("n_query_rows")
+    if isinstance(nq, bool) or not isinstance(nq, int) or not 1 <= nq <= len(emb):
+        raise ApiError(422, "invalid_input", f"request.n_query_rows must be an integer in 1..{len(emb)}, got {nq!r}.")
+    try:
+        req = PrivateMailRequest.from_dict(r)
+    except (InvalidInputError, TypeError, ValueError) as exc:
+        raise ApiError(422, "invalid_input", f"invalid PrivateMail request: {exc}") from None
+    return req, k, inc
+
+
+def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI:
+    """The application. ``pool``: a :class:`~pm_vector.service.db.ServicePool` (made at start-up if None)."""
+    from .jobs import JobManager, check_params
+
+    settings = settings or ServiceSettings.from_env()
+    state: dict[str, Any] = {"pool": pool}
+    jobs = JobManager(settings.job_workers)
+    resolve_slots = threading.BoundedSemaphore(max(1, settings.pool_max))
+
+    @asynccontextmanager
+    async def lifespan(app):
+        own = False
+        if state["pool"] is None:
+            from .db import ServicePool
+
+            state["pool"] = await run_in_threadpool(ServicePool, min_size=settings.pool_min,
+                                                    max_size=settings.pool_max)
+            own = True
+        try:
+            yield
+        finally:
+            jobs.shutdown()
+            if own:
+                state["pool"].close()
+
+    app = FastAPI(title="pm_vector", version=_version, lifespan=lifespan,
+                  description="Differentially private nearest-neighbour search (PrivateMail) over PostgreSQL/pgvector. "
+                              "Authenticate with `Authorization: Bearer <API key>` (`pm-vector keys create`).",
+                  responses={401: {"model": schemas.ErrorBody}, 413: {"model": schemas.ErrorBody},
+                             422: {"model": schemas.ErrorBody}})
+    app.state.settings = settings
+    app.state.jobs = jobs
+    app.state.service_state = state
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError):
+        return _err(exc.status, exc.error, exc.message, exc.headers)
+
+    @app.exception_handler(PMVectorError)
+    async def _pm_error(request: Request, exc: PMVectorError):
+        status, kind = _status_of(exc)
+        return _err(status, kind, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        parts = []
+        bad_json = [e for e in exc.errors() if e.get("type") == "json_invalid"]
+        if bad_json:
+            why = (bad_json[0].get("ctx") or {}).get("error", "")
+            return _err(400, "malformed_json", f"the request body is not valid JSON ({why}).".replace(" ()", ""))
+        for e in exc.errors()[:5]:
+            loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+            parts.append(f"{loc or 'body'}: {e.get('msg')}")
+        return _err(422, "invalid_input", ("; ".join(parts) or "invalid request body") +
+                    " (send a JSON object with Content-Type: application/json).")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "error")
+        return _err(exc.status_code, kind, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception):
+        return _err(500, "internal_error", f"internal error ({type(exc).__name__}); the server log has details.")
+
+    def require_key(request: Request) -> dict[str, Any] | None:
+        if not settings.auth:
+            return None
+        h = request.headers.get("authorization") or ""
+        key = h[7:].strip() if h.lower().startswith("bearer ") else (request.headers.get("x-api-key") or "").strip()
+        if not key:
+            raise ApiError(401, "unauthorized", "no API key; send `Authorization: Bearer <key>` (create one with "
+                                                "`pm-vector keys create --name NAME`).", {"WWW-Authenticate": "Bearer"})
+        from .auth import verify_key
+
+        with state["pool"].connection() as conn:
+            rec = verify_key(conn, key)
+        if rec is None:
+            raise ApiError(401, "unauthorized", "unknown or revoked API key.", {"WWW-Authenticate": "Bearer"})
+        return rec
+
+    auth = [Depends(require_key)]
+
+    @app.get("/health", response_model=schemas.Health, tags=["service"])
+    def health():
+        """Liveness, version and limits (no key needed)."""
+        return {"status": "ok", "version": _version, "limits": settings.public()}
+
+    def _public_collection(c: dict[str, Any]) -> dict[str, Any]:
+        keep = ("name", "feature_dim", "metric", "labels", "allow_raw_features", "n_items", "active_run_id",
+                "active_embedding_dim", "active_since", "n_anchors", "n_dummies", "created_at")
+        out = {k: c.get(k) for k in keep}
+        if out["allow_raw_features"] is None:
+            out["allow_raw_features"] = bool((c.get("settings") or {}).get("allow_raw_features", False))
+        out["description"] = (c.get("settings") or {}).get("description")
+        return out
+
+    @app.get("/collections", dependencies=auth, tags=["collections"])
+    def collections():
+        """All collections."""
+        from .. import db
+
+        return {"collections": [_public_collection(c) for c in db.list_collections()]}
+
+    @app.get("/collections/{name}", dependencies=auth, tags=["collections"])
+    def describe(name: str):
+        """One collection and its active embedding run."""
+        from .. import db
+
+        c = _public_collection(db.collection_info(name))
+        run = None
+        if c["active_run_id"] is not None:
+            r = db.run_info(c["active_run_id"])
+            run = {k: r.get(k) for k in ("run_id", "status", "params", "seed", "embedding_dim", "n_items",
+                                        "n_anchors", "anchor_set_id", "finished_at", "duration")}
+        return {**c, "active_run": run}
+
+    @app.get("/collections/{name}/anchor", dependencies=auth, response_model=schemas.AnchorDocument,
+             tags=["collections"])
+    def anchor(name: str):
+        """The public anchor set (ids, features, labels), the dummy pool and the active run's frame info.
+
+        Everything here is public by construction: the client rebuilds the AnchorFrame from it."""
+        from .resolution import anchor_document
+
+        return JSONResponse(anchor_document(name))
+
+    @app.post("/collections/{name}/items", dependencies=auth, tags=["collections"])
+    def items(name: str, body: schemas.ItemsBody):
+        """Items by id (external ids, labels, payloads); raw ``features`` only if the collection allows it (403)."""
+        from .. import db
+        from .resolution import _plain
+
+        if len(body.ids) > settings.max_ids:
+            raise ApiError(413, "too_many_ids", f"{len(body.ids):,} ids; at most {settings.max_ids:,} per call.")
+        return _plain(db.fetch_items(name, body.ids, include_features=body.include_features))
+
+    @app.post("/collections/{name}/jobs", dependencies=auth, status_code=202, response_model=schemas.Job,
+              tags=["jobs"])
+    def start_job(name: str, body: schemas.JobBody):
+        """Start an SMLQ embedding job (AnchorFrame fit + out-of-sample extension) in the background."""
+        return jobs.start(name, check_params(body.params), body.seed)
+
+    @app.get("/jobs", dependencies=auth, tags=["jobs"])
+    def list_jobs():
+        return {"jobs": jobs.list()}
+
+    @app.get("/jobs/{job_id}", dependencies=auth, response_model=schemas.Job, tags=["jobs"])
+    def get_job(job_id: str):
+        """A job's status, stage progress (load, embed, write, index, switch) and result."""
+        try:
+            return jobs.get(job_id)
+        except KeyError:
+            raise ApiError(404, "not_found", f"no job {job_id!r} in this service process.") from None
+
+    def _resolve_sync(name: str, body: bytes) -> dict[str, Any]:
+        req, k, inc = check_resolve_body(parse_json(body), settings, name)
+        from .resolution import resolve
+
+        with resolve_slots, state["pool"].connection() as conn:
+            return resolve(name, req, k=k, include_features=inc, conn=conn,
+                           max_query_rows=min(settings.max_rows, 1000))
+
+    @app.post("/collections/{name}/resolve", dependencies=auth, response_model=schemas.ResolveResponse,
+              tags=["resolve"], openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": {"$ref": "#/components/schemas/ResolveBody"}}}}})
+    async def resolve_endpoint(name: str, request: Request):
+        """Resolve a PrivateMail request: align its anchor rows on the active run's frame, k-NN every query row.
+
+        The body is ``{"request": PrivateMailRequest.to_dict(), "k": 8, "include_features": false}``. The answer
+        has one entry per query row; only the client knows which row is real."""
+        body = await request.body()
+        return JSONResponse(await run_in_threadpool(_resolve_sync, name, body))
+
+    # make ResolveBody part of the schema although the endpoint parses the body itself
+    _orig_openapi = app.openapi
+
+    def openapi():
+        if app.openapi_schema:
+            return app.openapi_schema
+        s = _orig_openapi()
+        comps = s.setdefault("components", {}).setdefault("schemas", {})
+        for m in (schemas.ResolveBody, schemas.PrivateMailRequestBody):
+            js = m.model_json_schema(ref_template="#/components/schemas/{model}")
+            for k, v in js.pop("$defs", {}).items():
+                comps.setdefault(k, v)
+            comps.setdefault(m.__name__, js)
+        app.openapi_schema = s
+        return s
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

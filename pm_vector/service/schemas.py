@@ -1,0 +1,96 @@
+"""Pydantic models of the HTTP API (they make the OpenAPI schema at ``/openapi.json``)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pydantic import BaseModel, Field
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="Machine-readable error kind, e.g. 'invalid_input', 'unauthorized'.")
+    message: str = Field(description="What was wrong and how to fix it. Nothing was written.")
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+    limits: dict[str, Any]
+
+
+class PrivateMailRequestBody(BaseModel):
+    """``PrivateMailRequest.to_dict()`` (format ``pm_vector.privatemail/1``)."""
+
+    format: str = "pm_vector.privatemail/1"
+    anchor_ids: list[Any]
+    embedding: list[list[float]] = Field(description="n_query_rows query rows, then one row per anchor id.")
+    n_query_rows: int
+    epsilon: float
+    delta: float
+    sensitivity: float
+    noise_sigma: float
+    mechanism: str
+    params: dict[str, Any] = {}
+    collection: Optional[str] = None
+
+
+class ResolveBody(BaseModel):
+    request: PrivateMailRequestBody
+    k: int = Field(8, ge=1, description="Neighbours per query row (at most the server's max_k).")
+    include_features: bool = Field(False, description="Return the raw features of every row's neighbours "
+                                   "(only if the collection allows raw features).")
+
+
+class ResultRow(BaseModel):
+    item_ids: list[int]
+    external_ids: list[Optional[str]] = []
+    labels: list[int] = []
+    distances: list[Optional[float]] = []
+    features: Optional[list[list[float]]] = None
+
+
+class ResolveResponse(BaseModel):
+    collection: str
+    k: int
+    run_id: Optional[int] = None
+    rows: list[ResultRow] = Field(description="One entry per query row, in the request's row order; the client "
+                                  "keeps its real row's.")
+    model_config = {"extra": "allow"}
+
+
+class AnchorDocument(BaseModel):
+    collection: str
+    anchor_ids: list[Any]
+    features: list[list[float]]
+    labels: list[int]
+    dummy_features: list[list[float]]
+    dummy_labels: list[int]
+    frame: dict[str, Any] = Field(description="The active run's AnchorFrame params, seed and anchor embedding.")
+
+
+class ItemsBody(BaseModel):
+    ids: list[int]
+    include_features: bool = False
+
+
+class JobBody(BaseModel):
+    params: dict[str, Any] = Field(default_factory=lambda: {"n_components": 8},
+                                   description="AnchorFrame keyword arguments.")
+    seed: int = Field(0, description="The run's public seed.")
+
+
+class Job(BaseModel):
+    job_id: str
+    collection: str
+    status: str
+    stage: Optional[str] = None
+    done: int = 0
+    total: int = 0
+    stages: dict[str, Any] = {}
+    params: dict[str, Any] = {}
+    seed: int = 0
+    result: Optional[dict[str, Any]] = None
+    error: Optional[str] = None
+    created_at: float
+    started_at: Optional[float] = None
+    finished_at: Optional[float] = None

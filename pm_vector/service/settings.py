@@ -1,0 +1,76 @@
+"""Settings of the HTTP service: limits, pool sizes, where to listen. From arguments or the environment.
+
+Environment variables (all optional): ``PM_VECTOR_SERVICE_MAX_ROWS`` (rows of one request's
+embedding: query rows + anchor rows, default 5,000), ``PM_VECTOR_SERVICE_MAX_DIM`` (columns of
+one request's embedding, default 256), ``PM_VECTOR_SERVICE_MAX_BODY_BYTES`` (default 16 MiB),
+``PM_VECTOR_SERVICE_MAX_K`` (default 100), ``PM_VECTOR_SERVICE_POOL_MIN`` / ``_POOL_MAX``
+(database connections, default 1 / 10), ``PM_VECTOR_SERVICE_AUTH`` (``1`` = API keys
+required, the default; ``0`` only for a local demo), ``PM_VECTOR_SERVICE_HOST`` /
+``PM_VECTOR_SERVICE_PORT`` (default 127.0.0.1 / 8000).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from ..errors import InvalidInputError
+
+_PREFIX = "PM_VECTOR_SERVICE_"
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    max_rows: int = 5000
+    max_dim: int = 256
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_k: int = 100
+    max_ids: int = 10000
+    pool_min: int = 1
+    pool_max: int = 10
+    auth: bool = True
+    host: str = "127.0.0.1"
+    port: int = 8000
+    job_workers: int = 1
+
+    def __post_init__(self):
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.type in ("int", int) and (isinstance(v, bool) or not isinstance(v, int)):
+                raise InvalidInputError(f"service setting {f.name} must be an integer, got {v!r}.")
+        for name in ("max_rows", "max_dim", "max_body_bytes", "max_k", "max_ids", "pool_max", "job_workers"):
+            if getattr(self, name) < 1:
+                raise InvalidInputError(f"service setting {name} must be >= 1, got {getattr(self, name)}.")
+        if not 0 <= self.pool_min <= self.pool_max:
+            raise InvalidInputError(f"pool_min must be in 0..pool_max ({self.pool_max}), got {self.pool_min}.")
+        if not 0 <= self.port <= 65535:
+            raise InvalidInputError(f"port must be in 0..65535, got {self.port}.")
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> "ServiceSettings":
+        """Defaults, then ``PM_VECTOR_SERVICE_*`` variables, then ``overrides`` (None values ignored)."""
+        vals: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = os.environ.get(_PREFIX + f.name.upper())
+            if raw is None or raw == "":
+                continue
+            if f.type in ("bool", bool):
+                vals[f.name] = raw.strip().lower() not in ("0", "false", "no", "off")
+            elif f.type in ("int", int):
+                try:
+                    vals[f.name] = int(raw)
+                except ValueError:
+                    raise InvalidInputError(f"{_PREFIX + f.name.upper()} must be an integer, got {raw!r}.") from None
+            else:
+                vals[f.name] = raw
+        vals.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**vals)
+
+    def with_(self, **kw: Any) -> "ServiceSettings":
+        return replace(self, **kw)
+
+    def public(self) -> dict[str, Any]:
+        """The limits a client may see."""
+        return {"max_rows": self.max_rows, "max_dim": self.max_dim, "max_body_bytes": self.max_body_bytes,
+                "max_k": self.max_k, "max_ids": self.max_ids, "auth": self.auth}

@@ -1,0 +1,117 @@
+"""Bad input through the API: each a clear 4xx with a message, nothing written, the service keeps serving."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from pm_vector.client.http import Client
+
+
+@pytest.fixture(scope="module")
+def valid(service, svc_collection, svc_key, svc_split):
+    with Client(service.url, svc_key["key"]) as c:
+        req, _ = c.build_request(svc_collection, svc_split.query[0][0], int(svc_split.query[1][0]), epsilon=1.0,
+                                 seed=1)
+    return req.to_dict()
+
+
+def _post(service, svc_key, name, content, headers=None):
+    h = {"Authorization": f"Bearer {svc_key['key']}", "Content-Type": "application/json", **(headers or {})}
+    return httpx.post(f"{service.url}/collections/{name}/resolve", content=content, headers=h, timeout=60)
+
+
+def _body(req, **over):
+    return json.dumps({"request": req, "k": 8, **over})
+
+
+def _mutated(valid, **changes):
+    d = json.loads(json.dumps(valid))
+    d.update(changes)
+    return d
+
+
+CASES = {
+    "malformed_json": (lambda v: b'{"request": {"embedding": [[1, 2', 400, "not valid JSON"),
+    "empty_body": (lambda v: b"", 400, "empty"),
+    "not_utf8": (lambda v: b"\xff\xfe{}", 400, "JSON"),
+    "nan_literal": (lambda v: _body(v).replace("]", ", NaN]", 1).encode(), 400, "NaN"),
+    "infinity_literal": (lambda v: _body(v).replace("]", ", Infinity]", 1).encode(), 400, "Infinity"),
+    "body_not_object": (lambda v: b"[1, 2, 3]", 422, "JSON object"),
+    "unknown_field": (lambda v: _body(v, extra=1).encode(), 422, "unknown field"),
+    "request_missing": (lambda v: b'{"k": 8}', 422, "'request'"),
+    "ragged_rows": (lambda v: _body(_mutated(v, embedding=[r[:-1] if i == 3 else r for i, r in
+                                                           enumerate(v["embedding"])])).encode(), 422, "row 3"),
+    "string_in_embedding": (lambda v: _body(_mutated(v, embedding=[["x"] * 8] + v["embedding"][1:])).encode(), 422,
+                            "only numbers"),
+    "wrong_dimension": (lambda v: _body(_mutated(v, embedding=[r[:5] for r in v["embedding"]])).encode(), 422,
+                        "dimension"),
+    "row_count_mismatch": (lambda v: _body(_mutated(v, embedding=v["embedding"][:-1])).encode(), 422, "rows"),
+    "missing_fields": (lambda v: _body({"embedding": v["embedding"], "n_query_rows": 10}).encode(), 422,
+                       "missing"),
+    "n_query_rows_bad": (lambda v: _body(_mutated(v, n_query_rows=-1)).encode(), 422, "n_query_rows"),
+    "k_zero": (lambda v: _body(v, k=0).encode(), 422, "k must be"),
+    "k_huge": (lambda v: _body(v, k=10**6).encode(), 422, "k must be"),
+    "anchor_ids_mismatch": (lambda v: _body(_mutated(v, anchor_ids=["9999:" + str(i) for i in
+                                                                    range(len(v["anchor_ids"]))])).encode(), 422,
+                            "anchor"),
+    "foreign_frame": (lambda v: _body(_mutated(v, embedding=[[float((i * 7 + j * 13) % 11) for j in range(8)]
+                                                             for i in range(len(v["embedding"]))])).encode(), 422,
+                      "frame"),
+    "too_many_rows": (lambda v: _body(_mutated(v, embedding=[[0.0] * 8] * 2001)).encode(), 413, "at most 2,000"),
+    "too_many_dims": (lambda v: _body(_mutated(v, embedding=[[0.0] * 65] * 10)).encode(), 413, "at most 64"),
+    "huge_payload": (lambda v: b'{"request": "' + b"x" * (3 * 1024 * 1024) + b'"}', 413, "limit"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_refused(case, service, svc_collection, svc_key, valid, requests_logged):
+    make, status, fragment = CASES[case]
+    before = requests_logged(svc_collection)
+    r = _post(service, svc_key, svc_collection, make(valid))
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error", "message"} and fragment.lower() in body["message"].lower(), body
+    assert requests_logged(svc_collection) == before
+
+
+def test_chunked_huge_payload_refused(service, svc_key, svc_collection, requests_logged):
+    before = requests_logged(svc_collection)
+
+    def gen():
+        for _ in range(40):
+            yield b"x" * (128 * 1024)
+
+    r = httpx.post(f"{service.url}/collections/{svc_collection}/resolve", content=gen(),
+                   headers={"Authorization": f"Bearer {svc_key['key']}"}, timeout=60)
+    assert r.status_code == 413 and "limit" in r.json()["message"]
+    assert requests_logged(svc_collection) == before
+
+
+def test_unknown_collection_and_paths(service, svc_key, valid):
+    r = _post(service, svc_key, "no_such_collection", _body(valid).encode())
+    assert r.status_code in (404, 422) and "no_such_collection" in r.json()["message"]
+    h = {"Authorization": f"Bearer {svc_key['key']}"}
+    r = httpx.get(f"{service.url}/collections/no_such_collection", headers=h)
+    assert r.status_code == 404 and "unknown collection" in r.json()["message"]
+    r = httpx.get(f"{service.url}/collections/no_such_collection/anchor", headers=h)
+    assert r.status_code == 404
+    r = httpx.get(f"{service.url}/nowhere", headers=h)
+    assert r.status_code == 404 and r.json()["error"] == "not_found"
+    r = httpx.post(f"{service.url}/collections/x/jobs", headers={**h, "Content-Type": "application/json"},
+                   content=b"{bad")
+    assert r.status_code == 400 and r.json()["error"] == "malformed_json" and "not valid JSON" in r.json()["message"]
+    r = httpx.post(f"{service.url}/collections/x/jobs", headers=h, json={"params": [1], "seed": "x"})
+    assert r.status_code == 422 and "params" in r.json()["message"]
+
+
+def test_service_keeps_serving_after_bad_input(service, svc_collection, svc_key, svc_split, requests_logged):
+    for case in ("malformed_json", "huge_payload", "nan_literal"):
+        _post(service, svc_key, svc_collection, CASES[case][0]({"embedding": [[0.0]], "anchor_ids": []}))
+    assert httpx.get(service.url + "/health").json()["status"] == "ok"
+    before = requests_logged(svc_collection)
+    with Client(service.url, svc_key["key"]) as c:
+        r = c.query(svc_collection, svc_split.query[0][2], int(svc_split.query[1][2]), epsilon=1.0)
+    assert len(r["item_ids"]) == 8 and requests_logged(svc_collection) == before + 1

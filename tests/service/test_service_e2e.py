@@ -1,0 +1,170 @@
+"""The real service over loopback with the real client: private queries, auth, budget, jobs, anchors."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import numpy as np
+import pytest
+
+from pm_vector.client.budget import PrivacyBudget
+from pm_vector.client.http import Client, ServiceError, rebuild_frame
+from pm_vector.errors import AlignmentError, BudgetExceededError
+
+
+def test_private_query_end_to_end(service, svc_collection, svc_key, svc_split, requests_logged, tmp_path):
+    Xq, yq = svc_split.query
+    before = requests_logged(svc_collection)
+    budget = PrivacyBudget(tmp_path / "budget.json")
+    budget.set_budget(svc_collection, 10.0)
+    hits = []
+    with Client(service.url, svc_key["key"], budget=budget) as c:
+        for i in range(6):
+            r = c.query(svc_collection, Xq[i], int(yq[i]), epsilon=1.0, k=8)
+            assert len(r["item_ids"]) == 8 and len(r["labels"]) == 8
+            assert r["distances"] == sorted(r["distances"])
+            hits.append(np.mean(np.asarray(r["labels"]) == yq[i]))
+    assert requests_logged(svc_collection) == before + 6
+    assert np.mean(hits) > 0.5  # precision@8 well above chance (0.1)
+    st = budget.status(svc_collection)
+    assert st["releases"] == 6 and st["epsilon_spent"] == pytest.approx(6.0)
+    # the log holds the released request only: C + A rows of the embedding dimension, no raw features
+    from pm_vector import db
+
+    logged = db.list_requests(svc_collection, limit=1)[0]
+    req = logged["request"] if isinstance(logged["request"], dict) else json.loads(logged["request"])
+    assert np.asarray(req["embedding"]).shape == (10 + 300, 8)
+
+
+def test_unauthenticated_refused(service, svc_collection, svc_key, svc_split, requests_logged):
+    from pm_vector.service.auth import create_key, revoke_key
+
+    before = requests_logged(svc_collection)
+    with Client(service.url, svc_key["key"]) as ok:
+        req, _ = ok.build_request(svc_collection, svc_split.query[0][0], int(svc_split.query[1][0]), epsilon=1.0)
+    body = {"request": req.to_dict(), "k": 8}
+    url = f"{service.url}/collections/{svc_collection}/resolve"
+    r = httpx.post(url, json=body)
+    assert r.status_code == 401 and r.json()["error"] == "unauthorized" and "keys create" in r.json()["message"]
+    r = httpx.post(url, json=body, headers={"Authorization": "Bearer pmv_not-a-real-key"})
+    assert r.status_code == 401 and "unknown" in r.json()["message"]
+    k2 = create_key("to be revoked")
+    assert httpx.get(f"{service.url}/collections", headers={"X-API-Key": k2["key"]}).status_code == 200
+    revoke_key(k2["id"])
+    r = httpx.post(url, json=body, headers={"X-API-Key": k2["key"]})
+    assert r.status_code == 401 and "revoked" in r.json()["message"]
+    for path in ("/collections", f"/collections/{svc_collection}/anchor", "/jobs"):
+        assert httpx.get(service.url + path).status_code == 401
+    assert httpx.get(service.url + "/health").status_code == 200
+    assert requests_logged(svc_collection) == before
+
+
+def test_over_budget_refused_before_anything_is_sent(service, svc_collection, svc_key, svc_split, requests_logged,
+                                                     tmp_path):
+    Xq, yq = svc_split.query
+    path = tmp_path / "ledger.json"
+    PrivacyBudget(path).set_budget(svc_collection, 1.5)
+    sent: list[str] = []
+    with Client(service.url, svc_key["key"], budget=PrivacyBudget(path)) as c:
+        c._http.event_hooks["request"].append(lambda req: sent.append(req.url.path))
+        c.query(svc_collection, Xq[0], int(yq[0]), epsilon=1.0)
+        assert sum(p.endswith("/resolve") for p in sent) == 1
+        before = requests_logged(svc_collection)
+        n_sent = len(sent)
+        with pytest.raises(BudgetExceededError, match="budget"):
+            c.query(svc_collection, Xq[1], int(yq[1]), epsilon=1.0)
+        assert not any(p.endswith("/resolve") for p in sent[n_sent:])  # nothing sent
+    assert requests_logged(svc_collection) == before  # the server saw nothing
+    # the ledger is persistent: a new process/ledger object sees the spend and refuses too
+    again = PrivacyBudget(path)
+    assert again.status(svc_collection)["epsilon_spent"] == pytest.approx(1.0)
+    with pytest.raises(BudgetExceededError):
+        again.spend(svc_collection, 1.0, 1e-5)
+    assert again.spend(svc_collection, 0.5, 1e-5)[0] == pytest.approx(1.5)
+    data = json.loads(path.read_text())
+    assert data["version"] == 1 and len(data["collections"][svc_collection]["spends"]) == 2
+    assert not list(tmp_path.glob(".budget-*"))  # no temporary files left behind
+
+
+def test_rerank_with_own_raw_features(service, svc_collection, svc_key, svc_split):
+    Xq, yq = svc_split.query
+    with Client(service.url, svc_key["key"]) as c:
+        r = c.query(svc_collection, Xq[3], int(yq[3]), epsilon=1.0, rerank=True)
+    assert r["reranked"] and r["feature_distances"] == sorted(r["feature_distances"])
+    assert "features" not in r and len(r["item_ids"]) == 8
+
+
+def test_collections_anchor_and_frame(service, svc_collection, svc_key):
+    with Client(service.url, svc_key["key"]) as c:
+        names = [x["name"] for x in c.collections()]
+        assert svc_collection in names
+        d = c.collection(svc_collection)
+        assert d["active_run"]["params"] == {"n_components": 8} and d["n_items"] == 800
+        doc = c.anchor_document(svc_collection)
+        assert len(doc["anchor_ids"]) == 300 and doc["anchor_ids"][0].endswith(":0")
+        assert len(doc["dummy_labels"]) == 150 and doc["frame"]["seed"] == 0
+        frame, anchor = rebuild_frame(doc)
+        assert frame.anchor_embedding_.shape == (300, 8)
+        bad = json.loads(json.dumps(doc))
+        bad["frame"]["anchor_embedding"][0][0] += 0.5
+        with pytest.raises(AlignmentError, match="does not reproduce"):
+            rebuild_frame(bad)
+        items = c.items(svc_collection, [int(i) for i in c.query(svc_collection, doc["features"][0], doc["labels"][0],
+                                                                   epsilon=2.0)["item_ids"][:2]], include_features=True)
+        assert np.asarray(items["features"]).shape == (2, 64)
+    spec = httpx.get(service.url + "/openapi.json").json()
+    for p in ("/collections/{name}/resolve", "/collections/{name}/anchor", "/collections/{name}/jobs", "/jobs/{job_id}"):
+        assert p in spec["paths"]
+    assert "ResolveBody" in spec["components"]["schemas"]
+
+
+def test_raw_features_only_if_allowed(service, svc_key, svc_home, svc_split):
+    from pm_vector import db
+
+    name = "svc_noraw"
+    db.create_collection(name, 64, range(10))
+    try:
+        ids = db.ingest(name, svc_split.server[0][:5], svc_split.server[1][:5])["item_ids"]
+        with Client(service.url, svc_key["key"]) as c:
+            assert len(c.items(name, ids)["labels"]) == 5
+            with pytest.raises(ServiceError) as e:
+                c.items(name, ids, include_features=True)
+            assert e.value.status == 403 and "allow_raw_features" in e.value.message
+            with pytest.raises(ServiceError) as e:  # no run yet
+                c.anchor_document(name)
+            assert e.value.status in (404, 409)
+    finally:
+        db.drop_collection(name, missing_ok=True)
+
+
+def test_job_through_the_api(service, svc_key, svc_home, svc_split):
+    from pm_vector.service.demo import prepare_collection
+
+    name = "svc_job"
+    from pm_vector import db
+
+    small = svc_split
+    prepare_collection(name, small)
+    try:
+        with Client(service.url, svc_key["key"]) as c:
+            with pytest.raises(ServiceError) as e:
+                c.start_job(name, {"n_components": 8, "bogus": 1})
+            assert e.value.status == 422 and "bogus" in e.value.message
+            with pytest.raises(ServiceError) as e:
+                c.start_job("no_such_collection")
+            assert e.value.status == 404
+            job = c.start_job(name, {"n_components": 4}, seed=7)
+            assert job["status"] in ("queued", "running")
+            seen = []
+            done = c.wait_job(job["job_id"], progress=lambda j: seen.append(j["stage"]), poll=0.05)
+            assert done["status"] == "succeeded" and done["result"]["status"] == "succeeded"
+            assert set(done["stages"]) >= {"load", "embed", "write", "index", "switch"}
+            assert c.collection(name)["active_run"]["seed"] == 7
+            r = c.query(name, svc_split.query[0][0], int(svc_split.query[1][0]), epsilon=1.0)
+            assert len(r["item_ids"]) == 8
+            with pytest.raises(ServiceError) as e:
+                c.job("nope")
+            assert e.value.status == 404
+    finally:
+        db.drop_collection(name, missing_ok=True)
