@@ -99,18 +99,20 @@ def run_demo(dataset: str = "digits", epsilons=(0.5, 1.0, 4.0), *, n_queries: in
                 done = 0
                 client.frame(name)  # fetch + verify the public frame once
                 for eps in epsilons:
-                    labels, lat = [], []
+                    labels, lat, srv = [], [], []
                     for i in range(len(yq)):
                         r = client.query(name, Xq[i], int(yq[i]), epsilon=float(eps), delta=delta, k=K)
                         labels.append(r["labels"])
                         lat.append(r["timing"]["total_ms"])
+                        srv.append(r["timing"]["resolve_ms"])
                         done += 1
                         prog(f"queries eps={eps:g}", done, total)
                     L = np.asarray(labels)
                     results.append({"epsilon": float(eps), "recall_at_8": recall_at_k(L, yq, K),
                                     "precision_at_8": precision_at_k(L, yq, K),
                                     "query_p50_ms": float(np.percentile(lat, 50)),
-                                    "query_p95_ms": float(np.percentile(lat, 95)), "n_queries": int(len(yq))})
+                                    "query_p95_ms": float(np.percentile(lat, 95)),
+                                    "resolve_p50_ms": float(np.percentile(srv, 50)), "n_queries": int(len(yq))})
                 spent = budget.status(name)
     finally:
         if key is not None:

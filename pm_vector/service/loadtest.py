@@ -114,7 +114,8 @@ class _Subprocess:
         from .runner import free_port
 
         self.port = free_port()
-        cmd = [sys.executable, "-c", "from pm_vector.cli import main; main()", "serve", "--host", "127.0.0.1",
+        code = "import typer; from pm_vector.cli.service import serve; typer.run(serve)"  # == `pm-vector serve`
+        cmd = [sys.executable, "-c", code, "--host", "127.0.0.1",
                "--port", str(self.port), "--pool-max", str(pool_max), "--log-level", "warning"]
         self.proc = subprocess.Popen(cmd, env=dict(os.environ))
         self.url = f"http://127.0.0.1:{self.port}"
