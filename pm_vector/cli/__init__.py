@@ -10,6 +10,10 @@ app = typer.Typer(help="pm_vector: differentially private nearest-neighbour sear
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(bench_app, name="bench")
 
+from .service import register as _register_service  # noqa: E402  serve, keys, query, demo, ingest, bench load
+
+_register_service(app)
+
 
 def main() -> None:
     app()
