@@ -316,7 +316,10 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
 
     @app.post("/collections/{name}/items", dependencies=auth, tags=["collections"])
     def items(name: str, body: schemas.ItemsBody):
-        """Items by id (external ids, labels, payloads); raw ``features`` only if the collection allows it (403)."""
+        """Items by id (external ids, labels, payloads); raw ``features`` only if the collection allows it (403).
+
+        Fetching by id tells the server which items you look at: to re-rank a private query's answer use
+        ``include_features`` on resolve instead, which returns the features of every row's neighbours."""
         from .. import db
         from .resolution import _plain
 

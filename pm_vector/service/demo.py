@@ -124,5 +124,5 @@ def run_demo(dataset: str = "digits", epsilons=(0.5, 1.0, 4.0), *, n_queries: in
             db.drop_collection(name, missing_ok=True)
     return {"dataset": ds.name, "collection": name if keep else None, "sizes": dict(zip(
         ("server", "anchor", "dummy", "query"), sizes)), "k": K, "delta": delta, "job_seconds": job_s,
-        "nonprivate": nonpriv, "results": results, "epsilon_spent_per_query_set": spent["epsilon_spent"],
+        "nonprivate": nonpriv, "results": results, "ledger_epsilon_spent": spent["epsilon_spent"],
         "seconds": time.perf_counter() - t_start}
