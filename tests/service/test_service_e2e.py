@@ -168,3 +168,40 @@ def test_job_through_the_api(service, svc_key, svc_home, svc_split):
             assert e.value.status == 404
     finally:
         db.drop_collection(name, missing_ok=True)
+
+
+def test_concurrent_requests_share_the_pool(service, svc_collection, svc_key, svc_split, requests_logged):
+    """32 requests from 16 concurrent clients through a 4-connection pool: all answered, all logged."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with Client(service.url, svc_key["key"]) as c:
+        reqs = [c.build_request(svc_collection, svc_split.query[0][i], int(svc_split.query[1][i]), epsilon=1.0,
+                                seed=i)[0].to_dict() for i in range(4)]
+    before = requests_logged(svc_collection)
+
+    def one(i):
+        r = httpx.post(f"{service.url}/collections/{svc_collection}/resolve", json={"request": reqs[i % 4], "k": 8},
+                       headers={"Authorization": f"Bearer {svc_key['key']}"}, timeout=60)
+        return r.status_code, len(r.json().get("rows", []))
+
+    with ThreadPoolExecutor(16) as ex:
+        out = list(ex.map(one, range(32)))
+    assert out == [(200, 10)] * 32
+    assert requests_logged(svc_collection) == before + 32
+
+
+def test_fallback_resolver_matches(service, svc_collection, svc_key, svc_split, monkeypatch, requests_logged):
+    """Without pm_vector.db.resolution the service resolves with its own fallback, same answers."""
+    from pm_vector.service import resolution as res
+
+    with Client(service.url, svc_key["key"]) as c:
+        req, _ = c.build_request(svc_collection, svc_split.query[0][5], int(svc_split.query[1][5]), epsilon=1.0,
+                                 seed=3)
+        a = c.resolve(svc_collection, req)
+        monkeypatch.setattr(res, "_db_resolution", lambda: None)
+        before = requests_logged(svc_collection)
+        b = c.resolve(svc_collection, req)
+        assert requests_logged(svc_collection) == before + 1
+        doc = c.anchor_document(svc_collection)
+    assert [r["item_ids"] for r in a["rows"]] == [r["item_ids"] for r in b["rows"]]
+    rebuild_frame(doc)
