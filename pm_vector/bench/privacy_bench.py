@@ -36,7 +36,7 @@ class BenchConfig:
     delta: float = 1e-5
     k: int = 8
     seed: int = 0
-    n_components: int = 8
+    n_components: int = 16
     dp_sigma: float = 1.0
     dp_alpha: float = 0.5
     projection_dim: int = 8

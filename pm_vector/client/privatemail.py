@@ -163,7 +163,7 @@ class PrivateMail:
         W = gaussian_weights(Z[:C], Z, h)
         W[:, :C].fill_diagonal_(0.0)
         return self.frame.extend(None, np.asarray(query_labels), graph=GraphLaplacian(W), n_iter=self.n_post_iter,
-                                 alpha=self.post_alpha)
+                                 alpha=self.post_alpha, alpha_scale="stable")
 
 
 def frame_params(frame: AnchorFrame) -> dict:

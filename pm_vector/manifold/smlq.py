@@ -39,19 +39,41 @@ def public_init(n_rows: int, n_components: int, seed: int) -> np.ndarray:
         (n_rows, n_components))
 
 
-def _normalize(Z: torch.Tensor) -> torch.Tensor:
+def _normalize(Z: torch.Tensor, mode: str = "whiten") -> torch.Tensor:
+    """Centre the columns, then ``"scale"``: unit RMS row norm, or ``"whiten"``: orthonormal
+    columns scaled to ``Z^T Z / n = I / k`` (subspace iteration). Plain scaling lets every
+    column converge to the same dominant eigenvector -- the embedding collapses to one
+    direction (seen on Fashion-MNIST: one class carried all the norm)."""
     Z = Z - Z.mean(0, keepdim=True)
+    if not bool(torch.isfinite(Z).all()):
+        raise FloatingPointError("SMLQ iterate overflowed; lower alpha or raise sigma.")
+    if mode == "whiten":
+        Qm, R = torch.linalg.qr(Z)
+        if bool((R.diagonal().abs() <= 1e-12 * R.diagonal().abs().max()).any()):
+            raise FloatingPointError("SMLQ iterate lost rank; lower n_components or raise sigma.")
+        return Qm * math.sqrt(Z.shape[0] / Z.shape[1])
     rms = torch.sqrt((Z * Z).sum() / Z.shape[0])
-    if not torch.isfinite(rms) or rms == 0:
-        raise FloatingPointError("SMLQ iterate collapsed to a constant or overflowed; lower alpha or raise sigma.")
+    if rms == 0:
+        raise FloatingPointError("SMLQ iterate collapsed to a constant; lower alpha or raise sigma.")
     return Z / rms
 
 
 def effective_alpha(alpha: float, scale: str, LX, LY) -> float:
+    """The weight of ``L_Y`` in eq. 4.
+
+    ``"absolute"``: ``alpha`` itself. ``"relative"``: ``alpha * median(deg L_X) / median(deg L_Y)``.
+    ``"stable"``: ``alpha * min_i deg_X(i) / deg_Y(i)``; for ``alpha < 1`` every row's own
+    coefficient in the step, ``1/2 + alpha_eff deg_Y(i) / (2 deg_X(i))``, stays below 1, so an
+    iteration with fixed neighbours converges instead of diverging on its weakest row.
+    """
     if scale == "absolute":
         return float(alpha)
+    if scale == "stable":
+        dx, dy = LX.degree, LY.degree
+        ok = dy > 0
+        return float(alpha) * float((dx[ok] / dy[ok]).min()) if bool(ok.any()) else 0.0
     if scale != "relative":
-        raise InvalidInputError(f"alpha_scale must be 'relative' or 'absolute'; got {scale!r}.")
+        raise InvalidInputError(f"alpha_scale must be 'relative', 'stable' or 'absolute'; got {scale!r}.")
     dy = float(torch.median(LY.degree))
     return 0.0 if dy == 0 else float(alpha) * float(torch.median(LX.degree)) / dy
 
@@ -108,7 +130,7 @@ class SMLQ(_Params):
     def __init__(self, n_components: int = 8, *, sigma: float = 0.3, label_sigma: float = 1.0,
                  alpha: float = 0.8, alpha_scale: str = "relative", n_iter: int = 10,
                  label_graph: str = "between", label_encoding: str = "onehot", graph: str = "dense",
-                 n_neighbors: int = 30, normalize: bool = True, random_state: int | None = 0, device=None):
+                 n_neighbors: int = 30, normalize: bool | str = True, random_state: int | None = 0, device=None):
         self.n_components = n_components
         self.sigma = sigma
         self.label_sigma = label_sigma
@@ -152,7 +174,7 @@ class SMLQ(_Params):
             Z = smlq_step(Z, LX, LY, alpha)
             pairs.append((before, smlq_objective(Z, LX, LY, alpha)))
             if self.normalize:
-                Z = _normalize(Z)
+                Z = _normalize(Z, "scale" if self.normalize == "scale" else "whiten")
         self.alpha_ = alpha
         self.objective_pairs_ = pairs
         self.n_iter_ = int(self.n_iter)
@@ -173,11 +195,19 @@ class AnchorFrame(_Params):
     the anchor rows held fixed -- the out-of-sample extension. Each new row sees its
     ``n_neighbors`` nearest anchors (and, for small sets, the other new rows), so the server
     cost is linear in the number of items and no ``n x n`` matrix is formed.
+
+    Defaults (measured with ``pm-vector bench privacy``): ``n_iter=5`` as in the paper;
+    ``init="labels"`` starts each anchor class around its own public random centre -- with a
+    plain random start the frame's class structure was 1 % of its variance on Fashion-MNIST
+    (0.3 on digits) and private queries landed in one class; ``n_components=16`` (8 gave
+    precision@8 0.86 instead of 0.91 on Fashion-MNIST); ``sigma="auto"`` is the public
+    bandwidth :func:`public_bandwidth`.
     """
 
-    def __init__(self, n_components: int = 8, *, sigma: float | str = "auto", label_sigma: float = 1.0,
-                 alpha: float = 0.3, n_iter: int = 10, n_extend_iter: int = 10, n_neighbors: int = 10,
-                 label_graph: str = "between", label_encoding: str = "onehot", seed: int = 0, device=None):
+    def __init__(self, n_components: int = 16, *, sigma: float | str = "auto", label_sigma: float = 1.0,
+                 alpha: float = 0.3, n_iter: int = 5, n_extend_iter: int = 10, n_neighbors: int = 10,
+                 label_graph: str = "between", label_encoding: str = "onehot", graph: str = "dense",
+                 init: str = "labels", seed: int = 0, device=None):
         self.n_components = n_components
         self.sigma = sigma
         self.label_sigma = label_sigma
@@ -187,13 +217,15 @@ class AnchorFrame(_Params):
         self.n_neighbors = n_neighbors
         self.label_graph = label_graph
         self.label_encoding = label_encoding
+        self.graph = graph
+        self.init = init
         self.seed = seed
         self.device = device
 
     def _smlq(self) -> SMLQ:
         return SMLQ(self.n_components, sigma=self.sigma_, label_sigma=self.label_sigma, alpha=self.alpha,
                     n_iter=self.n_iter, label_graph=self.label_graph, label_encoding=self.label_encoding,
-                    graph="dense", random_state=self.seed, device=self.device)
+                    graph=self.graph, n_neighbors=self.n_neighbors, random_state=self.seed, device=self.device)
 
     def fit(self, anchor_X, anchor_y) -> "AnchorFrame":
         X = as_matrix(anchor_X, "anchor_X")
@@ -211,6 +243,14 @@ class AnchorFrame(_Params):
             self.sigma = saved
         s = self._smlq()
         init = public_init(X.shape[0], int(self.n_components), int(self.seed))
+        if self.init == "labels":
+            # a label prior: each class starts around its own public random centre; the SMLQ
+            # iterations then bend it along the anchors' feature graph (all public data)
+            classes, idx = np.unique(y, return_inverse=True)
+            centres = public_init(len(classes), int(self.n_components), int(self.seed) + 1)
+            init = centres[idx] + 0.3 * init
+        elif self.init != "random":
+            raise InvalidInputError(f"init must be 'labels' or 'random'; got {self.init!r}.")
         self.anchor_embedding_ = s.fit(X, y, init).embedding_
         self.anchor_features_ = X
         self.anchor_labels_ = y
@@ -231,20 +271,22 @@ class AnchorFrame(_Params):
             raise InvalidInputError("AnchorFrame is not fitted; call fit(anchor_X, anchor_y) first.")
 
     def extend(self, X, y, *, graph: GraphLaplacian | None = None, init=None, n_iter: int | None = None,
-               alpha: float | None = None, batch_size: int = 50000, progress=None) -> np.ndarray:
+               alpha: float | None = None, alpha_scale: str = "relative", batch_size: int = 50000,
+               progress=None) -> np.ndarray:
         """Embed labelled rows into the frame (anchors fixed). Returns ``(n, n_components)``.
 
         ``graph`` overrides the feature graph (columns ``[rows..., anchors...]``): the client's
         post-processing passes the graph rebuilt from its noisy release. Without it, rows are
         processed in batches against their nearest anchors, with ``progress(done, total)``.
-        ``alpha`` overrides the frame's (relative) alpha for this call.
+        ``alpha`` overrides the frame's alpha for this call; with a caller's graph,
+        ``alpha_scale`` says how it is scaled (see :func:`effective_alpha`).
         """
         self._check_fitted()
         y = np.asarray(y)
         n_iter = self.n_extend_iter if n_iter is None else int(n_iter)
         alpha = self.alpha if alpha is None else float(alpha)
         if graph is not None:  # a caller's graph (one block): alpha relative to that graph
-            return self._extend_block(y, graph, init, n_iter, alpha, None)
+            return self._extend_block(y, graph, init, n_iter, alpha, alpha_scale)
         X = as_matrix(X)
         if X.shape[1] != self.anchor_features_.shape[1]:
             raise InvalidInputError(f"rows have {X.shape[1]} features; the anchor set has "
@@ -275,7 +317,7 @@ class AnchorFrame(_Params):
         LY = LabelLaplacian.build(y, self.label_sigma, fixed_labels=self.anchor_labels_, link_rows=link_rows,
                                   encoding=self.label_encoding, kind=self.label_graph, classes=self.classes_,
                                   device=G.degree.device)
-        alpha = effective_alpha(alpha, scale or "relative", G, LY)
+        alpha = effective_alpha(alpha, scale, G, LY)
         E = to_tensor(self.anchor_embedding_, G.degree.device)
         Z = torch.zeros(n, E.shape[1], dtype=DTYPE, device=E.device) if init is None else to_tensor(init, E.device)
         for _ in range(n_iter):
