@@ -5,10 +5,13 @@ from __future__ import annotations
 import typer
 
 from .bench import bench_app
+from .db import db_app, embed
 
 app = typer.Typer(help="pm_vector: differentially private nearest-neighbour search in PostgreSQL/pgvector.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(bench_app, name="bench")
+app.add_typer(db_app, name="db")
+app.command("embed")(embed)
 
 from .service import register as _register_service  # noqa: E402  serve, keys, query, demo, ingest, bench load
 

@@ -95,3 +95,108 @@ def privacy(
         t.add_row(r["method"], "-" if r["epsilon"] is None else f"{r['epsilon']:g}", f"{r[f'recall_at_{k}']:.3f}",
                   f"{r[f'precision_at_{k}']:.3f}", f"{r[f'map_at_{k}']:.3f}", f"{r['seconds']:.2f}")
     Console().print(t)
+
+
+def _ints(text: str, what: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(v.replace("_", "")) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise typer.BadParameter(f"{what}: expected comma-separated integers, e.g. 10,100; got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise typer.BadParameter(f"{what}: expected positive integers, e.g. 10,100")
+    return vals
+
+
+def _spinner(enabled: bool):
+    return Progress(console=err, transient=True, disable=not enabled)
+
+
+@bench_app.command("latency")
+def latency(
+    items: int = typer.Option(100_000, help="Server items of the temporary collection."),
+    anchors: int = typer.Option(1000, help="Public anchor rows."),
+    rows: str = typer.Option("10,100", help="Request sizes C (query rows = classes), comma-separated."),
+    data: str = typer.Option("synthetic", help="synthetic (clustered, 100 fine classes) or fashion-mnist (C = 10)."),
+    dim: int = typer.Option(128, help="Feature dimension of the synthetic data."),
+    k: int = typer.Option(8, help="Neighbours per query row."),
+    repeats: int = typer.Option(50, help="Timed requests per C (after 5 warm-up requests)."),
+    epsilon: float = typer.Option(1.0, help="epsilon of the clients' releases."),
+    seed: int = typer.Option(0, help="Seed of the data, the split and the clients (reproducible)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+):
+    """Latency: client step, server resolution (one statement) and plain pgvector k-NN, p50/p95.
+
+    Builds temporary collections on the database (the embedded server by default), times the
+    PrivateMail client step, resolve() of each request (align + all C rows in one pm_knn_batch
+    statement + request log) and C plain HNSW queries on the raw features, and drops it all.
+
+    Example: pm-vector bench latency --items 100000 --rows 10,100 --json
+    """
+    from ..bench.latency import LatencyConfig, run
+
+    cfg = LatencyConfig(items=items, anchors=anchors, rows=_ints(rows, "--rows"), data=data, dim=dim, k=k,
+                        repeats=repeats, epsilon=epsilon, seed=seed)
+    try:
+        with _spinner(sys.stderr.isatty()) as bar:
+            task = bar.add_task("latency", total=None)
+            result = run(cfg, progress=lambda m: bar.update(task, description=m))
+    except PMVectorError as e:
+        fail(str(e))
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    t = Table(title=f"latency: {result['items']:,} items ({result['data']}, {result['dim']} dims), "
+                    f"{result['anchors']} anchors, k={result['k']}, {repeats} requests per C (ms)")
+    for c in ("C", "client p50", "resolve p50", "resolve p95", "plain p50", "plain p95", "ratio", "k-NN statements"):
+        t.add_column(c, justify="right")
+    for r in result["results"]:
+        t.add_row(str(r["rows"]), f"{r['client_p50_ms']:.1f}", f"{r['resolve_p50_ms']:.1f}",
+                  f"{r['resolve_p95_ms']:.1f}", f"{r['plain_p50_ms']:.1f}", f"{r['plain_p95_ms']:.1f}",
+                  f"{r['ratio']:.2f}", f"{r['knn_statements_per_request']:g}")
+    Console().print(t)
+    for r in result["results"]:
+        parts = ", ".join(f"{a} {b:.1f}" for a, b in r["resolve_parts_p50_ms"].items())
+        err.print(f"C={r['rows']}: resolve p50 parts (ms): {parts}")
+    err.print(f"load average before/after: {result['load_average']['before']} / {result['load_average']['after']}")
+
+
+@bench_app.command("scale")
+def scale(
+    sizes: str = typer.Option("10000,50000,200000", help="Item counts, comma-separated."),
+    anchors: int = typer.Option(1000, help="Public anchor rows."),
+    dim: int = typer.Option(128, help="Feature dimension of the synthetic data."),
+    classes: int = typer.Option(10, help="Labels (a divisor of 100)."),
+    n_components: int = typer.Option(16, help="Embedding dimension (AnchorFrame n_components)."),
+    repeats: int = typer.Option(1, help="Jobs per size (the median is reported)."),
+    hnsw_m: int = typer.Option(16, help="HNSW m of the run's index."),
+    hnsw_ef_construction: int = typer.Option(64, help="HNSW ef_construction of the run's index."),
+    maintenance_work_mem: str = typer.Option("512MB", help="maintenance_work_mem of the index build."),
+    seed: int = typer.Option(0, help="Seed of the data and of the frame."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+):
+    """Scale: the server's embedding job time and peak memory against the number of items.
+
+    Example: pm-vector bench scale --sizes 10000,50000,200000 --json
+    """
+    from ..bench.scale import ScaleConfig, run
+
+    cfg = ScaleConfig(sizes=_ints(sizes, "--sizes"), anchors=anchors, dim=dim, classes=classes,
+                      n_components=n_components, repeats=repeats, hnsw_m=hnsw_m,
+                      hnsw_ef_construction=hnsw_ef_construction, maintenance_work_mem=maintenance_work_mem, seed=seed)
+    try:
+        with _spinner(sys.stderr.isatty()) as bar:
+            task = bar.add_task("scale", total=None)
+            result = run(cfg, progress=lambda m: bar.update(task, description=m))
+    except PMVectorError as e:
+        fail(str(e))
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    t = Table(title=f"scale: embedding job ({result['anchors']} anchors, {result['dim']} dims); "
+                    f"time per doubling {result['time_per_doubling']:.2f}x")
+    for c in ("items", "seconds", "peak MB", "job +MB", "index s", "index share"):
+        t.add_column(c, justify="right")
+    for r in result["results"]:
+        t.add_row(f"{r['items']:,}", f"{r['seconds']:.1f}", f"{r['peak_mb']:.0f}", f"{r['job_delta_mb']:.0f}",
+                  f"{r['index_s']:.1f}", f"{r['index_share']:.0%}")
+    Console().print(t)

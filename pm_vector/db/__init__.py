@@ -26,6 +26,14 @@ Data (see :mod:`pm_vector.db.api`, :mod:`pm_vector.db.jobs`)::
     log_request(collection, request, ...) -> int            list_requests(...) -> list[dict]
     cleanup(collection=None) -> dict       (undo work of killed jobs/ingests)
 
+Resolution (see :mod:`pm_vector.db.resolution`, :mod:`pm_vector.db.frame`; imported on demand,
+they load torch)::
+
+    public_anchor(collection) -> (PublicAnchor, frame_info)     client_frame(collection) -> AnchorFrame
+    resolve(collection, request, k=8, include_features=False, *, conn=None) -> dict
+    explain_resolution(collection, request, k=8) -> dict        rerank(query_features, rows_features, k=None)
+    ReleaseOnlyPrivateMail / ReleaseRequest / post_process_release (iteration-distribute-recursion)
+
 SQL (installed by the migrations from ``sql/``, schema ``pm_vector``): ``pm_knn``,
 ``pm_knn_batch``, ``pm_knn_batch_explain``, views ``pm_collections``, ``pm_runs``,
 ``pm_anchor_sets``, ``pm_requests``. The storage design is explained in

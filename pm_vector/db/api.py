@@ -642,27 +642,50 @@ def knn_batch(collection: str, queries, k: int, *, ef_search: int | None = None)
 
 def log_request(collection: str, request: Any, *, run_id: int | None = None, row_count: int | None = None,
                 received_at: dt.datetime | None = None, finished_at: dt.datetime | None = None,
-                duration_ms: float | None = None, status: str = "ok", error: str | None = None) -> int:
+                duration_ms: float | None = None, status: str = "ok", error: str | None = None,
+                conn=None, request_json: str | None = None) -> int:
     """Record a resolved request: only what the client released (``request``, JSON), timing and
-    the number of rows returned. Never pass raw client data here. Returns the log id."""
+    the number of rows returned. Never pass raw client data here. Returns the log id.
+
+    ``request_json``: the request as the JSON text the client sent, stored instead of
+    serialising ``request`` again (the server's copy of exactly what was received; PostgreSQL
+    checks it is JSON). ``conn``: an idle connection to use (committed here) instead of a new one.
+    """
     from psycopg.types.json import Jsonb
 
     if status not in ("ok", "error"):
         raise InvalidInputError("status must be 'ok' or 'error'.")
-    _json_safe(request, "request")
+    if request_json is not None:
+        if not isinstance(request_json, str):
+            raise InvalidInputError("request_json must be JSON text (str).")
+        value = Jsonb(None, dumps=lambda _obj: request_json)
+    else:
+        _json_safe(request, "request")
+        value = Jsonb(request)
     if duration_ms is None and received_at is not None and finished_at is not None:
         duration_ms = (finished_at - received_at).total_seconds() * 1000.0
     if duration_ms is not None and not math.isfinite(float(duration_ms)):
         raise InvalidInputError("duration_ms must be finite.")
-    with connect() as conn:
-        row = conn.execute("SELECT id FROM pm_vector.collections WHERE name = %s", [collection]).fetchone()
+    own = conn is None
+    if own:
+        conn = connect()
+    try:
         log_id = conn.execute(
             "INSERT INTO pm_vector.request_log (collection_id, collection_name, run_id, request, status, error, "
             "row_count, received_at, finished_at, duration_ms) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, coalesce(%s, now()), %s, %s) RETURNING id",
-            [row[0] if row else None, collection, run_id, Jsonb(request), status, error, row_count, received_at,
+            "VALUES ((SELECT id FROM pm_vector.collections WHERE name = %s), %s, %s, %s, %s, %s, %s, "
+            "coalesce(%s, now()), %s, %s) RETURNING id",
+            [collection, collection, run_id, value, status, error, row_count, received_at,
              finished_at, duration_ms]).fetchone()[0]
-        conn.commit()
+        if not conn.autocommit:
+            conn.commit()
+    except BaseException:
+        if not conn.autocommit:
+            conn.rollback()
+        raise
+    finally:
+        if own:
+            conn.close()
     return int(log_id)
 
 

@@ -1,0 +1,263 @@
+"""`pm-vector bench latency`: what a private query costs against plain pgvector k-NN.
+
+On the database (the embedded server by default) the benchmark builds, for every request
+size C in ``rows``, a temporary collection of ``items`` server items with ``anchors`` public
+anchors, runs the server's embedding job, and measures, over ``repeats`` queries:
+
+(a) ``client``: the client's PrivateMail step (dummies, private first iteration, release,
+    post-processing) -- :meth:`pm_vector.client.PrivateMail.request`;
+(b) ``resolve``: the server's resolution of one request, as received (JSON text):
+    parse, checks, Kabsch-Umeyama alignment, the C query rows answered by ONE statement
+    (``pm_knn_batch`` joined with the items' payloads), and the request-log row, committed --
+    :func:`pm_vector.db.resolution.resolve` on a kept connection, as a server would;
+(c) ``plain``: the same number C of plain pgvector k-NN queries on the *raw* features, one
+    statement each (prepared), through an HNSW index on the raw features that the
+    benchmark creates (a table ``pm_vector.bench_raw_<id>`` with id, external id, label,
+    payload and ``vector(d)`` features; default HNSW options, ``ef_search`` 40 as pm_knn_batch).
+
+``ratio = resolve_p50 / plain_p50``. Everything the benchmark creates is dropped at the end.
+
+Data: ``synthetic`` (default) -- unit-norm Gaussian clusters in ``dim`` dimensions, 100 fine
+classes (C = 100 uses them; C = 10 merges them ten by ten, so both collections hold the same
+features and share one raw-feature index); or ``fashion-mnist`` (784 pixels, 10 classes, at
+most 70,000 images, so only C = 10).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import InvalidInputError
+
+N_FINE = 100
+
+
+@dataclass
+class LatencyConfig:
+    items: int = 100_000
+    anchors: int = 1000
+    rows: tuple = (10, 100)
+    data: str = "synthetic"
+    dim: int = 128
+    k: int = 8
+    repeats: int = 50
+    warmup: int = 5
+    epsilon: float = 1.0
+    delta: float = 1e-5
+    n_components: int = 16  # AnchorFrame's default
+    seed: int = 0
+
+
+def clustered(n: int, dim: int, n_classes: int = N_FINE, *, spread: float = 0.9, seed: int = 0):
+    """``n`` unit-norm rows in ``n_classes`` Gaussian clusters (labels balanced), float32."""
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((n_classes, dim))
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    y = np.arange(n) % n_classes
+    rng.shuffle(y)
+    X = np.empty((n, dim), dtype=np.float32)
+    for s in range(0, n, 100_000):  # in chunks: no float64 copy of the whole matrix
+        e = min(n, s + 100_000)
+        blk = centers[y[s:e]] + spread * rng.standard_normal((e - s, dim)) / np.sqrt(dim)
+        X[s:e] = blk / np.linalg.norm(blk, axis=1, keepdims=True)
+    return X, y.astype(np.int64)
+
+
+def _pct(v, q) -> float:
+    return float(np.percentile(np.asarray(v, dtype=np.float64), q))
+
+
+def _split(cfg: LatencyConfig, n_query: int):
+    """(dataset, split) with the query, anchor and dummy parts disjoint from the items."""
+    from ..datasets import Dataset, load_dataset, split_dataset
+
+    n_dummy = max(4 * N_FINE, 200)
+    if cfg.data == "synthetic":
+        total = cfg.items + cfg.anchors + n_dummy + n_query
+        X, y = clustered(total, cfg.dim, N_FINE, seed=cfg.seed)
+        ds = Dataset("synthetic", X, y)
+    elif cfg.data == "fashion-mnist":
+        ds = load_dataset("fashion-mnist")
+        avail = ds.n_items - cfg.anchors - n_dummy - n_query
+        if cfg.items > avail:
+            raise InvalidInputError(f"Fashion-MNIST has {ds.n_items} images: at most --items {avail} with "
+                                    f"{cfg.anchors} anchors, {n_dummy} dummies and {n_query} queries.")
+    else:
+        raise InvalidInputError(f"--data must be synthetic or fashion-mnist, got {cfg.data!r}.")
+    return ds, split_dataset(ds, cfg.items, cfg.anchors, n_dummy, n_query, seed=cfg.seed)
+
+
+class _CountingConn:
+    """A connection proxy counting the statements that run the batched k-NN."""
+
+    def __init__(self, conn):
+        self._conn = conn
+        self.knn_statements = 0
+        self.statements = 0
+
+    def execute(self, query, *a, **kw):
+        self.statements += 1
+        if "pm_knn_batch" in str(query):
+            self.knn_statements += 1
+        return self._conn.execute(query, *a, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+def _labels_for(rows: int, y_fine: np.ndarray, n_classes: int) -> np.ndarray:
+    if rows == n_classes:
+        return y_fine
+    if n_classes % rows == 0:
+        return y_fine // (n_classes // rows)
+    raise InvalidInputError(f"a request has one row per class: C = {rows} needs a collection of {rows} classes; "
+                            f"the data has {n_classes} (C must divide it).")
+
+
+def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the benchmark; returns the JSON-able result (see the module doc)."""
+    import pm_vector.db as db
+    from psycopg import sql
+
+    from ..client import PrivateMail
+    from ..db.jobs import anchor_frame_embed_fn
+    from ..db.resolution import client_frame, public_anchor, resolve
+
+    say = progress or (lambda _m: None)
+    if cfg.items < 1 or cfg.anchors < 2 or cfg.repeats < 1 or not cfg.rows:
+        raise InvalidInputError("items, repeats must be >= 1, anchors >= 2, and rows non-empty.")
+    t_start = time.perf_counter()
+    load_before = os.getloadavg()
+    n_query = cfg.repeats + cfg.warmup
+    say("data")
+    ds, split = _split(cfg, max(n_query, 2 * N_FINE))  # queries of every class, in random order
+    n_classes = ds.n_classes
+    for C in cfg.rows:
+        _labels_for(int(C), ds.classes, n_classes)  # refuse impossible C before building anything
+    Xs, ys = split.server
+    Xa, ya = split.anchor
+    Xd, yd = split.dummy
+    Xq, yq = split.query
+    pick = np.random.default_rng(cfg.seed + 11).permutation(len(yq))[:n_query]
+    Xq, yq = Xq[pick], yq[pick]
+    tag = uuid.uuid4().hex[:10]
+    raw_table = f"bench_raw_{tag}"
+    names: list[str] = []
+    results = []
+    setup: dict[str, float] = {}
+    conn = None
+    try:
+        conn = db.connect(autocommit=True)
+        d = Xs.shape[1]
+        ident = sql.Identifier("pm_vector", raw_table)
+        plain_sql = None
+        for C in cfg.rows:
+            C = int(C)
+            name = f"bench_latency_{tag}_c{C}"
+            names.append(name)
+            labels = np.arange(C)
+            say(f"C={C}: collection")
+            t = time.perf_counter()
+            db.create_collection(name, d, labels.tolist())
+            db.ingest(name, Xs, _labels_for(C, ys, n_classes), external_ids=[f"s{i}" for i in range(len(ys))],
+                      payloads=[{"i": i} for i in range(len(ys))], batch_size=50_000)
+            db.register_anchor_set(name, Xa, _labels_for(C, ya, n_classes))
+            db.register_anchor_set(name, Xd, _labels_for(C, yd, n_classes), role="dummy")
+            ingest_s = time.perf_counter() - t
+            if plain_sql is None:
+                # (c)'s table: the same items' raw features with an HNSW index, as a plain pgvector user has them
+                say("raw-feature HNSW index")
+                t = time.perf_counter()
+                cid = db.collection_info(name)["id"]
+                conn.execute(sql.SQL("CREATE TABLE {} AS SELECT id, external_id, label, payload, features::vector({}) "
+                                     "AS features FROM pm_vector.items WHERE collection_id = {}").format(
+                    ident, sql.Literal(d), sql.Literal(cid)))
+                conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (id)").format(ident))
+                setup["raw_copy_s"] = round(time.perf_counter() - t, 3)
+                t = time.perf_counter()
+                conn.execute("SET maintenance_work_mem = '1GB'")
+                conn.execute(sql.SQL("CREATE INDEX ON {} USING hnsw (features vector_l2_ops)").format(ident))
+                conn.execute(sql.SQL("ANALYZE {}").format(ident))
+                setup["raw_index_s"] = round(time.perf_counter() - t, 3)
+                plain_sql = sql.SQL("SELECT id, external_id, label, payload, features <-> %s AS distance FROM {} "
+                                    "ORDER BY features <-> %s LIMIT %s").format(ident).as_string(conn)
+                plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + plain_sql,
+                                                            [Xq[0], Xq[0], cfg.k]).fetchall())
+                plain_uses_index = "Index Scan using" in plan and "Order By: (features <-> " in plan
+            say(f"C={C}: embedding job")
+            job = db.run_embedding_job(name, {"n_components": cfg.n_components}, cfg.seed,
+                                       embed_fn=anchor_frame_embed_fn)
+            pa, info = public_anchor(name)
+            frame = client_frame(name, pa, info)
+            yq_c = _labels_for(C, yq, n_classes)
+
+            say(f"C={C}: client requests")
+            client = PrivateMail(frame, epsilon=cfg.epsilon, delta=cfg.delta, seed=cfg.seed + 7)
+            client_ms, reqs, secrets = [], [], []
+            for i in range(n_query):
+                t = time.perf_counter()
+                req, sec = client.request(Xq[i], int(yq_c[i]), pa, collection=name)
+                client_ms.append((time.perf_counter() - t) * 1e3)
+                reqs.append(req.to_json())
+                secrets.append(sec)
+            client_ms = client_ms[cfg.warmup:]
+
+            say(f"C={C}: resolve vs plain")
+            rconn = _CountingConn(db.connect())
+            resolve_ms, parts, plain_ms, hits = [], [], [], []
+            try:
+                # interleaved, so that both see the same machine load
+                for i in range(n_query):
+                    t = time.perf_counter()
+                    res = resolve(name, reqs[i], k=cfg.k, conn=rconn)
+                    dt_res = (time.perf_counter() - t) * 1e3
+                    real = secrets[i].pick(res["rows"])
+                    t = time.perf_counter()
+                    for j in range(C):  # C plain queries: the real query and C - 1 others, one statement each
+                        q = Xq[(i + j) % n_query]
+                        conn.execute(plain_sql, [q, q, cfg.k], prepare=True).fetchall()
+                    dt_plain = (time.perf_counter() - t) * 1e3
+                    if i >= cfg.warmup:
+                        resolve_ms.append(dt_res)
+                        plain_ms.append(dt_plain)
+                        parts.append(res["timings_ms"])
+                        hits.append(np.mean(np.asarray(real["labels"]) == yq_c[i]))
+                knn_per_request = rconn.knn_statements / n_query
+            finally:
+                rconn.close()
+            r_p50, p_p50 = _pct(resolve_ms, 50), _pct(plain_ms, 50)
+            results.append({
+                "rows": C, "client_p50_ms": round(_pct(client_ms, 50), 3), "client_p95_ms": round(_pct(client_ms, 95), 3),
+                "resolve_p50_ms": round(r_p50, 3), "resolve_p95_ms": round(_pct(resolve_ms, 95), 3),
+                "plain_p50_ms": round(p_p50, 3), "plain_p95_ms": round(_pct(plain_ms, 95), 3),
+                "ratio": round(r_p50 / p_p50, 3),
+                "resolve_parts_p50_ms": {kk: round(_pct([p[kk] for p in parts if kk in p], 50), 3)
+                                         for kk in parts[0] if kk != "total"},
+                "knn_statements_per_request": knn_per_request,
+                "precision_at_k": round(float(np.mean(hits)), 4), "repeats": len(resolve_ms),
+                "setup": {"ingest_s": round(ingest_s, 3), "job_s": job.get("duration"), "job_timings": job.get("timings")},
+            })
+            db.drop_collection(name, missing_ok=True)
+    finally:
+        for name in names:
+            try:
+                db.drop_collection(name, missing_ok=True)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+        if conn is not None:
+            try:
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier("pm_vector", raw_table)))
+            finally:
+                conn.close()
+    return {"items": int(Xs.shape[0]), "anchors": int(Xa.shape[0]), "dim": int(Xs.shape[1]), "data": cfg.data,
+            "k": cfg.k, "epsilon": cfg.epsilon, "config": {**asdict(cfg), "rows": list(cfg.rows)},
+            "plain_uses_hnsw_index": plain_uses_index, "setup": setup, "results": results,
+            "load_average": {"before": [round(v, 2) for v in load_before],
+                             "after": [round(v, 2) for v in os.getloadavg()]},
+            "seconds": round(time.perf_counter() - t_start, 1)}

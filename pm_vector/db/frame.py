@@ -1,0 +1,240 @@
+"""The public side of a collection's active run: its anchor set, dummy pool and anchor frame.
+
+A client needs three public things to build a PrivateMail request against a collection:
+
+* the **anchor set** the active run was built with -- ids, features, labels. The stable id of
+  row ``i`` of anchor set ``S`` is the string ``"S:i"`` (:func:`anchor_id`); a request lists
+  these ids, in order, for its anchor rows;
+* the current **dummy pool** (the newest anchor set of role ``dummy``): public items, disjoint
+  from the anchors, from which the client draws one dummy row per other class;
+* the **frame**: the run's AnchorFrame parameters and public seed (and the stored anchor
+  embedding, so the client can check that its rebuilt frame is the run's).
+
+``public_anchor(collection)`` returns the first two as a :class:`~pm_vector.client.PublicAnchor`
+and the third as a dict; ``client_frame(collection)`` rebuilds the fitted
+:class:`~pm_vector.manifold.AnchorFrame` and checks it against the stored anchor embedding.
+
+Nothing here is private: the anchor set, the dummy pool, the parameters and the seed are
+published by the server; the frame depends on them only.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from . import _binary
+from .api import _collection_row, _load_anchor_set
+from .engine import connect
+from .errors import DatabaseError, NoActiveRunError
+
+#: A rebuilt frame must reproduce the stored anchor embedding to this (absolute, for values of
+#: order 1; relative to the largest coordinate above 1). The stored embedding is float32.
+FRAME_TOLERANCE = 1e-6
+
+
+class FrameMismatchError(DatabaseError):
+    """The anchor frame rebuilt from the run's public data does not reproduce the run's stored
+    anchor embedding (or the run was not built with an AnchorFrame)."""
+
+
+def anchor_id(anchor_set_id: int, position: int) -> str:
+    """The stable id of row ``position`` of anchor set ``anchor_set_id``: ``"S:i"``."""
+    return f"{int(anchor_set_id)}:{int(position)}"
+
+
+def anchor_ids(anchor_set_id: int, n: int) -> list[str]:
+    """The ids of the ``n`` rows of anchor set ``anchor_set_id``, in row order."""
+    s = int(anchor_set_id)
+    return [f"{s}:{i}" for i in range(int(n))]
+
+
+@dataclass(frozen=True)
+class RunFrame:
+    """What the server needs of an active run to resolve requests (immutable once the run
+    succeeded, so it is cached per database and run)."""
+
+    collection: str
+    collection_id: int
+    run_id: int
+    run_created_at: Any
+    anchor_set_id: int
+    params: dict
+    seed: int
+    embedding_dim: int
+    metric: str
+    anchor_ids: list
+    anchor_embedding: np.ndarray  # (A, k) float64, from the stored float32
+    anchor_labels: np.ndarray
+    classes: np.ndarray
+    _frame: list = field(default_factory=list, repr=False, compare=False)  # lazily fitted AnchorFrame
+
+    def frame(self, anchor_features: np.ndarray | None = None):
+        """The run's fitted AnchorFrame (rebuilt once, verified, cached)."""
+        if not self._frame:
+            if anchor_features is None:
+                with connect() as conn:
+                    coll = _collection_row(conn, self.collection)
+                    anchor_features = _load_anchor_set(conn, coll, "anchor", self.anchor_set_id).features
+            self._frame.append(rebuild_frame(anchor_features, self.anchor_labels, self.params, self.seed,
+                                             self.anchor_embedding, run_id=self.run_id))
+        return self._frame[0]
+
+
+_cache: dict[tuple, RunFrame] = {}
+_cache_lock = threading.Lock()
+_CACHE_MAX = 64
+
+
+_META_SQL = (
+    "SELECT c.id, c.name, c.feature_dim, c.feature_type, c.metric, c.labels, c.settings, c.active_run_id, "
+    "r.anchor_set_id, r.params, r.seed, r.embedding_dim, r.created_at AS run_created_at "
+    "FROM pm_vector.collections c LEFT JOIN pm_vector.embedding_runs r ON r.id = c.active_run_id "
+    "WHERE c.name = %s")
+
+
+def _run_row(conn, collection: str) -> dict[str, Any]:
+    """Collection + active run metadata in one query: ``{"coll": ..., "run": ...}``.
+    Raises CollectionNotFoundError / NoActiveRunError."""
+    from psycopg.rows import dict_row
+
+    from .errors import CollectionNotFoundError
+
+    if not isinstance(collection, str):
+        raise InvalidInputError(f"collection must be a name (str), got {type(collection).__name__}.")
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_META_SQL, [collection])
+        row = cur.fetchone()
+    if row is None:
+        raise CollectionNotFoundError(
+            f"unknown collection {collection!r}; list_collections() (or `SELECT name FROM pm_vector.pm_collections`) "
+            "shows the existing ones.")
+    if row["active_run_id"] is None:
+        raise NoActiveRunError(
+            f"collection {collection!r} has no active embedding run yet, so there is nothing to resolve against; "
+            f"run `pm-vector embed {collection}` (or pm_vector.db.run_embedding_job) first.")
+    run = {"id": row["active_run_id"], "anchor_set_id": row["anchor_set_id"], "params": row["params"],
+           "seed": row["seed"], "embedding_dim": row["embedding_dim"], "created_at": row["run_created_at"]}
+    if run["anchor_set_id"] is None:  # pragma: no cover - jobs always record it
+        raise NoActiveRunError(f"the active run of collection {collection!r} has no recorded anchor set.")
+    return {"coll": row, "run": run}
+
+
+def run_frame(conn, collection: str, meta: Mapping[str, Any] | None = None) -> RunFrame:
+    """The :class:`RunFrame` of the collection's active run, read on ``conn`` (cached per
+    database, run id and run creation time: a succeeded run never changes)."""
+    meta = meta or _run_row(conn, collection)
+    coll, run = meta["coll"], meta["run"]
+    pg = conn.pgconn  # (conn.info.dsn parses the connection string: too slow per request)
+    key = (pg.host, pg.port, pg.db, int(run["id"]), str(run["created_at"]), collection)
+    with _cache_lock:
+        hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    k = int(run["embedding_dim"])
+    vtype = "vector" if k <= 2000 else "halfvec"
+    buf = _binary.copy_out(conn, f"SELECT position, embedding FROM pm_vector.run_{int(run['id'])}_anchors "
+                                 "ORDER BY position")
+    d = _binary.decode([("position", "int4", 0), ("embedding", vtype, k)], buf)
+    labels = np.array([r[0] for r in conn.execute(
+        "SELECT label FROM pm_vector.anchors WHERE anchor_set_id = %s ORDER BY position",
+        [run["anchor_set_id"]]).fetchall()], dtype=np.int64)
+    n = labels.shape[0]
+    if d["position"].shape[0] != n or np.any(d["position"] != np.arange(n)):
+        raise DatabaseError(f"run {run['id']} of collection {collection!r} does not hold one embedding per anchor "
+                            f"of anchor set {run['anchor_set_id']}; re-run the embedding job.")
+    rf = RunFrame(collection=collection, collection_id=int(coll["id"]), run_id=int(run["id"]),
+                  run_created_at=run["created_at"], anchor_set_id=int(run["anchor_set_id"]),
+                  params=dict(run["params"] or {}), seed=int(run["seed"]), embedding_dim=k, metric=coll["metric"],
+                  anchor_ids=anchor_ids(run["anchor_set_id"], n),
+                  anchor_embedding=d["embedding"].astype(np.float64), anchor_labels=labels,
+                  classes=np.unique(labels))
+    with _cache_lock:
+        if len(_cache) >= _CACHE_MAX:
+            _cache.pop(next(iter(_cache)))
+        _cache[key] = rf
+    return rf
+
+
+def clear_cache() -> None:
+    """Forget cached run frames (they are keyed by run and never stale; this frees memory)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def rebuild_frame(anchor_features, anchor_labels, params: Mapping[str, Any], seed: int, anchor_embedding,
+                  *, run_id: int | None = None, tolerance: float = FRAME_TOLERANCE):
+    """Fit ``AnchorFrame(**params, seed=seed)`` on the anchors and check it reproduces
+    ``anchor_embedding`` to ``tolerance`` (scaled by the largest coordinate when above 1)."""
+    from ..manifold import AnchorFrame
+
+    what = f"run {run_id}" if run_id is not None else "the run"
+    kwargs = {k: v for k, v in dict(params).items() if k != "seed"}
+    try:
+        frame = AnchorFrame(**kwargs, seed=int(seed)).fit(anchor_features, anchor_labels)
+    except TypeError as exc:
+        raise FrameMismatchError(
+            f"{what} was not built with an AnchorFrame embedding (its parameters {dict(params)!r} are not "
+            f"AnchorFrame's: {exc}); clients cannot rebuild its frame. Re-embed with `pm-vector embed`.") from None
+    except InvalidInputError as exc:
+        raise FrameMismatchError(f"the AnchorFrame of {what} cannot be rebuilt from its anchors: {exc}") from None
+    ref = np.asarray(anchor_embedding, dtype=np.float64)
+    if frame.anchor_embedding_.shape != ref.shape:
+        raise FrameMismatchError(
+            f"the AnchorFrame rebuilt for {what} has shape {frame.anchor_embedding_.shape}, but the stored anchor "
+            f"embedding has shape {ref.shape}; was the run built with other parameters?")
+    err = float(np.abs(frame.anchor_embedding_ - ref).max())
+    scale = max(1.0, float(np.abs(ref).max()))
+    if not err <= tolerance * scale:
+        raise FrameMismatchError(
+            f"the AnchorFrame rebuilt from {what}'s anchors, parameters {dict(params)!r} and seed {seed} differs "
+            f"from the stored anchor embedding by {err:.3g} (tolerance {tolerance * scale:.3g}); the run was not "
+            "built by this AnchorFrame (other code version or embedding function). Re-embed the collection.")
+    frame.reproduction_error_ = err
+    return frame
+
+
+def public_anchor(collection: str):
+    """``(PublicAnchor, frame_info)`` of the collection's active run.
+
+    The :class:`~pm_vector.client.PublicAnchor` holds the run's anchor set (ids ``"S:i"``,
+    features, labels) and the current dummy pool. ``frame_info``: ``collection``, ``run_id``,
+    ``anchor_set_id``, ``dummy_set_id``, ``params`` and ``seed`` (AnchorFrame's keyword
+    arguments and public seed), ``embedding_dim``, ``metric``, ``classes`` and
+    ``anchor_embedding`` (``(A, k)``, as stored) -- everything a client needs to rebuild the
+    run's frame (:func:`client_frame`). Raises CollectionNotFoundError, NoActiveRunError,
+    NoAnchorSetError (no dummy pool registered).
+    """
+    from ..client import PublicAnchor
+
+    with connect() as conn:
+        meta = _run_row(conn, collection)
+        rf = run_frame(conn, collection, meta)
+        coll = meta["coll"]
+        anchors = _load_anchor_set(conn, coll, "anchor", rf.anchor_set_id)
+        dummies = _load_anchor_set(conn, coll, "dummy", None)
+        conn.rollback()
+    pa = PublicAnchor(list(rf.anchor_ids), anchors.features, anchors.labels, dummies.features, dummies.labels)
+    info = {"collection": collection, "run_id": rf.run_id, "anchor_set_id": rf.anchor_set_id,
+            "dummy_set_id": dummies.anchor_set_id, "params": dict(rf.params), "seed": rf.seed,
+            "embedding_dim": rf.embedding_dim, "metric": rf.metric, "classes": rf.classes.tolist(),
+            "anchor_embedding": rf.anchor_embedding.copy()}
+    return pa, info
+
+
+def client_frame(collection: str, anchor=None, frame_info: Mapping[str, Any] | None = None):
+    """The fitted :class:`~pm_vector.manifold.AnchorFrame` of the collection's active run,
+    rebuilt from public data (anchor set, parameters, seed) exactly as a client would.
+
+    Checks that it reproduces the stored anchor embedding to 1e-6 and raises
+    :class:`FrameMismatchError` otherwise. Pass ``anchor, frame_info`` from
+    :func:`public_anchor` to avoid reading them again.
+    """
+    if anchor is None or frame_info is None:
+        anchor, frame_info = public_anchor(collection)
+    return rebuild_frame(anchor.features, anchor.labels, frame_info["params"], frame_info["seed"],
+                         frame_info["anchor_embedding"], run_id=frame_info["run_id"])
