@@ -147,7 +147,7 @@ def latency(
         return
     t = Table(title=f"latency: {result['items']:,} items ({result['data']}, {result['dim']} dims), "
                     f"{result['anchors']} anchors, k={result['k']}, {repeats} requests per C (ms)")
-    for c in ("C", "client p50", "resolve p50", "resolve p95", "plain p50", "plain p95", "ratio", "k-NN statements"):
+    for c in ("C", "client p50", "resolve p50", "resolve p95", "plain p50", "plain p95", "ratio", "k-NN stmts"):
         t.add_column(c, justify="right")
     for r in result["results"]:
         t.add_row(str(r["rows"]), f"{r['client_p50_ms']:.1f}", f"{r['resolve_p50_ms']:.1f}",
