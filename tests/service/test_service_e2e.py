@@ -190,18 +190,3 @@ def test_concurrent_requests_share_the_pool(service, svc_collection, svc_key, sv
     assert requests_logged(svc_collection) == before + 32
 
 
-def test_fallback_resolver_matches(service, svc_collection, svc_key, svc_split, monkeypatch, requests_logged):
-    """Without pm_vector.db.resolution the service resolves with its own fallback, same answers."""
-    from pm_vector.service import resolution as res
-
-    with Client(service.url, svc_key["key"]) as c:
-        req, _ = c.build_request(svc_collection, svc_split.query[0][5], int(svc_split.query[1][5]), epsilon=1.0,
-                                 seed=3)
-        a = c.resolve(svc_collection, req)
-        monkeypatch.setattr(res, "_db_resolution", lambda: None)
-        before = requests_logged(svc_collection)
-        b = c.resolve(svc_collection, req)
-        assert requests_logged(svc_collection) == before + 1
-        doc = c.anchor_document(svc_collection)
-    assert [r["item_ids"] for r in a["rows"]] == [r["item_ids"] for r in b["rows"]]
-    rebuild_frame(doc)
