@@ -45,3 +45,17 @@ def test_bench_privacy_errors_are_clear(tmp_path):
     assert r.exit_code != 0 and "--labels" in r.output
     r = runner.invoke(app, ["bench", "privacy", "--dataset", "nope"])
     assert r.exit_code != 0 and "nope" in r.output
+
+
+def test_bench_kahm_privacy_json_shape():
+    r = runner.invoke(app, ["bench", "kahm", "--part", "privacy", "--datasets", "digits", "--max-items", "300",
+                            "--noise-seed", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert "timings" not in out and out["privacy"]
+    for row in out["privacy"]:
+        assert row["dataset"] == "digits"
+        assert {"epsilon", "n", "accuracy_def12", "accuracy_def15", "mis_def12", "mis_def15"} <= set(row)
+        assert 0 <= row["accuracy_def12"] <= 1 and 0 <= row["accuracy_def15"] <= 1
+    r = runner.invoke(app, ["bench", "kahm", "--part", "nope"])
+    assert r.exit_code != 0 and "--part" in r.output

@@ -200,3 +200,50 @@ def scale(
         t.add_row(f"{r['items']:,}", f"{r['seconds']:.1f}", f"{r['peak_mb']:.0f}", f"{r['job_delta_mb']:.0f}",
                   f"{r['index_s']:.1f}", f"{r['index_share']:.0%}")
     Console().print(t)
+
+
+@bench_app.command("kahm")
+def kahm(
+    part: str = typer.Option("all", help="all, timings (Table 11) or privacy (Table 5)."),
+    datasets: str = typer.Option("mnist,fashion-mnist,digits", help="Comma-separated: mnist, fashion-mnist, digits."),
+    max_items: int = typer.Option(5000, help="Images per dataset (stratified subsample)."),
+    repeats: int = typer.Option(3, help="Timed fits per Table 11 size (the median is reported)."),
+    seed: int = typer.Option(0, help="Seed of the data, the splits and the random Table 11 matrices."),
+    noise_seed: int = typer.Option(None, help="Seed of the DP noise (default: cryptographically seeded)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+):
+    """KAHM: accuracy and membership-inference score of the Def. 12 / Def. 15 classifiers over
+    Table 5's (eps, n) grid, and fit times over Table 11's sizes beside the paper's.
+
+    Example: pm-vector bench kahm --part timings --json
+    """
+    from ..bench.kahm_bench import run_kahm_benchmark
+
+    if part not in ("all", "timings", "privacy"):
+        fail(f"--part must be all, timings or privacy; got {part!r}.")
+    names = [d.strip() for d in datasets.split(",") if d.strip()]
+    try:
+        result = run_kahm_benchmark(part, names, max_items=max_items, repeats=repeats, seed=seed,
+                                    noise_seed=noise_seed, progress=None if as_json else (lambda m: err.print(m)))
+    except PMVectorError as e:
+        fail(str(e))
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    if result.get("timings"):
+        t = Table(title="KAHM fit time vs the paper's MATLAB times (Table 11)")
+        for c in ("N", "p", "seconds", "paper seconds", "speed-up"):
+            t.add_column(c, justify="right")
+        for r in result["timings"]:
+            ps = r.get("paper_seconds")
+            t.add_row(str(r["N"]), str(r["p"]), f"{r['seconds']:.3f}", "-" if ps is None else f"{ps:g}",
+                      "-" if not ps else f"{ps / r['seconds']:.1f}x")
+        Console().print(t)
+    if result.get("privacy"):
+        t = Table(title="KAHM classifiers under DP (Table 5 grid): accuracy and membership-inference score")
+        for c in ("dataset", "epsilon", "n", "acc Def.12", "acc Def.15", "MIS Def.12", "MIS Def.15"):
+            t.add_column(c, justify="right" if c != "dataset" else "left")
+        for r in result["privacy"]:
+            t.add_row(r["dataset"], f"{r['epsilon']:g}", str(r["n"]), f"{r['accuracy_def12']:.4f}",
+                      f"{r['accuracy_def15']:.4f}", f"{r['mis_def12']:.5f}", f"{r['mis_def15']:.5f}")
+        Console().print(t)
