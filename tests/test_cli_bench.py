@@ -48,7 +48,7 @@ def test_bench_privacy_errors_are_clear(tmp_path):
 
 
 def test_bench_kahm_privacy_json_shape():
-    r = runner.invoke(app, ["bench", "kahm", "--part", "privacy", "--datasets", "digits", "--max-items", "300",
+    r = runner.invoke(app, ["bench", "kahm", "--part", "privacy", "--datasets", "digits", "--max-items", "600",
                             "--noise-seed", "1", "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
