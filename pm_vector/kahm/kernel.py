@@ -73,29 +73,48 @@ def _blas_single_thread():
     return _CONTROLLER.limit(limits=1)
 
 
+_SMALL = 64        # below this LAPACK stays single-threaded anyway; switching thread limits costs ~0.1 ms
+
+
+def _lapack_eigh(a: np.ndarray, k: int | None):
+    from scipy.linalg import lapack
+    m = a.shape[0]
+    if k is None or k >= m or m <= 256 or 4 * k > m:     # MRRR subsets only pay off for large m
+        syevd, = lapack.get_lapack_funcs(("syevd",), (a,))
+        w, V, info = syevd(a, compute_v=1, lower=1)
+        if k is not None:
+            w, V = w[m - k:], V[:, m - k:]
+    else:
+        syevr, = lapack.get_lapack_funcs(("syevr",), (a,))
+        w, V, _, _, info = syevr(a, compute_v=1, range="I", il=m - k + 1, iu=m, lower=1)
+        w, V = w[:k], V[:, :k]
+    if info != 0:
+        raise InvalidInputError(f"the symmetric eigensolver failed (LAPACK info={info}); the matrix is not finite "
+                                f"or badly scaled.")
+    return w, V
+
+
 def eigh(S: torch.Tensor, k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Eigenpairs of the symmetric ``S``: all (ascending) when ``k`` is None, else the ``k``
     largest (descending).
 
-    CPU: LAPACK through scipy on **one thread** (divide and conquer for all pairs, MRRR for a
-    subset): on the 2-core machines measured here a threaded symmetric eigensolver of size 1000
-    was 3-10x slower than a single-threaded one whenever anything else ran. Other devices:
-    ``torch.linalg.eigh``."""
+    CPU: LAPACK (``?syevd`` for all pairs, ``?syevr`` for a subset) on **one thread**: on the
+    2-core machines measured here a threaded symmetric eigensolver of size 1000 was 3-10x slower
+    than a single-threaded one whenever anything else ran. Other devices: ``torch.linalg.eigh``."""
     m = S.shape[0]
     if S.device.type == "cpu":
-        import scipy.linalg as sl
         a = S.detach().numpy()
-        with _blas_single_thread():
-            if k is None:
-                w, V = sl.eigh(a, driver="evd", check_finite=False)
-            elif k < m:
-                w, V = sl.eigh(a, subset_by_index=[m - k, m - 1], driver="evr", check_finite=False)
-            else:
-                w, V = sl.eigh(a, driver="evd", check_finite=False)
-        w = torch.from_numpy(np.ascontiguousarray(w)).to(S.dtype)
-        V = torch.from_numpy(np.ascontiguousarray(V)).to(S.dtype)
-    else:
-        w, V = torch.linalg.eigh(S)
+        if m < _SMALL:
+            w, V = _lapack_eigh(a, k)
+        else:
+            with _blas_single_thread():
+                w, V = _lapack_eigh(a, k)
+        w = torch.from_numpy(np.ascontiguousarray(w))
+        V = torch.from_numpy(np.ascontiguousarray(V))
+        if k is None:
+            return w, V
+        return w.flip(0)[:k], V.flip(1)[:, :k]
+    w, V = torch.linalg.eigh(S)
     if k is None:
         return w, V
     return w.flip(0)[:k], V.flip(1)[:, :k]
@@ -106,35 +125,17 @@ def _top_eigh(S: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return eigh(S, k)
 
 
-def fit_encoder(Y: torch.Tensor, n: int, *, what: str = "Y", gram: torch.Tensor | None = None) -> Encoder:
-    """Top-``n`` PCA of the rows of ``Y`` (``N x p``), whitened. Exact (symmetric eigensolver).
-
-    Uses the ``p x p`` covariance when ``p <= N`` and the ``N x N`` Gram matrix otherwise
-    (``gram`` = the uncentred ``Y Y^T`` when the caller already has it), so the cost is
-    ``O(N p min(N, p))``.
-    """
-    N, p = Y.shape
+def check_sizes(N: int, p: int, n: int, what: str) -> None:
     if n < 1 or n > p:
         raise InvalidInputError(f"subspace dimension n={n} must satisfy 1 <= n <= p = {p} (number of features of {what}).")
     if N < n + 1:
         raise InvalidInputError(
             f"{what} has {N} point(s); a KAHM with subspace dimension n={n} needs at least n+1 = {n + 1} "
             f"points (the covariance of N points has rank <= N-1). Lower n to at most {max(N - 1, 0)} or add points.")
-    mean = Y.mean(0)
-    Yc = Y - mean
-    rtol = RANK_RTOL if Y.dtype == torch.float64 else RANK_RTOL_F32
-    if p <= N:
-        top, vecs = _top_eigh(Yc.T @ Yc, n)               # vecs: (p, n)
-        U = None
-    else:
-        if gram is None:
-            Gc = Yc @ Yc.T
-        else:                                              # double centring of the raw Gram
-            r = gram.mean(1)
-            Gc = gram - r[:, None] - r[None, :] + r.mean()
-            Gc = 0.5 * (Gc + Gc.T)
-        top, U = _top_eigh(Gc, n)
-        vecs = None
+
+
+def check_rank(top: np.ndarray, n: int, N: int, what: str, rtol: float) -> None:
+    """``top``: the ``n`` largest covariance (or Gram) eigenvalues, descending."""
     lead = float(top[0])
     if not np.isfinite(lead) or lead <= 0.0:
         raise InvalidInputError(
@@ -146,6 +147,40 @@ def fit_encoder(Y: torch.Tensor, n: int, *, what: str = "Y", gram: torch.Tensor 
             f"{what} varies in only {rank} direction(s) (constant features, repeated rows or too few points), "
             f"fewer than the subspace dimension n={n}: the kernel's covariance theta (eq 36) would be singular. "
             f"Lower n to at most {rank}, or drop constant features / add points.")
+
+
+def eigh_np(a: np.ndarray, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """numpy twin of :func:`eigh` (same LAPACK calls; the caller sets the thread policy)."""
+    w, V = _lapack_eigh(a, k)
+    if k is None:
+        return w, V
+    return w[::-1][:k], V[:, ::-1][:, :k]
+
+
+def fit_encoder(Y: torch.Tensor, n: int, *, what: str = "Y", gram: torch.Tensor | None = None) -> Encoder:
+    """Top-``n`` PCA of the rows of ``Y`` (``N x p``), whitened. Exact (symmetric eigensolver).
+
+    Uses the ``p x p`` covariance when ``p <= N`` and the ``N x N`` Gram matrix otherwise
+    (``gram`` = the uncentred ``Y Y^T`` when the caller already has it), so the cost is
+    ``O(N p min(N, p))``.
+    """
+    N, p = Y.shape
+    check_sizes(N, p, n, what)
+    mean = Y.mean(0)
+    Yc = Y - mean
+    rtol = RANK_RTOL if Y.dtype == torch.float64 else RANK_RTOL_F32
+    if p <= N:
+        top, vecs = _top_eigh(Yc.T @ Yc, n)               # vecs: (p, n)
+        U = None
+    else:
+        if gram is None:
+            Gc = Yc @ Yc.T
+        else:                                              # double centring of the raw Gram
+            r = gram.mean(1)
+            Gc = gram - r[:, None] - r[None, :] + r.mean()   # LAPACK reads one triangle only
+        top, U = _top_eigh(Gc, n)
+        vecs = None
+    check_rank(np.asarray(top.cpu()), n, N, what, rtol)
     if vecs is None:
         # covariance eigenvectors from Gram eigenvectors: v_k = Yc^T u_k / sqrt(s_k)
         vecs = (Yc.T @ U) / torch.sqrt(top)[None, :]

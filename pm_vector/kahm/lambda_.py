@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from ..errors import InvalidInputError
@@ -35,10 +36,13 @@ class LambdaResult:
     history: list = field(default_factory=list)  # e_0, e_1, ... (only when record=True)
 
 
-def residual(e: float, tau: float, mu: torch.Tensor, c: torch.Tensor, pN: int) -> float:
+def residual(e: float, tau: float, mu, c, pN: int) -> float:
     """``R(e, tau)`` from the kernel's eigenvalues ``mu`` and ``c_k = ||(U^T Y)_k,:||^2``."""
     s = e + tau
-    return float((c * (s / (s + mu)) ** 2).sum()) / pN
+    mu = np.asarray(mu.cpu() if isinstance(mu, torch.Tensor) else mu, dtype=np.float64)
+    c = np.asarray(c.cpu() if isinstance(c, torch.Tensor) else c, dtype=np.float64)
+    r = s / (s + mu)
+    return float(c @ (r * r)) / pN
 
 
 def residual_dense(K: torch.Tensor, Y: torch.Tensor, e: float, tau: float) -> float:
@@ -46,6 +50,12 @@ def residual_dense(K: torch.Tensor, Y: torch.Tensor, e: float, tau: float) -> fl
     N, p = Y.shape
     fit = K @ torch.linalg.solve(K + (e + tau) * torch.eye(N, dtype=K.dtype, device=K.device), Y)
     return float(((Y - fit) ** 2).sum()) / (p * N)
+
+
+def _np64(a) -> np.ndarray:
+    if isinstance(a, torch.Tensor):
+        a = a.detach().cpu().numpy()
+    return np.asarray(a, dtype=np.float64)
 
 
 def lambda_star(mu: torch.Tensor, c: torch.Tensor, normsq: float, N: int, p: int, *, tol: float = 1e-12,
@@ -59,15 +69,19 @@ def lambda_star(mu: torch.Tensor, c: torch.Tensor, normsq: float, N: int, p: int
         raise InvalidInputError("Y is all zeros: ||Y||_F = 0 leaves lambda* = 0 and the KAHM undefined.")
     upper = normsq / pN
     tau = 2.0 * upper
-    mu = mu.clamp_min(0.0)
+    mu = np.clip(_np64(mu), 0.0, None)
+    c = _np64(c)
     e = 0.5 * upper if e0 is None else float(e0)
     if not 0.0 < e < upper:
         raise InvalidInputError(f"e0 must lie in (0, ||Y||_F^2/(pN)) = (0, {upper:.6g}) (eq 44); got {e0}.")
     hist = [e] if record else []
     converged = False
     it = 0
+    c = c / pN
     for it in range(1, max_iter + 1):
-        e_new = residual(e, tau, mu, c, pN)
+        s = e + tau                                   # e_{t+1} = R(e_t, tau), eq 43
+        r = s / (s + mu)
+        e_new = float(c @ (r * r))
         if record:
             hist.append(e_new)
         done = abs(e_new - e) <= tol * max(e_new, 1e-300)

@@ -34,7 +34,8 @@ from sklearn.exceptions import NotFittedError
 from .._validation import as_matrix
 from ..errors import InvalidInputError
 from ..manifold.laplacian import resolve_device
-from .kernel import Encoder, eigh, fit_encoder, kernel_matrix, resolve_dtype, sq_dists
+from .kernel import (RANK_RTOL, RANK_RTOL_F32, Encoder, check_rank, check_sizes, eigh, eigh_np, fit_encoder,
+                     kernel_matrix, resolve_dtype, sq_dists)
 from .lambda_ import lambda_star
 
 __all__ = ["KAHM", "DeepKAHM", "WideKAHM", "KAHMCore", "fit_core", "fit_deep", "fit_wide", "n_branches_for",
@@ -190,20 +191,102 @@ def _core_from_encoder(Y: torch.Tensor, enc: Encoder, *, gram: torch.Tensor | No
     return core
 
 
+#: CPU fits with at most this many rows run the same arithmetic in numpy: torch's per-operation
+#: overhead (10-50 us on small tensors here) dominates tiny problems, numpy's is a few us.
+NUMPY_MAX_N = 128
+
+
+def _use_numpy(Y: torch.Tensor, backend: str | None) -> bool:
+    if backend is None:
+        return Y.device.type == "cpu" and Y.shape[0] <= NUMPY_MAX_N
+    if backend not in ("numpy", "torch"):
+        raise InvalidInputError(f"backend must be 'numpy' or 'torch'; got {backend!r}.")
+    if backend == "numpy" and Y.device.type != "cpu":
+        raise InvalidInputError("the numpy backend needs CPU tensors.")
+    return backend == "numpy"
+
+
+def _np_threads(Y):
+    """numpy's BLAS on one thread for the whole numpy fit (its idle threads would otherwise spin
+    beside torch's); skipped for tiny inputs, where switching costs more than it saves."""
+    from contextlib import nullcontext
+    from .kernel import _blas_single_thread
+    return _blas_single_thread() if Y.shape[0] >= 64 or Y.shape[0] * Y.shape[1] >= 20_000 else nullcontext()
+
+
+def _fit_layers_numpy(Yt: torch.Tensor, ns: list[int], *, what: str, keep_eig: bool,
+                      record_lambda: bool) -> list[KAHMCore]:
+    """numpy twin of :func:`fit_encoder` + :func:`_core_from_encoder` (same formulas, same LAPACK)."""
+    Y = Yt.detach().numpy()
+    N, p = Y.shape
+    n = ns[0]
+    check_sizes(N, p, n, what)
+    rtol = RANK_RTOL if Y.dtype == np.float64 else RANK_RTOL_F32
+    mean = Y.mean(0)
+    Yc = Y - mean
+    gram = Y @ Y.T if p > N else None
+    if p <= N:
+        top, vecs = eigh_np(Yc.T @ Yc, n)
+    else:
+        r = gram.mean(1)
+        top, U = eigh_np(gram - r[:, None] - r[None, :] + r.mean(), n)
+    check_rank(top, n, N, what, rtol)
+    if p > N:
+        vecs = (Yc.T @ U) / np.sqrt(top)[None, :]
+    cov = top / (N - 1)
+    Wfull = np.ascontiguousarray((vecs / np.sqrt(cov)[None, :]).T)
+    normsq = float(np.trace(gram)) if p > N else float((Y * Y).sum())
+    T = torch.from_numpy
+    mean_t = T(mean)
+    cores = []
+    for k in ns:
+        W = np.ascontiguousarray(Wfull[:k])
+        Z = Yc @ W.T
+        sq = (Z * Z).sum(1)
+        D = sq[:, None] + sq[None, :] - 2.0 * (Z @ Z.T)
+        K = np.exp(np.maximum(D, 0.0) / (-2.0 * k))
+        mu, V = eigh_np(K)
+        mu = np.maximum(mu, 0.0)
+        c = ((gram @ V) * V).sum(0) if p > N else ((V.T @ Y) ** 2).sum(1)
+        lr = lambda_star(mu, c, normsq, N, p, record=record_lambda)
+        M = (V / (mu + lr.lam).astype(Y.dtype)[None, :]) @ V.T
+        M = 0.5 * (M + M.T)
+        b = M.sum(1)
+        keep_y = keep_eig or p > N
+        enc = Encoder(mean=mean_t, W=T(W), eigvals=T(np.ascontiguousarray(cov[:k])))
+        core = KAHMCore(enc=enc, Z=T(np.ascontiguousarray(Z)), b=T(b), lam=lr.lam, e_hat=lr.e_hat, tau=lr.tau,
+                        lambda_iterations=lr.iterations, kmax=float(mu[-1]), kmin=float(mu[0]), y_fro2=normsq,
+                        B=None if p > N else T(M @ Y), M=T(M) if (p > N or keep_eig) else None,
+                        Y=Yt if keep_y else None, U=T(V) if keep_eig else None, mu=T(mu) if keep_eig else None)
+        if record_lambda:
+            core.lambda_history = lr.history  # type: ignore[attr-defined]
+        cores.append(core)
+    return cores
+
+
 def fit_core(Y: torch.Tensor, n: int, *, what: str = "Y", keep_eig: bool = False,
-             record_lambda: bool = False) -> KAHMCore:
-    """Fit one KAHM ``A_{Y,n}`` (Definition 1) on the rows of the tensor ``Y``."""
+             record_lambda: bool = False, backend: str | None = None) -> KAHMCore:
+    """Fit one KAHM ``A_{Y,n}`` (Definition 1) on the rows of the tensor ``Y``.
+
+    ``backend``: None (torch; numpy for CPU problems of at most :data:`NUMPY_MAX_N` rows), or
+    force ``"torch"`` / ``"numpy"``."""
+    if _use_numpy(Y, backend):
+        with _np_threads(Y):
+            return _fit_layers_numpy(Y, [n], what=what, keep_eig=keep_eig, record_lambda=record_lambda)[0]
     gram = Y @ Y.T if Y.shape[1] > Y.shape[0] else None
     enc = fit_encoder(Y, n, what=what, gram=gram)
     return _core_from_encoder(Y, enc, gram=gram, keep_eig=keep_eig, record_lambda=record_lambda)
 
 
-def fit_deep(Y: torch.Tensor, n: int, L: int, *, what: str = "Y") -> list[KAHMCore]:
+def fit_deep(Y: torch.Tensor, n: int, L: int, *, what: str = "Y", backend: str | None = None) -> list[KAHMCore]:
     """The ``L`` KAHMs ``A_{Y,n}, A_{Y,n-1}, ..., A_{Y,n-L+1}`` of a conditionally deep KAHM.
 
     Every layer is a KAHM on the same ``Y``, so one PCA (and one Gram matrix) serves all of them."""
     if L < 1 or L > n:
         raise InvalidInputError(f"number of layers L={L} must satisfy 1 <= L <= n = {n} (Definition 3).")
+    if _use_numpy(Y, backend):
+        with _np_threads(Y):
+            return _fit_layers_numpy(Y, list(range(n, n - L, -1)), what=what, keep_eig=False, record_lambda=False)
     gram = Y @ Y.T if Y.shape[1] > Y.shape[0] else None
     full = fit_encoder(Y, n, what=what, gram=gram)
     layers = []

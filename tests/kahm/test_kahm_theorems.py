@@ -210,3 +210,23 @@ def _negative_sum_of_h():
     a = core.image(lo[None])[0]
     bound = np.linalg.norm(Y, 2) * core.ratio_bound()
     assert float(torch.linalg.vector_norm(a)) > bound
+
+
+# ---------------------------------------------------------------- the two CPU code paths agree
+@pytest.mark.parametrize("N,p", [(60, 8), (30, 90)])
+def test_numpy_and_torch_fit_paths_agree(N, p):
+    from pm_vector.kahm import fit_deep
+    Y = torch.tensor(_data(7, N=N, p=p) if p <= N else np.random.default_rng(7).normal(size=(N, p)))
+    Q = torch.tensor(np.random.default_rng(8).normal(size=(40, p)))
+    a = fit_core(Y, 5, backend="numpy", keep_eig=True, record_lambda=True)
+    b = fit_core(Y, 5, backend="torch", keep_eig=True, record_lambda=True)
+    assert a.lam == pytest.approx(b.lam, rel=1e-10) and a.lambda_iterations == b.lambda_iterations
+    np.testing.assert_allclose(a.image(Q).numpy(), b.image(Q).numpy(), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(a.h(Q).numpy(), b.h(Q).numpy(), rtol=1e-7, atol=1e-10)
+    da = fit_deep(Y, 5, 3, backend="numpy")
+    db = fit_deep(Y, 5, 3, backend="torch")
+    for x, y in zip(da, db):
+        np.testing.assert_allclose(x.image(Q).numpy(), y.image(Q).numpy(), rtol=1e-8, atol=1e-10)
+    from pm_vector.errors import InvalidInputError
+    with pytest.raises(InvalidInputError, match="backend"):
+        fit_core(Y, 5, backend="jax")
