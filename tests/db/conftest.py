@@ -11,30 +11,12 @@ import uuid
 
 import pytest
 
-ENV_KEYS = ("PM_VECTOR_HOME", "PM_VECTOR_DATABASE_URL", "PM_VECTOR_EMBEDDED_FAST")
+from pmtest_embedded import ENV_KEYS, embedded_home  # noqa: F401  (tests/pmtest_embedded.py)
 
 
 @pytest.fixture(scope="session")
 def pm_home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("pmhome")
-    saved = {k: os.environ.get(k) for k in ENV_KEYS}
-    os.environ["PM_VECTOR_HOME"] = str(home)
-    os.environ.pop("PM_VECTOR_DATABASE_URL", None)
-    os.environ["PM_VECTOR_EMBEDDED_FAST"] = "1"
-    from pm_vector.db import engine, server
-
-    st = server.start()
-    assert st["running"] and st["schema_up_to_date"], st
-    yield home
-    engine.dispose_engines()
-    os.environ["PM_VECTOR_HOME"] = str(home)
-    os.environ.pop("PM_VECTOR_DATABASE_URL", None)
-    server.stop()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    yield from embedded_home(tmp_path_factory, "pmhome")
 
 
 @pytest.fixture
