@@ -136,14 +136,8 @@ def latency(
 
     cfg = LatencyConfig(items=items, anchors=anchors, rows=_ints(rows, "--rows"), data=data, dim=dim, k=k,
                         repeats=repeats, epsilon=epsilon, seed=seed)
-    try:
-        with _spinner(sys.stderr.isatty()) as bar:
-            task = bar.add_task("latency", total=None)
-            result = run(cfg, progress=lambda m: bar.update(task, description=m))
-    except PMVectorError as e:
-        fail(str(e))
-    if as_json:
-        typer.echo(json.dumps(result))
+    result = _run_with_spinner("latency", run, cfg, as_json)
+    if result is None:
         return
     t = Table(title=f"latency: {result['items']:,} items ({result['data']}, {result['dim']} dims), "
                     f"{result['anchors']} anchors, k={result['k']}, {repeats} requests per C (ms)")
@@ -158,6 +152,20 @@ def latency(
         parts = ", ".join(f"{a} {b:.1f}" for a, b in r["resolve_parts_p50_ms"].items())
         err.print(f"C={r['rows']}: resolve p50 parts (ms): {parts}")
     err.print(f"load average before/after: {result['load_average']['before']} / {result['load_average']['after']}")
+
+
+def _run_with_spinner(name: str, run, cfg, as_json: bool):
+    """Run a database benchmark behind a spinner; with --json print it and return None."""
+    try:
+        with _spinner(sys.stderr.isatty()) as bar:
+            task = bar.add_task(name, total=None)
+            result = run(cfg, progress=lambda m: bar.update(task, description=m))
+    except PMVectorError as e:
+        fail(str(e))
+    if as_json:
+        typer.echo(json.dumps(result))
+        return None
+    return result
 
 
 @bench_app.command("scale")
@@ -183,14 +191,8 @@ def scale(
     cfg = ScaleConfig(sizes=_ints(sizes, "--sizes"), anchors=anchors, dim=dim, classes=classes,
                       n_components=n_components, repeats=repeats, hnsw_m=hnsw_m,
                       hnsw_ef_construction=hnsw_ef_construction, maintenance_work_mem=maintenance_work_mem, seed=seed)
-    try:
-        with _spinner(sys.stderr.isatty()) as bar:
-            task = bar.add_task("scale", total=None)
-            result = run(cfg, progress=lambda m: bar.update(task, description=m))
-    except PMVectorError as e:
-        fail(str(e))
-    if as_json:
-        typer.echo(json.dumps(result))
+    result = _run_with_spinner("scale", run, cfg, as_json)
+    if result is None:
         return
     t = Table(title=f"scale: embedding job ({result['anchors']} anchors, {result['dim']} dims); "
                     f"time per doubling {result['time_per_doubling']:.2f}x")
