@@ -445,6 +445,7 @@ class AnchorSet:
     labels: np.ndarray
     description: str | None
     created_at: dt.datetime
+    provenance: dict | None = None  # how the set was made (None: registered by the user)
 
     @property
     def positions(self) -> np.ndarray:
@@ -462,27 +463,49 @@ def register_anchor_set(collection: str, features, labels, role: str = "anchor",
     the current set; older sets stay (runs refer to the set they were built with). One
     transaction. Returns ``{"anchor_set_id", "collection", "role", "n_rows"}``.
     """
-    if role not in ROLES:
-        raise InvalidInputError(f"role must be one of {ROLES}, got {role!r}.")
+    return register_anchor_sets(collection, [(role, features, labels, description, None)])[0]
+
+
+def register_anchor_sets(collection: str, sets: Sequence[tuple]) -> list[dict[str, Any]]:
+    """Several sets in **one** transaction (all or none): ``sets`` items are
+    ``(role, features, labels, description, provenance)`` with ``provenance`` a JSON object
+    (how the set was made) or None. Returns one :func:`register_anchor_set` dict per set."""
+    if not sets:
+        raise InvalidInputError("no anchor set given.")
     with connect() as conn:
         coll = _collection_row(conn, collection)
         conn.rollback()
-        X = _features(features, coll, f"{role} features")
-        y = _labels(labels, X.shape[0], coll, f"{role} labels")
+        checked = []
+        for role, features, labels, description, provenance in sets:
+            if role not in ROLES:
+                raise InvalidInputError(f"role must be one of {ROLES}, got {role!r}.")
+            X = _features(features, coll, f"{role} features")
+            y = _labels(labels, X.shape[0], coll, f"{role} labels")
+            if provenance is not None:
+                _json_safe(provenance, "provenance")
+            checked.append((role, X, y, description, provenance))
         ftype = coll["feature_type"]
         col = "features" if ftype == "vector" else "features_half"
+        out = []
         try:
+            from psycopg.types.json import Jsonb
+
             coll = _collection_row(conn, collection, lock="FOR SHARE")
-            set_id = conn.execute(
-                "INSERT INTO pm_vector.anchor_sets (collection_id, role, n_rows, description) "
-                "VALUES (%s, %s, %s, %s) RETURNING id", [coll["id"], role, X.shape[0], description]).fetchone()[0]
-            stream = _binary.encode(
-                [("anchor_set_id", "int8", 0), ("position", "int4", 0), ("label", "int8", 0),
-                 (col, ftype, X.shape[1])],
-                {"anchor_set_id": np.full(X.shape[0], set_id, dtype=np.int64),
-                 "position": np.arange(X.shape[0], dtype=np.int32), "label": y, col: X})
-            _binary.copy_in(conn, f"COPY pm_vector.anchors (anchor_set_id, position, label, {col}) "
-                                  "FROM STDIN (FORMAT BINARY)", stream)
+            for role, X, y, description, provenance in checked:
+                set_id = conn.execute(
+                    "INSERT INTO pm_vector.anchor_sets (collection_id, role, n_rows, description, provenance) "
+                    "VALUES (%s, %s, %s, %s, %s) RETURNING id",
+                    [coll["id"], role, X.shape[0], description,
+                     None if provenance is None else Jsonb(provenance)]).fetchone()[0]
+                stream = _binary.encode(
+                    [("anchor_set_id", "int8", 0), ("position", "int4", 0), ("label", "int8", 0),
+                     (col, ftype, X.shape[1])],
+                    {"anchor_set_id": np.full(X.shape[0], set_id, dtype=np.int64),
+                     "position": np.arange(X.shape[0], dtype=np.int32), "label": y, col: X})
+                _binary.copy_in(conn, f"COPY pm_vector.anchors (anchor_set_id, position, label, {col}) "
+                                      "FROM STDIN (FORMAT BINARY)", stream)
+                out.append({"anchor_set_id": int(set_id), "collection": collection, "role": role,
+                            "n_rows": int(X.shape[0])})
             conn.commit()
         except BaseException as exc:
             conn.rollback()
@@ -490,24 +513,24 @@ def register_anchor_set(collection: str, features, labels, role: str = "anchor",
             if err is exc:
                 raise
             raise err from exc
-    return {"anchor_set_id": int(set_id), "collection": collection, "role": role, "n_rows": int(X.shape[0])}
+    return out
 
 
 def _load_anchor_set(conn, coll: Mapping[str, Any], role: str, anchor_set_id: int | None) -> AnchorSet:
     if anchor_set_id is None:
         row = conn.execute(
-            "SELECT id, description, created_at, n_rows FROM pm_vector.anchor_sets "
+            "SELECT id, description, created_at, n_rows, provenance FROM pm_vector.anchor_sets "
             "WHERE collection_id = %s AND role = %s ORDER BY id DESC LIMIT 1", [coll["id"], role]).fetchone()
     else:
         row = conn.execute(
-            "SELECT id, description, created_at, n_rows FROM pm_vector.anchor_sets "
+            "SELECT id, description, created_at, n_rows, provenance FROM pm_vector.anchor_sets "
             "WHERE collection_id = %s AND role = %s AND id = %s", [coll["id"], role, anchor_set_id]).fetchone()
     if row is None:
         which = f"anchor set {anchor_set_id}" if anchor_set_id is not None else f"{role} set"
         raise NoAnchorSetError(
             f"collection {coll['name']!r} has no {which}; register one with "
             f"register_anchor_set({coll['name']!r}, features, labels, role={role!r}).")
-    set_id, description, created_at, n_rows = row
+    set_id, description, created_at, n_rows, provenance = row
     ftype = coll["feature_type"]
     col = "features" if ftype == "vector" else "features_half"
     buf = _binary.copy_out(conn, f"SELECT position, label, {col} FROM pm_vector.anchors "
@@ -516,7 +539,7 @@ def _load_anchor_set(conn, coll: Mapping[str, Any], role: str, anchor_set_id: in
     if d["position"].size != n_rows or np.any(d["position"] != np.arange(n_rows)):
         raise NoAnchorSetError(f"anchor set {set_id} of collection {coll['name']!r} is incomplete.")
     return AnchorSet(anchor_set_id=int(set_id), collection=coll["name"], role=role, features=d["f"],
-                     labels=d["label"], description=description, created_at=created_at)
+                     labels=d["label"], description=description, created_at=created_at, provenance=provenance)
 
 
 def get_anchor_set(collection: str, role: str = "anchor", *, anchor_set_id: int | None = None) -> AnchorSet:

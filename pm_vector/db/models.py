@@ -52,13 +52,14 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Table,
     Text,
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REAL
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 SCHEMA = "pm_vector"
@@ -153,6 +154,8 @@ class AnchorSet(Base):
     n_rows: Mapped[int] = mapped_column(Integer)
     description: Mapped[Optional[str]] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+    # how the set was made (None: registered by the user; a dict for a DP fabricated anchor)
+    provenance: Mapped[Optional[dict[str, Any]]] = mapped_column(JSONB)
 
     anchors: Mapped[list["Anchor"]] = relationship(order_by="Anchor.position",
                                                    viewonly=True)
@@ -226,6 +229,58 @@ class RequestLog(Base):
     received_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
     finished_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime(timezone=True))
     duration_ms: Mapped[Optional[float]] = mapped_column(Float)
+
+
+class KAHMModel(Base):
+    """A stored KAHM classifier (one wide KAHM per class); the newest of a collection serves."""
+
+    __tablename__ = "kahm_models"
+    __table_args__ = (
+        CheckConstraint("kind IN ('raw', 'noisy', 'fabricated')", name="ck_kahm_models_kind"),
+        CheckConstraint("cardinality(classes) >= 1", name="ck_kahm_models_classes"),
+        Index("ix_kahm_models_collection_id", "collection_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    collection_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey(f"{SCHEMA}.collections.id", ondelete="CASCADE", name="fk_kahm_models_collection"))
+    kind: Mapped[str] = mapped_column(Text)  # 'raw' | 'noisy' | 'fabricated'
+    params: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    privacy: Mapped[Optional[dict[str, Any]]] = mapped_column(JSONB)
+    classes: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
+    n_features: Mapped[int] = mapped_column(Integer)
+    n_items: Mapped[int] = mapped_column(Integer)
+    model: Mapped[bytes] = mapped_column(LargeBinary)
+    timings: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    worker: Mapped[Optional[dict[str, Any]]] = mapped_column(JSONB)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+
+
+class KAHMItemScore(Base):
+    """Class-matching scores (Definition 8) of one item under one model, in ``classes`` order."""
+
+    __tablename__ = "kahm_item_scores"
+
+    model_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey(f"{SCHEMA}.kahm_models.id", ondelete="CASCADE", name="fk_kahm_item_scores_model"),
+        primary_key=True)
+    item_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    predicted: Mapped[int] = mapped_column(BigInteger)
+    scores: Mapped[list[float]] = mapped_column(ARRAY(REAL))
+
+
+class KAHMAudit(Base):
+    """A membership-inference audit report (eq 69): raw vs fabricated models of a collection."""
+
+    __tablename__ = "kahm_audits"
+    __table_args__ = (Index("ix_kahm_audits_collection_id", "collection_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    collection_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey(f"{SCHEMA}.collections.id", ondelete="CASCADE", name="fk_kahm_audits_collection"))
+    params: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    report: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
 
 
 # ------------------------------------------------------------------------ per-run tables (Core)

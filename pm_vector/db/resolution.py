@@ -389,15 +389,19 @@ def _check_against_run(rf: RunFrame, ids, dim: int, n_query_rows: int, max_query
 
 # ----------------------------------------------------------------------------- resolution
 
-def _knn_statement(coll: Mapping[str, Any], include_features: bool) -> str:
+def _knn_statement(coll: Mapping[str, Any], include_features: bool, kahm_model_id: int | None = None) -> str:
     col = "features" if coll["feature_type"] == "vector" else "features_half"
     feat = f", i.{col}" if include_features else ""
+    scores = ", sc.predicted, sc.scores" if kahm_model_id is not None else ""
     # LATERAL by primary key, OFFSET 0 so it is not flattened into a join: one index lookup per returned
     # row, whatever the planner thinks of the function's size (it would hash-join a seq scan of items)
-    return ("SELECT b.query_index, b.rank, b.item_id, b.external_id, b.label, b.distance, i.payload" + feat +
+    return ("SELECT b.query_index, b.rank, b.item_id, b.external_id, b.label, b.distance, i.payload" + feat + scores +
             " FROM pm_vector.pm_knn_batch(%s, %s::vector[], %s, %s) AS b"
             " CROSS JOIN LATERAL (SELECT it.payload" + (f", it.{col}" if include_features else "") +
-            " FROM pm_vector.items AS it WHERE it.id = b.item_id OFFSET 0) AS i"
+            " FROM pm_vector.items AS it WHERE it.id = b.item_id OFFSET 0) AS i" +
+            (" LEFT JOIN LATERAL (SELECT s.predicted, s.scores FROM pm_vector.kahm_item_scores AS s"
+             f" WHERE s.model_id = {int(kahm_model_id)} AND s.item_id = b.item_id OFFSET 0) AS sc ON true"
+             if kahm_model_id is not None else "") +
             " ORDER BY b.query_index, b.rank")
 
 
@@ -417,7 +421,8 @@ def _vectors(Q: np.ndarray):
 
 
 def resolve(collection: str, request, k: int = 8, include_features: bool = False, *, conn=None,
-            max_query_rows: int = MAX_QUERY_ROWS, ef_search: int | None = None, log: bool = True) -> dict[str, Any]:
+            max_query_rows: int = MAX_QUERY_ROWS, ef_search: int | None = None, log: bool = True,
+            class_scores: bool = True) -> dict[str, Any]:
     """Resolve a PrivateMail request against ``collection``'s active run.
 
     ``request``: a :class:`~pm_vector.client.PrivateMailRequest`, a :class:`ReleaseRequest`
@@ -432,6 +437,13 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     is real: ``ClientSecret.pick(result["rows"])``) with ``item_ids``, ``external_ids``,
     ``labels``, ``distances`` (lists, nearest first), ``payloads`` and, if asked,
     ``features`` (``(k, d)`` float32 array).
+
+    When the collection has a KAHM model (:func:`pm_vector.db.kahm.fit_kahm_models`) and
+    ``class_scores`` is true, every row also carries ``class_scores`` (per returned item, its
+    class-matching scores of Definition 8 in the order of ``result["kahm"]["classes"]``; None for
+    an item ingested after the model) and ``predicted`` (the model's label, Definition 7);
+    ``result["kahm"]`` is ``{"model_id", "classes"}`` (None without a model). They are read
+    from the scores stored with the model: one primary-key lookup per returned item.
 
     Raises (nothing written): CollectionNotFoundError, NoActiveRunError, AnchorIdMismatchError,
     DimensionMismatchError, RequestError (NaN/inf, malformed, too many rows),
@@ -484,7 +496,8 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
             timings["align"] = (time.perf_counter() - t) * 1e3
 
             t = time.perf_counter()
-            cur = conn.execute(_knn_statement(coll, include_features),
+            kahm_id = coll.get("kahm_model_id") if class_scores else None
+            cur = conn.execute(_knn_statement(coll, include_features, kahm_id),
                                [collection, _vectors(aligned), k, ef_search], binary=True)
             rows = cur.fetchall()
             timings["knn"] = (time.perf_counter() - t) * 1e3
@@ -512,8 +525,15 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
         out_rows: list[dict[str, Any]] = [{"row": i, "item_ids": [], "external_ids": [], "labels": [], "distances": [],
                                            "payloads": []} for i in range(C)]
         feats: list[list] = [[] for _ in range(C)]
+        if kahm_id is not None:
+            for o in out_rows:
+                o["predicted"], o["class_scores"] = [], []
+            si = 8 if include_features else 7
         for r in rows:
             o = out_rows[r[0] - 1]
+            if kahm_id is not None:
+                o["predicted"].append(None if r[si] is None else int(r[si]))
+                o["class_scores"].append(None if r[si + 1] is None else [float(v) for v in r[si + 1]])
             o["item_ids"].append(int(r[2]))
             o["external_ids"].append(r[3])
             o["labels"].append(int(r[4]))
@@ -532,6 +552,8 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     timings["total"] = (time.perf_counter() - t0) * 1e3
     return {"collection": collection, "run_id": rf.run_id, "k": k, "n_query_rows": C, "rows": out_rows,
             "release_only": isinstance(req, ReleaseRequest),
+            "kahm": None if kahm_id is None else {"model_id": int(kahm_id),
+                                                  "classes": [int(c) for c in coll["kahm_classes"]]},
             "timings_ms": {a: round(b, 3) for a, b in timings.items()}, "request_log_id": log_id}
 
 

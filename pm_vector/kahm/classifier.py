@@ -237,6 +237,8 @@ class FabricatedKAHMClassifier(_PrivateMixin, KAHMClassifier):
     (paper) uses the KAHM modelling error of each original subset (eq 96) -- a data-dependent
     scalar that the DP guarantee does not cover; pass a public value to avoid it.
     ``max_smoothing_steps`` caps the smoother (Theorem 6 only gives a limit).
+    ``smoothing_steps``: a fixed, public number of smoothing steps instead of the stopping rule
+    (no ``r`` from the original rows; the model is then a function of the noisy rows only).
 
     Learned (besides those of :class:`KAHMClassifier`): ``fabrication_`` -- per class, per subset:
     ``M_tilde``, ``r``, the final modelling error and whether the rule was met (``r`` is not
@@ -248,8 +250,8 @@ class FabricatedKAHMClassifier(_PrivateMixin, KAHMClassifier):
     def __init__(self, epsilon: float = 1.0, delta: float = 1e-5, sensitivity: float = 1.0,
                  n_components: int = 20, n_layers: int = 5, branch_size: int = 1000, *,
                  noise_seed: int | None = None, cluster_on: str = "noisy", r: float | None = None,
-                 max_smoothing_steps: int = 200, random_state: int | None = 0, n_jobs: int = -1, device="auto",
-                 dtype="float64", chunk_size: int = DEFAULT_CHUNK):
+                 max_smoothing_steps: int = 200, smoothing_steps: int | None = None, random_state: int | None = 0,
+                 n_jobs: int = -1, device="auto", dtype="float64", chunk_size: int = DEFAULT_CHUNK):
         self.epsilon = epsilon
         self.delta = delta
         self.sensitivity = sensitivity
@@ -257,6 +259,7 @@ class FabricatedKAHMClassifier(_PrivateMixin, KAHMClassifier):
         self.cluster_on = cluster_on
         self.r = r
         self.max_smoothing_steps = max_smoothing_steps
+        self.smoothing_steps = smoothing_steps
         super().__init__(n_components, n_layers, branch_size, random_state=random_state, n_jobs=n_jobs,
                          device=device, dtype=dtype, chunk_size=chunk_size)
 
@@ -272,7 +275,7 @@ class FabricatedKAHMClassifier(_PrivateMixin, KAHMClassifier):
             m = y == c
             js = fabrication_jobs(X[m], Xp[m], self._n, branch_size=self._bs, cluster_on=self.cluster_on, r=self.r,
                                   max_steps=steps, random_state=self.random_state, device=self.device_,
-                                  dtype=self.dtype_, what=f"class {int(c)}")
+                                  dtype=self.dtype_, what=f"class {int(c)}", steps=self.smoothing_steps)
             jobs += js
             owners += [ci] * len(js)
         results = run_jobs(jobs, self.n_jobs)

@@ -25,7 +25,8 @@ __all__ = ["fabricate_anchor", "fit_class_models", "federated_predict", "members
 
 def fabricate_anchor(X, y, epsilon: float, n: int = 20, seed: int | None = None, *, delta: float = 1e-5,
                      sensitivity: float = 1.0, branch_size: int = 1000, max_smoothing_steps: int = 200,
-                     r: float | None = None, n_jobs: int = -1, device="auto") -> tuple[np.ndarray, np.ndarray]:
+                     r: float | None = None, smoothing_steps: int | None = None, n_jobs: int = -1,
+                     device="auto") -> tuple[np.ndarray, np.ndarray]:
     """Differentially private fabricated anchor rows ``(X_fab, y_fab)``.
 
     Per class (rows with the same label), Remark 4: every element of ``X`` gets Result 1's
@@ -35,6 +36,12 @@ def fabricate_anchor(X, y, epsilon: float, n: int = 20, seed: int | None = None,
     and fabricated (Definitions 13-14, stopping rule eq 92). Output rows are grouped by class
     (classes in ascending order). ``seed=None`` draws the noise from a cryptographically seeded
     generator; an int is for tests only. ``r``: see :class:`~pm_vector.kahm.FabricatedKAHMClassifier`.
+
+    ``smoothing_steps``: a fixed, public number of smoothing steps. The paper's stopping rule
+    (the default, ``None``) compares against ``r``, which eq 96 computes from the *original*
+    rows of each subset -- one scalar per subset outside the DP guarantee. With a fixed number of
+    steps (or a public ``r``) the output is a function of the noisy rows only, so the whole
+    anchor is ``(epsilon, delta)``-DP per element with no such caveat.
     """
     from ..manifold.laplacian import resolve_device
     from ..privacy import secure_generator
@@ -55,7 +62,7 @@ def fabricate_anchor(X, y, epsilon: float, n: int = 20, seed: int | None = None,
     for c in classes:
         m = y == c
         js = fabrication_jobs(X[m], Xp[m], int(n), branch_size=branch_size, r=r, max_steps=max_smoothing_steps,
-                              device=dev, dtype=torch.float64, what=f"class {int(c)}")
+                              device=dev, dtype=torch.float64, what=f"class {int(c)}", steps=smoothing_steps)
         jobs += js
         owners += [int(c)] * len(js)
     results = run_jobs(jobs, n_jobs)

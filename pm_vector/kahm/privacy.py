@@ -196,11 +196,12 @@ def smooth(Yplus, n: int, M: int | None = None, *, r: float | None = None, max_s
            device=None, dtype=torch.float64, what: str = "Y+"):
     """The smoother ``T_{n,M}`` of Definition 13.
 
-    ``M`` given: returns ``Y_{M-1}`` (``M - 1`` steps) and its trace. ``r`` given instead: steps
-    until the modelling error of ``Y_m`` is ``<= r`` (eq 92; at most ``max_steps``) and also
-    returns the fabricated rows ``A_{Y_m,n}(Y_m)`` of Definition 14.
+    ``M`` given: returns ``Y_{M-1}`` (``M - 1`` steps), its KAHM image ``A_{Y_{M-1},n}(Y_{M-1})``
+    (the fabricated rows of Definition 14 for a fixed, public ``M``) and the trace. ``r`` given
+    instead: steps until the modelling error of ``Y_m`` is ``<= r`` (eq 92; at most
+    ``max_steps``) and returns the fabricated rows ``A_{Y_m,n}(Y_m)`` of Definition 14.
 
-    Returns ``(Y_hat, Y_fab, trace)`` as torch tensors (``Y_fab`` is None when ``r`` is None).
+    Returns ``(Y_hat, Y_fab, trace)`` as torch tensors.
     """
     if (M is None) == (r is None):
         raise InvalidInputError("give exactly one of M (fixed number of recursions) or r (stopping threshold).")
@@ -229,7 +230,7 @@ def smooth(Yplus, n: int, M: int | None = None, *, r: float | None = None, max_s
                       f"{steps_cap} steps; returning the last iterate (raise max_steps to go on).",
                       FabricationWarning, stacklevel=2)
         return Y, img, SmootherTrace(errors, lambdas, steps_cap, met)
-    return Y, None, SmootherTrace(errors, lambdas, steps_cap, met)
+    return Y, img, SmootherTrace(errors, lambdas, steps_cap, met)
 
 
 def fabricate(Yplus, n: int, r: float, *, max_steps: int = 200, device=None, dtype=torch.float64,
@@ -244,14 +245,29 @@ def fabricate(Yplus, n: int, r: float, *, max_steps: int = 200, device=None, dty
 
 def fabrication_jobs(Y: np.ndarray, Yp: np.ndarray, n: int, *, branch_size: int = 1000, cluster_on: str = "noisy",
                      r: float | None = None, max_steps: int = 200, random_state: int | None = 0, device=None,
-                     dtype=torch.float64, what: str = "Y") -> list:
+                     dtype=torch.float64, what: str = "Y", steps: int | None = None) -> list:
     """Remark 4 as independent callables, one per k-means subset, each returning
     ``(fabricated rows, info)``. ``Y``: original rows (for ``r_s``, eq 96), ``Yp``: their noisy
-    version (Algorithm 1, drawn by the caller)."""
+    version (Algorithm 1, drawn by the caller). ``steps``: a fixed, public number of smoothing
+    steps instead of the stopping rule (then neither ``r`` nor ``Y`` is used: the output is a
+    function of ``Yp`` alone, pure post-processing of Algorithm 1)."""
     if cluster_on not in ("noisy", "original"):
         raise InvalidInputError(f"cluster_on must be 'noisy' or 'original'; got {cluster_on!r}.")
+    if steps is not None:
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+            raise InvalidInputError(f"steps must be a non-negative integer; got {steps!r}.")
+        if cluster_on != "noisy":
+            raise InvalidInputError("a fixed number of smoothing steps is for output that depends on the noisy rows "
+                                    "only; use cluster_on='noisy'.")
     S = n_branches_for(Y.shape[0], branch_size)
     parts = kmeans_partition(Yp if cluster_on == "noisy" else Y, S, min_size=n + 1, random_state=random_state)
+
+    def fixed_job(si, idx):
+        w = f"{what}, subset {si}" if len(parts) > 1 else what
+        _, Yf, tr = smooth(Yp[idx], n, M=int(steps) + 1, device=device, dtype=dtype, what=w)
+        info = {"size": int(len(idx)), "r": None, "M_tilde": tr.steps + 1, "final_error": tr.errors[-1],
+                "initial_error": tr.errors[0], "met_rule": None, "warning": None}
+        return Yf.cpu().numpy(), info
 
     def job(si, idx):
         w = f"{what}, subset {si}" if len(parts) > 1 else what
@@ -264,7 +280,8 @@ def fabrication_jobs(Y: np.ndarray, Yp: np.ndarray, n: int, *, branch_size: int 
                 "warning": str(caught[0].message) if caught else None}
         return Yf, info
 
-    return [lambda si=si, idx=idx: job(si, idx) for si, idx in enumerate(parts)]
+    fn = job if steps is None else fixed_job
+    return [lambda si=si, idx=idx: fn(si, idx) for si, idx in enumerate(parts)]
 
 
 def fabricate_subsets(Y, noise: OptimalNoise, n: int, *, rng: np.random.Generator | None = None,
