@@ -206,12 +206,16 @@ def scale(
 
 @bench_app.command("kahm")
 def kahm(
-    part: str = typer.Option("all", help="all, timings (Table 11) or privacy (Table 5)."),
+    part: str = typer.Option("all", help="all, timings (Table 11), privacy (Table 5), or anchor (the private query "
+                             "protocol on a DP fabricated anchor vs a public one, through the database; not in all)."),
     datasets: str = typer.Option("mnist,fashion-mnist,digits", help="Comma-separated: mnist, fashion-mnist, digits."),
     max_items: int = typer.Option(5000, help="Images per dataset (stratified subsample)."),
     repeats: int = typer.Option(3, help="Timed fits per Table 11 size (the median is reported)."),
     seed: int = typer.Option(0, help="Seed of the data, the splits and the random Table 11 matrices."),
     noise_seed: int = typer.Option(None, help="Seed of the DP noise (default: cryptographically seeded)."),
+    anchor_epsilons: str = typer.Option("1,4,16", help="--part anchor: per-element epsilons of the fabricated "
+                                        "anchor."),
+    n_queries: int = typer.Option(None, help="--part anchor: held-out queries per dataset (default 200)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ):
     """KAHM: accuracy and membership-inference score of the Def. 12 / Def. 15 classifiers over
@@ -221,9 +225,12 @@ def kahm(
     """
     from ..bench.kahm_bench import run_kahm_benchmark
 
-    if part not in ("all", "timings", "privacy"):
-        fail(f"--part must be all, timings or privacy; got {part!r}.")
+    if part not in ("all", "timings", "privacy", "anchor"):
+        fail(f"--part must be all, timings, privacy or anchor; got {part!r}.")
     names = [d.strip() for d in datasets.split(",") if d.strip()]
+    if part == "anchor":
+        _kahm_anchor(names, anchor_epsilons, n_queries, seed, noise_seed, as_json)
+        return
     try:
         result = run_kahm_benchmark(part, names, max_items=max_items, repeats=repeats, seed=seed,
                                     noise_seed=noise_seed, progress=None if as_json else (lambda m: err.print(m)))
@@ -249,3 +256,36 @@ def kahm(
             t.add_row(r["dataset"], f"{r['epsilon']:g}", str(r["n"]), f"{r['accuracy_def12']:.4f}",
                       f"{r['accuracy_def15']:.4f}", f"{r['mis_def12']:.5f}", f"{r['mis_def15']:.5f}")
         Console().print(t)
+
+
+def _kahm_anchor(names, anchor_epsilons: str, n_queries, seed: int, noise_seed, as_json: bool) -> None:
+    from ..bench.anchor_bench import ANCHOR_SIZES, run_anchor_benchmark
+
+    names = [d for d in names if d in ANCHOR_SIZES]
+    if not names:
+        fail(f"--part anchor runs on {', '.join(ANCHOR_SIZES)}; pass --datasets with one of them.")
+    try:
+        eps = [float(e) for e in anchor_epsilons.split(",") if e.strip()]
+    except ValueError:
+        fail(f"--anchor-epsilons must be comma-separated numbers; got {anchor_epsilons!r}.")
+    try:
+        result = run_anchor_benchmark(names, anchor_epsilons=eps, n_queries=n_queries, seed=seed,
+                                      noise_seed=noise_seed, progress=None if as_json else (lambda m: err.print(m)))
+    except PMVectorError as e:
+        fail(str(e))
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    t = Table(title="Private queries on a DP fabricated anchor vs a public anchor (client epsilon "
+                    f"{result['config']['client_epsilon']:g}, through PostgreSQL)")
+    for c in ("dataset", "anchor", "eps/element", "clip range", "eps/row", "recall@8", "precision@8"):
+        t.add_column(c, justify="left" if c in ("dataset", "anchor") else "right")
+    for r in result["raw_knn"]:
+        t.add_row(r["dataset"], "raw k-NN (no privacy)", "-", "-", "-", f"{r['recall_at_8']:.3f}",
+                  f"{r['precision_at_8']:.3f}")
+    for r in result["anchor"]:
+        t.add_row(r["dataset"], r["anchor"], "-" if r["anchor_epsilon"] is None else f"{r['anchor_epsilon']:g}",
+                  "-" if r["value_range"] is None else "[{:g}, {:g}]".format(*r["value_range"]),
+                  "-" if r["row_epsilon"] is None else f"{r['row_epsilon']:g}", f"{r['recall_at_8']:.3f}",
+                  f"{r['precision_at_8']:.3f}")
+    Console().print(t)

@@ -34,9 +34,17 @@ they load torch)::
     explain_resolution(collection, request, k=8) -> dict        rerank(query_features, rows_features, k=None)
     ReleaseOnlyPrivateMail / ReleaseRequest / post_process_release (iteration-distribute-recursion)
 
+KAHM roles (see :mod:`pm_vector.db.kahm`; imported on demand)::
+
+    fabricate_anchor_set(collection, epsilon, *, value_range) -> dict   (DP anchor + dummy pool)
+    fit_kahm_models(collection, kind="raw"|"noisy"|"fabricated") -> dict (scores come back in resolve)
+    score_new_items / list_kahm_models / load_kahm_model / class_scores
+    party_distances / federated_classify(parties, X)                     (eq 104, distances only)
+    run_membership_audit(collection, epsilon, *, value_range) / list_audits
+
 SQL (installed by the migrations from ``sql/``, schema ``pm_vector``): ``pm_knn``,
-``pm_knn_batch``, ``pm_knn_batch_explain``, views ``pm_collections``, ``pm_runs``,
-``pm_anchor_sets``, ``pm_requests``. The storage design is explained in
+``pm_knn_batch``, ``pm_knn_batch_explain``, ``pm_class_scores``, views ``pm_collections``,
+``pm_runs``, ``pm_anchor_sets``, ``pm_requests``, ``pm_kahm_models``, ``pm_kahm_audits``. The storage design is explained in
 :mod:`pm_vector.db.models`.
 """
 
