@@ -24,6 +24,11 @@ What happens in :meth:`Client.query`:
 5. with ``rerank=True`` and a collection that allows raw features, the server returns the
    neighbours' features for *every* row (so asking reveals nothing about the real row) and
    the client re-orders its real row's neighbours by distance to its own raw query.
+
+:meth:`Client.kahm_distances` makes a collection behind a service a party of federated KAHM
+classification (:func:`pm_vector.db.kahm.federated_classify`)::
+
+    federated_classify(["local_coll", lambda Q: c.kahm_distances("remote_coll", Q)], Q)
 """
 
 from __future__ import annotations
@@ -152,6 +157,37 @@ class Client:
         body = {"request": request.to_dict() if hasattr(request, "to_dict") else request, "k": int(k),
                 "include_features": bool(include_features)}
         return self._call("POST", f"/collections/{name}/resolve", json=body)
+
+    # ------------------------------------------------------------------ KAHM
+    def kahm_models(self, name: str) -> list[dict[str, Any]]:
+        """The collection's stored KAHM models, newest first."""
+        return self._call("GET", f"/collections/{name}/kahm/models")["models"]
+
+    def kahm_distances(self, name: str, features, model_id: int | None = None) -> dict[str, Any]:
+        """The remote collection as a party of federated classification.
+
+        Returns :func:`pm_vector.db.kahm.party_distances`' shape -- ``{"party", "model_id", "n_features",
+        "classes", "distances": {class (int): float64 array, one value per row}}`` (JSON's null back to
+        ``inf``) -- so a remote party plugs into :func:`pm_vector.db.kahm.federated_classify`::
+
+            federated_classify(["local", lambda Q: client.kahm_distances("remote", Q)], Q)
+
+        Only the feature rows are sent (they are not privatised: send them to parties you trust with them)."""
+        X = np.asarray(features, dtype=np.float64)
+        if X.ndim == 1:
+            X = X[None, :]
+        if X.ndim != 2 or X.shape[0] == 0:
+            raise InvalidInputError(f"features must be a (rows, features) array; got shape {X.shape}.")
+        if not np.all(np.isfinite(X)):
+            raise InvalidInputError("features contain NaN or infinite values; clean or drop those rows.")
+        body: dict[str, Any] = {"features": X.tolist()}
+        if model_id is not None:
+            body["model_id"] = int(model_id)
+        res = self._call("POST", f"/collections/{name}/kahm/distances", json=body)
+        res["distances"] = {int(c): np.array([np.inf if v is None else v for v in vals], dtype=np.float64)
+                            for c, vals in res["distances"].items()}
+        res["classes"] = [int(c) for c in res.get("classes", [])]
+        return res
 
     # ------------------------------------------------------------------ the private query
     def frame(self, name: str, *, refresh: bool = False):

@@ -13,12 +13,16 @@ POST     /collections/{name}/items              items by id; raw features only i
 POST     /collections/{name}/jobs               start an SMLQ embedding job (background thread) -> 202
 GET      /jobs, /jobs/{job_id}                  jobs of this process: status, stage progress, result
 POST     /collections/{name}/resolve            a PrivateMail request in, per-row k-NN results out
+                                                (with the current KAHM model's class scores per item)
+GET      /collections/{name}/kahm/models        the collection's stored KAHM models (no model bytes)
+POST     /collections/{name}/kahm/distances     this collection as a party of federated classification:
+                                                per class, the distance value of every query row
 =======  =====================================  =====================================================
 
 Refusals are JSON ``{"error", "message"}`` with a 4xx status and write nothing: 401 (no or
 unknown key), 413 (body, rows or dimensions over the limits), 400 (malformed JSON, NaN/Infinity),
 422 (wrong shapes or values), 404 (unknown collection, job, or no active run), 403 (raw features
-not allowed), 409 (no active run yet).
+not allowed), 409 (no active run yet, or no KAHM model for the kahm endpoints).
 """
 
 from __future__ import annotations
@@ -53,6 +57,10 @@ def _status_of(exc: PMVectorError) -> tuple[int, str]:
         return 404, "not_found"
     if isinstance(exc, dbe.NoActiveRunError):
         return 409, "no_active_run"
+    from ..db.kahm import NoKAHMModelError
+
+    if isinstance(exc, NoKAHMModelError):
+        return 409, "no_kahm_model"
     if isinstance(exc, dbe.RawFeaturesNotAllowedError):
         return 403, "raw_features_not_allowed"
     if isinstance(exc, dbe.DatabaseConfigError):
@@ -184,6 +192,38 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
     except (InvalidInputError, TypeError, ValueError) as exc:
         raise ApiError(422, "invalid_input", f"invalid PrivateMail request: {exc}") from None
     return req, k, inc
+
+
+def check_distances_body(d: Any, settings: ServiceSettings) -> tuple[list[list[float]], int | None]:
+    """Validate a ``/kahm/distances`` body; returns ``(features rows, model_id)`` or raises ApiError.
+    The feature dimension is checked against the collection by :func:`pm_vector.db.kahm.party_distances`."""
+    if not isinstance(d, dict):
+        raise ApiError(422, "invalid_input", "the body must be a JSON object {\"features\": [[...], ...]}.")
+    unknown = sorted(set(d) - {"features", "model_id"})
+    if unknown:
+        raise ApiError(422, "invalid_input", f"unknown field(s) {unknown}; the body has 'features' and 'model_id'.")
+    mid = d.get("model_id")
+    if mid is not None and (isinstance(mid, bool) or not isinstance(mid, int) or mid < 1):
+        raise ApiError(422, "invalid_input", f"model_id must be a positive integer or null, got {mid!r}.")
+    X = d.get("features")
+    if not isinstance(X, list) or not X or not all(isinstance(row, list) for row in X):
+        raise ApiError(422, "invalid_input", "features must be a non-empty list of rows (lists of numbers).")
+    if len(X) > settings.max_rows:
+        raise ApiError(413, "too_many_rows", f"features has {len(X):,} rows; this server accepts at most "
+                                             f"{settings.max_rows:,}.")
+    width = len(X[0])
+    if width == 0:
+        raise ApiError(422, "invalid_input", "features row 0 is empty.")
+    for i, row in enumerate(X):
+        if len(row) != width:
+            raise ApiError(422, "invalid_input", f"features row {i} has {len(row)} values, row 0 has {width}; every "
+                                                 "row must have the same length.")
+        for v in row:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ApiError(422, "invalid_input", f"features row {i} holds {v!r}; only numbers are allowed.")
+            if isinstance(v, int) and abs(v) > 1e300:  # would not convert to float64
+                raise ApiError(422, "invalid_input", f"features row {i} holds an integer too large for a float.")
+    return X, mid
 
 
 def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI:
@@ -364,6 +404,38 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         body = await request.body()
         return JSONResponse(await run_in_threadpool(_resolve_sync, name, body))
 
+    @app.get("/collections/{name}/kahm/models", dependencies=auth, response_model=schemas.KAHMModels,
+             tags=["kahm"])
+    def kahm_models(name: str):
+        """The collection's stored KAHM models, newest first (``is_current``: the one that serves)."""
+        from ..db.kahm import list_kahm_models
+        from .resolution import _plain
+
+        return JSONResponse(_plain({"collection": name, "models": list_kahm_models(name)}))
+
+    def _distances_sync(name: str, body: bytes) -> dict[str, Any]:
+        X, mid = check_distances_body(parse_json(body), settings)
+        from ..db.kahm import party_distances
+        from .resolution import _plain
+
+        with resolve_slots:
+            return _plain(party_distances(name, X, model_id=mid))
+
+    @app.post("/collections/{name}/kahm/distances", dependencies=auth, response_model=schemas.PartyDistances,
+              tags=["kahm"], openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": {"$ref": "#/components/schemas/DistancesBody"}}}}})
+    async def kahm_distances(name: str, request: Request):
+        """This collection as a party of federated classification (the KAHM paper's eq 104).
+
+        The body is ``{"features": [[...], ...], "model_id": null}``; the answer holds, for every class
+        the party's model knows, the distance value (Definition 6) of each query row -- no items, no
+        model. JSON object keys are strings: ``distances`` is ``{"<class>": [one per row]}``, and a
+        distance that is infinite (the class cannot model the row) is ``null``.
+        :meth:`pm_vector.client.http.Client.kahm_distances` turns it back into
+        :func:`pm_vector.db.kahm.party_distances`' shape (int keys, numpy arrays, inf)."""
+        body = await request.body()
+        return JSONResponse(await run_in_threadpool(_distances_sync, name, body))
+
     # make ResolveBody part of the schema although the endpoint parses the body itself
     _orig_openapi = app.openapi
 
@@ -372,7 +444,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
             return app.openapi_schema
         s = _orig_openapi()
         comps = s.setdefault("components", {}).setdefault("schemas", {})
-        for m in (schemas.ResolveBody, schemas.PrivateMailRequestBody):
+        for m in (schemas.ResolveBody, schemas.PrivateMailRequestBody, schemas.DistancesBody):
             js = m.model_json_schema(ref_template="#/components/schemas/{model}")
             for k, v in js.pop("$defs", {}).items():
                 comps.setdefault(k, v)

@@ -47,6 +47,12 @@ class ResultRow(BaseModel):
     labels: list[int] = []
     distances: list[Optional[float]] = []
     features: Optional[list[list[float]]] = None
+    predicted: Optional[list[Optional[int]]] = Field(
+        None, description="With a KAHM model: each returned item's predicted class (Definition 7); null for an "
+                          "item ingested after the model was fitted.")
+    class_scores: Optional[list[Optional[list[float]]]] = Field(
+        None, description="With a KAHM model: each returned item's class-matching scores (Definition 8), in the "
+                          "order of the response's kahm.classes; null for an item without scores.")
 
 
 class ResolveResponse(BaseModel):
@@ -55,7 +61,31 @@ class ResolveResponse(BaseModel):
     run_id: Optional[int] = None
     rows: list[ResultRow] = Field(description="One entry per query row, in the request's row order; the client "
                                   "keeps its real row's.")
+    kahm: Optional[dict[str, Any]] = Field(None, description="The KAHM model whose scores the rows carry: "
+                                           "{\"model_id\", \"classes\"}; null without a model.")
     model_config = {"extra": "allow"}
+
+
+class DistancesBody(BaseModel):
+    features: list[list[float]] = Field(description="Query rows of the collection's feature dimension.")
+    model_id: Optional[int] = Field(None, description="A stored KAHM model; default the current one.")
+
+
+class PartyDistances(BaseModel):
+    """:func:`pm_vector.db.kahm.party_distances` as JSON: class keys are strings, infinite distances null."""
+
+    party: str
+    model_id: int
+    n_features: int
+    classes: list[int]
+    distances: dict[str, list[Optional[float]]] = Field(
+        description="Per class (the key is the class label as a string), the distance value of each query row "
+                    "(Definition 6); null where it is infinite.")
+
+
+class KAHMModels(BaseModel):
+    collection: str
+    models: list[dict[str, Any]]
 
 
 class AnchorDocument(BaseModel):
