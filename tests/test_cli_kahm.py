@@ -211,7 +211,7 @@ def test_federate_and_audit(home, digits, tmp_path):
         _refused(["kahm", "audit", names[0], "--epsilon", "1", "--value-range", "0,1", "--holdout", "0.99"],
                  "holdout_fraction")
         _refused(["kahm", "audit", names[0], "--epsilon", "1", "--value-range", "0,1", "--max-items", "5"],
-                 "cannot be split")
+                 "cannot split the audit sample")
     finally:
         for name in names:
             db.drop_collection(name, missing_ok=True)

@@ -371,7 +371,8 @@ def audit(
     holdout: float = typer.Option(0.3, "--holdout", help="Held-out fraction of the audit sample (0.05..0.95)."),
     max_items: Optional[int] = typer.Option(5000, help="Items in the audit sample (stratified; 0: all)."),
     n_components: int = typer.Option(20, help="KAHM components of the audited models."),
-    n_layers: int = typer.Option(5, help="Layers of each class's wide KAHM."),
+    n_layers: Optional[int] = typer.Option(None, help="Layers of each class's wide KAHM (default min(5, "
+                                           "--n-components))."),
     smoothing_steps: Optional[int] = typer.Option(None, help="Fixed smoothing steps of the fabricated model."),
     split_seed: int = typer.Option(0, help="Public seed of the sample and the split."),
     noise_seed: Optional[int] = typer.Option(None, hidden=True, help=NOISE_SEED_HELP),
@@ -389,13 +390,10 @@ def audit(
 
     vr = _value_range(value_range)
     with _bar(progress) as bar:
-        try:
-            res = _call(run_membership_audit, collection, epsilon, value_range=vr, delta=delta,
-                        holdout_fraction=holdout, max_items=max_items or None, n_components=n_components,
-                        n_layers=n_layers, smoothing_steps=smoothing_steps, split_seed=split_seed,
-                        noise_seed=noise_seed, progress=bar)
-        except ValueError as e:  # scikit-learn's stratified split refusing the sample (e.g. fewer items than classes)
-            fail(f"the audit sample cannot be split: {e}. Raise --max-items or lower --holdout.")
+        res = _call(run_membership_audit, collection, epsilon, value_range=vr, delta=delta,
+                    holdout_fraction=holdout, max_items=max_items or None, n_components=n_components,
+                    n_layers=n_layers, smoothing_steps=smoothing_steps, split_seed=split_seed,
+                    noise_seed=noise_seed, progress=bar)
     if as_json:
         _echo_json(res)
         return

@@ -307,7 +307,7 @@ def _write_scores(conn, model_id: int, item_ids: np.ndarray, predicted: np.ndarr
 
 
 def fit_kahm_models(collection: str, *, kind: str = "raw", epsilon: float | None = None, delta: float = 1e-5,
-                    value_range=None, n_components: int = 20, n_layers: int = 5, branch_size: int = 1000,
+                    value_range=None, n_components: int = 20, n_layers: int | None = None, branch_size: int = 1000,
                     smoothing_steps: int | None = None, noise_seed: int | None = None, keep_previous: int = 1,
                     n_jobs: int = -1, progress: ProgressFn | None = None) -> dict[str, Any]:
     """Fit one wide KAHM per class on the collection's items, score every item, store both.
@@ -330,7 +330,7 @@ def fit_kahm_models(collection: str, *, kind: str = "raw", epsilon: float | None
     elif epsilon is not None:
         raise InvalidInputError("epsilon is for the private kinds ('noisy', 'fabricated'); kind='raw' adds no noise.")
     n = _positive_int("n_components", n_components)
-    L = _positive_int("n_layers", n_layers)
+    L = min(5, n) if n_layers is None else _positive_int("n_layers", n_layers)  # default: 5 layers, at most n
     bs = _positive_int("branch_size", branch_size)
     keep = _positive_int("keep_previous", keep_previous, 0)
     if smoothing_steps is not None and kind != "fabricated":
@@ -486,11 +486,18 @@ def score_new_items(collection: str, model_id: int | None = None) -> dict[str, A
             return {"model_id": int(mid), "scored": 0}
         scores, pred = _scores_of(model, np.asarray(items["features"], dtype=np.float64))
         try:
+            # the model must still exist when the scores land (a concurrent fit may prune it)
+            if conn.execute("SELECT 1 FROM pm_vector.kahm_models WHERE id = %s FOR SHARE", [int(mid)]).fetchone() is None:
+                raise NoKAHMModelError(f"KAHM model {int(mid)} of collection {collection!r} was replaced and pruned "
+                                       "meanwhile; run score_new_items again.")
             _write_scores(conn, int(mid), items["id"], pred, scores)
             conn.commit()
-        except BaseException:
+        except BaseException as exc:
             conn.rollback()
-            raise
+            err = translate_sql_error(exc) if isinstance(exc, Exception) else exc
+            if err is exc:
+                raise
+            raise err from exc
     return {"model_id": int(mid), "scored": int(items["id"].shape[0])}
 
 
@@ -523,7 +530,10 @@ def party_distances(collection: str, features, model_id: int | None = None) -> d
     with connect() as conn:
         coll = _collection_row(conn, collection)
         conn.rollback()
-    X = np.asarray(features, dtype=np.float64) if np.ndim(features) == 2 else None
+    try:
+        X = np.asarray(features, dtype=np.float64) if np.ndim(features) == 2 else None
+    except (TypeError, ValueError):
+        raise InvalidInputError("features must be a 2-d numeric array (rows of equal length).") from None
     if X is not None and X.shape[1] != coll["feature_dim"]:
         raise DimensionMismatchError(
             f"the query has {X.shape[1]} features but party {collection!r} models {coll['feature_dim']}; every party "
@@ -596,7 +606,7 @@ def federated_classify(parties: Sequence[Any], features, *, classes: Sequence[in
 
 def run_membership_audit(collection: str, epsilon: float, *, value_range, delta: float = 1e-5,
                          holdout_fraction: float = 0.3, max_items: int | None = 5000, n_components: int = 20,
-                         n_layers: int = 5, branch_size: int = 1000, smoothing_steps: int | None = None,
+                         n_layers: int | None = None, branch_size: int = 1000, smoothing_steps: int | None = None,
                          split_seed: int = 0, noise_seed: int | None = None, n_jobs: int = -1,
                          progress: ProgressFn | None = None) -> dict[str, Any]:
     """Membership-inference audit of the collection's models: the number a data owner checks
@@ -619,15 +629,22 @@ def run_membership_audit(collection: str, epsilon: float, *, value_range, delta:
     if not isinstance(holdout_fraction, (int, float)) or not 0.05 <= float(holdout_fraction) <= 0.95:
         raise InvalidInputError(f"holdout_fraction must be in [0.05, 0.95]; got {holdout_fraction!r}.")
     n = _positive_int("n_components", n_components)
+    L = min(5, n) if n_layers is None else _positive_int("n_layers", n_layers)
     if max_items is not None:
         _positive_int("max_items", max_items, 2)
     report("load", 0, 1)
     coll, items = _load(collection)
     report("load", 1, 1)
     X, y = items["features"], items["label"]
+    def split(idx, labels, **kw):
+        try:
+            return train_test_split(idx, stratify=labels, random_state=split_seed, **kw)
+        except ValueError as exc:  # e.g. fewer sample rows than classes
+            raise InvalidInputError(f"cannot split the audit sample by class ({exc}); raise max_items or "
+                                    "change holdout_fraction.") from None
+
     if max_items is not None and X.shape[0] > max_items:
-        keep, _ = train_test_split(np.arange(X.shape[0]), train_size=int(max_items), stratify=y,
-                                   random_state=split_seed)
+        keep, _ = split(np.arange(X.shape[0]), y, train_size=int(max_items))
         X, y = X[keep], y[keep]
     classes, counts = np.unique(y, return_counts=True)
     need = int(np.ceil((n + 1) / (1.0 - float(holdout_fraction)))) + 2
@@ -636,14 +653,13 @@ def run_membership_audit(collection: str, epsilon: float, *, value_range, delta:
         raise InvalidInputError(f"class {c} has {int(counts.min())} item(s) in the audit sample; with n_components={n} "
                                 f"and holdout_fraction={holdout_fraction} each class needs at least {need}. Lower "
                                 "n_components or raise max_items.")
-    tr, ho = train_test_split(np.arange(X.shape[0]), test_size=float(holdout_fraction), stratify=y,
-                              random_state=split_seed)
+    tr, ho = split(np.arange(X.shape[0]), y, test_size=float(holdout_fraction))
     Xc = np.clip(X, *priv["value_range"])
     out: dict[str, Any] = {"n_train": int(tr.size), "n_holdout": int(ho.size)}
     t0 = time.perf_counter()
     for i, kind in enumerate(KINDS):
         report("fit", i, len(KINDS))
-        model = _make_model(kind, priv, n, min(int(n_layers), n), int(branch_size), smoothing_steps if kind ==
+        model = _make_model(kind, priv, n, L, int(branch_size), smoothing_steps if kind ==
                             "fabricated" else None, noise_seed, n_jobs)
         model.fit((X if kind == "raw" else Xc)[tr], y[tr])
         r_tr = model.min_distance(X[tr])
@@ -659,7 +675,7 @@ def run_membership_audit(collection: str, epsilon: float, *, value_range, delta:
         out[f"mis_reduction{'' if base == 'raw' else '_vs_noisy'}"] = (1.0 - b / a) if a and b is not None else None
     out["seconds"] = round(time.perf_counter() - t0, 3)
     params = {**priv, "holdout_fraction": float(holdout_fraction), "max_items": max_items, "n_components": n,
-              "n_layers": int(n_layers), "branch_size": int(branch_size), "smoothing_steps": smoothing_steps,
+              "n_layers": L, "branch_size": int(branch_size), "smoothing_steps": smoothing_steps,
               "split_seed": int(split_seed),
               "noise": "cryptographically seeded" if noise_seed is None else "fixed test seed (NOT private)"}
     _json_safe(out, "audit report")
