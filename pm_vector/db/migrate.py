@@ -1,7 +1,8 @@
 """Alembic, driven from code: where the migrations and SQL files are, head and current revision, upgrade.
 
 The migration scripts live in ``migrations/`` and the user-readable SQL they install in
-``sql/``, both at the top of the source tree. ``PM_VECTOR_MIGRATIONS_DIR`` and
+``sql/``, both at the top of the source tree; a wheel installs copies under
+``<prefix>/share/pm_vector/``, which is searched next. ``PM_VECTOR_MIGRATIONS_DIR`` and
 ``PM_VECTOR_SQL_DIR`` override the locations (e.g. for an installation that ships them
 elsewhere). ``migrations/alembic.ini`` is only needed to run the ``alembic`` command line by
 hand; pm_vector builds its :class:`alembic.config.Config` in code (:func:`alembic_config`).
@@ -26,9 +27,28 @@ MIGRATION_LOCK_KEY = (0x504D << 48) | 0xA1E
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def _candidates(name: str) -> list[Path]:
+    """The source tree (editable install, checkout), then ``<prefix>/share/pm_vector/<name>``
+    where a wheel installs them (pyproject's data-files)."""
+    import sys
+    import sysconfig
+
+    out = [_REPO_ROOT / name]
+    for prefix in dict.fromkeys([sysconfig.get_path("data"), sys.prefix, sys.base_prefix]):
+        out.append(Path(prefix) / "share" / "pm_vector" / name)
+    return out
+
+
+def _locate(env: str, name: str, ok) -> Path:
+    if os.environ.get(env):
+        return Path(os.environ[env])
+    cands = _candidates(name)
+    return next((d for d in cands if ok(d)), cands[0])
+
+
 def migrations_dir() -> Path:
     """Directory of the alembic environment (``env.py``, ``versions/``)."""
-    d = Path(os.environ.get("PM_VECTOR_MIGRATIONS_DIR") or _REPO_ROOT / "migrations")
+    d = _locate("PM_VECTOR_MIGRATIONS_DIR", "migrations", lambda p: (p / "env.py").is_file())
     if not (d / "env.py").is_file():
         raise DatabaseConfigError(
             f"pm_vector's migrations were not found at {d} (no env.py). Set PM_VECTOR_MIGRATIONS_DIR to the "
@@ -38,7 +58,7 @@ def migrations_dir() -> Path:
 
 def sql_dir() -> Path:
     """Directory of the SQL files installed by the migrations."""
-    d = Path(os.environ.get("PM_VECTOR_SQL_DIR") or _REPO_ROOT / "sql")
+    d = _locate("PM_VECTOR_SQL_DIR", "sql", lambda p: (p / "0001_functions.sql").is_file())
     if not d.is_dir():
         raise DatabaseConfigError(
             f"pm_vector's SQL files were not found at {d}. Set PM_VECTOR_SQL_DIR to the 'sql' directory of the "
