@@ -283,7 +283,7 @@ def test_stored_scores_are_the_models_scores(modeled, conn):
     assert m["kind"] == "raw" and m["privacy"] is None and m["is_current"] is True
     assert m["classes"] == list(range(10)) and m["n_features"] == 64 and m["n_items"] == 300
     assert m["n_scored_items"] == 300 and m["params"] == {"n_components": N_COMP, "n_layers": N_LAYERS,
-                                                           "branch_size": 1000}
+                                                           "branch_size": 1000, "dtype": "float32"}
     assert m["model_bytes"] > 0 and 0.5 < m["training_accuracy"] <= 1.0
     assert list_kahm_models(name)[0]["model_id"] == m["model_id"]
     ids, X, y = _items(conn, name)
@@ -295,9 +295,13 @@ def test_stored_scores_are_the_models_scores(modeled, conn):
     assert model.model_id_ == m["model_id"] and model.classes_.tolist() == list(range(10))
     np.testing.assert_allclose(S, model.class_scores(X), rtol=1e-5, atol=1e-6)
     # the same model fitted in memory, the same way
-    ref = KAHMClassifier(n_components=N_COMP, n_layers=N_LAYERS).fit(X, y)
+    ref = KAHMClassifier(n_components=N_COMP, n_layers=N_LAYERS, dtype="float32").fit(X, y)
     np.testing.assert_allclose(S, ref.class_scores(X), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(P, ref.predict(X))
+    # stored in float32 (the default): the float64 model scores the items the same to ~1e-4
+    ref64 = KAHMClassifier(n_components=N_COMP, n_layers=N_LAYERS).fit(X, y)
+    np.testing.assert_allclose(S, ref64.class_scores(X), atol=1e-4)
+    assert model.dtype == "float32"
     np.testing.assert_array_equal(P, np.argmax(S, axis=1))
     # a model read back from its bytes (not the cache) is the same model
     from pm_vector.db import kahm as dbk
@@ -672,7 +676,8 @@ def test_federated_equals_centralised(parties, conn):
     Xq = parties["Xq"]
     _, Xa, ya = _items(conn, a)
     _, Xb, yb = _items(conn, b)
-    central = KAHMClassifier(n_components=N_COMP, n_layers=N_LAYERS).fit(np.vstack([Xa, Xb]), np.concatenate([ya, yb]))
+    central = KAHMClassifier(n_components=N_COMP, n_layers=N_LAYERS, dtype="float32").fit(
+        np.vstack([Xa, Xb]), np.concatenate([ya, yb]))  # the stored models' precision
     res = federated_classify([a, b], Xq)
     np.testing.assert_array_equal(res["predicted"], central.predict(Xq))
     assert res["classes"] == list(range(10))
