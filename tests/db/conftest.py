@@ -41,3 +41,20 @@ def cname(db):
     name = "t_" + uuid.uuid4().hex[:12]
     yield name
     db.drop_collection(name, missing_ok=True)
+
+
+@pytest.fixture
+def fresh_url(db):
+    """The URL of a new, empty database on the session's server (dropped afterwards)."""
+    import psycopg
+    from psycopg import sql
+
+    from pm_vector.db import server
+
+    name = "mig_" + uuid.uuid4().hex[:8]
+    admin = server.database_url().replace(f"/{server.EMBEDDED_DATABASE}?", "/postgres?")
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield admin.replace("/postgres?", f"/{name}?")
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))

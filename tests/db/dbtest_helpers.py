@@ -33,3 +33,32 @@ def data(n: int, d: int, n_labels: int = 3, seed: int = 0):
     X = rng.normal(size=(n, d)).astype(np.float32)
     y = rng.integers(0, n_labels, n)
     return X, y
+
+
+def start_child(code: str, *args: str):
+    """A Python child process running ``code`` (dedented) with the test session's environment."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], env=dict(os.environ), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def wait_ready(proc, timeout: float = 90.0) -> str:
+    """The child's first stdout line starting with READY (it prints one where it should be killed)."""
+    import select
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if r:
+            line = proc.stdout.readline()
+            if line.startswith("READY"):
+                return line
+            if not line and proc.poll() is not None:
+                break
+    proc.kill()
+    raise AssertionError(f"child never got ready: {proc.stderr.read()}")

@@ -11,6 +11,7 @@ import uuid
 
 import numpy as np
 import pytest
+from dbtest_helpers import start_child, wait_ready
 
 from pm_vector.errors import InvalidInputError, PrivacyParameterError
 
@@ -576,31 +577,6 @@ print("FINISHED", flush=True)
 """
 
 
-def _start_child(code: str, *args: str):
-    import subprocess
-    import sys
-    import textwrap
-
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], env=dict(os.environ), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def _wait_ready(proc, timeout: float = 90.0) -> str:
-    import select
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        r, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if r:
-            line = proc.stdout.readline()
-            if line.startswith("READY"):
-                return line
-            if not line and proc.poll() is not None:
-                break
-    proc.kill()
-    raise AssertionError(f"child never got ready: {proc.stderr.read()}")
-
-
 @pytest.mark.parametrize("stage", ["fit", "in_transaction"])
 def test_sigkilled_fit_leaves_previous_model(db, cname, digits, conn, stage):
     from pm_vector.db.kahm import fit_kahm_models, list_kahm_models, load_kahm_model
@@ -612,9 +588,9 @@ def test_sigkilled_fit_leaves_previous_model(db, cname, digits, conn, stage):
     first = fit_kahm_models(cname, n_components=3, n_layers=1)["model_id"]
     n_scores = _score_count(conn, cname)
     assert n_scores == 60
-    child = _start_child(FIT_CHILD, cname, stage)
+    child = start_child(FIT_CHILD, cname, stage)
     try:
-        assert _wait_ready(child).split()[1] == stage
+        assert wait_ready(child).split()[1] == stage
         if stage == "in_transaction":  # the uncommitted rows are there, but invisible
             assert conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
                                 "state = 'idle in transaction' AND pid <> pg_backend_pid()").fetchone()[0] >= 1
@@ -794,21 +770,6 @@ def test_membership_audit_is_stored(db, cname, digits, conn):
 
 
 # ----------------------------------------------------------------------------- migration 0004
-
-@pytest.fixture
-def fresh_url(db):
-    import psycopg
-    from psycopg import sql
-
-    from pm_vector.db import server
-
-    name = "mig_" + uuid.uuid4().hex[:8]
-    admin = server.database_url().replace(f"/{server.EMBEDDED_DATABASE}?", "/postgres?")
-    with psycopg.connect(admin, autocommit=True) as c:
-        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield admin.replace("/postgres?", f"/{name}?")
-    with psycopg.connect(admin, autocommit=True) as c:
-        c.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def _schema_state(c):

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from dbtest_helpers import data, make_embed_fn, projection
+from dbtest_helpers import data, make_embed_fn, projection, start_child, wait_ready
 
 JOB_CHILD = """
 import sys, time, numpy as np
@@ -46,31 +46,6 @@ print("FINISHED", flush=True)
 """
 
 
-def _start_child(code: str, *args: str):
-    import subprocess
-    import sys
-    import textwrap
-
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], env=dict(os.environ), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def _wait_ready(proc, timeout: float = 60.0) -> str:
-    import select
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        r, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if r:
-            line = proc.stdout.readline()
-            if line.startswith("READY"):
-                return line
-            if not line and proc.poll() is not None:
-                break
-    proc.kill()
-    raise AssertionError(f"child never got ready: {proc.stderr.read()}")
-
-
 def _sigkill(proc) -> None:
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
@@ -97,9 +72,9 @@ def test_sigkilled_job_leaves_previous_run_serving(db, cname, conn, stage):
     before = db.knn(cname, q, 5)
     assert before["item_ids"][0] == ids[10]
 
-    child = _start_child(JOB_CHILD, cname, stage)
+    child = start_child(JOB_CHILD, cname, stage)
     try:
-        _wait_ready(child)
+        wait_ready(child)
         runs = [r for r in db.list_runs(cname) if r["status"] == "running"]
         assert len(runs) == 1
         run_id = runs[0]["run_id"]
@@ -139,9 +114,9 @@ def test_next_job_cleans_up_a_killed_one(db, cname):
     X, y = data(400, 6, seed=5)
     db.ingest(cname, X, y)
     db.register_anchor_set(cname, X[:20], y[:20])
-    child = _start_child(JOB_CHILD, cname, "index")
+    child = start_child(JOB_CHILD, cname, "index")
     try:
-        _wait_ready(child)
+        wait_ready(child)
         run_id = [r for r in db.list_runs(cname) if r["status"] == "running"][0]["run_id"]
         _sigkill(child)
     finally:
@@ -158,9 +133,9 @@ def test_next_job_cleans_up_a_killed_one(db, cname):
 def test_sigkilled_ingest_is_undone(db, cname, conn):
     db.create_collection(cname, 6, [0])
     db.ingest(cname, np.ones((5, 6)), np.zeros(5, dtype=int))
-    child = _start_child(INGEST_CHILD, cname)
+    child = start_child(INGEST_CHILD, cname)
     try:
-        line = _wait_ready(child)
+        line = wait_ready(child)
         assert line.split()[1:] == ["50", "300"]
         assert db.collection_info(cname)["n_items"] == 55  # one committed batch
         assert db.cleanup(cname) == {"runs": [], "ingests": []}  # alive: untouched

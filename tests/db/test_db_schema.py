@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import uuid
-
 import psycopg
 import pytest
-from psycopg import sql
 
 TABLES = {"collections", "ingests", "items", "anchor_sets", "anchors", "embedding_runs", "request_log",
           "kahm_models", "kahm_item_scores", "kahm_audits", "alembic_version"}
@@ -63,19 +60,6 @@ def test_sql_files_are_installed_verbatim(conn):
     cfg = conn.execute("SELECT proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
                        "WHERE n.nspname = 'pm_vector' AND p.proname = 'pm_knn'").fetchone()[0]
     assert any(c.startswith("search_path=pm_vector") and "public" in c for c in cfg)
-
-
-@pytest.fixture
-def fresh_url(db):
-    from pm_vector.db import server
-
-    name = "mig_" + uuid.uuid4().hex[:8]
-    admin = server.database_url().replace(f"/{server.EMBEDDED_DATABASE}?", "/postgres?")
-    with psycopg.connect(admin, autocommit=True) as c:
-        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield admin.replace("/postgres?", f"/{name}?")
-    with psycopg.connect(admin, autocommit=True) as c:
-        c.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def test_downgrade_and_upgrade_again(fresh_url):
