@@ -206,15 +206,17 @@ def scale(
 
 @bench_app.command("kahm")
 def kahm(
-    part: str = typer.Option("all", help="all, timings (Table 11), privacy (Table 5), or anchor (the private query "
-                             "protocol on a DP fabricated anchor vs a public one, through the database; not in all)."),
+    part: str = typer.Option("all", help="all, timings (Table 11), privacy (Table 5); and, through the database "
+                             "(not in all): anchor (the private query protocol on a DP fabricated anchor vs a public "
+                             "one), federation (federated vs centralised classification), scores (resolve latency "
+                             "with vs without class scores)."),
     datasets: str = typer.Option("mnist,fashion-mnist,digits", help="Comma-separated: mnist, fashion-mnist, digits."),
     max_items: int = typer.Option(5000, help="Images per dataset (stratified subsample)."),
     repeats: int = typer.Option(3, help="Timed fits per Table 11 size (the median is reported)."),
     seed: int = typer.Option(0, help="Seed of the data, the splits and the random Table 11 matrices."),
     noise_seed: int = typer.Option(None, help="Seed of the DP noise (default: cryptographically seeded)."),
-    anchor_epsilons: str = typer.Option("1,4,16", help="--part anchor: per-element epsilons of the fabricated "
-                                        "anchor."),
+    anchor_epsilons: str = typer.Option("1,4,16", help="--part anchor / federation: per-element epsilons of the "
+                                        "fabricated anchor / models."),
     n_queries: int = typer.Option(None, help="--part anchor: held-out queries per dataset (default 200)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ):
@@ -225,11 +227,15 @@ def kahm(
     """
     from ..bench.kahm_bench import run_kahm_benchmark
 
-    if part not in ("all", "timings", "privacy", "anchor"):
-        fail(f"--part must be all, timings, privacy or anchor; got {part!r}.")
+    parts = ("all", "timings", "privacy", "anchor", "federation", "scores")
+    if part not in parts:
+        fail(f"--part must be one of {', '.join(parts)}; got {part!r}.")
     names = [d.strip() for d in datasets.split(",") if d.strip()]
     if part == "anchor":
         _kahm_anchor(names, anchor_epsilons, n_queries, seed, noise_seed, as_json)
+        return
+    if part in ("federation", "scores"):
+        _kahm_roles(part, names, anchor_epsilons, seed, noise_seed, as_json)
         return
     try:
         result = run_kahm_benchmark(part, names, max_items=max_items, repeats=repeats, seed=seed,
@@ -288,4 +294,40 @@ def _kahm_anchor(names, anchor_epsilons: str, n_queries, seed: int, noise_seed, 
                   "-" if r["value_range"] is None else "[{:g}, {:g}]".format(*r["value_range"]),
                   "-" if r["row_epsilon"] is None else f"{r['row_epsilon']:g}", f"{r['recall_at_8']:.3f}",
                   f"{r['precision_at_8']:.3f}")
+    Console().print(t)
+
+
+def _kahm_roles(part: str, names, epsilons: str, seed: int, noise_seed, as_json: bool) -> None:
+    from ..bench.kahm_roles_bench import run_federation_benchmark, run_scores_benchmark
+
+    say = None if as_json else (lambda m: err.print(m))
+    try:
+        if part == "federation":
+            ds = names[0] if len(names) == 1 else "mnist"
+            eps = [float(e) for e in epsilons.split(",") if e.strip()]
+            result = run_federation_benchmark(ds, epsilons=eps, seed=seed, noise_seed=noise_seed, progress=say)
+        else:
+            ds = names[0] if len(names) == 1 else "fashion-mnist"
+            result = run_scores_benchmark(ds, seed=seed, progress=say)
+    except ValueError as e:  # PMVectorError is a ValueError too
+        fail(str(e))
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    if part == "federation":
+        t = Table(title=f"Federated (eq. 104, {result['config']['n_parties']} collections) vs centralised KAHM "
+                        f"classification, {result['config']['dataset']}")
+        for c in ("models", "eps/element", "federated acc", "centralised acc", "agreement", "party shares"):
+            t.add_column(c, justify="left" if c == "models" else "right")
+        for r in result["federation"]:
+            t.add_row(r["kind"], "-" if r["epsilon"] is None else f"{r['epsilon']:g}", f"{r['federated_accuracy']:.3f}",
+                      f"{r['centralised_accuracy']:.3f}", f"{r['agreement']:.3f}",
+                      " / ".join(f"{v:.2f}" for v in r["winning_party_share"]))
+    else:
+        r = result["scores"]
+        t = Table(title=f"Resolve with vs without KAHM class scores ({r['items']:,} items, {r['requests']} requests)")
+        for c in ("p50 with scores (ms)", "p50 without (ms)", "ratio", "model MB", "fit+score+write s"):
+            t.add_column(c, justify="right")
+        t.add_row(f"{r['resolve_ms_p50_with_scores']:.1f}", f"{r['resolve_ms_p50_without']:.1f}", f"{r['ratio']:.2f}",
+                  f"{r['model_bytes'] / 1e6:.0f}", f"{r['model_fit_score_write_seconds']:.1f}")
     Console().print(t)

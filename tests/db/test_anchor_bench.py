@@ -23,3 +23,29 @@ def test_anchor_benchmark_compares_public_and_fabricated_anchors(db):
     assert out["raw_knn"][0]["recall_at_8"] > 0.9
     # the benchmark's collection is gone
     assert not [c for c in db.list_collections() if c["name"].startswith("bench_anchor_")]
+
+
+def test_federation_benchmark_matches_the_centralised_classifier(db):
+    from pm_vector.bench.kahm_roles_bench import run_federation_benchmark
+
+    out = run_federation_benchmark("digits", n_parties=2, epsilons=(16.0,), n_components=8, noise_seed=0)
+    json.dumps(out)
+    rows = {r["kind"]: r for r in out["federation"]}
+    assert set(rows) == {"raw", "fabricated"}
+    for r in rows.values():
+        assert r["federated_accuracy"] > 0.9 and r["centralised_accuracy"] > 0.9
+        assert abs(r["federated_accuracy"] - r["centralised_accuracy"]) < 0.05 and r["agreement"] > 0.9
+        assert len(r["winning_party_share"]) == 2 and sum(r["winning_party_share"]) == pytest.approx(1.0)
+        assert min(r["winning_party_share"]) > 0.2  # both parties answer (random halves of the items)
+    assert not [c for c in db.list_collections() if c["name"].startswith("bench_fed_")]
+
+
+def test_scores_benchmark_reports_both_latencies(db):
+    from pm_vector.bench.kahm_roles_bench import run_scores_benchmark
+
+    r = run_scores_benchmark("digits", sizes=(600, 200, 100, 20), n_components=8)["scores"]
+    assert r["requests"] == 20 and r["rows_per_request"] == 10
+    assert r["resolve_ms_p50_with_scores"] > 0 and r["resolve_ms_p50_without"] > 0
+    assert r["ratio"] == pytest.approx(r["resolve_ms_p50_with_scores"] / r["resolve_ms_p50_without"])
+    assert r["returned_items_predicted_equals_label"] > 0.8 and r["model_bytes"] > 0
+    assert not [c for c in db.list_collections() if c["name"].startswith("bench_scores_")]
