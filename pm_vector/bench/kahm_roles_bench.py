@@ -41,7 +41,8 @@ def run_federation_benchmark(dataset: str = "mnist", *, n_parties: int = 3, epsi
 
     say = progress or (lambda _m: None)
     if n_parties < 2:
-        raise ValueError("n_parties must be at least 2.")
+        from ..errors import InvalidInputError
+        raise InvalidInputError("n_parties must be at least 2.")
     db.start()
     db.upgrade()
     X, y = _data(dataset, max_items, seed)

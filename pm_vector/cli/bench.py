@@ -154,6 +154,19 @@ def latency(
     err.print(f"load average before/after: {result['load_average']['before']} / {result['load_average']['after']}")
 
 
+def _run_printing(run, as_json: bool):
+    """``run(progress)`` with progress lines on stderr (none with --json); with --json print the
+    result and return None. A PMVectorError becomes a clear failure."""
+    try:
+        result = run(None if as_json else (lambda m: err.print(m)))
+    except PMVectorError as e:
+        fail(str(e))
+    if as_json:
+        typer.echo(json.dumps(result))
+        return None
+    return result
+
+
 def _run_with_spinner(name: str, run, cfg, as_json: bool):
     """Run a database benchmark behind a spinner; with --json print it and return None."""
     try:
@@ -218,6 +231,8 @@ def kahm(
     anchor_epsilons: str = typer.Option("1,4,16", help="--part anchor / federation: per-element epsilons of the "
                                         "fabricated anchor / models."),
     n_queries: int = typer.Option(None, help="--part anchor: held-out queries per dataset (default 200)."),
+    stopping_rule: bool = typer.Option(False, "--stopping-rule", help="--part anchor: fabricate with the paper's "
+                                       "stopping rule (eq 92, r from the original rows) instead of 5 fixed steps."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ):
     """KAHM: accuracy and membership-inference score of the Def. 12 / Def. 15 classifiers over
@@ -232,18 +247,14 @@ def kahm(
         fail(f"--part must be one of {', '.join(parts)}; got {part!r}.")
     names = [d.strip() for d in datasets.split(",") if d.strip()]
     if part == "anchor":
-        _kahm_anchor(names, anchor_epsilons, n_queries, seed, noise_seed, as_json)
+        _kahm_anchor(names, anchor_epsilons, n_queries, seed, noise_seed, as_json, None if stopping_rule else 5)
         return
     if part in ("federation", "scores"):
         _kahm_roles(part, names, anchor_epsilons, seed, noise_seed, as_json)
         return
-    try:
-        result = run_kahm_benchmark(part, names, max_items=max_items, repeats=repeats, seed=seed,
-                                    noise_seed=noise_seed, progress=None if as_json else (lambda m: err.print(m)))
-    except PMVectorError as e:
-        fail(str(e))
-    if as_json:
-        typer.echo(json.dumps(result))
+    result = _run_printing(lambda say: run_kahm_benchmark(part, names, max_items=max_items, repeats=repeats,
+                                                          seed=seed, noise_seed=noise_seed, progress=say), as_json)
+    if result is None:
         return
     if result.get("timings"):
         t = Table(title="KAHM fit time vs the paper's MATLAB times (Table 11)")
@@ -264,7 +275,8 @@ def kahm(
         Console().print(t)
 
 
-def _kahm_anchor(names, anchor_epsilons: str, n_queries, seed: int, noise_seed, as_json: bool) -> None:
+def _kahm_anchor(names, anchor_epsilons: str, n_queries, seed: int, noise_seed, as_json: bool,
+                 smoothing_steps: int | None) -> None:
     from ..bench.anchor_bench import ANCHOR_SIZES, run_anchor_benchmark
 
     names = [d for d in names if d in ANCHOR_SIZES]
@@ -274,13 +286,10 @@ def _kahm_anchor(names, anchor_epsilons: str, n_queries, seed: int, noise_seed, 
         eps = [float(e) for e in anchor_epsilons.split(",") if e.strip()]
     except ValueError:
         fail(f"--anchor-epsilons must be comma-separated numbers; got {anchor_epsilons!r}.")
-    try:
-        result = run_anchor_benchmark(names, anchor_epsilons=eps, n_queries=n_queries, seed=seed,
-                                      noise_seed=noise_seed, progress=None if as_json else (lambda m: err.print(m)))
-    except PMVectorError as e:
-        fail(str(e))
-    if as_json:
-        typer.echo(json.dumps(result))
+    result = _run_printing(lambda say: run_anchor_benchmark(names, anchor_epsilons=eps, n_queries=n_queries, seed=seed,
+                                                            noise_seed=noise_seed, smoothing_steps=smoothing_steps,
+                                                            progress=say), as_json)
+    if result is None:
         return
     t = Table(title="Private queries on a DP fabricated anchor vs a public anchor (client epsilon "
                     f"{result['config']['client_epsilon']:g}, through PostgreSQL)")
@@ -300,19 +309,18 @@ def _kahm_anchor(names, anchor_epsilons: str, n_queries, seed: int, noise_seed, 
 def _kahm_roles(part: str, names, epsilons: str, seed: int, noise_seed, as_json: bool) -> None:
     from ..bench.kahm_roles_bench import run_federation_benchmark, run_scores_benchmark
 
-    say = None if as_json else (lambda m: err.print(m))
-    try:
-        if part == "federation":
-            ds = names[0] if len(names) == 1 else "mnist"
+    if part == "federation":
+        ds = names[0] if len(names) == 1 else "mnist"
+        try:
             eps = [float(e) for e in epsilons.split(",") if e.strip()]
-            result = run_federation_benchmark(ds, epsilons=eps, seed=seed, noise_seed=noise_seed, progress=say)
-        else:
-            ds = names[0] if len(names) == 1 else "fashion-mnist"
-            result = run_scores_benchmark(ds, seed=seed, progress=say)
-    except ValueError as e:  # PMVectorError is a ValueError too
-        fail(str(e))
-    if as_json:
-        typer.echo(json.dumps(result))
+        except ValueError:
+            fail(f"--anchor-epsilons must be comma-separated numbers; got {epsilons!r}.")
+        result = _run_printing(lambda say: run_federation_benchmark(ds, epsilons=eps, seed=seed, noise_seed=noise_seed,
+                                                                    progress=say), as_json)
+    else:
+        ds = names[0] if len(names) == 1 else "fashion-mnist"
+        result = _run_printing(lambda say: run_scores_benchmark(ds, seed=seed, progress=say), as_json)
+    if result is None:
         return
     if part == "federation":
         t = Table(title=f"Federated (eq. 104, {result['config']['n_parties']} collections) vs centralised KAHM "

@@ -37,6 +37,7 @@ import os
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -69,6 +70,22 @@ class NoKAHMModelError(DatabaseError, LookupError):
 
 def _noop(*_a, **_k) -> None:
     return None
+
+
+@contextmanager
+def _transaction():
+    """A connection whose work commits at the end of the block, or rolls back and raises the
+    translated error (:func:`~pm_vector.db.errors.translate_sql_error`): the one write of a job."""
+    with connect() as conn:
+        try:
+            yield conn
+            conn.commit()
+        except BaseException as exc:
+            conn.rollback()
+            err = translate_sql_error(exc) if isinstance(exc, Exception) else exc
+            if err is exc:
+                raise
+            raise err from exc
 
 
 # ----------------------------------------------------------------------------- validation
@@ -382,28 +399,20 @@ def fit_kahm_models(collection: str, *, kind: str = "raw", epsilon: float | None
     report("write", 0, 1)
     from psycopg.types.json import Jsonb
 
-    with connect() as conn:
-        try:
-            c2 = _collection_row(conn, collection, lock="FOR SHARE")
-            if c2["id"] != coll["id"]:
-                raise DatabaseError(f"collection {collection!r} was dropped and re-created while the job ran.")
-            mid = conn.execute(
-                "INSERT INTO pm_vector.kahm_models (collection_id, kind, params, privacy, classes, n_features, "
-                "n_items, model, timings, worker) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                [coll["id"], kind, Jsonb(params), None if priv is None else Jsonb(priv),
-                 [int(c) for c in model.classes_], int(model.n_features_in_), int(items["id"].shape[0]), blob,
-                 Jsonb({k: round(v, 4) for k, v in timings.items()}), Jsonb(_worker())]).fetchone()[0]
-            _write_scores(conn, mid, items["id"], pred, scores)
-            conn.execute("DELETE FROM pm_vector.kahm_models WHERE collection_id = %s AND id < %s AND id NOT IN "
-                         "(SELECT id FROM pm_vector.kahm_models WHERE collection_id = %s AND id < %s "
-                         "ORDER BY id DESC LIMIT %s)", [coll["id"], mid, coll["id"], mid, keep])
-            conn.commit()
-        except BaseException as exc:
-            conn.rollback()
-            err = translate_sql_error(exc) if isinstance(exc, Exception) else exc
-            if err is exc:
-                raise
-            raise err from exc
+    with _transaction() as conn:
+        c2 = _collection_row(conn, collection, lock="FOR SHARE")
+        if c2["id"] != coll["id"]:
+            raise DatabaseError(f"collection {collection!r} was dropped and re-created while the job ran.")
+        mid = conn.execute(
+            "INSERT INTO pm_vector.kahm_models (collection_id, kind, params, privacy, classes, n_features, "
+            "n_items, model, timings, worker) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+            [coll["id"], kind, Jsonb(params), None if priv is None else Jsonb(priv),
+             [int(c) for c in model.classes_], int(model.n_features_in_), int(items["id"].shape[0]), blob,
+             Jsonb({k: round(v, 4) for k, v in timings.items()}), Jsonb(_worker())]).fetchone()[0]
+        _write_scores(conn, mid, items["id"], pred, scores)
+        conn.execute("DELETE FROM pm_vector.kahm_models WHERE collection_id = %s AND id < %s AND id NOT IN "
+                     "(SELECT id FROM pm_vector.kahm_models WHERE collection_id = %s AND id < %s "
+                     "ORDER BY id DESC LIMIT %s)", [coll["id"], mid, coll["id"], mid, keep])
     report("write", 1, 1)
     timings["write_s"] = time.perf_counter() - t
     model.model_id_ = int(mid)  # as load_kahm_model() sets it: the cached model must carry its id too
@@ -489,29 +498,21 @@ def score_new_items(collection: str, model_id: int | None = None) -> dict[str, A
     """Score the items that have no scores under the current model (ingested after it was fitted).
     One transaction; returns ``{"model_id", "scored"}``."""
     model = load_kahm_model(collection, model_id)
-    mid = int(model.model_id_) if hasattr(model, "model_id_") else None
+    mid = int(model.model_id_)
     with connect() as conn:
         coll = _collection_row(conn, collection)
-        mid = _model_row(conn, coll, model_id)["id"] if mid is None else mid
         items = _load_items(conn, coll, _SETTLED + f" AND NOT EXISTS (SELECT 1 FROM pm_vector.kahm_item_scores s "
-                                                   f"WHERE s.model_id = {int(mid)} AND s.item_id = i.id)")
-        if items["id"].shape[0] == 0:
-            conn.rollback()
-            return {"model_id": int(mid), "scored": 0}
-        scores, pred = _scores_of(model, np.asarray(items["features"], dtype=np.float64))
-        try:
-            # the model must still exist when the scores land (a concurrent fit may prune it)
-            if conn.execute("SELECT 1 FROM pm_vector.kahm_models WHERE id = %s FOR SHARE", [int(mid)]).fetchone() is None:
-                raise NoKAHMModelError(f"KAHM model {int(mid)} of collection {collection!r} was replaced and pruned "
-                                       "meanwhile; run score_new_items again.")
-            _write_scores(conn, int(mid), items["id"], pred, scores)
-            conn.commit()
-        except BaseException as exc:
-            conn.rollback()
-            err = translate_sql_error(exc) if isinstance(exc, Exception) else exc
-            if err is exc:
-                raise
-            raise err from exc
+                                                   f"WHERE s.model_id = {mid} AND s.item_id = i.id)")
+        conn.rollback()
+    if items["id"].shape[0] == 0:
+        return {"model_id": mid, "scored": 0}
+    scores, pred = _scores_of(model, np.asarray(items["features"], dtype=np.float64))
+    with _transaction() as conn:
+        # the model must still exist when the scores land (a concurrent fit may prune it)
+        if conn.execute("SELECT 1 FROM pm_vector.kahm_models WHERE id = %s FOR SHARE", [int(mid)]).fetchone() is None:
+            raise NoKAHMModelError(f"KAHM model {int(mid)} of collection {collection!r} was replaced and pruned "
+                                   "meanwhile; run score_new_items again.")
+        _write_scores(conn, int(mid), items["id"], pred, scores)
     return {"model_id": int(mid), "scored": int(items["id"].shape[0])}
 
 
@@ -530,7 +531,7 @@ def class_scores(collection: str, features, model_id: int | None = None) -> dict
     X = _query_rows(features, coll)
     model = load_kahm_model(collection, model_id)
     D = model.class_distances(X)
-    return {"collection": collection, "model_id": int(getattr(model, "model_id_", -1)),
+    return {"collection": collection, "model_id": int(model.model_id_),
             "classes": model.classes_.tolist(), "distances": D, "scores": matching_scores(D),
             "predicted": model.classes_[np.argmin(D, axis=1)]}
 
@@ -555,7 +556,7 @@ def party_distances(collection: str, features, model_id: int | None = None) -> d
     X = _query_rows(features, coll)
     model = load_kahm_model(collection, model_id)
     D = model.class_distances(X)
-    return {"party": collection, "model_id": int(getattr(model, "model_id_", -1)),
+    return {"party": collection, "model_id": int(model.model_id_),
             "n_features": int(model.n_features_in_), "classes": model.classes_.tolist(),
             "distances": {int(c): D[:, j] for j, c in enumerate(model.classes_)}}
 
@@ -695,11 +696,10 @@ def run_membership_audit(collection: str, epsilon: float, *, value_range, delta:
     _json_safe(out, "audit report")
     from psycopg.types.json import Jsonb
 
-    with connect() as conn:
+    with _transaction() as conn:
         c2 = _collection_row(conn, collection)
         aid = conn.execute("INSERT INTO pm_vector.kahm_audits (collection_id, params, report) VALUES (%s, %s, %s) "
                            "RETURNING id", [c2["id"], Jsonb(params), Jsonb(out)]).fetchone()[0]
-        conn.commit()
     return {"audit_id": int(aid), "collection": collection, "params": params, **out}
 
 

@@ -143,6 +143,31 @@ def parse_json(body: bytes) -> Any:
         raise ApiError(400, "malformed_json", f"the request body is not valid JSON: {e}.") from None
 
 
+def check_matrix(rows: Any, what: str, settings: ServiceSettings) -> None:
+    """A JSON matrix: a non-empty list of equally long, non-empty rows of numbers, within the
+    server's row and dimension limits (413 above them, 422 otherwise)."""
+    if not isinstance(rows, list) or not rows or not all(isinstance(row, list) for row in rows):
+        raise ApiError(422, "invalid_input", f"{what} must be a non-empty list of rows (lists of numbers).")
+    if len(rows) > settings.max_rows:
+        raise ApiError(413, "too_many_rows", f"{what} has {len(rows):,} rows; this server accepts at most "
+                                             f"{settings.max_rows:,}.")
+    width = len(rows[0])
+    if width > settings.max_dim:
+        raise ApiError(413, "too_many_dimensions", f"{what} has {width} columns; this server accepts at most "
+                                                   f"{settings.max_dim}.")
+    if width == 0:
+        raise ApiError(422, "invalid_input", f"{what} row 0 is empty.")
+    for i, row in enumerate(rows):
+        if len(row) != width:
+            raise ApiError(422, "invalid_input", f"{what} row {i} has {len(row)} values, row 0 has {width}; every "
+                                                 "row must have the same length.")
+        for v in row:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ApiError(422, "invalid_input", f"{what} row {i} holds {v!r}; only numbers are allowed.")
+            if isinstance(v, int) and abs(v) > 1e300:  # would not convert to float64
+                raise ApiError(422, "invalid_input", f"{what} row {i} holds an integer too large for a float.")
+
+
 def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
     """Validate a resolve body; returns ``(PrivateMailRequest, k, include_features)`` or raises ApiError."""
     from ..client.request import PrivateMailRequest
@@ -164,23 +189,7 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
         raise ApiError(422, "invalid_input", "'request' must be a PrivateMail request object "
                                              "(PrivateMailRequest.to_dict()).")
     emb = r.get("embedding")
-    if not isinstance(emb, list) or not emb or not all(isinstance(row, list) for row in emb):
-        raise ApiError(422, "invalid_input", "request.embedding must be a non-empty list of rows (lists of numbers).")
-    if len(emb) > settings.max_rows:
-        raise ApiError(413, "too_many_rows", f"request.embedding has {len(emb):,} rows; this server accepts at most "
-                                             f"{settings.max_rows:,}.")
-    width = len(emb[0])
-    if width > settings.max_dim:
-        raise ApiError(413, "too_many_dimensions", f"request.embedding has {width} columns; this server accepts at "
-                                                   f"most {settings.max_dim}.")
-    for i, row in enumerate(emb):
-        if len(row) != width:
-            raise ApiError(422, "invalid_input", f"request.embedding row {i} has {len(row)} values, row 0 has "
-                                                 f"{width}; every row must have the same length.")
-        for v in row:
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ApiError(422, "invalid_input", f"request.embedding row {i} holds {v!r}; only numbers are "
-                                                     "allowed.")
+    check_matrix(emb, "request.embedding", settings)
     if r.get("collection") not in (None, name):
         raise ApiError(422, "invalid_input", f"the request was built for collection {r.get('collection')!r}, "
                                              f"not {name!r}.")
@@ -206,23 +215,7 @@ def check_distances_body(d: Any, settings: ServiceSettings) -> tuple[list[list[f
     if mid is not None and (isinstance(mid, bool) or not isinstance(mid, int) or mid < 1):
         raise ApiError(422, "invalid_input", f"model_id must be a positive integer or null, got {mid!r}.")
     X = d.get("features")
-    if not isinstance(X, list) or not X or not all(isinstance(row, list) for row in X):
-        raise ApiError(422, "invalid_input", "features must be a non-empty list of rows (lists of numbers).")
-    if len(X) > settings.max_rows:
-        raise ApiError(413, "too_many_rows", f"features has {len(X):,} rows; this server accepts at most "
-                                             f"{settings.max_rows:,}.")
-    width = len(X[0])
-    if width == 0:
-        raise ApiError(422, "invalid_input", "features row 0 is empty.")
-    for i, row in enumerate(X):
-        if len(row) != width:
-            raise ApiError(422, "invalid_input", f"features row {i} has {len(row)} values, row 0 has {width}; every "
-                                                 "row must have the same length.")
-        for v in row:
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ApiError(422, "invalid_input", f"features row {i} holds {v!r}; only numbers are allowed.")
-            if isinstance(v, int) and abs(v) > 1e300:  # would not convert to float64
-                raise ApiError(422, "invalid_input", f"features row {i} holds an integer too large for a float.")
+    check_matrix(X, "features", settings)
     return X, mid
 
 
