@@ -573,8 +573,8 @@ def explain_resolution(collection: str, request, k: int = 8, include_features: b
         _check_against_run(rf, req.anchor_ids, dim, req.n_query_rows, MAX_QUERY_ROWS, collection, req.collection)
         pm_req = _post_process(rf, req) if isinstance(req, ReleaseRequest) else req
         vecs = _vectors(align_request(pm_req, rf.anchor_ids, rf.anchor_embedding))
-        outer = [r[0] for r in conn.execute("EXPLAIN " + _knn_statement(meta["coll"], include_features),
-                                            [collection, vecs, k, None]).fetchall()]
+        stmt = _knn_statement(meta["coll"], include_features, meta["coll"].get("kahm_model_id"))  # as resolve runs it
+        outer = [r[0] for r in conn.execute("EXPLAIN " + stmt, [collection, vecs, k, None]).fetchall()]
         inner = [r[0] for r in conn.execute("SELECT * FROM pm_vector.pm_knn_batch_explain(%s, %s::vector[], %s)",
                                             [collection, vecs, k]).fetchall()]
         conn.rollback()
