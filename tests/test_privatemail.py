@@ -25,7 +25,7 @@ def small(digits_split):
 def test_request_layout_and_secret(small, digits_split):
     frame, anchor = small
     Xq, yq = digits_split.query
-    req, secret = PrivateMail(frame, epsilon=1.0, seed=1).request(Xq[0], yq[0], anchor, collection="digits")
+    req, secret = PrivateMail(frame, epsilon=1.0, _rng=1).request(Xq[0], yq[0], anchor, collection="digits")
     assert req.n_query_rows == 10 and req.embedding.shape == (10 + 60, 4)
     assert req.anchor_ids == anchor.ids
     assert sorted(secret.row_labels) == list(range(10))  # one row per class, whatever the real class
@@ -40,7 +40,7 @@ def test_request_layout_and_secret(small, digits_split):
 def test_request_json_round_trip(small, digits_split):
     frame, anchor = small
     Xq, yq = digits_split.query
-    req, _ = PrivateMail(frame, epsilon=0.5, seed=2).request(Xq[1], yq[1], anchor)
+    req, _ = PrivateMail(frame, epsilon=0.5, _rng=2).request(Xq[1], yq[1], anchor)
     back = PrivateMailRequest.from_json(req.to_json())
     np.testing.assert_array_equal(back.embedding, req.embedding)
     assert back.anchor_ids == req.anchor_ids and back.epsilon == 0.5 and back.params == req.params
@@ -57,8 +57,8 @@ def test_request_json_round_trip(small, digits_split):
 def test_same_seed_same_request_and_default_is_not_reproducible(small, digits_split):
     frame, anchor = small
     Xq, yq = digits_split.query
-    a, _ = PrivateMail(frame, epsilon=1.0, seed=5).request(Xq[2], yq[2], anchor)
-    b, _ = PrivateMail(frame, epsilon=1.0, seed=5).request(Xq[2], yq[2], anchor)
+    a, _ = PrivateMail(frame, epsilon=1.0, _rng=5).request(Xq[2], yq[2], anchor)
+    b, _ = PrivateMail(frame, epsilon=1.0, _rng=5).request(Xq[2], yq[2], anchor)
     c, _ = PrivateMail(frame, epsilon=1.0).request(Xq[2], yq[2], anchor)
     d, _ = PrivateMail(frame, epsilon=1.0).request(Xq[2], yq[2], anchor)
     np.testing.assert_array_equal(a.embedding, b.embedding)
@@ -67,7 +67,7 @@ def test_same_seed_same_request_and_default_is_not_reproducible(small, digits_sp
 
 def _attack_rates(frame, anchor, Xq, yq, eps, n=250):
     """Three attacks that try to name the real row; each returns its success rate."""
-    client = PrivateMail(frame, epsilon=eps, seed=123)
+    client = PrivateMail(frame, epsilon=eps, _rng=123)
     E = frame.anchor_embedding_
     centroids = {c: E[anchor.labels == c].mean(0) for c in frame.classes_}
     hits = np.zeros(3)
@@ -98,7 +98,7 @@ def test_the_real_row_cannot_be_picked_out(small, digits_split, eps):
 def test_bad_input_gets_clear_errors(small, digits_split):
     frame, anchor = small
     Xq, yq = digits_split.query
-    pm = PrivateMail(frame, epsilon=1.0, seed=0)
+    pm = PrivateMail(frame, epsilon=1.0, _rng=0)
     q = Xq[0].copy()
     q[5] = np.nan
     with pytest.raises(InvalidInputError, match="NaN"):
@@ -117,21 +117,21 @@ def test_bad_input_gets_clear_errors(small, digits_split):
         PublicAnchor(anchor.ids, anchor.features * 2, anchor.labels, anchor.dummy_features, anchor.dummy_labels)
     for eps in (0.0, -1.0, float("nan")):
         with pytest.raises(PrivacyParameterError):
-            PrivateMail(frame, epsilon=eps, seed=0).request(Xq[0], yq[0], anchor)
+            PrivateMail(frame, epsilon=eps, _rng=0).request(Xq[0], yq[0], anchor)
     for delta in (0.0, 1.0, 2.0):
         with pytest.raises(PrivacyParameterError):
-            PrivateMail(frame, epsilon=1.0, delta=delta, seed=0).request(Xq[0], yq[0], anchor)
+            PrivateMail(frame, epsilon=1.0, delta=delta, _rng=0).request(Xq[0], yq[0], anchor)
     with pytest.raises(DomainError):  # sigma outside the domain of the appendix-B bound
-        PrivateMail(frame, epsilon=1.0, dp_sigma=0.3, seed=0).request(Xq[0], yq[0], anchor)
+        PrivateMail(frame, epsilon=1.0, dp_sigma=0.3, _rng=0).request(Xq[0], yq[0], anchor)
     with pytest.raises(PrivacyParameterError, match="Analytic"):
-        PrivateMail(frame, epsilon=2.0, mechanism="classical", seed=0).request(Xq[0], yq[0], anchor)
+        PrivateMail(frame, epsilon=2.0, mechanism="classical", _rng=0).request(Xq[0], yq[0], anchor)
 
 
 def test_budget_is_checked_before_anything_is_released(small, digits_split):
     frame, anchor = small
     Xq, yq = digits_split.query
     acc = PrivacyAccountant(epsilon_budget=1.5, delta_budget=1e-3)
-    pm = PrivateMail(frame, epsilon=1.0, seed=0, accountant=acc)
+    pm = PrivateMail(frame, epsilon=1.0, _rng=0, accountant=acc)
     pm.request(Xq[0], yq[0], anchor)
     with pytest.raises(BudgetExceededError):
         pm.request(Xq[1], yq[1], anchor)
@@ -143,7 +143,7 @@ def test_resolution_aligns_and_refuses_mismatches(small, digits_split):
     Xq, yq = digits_split.query
     Xs, ys = digits_split.server
     items = frame.extend(Xs, ys)
-    req, secret = PrivateMail(frame, epsilon=1.0, seed=3).request(Xq[0], yq[0], anchor)
+    req, secret = PrivateMail(frame, epsilon=1.0, _rng=3).request(Xq[0], yq[0], anchor)
     aligned = align_request(req, anchor.ids, frame.anchor_embedding_)
     idx, dist = knn(items, aligned, 8)
     assert idx.shape == (10, 8) and (np.diff(dist, axis=1) >= 0).all()
@@ -166,7 +166,7 @@ def test_private_query_retrieves_its_class_on_digits(digits_split, frame, public
     Xs, ys = digits_split.server
     Xq, yq = digits_split.query
     items = frame.extend(Xs, ys)
-    pm = PrivateMail(frame, epsilon=1.0, seed=9)
+    pm = PrivateMail(frame, epsilon=1.0, _rng=9)
     prec = []
     for i in range(30):
         req, secret = pm.request(Xq[i], yq[i], public_anchor)

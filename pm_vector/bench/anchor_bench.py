@@ -44,7 +44,7 @@ def _queries(db, name, Xq, yq, ys, ids, client_epsilon, delta, cfg, seed) -> tup
     pa, info = public_anchor(name)
     frame = client_frame(name, pa, info)
     client = PrivateMail(frame, epsilon=client_epsilon, delta=delta, dp_sigma=cfg.dp_sigma, dp_alpha=cfg.dp_alpha,
-                         seed=seed)
+                         _rng=seed)
     pos = {int(v): j for j, v in enumerate(ids)}
     rows = []
     for i in range(len(yq)):

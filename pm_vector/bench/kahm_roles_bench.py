@@ -125,7 +125,7 @@ def run_scores_benchmark(dataset: str = "fashion-mnist", *, sizes=(10000, 1000, 
         fit_s = time.perf_counter() - t
         pa, info = public_anchor(name)
         client = PrivateMail(client_frame(name, pa, info), epsilon=client_epsilon, delta=cfg.delta,
-                             dp_sigma=cfg.dp_sigma, dp_alpha=cfg.dp_alpha, seed=seed + 7)
+                             dp_sigma=cfg.dp_sigma, dp_alpha=cfg.dp_alpha, _rng=seed + 7)
         reqs = [client.request(Xq[i], int(yq[i]), pa, collection=name) for i in range(len(yq))]
         for r, _ in reqs[:5]:  # warm-up (frame cache, plans)
             resolve(name, r.to_json(), log=False)

@@ -198,7 +198,7 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
             yq_c = _labels_for(C, yq, n_classes)
 
             say(f"C={C}: client requests")
-            client = PrivateMail(frame, epsilon=cfg.epsilon, delta=cfg.delta, seed=cfg.seed + 7)
+            client = PrivateMail(frame, epsilon=cfg.epsilon, delta=cfg.delta, _rng=cfg.seed + 7)
             client_ms, reqs, secrets = [], [], []
             for i in range(n_query):
                 t = time.perf_counter()

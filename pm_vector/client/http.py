@@ -202,19 +202,18 @@ class Client:
         self._frames[name] = (run_id, frame, anchor, info)
         return frame, anchor, info
 
-    def build_request(self, name: str, features, label: int, *, epsilon: float, delta: float = 1e-5,
-                      seed: int | None = None, **pm_kwargs):
+    def build_request(self, name: str, features, label: int, *, epsilon: float, delta: float = 1e-5, **pm_kwargs):
         """``(PrivateMailRequest, ClientSecret)``, built locally; nothing is sent or charged."""
         frame, anchor, _ = self.frame(name)
-        pm = PrivateMail(frame, epsilon=epsilon, delta=delta, seed=seed, **pm_kwargs)
+        pm = PrivateMail(frame, epsilon=epsilon, delta=delta, **pm_kwargs)
         return pm.request(np.asarray(features, dtype=np.float64), int(label), anchor, collection=name)
 
     def query(self, name: str, features, label: int, *, epsilon: float, delta: float = 1e-5, k: int = 8,
-              rerank: bool = False, seed: int | None = None, **pm_kwargs) -> dict[str, Any]:
+              rerank: bool = False, **pm_kwargs) -> dict[str, Any]:
         """One private k-NN query; returns the real row's answer (``item_ids``, ``labels``, ``distances``,
         ``external_ids``) with ``epsilon``, ``delta``, ``budget`` (status after the charge) and ``timing``."""
         t0 = time.perf_counter()
-        req, secret = self.build_request(name, features, label, epsilon=epsilon, delta=delta, seed=seed, **pm_kwargs)
+        req, secret = self.build_request(name, features, label, epsilon=epsilon, delta=delta, **pm_kwargs)
         t1 = time.perf_counter()
         status = None
         if self.budget is not None:

@@ -59,14 +59,16 @@ class PrivateMail:
     ``dp_sigma``/``dp_alpha``: kernel bandwidth and alpha of the private iteration -- sigma must
     lie in the domain of the appendix-B bound (for ~1000 rows, sigma >= ~0.6: the refusal names
     the bound); ``mechanism``: "analytic" (any eps) or "classical" (eps < 1 only);
-    ``n_post_iter``: post-processing iterations; ``seed``: inject for tests only -- by default
-    noise, dummies and shuffle come from a cryptographically seeded generator.
+    ``n_post_iter``: post-processing iterations. Noise, dummies and shuffle come from a
+    generator seeded from :mod:`secrets`; there is no seed parameter. Tests and benchmarks
+    inject one through the internal ``_rng`` keyword (a Generator, or an int for
+    ``secure_generator(int)``), and the request then says ``params["seeded"] = true``.
     """
 
     def __init__(self, frame: AnchorFrame, *, epsilon: float, delta: float = 1e-5, dp_sigma: float = 1.0,
                  dp_alpha: float = 0.5, mechanism: str = "analytic", n_post_iter: int = 200,
                  post_alpha: float = 0.9,
-                 seed: int | None = None, accountant=None):
+                 accountant=None, _rng=None):
         self.frame = frame
         self.epsilon = epsilon
         self.delta = delta
@@ -75,9 +77,9 @@ class PrivateMail:
         self.mechanism = mechanism
         self.n_post_iter = n_post_iter
         self.post_alpha = post_alpha
-        self.seed = seed
         self.accountant = accountant
-        self._rng = secure_generator(seed)
+        self._seeded = _rng is not None
+        self._rng = _rng if isinstance(_rng, np.random.Generator) else secure_generator(_rng)
 
     def _mechanism(self, sensitivity: float):
         if self.mechanism == "analytic":
@@ -144,7 +146,7 @@ class PrivateMail:
         embedding = np.vstack([Zq, E])
         params = {"dp_sigma": self.dp_sigma, "dp_alpha": self.dp_alpha, "n_post_iter": self.n_post_iter,
                   "post_alpha": self.post_alpha,
-                  "frame": frame_params(frame)}
+                  "frame": frame_params(frame), "seeded": self._seeded}
         req = PrivateMailRequest(anchor_ids=list(anchor.ids), embedding=embedding, n_query_rows=C,
                                  epsilon=float(self.epsilon), delta=float(self.delta), sensitivity=float(sens),
                                  noise_sigma=float(mech.sigma), mechanism=self.mechanism, params=params,

@@ -188,7 +188,7 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
                 bodies = []
                 for i in range(int(n_distinct)):
                     req, _ = client.build_request(name, Xq[i % len(yq)], int(yq[i % len(yq)]), epsilon=epsilon,
-                                                  seed=seed + i)
+                                                  _rng=seed + i)
                     import json
 
                     bodies.append(json.dumps({"request": req.to_dict(), "k": 8}).encode())

@@ -14,7 +14,7 @@ from pm_vector.client.http import Client
 def valid(service, svc_collection, svc_key, svc_split):
     with Client(service.url, svc_key["key"]) as c:
         req, _ = c.build_request(svc_collection, svc_split.query[0][0], int(svc_split.query[1][0]), epsilon=1.0,
-                                 seed=1)
+                                 _rng=1)
     return req.to_dict()
 
 

@@ -176,7 +176,7 @@ def test_concurrent_requests_share_the_pool(service, svc_collection, svc_key, sv
 
     with Client(service.url, svc_key["key"]) as c:
         reqs = [c.build_request(svc_collection, svc_split.query[0][i], int(svc_split.query[1][i]), epsilon=1.0,
-                                seed=i)[0].to_dict() for i in range(4)]
+                                _rng=i)[0].to_dict() for i in range(4)]
     before = requests_logged(svc_collection)
 
     def one(i):

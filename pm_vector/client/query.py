@@ -1,0 +1,213 @@
+"""The client of a pm_vector request: build the private release, keep the secret, re-rank.
+
+::
+
+    client = PrivateKNN(frames, dummy_features, dummy_labels, epsilon=4.0)
+    request, secret = client.request(x, label=3)         # or label=None with a classifier
+    answer = server_resolve(request)                      # one entry per class row
+    top8 = client.rerank(x, secret.pick(answer), k=8)     # client-side, by raw features
+
+The request is one noised row per class (:mod:`pm_vector.privacy.class_rows` states the
+guarantee): the real query in its class's row, a public dummy in every other. The client keeps
+which row is real (:class:`QuerySecret`). The server answers every row with ``k'`` candidates
+and what the client needs to re-rank them (raw features or a published code); the client
+re-ranks its real row's candidates locally and sends nothing more.
+
+Randomness: dummies come from :mod:`secrets`; the noise from a generator seeded with 128 bits
+from :mod:`secrets`. No public API takes a seed; tests and benchmarks inject a generator with
+:meth:`PrivateKNN._inject_generator`, and a request built that way says ``"seeded": true``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import secrets
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from .._validation import as_labels, as_matrix
+from ..errors import InvalidInputError
+from ..manifold.class_frames import ClassFrames
+from ..privacy.class_rows import ClassRowsGaussianMechanism
+from ..privacy.rng import secure_generator
+
+FORMAT = "pm_vector.class-rows/1"
+#: candidates per row the server is asked for by default (k')
+DEFAULT_SHORTLIST = 128
+
+
+def frames_digest(frames: ClassFrames) -> str:
+    """A digest of the published frames: the server refuses a request built on other frames."""
+    doc = frames.to_dict()
+    h = hashlib.sha256()
+    for key in ("n_components", "clip_quantile", "classes"):
+        h.update(json.dumps(doc[key]).encode())
+    for a in (frames.means_, frames.components_, frames.radii_):
+        h.update(np.ascontiguousarray(np.round(a, 12), dtype=np.float64).tobytes())
+    return h.hexdigest()[:32]
+
+
+@dataclass
+class QueryRequest:
+    """What leaves the client: ``rows`` (``C x d``, class order), the classes, (epsilon, delta),
+    the noise per row, the frames' digest, ``shortlist`` (k'), and ``seeded`` (true only for a
+    request built with an injected generator: tests and benchmarks)."""
+
+    rows: np.ndarray
+    classes: list
+    epsilon: float
+    delta: float
+    noise_scale: float
+    sigmas: list
+    frames_digest: str
+    shortlist: int = DEFAULT_SHORTLIST
+    seeded: bool = False
+    collection: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.rows = as_matrix(self.rows, "rows")
+        C = self.rows.shape[0]
+        self.classes = [int(c) for c in as_labels(np.asarray(self.classes), C, "classes")]
+        s = np.asarray(self.sigmas, dtype=np.float64).reshape(-1)
+        if s.shape[0] != C or not np.all(np.isfinite(s)) or np.any(s < 0):
+            raise InvalidInputError(f"sigmas must be {C} finite numbers >= 0 (one per row).")
+        self.sigmas = s.tolist()
+        for name in ("epsilon", "delta", "noise_scale"):
+            v = float(getattr(self, name))
+            if not math.isfinite(v) or v <= 0:
+                raise InvalidInputError(f"{name} must be a finite number > 0; got {v!r}.")
+            setattr(self, name, v)
+        if isinstance(self.shortlist, bool) or int(self.shortlist) != self.shortlist or int(self.shortlist) < 1:
+            raise InvalidInputError(f"shortlist must be a positive integer; got {self.shortlist!r}.")
+        self.shortlist = int(self.shortlist)
+        self.seeded = bool(self.seeded)
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.rows.shape[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["rows"] = self.rows.tolist()
+        d["format"] = FORMAT
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "QueryRequest":
+        if not isinstance(d, Mapping) or d.get("format") != FORMAT:
+            raise InvalidInputError(f"not a pm_vector request (format {FORMAT!r} expected).")
+        need = ("rows", "classes", "epsilon", "delta", "noise_scale", "sigmas", "frames_digest")
+        missing = [k for k in need if k not in d]
+        if missing:
+            raise InvalidInputError(f"request is missing fields: {', '.join(missing)}.")
+        try:
+            rows = np.asarray(d["rows"], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InvalidInputError("rows must be a list of equal-length lists of numbers.") from None
+        return cls(rows=rows, classes=list(d["classes"]), epsilon=d["epsilon"], delta=d["delta"],
+                   noise_scale=d["noise_scale"], sigmas=list(d["sigmas"]), frames_digest=str(d["frames_digest"]),
+                   shortlist=d.get("shortlist", DEFAULT_SHORTLIST), seeded=bool(d.get("seeded", False)),
+                   collection=d.get("collection"), extra=dict(d.get("extra") or {}))
+
+
+@dataclass(frozen=True)
+class QuerySecret:
+    """What the client keeps: its label and the position of its real row."""
+
+    label: int
+    row: int
+    predicted: bool = False
+
+    def pick(self, rows):
+        """The answer of the real row from a per-row answer list."""
+        return rows[self.row]
+
+
+class PrivateKNN:
+    """Builds pm_vector requests against published class frames and a public dummy pool.
+
+    ``classifier``: any fitted object with ``predict`` (e.g. a
+    :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor) used when a query comes
+    without a label; its choice is an input of the release like a label, so the guarantee is
+    the same. ``shortlist``: k' candidates asked per row.
+    """
+
+    def __init__(self, frames: ClassFrames, dummy_features, dummy_labels, epsilon: float = 4.0, delta: float = 1e-5,
+                 *, shortlist: int = DEFAULT_SHORTLIST, classifier=None, collection: str | None = None):
+        self.frames = frames
+        self.mechanism = ClassRowsGaussianMechanism(epsilon, delta, frames.radii_)
+        D = as_matrix(dummy_features, "dummy features")
+        yd = as_labels(dummy_labels, D.shape[0], "dummy labels")
+        self._pool = {}
+        for c in frames.classes_:
+            idx = np.flatnonzero(yd == c)
+            if idx.size == 0:
+                raise InvalidInputError(f"the dummy pool has no item of class {int(c)}; every class needs at least one "
+                                        "public dummy.")
+            # the pool is public: its frame coordinates are computed once
+            self._pool[int(c)] = frames.clipped(D[idx], np.full(idx.size, c))
+        self.shortlist = int(shortlist)
+        self.classifier = classifier
+        self.collection = collection
+        self.digest = frames_digest(frames)
+        self._rng: np.random.Generator | None = None
+
+    # tests and benchmarks only: one generator for dummies and noise, and requests say "seeded"
+    def _inject_generator(self, rng: np.random.Generator) -> "PrivateKNN":
+        self._rng = rng
+        return self
+
+    def _choose(self, n: int) -> int:
+        return int(self._rng.integers(n)) if self._rng is not None else secrets.randbelow(n)
+
+    def request(self, x, label: int | None = None) -> tuple[QueryRequest, QuerySecret]:
+        """``(QueryRequest, QuerySecret)`` for one query ``x`` (raw features) of class ``label``;
+        ``label=None`` asks the client's classifier."""
+        x = as_matrix(np.asarray(x, dtype=np.float64).reshape(1, -1), "query")
+        if x.shape[1] != self.frames.n_features_in_:
+            raise InvalidInputError(f"query has {x.shape[1]} features; the collection's frames have "
+                                    f"{self.frames.n_features_in_}.")
+        predicted = label is None
+        if predicted:
+            if self.classifier is None:
+                raise InvalidInputError("no label given and no classifier: pass label=, or build the client with "
+                                        "classifier= (e.g. a KAHMClassifier fit on the public anchor).")
+            label = int(np.asarray(self.classifier.predict(x)).reshape(-1)[0])
+        row = int(self.frames.class_index([int(label)])[0])
+        rows = np.empty((len(self.frames.classes_), self.frames.components_.shape[1]))
+        for j, c in enumerate(self.frames.classes_):
+            if j == row:
+                rows[j] = self.frames.clipped(x, [c])[0]
+            else:
+                pool = self._pool[int(c)]
+                rows[j] = pool[self._choose(pool.shape[0])]
+        noise_rng = self._rng if self._rng is not None else secure_generator()
+        released = self.mechanism.release(rows, noise_rng)
+        req = QueryRequest(rows=released, classes=self.frames.classes_.tolist(), epsilon=self.mechanism.epsilon,
+                           delta=self.mechanism.delta, noise_scale=self.mechanism.noise_scale_,
+                           sigmas=self.mechanism.sigmas_.tolist(), frames_digest=self.digest,
+                           shortlist=self.shortlist, seeded=self._rng is not None, collection=self.collection)
+        return req, QuerySecret(int(label), row, predicted)
+
+    @staticmethod
+    def rerank(x, candidate_ids, candidate_features, k: int = 8) -> np.ndarray:
+        """The ``k`` candidates nearest to ``x`` by raw features (client side, stable for ties)."""
+        q = np.asarray(x, dtype=np.float64).reshape(1, -1)
+        F = np.asarray(candidate_features, dtype=np.float64)
+        ids = np.asarray(candidate_ids)
+        if F.ndim != 2 or F.shape[0] != ids.shape[0]:
+            raise InvalidInputError("candidate_features must have one row per candidate id.")
+        if F.shape[0] == 0:
+            return ids[:0]
+        if F.shape[1] != q.shape[1]:
+            raise InvalidInputError(f"candidates have {F.shape[1]} features; the query has {q.shape[1]}.")
+        order = np.argsort(((F - q) ** 2).sum(1), kind="stable")
+        return ids[order[: int(k)]]

@@ -1,0 +1,219 @@
+"""The pm_vector release (one clipped, noised row per class): calibration, sensitivity over
+arbitrary and adversarial query pairs, which-row attacks against the (eps, delta) bound,
+randomness and what a request carries."""
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+from pm_vector.client.query import PrivateKNN, QueryRequest
+from pm_vector.errors import InvalidInputError, PrivacyParameterError
+from pm_vector.manifold.class_frames import ClassFrames
+from pm_vector.privacy import gaussian_privacy_profile, secure_generator
+from pm_vector.privacy.class_rows import ClassRowsGaussianMechanism, unit_noise_scale
+
+
+@pytest.fixture(scope="module")
+def setup(digits_split):
+    Xa, ya = digits_split.anchor
+    Xd, yd = digits_split.dummy
+    frames = ClassFrames(4, 0.9).fit(Xa, ya)
+    return frames, Xd, yd
+
+
+def _normalised_request_mean(frames, x, label, dummies_per_class):
+    """The noise-free request of query (x, label) with fixed dummies, rows divided by 2 r_c."""
+    rows = []
+    for j, c in enumerate(frames.classes_):
+        v = x if c == label else dummies_per_class[j]
+        rows.append(frames.clipped(v.reshape(1, -1), [c])[0] / (2 * frames.radii_[j]))
+    return np.stack(rows)
+
+
+def test_noise_is_the_analytic_gaussian_at_sqrt2_per_row_diameter(setup):
+    frames, _, _ = setup
+    for eps in (0.5, 1.0, 4.0, 16.0):
+        m = ClassRowsGaussianMechanism(eps, 1e-5, frames.radii_)
+        s = m.noise_scale_
+        # the profile certifies delta at sensitivity sqrt(2), and 1 % less noise does not
+        assert gaussian_privacy_profile(s, eps, math.sqrt(2)) <= 1e-5
+        assert gaussian_privacy_profile(0.99 * s, eps, math.sqrt(2)) > 1e-5
+        np.testing.assert_allclose(m.sigmas_, s * 2 * frames.radii_)
+    # more noise for a smaller eps, and the same s whatever the radii
+    assert unit_noise_scale(1.0, 1e-5) > unit_noise_scale(4.0, 1e-5)
+
+
+def test_sensitivity_over_arbitrary_and_adversarial_query_pairs(setup, digits_split):
+    """>= 1000 pairs of queries (any labels, points far outside the data, points on and just
+    beyond the clip sphere, antipodal points): the normalised requests never differ by more
+    than the calibrated sqrt(2)."""
+    frames, Xd, yd = setup
+    rng = np.random.default_rng(0)
+    p = frames.n_features_in_
+    classes = frames.classes_
+    Xs, _ = digits_split.server
+    worst = 0.0
+    n_pairs = 0
+
+    def adversarial(c):
+        kind = rng.integers(5)
+        j = int(frames.class_index([c])[0])
+        mu, U, r = frames.means_[j], frames.components_[j], frames.radii_[j]
+        u = rng.normal(size=U.shape[0])
+        u /= np.linalg.norm(u)
+        if kind == 0:
+            return Xs[rng.integers(len(Xs))]
+        if kind == 1:
+            return rng.normal(size=p) * 1e6          # far outside the data
+        if kind == 2:
+            return mu + (u * r) @ U                  # exactly on the clip sphere
+        if kind == 3:
+            return mu + (u * r * (1 + 1e-9)) @ U     # just beyond it
+        return mu - (u * r * 50) @ U                 # far along the frame, antipodal side
+
+    for _ in range(1200):
+        dummies = [Xd[rng.choice(np.flatnonzero(yd == c))] for c in classes]
+        c1, c2 = rng.choice(classes, 2)
+        x1, x2 = adversarial(c1), adversarial(c2)
+        a = _normalised_request_mean(frames, x1, c1, dummies)
+        b = _normalised_request_mean(frames, x2, c2, dummies)
+        worst = max(worst, float(np.linalg.norm(a - b)))
+        n_pairs += 1
+    assert n_pairs >= 1000
+    assert worst <= math.sqrt(2) * (1 + 1e-9)
+    assert worst > 1.2  # the adversarial pairs do approach the bound (the test has teeth)
+
+
+def test_release_refuses_rows_outside_their_ball_and_bad_parameters(setup):
+    frames, _, _ = setup
+    m = ClassRowsGaussianMechanism(1.0, 1e-5, frames.radii_)
+    rows = np.zeros((len(frames.classes_), 4))
+    rows[3, 0] = frames.radii_[3] * 1.01
+    with pytest.raises(InvalidInputError, match="clip"):
+        m.release(rows, secure_generator(0))
+    with pytest.raises(InvalidInputError):
+        m.release(np.zeros((2, 4)), secure_generator(0))
+    with pytest.raises(InvalidInputError):
+        m.release(np.full((len(frames.classes_), 4), np.nan), secure_generator(0))
+    for eps in (0, -1, float("inf"), float("nan")):
+        with pytest.raises(PrivacyParameterError):
+            ClassRowsGaussianMechanism(eps, 1e-5, frames.radii_)
+    for delta in (0, 1, -0.1):
+        with pytest.raises(PrivacyParameterError):
+            ClassRowsGaussianMechanism(1.0, delta, frames.radii_)
+
+
+def _which_row_attack(frames, Xd, yd, eps, n, rng, *, noise_factor=1.0):
+    """The strongest attack we know: the attacker picks the query itself (a point on the clip
+    sphere, pointing away from every dummy), knows the public dummy pool exactly, and guesses
+    the real row by the likelihood ratio "row j is the known query" / "row j is a dummy of
+    class j". Returns the share of requests whose real row it finds."""
+    client = PrivateKNN(frames, Xd, yd, eps)._inject_generator(rng)
+    if noise_factor != 1.0:  # a deliberately broken calibration, to show the attack's power
+        client.mechanism.sigmas_ = client.mechanism.sigmas_ * noise_factor
+    C = len(frames.classes_)
+    targets, dummy_coords = [], []
+    for j, c in enumerate(frames.classes_):
+        pool = client._pool[int(c)]
+        dummy_coords.append(pool)
+        far = -pool.mean(0)
+        far = far / max(np.linalg.norm(far), 1e-12) * frames.radii_[j]
+        targets.append(far)
+    wins = 0
+    for _ in range(n):
+        c = int(rng.integers(C))
+        x = frames.means_[c] + targets[c] @ frames.components_[c]
+        req, secret = client.request(x, int(frames.classes_[c]))
+        sig = np.asarray(req.sigmas)
+        scores = []
+        for j in range(C):
+            y = req.rows[j]
+            zq = frames.clipped(x.reshape(1, -1), [frames.classes_[j]])[0]
+            l_query = -((y - zq) ** 2).sum() / (2 * sig[j] ** 2)
+            d = -((dummy_coords[j] - y) ** 2).sum(1) / (2 * sig[j] ** 2)
+            l_dummy = d.max() + math.log(np.exp(d - d.max()).mean())
+            scores.append(l_query - l_dummy)
+        wins += int(np.argmax(scores) == secret.row)
+    return wins / n
+
+
+def _bound(eps, delta, C):
+    """Best success of any guess of the real row among C under (eps, delta)-DP between classes."""
+    return (math.exp(eps) + (C - 1) * delta) / (C - 1 + math.exp(eps))
+
+
+@pytest.mark.parametrize("eps", [1.0, 4.0])
+def test_which_row_attack_stays_within_what_eps_delta_allows(setup, eps):
+    frames, Xd, yd = setup
+    n = 1500
+    rate = _which_row_attack(frames, Xd, yd, eps, n, secure_generator(11))
+    bound = _bound(eps, 1e-5, len(frames.classes_))
+    se = math.sqrt(bound * (1 - bound) / n)
+    assert rate <= bound + 3 * se, (rate, bound)
+    assert rate > 1 / len(frames.classes_) + 3 * math.sqrt(0.09 / n)  # the attack is not blind
+
+
+def test_which_row_attack_catches_a_calibration_ten_times_too_small(setup):
+    frames, Xd, yd = setup
+    n = 1000
+    rate = _which_row_attack(frames, Xd, yd, 1.0, n, secure_generator(12), noise_factor=0.1)
+    assert rate > _bound(1.0, 1e-5, len(frames.classes_)) + 3 * math.sqrt(0.25 / n)
+
+
+def test_no_seed_on_the_client_api_and_seeded_requests_are_marked(setup, digits_split):
+    frames, Xd, yd = setup
+    for fn in (PrivateKNN.__init__, PrivateKNN.request):
+        assert not [p for p in inspect.signature(fn).parameters if "seed" in p or p == "rng"]
+    Xq, yq = digits_split.query
+    plain, _ = PrivateKNN(frames, Xd, yd, 1.0).request(Xq[0], int(yq[0]))
+    seeded, _ = PrivateKNN(frames, Xd, yd, 1.0)._inject_generator(secure_generator(0)).request(Xq[0], int(yq[0]))
+    assert plain.to_dict()["seeded"] is False
+    assert seeded.to_dict()["seeded"] is True
+    # two unseeded clients draw different noise and dummies
+    again, _ = PrivateKNN(frames, Xd, yd, 1.0).request(Xq[0], int(yq[0]))
+    assert not np.allclose(plain.rows, again.rows)
+
+
+def test_a_request_carries_nothing_query_dependent_but_its_noised_rows(setup, digits_split):
+    frames, Xd, yd = setup
+    Xq, yq = digits_split.query
+    client = PrivateKNN(frames, Xd, yd, 2.0)
+    a = client.request(Xq[0], int(yq[0]))[0].to_dict()
+    i = int(np.flatnonzero(yq != yq[0])[0])
+    b = client.request(Xq[i], int(yq[i]))[0].to_dict()
+    a.pop("rows"), b.pop("rows")
+    assert a == b
+    assert QueryRequest.from_dict(client.request(Xq[0], int(yq[0]))[0].to_dict()).n_rows == len(frames.classes_)
+
+
+def test_label_free_client_uses_its_classifier(setup, digits_split):
+    frames, Xd, yd = setup
+    Xq, yq = digits_split.query
+
+    class Fixed:
+        def predict(self, X):
+            return np.array([int(frames.classes_[2])] * len(X))
+
+    _, secret = PrivateKNN(frames, Xd, yd, 1.0, classifier=Fixed()).request(Xq[0])
+    assert secret.row == 2 and secret.predicted
+    with pytest.raises(InvalidInputError, match="classifier"):
+        PrivateKNN(frames, Xd, yd, 1.0).request(Xq[0])
+    with pytest.raises(InvalidInputError, match="not a class"):
+        PrivateKNN(frames, Xd, yd, 1.0).request(Xq[0], 99)
+    with pytest.raises(InvalidInputError, match="features"):
+        PrivateKNN(frames, Xd, yd, 1.0).request(Xq[0][:10], int(yq[0]))
+    with pytest.raises(InvalidInputError):
+        PrivateKNN(frames, Xd, yd, 1.0).request(np.full(Xq.shape[1], np.nan), int(yq[0]))
+
+
+def test_frames_are_a_function_of_public_data_and_round_trip(setup, digits_split):
+    frames, _, _ = setup
+    Xa, ya = digits_split.anchor
+    again = ClassFrames(4, 0.9).fit(Xa, ya)
+    np.testing.assert_allclose(again.components_, frames.components_)
+    back = ClassFrames.from_dict(frames.to_dict())
+    np.testing.assert_allclose(back.radii_, frames.radii_)
+    from pm_vector.client.query import frames_digest
+    assert frames_digest(back) == frames_digest(frames)
