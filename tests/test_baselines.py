@@ -208,3 +208,62 @@ def test_bad_n_components():
             cls(0, 1.0, 1e-5).fit(x, np.zeros(20, int), secure_generator(0))
     with pytest.raises(InvalidInputError, match="n_components=6 exceeds"):
         DPPCA(6, 1.0, 1e-5).fit(x, np.zeros(20, int), secure_generator(0))
+
+
+# ---------------------------------------------------------------------------- ReferenceClassLDP
+
+from pm_vector.bench.baselines import ReferenceClassLDP  # noqa: E402
+from pm_vector.manifold.class_frames import ClassFrames  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def frames(digits_split):
+    return ClassFrames(4, 0.9).fit(*digits_split.anchor)
+
+
+@pytest.mark.parametrize("eps", [1.0, 16.0])
+def test_reference_ldp_calibration(digits_split, frames, eps):
+    xs, ys = digits_split.server
+    ref = ReferenceClassLDP(eps, 1e-5).fit(frames, xs, ys)
+    for c, r in enumerate(frames.radii_):
+        s = ref.sigmas_[c]
+        assert s == AnalyticGaussianMechanism(eps / 2, 0.5e-5, 2 * r).sigma
+        # each row is (eps/2, delta/2)-DP at its sensitivity 2 r_c (independent check)
+        assert balle_wang_delta(s, eps / 2, 2 * r) <= 0.5e-5 * (1 + 1e-6)
+    # empirical noise: the released rows scatter around the clipped coordinates with sigma_c
+    xq = np.repeat(digits_split.query[0][:1], 4000, axis=0)
+    lab = np.repeat(digits_split.query[1][:1], 4000)
+    noise = ref.release(xq, lab, secure_generator(1)) - frames.clipped(xq, lab)
+    assert noise.shape == (4000, 4)
+    assert np.std(noise) == pytest.approx(ref.sigma_of(lab[:1])[0], rel=0.03)
+
+
+def test_reference_ldp_noise_free_ranks_the_class_in_clipped_coordinates(digits_split, frames):
+    xs, ys = digits_split.server
+    xq, yq = digits_split.query
+    ref = ReferenceClassLDP(float("inf"), 1e-5).fit(frames, xs, ys)
+    assert np.all(ref.sigmas_ == 0)
+    z = ref.release(xq[:20], yq[:20])
+    np.testing.assert_array_equal(z, frames.clipped(xq[:20], yq[:20]))
+    got = ref.shortlist(z, yq[:20], 10)
+    for i in range(20):
+        idx = np.flatnonzero(ys == yq[i])
+        d2 = ((frames.clipped(xs[idx], ys[idx]) - z[i]) ** 2).sum(1)
+        np.testing.assert_array_equal(got[i], idx[np.argsort(d2, kind="stable")[:10]])
+        assert np.all(ys[got[i]] == yq[i])
+
+
+def test_reference_ldp_bad_input(digits_split, frames):
+    xs, ys = digits_split.server
+    with pytest.raises(InvalidInputError, match="not fitted"):
+        ReferenceClassLDP(1.0, 1e-5).release(xs[:1], ys[:1])
+    with pytest.raises(InvalidInputError, match="fitted ClassFrames"):
+        ReferenceClassLDP(1.0, 1e-5).fit(ClassFrames(4), xs, ys)
+    for eps, delta in ((0.0, 1e-5), (-1.0, 1e-5), (1.0, 0.0)):
+        with pytest.raises(PrivacyParameterError):
+            ReferenceClassLDP(eps, delta).fit(frames, xs, ys)
+    ref = ReferenceClassLDP(1.0, 1e-5).fit(frames, xs, ys)
+    with pytest.raises(InvalidInputError, match="k must be"):
+        ref.shortlist(np.zeros((1, 4)), ys[:1], 0)
+    with pytest.raises(InvalidInputError, match="not a class"):
+        ref.shortlist(np.zeros((1, 4)), [99], 3)

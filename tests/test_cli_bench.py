@@ -8,21 +8,41 @@ from pm_vector.cli import app
 runner = CliRunner()
 
 
-def test_bench_privacy_json_has_every_method_at_every_epsilon():
-    r = runner.invoke(app, ["bench", "privacy", "--dataset", "digits", "--epsilons", "1,10", "--n-server", "300",
-                            "--n-anchor", "100", "--n-dummy", "50", "--n-query", "20", "--json"])
+FAST = ["--dataset", "digits", "--n-server", "400", "--n-anchor", "150", "--n-dummy", "50", "--queries", "30"]
+ROW_FIELDS = {"method", "epsilon", "nn_recall_at_8", "precision_at_8", "recall_at_8", "bytes_per_request",
+              "bytes_share_of_collection", "distinct_lists_per_class", "distinct_candidate_lists_per_class", "seconds"}
+
+
+def test_bench_privacy_json_shape_and_inf(tmp_path):
+    png = tmp_path / "curves.png"
+    r = runner.invoke(app, ["bench", "privacy", *FAST, "--epsilons", "1,inf", "--shortlist", "16",
+                            "--methods", "pm_vector,label_only,reference_ldp,dp_pca,raw_knn,download_all",
+                            "--json", "--plot", str(png)])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["dataset"] == "digits" and out["split"]["sizes"] == {"server": 300, "anchor": 100, "dummy": 50,
-                                                                    "query": 20}
+    assert {"dataset", "split", "k", "shortlist", "delta", "seed", "class_ceiling", "collection_bytes",
+            "results"} <= set(out)
+    assert out["dataset"] == "digits" and out["k"] == 8 and out["shortlist"] == 16 and out["delta"] == 1e-5
+    assert out["split"]["sizes"] == {"server": 400, "anchor": 150, "dummy": 50, "query": 30}
+    assert out["collection_bytes"] == 400 * (8 + 4 * 64)
     got = {(x["method"], x["epsilon"]) for x in out["results"]}
-    for m in ("privatemail", "privatemail_label_only", "dp_random_projection", "dp_pca"):
-        assert {(m, 1.0), (m, 10.0)} <= got
-    assert {("raw_knn", None), ("smlq_nonprivate", None)} <= got
+    assert got == {(m, e) for m in ("pm_vector", "label_only", "reference_ldp", "dp_pca") for e in (1.0, "inf")} | {
+        ("raw_knn", None), ("download_all", None)}
     for x in out["results"]:
-        assert 0 <= x["precision_at_8"] <= x["recall_at_8"] <= 1
-    raw = next(x for x in out["results"] if x["method"] == "raw_knn")
-    assert raw["recall_at_8"] > 0.9
+        assert ROW_FIELDS <= set(x)
+        assert 0 <= x["precision_at_8"] <= x["recall_at_8"] <= 1 and 0 <= x["nn_recall_at_8"] <= 1
+    by = {(x["method"], x["epsilon"]): x for x in out["results"]}
+    assert by[("raw_knn", None)]["nn_recall_at_8"] == 1.0
+    assert by[("download_all", None)]["bytes_per_request"] == out["collection_bytes"]
+    assert by[("pm_vector", "inf")]["nn_recall_at_8"] > by[("pm_vector", 1.0)]["nn_recall_at_8"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "plot written" in r.stderr
+
+
+def test_bench_privacy_defaults_per_dataset():
+    r = runner.invoke(app, ["bench", "privacy", *FAST, "--epsilons", "4", "--methods", "raw_knn", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["shortlist"] == 32  # digits default k'
 
 
 def test_bench_privacy_on_user_files_and_table_output(tmp_path):
@@ -33,14 +53,23 @@ def test_bench_privacy_on_user_files_and_table_output(tmp_path):
     np.save(tmp_path / "X.npy", X)
     np.save(tmp_path / "y.npy", y)
     r = runner.invoke(app, ["bench", "privacy", "--features", str(tmp_path / "X.npy"), "--labels",
-                            str(tmp_path / "y.npy"), "--epsilons", "1"])
+                            str(tmp_path / "y.npy"), "--epsilons", "1,inf", "--shortlist", "16",
+                            "--methods", "pm_vector,label_only,reference_ldp,raw_knn"])
     assert r.exit_code == 0, r.output
-    assert "privatemail_label_only" in r.stdout and "recall@8" in r.stdout
+    assert "label_only" in r.stdout and "nn_recall@8" in r.stdout and "inf" in r.stdout
 
 
 def test_bench_privacy_errors_are_clear(tmp_path):
     r = runner.invoke(app, ["bench", "privacy", "--epsilons", "0,1"])
     assert r.exit_code != 0 and "positive" in r.output
+    r = runner.invoke(app, ["bench", "privacy", "--epsilons", "1,abc"])
+    assert r.exit_code != 0 and "inf" in r.output
+    r = runner.invoke(app, ["bench", "privacy", "--methods", "pm_vector,nope"])
+    assert r.exit_code != 0 and "nope" in r.output
+    r = runner.invoke(app, ["bench", "privacy", "--plot", str(tmp_path / "x.jpg")])
+    assert r.exit_code != 0 and ".png" in r.output
+    r = runner.invoke(app, ["bench", "privacy", *FAST, "--shortlist", "4", "--methods", "pm_vector"])
+    assert r.exit_code != 0 and "shortlist" in r.output
     r = runner.invoke(app, ["bench", "privacy", "--features", str(tmp_path / "missing.npy")])
     assert r.exit_code != 0 and "--labels" in r.output
     r = runner.invoke(app, ["bench", "privacy", "--dataset", "nope"])

@@ -89,3 +89,79 @@ def test_bad_k():
         chance_recall_at_k([1, 1], 0)
     with pytest.raises(InvalidInputError, match="non-negative"):
         chance_recall_at_k([1, -1], 2)
+
+
+# ---------------------------------------------------------------------------- neighbour metrics
+
+from pm_vector.bench.metrics import (  # noqa: E402
+    bytes_per_request,
+    candidate_bytes,
+    collection_bytes,
+    distinct_lists_per_class,
+    float_payload_bytes,
+    nn_recall_at_k,
+)
+
+TRUE = np.array([[0, 1, 2, 3],
+                 [4, 5, 6, 7]])
+
+
+def test_nn_recall_hand_made():
+    assert nn_recall_at_k(TRUE, TRUE) == 1.0
+    # order does not matter
+    assert nn_recall_at_k(TRUE[:, ::-1], TRUE) == 1.0
+    # q0: 2 of 4 (0, 2); q1: 0 of 4
+    ret = np.array([[9, 0, 8, 2],
+                    [0, 1, 2, 3]])
+    assert nn_recall_at_k(ret, TRUE) == pytest.approx((2 / 4 + 0) / 2)
+    # a repeated retrieved index counts once
+    assert nn_recall_at_k(np.array([[0, 0, 0, 0], [4, 4, 5, 5]]), TRUE) == pytest.approx((1 / 4 + 2 / 4) / 2)
+    # more retrieved columns than true neighbours: recall of the true set
+    wide = np.array([[10, 11, 0, 1, 2, 3], [4, 12, 13, 14, 15, 16]])
+    assert nn_recall_at_k(wide, TRUE) == pytest.approx((1 + 1 / 4) / 2)
+
+
+def test_nn_recall_is_not_class_precision():
+    # the right class but the wrong items: class precision 1, nn_recall 0
+    labels = np.zeros(20, dtype=int)
+    ret = np.array([[10, 11, 12, 13]])
+    assert precision_at_k(labels[ret], np.array([0])) == 1.0
+    assert nn_recall_at_k(ret, TRUE[:1]) == 0.0
+
+
+def test_nn_recall_validation():
+    with pytest.raises(InvalidInputError, match="1 rows but true_idx has 2"):
+        nn_recall_at_k(TRUE[:1], TRUE)
+    with pytest.raises(InvalidInputError, match="2-d"):
+        nn_recall_at_k(TRUE[0], TRUE)
+    with pytest.raises(InvalidInputError, match="integer"):
+        nn_recall_at_k(TRUE + 0.5, TRUE)
+    with pytest.raises(InvalidInputError, match="0 columns"):
+        nn_recall_at_k(np.zeros((2, 0), dtype=int), TRUE)
+
+
+def test_distinct_lists_per_class():
+    ret = np.array([[1, 2, 3],
+                    [3, 2, 1],    # same set as row 0, other order: not distinct
+                    [1, 2, 4],
+                    [7, 8, 9],
+                    [7, 8, 9]])
+    y = np.array([0, 0, 0, 1, 1])
+    # class 0: 2 distinct of 3; class 1: 1 of 2
+    assert distinct_lists_per_class(ret, y) == pytest.approx((2 / 3 + 1 / 2) / 2)
+    assert distinct_lists_per_class(np.arange(12).reshape(4, 3), [0, 0, 1, 1]) == 1.0
+    with pytest.raises(InvalidInputError, match="one label per row"):
+        distinct_lists_per_class(ret, y[:3])
+
+
+def test_byte_helpers():
+    assert float_payload_bytes(10) == 80
+    assert float_payload_bytes(10, n_ids=3) == 104
+    # k' = 32 candidates for 10 rows of 64-d items: 32 * 10 * (8 + 256)
+    assert candidate_bytes(32, 10, 64) == 32 * 10 * 264
+    assert collection_bytes(1000, 64) == 264_000
+    assert bytes_per_request(100, 32, 10, 64) == 100 + 84_480
+    with pytest.raises(InvalidInputError, match="non-negative"):
+        candidate_bytes(-1, 1, 4)
+    with pytest.raises(InvalidInputError, match="request_bytes"):
+        bytes_per_request(float("nan"), 1, 1, 4)

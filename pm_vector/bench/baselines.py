@@ -16,6 +16,9 @@ lower index).
   Gaussian noise, (epsilon, delta)-DP for the query.
 - :class:`DPPCA`: the query's projection on the server's PCA basis released with Gaussian
   noise, (epsilon, delta)-DP for the query.
+- :class:`ReferenceClassLDP`: the textbook local-DP release in public class frames (one clipped
+  row per class, Gaussian noise split over the two rows a change of query alters); a reference
+  for pm_vector's release, with its own interface (it needs the frames and the query's label).
 
 Both DP baselines protect exactly what PrivateMail protects: the client's query vector, at
 (epsilon, delta), under *replacement* (two neighbouring inputs are any two unit-norm query
@@ -37,7 +40,7 @@ from .._validation import as_labels, as_matrix, require_unit_rows
 from ..errors import InvalidInputError, PrivacyParameterError
 from ..privacy import AnalyticGaussianMechanism, secure_generator
 
-__all__ = ["DPPCA", "DPRandomProjection", "RawKNN", "RetrievalMethod", "knn_search"]
+__all__ = ["DPPCA", "DPRandomProjection", "RawKNN", "ReferenceClassLDP", "RetrievalMethod", "knn_search"]
 
 _BATCH = 1024
 
@@ -333,3 +336,87 @@ class DPPCA(_NoisyLinearQuery):
         if hasattr(self, "sensitivity_"):
             s += f" L2 sensitivity {self.sensitivity_:.4g}, noise std {self.noise_sigma_:.4g}."
         return s
+
+
+class ReferenceClassLDP:
+    """Reference local-DP release in public class frames, and the server's ranking of it.
+
+    Frames: a fitted :class:`~pm_vector.manifold.class_frames.ClassFrames` (public anchor): per
+    class ``mu_c``, the top ``d`` directions ``U_c`` and the clip radius ``r_c``. A request holds
+    one row per class -- the real query in its class, a public dummy in every other -- each
+    ``clip_{r_c}(U_c (x - mu_c)) + N(0, sigma_c^2 I)`` with
+    ``sigma_c = AnalyticGaussianMechanism(epsilon / 2, delta / 2, 2 r_c).sigma``.
+
+    **Privacy.** Replacing the query ``(x, c)`` by ``(x', c')`` changes at most two rows (``c``
+    and ``c'``), each by at most its diameter ``2 r_j``; each row is (epsilon/2, delta/2)-DP
+    for its content, so the request is (epsilon, delta)-DP by basic composition (with the dummy
+    draws coupled as in :mod:`pm_vector.privacy.class_rows`). pm_vector's own release calibrates
+    the two rows jointly (sensitivity ``sqrt(2)`` after scaling), which needs less noise.
+
+    ``fit(frames, server_features, server_labels)`` keeps the server items' clipped coordinates
+    in their own class's frame; ``release(x, labels, rng)`` noises the rows (``epsilon=inf``:
+    no noise, the benchmark's noise-free endpoint); ``shortlist(z, labels, k)`` ranks the items
+    of each row's class by distance to ``z`` (ties by index). Only real rows need to be passed
+    to the benchmark: a dummy row's answer does not depend on the query.
+    """
+
+    def __init__(self, epsilon: float, delta: float):
+        self.epsilon = epsilon
+        self.delta = delta
+
+    def fit(self, frames, server_features, server_labels) -> "ReferenceClassLDP":
+        x = as_matrix(server_features, "server_features")
+        y = as_labels(server_labels, x.shape[0], "server_labels")
+        if not hasattr(frames, "radii_"):
+            raise InvalidInputError("frames must be a fitted ClassFrames (fit it on the public anchor first).")
+        if isinstance(self.epsilon, (int, float, np.floating)) and self.epsilon == math.inf:
+            self.sigmas_ = np.zeros(len(frames.classes_))
+        else:
+            eps, dlt = _check_privacy(self.epsilon, self.delta)
+            self.sigmas_ = np.array([AnalyticGaussianMechanism(eps / 2, dlt / 2, 2.0 * float(r)).sigma
+                                     for r in frames.radii_])
+        self.frames_ = frames
+        self.n_server_ = int(x.shape[0])
+        self.items_ = {}
+        for c in frames.classes_:
+            idx = np.flatnonzero(y == c)
+            self.items_[int(c)] = (idx, frames.clipped(x[idx], np.full(idx.size, c)))
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "frames_"):
+            raise InvalidInputError("ReferenceClassLDP is not fitted yet; call fit(frames, features, labels) first.")
+
+    def sigma_of(self, labels) -> np.ndarray:
+        """Noise standard deviation of each row of class ``labels``."""
+        self._check_fitted()
+        return self.sigmas_[self.frames_.class_index(labels)]
+
+    def release(self, features, labels, rng: np.random.Generator | None = None) -> np.ndarray:
+        """Released rows ``(q, d)``: row ``i`` is ``features[i]`` in the frame of ``labels[i]``."""
+        self._check_fitted()
+        z = self.frames_.clipped(features, labels)
+        s = self.sigma_of(labels)
+        if np.all(s == 0):
+            return z
+        return z + _check_rng(rng, "rng").standard_normal(z.shape) * s[:, None]
+
+    def shortlist(self, rows, labels, k: int) -> np.ndarray:
+        """``(q, k)`` server item indices: the ``k`` items of each row's class nearest to the row.
+        A class with fewer than ``k`` items is padded with other classes' items, lowest index first."""
+        self._check_fitted()
+        z = np.asarray(rows, dtype=np.float64)
+        labels = np.asarray(labels).reshape(-1)
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= self.n_server_:
+            raise InvalidInputError(f"k must be an integer between 1 and the number of server items "
+                                    f"({self.n_server_}); got {k!r}.")
+        self.frames_.class_index(labels)
+        out = np.empty((z.shape[0], int(k)), dtype=np.int64)
+        for i, c in enumerate(labels):
+            idx, P = self.items_[int(c)]
+            order = np.argsort(((P - z[i]) ** 2).sum(1), kind="stable")[: int(k)]
+            row = idx[order]
+            if row.size < k:
+                row = np.concatenate([row, np.setdiff1d(np.arange(self.n_server_), idx)[: int(k) - row.size]])
+            out[i] = row
+        return out

@@ -9,6 +9,12 @@ labels of the ``k`` items retrieved for query ``i`` in rank order (best first), 
 least one* relevant item among the ``k`` retrieved. With few classes it is lenient (random
 retrieval over ``C`` balanced classes scores ``1 - (1 - 1/C)^k``, see
 :func:`chance_recall_at_k`), so report :func:`precision_at_k` and :func:`map_at_k` beside it.
+
+Neighbour metrics (no labels): :func:`nn_recall_at_k` compares retrieved item *indices* with the
+exact non-private ``k`` nearest server items of each query (on unit-norm features cosine and
+Euclidean rank alike), and :func:`distinct_lists_per_class` measures how much the retrieved
+lists depend on the query beyond its class. Transfer sizes: :func:`candidate_bytes`,
+:func:`float_payload_bytes`, :func:`bytes_per_request`, :func:`collection_bytes`.
 """
 
 from __future__ import annotations
@@ -18,7 +24,14 @@ import numpy as np
 from ..errors import InvalidInputError
 
 __all__ = [
+    "ID_BYTES",
     "average_precision_at_k",
+    "bytes_per_request",
+    "candidate_bytes",
+    "collection_bytes",
+    "distinct_lists_per_class",
+    "float_payload_bytes",
+    "nn_recall_at_k",
     "chance_precision_at_k",
     "chance_recall_at_k",
     "hits",
@@ -145,3 +158,104 @@ def chance_precision_at_k(class_frequencies, query_frequencies=None) -> float:
     if q.shape != p.shape:
         raise InvalidInputError(f"query_frequencies has {q.shape[0]} classes, class_frequencies {p.shape[0]}.")
     return float(np.sum(q * p))
+
+
+# --------------------------------------------------------------------------------------
+# neighbour metrics (item indices, no labels)
+# --------------------------------------------------------------------------------------
+
+def _index_matrix(a, name: str) -> np.ndarray:
+    arr = _int_array(a, name)
+    if arr.ndim != 2:
+        raise InvalidInputError(f"{name} must be 2-d (queries x items); got shape {arr.shape}.")
+    if arr.shape[0] == 0:
+        raise InvalidInputError(f"no queries: {name} has 0 rows.")
+    if arr.shape[1] == 0:
+        raise InvalidInputError(f"{name} has 0 columns.")
+    return arr
+
+
+def nn_recall_at_k(retrieved_idx, true_idx) -> float:
+    """Mean over queries of the share of the exact ``k`` nearest items that were retrieved.
+
+    ``true_idx`` ``(q, k)``: indices of each query's exact non-private ``k`` nearest server items
+    (raw features); ``retrieved_idx`` ``(q, m)``: the indices a method returned (usually ``m = k``).
+    Query ``i`` scores ``|set(retrieved_idx[i]) & set(true_idx[i])| / k`` (order-free; a repeated
+    index counts once). With ``m = k`` it is both the recall and the precision of the exact
+    neighbour set.
+    """
+    r = _index_matrix(retrieved_idx, "retrieved_idx")
+    t = _index_matrix(true_idx, "true_idx")
+    if r.shape[0] != t.shape[0]:
+        raise InvalidInputError(f"retrieved_idx has {r.shape[0]} rows but true_idx has {t.shape[0]}.")
+    found = (t[:, :, None] == r[:, None, :]).any(axis=2)              # (q, k): true item i,j came back
+    # a true list with a repeated index counts that neighbour once
+    k = np.array([len(set(row.tolist())) for row in t], dtype=np.float64)
+    first = np.ones_like(found)
+    for j in range(1, t.shape[1]):
+        first[:, j] = ~(t[:, :j] == t[:, j:j + 1]).any(axis=1)
+    return float(np.mean((found & first).sum(axis=1) / k))
+
+
+def distinct_lists_per_class(retrieved_idx, query_labels) -> float:
+    """Mean over the query classes of ``(# distinct retrieved lists) / (# queries of the class)``.
+
+    Lists are compared as sets (each row sorted), so a method that returns the same items for
+    every query of a class -- what the label alone allows -- scores ``1 / n_c`` per class, and
+    one whose every query gets its own list scores 1.
+    """
+    r = _index_matrix(retrieved_idx, "retrieved_idx")
+    y = _int_array(query_labels, "query_labels")
+    if y.ndim != 1 or y.shape[0] != r.shape[0]:
+        raise InvalidInputError(f"query_labels must be 1-d with one label per row of retrieved_idx "
+                                f"({r.shape[0]}); got shape {y.shape}.")
+    rs = np.sort(r, axis=1)
+    shares = []
+    for c in np.unique(y):
+        rows = rs[y == c]
+        shares.append(len({tuple(row.tolist()) for row in rows}) / rows.shape[0])
+    return float(np.mean(shares))
+
+
+# --------------------------------------------------------------------------------------
+# transfer sizes
+# --------------------------------------------------------------------------------------
+
+#: bytes of one item id on the wire (bigint)
+ID_BYTES = 8
+#: bytes of one raw feature (float32, as pgvector stores it)
+FEATURE_BYTES = 4
+#: bytes of one released number (float64)
+FLOAT_BYTES = 8
+
+
+def _nonneg_int(v, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+        raise InvalidInputError(f"{name} must be a non-negative integer; got {v!r}.")
+    return int(v)
+
+
+def float_payload_bytes(n_numbers: int, *, n_ids: int = 0) -> int:
+    """Binary size of a request: ``n_numbers`` float64 values plus ``n_ids`` 8-byte integers."""
+    return FLOAT_BYTES * _nonneg_int(n_numbers, "n_numbers") + ID_BYTES * _nonneg_int(n_ids, "n_ids")
+
+
+def candidate_bytes(n_candidates: int, n_rows: int, dim: int, value_bytes: int = FEATURE_BYTES) -> int:
+    """Size of an answer of ``n_candidates`` items for each of ``n_rows`` request rows, each
+    item an 8-byte id plus ``dim`` values of ``value_bytes`` (raw float32 features by default;
+    2 for a published halfvec code) -- what the client re-ranks with."""
+    return (_nonneg_int(n_candidates, "n_candidates") * _nonneg_int(n_rows, "n_rows")
+            * (ID_BYTES + _nonneg_int(value_bytes, "value_bytes") * _nonneg_int(dim, "dim")))
+
+
+def collection_bytes(n_items: int, dim: int) -> int:
+    """Size of the whole collection (ids and raw float32 features): what downloading it all costs."""
+    return candidate_bytes(n_items, 1, dim)
+
+
+def bytes_per_request(request_bytes: float, n_candidates: int, n_rows: int, dim: int) -> float:
+    """Request plus response bytes of one query (see :func:`candidate_bytes`)."""
+    rb = float(request_bytes)
+    if not np.isfinite(rb) or rb < 0:
+        raise InvalidInputError(f"request_bytes must be a finite number >= 0; got {request_bytes!r}.")
+    return rb + candidate_bytes(n_candidates, n_rows, dim)

@@ -1,106 +1,500 @@
-"""`pm-vector bench privacy`: Algorithm 1 in memory, PrivateMail against its baselines.
+"""`pm-vector bench privacy`: nearest-neighbour utility of the private methods against epsilon.
 
-Every method answers the same disjoint query split at the same (eps, delta); the split,
-sizes and seeds are part of the output. Methods:
+Every method answers the same disjoint query split at the same (epsilon, delta); the split,
+sizes and seeds are part of the output. Each private method returns ``k'`` candidates
+(``shortlist``) for the real query, and the client re-ranks them by raw features to the final
+``k`` (:meth:`pm_vector.client.query.PrivateKNN.rerank`). The headline metric is
+``nn_recall_at_k``: the share of the exact non-private ``k`` nearest server items that come back
+(:func:`pm_vector.bench.metrics.nn_recall_at_k`). ``epsilon = inf`` is each method's noise-free
+endpoint (the same pipeline without noise; not a release).
 
-- ``raw_knn``: exact k-NN on raw features (non-private reference);
-- ``smlq_nonprivate``: the anchor-frame SMLQ embedding of the labelled query, no noise;
-- ``privatemail``: the full protocol (dummies, private first iteration, post-processing,
-  Kabsch-Umeyama alignment, k-NN of the real row);
-- ``privatemail_label_only``: the same with the query's features replaced by a random server
-  item's -- what the labels alone achieve (NOTES 7);
-- ``dp_random_projection``, ``dp_pca``: the query released by a Gaussian mechanism after a
-  random / PCA projection (see :mod:`pm_vector.bench.baselines`).
+Methods:
+
+- ``pm_vector``: class frames (:class:`~pm_vector.manifold.class_frames.ClassFrames` ``(4, 0.9)``
+  on the public anchor), one clipped Gaussian row per class (:class:`PrivateKNN`), the server's
+  :class:`~pm_vector.resolve.PosteriorShortlist`. At ``inf``:
+  :func:`~pm_vector.resolve.noise_free_shortlist` on 16-d frames (items of any class).
+- ``pm_vector_codes``: ``pm_vector``'s candidates re-ranked by the collection's published
+  compact codes (:class:`~pm_vector.manifold.codes.PublicProjection`: 64-d PCA of the public
+  anchor, halfvec) instead of raw features: the answer for a collection that does not hand out
+  raw features, at a fraction of the bytes.
+- ``pm_vector_label_free``: the same with ``label=None`` and a
+  :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor choosing the real row.
+- ``label_only``: the ``pm_vector`` pipeline with the query's features replaced by a random
+  public dummy of its class (what the label alone gives; the client still re-ranks with its
+  real features).
+- ``reference_ldp``: the textbook local-DP release in the same frames: per class ``mu_c``, the
+  top 4 directions ``U_c`` and ``r_c`` (90th percentile); every row (real query in its class,
+  one public dummy in every other) is ``clip_{r_c}(U_c (x - mu_c)) + N(0, sigma_c^2 I)`` with
+  ``sigma_c`` the analytic Gaussian sigma for ``(eps/2, delta/2)`` at sensitivity ``2 r_c``
+  (two rows change: basic composition); the server ranks the class's items by distance to the
+  row in the same clipped coordinates.
+- ``privatemail_paper``: the PrivateMail protocol (Algorithm 1, SMLQ anchor frame, dummies,
+  private first iteration, post-processing, Kabsch-Umeyama alignment), ``k'`` from the real row's
+  embedding. At ``inf``: the labelled query's noise-free SMLQ embedding.
+- ``dp_random_projection``, ``dp_pca``: the query's 8-d projection released with Gaussian noise
+  (:mod:`pm_vector.bench.baselines`). At ``inf``: the noiseless projection.
+- ``raw_knn``: exact k-NN on the raw features (non-private reference).
+- ``download_all``: the client downloads the whole collection and searches locally: perfectly
+  private, exact, and as expensive as the collection.
+
+Server-side work in the benchmark is restricted to the real row's answer: the other rows'
+answers do not change what the client sees about its query (they are counted in the bytes).
 """
 
 from __future__ import annotations
 
+import math
 import time
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..client import PrivateMail, PublicAnchor
+from ..client.query import PrivateKNN
+from ..errors import InvalidInputError
 from ..manifold import AnchorFrame
+from ..manifold.class_frames import ClassFrames
+from ..manifold.codes import PublicProjection
 from ..privacy import secure_generator
-from ..resolve import align_request, knn
-from .baselines import DPPCA, DPRandomProjection, RawKNN
-from .metrics import chance_recall_at_k, map_at_k, precision_at_k, recall_at_k
+from ..resolve import PosteriorShortlist, align_request, knn, noise_free_shortlist
+from .baselines import DPPCA, DPRandomProjection, RawKNN, ReferenceClassLDP, knn_search
+from .metrics import (candidate_bytes, chance_recall_at_k, collection_bytes, distinct_lists_per_class,
+                      float_payload_bytes, nn_recall_at_k, precision_at_k, recall_at_k)
 
-PRIVATE_METHODS = ("privatemail", "privatemail_label_only", "dp_random_projection", "dp_pca")
+#: every method, in table order
+METHODS = ("pm_vector", "pm_vector_codes", "pm_vector_label_free", "label_only", "reference_ldp", "privatemail_paper",
+           "dp_random_projection", "dp_pca", "raw_knn", "download_all")
+#: methods without an epsilon (one row each)
+NON_PRIVATE = ("raw_knn", "download_all")
+#: default k' per built-in dataset
+DEFAULT_SHORTLIST = {"digits": 32, "fashion-mnist": 128}
 
 
 @dataclass
 class BenchConfig:
-    epsilons: tuple = (0.1, 1.0, 10.0)
+    epsilons: tuple = (1.0, 4.0, 16.0, math.inf)
     delta: float = 1e-5
     k: int = 8
+    shortlist: int = 32
     seed: int = 0
+    methods: tuple = METHODS
+    #: privatemail_paper: the SMLQ anchor frame's dimension (kept under this name: the database
+    #: benchmarks and tests build their PrivateMail collections with BenchConfig().n_components)
     n_components: int = 16
+    #: pm_vector / reference_ldp class frames
+    class_components: int = 4
+    clip_quantile: float = 0.9
+    #: class frames of the noise-free endpoint
+    noise_free_components: int = 16
+    #: privatemail_paper's private iteration (the old benchmark's settings)
     dp_sigma: float = 1.0
     dp_alpha: float = 0.5
+    #: dp_random_projection / dp_pca
     projection_dim: int = 8
+    #: pm_vector_codes: dimension of the published halfvec code
+    code_components: int = 64
 
 
-def _scores(retrieved_labels, query_labels, k) -> dict:
-    return {f"recall_at_{k}": float(recall_at_k(retrieved_labels, query_labels)),
-            f"precision_at_{k}": float(precision_at_k(retrieved_labels, query_labels)),
-            f"map_at_{k}": float(map_at_k(retrieved_labels, query_labels))}
+def parse_epsilons(text: str) -> tuple[float, ...]:
+    """``"1,4,16,inf"`` -> ``(1.0, 4.0, 16.0, inf)``; every value must be > 0 (``inf``: noise-free)."""
+    vals = []
+    for part in str(text).split(","):
+        p = part.strip().lower()
+        if not p:
+            continue
+        if p in ("inf", "infinity", "+inf"):
+            vals.append(math.inf)
+            continue
+        try:
+            v = float(p)
+        except ValueError:
+            raise InvalidInputError(f"expected comma-separated numbers or inf, e.g. 1,4,16,inf; got {text!r}") from None
+        if not v > 0 or math.isnan(v):
+            raise InvalidInputError(f"epsilons must be positive numbers (or inf); got {part.strip()!r}")
+        vals.append(v)
+    if not vals:
+        raise InvalidInputError(f"no epsilon given; e.g. 1,4,16,inf (got {text!r})")
+    return tuple(dict.fromkeys(vals))
+
+
+def parse_methods(text: str | None) -> tuple[str, ...]:
+    if text is None or not str(text).strip():
+        return METHODS
+    names = tuple(dict.fromkeys(m.strip() for m in str(text).split(",") if m.strip()))
+    bad = [m for m in names if m not in METHODS]
+    if bad:
+        raise InvalidInputError(f"unknown method(s) {', '.join(bad)}; choose from {', '.join(METHODS)}.")
+    return tuple(m for m in METHODS if m in names)
+
+
+def epsilon_json(eps):
+    """``None`` for non-private rows, ``"inf"`` for the noise-free endpoint, else the number."""
+    if eps is None:
+        return None
+    return "inf" if math.isinf(eps) else float(eps)
+
+
+def _seed(cfg: BenchConfig, method: str, eps) -> int:
+    """A reproducible, distinct seed for every (method, epsilon)."""
+    return (cfg.seed * 1_000_003 + zlib.crc32(f"{method}:{eps}".encode())) % (2 ** 63)
+
+
+def _top(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` highest scores, ties by the lower index (as PosteriorShortlist.shortlist)."""
+    return np.lexsort((np.arange(scores.size), -scores))[:k]
+
+
+def _privatemail_client(frame, eps, delta, cfg, rng):
+    return PrivateMail(frame, epsilon=eps, delta=delta, dp_sigma=cfg.dp_sigma, dp_alpha=cfg.dp_alpha, _rng=rng)
+
+
+class _Context:
+    """The fitted public and server-side state shared by all methods."""
+
+    def __init__(self, split, cfg: BenchConfig, progress):
+        self.cfg = cfg
+        self.say = progress or (lambda msg: None)
+        self.Xs, self.ys = split.server
+        self.Xa, self.ya = split.anchor
+        self.Xd, self.yd = split.dummy
+        self.Xq, self.yq = split.query
+        self.dim = int(self.Xs.shape[1])
+        self.C = int(len(np.unique(self.ya)))
+        self._cache = {}
+
+    def get(self, name, build):
+        if name not in self._cache:
+            t = time.perf_counter()
+            self._cache[name] = build()
+            self.say(f"  fitted {name} in {time.perf_counter() - t:.1f}s")
+        return self._cache[name]
+
+    @property
+    def frames(self) -> ClassFrames:
+        return self.get("class frames", lambda: ClassFrames(self.cfg.class_components, self.cfg.clip_quantile)
+                        .fit(self.Xa, self.ya))
+
+    @property
+    def frames_nf(self) -> ClassFrames:
+        return self.get("noise-free frames", lambda: ClassFrames(self.cfg.noise_free_components,
+                                                                 self.cfg.clip_quantile).fit(self.Xa, self.ya))
+
+    @property
+    def posterior(self) -> PosteriorShortlist:
+        return self.get("posterior shortlist", lambda: PosteriorShortlist().fit(self.frames, self.Xs, self.ys))
+
+    @property
+    def classifier(self):
+        def build():
+            from ..kahm import KAHMClassifier
+            return KAHMClassifier().fit(self.Xa, self.ya)
+        return self.get("KAHM classifier", build)
+
+    @property
+    def predicted(self) -> np.ndarray:
+        return self.get("KAHM predictions", lambda: np.asarray(self.classifier.predict(self.Xq)).astype(np.int64))
+
+    @property
+    def label_only_dummies(self) -> np.ndarray:
+        """One random public dummy of each query's class (fixed for every epsilon)."""
+        def build():
+            g = secure_generator(_seed(self.cfg, "label_only_dummies", None))
+            out = np.empty(len(self.yq), dtype=np.int64)
+            for i, c in enumerate(self.yq):
+                pool = np.flatnonzero(self.yd == c)
+                if pool.size == 0:
+                    raise InvalidInputError(f"the dummy pool has no item of class {int(c)}.")
+                out[i] = pool[g.integers(pool.size)]
+            return out
+        return self.get("label-only dummies", build)
+
+    @property
+    def codes(self):
+        """``(projection, item codes)``: the collection's published compact code (public PCA)."""
+        def build():
+            proj = PublicProjection(self.cfg.code_components).fit(self.Xa)
+            return proj, proj.transform(self.Xs)
+        return self.get("public codes", build)
+
+    @property
+    def smlq(self):
+        def build():
+            frame = AnchorFrame(self.cfg.n_components, seed=self.cfg.seed).fit(self.Xa, self.ya)
+            return frame, frame.extend(self.Xs, self.ys)
+        return self.get("SMLQ anchor frame", build)
+
+
+# ----------------------------------------------------------------------------- methods
+# each returns (candidates (q, k') int64, request_bytes per request, rows answered per request, extra dict)
+
+def _pm_vector(ctx: _Context, eps, variant: str):
+    cfg, kp = ctx.cfg, ctx.cfg.shortlist
+    q = len(ctx.yq)
+    if variant == "label_free":
+        labels = ctx.predicted
+    else:
+        labels = ctx.yq
+    X = ctx.Xd[ctx.label_only_dummies] if variant == "label_only" else ctx.Xq
+    C, d = ctx.C, ctx.frames.components_.shape[1]
+    # rows (C x d), sigmas (C) and classes (C) of the request, plus the 32-hex frames digest
+    req_bytes = float_payload_bytes(C * d + C, n_ids=C) + 32
+    extra = {}
+    if math.isinf(eps):
+        fr = ctx.frames_nf
+        cand = noise_free_shortlist(fr, ctx.Xs, fr.clipped(X, labels), labels, kp)
+        return cand, req_bytes, C, extra
+    client = PrivateKNN(ctx.frames, ctx.Xd, ctx.yd, eps, cfg.delta, shortlist=kp,
+                        classifier=ctx.classifier if variant == "label_free" else None)
+    client._inject_generator(secure_generator(_seed(cfg, f"pm_vector:{variant}", eps)))
+    ps = ctx.posterior
+    cand = np.empty((q, kp), dtype=np.int64)
+    json_bytes = 0
+    for i in range(q):
+        label = None if variant == "label_free" else int(labels[i])
+        req, sec = client.request(X[i], label)
+        s = ps.scores(req.rows[sec.row], req.sigmas[sec.row], req.classes[sec.row])
+        cand[i] = _top(s, kp)
+        json_bytes += len(req.to_json())
+    extra["request_json_bytes"] = round(json_bytes / q, 1)
+    extra["noise_sigmas"] = [round(float(s), 6) for s in client.mechanism.sigmas_]
+    return cand, req_bytes, C, extra
+
+
+def _reference_ldp(ctx: _Context, eps):
+    cfg, kp = ctx.cfg, ctx.cfg.shortlist
+    fr = ctx.frames  # ClassFrames(4, 0.9): exactly mu_c, U_c (top 4 directions) and r_c (90th percentile)
+    C, d = ctx.C, fr.components_.shape[1]
+    req_bytes = float_payload_bytes(C * d, n_ids=C)
+    ref = ReferenceClassLDP(eps, cfg.delta).fit(fr, ctx.Xs, ctx.ys)
+    # only the real rows are drawn here; the dummy rows (drawn the same way) do not change the answer
+    z = ref.release(ctx.Xq, ctx.yq, secure_generator(_seed(cfg, "reference_ldp", eps)))
+    extra = {} if math.isinf(eps) else {"noise_sigmas": [round(float(s), 6) for s in ref.sigmas_]}
+    return ref.shortlist(z, ctx.yq, kp), req_bytes, C, extra
+
+
+def _privatemail(ctx: _Context, eps):
+    cfg, kp = ctx.cfg, ctx.cfg.shortlist
+    frame, items = ctx.smlq
+    C, n_anchor, m = ctx.C, len(ctx.ya), frame.anchor_embedding_.shape[1]
+    req_bytes = float_payload_bytes((C + n_anchor) * m, n_ids=n_anchor)
+    if math.isinf(eps):
+        return knn(items, frame.extend(ctx.Xq, ctx.yq), kp)[0].astype(np.int64), req_bytes, C, {}
+    anchor = PublicAnchor(list(range(n_anchor)), ctx.Xa, ctx.ya, ctx.Xd, ctx.yd)
+    client = _privatemail_client(frame, eps, cfg.delta, cfg, secure_generator(_seed(cfg, "privatemail", eps)))
+    cand = np.empty((len(ctx.yq), kp), dtype=np.int64)
+    sigma = None
+    for i in range(len(ctx.yq)):
+        req, secret = client.request(ctx.Xq[i], int(ctx.yq[i]), anchor)
+        aligned = align_request(req, anchor.ids, frame.anchor_embedding_)
+        cand[i] = knn(items, aligned[secret.real_row:secret.real_row + 1], kp)[0][0]
+        sigma = req.noise_sigma
+        if (i + 1) % 100 == 0:
+            ctx.say(f"    privatemail_paper eps={eps:g}: {i + 1}/{len(ctx.yq)} requests")
+    return cand, req_bytes, C, {"noise_sigma": sigma, "request_rows": C + n_anchor}
+
+
+def _dp_projection(ctx: _Context, eps, cls):
+    cfg, kp = ctx.cfg, ctx.cfg.shortlist
+    m = cfg.projection_dim
+    req_bytes = float_payload_bytes(m)
+    fit_eps = 1.0 if math.isinf(eps) else eps  # the projection does not depend on epsilon
+    method = cls(m, fit_eps, cfg.delta).fit(ctx.Xs, ctx.ys, secure_generator(_seed(cfg, cls.name, "fit")))
+    if math.isinf(eps):
+        cand = knn_search(method.project(ctx.Xq), method.server_embedding_, kp)
+        return cand, req_bytes, 1, {}
+    cand = method.search(ctx.Xq, kp, secure_generator(_seed(cfg, cls.name, eps)))
+    return cand, req_bytes, 1, {"noise_sigma": float(method.noise_sigma_)}
+
+
+# ----------------------------------------------------------------------------- the run
+
+def _rerank(Xq, Xs, cand, k) -> np.ndarray:
+    return np.stack([PrivateKNN.rerank(Xq[i], cand[i], Xs[cand[i]], k) for i in range(len(Xq))])
+
+
+def _rerank_codes(ctx: _Context, cand, k) -> np.ndarray:
+    proj, codes = ctx.codes
+    return _rerank(proj.transform(ctx.Xq), codes, cand, k)
 
 
 def run(split, cfg: BenchConfig, progress=None) -> dict:
-    """Run every method on a :class:`~pm_vector.datasets.Split` and return the JSON-able result."""
+    """Run the chosen methods on a :class:`~pm_vector.datasets.Split`; return the JSON-able result.
+
+    ``progress(message)`` receives one line per finished method and epsilon.
+    """
     t0 = time.perf_counter()
-    k = cfg.k
-    Xs, ys = split.server
-    Xa, ya = split.anchor
-    Xd, yd = split.dummy
-    Xq, yq = split.query
+    k, kp = int(cfg.k), int(cfg.shortlist)
+    methods = parse_methods(",".join(cfg.methods))
+    ctx = _Context(split, cfg, progress)
+    Xs, ys, Xq, yq = ctx.Xs, ctx.ys, ctx.Xq, ctx.yq
+    if not 1 <= k <= kp:
+        raise InvalidInputError(f"k ({k}) must be between 1 and the shortlist k' ({kp}).")
+    if kp > len(ys):
+        raise InvalidInputError(f"the shortlist k' ({kp}) exceeds the {len(ys)} server items.")
+    for e in cfg.epsilons:
+        if not (e > 0):
+            raise InvalidInputError(f"epsilons must be positive (or inf); got {e!r}.")
+    coll = collection_bytes(len(ys), ctx.dim)
+
+    t = time.perf_counter()
+    true_idx = RawKNN().fit(Xs, ys).search(Xq, k)
+    raw_seconds = time.perf_counter() - t
+    class_ceiling = float(precision_at_k(ys[true_idx], yq))
     results = []
-    timings = {}
 
-    def record(method, eps, retrieved_idx, seconds):
-        results.append({"method": method, "epsilon": eps, **_scores(ys[retrieved_idx], yq, k),
-                        "seconds": round(seconds, 3)})
+    def record(method, eps, retrieved, req_bytes, rows, seconds, extra=None, answer_k=kp, candidates=None):
+        resp = candidate_bytes(answer_k, rows, cfg.code_components, 2) if method == "pm_vector_codes" else \
+            candidate_bytes(answer_k, rows, ctx.dim)
+        total = float(req_bytes + resp)
+        row = {"method": method, "epsilon": epsilon_json(eps),
+               f"nn_recall_at_{k}": nn_recall_at_k(retrieved, true_idx),
+               f"precision_at_{k}": precision_at_k(ys[retrieved], yq),
+               f"recall_at_{k}": recall_at_k(ys[retrieved], yq),
+               "bytes_per_request": total, "request_bytes": float(req_bytes), "response_bytes": float(resp),
+               "bytes_share_of_collection": total / coll,
+               "distinct_lists_per_class": distinct_lists_per_class(retrieved, yq),
+               # the same on the server's k' answer (before the client's re-rank): how much the answer
+               # depends on the query beyond its class
+               "distinct_candidate_lists_per_class": distinct_lists_per_class(
+                   retrieved if candidates is None else candidates, yq),
+               "seconds": round(seconds, 3), **(extra or {})}
+        results.append(row)
         if progress:
-            progress(method, eps)
+            e = "-" if eps is None else f"{eps:g}"
+            progress(f"{method} eps={e}: nn_recall@{k} {row[f'nn_recall_at_{k}']:.3f}, precision@{k} "
+                     f"{row[f'precision_at_{k}']:.3f} ({seconds:.1f}s)")
 
-    t = time.perf_counter()
-    raw = RawKNN().fit(Xs, ys, secure_generator(cfg.seed))
-    record("raw_knn", None, raw.search(Xq, k, secure_generator(cfg.seed)), time.perf_counter() - t)
-
-    # server job: public anchor frame + out-of-sample extension of the items
-    t = time.perf_counter()
-    frame = AnchorFrame(cfg.n_components, seed=cfg.seed).fit(Xa, ya)
-    items = frame.extend(Xs, ys)
-    timings["server_embedding_seconds"] = round(time.perf_counter() - t, 3)
-    t = time.perf_counter()
-    q_emb = frame.extend(Xq, yq)
-    record("smlq_nonprivate", None, knn(items, q_emb, k)[0], time.perf_counter() - t)
-
-    anchor = PublicAnchor(list(range(len(ya))), Xa, ya, Xd, yd)
-    item_rng = np.random.default_rng(cfg.seed + 1)
-    for eps in cfg.epsilons:
-        for method in ("privatemail", "privatemail_label_only"):
+    runners = {
+        "pm_vector": lambda e: _pm_vector(ctx, e, "labelled"),
+        "pm_vector_codes": lambda e: _pm_vector(ctx, e, "labelled"),
+        "pm_vector_label_free": lambda e: _pm_vector(ctx, e, "label_free"),
+        "label_only": lambda e: _pm_vector(ctx, e, "label_only"),
+        "reference_ldp": lambda e: _reference_ldp(ctx, e),
+        "privatemail_paper": lambda e: _privatemail(ctx, e),
+        "dp_random_projection": lambda e: _dp_projection(ctx, e, DPRandomProjection),
+        "dp_pca": lambda e: _dp_projection(ctx, e, DPPCA),
+    }
+    label_free_info = None
+    for method in methods:
+        if method == "raw_knn":
+            # the raw query (float32) goes out; the k nearest come back
+            record("raw_knn", None, true_idx, ctx.dim * 4, 1, raw_seconds, answer_k=k)
+            continue
+        if method == "download_all":
             t = time.perf_counter()
-            client = PrivateMail(frame, epsilon=eps, delta=cfg.delta, dp_sigma=cfg.dp_sigma, dp_alpha=cfg.dp_alpha,
-                                 seed=cfg.seed + 7)
-            rows = []
-            for i in range(len(yq)):
-                x = Xq[i] if method == "privatemail" else Xs[item_rng.integers(len(Xs))]
-                req, secret = client.request(x, int(yq[i]), anchor)
-                aligned = align_request(req, anchor.ids, frame.anchor_embedding_)
-                rows.append(secret.pick(knn(items, aligned, k)[0]))
-            record(method, eps, np.asarray(rows), time.perf_counter() - t)
-        for method, cls in (("dp_random_projection", DPRandomProjection), ("dp_pca", DPPCA)):
+            retrieved = RawKNN().fit(Xs, ys).search(Xq, k)  # local exact search over the downloaded collection
+            record("download_all", None, retrieved, 0, 1, time.perf_counter() - t, answer_k=len(ys))
+            continue
+        if method == "pm_vector_label_free":
             t = time.perf_counter()
-            m = cls(cfg.projection_dim, eps, cfg.delta).fit(Xs, ys, secure_generator(cfg.seed))
-            record(method, eps, m.search(Xq, k, secure_generator(cfg.seed + 3)), time.perf_counter() - t)
+            acc = float(np.mean(ctx.predicted == yq))
+            label_free_info = {"classifier": "KAHMClassifier (fit on the public anchor)", "accuracy": acc,
+                               "fit_and_predict_seconds": round(time.perf_counter() - t, 3)}
+        for eps in cfg.epsilons:
+            t = time.perf_counter()
+            cand, req_bytes, rows, extra = runners[method](eps)
+            cand = np.asarray(cand, dtype=np.int64)
+            if cand.shape != (len(yq), kp):
+                raise RuntimeError(f"{method} returned candidates of shape {cand.shape}, expected {(len(yq), kp)}")
+            retrieved = _rerank_codes(ctx, cand, k) if method == "pm_vector_codes" else _rerank(Xq, Xs, cand, k)
+            if method == "pm_vector_label_free":
+                extra = {**extra, "classifier_accuracy": label_free_info["accuracy"]}
+            record(method, eps, retrieved, req_bytes, rows, time.perf_counter() - t, extra, candidates=cand)
 
     freq = np.array([np.mean(ys == c) for c in np.unique(ys)])
-    return {"dataset": split.dataset.name, "k": k, "delta": cfg.delta, "seed": cfg.seed,
-            "split": split.describe(), "frame": {"n_components": cfg.n_components, "sigma": frame.sigma_,
-                                                 "alpha": frame.alpha, "n_neighbors": frame.n_neighbors},
-            "privatemail": {"dp_sigma": cfg.dp_sigma, "dp_alpha": cfg.dp_alpha},
-            f"chance_recall_at_{k}": float(chance_recall_at_k(freq, k)),
-            "results": results, **timings, "seconds": round(time.perf_counter() - t0, 2)}
+    out = {"dataset": split.dataset.name, "split": split.describe(), "k": k, "shortlist": kp, "delta": cfg.delta,
+           "seed": cfg.seed, "epsilons": [epsilon_json(e) for e in cfg.epsilons], "methods": list(methods),
+           "class_ceiling": class_ceiling, f"chance_recall_at_{k}": float(chance_recall_at_k(freq, k)),
+           "collection_bytes": coll, "dim": ctx.dim, "classes": ctx.C,
+           "config": {"class_components": cfg.class_components, "clip_quantile": cfg.clip_quantile,
+                      "noise_free_components": cfg.noise_free_components, "smlq_components": cfg.n_components,
+                      "dp_sigma": cfg.dp_sigma, "dp_alpha": cfg.dp_alpha, "projection_dim": cfg.projection_dim,
+                      "code_components": cfg.code_components},
+           "results": results, "seconds": round(time.perf_counter() - t0, 2)}
+    if label_free_info is not None:
+        out["label_free_classifier"] = label_free_info
+    return out
+
+
+# ----------------------------------------------------------------------------- plot
+
+def plot(result: dict, path) -> None:
+    """nn_recall@k and precision@k against epsilon (log x), one line per method; the noise-free
+    endpoint a marked point at the right edge, non-private methods horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    k = result["k"]
+    rows = result["results"]
+    finite = sorted({r["epsilon"] for r in rows if isinstance(r["epsilon"], (int, float))})
+    has_inf = any(r["epsilon"] == "inf" for r in rows)
+    lo = finite[0] if finite else 1.0
+    hi = finite[-1] if finite else 1.0
+    x_inf = hi * 4 if finite else 1.0
+    fig, all_axes = plt.subplots(1, 3, figsize=(19, 6.2))
+    axes = all_axes[:2]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    methods = [m for m in dict.fromkeys(r["method"] for r in rows)]
+
+    def rows_of(m):
+        return [r for r in rows if r["method"] == m]
+    for ax, metric, label in zip(axes, (f"nn_recall_at_{k}", f"precision_at_{k}"),
+                                 (f"nn_recall@{k}", f"precision@{k}")):
+        for j, m in enumerate(methods):
+            col = colors[j % len(colors)]
+            mr = [r for r in rows if r["method"] == m]
+            if mr and mr[0]["epsilon"] is None:
+                n_flat = sum(1 for mm in methods[:j] if rows_of(mm) and rows_of(mm)[0]["epsilon"] is None)
+                ax.axhline(mr[0][metric], color=col, linestyle=("--", "-.", ":")[n_flat % 3], linewidth=1.4,
+                           label=f"{m} (non-private)")
+                continue
+            pts = sorted((r["epsilon"], r[metric]) for r in mr if isinstance(r["epsilon"], (int, float)))
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=col, label=m, zorder=20 - j)
+            nf = [r[metric] for r in mr if r["epsilon"] == "inf"]
+            if nf:
+                if pts:
+                    ax.plot([pts[-1][0], x_inf], [pts[-1][1], nf[0]], color=col, linestyle=":", linewidth=1)
+                ax.plot([x_inf], nf, marker="*", markersize=14 - min(j, 6), color=col, linestyle="none",
+                        label=None if pts else m, zorder=20 - j)
+        ax.set_xscale("log")
+        ticks = list(finite) + ([x_inf] if has_inf else [])
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{v:g}" for v in finite] + (["noise-free"] if has_inf else []))
+        ax.minorticks_off()
+        ax.set_xlim(lo / 1.6, (x_inf if has_inf else hi) * 1.6)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("epsilon (per request; * = noise-free endpoint)")
+        ax.set_ylabel(label)
+        ax.set_title(f"{result['dataset']}: {label} (k'={result['shortlist']}, delta={result['delta']:g})")
+        ax.grid(True, alpha=0.3)
+    # the third dimension of the trade-off: what a request costs on the wire
+    bw = all_axes[2]
+    metric = f"nn_recall_at_{k}"
+    for j, m in enumerate(methods):
+        col = colors[j % len(colors)]
+        mr = rows_of(m)
+        pts = [(r["bytes_per_request"], r[metric], r["epsilon"]) for r in mr]
+        if not pts:
+            continue
+        bw.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=col, linestyle="none", label=m)
+        for b, v, e in pts:
+            if m.startswith("pm_vector") or e is None:
+                bw.annotate("non-private" if e is None else ("noise-free" if e == "inf" else f"eps {e:g}"), (b, v),
+                            textcoords="offset points", xytext=(5, 2), fontsize=7, color=col)
+    bw.set_xscale("log")
+    bw.set_ylim(-0.02, 1.02)
+    bw.set_xlabel("bytes per request (request + every row's k' candidates; log)")
+    bw.set_ylabel(f"nn_recall@{k}")
+    bw.set_title(f"{result['dataset']}: nn_recall@{k} against bandwidth (collection "
+                 f"{result['collection_bytes'] / 1e6:.1f} MB)")
+    bw.grid(True, alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -39,33 +39,59 @@ def privacy(
     dataset: str = typer.Option("digits", help="Built-in dataset: digits or fashion-mnist."),
     features: Path = typer.Option(None, help="Your own features (.npy, rows x dims); use with --labels."),
     labels: Path = typer.Option(None, help="Your own integer labels (.npy, one per row)."),
-    epsilons: str = typer.Option("0.1,1,10", help="Comma-separated epsilons."),
+    epsilons: str = typer.Option("1,4,16,inf", help="Comma-separated epsilons; inf = each method's noise-free "
+                                 "endpoint."),
     delta: float = typer.Option(1e-5, help="delta of every private method."),
+    shortlist: int = typer.Option(None, "--shortlist", help="k': candidates per request row that the client "
+                                  "re-ranks (default: digits 32, fashion-mnist 128, own files 32)."),
+    k: int = typer.Option(8, "--k", help="Neighbours after the client's re-rank."),
+    methods: str = typer.Option(None, help="Comma-separated subset of: pm_vector, pm_vector_label_free, label_only, "
+                                "reference_ldp, privatemail_paper, dp_random_projection, dp_pca, raw_knn, "
+                                "download_all (default: all)."),
     n_server: int = typer.Option(None, help="Server items (default per dataset)."),
     n_anchor: int = typer.Option(None, help="Public anchor rows."),
     n_dummy: int = typer.Option(None, help="Public dummy pool."),
-    n_query: int = typer.Option(None, help="Queries."),
+    n_query: int = typer.Option(None, "--n-query", "--queries", help="Queries."),
     max_items: int = typer.Option(None, help="Subsample the dataset first (stratified)."),
     seed: int = typer.Option(0, help="Seed of the split and of every mechanism (benchmarks are reproducible)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+    plot: Path = typer.Option(None, "--plot", help="Write nn_recall@k and precision@k against epsilon to this PNG."),
 ):
-    """Privacy-utility benchmark: PrivateMail (Algorithm 1, in memory) against its baselines.
+    """Privacy-utility benchmark: nearest-neighbour recall of pm_vector and its baselines against epsilon.
 
-    Example: pm-vector bench privacy --dataset digits --epsilons 0.1,1,10 --json
+    Every method returns k' candidates for the same queries and the client re-ranks them by raw
+    features to k; nn_recall@k is the share of the exact non-private k nearest items recovered.
+
+    Example: pm-vector bench privacy --dataset fashion-mnist --epsilons 1,4,16,inf --json --plot out.png
     """
-    from ..bench.privacy_bench import BenchConfig, run
+    import time
+
+    from ..bench.privacy_bench import DEFAULT_SHORTLIST, BenchConfig, parse_epsilons, parse_methods, plot as draw
+    from ..bench.privacy_bench import run
     from ..datasets import load_arrays, load_dataset, split_dataset
 
-    eps = _floats(epsilons)
+    try:
+        eps = parse_epsilons(epsilons)
+    except PMVectorError as e:
+        raise typer.BadParameter(str(e), param_hint="--epsilons") from None
+    try:
+        chosen = parse_methods(methods)
+    except PMVectorError as e:
+        raise typer.BadParameter(str(e), param_hint="--methods") from None
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise typer.BadParameter(f"the plot is written as PNG; give a .png file name (got {str(plot)!r}).",
+                                 param_hint="--plot")
     try:
         if features is not None or labels is not None:
             if features is None or labels is None:
                 fail("--features and --labels go together.")
             ds = load_arrays(features, labels)
             sizes = None
+            kp_default = 32
         else:
             ds = load_dataset(dataset, max_items=max_items, seed=seed)
             sizes = DEFAULT_SIZES.get(dataset)
+            kp_default = DEFAULT_SHORTLIST.get(dataset, 32)
         if sizes is None:
             n = ds.n_items
             sizes = (int(n * 0.6), max(ds.n_classes * 3, int(n * 0.15)), max(ds.n_classes, int(n * 0.05)),
@@ -73,28 +99,42 @@ def privacy(
         given = (n_server, n_anchor, n_dummy, n_query)
         sizes = tuple(g if g is not None else d for g, d in zip(given, sizes))
         split = split_dataset(ds, *sizes, seed=seed)
-        cfg = BenchConfig(epsilons=eps, delta=delta, seed=seed)
-        if not as_json:
-            err.print(f"dataset {ds.name}: {ds.n_items} items, {ds.dim} dims, {ds.n_classes} classes; split "
-                      f"server/anchor/dummy/query = {sizes}, seed {seed}")
-        total = 2 + 4 * len(eps)
-        with Progress(console=err, transient=True, disable=not sys.stderr.isatty()) as bar:
-            task = bar.add_task("benchmark", total=total)
-            result = run(split, cfg, progress=lambda m, e: bar.update(task, advance=1, description=f"{m} eps={e}"))
+        cfg = BenchConfig(epsilons=eps, delta=delta, k=k, shortlist=shortlist or kp_default, seed=seed, methods=chosen)
+        err.print(f"dataset {ds.name}: {ds.n_items} items, {ds.dim} dims, {ds.n_classes} classes; split "
+                  f"server/anchor/dummy/query = {sizes}, seed {seed}; k'={cfg.shortlist}, k={k}")
+        t0 = time.perf_counter()
+        result = run(split, cfg, progress=lambda m: err.print(f"[{time.perf_counter() - t0:7.1f}s] {m}",
+                                                              highlight=False, soft_wrap=True))
+        if plot is not None:
+            draw(result, plot)
+            err.print(f"plot written to {plot}")
     except PMVectorError as e:
         fail(str(e))
     if as_json:
         typer.echo(json.dumps(result))
         return
-    k = cfg.k
-    t = Table(title=f"{result['dataset']}: recall/precision@{k}, delta={delta} "
-                    f"(chance recall@{k} = {result[f'chance_recall_at_{k}']:.3f})")
-    for c in ("method", "epsilon", f"recall@{k}", f"precision@{k}", f"mAP@{k}", "seconds"):
+    _print_privacy_table(result)
+
+
+def _print_privacy_table(result: dict) -> None:
+    k = result["k"]
+    kb = result["collection_bytes"] / 1e3
+    t = Table(title=f"{result['dataset']}: k'={result['shortlist']} candidates re-ranked to {k}, "
+                    f"delta={result['delta']:g} (class ceiling {result['class_ceiling']:.3f}, collection {kb:,.0f} kB)")
+    for c in ("method", "epsilon", f"nn_recall@{k}", f"precision@{k}", f"recall@{k}", f"distinct top-{k}",
+              "distinct k'", "kB/request", "share", "seconds"):
         t.add_column(c, justify="right" if c != "method" else "left")
     for r in result["results"]:
-        t.add_row(r["method"], "-" if r["epsilon"] is None else f"{r['epsilon']:g}", f"{r[f'recall_at_{k}']:.3f}",
-                  f"{r[f'precision_at_{k}']:.3f}", f"{r[f'map_at_{k}']:.3f}", f"{r['seconds']:.2f}")
-    Console().print(t)
+        e = r["epsilon"]
+        t.add_row(r["method"], "-" if e is None else (e if isinstance(e, str) else f"{e:g}"),
+                  f"{r[f'nn_recall_at_{k}']:.3f}", f"{r[f'precision_at_{k}']:.3f}", f"{r[f'recall_at_{k}']:.3f}",
+                  f"{r['distinct_lists_per_class']:.2f}", f"{r['distinct_candidate_lists_per_class']:.2f}",
+                  f"{r['bytes_per_request'] / 1e3:,.1f}",
+                  f"{r['bytes_share_of_collection']:.3f}", f"{r['seconds']:.2f}")
+    Console(width=max(Console().width, 132)).print(t)
+    lf = result.get("label_free_classifier")
+    if lf:
+        err.print(f"label-free client: {lf['classifier']}, accuracy {lf['accuracy']:.3f} on the queries")
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:

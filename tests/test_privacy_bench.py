@@ -1,0 +1,137 @@
+"""`bench privacy` in memory: every method answers, the figures order as they must, the plot is a PNG."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pm_vector.bench.metrics import candidate_bytes, collection_bytes
+from pm_vector.bench.privacy_bench import (METHODS, BenchConfig, epsilon_json, parse_epsilons, parse_methods, plot,
+                                           run)
+from pm_vector.datasets import load_dataset, split_dataset
+from pm_vector.errors import InvalidInputError
+
+K, KP = 8, 32
+
+
+@pytest.fixture(scope="module")
+def split():
+    # the digits default split with fewer queries (fast)
+    return split_dataset(load_dataset("digits"), 1000, 300, 150, 80, seed=0)
+
+
+@pytest.fixture(scope="module")
+def result(split):
+    cfg = BenchConfig(epsilons=(1.0, 16.0, math.inf), k=K, shortlist=KP, seed=0)
+    return run(split, cfg)
+
+
+def rows(result, method):
+    return {r["epsilon"]: r for r in result["results"] if r["method"] == method}
+
+
+def test_every_method_at_every_epsilon(result):
+    got = {(r["method"], r["epsilon"]) for r in result["results"]}
+    for m in METHODS:
+        if m in ("raw_knn", "download_all"):
+            assert (m, None) in got
+        else:
+            assert {(m, 1.0), (m, 16.0), (m, "inf")} <= got
+    assert len(result["results"]) == (len(METHODS) - 2) * 3 + 2
+    for key in ("dataset", "split", "k", "shortlist", "delta", "seed", "class_ceiling", "collection_bytes", "results"):
+        assert key in result
+    assert result["k"] == K and result["shortlist"] == KP and result["dataset"] == "digits"
+    assert result["collection_bytes"] == collection_bytes(1000, 64)
+    for r in result["results"]:
+        for key in ("nn_recall_at_8", "precision_at_8", "recall_at_8", "distinct_lists_per_class",
+                    "distinct_candidate_lists_per_class"):
+            assert 0.0 <= r[key] <= 1.0, (r["method"], key, r[key])
+        assert r["precision_at_8"] <= r["recall_at_8"]
+        assert r["bytes_per_request"] == pytest.approx(r["request_bytes"] + r["response_bytes"])
+        assert r["bytes_share_of_collection"] == pytest.approx(r["bytes_per_request"] / result["collection_bytes"])
+        assert r["seconds"] >= 0
+
+
+def test_non_private_references(result):
+    raw = rows(result, "raw_knn")[None]
+    assert raw["nn_recall_at_8"] == 1.0
+    assert raw["precision_at_8"] == pytest.approx(result["class_ceiling"])
+    dl = rows(result, "download_all")[None]
+    assert dl["nn_recall_at_8"] == 1.0 and dl["bytes_share_of_collection"] == pytest.approx(1.0)
+
+
+def test_pm_vector_orders(result):
+    pm = rows(result, "pm_vector")
+    lo = rows(result, "label_only")
+    # the noise-free endpoint is far above eps = 1 (digits: ~0.99 vs ~0.5)
+    assert pm["inf"]["nn_recall_at_8"] > pm[1.0]["nn_recall_at_8"] + 0.2
+    assert pm["inf"]["nn_recall_at_8"] > 0.9
+    # the query's features add to what the label alone gives (up to sampling noise at 80 queries)
+    for e in (1.0, 16.0, "inf"):
+        assert pm[e]["nn_recall_at_8"] >= lo[e]["nn_recall_at_8"] - 0.05, e
+    # at eps = 1 the server's answer hardly depends on the features (class hubs), at inf it does
+    assert pm["inf"]["distinct_candidate_lists_per_class"] > lo[1.0]["distinct_candidate_lists_per_class"]
+    # k' candidates for each of the 10 class rows, each an id plus 64 float32 features
+    assert pm[1.0]["response_bytes"] == candidate_bytes(KP, 10, 64)
+
+
+def test_label_free_and_reference(result):
+    lf = result["label_free_classifier"]
+    assert 0.8 <= lf["accuracy"] <= 1.0
+    for r in rows(result, "pm_vector_label_free").values():
+        assert r["classifier_accuracy"] == lf["accuracy"]
+    ref = rows(result, "reference_ldp")
+    assert ref["inf"]["nn_recall_at_8"] > ref[1.0]["nn_recall_at_8"]
+    assert ref["inf"]["precision_at_8"] == 1.0  # ranks within the query's class only
+    # more epsilon, less noise
+    assert ref[16.0]["noise_sigmas"][0] < ref[1.0]["noise_sigmas"][0]
+
+
+def test_reproducible(split):
+    cfg = BenchConfig(epsilons=(4.0,), k=K, shortlist=KP, seed=3, methods=("pm_vector", "reference_ldp"))
+    a, b = run(split, cfg), run(split, cfg)
+    strip = [{k: v for k, v in r.items() if k != "seconds"} for r in a["results"]]
+    assert strip == [{k: v for k, v in r.items() if k != "seconds"} for r in b["results"]]
+
+
+def test_parse_epsilons_and_methods():
+    assert parse_epsilons("1,4,16,inf") == (1.0, 4.0, 16.0, math.inf)
+    assert parse_epsilons(" 0.5 , INF ") == (0.5, math.inf)
+    for bad in ("0,1", "-1", "abc", "", "nan"):
+        with pytest.raises(InvalidInputError):
+            parse_epsilons(bad)
+    assert epsilon_json(math.inf) == "inf" and epsilon_json(None) is None and epsilon_json(2) == 2.0
+    assert parse_methods("raw_knn,pm_vector") == ("pm_vector", "raw_knn")  # table order
+    assert parse_methods(None) == METHODS
+    with pytest.raises(InvalidInputError, match="nope"):
+        parse_methods("pm_vector,nope")
+
+
+def test_bad_shortlist(split):
+    with pytest.raises(InvalidInputError, match="k' "):
+        run(split, BenchConfig(epsilons=(1.0,), k=8, shortlist=4, methods=("pm_vector",)))
+
+
+def test_plot_writes_png(result, tmp_path):
+    out = tmp_path / "curves.png"
+    plot(result, out)
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_plot_without_inf_or_non_private(split, tmp_path):
+    res = run(split, BenchConfig(epsilons=(2.0,), k=K, shortlist=KP, methods=("reference_ldp",)))
+    out = tmp_path / "one.png"
+    plot(res, out)
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert np.isfinite(res["results"][0]["nn_recall_at_8"])
+
+
+def test_published_codes_cost_fewer_bytes_and_keep_most_of_the_recall(result):
+    raw, codes = rows(result, "pm_vector"), rows(result, "pm_vector_codes")
+    for eps in (1.0, 16.0, "inf"):
+        assert codes[eps]["response_bytes"] < raw[eps]["response_bytes"]
+        # digits has 64 features and the code 64 half-precision components: the re-rank barely changes
+        assert codes[eps]["nn_recall_at_8"] >= raw[eps]["nn_recall_at_8"] - 0.03
