@@ -147,7 +147,8 @@ def keys_revoke(key: str = typer.Argument(..., help="The key's id or prefix (pmv
 def query(
     collection: str = typer.Argument(..., help="Collection name."),
     features: Path = typer.Option(..., help="Query features: .npy with one row (or several: pick with --row)."),
-    label: int = typer.Option(..., help="The query's class label (PrivateMail hides which class among all)."),
+    label: Optional[int] = typer.Option(None, help="The query's class label (hidden among one row per class); "
+                                                    "without it a classifier fit on the public anchor picks it."),
     epsilon: float = typer.Option(..., help="epsilon of this query's release."),
     delta: float = typer.Option(1e-5, help="delta of this query's release."),
     row: int = typer.Option(0, help="Row of --features to query."),
@@ -156,7 +157,10 @@ def query(
     api_key: str = typer.Option(None, envvar="PM_VECTOR_API_KEY", help="API key (or PM_VECTOR_API_KEY)."),
     budget: Optional[float] = typer.Option(None, help="Set this collection's total epsilon budget first."),
     budget_file: Optional[Path] = typer.Option(None, help="Ledger file (default $PM_VECTOR_HOME/client/budget.json)."),
-    rerank: bool = typer.Option(False, help="Re-rank by your raw features when the collection allows them."),
+    shortlist: int = typer.Option(128, help="k': candidates the server returns per class row."),
+    protocol: str = typer.Option("pm_vector", help="pm_vector (default) or privatemail_paper (the paper's "
+                                                   "calibration, for reproducing it)."),
+    rerank: bool = typer.Option(True, help="Re-rank by your raw features when the collection allows them."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """One private k-NN query against a running service; spends epsilon from your budget ledger.
@@ -181,7 +185,8 @@ def query(
             acc = ledger.accountant(collection)
             ledger.set_budget(collection, budget, acc.delta_budget, acc.delta_slack)
         with Client(url, api_key, budget=ledger) as c:
-            res = c.query(collection, X[row], label, epsilon=epsilon, delta=delta, k=k, rerank=rerank)
+            res = c.query(collection, X[row], label, epsilon=epsilon, delta=delta, k=k, rerank=rerank,
+                          protocol=protocol, **({"shortlist": shortlist} if protocol == "pm_vector" else {}))
     except ServiceError as e:
         _fail(str(e))
     except PMVectorError as e:
@@ -198,20 +203,22 @@ def query(
     t = Table(title=f"{collection}: {k} nearest (eps={epsilon:g}, delta={delta:g})")
     for c in ("rank", "item_id", "external_id", "label", "distance"):
         t.add_column(c, justify="right")
+    dist = res.get("distances") or [None] * len(res["item_ids"])
     for i, iid in enumerate(res["item_ids"]):
         t.add_row(str(i + 1), str(iid), str(res["external_ids"][i]), str(res["labels"][i]),
-                  f"{res['distances'][i]:.4f}")
+                  "-" if dist[i] is None else f"{dist[i]:.4f}")
     Console().print(t)
     b = res.get("budget") or {}
     err.print(f"spent so far on {collection}: eps={b.get('epsilon_spent', 0):.4g} of "
-              f"{b.get('epsilon_budget') or 'unlimited'}; {res['timing']['total_ms']:.0f} ms")
+              f"{b.get('epsilon_budget') or 'unlimited'}; {res['timing']['total_ms']:.0f} ms; "
+              f"{res['bytes_sent']:,} bytes sent, {res['bytes_received']:,} received")
 
 
 # ----------------------------------------------------------------------------- demo
 
 def demo(
     dataset: str = typer.Option("digits", help="Built-in dataset: digits or fashion-mnist."),
-    epsilons: str = typer.Option("0.5,1,4", help="Comma-separated epsilons."),
+    epsilons: str = typer.Option("1,4,16", help="Comma-separated epsilons."),
     queries: Optional[int] = typer.Option(None, help="Queries per epsilon (default: 60 digits, 40 fashion-mnist)."),
     seed: int = typer.Option(0, help="Seed of the split and of the frame (public)."),
     keep: bool = typer.Option(False, help="Keep the demo collection in the database."),
@@ -220,7 +227,7 @@ def demo(
     """End to end on the embedded server: collection, ingest, anchor + dummy pool, embedding job, the real
     service on loopback, private queries through the real client, and a recall/precision/latency table.
 
-    Example: pm-vector demo --dataset digits --epsilons 0.5,1,4 --json
+    Example: pm-vector demo --dataset digits --epsilons 1,4,16 --json
     """
     from ..service.demo import run_demo
 
@@ -243,16 +250,25 @@ def demo(
         return
     t = Table(title=f"{res['dataset']}: private k-NN through the service (k=8, delta={res['delta']:g}, "
                     f"{res['sizes']['query']} queries per row)")
-    for c in ("method", "epsilon", "recall@8", "precision@8", "query p50 (ms)", "of which HTTP resolve"):
+    for c in ("method", "epsilon", "nn_recall@8", "precision@8", "recall@8", "distinct lists/class",
+              "bytes/request", "query p50 (ms)", "of which HTTP resolve"):
         t.add_column(c, justify="right" if c != "method" else "left")
     npv = res["nonprivate"]
-    t.add_row("non-private k-NN", "-", f"{npv['recall_at_8']:.3f}", f"{npv['precision_at_8']:.3f}", "-", "-")
+    t.add_row("non-private k-NN", "-", "1.000", f"{npv['precision_at_8']:.3f}", f"{npv['recall_at_8']:.3f}", "-",
+              "-", "-", "-")
     for r in res["results"]:
-        t.add_row("privatemail", f"{r['epsilon']:g}", f"{r['recall_at_8']:.3f}", f"{r['precision_at_8']:.3f}",
+        t.add_row("pm_vector", f"{r['epsilon']:g}", f"{r['nn_recall_at_8']:.3f}", f"{r['precision_at_8']:.3f}",
+                  f"{r['recall_at_8']:.3f}", f"{r['distinct_lists_per_class']:.2f}", f"{r['bytes_per_request']:,.0f}",
                   f"{r['query_p50_ms']:.1f}", f"{r['resolve_p50_ms']:.1f}")
     Console().print(t)
-    err.print("query p50: the client's whole query (building the private request locally + the HTTP round trip); "
-              "recall@8 = at least one of the 8 shares the query's class.")
+    ex = res.get("same_class_examples")
+    if ex:
+        for q in ex["queries"]:
+            err.print(f"eps={ex['epsilon']:g}, class {ex['label']}, query {q['query']}: answer {q['answer']}; "
+                      f"{len(set(q['answer']) & set(q['exact']))} of the exact 8 nearest")
+    err.print("nn_recall@8 = share of the exact (non-private) 8 nearest items that come back; precision@8 = share "
+              "of the query's class; query p50: building the private request locally + the HTTP round trip + the "
+              "client's re-rank.")
     err.print(f"embedding job {res['job_seconds']:.1f} s; total {res['seconds']:.1f} s")
 
 

@@ -40,7 +40,10 @@ import numpy as np
 
 from ..errors import AlignmentError, InvalidInputError, PMVectorError
 from .budget import PrivacyBudget
+from ..manifold.class_frames import ClassFrames
 from .privatemail import PrivateMail, PublicAnchor
+from ..privacy.rng import secure_generator
+from .query import DEFAULT_SHORTLIST, PrivateKNN
 
 FRAME_TOLERANCE = 1e-4
 
@@ -90,6 +93,7 @@ class Client:
             else budget
         self.scope_budget_by_server = scope_budget_by_server
         self._frames: dict[str, tuple[int | None, Any, PublicAnchor, dict]] = {}
+        self._public: dict[str, tuple] = {}
 
     # ------------------------------------------------------------------ plumbing
     def close(self) -> None:
@@ -102,7 +106,10 @@ class Client:
         self.close()
 
     def _call(self, method: str, path: str, **kw) -> Any:
-        r = self._http.request(method, path, **kw)
+        return self._answer(self._http.request(method, path, **kw))
+
+    @staticmethod
+    def _answer(r) -> Any:
         if r.status_code >= 400:
             try:
                 body = r.json()
@@ -202,28 +209,86 @@ class Client:
         self._frames[name] = (run_id, frame, anchor, info)
         return frame, anchor, info
 
-    def build_request(self, name: str, features, label: int, *, epsilon: float, delta: float = 1e-5, **pm_kwargs):
-        """``(PrivateMailRequest, ClientSecret)``, built locally; nothing is sent or charged."""
-        frame, anchor, _ = self.frame(name)
-        pm = PrivateMail(frame, epsilon=epsilon, delta=delta, **pm_kwargs)
-        return pm.request(np.asarray(features, dtype=np.float64), int(label), anchor, collection=name)
+    def private_knn(self, name: str, *, epsilon: float, delta: float = 1e-5, shortlist: int | None = None,
+                    label_free: bool = False, refresh: bool = False) -> PrivateKNN:
+        """The :class:`~pm_vector.client.query.PrivateKNN` of the collection's active run: class frames and
+        dummy pool from the public anchor document (cached per run); with ``label_free`` a
+        :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor picks the row of a query without
+        a label."""
+        run_id = self.collection(name).get("active_run_id")
+        cached = self._public.get(name)
+        if cached is None or refresh or cached[0] != run_id:
+            doc = self.anchor_document(name)
+            frames_doc = doc.get("class_frames") or (doc.get("frame") or {}).get("class_frames")
+            if not frames_doc:
+                raise InvalidInputError(f"collection {name!r} publishes no class frames (its active run predates "
+                                        "them); run an embedding job, or use protocol='privatemail_paper'.")
+            frames = ClassFrames.from_dict(frames_doc)
+            cached = (run_id, frames, np.asarray(doc["dummy_features"], dtype=np.float64),
+                      np.asarray(doc["dummy_labels"]), np.asarray(doc["features"], dtype=np.float64),
+                      np.asarray(doc["labels"]), {})
+            self._public[name] = cached
+        _, frames, Xd, yd, Xa, ya, classifiers = cached
+        clf = None
+        if label_free:
+            if "kahm" not in classifiers:
+                from ..kahm import KAHMClassifier
 
-    def query(self, name: str, features, label: int, *, epsilon: float, delta: float = 1e-5, k: int = 8,
-              rerank: bool = False, **pm_kwargs) -> dict[str, Any]:
-        """One private k-NN query; returns the real row's answer (``item_ids``, ``labels``, ``distances``,
-        ``external_ids``) with ``epsilon``, ``delta``, ``budget`` (status after the charge) and ``timing``."""
+                classifiers["kahm"] = KAHMClassifier().fit(Xa, ya)  # public data only
+            clf = classifiers["kahm"]
+        return PrivateKNN(frames, Xd, yd, epsilon, delta, shortlist=shortlist or DEFAULT_SHORTLIST, classifier=clf,
+                          collection=name)
+
+    def build_request(self, name: str, features, label: int | None = None, *, epsilon: float, delta: float = 1e-5,
+                      protocol: str = "pm_vector", shortlist: int | None = None, **paper_kwargs):
+        """``(request, secret)`` built locally; nothing is sent or charged. ``protocol="pm_vector"``
+        (default): a :class:`~pm_vector.client.query.QueryRequest` (``label=None``: the label-free
+        client). ``"privatemail_paper"``: the paper's request (:class:`~pm_vector.client.PrivateMail`)."""
+        if protocol == "privatemail_paper":
+            if label is None:
+                raise InvalidInputError("the paper's protocol needs the query's label.")
+            frame, anchor, _ = self.frame(name)
+            pm = PrivateMail(frame, epsilon=epsilon, delta=delta, **paper_kwargs)
+            return pm.request(np.asarray(features, dtype=np.float64), int(label), anchor, collection=name)
+        if protocol != "pm_vector":
+            raise InvalidInputError(f"protocol must be 'pm_vector' or 'privatemail_paper', not {protocol!r}.")
+        rng = paper_kwargs.pop("_rng", None)  # tests and benchmarks only; the request then says "seeded"
+        if paper_kwargs:
+            raise InvalidInputError(f"unknown options for the pm_vector protocol: {sorted(paper_kwargs)}.")
+        client = self.private_knn(name, epsilon=epsilon, delta=delta, shortlist=shortlist, label_free=label is None)
+        if rng is not None:
+            client._inject_generator(rng if isinstance(rng, np.random.Generator) else secure_generator(int(rng)))
+        return client.request(np.asarray(features, dtype=np.float64), None if label is None else int(label))
+
+    def query(self, name: str, features, label: int | None = None, *, epsilon: float, delta: float = 1e-5,
+              k: int = 8, shortlist: int | None = None, protocol: str = "pm_vector", rerank: bool = True,
+              **paper_kwargs) -> dict[str, Any]:
+        """One private k-NN query; returns the real row's answer (``item_ids``, ``labels``,
+        ``external_ids``, ``distances``) with ``epsilon``, ``delta``, ``budget`` (status after the
+        charge), ``bytes_sent``/``bytes_received`` and ``timing``.
+
+        pm_vector protocol: the server answers every class row with ``shortlist`` (k') candidates
+        and, when the collection allows raw features, their features for *every* row (so nothing
+        after the resolve depends on which row is real); the client re-ranks its real row's
+        candidates by its own raw features and keeps ``k``. Without raw features the server's
+        score order is kept (``reranked`` false)."""
+        import json
+
         t0 = time.perf_counter()
-        req, secret = self.build_request(name, features, label, epsilon=epsilon, delta=delta, **pm_kwargs)
+        req, secret = self.build_request(name, features, label, epsilon=epsilon, delta=delta, protocol=protocol,
+                                         shortlist=shortlist, **paper_kwargs)
         t1 = time.perf_counter()
         status = None
         if self.budget is not None:
             key = self.budget_key(name)
             self.budget.spend(key, float(epsilon), float(delta))  # BudgetExceededError: nothing is sent
             status = self.budget.status(key)
-        allow_raw = False
-        if rerank:
-            allow_raw = bool(self.collection(name).get("allow_raw_features"))
-        res = self.resolve(name, req, k=k, include_features=rerank and allow_raw)
+        allow_raw = bool(self.collection(name).get("allow_raw_features")) if rerank else False
+        body = {"request": req.to_dict(), "k": int(k), "include_features": bool(rerank and allow_raw)}
+        text = json.dumps(body)
+        r = self._http.request("POST", f"/collections/{name}/resolve", content=text,
+                               headers={"Content-Type": "application/json"})
+        res = self._answer(r)
         t2 = time.perf_counter()
         row = dict(secret.pick(res["rows"]))
         reranked = False
@@ -233,13 +298,19 @@ class Client:
             F = np.asarray(row["features"], dtype=np.float64)
             d = np.linalg.norm(F - q, axis=1)
             order = np.argsort(d, kind="stable")
-            for key2 in ("item_ids", "external_ids", "labels", "features"):
+            for key2 in ("item_ids", "external_ids", "labels", "features", "scores", "payloads"):
                 if row.get(key2) is not None:
                     row[key2] = [row[key2][i] for i in order]
-            row["feature_distances"] = d[order].tolist()
+            row["distances"] = d[order].tolist()
             reranked = True
         row.pop("features", None)
-        return {**row, "collection": name, "epsilon": float(epsilon), "delta": float(delta), "k": int(k),
-                "run_id": res.get("run_id"), "reranked": reranked, "budget": status,
+        if protocol == "pm_vector":
+            for key2 in ("item_ids", "external_ids", "labels", "scores", "payloads", "distances"):
+                if row.get(key2) is not None:
+                    row[key2] = list(row[key2])[: int(k)]
+        return {**row, "collection": name, "protocol": protocol, "epsilon": float(epsilon), "delta": float(delta),
+                "k": int(k), "shortlist": getattr(req, "shortlist", None), "label_predicted":
+                bool(getattr(secret, "predicted", False)), "run_id": res.get("run_id"), "reranked": reranked,
+                "budget": status, "bytes_sent": len(text), "bytes_received": len(r.content),
                 "timing": {"build_ms": (t1 - t0) * 1000, "resolve_ms": (t2 - t1) * 1000,
                            "total_ms": (time.perf_counter() - t0) * 1000}}

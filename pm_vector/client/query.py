@@ -47,7 +47,8 @@ def frames_digest(frames: ClassFrames) -> str:
     for key in ("n_components", "clip_quantile", "classes"):
         h.update(json.dumps(doc[key]).encode())
     for a in (frames.means_, frames.components_, frames.radii_):
-        h.update(np.ascontiguousarray(np.round(a, 12), dtype=np.float64).tobytes())
+        # + 0.0 turns -0.0 into 0.0: a frame that went through a JSON store must hash the same
+        h.update(np.ascontiguousarray(np.round(a, 12) + 0.0, dtype=np.float64).tobytes())
     return h.hexdigest()[:32]
 
 

@@ -30,6 +30,7 @@ Resolution (see :mod:`pm_vector.db.resolution`, :mod:`pm_vector.db.frame`; impor
 they load torch)::
 
     public_anchor(collection) -> (PublicAnchor, frame_info)     client_frame(collection) -> AnchorFrame
+    class_frames(collection) -> ClassFrames                     (class-rows requests, pm_shortlist)
     resolve(collection, request, k=8, include_features=False, *, conn=None) -> dict
     explain_resolution(collection, request, k=8) -> dict        rerank(query_features, rows_features, k=None)
     ReleaseOnlyPrivateMail / ReleaseRequest / post_process_release (iteration-distribute-recursion)
@@ -43,7 +44,8 @@ KAHM roles (see :mod:`pm_vector.db.kahm`; imported on demand)::
     run_membership_audit(collection, epsilon, *, value_range) / list_audits
 
 SQL (installed by the migrations from ``sql/``, schema ``pm_vector``): ``pm_knn``,
-``pm_knn_batch``, ``pm_knn_batch_explain``, ``pm_class_scores``, views ``pm_collections``,
+``pm_knn_batch``, ``pm_knn_batch_explain``, ``pm_class_scores``, ``pm_shortlist``,
+``pm_shortlist_explain``, views ``pm_collections``,
 ``pm_runs``, ``pm_anchor_sets``, ``pm_requests``, ``pm_kahm_models``, ``pm_kahm_audits``. The storage design is explained in
 :mod:`pm_vector.db.models`.
 """
@@ -66,6 +68,7 @@ from .api import (
 )
 from .engine import connect, get_engine, session_scope
 from .errors import (
+    ClassRowsUnavailableError,
     CollectionExistsError,
     CollectionNotFoundError,
     DatabaseConfigError,
@@ -92,7 +95,8 @@ __all__ = [
     "ingest", "knn", "knn_batch", "list_collections", "list_requests", "list_runs", "log_request",
     "register_anchor_set", "run_embedding_job", "run_info", "session_scope", "start", "status", "stop",
     "upgrade",
-    "CollectionExistsError", "CollectionNotFoundError", "DatabaseConfigError", "DatabaseError",
+    "ClassRowsUnavailableError", "CollectionExistsError", "CollectionNotFoundError", "DatabaseConfigError",
+    "DatabaseError",
     "DimensionMismatchError", "DuplicateExternalIdError", "EmbeddedServerError", "EmbeddingJobError",
     "NoActiveRunError", "NoAnchorSetError", "PgvectorMissingError", "PgvectorVersionError",
     "RawFeaturesNotAllowedError", "RunNotFoundError", "SchemaNotReadyError", "UnknownLabelError",

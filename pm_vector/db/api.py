@@ -18,10 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import os
 import re
-import socket
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -29,13 +26,14 @@ import numpy as np
 from .._validation import as_labels, as_matrix
 from ..errors import InvalidInputError
 from . import _binary
+from ._common import (AnchorSet, _collection_row, _iso, _load_anchor_set, _worker,  # noqa: F401  (re-exported)
+                      cleanup_stale_runs)
 from .engine import connect, session_scope
 from .errors import (
     CollectionExistsError,
     CollectionNotFoundError,
     DimensionMismatchError,
     DuplicateExternalIdError,
-    NoAnchorSetError,
     RawFeaturesNotAllowedError,
     UnknownLabelError,
     translate_sql_error,
@@ -53,33 +51,12 @@ ProgressFn = Callable[[int, int], None]
 
 # ----------------------------------------------------------------------------- small helpers
 
-def _worker() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid()}
-
-
 def _check_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidInputError(
             f"invalid collection name {name!r}: use 1-128 characters from letters, digits and _ . : - "
             "(starting with a letter, digit or _).")
     return name
-
-
-def _collection_row(conn, name: str, *, lock: str = "") -> dict[str, Any]:
-    """The collection's row as a dict, or CollectionNotFoundError. ``lock``: '' | 'FOR UPDATE' | 'FOR SHARE'."""
-    if not isinstance(name, str):
-        raise InvalidInputError(f"collection must be a name (str), got {type(name).__name__}.")
-    from psycopg.rows import dict_row
-
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            "SELECT id, name, feature_dim, feature_type, metric, labels, settings, active_run_id, created_at "
-            f"FROM pm_vector.collections WHERE name = %s {lock}", [name])
-        row = cur.fetchone()
-    if row is None:
-        raise CollectionNotFoundError(
-            f"unknown collection {name!r}; list_collections() shows the existing ones, create_collection() makes one.")
-    return row
 
 
 def _features(x, coll: Mapping[str, Any], what: str) -> np.ndarray:
@@ -128,10 +105,6 @@ def _json_safe(obj: Any, what: str) -> Any:
         raise InvalidInputError(f"{what} is not JSON-serialisable ({exc}); use dicts, lists, str, int, float, "
                                 "bool, None.") from exc
     return obj
-
-
-def _iso(v: Any) -> Any:
-    return v.isoformat() if isinstance(v, (dt.datetime, dt.date)) else v
 
 
 # ----------------------------------------------------------------------------- collections
@@ -433,28 +406,6 @@ def _undo_ingest(conn, cid: int, ingest_id: int, error: str) -> None:
 
 # ----------------------------------------------------------------------------- anchor sets
 
-@dataclass(frozen=True)
-class AnchorSet:
-    """A registered public anchor (or dummy) set. Anchor ``i`` is row ``i`` (its stable id is
-    ``(anchor_set_id, i)``); features are float32 as stored."""
-
-    anchor_set_id: int
-    collection: str
-    role: str
-    features: np.ndarray
-    labels: np.ndarray
-    description: str | None
-    created_at: dt.datetime
-    provenance: dict | None = None  # how the set was made (None: registered by the user)
-
-    @property
-    def positions(self) -> np.ndarray:
-        return np.arange(self.labels.shape[0], dtype=np.int64)
-
-    def __len__(self) -> int:
-        return int(self.labels.shape[0])
-
-
 def register_anchor_set(collection: str, features, labels, role: str = "anchor", *,
                         description: str | None = None) -> dict[str, Any]:
     """Store a public anchor set (``role='anchor'``) or public dummy pool (``role='dummy'``).
@@ -514,32 +465,6 @@ def register_anchor_sets(collection: str, sets: Sequence[tuple]) -> list[dict[st
                 raise
             raise err from exc
     return out
-
-
-def _load_anchor_set(conn, coll: Mapping[str, Any], role: str, anchor_set_id: int | None) -> AnchorSet:
-    if anchor_set_id is None:
-        row = conn.execute(
-            "SELECT id, description, created_at, n_rows, provenance FROM pm_vector.anchor_sets "
-            "WHERE collection_id = %s AND role = %s ORDER BY id DESC LIMIT 1", [coll["id"], role]).fetchone()
-    else:
-        row = conn.execute(
-            "SELECT id, description, created_at, n_rows, provenance FROM pm_vector.anchor_sets "
-            "WHERE collection_id = %s AND role = %s AND id = %s", [coll["id"], role, anchor_set_id]).fetchone()
-    if row is None:
-        which = f"anchor set {anchor_set_id}" if anchor_set_id is not None else f"{role} set"
-        raise NoAnchorSetError(
-            f"collection {coll['name']!r} has no {which}; register one with "
-            f"register_anchor_set({coll['name']!r}, features, labels, role={role!r}).")
-    set_id, description, created_at, n_rows, provenance = row
-    ftype = coll["feature_type"]
-    col = "features" if ftype == "vector" else "features_half"
-    buf = _binary.copy_out(conn, f"SELECT position, label, {col} FROM pm_vector.anchors "
-                                 f"WHERE anchor_set_id = {int(set_id)} ORDER BY position")
-    d = _binary.decode([("position", "int4", 0), ("label", "int8", 0), ("f", ftype, coll["feature_dim"])], buf)
-    if d["position"].size != n_rows or np.any(d["position"] != np.arange(n_rows)):
-        raise NoAnchorSetError(f"anchor set {set_id} of collection {coll['name']!r} is incomplete.")
-    return AnchorSet(anchor_set_id=int(set_id), collection=coll["name"], role=role, features=d["f"],
-                     labels=d["label"], description=description, created_at=created_at, provenance=provenance)
 
 
 def get_anchor_set(collection: str, role: str = "anchor", *, anchor_set_id: int | None = None) -> AnchorSet:
@@ -736,8 +661,6 @@ def cleanup(collection: str | None = None) -> dict[str, list[int]]:
     dropped (they were never active); such ingests have their rows deleted and are marked
     ``failed``. Safe to run any time, from any process.
     """
-    from .jobs import cleanup_stale_runs
-
     runs = cleanup_stale_runs(collection)
     ingests: list[int] = []
     with connect() as conn:

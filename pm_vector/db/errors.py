@@ -69,6 +69,11 @@ class EmbeddingJobError(DatabaseError):
         self.run_id = run_id
 
 
+class ClassRowsUnavailableError(DatabaseError):
+    """The collection's active run has no class rows (built before they existed, or its anchor
+    set cannot give class frames): class-rows requests need a new embedding job."""
+
+
 class DimensionMismatchError(InvalidInputError):
     """A vector's dimension differs from the collection's (or run's) dimension."""
 
@@ -87,6 +92,7 @@ _SQLSTATE_CLASSES: dict[str, type[PMVectorError]] = {
     "PM003": DimensionMismatchError,
     "PM004": InvalidInputError,
     "PM005": RunNotFoundError,
+    "PM006": ClassRowsUnavailableError,
     "PM010": DimensionMismatchError,
     "PM011": UnknownLabelError,
     "PM012": InvalidInputError,

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from . import _binary
-from .api import _collection_row, _load_anchor_set
+from ._common import _collection_row, _load_anchor_set
 from .engine import connect
 from .errors import DatabaseError, NoActiveRunError
 
@@ -92,7 +92,7 @@ _CACHE_MAX = 64
 
 _META_SQL = (
     "SELECT c.id, c.name, c.feature_dim, c.feature_type, c.metric, c.labels, c.settings, c.active_run_id, "
-    "r.anchor_set_id, r.params, r.seed, r.embedding_dim, r.created_at AS run_created_at, "
+    "r.anchor_set_id, r.params, r.seed, r.embedding_dim, r.created_at AS run_created_at, r.class_rows, "
     "m.id AS kahm_model_id, m.classes AS kahm_classes "
     "FROM pm_vector.collections c LEFT JOIN pm_vector.embedding_runs r ON r.id = c.active_run_id "
     # the current KAHM model (newest), whose stored item scores come back with resolved rows
@@ -202,6 +202,40 @@ def rebuild_frame(anchor_features, anchor_labels, params: Mapping[str, Any], see
     return frame
 
 
+def _class_rows_docs(conn, run_id: int):
+    """``(class_frames, class_rows)`` documents of a run; ``(None, None or the reason)`` when the
+    run has no class rows."""
+    row = conn.execute("SELECT class_frames, class_rows FROM pm_vector.embedding_runs WHERE id = %s",
+                       [int(run_id)]).fetchone()
+    if row is None:
+        return None, None
+    frames, doc = row
+    if not doc or doc.get("status") != "ready":
+        return None, doc
+    return frames, doc
+
+
+def class_frames(collection: str):
+    """The :class:`~pm_vector.manifold.class_frames.ClassFrames` of the collection's active run
+    (fit on its public anchor set by the embedding job), as a client rebuilds them from
+    :func:`public_anchor`'s ``frame_info["class_frames"]``. Raises ClassRowsUnavailableError
+    when the run has none (a run built before class rows, or an anchor set that cannot give
+    frames)."""
+    from ..manifold.class_frames import ClassFrames
+    from .errors import ClassRowsUnavailableError
+
+    with connect() as conn:
+        meta = _run_row(conn, collection)
+        frames, doc = _class_rows_docs(conn, meta["run"]["id"])
+        conn.rollback()
+    if frames is None:
+        raise ClassRowsUnavailableError(
+            f"the active run {meta['run']['id']} of collection {collection!r} has no class frames"
+            f"{' (' + doc['error'] + ')' if doc and doc.get('error') else ' (built before class rows existed)'}; "
+            "run a new embedding job for the collection.")
+    return ClassFrames.from_dict(frames)
+
+
 def public_anchor(collection: str):
     """``(PublicAnchor, frame_info)`` of the collection's active run.
 
@@ -210,7 +244,9 @@ def public_anchor(collection: str):
     ``anchor_set_id``, ``dummy_set_id``, ``params`` and ``seed`` (AnchorFrame's keyword
     arguments and public seed), ``embedding_dim``, ``metric``, ``classes`` and
     ``anchor_embedding`` (``(A, k)``, as stored) -- everything a client needs to rebuild the
-    run's frame (:func:`client_frame`). Raises CollectionNotFoundError, NoActiveRunError,
+    run's frame (:func:`client_frame`) -- and, for class-rows requests, ``class_frames`` (the
+    run's ``ClassFrames.to_dict()``, or None) and ``class_rows`` (its parameters, class order,
+    class sizes and frames digest). Raises CollectionNotFoundError, NoActiveRunError,
     NoAnchorSetError (no dummy pool registered).
     """
     from ..client import PublicAnchor
@@ -221,12 +257,16 @@ def public_anchor(collection: str):
         coll = meta["coll"]
         anchors = _load_anchor_set(conn, coll, "anchor", rf.anchor_set_id)
         dummies = _load_anchor_set(conn, coll, "dummy", None)
+        class_frames_doc, class_rows_doc = _class_rows_docs(conn, rf.run_id)
         conn.rollback()
     pa = PublicAnchor(list(rf.anchor_ids), anchors.features, anchors.labels, dummies.features, dummies.labels)
     info = {"collection": collection, "run_id": rf.run_id, "anchor_set_id": rf.anchor_set_id,
             "dummy_set_id": dummies.anchor_set_id, "params": dict(rf.params), "seed": rf.seed,
             "embedding_dim": rf.embedding_dim, "metric": rf.metric, "classes": rf.classes.tolist(),
-            "anchor_embedding": rf.anchor_embedding.copy()}
+            "anchor_embedding": rf.anchor_embedding.copy(),
+            # class-rows requests: ClassFrames.from_dict(info["class_frames"]) + the dummy pool above
+            # build a pm_vector.client.query.PrivateKNN (None when the run has no class rows)
+            "class_frames": class_frames_doc, "class_rows": class_rows_doc}
     return pa, info
 
 

@@ -19,18 +19,28 @@ Steps and their transactions:
 2. *load* anchors and items (binary COPY), *embed* (``embed_fn``).
 3. *write*: create ``pm_vector.run_<id>_items`` / ``_anchors`` (typed ``vector(k)``) and COPY
    the embeddings in batches, each committed (no transaction held for the whole write).
-4. *index*: HNSW on both tables (``pm_vector.pm_build_run_indexes``), then ANALYZE.
+   *class rows* (:mod:`pm_vector.db.class_rows`): the run's ClassFrames fit on its public anchor
+   set (``embedding_runs.class_frames``, with the parameters, class order and sizes in
+   ``embedding_runs.class_rows``), and ``run_<id>_prior`` / ``_neighbors`` / ``_hubs`` written
+   the same way (batches, each committed). An anchor set that cannot give class frames (a class
+   with fewer than 2 anchor rows) does not fail the job: the run records ``status:
+   unavailable`` and serves PrivateMail requests only.
+4. *index*: HNSW on both tables (``pm_vector.pm_build_run_indexes``) and the class-rows indexes
+   (``pm_vector.pm_build_class_rows_indexes``: HNSW per class partition of the prior, primary
+   keys of the graph and hubs), then ANALYZE.
 5. *switch*, ONE transaction: lock the collection row, check the run is still ``running``,
    mark it ``succeeded`` and point ``collections.active_run_id`` at it. Queries switch from
    the old run to the new one atomically.
 6. *retire*: drop the tables of superseded runs beyond the collection's
    ``keep_previous_runs`` and of failed runs.
 
-Kill safety: until step 5 commits, nothing points at the new run, so queries keep using the
-previous active run whatever happens. A failure in the job marks the run ``failed`` and drops
-its tables before raising. A job that is killed leaves a ``running`` row whose lock nobody
-holds; :func:`cleanup_stale_runs` (run at the start of every job, and by
-``pm_vector.db.cleanup()``) marks such runs ``failed`` and drops their tables. Triggers make
+Kill safety: until step 5 commits, nothing points at the new run (its class-rows tables
+included: ``pm_vector.pm_shortlist`` reads the tables of the collection's active run), so
+queries keep using the previous active run whatever happens. A failure in the job marks the
+run ``failed`` and drops its tables (class-rows tables too) before raising. A job that is
+killed leaves a ``running`` row whose lock nobody holds; :func:`cleanup_stale_runs` (run at
+the start of every job, and by ``pm_vector.db.cleanup()``) marks such runs ``failed`` and
+drops their tables. Triggers make
 sure only a ``succeeded`` run of the same collection, whose tables exist, can ever be active,
 and that the active run's status cannot change.
 """
@@ -45,11 +55,12 @@ import numpy as np
 
 from ..errors import InvalidInputError, PMVectorError
 from . import _binary
-from .api import _collection_row, _iso, _load_anchor_set, _worker
+from ._common import (RUN_LOCK_KIND, _collection_row, _fail_run, _iso, _load_anchor_set,  # noqa: F401
+                      _worker, cleanup_stale_runs)
+from .api import cleanup
 from .engine import connect
 from .errors import EmbeddingJobError, NoActiveRunError, RunNotFoundError, translate_sql_error
 
-RUN_LOCK_KIND = 1
 MAX_EMBEDDING_DIM = 4000
 
 JobProgress = Callable[[str, int, int], None]
@@ -86,15 +97,19 @@ def _vtype(dim: int) -> str:
     return "vector" if dim <= 2000 else "halfvec"
 
 
-def _load_items(conn, coll: Mapping[str, Any], missing_from_run: int | None = None) -> dict[str, np.ndarray]:
+def _load_items(conn, coll: Mapping[str, Any], missing_from_run: int | None = None,
+                in_run: int | None = None) -> dict[str, np.ndarray]:
     """ids, labels, features of the collection's items by binary COPY, ordered by id; with
-    ``missing_from_run``, only items that have no embedding in that run."""
+    ``missing_from_run``, only items that have no embedding in that run; with ``in_run``, only
+    items that have one."""
     ftype = coll["feature_type"]
     col = "features" if ftype == "vector" else "features_half"
     q = f"SELECT i.id, i.label, i.{col} FROM pm_vector.items i WHERE i.collection_id = {int(coll['id'])}"
     if missing_from_run is not None:
         q += (f" AND NOT EXISTS (SELECT 1 FROM pm_vector.run_{int(missing_from_run)}_items e "
               "WHERE e.item_id = i.id)")
+    if in_run is not None:
+        q += f" AND EXISTS (SELECT 1 FROM pm_vector.run_{int(in_run)}_items e WHERE e.item_id = i.id)"
     q += " ORDER BY i.id"
     buf = _binary.copy_out(conn, q)
     return _binary.decode([("id", "int8", 0), ("label", "int8", 0), ("features", ftype, coll["feature_dim"])], buf)
@@ -116,54 +131,6 @@ def _write_embeddings(conn, table: str, key: str, key_kind: str, keys: np.ndarra
 
 
 # ----------------------------------------------------------------------------- stale runs
-
-def _fail_run(conn, run_id: int, error: str) -> None:
-    """Mark a run failed and drop its tables (one transaction on ``conn``); no-op if already final."""
-    conn.execute("SET LOCAL lock_timeout = '30s'")
-    row = conn.execute("SELECT status FROM pm_vector.embedding_runs WHERE id = %s FOR UPDATE", [run_id]).fetchone()
-    if row is not None and row[0] in ("running", "pending"):
-        conn.execute("UPDATE pm_vector.embedding_runs SET status = 'failed', error = %s, finished_at = now() "
-                     "WHERE id = %s", [error[:4000], run_id])
-    active = conn.execute("SELECT 1 FROM pm_vector.collections WHERE active_run_id = %s", [run_id]).fetchone()
-    if active is None:
-        conn.execute("SELECT pm_vector.pm_drop_run_tables(%s)", [run_id])
-    conn.commit()
-
-
-def cleanup_stale_runs(collection: str | None = None) -> list[int]:
-    """Mark ``running`` runs whose worker is gone as ``failed`` and drop their tables.
-
-    "Gone" means no session holds the run's advisory lock (the job takes it before its row is
-    visible and keeps it until the run is final). Returns the ids of the runs cleaned up.
-    """
-    done: list[int] = []
-    with connect() as conn:
-        cid = None
-        if collection is not None:
-            cid = _collection_row(conn, collection)["id"]
-        rows = conn.execute(
-            "SELECT id FROM pm_vector.embedding_runs WHERE status IN ('running', 'pending') "
-            "AND (%s::bigint IS NULL OR collection_id = %s) "
-            "AND NOT pm_vector.pm_lock_held(pm_vector.pm_lock_key(1, id)) ORDER BY id", [cid, cid]).fetchall()
-        conn.rollback()
-        for (rid,) in rows:
-            # take the lock ourselves: if we get it, no worker can hold it (re-check under lock)
-            got = conn.execute("SELECT pg_try_advisory_lock(pm_vector.pm_lock_key(1, %s))", [rid]).fetchone()[0]
-            conn.commit()
-            if not got:
-                continue
-            try:
-                st = conn.execute("SELECT status FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()
-                conn.rollback()
-                if st is not None and st[0] in ("running", "pending"):
-                    _fail_run(conn, rid, "abandoned: the job's process ended (killed or lost its database "
-                                         "connection) before the run finished; its tables were dropped")
-                    done.append(int(rid))
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(pm_vector.pm_lock_key(1, %s))", [rid])
-                conn.commit()
-    return done
-
 
 def _retire_runs(conn, coll_id: int, keep_previous: int) -> list[int]:
     """Drop tables of failed runs and of succeeded runs older than the ``keep_previous`` newest
@@ -199,12 +166,16 @@ def _retire_runs(conn, coll_id: int, keep_previous: int) -> list[int]:
 
 def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
                       progress: JobProgress | None = None, *, embed_fn: EmbedFn,
-                      write_batch_size: int = 20_000, maintenance_work_mem: str = "256MB") -> dict[str, Any]:
+                      write_batch_size: int = 20_000, maintenance_work_mem: str = "256MB",
+                      class_rows: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Compute, store and index a new embedding of ``collection`` and make it the active run.
 
     ``params``: JSON-serialisable parameters (stored with the run, passed to ``embed_fn``).
     ``seed``: the run's seed (stored, passed on). ``progress(stage, done, total)`` with stage
-    in ``load``, ``embed``, ``write``, ``index``, ``switch``. ``embed_fn``: see the module doc.
+    in ``load``, ``embed``, ``write``, ``class_rows``, ``index``, ``switch``. ``embed_fn``: see the
+    module doc. ``class_rows``: parameters of the run's class-rows part overriding the defaults
+    and the collection's ``settings["class_rows"]`` (:mod:`pm_vector.db.class_rows`:
+    ``n_components`` 4, ``clip_quantile`` 0.9, ``graph_degree`` 16, ``max_prior`` 1024).
 
     Returns :func:`run_info` of the new (succeeded, active) run, plus ``items_missing``: items
     ingested while the job ran, which the run does not contain (:func:`embed_new_items` adds
@@ -212,7 +183,7 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
     run ``failed`` and dropping its tables; the previous active run keeps serving.
     """
     import psycopg
-    from psycopg.types.json import Jsonb
+    from psycopg.types.json import Json, Jsonb
 
     if not isinstance(params, Mapping):
         raise InvalidInputError(f"params must be a mapping (JSON object), got {type(params).__name__}.")
@@ -230,7 +201,7 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
         raise InvalidInputError("write_batch_size must be positive.")
     report = progress or _noop
 
-    from .api import cleanup
+    from . import class_rows as _cr
 
     cleanup(collection)  # runs and ingests of dead workers; also raises CollectionNotFoundError early
     conn = connect()
@@ -239,6 +210,7 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
     try:
         coll = _collection_row(conn, collection)
         settings = coll["settings"] or {}
+        cr_params = _cr.params(settings, class_rows)  # InvalidInputError before any run row
         anchors = _load_anchor_set(conn, coll, "anchor", None)  # NoAnchorSetError before any run row
         conn.rollback()
         run_id = conn.execute(
@@ -289,12 +261,34 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
                           int(write_batch_size), lambda d, tot: report("write", d, tot))
         timings["write_s"] = time.perf_counter() - t
 
+        # -- class rows: frames on the public anchor set, prior, raw-feature graph, hubs (own tables,
+        #    written like the embeddings: nothing points at this run before the switch)
+        t = time.perf_counter()
+        report("class_rows", 0, 1)
+        try:
+            cr_data = _cr.build(anchors.features, anchors.labels, items["id"], items["features"], items["label"],
+                                cr_params)
+        except InvalidInputError as exc:
+            cr_data = None
+            cr_doc, frames_doc = _cr.unavailable(cr_params, str(exc)), None
+        if cr_data is not None:
+            _cr.write(conn, run_id, cr_data, int(write_batch_size))
+            cr_doc, frames_doc = cr_data.doc(), cr_data.frames.to_dict()
+        conn.execute("UPDATE pm_vector.embedding_runs SET class_frames = %s, class_rows = %s WHERE id = %s",
+                     [None if frames_doc is None else Json(frames_doc), Jsonb(cr_doc), run_id])
+        conn.commit()
+        report("class_rows", 1, 1)
+        timings["class_rows_s"] = time.perf_counter() - t
+
         # -- index
         t = time.perf_counter()
         report("index", 0, 1)
         conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", [maintenance_work_mem])
         conn.execute("SELECT pm_vector.pm_build_run_indexes(%s, %s, %s)",
                      [run_id, int(settings.get("hnsw_m", 16)), int(settings.get("hnsw_ef_construction", 64))])
+        if cr_data is not None:
+            _cr.build_indexes(conn, run_id, int(settings.get("hnsw_m", 16)),
+                              int(settings.get("hnsw_ef_construction", 64)))
         conn.commit()
         report("index", 1, 1)
         timings["index_s"] = time.perf_counter() - t
@@ -389,9 +383,15 @@ def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: Job
     places new items in the active run's embedding space from the run's anchors (features,
     labels, embedding) and parameters. The rows are added to the active run's table (its HNSW
     index is updated as they go in) in one transaction, provided the run is still active then.
+    When the run has class rows, the same transaction adds the new items to its prior, graph
+    and hubs (:func:`pm_vector.db.class_rows.extend`: each new item gets its own neighbour list;
+    existing items' lists are not recomputed -- an approximation until the next full job).
     Returns ``{"run_id", "n_new"}``.
     """
     import psycopg
+    from psycopg.types.json import Jsonb
+
+    from . import class_rows as _cr
 
     report = progress or _noop
     with connect() as conn:
@@ -401,9 +401,10 @@ def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: Job
             raise NoActiveRunError(
                 f"collection {collection!r} has no active embedding run; run_embedding_job() builds one "
                 "(it embeds all items).")
-        run = conn.execute("SELECT params, seed, anchor_set_id, embedding_dim FROM pm_vector.embedding_runs "
-                           "WHERE id = %s", [run_id]).fetchone()
-        params, seed, anchor_set_id, k = run
+        run = conn.execute("SELECT params, seed, anchor_set_id, embedding_dim, class_frames, class_rows "
+                           "FROM pm_vector.embedding_runs WHERE id = %s", [run_id]).fetchone()
+        params, seed, anchor_set_id, k, frames_doc, cr_doc = run
+        has_cr = bool(cr_doc) and cr_doc.get("status") == "ready" and frames_doc is not None
         report("load", 0, 1)
         new = _load_items(conn, coll, missing_from_run=run_id)
         m = new["id"].shape[0]
@@ -415,6 +416,7 @@ def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: Job
         buf = _binary.copy_out(conn, f"SELECT position, embedding FROM pm_vector.run_{int(run_id)}_anchors "
                                      "ORDER BY position")
         a_emb = _binary.decode([("position", "int4", 0), ("embedding", _vtype(k), k)], buf)["embedding"]
+        old_items = _load_items(conn, coll, in_run=run_id) if has_cr else None
         conn.rollback()
         report("load", 1, 1)
 
@@ -438,8 +440,23 @@ def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: Job
             conn.execute(f"CREATE TEMP TABLE pm_new_emb (LIKE pm_vector.run_{int(run_id)}_items) ON COMMIT DROP")
             _write_embeddings(conn, "pm_new_emb", "item_id", "int8", new["id"], emb, int(write_batch_size),
                               lambda d, tot: report("write", d, tot), commit=False)
-            conn.execute(f"INSERT INTO pm_vector.run_{int(run_id)}_items (item_id, embedding) "
-                         "SELECT item_id, embedding FROM pm_new_emb ON CONFLICT (item_id) DO NOTHING")
+            if has_cr:  # one class-rows extension at a time per run
+                conn.execute("SELECT pg_advisory_xact_lock(pm_vector.pm_lock_key(3, %s))", [run_id])
+            inserted = np.array([r[0] for r in conn.execute(
+                f"INSERT INTO pm_vector.run_{int(run_id)}_items (item_id, embedding) "
+                "SELECT item_id, embedding FROM pm_new_emb ON CONFLICT (item_id) DO NOTHING "
+                "RETURNING item_id").fetchall()], dtype=np.int64)
+            if has_cr and inserted.size:
+                cr_doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s",
+                                      [run_id]).fetchone()[0]
+                keep = np.isin(new["id"], inserted)
+                all_ids = np.concatenate([old_items["id"], new["id"][keep]])
+                all_X = np.concatenate([old_items["features"], new["features"][keep]])
+                order = np.argsort(all_ids, kind="stable")
+                doc2 = _cr.extend(conn, run_id, frames_doc, cr_doc, all_ids[order], all_X[order], new["id"][keep],
+                                  new["features"][keep], new["label"][keep])
+                conn.execute("UPDATE pm_vector.embedding_runs SET class_rows = %s WHERE id = %s",
+                             [Jsonb(doc2), run_id])
             conn.commit()
         except psycopg.Error as exc:
             conn.rollback()

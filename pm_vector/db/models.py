@@ -59,7 +59,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REAL
+from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB, REAL
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 SCHEMA = "pm_vector"
@@ -200,6 +200,10 @@ class EmbeddingRun(Base):
     timings: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     error: Mapped[Optional[str]] = mapped_column(Text)
     worker: Mapped[Optional[dict[str, Any]]] = mapped_column(JSONB)
+    # class-rows requests (migration 0005): the run's ClassFrames document and the class-rows
+    # parameters, class order, class sizes, frames digest and status
+    class_frames: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)  # json: verbatim (-0.0 kept)
+    class_rows: Mapped[Optional[dict[str, Any]]] = mapped_column(JSONB)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
     started_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime(timezone=True))

@@ -4,6 +4,7 @@
 
     public_anchor(collection) -> (PublicAnchor, frame_info)      (see pm_vector.db.frame)
     client_frame(collection) -> AnchorFrame                      (rebuilt from public data, verified)
+    class_frames(collection) -> ClassFrames                      (class-rows requests)
     resolve(collection, request, k=8, include_features=False, *, conn=None, max_query_rows=1000) -> dict
     explain_resolution(collection, request, k=8) -> dict         (the plans of resolve's statement)
     rerank(query_features, rows_features, k=None) -> indices     (client side)
@@ -29,6 +30,22 @@ What :func:`resolve` does, in order, writing nothing until the last step:
    received), the timing and the number of rows returned -- nothing else.
 
 Any error in steps 1-4 raises a clear exception and nothing is written.
+
+Class-rows requests (format ``"pm_vector.class-rows/1"``)
+----------------------------------------------------------
+:func:`resolve` also takes a :class:`~pm_vector.client.query.QueryRequest` (object, dict or JSON
+text): one noised row per class in the active run's class frames. A client builds it from
+:func:`public_anchor` (``frame_info["class_frames"]`` -> ``ClassFrames.from_dict``, the dummy
+pool of the :class:`~pm_vector.client.PublicAnchor`) or :func:`class_frames`. The server checks
+the frames digest (a request built on other frames is refused: fetch the current public
+anchor), one row per class in the run's order, finite numbers, ``k'`` in 1..1000, then answers
+**all** rows with **one** statement, ``pm_vector.pm_shortlist`` (``sql/0005_class_rows.sql``:
+the posterior shortlist of :class:`pm_vector.resolve.PosteriorShortlist`, computed in SQL from
+the run's prior, raw-feature graph and hub tables) joined with the items, in the same REPEATABLE
+READ transaction as the checks and the log. With ``include_features`` (and
+``allow_raw_features``) every candidate of every row carries its raw features, so the answer
+does not depend on which row is real; the client re-ranks its real row locally
+(:meth:`~pm_vector.client.query.PrivateKNN.rerank`).
 
 Iteration-distribute-recursion (the paper's option)
 ---------------------------------------------------
@@ -72,13 +89,15 @@ import numpy as np
 from .._validation import as_labels, as_matrix
 from ..client import PrivateMail
 from ..client.request import FORMAT as REQUEST_FORMAT
+from ..client.query import FORMAT as CLASS_ROWS_FORMAT
+from ..client.query import QueryRequest
 from ..client.request import ClientSecret, PrivateMailRequest
 from ..errors import AlignmentError, InvalidInputError, PMVectorError
 from .api import log_request
 from .engine import connect
-from .errors import DimensionMismatchError, RawFeaturesNotAllowedError, translate_sql_error
-from .frame import (FrameMismatchError, RunFrame, _run_row, anchor_id, anchor_ids, client_frame,  # noqa: F401
-                    public_anchor, run_frame)
+from .errors import ClassRowsUnavailableError, DimensionMismatchError, RawFeaturesNotAllowedError, translate_sql_error
+from .frame import (FrameMismatchError, RunFrame, _run_row, anchor_id, anchor_ids, class_frames,  # noqa: F401
+                    client_frame, public_anchor, run_frame)
 
 RELEASE_FORMAT = "pm_vector.privatemail-release/1"
 #: query rows per request (each is one HNSW index scan of the statement)
@@ -137,6 +156,10 @@ class AnchorIdMismatchError(InvalidInputError):
 
 class RequestError(InvalidInputError):
     """A request is malformed (shape, counts, numbers, format)."""
+
+
+class FramesDigestMismatchError(InvalidInputError):
+    """A class-rows request was built on other class frames than the active run's."""
 
 
 # ----------------------------------------------------------------------------- release-only requests
@@ -274,7 +297,7 @@ def _post_process(rf: RunFrame, rel: ReleaseRequest) -> PrivateMailRequest:
         raise RequestError(f"query_labels {unknown} are not classes of the run's anchor set "
                            f"{frame.classes_.tolist()}.")
     pm = PrivateMail(frame, epsilon=max(rel.epsilon, 1e-12), delta=rel.delta, n_post_iter=rel.n_post_iter,
-                     post_alpha=rel.post_alpha, seed=0)
+                     post_alpha=rel.post_alpha, _rng=0)
     with single_threaded():
         Zq = pm.post_process(rel.release, np.asarray(rel.query_labels), noise_sigma=rel.noise_sigma, q_rms=rel.q_rms)
     if not np.all(np.isfinite(Zq)):
@@ -307,7 +330,7 @@ def post_process_release(collection: str, release) -> PrivateMailRequest:
 def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
     """The request object and, when it came as JSON text, that text (logged verbatim)."""
     raw: str | None = None
-    if isinstance(request, (PrivateMailRequest, ReleaseRequest)):
+    if isinstance(request, (PrivateMailRequest, ReleaseRequest, QueryRequest)):
         return request, None
     if isinstance(request, (bytes, bytearray, memoryview)):
         try:
@@ -328,8 +351,16 @@ def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
     fmt = request.get("format", REQUEST_FORMAT)
     if fmt == RELEASE_FORMAT:
         return ReleaseRequest.from_dict(request), raw
+    if fmt == CLASS_ROWS_FORMAT:
+        try:
+            return QueryRequest.from_dict(request), raw
+        except InvalidInputError:
+            raise
+        except (TypeError, ValueError, KeyError) as exc:
+            raise RequestError(f"the class-rows request has a field of the wrong type ({exc}).") from None
     if fmt != REQUEST_FORMAT:
-        raise RequestError(f"unsupported request format {fmt!r}; expected {REQUEST_FORMAT!r} or {RELEASE_FORMAT!r}.")
+        raise RequestError(f"unsupported request format {fmt!r}; expected {REQUEST_FORMAT!r}, {RELEASE_FORMAT!r} "
+                           f"or {CLASS_ROWS_FORMAT!r}.")
     if not isinstance(request.get("anchor_ids", []), list):
         raise RequestError("anchor_ids must be a list.")
     try:
@@ -347,6 +378,8 @@ def _check_k(k) -> int:
 
 
 def _check_rows(req) -> None:
+    if isinstance(req, QueryRequest):
+        return _check_class_rows(req)
     emb = req.release if isinstance(req, ReleaseRequest) else req.embedding
     emb = np.asarray(emb)
     if emb.ndim != 2 or emb.dtype.kind not in "fiu":
@@ -422,8 +455,12 @@ def _vectors(Q: np.ndarray):
 
 def resolve(collection: str, request, k: int = 8, include_features: bool = False, *, conn=None,
             max_query_rows: int = MAX_QUERY_ROWS, ef_search: int | None = None, log: bool = True,
-            class_scores: bool = True) -> dict[str, Any]:
-    """Resolve a PrivateMail request against ``collection``'s active run.
+            class_scores: bool = True, k_prime: int | None = None) -> dict[str, Any]:
+    """Resolve a PrivateMail or a class-rows request against ``collection``'s active run.
+
+    A class-rows request (:class:`~pm_vector.client.query.QueryRequest`, its dict or JSON text,
+    format ``"pm_vector.class-rows/1"``) is answered by :func:`_resolve_class_rows` (see there:
+    ``k`` is not used, the candidates per row are the request's ``shortlist`` or ``k_prime``).
 
     ``request``: a :class:`~pm_vector.client.PrivateMailRequest`, a :class:`ReleaseRequest`
     (the server post-processes it first), either one's dict, or JSON text (``str``/``bytes``,
@@ -447,7 +484,9 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
 
     Raises (nothing written): CollectionNotFoundError, NoActiveRunError, AnchorIdMismatchError,
     DimensionMismatchError, RequestError (NaN/inf, malformed, too many rows),
-    RawFeaturesNotAllowedError, AlignmentError (a foreign frame).
+    RawFeaturesNotAllowedError, AlignmentError (a foreign frame); for class-rows requests also
+    FramesDigestMismatchError (other class frames) and ClassRowsUnavailableError (a run
+    without class rows).
     """
     from ..resolve import align_request
 
@@ -460,6 +499,9 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     req, raw = _parse(request)
     _check_rows(req)
     timings["parse"] = (time.perf_counter() - t0) * 1e3
+    if isinstance(req, QueryRequest):
+        return _resolve_class_rows(collection, req, raw, include_features, conn=conn, max_query_rows=max_query_rows,
+                                   k_prime=k_prime, log=log, received=received, t0=t0, timings=timings)
 
     own = conn is None
     if own:
@@ -560,12 +602,16 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
 def explain_resolution(collection: str, request, k: int = 8, include_features: bool = False) -> dict[str, list[str]]:
     """The plans of :func:`resolve`'s statement for this request, without running it or logging:
     ``{"statement": EXPLAIN of the outer statement, "knn": pm_knn_batch_explain of the
-    k-NN statement pm_knn_batch runs inside (one HNSW index scan per query row)}``."""
+    k-NN statement pm_knn_batch runs inside (one HNSW index scan per query row)}``; for a
+    class-rows request ``{"statement", "shortlist": pm_shortlist_explain of the statement
+    pm_shortlist runs inside}``."""
     from ..resolve import align_request
 
     k = _check_k(k)
     req, _ = _parse(request)
     _check_rows(req)
+    if isinstance(req, QueryRequest):
+        return _explain_class_rows(collection, req, include_features)
     with connect() as conn:
         meta = _run_row(conn, collection)
         rf = run_frame(conn, collection, meta)
@@ -579,6 +625,173 @@ def explain_resolution(collection: str, request, k: int = 8, include_features: b
                                             [collection, vecs, k]).fetchall()]
         conn.rollback()
     return {"statement": outer, "knn": inner}
+
+
+# ----------------------------------------------------------------------------- class-rows requests
+
+def _check_class_rows(req: QueryRequest) -> None:
+    rows = np.asarray(req.rows)
+    if rows.ndim != 2 or rows.dtype.kind not in "fiu":
+        raise RequestError(f"the request's rows must be a 2-d numeric array, got shape {rows.shape}.")
+    if not np.all(np.isfinite(rows)):
+        bad = int(np.argwhere(~np.isfinite(rows))[0][0])
+        raise RequestError(f"the request's rows contain NaN or infinite values (first at row {bad}); a valid client "
+                           "never sends them -- rebuild the request.")
+    sig = np.asarray(req.sigmas, dtype=np.float64).reshape(-1)
+    if sig.shape[0] != rows.shape[0] or not np.all(np.isfinite(sig)) or np.any(sig <= 0):
+        raise RequestError(f"sigmas must be {rows.shape[0]} finite numbers > 0 (one per row).")
+    if len(req.classes) != rows.shape[0]:
+        raise RequestError(f"the request has {rows.shape[0]} rows but {len(req.classes)} classes.")
+
+
+def _check_k_prime(kp) -> int:
+    if isinstance(kp, bool) or not isinstance(kp, (int, np.integer)) or not 1 <= int(kp) <= MAX_K:
+        raise InvalidInputError(f"k' (the request's shortlist, or k_prime) must be an integer in 1..{MAX_K}, "
+                                f"got {kp!r}.")
+    return int(kp)
+
+
+def _check_class_rows_against_run(meta: Mapping[str, Any], req: QueryRequest, collection: str,
+                                  max_query_rows: int) -> dict[str, Any]:
+    """The run's class_rows document, after checking the request against it."""
+    if req.collection is not None and req.collection != collection:
+        raise RequestError(f"the request was built for collection {req.collection!r}, not {collection!r}.")
+    run_id = int(meta["run"]["id"])
+    doc = meta["coll"].get("class_rows")
+    if not doc or doc.get("status") != "ready":
+        why = (doc or {}).get("error") or "it was built before class rows existed"
+        raise ClassRowsUnavailableError(
+            f"the active run {run_id} of collection {collection!r} has no class rows ({why}); run a new embedding "
+            "job for the collection.")
+    if req.frames_digest != doc["frames_digest"]:
+        raise FramesDigestMismatchError(
+            f"the request was built on class frames with digest {req.frames_digest!r}, but collection "
+            f"{collection!r}'s active run {run_id} publishes frames with digest {doc['frames_digest']!r}. Fetch the "
+            "current public anchor (pm_vector.db.resolution.public_anchor: frame_info['class_frames'] and the "
+            "dummy pool, or class_frames(collection)) and rebuild the client.")
+    C = len(doc["classes"])
+    if req.n_rows != C or [int(c) for c in req.classes] != [int(c) for c in doc["classes"]]:
+        raise RequestError(f"the request has {req.n_rows} rows for classes {list(req.classes)[:12]}; collection "
+                           f"{collection!r}'s active run {run_id} needs exactly {C} rows, one per class "
+                           f"{doc['classes'][:12]}, in that order.")
+    if req.n_rows > int(max_query_rows):
+        raise RequestError(f"the request has {req.n_rows} rows; at most {int(max_query_rows)} are answered per "
+                           "request.")
+    if req.rows.shape[1] != int(doc["n_components"]):
+        raise DimensionMismatchError(f"the request's rows have {req.rows.shape[1]} coordinates; the active run's "
+                                     f"class frames have {doc['n_components']}.")
+    return doc
+
+
+def _shortlist_statement(coll: Mapping[str, Any], include_features: bool) -> str:
+    col = "features" if coll["feature_type"] == "vector" else "features_half"
+    # LATERAL by primary key, OFFSET 0: one index lookup per returned candidate
+    return ("SELECT s.row_index, s.rank, s.item_id, s.external_id, s.label, s.score, i.payload" +
+            (f", i.{col}" if include_features else "") +
+            " FROM pm_vector.pm_shortlist(%s, %s::float8[], %s::float8[], %s, NULL::integer) AS s"
+            " CROSS JOIN LATERAL (SELECT it.payload" + (f", it.{col}" if include_features else "") +
+            " FROM pm_vector.items AS it WHERE it.id = s.item_id OFFSET 0) AS i"
+            " ORDER BY s.row_index, s.rank")
+
+
+def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, include_features: bool, *, conn,
+                        max_query_rows: int, k_prime, log: bool, received, t0: float,
+                        timings: dict[str, float]) -> dict[str, Any]:
+    """Answer a class-rows request: every row's ``k'`` candidates (``pm_vector.pm_shortlist``, ONE
+    statement for all rows, in the same REPEATABLE READ snapshot as the checks), joined with the
+    items for payloads and -- with ``include_features`` on a collection that allows raw features --
+    the raw features of every candidate of every row (so the answer does not depend on which row
+    is real). Checks first (nothing written on error): collection, frames digest, one row per
+    class in the run's class order, the frames' dimension, finite numbers, ``k'`` in 1..1000.
+
+    Returns ``{"collection", "run_id", "format", "k_prime", "n_query_rows", "rows", "timings_ms",
+    "request_log_id"}``; ``rows[c]``: ``{"row", "item_ids", "external_ids", "labels", "scores",
+    "payloads"[, "features" ((k', p) float32)]}``, best first."""
+    kp = _check_k_prime(req.shortlist if k_prime is None else k_prime)
+    own = conn is None
+    if own:
+        conn = connect()
+    try:
+        t = time.perf_counter()
+        _begin_snapshot(conn)
+        try:
+            meta = _run_row(conn, collection)
+            coll = meta["coll"]
+            if include_features and not (coll["settings"] or {}).get("allow_raw_features", False):
+                raise RawFeaturesNotAllowedError(
+                    f"collection {collection!r} does not allow returning raw features to clients (its setting "
+                    "allow_raw_features is false); resolve without include_features, or create the collection "
+                    "with allow_raw_features=True.")
+            _check_class_rows_against_run(meta, req, collection, max_query_rows)
+            run_id = int(meta["run"]["id"])
+            timings["lookup"] = (time.perf_counter() - t) * 1e3
+
+            t = time.perf_counter()
+            cur = conn.execute(_shortlist_statement(coll, include_features),
+                               [collection, np.asarray(req.rows, dtype=np.float64).tolist(),
+                                [float(v) for v in req.sigmas], kp], binary=True)
+            rows = cur.fetchall()
+            timings["shortlist"] = (time.perf_counter() - t) * 1e3
+            log_id = None
+            if log:
+                t = time.perf_counter()
+                finished = dt.datetime.now(dt.timezone.utc)
+                if raw is None:
+                    raw = _dumps(req.to_dict())
+                log_id = log_request(collection, None, run_id=run_id, row_count=len(rows), received_at=received,
+                                     finished_at=finished, duration_ms=(time.perf_counter() - t0) * 1e3, conn=conn,
+                                     request_json=raw)
+                timings["log"] = (time.perf_counter() - t) * 1e3
+            else:
+                conn.commit()
+        except BaseException as exc:
+            conn.rollback()
+            if isinstance(exc, Exception):
+                err = translate_sql_error(exc)
+                if err is not exc:
+                    raise err from None
+            raise
+    finally:
+        if own:
+            conn.close()
+    C = req.n_rows
+    out_rows: list[dict[str, Any]] = [{"row": i, "item_ids": [], "external_ids": [], "labels": [], "scores": [],
+                                       "payloads": []} for i in range(C)]
+    feats: list[list] = [[] for _ in range(C)]
+    for r in rows:
+        o = out_rows[r[0] - 1]
+        o["item_ids"].append(int(r[2]))
+        o["external_ids"].append(r[3])
+        o["labels"].append(int(r[4]))
+        o["scores"].append(float(r[5]))
+        o["payloads"].append(r[6])
+        if include_features:
+            v = r[7]
+            feats[r[0] - 1].append(np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32))
+    if include_features:
+        d = int(coll["feature_dim"])
+        for o, f in zip(out_rows, feats):
+            o["features"] = np.stack(f) if f else np.zeros((0, d), np.float32)
+    timings["total"] = (time.perf_counter() - t0) * 1e3
+    return {"collection": collection, "run_id": run_id, "format": CLASS_ROWS_FORMAT, "k_prime": kp,
+            "n_query_rows": C, "rows": out_rows, "timings_ms": {a: round(b, 3) for a, b in timings.items()},
+            "request_log_id": log_id}
+
+
+def _explain_class_rows(collection: str, req: QueryRequest, include_features: bool) -> dict[str, list[str]]:
+    kp = _check_k_prime(req.shortlist)
+    with connect() as conn:
+        meta = _run_row(conn, collection)
+        _check_class_rows_against_run(meta, req, collection, MAX_QUERY_ROWS)
+        rows = np.asarray(req.rows, dtype=np.float64).tolist()
+        sig = [float(v) for v in req.sigmas]
+        outer = [r[0] for r in conn.execute("EXPLAIN " + _shortlist_statement(meta["coll"], include_features),
+                                            [collection, rows, sig, kp]).fetchall()]
+        inner = [r[0] for r in conn.execute(
+            "SELECT * FROM pm_vector.pm_shortlist_explain(%s, %s::float8[], %s::float8[], %s)",
+            [collection, rows, sig, kp]).fetchall()]
+        conn.rollback()
+    return {"statement": outer, "shortlist": inner}
 
 
 # ----------------------------------------------------------------------------- client-side re-ranking
@@ -614,7 +827,9 @@ def rerank_precision(results: list[dict], query_features, query_labels, k: int =
             "candidates": int(len(results[0]["labels"])) if results else 0, "queries": int(len(results))}
 
 
-__all__ = ["AnchorIdMismatchError", "FrameMismatchError", "MAX_QUERY_ROWS", "RELEASE_FORMAT", "ReleaseOnlyPrivateMail",
+__all__ = ["AnchorIdMismatchError", "CLASS_ROWS_FORMAT", "ClassRowsUnavailableError", "FramesDigestMismatchError",
+           "QueryRequest", "class_frames",
+           "FrameMismatchError", "MAX_QUERY_ROWS", "RELEASE_FORMAT", "ReleaseOnlyPrivateMail",
            "ReleaseRequest", "RequestError", "anchor_id", "anchor_ids", "client_frame", "explain_resolution",
            "post_process_release", "public_anchor", "rerank", "rerank_precision", "resolve", "ClientSecret",
            "AlignmentError", "PMVectorError"]

@@ -40,6 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__ as _version
 from ..errors import AlignmentError, BudgetExceededError, InvalidInputError, PMVectorError, PrivacyParameterError
+from ..client.query import FORMAT as QUERY_FORMAT
 from . import schemas
 from .settings import ServiceSettings
 
@@ -186,8 +187,10 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
         raise ApiError(422, "invalid_input", "include_features must be true or false.")
     r = d.get("request")
     if not isinstance(r, dict):
-        raise ApiError(422, "invalid_input", "'request' must be a PrivateMail request object "
-                                             "(PrivateMailRequest.to_dict()).")
+        raise ApiError(422, "invalid_input", "'request' must be a request object (QueryRequest.to_dict(), or "
+                                             "PrivateMailRequest.to_dict() for the paper's protocol).")
+    if r.get("format") == QUERY_FORMAT:
+        return check_query_request(r, settings, name), k, inc
     emb = r.get("embedding")
     check_matrix(emb, "request.embedding", settings)
     if r.get("collection") not in (None, name):
@@ -201,6 +204,24 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
     except (InvalidInputError, TypeError, ValueError) as exc:
         raise ApiError(422, "invalid_input", f"invalid PrivateMail request: {exc}") from None
     return req, k, inc
+
+
+def check_query_request(r: dict, settings: ServiceSettings, name: str):
+    """Validate a pm_vector request (one noised row per class); returns a QueryRequest or raises ApiError."""
+    from ..client.query import QueryRequest
+
+    check_matrix(r.get("rows"), "request.rows", settings)
+    if r.get("collection") not in (None, name):
+        raise ApiError(422, "invalid_input", f"the request was built for collection {r.get('collection')!r}, "
+                                             f"not {name!r}.")
+    kp = r.get("shortlist")
+    if isinstance(kp, bool) or not isinstance(kp, int) or not 1 <= kp <= settings.max_shortlist:
+        raise ApiError(422, "invalid_input", f"request.shortlist (k') must be an integer in 1..{settings.max_shortlist}, "
+                                             f"got {kp!r}.")
+    try:
+        return QueryRequest.from_dict(r)
+    except (InvalidInputError, TypeError, ValueError) as exc:
+        raise ApiError(422, "invalid_input", f"invalid pm_vector request: {exc}") from None
 
 
 def check_distances_body(d: Any, settings: ServiceSettings) -> tuple[list[list[float]], int | None]:

@@ -6,9 +6,12 @@
 3. start the real service on loopback (uvicorn in a thread, free port) with a fresh API key;
 4. run the server's SMLQ embedding job through the API and follow its progress;
 5. answer private queries at each epsilon through the service with the real client
-   (:class:`pm_vector.client.http.Client`, budget ledger in a temporary file), and the
-   non-private baseline (exact k-NN on raw features, in memory);
-6. a table: recall@8 and precision@8 private vs non-private, query latency p50.
+   (:class:`pm_vector.client.http.Client`, budget ledger in a temporary file; one noised row per
+   class, k' candidates per row, client-side re-rank), and the non-private baseline (exact k-NN
+   on raw features, in memory);
+6. a table: nn_recall@8 (share of the exact 8 nearest items returned), precision@8 and
+   recall@8 by class, bytes per request, query latency p50; and two queries of one class with
+   their (different) answers.
 """
 
 from __future__ import annotations
@@ -21,7 +24,20 @@ from typing import Any, Callable
 import numpy as np
 
 DEMO_SIZES = {"digits": (1000, 300, 150, 60), "fashion-mnist": (5000, 500, 300, 40)}
+#: k' candidates per row the demo asks for (the benchmark's defaults scaled to the demo's sizes)
+SHORTLIST = {"digits": 32, "fashion-mnist": 64}
 K = 8
+
+
+def _distinct_per_class(answers, labels) -> float:
+    """Mean over classes of (distinct answer lists) / (queries of the class): 1 when every query
+    of a class gets its own answer, 1/n when all get the same."""
+    labels = np.asarray(labels)
+    shares = []
+    for c in np.unique(labels):
+        lists = {tuple(sorted(answers[i])) for i in np.flatnonzero(labels == c)}
+        shares.append(len(lists) / int(np.sum(labels == c)))
+    return float(np.mean(shares))
 
 
 def prepare_collection(name: str, split, *, allow_raw_features: bool = False,
@@ -42,7 +58,7 @@ def prepare_collection(name: str, split, *, allow_raw_features: bool = False,
     return {"collection": name, "n_items": int(ing["n_rows"]), "n_anchors": int(len(ya)), "n_dummies": int(len(yd))}
 
 
-def run_demo(dataset: str = "digits", epsilons=(0.5, 1.0, 4.0), *, n_queries: int | None = None, seed: int = 0,
+def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: int | None = None, seed: int = 0,
              delta: float = 1e-5, keep: bool = False, progress=None, log: Callable[[str], None] | None = None
              ) -> dict[str, Any]:
     """Run the demo; returns ``{"nonprivate": {...}, "results": [...], "seconds", ...}``.
@@ -73,7 +89,7 @@ def run_demo(dataset: str = "digits", epsilons=(0.5, 1.0, 4.0), *, n_queries: in
     key = None
     try:
         prog("ingest", 0, sizes[0])
-        prepare_collection(name, split, progress=lambda d, t: prog("ingest", d, t))
+        prepare_collection(name, split, allow_raw_features=True, progress=lambda d, t: prog("ingest", d, t))
         key = create_key(f"demo {name}")
         settings = ServiceSettings.from_env(auth=True, pool_max=4)
         with ServiceThread(settings) as svc, tempfile.TemporaryDirectory() as tmp:
@@ -93,26 +109,40 @@ def run_demo(dataset: str = "digits", epsilons=(0.5, 1.0, 4.0), *, n_queries: in
                 # non-private: exact k-NN on the raw features
                 Xs, ys = split.server
                 idx, _ = knn(Xs, Xq, K)
-                nonpriv = {"recall_at_8": recall_at_k(ys[idx], yq, K), "precision_at_8": precision_at_k(ys[idx], yq, K)}
+                ext = np.array([f"{ds.name}-{int(i)}" for i in split.server_idx])
+                nonpriv = {"nn_recall_at_8": 1.0, "recall_at_8": recall_at_k(ys[idx], yq, K),
+                           "precision_at_8": precision_at_k(ys[idx], yq, K)}
                 results = []
                 total = len(epsilons) * len(yq)
                 done = 0
-                client.frame(name)  # fetch + verify the public frame once
+                examples = None
                 for eps in epsilons:
-                    labels, lat, srv = [], [], []
+                    labels, lat, srv, nn, sent, got, answers = [], [], [], [], [], [], []
                     for i in range(len(yq)):
-                        r = client.query(name, Xq[i], int(yq[i]), epsilon=float(eps), delta=delta, k=K)
+                        r = client.query(name, Xq[i], int(yq[i]), epsilon=float(eps), delta=delta, k=K,
+                                         shortlist=SHORTLIST.get(dataset, 64))
                         labels.append(r["labels"])
+                        answers.append(list(r["external_ids"]))
+                        nn.append(len(set(r["external_ids"]) & set(ext[idx[i]].tolist())) / K)
                         lat.append(r["timing"]["total_ms"])
                         srv.append(r["timing"]["resolve_ms"])
+                        sent.append(r["bytes_sent"])
+                        got.append(r["bytes_received"])
                         done += 1
                         prog(f"queries eps={eps:g}", done, total)
                     L = np.asarray(labels)
-                    results.append({"epsilon": float(eps), "recall_at_8": recall_at_k(L, yq, K),
-                                    "precision_at_8": precision_at_k(L, yq, K),
+                    results.append({"epsilon": float(eps), "nn_recall_at_8": float(np.mean(nn)),
+                                    "recall_at_8": recall_at_k(L, yq, K), "precision_at_8": precision_at_k(L, yq, K),
+                                    "distinct_lists_per_class": _distinct_per_class(answers, yq),
+                                    "bytes_per_request": float(np.median(np.add(sent, got))),
                                     "query_p50_ms": float(np.percentile(lat, 50)),
                                     "query_p95_ms": float(np.percentile(lat, 95)),
                                     "resolve_p50_ms": float(np.percentile(srv, 50)), "n_queries": int(len(yq))})
+                    same = [i for i in range(len(yq)) if yq[i] == yq[0]]
+                    if len(same) >= 2:
+                        examples = {"epsilon": float(eps), "label": int(yq[0]),
+                                    "queries": [{"query": int(split.query_idx[i]), "answer": answers[i],
+                                                 "exact": ext[idx[i]].tolist()} for i in same[:2]]}
                 spent = budget.status(name)
     finally:
         if key is not None:
@@ -124,5 +154,6 @@ def run_demo(dataset: str = "digits", epsilons=(0.5, 1.0, 4.0), *, n_queries: in
             db.drop_collection(name, missing_ok=True)
     return {"dataset": ds.name, "collection": name if keep else None, "sizes": dict(zip(
         ("server", "anchor", "dummy", "query"), sizes)), "k": K, "delta": delta, "job_seconds": job_s,
-        "nonprivate": nonpriv, "results": results, "ledger_epsilon_spent": spent["epsilon_spent"],
+        "nonprivate": nonpriv, "results": results, "same_class_examples": examples,
+        "ledger_epsilon_spent": spent["epsilon_spent"],
         "seconds": time.perf_counter() - t_start}

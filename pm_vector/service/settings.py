@@ -26,6 +26,8 @@ class ServiceSettings:
     max_dim: int = 256
     max_body_bytes: int = 16 * 1024 * 1024
     max_k: int = 100
+    #: k' candidates per class row a pm_vector request may ask for
+    max_shortlist: int = 1000
     max_ids: int = 10000
     pool_min: int = 1
     pool_max: int = 10
@@ -39,7 +41,8 @@ class ServiceSettings:
             v = getattr(self, f.name)
             if f.type in ("int", int) and (isinstance(v, bool) or not isinstance(v, int)):
                 raise InvalidInputError(f"service setting {f.name} must be an integer, got {v!r}.")
-        for name in ("max_rows", "max_dim", "max_body_bytes", "max_k", "max_ids", "pool_max", "job_workers"):
+        for name in ("max_rows", "max_dim", "max_body_bytes", "max_k", "max_shortlist", "max_ids", "pool_max",
+                     "job_workers"):
             if getattr(self, name) < 1:
                 raise InvalidInputError(f"service setting {name} must be >= 1, got {getattr(self, name)}.")
         if not 0 <= self.pool_min <= self.pool_max:
@@ -73,4 +76,4 @@ class ServiceSettings:
     def public(self) -> dict[str, Any]:
         """The limits a client may see."""
         return {"max_rows": self.max_rows, "max_dim": self.max_dim, "max_body_bytes": self.max_body_bytes,
-                "max_k": self.max_k, "max_ids": self.max_ids, "auth": self.auth}
+                "max_k": self.max_k, "max_shortlist": self.max_shortlist, "max_ids": self.max_ids, "auth": self.auth}

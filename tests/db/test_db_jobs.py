@@ -31,7 +31,7 @@ def test_job_writes_indexes_and_switches(db, cname, conn):
     assert info["status"] == "succeeded" and info["is_active"] and info["embedding_dim"] == 3
     assert info["n_items"] == 400 and info["n_anchors"] == 40 and info["items_missing"] == 0
     assert info["params"] == {"k": 3} and info["seed"] == 11 and info["previous_run_id"] is None
-    assert set(info["timings"]) == {"load_s", "embed_s", "write_s", "index_s", "switch_s"}
+    assert set(info["timings"]) == {"load_s", "embed_s", "write_s", "class_rows_s", "index_s", "switch_s"}
     assert stages[0] == "load" and stages[-1] == "switch" and {"embed", "write", "index"} <= set(stages)
     rid = info["run_id"]
     assert db.collection_info(cname)["active_run_id"] == rid

@@ -85,7 +85,7 @@ def _resolve_queries(name, pa, frame, Xq, yq, *, epsilon=1.0, seed=0, **kw):
     from pm_vector.client import PrivateMail
     from pm_vector.db.resolution import resolve
 
-    pm = PrivateMail(frame, epsilon=epsilon, seed=seed)
+    pm = PrivateMail(frame, epsilon=epsilon, _rng=seed)
     out = []
     for x, c in zip(Xq, yq):
         req, secret = pm.request(x, int(c), pa, collection=name)
@@ -351,7 +351,7 @@ def test_resolved_rows_carry_class_scores(modeled, conn):
     from pm_vector.client import PrivateMail
     from pm_vector.db.resolution import resolve
 
-    req, _ = PrivateMail(modeled["frame"], epsilon=1.0, seed=3).request(modeled["Xq"][4], int(modeled["yq"][4]),
+    req, _ = PrivateMail(modeled["frame"], epsilon=1.0, _rng=3).request(modeled["Xq"][4], int(modeled["yq"][4]),
                                                                        modeled["pa"], collection=name)
     off = resolve(name, req, k=K, class_scores=False)
     assert off["kahm"] is None

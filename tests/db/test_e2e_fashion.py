@@ -86,7 +86,7 @@ def _run(db, cname) -> dict:
     pa, info = public_anchor(cname)
     frame = client_frame(cname, pa, info)
     client = PrivateMail(frame, epsilon=EPS, delta=cfg.delta, dp_sigma=cfg.dp_sigma, dp_alpha=cfg.dp_alpha,
-                         seed=cfg.seed + 7)
+                         _rng=cfg.seed + 7)
     reqs, secrets = [], []
     t = time.perf_counter()
     for i in range(len(yq)):
@@ -116,7 +116,7 @@ def _run(db, cname) -> dict:
     items = mframe.extend(Xs, ys)
     manchor = PublicAnchor(list(range(len(ya))), Xa, ya, Xd, yd)
     mclient = PrivateMail(mframe, epsilon=EPS, delta=cfg.delta, dp_sigma=cfg.dp_sigma, dp_alpha=cfg.dp_alpha,
-                          seed=cfg.seed + 7)
+                          _rng=cfg.seed + 7)
     # The in-memory client is the same deterministic function of the same public data and seed
     # as the database's client: checked on the first requests, whose copies are then used for all.
     for i in range(3):

@@ -41,7 +41,7 @@ def _request(served, i=0, seed=11, **kw):
     from pm_vector.client import PrivateMail
 
     Xq, yq = served["split"].query
-    pm = PrivateMail(served["frame"], epsilon=1.0, seed=seed, **kw)
+    pm = PrivateMail(served["frame"], epsilon=1.0, _rng=seed, **kw)
     return pm.request(Xq[i], int(yq[i]), served["pa"], collection=served["name"])
 
 
@@ -181,7 +181,7 @@ def test_bad_input_is_refused_clearly_and_nothing_is_written(served, db, conn, c
     from pm_vector.client import PrivateMail
 
     Xq, yq = served["split"].query
-    freq, _ = PrivateMail(foreign, epsilon=1.0, seed=1).request(Xq[0], int(yq[0]), served["pa"])
+    freq, _ = PrivateMail(foreign, epsilon=1.0, _rng=1).request(Xq[0], int(yq[0]), served["pa"])
     refused(AlignmentError, "do not match the collection's anchor frame", freq)
     assert conn.execute("SELECT count(*) FROM pm_vector.request_log WHERE status = 'error'").fetchone()[0] == 0
 
@@ -209,7 +209,7 @@ def test_release_only_requests_give_the_same_answer_for_the_same_seed(served, co
     Xq, yq = served["split"].query
     for i, seed in ((1, 5), (2, 6)):
         full, s1 = _request(served, i=i, seed=seed)
-        rel, s2 = ReleaseOnlyPrivateMail(served["frame"], epsilon=1.0, seed=seed).request_release(
+        rel, s2 = ReleaseOnlyPrivateMail(served["frame"], epsilon=1.0, _rng=seed).request_release(
             Xq[i], int(yq[i]), served["pa"], collection=served["name"])
         assert s1 == s2  # same dummies and shuffle
         assert rel.release.shape == full.embedding.shape and rel.query_labels == list(s1.row_labels)

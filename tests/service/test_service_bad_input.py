@@ -14,7 +14,15 @@ from pm_vector.client.http import Client
 def valid(service, svc_collection, svc_key, svc_split):
     with Client(service.url, svc_key["key"]) as c:
         req, _ = c.build_request(svc_collection, svc_split.query[0][0], int(svc_split.query[1][0]), epsilon=1.0,
-                                 _rng=1)
+                                 protocol="privatemail_paper", _rng=1)
+    return req.to_dict()
+
+
+@pytest.fixture(scope="module")
+def valid_rows(service, svc_collection, svc_key, svc_split):
+    with Client(service.url, svc_key["key"]) as c:
+        req, _ = c.build_request(svc_collection, svc_split.query[0][0], int(svc_split.query[1][0]), epsilon=1.0,
+                                 shortlist=16, _rng=1)
     return req.to_dict()
 
 
@@ -115,3 +123,28 @@ def test_service_keeps_serving_after_bad_input(service, svc_collection, svc_key,
     with Client(service.url, svc_key["key"]) as c:
         r = c.query(svc_collection, svc_split.query[0][2], int(svc_split.query[1][2]), epsilon=1.0)
     assert len(r["item_ids"]) == 8 and requests_logged(svc_collection) == before + 1
+
+
+ROW_CASES = {
+    "wrong_digest": (lambda v: _mutated(v, frames_digest="0" * 32), "public anchor"),
+    "row_missing": (lambda v: _mutated(v, rows=v["rows"][:-1], sigmas=v["sigmas"][:-1], classes=v["classes"][:-1]),
+                    "row"),
+    "wrong_row_dim": (lambda v: _mutated(v, rows=[r[:3] for r in v["rows"]]), "coordinates"),
+    "shortlist_zero": (lambda v: _mutated(v, shortlist=0), "shortlist"),
+    "shortlist_huge": (lambda v: _mutated(v, shortlist=10**6), "shortlist"),
+    "sigma_negative": (lambda v: _mutated(v, sigmas=[-1.0] * len(v["sigmas"])), "sigmas"),
+    "strings_in_rows": (lambda v: _mutated(v, rows=[["x"] * 4] + v["rows"][1:]), "only numbers"),
+    "other_collection": (lambda v: _mutated(v, collection="elsewhere"), "collection"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ROW_CASES))
+def test_bad_pm_vector_request_refused(case, service, svc_collection, svc_key, valid_rows, requests_logged):
+    make, needle = ROW_CASES[case]
+    before = requests_logged(svc_collection)
+    r = _post(service, svc_key, svc_collection, _body(make(valid_rows)))
+    assert r.status_code == 422, (case, r.status_code, r.text)
+    assert needle in r.json()["message"], (case, r.json())
+    assert requests_logged(svc_collection) == before
+    ok = _post(service, svc_key, svc_collection, _body(valid_rows))  # the service keeps serving
+    assert ok.status_code == 200 and len(ok.json()["rows"]) == len(valid_rows["rows"])

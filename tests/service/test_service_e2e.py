@@ -14,27 +14,69 @@ from pm_vector.errors import AlignmentError, BudgetExceededError
 
 
 def test_private_query_end_to_end(service, svc_collection, svc_key, svc_split, requests_logged, tmp_path):
+    from pm_vector.bench.baselines import knn_search
+
     Xq, yq = svc_split.query
+    Xs, _ = svc_split.server
     before = requests_logged(svc_collection)
     budget = PrivacyBudget(tmp_path / "budget.json")
-    budget.set_budget(svc_collection, 10.0)
-    hits = []
+    budget.set_budget(svc_collection, 100.0)
+    exact = knn_search(Xq[:6], Xs, 8)
+    ext = np.array([f"{svc_split.dataset.name}-{int(i)}" for i in svc_split.server_idx])
+    hits, nn, answers = [], [], []
     with Client(service.url, svc_key["key"], budget=budget) as c:
         for i in range(6):
-            r = c.query(svc_collection, Xq[i], int(yq[i]), epsilon=1.0, k=8)
-            assert len(r["item_ids"]) == 8 and len(r["labels"]) == 8
+            r = c.query(svc_collection, Xq[i], int(yq[i]), epsilon=16.0, k=8, shortlist=32)
+            assert len(r["item_ids"]) == 8 and len(r["labels"]) == 8 and r["reranked"]
             assert r["distances"] == sorted(r["distances"])
+            assert r["protocol"] == "pm_vector" and r["bytes_sent"] > 0 and r["bytes_received"] > r["bytes_sent"]
             hits.append(np.mean(np.asarray(r["labels"]) == yq[i]))
+            nn.append(len(set(r["external_ids"]) & set(ext[exact[i]])) / 8)
+            answers.append(tuple(sorted(r["item_ids"])))
     assert requests_logged(svc_collection) == before + 6
     assert np.mean(hits) > 0.5  # precision@8 well above chance (0.1)
+    assert np.mean(nn) > 0.2  # the answers hold the query's own nearest items, not only its class
+    assert len(set(answers)) == 6  # every query gets its own answer
     st = budget.status(svc_collection)
-    assert st["releases"] == 6 and st["epsilon_spent"] == pytest.approx(6.0)
-    # the log holds the released request only: C + A rows of the embedding dimension, no raw features
+    assert st["releases"] == 6 and st["epsilon_spent"] == pytest.approx(96.0)
+    # the log holds the released request only: one noised row per class in the frames' dimension
     from pm_vector import db
 
     logged = db.list_requests(svc_collection, limit=1)[0]
     req = logged["request"] if isinstance(logged["request"], dict) else json.loads(logged["request"])
-    assert np.asarray(req["embedding"]).shape == (10 + 300, 8)
+    assert np.asarray(req["rows"]).shape == (10, 4) and req["seeded"] is False
+    assert set(req) == {"format", "rows", "classes", "epsilon", "delta", "noise_scale", "sigmas", "frames_digest",
+                        "shortlist", "seeded", "collection", "extra"}
+
+
+def test_private_query_paper_protocol(service, svc_collection, svc_key, svc_split):
+    Xq, yq = svc_split.query
+    with Client(service.url, svc_key["key"]) as c:
+        r = c.query(svc_collection, Xq[0], int(yq[0]), epsilon=1.0, k=8, protocol="privatemail_paper", rerank=False)
+    assert len(r["item_ids"]) == 8 and r["protocol"] == "privatemail_paper"
+
+
+def test_label_free_query(service, svc_collection, svc_key, svc_split):
+    Xq, yq = svc_split.query
+    with Client(service.url, svc_key["key"]) as c:
+        r = c.query(svc_collection, Xq[0], None, epsilon=4.0, k=8, shortlist=32)
+    assert r["label_predicted"] and len(r["item_ids"]) == 8
+
+
+def test_client_traffic_does_not_depend_on_the_real_row(service, svc_collection, svc_key, svc_split):
+    """After the resolve the client sends nothing; the resolve asks for every row's features alike."""
+    Xq, yq = svc_split.query
+    with Client(service.url, svc_key["key"]) as c:
+        c.private_knn(svc_collection, epsilon=4.0)  # fetch the public anchor first
+        for i in (0, 1, 2):
+            sent: list = []
+            c._http.event_hooks["request"] = [lambda req: sent.append(req)]
+            c.query(svc_collection, Xq[i], int(yq[i]), epsilon=4.0, k=8, shortlist=16)
+            paths = [q.url.path for q in sent]
+            assert paths[-1].endswith("/resolve") and sum(p.endswith("/resolve") for p in paths) == 1
+            body = json.loads(sent[-1].content)
+            assert body["include_features"] is True and set(body) == {"request", "k", "include_features"}
+            assert len(body["request"]["rows"]) == 10
 
 
 def test_unauthenticated_refused(service, svc_collection, svc_key, svc_split, requests_logged):
@@ -90,8 +132,8 @@ def test_over_budget_refused_before_anything_is_sent(service, svc_collection, sv
 def test_rerank_with_own_raw_features(service, svc_collection, svc_key, svc_split):
     Xq, yq = svc_split.query
     with Client(service.url, svc_key["key"]) as c:
-        r = c.query(svc_collection, Xq[3], int(yq[3]), epsilon=1.0, rerank=True)
-    assert r["reranked"] and r["feature_distances"] == sorted(r["feature_distances"])
+        r = c.query(svc_collection, Xq[3], int(yq[3]), epsilon=1.0, rerank=True, protocol="privatemail_paper")
+    assert r["reranked"] and r["distances"] == sorted(r["distances"])
     assert "features" not in r and len(r["item_ids"]) == 8
 
 

@@ -61,7 +61,8 @@ def test_resolve_rows_carry_class_scores(service, svc_key, embedded, split):
 
     Xq, yq = split.query
     with Client(service.url, svc_key["key"]) as c:
-        req, secret = c.build_request(embedded, Xq[0], int(yq[0]), epsilon=1.0, _rng=3)
+        req, secret = c.build_request(embedded, Xq[0], int(yq[0]), epsilon=1.0, protocol="privatemail_paper",
+                                      _rng=3)
         before = c.resolve(embedded, req, k=5)
         assert before.get("kahm") is None
         assert all(row.get("class_scores") is None for row in before["rows"])
@@ -82,7 +83,7 @@ def test_resolve_rows_carry_class_scores(service, svc_key, embedded, split):
         np.testing.assert_allclose(np.asarray(row["class_scores"]), ref["scores"], rtol=1e-4, atol=1e-6)
         assert row["predicted"] == ref["predicted"].tolist()
         # the client's private query keeps them with its row
-        hit = c.query(embedded, Xq[1], int(yq[1]), epsilon=1.0, k=5)
+        hit = c.query(embedded, Xq[1], int(yq[1]), epsilon=1.0, k=5, protocol="privatemail_paper")
         assert len(hit["class_scores"]) == 5 and len(hit["predicted"]) == 5
 
 

@@ -1,0 +1,253 @@
+"""The per-run data of class-rows requests (format ``pm_vector.class-rows/1``), built by the
+embedding job.
+
+For a run, :func:`build` computes in memory (from the run's public anchor set and the items it
+embeds):
+
+* the run's :class:`~pm_vector.manifold.class_frames.ClassFrames` (fit on the public anchor
+  set; stored as JSON in ``embedding_runs.class_frames`` and published to clients);
+* the **prior**: every item of a class ``c`` with its clipped coordinates in ``c``'s frame;
+* the **graph**: the ``graph_degree`` nearest other items of every item by raw features (any
+  class), computed with :func:`pm_vector.resolve.knn` (exact, in memory);
+* the **hubs**: ``hub_c(i)`` = number of items ``j`` of class ``c`` with ``i`` in ``N(j)``.
+
+:func:`write` stores them in ``run_<id>_prior`` / ``_neighbors`` / ``_hubs`` (binary COPY, each
+batch committed like the embeddings: nothing points at the run before the job's switch), and
+:func:`build_indexes` indexes them. ``embedding_runs.class_rows`` records the parameters, the
+class order and sizes, the frames' digest and ``status`` (``ready``; ``unavailable`` with
+``error`` when the anchor set cannot give frames, e.g. a class with fewer than 2 anchor rows:
+the run then serves PrivateMail requests only).
+
+The SQL that answers a request from these tables is ``pm_vector.pm_shortlist``
+(``sql/0005_class_rows.sql``); it computes exactly
+:meth:`pm_vector.resolve.PosteriorShortlist.scores` on the same data.
+
+New items (:func:`extend`, called by :func:`pm_vector.db.jobs.embed_new_items`): each new
+item gets its prior row, its own neighbour list (against all items of the run, new ones
+included) and adds its contribution to the hub counts of its class; the neighbour lists of
+existing items are **not** recomputed (a new item never enters an older item's ``N(j)``), so
+after new items the run's scores are those of a graph slightly different from a fresh fit. A
+full embedding job rebuilds everything exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from . import _binary
+
+FORMAT = "pm_vector.class-rows/1"
+DEFAULTS = {"n_components": 4, "clip_quantile": 0.9, "graph_degree": 16, "max_prior": 1024}
+#: float32 distance block of the in-memory k-NN graph (rows x items), in elements
+_KNN_BLOCK = 1 << 28
+
+
+def params(settings: Mapping[str, Any] | None = None, override: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The class-rows parameters: defaults, then the collection's ``settings["class_rows"]``, then
+    ``override``. Validated."""
+    p = dict(DEFAULTS)
+    for src in ((settings or {}).get("class_rows") or {}, override or {}):
+        unknown = set(src) - set(DEFAULTS)
+        if unknown:
+            raise InvalidInputError(f"unknown class-rows parameter(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}.")
+        p.update(src)
+    for k in ("n_components", "graph_degree", "max_prior"):
+        v = p[k]
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InvalidInputError(f"class-rows parameter {k} must be a positive integer, got {v!r}.")
+        p[k] = int(v)
+    if p["n_components"] > 2000 or p["max_prior"] > 100_000 or p["graph_degree"] > 1000:
+        raise InvalidInputError("class-rows parameters out of range (n_components <= 2000, graph_degree <= 1000, "
+                                "max_prior <= 100000).")
+    q = p["clip_quantile"]
+    if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < float(q) <= 1:
+        raise InvalidInputError(f"class-rows parameter clip_quantile must be in (0, 1], got {q!r}.")
+    p["clip_quantile"] = float(q)
+    return p
+
+
+@dataclass
+class ClassRowsData:
+    frames: Any  # ClassFrames
+    params: dict
+    item_ids: np.ndarray  # (N,) run item ids, ascending
+    neighbors: np.ndarray  # (N, g) item ids
+    prior_ids: np.ndarray  # (P,) items with a label among the frames' classes
+    prior_labels: np.ndarray
+    prior_coords: np.ndarray  # (P, d) float64, clipped
+    hub_labels: np.ndarray
+    hub_ids: np.ndarray
+    hub_counts: np.ndarray
+
+    def doc(self) -> dict[str, Any]:
+        from ..client.query import frames_digest
+
+        classes = self.frames.classes_
+        sizes = [int(np.sum(self.prior_labels == c)) for c in classes]
+        return {"format": FORMAT, "status": "ready", **self.params,
+                "graph_degree_effective": int(self.neighbors.shape[1]),
+                "classes": [int(c) for c in classes], "class_sizes": sizes,
+                "frames_digest": frames_digest(self.frames), "n_items": int(self.item_ids.shape[0])}
+
+
+def unavailable(p: Mapping[str, Any], error: str) -> dict[str, Any]:
+    return {"format": FORMAT, "status": "unavailable", "error": str(error)[:2000], **dict(p)}
+
+
+def graph(X: np.ndarray, g: int) -> np.ndarray:
+    """Positions of the ``g`` nearest other rows of every row (:func:`pm_vector.resolve.knn`, as
+    :class:`~pm_vector.resolve.PosteriorShortlist` computes it)."""
+    from ..resolve import knn
+
+    n = X.shape[0]
+    g = min(int(g), n - 1)
+    if g <= 0:
+        return np.zeros((n, 0), np.int64)
+    batch = 4096 if n * 4096 <= _KNN_BLOCK else max(1, _KNN_BLOCK // n)
+    return knn(X, X, g + 1, batch=batch)[0][:, 1:].astype(np.int64)
+
+
+def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) -> ClassRowsData:
+    """Frames, prior, graph and hubs of a run (see the module doc). Raises InvalidInputError when
+    the anchor set cannot give class frames."""
+    from ..manifold.class_frames import ClassFrames
+
+    frames = ClassFrames(int(p["n_components"]), float(p["clip_quantile"])).fit(anchor_X, anchor_y)
+    X = np.asarray(item_X)
+    y = np.asarray(item_y, dtype=np.int64)
+    ids = np.asarray(item_ids, dtype=np.int64)
+    nb_pos = graph(X, int(p["graph_degree"]))
+    neighbors = ids[nb_pos]
+    in_prior = np.isin(y, frames.classes_)
+    pidx = np.flatnonzero(in_prior)
+    coords = frames.clipped(X[pidx], y[pidx]) if pidx.size else np.zeros((0, frames.n_components))
+    hl, hi, hc = [], [], []
+    for c in frames.classes_:
+        idx = np.flatnonzero(y == c)
+        if idx.size == 0 or nb_pos.shape[1] == 0:
+            continue
+        cnt = np.bincount(nb_pos[idx].ravel(), minlength=X.shape[0])
+        nz = np.flatnonzero(cnt)
+        hl.append(np.full(nz.size, c, np.int64))
+        hi.append(ids[nz])
+        hc.append(cnt[nz].astype(np.float64))
+    cat = (lambda a, dt: np.concatenate(a) if a else np.zeros(0, dt))
+    return ClassRowsData(frames=frames, params=dict(p), item_ids=ids, neighbors=neighbors, prior_ids=ids[pidx],
+                         prior_labels=y[pidx], prior_coords=coords, hub_labels=cat(hl, np.int64),
+                         hub_ids=cat(hi, np.int64), hub_counts=cat(hc, np.float64))
+
+
+def _copy_prior(conn, run_id: int, ids, labels, coords, batch: int, commit: bool,
+                progress: Callable[[int, int], None] | None = None) -> None:
+    d = coords.shape[1]
+    n = ids.shape[0]
+    for s in range(0, n, batch):
+        e = min(n, s + batch)
+        stream = _binary.encode([("item_id", "int8", 0), ("label", "int8", 0), ("coords", "vector", d),
+                                 ("coords8", "float8[]", d)],
+                                {"item_id": ids[s:e], "label": labels[s:e], "coords": coords[s:e],
+                                 "coords8": coords[s:e]})
+        _binary.copy_in(conn, f"COPY pm_vector.run_{int(run_id)}_prior (item_id, label, coords, coords8) "
+                              "FROM STDIN (FORMAT BINARY)", stream)
+        if commit:
+            conn.commit()
+        if progress is not None:
+            progress(e, n)
+
+
+def _copy_pairs(conn, table: str, cols: tuple[str, str], a, b, batch: int, commit: bool) -> None:
+    n = a.shape[0]
+    for s in range(0, n, batch):
+        e = min(n, s + batch)
+        stream = _binary.encode([(cols[0], "int8", 0), (cols[1], "int8", 0)], {cols[0]: a[s:e], cols[1]: b[s:e]})
+        _binary.copy_in(conn, f"COPY {table} ({cols[0]}, {cols[1]}) FROM STDIN (FORMAT BINARY)", stream)
+        if commit:
+            conn.commit()
+
+
+def _copy_hubs(conn, table: str, labels, ids, counts, batch: int, commit: bool) -> None:
+    n = labels.shape[0]
+    for s in range(0, n, batch):
+        e = min(n, s + batch)
+        stream = _binary.encode([("label", "int8", 0), ("item_id", "int8", 0), ("hub", "float8", 0)],
+                                {"label": labels[s:e], "item_id": ids[s:e], "hub": counts[s:e]})
+        _binary.copy_in(conn, f"COPY {table} (label, item_id, hub) FROM STDIN (FORMAT BINARY)", stream)
+        if commit:
+            conn.commit()
+
+
+def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
+          progress: Callable[[int, int], None] | None = None) -> None:
+    """Create the run's class-rows tables and COPY the data in (each batch committed)."""
+    conn.execute("SELECT pm_vector.pm_create_class_rows_tables(%s, %s, %s::bigint[])",
+                 [int(run_id), int(data.frames.n_components), [int(c) for c in data.frames.classes_]])
+    conn.commit()
+    rid = int(run_id)
+    _copy_prior(conn, rid, data.prior_ids, data.prior_labels, data.prior_coords, batch, True, progress)
+    g = data.neighbors.shape[1]
+    _copy_pairs(conn, f"pm_vector.run_{rid}_neighbors", ("item_id", "neighbor_id"),
+                np.repeat(data.item_ids, g), data.neighbors.ravel(), batch * 4, True)
+    _copy_hubs(conn, f"pm_vector.run_{rid}_hubs", data.hub_labels, data.hub_ids, data.hub_counts, batch * 4, True)
+
+
+def build_indexes(conn, run_id: int, m: int = 16, ef_construction: int = 64) -> None:
+    conn.execute("SELECT pm_vector.pm_build_class_rows_indexes(%s, %s, %s)",
+                 [int(run_id), int(m), int(ef_construction)])
+
+
+def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, Any], all_ids, all_X,
+           new_ids, new_X, new_y) -> dict[str, Any]:
+    """Add new items to a run's prior, graph and hubs, inside the caller's transaction (see the
+    module doc for the approximation). ``all_ids``/``all_X``: every item of the run after the
+    addition (new ones included), ascending ids. Returns the updated ``class_rows`` document."""
+    from ..manifold.class_frames import ClassFrames
+    from ..resolve import knn
+
+    frames = ClassFrames.from_dict(frames_doc)
+    all_ids = np.asarray(all_ids, dtype=np.int64)
+    new_ids = np.asarray(new_ids, dtype=np.int64)
+    new_y = np.asarray(new_y, dtype=np.int64)
+    rid = int(run_id)
+    g = min(int(doc.get("graph_degree_effective", doc["graph_degree"])), all_ids.shape[0] - 1)
+    if new_ids.size == 0:
+        return dict(doc)
+    if g > 0:
+        idx, _ = knn(all_X, new_X, g + 1)
+        nb = all_ids[idx]
+        # drop the item itself (it is among its own nearest; remove it, keep g others)
+        out = np.empty((new_ids.shape[0], g), np.int64)
+        for r in range(new_ids.shape[0]):
+            row = nb[r][nb[r] != new_ids[r]]
+            out[r] = row[:g]
+        _copy_pairs(conn, f"pm_vector.run_{rid}_neighbors", ("item_id", "neighbor_id"), np.repeat(new_ids, g),
+                    out.ravel(), 1 << 30, False)
+    else:
+        out = np.zeros((new_ids.shape[0], 0), np.int64)
+    in_prior = np.isin(new_y, frames.classes_)
+    if np.any(in_prior):
+        coords = frames.clipped(np.asarray(new_X)[in_prior], new_y[in_prior])
+        _copy_prior(conn, rid, new_ids[in_prior], new_y[in_prior], coords, 1 << 30, False)
+        labels, ids, counts = [], [], []
+        for c in np.unique(new_y[in_prior]):
+            u, cnt = np.unique(out[new_y == c].ravel(), return_counts=True)
+            labels.append(np.full(u.size, c, np.int64))
+            ids.append(u)
+            counts.append(cnt.astype(np.float64))
+        if labels and g > 0:
+            conn.execute("CREATE TEMP TABLE pm_new_hubs (label bigint, item_id bigint, hub float8) ON COMMIT DROP")
+            _copy_hubs(conn, "pm_new_hubs", np.concatenate(labels), np.concatenate(ids), np.concatenate(counts),
+                       1 << 30, False)
+            conn.execute(f"INSERT INTO pm_vector.run_{rid}_hubs AS h (label, item_id, hub) "
+                         "SELECT label, item_id, hub FROM pm_new_hubs "
+                         "ON CONFLICT (label, item_id) DO UPDATE SET hub = h.hub + EXCLUDED.hub")
+    new_doc = dict(doc)
+    sizes = list(doc["class_sizes"])
+    for k, c in enumerate(doc["classes"]):
+        sizes[k] = int(sizes[k]) + int(np.sum(new_y == int(c)))
+    new_doc["class_sizes"] = sizes
+    new_doc["n_items"] = int(all_ids.shape[0])
+    return new_doc
