@@ -10,7 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from ._validation import as_matrix
-from .errors import AlignmentError
+from typing import TYPE_CHECKING
+
+from .errors import AlignmentError, InvalidInputError
+
+if TYPE_CHECKING:
+    from .client.request import PrivateMailRequest
 
 
 class UmeyamaAlignment:
@@ -70,3 +75,26 @@ class UmeyamaAlignment:
 def umeyama(src, dst, with_scale: bool = True) -> UmeyamaAlignment:
     """Shorthand for ``UmeyamaAlignment(with_scale).fit(src, dst)``."""
     return UmeyamaAlignment(with_scale).fit(src, dst)
+
+
+# A client that used the published frame sends anchor rows that the similarity maps onto the
+# server's almost exactly; a large residual means a different frame or corrupted rows.
+MAX_RELATIVE_RESIDUAL = 0.5
+
+
+def align_request(request: PrivateMailRequest, anchor_ids, anchor_embedding: np.ndarray) -> np.ndarray:
+    """Map the request's query rows into the server's frame (Kabsch-Umeyama on anchor rows)."""
+    ids = list(anchor_ids)
+    if list(request.anchor_ids) != ids:
+        raise InvalidInputError(f"the request's {len(request.anchor_ids)} anchor ids do not match the collection's "
+                                f"anchor set ({len(ids)} ids, in order); fetch the current anchor set and rebuild.")
+    E = np.asarray(anchor_embedding, dtype=np.float64)
+    if request.embedding.shape[1] != E.shape[1]:
+        raise InvalidInputError(f"request embedding has dimension {request.embedding.shape[1]}; the active run's "
+                                f"is {E.shape[1]}.")
+    al = UmeyamaAlignment().fit(request.anchor_rows, E)
+    if al.relative_residual_ > MAX_RELATIVE_RESIDUAL:
+        raise AlignmentError(f"the request's anchor rows do not match the collection's anchor frame (relative "
+                             f"residual {al.relative_residual_:.3f}); rebuild it with the frame parameters of the "
+                             "active run.")
+    return al.transform(request.query_rows)

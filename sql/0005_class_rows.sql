@@ -14,7 +14,7 @@
 -- k_prime: candidates per row (1..1000); max_prior: prior items weighted one by one per row
 -- (NULL: the run's stored max_prior, 1024 by default). All rows are answered by ONE statement.
 --
--- The score (pm_vector.resolve.PosteriorShortlist.scores, reproduced exactly): for row c with
+-- The score (pm_vector.shortlist.PosteriorShortlist.scores, reproduced exactly): for row c with
 -- released z and sigma, the prior is the run's items of class c with p_j their clipped frame-c
 -- coordinates; the max_prior prior items nearest to z are retained; w_j = exp(-(d2_j - d2_min) /
 -- (2 sigma^2)); w_far = the weight of the farthest retained item if the class has more than
@@ -31,19 +31,24 @@
 --       float32 coords only serve the index.
 --   run_<id>_neighbors(item_id, neighbor_id)  primary key (item_id, neighbor_id)
 --   run_<id>_hubs(label, item_id, hub)        primary key (label, item_id), index (label, hub DESC, item_id)
+--   run_<id>_codes(item_id, code halfvec(m))  primary key (item_id): every item's published compact
+--       code (pm_vector.manifold.codes.PublicProjection fit on the public anchor set, m <= 64
+--       components; the projection document is embedding_runs.public_projection). Returned with
+--       every candidate of every row when a client asks for codes (collections that do not hand
+--       out raw features).
 --
 -- New error codes: PM006 the active run has no class rows (run a new embedding job).
 
 -- ------------------------------------------------------------------------------------ helpers
 
--- Qualified name of a run's table: kind 'items', 'anchors', 'prior', 'neighbors' or 'hubs'.
+-- Qualified name of a run's table: kind 'items', 'anchors', 'prior', 'neighbors', 'hubs' or 'codes'.
 CREATE OR REPLACE FUNCTION pm_vector.pm_run_table(run_id bigint, kind text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
-  IF kind NOT IN ('items', 'anchors', 'prior', 'neighbors', 'hubs') THEN
+  IF kind NOT IN ('items', 'anchors', 'prior', 'neighbors', 'hubs', 'codes') THEN
     RAISE EXCEPTION USING ERRCODE = 'PM004',
-      MESSAGE = format('kind must be items, anchors, prior, neighbors or hubs, not %L', kind);
+      MESSAGE = format('kind must be items, anchors, prior, neighbors, hubs or codes, not %L', kind);
   END IF;
   RETURN 'pm_vector.' || quote_ident('run_' || run_id || '_' || kind);
 END $$;
@@ -61,10 +66,10 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = 'PM004',
       MESSAGE = format('run %s is the active run of its collection; its tables are not dropped', p_run_id);
   END IF;
-  EXECUTE format('DROP TABLE IF EXISTS %s, %s, %s, %s, %s',
+  EXECUTE format('DROP TABLE IF EXISTS %s, %s, %s, %s, %s, %s',
                  pm_vector.pm_run_table(p_run_id, 'items'), pm_vector.pm_run_table(p_run_id, 'anchors'),
                  pm_vector.pm_run_table(p_run_id, 'prior'), pm_vector.pm_run_table(p_run_id, 'neighbors'),
-                 pm_vector.pm_run_table(p_run_id, 'hubs'));
+                 pm_vector.pm_run_table(p_run_id, 'hubs'), pm_vector.pm_run_table(p_run_id, 'codes'));
   RETURN existed;
 END $$;
 
@@ -104,9 +109,26 @@ BEGIN
                  pm_vector.pm_run_table(p_run_id, 'hubs'));
 END $$;
 
+-- Creates a run's codes table (every item's published compact code, halfvec(m)). No index yet.
+CREATE OR REPLACE FUNCTION pm_vector.pm_create_codes_table(p_run_id bigint, m integer)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pm_vector, @vector_schema@, pg_catalog
+AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pm_vector.embedding_runs r WHERE r.id = p_run_id) THEN
+    RAISE EXCEPTION USING ERRCODE = 'PM005', MESSAGE = format('unknown embedding run %s', p_run_id);
+  END IF;
+  IF m IS NULL OR m < 1 OR m > 4000 THEN
+    RAISE EXCEPTION USING ERRCODE = 'PM004', MESSAGE = format('the code dimension must be in 1..4000, got %s', m);
+  END IF;
+  EXECUTE format('CREATE TABLE %s (item_id bigint NOT NULL, code halfvec(%s) NOT NULL)',
+                 pm_vector.pm_run_table(p_run_id, 'codes'), m);
+END $$;
+
 -- Indexes of a run's class-rows tables, then ANALYZE: HNSW (l2) on the prior's coords (a
 -- partitioned index: one HNSW graph per class), primary keys of the graph and the hub counts,
--- and (label, hub DESC, item_id) for the top hubs of a class.
+-- (label, hub DESC, item_id) for the top hubs of a class, and the codes' primary key.
 CREATE OR REPLACE FUNCTION pm_vector.pm_build_class_rows_indexes(p_run_id bigint, m integer DEFAULT 16,
                                                                  ef_construction integer DEFAULT 64)
 RETURNS void
@@ -125,6 +147,11 @@ BEGIN
   EXECUTE format('ANALYZE %s', pm_vector.pm_run_table(p_run_id, 'prior'));
   EXECUTE format('ANALYZE %s', pm_vector.pm_run_table(p_run_id, 'neighbors'));
   EXECUTE format('ANALYZE %s', pm_vector.pm_run_table(p_run_id, 'hubs'));
+  IF to_regclass(pm_vector.pm_run_table(p_run_id, 'codes')) IS NOT NULL THEN
+    EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I PRIMARY KEY (item_id)',
+                   pm_vector.pm_run_table(p_run_id, 'codes'), 'run_' || p_run_id || '_codes_pkey');
+    EXECUTE format('ANALYZE %s', pm_vector.pm_run_table(p_run_id, 'codes'));
+  END IF;
 END $$;
 
 -- ------------------------------------------------------------------------- the active run

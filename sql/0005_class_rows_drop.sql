@@ -4,7 +4,7 @@ DO $$
 DECLARE t text;
 BEGIN
   FOR t IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-           WHERE n.nspname = 'pm_vector' AND c.relkind IN ('r', 'p') AND c.relname ~ '^run_[0-9]+_(prior|neighbors|hubs)$'
+           WHERE n.nspname = 'pm_vector' AND c.relkind IN ('r', 'p') AND c.relname ~ '^run_[0-9]+_(prior|neighbors|hubs|codes)$'
   LOOP
     EXECUTE format('DROP TABLE IF EXISTS pm_vector.%I', t);
   END LOOP;
@@ -20,6 +20,7 @@ DROP FUNCTION IF EXISTS pm_vector.pm_shortlist_sql(bigint, integer);
 DROP FUNCTION IF EXISTS pm_vector.pm_check_class_rows(integer, integer, float8[], float8[], integer, integer);
 DROP FUNCTION IF EXISTS pm_vector.pm_class_rows_run(text);
 DROP FUNCTION IF EXISTS pm_vector.pm_build_class_rows_indexes(bigint, integer, integer);
+DROP FUNCTION IF EXISTS pm_vector.pm_create_codes_table(bigint, integer);
 DROP FUNCTION IF EXISTS pm_vector.pm_create_class_rows_tables(bigint, integer, bigint[]);
 
 CREATE OR REPLACE FUNCTION pm_vector.pm_run_table(run_id bigint, kind text) RETURNS text

@@ -128,6 +128,8 @@ def test_bench_latency_and_scale_small(home):
     for key in ("client_p50_ms", "resolve_p50_ms", "resolve_p95_ms", "plain_p50_ms", "ratio"):
         assert r[key] > 0
     assert r["ratio"] == pytest.approx(r["resolve_p50_ms"] / r["plain_p50_ms"], rel=1e-2)
+    pm = r["pm_vector"]
+    assert pm["shortlist_statements_per_request"] == 1 and pm["resolve_p50_ms"] > 0 and pm["client_p50_ms"] > 0
     sc = _json(["bench", "scale", "--sizes", "600,1200", "--anchors", "100", "--dim", "16", "--json"])
     assert [x["items"] for x in sc["results"]] == [600, 1200]
     assert all(x["seconds"] > 0 and x["peak_mb"] > 0 for x in sc["results"])

@@ -6,8 +6,11 @@
   ``clip_quantile``, ``graph_degree``, ``max_prior``), the class order, the class sizes, the
   frames' digest and ``status`` (``ready``, or ``unavailable`` with ``error`` when the anchor set
   cannot give frames);
+* ``embedding_runs.public_projection`` (json): the run's
+  :class:`~pm_vector.manifold.codes.PublicProjection` fit on its public anchor set, published to
+  clients (they re-rank candidates by the items' codes when raw features are not handed out);
 * per run, created by the embedding job and dropped with the run: ``run_<id>_prior`` (partitioned
-  by class, HNSW per class), ``run_<id>_neighbors``, ``run_<id>_hubs``.
+  by class, HNSW per class), ``run_<id>_neighbors``, ``run_<id>_hubs``, ``run_<id>_codes``.
 
 Functions (``pm_shortlist``, its explain, helpers; ``pm_run_table`` and ``pm_drop_run_tables``
 now know the new tables) are read from ``sql/0005_class_rows.sql``; the downgrade runs
@@ -40,6 +43,7 @@ def upgrade() -> None:
     # 0.0 -- other bytes, so another frames digest than the one the server computed.
     op.add_column("embedding_runs", sa.Column("class_frames", pg.JSON, nullable=True), schema=S)
     op.add_column("embedding_runs", sa.Column("class_rows", pg.JSONB, nullable=True), schema=S)
+    op.add_column("embedding_runs", sa.Column("public_projection", pg.JSON, nullable=True), schema=S)
     driver = op.get_bind().connection.driver_connection
     execute_sql_file(driver, "0005_class_rows.sql")
 
@@ -47,5 +51,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     driver = op.get_bind().connection.driver_connection
     execute_sql_file(driver, "0005_class_rows_drop.sql")
+    op.drop_column("embedding_runs", "public_projection", schema=S)
     op.drop_column("embedding_runs", "class_rows", schema=S)
     op.drop_column("embedding_runs", "class_frames", schema=S)

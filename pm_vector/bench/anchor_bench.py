@@ -70,7 +70,7 @@ def run_anchor_benchmark(datasets: Iterable[str] = ("digits", "fashion-mnist"), 
     from ..datasets import load_dataset, split_dataset
     from ..db import kahm as dk
     from ..db.jobs import anchor_frame_embed_fn
-    from ..resolve import knn
+    from ..neighbors import knn_search
 
     say = progress or (lambda _m: None)
     cfg = BenchConfig(epsilons=(client_epsilon,), seed=seed)
@@ -86,7 +86,7 @@ def run_anchor_benchmark(datasets: Iterable[str] = ("digits", "fashion-mnist"), 
         sp = split_dataset(ds, *sizes, seed=seed)
         Xs, ys = sp.server
         Xq, yq = sp.query
-        raw = ys[knn(Xs, Xq, K)[0]]
+        raw = ys[knn_search(Xq, Xs, K)]
         from .metrics import precision_at_k, recall_at_k
         out["raw_knn"].append({"dataset": dsname, "recall_at_8": recall_at_k(raw, yq, K),
                                "precision_at_8": precision_at_k(raw, yq, K)})

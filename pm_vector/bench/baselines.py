@@ -38,6 +38,7 @@ import numpy as np
 
 from .._validation import as_labels, as_matrix, require_unit_rows
 from ..errors import InvalidInputError, PrivacyParameterError
+from ..neighbors import knn_search
 from ..privacy import AnalyticGaussianMechanism, secure_generator
 
 __all__ = ["DPPCA", "DPRandomProjection", "RawKNN", "ReferenceClassLDP", "RetrievalMethod", "knn_search"]
@@ -48,33 +49,6 @@ _BATCH = 1024
 # --------------------------------------------------------------------------------------
 # shared helpers
 # --------------------------------------------------------------------------------------
-
-def knn_search(queries: np.ndarray, items: np.ndarray, k: int, *, batch_size: int = _BATCH,
-               item_sqnorms: np.ndarray | None = None) -> np.ndarray:
-    """Exact Euclidean k-NN: ``(q, k)`` int64 indices of the ``k`` nearest ``items`` of each query,
-    nearest first (ties broken by the lower index). Computed in float64, in query batches of
-    ``batch_size`` (memory ``batch_size x n_items``)."""
-    qs = np.asarray(queries, dtype=np.float64)
-    xs = np.asarray(items, dtype=np.float64)
-    n = xs.shape[0]
-    if not 1 <= k <= n:
-        raise InvalidInputError(f"k must be between 1 and the number of server items ({n}); got {k}.")
-    sq = np.einsum("ij,ij->i", xs, xs) if item_sqnorms is None else item_sqnorms
-    out = np.empty((qs.shape[0], k), dtype=np.int64)
-    for start in range(0, qs.shape[0], batch_size):
-        qb = qs[start:start + batch_size]
-        # ||q - x||^2 minus the per-query constant ||q||^2
-        d = sq[None, :] - 2.0 * (qb @ xs.T)
-        if k < n:
-            cand = np.argpartition(d, k - 1, axis=1)[:, :k]
-            cand.sort(axis=1)  # ascending index, so the stable sort below breaks ties by index
-        else:
-            cand = np.broadcast_to(np.arange(n), d.shape).copy()
-        dc = np.take_along_axis(d, cand, axis=1)
-        order = np.argsort(dc, axis=1, kind="stable")
-        out[start:start + qb.shape[0]] = np.take_along_axis(cand, order, axis=1)
-    return out
-
 
 def _check_rng(rng, what: str) -> np.random.Generator:
     if rng is None:

@@ -10,12 +10,16 @@ anchors, runs the server's embedding job, and measures, over ``repeats`` queries
     parse, checks, Kabsch-Umeyama alignment, the C query rows answered by ONE statement
     (``pm_knn_batch`` joined with the items' payloads), and the request-log row, committed --
     :func:`pm_vector.db.resolution.resolve` on a kept connection, as a server would;
+(b') ``pm_vector``: the default protocol -- the client's request (one noised row per class,
+    :class:`pm_vector.client.query.PrivateKNN`, built from the published class frames) and its
+    resolve: the ``k'`` = ``shortlist`` candidates of every row from ONE ``pm_shortlist``
+    statement, with the request log;
 (c) ``plain``: the same number C of plain pgvector k-NN queries on the *raw* features, one
     statement each (prepared), through an HNSW index on the raw features that the
     benchmark creates (a table ``pm_vector.bench_raw_<id>`` with id, external id, label,
     payload and ``vector(d)`` features; default HNSW options, ``ef_search`` 40 as pm_knn_batch).
 
-``ratio = resolve_p50 / plain_p50``. Everything the benchmark creates is dropped at the end.
+``ratio = resolve_p50 / plain_p50`` (and ``pm_vector_ratio`` for (b')). Everything the benchmark creates is dropped at the end.
 
 Data: ``synthetic`` (default) -- unit-norm Gaussian clusters in ``dim`` dimensions, 100 fine
 classes (C = 100 uses them; C = 10 merges them ten by ten, so both collections hold the same
@@ -51,6 +55,7 @@ class LatencyConfig:
     epsilon: float = 1.0
     delta: float = 1e-5
     n_components: int = 16  # AnchorFrame's default
+    shortlist: int = 128
     seed: int = 0
 
 
@@ -99,12 +104,15 @@ class _CountingConn:
     def __init__(self, conn):
         self._conn = conn
         self.knn_statements = 0
+        self.shortlist_statements = 0
         self.statements = 0
 
     def execute(self, query, *a, **kw):
         self.statements += 1
         if "pm_knn_batch" in str(query):
             self.knn_statements += 1
+        if "pm_shortlist" in str(query):
+            self.shortlist_statements += 1
         return self._conn.execute(query, *a, **kw)
 
     def __getattr__(self, name):
@@ -126,7 +134,10 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
     from psycopg import sql
 
     from ..client import PrivateMail
+    from ..client.query import PrivateKNN
     from ..db.jobs import anchor_frame_embed_fn
+    from ..manifold.class_frames import ClassFrames
+    from ..privacy import secure_generator
     from ..db.resolution import client_frame, public_anchor, resolve
 
     say = progress or (lambda _m: None)
@@ -208,9 +219,23 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                 secrets.append(sec)
             client_ms = client_ms[cfg.warmup:]
 
+            frames_doc = info.get("class_frames")
+            pmv = None
+            if frames_doc:
+                pmv = PrivateKNN(ClassFrames.from_dict(frames_doc), pa.dummy_features, pa.dummy_labels, cfg.epsilon,
+                                 cfg.delta, shortlist=cfg.shortlist, collection=name)
+                pmv._inject_generator(secure_generator(cfg.seed + 13))
+                pmv_client_ms, pmv_reqs = [], []
+                for i in range(n_query):
+                    t = time.perf_counter()
+                    req, _ = pmv.request(Xq[i], int(yq_c[i]))
+                    pmv_client_ms.append((time.perf_counter() - t) * 1e3)
+                    pmv_reqs.append(req.to_json())
+                pmv_client_ms = pmv_client_ms[cfg.warmup:]
+
             say(f"C={C}: resolve vs plain")
             rconn = _CountingConn(db.connect())
-            resolve_ms, parts, plain_ms, hits = [], [], [], []
+            resolve_ms, parts, plain_ms, hits, pmv_ms = [], [], [], [], []
             try:
                 # interleaved, so that both see the same machine load
                 for i in range(n_query):
@@ -223,12 +248,18 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                         q = Xq[(i + j) % n_query]
                         conn.execute(plain_sql, [q, q, cfg.k], prepare=True).fetchall()
                     dt_plain = (time.perf_counter() - t) * 1e3
+                    if pmv is not None:
+                        t = time.perf_counter()
+                        resolve(name, pmv_reqs[i], conn=rconn)
+                        if i >= cfg.warmup:
+                            pmv_ms.append((time.perf_counter() - t) * 1e3)
                     if i >= cfg.warmup:
                         resolve_ms.append(dt_res)
                         plain_ms.append(dt_plain)
                         parts.append(res["timings_ms"])
                         hits.append(np.mean(np.asarray(real["labels"]) == yq_c[i]))
                 knn_per_request = rconn.knn_statements / n_query
+                shortlist_per_request = rconn.shortlist_statements / n_query
             finally:
                 rconn.close()
             r_p50, p_p50 = _pct(resolve_ms, 50), _pct(plain_ms, 50)
@@ -241,6 +272,11 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                                          for kk in parts[0] if kk != "total"},
                 "knn_statements_per_request": knn_per_request,
                 "precision_at_k": round(float(np.mean(hits)), 4), "repeats": len(resolve_ms),
+                "pm_vector": None if pmv is None else {
+                    "shortlist": cfg.shortlist, "client_p50_ms": round(_pct(pmv_client_ms, 50), 3),
+                    "resolve_p50_ms": round(_pct(pmv_ms, 50), 3), "resolve_p95_ms": round(_pct(pmv_ms, 95), 3),
+                    "ratio": round(_pct(pmv_ms, 50) / p_p50, 3),
+                    "shortlist_statements_per_request": shortlist_per_request},
                 "setup": {"ingest_s": round(ingest_s, 3), "job_s": job.get("duration"), "job_timings": job.get("timings")},
             })
             db.drop_collection(name, missing_ok=True)

@@ -12,8 +12,8 @@ Methods:
 
 - ``pm_vector``: class frames (:class:`~pm_vector.manifold.class_frames.ClassFrames` ``(4, 0.9)``
   on the public anchor), one clipped Gaussian row per class (:class:`PrivateKNN`), the server's
-  :class:`~pm_vector.resolve.PosteriorShortlist`. At ``inf``:
-  :func:`~pm_vector.resolve.noise_free_shortlist` on 16-d frames (items of any class).
+  :class:`~pm_vector.shortlist.PosteriorShortlist`. At ``inf``:
+  :func:`~pm_vector.shortlist.noise_free_shortlist` on 16-d frames (items of any class).
 - ``pm_vector_codes``: ``pm_vector``'s candidates re-ranked by the collection's published
   compact codes (:class:`~pm_vector.manifold.codes.PublicProjection`: 64-d PCA of the public
   anchor, halfvec) instead of raw features: the answer for a collection that does not hand out
@@ -58,7 +58,8 @@ from ..manifold import AnchorFrame
 from ..manifold.class_frames import ClassFrames
 from ..manifold.codes import PublicProjection
 from ..privacy import secure_generator
-from ..resolve import PosteriorShortlist, align_request, knn, noise_free_shortlist
+from ..alignment import align_request
+from ..shortlist import PosteriorShortlist, noise_free_shortlist
 from .baselines import DPPCA, DPRandomProjection, RawKNN, ReferenceClassLDP, knn_search
 from .metrics import (candidate_bytes, chance_recall_at_k, collection_bytes, distinct_lists_per_class,
                       float_payload_bytes, nn_recall_at_k, precision_at_k, recall_at_k)
@@ -280,7 +281,7 @@ def _privatemail(ctx: _Context, eps):
     C, n_anchor, m = ctx.C, len(ctx.ya), frame.anchor_embedding_.shape[1]
     req_bytes = float_payload_bytes((C + n_anchor) * m, n_ids=n_anchor)
     if math.isinf(eps):
-        return knn(items, frame.extend(ctx.Xq, ctx.yq), kp)[0].astype(np.int64), req_bytes, C, {}
+        return knn_search(frame.extend(ctx.Xq, ctx.yq), items, kp), req_bytes, C, {}
     anchor = PublicAnchor(list(range(n_anchor)), ctx.Xa, ctx.ya, ctx.Xd, ctx.yd)
     client = _privatemail_client(frame, eps, cfg.delta, cfg, secure_generator(_seed(cfg, "privatemail", eps)))
     cand = np.empty((len(ctx.yq), kp), dtype=np.int64)
@@ -288,7 +289,7 @@ def _privatemail(ctx: _Context, eps):
     for i in range(len(ctx.yq)):
         req, secret = client.request(ctx.Xq[i], int(ctx.yq[i]), anchor)
         aligned = align_request(req, anchor.ids, frame.anchor_embedding_)
-        cand[i] = knn(items, aligned[secret.real_row:secret.real_row + 1], kp)[0][0]
+        cand[i] = knn_search(aligned[secret.real_row:secret.real_row + 1], items, kp)[0]
         sigma = req.noise_sigma
         if (i + 1) % 100 == 0:
             ctx.say(f"    privatemail_paper eps={eps:g}: {i + 1}/{len(ctx.yq)} requests")

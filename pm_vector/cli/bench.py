@@ -161,6 +161,7 @@ def latency(
     k: int = typer.Option(8, help="Neighbours per query row."),
     repeats: int = typer.Option(50, help="Timed requests per C (after 5 warm-up requests)."),
     epsilon: float = typer.Option(1.0, help="epsilon of the clients' releases."),
+    shortlist: int = typer.Option(128, help="k' candidates per row of a pm_vector request."),
     seed: int = typer.Option(0, help="Seed of the data, the split and the clients (reproducible)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
 ):
@@ -175,18 +176,23 @@ def latency(
     from ..bench.latency import LatencyConfig, run
 
     cfg = LatencyConfig(items=items, anchors=anchors, rows=_ints(rows, "--rows"), data=data, dim=dim, k=k,
-                        repeats=repeats, epsilon=epsilon, seed=seed)
+                        repeats=repeats, epsilon=epsilon, shortlist=shortlist, seed=seed)
     result = _run_with_spinner("latency", run, cfg, as_json)
     if result is None:
         return
     t = Table(title=f"latency: {result['items']:,} items ({result['data']}, {result['dim']} dims), "
                     f"{result['anchors']} anchors, k={result['k']}, {repeats} requests per C (ms)")
-    for c in ("C", "client p50", "resolve p50", "resolve p95", "plain p50", "plain p95", "ratio", "k-NN stmts"):
+    for c in ("C", "protocol", "client p50", "resolve p50", "resolve p95", "plain p50", "ratio", "statements"):
         t.add_column(c, justify="right")
     for r in result["results"]:
-        t.add_row(str(r["rows"]), f"{r['client_p50_ms']:.1f}", f"{r['resolve_p50_ms']:.1f}",
-                  f"{r['resolve_p95_ms']:.1f}", f"{r['plain_p50_ms']:.1f}", f"{r['plain_p95_ms']:.1f}",
-                  f"{r['ratio']:.2f}", f"{r['knn_statements_per_request']:g}")
+        pm = r.get("pm_vector")
+        if pm:
+            t.add_row(str(r["rows"]), f"pm_vector (k'={pm['shortlist']})", f"{pm['client_p50_ms']:.1f}",
+                      f"{pm['resolve_p50_ms']:.1f}", f"{pm['resolve_p95_ms']:.1f}", f"{r['plain_p50_ms']:.1f}",
+                      f"{pm['ratio']:.2f}", f"{pm['shortlist_statements_per_request']:g}")
+        t.add_row(str(r["rows"]), "privatemail_paper", f"{r['client_p50_ms']:.1f}", f"{r['resolve_p50_ms']:.1f}",
+                  f"{r['resolve_p95_ms']:.1f}", f"{r['plain_p50_ms']:.1f}", f"{r['ratio']:.2f}",
+                  f"{r['knn_statements_per_request']:g}")
     Console().print(t)
     for r in result["results"]:
         parts = ", ".join(f"{a} {b:.1f}" for a, b in r["resolve_parts_p50_ms"].items())

@@ -260,7 +260,7 @@ def demo(
         t.add_row("pm_vector", f"{r['epsilon']:g}", f"{r['nn_recall_at_8']:.3f}", f"{r['precision_at_8']:.3f}",
                   f"{r['recall_at_8']:.3f}", f"{r['distinct_lists_per_class']:.2f}", f"{r['bytes_per_request']:,.0f}",
                   f"{r['query_p50_ms']:.1f}", f"{r['resolve_p50_ms']:.1f}")
-    Console().print(t)
+    Console(width=max(Console().width, 150)).print(t)
     ex = res.get("same_class_examples")
     if ex:
         for q in ex["queries"]:

@@ -23,7 +23,12 @@ What happens in :meth:`Client.query`:
    query row and the client keeps its real row's (the server cannot tell which it is);
 5. with ``rerank=True`` and a collection that allows raw features, the server returns the
    neighbours' features for *every* row (so asking reveals nothing about the real row) and
-   the client re-orders its real row's neighbours by distance to its own raw query.
+   the client re-orders its real row's neighbours by distance to its own raw query; a
+   collection that does not hand out raw features publishes a
+   :class:`~pm_vector.manifold.codes.PublicProjection` (fit on its public anchor set) and
+   returns every candidate's compact code (``halfvec``: 2 bytes per component, sent as base64):
+   the client re-orders by ``||projection.transform(x) - code||`` (``reranked`` says
+   ``"features"``, ``"codes"`` or false).
 
 :meth:`Client.kahm_distances` makes a collection behind a service a party of federated KAHM
 classification (:func:`pm_vector.db.kahm.federated_classify`)::
@@ -226,9 +231,10 @@ class Client:
             frames = ClassFrames.from_dict(frames_doc)
             cached = (run_id, frames, np.asarray(doc["dummy_features"], dtype=np.float64),
                       np.asarray(doc["dummy_labels"]), np.asarray(doc["features"], dtype=np.float64),
-                      np.asarray(doc["labels"]), {})
+                      np.asarray(doc["labels"]), {},
+                      doc.get("public_projection") or (doc.get("frame") or {}).get("public_projection"))
             self._public[name] = cached
-        _, frames, Xd, yd, Xa, ya, classifiers = cached
+        _, frames, Xd, yd, Xa, ya, classifiers, _ = cached
         clf = None
         if label_free:
             if "kahm" not in classifiers:
@@ -238,6 +244,23 @@ class Client:
             clf = classifiers["kahm"]
         return PrivateKNN(frames, Xd, yd, epsilon, delta, shortlist=shortlist or DEFAULT_SHORTLIST, classifier=clf,
                           collection=name)
+
+    def public_projection(self, name: str):
+        """The :class:`~pm_vector.manifold.codes.PublicProjection` of the items' published codes (from the
+        public anchor document, cached per run), or None when the collection publishes none."""
+        from ..manifold.codes import PublicProjection
+
+        run_id = self.collection(name).get("active_run_id")
+        cached = self._public.get(name)
+        if cached is None or cached[0] != run_id:
+            self.private_knn(name, epsilon=1.0, refresh=True)
+            cached = self._public[name]
+        doc = cached[7]
+        if not doc:
+            return None
+        if "projection" not in cached[6]:
+            cached[6]["projection"] = PublicProjection.from_dict(doc)
+        return cached[6]["projection"]
 
     def build_request(self, name: str, features, label: int | None = None, *, epsilon: float, delta: float = 1e-5,
                       protocol: str = "pm_vector", shortlist: int | None = None, **paper_kwargs):
@@ -262,7 +285,7 @@ class Client:
 
     def query(self, name: str, features, label: int | None = None, *, epsilon: float, delta: float = 1e-5,
               k: int = 8, shortlist: int | None = None, protocol: str = "pm_vector", rerank: bool = True,
-              **paper_kwargs) -> dict[str, Any]:
+              rerank_with: str | None = None, **paper_kwargs) -> dict[str, Any]:
         """One private k-NN query; returns the real row's answer (``item_ids``, ``labels``,
         ``external_ids``, ``distances``) with ``epsilon``, ``delta``, ``budget`` (status after the
         charge), ``bytes_sent``/``bytes_received`` and ``timing``.
@@ -270,10 +293,33 @@ class Client:
         pm_vector protocol: the server answers every class row with ``shortlist`` (k') candidates
         and, when the collection allows raw features, their features for *every* row (so nothing
         after the resolve depends on which row is real); the client re-ranks its real row's
-        candidates by its own raw features and keeps ``k``. Without raw features the server's
-        score order is kept (``reranked`` false)."""
+        candidates by its own raw features and keeps ``k``. Without raw features the server returns
+        every candidate's published compact code instead (for every row, likewise) and the client
+        re-ranks by ``||projection.transform(x) - code||``. ``rerank_with``: ``"features"``,
+        ``"codes"`` or None (features when the collection allows them, else codes). ``reranked``
+        in the result: ``"features"``, ``"codes"`` or false (server score order kept)."""
+        import base64
         import json
 
+        if rerank_with not in (None, "features", "codes"):
+            raise InvalidInputError(f"rerank_with must be 'features', 'codes' or None, not {rerank_with!r}.")
+        if rerank_with == "codes" and protocol != "pm_vector":
+            raise InvalidInputError("rerank_with='codes' needs the pm_vector protocol (the paper's has no codes).")
+        mode = None
+        if rerank:
+            allow_raw = bool(self.collection(name).get("allow_raw_features"))
+            mode = rerank_with or ("features" if allow_raw or protocol != "pm_vector" else "codes")
+            if mode == "features" and not allow_raw:
+                if rerank_with == "features":
+                    raise InvalidInputError(f"collection {name!r} does not hand out raw features; use "
+                                            "rerank_with='codes' (or None).")
+                mode = None
+            projection = self.public_projection(name) if mode == "codes" else None
+            if mode == "codes" and projection is None:
+                if rerank_with == "codes":
+                    raise InvalidInputError(f"collection {name!r} publishes no compact codes (its active run "
+                                            "predates them).")
+                mode = None
         t0 = time.perf_counter()
         req, secret = self.build_request(name, features, label, epsilon=epsilon, delta=delta, protocol=protocol,
                                          shortlist=shortlist, **paper_kwargs)
@@ -283,29 +329,38 @@ class Client:
             key = self.budget_key(name)
             self.budget.spend(key, float(epsilon), float(delta))  # BudgetExceededError: nothing is sent
             status = self.budget.status(key)
-        allow_raw = bool(self.collection(name).get("allow_raw_features")) if rerank else False
-        body = {"request": req.to_dict(), "k": int(k), "include_features": bool(rerank and allow_raw)}
+        body = {"request": req.to_dict(), "k": int(k), "include_features": mode == "features"}
+        if mode == "codes":
+            body["include_codes"] = True
         text = json.dumps(body)
         r = self._http.request("POST", f"/collections/{name}/resolve", content=text,
                                headers={"Content-Type": "application/json"})
         res = self._answer(r)
         t2 = time.perf_counter()
         row = dict(secret.pick(res["rows"]))
-        reranked = False
-        if rerank and allow_raw and row.get("features"):
-            q = np.asarray(features, dtype=np.float64).ravel()
-            q = q / max(float(np.linalg.norm(q)), 1e-12)
-            F = np.asarray(row["features"], dtype=np.float64)
-            d = np.linalg.norm(F - q, axis=1)
+        reranked: str | bool = False
+        q = np.asarray(features, dtype=np.float64).ravel()
+        q = q / max(float(np.linalg.norm(q)), 1e-12)
+        d = None
+        if mode == "features" and row.get("features"):
+            d = np.linalg.norm(np.asarray(row["features"], dtype=np.float64) - q, axis=1)
+        elif mode == "codes" and row.get("codes") is not None and row.get("item_ids"):
+            codes = np.frombuffer(base64.b64decode(row["codes"]), dtype="<f2").astype(np.float64)
+            codes = codes.reshape(len(row["item_ids"]), -1)
+            d = np.linalg.norm(codes - projection.transform(q[None, :])[0], axis=1)
+        if d is not None:
             order = np.argsort(d, kind="stable")
-            for key2 in ("item_ids", "external_ids", "labels", "features", "scores", "payloads"):
+            for key2 in ("item_ids", "external_ids", "labels", "features", "scores", "payloads",
+                         "predicted", "class_scores"):
                 if row.get(key2) is not None:
                     row[key2] = [row[key2][i] for i in order]
             row["distances"] = d[order].tolist()
-            reranked = True
+            reranked = mode
         row.pop("features", None)
+        row.pop("codes", None)
         if protocol == "pm_vector":
-            for key2 in ("item_ids", "external_ids", "labels", "scores", "payloads", "distances"):
+            for key2 in ("item_ids", "external_ids", "labels", "scores", "payloads", "distances", "predicted",
+                         "class_scores"):
                 if row.get(key2) is not None:
                     row[key2] = list(row[key2])[: int(k)]
         return {**row, "collection": name, "protocol": protocol, "epsilon": float(epsilon), "delta": float(delta),

@@ -8,23 +8,30 @@ embeds):
   set; stored as JSON in ``embedding_runs.class_frames`` and published to clients);
 * the **prior**: every item of a class ``c`` with its clipped coordinates in ``c``'s frame;
 * the **graph**: the ``graph_degree`` nearest other items of every item by raw features (any
-  class), computed with :func:`pm_vector.resolve.knn` (exact, in memory);
-* the **hubs**: ``hub_c(i)`` = number of items ``j`` of class ``c`` with ``i`` in ``N(j)``.
+  class), computed with :func:`pm_vector.neighbors.neighbor_graph` (exact, in memory);
+* the **hubs**: ``hub_c(i)`` = number of items ``j`` of class ``c`` with ``i`` in ``N(j)``;
+* the **codes**: a :class:`~pm_vector.manifold.codes.PublicProjection` of
+  ``min(CODE_COMPONENTS, feature dim)`` components fit on the public anchor set (public data only;
+  stored as JSON in ``embedding_runs.public_projection`` and published to clients) and every
+  item's code ``W (x - mean)`` at half precision: what a client re-ranks its real row's
+  candidates by when the collection does not hand out raw features.
 
 :func:`write` stores them in ``run_<id>_prior`` / ``_neighbors`` / ``_hubs`` (binary COPY, each
-batch committed like the embeddings: nothing points at the run before the job's switch), and
-:func:`build_indexes` indexes them. ``embedding_runs.class_rows`` records the parameters, the
+batch committed like the embeddings: nothing points at the run before the job's switch), the
+codes in ``run_<id>_codes(item_id, code halfvec(m))`` and the projection in
+``embedding_runs.public_projection``, and :func:`build_indexes` indexes them (all of them are
+dropped with the run by ``pm_vector.pm_drop_run_tables``, so a failed or killed job leaves none). ``embedding_runs.class_rows`` records the parameters, the
 class order and sizes, the frames' digest and ``status`` (``ready``; ``unavailable`` with
 ``error`` when the anchor set cannot give frames, e.g. a class with fewer than 2 anchor rows:
 the run then serves PrivateMail requests only).
 
 The SQL that answers a request from these tables is ``pm_vector.pm_shortlist``
 (``sql/0005_class_rows.sql``); it computes exactly
-:meth:`pm_vector.resolve.PosteriorShortlist.scores` on the same data.
+:meth:`pm_vector.shortlist.PosteriorShortlist.scores` on the same data.
 
 New items (:func:`extend`, called by :func:`pm_vector.db.jobs.embed_new_items`): each new
 item gets its prior row, its own neighbour list (against all items of the run, new ones
-included) and adds its contribution to the hub counts of its class; the neighbour lists of
+included), its code, and adds its contribution to the hub counts of its class; the neighbour lists of
 existing items are **not** recomputed (a new item never enters an older item's ``N(j)``), so
 after new items the run's scores are those of a graph slightly different from a fresh fit. A
 full embedding job rebuilds everything exactly.
@@ -38,12 +45,13 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..errors import InvalidInputError
+from ..neighbors import neighbor_graph
 from . import _binary
 
 FORMAT = "pm_vector.class-rows/1"
 DEFAULTS = {"n_components": 4, "clip_quantile": 0.9, "graph_degree": 16, "max_prior": 1024}
-#: float32 distance block of the in-memory k-NN graph (rows x items), in elements
-_KNN_BLOCK = 1 << 28
+#: components of the published compact codes (capped at the feature dimension)
+CODE_COMPONENTS = 64
 
 
 def params(settings: Mapping[str, Any] | None = None, override: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -82,6 +90,8 @@ class ClassRowsData:
     hub_labels: np.ndarray
     hub_ids: np.ndarray
     hub_counts: np.ndarray
+    projection: Any = None  # PublicProjection fit on the public anchor set
+    codes: np.ndarray | None = None  # (N, m) float16, the items' codes in item_ids order
 
     def doc(self) -> dict[str, Any]:
         from ..client.query import frames_digest
@@ -91,36 +101,27 @@ class ClassRowsData:
         return {"format": FORMAT, "status": "ready", **self.params,
                 "graph_degree_effective": int(self.neighbors.shape[1]),
                 "classes": [int(c) for c in classes], "class_sizes": sizes,
-                "frames_digest": frames_digest(self.frames), "n_items": int(self.item_ids.shape[0])}
+                "frames_digest": frames_digest(self.frames), "n_items": int(self.item_ids.shape[0]),
+                "code_dim": None if self.codes is None else int(self.codes.shape[1])}
 
 
 def unavailable(p: Mapping[str, Any], error: str) -> dict[str, Any]:
     return {"format": FORMAT, "status": "unavailable", "error": str(error)[:2000], **dict(p)}
 
 
-def graph(X: np.ndarray, g: int) -> np.ndarray:
-    """Positions of the ``g`` nearest other rows of every row (:func:`pm_vector.resolve.knn`, as
-    :class:`~pm_vector.resolve.PosteriorShortlist` computes it)."""
-    from ..resolve import knn
-
-    n = X.shape[0]
-    g = min(int(g), n - 1)
-    if g <= 0:
-        return np.zeros((n, 0), np.int64)
-    batch = 4096 if n * 4096 <= _KNN_BLOCK else max(1, _KNN_BLOCK // n)
-    return knn(X, X, g + 1, batch=batch)[0][:, 1:].astype(np.int64)
-
-
 def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) -> ClassRowsData:
     """Frames, prior, graph and hubs of a run (see the module doc). Raises InvalidInputError when
     the anchor set cannot give class frames."""
     from ..manifold.class_frames import ClassFrames
+    from ..manifold.codes import PublicProjection
 
     frames = ClassFrames(int(p["n_components"]), float(p["clip_quantile"])).fit(anchor_X, anchor_y)
+    A = np.asarray(anchor_X, dtype=np.float64)
+    projection = PublicProjection(min(CODE_COMPONENTS, A.shape[1])).fit(A)  # public data only
     X = np.asarray(item_X)
     y = np.asarray(item_y, dtype=np.int64)
     ids = np.asarray(item_ids, dtype=np.int64)
-    nb_pos = graph(X, int(p["graph_degree"]))
+    nb_pos = neighbor_graph(X, int(p["graph_degree"]))
     neighbors = ids[nb_pos]
     in_prior = np.isin(y, frames.classes_)
     pidx = np.flatnonzero(in_prior)
@@ -138,7 +139,29 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
     cat = (lambda a, dt: np.concatenate(a) if a else np.zeros(0, dt))
     return ClassRowsData(frames=frames, params=dict(p), item_ids=ids, neighbors=neighbors, prior_ids=ids[pidx],
                          prior_labels=y[pidx], prior_coords=coords, hub_labels=cat(hl, np.int64),
-                         hub_ids=cat(hi, np.int64), hub_counts=cat(hc, np.float64))
+                         hub_ids=cat(hi, np.int64), hub_counts=cat(hc, np.float64), projection=projection,
+                         codes=item_codes(projection, X))
+
+
+def item_codes(projection, X) -> np.ndarray:
+    """``(n, m)`` float16 codes of the rows of ``X`` (:meth:`PublicProjection.transform`, as stored)."""
+    X = np.asarray(X)
+    out = np.empty((X.shape[0], projection.components_.shape[0]), np.float16)
+    for s in range(0, X.shape[0], 20_000):
+        out[s:s + 20_000] = projection.transform(np.asarray(X[s:s + 20_000], dtype=np.float64))
+    return out
+
+
+def _copy_codes(conn, run_id: int, ids, codes, batch: int, commit: bool) -> None:
+    m = codes.shape[1]
+    for s in range(0, ids.shape[0], batch):
+        e = min(ids.shape[0], s + batch)
+        stream = _binary.encode([("item_id", "int8", 0), ("code", "halfvec", m)],
+                                {"item_id": ids[s:e], "code": codes[s:e]})
+        _binary.copy_in(conn, f"COPY pm_vector.run_{int(run_id)}_codes (item_id, code) FROM STDIN (FORMAT BINARY)",
+                        stream)
+        if commit:
+            conn.commit()
 
 
 def _copy_prior(conn, run_id: int, ids, labels, coords, batch: int, commit: bool,
@@ -182,7 +205,8 @@ def _copy_hubs(conn, table: str, labels, ids, counts, batch: int, commit: bool) 
 
 def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
           progress: Callable[[int, int], None] | None = None) -> None:
-    """Create the run's class-rows tables and COPY the data in (each batch committed)."""
+    """Create the run's class-rows tables (and codes table) and COPY the data in (each batch
+    committed); the codes' projection goes to ``embedding_runs.public_projection``."""
     conn.execute("SELECT pm_vector.pm_create_class_rows_tables(%s, %s, %s::bigint[])",
                  [int(run_id), int(data.frames.n_components), [int(c) for c in data.frames.classes_]])
     conn.commit()
@@ -192,6 +216,14 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
     _copy_pairs(conn, f"pm_vector.run_{rid}_neighbors", ("item_id", "neighbor_id"),
                 np.repeat(data.item_ids, g), data.neighbors.ravel(), batch * 4, True)
     _copy_hubs(conn, f"pm_vector.run_{rid}_hubs", data.hub_labels, data.hub_ids, data.hub_counts, batch * 4, True)
+    if data.codes is not None:
+        from psycopg.types.json import Json
+
+        conn.execute("SELECT pm_vector.pm_create_codes_table(%s, %s)", [rid, int(data.codes.shape[1])])
+        conn.execute("UPDATE pm_vector.embedding_runs SET public_projection = %s WHERE id = %s",
+                     [Json(data.projection.to_dict()), rid])
+        conn.commit()
+        _copy_codes(conn, rid, data.item_ids, data.codes, batch, True)
 
 
 def build_indexes(conn, run_id: int, m: int = 16, ef_construction: int = 64) -> None:
@@ -205,7 +237,7 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     module doc for the approximation). ``all_ids``/``all_X``: every item of the run after the
     addition (new ones included), ascending ids. Returns the updated ``class_rows`` document."""
     from ..manifold.class_frames import ClassFrames
-    from ..resolve import knn
+    from ..neighbors import knn_search
 
     frames = ClassFrames.from_dict(frames_doc)
     all_ids = np.asarray(all_ids, dtype=np.int64)
@@ -215,8 +247,14 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     g = min(int(doc.get("graph_degree_effective", doc["graph_degree"])), all_ids.shape[0] - 1)
     if new_ids.size == 0:
         return dict(doc)
+    if doc.get("code_dim"):
+        from ..manifold.codes import PublicProjection
+
+        proj_doc = conn.execute("SELECT public_projection FROM pm_vector.embedding_runs WHERE id = %s",
+                                [rid]).fetchone()[0]
+        _copy_codes(conn, rid, new_ids, item_codes(PublicProjection.from_dict(proj_doc), new_X), 1 << 30, False)
     if g > 0:
-        idx, _ = knn(all_X, new_X, g + 1)
+        idx = knn_search(new_X, all_X, g + 1)
         nb = all_ids[idx]
         # drop the item itself (it is among its own nearest; remove it, keep g others)
         out = np.empty((new_ids.shape[0], g), np.int64)

@@ -245,8 +245,11 @@ def public_anchor(collection: str):
     arguments and public seed), ``embedding_dim``, ``metric``, ``classes`` and
     ``anchor_embedding`` (``(A, k)``, as stored) -- everything a client needs to rebuild the
     run's frame (:func:`client_frame`) -- and, for class-rows requests, ``class_frames`` (the
-    run's ``ClassFrames.to_dict()``, or None) and ``class_rows`` (its parameters, class order,
-    class sizes and frames digest). Raises CollectionNotFoundError, NoActiveRunError,
+    run's ``ClassFrames.to_dict()``, or None), ``class_rows`` (its parameters, class order,
+    class sizes and frames digest) and ``public_projection`` (the
+    :class:`~pm_vector.manifold.codes.PublicProjection` document of the items' published codes,
+    fit on the public anchor set; None when the run has none): a client re-ranks its candidates by
+    ``||projection.transform(x) - code||`` when the collection does not hand out raw features. Raises CollectionNotFoundError, NoActiveRunError,
     NoAnchorSetError (no dummy pool registered).
     """
     from ..client import PublicAnchor
@@ -258,6 +261,10 @@ def public_anchor(collection: str):
         anchors = _load_anchor_set(conn, coll, "anchor", rf.anchor_set_id)
         dummies = _load_anchor_set(conn, coll, "dummy", None)
         class_frames_doc, class_rows_doc = _class_rows_docs(conn, rf.run_id)
+        projection_doc = None
+        if class_frames_doc is not None and (class_rows_doc or {}).get("code_dim"):
+            projection_doc = conn.execute("SELECT public_projection FROM pm_vector.embedding_runs WHERE id = %s",
+                                          [rf.run_id]).fetchone()[0]
         conn.rollback()
     pa = PublicAnchor(list(rf.anchor_ids), anchors.features, anchors.labels, dummies.features, dummies.labels)
     info = {"collection": collection, "run_id": rf.run_id, "anchor_set_id": rf.anchor_set_id,
@@ -266,7 +273,9 @@ def public_anchor(collection: str):
             "anchor_embedding": rf.anchor_embedding.copy(),
             # class-rows requests: ClassFrames.from_dict(info["class_frames"]) + the dummy pool above
             # build a pm_vector.client.query.PrivateKNN (None when the run has no class rows)
-            "class_frames": class_frames_doc, "class_rows": class_rows_doc}
+            "class_frames": class_frames_doc, "class_rows": class_rows_doc,
+            # the items' published codes: PublicProjection.from_dict(info["public_projection"])
+            "public_projection": projection_doc}
     return pa, info
 
 

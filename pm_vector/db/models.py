@@ -204,6 +204,7 @@ class EmbeddingRun(Base):
     # parameters, class order, class sizes, frames digest and status
     class_frames: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)  # json: verbatim (-0.0 kept)
     class_rows: Mapped[Optional[dict[str, Any]]] = mapped_column(JSONB)
+    public_projection: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)  # codes' PublicProjection
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
     started_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime(timezone=True))

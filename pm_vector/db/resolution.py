@@ -20,7 +20,7 @@ What :func:`resolve` does, in order, writing nothing until the last step:
    request against it: the anchor ids must be the run's anchor set's ids ``"S:0" .. "S:A-1"``
    in order, the embedding must have the run's dimension, at most ``max_query_rows`` rows;
 3. *align* the request's anchor rows onto the run's stored anchor embedding
-   (:func:`pm_vector.resolve.align_request`, Kabsch-Umeyama with a residual check) and map
+   (:func:`pm_vector.alignment.align_request`, Kabsch-Umeyama with a residual check) and map
    the query rows with the same similarity;
 4. answer **all** query rows with **one** SQL statement: ``pm_vector.pm_knn_batch`` (one HNSW
    index scan per row, LATERAL) joined with the items for payloads (and raw features). Steps
@@ -40,12 +40,17 @@ pool of the :class:`~pm_vector.client.PublicAnchor`) or :func:`class_frames`. Th
 the frames digest (a request built on other frames is refused: fetch the current public
 anchor), one row per class in the run's order, finite numbers, ``k'`` in 1..1000, then answers
 **all** rows with **one** statement, ``pm_vector.pm_shortlist`` (``sql/0005_class_rows.sql``:
-the posterior shortlist of :class:`pm_vector.resolve.PosteriorShortlist`, computed in SQL from
+the posterior shortlist of :class:`pm_vector.shortlist.PosteriorShortlist`, computed in SQL from
 the run's prior, raw-feature graph and hub tables) joined with the items, in the same REPEATABLE
 READ transaction as the checks and the log. With ``include_features`` (and
 ``allow_raw_features``) every candidate of every row carries its raw features, so the answer
 does not depend on which row is real; the client re-ranks its real row locally
-(:meth:`~pm_vector.client.query.PrivateKNN.rerank`).
+(:meth:`~pm_vector.client.query.PrivateKNN.rerank`). With ``include_codes`` (any collection)
+every candidate of every row carries its published compact code (``run_<id>_codes``, see
+:mod:`pm_vector.db.class_rows`); the client re-ranks by ``||projection.transform(x) - code||``
+with the :class:`~pm_vector.manifold.codes.PublicProjection` of :func:`public_anchor`. When the
+collection has a KAHM model every candidate also carries its class scores, as on the PrivateMail
+path. Codes and scores are joined in the same single statement.
 
 Iteration-distribute-recursion (the paper's option)
 ---------------------------------------------------
@@ -455,12 +460,13 @@ def _vectors(Q: np.ndarray):
 
 def resolve(collection: str, request, k: int = 8, include_features: bool = False, *, conn=None,
             max_query_rows: int = MAX_QUERY_ROWS, ef_search: int | None = None, log: bool = True,
-            class_scores: bool = True, k_prime: int | None = None) -> dict[str, Any]:
+            class_scores: bool = True, k_prime: int | None = None, include_codes: bool = False) -> dict[str, Any]:
     """Resolve a PrivateMail or a class-rows request against ``collection``'s active run.
 
     A class-rows request (:class:`~pm_vector.client.query.QueryRequest`, its dict or JSON text,
     format ``"pm_vector.class-rows/1"``) is answered by :func:`_resolve_class_rows` (see there:
-    ``k`` is not used, the candidates per row are the request's ``shortlist`` or ``k_prime``).
+    ``k`` is not used, the candidates per row are the request's ``shortlist`` or ``k_prime``;
+    ``include_codes``: every candidate of every row carries its published compact code).
 
     ``request``: a :class:`~pm_vector.client.PrivateMailRequest`, a :class:`ReleaseRequest`
     (the server post-processes it first), either one's dict, or JSON text (``str``/``bytes``,
@@ -488,7 +494,7 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     FramesDigestMismatchError (other class frames) and ClassRowsUnavailableError (a run
     without class rows).
     """
-    from ..resolve import align_request
+    from ..alignment import align_request
 
     received = dt.datetime.now(dt.timezone.utc)
     t0 = time.perf_counter()
@@ -501,7 +507,11 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     timings["parse"] = (time.perf_counter() - t0) * 1e3
     if isinstance(req, QueryRequest):
         return _resolve_class_rows(collection, req, raw, include_features, conn=conn, max_query_rows=max_query_rows,
-                                   k_prime=k_prime, log=log, received=received, t0=t0, timings=timings)
+                                   k_prime=k_prime, log=log, received=received, t0=t0, timings=timings,
+                                   include_codes=include_codes, class_scores=class_scores)
+    if include_codes:
+        raise InvalidInputError("include_codes applies to class-rows requests (format "
+                                f"{CLASS_ROWS_FORMAT!r}); the paper's protocol has no codes.")
 
     own = conn is None
     if own:
@@ -605,7 +615,7 @@ def explain_resolution(collection: str, request, k: int = 8, include_features: b
     k-NN statement pm_knn_batch runs inside (one HNSW index scan per query row)}``; for a
     class-rows request ``{"statement", "shortlist": pm_shortlist_explain of the statement
     pm_shortlist runs inside}``."""
-    from ..resolve import align_request
+    from ..alignment import align_request
 
     k = _check_k(k)
     req, _ = _parse(request)
@@ -683,31 +693,53 @@ def _check_class_rows_against_run(meta: Mapping[str, Any], req: QueryRequest, co
     return doc
 
 
-def _shortlist_statement(coll: Mapping[str, Any], include_features: bool) -> str:
+def _shortlist_statement(coll: Mapping[str, Any], include_features: bool, *, codes_run_id: int | None = None,
+                         kahm_model_id: int | None = None) -> str:
+    """The one statement answering every row: ``row_index, rank, item_id, external_id, label,
+    score, payload[, features][, code][, predicted, scores]``. ``codes_run_id``: join every
+    candidate's code from that run's ``run_<id>_codes``; ``kahm_model_id``: join every
+    candidate's stored KAHM class scores (the lookup of :func:`_knn_statement`)."""
     col = "features" if coll["feature_type"] == "vector" else "features_half"
     # LATERAL by primary key, OFFSET 0: one index lookup per returned candidate
     return ("SELECT s.row_index, s.rank, s.item_id, s.external_id, s.label, s.score, i.payload" +
             (f", i.{col}" if include_features else "") +
+            (", cd.code" if codes_run_id is not None else "") +
+            (", sc.predicted, sc.scores" if kahm_model_id is not None else "") +
             " FROM pm_vector.pm_shortlist(%s, %s::float8[], %s::float8[], %s, NULL::integer) AS s"
             " CROSS JOIN LATERAL (SELECT it.payload" + (f", it.{col}" if include_features else "") +
-            " FROM pm_vector.items AS it WHERE it.id = s.item_id OFFSET 0) AS i"
+            " FROM pm_vector.items AS it WHERE it.id = s.item_id OFFSET 0) AS i" +
+            (" LEFT JOIN LATERAL (SELECT c.code FROM pm_vector.run_" + str(int(codes_run_id)) + "_codes AS c"
+             " WHERE c.item_id = s.item_id OFFSET 0) AS cd ON true" if codes_run_id is not None else "") +
+            (" LEFT JOIN LATERAL (SELECT k.predicted, k.scores FROM pm_vector.kahm_item_scores AS k"
+             f" WHERE k.model_id = {int(kahm_model_id)} AND k.item_id = s.item_id OFFSET 0) AS sc ON true"
+             if kahm_model_id is not None else "") +
             " ORDER BY s.row_index, s.rank")
 
 
 def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, include_features: bool, *, conn,
                         max_query_rows: int, k_prime, log: bool, received, t0: float,
-                        timings: dict[str, float]) -> dict[str, Any]:
+                        timings: dict[str, float], include_codes: bool = False,
+                        class_scores: bool = True) -> dict[str, Any]:
     """Answer a class-rows request: every row's ``k'`` candidates (``pm_vector.pm_shortlist``, ONE
     statement for all rows, in the same REPEATABLE READ snapshot as the checks), joined with the
     items for payloads and -- with ``include_features`` on a collection that allows raw features --
     the raw features of every candidate of every row (so the answer does not depend on which row
-    is real). Checks first (nothing written on error): collection, frames digest, one row per
-    class in the run's class order, the frames' dimension, finite numbers, ``k'`` in 1..1000.
+    is real). With ``include_codes`` (any collection: the codes are what it publishes instead of
+    raw features) every candidate of every row carries its compact code from the run's
+    ``run_<id>_codes``; when the collection has a KAHM model and ``class_scores`` is true, every
+    candidate of every row carries its stored class scores and predicted label (the lookup of the
+    PrivateMail path). Codes and scores are joined in the same single statement. Checks first
+    (nothing written on error): collection, frames digest, one row per class in the run's class
+    order, the frames' dimension, finite numbers, ``k'`` in 1..1000.
 
-    Returns ``{"collection", "run_id", "format", "k_prime", "n_query_rows", "rows", "timings_ms",
-    "request_log_id"}``; ``rows[c]``: ``{"row", "item_ids", "external_ids", "labels", "scores",
-    "payloads"[, "features" ((k', p) float32)]}``, best first."""
+    Returns ``{"collection", "run_id", "format", "k_prime", "n_query_rows", "rows", "kahm",
+    "code_dim", "timings_ms", "request_log_id"}``; ``rows[c]``: ``{"row", "item_ids",
+    "external_ids", "labels", "scores", "payloads"[, "features" ((k', p) float32)][, "codes"
+    ((k', m) float16)][, "predicted", "class_scores"]}``, best first; ``kahm``:
+    ``{"model_id", "classes"}`` or None; ``code_dim``: m, or None without ``include_codes``."""
     kp = _check_k_prime(req.shortlist if k_prime is None else k_prime)
+    if not isinstance(include_codes, (bool, np.bool_)):
+        raise InvalidInputError(f"include_codes must be true or false, got {include_codes!r}.")
     own = conn is None
     if own:
         conn = connect()
@@ -722,12 +754,16 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
                     f"collection {collection!r} does not allow returning raw features to clients (its setting "
                     "allow_raw_features is false); resolve without include_features, or create the collection "
                     "with allow_raw_features=True.")
-            _check_class_rows_against_run(meta, req, collection, max_query_rows)
+            doc = _check_class_rows_against_run(meta, req, collection, max_query_rows)
             run_id = int(meta["run"]["id"])
+            code_dim = _check_codes(doc, collection, run_id) if include_codes else None
+            kahm_id = coll.get("kahm_model_id") if class_scores else None
             timings["lookup"] = (time.perf_counter() - t) * 1e3
 
             t = time.perf_counter()
-            cur = conn.execute(_shortlist_statement(coll, include_features),
+            cur = conn.execute(_shortlist_statement(coll, include_features,
+                                                    codes_run_id=run_id if include_codes else None,
+                                                    kahm_model_id=kahm_id),
                                [collection, np.asarray(req.rows, dtype=np.float64).tolist(),
                                 [float(v) for v in req.sigmas], kp], binary=True)
             rows = cur.fetchall()
@@ -758,6 +794,12 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
     out_rows: list[dict[str, Any]] = [{"row": i, "item_ids": [], "external_ids": [], "labels": [], "scores": [],
                                        "payloads": []} for i in range(C)]
     feats: list[list] = [[] for _ in range(C)]
+    codes: list[list] = [[] for _ in range(C)]
+    if kahm_id is not None:
+        for o in out_rows:
+            o["predicted"], o["class_scores"] = [], []
+    ci = 8 if include_features else 7  # the code's column
+    si = ci + (1 if include_codes else 0)  # the KAHM columns'
     for r in rows:
         o = out_rows[r[0] - 1]
         o["item_ids"].append(int(r[2]))
@@ -768,14 +810,37 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
         if include_features:
             v = r[7]
             feats[r[0] - 1].append(np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32))
+        if include_codes:
+            v = r[ci]
+            codes[r[0] - 1].append(np.full(code_dim, np.nan, np.float16) if v is None else
+                                   np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float16))
+        if kahm_id is not None:
+            o["predicted"].append(None if r[si] is None else int(r[si]))
+            o["class_scores"].append(None if r[si + 1] is None else [float(v) for v in r[si + 1]])
     if include_features:
         d = int(coll["feature_dim"])
         for o, f in zip(out_rows, feats):
             o["features"] = np.stack(f) if f else np.zeros((0, d), np.float32)
+    if include_codes:
+        for o, f in zip(out_rows, codes):
+            o["codes"] = np.stack(f) if f else np.zeros((0, code_dim), np.float16)
     timings["total"] = (time.perf_counter() - t0) * 1e3
     return {"collection": collection, "run_id": run_id, "format": CLASS_ROWS_FORMAT, "k_prime": kp,
-            "n_query_rows": C, "rows": out_rows, "timings_ms": {a: round(b, 3) for a, b in timings.items()},
+            "n_query_rows": C, "rows": out_rows,
+            "kahm": None if kahm_id is None else {"model_id": int(kahm_id),
+                                                  "classes": [int(c) for c in coll["kahm_classes"]]},
+            "code_dim": code_dim, "timings_ms": {a: round(b, 3) for a, b in timings.items()},
             "request_log_id": log_id}
+
+
+def _check_codes(doc: Mapping[str, Any], collection: str, run_id: int) -> int:
+    """The run's code dimension; ClassRowsUnavailableError when the run publishes no codes."""
+    m = doc.get("code_dim")
+    if not m:
+        raise ClassRowsUnavailableError(
+            f"the active run {run_id} of collection {collection!r} publishes no compact codes (it was built before "
+            "codes existed); resolve without include_codes, or run a new embedding job for the collection.")
+    return int(m)
 
 
 def _explain_class_rows(collection: str, req: QueryRequest, include_features: bool) -> dict[str, list[str]]:
@@ -785,7 +850,9 @@ def _explain_class_rows(collection: str, req: QueryRequest, include_features: bo
         _check_class_rows_against_run(meta, req, collection, MAX_QUERY_ROWS)
         rows = np.asarray(req.rows, dtype=np.float64).tolist()
         sig = [float(v) for v in req.sigmas]
-        outer = [r[0] for r in conn.execute("EXPLAIN " + _shortlist_statement(meta["coll"], include_features),
+        stmt = _shortlist_statement(meta["coll"], include_features,  # as resolve runs it (class scores on)
+                                    kahm_model_id=meta["coll"].get("kahm_model_id"))
+        outer = [r[0] for r in conn.execute("EXPLAIN " + stmt,
                                             [collection, rows, sig, kp]).fetchall()]
         inner = [r[0] for r in conn.execute(
             "SELECT * FROM pm_vector.pm_shortlist_explain(%s, %s::float8[], %s::float8[], %s)",

@@ -170,27 +170,33 @@ def check_matrix(rows: Any, what: str, settings: ServiceSettings) -> None:
 
 
 def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
-    """Validate a resolve body; returns ``(PrivateMailRequest, k, include_features)`` or raises ApiError."""
+    """Validate a resolve body; returns ``(request, k, include_features, include_codes)`` or raises ApiError."""
     from ..client.request import PrivateMailRequest
 
     if not isinstance(d, dict):
         raise ApiError(422, "invalid_input", "the body must be a JSON object {\"request\": {...}, \"k\": 8}.")
-    unknown = sorted(set(d) - {"request", "k", "include_features"})
+    unknown = sorted(set(d) - {"request", "k", "include_features", "include_codes"})
     if unknown:
         raise ApiError(422, "invalid_input", f"unknown field(s) {unknown}; the body has 'request', 'k', "
-                                             "'include_features'.")
+                                             "'include_features', 'include_codes'.")
     k = d.get("k", 8)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= settings.max_k:
         raise ApiError(422, "invalid_input", f"k must be an integer in 1..{settings.max_k}, got {k!r}.")
     inc = d.get("include_features", False)
     if not isinstance(inc, bool):
         raise ApiError(422, "invalid_input", "include_features must be true or false.")
+    codes = d.get("include_codes", False)
+    if not isinstance(codes, bool):
+        raise ApiError(422, "invalid_input", "include_codes must be true or false.")
     r = d.get("request")
     if not isinstance(r, dict):
         raise ApiError(422, "invalid_input", "'request' must be a request object (QueryRequest.to_dict(), or "
                                              "PrivateMailRequest.to_dict() for the paper's protocol).")
     if r.get("format") == QUERY_FORMAT:
-        return check_query_request(r, settings, name), k, inc
+        return check_query_request(r, settings, name), k, inc, codes
+    if codes:
+        raise ApiError(422, "invalid_input", "include_codes applies to class-rows requests (format "
+                                             f"{QUERY_FORMAT!r}).")
     emb = r.get("embedding")
     check_matrix(emb, "request.embedding", settings)
     if r.get("collection") not in (None, name):
@@ -203,7 +209,7 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
         req = PrivateMailRequest.from_dict(r)
     except (InvalidInputError, TypeError, ValueError) as exc:
         raise ApiError(422, "invalid_input", f"invalid PrivateMail request: {exc}") from None
-    return req, k, inc
+    return req, k, inc, False
 
 
 def check_query_request(r: dict, settings: ServiceSettings, name: str):
@@ -400,12 +406,21 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
             raise ApiError(404, "not_found", f"no job {job_id!r} in this service process.") from None
 
     def _resolve_sync(name: str, body: bytes) -> dict[str, Any]:
-        req, k, inc = check_resolve_body(parse_json(body), settings, name)
+        req, k, inc, codes = check_resolve_body(parse_json(body), settings, name)
         from .resolution import resolve
 
         with resolve_slots, state["pool"].connection() as conn:
-            return resolve(name, req, k=k, include_features=inc, conn=conn,
-                           max_query_rows=min(settings.max_rows, 1000))
+            res = resolve(name, req, k=k, include_features=inc, conn=conn,
+                          max_query_rows=min(settings.max_rows, 1000), include_codes=codes)
+        if codes:  # each row's (k', m) codes as base64 of little-endian float16: 2 bytes per component
+            import base64
+
+            import numpy as np
+
+            for row in res["rows"]:
+                C = np.array([[np.nan if v is None else v for v in c] for c in row["codes"]], dtype="<f2")
+                row["codes"] = base64.b64encode(C.tobytes()).decode("ascii")
+        return res
 
     @app.post("/collections/{name}/resolve", dependencies=auth, response_model=schemas.ResolveResponse,
               tags=["resolve"], openapi_extra={"requestBody": {"required": True, "content": {

@@ -69,7 +69,7 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
     from ..client.budget import PrivacyBudget
     from ..client.http import Client
     from ..datasets import load_dataset, split_dataset
-    from ..resolve import knn
+    from ..neighbors import knn_search
     from .auth import create_key, revoke_key
     from .runner import ServiceThread
     from .settings import ServiceSettings
@@ -108,7 +108,7 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
                 Xq, yq = split.query
                 # non-private: exact k-NN on the raw features
                 Xs, ys = split.server
-                idx, _ = knn(Xs, Xq, K)
+                idx = knn_search(Xq, Xs, K)
                 ext = np.array([f"{ds.name}-{int(i)}" for i in split.server_idx])
                 nonpriv = {"nn_recall_at_8": 1.0, "recall_at_8": recall_at_k(ys[idx], yq, K),
                            "precision_at_8": precision_at_k(ys[idx], yq, K)}

@@ -54,11 +54,13 @@ def anchor_document(collection: str) -> dict[str, Any]:
 
 
 def resolve(collection: str, request, *, k: int = 8, include_features: bool = False, conn=None,
-            max_query_rows: int | None = None) -> dict[str, Any]:
+            max_query_rows: int | None = None, include_codes: bool = False) -> dict[str, Any]:
     """Resolve a validated :class:`PrivateMailRequest` through :func:`pm_vector.db.resolution.resolve`
     (align + one ``pm_knn_batch`` statement + the request log), as JSON-safe data: one entry of
     ``rows`` per query row. ``conn``: an idle pooled connection to run on."""
     kw: dict[str, Any] = {"conn": conn}
+    if include_codes:  # class-rows requests: every candidate's published compact code
+        kw["include_codes"] = True
     if max_query_rows is not None:
         kw["max_query_rows"] = int(max_query_rows)
     return _plain(db_resolution.resolve(collection, request, k=k, include_features=include_features, **kw))

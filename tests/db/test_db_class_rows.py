@@ -1,6 +1,7 @@
 """Class-rows requests (format "pm_vector.class-rows/1") in PostgreSQL: the per-run frames, prior,
-graph and hubs built by the embedding job; pm_vector.pm_shortlist against the in-memory
-PosteriorShortlist; resolve() end to end; the plan; bad input; kill safety."""
+graph, hubs and published compact codes built by the embedding job; pm_vector.pm_shortlist against
+the in-memory PosteriorShortlist; resolve() end to end (codes and KAHM class scores in the same
+statement); the plan; bad input; kill safety."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def served(pm_home):
     from pm_vector.datasets import load_dataset, split_dataset
     from pm_vector.db.jobs import anchor_frame_embed_fn
     from pm_vector.manifold.class_frames import ClassFrames
-    from pm_vector.resolve import PosteriorShortlist
+    from pm_vector.shortlist import PosteriorShortlist
 
     ds = load_dataset("digits")
     sp = split_dataset(ds, 800, 300, 150, 100, seed=0)
@@ -249,7 +250,7 @@ def big(pm_home):
     """A collection with classes larger than max_prior (64): the prior is read through the HNSW index."""
     import pm_vector.db as db
     from pm_vector.manifold.class_frames import ClassFrames
-    from pm_vector.resolve import PosteriorShortlist
+    from pm_vector.shortlist import PosteriorShortlist
 
     rng = np.random.default_rng(5)
     n, dim = 6000, 12
@@ -293,7 +294,7 @@ def test_explain_class_restricted_prior_scan_uses_the_hnsw_index(big, conn):
     print("overlap with the in-memory shortlist (HNSW prior)", overlap)
     assert np.mean(overlap) >= 0.8
     # more retained prior items than hnsw.ef_search can give (1000): the iterative scan reads on
-    from pm_vector.resolve import PosteriorShortlist
+    from pm_vector.shortlist import PosteriorShortlist
 
     ps = PosteriorShortlist(16, 1500).fit(big["frames"], big["X"].astype(np.float64), big["y"])
     assert min(np.bincount(big["y"])) > 1500
@@ -396,7 +397,7 @@ def test_a_failed_job_leaves_the_previous_runs_class_rows_serving(served, db, co
     with pytest.raises(db.EmbeddingJobError, match="disk on fire") as ei:
         db.run_embedding_job(name, {"n_components": 8}, 4, progress=fail_at_index, embed_fn=anchor_frame_embed_fn)
     failed = ei.value.run_id
-    for kind in ("items", "prior", "neighbors", "hubs"):
+    for kind in ("items", "prior", "neighbors", "hubs", "codes"):
         assert conn.execute("SELECT to_regclass(%s)", [f"pm_vector.run_{failed}_{kind}"]).fetchone()[0] is None
     assert conn.execute(f"SELECT count(*) FROM pg_class WHERE relname LIKE 'run_{failed}_prior%%'").fetchone()[0] == 0
     assert db.collection_info(name)["active_run_id"] == rid
@@ -451,6 +452,7 @@ def test_a_sigkilled_job_leaves_the_previous_class_rows_serving(db, cname, conn)
         run_id = [r for r in db.list_runs(cname) if r["status"] == "running"][0]["run_id"]
         # the killed job's class rows were written (before the index stage) ...
         assert conn.execute(f"SELECT count(*) FROM pm_vector.run_{run_id}_prior").fetchone()[0] == 900
+        assert conn.execute(f"SELECT count(*) FROM pm_vector.run_{run_id}_codes").fetchone()[0] == 900
         # ... and nothing serves them: the previous run answers
         assert [r["item_ids"] for r in resolve(cname, req, log=False)["rows"]] == before
         os.kill(child.pid, signal.SIGKILL)
@@ -465,7 +467,7 @@ def test_a_sigkilled_job_leaves_the_previous_class_rows_serving(db, cname, conn)
     assert db.collection_info(cname)["active_run_id"] == first
     assert [r["item_ids"] for r in resolve(cname, req, log=False)["rows"]] == before
     assert db.cleanup_stale_runs(cname) == [run_id]
-    for kind in ("prior", "neighbors", "hubs"):
+    for kind in ("prior", "neighbors", "hubs", "codes"):
         assert conn.execute("SELECT to_regclass(%s)", [f"pm_vector.run_{run_id}_{kind}"]).fetchone()[0] is None
     assert [r["item_ids"] for r in resolve(cname, req, log=False)["rows"]] == before
 
@@ -502,3 +504,178 @@ def test_embed_new_items_extends_prior_graph_and_hubs(db, cname, conn):
                           [int(new_ids[j - 300])]).fetchone()[0]
     np.testing.assert_allclose(coords, class_frames(cname).clipped(X[j:j + 1].astype(np.float64), [y[j]])[0],
                                atol=1e-12)
+    # ... and its published code (the run's projection: 6 features, so 6 components)
+    from pm_vector.manifold.codes import PublicProjection
+
+    proj = PublicProjection.from_dict(conn.execute("SELECT public_projection FROM pm_vector.embedding_runs "
+                                                   "WHERE id = %s", [rid]).fetchone()[0])
+    assert proj.components_.shape == (6, 6)
+    assert conn.execute(f"SELECT count(*) FROM pm_vector.run_{rid}_codes").fetchone()[0] == 400
+    code = conn.execute(f"SELECT code FROM pm_vector.run_{rid}_codes WHERE item_id = %s",
+                        [int(new_ids[j - 300])]).fetchone()[0].to_numpy()
+    np.testing.assert_allclose(code, proj.transform(X[j:j + 1].astype(np.float32).astype(np.float64))[0],
+                               rtol=2 ** -10, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- published codes, KAHM
+
+def _recall(top, truth) -> float:
+    return len(truth & set(np.asarray(top).tolist())) / 8
+
+
+@pytest.fixture(scope="module")
+def coded(pm_home, served):
+    """The same digits split in a collection that does NOT hand out raw features (codes only)."""
+    import pm_vector.db as db
+    from pm_vector.db.jobs import anchor_frame_embed_fn
+
+    sp = served["split"]
+    name = "cr_coded"
+    db.drop_collection(name, missing_ok=True)
+    db.create_collection(name, 64, list(range(10)), allow_raw_features=False)
+    Xs, ys = sp.server
+    ids = db.ingest(name, Xs, ys)["item_ids"]
+    db.register_anchor_set(name, *sp.anchor)
+    db.register_anchor_set(name, *sp.dummy, role="dummy")
+    run = db.run_embedding_job(name, {"n_components": 8}, 3, embed_fn=anchor_frame_embed_fn)
+    yield {"name": name, "ids": np.asarray(ids), "run": run}
+    db.drop_collection(name, missing_ok=True)
+
+
+def test_codes_of_every_row_are_the_public_projection_of_the_items(served, conn):
+    from pm_vector.db.resolution import public_anchor, resolve
+    from pm_vector.manifold.codes import PublicProjection
+
+    rid = served["run"]["run_id"]
+    doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
+    assert doc["code_dim"] == 64
+    assert conn.execute(f"SELECT count(*) FROM pm_vector.run_{rid}_codes").fetchone()[0] == 800
+    pa, info = public_anchor(served["name"])
+    proj = PublicProjection.from_dict(info["public_projection"])
+    # the published projection is the one fit on the public anchor set alone (float32 as stored)
+    ref = PublicProjection(64).fit(np.asarray(served["split"].anchor[0], np.float32).astype(np.float64))
+    np.testing.assert_allclose(proj.components_, ref.components_, atol=1e-9)
+    np.testing.assert_allclose(proj.mean_, pa.features.mean(0), atol=1e-9)  # public data only
+    pos = {int(v): i for i, v in enumerate(served["ids"])}
+    for req, _ in _requests(served, 4.0, n=3):
+        res = resolve(served["name"], req, include_features=True, include_codes=True, log=False)
+        assert res["code_dim"] == 64
+        for row in res["rows"]:  # EVERY row carries its candidates' codes
+            assert row["codes"].shape == (KP, 64) and row["codes"].dtype == np.float16
+            want = proj.transform(served["X"][[pos[v] for v in row["item_ids"]]])
+            np.testing.assert_allclose(row["codes"].astype(np.float64), want, rtol=2 ** -10, atol=1e-6)
+            # and they are the codes of the features returned with them
+            np.testing.assert_allclose(row["codes"].astype(np.float64),
+                                       proj.transform(row["features"].astype(np.float64)), rtol=2 ** -10,
+                                       atol=1e-6)
+        plain = resolve(served["name"], req, log=False)
+        assert [r["item_ids"] for r in plain["rows"]] == [r["item_ids"] for r in res["rows"]]
+        assert plain["code_dim"] is None and "codes" not in plain["rows"][0]
+
+
+def test_rerank_by_codes_recall_is_close_to_raw_features(served, conn):
+    """nn_recall@8 of the real row's k'=64 candidates re-ranked by the 64-d halfvec codes vs by raw
+    features, on the same answers (digits 800/300/150/100)."""
+    from pm_vector.client.query import PrivateKNN
+    from pm_vector.db.resolution import public_anchor, resolve
+    from pm_vector.manifold.codes import PublicProjection
+
+    proj = PublicProjection.from_dict(public_anchor(served["name"])[1]["public_projection"])
+    # digits has 64 features: the published 64-d code is the centred features rotated (lossless but
+    # for half precision); a 16-d projection of the same anchor set shows what a lossy code costs
+    p16 = PublicProjection(16).fit(np.asarray(served["split"].anchor[0], np.float32).astype(np.float64))
+    pos = {int(v): j for j, v in enumerate(served["ids"])}
+    Xq, _ = served["split"].query
+    rec_f, rec_c, rec_16 = {}, {}, {}
+    for eps in EPSILONS:
+        rf, rc, r16 = [], [], []
+        for i, (req, secret) in enumerate(_requests(served, eps, n=100)):
+            x = np.asarray(Xq[i], np.float32).astype(np.float64)
+            res = resolve(served["name"], req, include_features=True, include_codes=True, log=False)
+            real = secret.pick(res["rows"])
+            truth = _true_knn(served, x)
+            rf.append(_recall(PrivateKNN.rerank(x, real["item_ids"], real["features"], 8), truth))
+            rc.append(_recall(PrivateKNN.rerank(proj.transform(x[None, :])[0], real["item_ids"],
+                                                real["codes"].astype(np.float64), 8), truth))
+            r16.append(_recall(PrivateKNN.rerank(p16.transform(x[None, :])[0], real["item_ids"],
+                                                 p16.transform(served["X"][[pos[v] for v in real["item_ids"]]]), 8),
+                               truth))
+        rec_f[eps], rec_c[eps], rec_16[eps] = float(np.mean(rf)), float(np.mean(rc)), float(np.mean(r16))
+    code_bytes, feat_bytes = KP * 64 * 2, KP * 64 * 4
+    print("nn_recall@8 re-ranked by features", rec_f, "by 64-d codes", rec_c, "by 16-d codes (in memory)", rec_16,
+          f"candidate bytes per row: codes {code_bytes} features {feat_bytes} (float32)")
+    for eps in EPSILONS:
+        assert abs(rec_c[eps] - rec_f[eps]) <= 0.05, (eps, rec_c[eps], rec_f[eps])
+
+
+def test_codes_without_raw_features(served, coded, conn):
+    import pm_vector.db as db
+    from pm_vector.db.resolution import resolve
+
+    name = coded["name"]
+    req, _ = _requests(served, 4.0, n=1)[0]
+    d = {**req.to_dict(), "collection": name}
+    with pytest.raises(db.RawFeaturesNotAllowedError, match="allow_raw_features"):
+        resolve(name, d, include_features=True, include_codes=True, log=False)
+    c = _Counting(db.connect())
+    try:
+        res = resolve(name, d, include_codes=True, conn=c)
+    finally:
+        c.close()
+    assert c.shortlist_statements == 1
+    ref = resolve(served["name"], req, include_codes=True, log=False)
+    for row, rrow in zip(res["rows"], ref["rows"]):
+        assert "features" not in row and row["codes"].shape == (KP, 64)
+        assert row["labels"] == rrow["labels"]  # the same data: the same shortlists
+        np.testing.assert_array_equal(row["codes"], rrow["codes"])
+    with pytest.raises(Exception, match="include_codes applies to class-rows requests"):
+        from pm_vector.client import PrivateMail
+        from pm_vector.db.resolution import client_frame, public_anchor
+
+        pa, info = public_anchor(name)
+        pm_req, _ = PrivateMail(client_frame(name, pa, info), epsilon=1.0, _rng=0).request(
+            served["split"].query[0][0], int(served["split"].query[1][0]), pa, collection=name)
+        resolve(name, pm_req, include_codes=True, log=False)
+
+
+def test_class_rows_answers_carry_kahm_class_scores(served, coded, conn):
+    import pm_vector.db as db
+    from pm_vector.db.kahm import fit_kahm_models
+    from pm_vector.db.resolution import explain_resolution, resolve
+
+    name = coded["name"]
+    req, _ = _requests(served, 4.0, n=1)[0]
+    d = {**req.to_dict(), "collection": name}
+    before = resolve(name, d, log=False)
+    assert before["kahm"] is None and "class_scores" not in before["rows"][0]
+    mid = fit_kahm_models(name, n_components=5, n_layers=2)["model_id"]
+    stored = {int(i): (int(p), np.asarray(sc, np.float64)) for i, p, sc in conn.execute(
+        "SELECT item_id, predicted, scores FROM pm_vector.kahm_item_scores WHERE model_id = %s", [mid]).fetchall()}
+    assert len(stored) == 800
+    c = _Counting(db.connect())
+    try:
+        res = resolve(name, d, include_codes=True, conn=c, log=False)
+    finally:
+        c.close()
+    assert c.shortlist_statements == 1  # codes and scores in the one statement
+    assert res["kahm"] == {"model_id": mid, "classes": list(range(10))}
+    for row, brow in zip(res["rows"], before["rows"]):  # every candidate of every row
+        assert row["item_ids"] == brow["item_ids"] and row["codes"].shape == (KP, 64)
+        assert len(row["predicted"]) == len(row["class_scores"]) == KP
+        for iid, p, sc in zip(row["item_ids"], row["predicted"], row["class_scores"]):
+            assert p == stored[iid][0]
+            np.testing.assert_allclose(sc, stored[iid][1], rtol=1e-7)
+    # with raw features on a collection that allows them, the columns shift: scores still the item's
+    # (the last test of the module using `served`: its model stays until the collection is dropped)
+    fit_kahm_models(served["name"], n_components=5, n_layers=2)
+    both = resolve(served["name"], req, include_features=True, include_codes=True, log=False)
+    mid2 = both["kahm"]["model_id"]
+    st2 = {int(i): int(p) for i, p in conn.execute(
+        "SELECT item_id, predicted FROM pm_vector.kahm_item_scores WHERE model_id = %s", [mid2]).fetchall()}
+    for row in both["rows"]:
+        assert row["predicted"] == [st2[i] for i in row["item_ids"]]
+        assert row["features"].shape == (KP, 64) and row["codes"].shape == (KP, 64)
+    off = resolve(name, d, class_scores=False, log=False)
+    assert off["kahm"] is None and "predicted" not in off["rows"][0]
+    plan = "\n".join(explain_resolution(name, d)["statement"])
+    assert "kahm_item_scores" in plan

@@ -58,7 +58,8 @@ def _run(db, cname) -> dict:
     from pm_vector.db.jobs import anchor_frame_embed_fn
     from pm_vector.db.resolution import client_frame, public_anchor, rerank_precision, resolve
     from pm_vector.manifold import AnchorFrame
-    from pm_vector.resolve import align_request, knn
+    from pm_vector.alignment import align_request
+    from pm_vector.neighbors import knn_search
 
     t0 = time.perf_counter()
     cfg = BenchConfig(epsilons=(EPS,), seed=SEED)  # privacy_bench's frame parameters
@@ -123,9 +124,11 @@ def _run(db, cname) -> dict:
         r, s = mclient.request(Xq[i], int(yq[i]), manchor)
         np.testing.assert_allclose(r.embedding, reqs[i].embedding, atol=1e-9)
         assert s == secrets[i]
-    mem = [knn(items, align_request(r, pa.ids, mframe.anchor_embedding_), K) for r in reqs]
-    mem_rows = np.asarray([s.pick(m[0]) for m, s in zip(mem, secrets)])
-    mem_dist = np.asarray([s.pick(m[1]) for m, s in zip(mem, secrets)])
+    aligned = [align_request(r, pa.ids, mframe.anchor_embedding_) for r in reqs]
+    mem = [knn_search(a, items, K) for a in aligned]
+    mem_rows = np.asarray([s.pick(m) for m, s in zip(mem, secrets)])
+    mem_dist = np.asarray([np.linalg.norm(items[s.pick(m)] - s.pick(a), axis=1)
+                           for m, a, s in zip(mem, aligned, secrets)])
 
     sql_lab, mem_lab = ys[sql_rows], ys[mem_rows]
     freq = np.array([np.mean(ys == c) for c in np.unique(ys)])

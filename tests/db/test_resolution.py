@@ -90,7 +90,7 @@ def test_resolve_answers_every_row_in_one_statement_and_logs_only_the_release(se
     from pm_vector.bench.latency import _CountingConn
     from pm_vector.db import connect, list_requests
     from pm_vector.db.resolution import resolve
-    from pm_vector.resolve import align_request
+    from pm_vector.alignment import align_request
 
     req, secret = _request(served)
     text = req.to_json()

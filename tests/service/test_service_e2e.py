@@ -232,3 +232,61 @@ def test_concurrent_requests_share_the_pool(service, svc_collection, svc_key, sv
     assert requests_logged(svc_collection) == before + 32
 
 
+
+
+def test_query_without_raw_features_reranks_by_published_codes(service, svc_collection, svc_key, svc_split):
+    """A collection that does not hand out raw features publishes a PublicProjection and every
+    candidate's halfvec code: Client.query re-ranks the real row by code distance, and the answer is
+    far smaller than the same query's answer with every candidate's raw features."""
+    from pm_vector import db
+    from pm_vector.bench.baselines import knn_search
+    from pm_vector.db.jobs import anchor_frame_embed_fn
+    from pm_vector.service.demo import prepare_collection
+
+    name = "svc_codes"
+    db.drop_collection(name, missing_ok=True)
+    prepare_collection(name, svc_split, allow_raw_features=False)
+    try:
+        db.run_embedding_job(name, {"n_components": 8}, 0, embed_fn=anchor_frame_embed_fn)
+        Xq, yq = svc_split.query
+        Xs, _ = svc_split.server
+        exact = knn_search(Xq[:6], Xs, 8)
+        ext = np.array([f"{svc_split.dataset.name}-{int(i)}" for i in svc_split.server_idx])
+        with Client(service.url, svc_key["key"]) as c:
+            doc = c.anchor_document(name)
+            assert doc["frame"]["public_projection"]["n_components"] == 64
+            nn_c, nn_f, b_c, b_f = [], [], [], []
+            for i in range(6):
+                sent: list = []
+                c._http.event_hooks["request"] = [lambda req: sent.append(req)]
+                # seeded (tests only): the same release to both collections, so the same candidates
+                r = c.query(name, Xq[i], int(yq[i]), epsilon=16.0, k=8, shortlist=32, _rng=100 + i)
+                c._http.event_hooks["request"] = []
+                body = json.loads(sent[-1].content)
+                assert body["include_codes"] is True and body["include_features"] is False
+                assert r["reranked"] == "codes" and len(r["item_ids"]) == 8
+                assert r["distances"] == sorted(r["distances"]) and "codes" not in r
+                f = c.query(svc_collection, Xq[i], int(yq[i]), epsilon=16.0, k=8, shortlist=32, _rng=100 + i)
+                assert f["reranked"] == "features"
+                nn_c.append(len(set(r["external_ids"]) & set(ext[exact[i]])) / 8)
+                nn_f.append(len(set(f["external_ids"]) & set(ext[exact[i]])) / 8)
+                b_c.append(r["bytes_received"])
+                b_f.append(f["bytes_received"])
+            # asking for features on this collection is refused before anything is sent
+            with pytest.raises(Exception, match="does not hand out raw features"):
+                c.query(name, Xq[0], int(yq[0]), epsilon=1.0, rerank_with="features")
+            # the raw endpoint: codes of every row, base64 float16 (k' x 64 x 2 bytes)
+            req, _ = c.build_request(name, Xq[0], int(yq[0]), epsilon=4.0, shortlist=32)
+            raw = c._call("POST", f"/collections/{name}/resolve",
+                          json={"request": req.to_dict(), "include_codes": True})
+            import base64
+
+            assert raw["code_dim"] == 64
+            for row in raw["rows"]:
+                assert len(base64.b64decode(row["codes"])) == 32 * 64 * 2 and "features" not in row
+        print(f"nn_recall@8 codes {np.mean(nn_c):.3f} features {np.mean(nn_f):.3f}; bytes received p50 "
+              f"codes {np.median(b_c):.0f} features {np.median(b_f):.0f}")
+        assert np.median(b_c) < 0.4 * np.median(b_f)
+        assert abs(np.mean(nn_c) - np.mean(nn_f)) <= 0.05
+    finally:
+        db.drop_collection(name, missing_ok=True)

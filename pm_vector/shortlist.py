@@ -1,51 +1,17 @@
-"""Server-side resolution of a PrivateMail request: align, then k-NN every query row."""
+"""The server's shortlist for a pm_vector request (one noised row per class).
+
+:class:`PosteriorShortlist` is the ranking: fit on the server's items (what the embedding job
+stores per run), it scores every item for a released row. :func:`noise_free_shortlist` is the
+benchmark-only endpoint without noise. The SQL that answers requests in the database,
+``pm_vector.pm_shortlist``, computes exactly these scores (a test compares them).
+"""
 
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from .alignment import UmeyamaAlignment
-from .client.request import PrivateMailRequest
-from .errors import AlignmentError, InvalidInputError
-
-# A client that used the published frame sends anchor rows that the similarity maps onto the
-# server's almost exactly; a large residual means a different frame or corrupted rows.
-MAX_RELATIVE_RESIDUAL = 0.5
-
-
-def align_request(request: PrivateMailRequest, anchor_ids, anchor_embedding: np.ndarray) -> np.ndarray:
-    """Map the request's query rows into the server's frame (Kabsch-Umeyama on anchor rows)."""
-    ids = list(anchor_ids)
-    if list(request.anchor_ids) != ids:
-        raise InvalidInputError(f"the request's {len(request.anchor_ids)} anchor ids do not match the collection's "
-                                f"anchor set ({len(ids)} ids, in order); fetch the current anchor set and rebuild.")
-    E = np.asarray(anchor_embedding, dtype=np.float64)
-    if request.embedding.shape[1] != E.shape[1]:
-        raise InvalidInputError(f"request embedding has dimension {request.embedding.shape[1]}; the active run's "
-                                f"is {E.shape[1]}.")
-    al = UmeyamaAlignment().fit(request.anchor_rows, E)
-    if al.relative_residual_ > MAX_RELATIVE_RESIDUAL:
-        raise AlignmentError(f"the request's anchor rows do not match the collection's anchor frame (relative "
-                             f"residual {al.relative_residual_:.3f}); rebuild it with the frame parameters of the "
-                             "active run.")
-    return al.transform(request.query_rows)
-
-
-def knn(items: np.ndarray, queries: np.ndarray, k: int, batch: int = 4096) -> tuple[np.ndarray, np.ndarray]:
-    """Exact Euclidean k-NN: ``(indices, distances)``, each ``(q, k)``."""
-    it = torch.as_tensor(np.asarray(items, dtype=np.float32))
-    k = min(int(k), it.shape[0])
-    idx, dist = [], []
-    for s in range(0, len(queries), batch):
-        d = torch.cdist(torch.as_tensor(np.asarray(queries[s:s + batch], dtype=np.float32)), it)
-        v, i = torch.topk(d, k, dim=1, largest=False)
-        idx.append(i.numpy())
-        dist.append(v.numpy())
-    return np.concatenate(idx), np.concatenate(dist)
-
-
-# ----------------------------------------------------------------------------- pm_vector requests
+from .errors import InvalidInputError
+from .neighbors import neighbor_graph
 
 #: neighbours per item in the server's raw k-NN graph
 GRAPH_DEGREE = 16
@@ -54,8 +20,10 @@ MAX_PRIOR = 1024
 
 
 class PosteriorShortlist:
-    """The server's answer to a pm_vector request, in memory (the SQL of
-    :func:`pm_vector.db.resolution.resolve` computes the same scores in one statement).
+    """The server's answer to a pm_vector request: fitted on the items (the embedding job stores
+    ``neighbors_``, the prior and ``hubs_`` in the run's tables) and scored in memory here, in
+    SQL by ``pm_vector.pm_shortlist`` (``sql/0005_class_rows.sql``: the same scores, one
+    statement per request).
 
     A released row ``z_c`` of class ``c`` with noise ``sigma_c`` says where the query probably
     lies in class ``c``'s frame. The server's items of class ``c`` are the prior: item ``j``
@@ -85,8 +53,7 @@ class PosteriorShortlist:
         g = int(self.graph_degree)
         if g < 1 or int(self.max_prior) < 1:
             raise InvalidInputError("graph_degree and max_prior must be positive integers.")
-        g = min(g, X.shape[0] - 1)
-        self.neighbors_ = knn(X, X, g + 1)[0][:, 1:] if g > 0 else np.zeros((X.shape[0], 0), np.int64)
+        self.neighbors_ = neighbor_graph(X, g)
         self.n_items_ = X.shape[0]
         self.frames_ = frames
         self.prior_, self.hubs_ = {}, {}
