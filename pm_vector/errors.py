@@ -9,6 +9,10 @@ class InvalidInputError(PMVectorError, ValueError):
     """Input data is malformed: wrong shape, NaN/inf, non-unit rows, unknown labels..."""
 
 
+class RequestError(InvalidInputError):
+    """A request is malformed (shape, counts, numbers, format)."""
+
+
 class PrivacyParameterError(PMVectorError, ValueError):
     """A privacy parameter (epsilon, delta, sensitivity) is outside its valid range."""
 

@@ -30,6 +30,7 @@ __all__ = [
     "candidate_bytes",
     "collection_bytes",
     "distinct_lists_per_class",
+    "rerank_precision",
     "float_payload_bytes",
     "nn_recall_at_k",
     "chance_precision_at_k",
@@ -259,3 +260,21 @@ def bytes_per_request(request_bytes: float, n_candidates: int, n_rows: int, dim:
     if not np.isfinite(rb) or rb < 0:
         raise InvalidInputError(f"request_bytes must be a finite number >= 0; got {request_bytes!r}.")
     return rb + candidate_bytes(n_candidates, n_rows, dim)
+
+
+def rerank_precision(results: list[dict], query_features, query_labels, k: int = 8) -> dict[str, float]:
+    """precision@k of the real rows' answers as returned (first k) and after the client's
+    re-rank of all returned candidates by raw features (keep k).
+
+    ``results``: the real row of each query (``secret.pick(resolve(...)["rows"])``, resolved
+    with ``k' >= k`` and ``include_features=True``)."""
+    from ..client.query import rerank
+
+    yq = np.asarray(query_labels)
+    plain, rer = [], []
+    for r, x, y in zip(results, np.asarray(query_features), yq):
+        lab = np.asarray(r["labels"])
+        plain.append(np.mean(lab[:k] == y))
+        rer.append(np.mean(lab[rerank(x, r["features"], k)] == y))
+    return {f"precision_at_{k}": float(np.mean(plain)), f"precision_at_{k}_reranked": float(np.mean(rer)),
+            "candidates": int(len(results[0]["labels"])) if results else 0, "queries": int(len(results))}

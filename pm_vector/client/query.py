@@ -200,15 +200,23 @@ class PrivateKNN:
 
     @staticmethod
     def rerank(x, candidate_ids, candidate_features, k: int = 8) -> np.ndarray:
-        """The ``k`` candidates nearest to ``x`` by raw features (client side, stable for ties)."""
-        q = np.asarray(x, dtype=np.float64).reshape(1, -1)
-        F = np.asarray(candidate_features, dtype=np.float64)
+        """The ``k`` candidate ids nearest to ``x`` by raw features (see :func:`rerank`)."""
         ids = np.asarray(candidate_ids)
+        F = np.asarray(candidate_features, dtype=np.float64)
         if F.ndim != 2 or F.shape[0] != ids.shape[0]:
             raise InvalidInputError("candidate_features must have one row per candidate id.")
         if F.shape[0] == 0:
             return ids[:0]
-        if F.shape[1] != q.shape[1]:
-            raise InvalidInputError(f"candidates have {F.shape[1]} features; the query has {q.shape[1]}.")
-        order = np.argsort(((F - q) ** 2).sum(1), kind="stable")
-        return ids[order[: int(k)]]
+        return ids[rerank(x, F, k)]
+
+
+def rerank(query_features, candidate_features, k: int | None = None) -> np.ndarray:
+    """Client side: positions of the candidates ordered by Euclidean distance of their features
+    (raw features, or published codes with the query projected alike) to the client's own query,
+    stable for ties; the first ``k`` if given. The server never sees the query's features."""
+    q = np.asarray(query_features, dtype=np.float64).reshape(1, -1)
+    R = as_matrix(candidate_features, "candidate_features")
+    if R.shape[1] != q.shape[1]:
+        raise InvalidInputError(f"candidates have {R.shape[1]} features; the query has {q.shape[1]}.")
+    order = np.argsort(((R - q) ** 2).sum(1), kind="stable")
+    return order if k is None else order[: int(k)]

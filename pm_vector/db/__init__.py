@@ -32,8 +32,9 @@ they load torch)::
     public_anchor(collection) -> (PublicAnchor, frame_info)     client_frame(collection) -> AnchorFrame
     class_frames(collection) -> ClassFrames                     (class-rows requests, pm_shortlist)
     resolve(collection, request, k=8, include_features=False, *, conn=None) -> dict
-    explain_resolution(collection, request, k=8) -> dict        rerank(query_features, rows_features, k=None)
-    ReleaseOnlyPrivateMail / ReleaseRequest / post_process_release (iteration-distribute-recursion)
+    explain_resolution(collection, request, k=8) -> dict
+    post_process_release(collection, release)                   (the paper's release-only requests,
+                                                                 pm_vector.db.paper_resolution)
 
 KAHM roles (see :mod:`pm_vector.db.kahm`; imported on demand)::
 

@@ -370,7 +370,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         """The public anchor set (ids, features, labels), the dummy pool and the active run's frame info.
 
         Everything here is public by construction: the client rebuilds the AnchorFrame from it."""
-        from .resolution import anchor_document
+        from .documents import anchor_document
 
         return JSONResponse(anchor_document(name))
 
@@ -381,7 +381,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         Fetching by id tells the server which items you look at: to re-rank a private query's answer use
         ``include_features`` on resolve instead, which returns the features of every row's neighbours."""
         from .. import db
-        from .resolution import _plain
+        from .documents import _plain
 
         if len(body.ids) > settings.max_ids:
             raise ApiError(413, "too_many_ids", f"{len(body.ids):,} ids; at most {settings.max_ids:,} per call.")
@@ -407,11 +407,11 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
 
     def _resolve_sync(name: str, body: bytes) -> dict[str, Any]:
         req, k, inc, codes = check_resolve_body(parse_json(body), settings, name)
-        from .resolution import resolve
+        from .documents import resolve_document
 
         with resolve_slots, state["pool"].connection() as conn:
-            res = resolve(name, req, k=k, include_features=inc, conn=conn,
-                          max_query_rows=min(settings.max_rows, 1000), include_codes=codes)
+            res = resolve_document(name, req, k=k, include_features=inc, conn=conn,
+                                   max_query_rows=min(settings.max_rows, 1000), include_codes=codes)
         if codes:  # each row's (k', m) codes as base64 of little-endian float16: 2 bytes per component
             import base64
 
@@ -438,14 +438,14 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     def kahm_models(name: str):
         """The collection's stored KAHM models, newest first (``is_current``: the one that serves)."""
         from ..db.kahm import list_kahm_models
-        from .resolution import _plain
+        from .documents import _plain
 
         return JSONResponse(_plain({"collection": name, "models": list_kahm_models(name)}))
 
     def _distances_sync(name: str, body: bytes) -> dict[str, Any]:
         X, mid = check_distances_body(parse_json(body), settings)
         from ..db.kahm import party_distances
-        from .resolution import _plain
+        from .documents import _plain
 
         with resolve_slots:
             return _plain(party_distances(name, X, model_id=mid))

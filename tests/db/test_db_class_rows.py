@@ -318,7 +318,9 @@ def test_explain_class_restricted_prior_scan_uses_the_hnsw_index(big, conn):
 
 
 def test_bad_class_rows_requests_are_refused_clearly_and_nothing_is_logged(served, db, conn, cname):
-    from pm_vector.db.resolution import FramesDigestMismatchError, RequestError, resolve
+    from pm_vector.db.requests import FramesDigestMismatchError
+    from pm_vector.db.resolution import resolve
+    from pm_vector.errors import RequestError
     from pm_vector.errors import InvalidInputError
 
     name = served["name"]
@@ -369,7 +371,8 @@ def test_bad_class_rows_requests_are_refused_clearly_and_nothing_is_logged(serve
     Xa, ya = X[:10].copy(), np.array([0] * 5 + [1] * 4 + [2])
     db.register_anchor_set(cname, Xa, ya)
     db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())
-    from pm_vector.db.resolution import ClassRowsUnavailableError, class_frames
+    from pm_vector.db.errors import ClassRowsUnavailableError
+    from pm_vector.db.resolution import class_frames
 
     with pytest.raises(ClassRowsUnavailableError, match="class 2 has 1 anchor row.*new embedding job"):
         class_frames(cname)

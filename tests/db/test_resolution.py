@@ -63,7 +63,8 @@ def test_public_anchor_and_client_frame(served):
 def test_client_frame_refuses_a_run_it_cannot_rebuild(db, cname):
     from dbtest_helpers import data, make_embed_fn
 
-    from pm_vector.db.resolution import FrameMismatchError, client_frame
+    from pm_vector.db.frame import FrameMismatchError
+    from pm_vector.db.resolution import client_frame
 
     X, y = data(60, 5, 3)
     X /= np.linalg.norm(X, axis=1, keepdims=True)
@@ -131,7 +132,9 @@ def test_resolve_answers_every_row_in_one_statement_and_logs_only_the_release(se
 
 def test_bad_input_is_refused_clearly_and_nothing_is_written(served, db, conn, cname):
     from pm_vector.client import PrivateMailRequest
-    from pm_vector.db.resolution import AnchorIdMismatchError, RequestError, resolve
+    from pm_vector.db.requests import AnchorIdMismatchError
+    from pm_vector.db.resolution import resolve
+    from pm_vector.errors import RequestError
     from pm_vector.errors import AlignmentError, InvalidInputError
     from pm_vector.manifold import AnchorFrame
 
@@ -203,8 +206,8 @@ def test_explain_shows_the_hnsw_index_in_resolutions_statement(served):
 
 def test_release_only_requests_give_the_same_answer_for_the_same_seed(served, conn):
     from pm_vector.db import list_requests
-    from pm_vector.db.resolution import (RELEASE_FORMAT, ReleaseOnlyPrivateMail, ReleaseRequest,
-                                         post_process_release, resolve)
+    from pm_vector.client.release import RELEASE_FORMAT, ReleaseOnlyPrivateMail, ReleaseRequest
+    from pm_vector.db.resolution import post_process_release, resolve
 
     Xq, yq = served["split"].query
     for i, seed in ((1, 5), (2, 6)):
@@ -239,7 +242,8 @@ def test_release_only_requests_give_the_same_answer_for_the_same_seed(served, co
 
 
 def test_rerank_orders_candidates_by_the_clients_raw_features():
-    from pm_vector.db.resolution import rerank, rerank_precision
+    from pm_vector.bench.metrics import rerank_precision
+    from pm_vector.client.query import rerank
 
     q = np.array([1.0, 0.0])
     cands = np.array([[0.0, 1.0], [1.0, 0.1], [0.9, 0.0], [-1.0, 0.0]])

@@ -1,7 +1,7 @@
-"""The service's view of the server-side protocol: public anchor, client frame, resolve.
+"""The JSON documents the service serves: the public anchor document and resolve answers.
 
-Delegates to :mod:`pm_vector.db.resolution` (the SQL path: align + one ``pm_knn_batch``
-statement + the request log) and turns its answers into the JSON the HTTP API documents.
+The server's resolve itself is :func:`pm_vector.db.resolution.resolve`; this module only turns
+its answers (and the public anchor) into JSON-safe data.
 """
 
 from __future__ import annotations
@@ -53,11 +53,10 @@ def anchor_document(collection: str) -> dict[str, Any]:
                    "frame": frame})
 
 
-def resolve(collection: str, request, *, k: int = 8, include_features: bool = False, conn=None,
-            max_query_rows: int | None = None, include_codes: bool = False) -> dict[str, Any]:
-    """Resolve a validated :class:`PrivateMailRequest` through :func:`pm_vector.db.resolution.resolve`
-    (align + one ``pm_knn_batch`` statement + the request log), as JSON-safe data: one entry of
-    ``rows`` per query row. ``conn``: an idle pooled connection to run on."""
+def resolve_document(collection: str, request, *, k: int = 8, include_features: bool = False, conn=None,
+                     max_query_rows: int | None = None, include_codes: bool = False) -> dict[str, Any]:
+    """:func:`pm_vector.db.resolution.resolve` of a validated request, as JSON-safe data: one
+    entry of ``rows`` per request row. ``conn``: an idle pooled connection to run on."""
     kw: dict[str, Any] = {"conn": conn}
     if include_codes:  # class-rows requests: every candidate's published compact code
         kw["include_codes"] = True

@@ -1,0 +1,268 @@
+"""The server's resolve of the paper's requests (PrivateMail, ``protocol="privatemail_paper"``).
+
+What :func:`resolve_paper` does, in order, writing nothing until the last step:
+
+1. *parse and validate* the request (a :class:`~pm_vector.client.PrivateMailRequest`, its dict,
+   its JSON text, or a :class:`~pm_vector.client.release.ReleaseRequest` / its JSON): row counts, finite numbers, ``k``;
+2. read the collection and its active run (one query; the run's anchor ids and stored anchor
+   embedding are cached per run, which never changes once it succeeded) and check the
+   request against it: the anchor ids must be the run's anchor set's ids ``"S:0" .. "S:A-1"``
+   in order, the embedding must have the run's dimension, at most ``max_query_rows`` rows;
+3. *align* the request's anchor rows onto the run's stored anchor embedding
+   (:func:`pm_vector.alignment.align_request`, Kabsch-Umeyama with a residual check) and map
+   the query rows with the same similarity;
+4. answer **all** query rows with **one** SQL statement: ``pm_vector.pm_knn_batch`` (one HNSW
+   index scan per row, LATERAL) joined with the items for payloads (and raw features). Steps
+   2-4 run in one REPEATABLE READ transaction, so the run that aligned the rows is the run
+   that answers them even if a job switches runs meanwhile;
+5. log the request with :func:`pm_vector.db.log_request`: the released request JSON (as
+   received), the timing and the number of rows returned -- nothing else.
+
+Any error in steps 1-4 raises a clear exception and nothing is written.
+
+Iteration-distribute-recursion (the paper's option)
+---------------------------------------------------
+A client may stop after the private first iteration and send its noisy release
+(:class:`~pm_vector.client.release.ReleaseOnlyPrivateMail` builds such a
+:class:`~pm_vector.client.release.ReleaseRequest`); the server then runs
+the post-processing iterations itself (:func:`post_process_release`) against the run's frame,
+rebuilt from the same public data the client would use, and resolves the result as above.
+For the same seed the answer is the same as when the client post-processes (tested).
+
+What the client reveals by doing so: the release ``f(X) + noise`` of all ``C + A`` rows
+(already (eps, delta)-DP: the post-processed request is computed from it and public data
+only, so sending the release instead costs no privacy beyond the same (eps, delta)), the
+query rows' labels in the shuffled row order (the post-processing needs them, as on the
+client; they were revealed anyway -- each post-processed row sits in its class's region of
+the frame -- and they are "every class once" for every query), the noise scale and ``q_rms``
+(functions of (eps, delta), the public frame and the sizes) and its post-processing
+parameters (public). It does not reveal which row is real: that stays in the client's
+:class:`~pm_vector.client.ClientSecret`. In exchange the server spends the post-processing
+time (a ``C x (C + A)`` graph and ``n_post_iter`` iterations), which is why
+``n_post_iter`` is capped (:data:`pm_vector.client.release.MAX_POST_ITER`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..client import PrivateMail
+from ..client.release import RELEASE_FORMAT, ReleaseRequest
+from ..client.request import PrivateMailRequest
+from ..errors import RequestError
+from .api import log_request
+from .engine import connect
+from .errors import DimensionMismatchError, RawFeaturesNotAllowedError, translate_sql_error
+from .frame import RunFrame, _run_row, run_frame
+from .requests import MAX_QUERY_ROWS, AnchorIdMismatchError, _begin_snapshot, _dumps, _one_blas_thread, _parse
+
+
+def _post_process(rf: RunFrame, rel: ReleaseRequest) -> PrivateMailRequest:
+    from ..manifold.laplacian import single_threaded
+
+    frame = rf.frame()
+    unknown = sorted(set(rel.query_labels) - set(int(c) for c in frame.classes_))
+    if unknown:
+        raise RequestError(f"query_labels {unknown} are not classes of the run's anchor set "
+                           f"{frame.classes_.tolist()}.")
+    pm = PrivateMail(frame, epsilon=max(rel.epsilon, 1e-12), delta=rel.delta, n_post_iter=rel.n_post_iter,
+                     post_alpha=rel.post_alpha, _rng=0)
+    with single_threaded():
+        Zq = pm.post_process(rel.release, np.asarray(rel.query_labels), noise_sigma=rel.noise_sigma, q_rms=rel.q_rms)
+    if not np.all(np.isfinite(Zq)):
+        raise RequestError("the post-processing of this release did not converge (non-finite rows); the release "
+                           "is corrupted.")
+    return PrivateMailRequest(anchor_ids=list(rel.anchor_ids), embedding=np.vstack([Zq, frame.anchor_embedding_]),
+                              n_query_rows=rel.n_query_rows, epsilon=rel.epsilon, delta=rel.delta,
+                              sensitivity=rel.sensitivity, noise_sigma=rel.noise_sigma, mechanism=rel.mechanism,
+                              params=dict(rel.params), collection=rel.collection)
+
+
+def post_process_release(collection: str, release) -> PrivateMailRequest:
+    """Server side of iteration-distribute-recursion: the post-processed request for a
+    :class:`ReleaseRequest` (object, dict or JSON), computed with the active run's frame."""
+    rel = release if isinstance(release, ReleaseRequest) else _parse(release)[0]
+    if not isinstance(rel, ReleaseRequest):
+        raise RequestError("post_process_release needs a release-only request (format "
+                           f"{RELEASE_FORMAT!r}).")
+    with connect() as conn:
+        meta = _run_row(conn, collection)
+        rf = run_frame(conn, collection, meta)
+        conn.rollback()
+    _check_against_run(rf, rel.anchor_ids, rel.release.shape[1], rel.n_query_rows, MAX_QUERY_ROWS, collection,
+                       rel.collection)
+    return _post_process(rf, rel)
+
+
+def _check_against_run(rf: RunFrame, ids, dim: int, n_query_rows: int, max_query_rows: int, collection: str,
+                       req_collection) -> None:
+    if req_collection is not None and req_collection != collection:
+        raise RequestError(f"the request was built for collection {req_collection!r}, not {collection!r}.")
+    if int(n_query_rows) > int(max_query_rows):
+        raise RequestError(f"the request has {int(n_query_rows)} query rows; at most {int(max_query_rows)} are "
+                           "answered per request.")
+    expected = rf.anchor_ids
+    got = ids if isinstance(ids, list) else list(ids)
+    if got != expected and [str(a) for a in got] != expected:
+        first = next((i for i, (a, b) in enumerate(zip(got, expected)) if str(a) != b), min(len(got), len(expected)))
+        raise AnchorIdMismatchError(
+            f"the request's anchor ids do not match the anchor set of collection {collection!r}'s active run "
+            f"{rf.run_id} (anchor set {rf.anchor_set_id}: {len(expected)} ids "
+            f"{expected[0] if expected else ''}..{expected[-1] if expected else ''}; the request has {len(got)}, "
+            f"first difference at position {first}). Fetch the current public anchor "
+            "(pm_vector.db.public_anchor) and rebuild the request.")
+    if int(dim) != rf.embedding_dim:
+        raise DimensionMismatchError(
+            f"the request's embedding has dimension {int(dim)}, but collection {collection!r}'s active run "
+            f"{rf.run_id} embeds in {rf.embedding_dim}; rebuild the frame with the run's parameters "
+            "(pm_vector.db.client_frame).")
+
+
+def _knn_statement(coll: Mapping[str, Any], include_features: bool, kahm_model_id: int | None = None) -> str:
+    col = "features" if coll["feature_type"] == "vector" else "features_half"
+    feat = f", i.{col}" if include_features else ""
+    scores = ", sc.predicted, sc.scores" if kahm_model_id is not None else ""
+    # LATERAL by primary key, OFFSET 0 so it is not flattened into a join: one index lookup per returned
+    # row, whatever the planner thinks of the function's size (it would hash-join a seq scan of items)
+    return ("SELECT b.query_index, b.rank, b.item_id, b.external_id, b.label, b.distance, i.payload" + feat + scores +
+            " FROM pm_vector.pm_knn_batch(%s, %s::vector[], %s, %s) AS b"
+            " CROSS JOIN LATERAL (SELECT it.payload" + (f", it.{col}" if include_features else "") +
+            " FROM pm_vector.items AS it WHERE it.id = b.item_id OFFSET 0) AS i" +
+            (" LEFT JOIN LATERAL (SELECT s.predicted, s.scores FROM pm_vector.kahm_item_scores AS s"
+             f" WHERE s.model_id = {int(kahm_model_id)} AND s.item_id = b.item_id OFFSET 0) AS sc ON true"
+             if kahm_model_id is not None else "") +
+            " ORDER BY b.query_index, b.rank")
+
+
+def _vectors(Q: np.ndarray):
+    from pgvector import Vector
+
+    return [Vector(r) for r in np.asarray(Q, dtype=np.float32)]
+
+
+def resolve_paper(collection: str, req, raw: str | None, k: int, include_features: bool, *, conn,
+                  max_query_rows: int, ef_search: int | None, log: bool, class_scores: bool, received, t0: float,
+                  timings: dict[str, float]) -> dict[str, Any]:
+    """Resolve a parsed and checked PrivateMail (or release-only) request: align, ONE
+    ``pm_knn_batch`` statement, log (see the module doc); called by
+    :func:`pm_vector.db.resolution.resolve`, which documents the arguments and the result."""
+    from ..alignment import align_request
+
+    own = conn is None
+    if own:
+        conn = connect()
+    try:
+        t = time.perf_counter()
+        _begin_snapshot(conn)
+        try:
+            meta = _run_row(conn, collection)
+            coll = meta["coll"]
+            if include_features and not (coll["settings"] or {}).get("allow_raw_features", False):
+                raise RawFeaturesNotAllowedError(
+                    f"collection {collection!r} does not allow returning raw features to clients (its setting "
+                    "allow_raw_features is false); resolve without include_features, or create the collection "
+                    "with allow_raw_features=True.")
+            rf = run_frame(conn, collection, meta)
+            dim = (req.release if isinstance(req, ReleaseRequest) else req.embedding).shape[1]
+            _check_against_run(rf, req.anchor_ids, dim, req.n_query_rows, max_query_rows, collection,
+                               req.collection)
+            timings["lookup"] = (time.perf_counter() - t) * 1e3
+
+            t = time.perf_counter()
+            if isinstance(req, ReleaseRequest):
+                pm_req = _post_process(rf, req)
+                timings["post_process"] = (time.perf_counter() - t) * 1e3
+                t = time.perf_counter()
+            else:
+                pm_req = req
+            with _one_blas_thread():
+                aligned = align_request(pm_req, rf.anchor_ids if pm_req.anchor_ids == rf.anchor_ids
+                                        else pm_req.anchor_ids, rf.anchor_embedding)
+            if not np.all(np.isfinite(aligned)) or np.abs(aligned).max() > 3e38:
+                raise RequestError("the aligned query rows are not finite float32 values; the request is corrupted.")
+            timings["align"] = (time.perf_counter() - t) * 1e3
+
+            t = time.perf_counter()
+            kahm_id = coll.get("kahm_model_id") if class_scores else None
+            cur = conn.execute(_knn_statement(coll, include_features, kahm_id),
+                               [collection, _vectors(aligned), k, ef_search], binary=True)
+            rows = cur.fetchall()
+            timings["knn"] = (time.perf_counter() - t) * 1e3
+            log_id = None
+            if log:  # in the same transaction: one commit, and nothing is logged unless all went well
+                t = time.perf_counter()
+                finished = dt.datetime.now(dt.timezone.utc)
+                if raw is None:  # serialised once (log_request would serialise twice)
+                    raw = _dumps(req.to_dict())
+                log_id = log_request(collection, None, run_id=rf.run_id,
+                                     row_count=len(rows), received_at=received, finished_at=finished,
+                                     duration_ms=(time.perf_counter() - t0) * 1e3, conn=conn, request_json=raw)
+                timings["log"] = (time.perf_counter() - t) * 1e3
+            else:
+                conn.commit()
+        except BaseException as exc:
+            conn.rollback()
+            if isinstance(exc, Exception):
+                err = translate_sql_error(exc)
+                if err is not exc:
+                    raise err from None
+            raise
+
+        C = int(pm_req.n_query_rows)
+        out_rows: list[dict[str, Any]] = [{"row": i, "item_ids": [], "external_ids": [], "labels": [], "distances": [],
+                                           "payloads": []} for i in range(C)]
+        feats: list[list] = [[] for _ in range(C)]
+        if kahm_id is not None:
+            for o in out_rows:
+                o["predicted"], o["class_scores"] = [], []
+            si = 8 if include_features else 7
+        for r in rows:
+            o = out_rows[r[0] - 1]
+            if kahm_id is not None:
+                o["predicted"].append(None if r[si] is None else int(r[si]))
+                o["class_scores"].append(None if r[si + 1] is None else [float(v) for v in r[si + 1]])
+            o["item_ids"].append(int(r[2]))
+            o["external_ids"].append(r[3])
+            o["labels"].append(int(r[4]))
+            o["distances"].append(float(r[5]))
+            o["payloads"].append(r[6])
+            if include_features:
+                v = r[7]
+                feats[r[0] - 1].append(np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32))
+        if include_features:
+            d = int(coll["feature_dim"])
+            for o, f in zip(out_rows, feats):
+                o["features"] = np.stack(f) if f else np.zeros((0, d), np.float32)
+    finally:
+        if own:
+            conn.close()
+    timings["total"] = (time.perf_counter() - t0) * 1e3
+    return {"collection": collection, "run_id": rf.run_id, "k": k, "n_query_rows": C, "rows": out_rows,
+            "release_only": isinstance(req, ReleaseRequest),
+            "kahm": None if kahm_id is None else {"model_id": int(kahm_id),
+                                                  "classes": [int(c) for c in coll["kahm_classes"]]},
+            "timings_ms": {a: round(b, 3) for a, b in timings.items()}, "request_log_id": log_id}
+
+
+def explain_paper(collection: str, req, k: int, include_features: bool) -> dict[str, list[str]]:
+    """The plans of :func:`resolve_paper`'s statement for a parsed request (see
+    :func:`pm_vector.db.resolution.explain_resolution`)."""
+    from ..alignment import align_request
+
+    with connect() as conn:
+        meta = _run_row(conn, collection)
+        rf = run_frame(conn, collection, meta)
+        dim = (req.release if isinstance(req, ReleaseRequest) else req.embedding).shape[1]
+        _check_against_run(rf, req.anchor_ids, dim, req.n_query_rows, MAX_QUERY_ROWS, collection, req.collection)
+        pm_req = _post_process(rf, req) if isinstance(req, ReleaseRequest) else req
+        vecs = _vectors(align_request(pm_req, rf.anchor_ids, rf.anchor_embedding))
+        stmt = _knn_statement(meta["coll"], include_features, meta["coll"].get("kahm_model_id"))  # as resolve runs it
+        outer = [r[0] for r in conn.execute("EXPLAIN " + stmt, [collection, vecs, k, None]).fetchall()]
+        inner = [r[0] for r in conn.execute("SELECT * FROM pm_vector.pm_knn_batch_explain(%s, %s::vector[], %s)",
+                                            [collection, vecs, k]).fetchall()]
+        conn.rollback()
+    return {"statement": outer, "knn": inner}

@@ -1,0 +1,174 @@
+"""What every request passes before it touches a run: parsing (object, dict or JSON text of
+the three formats), the shape and number checks, and the limits; plus the snapshot a resolve
+runs in. Used by :mod:`pm_vector.db.resolution` (class-rows requests, the default) and
+:mod:`pm_vector.db.paper_resolution` (the paper's requests).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Mapping
+
+import numpy as np
+
+from ..client.query import FORMAT as CLASS_ROWS_FORMAT
+from ..client.query import QueryRequest
+from ..client.release import RELEASE_FORMAT, ReleaseRequest
+from ..client.request import FORMAT as REQUEST_FORMAT
+from ..client.request import PrivateMailRequest
+from ..errors import InvalidInputError, RequestError
+
+#: query rows per request (each is one HNSW index scan of the statement)
+MAX_QUERY_ROWS = 1000
+MAX_K = 1000
+#: request JSON text larger than this is refused before parsing
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
+
+def _loads(text: str):
+    """JSON text -> Python objects: orjson when installed (about 8x faster on a request's
+    thousands of floats), else the standard library; NaN/Infinity tokens (which orjson
+    refuses as invalid JSON) go to the standard library, so that they get the precise error."""
+    try:
+        import orjson
+    except ImportError:
+        return json.loads(text)
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
+def _dumps(obj) -> str:
+    try:
+        import orjson
+    except ImportError:
+        return json.dumps(obj, allow_nan=False)
+    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+
+
+_blas = None
+
+
+def _one_blas_thread():
+    """A context limiting BLAS to one thread: the alignment's small SVD and products are ~20x
+    slower with OpenBLAS threads spinning on a busy machine (measured 60 ms vs 3 ms)."""
+    global _blas
+    try:
+        if _blas is None:
+            from threadpoolctl import ThreadpoolController
+
+            _blas = ThreadpoolController()
+        return _blas.limit(limits=1, user_api="blas")
+    except Exception:  # noqa: BLE001 - threadpoolctl missing or failing: run as is
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+class AnchorIdMismatchError(InvalidInputError):
+    """The request's anchor ids are not the active run's anchor set's ids, in order."""
+
+
+class FramesDigestMismatchError(InvalidInputError):
+    """A class-rows request was built on other class frames than the active run's."""
+
+
+def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
+    """The request object and, when it came as JSON text, that text (logged verbatim)."""
+    raw: str | None = None
+    if isinstance(request, (PrivateMailRequest, ReleaseRequest, QueryRequest)):
+        return request, None
+    if isinstance(request, (bytes, bytearray, memoryview)):
+        try:
+            request = bytes(request).decode("utf-8")
+        except UnicodeDecodeError:
+            raise RequestError("the request is not UTF-8 JSON text.") from None
+    if isinstance(request, str):
+        if len(request) > MAX_REQUEST_BYTES:
+            raise RequestError(f"the request is {len(request)} characters long; at most {MAX_REQUEST_BYTES}.")
+        raw = request
+        try:
+            request = _loads(request)
+        except json.JSONDecodeError as exc:
+            raise RequestError(f"the request is not valid JSON: {exc}.") from None
+    if not isinstance(request, Mapping):
+        raise RequestError(f"a request must be a PrivateMailRequest, a ReleaseRequest, or their JSON object/text; "
+                           f"got {type(request).__name__}.")
+    fmt = request.get("format", REQUEST_FORMAT)
+    if fmt == RELEASE_FORMAT:
+        return ReleaseRequest.from_dict(request), raw
+    if fmt == CLASS_ROWS_FORMAT:
+        try:
+            return QueryRequest.from_dict(request), raw
+        except InvalidInputError:
+            raise
+        except (TypeError, ValueError, KeyError) as exc:
+            raise RequestError(f"the class-rows request has a field of the wrong type ({exc}).") from None
+    if fmt != REQUEST_FORMAT:
+        raise RequestError(f"unsupported request format {fmt!r}; expected {REQUEST_FORMAT!r}, {RELEASE_FORMAT!r} "
+                           f"or {CLASS_ROWS_FORMAT!r}.")
+    if not isinstance(request.get("anchor_ids", []), list):
+        raise RequestError("anchor_ids must be a list.")
+    try:
+        return PrivateMailRequest.from_dict(dict(request)), raw
+    except InvalidInputError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise RequestError(f"the request has a field of the wrong type ({exc}).") from None
+
+
+def _check_k(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= int(k) <= MAX_K:
+        raise InvalidInputError(f"k must be an integer in 1..{MAX_K}, got {k!r}.")
+    return int(k)
+
+
+def _check_rows(req) -> None:
+    if isinstance(req, QueryRequest):
+        return _check_class_rows(req)
+    emb = req.release if isinstance(req, ReleaseRequest) else req.embedding
+    emb = np.asarray(emb)
+    if emb.ndim != 2 or emb.dtype.kind not in "fiu":
+        raise RequestError(f"the request's embedding must be a 2-d numeric array, got shape {emb.shape}.")
+    if not np.all(np.isfinite(emb)):
+        bad = int(np.argwhere(~np.isfinite(emb))[0][0])
+        raise RequestError(f"the request's embedding contains NaN or infinite values (first at row {bad}); "
+                           "a valid client never sends them -- rebuild the request.")
+    n_q = req.n_query_rows
+    if isinstance(n_q, bool) or int(n_q) != n_q or int(n_q) < 1:
+        raise RequestError(f"n_query_rows must be a positive integer, got {n_q!r}.")
+    if len(req.anchor_ids) + int(n_q) != emb.shape[0]:
+        raise RequestError(f"the request's embedding has {emb.shape[0]} rows; expected {int(n_q)} query rows + "
+                           f"{len(req.anchor_ids)} anchor rows.")
+
+
+def _check_class_rows(req: QueryRequest) -> None:
+    rows = np.asarray(req.rows)
+    if rows.ndim != 2 or rows.dtype.kind not in "fiu":
+        raise RequestError(f"the request's rows must be a 2-d numeric array, got shape {rows.shape}.")
+    if not np.all(np.isfinite(rows)):
+        bad = int(np.argwhere(~np.isfinite(rows))[0][0])
+        raise RequestError(f"the request's rows contain NaN or infinite values (first at row {bad}); a valid client "
+                           "never sends them -- rebuild the request.")
+    sig = np.asarray(req.sigmas, dtype=np.float64).reshape(-1)
+    if sig.shape[0] != rows.shape[0] or not np.all(np.isfinite(sig)) or np.any(sig <= 0):
+        raise RequestError(f"sigmas must be {rows.shape[0]} finite numbers > 0 (one per row).")
+    if len(req.classes) != rows.shape[0]:
+        raise RequestError(f"the request has {rows.shape[0]} rows but {len(req.classes)} classes.")
+
+
+def _check_k_prime(kp) -> int:
+    if isinstance(kp, bool) or not isinstance(kp, (int, np.integer)) or not 1 <= int(kp) <= MAX_K:
+        raise InvalidInputError(f"k' (the request's shortlist, or k_prime) must be an integer in 1..{MAX_K}, "
+                                f"got {kp!r}.")
+    return int(kp)
+
+
+def _begin_snapshot(conn) -> None:
+    if conn.info.transaction_status != 0:  # psycopg.pq.TransactionStatus.IDLE
+        raise InvalidInputError("resolve() needs an idle connection (no transaction in progress).")
+    if conn.autocommit:
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    else:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
