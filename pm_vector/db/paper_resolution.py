@@ -44,7 +44,6 @@ time (a ``C x (C + A)`` graph and ``n_post_iter`` iterations), which is why
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from typing import Any, Mapping
 
@@ -54,11 +53,10 @@ from ..client import PrivateMail
 from ..client.release import RELEASE_FORMAT, ReleaseRequest
 from ..client.request import PrivateMailRequest
 from ..errors import RequestError
-from .api import log_request
 from .engine import connect
-from .errors import DimensionMismatchError, RawFeaturesNotAllowedError, translate_sql_error
+from .errors import DimensionMismatchError
 from .frame import RunFrame, _run_row, run_frame
-from .requests import MAX_QUERY_ROWS, AnchorIdMismatchError, _begin_snapshot, _dumps, _one_blas_thread, _parse
+from .requests import MAX_QUERY_ROWS, AnchorIdMismatchError, _one_blas_thread, _parse, finish, run_snapshot
 
 
 def _post_process(rf: RunFrame, rel: ReleaseRequest) -> PrivateMailRequest:
@@ -152,94 +150,62 @@ def resolve_paper(collection: str, req, raw: str | None, k: int, include_feature
     :func:`pm_vector.db.resolution.resolve`, which documents the arguments and the result."""
     from ..alignment import align_request
 
-    own = conn is None
-    if own:
-        conn = connect()
-    try:
+    t = time.perf_counter()
+    with run_snapshot(collection, conn, include_features) as (conn, meta):
+        coll = meta["coll"]
+        rf = run_frame(conn, collection, meta)
+        dim = (req.release if isinstance(req, ReleaseRequest) else req.embedding).shape[1]
+        _check_against_run(rf, req.anchor_ids, dim, req.n_query_rows, max_query_rows, collection, req.collection)
+        timings["lookup"] = (time.perf_counter() - t) * 1e3
+
         t = time.perf_counter()
-        _begin_snapshot(conn)
-        try:
-            meta = _run_row(conn, collection)
-            coll = meta["coll"]
-            if include_features and not (coll["settings"] or {}).get("allow_raw_features", False):
-                raise RawFeaturesNotAllowedError(
-                    f"collection {collection!r} does not allow returning raw features to clients (its setting "
-                    "allow_raw_features is false); resolve without include_features, or create the collection "
-                    "with allow_raw_features=True.")
-            rf = run_frame(conn, collection, meta)
-            dim = (req.release if isinstance(req, ReleaseRequest) else req.embedding).shape[1]
-            _check_against_run(rf, req.anchor_ids, dim, req.n_query_rows, max_query_rows, collection,
-                               req.collection)
-            timings["lookup"] = (time.perf_counter() - t) * 1e3
-
+        if isinstance(req, ReleaseRequest):
+            pm_req = _post_process(rf, req)
+            timings["post_process"] = (time.perf_counter() - t) * 1e3
             t = time.perf_counter()
-            if isinstance(req, ReleaseRequest):
-                pm_req = _post_process(rf, req)
-                timings["post_process"] = (time.perf_counter() - t) * 1e3
-                t = time.perf_counter()
-            else:
-                pm_req = req
-            with _one_blas_thread():
-                aligned = align_request(pm_req, rf.anchor_ids if pm_req.anchor_ids == rf.anchor_ids
-                                        else pm_req.anchor_ids, rf.anchor_embedding)
-            if not np.all(np.isfinite(aligned)) or np.abs(aligned).max() > 3e38:
-                raise RequestError("the aligned query rows are not finite float32 values; the request is corrupted.")
-            timings["align"] = (time.perf_counter() - t) * 1e3
+        else:
+            pm_req = req
+        with _one_blas_thread():
+            aligned = align_request(pm_req, rf.anchor_ids if pm_req.anchor_ids == rf.anchor_ids
+                                    else pm_req.anchor_ids, rf.anchor_embedding)
+        if not np.all(np.isfinite(aligned)) or np.abs(aligned).max() > 3e38:
+            raise RequestError("the aligned query rows are not finite float32 values; the request is corrupted.")
+        timings["align"] = (time.perf_counter() - t) * 1e3
 
-            t = time.perf_counter()
-            kahm_id = coll.get("kahm_model_id") if class_scores else None
-            cur = conn.execute(_knn_statement(coll, include_features, kahm_id),
-                               [collection, _vectors(aligned), k, ef_search], binary=True)
-            rows = cur.fetchall()
-            timings["knn"] = (time.perf_counter() - t) * 1e3
-            log_id = None
-            if log:  # in the same transaction: one commit, and nothing is logged unless all went well
-                t = time.perf_counter()
-                finished = dt.datetime.now(dt.timezone.utc)
-                if raw is None:  # serialised once (log_request would serialise twice)
-                    raw = _dumps(req.to_dict())
-                log_id = log_request(collection, None, run_id=rf.run_id,
-                                     row_count=len(rows), received_at=received, finished_at=finished,
-                                     duration_ms=(time.perf_counter() - t0) * 1e3, conn=conn, request_json=raw)
-                timings["log"] = (time.perf_counter() - t) * 1e3
-            else:
-                conn.commit()
-        except BaseException as exc:
-            conn.rollback()
-            if isinstance(exc, Exception):
-                err = translate_sql_error(exc)
-                if err is not exc:
-                    raise err from None
-            raise
+        t = time.perf_counter()
+        kahm_id = coll.get("kahm_model_id") if class_scores else None
+        cur = conn.execute(_knn_statement(coll, include_features, kahm_id),
+                           [collection, _vectors(aligned), k, ef_search], binary=True)
+        rows = cur.fetchall()
+        timings["knn"] = (time.perf_counter() - t) * 1e3
+        log_id = finish(conn, collection, req, raw, run_id=rf.run_id, n_rows=len(rows), received=received, t0=t0,
+                        log=log, timings=timings)
 
-        C = int(pm_req.n_query_rows)
-        out_rows: list[dict[str, Any]] = [{"row": i, "item_ids": [], "external_ids": [], "labels": [], "distances": [],
-                                           "payloads": []} for i in range(C)]
-        feats: list[list] = [[] for _ in range(C)]
+    C = int(pm_req.n_query_rows)
+    out_rows: list[dict[str, Any]] = [{"row": i, "item_ids": [], "external_ids": [], "labels": [], "distances": [],
+                                       "payloads": []} for i in range(C)]
+    feats: list[list] = [[] for _ in range(C)]
+    if kahm_id is not None:
+        for o in out_rows:
+            o["predicted"], o["class_scores"] = [], []
+        si = 8 if include_features else 7
+    for r in rows:
+        o = out_rows[r[0] - 1]
         if kahm_id is not None:
-            for o in out_rows:
-                o["predicted"], o["class_scores"] = [], []
-            si = 8 if include_features else 7
-        for r in rows:
-            o = out_rows[r[0] - 1]
-            if kahm_id is not None:
-                o["predicted"].append(None if r[si] is None else int(r[si]))
-                o["class_scores"].append(None if r[si + 1] is None else [float(v) for v in r[si + 1]])
-            o["item_ids"].append(int(r[2]))
-            o["external_ids"].append(r[3])
-            o["labels"].append(int(r[4]))
-            o["distances"].append(float(r[5]))
-            o["payloads"].append(r[6])
-            if include_features:
-                v = r[7]
-                feats[r[0] - 1].append(np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32))
+            o["predicted"].append(None if r[si] is None else int(r[si]))
+            o["class_scores"].append(None if r[si + 1] is None else [float(v) for v in r[si + 1]])
+        o["item_ids"].append(int(r[2]))
+        o["external_ids"].append(r[3])
+        o["labels"].append(int(r[4]))
+        o["distances"].append(float(r[5]))
+        o["payloads"].append(r[6])
         if include_features:
-            d = int(coll["feature_dim"])
-            for o, f in zip(out_rows, feats):
-                o["features"] = np.stack(f) if f else np.zeros((0, d), np.float32)
-    finally:
-        if own:
-            conn.close()
+            v = r[7]
+            feats[r[0] - 1].append(np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32))
+    if include_features:
+        d = int(coll["feature_dim"])
+        for o, f in zip(out_rows, feats):
+            o["features"] = np.stack(f) if f else np.zeros((0, d), np.float32)
     timings["total"] = (time.perf_counter() - t0) * 1e3
     return {"collection": collection, "run_id": rf.run_id, "k": k, "n_query_rows": C, "rows": out_rows,
             "release_only": isinstance(req, ReleaseRequest),

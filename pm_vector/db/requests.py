@@ -6,7 +6,10 @@ runs in. Used by :mod:`pm_vector.db.resolution` (class-rows requests, the defaul
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import json
+import time
 from typing import Mapping
 
 import numpy as np
@@ -172,3 +175,57 @@ def _begin_snapshot(conn) -> None:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
     else:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+
+
+@contextlib.contextmanager
+def run_snapshot(collection: str, conn, include_features: bool):
+    """``(conn, meta)``: a REPEATABLE READ transaction on ``conn`` (a new connection when None,
+    closed at the end) with the collection's active run read in it. Raw features asked of a
+    collection that does not allow them are refused; on any error the transaction is rolled
+    back (nothing written) and SQL errors become pm_vector's."""
+    from .engine import connect
+    from .errors import RawFeaturesNotAllowedError, translate_sql_error
+    from .frame import _run_row
+
+    own = conn is None
+    if own:
+        conn = connect()
+    try:
+        _begin_snapshot(conn)
+        try:
+            meta = _run_row(conn, collection)
+            if include_features and not (meta["coll"]["settings"] or {}).get("allow_raw_features", False):
+                raise RawFeaturesNotAllowedError(
+                    f"collection {collection!r} does not allow returning raw features to clients (its setting "
+                    "allow_raw_features is false); resolve without include_features, or create the collection "
+                    "with allow_raw_features=True.")
+            yield conn, meta
+        except BaseException as exc:
+            conn.rollback()
+            if isinstance(exc, Exception):
+                err = translate_sql_error(exc)
+                if err is not exc:
+                    raise err from None
+            raise
+    finally:
+        if own:
+            conn.close()
+
+
+def finish(conn, collection: str, req, raw: str | None, *, run_id: int, n_rows: int, received, t0: float,
+           log: bool, timings: dict[str, float]) -> int | None:
+    """Log the request in the resolve's transaction and commit (one commit; nothing is logged
+    unless all went well); ``log=False`` only commits. Returns the log row's id."""
+    from .api import log_request
+
+    if not log:
+        conn.commit()
+        return None
+    t = time.perf_counter()
+    if raw is None:  # serialised once (log_request would serialise twice)
+        raw = _dumps(req.to_dict())
+    log_id = log_request(collection, None, run_id=run_id, row_count=n_rows, received_at=received,
+                         finished_at=dt.datetime.now(dt.timezone.utc), duration_ms=(time.perf_counter() - t0) * 1e3,
+                         conn=conn, request_json=raw)
+    timings["log"] = (time.perf_counter() - t) * 1e3
+    return log_id

@@ -48,23 +48,12 @@ import numpy as np
 from ..client.query import FORMAT as CLASS_ROWS_FORMAT
 from ..client.query import QueryRequest
 from ..errors import InvalidInputError, RequestError
-from .api import log_request
 from .engine import connect
-from .errors import ClassRowsUnavailableError, DimensionMismatchError, RawFeaturesNotAllowedError, translate_sql_error
+from .errors import ClassRowsUnavailableError, DimensionMismatchError
 from .frame import _run_row, class_frames, client_frame, public_anchor  # noqa: F401  (the public-anchor API)
-from .paper_resolution import explain_paper, post_process_release, resolve_paper  # noqa: F401
-from .requests import (  # noqa: F401
-    MAX_K,
-    MAX_QUERY_ROWS,
-    AnchorIdMismatchError,
-    FramesDigestMismatchError,
-    _begin_snapshot,
-    _check_k,
-    _check_k_prime,
-    _check_rows,
-    _dumps,
-    _parse,
-)
+from .paper_resolution import explain_paper, post_process_release, resolve_paper  # noqa: F401  (paper API)
+from .requests import (MAX_QUERY_ROWS, FramesDigestMismatchError, _check_k, _check_k_prime, _check_rows, _parse,
+                       finish, run_snapshot)
 
 
 def resolve(collection: str, request, k: int = 8, include_features: bool = False, *, conn=None,
@@ -219,56 +208,24 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
     kp = _check_k_prime(req.shortlist if k_prime is None else k_prime)
     if not isinstance(include_codes, (bool, np.bool_)):
         raise InvalidInputError(f"include_codes must be true or false, got {include_codes!r}.")
-    own = conn is None
-    if own:
-        conn = connect()
-    try:
-        t = time.perf_counter()
-        _begin_snapshot(conn)
-        try:
-            meta = _run_row(conn, collection)
-            coll = meta["coll"]
-            if include_features and not (coll["settings"] or {}).get("allow_raw_features", False):
-                raise RawFeaturesNotAllowedError(
-                    f"collection {collection!r} does not allow returning raw features to clients (its setting "
-                    "allow_raw_features is false); resolve without include_features, or create the collection "
-                    "with allow_raw_features=True.")
-            doc = _check_class_rows_against_run(meta, req, collection, max_query_rows)
-            run_id = int(meta["run"]["id"])
-            code_dim = _check_codes(doc, collection, run_id) if include_codes else None
-            kahm_id = coll.get("kahm_model_id") if class_scores else None
-            timings["lookup"] = (time.perf_counter() - t) * 1e3
+    t = time.perf_counter()
+    with run_snapshot(collection, conn, include_features) as (conn, meta):
+        coll = meta["coll"]
+        doc = _check_class_rows_against_run(meta, req, collection, max_query_rows)
+        run_id = int(meta["run"]["id"])
+        code_dim = _check_codes(doc, collection, run_id) if include_codes else None
+        kahm_id = coll.get("kahm_model_id") if class_scores else None
+        timings["lookup"] = (time.perf_counter() - t) * 1e3
 
-            t = time.perf_counter()
-            cur = conn.execute(_shortlist_statement(coll, include_features,
-                                                    codes_run_id=run_id if include_codes else None,
-                                                    kahm_model_id=kahm_id),
-                               [collection, np.asarray(req.rows, dtype=np.float64).tolist(),
-                                [float(v) for v in req.sigmas], kp], binary=True)
-            rows = cur.fetchall()
-            timings["shortlist"] = (time.perf_counter() - t) * 1e3
-            log_id = None
-            if log:
-                t = time.perf_counter()
-                finished = dt.datetime.now(dt.timezone.utc)
-                if raw is None:
-                    raw = _dumps(req.to_dict())
-                log_id = log_request(collection, None, run_id=run_id, row_count=len(rows), received_at=received,
-                                     finished_at=finished, duration_ms=(time.perf_counter() - t0) * 1e3, conn=conn,
-                                     request_json=raw)
-                timings["log"] = (time.perf_counter() - t) * 1e3
-            else:
-                conn.commit()
-        except BaseException as exc:
-            conn.rollback()
-            if isinstance(exc, Exception):
-                err = translate_sql_error(exc)
-                if err is not exc:
-                    raise err from None
-            raise
-    finally:
-        if own:
-            conn.close()
+        t = time.perf_counter()
+        cur = conn.execute(_shortlist_statement(coll, include_features, codes_run_id=run_id if include_codes else None,
+                                                kahm_model_id=kahm_id),
+                           [collection, np.asarray(req.rows, dtype=np.float64).tolist(),
+                            [float(v) for v in req.sigmas], kp], binary=True)
+        rows = cur.fetchall()
+        timings["shortlist"] = (time.perf_counter() - t) * 1e3
+        log_id = finish(conn, collection, req, raw, run_id=run_id, n_rows=len(rows), received=received, t0=t0,
+                        log=log, timings=timings)
     C = req.n_rows
     out_rows: list[dict[str, Any]] = [{"row": i, "item_ids": [], "external_ids": [], "labels": [], "scores": [],
                                        "payloads": []} for i in range(C)]
