@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import math
+import secrets
 
 import numpy as np
 import torch
@@ -81,6 +82,18 @@ class PrivateMail:
         self._seeded = _rng is not None
         self._rng = _rng if isinstance(_rng, np.random.Generator) else secure_generator(_rng)
 
+    # dummies and the shuffle from `secrets` (the noise has its own generator), unless a test
+    # injected a generator, which then drives all three
+    def _below(self, n: int) -> int:
+        return int(self._rng.integers(n)) if self._seeded else secrets.randbelow(n)
+
+    def _permutation(self, n: int) -> np.ndarray:
+        if self._seeded:
+            return self._rng.permutation(n)
+        order = list(range(n))
+        secrets.SystemRandom().shuffle(order)
+        return np.asarray(order)
+
     def _mechanism(self, sensitivity: float):
         if self.mechanism == "analytic":
             return AnalyticGaussianMechanism(self.epsilon, self.delta, sensitivity)
@@ -120,9 +133,9 @@ class PrivateMail:
             if pool.size == 0:
                 raise InvalidInputError(f"class {int(c)} has no item in the public dummy pool to draw a dummy from; "
                                         "the server must publish at least one dummy per class.")
-            rows.append(anchor.dummy_features[rng.choice(pool)])
+            rows.append(anchor.dummy_features[pool[self._below(pool.size)]])
             row_labels.append(int(c))
-        order = rng.permutation(len(rows))
+        order = self._permutation(len(rows))
         Xq = np.asarray(rows)[order]
         yq = np.asarray(row_labels)[order]
         real_row = int(np.flatnonzero(order == 0)[0])
@@ -140,7 +153,7 @@ class PrivateMail:
         LX = feature_laplacian(X, self.dp_sigma, graph="dense", device="cpu")
         LY = label_laplacian(y, self.dp_sigma, encoding="onehot", kind="same", device="cpu")
         f = smlq_step(to_tensor(Q, "cpu"), LX, LY, float(self.dp_alpha)).numpy()
-        release = mech.release(f, rng)
+        release = mech.release(f, rng if self._seeded else secure_generator())
         # 3. post-processing: graph from the release only; anchors held at the public frame
         Zq = self.post_process(release, yq, noise_sigma=mech.sigma, q_rms=float(np.sqrt((Q ** 2).sum(1).mean())))
         embedding = np.vstack([Zq, E])
