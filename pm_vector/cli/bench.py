@@ -45,7 +45,10 @@ def privacy(
     shortlist: int = typer.Option(None, "--shortlist", help="k': candidates per request row that the client "
                                   "re-ranks (default: digits 32, fashion-mnist 128, own files 32)."),
     k: int = typer.Option(8, "--k", help="Neighbours after the client's re-rank."),
-    methods: str = typer.Option(None, help="Comma-separated subset of: pm_vector, pm_vector_label_free, label_only, "
+    max_prior: int = typer.Option(1024, help="pm_vector: prior items weighted one by one per row (the server's "
+                                  "settings['class_rows']['max_prior'])."),
+    methods: str = typer.Option(None, help="Comma-separated subset of: pm_vector, pm_vector_codes, "
+                                "pm_vector_label_free, label_only, "
                                 "reference_ldp, privatemail_paper, dp_random_projection, dp_pca, raw_knn, "
                                 "download_all (default: all)."),
     n_server: int = typer.Option(None, help="Server items (default per dataset)."),
@@ -99,7 +102,8 @@ def privacy(
         given = (n_server, n_anchor, n_dummy, n_query)
         sizes = tuple(g if g is not None else d for g, d in zip(given, sizes))
         split = split_dataset(ds, *sizes, seed=seed)
-        cfg = BenchConfig(epsilons=eps, delta=delta, k=k, shortlist=shortlist or kp_default, seed=seed, methods=chosen)
+        cfg = BenchConfig(epsilons=eps, delta=delta, k=k, shortlist=shortlist or kp_default, seed=seed, methods=chosen,
+                          max_prior=max_prior)
         err.print(f"dataset {ds.name}: {ds.n_items} items, {ds.dim} dims, {ds.n_classes} classes; split "
                   f"server/anchor/dummy/query = {sizes}, seed {seed}; k'={cfg.shortlist}, k={k}")
         t0 = time.perf_counter()
