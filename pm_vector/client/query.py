@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .._validation import as_labels, as_matrix
+from .._validation import as_labels, as_matrix, normalize_rows
 from ..errors import InvalidInputError
 from ..manifold.class_frames import ClassFrames
 from ..privacy.class_rows import ClassRowsGaussianMechanism
@@ -170,12 +170,16 @@ class PrivateKNN:
         return int(self._rng.integers(n)) if self._rng is not None else secrets.randbelow(n)
 
     def request(self, x, label: int | None = None) -> tuple[QueryRequest, QuerySecret]:
-        """``(QueryRequest, QuerySecret)`` for one query ``x`` (raw features) of class ``label``;
-        ``label=None`` asks the client's classifier."""
+        """``(QueryRequest, QuerySecret)`` for one query ``x`` (raw features, scaled to unit norm
+        like the collection's rows) of class ``label``; ``label=None`` asks the client's
+        classifier."""
         x = as_matrix(np.asarray(x, dtype=np.float64).reshape(1, -1), "query")
         if x.shape[1] != self.frames.n_features_in_:
             raise InvalidInputError(f"query has {x.shape[1]} features; the collection's frames have "
                                     f"{self.frames.n_features_in_}.")
+        # unit norm, as the collection's rows are at ingest (the clip below bounds the privacy
+        # whatever the input; this is for utility)
+        x = normalize_rows(x)
         predicted = label is None
         if predicted:
             if self.classifier is None:
