@@ -45,7 +45,6 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..errors import InvalidInputError
-from ..neighbors import neighbor_graph
 from . import _binary
 
 FORMAT = "pm_vector.class-rows/1"
@@ -114,6 +113,7 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
     the anchor set cannot give class frames."""
     from ..manifold.class_frames import ClassFrames
     from ..manifold.codes import PublicProjection
+    from ..shortlist import PosteriorShortlist
 
     frames = ClassFrames(int(p["n_components"]), float(p["clip_quantile"])).fit(anchor_X, anchor_y)
     A = np.asarray(anchor_X, dtype=np.float64)
@@ -121,23 +121,20 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
     X = np.asarray(item_X)
     y = np.asarray(item_y, dtype=np.int64)
     ids = np.asarray(item_ids, dtype=np.int64)
-    nb_pos = neighbor_graph(X, int(p["graph_degree"]))
-    neighbors = ids[nb_pos]
-    in_prior = np.isin(y, frames.classes_)
-    pidx = np.flatnonzero(in_prior)
-    coords = frames.clipped(X[pidx], y[pidx]) if pidx.size else np.zeros((0, frames.n_components))
+    # the same fit the in-memory shortlist uses: graph, prior and hub counts are stored as it has them
+    ps = PosteriorShortlist(graph_degree=int(p["graph_degree"])).fit(frames, X, y)
+    prior = [ps.prior_[int(c)] for c in frames.classes_]
+    pidx = np.concatenate([pi for pi, _ in prior]) if prior else np.zeros(0, np.int64)
+    coords = np.concatenate([pc for _, pc in prior]) if prior else np.zeros((0, frames.n_components))
     hl, hi, hc = [], [], []
     for c in frames.classes_:
-        idx = np.flatnonzero(y == c)
-        if idx.size == 0 or nb_pos.shape[1] == 0:
-            continue
-        cnt = np.bincount(nb_pos[idx].ravel(), minlength=X.shape[0])
+        cnt = ps.hubs_[int(c)]
         nz = np.flatnonzero(cnt)
         hl.append(np.full(nz.size, c, np.int64))
         hi.append(ids[nz])
-        hc.append(cnt[nz].astype(np.float64))
+        hc.append(cnt[nz])
     cat = (lambda a, dt: np.concatenate(a) if a else np.zeros(0, dt))
-    return ClassRowsData(frames=frames, params=dict(p), item_ids=ids, neighbors=neighbors, prior_ids=ids[pidx],
+    return ClassRowsData(frames=frames, params=dict(p), item_ids=ids, neighbors=ids[ps.neighbors_], prior_ids=ids[pidx],
                          prior_labels=y[pidx], prior_coords=coords, hub_labels=cat(hl, np.int64),
                          hub_ids=cat(hi, np.int64), hub_counts=cat(hc, np.float64), projection=projection,
                          codes=item_codes(projection, X))
