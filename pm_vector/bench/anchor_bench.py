@@ -10,14 +10,17 @@ protocol, end to end through the database, side by side in one run:
   each ``anchor_epsilon`` (per element, Definition 10; the provenance row says what that is per
   item row) and clipping range ``value_range``.
 
-For each, the embedding job runs on that anchor, then every held-out query is sent as a
-PrivateMail request (client epsilon ``client_epsilon``) built from the downloaded public anchor
-and resolved by SQL; recall@8 / precision@8 are those of the client's real rows. Raw k-NN in
-feature space (no privacy) is printed beside them.
+For each, the embedding job runs on that anchor, then every held-out query is sent twice at
+client epsilon ``client_epsilon``, built from the downloaded public anchor and resolved by SQL:
+as a pm_vector request (class frames of the anchor, ``SHORTLIST`` candidates per row, the
+client's re-rank by raw features: ``pm_vector`` with ``nn_recall_at_8``) and as a PrivateMail
+request (the paper's protocol: recall@8 / precision@8 of the real rows). Raw k-NN in feature
+space (no privacy) is printed beside them.
 
 Returns ``{"anchor": [{"dataset", "anchor", "anchor_epsilon", "value_range", "row_epsilon",
-"client_epsilon", "recall_at_8", "precision_at_8", "fabricate_seconds", "embed_seconds",
-"query_seconds"}, ...], "raw_knn": [...], "config": {...}}``.
+"client_epsilon", "recall_at_8", "precision_at_8", "pm_vector": {"nn_recall_at_8",
+"precision_at_8"}, "fabricate_seconds", "embed_seconds", "query_seconds"}, ...], "raw_knn": [...],
+"config": {...}}``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ __all__ = ["run_anchor_benchmark", "ANCHOR_SIZES"]
 #: server items, public anchor, public dummy pool, queries (the public reference's split)
 ANCHOR_SIZES = {"digits": (1000, 300, 150, 200), "fashion-mnist": (5000, 1000, 500, 200)}
 K = 8
+#: k' of the pm_vector requests
+SHORTLIST = {"digits": 32, "fashion-mnist": 64}
 
 
 def _queries(db, name, Xq, yq, ys, ids, client_epsilon, delta, cfg, seed) -> tuple[float, float, float]:
@@ -53,6 +58,28 @@ def _queries(db, name, Xq, yq, ys, ids, client_epsilon, delta, cfg, seed) -> tup
         rows.append([pos[v] for v in real["item_ids"]])
     got = ys[np.asarray(rows)]
     return recall_at_k(got, yq, K), precision_at_k(got, yq, K), time.perf_counter() - t
+
+
+def _pm_vector_queries(name, Xq, yq, ys, ids, true_idx, client_epsilon, delta, k_prime, seed) -> dict:
+    """nn_recall@8 and precision@8 of pm_vector requests on the collection's current anchor."""
+    from ..bench.metrics import nn_recall_at_k, precision_at_k
+    from ..client.query import PrivateKNN
+    from ..db.resolution import class_frames, public_anchor, resolve
+    from ..privacy import secure_generator
+
+    pa, _ = public_anchor(name)
+    client = PrivateKNN(class_frames(name), pa.dummy_features, pa.dummy_labels, client_epsilon, delta,
+                        shortlist=k_prime, collection=name)._inject_generator(secure_generator(seed))
+    pos = {int(v): j for j, v in enumerate(ids)}
+    got = []
+    for i in range(len(yq)):
+        req, sec = client.request(Xq[i], int(yq[i]))
+        real = sec.pick(resolve(name, req.to_json(), include_features=True, log=False)["rows"])
+        cand = np.asarray([pos[v] for v in real["item_ids"]])
+        got.append(PrivateKNN.rerank(Xq[i], cand, real["features"], K))
+    got = np.asarray(got)
+    return {"nn_recall_at_8": nn_recall_at_k(got, true_idx), "precision_at_8": precision_at_k(ys[got], yq, K),
+            "shortlist": int(k_prime)}
 
 
 def run_anchor_benchmark(datasets: Iterable[str] = ("digits", "fashion-mnist"), *,
@@ -86,13 +113,15 @@ def run_anchor_benchmark(datasets: Iterable[str] = ("digits", "fashion-mnist"), 
         sp = split_dataset(ds, *sizes, seed=seed)
         Xs, ys = sp.server
         Xq, yq = sp.query
-        raw = ys[knn_search(Xq, Xs, K)]
+        true_idx = knn_search(Xq, Xs, K)
+        raw = ys[true_idx]
         from .metrics import precision_at_k, recall_at_k
         out["raw_knn"].append({"dataset": dsname, "recall_at_8": recall_at_k(raw, yq, K),
                                "precision_at_8": precision_at_k(raw, yq, K)})
         per_class = {"digits": (30, 15, 90), "fashion-mnist": (100, 50, 400)}[dsname]
         name = f"bench_anchor_{uuid.uuid4().hex[:8]}"
-        db.create_collection(name, ds.dim, ds.classes.tolist(), description=f"{dsname} (bench kahm --part anchor)")
+        db.create_collection(name, ds.dim, ds.classes.tolist(), allow_raw_features=True,
+                             description=f"{dsname} (bench kahm --part anchor)")
         try:
             ids = np.asarray(db.ingest(name, Xs, ys)["item_ids"])
             configs = [("public", None, None)] + [("fabricated", float(e), tuple(map(float, vr)))
@@ -113,16 +142,20 @@ def run_anchor_benchmark(datasets: Iterable[str] = ("digits", "fashion-mnist"), 
                 db.run_embedding_job(name, {"n_components": cfg.n_components}, cfg.seed, embed_fn=anchor_frame_embed_fn)
                 emb_s = time.perf_counter() - t
                 rec, prec, q_s = _queries(db, name, Xq, yq, ys, ids, client_epsilon, delta, cfg, seed + 7)
+                pmv = _pm_vector_queries(name, Xq, yq, ys, ids, true_idx, client_epsilon, delta, SHORTLIST[dsname],
+                                         seed + 11)
                 row = {"dataset": dsname, "anchor": kind, "anchor_epsilon": eps,
                        "value_range": None if vr is None else list(vr),
                        "row_epsilon": None if prov is None else prov["row_epsilon"],
                        "n_anchors": sizes[1] if kind == "public" else per_class[0] * len(ds.classes),
                        "client_epsilon": client_epsilon, "recall_at_8": rec, "precision_at_8": prec,
+                       "pm_vector": pmv,
                        "fabricate_seconds": round(fab_s, 3), "embed_seconds": round(emb_s, 3),
                        "query_seconds": round(q_s, 3), "n_queries": int(len(yq))}
                 out["anchor"].append(row)
                 say(f"{dsname} {kind}" + ("" if eps is None else f" eps={eps:g} range={vr}") +
-                    f": recall@8 {rec:.3f} precision@8 {prec:.3f}")
+                    f": recall@8 {rec:.3f} precision@8 {prec:.3f}; pm_vector nn_recall@8 "
+                    f"{pmv['nn_recall_at_8']:.3f} precision@8 {pmv['precision_at_8']:.3f}")
         finally:
             db.drop_collection(name, missing_ok=True)
     out["config"] = {"sizes": {d: ANCHOR_SIZES[d] for d in datasets}, "client_epsilon": client_epsilon,

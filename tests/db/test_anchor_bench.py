@@ -21,6 +21,9 @@ def test_anchor_benchmark_compares_public_and_fabricated_anchors(db):
     assert weak["precision_at_8"] < strong["precision_at_8"] - 0.2
     assert strong["row_epsilon"] == pytest.approx(64.0 * 64)  # 64 features per item row
     assert out["raw_knn"][0]["recall_at_8"] > 0.9
+    # the default protocol on the same anchors: its answers follow the query
+    assert pub["pm_vector"]["nn_recall_at_8"] > 0.3 and pub["pm_vector"]["precision_at_8"] >= 0.9
+    assert strong["pm_vector"]["nn_recall_at_8"] > 0.3
     # the benchmark's collection is gone
     assert not [c for c in db.list_collections() if c["name"].startswith("bench_anchor_")]
 
