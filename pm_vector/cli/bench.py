@@ -19,16 +19,6 @@ err = Console(stderr=True)
 DEFAULT_SIZES = {"digits": (1000, 300, 150, 300), "fashion-mnist": (10000, 1000, 500, 500)}
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        vals = tuple(float(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise typer.BadParameter(f"expected comma-separated numbers, e.g. 0.1,1,10; got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise typer.BadParameter("epsilons must be positive numbers, e.g. 0.1,1,10")
-    return vals
-
-
 def fail(msg: str) -> None:
     err.print(f"[bold red]error:[/] {msg}")
     raise typer.Exit(2)
