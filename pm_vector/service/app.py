@@ -73,6 +73,30 @@ def _status_of(exc: PMVectorError) -> tuple[int, str]:
     return 400, "bad_request"
 
 
+#: seconds a client is told to wait when the database is unreachable
+RETRY_AFTER_S = 5
+
+
+def _database_down(exc: BaseException) -> bool:
+    """Is ``exc`` (or what caused it) the database being unreachable: a lost or refused
+    connection, a server shutting down, no pooled connection in time?"""
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, (psycopg.OperationalError, PoolTimeout)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+def _unavailable() -> JSONResponse:
+    return _err(503, "database_unavailable", "the database is unreachable right now; retry after "
+                f"{RETRY_AFTER_S} s (the service reconnects by itself).", {"Retry-After": str(RETRY_AFTER_S)})
+
+
 def _err(status: int, error: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": error, "message": message}, status_code=status, headers=headers)
 
@@ -287,6 +311,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
 
     @app.exception_handler(PMVectorError)
     async def _pm_error(request: Request, exc: PMVectorError):
+        if _database_down(exc):
+            return _unavailable()
         status, kind = _status_of(exc)
         return _err(status, kind, str(exc))
 
@@ -310,6 +336,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):
+        if _database_down(exc):
+            return _unavailable()
         return _err(500, "internal_error", f"internal error ({type(exc).__name__}); the server log has details.")
 
     def require_key(request: Request) -> dict[str, Any] | None:
@@ -330,10 +358,19 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
 
     auth = [Depends(require_key)]
 
-    @app.get("/health", response_model=schemas.Health, tags=["service"])
+    @app.get("/health", response_model=schemas.Health, tags=["service"],
+             responses={503: {"model": schemas.Health}})
     def health():
-        """Liveness, version and limits (no key needed)."""
-        return {"status": "ok", "version": _version, "limits": settings.public()}
+        """Liveness, version, limits and whether the database answers (no key needed): 200 with
+        ``database: "ok"``, or 503 with ``status: "degraded"``, ``database: "unreachable"`` and
+        Retry-After while it does not."""
+        why = state["pool"].ping() if state["pool"] is not None else "no connection pool"
+        body = {"status": "ok" if why is None else "degraded", "version": _version,
+                "database": "ok" if why is None else "unreachable", "limits": settings.public()}
+        if why is None:
+            return body
+        return JSONResponse({**body, "database_error": why}, status_code=503,
+                            headers={"Retry-After": str(RETRY_AFTER_S)})
 
     def _public_collection(c: dict[str, Any]) -> dict[str, Any]:
         keep = ("name", "feature_dim", "metric", "labels", "allow_raw_features", "n_items", "active_run_id",

@@ -23,6 +23,10 @@ def _configure(conn) -> None:
         conn.commit()
 
 
+#: seconds a request waits for a pooled connection before the service answers 503
+GETCONN_TIMEOUT = 5.0
+
+
 class ServicePool:
     def __init__(self, url: str | None = None, *, min_size: int = 1, max_size: int = 10, timeout: float = 30.0):
         from psycopg_pool import ConnectionPool
@@ -32,11 +36,14 @@ class ServicePool:
 
         self.url = libpq_url(url or database_url())
         engine.connect(self.url).close()  # pgvector + schema at head, with pm_vector's own error messages
-        self._pool = ConnectionPool(self.url, min_size=min_size, max_size=max_size, timeout=timeout,
+        # check: a connection is verified before it is handed out, so that the sessions of a
+        # server that was restarted or killed are replaced instead of failing one request each
+        self._pool = ConnectionPool(self.url, min_size=min_size, max_size=max_size, timeout=GETCONN_TIMEOUT,
                                     configure=_configure, open=False, name="pm_vector_service",
-                                    kwargs={"connect_timeout": 10})
+                                    check=ConnectionPool.check_connection, kwargs={"connect_timeout": 5})
+        self._open_timeout = timeout
         try:
-            self._pool.open(wait=True, timeout=timeout)
+            self._pool.open(wait=True, timeout=self._open_timeout)
         except Exception as exc:  # pragma: no cover - depends on the server
             raise DatabaseConfigError(f"the service's connection pool could not connect: {exc}") from exc
 
@@ -45,6 +52,15 @@ class ServicePool:
         """A pooled psycopg connection; the transaction is committed on success, rolled back on error."""
         with self._pool.connection() as conn:
             yield conn
+
+    def ping(self, timeout: float = 2.0) -> str | None:
+        """None when the database answers ``SELECT 1`` within ``timeout`` seconds, else why not."""
+        try:
+            with self._pool.connection(timeout=timeout) as conn:
+                conn.execute("SELECT 1")
+            return None
+        except Exception as exc:  # noqa: BLE001 - any failure means unreachable; the reason is reported
+            return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}".strip(": ")
 
     def stats(self) -> dict:
         return dict(self._pool.get_stats())

@@ -15,7 +15,9 @@ class ErrorBody(BaseModel):
 class Health(BaseModel):
     status: str
     version: str
+    database: str = "ok"
     limits: dict[str, Any]
+    database_error: Optional[str] = None
 
 
 class PrivateMailRequestBody(BaseModel):
