@@ -4,7 +4,7 @@ Endpoints (all but ``/health``, ``/openapi.json`` and ``/docs`` need an API key,
 ``Authorization: Bearer pmv_...`` or ``X-API-Key: pmv_...``):
 
 =======  =====================================  =====================================================
-GET      /health                                status, version, the server's limits
+GET      /health                                status, version, the server's limits, database reachable?
 GET      /collections                           the collections (name, dims, labels, sizes, active run)
 GET      /collections/{name}                    one collection, with its active run
 GET      /collections/{name}/anchor             the public anchor: ids, features, labels, dummy pool,
@@ -22,7 +22,9 @@ POST     /collections/{name}/kahm/distances     this collection as a party of fe
 Refusals are JSON ``{"error", "message"}`` with a 4xx status and write nothing: 401 (no or
 unknown key), 413 (body, rows or dimensions over the limits), 400 (malformed JSON, NaN/Infinity),
 422 (wrong shapes or values), 404 (unknown collection, job, or no active run), 403 (raw features
-not allowed), 409 (no active run yet, or no KAHM model for the kahm endpoints).
+not allowed), 409 (no active run yet, or no KAHM model for the kahm endpoints). While the
+database is unreachable every endpoint that needs it answers 503 ``database_unavailable`` with
+``Retry-After`` (and ``/health`` 503 ``degraded``); the pool reconnects by itself.
 """
 
 from __future__ import annotations
