@@ -24,7 +24,7 @@ import hashlib
 import json
 import math
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -68,7 +68,6 @@ class QueryRequest:
     shortlist: int = DEFAULT_SHORTLIST
     seeded: bool = False
     collection: str | None = None
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.rows = as_matrix(self.rows, "rows")
@@ -83,6 +82,12 @@ class QueryRequest:
             if not math.isfinite(v) or v <= 0:
                 raise InvalidInputError(f"{name} must be a finite number > 0; got {v!r}.")
             setattr(self, name, v)
+        if self.delta >= 1:
+            raise InvalidInputError(f"delta must be < 1; got {self.delta!r}.")
+        if not isinstance(self.frames_digest, str) or len(self.frames_digest) > 64:
+            raise InvalidInputError("frames_digest must be the 32-character digest of the published frames.")
+        if self.collection is not None and (not isinstance(self.collection, str) or len(self.collection) > 200):
+            raise InvalidInputError("collection must be a collection name.")
         if isinstance(self.shortlist, bool) or int(self.shortlist) != self.shortlist or int(self.shortlist) < 1:
             raise InvalidInputError(f"shortlist must be a positive integer; got {self.shortlist!r}.")
         self.shortlist = int(self.shortlist)
@@ -109,6 +114,11 @@ class QueryRequest:
         missing = [k for k in need if k not in d]
         if missing:
             raise InvalidInputError(f"request is missing fields: {', '.join(missing)}.")
+        # a strict schema: nothing the client chose beyond these fields reaches the request log
+        unknown = sorted(set(d) - set(need) - {"format", "shortlist", "seeded", "collection"})
+        if unknown:
+            raise InvalidInputError(f"unknown request field(s) {unknown}; a pm_vector request has {sorted(need)} "
+                                    "and optionally shortlist, seeded, collection.")
         try:
             rows = np.asarray(d["rows"], dtype=np.float64)
         except (TypeError, ValueError):
@@ -116,7 +126,7 @@ class QueryRequest:
         return cls(rows=rows, classes=list(d["classes"]), epsilon=d["epsilon"], delta=d["delta"],
                    noise_scale=d["noise_scale"], sigmas=list(d["sigmas"]), frames_digest=str(d["frames_digest"]),
                    shortlist=d.get("shortlist", DEFAULT_SHORTLIST), seeded=bool(d.get("seeded", False)),
-                   collection=d.get("collection"), extra=dict(d.get("extra") or {}))
+                   collection=d.get("collection"))
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,8 @@ ROW_CASES = {
     "sigma_negative": (lambda v: _mutated(v, sigmas=[-1.0] * len(v["sigmas"])), "sigmas"),
     "strings_in_rows": (lambda v: _mutated(v, rows=[["x"] * 4] + v["rows"][1:]), "only numbers"),
     "other_collection": (lambda v: _mutated(v, collection="elsewhere"), "collection"),
+    "unknown_field": (lambda v: _mutated(v, params="x" * 1000), "unknown request field"),
+    "delta_one": (lambda v: _mutated(v, delta=1.0), "delta"),
 }
 
 

@@ -46,7 +46,7 @@ def test_private_query_end_to_end(service, svc_collection, svc_key, svc_split, r
     req = logged["request"] if isinstance(logged["request"], dict) else json.loads(logged["request"])
     assert np.asarray(req["rows"]).shape == (10, 4) and req["seeded"] is False
     assert set(req) == {"format", "rows", "classes", "epsilon", "delta", "noise_scale", "sigmas", "frames_digest",
-                        "shortlist", "seeded", "collection", "extra"}
+                        "shortlist", "seeded", "collection"}
 
 
 def test_private_query_paper_protocol(service, svc_collection, svc_key, svc_split):
