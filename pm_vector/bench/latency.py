@@ -56,6 +56,8 @@ class LatencyConfig:
     delta: float = 1e-5
     n_components: int = 16  # AnchorFrame's default
     shortlist: int = 128
+    graph_degree: int = 16
+    max_prior: int = 1024
     seed: int = 0
 
 
@@ -175,7 +177,8 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
             labels = np.arange(C)
             say(f"C={C}: collection")
             t = time.perf_counter()
-            db.create_collection(name, d, labels.tolist())
+            db.create_collection(name, d, labels.tolist(), settings={"class_rows": {
+                "graph_degree": int(cfg.graph_degree), "max_prior": int(cfg.max_prior)}})
             db.ingest(name, Xs, _labels_for(C, ys, n_classes), external_ids=[f"s{i}" for i in range(len(ys))],
                       payloads=[{"i": i} for i in range(len(ys))], batch_size=50_000)
             db.register_anchor_set(name, Xa, _labels_for(C, ya, n_classes))

@@ -98,6 +98,8 @@ class BenchConfig:
     code_components: int = 64
     #: pm_vector: prior items weighted one by one per row (the rest through the hub counts)
     max_prior: int = 1024
+    #: pm_vector: neighbours per item in the server's raw k-NN graph
+    graph_degree: int = 16
 
 
 def parse_epsilons(text: str) -> tuple[float, ...]:
@@ -186,7 +188,7 @@ class _Context:
 
     @property
     def posterior(self) -> PosteriorShortlist:
-        return self.get("posterior shortlist", lambda: PosteriorShortlist(max_prior=self.cfg.max_prior)
+        return self.get("posterior shortlist", lambda: PosteriorShortlist(self.cfg.graph_degree, self.cfg.max_prior)
                         .fit(self.frames, self.Xs, self.ys))
 
     @property
@@ -415,7 +417,8 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
            "config": {"class_components": cfg.class_components, "clip_quantile": cfg.clip_quantile,
                       "noise_free_components": cfg.noise_free_components, "smlq_components": cfg.n_components,
                       "dp_sigma": cfg.dp_sigma, "dp_alpha": cfg.dp_alpha, "projection_dim": cfg.projection_dim,
-                      "code_components": cfg.code_components, "max_prior": cfg.max_prior},
+                      "code_components": cfg.code_components, "max_prior": cfg.max_prior,
+                      "graph_degree": cfg.graph_degree},
            "results": results, "seconds": round(time.perf_counter() - t0, 2)}
     if label_free_info is not None:
         out["label_free_classifier"] = label_free_info

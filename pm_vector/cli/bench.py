@@ -37,6 +37,8 @@ def privacy(
     k: int = typer.Option(8, "--k", help="Neighbours after the client's re-rank."),
     max_prior: int = typer.Option(1024, help="pm_vector: prior items weighted one by one per row (the server's "
                                   "settings['class_rows']['max_prior'])."),
+    graph_degree: int = typer.Option(16, help="pm_vector: neighbours per item in the server's raw k-NN graph "
+                                     "(settings['class_rows']['graph_degree'])."),
     methods: str = typer.Option(None, help="Comma-separated subset of: pm_vector, pm_vector_codes, "
                                 "pm_vector_label_free, label_only, "
                                 "reference_ldp, privatemail_paper, dp_random_projection, dp_pca, raw_knn, "
@@ -93,7 +95,7 @@ def privacy(
         sizes = tuple(g if g is not None else d for g, d in zip(given, sizes))
         split = split_dataset(ds, *sizes, seed=seed)
         cfg = BenchConfig(epsilons=eps, delta=delta, k=k, shortlist=shortlist or kp_default, seed=seed, methods=chosen,
-                          max_prior=max_prior)
+                          max_prior=max_prior, graph_degree=graph_degree)
         err.print(f"dataset {ds.name}: {ds.n_items} items, {ds.dim} dims, {ds.n_classes} classes; split "
                   f"server/anchor/dummy/query = {sizes}, seed {seed}; k'={cfg.shortlist}, k={k}")
         t0 = time.perf_counter()
@@ -156,6 +158,8 @@ def latency(
     repeats: int = typer.Option(50, help="Timed requests per C (after 5 warm-up requests)."),
     epsilon: float = typer.Option(1.0, help="epsilon of the clients' releases."),
     shortlist: int = typer.Option(128, help="k' candidates per row of a pm_vector request."),
+    graph_degree: int = typer.Option(16, help="Neighbours per item in the pm_vector shortlist's raw k-NN graph."),
+    max_prior: int = typer.Option(1024, help="Prior items the pm_vector shortlist weights one by one per row."),
     seed: int = typer.Option(0, help="Seed of the data, the split and the clients (reproducible)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
 ):
@@ -170,7 +174,8 @@ def latency(
     from ..bench.latency import LatencyConfig, run
 
     cfg = LatencyConfig(items=items, anchors=anchors, rows=_ints(rows, "--rows"), data=data, dim=dim, k=k,
-                        repeats=repeats, epsilon=epsilon, shortlist=shortlist, seed=seed)
+                        repeats=repeats, epsilon=epsilon, shortlist=shortlist, graph_degree=graph_degree,
+                        max_prior=max_prior, seed=seed)
     result = _run_with_spinner("latency", run, cfg, as_json)
     if result is None:
         return
