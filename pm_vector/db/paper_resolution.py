@@ -56,7 +56,8 @@ from ..errors import RequestError
 from .engine import connect
 from .errors import DimensionMismatchError
 from .frame import RunFrame, _run_row, run_frame
-from .requests import MAX_QUERY_ROWS, AnchorIdMismatchError, _one_blas_thread, _parse, finish, run_snapshot
+from .requests import (MAX_QUERY_ROWS, AnchorIdMismatchError, _one_blas_thread, _parse, answer_rows, finish,
+                       run_snapshot)
 
 
 def _post_process(rf: RunFrame, rel: ReleaseRequest) -> PrivateMailRequest:
@@ -182,30 +183,8 @@ def resolve_paper(collection: str, req, raw: str | None, k: int, include_feature
                         log=log, timings=timings)
 
     C = int(pm_req.n_query_rows)
-    out_rows: list[dict[str, Any]] = [{"row": i, "item_ids": [], "external_ids": [], "labels": [], "distances": [],
-                                       "payloads": []} for i in range(C)]
-    feats: list[list] = [[] for _ in range(C)]
-    if kahm_id is not None:
-        for o in out_rows:
-            o["predicted"], o["class_scores"] = [], []
-        si = 8 if include_features else 7
-    for r in rows:
-        o = out_rows[r[0] - 1]
-        if kahm_id is not None:
-            o["predicted"].append(None if r[si] is None else int(r[si]))
-            o["class_scores"].append(None if r[si + 1] is None else [float(v) for v in r[si + 1]])
-        o["item_ids"].append(int(r[2]))
-        o["external_ids"].append(r[3])
-        o["labels"].append(int(r[4]))
-        o["distances"].append(float(r[5]))
-        o["payloads"].append(r[6])
-        if include_features:
-            v = r[7]
-            feats[r[0] - 1].append(np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32))
-    if include_features:
-        d = int(coll["feature_dim"])
-        for o, f in zip(out_rows, feats):
-            o["features"] = np.stack(f) if f else np.zeros((0, d), np.float32)
+    out_rows = answer_rows(rows, C, "distances", feature_dim=int(coll["feature_dim"]) if include_features else None,
+                           kahm=kahm_id is not None)
     timings["total"] = (time.perf_counter() - t0) * 1e3
     return {"collection": collection, "run_id": rf.run_id, "k": k, "n_query_rows": C, "rows": out_rows,
             "release_only": isinstance(req, ReleaseRequest),

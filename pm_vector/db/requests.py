@@ -127,17 +127,22 @@ def _check_k(k) -> int:
     return int(k)
 
 
+def _finite_matrix(a, what: str) -> np.ndarray:
+    """The request's ``what`` as a 2-d numeric array with finite values, or a RequestError."""
+    a = np.asarray(a)
+    if a.ndim != 2 or a.dtype.kind not in "fiu":
+        raise RequestError(f"the request's {what} must be a 2-d numeric array, got shape {a.shape}.")
+    if not np.all(np.isfinite(a)):
+        bad = int(np.argwhere(~np.isfinite(a))[0][0])
+        raise RequestError(f"the request's {what} contains NaN or infinite values (first at row {bad}); a valid "
+                           "client never sends them -- rebuild the request.")
+    return a
+
+
 def _check_rows(req) -> None:
     if isinstance(req, QueryRequest):
         return _check_class_rows(req)
-    emb = req.release if isinstance(req, ReleaseRequest) else req.embedding
-    emb = np.asarray(emb)
-    if emb.ndim != 2 or emb.dtype.kind not in "fiu":
-        raise RequestError(f"the request's embedding must be a 2-d numeric array, got shape {emb.shape}.")
-    if not np.all(np.isfinite(emb)):
-        bad = int(np.argwhere(~np.isfinite(emb))[0][0])
-        raise RequestError(f"the request's embedding contains NaN or infinite values (first at row {bad}); "
-                           "a valid client never sends them -- rebuild the request.")
+    emb = _finite_matrix(req.release if isinstance(req, ReleaseRequest) else req.embedding, "embedding")
     n_q = req.n_query_rows
     if isinstance(n_q, bool) or int(n_q) != n_q or int(n_q) < 1:
         raise RequestError(f"n_query_rows must be a positive integer, got {n_q!r}.")
@@ -147,13 +152,7 @@ def _check_rows(req) -> None:
 
 
 def _check_class_rows(req: QueryRequest) -> None:
-    rows = np.asarray(req.rows)
-    if rows.ndim != 2 or rows.dtype.kind not in "fiu":
-        raise RequestError(f"the request's rows must be a 2-d numeric array, got shape {rows.shape}.")
-    if not np.all(np.isfinite(rows)):
-        bad = int(np.argwhere(~np.isfinite(rows))[0][0])
-        raise RequestError(f"the request's rows contain NaN or infinite values (first at row {bad}); a valid client "
-                           "never sends them -- rebuild the request.")
+    rows = _finite_matrix(req.rows, "rows")
     sig = np.asarray(req.sigmas, dtype=np.float64).reshape(-1)
     if sig.shape[0] != rows.shape[0] or not np.all(np.isfinite(sig)) or np.any(sig <= 0):
         raise RequestError(f"sigmas must be {rows.shape[0]} finite numbers > 0 (one per row).")
@@ -229,3 +228,44 @@ def finish(conn, collection: str, req, raw: str | None, *, run_id: int, n_rows: 
                          conn=conn, request_json=raw)
     timings["log"] = (time.perf_counter() - t) * 1e3
     return log_id
+
+
+def answer_rows(rows, n_rows: int, value_key: str, *, feature_dim: int | None = None, code_dim: int | None = None,
+                kahm: bool = False) -> list[dict]:
+    """The per-row answer of a resolve statement's result, whose columns are ``row (1-based),
+    rank, item_id, external_id, label, value, payload`` then, when asked, the raw features
+    (``feature_dim``), the published code (``code_dim``) and the KAHM ``predicted, scores``.
+    ``value_key`` names the value column (``distances`` or ``scores``)."""
+    out = [{"row": i, "item_ids": [], "external_ids": [], "labels": [], value_key: [], "payloads": []}
+           for i in range(n_rows)]
+    feats: list[list] = [[] for _ in range(n_rows)]
+    codes: list[list] = [[] for _ in range(n_rows)]
+    if kahm:
+        for o in out:
+            o["predicted"], o["class_scores"] = [], []
+    ci = 7 + (feature_dim is not None)  # the code's column
+    si = ci + (code_dim is not None)  # the KAHM columns
+    for r in rows:
+        o = out[r[0] - 1]
+        o["item_ids"].append(int(r[2]))
+        o["external_ids"].append(r[3])
+        o["labels"].append(int(r[4]))
+        o[value_key].append(float(r[5]))
+        o["payloads"].append(r[6])
+        if feature_dim is not None:
+            v = r[7]
+            feats[r[0] - 1].append(np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32))
+        if code_dim is not None:
+            v = r[ci]
+            codes[r[0] - 1].append(np.full(code_dim, np.nan, np.float16) if v is None else
+                                   np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float16))
+        if kahm:
+            o["predicted"].append(None if r[si] is None else int(r[si]))
+            o["class_scores"].append(None if r[si + 1] is None else [float(v) for v in r[si + 1]])
+    if feature_dim is not None:
+        for o, f in zip(out, feats):
+            o["features"] = np.stack(f) if f else np.zeros((0, feature_dim), np.float32)
+    if code_dim is not None:
+        for o, f in zip(out, codes):
+            o["codes"] = np.stack(f) if f else np.zeros((0, code_dim), np.float16)
+    return out

@@ -52,8 +52,17 @@ from .engine import connect
 from .errors import ClassRowsUnavailableError, DimensionMismatchError
 from .frame import _run_row, class_frames, client_frame, public_anchor  # noqa: F401  (the public-anchor API)
 from .paper_resolution import explain_paper, post_process_release, resolve_paper  # noqa: F401  (paper API)
-from .requests import (MAX_QUERY_ROWS, FramesDigestMismatchError, _check_k, _check_k_prime, _check_rows, _parse,
-                       finish, run_snapshot)
+from .requests import (
+    MAX_QUERY_ROWS,
+    FramesDigestMismatchError,
+    _check_k,
+    _check_k_prime,
+    _check_rows,
+    _parse,
+    answer_rows,
+    finish,
+    run_snapshot,
+)
 
 
 def resolve(collection: str, request, k: int = 8, include_features: bool = False, *, conn=None,
@@ -227,39 +236,8 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
         log_id = finish(conn, collection, req, raw, run_id=run_id, n_rows=len(rows), received=received, t0=t0,
                         log=log, timings=timings)
     C = req.n_rows
-    out_rows: list[dict[str, Any]] = [{"row": i, "item_ids": [], "external_ids": [], "labels": [], "scores": [],
-                                       "payloads": []} for i in range(C)]
-    feats: list[list] = [[] for _ in range(C)]
-    codes: list[list] = [[] for _ in range(C)]
-    if kahm_id is not None:
-        for o in out_rows:
-            o["predicted"], o["class_scores"] = [], []
-    ci = 8 if include_features else 7  # the code's column
-    si = ci + (1 if include_codes else 0)  # the KAHM columns'
-    for r in rows:
-        o = out_rows[r[0] - 1]
-        o["item_ids"].append(int(r[2]))
-        o["external_ids"].append(r[3])
-        o["labels"].append(int(r[4]))
-        o["scores"].append(float(r[5]))
-        o["payloads"].append(r[6])
-        if include_features:
-            v = r[7]
-            feats[r[0] - 1].append(np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32))
-        if include_codes:
-            v = r[ci]
-            codes[r[0] - 1].append(np.full(code_dim, np.nan, np.float16) if v is None else
-                                   np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float16))
-        if kahm_id is not None:
-            o["predicted"].append(None if r[si] is None else int(r[si]))
-            o["class_scores"].append(None if r[si + 1] is None else [float(v) for v in r[si + 1]])
-    if include_features:
-        d = int(coll["feature_dim"])
-        for o, f in zip(out_rows, feats):
-            o["features"] = np.stack(f) if f else np.zeros((0, d), np.float32)
-    if include_codes:
-        for o, f in zip(out_rows, codes):
-            o["codes"] = np.stack(f) if f else np.zeros((0, code_dim), np.float16)
+    out_rows = answer_rows(rows, C, "scores", feature_dim=int(coll["feature_dim"]) if include_features else None,
+                           code_dim=code_dim if include_codes else None, kahm=kahm_id is not None)
     timings["total"] = (time.perf_counter() - t0) * 1e3
     return {"collection": collection, "run_id": run_id, "format": CLASS_ROWS_FORMAT, "k_prime": kp,
             "n_query_rows": C, "rows": out_rows,
