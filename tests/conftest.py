@@ -28,3 +28,9 @@ def public_anchor(digits_split):
     Xd, yd = digits_split.dummy
     return PublicAnchor(list(range(len(ya))), Xa, ya, Xd, yd)
 
+
+
+@pytest.fixture(autouse=True)
+def _private_budget_ledger(tmp_path, monkeypatch):
+    """No test writes the user's real client ledger (~/.local/share/pm_vector/client/budget.json)."""
+    monkeypatch.setattr("pm_vector.client.budget.default_path", lambda: tmp_path / "client_budget.json")

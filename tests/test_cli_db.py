@@ -142,3 +142,132 @@ def test_bench_latency_and_scale_small(home):
     assert r.exit_code == 2 and "C = 7" in r.output
     r = runner.invoke(app, ["bench", "scale", "--sizes", "1000"])
     assert r.exit_code == 2 and "two different" in r.output
+
+
+def _bad_files(d):
+    ok = np.abs(np.random.default_rng(0).normal(size=(6, 4))) + 0.1
+    np.save(d / "ok.npy", ok)
+    np.save(d / "y.npy", np.array([0, 1, 0, 1, 0, 1]))
+    np.save(d / "complex.npy", ok + 1j)
+    np.save(d / "str.npy", np.array([["a", "b"], ["c", "d"]]))
+    np.save(d / "pickled.npy", np.array([{"x": 1}, None], dtype=object), allow_pickle=True)
+    raw = (d / "ok.npy").read_bytes()
+    (d / "truncated.npy").write_bytes(raw[:-17])
+    (d / "garbage.npy").write_bytes(b"not a numpy file at all")
+    np.save(d / "ystr.npy", np.array(["cat", "dog", "cat", "dog", "cat", "dog"]))
+    nan = ok.copy()
+    nan[3, 2] = np.nan
+    np.save(d / "nan.npy", nan)
+    return {"complex": ("complex values", "features"), "str": ("strings", "features"),
+            "pickled": ("pickled", "features"), "truncated": ("truncated", "features"),
+            "garbage": ("not a .npy file", "features"), "ystr": ("strings", "labels"),
+            "nan": ("NaN", "features")}
+
+
+def test_ingest_refuses_bad_files_clearly_and_writes_nothing(home, tmp_path):
+    import pm_vector.db as db
+
+    cases = _bad_files(tmp_path)
+    name = "cli_" + uuid.uuid4().hex[:8]
+    try:
+        for bad, (msg, which) in cases.items():
+            f = tmp_path / f"{bad}.npy"
+            args = ["--features", str(f), "--labels", str(tmp_path / "y.npy")] if which == "features" else \
+                ["--features", str(tmp_path / "ok.npy"), "--labels", str(f)]
+            r = runner.invoke(app, ["ingest", name, *args, "--create"])
+            assert r.exit_code == 2, (bad, r.output)
+            assert isinstance(r.exception, SystemExit) and "Traceback" not in r.output, bad
+            assert msg in " ".join(r.output.split()), (bad, r.output)
+            # --create with a bad file leaves no collection behind: the retry is not blocked
+            assert name not in {c["name"] for c in db.list_collections()}, bad
+        out = _json(["ingest", name, "--features", str(tmp_path / "ok.npy"), "--labels", str(tmp_path / "y.npy"),
+                     "--create", "--json"])
+        assert out["created"] == name and out["n_rows"] == 6
+        assert db.collection_info(name)["n_items"] == 6
+        for bad in ("complex", "nan"):  # into an existing collection: nothing written either
+            r = runner.invoke(app, ["ingest", name, "--features", str(tmp_path / f"{bad}.npy"),
+                                    "--labels", str(tmp_path / "y.npy")])
+            assert r.exit_code == 2 and "Traceback" not in r.output
+        assert db.collection_info(name)["n_items"] == 6
+    finally:
+        db.drop_collection(name, missing_ok=True)
+
+
+def test_anchor_ingest_with_create_that_fails_leaves_no_collection(home, tmp_path):
+    import pm_vector.db as db
+
+    name = "cli_" + uuid.uuid4().hex[:8]
+    np.save(tmp_path / "A.npy", np.ones((4, 3)))
+    np.save(tmp_path / "ya.npy", np.array([0, 1, 0, 1]))
+    np.save(tmp_path / "Y.npy", np.ones((5, 3)))  # 5 rows, 4 labels
+    r = runner.invoke(app, ["ingest", name, "--features", str(tmp_path / "Y.npy"), "--labels",
+                            str(tmp_path / "ya.npy"), "--role", "anchor", "--create"])
+    assert r.exit_code == 2 and "need (n, d) and (n,)" in r.output
+    assert name not in {c["name"] for c in db.list_collections()}
+
+
+def test_db_cleanup_drops_orphan_run_tables_and_keeps_the_active_run(home):
+    import pm_vector.db as db
+    from pm_vector.bench.latency import clustered
+
+    name = "cli_" + uuid.uuid4().hex[:8]
+    X, y = clustered(300, 8, 3, seed=2)
+    with db.connect(autocommit=True) as conn:
+        ghost = conn.execute("SELECT coalesce(max(id), 0) + 100000 FROM pm_vector.embedding_runs").fetchone()[0]
+        try:
+            db.create_collection(name, 8, [0, 1, 2])
+            db.ingest(name, X[:250], y[:250])
+            db.register_anchor_set(name, X[250:], y[250:])
+            P = np.random.default_rng(1).normal(size=(8, 3))
+
+            def embed(ax, ay, ix, iy, params, seed, progress):
+                return ax.astype(np.float64) @ P, ix.astype(np.float64) @ P
+
+            run = db.run_embedding_job(name, {"k": 3}, 1, embed_fn=embed)["run_id"]
+            # tables of a run whose row is gone, and of a failed run: what a crashed job may leave
+            conn.execute(f"CREATE TABLE pm_vector.run_{ghost}_items (item_id bigint)")
+            conn.execute(f"CREATE TABLE pm_vector.run_{ghost}_hubs (item_id bigint)")
+            out = _json(["db", "cleanup", "--json"])
+            assert ghost in out["orphan_run_tables"] and run not in out["orphan_run_tables"]
+            assert conn.execute("SELECT to_regclass(%s)", [f"pm_vector.run_{ghost}_items"]).fetchone()[0] is None
+            assert conn.execute("SELECT to_regclass(%s)", [f"pm_vector.run_{run}_items"]).fetchone()[0] is not None
+            assert len(db.knn(name, np.ones(3), 5)["item_ids"]) == 5
+            assert _json(["db", "cleanup", "--json"])["orphan_run_tables"] == []
+        finally:
+            conn.execute(f"DROP TABLE IF EXISTS pm_vector.run_{ghost}_items, pm_vector.run_{ghost}_hubs")
+            db.drop_collection(name, missing_ok=True)
+
+
+def test_prune_requests_and_cleanup_keep_the_log_within_retention(home, monkeypatch):
+    import datetime as dt
+
+    import pm_vector.db as db
+
+    name, gone = "cli_" + uuid.uuid4().hex[:8], "cli_" + uuid.uuid4().hex[:8]
+    db.create_collection(name, 3, [0])
+    db.create_collection(gone, 3, [0])
+    now = dt.datetime.now(dt.timezone.utc)
+    try:
+        old = db.log_request(name, {"r": 1}, received_at=now - dt.timedelta(days=40))
+        mid = db.log_request(name, {"r": 2}, received_at=now - dt.timedelta(days=12))
+        new = db.log_request(name, {"r": 3})
+        orphan = db.log_request(gone, {"r": 4})
+        db.drop_collection(gone)
+
+        def present():
+            with db.connect() as c:
+                return {r[0] for r in c.execute("SELECT id FROM pm_vector.request_log WHERE id = ANY(%s)",
+                                                [[old, mid, new, orphan]]).fetchall()}
+
+        monkeypatch.setenv("PM_VECTOR_SERVICE_REQUEST_LOG_RETENTION_DAYS", "30")
+        out = _json(["db", "cleanup", "--json"])
+        assert out["retention_days"] == 30 and out["requests_pruned"] >= 2
+        assert present() == {mid, new}
+        out = _json(["db", "prune-requests", "--older-than", "10", "--json"])
+        assert out["deleted"] >= 1 and out["older_than_days"] == 10
+        assert present() == {new}
+        r = runner.invoke(app, ["db", "prune-requests", "--older-than", "-1"])
+        assert r.exit_code == 2 and present() == {new}
+    finally:
+        db.drop_collection(name, missing_ok=True)
+        db.drop_collection(gone, missing_ok=True)

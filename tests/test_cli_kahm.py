@@ -80,7 +80,7 @@ def test_fit_models_classify_and_new_items(coll, digits, tmp_path):
     fit = _json(["kahm", "fit", coll, *N_COMP, "--no-progress", "--json"])
     assert fit["collection"] == coll and fit["kind"] == "raw" and fit["n_items"] == 300
     assert fit["n_scored_items"] == 300 and fit["is_current"] and fit["training_accuracy"] > 0.9
-    assert fit["params"]["n_components"] == 8 and fit["privacy"] is None
+    assert fit["params"]["n_components"] == 8 and fit["privacy"]["unit"] == "none"
     listed = _json(["kahm", "models", coll, "--json"])["models"]
     assert [m["model_id"] for m in listed] == [fit["model_id"]] and listed[0]["is_current"]
     assert any(m["model_id"] == fit["model_id"] for m in _json(["kahm", "models", "--json"])["models"])
@@ -119,7 +119,10 @@ def test_bad_input_is_refused_clearly(coll, tmp_path):
     _refused(["kahm", "fit", coll, "--kind", "secret"], "--kind must be one of")
     _refused(["kahm", "fit", coll, "--n-components", "99"], "exceeds")
     _refused(["kahm", "fit", "no_such_collection_k"], "unknown collection")
-    _refused(["kahm", "anchor", coll, "--epsilon", "1"], "value_range=(lo, hi) is required")
+    _refused(["kahm", "anchor", coll, "--epsilon", "1", "--unit", "element"], "value_range=(lo, hi) is required")
+    _refused(["kahm", "anchor", coll, "--epsilon", "1", "--unit", "pixel"], "unit must be one of")
+    _refused(["kahm", "anchor", coll, "--epsilon", "1", "--clip-norm", "0"], "clip_norm")
+    _refused(["kahm", "fit", coll, "--stopping-rule"], "for --kind fabricated")
     _refused(["kahm", "anchor", coll, "--epsilon", "1", "--value-range", "1"], "two numbers")
     _refused(["kahm", "anchor", coll, "--epsilon", "-1", "--value-range", "0,1"], "epsilon")
     _refused(["kahm", "anchor", "no_such_collection_k", "--epsilon", "1", "--value-range", "0,1"],
@@ -142,7 +145,8 @@ def test_bad_input_is_refused_clearly(coll, tmp_path):
 def test_anchor_registers_sets_with_provenance_and_embeds(coll):
     import pm_vector.db as db
 
-    res = _json(["kahm", "anchor", coll, "--epsilon", "2", "--value-range", "0,1", "--anchors-per-class", "10",
+    res = _json(["kahm", "anchor", coll, "--epsilon", "2", "--unit", "element", "--value-range", "0,1",
+                 "--anchors-per-class", "10",
                  "--dummies-per-class", "3", "--n-components", "5", "--smoothing-steps", "3", "--noise-seed", "0",
                  "--embed", "--json", "--no-progress"])
     a, d = db.get_anchor_set(coll), db.get_anchor_set(coll, "dummy")
@@ -152,23 +156,26 @@ def test_anchor_registers_sets_with_provenance_and_embeds(coll):
         p = s.provenance
         assert p["epsilon"] == 2.0 and p["value_range"] == [0.0, 1.0] and p["sensitivity"] == 1.0
         assert p["row_epsilon"] == pytest.approx(2.0 * 64) and p["smoothing"] == "fixed 3 steps (public)"
-        assert p["anchors_per_class"] == 10 and p["dummies_per_class"] == 3 and "NOT private" in p["noise"]
+        assert p["anchors_per_class"] == 10 and p["dummies_per_class"] == 3 and "NOT private" in p["noise_seed"]
+        assert p["unit"] == "element" and p["per_item_epsilon"] == pytest.approx(2.0 * 64)
     assert res["provenance"] == a.provenance
     np.testing.assert_allclose(np.linalg.norm(a.features, axis=1), 1.0, atol=1e-5)  # unit-norm anchor rows
     assert sorted(np.bincount(a.labels).tolist()) == [10] * 10
     emb = res["embedding"]  # the embedding job of `pm-vector embed`, on the new anchor
     assert emb["status"] == "succeeded" and emb["is_active"] and emb["anchor_set_id"] == a.anchor_set_id
     assert emb["n_items"] == 300 and emb["n_anchors"] == 100
-    # table output, no embedding, the library's default smoothing (fixed public steps)
-    r = _ok(["kahm", "anchor", coll, "--epsilon", "1", "--value-range", "0,1", "--anchors-per-class", "10",
+    # table output, no embedding, the defaults: row level (epsilon per item), fixed public steps
+    r = _ok(["kahm", "anchor", coll, "--epsilon", "4", "--anchors-per-class", "10",
              "--dummies-per-class", "0", "--n-components", "5", "--no-progress"])
-    assert "DP fabricated anchor" in r.stdout and "anchor_set_id" in r.stdout
+    assert "DP fabricated anchor" in r.stdout and "anchor_set_id" in r.stdout and "epsilon per item" in r.stdout
     a2 = db.get_anchor_set(coll)
     assert a2.anchor_set_id > a.anchor_set_id and a2.provenance["smoothing"].startswith("fixed")
-    assert a2.provenance["noise"] == "cryptographically seeded"
+    assert a2.provenance["noise_seed"] == "cryptographically seeded"
+    assert a2.provenance["unit"] == "row" and a2.provenance["per_item_epsilon"] == 4.0
+    assert a2.provenance["clip_norm"] == 1.0 and a2.provenance["value_range"] is None
     r = _ok(["kahm", "anchor", coll, "--epsilon", "1", "--value-range", "0,1", "--anchors-per-class", "10",
              "--dummies-per-class", "0", "--n-components", "5", "--stopping-rule", "--json"])
-    assert json.loads(r.stdout)["provenance"]["smoothing"].startswith("stopping rule")
+    assert json.loads(r.stdout)["provenance"]["smoothing"].startswith("paper's stopping rule")
     _refused(["kahm", "anchor", coll, "--epsilon", "1", "--value-range", "0,1", "--stopping-rule",
               "--smoothing-steps", "3"], "exclude each other")
     assert db.get_anchor_set(coll, "dummy").anchor_set_id == d.anchor_set_id  # no dummy pool this time
@@ -182,7 +189,7 @@ def test_federate_and_audit(home, digits, tmp_path):
     names = ["kfa_" + uuid.uuid4().hex[:8], "kfb_" + uuid.uuid4().hex[:8]]
     try:
         for name, sl in zip(names, (slice(0, 200), slice(200, 400))):
-            db.create_collection(name, X.shape[1], classes)
+            db.create_collection(name, X.shape[1], classes, settings={"kahm": {"raw_distances": True}})
             db.ingest(name, X[sl], y[sl])
             _ok(["kahm", "fit", name, "--n-components", "6", "--no-progress"])
         q = tmp_path / "q.npy"
@@ -196,14 +203,20 @@ def test_federate_and_audit(home, digits, tmp_path):
         _refused(["kahm", "federate", names[0], "no_such_collection_k", "--features", str(q)], "unknown collection")
 
         rep = _json(["kahm", "audit", names[0], "--epsilon", "1", "--value-range", "0,1", "--n-components", "5",
-                     "--smoothing-steps", "3", "--noise-seed", "0", "--holdout", "0.3", "--no-progress", "--json"])
+                     "--smoothing-steps", "3", "--noise-seed", "0", "--holdout", "0.3", "--repeats", "2",
+                     "--no-progress", "--json"])
+        assert rep["n_repeats"] == 2 and rep["tpr_at_fpr_0.01_raw"]["members"] == 2 * rep["n_train"]
         assert rep["collection"] == names[0] and rep["n_train"] + rep["n_holdout"] == 200
         assert rep["params"]["epsilon"] == 1.0 and rep["params"]["holdout_fraction"] == 0.3
         for tag in ("raw", "noisy", "fab"):
             assert 0.0 <= rep[f"accuracy_{tag}"] <= 1.0 and 0.0 <= rep[f"auc_{tag}"] <= 1.0
         r = _ok(["kahm", "audit", names[1], "--epsilon", "1", "--value-range", "0,1", "--n-components", "5",
-                 "--smoothing-steps", "3", "--max-items", "150", "--no-progress"])
+                 "--smoothing-steps", "3", "--max-items", "150", "--repeats", "1", "--no-progress"])
         assert "membership-inference audit" in r.stdout and "fabricated" in r.stdout and "MIS reduction" in r.stdout
+        assert "TPR" in r.stdout and "CI" in r.stdout
+        # no --epsilon: the deployed model (the raw one fitted above) is audited
+        dep = _json(["kahm", "audit", names[1], "--repeats", "1", "--no-progress", "--json"])
+        assert dep["configuration"]["source"] == "deployed" and dep["kinds"] == ["raw"]
         listed = _json(["kahm", "audits", names[0], "--json"])["audits"]
         assert [a["audit_id"] for a in listed] == [rep["audit_id"]]
         assert listed[0]["epsilon"] == 1.0 and listed[0]["report"]["n_train"] == rep["n_train"]

@@ -12,6 +12,14 @@ from pm_vector.alignment import align_request
 from pm_vector.neighbors import knn_search
 
 
+@pytest.fixture(autouse=True)
+def _own_ledger(tmp_path, monkeypatch):
+    """Unseeded requests charge the default ledger: keep it in this test's directory."""
+    monkeypatch.setenv("PM_VECTOR_HOME", str(tmp_path))
+    monkeypatch.delenv("PM_VECTOR_EPSILON_BUDGET", raising=False)
+    monkeypatch.delenv("PM_VECTOR_DELTA_BUDGET", raising=False)
+
+
 @pytest.fixture(scope="module")
 def small(digits_split):
     """A small anchor (6 per class) so hundreds of requests stay fast."""
@@ -137,6 +145,27 @@ def test_budget_is_checked_before_anything_is_released(small, digits_split):
     with pytest.raises(BudgetExceededError):
         pm.request(Xq[1], yq[1], anchor)
     assert acc.total() == pytest.approx((1.0, 1e-5))
+
+
+def test_unseeded_requests_charge_the_default_ledger_and_stop_at_the_default_budget(small, digits_split, tmp_path):
+    """No accountant is not unlimited: the default ledger (default budget eps 10) is charged
+    before the noise is drawn, for PrivateMail and its release-only (paper) variant alike."""
+    from pm_vector.client.budget import PrivacyBudget
+    from pm_vector.client.release import ReleaseOnlyPrivateMail
+
+    frame, anchor = small
+    Xq, yq = digits_split.query
+    PrivateMail(frame, epsilon=4.0).request(Xq[0], yq[0], anchor, collection="digits")
+    ReleaseOnlyPrivateMail(frame, epsilon=4.0).request_release(Xq[1], yq[1], anchor, collection="digits")
+    st = PrivacyBudget().status("local:digits")
+    assert st["releases"] == 2 and st["epsilon_spent"] == pytest.approx(8.0) and st["epsilon_budget"] == 10.0
+    assert PrivacyBudget().path.is_relative_to(tmp_path)
+    with pytest.raises(BudgetExceededError):
+        PrivateMail(frame, epsilon=4.0).request(Xq[2], yq[2], anchor, collection="digits")
+    assert PrivacyBudget().status("local:digits")["releases"] == 2  # the refused one recorded nothing
+    # a seeded request (tests, benchmarks: not a private release) is not charged
+    PrivateMail(frame, epsilon=4.0, _rng=0).request(Xq[2], yq[2], anchor, collection="digits")
+    assert PrivacyBudget().status("local:digits")["releases"] == 2
 
 
 def test_resolution_aligns_and_refuses_mismatches(small, digits_split):

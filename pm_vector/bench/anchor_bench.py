@@ -7,8 +7,10 @@ protocol, end to end through the database, side by side in one run:
 * ``public``: the reference -- a public anchor set and dummy pool (disjoint stratified splits
   of the dataset, as ``pm-vector bench privacy`` uses);
 * ``fabricated``: the same collection, its anchor and dummy pool fabricated from its items at
-  each ``anchor_epsilon`` (per element, Definition 10; the provenance row says what that is per
-  item row) and clipping range ``value_range``.
+  each ``anchor_epsilon``. ``unit="row"`` (the default, the headline): each item row clipped to
+  the public L2 norm ``clip_norm`` and perturbed as a whole, so ``anchor_epsilon`` is the
+  per-item epsilon. ``unit="element"``: Result 1 per element of the rows clipped to the public
+  ``value_range`` (per item: ``p x epsilon``, reported as ``per_item_epsilon``).
 
 For each, the embedding job runs on that anchor, then every held-out query is sent twice at
 client epsilon ``client_epsilon``, built from the downloaded public anchor and resolved by SQL:
@@ -17,8 +19,8 @@ client's re-rank by raw features: ``pm_vector`` with ``nn_recall_at_8``) and as 
 request (the paper's protocol: recall@8 / precision@8 of the real rows). Raw k-NN in feature
 space (no privacy) is printed beside them.
 
-Returns ``{"anchor": [{"dataset", "anchor", "anchor_epsilon", "value_range", "row_epsilon",
-"client_epsilon", "recall_at_8", "precision_at_8", "pm_vector": {"nn_recall_at_8",
+Returns ``{"anchor": [{"per_item_epsilon", "dataset", "anchor", "unit", "anchor_epsilon", "clip_norm",
+"value_range", "client_epsilon", "recall_at_8", "precision_at_8", "pm_vector": {"nn_recall_at_8",
 "precision_at_8"}, "fabricate_seconds", "embed_seconds", "query_seconds"}, ...], "raw_knn": [...],
 "config": {...}}``.
 """
@@ -83,8 +85,9 @@ def _pm_vector_queries(name, Xq, yq, ys, ids, true_idx, client_epsilon, delta, k
 
 
 def run_anchor_benchmark(datasets: Iterable[str] = ("digits", "fashion-mnist"), *,
-                         anchor_epsilons: Iterable[float] = (1.0, 4.0, 16.0),
-                         value_ranges: Iterable[tuple[float, float]] = ((0.0, 1.0), (0.0, 0.35)),
+                         anchor_epsilons: Iterable[float] = (1.0, 4.0, 16.0, 64.0),
+                         units: Iterable[str] = ("row",), clip_norm: float = 1.0,
+                         value_ranges: Iterable[tuple[float, float]] = ((0.0, 1.0),),
                          client_epsilon: float = 1.0, delta: float = 1e-5, n_queries: int | None = None,
                          smoothing_steps: int | None = 5, seed: int = 0, noise_seed: int | None = None,
                          progress: Callable[[str], None] | None = None) -> dict:
@@ -124,9 +127,11 @@ def run_anchor_benchmark(datasets: Iterable[str] = ("digits", "fashion-mnist"), 
                              description=f"{dsname} (bench kahm --part anchor)")
         try:
             ids = np.asarray(db.ingest(name, Xs, ys)["item_ids"])
-            configs = [("public", None, None)] + [("fabricated", float(e), tuple(map(float, vr)))
-                                                  for vr in value_ranges for e in anchor_epsilons]
-            for kind, eps, vr in configs:
+            configs = [("public", None, None, None)]
+            for unit in units:
+                vrs = [None] if unit == "row" else [tuple(map(float, vr)) for vr in value_ranges]
+                configs += [("fabricated", unit, float(e), vr) for vr in vrs for e in anchor_epsilons]
+            for kind, unit, eps, vr in configs:
                 t = time.perf_counter()
                 prov = None
                 if kind == "public":
@@ -134,7 +139,8 @@ def run_anchor_benchmark(datasets: Iterable[str] = ("digits", "fashion-mnist"), 
                     db.register_anchor_set(name, *sp.dummy, role="dummy", description="public dummy pool")
                 else:
                     a, d, src = per_class
-                    prov = dk.fabricate_anchor_set(name, eps, value_range=vr, delta=delta, anchors_per_class=a,
+                    prov = dk.fabricate_anchor_set(name, eps, unit=unit, clip_norm=clip_norm, value_range=vr,
+                                                   delta=delta, anchors_per_class=a,
                                                    dummies_per_class=d, source_per_class=src,
                                                    smoothing_steps=smoothing_steps, noise_seed=noise_seed)["provenance"]
                 fab_s = time.perf_counter() - t
@@ -144,22 +150,25 @@ def run_anchor_benchmark(datasets: Iterable[str] = ("digits", "fashion-mnist"), 
                 rec, prec, q_s = _queries(db, name, Xq, yq, ys, ids, client_epsilon, delta, cfg, seed + 7)
                 pmv = _pm_vector_queries(name, Xq, yq, ys, ids, true_idx, client_epsilon, delta, SHORTLIST[dsname],
                                          seed + 11)
-                row = {"dataset": dsname, "anchor": kind, "anchor_epsilon": eps,
+                row = {"per_item_epsilon": None if prov is None else prov["per_item_epsilon"],
+                       "dataset": dsname, "anchor": kind, "unit": unit, "anchor_epsilon": eps,
+                       "clip_norm": clip_norm if unit == "row" else None,
                        "value_range": None if vr is None else list(vr),
-                       "row_epsilon": None if prov is None else prov["row_epsilon"],
                        "n_anchors": sizes[1] if kind == "public" else per_class[0] * len(ds.classes),
                        "client_epsilon": client_epsilon, "recall_at_8": rec, "precision_at_8": prec,
                        "pm_vector": pmv,
                        "fabricate_seconds": round(fab_s, 3), "embed_seconds": round(emb_s, 3),
                        "query_seconds": round(q_s, 3), "n_queries": int(len(yq))}
                 out["anchor"].append(row)
-                say(f"{dsname} {kind}" + ("" if eps is None else f" eps={eps:g} range={vr}") +
+                say(f"{dsname} {kind}" + ("" if eps is None else
+                                         f" per-item eps={row['per_item_epsilon']:g} ({unit} level)") +
                     f": recall@8 {rec:.3f} precision@8 {prec:.3f}; pm_vector nn_recall@8 "
                     f"{pmv['nn_recall_at_8']:.3f} precision@8 {pmv['precision_at_8']:.3f}")
         finally:
             db.drop_collection(name, missing_ok=True)
     out["config"] = {"sizes": {d: ANCHOR_SIZES[d] for d in datasets}, "client_epsilon": client_epsilon,
-                     "delta": delta, "smoothing_steps": smoothing_steps, "seed": seed,
+                     "delta": delta, "smoothing_steps": smoothing_steps, "seed": seed, "units": list(units),
+                     "clip_norm": clip_norm,
                      "noise_seed": "secure" if noise_seed is None else noise_seed,
                      "frame_n_components": cfg.n_components, "k": K,
                      "per_class": {"digits": "30 anchors + 15 dummies from 90 items",

@@ -58,7 +58,9 @@ def run_federation_benchmark(dataset: str = "mnist", *, n_parties: int = 3, epsi
     t_all = time.perf_counter()
     try:
         for nm, idx in list(zip(names, parts)) + [(central, tr)]:
-            db.create_collection(nm, X.shape[1], classes, description=f"{dataset} (bench kahm --part federation)")
+            # the raw row of the comparison needs raw distances: these throw-away collections opt in
+            db.create_collection(nm, X.shape[1], classes, description=f"{dataset} (bench kahm --part federation)",
+                                 settings={"kahm": {"raw_distances": True}})
             db.ingest(nm, X[idx], y[idx])
         configs = [("raw", None)] + [("fabricated", float(e)) for e in epsilons]
         for kind, eps in configs:

@@ -38,6 +38,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import InvalidInputError
+from ..shortlist import MAX_PRIOR
 
 N_FINE = 100
 
@@ -57,7 +58,7 @@ class LatencyConfig:
     n_components: int = 16  # AnchorFrame's default
     shortlist: int = 128
     graph_degree: int = 16
-    max_prior: int = 1024
+    max_prior: int = MAX_PRIOR
     seed: int = 0
 
 
@@ -238,7 +239,7 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
 
             say(f"C={C}: resolve vs plain")
             rconn = _CountingConn(db.connect())
-            resolve_ms, parts, plain_ms, hits, pmv_ms = [], [], [], [], []
+            resolve_ms, parts, plain_ms, hits, pmv_ms, pmv_parts = [], [], [], [], [], []
             try:
                 # interleaved, so that both see the same machine load
                 for i in range(n_query):
@@ -253,9 +254,10 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                     dt_plain = (time.perf_counter() - t) * 1e3
                     if pmv is not None:
                         t = time.perf_counter()
-                        resolve(name, pmv_reqs[i], conn=rconn)
+                        pres = resolve(name, pmv_reqs[i], conn=rconn)
                         if i >= cfg.warmup:
                             pmv_ms.append((time.perf_counter() - t) * 1e3)
+                            pmv_parts.append(pres["timings_ms"])
                     if i >= cfg.warmup:
                         resolve_ms.append(dt_res)
                         plain_ms.append(dt_plain)
@@ -278,7 +280,9 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                 "pm_vector": None if pmv is None else {
                     "shortlist": cfg.shortlist, "client_p50_ms": round(_pct(pmv_client_ms, 50), 3),
                     "resolve_p50_ms": round(_pct(pmv_ms, 50), 3), "resolve_p95_ms": round(_pct(pmv_ms, 95), 3),
-                    "ratio": round(_pct(pmv_ms, 50) / p_p50, 3),
+                    "ratio": round(_pct(pmv_ms, 50) / p_p50, 3), "max_prior": int(cfg.max_prior),
+                    "resolve_parts_p50_ms": {kk: round(_pct([p[kk] for p in pmv_parts if kk in p], 50), 3)
+                                             for kk in (pmv_parts[0] if pmv_parts else {}) if kk != "total"},
                     "shortlist_statements_per_request": shortlist_per_request},
                 "setup": {"ingest_s": round(ingest_s, 3), "job_s": job.get("duration"), "job_timings": job.get("timings")},
             })

@@ -97,7 +97,7 @@ class BenchConfig:
     #: pm_vector_codes: dimension of the published halfvec code
     code_components: int = 64
     #: pm_vector: prior items weighted one by one per row (the rest through the hub counts)
-    max_prior: int = 1024
+    max_prior: int = 512  # pm_vector.shortlist.MAX_PRIOR, the server default
     #: pm_vector: neighbours per item in the server's raw k-NN graph
     graph_degree: int = 16
 

@@ -35,7 +35,7 @@ def privacy(
     shortlist: int = typer.Option(None, "--shortlist", help="k': candidates per request row that the client "
                                   "re-ranks (default: digits 32, fashion-mnist 128, own files 32)."),
     k: int = typer.Option(8, "--k", help="Neighbours after the client's re-rank."),
-    max_prior: int = typer.Option(1024, help="pm_vector: prior items weighted one by one per row (the server's "
+    max_prior: int = typer.Option(512, help="pm_vector: prior items weighted one by one per row (the server's "
                                   "settings['class_rows']['max_prior'])."),
     graph_degree: int = typer.Option(16, help="pm_vector: neighbours per item in the server's raw k-NN graph "
                                      "(settings['class_rows']['graph_degree'])."),
@@ -159,7 +159,8 @@ def latency(
     epsilon: float = typer.Option(1.0, help="epsilon of the clients' releases."),
     shortlist: int = typer.Option(128, help="k' candidates per row of a pm_vector request."),
     graph_degree: int = typer.Option(16, help="Neighbours per item in the pm_vector shortlist's raw k-NN graph."),
-    max_prior: int = typer.Option(1024, help="Prior items the pm_vector shortlist weights one by one per row."),
+    max_prior: int = typer.Option(512, help="Prior items the pm_vector shortlist weights one by one per row "
+                                  "(the default of new collections, pm_vector.shortlist.MAX_PRIOR)."),
     seed: int = typer.Option(0, help="Seed of the data, the split and the clients (reproducible)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
 ):
@@ -196,6 +197,10 @@ def latency(
     for r in result["results"]:
         parts = ", ".join(f"{a} {b:.1f}" for a, b in r["resolve_parts_p50_ms"].items())
         err.print(f"C={r['rows']}: resolve p50 parts (ms): {parts}")
+        pm = r.get("pm_vector") or {}
+        if pm.get("resolve_parts_p50_ms"):
+            parts = ", ".join(f"{a} {b:.1f}" for a, b in pm["resolve_parts_p50_ms"].items())
+            err.print(f"C={r['rows']}: pm_vector resolve p50 parts (ms, max_prior {pm['max_prior']}): {parts}")
     err.print(f"load average before/after: {result['load_average']['before']} / {result['load_average']['after']}")
 
 
@@ -273,8 +278,12 @@ def kahm(
     repeats: int = typer.Option(3, help="Timed fits per Table 11 size (the median is reported)."),
     seed: int = typer.Option(0, help="Seed of the data, the splits and the random Table 11 matrices."),
     noise_seed: int = typer.Option(None, help="Seed of the DP noise (default: cryptographically seeded)."),
-    anchor_epsilons: str = typer.Option("1,4,16", help="--part anchor / federation: per-element epsilons of the "
-                                        "fabricated anchor / models."),
+    anchor_epsilons: str = typer.Option("1,4,16", help="--part anchor: epsilons of the fabricated anchor (per "
+                                        "item with --anchor-unit row, per element with element); --part federation: "
+                                        "per-element epsilons of the fabricated models."),
+    anchor_unit: str = typer.Option("row", help="--part anchor: privacy unit(s) of the fabricated anchor, "
+                                    "comma-separated: row (each item row clipped to L2 norm 1, epsilon per item), "
+                                    "element (value range 0,1; an item costs p x epsilon)."),
     n_queries: int = typer.Option(None, help="--part anchor: held-out queries per dataset (default 200)."),
     stopping_rule: bool = typer.Option(False, "--stopping-rule", help="--part anchor: fabricate with the paper's "
                                        "stopping rule (eq 92, r from the original rows) instead of 5 fixed steps."),
@@ -292,7 +301,8 @@ def kahm(
         fail(f"--part must be one of {', '.join(parts)}; got {part!r}.")
     names = [d.strip() for d in datasets.split(",") if d.strip()]
     if part == "anchor":
-        _kahm_anchor(names, anchor_epsilons, n_queries, seed, noise_seed, as_json, None if stopping_rule else 5)
+        _kahm_anchor(names, anchor_epsilons, n_queries, seed, noise_seed, as_json, None if stopping_rule else 5,
+                     anchor_unit)
         return
     if part in ("federation", "scores"):
         _kahm_roles(part, names, anchor_epsilons, seed, noise_seed, as_json)
@@ -321,7 +331,7 @@ def kahm(
 
 
 def _kahm_anchor(names, anchor_epsilons: str, n_queries, seed: int, noise_seed, as_json: bool,
-                 smoothing_steps: int | None) -> None:
+                 smoothing_steps: int | None, anchor_unit: str = "row") -> None:
     from ..bench.anchor_bench import ANCHOR_SIZES, run_anchor_benchmark
 
     names = [d for d in names if d in ANCHOR_SIZES]
@@ -331,23 +341,29 @@ def _kahm_anchor(names, anchor_epsilons: str, n_queries, seed: int, noise_seed, 
         eps = [float(e) for e in anchor_epsilons.split(",") if e.strip()]
     except ValueError:
         fail(f"--anchor-epsilons must be comma-separated numbers; got {anchor_epsilons!r}.")
-    result = _run_printing(lambda say: run_anchor_benchmark(names, anchor_epsilons=eps, n_queries=n_queries, seed=seed,
+    units = [u.strip() for u in anchor_unit.split(",") if u.strip()]
+    if not units or any(u not in ("row", "element") for u in units):
+        fail(f"--anchor-unit must be row, element or row,element; got {anchor_unit!r}.")
+    result = _run_printing(lambda say: run_anchor_benchmark(names, anchor_epsilons=eps, units=units,
+                                                            n_queries=n_queries, seed=seed,
                                                             noise_seed=noise_seed, smoothing_steps=smoothing_steps,
                                                             progress=say), as_json)
     if result is None:
         return
     t = Table(title="Private queries on a DP fabricated anchor vs a public anchor (client epsilon "
                     f"{result['config']['client_epsilon']:g}, through PostgreSQL)")
-    for c in ("dataset", "anchor", "eps/element", "clip range", "eps/row", "pm_vector nn_recall@8",
+    for c in ("eps/item", "dataset", "anchor", "unit", "pm_vector nn_recall@8",
               "pm_vector precision@8", "paper recall@8", "paper precision@8"):
         t.add_column(c, justify="left" if c in ("dataset", "anchor") else "right")
     for r in result["raw_knn"]:
-        t.add_row(r["dataset"], "raw k-NN (no privacy)", "-", "-", "-", "1.000", f"{r['precision_at_8']:.3f}",
+        t.add_row("-", r["dataset"], "raw k-NN (no privacy)", "-", "1.000", f"{r['precision_at_8']:.3f}",
                   f"{r['recall_at_8']:.3f}", f"{r['precision_at_8']:.3f}")
     for r in result["anchor"]:
-        t.add_row(r["dataset"], r["anchor"], "-" if r["anchor_epsilon"] is None else f"{r['anchor_epsilon']:g}",
-                  "-" if r["value_range"] is None else "[{:g}, {:g}]".format(*r["value_range"]),
-                  "-" if r["row_epsilon"] is None else f"{r['row_epsilon']:g}",
+        unit = "-" if r["unit"] is None else (f"row (L2 <= {r['clip_norm']:g})" if r["unit"] == "row" else
+                                              "element [{:g}, {:g}], eps {:g}".format(*r["value_range"],
+                                                                                      r["anchor_epsilon"]))
+        t.add_row("-" if r["per_item_epsilon"] is None else f"{r['per_item_epsilon']:g}", r["dataset"], r["anchor"],
+                  unit,
                   f"{r['pm_vector']['nn_recall_at_8']:.3f}", f"{r['pm_vector']['precision_at_8']:.3f}",
                   f"{r['recall_at_8']:.3f}", f"{r['precision_at_8']:.3f}")
     Console().print(t)
@@ -386,3 +402,54 @@ def _kahm_roles(part: str, names, epsilons: str, seed: int, noise_seed, as_json:
         t.add_row(f"{r['resolve_ms_p50_with_scores']:.1f}", f"{r['resolve_ms_p50_without']:.1f}", f"{r['ratio']:.2f}",
                   f"{r['model_bytes'] / 1e6:.0f}", f"{r['model_fit_score_write_seconds']:.1f}")
     Console().print(t)
+
+
+@bench_app.command("cluster")
+def cluster_bench(
+    items: int = typer.Option(200_000, help="Server items of each temporary collection."),
+    anchors: int = typer.Option(1000, help="Public anchor rows."),
+    rows: str = typer.Option("10,100", help="Request sizes C (= classes), comma-separated."),
+    dim: int = typer.Option(64, help="Feature dimension of the synthetic data."),
+    shards: int = typer.Option(2, help="Shards of the local cluster."),
+    replicas: int = typer.Option(1, help="Streaming replicas of the coordinator."),
+    repeats: int = typer.Option(30, help="Timed requests per C and configuration (after 3 warm-up requests)."),
+    epsilon: float = typer.Option(4.0, help="epsilon of the clients' releases."),
+    shortlist: int = typer.Option(128, help="k' candidates per row."),
+    seed: int = typer.Option(0, help="Seed of the data, the split and the clients (reproducible)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+):
+    """One node against a local cluster (shards + replica), side by side in one run.
+
+    Starts a private local cluster, loads the same synthetic collection into a single-node database
+    and into the cluster, and reports ingest rows/s, embedding job seconds, resolve p50/p95 per C,
+    the replica's statement time, the coordinator's fan-out overhead, per-shard scan time, and
+    whether both give the same answers. Everything is removed at the end.
+
+    Example: pm-vector bench cluster --items 200000 --rows 10,100 --json
+    """
+    from ..bench.cluster import ClusterBenchConfig, run
+
+    cfg = ClusterBenchConfig(items=items, anchors=anchors, rows=_ints(rows, "--rows"), dim=dim, shards=shards,
+                             replicas=replicas, repeats=repeats, epsilon=epsilon, shortlist=shortlist, seed=seed)
+    result = _run_with_spinner("cluster", run, cfg, as_json)
+    if result is None:
+        return
+    t = Table(title=f"cluster: {items:,} items, {dim} dims, eps {epsilon:g}, k'={shortlist}, {repeats} requests "
+                    f"per C (ms); same answers: {result['same_answers']}")
+    for c in ("config", "ingest rows/s", "embed s", "C", "resolve p50", "resolve p95", "replica stmt p50",
+              "fan-out overhead", "per-shard scan p50"):
+        t.add_column(c, justify="right")
+    for conf in result["configs"]:
+        label = f"{conf['shards']} shard(s) + {conf['replicas']} replica(s)" if conf["shards"] > 1 else "1 node"
+        rep = {r["rows"]: r for r in conf.get("replica_shortlist", [])}
+        fan = {r["rows"]: r for r in conf.get("fanout", [])}
+        per = {r["rows"]: r for r in conf.get("per_shard_scan_ms", [])}
+        for r in conf["resolve"]:
+            C = r["rows"]
+            t.add_row(label, f"{conf['ingest_rows_per_s']:,.0f}", f"{conf['embed_seconds']:.1f}", str(C),
+                      f"{r['p50_ms']:.1f}", f"{r['p95_ms']:.1f}",
+                      f"{rep[C]['p50_ms']:.1f}" if C in rep else "-",
+                      f"{fan[C]['overhead_ms']:.1f}" if C in fan else "-",
+                      " / ".join(f"{v:.1f}" for k, v in per[C].items() if k != "rows") if C in per else "-")
+    Console().print(t)
+    err.print(result["machine"]["note"])

@@ -51,26 +51,81 @@ JSON_OPT = typer.Option(False, "--json", help="Print one JSON object instead of 
 
 
 @db_app.command("start")
-def start(as_json: bool = JSON_OPT):
+def start(as_json: bool = JSON_OPT,
+          shards: int = typer.Option(0, "--shards", min=0, help="Start a local cluster: a coordinator and this many "
+                                     "shards (embedded servers on loopback ports)."),
+          replicas: int = typer.Option(0, "--replicas", min=0, help="With --shards: streaming replicas of the "
+                                       "coordinator (resolves are read there).")):
     """Start the embedded PostgreSQL + pgvector server (or reuse the running one) and migrate it.
 
-    With PM_VECTOR_DATABASE_URL set, starts nothing: checks the connection and pgvector.
+    With --shards N, a local cluster instead (PM_VECTOR_HOME/cluster): a coordinator, N shards and
+    --replicas R replicas; pm_vector then talks to the coordinator. With PM_VECTOR_DATABASE_URL
+    set, starts nothing: checks the connection and pgvector.
 
-    Example: pm-vector db start --json
+    Examples: pm-vector db start --json; pm-vector db start --shards 2 --replicas 1
     """
-    from ..db import server
+    from ..db import cluster, server
 
+    if shards or replicas:
+        if server.external_url():
+            fail(f"{server.ENV_URL} is set: a local cluster is for the embedded mode. Register real shards on your "
+                 "coordinator with `pm-vector db shard-add NAME URL`.")
+        if not shards:
+            fail("--replicas needs --shards (a single node has no coordinator to replicate).")
+        _emit_cluster(_call(cluster.start, shards=shards, replicas=replicas), as_json)
+        return
+    if cluster.topology() is not None:
+        _emit_cluster(_call(cluster.start, **_cluster_size(cluster.topology())), as_json)
+        return
     _emit(_call(server.start), as_json, "pm_vector database")
+
+
+def _cluster_size(topo: dict[str, Any]) -> dict[str, int]:
+    return {"shards": sum(n["role"] == "shard" for n in topo["nodes"]),
+            "replicas": sum(n["role"] == "replica" for n in topo["nodes"])}
+
+
+def _emit_cluster(st: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(st, default=str))
+        return
+    t = Table(title=f"pm_vector local cluster ({st.get('dir', '-')})")
+    for col in ("node", "role", "url", "running", "replay lag (bytes)"):
+        t.add_column(col, overflow="fold")
+    for n in st["nodes"]:
+        t.add_row(n["name"], n["role"], n["url"], str(n["running"]), "-" if n["lag_bytes"] is None else str(n["lag_bytes"]))
+    out.print(t)
+
+
+@db_app.command("shard-add")
+def shard_add(name: str = typer.Argument(..., help="The shard's name (lower-case letters, digits, _)."),
+              url: str = typer.Argument(..., help="postgresql://user[:password]@host:port/db of the shard "
+                                        "(pgvector installed there)."),
+              as_json: bool = JSON_OPT):
+    """Register a shard on the coordinator (the database pm_vector talks to): a postgres_fdw server.
+
+    Example: pm-vector db shard-add s1 postgresql://pm@10.0.0.12:5432/pm_vector
+    """
+    from ..db import cluster, connect
+
+    with connect(autocommit=True) as conn:
+        _call(cluster.register_shard, conn, name, url)
+        rows = conn.execute("SELECT name, host, port, dbname FROM pm_vector.shards ORDER BY name").fetchall()
+    _emit({"shards": [dict(zip(("name", "host", "port", "dbname"), r)) for r in rows]}, as_json, "shards")
 
 
 @db_app.command("stop")
 def stop(as_json: bool = JSON_OPT):
-    """Stop the embedded server (fast shutdown). Does nothing for an external database.
+    """Stop the embedded server (fast shutdown), or every node of the local cluster. Does nothing
+    for an external database.
 
     Example: pm-vector db stop
     """
-    from ..db import server
+    from ..db import cluster, server
 
+    if not server.external_url() and cluster.topology() is not None:
+        _emit(_call(cluster.stop), as_json, "pm_vector local cluster")
+        return
     _emit(_call(server.stop), as_json, "pm_vector database")
 
 
@@ -82,8 +137,11 @@ def status(as_json: bool = JSON_OPT):
 
     Example: pm-vector db status --json
     """
-    from ..db import server
+    from ..db import cluster, server
 
+    if not server.external_url() and cluster.topology() is not None:
+        _emit_cluster(_call(cluster.status), as_json)
+        return
     _emit(_call(server.status), as_json, "pm_vector database")
 
 
@@ -114,6 +172,60 @@ def upgrade(as_json: bool = JSON_OPT):
     from ..db import server
 
     _emit(_call(server.upgrade), as_json, "pm_vector schema upgrade")
+
+
+def _retention_days(older_than: Optional[float]) -> Optional[float]:
+    """--older-than, else the service's request-log retention (PM_VECTOR_SERVICE_REQUEST_LOG_RETENTION_DAYS,
+    default 30); None when that is 0 (keep forever: only rows of dropped collections go)."""
+    if older_than is not None:
+        return older_than
+    try:
+        from ..service.settings import ServiceSettings
+    except ImportError:  # the service extra is not installed: its default
+        return 30.0
+    days = _call(ServiceSettings.from_env).request_log_retention_days
+    return float(days) if days > 0 else None
+
+
+@db_app.command("cleanup")
+def cleanup_cmd(as_json: bool = JSON_OPT,
+                requests: bool = typer.Option(True, "--requests/--no-requests",
+                                              help="Also prune the request log to its retention setting.")):
+    """Undo what dead processes left: stale 'running' runs (marked failed, tables dropped), ingests
+    of killed processes, tables of failed or deleted runs; and prune the request log to the
+    service's retention (PM_VECTOR_SERVICE_REQUEST_LOG_RETENTION_DAYS, default 30) and of dropped
+    collections. Never touches what an active run serves.
+
+    Example: pm-vector db cleanup --json
+    """
+    from ..db.maintenance import cleanup_all
+
+    days = _retention_days(None) if requests else None
+    res = _call(cleanup_all, prune_requests=requests, retention_days=days)
+    res["retention_days"] = days
+    if requests and res.get("requests_pruned") is None:
+        err.print("note: the request log was not pruned (this installation has no retention module).")
+    _emit(res, as_json, "pm_vector cleanup")
+
+
+@db_app.command("prune-requests")
+def prune_requests(as_json: bool = JSON_OPT,
+                   older_than: Optional[float] = typer.Option(
+                       None, "--older-than", min=0.0,
+                       help="Delete rows older than this many days (default: the service's retention, "
+                            "PM_VECTOR_SERVICE_REQUEST_LOG_RETENTION_DAYS, 30 if unset).")):
+    """Delete request-log rows older than the retention (or --older-than DAYS), and rows of
+    dropped collections.
+
+    Example: pm-vector db prune-requests --older-than 30
+    """
+    from ..db.maintenance import prune_request_log
+
+    days = _retention_days(older_than)
+    n = _call(prune_request_log, days)
+    if n is None:
+        fail("this installation has no request-log retention (pm_vector.db.retention); nothing was deleted.", 1)
+    _emit({"deleted": n, "older_than_days": days}, as_json, "request log pruned")
 
 
 # ----------------------------------------------------------------------------- embed

@@ -2,12 +2,12 @@
 
 ::
 
-    kahm anchor COLLECTION --epsilon E --value-range LO,HI [--embed]   DP fabricated anchor + dummy pool
+    kahm anchor COLLECTION --epsilon E [--unit row|element] [--embed]  DP fabricated anchor + dummy pool
     kahm fit COLLECTION [--kind raw|noisy|fabricated] [--new-items]     per-class models + item scores
     kahm models [COLLECTION]       kahm audits [COLLECTION]             what is stored
     kahm classify COLLECTION --features Q.npy                           the current model on feature rows
     kahm federate COLL1 COLL2 ... --features Q.npy                      the global classifier (eq 104)
-    kahm audit COLLECTION --epsilon E --value-range LO,HI               membership-inference audit
+    kahm audit COLLECTION [--epsilon E --value-range LO,HI]             membership-inference audit
 
 Results go to stdout (a table, or one JSON object with --json; numpy arrays as lists and
 non-finite numbers as null); progress and errors to stderr. Errors of the library
@@ -35,6 +35,10 @@ PROGRESS_OPT = typer.Option(True, "--progress/--no-progress", help="Progress bar
 EPSILON_HELP = "epsilon per element of the item feature matrix (Definition 10)."
 RANGE_HELP = ("Public feature range LO,HI (features are clipped to it; sensitivity HI-LO), e.g. 0,1 for pixels "
               "in [0, 1]. Never computed from the data.")
+ANCHOR_EPSILON_HELP = ("epsilon per item (--unit row, the default: each item row clipped to --clip-norm and "
+                       "perturbed as a whole) or per element of the item feature matrix (--unit element).")
+STOPPING_RULE_HELP = ("The paper's stopping rule (eq 92) instead of 5 fixed public smoothing steps: its threshold r "
+                      "comes from the original rows (outside the guarantee).")
 NOISE_SEED_HELP = "Seed of the DP noise -- for tests only, the release is then NOT private (default: crypto seed)."
 
 
@@ -90,6 +94,15 @@ def _load_features(path: Path) -> np.ndarray:
     return a
 
 
+def _steps_option(smoothing_steps: Optional[int], stopping_rule: bool) -> dict[str, Any]:
+    """--smoothing-steps / --stopping-rule as the jobs' smoothing_steps (empty: the job's public default)."""
+    if stopping_rule:
+        if smoothing_steps is not None:
+            fail("--stopping-rule and --smoothing-steps exclude each other: the rule decides the number of steps.")
+        return {"smoothing_steps": None}
+    return {} if smoothing_steps is None else {"smoothing_steps": smoothing_steps}
+
+
 def _bar(progress: bool) -> _Bar:
     """The job's stages as progress bars on stderr (as `pm-vector embed` shows them)."""
     return _Bar(progress and sys.stderr.isatty())
@@ -123,8 +136,12 @@ def _embed_collection(collection: str, bar: _Bar) -> dict[str, Any]:
 @kahm_app.command("anchor")
 def anchor(
     collection: str = typer.Argument(..., help="The collection whose items the anchor is fabricated from."),
-    epsilon: float = typer.Option(..., help=EPSILON_HELP),
-    value_range: Optional[str] = typer.Option(None, "--value-range", help=RANGE_HELP),
+    epsilon: float = typer.Option(..., help=ANCHOR_EPSILON_HELP),
+    unit: str = typer.Option("row", help="Privacy unit: row (one item's whole feature row; the default) or element "
+                                         "(Definition 10; an item of p features costs p x epsilon)."),
+    clip_norm: float = typer.Option(1.0, help="--unit row: public L2 norm each item row is clipped to."),
+    value_range: Optional[str] = typer.Option(None, "--value-range", help=RANGE_HELP + " Required with --unit "
+                                                                          "element; optional with row."),
     delta: float = typer.Option(1e-5, help="delta of the release."),
     anchors_per_class: int = typer.Option(100, help="Anchor rows per class."),
     dummies_per_class: int = typer.Option(20, help="Dummy-pool rows per class (0: no dummy pool)."),
@@ -133,10 +150,7 @@ def anchor(
     n_components: int = typer.Option(20, help="KAHM components of the fabrication."),
     smoothing_steps: Optional[int] = typer.Option(None, help="Fixed number of smoothing steps (public; default: "
                                                              "fabricate_anchor_set's, 5)."),
-    stopping_rule: bool = typer.Option(False, "--stopping-rule",
-                                       help="The paper's stopping rule (eq 92) instead of fixed steps: its threshold "
-                                            "r comes from the original rows (one scalar per class outside the "
-                                            "guarantee)."),
+    stopping_rule: bool = typer.Option(False, "--stopping-rule", help=STOPPING_RULE_HELP),
     sample_seed: int = typer.Option(0, help="Public seed of the per-class draws."),
     noise_seed: Optional[int] = typer.Option(None, hidden=True, help=NOISE_SEED_HELP),
     description: Optional[str] = typer.Option(None, help="Description stored with the sets."),
@@ -147,24 +161,22 @@ def anchor(
 ):
     """Fabricate a DP anchor set and dummy pool from the collection's items and register them.
 
-    KAHM fabricated data (Definitions 13-14) over Result 1's noise, one element of the item feature
-    matrix as the privacy unit; the sets become the collection's current ones. The next embedding
-    job builds its frame on this anchor (--embed runs it right away, as `pm-vector embed` would).
+    KAHM fabricated data (Definitions 13-14) of noisy rows released on a public grid: row level by
+    default (epsilon per item), element level with --unit element. The sets become the
+    collection's current ones. The next embedding job builds its frame on this anchor (--embed
+    runs it right away, as `pm-vector embed` would).
 
-    Example: pm-vector kahm anchor digits --epsilon 1 --value-range 0,1 --anchors-per-class 30 --embed --json
+    Example: pm-vector kahm anchor digits --epsilon 4 --anchors-per-class 30 --embed --json
+
+    Example: pm-vector kahm anchor digits --epsilon 1 --unit element --value-range 0,1
     """
     from ..db.kahm import fabricate_anchor_set
 
     vr = _value_range(value_range)
-    steps: dict[str, Any] = {}
-    if stopping_rule:
-        if smoothing_steps is not None:
-            fail("--stopping-rule and --smoothing-steps exclude each other: the rule decides the number of steps.")
-        steps["smoothing_steps"] = None
-    elif smoothing_steps is not None:
-        steps["smoothing_steps"] = smoothing_steps
+    steps = _steps_option(smoothing_steps, stopping_rule)
     with _bar(progress) as bar:
-        res = _call(fabricate_anchor_set, collection, epsilon, value_range=vr, delta=delta,
+        res = _call(fabricate_anchor_set, collection, epsilon, unit=unit, clip_norm=clip_norm, value_range=vr,
+                    delta=delta,
                     anchors_per_class=anchors_per_class, dummies_per_class=dummies_per_class,
                     source_per_class=source_per_class, n_components=n_components, **steps,
                     sample_seed=sample_seed, noise_seed=noise_seed, description=description, progress=bar)
@@ -174,18 +186,22 @@ def anchor(
         _echo_json(res)
         return
     prov = res["provenance"]
-    summary = {"anchor_set_id": res["anchor"]["anchor_set_id"], "anchor_rows": res["anchor"]["n_rows"],
+    summary = {"epsilon per item": prov["per_item_epsilon"], "delta per item": prov["per_item_delta"],
+               "unit": prov["unit"], "anchor_set_id": res["anchor"]["anchor_set_id"],
+               "anchor_rows": res["anchor"]["n_rows"],
                "dummy_set_id": (res["dummy"] or {}).get("anchor_set_id"),
                "dummy_rows": (res["dummy"] or {}).get("n_rows"),
-               "epsilon (per element)": prov["epsilon"], "delta": prov["delta"], "value_range": prov["value_range"],
-               "row_epsilon": prov["row_epsilon"], "smoothing": prov["smoothing"], "noise": prov["noise"],
+               "epsilon (per element)" if prov["unit"] == "element" else "clip_norm":
+                   prov["epsilon"] if prov["unit"] == "element" else prov["clip_norm"],
+               "value_range": prov["value_range"], "grid": prov["grid"], "smoothing": prov["smoothing"],
+               "outside the guarantee": prov["outside_guarantee"], "noise": prov["noise_seed"],
                "seconds": res["seconds"]}
     if res.get("embedding"):
         e = res["embedding"]
         summary.update({"embedding_run_id": e.get("run_id"), "embedding_status": e.get("status"),
                         "embedding_dim": e.get("embedding_dim")})
     _emit(summary, False, f"{collection}: DP fabricated anchor")
-    for w in prov.get("warnings") or []:
+    for w in res.get("warnings") or []:
         from .db import err
 
         err.print(f"[yellow]warning:[/] {w}", highlight=False)
@@ -204,7 +220,9 @@ def fit(
     n_layers: Optional[int] = typer.Option(None, help="Layers of each class's wide KAHM (default min(5, "
                                                       "n_components); at most n_components)."),
     branch_size: int = typer.Option(1000, help="Rows per branch of a wide KAHM."),
-    smoothing_steps: Optional[int] = typer.Option(None, help="Fixed smoothing steps (kind fabricated only)."),
+    smoothing_steps: Optional[int] = typer.Option(None, help="Fixed public smoothing steps (kind fabricated; "
+                                                             "default 5)."),
+    stopping_rule: bool = typer.Option(False, "--stopping-rule", help=STOPPING_RULE_HELP + " Kind fabricated."),
     keep_previous: int = typer.Option(1, help="Older models kept (the rest are deleted)."),
     noise_seed: Optional[int] = typer.Option(None, hidden=True, help=NOISE_SEED_HELP),
     new_items: bool = typer.Option(False, "--new-items", help="Only score the items ingested after the current "
@@ -227,7 +245,8 @@ def fit(
 
     if new_items:
         given = {"--kind": kind != "raw", "--epsilon": epsilon is not None, "--value-range": value_range is not None,
-                 "--smoothing-steps": smoothing_steps is not None, "--noise-seed": noise_seed is not None}
+                 "--smoothing-steps": smoothing_steps is not None, "--noise-seed": noise_seed is not None,
+                 "--stopping-rule": stopping_rule}
         if any(given.values()):
             fail("--new-items scores new items with the current model as it was fitted; "
                  f"{', '.join(k for k, v in given.items() if v)} appl{'ies' if sum(given.values()) == 1 else 'y'} "
@@ -243,11 +262,13 @@ def fit(
     if kind == "raw" and value_range is not None:
         fail("--value-range is for the private kinds (noisy, fabricated); kind raw uses the items as stored.")
     vr = _value_range(value_range)
+    steps = _steps_option(smoothing_steps, stopping_rule)
+    if steps and kind != "fabricated":
+        fail("--smoothing-steps and --stopping-rule are for --kind fabricated.")
     with _bar(progress) as bar:
         res = _call(dbk.fit_kahm_models, collection, kind=kind, epsilon=epsilon, delta=delta, value_range=vr,
                     n_components=n_components, n_layers=min(5, n_components) if n_layers is None else n_layers,
-                    branch_size=branch_size,
-                    smoothing_steps=smoothing_steps, noise_seed=noise_seed, keep_previous=keep_previous,
+                    branch_size=branch_size, **steps, noise_seed=noise_seed, keep_previous=keep_previous,
                     progress=bar)
     if as_json:
         _echo_json(res)
@@ -365,42 +386,62 @@ def federate(collections: list[str] = typer.Argument(..., help="The parties: col
 @kahm_app.command("audit")
 def audit(
     collection: str = typer.Argument(..., help="The collection to audit."),
-    epsilon: float = typer.Option(..., help=EPSILON_HELP),
-    value_range: Optional[str] = typer.Option(None, "--value-range", help=RANGE_HELP),
+    epsilon: Optional[float] = typer.Option(None, help=EPSILON_HELP + " Default: audit the deployed model's "
+                                                       "configuration instead."),
+    value_range: Optional[str] = typer.Option(None, "--value-range", help=RANGE_HELP + " With --epsilon."),
     delta: float = typer.Option(1e-5, help="delta of the private models."),
+    repeats: int = typer.Option(3, help="Splits, each with its own noise draw."),
     holdout: float = typer.Option(0.3, "--holdout", help="Held-out fraction of the audit sample (0.05..0.95)."),
     max_items: Optional[int] = typer.Option(5000, help="Items in the audit sample (stratified; 0: all)."),
-    n_components: int = typer.Option(20, help="KAHM components of the audited models."),
+    n_components: int = typer.Option(20, help="KAHM components of the audited models (with --epsilon)."),
     n_layers: Optional[int] = typer.Option(None, help="Layers of each class's wide KAHM (default min(5, "
                                            "--n-components))."),
-    smoothing_steps: Optional[int] = typer.Option(None, help="Fixed smoothing steps of the fabricated model."),
+    smoothing_steps: Optional[int] = typer.Option(None, help="Fixed public smoothing steps of the fabricated model "
+                                                             "(default 5)."),
+    stopping_rule: bool = typer.Option(False, "--stopping-rule", help=STOPPING_RULE_HELP),
     split_seed: int = typer.Option(0, help="Public seed of the sample and the split."),
     noise_seed: Optional[int] = typer.Option(None, hidden=True, help=NOISE_SEED_HELP),
     as_json: bool = JSON_OPT,
     progress: bool = PROGRESS_OPT,
 ):
-    """Membership-inference audit of raw, noisy and fabricated models (stored).
+    """Membership-inference audit (stored): the deployed model beside a raw one, or, with --epsilon,
+    raw, noisy and fabricated models at that configuration.
 
-    Fits the three on part of the items and reports the membership-inference score (eq 69), the
-    attack AUC and the held-out accuracy of each.
+    Repeated over --repeats splits and noise draws; reports the attack AUC, its true-positive rate
+    at false-positive rates 1 % and 0.1 % (Clopper-Pearson 95 % intervals), the membership-inference
+    score (eq 69, on scale-free distances) and the held-out accuracy of each model.
 
-    Example: pm-vector kahm audit digits --epsilon 1 --value-range 0,1 --n-components 10 --json
+    Example: pm-vector kahm audit digits --json
+
+    Example: pm-vector kahm audit digits --epsilon 1 --value-range 0,1 --n-components 10 --repeats 5
     """
     from ..db.kahm import run_membership_audit
 
     vr = _value_range(value_range)
+    steps = _steps_option(smoothing_steps, stopping_rule)
     with _bar(progress) as bar:
-        res = _call(run_membership_audit, collection, epsilon, value_range=vr, delta=delta,
+        res = _call(run_membership_audit, collection, epsilon, value_range=vr, delta=delta, n_repeats=repeats,
                     holdout_fraction=holdout, max_items=max_items or None, n_components=n_components,
-                    n_layers=n_layers, smoothing_steps=smoothing_steps, split_seed=split_seed,
-                    noise_seed=noise_seed, progress=bar)
+                    n_layers=n_layers, **steps, split_seed=split_seed, noise_seed=noise_seed, progress=bar)
     if as_json:
         _echo_json(res)
         return
-    _table(f"{collection}: membership-inference audit {res['audit_id']} (epsilon {res['params']['epsilon']:g} per "
-           f"element, {res['n_train']} train / {res['n_holdout']} held out)",
-           ["model", "MIS (eq 69)", "attack AUC", "held-out accuracy"],
-           [[name, _fmt(res.get(f"mis_{tag}"), 5), _fmt(res.get(f"auc_{tag}"), 3), _fmt(res.get(f"accuracy_{tag}"), 3)]
-            for name, tag in (("raw", "raw"), ("noisy", "noisy"), ("fabricated", "fab"))])
-    out.print(f"MIS reduction fabricated vs raw: {_fmt(res.get('mis_reduction'), 3)}, vs noisy: "
-              f"{_fmt(res.get('mis_reduction_vs_noisy'), 3)}", highlight=False)
+    cfg = res["configuration"]
+    what = (f"deployed model {cfg['model_id']} ({cfg['kind']})" if cfg["source"] == "deployed" else "given")
+    eps = res["params"].get("epsilon")
+    _table(f"{collection}: membership-inference audit {res['audit_id']} ({what} configuration"
+           + ("" if eps is None else f", epsilon {eps:g} per element")
+           + f"; {res['n_repeats']} x {res['n_train']} train / {res['n_holdout']} held out)",
+           ["model", "attack AUC (min-max)", "TPR @ FPR 1% [95% CI]", "TPR @ FPR 0.1% [95% CI]", "MIS (eq 69)",
+            "held-out accuracy"],
+           [[kind, f"{_fmt(res[f'auc_{tag}'], 3)} ({_fmt(res[f'auc_{tag}_range'][0], 3)}-"
+                   f"{_fmt(res[f'auc_{tag}_range'][1], 3)})",
+             *(_tpr(res[f"tpr_at_fpr_{f}_{tag}"]) for f in ("0.01", "0.001")),
+             _fmt(res.get(f"mis_{tag}"), 5), _fmt(res.get(f"accuracy_{tag}"), 3)]
+            for kind, tag in (("raw", "raw"), ("noisy", "noisy"), ("fabricated", "fab")) if kind in res["kinds"]])
+    if res.get("mis_reduction") is not None:
+        out.print(f"MIS reduction fabricated vs raw: {_fmt(res.get('mis_reduction'), 3)}", highlight=False)
+
+
+def _tpr(t: dict) -> str:
+    return f"{t['tpr']:.3f} [{t['ci95'][0]:.3f}, {t['ci95'][1]:.3f}]"

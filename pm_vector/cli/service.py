@@ -56,12 +56,16 @@ def serve(
     max_dim: Optional[int] = typer.Option(None, help="Most columns of one request's embedding."),
     max_body_bytes: Optional[int] = typer.Option(None, help="Largest request body in bytes."),
     pool_max: Optional[int] = typer.Option(None, help="Database connections in the pool."),
+    rate_per_minute: Optional[int] = typer.Option(None, help="Requests per key per minute (0: no limit; a key "
+                                                  "may carry its own)."),
+    request_log_retention_days: Optional[int] = typer.Option(None, help="Prune request-log rows older than this "
+                                                             "(and those of dropped collections); 0 keeps them."),
     no_auth: bool = typer.Option(False, "--no-auth", help="Accept requests without an API key (local tests only)."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
 ):
     """Run the HTTP service (FastAPI + uvicorn). OpenAPI schema at /openapi.json, docs at /docs.
 
-    Example: pm-vector keys create --name alice && pm-vector serve --port 8000
+    Example: pm-vector keys create --name alice && pm-vector serve --port 8000 --request-log-retention-days 7
     """
     from ..service.runner import serve as _serve
     from ..service.settings import ServiceSettings
@@ -69,6 +73,8 @@ def serve(
     try:
         st = ServiceSettings.from_env(host=host, port=port, max_rows=max_rows, max_dim=max_dim,
                                       max_body_bytes=max_body_bytes, pool_max=pool_max,
+                                      rate_per_minute=rate_per_minute,
+                                      request_log_retention_days=request_log_retention_days,
                                       auth=False if no_auth else None)
     except PMVectorError as e:
         _fail(str(e))
@@ -81,28 +87,35 @@ def serve(
 
 @keys_app.command("create")
 def keys_create(name: str = typer.Option(..., help="Who or what the key is for."),
+                role: str = typer.Option("query", help="query (collections, anchor, resolve, KAHM distances) or "
+                                                       "admin (also items, jobs, keys)."),
+                collection: Optional[list[str]] = typer.Option(None, "--collection", help="A collection the key may "
+                                                               "use (repeat; default: every collection)."),
+                rate_per_minute: Optional[int] = typer.Option(None, help="The key's own request limit per minute "
+                                                              "(default: the service's)."),
                 as_json: bool = typer.Option(False, "--json", help="Print the key record as JSON.")):
-    """Create an API key and print it (only this once).
+    """Create an API key and print it (only this once). Keys are query keys unless --role admin.
 
-    Example: pm-vector keys create --name alice-laptop
+    Example: pm-vector keys create --name alice-laptop --collection digits
     """
     from ..service.auth import create_key
 
     try:
-        rec = create_key(name)
+        rec = create_key(name, role=role, collections=collection or None, rate_per_minute=rate_per_minute)
     except PMVectorError as e:
         _fail(str(e))
     if as_json:
         _echo_json(rec)
         return
-    err.print(f"created key {rec['id']} ({rec['name']}); store it now, it is not shown again:")
+    scope = ", ".join(rec["collections"]) if rec["collections"] else "every collection"
+    err.print(f"created {rec['role']} key {rec['id']} ({rec['name']}; {scope}); store it now, it is not shown again:")
     typer.echo(rec["key"])
 
 
 @keys_app.command("list")
 def keys_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
               all_keys: bool = typer.Option(True, "--all/--active", help="Include revoked keys.")):
-    """List API keys (id, name, prefix, created, revoked) -- never the keys themselves.
+    """List API keys (id, name, prefix, role, collections, rate, created, revoked) -- never the keys themselves.
 
     Example: pm-vector keys list --active
     """
@@ -116,10 +129,11 @@ def keys_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
         _echo_json(rows)
         return
     t = Table(title="API keys")
-    for c in ("id", "name", "prefix", "created", "revoked"):
+    for c in ("id", "name", "prefix", "role", "collections", "rate/min", "created", "revoked"):
         t.add_column(c)
     for r in rows:
-        t.add_row(str(r["id"]), r["name"], r["prefix"], str(r["created_at"])[:19], str(r["revoked_at"] or "")[:19])
+        t.add_row(str(r["id"]), r["name"], r["prefix"], r["role"], ", ".join(r["collections"] or ["*"]),
+                  str(r["rate_per_minute"] or "-"), str(r["created_at"])[:19], str(r["revoked_at"] or "")[:19])
     Console().print(t)
 
 
@@ -155,7 +169,8 @@ def query(
     k: int = typer.Option(8, help="Neighbours to return."),
     url: str = typer.Option("http://127.0.0.1:8000", envvar="PM_VECTOR_URL", help="Service URL."),
     api_key: str = typer.Option(None, envvar="PM_VECTOR_API_KEY", help="API key (or PM_VECTOR_API_KEY)."),
-    budget: Optional[float] = typer.Option(None, help="Set this collection's total epsilon budget first."),
+    budget: Optional[float] = typer.Option(None, help="Set this collection's total epsilon budget first "
+                                                      "(default 10: $PM_VECTOR_EPSILON_BUDGET)."),
     budget_file: Optional[Path] = typer.Option(None, help="Ledger file (default $PM_VECTOR_HOME/client/budget.json)."),
     shortlist: int = typer.Option(128, help="k': candidates the server returns per class row."),
     protocol: str = typer.Option("pm_vector", help="pm_vector (default) or privatemail_paper (the paper's "
@@ -181,10 +196,11 @@ def query(
         _fail(f"{features} has shape {X.shape}; --row must select one of its rows.")
     ledger = PrivacyBudget(budget_file)
     try:
-        if budget is not None:
-            acc = ledger.accountant(collection)
-            ledger.set_budget(collection, budget, acc.delta_budget, acc.delta_slack)
         with Client(url, api_key, budget=ledger) as c:
+            if budget is not None:  # the ledger is keyed by the collection's id on the server
+                key = c.budget_key(collection)
+                acc = ledger.accountant(key)
+                ledger.set_budget(key, budget, acc.delta_budget, acc.delta_slack)
             res = c.query(collection, X[row], label, epsilon=epsilon, delta=delta, k=k, rerank=rerank,
                           protocol=protocol, **({"shortlist": shortlist} if protocol == "pm_vector" else {}))
     except ServiceError as e:
@@ -210,7 +226,7 @@ def query(
     Console().print(t)
     b = res.get("budget") or {}
     err.print(f"spent so far on {collection}: eps={b.get('epsilon_spent', 0):.4g} of "
-              f"{b.get('epsilon_budget') or 'unlimited'}; {res['timing']['total_ms']:.0f} ms; "
+              f"{b.get('epsilon_budget')}; {res['timing']['total_ms']:.0f} ms; "
               f"{res['bytes_sent']:,} bytes sent, {res['bytes_received']:,} received")
 
 
@@ -274,23 +290,65 @@ def demo(
 
 # ----------------------------------------------------------------------------- ingest
 
-def _read_table(path: Path):
+def _read_table(path: Path, what: str = "features"):
+    """A .npy (never unpickled) or .parquet file as a real-valued or integer array; a clear error
+    (exit 2, no traceback) for anything else: unreadable, truncated, pickled, complex, strings."""
     import numpy as np
 
+    if not path.is_file():
+        _fail(f"{path}: no such file (--{what}).")
     if path.suffix == ".npy":
-        return np.load(path, allow_pickle=False)
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+        if magic != b"\x93NUMPY":  # np.load would take it for a pickle
+            _fail(f"{path}: not a .npy file (no numpy header); write it with np.save, or use .parquet.")
+        try:
+            a = np.load(path, allow_pickle=False)
+        except ValueError as e:
+            if "allow_pickle" in str(e) or "Object arrays" in str(e):
+                _fail(f"{path}: holds Python objects (a pickled array), which pm_vector never loads (unpickling "
+                      "runs code). Save a plain numeric array: np.save(path, np.asarray(X, dtype=np.float32)).")
+            _fail(f"{path}: not a readable .npy file ({e}); it may be truncated or not made by numpy.save. "
+                  "Write it again with np.save.")
+        except (EOFError, OSError) as e:
+            _fail(f"{path}: not a readable .npy file ({e.__class__.__name__}: {e}); it may be truncated. "
+                  "Write it again with np.save.")
+        return _real_array(a, path, what)
     if path.suffix == ".parquet":
         try:
             import pyarrow.parquet as pq  # noqa: F401
         except ImportError:
             _fail(f"{path} is Parquet, which needs pyarrow; it is not installed. Install it (pip install pyarrow) "
                   "or convert to .npy (numpy.save).")
-        tbl = pq.read_table(path)
+        try:
+            tbl = pq.read_table(path)
+        except Exception as e:  # noqa: BLE001 - pyarrow raises many types for a bad file
+            _fail(f"{path}: not a readable Parquet file ({e.__class__.__name__}: {e}).")
         cols = [np.asarray(c.to_numpy(zero_copy_only=False)) for c in tbl.columns]
         if len(cols) == 1 and cols[0].dtype == object:
-            return np.stack([np.asarray(v) for v in cols[0]])
-        return np.column_stack(cols) if len(cols) > 1 else cols[0]
+            try:
+                return _real_array(np.stack([np.asarray(v) for v in cols[0]]), path, what)
+            except ValueError as e:
+                _fail(f"{path}: its list column has rows of different lengths or non-numbers ({e}).")
+        for c in cols:
+            _real_array(c, path, what)
+        return _real_array(np.column_stack(cols) if len(cols) > 1 else cols[0], path, what)
     _fail(f"{path}: unsupported file type {path.suffix!r}; use .npy (or .parquet with pyarrow).")
+
+
+def _real_array(a, path: Path, what: str):
+    """``a`` if its dtype is real numbers (float, int, bool); else a clear error naming the fix."""
+    kind = a.dtype.kind
+    if kind in "fiub":
+        return a
+    if kind == "c":
+        _fail(f"{path}: --{what} has complex values (dtype {a.dtype}); pm_vector stores real numbers and will not "
+              "drop the imaginary part silently. Save the real values you mean (e.g. np.real(X) or "
+              "np.hstack([X.real, X.imag])).")
+    if kind in "US":
+        _fail(f"{path}: --{what} holds strings (dtype {a.dtype}); give numbers (labels as integers: map class "
+              "names to 0..C-1 first).")
+    _fail(f"{path}: --{what} has dtype {a.dtype}, not real numbers; save a float or integer array.")
 
 
 def ingest(
@@ -301,6 +359,8 @@ def ingest(
     create: bool = typer.Option(False, help="Create the collection first (labels = the distinct labels given)."),
     allow_raw_features: bool = typer.Option(False, help="With --create: clients may fetch raw item features."),
     normalize: bool = typer.Option(True, help="Rescale rows to unit norm (the protocol assumes unit rows)."),
+    batch_size: int = typer.Option(10_000, min=1, help="Rows per COPY batch (items; all batches are one "
+                                   "transaction)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Load items, an anchor set or a dummy pool into a collection (all-or-nothing).
@@ -314,30 +374,47 @@ def ingest(
 
     if role not in ("items", "anchor", "dummy"):
         _fail("--role must be items, anchor or dummy.")
-    X = _read_table(features)
-    y = _read_table(labels)
+    X = _read_table(features, "features")
+    y = _read_table(labels, "labels")
     try:
         X = np.asarray(X, dtype=np.float64)
         y = np.asarray(y).ravel()
         if X.ndim != 2 or X.shape[0] != y.shape[0]:
             _fail(f"features have shape {X.shape} and labels {y.shape}: need (n, d) and (n,).")
+        if not np.all(np.isfinite(X)):
+            _fail(f"features row {int(np.argwhere(~np.isfinite(X))[0][0])} has NaN or infinite values; clean or "
+                  "drop those rows. Nothing was written.")
         if normalize:
             n = np.linalg.norm(X, axis=1, keepdims=True)
             if np.any(n == 0):
                 _fail(f"row {int(np.flatnonzero(n == 0)[0])} is all zeros and cannot be normalised.")
             X = X / n
         out: dict = {}
+        create_kw = None
         if create:
-            out["created"] = db.create_collection(collection, X.shape[1], sorted(set(int(v) for v in y)),
-                                                  allow_raw_features=allow_raw_features)["name"]
+            from .._validation import as_labels
+
+            create_kw = {"labels": np.unique(as_labels(y, y.shape[0], "labels")).tolist(),
+                         "allow_raw_features": allow_raw_features}
         with _progress(disable=as_json or not sys.stderr.isatty()) as bar:
             task = bar.add_task(f"ingest {role}", total=X.shape[0])
             if role == "items":
-                r = db.ingest(collection, X, y, progress=lambda d, t: bar.update(task, completed=d))
+                # the collection is created in the ingest's transaction: a failed or killed ingest leaves none
+                r = db.ingest(collection, X, y, progress=lambda d, t: bar.update(task, completed=d),
+                              create=create_kw, batch_size=batch_size)
+                if create:
+                    out["created"] = collection
                 out.update({"collection": collection, "role": role, "ingest_id": r["ingest_id"],
                             "n_rows": r["n_rows"]})
             else:
-                r = db.register_anchor_set(collection, X, y, role=role)
+                if create:
+                    out["created"] = db.create_collection(collection, X.shape[1], **create_kw)["name"]
+                try:
+                    r = db.register_anchor_set(collection, X, y, role=role)
+                except BaseException:
+                    if create:  # do not leave an empty collection that blocks the retry
+                        db.drop_collection(collection, missing_ok=True)
+                    raise
                 out.update({**r, "role": role})
     except PMVectorError as e:
         _fail(str(e))
@@ -357,13 +434,15 @@ def load(
     distinct: int = typer.Option(16, help="Distinct pre-built PrivateMail requests (replayed)."),
     epsilon: float = typer.Option(1.0, help="epsilon of the pre-built requests."),
     pool_max: int = typer.Option(8, help="The service's database pool size."),
+    workers: int = typer.Option(1, help="Service processes to start (clients spread over them round robin)."),
     url: Optional[str] = typer.Option(None, help="A running loopback service (default: start one)."),
     api_key: Optional[str] = typer.Option(None, envvar="PM_VECTOR_API_KEY", help="Its API key."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
-    """Bounded load test of the service on loopback: throughput, p50/p95, errors per C.
+    """Bounded load test of the service on loopback: throughput, p50/p95, errors and CPU per request
+    (service, database, load generator apart) per C.
 
-    Example: pm-vector bench load --classes 10,100 --concurrency 32 --requests 400 --duration 30 --json
+    Example: pm-vector bench load --classes 10 --concurrency 16 --workers 2 --requests 2000 --duration 20 --json
     """
     from ..service.loadtest import run_load
 
@@ -375,7 +454,7 @@ def load(
         _fail("--url needs --api-key (or PM_VECTOR_API_KEY).")
     try:
         res = run_load(cs, concurrency=concurrency, requests=requests, duration=duration, n_distinct=distinct,
-                       epsilon=epsilon, url=url, api_key=api_key, pool_max=pool_max,
+                       epsilon=epsilon, url=url, api_key=api_key, pool_max=pool_max, workers=workers,
                        log=None if as_json else (lambda s: err.print(s)))
     except (PMVectorError, ValueError) as e:
         _fail(str(e))
@@ -384,11 +463,15 @@ def load(
         return
     t = Table(title=f"load test: {concurrency} concurrent clients, <= {requests} requests / {duration:g} s per C "
                     f"({os.cpu_count()} CPUs)")
-    for c in ("C", "rows/request", "requests", "ok", "errors", "req/s", "p50 ms", "p95 ms"):
+    for c in ("C", "rows/request", "requests", "ok", "errors", "req/s", "p50 ms", "p95 ms", "server CPU ms/req",
+              "db CPU ms/req", "generator CPU ms/req"):
         t.add_column(c, justify="right")
+    cpu = (lambda v: "-" if v is None else f"{v:.2f}")
     for r in res["results"]:
         t.add_row(str(r["classes"]), str(r["rows_per_request"]), str(r["requests"]), str(r["ok"]), str(r["errors"]),
-                  f"{r['throughput_rps']:.1f}", f"{r['p50_ms']:.1f}", f"{r['p95_ms']:.1f}")
+                  f"{r['throughput_rps']:.1f}", f"{r['p50_ms']:.1f}", f"{r['p95_ms']:.1f}",
+                  cpu(r.get("server_cpu_ms_per_request")), cpu(r.get("db_cpu_ms_per_request")),
+                  cpu(r.get("generator_cpu_ms_per_request")))
     Console().print(t)
 
 

@@ -3,11 +3,19 @@
     from pm_vector.client.http import Client
     from pm_vector.client.budget import PrivacyBudget
 
-    budget = PrivacyBudget()                       # $PM_VECTOR_HOME/client/budget.json
-    budget.set_budget("digits", epsilon=10.0)      # refuse queries past eps = 10 in total
-    with Client("http://127.0.0.1:8000", "pmv_...", budget=budget) as c:
+    with Client("http://127.0.0.1:8000", "pmv_...") as c:   # ledger: $PM_VECTOR_HOME/client/budget.json
+        c.budget.set_budget(c.budget_key("digits"), epsilon=20.0)  # default: eps 10, delta 1e-4 in total
         hit = c.query("digits", x, label=3, epsilon=1.0)
-        hit["item_ids"], hit["labels"], hit["distances"]
+        hit["item_ids"], hit["labels"], hit["distances"], hit["budget"]
+
+Budget: the ledger (:class:`~pm_vector.client.budget.PrivacyBudget`; ``budget=None`` is the
+default ledger with the default budget -- never unlimited) is keyed by the collection's stable
+id that the service publishes (``collection_uuid`` in the anchor document), so every URL of one
+server shares one budget. Every path that releases noise charges it before the noise is drawn:
+:meth:`query`, :meth:`build_request` (both protocols; the paper's release included),
+:class:`~pm_vector.client.query.PrivateKNN` objects from :meth:`private_knn` (per request), and
+:meth:`resolve` of a request this client did not build. Seeded requests (tests and benchmarks
+only, marked ``seeded``) are not private releases and are not charged.
 
 What happens in :meth:`Client.query`:
 
@@ -17,8 +25,9 @@ What happens in :meth:`Client.query`:
    unless it reproduces the published anchor embedding;
 2. the PrivateMail request is built locally (:class:`pm_vector.client.PrivateMail`); nothing
    has left the machine yet;
-3. the budget is charged (:class:`pm_vector.client.budget.PrivacyBudget`); a query that would
-   exceed it raises :class:`~pm_vector.errors.BudgetExceededError` and nothing is sent;
+3. the budget is charged (:class:`pm_vector.client.budget.PrivacyBudget`) before the noise is
+   drawn; a query that would exceed it raises :class:`~pm_vector.errors.BudgetExceededError` and
+   nothing is released or sent;
 4. the request is sent to ``POST /collections/{name}/resolve``; the answer has one entry per
    query row and the client keeps its real row's (the server cannot tell which it is);
 5. with ``rerank=True`` and a collection that allows raw features, the server returns the
@@ -83,20 +92,34 @@ def rebuild_frame(doc: dict[str, Any]):
     return frame, anchor
 
 
+def _fingerprint(request) -> str:
+    import hashlib
+    import json
+
+    d = request.to_dict() if hasattr(request, "to_dict") else request
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
+
+
 class Client:
-    """A pm_vector service client. ``budget``: a :class:`PrivacyBudget`, a ledger path, or None (no ledger;
-    nothing is refused). ``scope_budget_by_server``: key the ledger by ``"<base_url>|<collection>"``."""
+    """A pm_vector service client. ``budget``: a :class:`PrivacyBudget` (or
+    :class:`~pm_vector.client.budget.MemoryBudget`), a ledger path, or None: the default ledger
+    (``$PM_VECTOR_HOME/client/budget.json``) with the default budget. Never unlimited."""
 
     def __init__(self, base_url: str, api_key: str | None, *, budget: PrivacyBudget | str | None = None,
-                 timeout: float = 60.0, scope_budget_by_server: bool = False, transport=None):
+                 timeout: float = 60.0, transport=None):
         import httpx
 
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
-        self.budget = PrivacyBudget(budget) if isinstance(budget, (str, bytes)) or hasattr(budget, "__fspath__") \
-            else budget
-        self.scope_budget_by_server = scope_budget_by_server
+        if budget is None or isinstance(budget, str) or hasattr(budget, "__fspath__"):
+            budget = PrivacyBudget(budget)
+        if not isinstance(budget, PrivacyBudget):
+            raise InvalidInputError(f"budget must be a PrivacyBudget, a ledger path or None (the default ledger); "
+                                    f"got {type(budget).__name__}.")
+        self.budget = budget
+        self._ids: dict[str, str | None] = {}
+        self._built: set[str] = set()  # fingerprints of requests built (and charged) by this client
         self._frames: dict[str, tuple[int | None, Any, PublicAnchor, dict]] = {}
         self._public: dict[str, tuple] = {}
 
@@ -123,8 +146,34 @@ class Client:
                 raise ServiceError(r.status_code, "error", r.text[:500]) from None
         return r.json()
 
+    def collection_id(self, name: str) -> str | None:
+        """The collection's stable id as the service publishes it (None from a service that does not)."""
+        if name not in self._ids:
+            c = self.collection(name)
+            uid = c.get("uuid") or c.get("collection_uuid")
+            if uid is None:
+                uid = self.anchor_document(name).get("collection_uuid")
+            self._ids[name] = None if uid is None else str(uid)
+        return self._ids[name]
+
     def budget_key(self, collection: str) -> str:
-        return f"{self.base_url}|{collection}" if self.scope_budget_by_server else collection
+        """The ledger key of ``collection``: ``"uuid:<id>"`` (the server's identity of it, the same for
+        every URL of the server); a service that publishes no id falls back to the name, which
+        all servers share (over-counts, never under-counts)."""
+        uid = self.collection_id(collection)
+        if uid is None:
+            return collection
+        key = f"uuid:{uid}"
+        self.budget.adopt(key, collection, label=f"{collection}@{self.base_url}")
+        return key
+
+    def _account(self, name: str):
+        return self.budget.account(self.budget_key(name), label=name)
+
+    def _note_id(self, name: str, doc: dict[str, Any]) -> None:
+        uid = doc.get("collection_uuid")
+        if uid is not None:
+            self._ids[name] = str(uid)
 
     # ------------------------------------------------------------------ endpoints
     def health(self) -> dict[str, Any]:
@@ -165,9 +214,19 @@ class Client:
             time.sleep(poll)
 
     def resolve(self, name: str, request, *, k: int = 8, include_features: bool = False) -> dict[str, Any]:
-        """Send a built request as is (no budget check: :meth:`query` does that)."""
-        body = {"request": request.to_dict() if hasattr(request, "to_dict") else request, "k": int(k),
-                "include_features": bool(include_features)}
+        """Send a request. One this client built was charged when it was built; any other (built
+        elsewhere, or edited) is charged its ``epsilon``/``delta`` here before it is sent."""
+        d = request.to_dict() if hasattr(request, "to_dict") else request
+        if not isinstance(d, dict):
+            raise InvalidInputError("request must be a request object or its dict (to_dict()).")
+        if _fingerprint(d) not in self._built:
+            try:
+                eps, dlt = float(d["epsilon"]), float(d["delta"])
+            except (KeyError, TypeError, ValueError):
+                raise InvalidInputError("the request names no valid epsilon/delta to charge; build it with "
+                                        "build_request().") from None
+            self._account(name).spend(eps, dlt, label=name)
+        body = {"request": d, "k": int(k), "include_features": bool(include_features)}
         return self._call("POST", f"/collections/{name}/resolve", json=body)
 
     # ------------------------------------------------------------------ KAHM
@@ -209,6 +268,7 @@ class Client:
         if cached is not None and not refresh and cached[0] == run_id:
             return cached[1], cached[2], cached[3]
         doc = self.anchor_document(name)
+        self._note_id(name, doc)
         frame, anchor = rebuild_frame(doc)
         info = {k: v for k, v in (doc.get("frame") or {}).items() if k != "anchor_embedding"}
         self._frames[name] = (run_id, frame, anchor, info)
@@ -224,6 +284,7 @@ class Client:
         cached = self._public.get(name)
         if cached is None or refresh or cached[0] != run_id:
             doc = self.anchor_document(name)
+            self._note_id(name, doc)
             frames_doc = doc.get("class_frames") or (doc.get("frame") or {}).get("class_frames")
             if not frames_doc:
                 raise InvalidInputError(f"collection {name!r} publishes no class frames (its active run predates "
@@ -243,7 +304,7 @@ class Client:
                 classifiers["kahm"] = KAHMClassifier().fit(Xa, ya)  # public data only
             clf = classifiers["kahm"]
         return PrivateKNN(frames, Xd, yd, epsilon, delta, shortlist=shortlist or DEFAULT_SHORTLIST, classifier=clf,
-                          collection=name)
+                          collection=name, accountant=self._account(name))
 
     def public_projection(self, name: str):
         """The :class:`~pm_vector.manifold.codes.PublicProjection` of the items' published codes (from the
@@ -264,15 +325,21 @@ class Client:
 
     def build_request(self, name: str, features, label: int | None = None, *, epsilon: float, delta: float = 1e-5,
                       protocol: str = "pm_vector", shortlist: int | None = None, **paper_kwargs):
-        """``(request, secret)`` built locally; nothing is sent or charged. ``protocol="pm_vector"``
-        (default): a :class:`~pm_vector.client.query.QueryRequest` (``label=None``: the label-free
-        client). ``"privatemail_paper"``: the paper's request (:class:`~pm_vector.client.PrivateMail`)."""
+        """``(request, secret)`` built locally and charged to the budget (before its noise is drawn;
+        :class:`~pm_vector.errors.BudgetExceededError` releases nothing); nothing is sent.
+        ``protocol="pm_vector"`` (default): a :class:`~pm_vector.client.query.QueryRequest`
+        (``label=None``: the label-free client). ``"privatemail_paper"``: the paper's request
+        (:class:`~pm_vector.client.PrivateMail`)."""
         if protocol == "privatemail_paper":
             if label is None:
                 raise InvalidInputError("the paper's protocol needs the query's label.")
             frame, anchor, _ = self.frame(name)
-            pm = PrivateMail(frame, epsilon=epsilon, delta=delta, **paper_kwargs)
-            return pm.request(np.asarray(features, dtype=np.float64), int(label), anchor, collection=name)
+            seeded = paper_kwargs.get("_rng") is not None  # tests and benchmarks: not charged
+            pm = PrivateMail(frame, epsilon=epsilon, delta=delta,
+                             accountant=None if seeded else self._account(name), **paper_kwargs)
+            req, secret = pm.request(np.asarray(features, dtype=np.float64), int(label), anchor, collection=name)
+            self._built.add(_fingerprint(req))
+            return req, secret
         if protocol != "pm_vector":
             raise InvalidInputError(f"protocol must be 'pm_vector' or 'privatemail_paper', not {protocol!r}.")
         rng = paper_kwargs.pop("_rng", None)  # tests and benchmarks only; the request then says "seeded"
@@ -280,8 +347,11 @@ class Client:
             raise InvalidInputError(f"unknown options for the pm_vector protocol: {sorted(paper_kwargs)}.")
         client = self.private_knn(name, epsilon=epsilon, delta=delta, shortlist=shortlist, label_free=label is None)
         if rng is not None:
+            client.accountant = None  # seeded: not a private release, not charged
             client._inject_generator(rng if isinstance(rng, np.random.Generator) else secure_generator(int(rng)))
-        return client.request(np.asarray(features, dtype=np.float64), None if label is None else int(label))
+        req, secret = client.request(np.asarray(features, dtype=np.float64), None if label is None else int(label))
+        self._built.add(_fingerprint(req))
+        return req, secret
 
     def query(self, name: str, features, label: int | None = None, *, epsilon: float, delta: float = 1e-5,
               k: int = 8, shortlist: int | None = None, protocol: str = "pm_vector", rerank: bool = True,
@@ -324,11 +394,7 @@ class Client:
         req, secret = self.build_request(name, features, label, epsilon=epsilon, delta=delta, protocol=protocol,
                                          shortlist=shortlist, **paper_kwargs)
         t1 = time.perf_counter()
-        status = None
-        if self.budget is not None:
-            key = self.budget_key(name)
-            self.budget.spend(key, float(epsilon), float(delta))  # BudgetExceededError: nothing is sent
-            status = self.budget.status(key)
+        status = self.budget.status(self.budget_key(name))  # charged by build_request
         body = {"request": req.to_dict(), "k": int(k), "include_features": mode == "features"}
         if mode == "codes":
             body["include_codes"] = True

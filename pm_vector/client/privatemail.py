@@ -61,7 +61,10 @@ class PrivateMail:
     lie in the domain of the appendix-B bound (for ~1000 rows, sigma >= ~0.6: the refusal names
     the bound); ``mechanism``: "analytic" (any eps) or "classical" (eps < 1 only);
     ``n_post_iter``: post-processing iterations. Noise, dummies and shuffle come from a
-    generator seeded from :mod:`secrets`; there is no seed parameter. Tests and benchmarks
+    generator seeded from :mod:`secrets`; there is no seed parameter. ``accountant``: charged
+    (``spend(epsilon, delta, label)``) before the noise is drawn; None charges the default ledger
+    (:class:`~pm_vector.client.budget.PrivacyBudget`, default budget) under
+    ``local:<collection>``, except for a seeded request (not a private release). Tests and benchmarks
     inject one through the internal ``_rng`` keyword (a Generator, or an int for
     ``secure_generator(int)``), and the request then says ``params["seeded"] = true``.
     """
@@ -148,8 +151,13 @@ class PrivateMail:
         sens = smlq_sensitivity(n=N - 1, sigma=self.dp_sigma, alpha=self.dp_alpha, label_diameter_sq=2.0,
                                 q_frobenius=float(np.linalg.norm(Q)))
         mech = self._mechanism(sens)
-        if self.accountant is not None:
-            self.accountant.spend(self.epsilon, self.delta, label=collection)  # refuses before anything is released
+        acc = self.accountant
+        if acc is None and not self._seeded:  # a seeded request (tests, benchmarks) is not a private release
+            from .budget import PrivacyBudget
+
+            acc = PrivacyBudget().account(f"local:{collection or 'unnamed'}")
+        if acc is not None:
+            acc.spend(self.epsilon, self.delta, label=collection)  # refuses before anything is released
         LX = feature_laplacian(X, self.dp_sigma, graph="dense", device="cpu")
         LY = label_laplacian(y, self.dp_sigma, encoding="onehot", kind="same", device="cpu")
         f = smlq_step(to_tensor(Q, "cpu"), LX, LY, float(self.dp_alpha)).numpy()

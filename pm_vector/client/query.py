@@ -13,9 +13,20 @@ which row is real (:class:`QuerySecret`). The server answers every row with ``k'
 and what the client needs to re-rank them (raw features or a published code); the client
 re-ranks its real row's candidates locally and sends nothing more.
 
-Randomness: dummies come from :mod:`secrets`; the noise from a generator seeded with 128 bits
-from :mod:`secrets`. No public API takes a seed; tests and benchmarks inject a generator with
+Randomness: dummies come from :mod:`secrets`; the noise (exact discrete Gaussian on a public
+grid, :mod:`pm_vector.privacy.class_rows`) from a generator seeded with 128 bits from
+:mod:`secrets`. No public API takes a seed; tests and benchmarks inject a generator with
 :meth:`PrivateKNN._inject_generator`, and a request built that way says ``"seeded": true``.
+
+Budget: every unseeded request is charged *before* its noise is drawn -- to ``accountant`` (any
+object with ``spend(epsilon, delta, label=None)``: a
+:class:`~pm_vector.privacy.PrivacyAccountant`, or a ledger entry from
+:meth:`~pm_vector.client.budget.PrivacyBudget.account`; :class:`~pm_vector.client.http.Client`
+passes the collection's entry keyed by its server id), else to the default ledger
+(:class:`~pm_vector.client.budget.PrivacyBudget`, default budget) under ``local:<collection>``
+(or ``local:frames:<digest>`` without a collection name). A refused request raises
+:class:`~pm_vector.errors.BudgetExceededError` and releases nothing. A seeded request is not a
+private release (its noise can be recomputed from the seed) and is not charged.
 """
 
 from __future__ import annotations
@@ -32,7 +43,7 @@ import numpy as np
 from .._validation import as_labels, as_matrix, normalize_rows
 from ..errors import InvalidInputError
 from ..manifold.class_frames import ClassFrames
-from ..privacy.class_rows import ClassRowsGaussianMechanism
+from ..privacy.class_rows import NOISE, ClassRowsGaussianMechanism
 from ..privacy.rng import secure_generator
 
 FORMAT = "pm_vector.class-rows/1"
@@ -55,8 +66,10 @@ def frames_digest(frames: ClassFrames) -> str:
 @dataclass
 class QueryRequest:
     """What leaves the client: ``rows`` (``C x d``, class order), the classes, (epsilon, delta),
-    the noise per row, the frames' digest, ``shortlist`` (k'), and ``seeded`` (true only for a
-    request built with an injected generator: tests and benchmarks)."""
+    the noise per row, the frames' digest, ``shortlist`` (k'), ``seeded`` (true only for a
+    request built with an injected generator: tests and benchmarks), and the release's provenance:
+    ``noise`` (``"discrete_gaussian"``) and ``grid`` (the public grid step of each row; every row
+    value is an integer multiple of it)."""
 
     rows: np.ndarray
     classes: list
@@ -68,10 +81,23 @@ class QueryRequest:
     shortlist: int = DEFAULT_SHORTLIST
     seeded: bool = False
     collection: str | None = None
+    noise: str | None = None
+    grid: list | None = None
 
     def __post_init__(self):
         self.rows = as_matrix(self.rows, "rows")
         C = self.rows.shape[0]
+        if self.noise not in (None, "gaussian", NOISE):
+            raise InvalidInputError(f"noise must be {NOISE!r} (or 'gaussian' for requests of older clients); "
+                                    f"got {self.noise!r:.40}.")
+        if self.grid is not None:
+            try:
+                g = np.asarray(self.grid, dtype=np.float64).reshape(-1)
+            except (TypeError, ValueError):
+                raise InvalidInputError(f"grid must be {C} finite numbers > 0 (one step per row).") from None
+            if g.shape[0] != C or not np.all(np.isfinite(g)) or np.any(g <= 0):
+                raise InvalidInputError(f"grid must be {C} finite numbers > 0 (one step per row).")
+            self.grid = g.tolist()
         self.classes = [int(c) for c in as_labels(np.asarray(self.classes), C, "classes")]
         s = np.asarray(self.sigmas, dtype=np.float64).reshape(-1)
         if s.shape[0] != C or not np.all(np.isfinite(s)) or np.any(s < 0):
@@ -115,10 +141,10 @@ class QueryRequest:
         if missing:
             raise InvalidInputError(f"request is missing fields: {', '.join(missing)}.")
         # a strict schema: nothing the client chose beyond these fields reaches the request log
-        unknown = sorted(set(d) - set(need) - {"format", "shortlist", "seeded", "collection"})
+        unknown = sorted(set(d) - set(need) - {"format", "shortlist", "seeded", "collection", "noise", "grid"})
         if unknown:
             raise InvalidInputError(f"unknown request field(s) {unknown}; a pm_vector request has {sorted(need)} "
-                                    "and optionally shortlist, seeded, collection.")
+                                    "and optionally shortlist, seeded, collection, noise, grid.")
         try:
             rows = np.asarray(d["rows"], dtype=np.float64)
         except (TypeError, ValueError):
@@ -126,7 +152,7 @@ class QueryRequest:
         return cls(rows=rows, classes=list(d["classes"]), epsilon=d["epsilon"], delta=d["delta"],
                    noise_scale=d["noise_scale"], sigmas=list(d["sigmas"]), frames_digest=str(d["frames_digest"]),
                    shortlist=d.get("shortlist", DEFAULT_SHORTLIST), seeded=bool(d.get("seeded", False)),
-                   collection=d.get("collection"))
+                   collection=d.get("collection"), noise=d.get("noise"), grid=d.get("grid"))
 
 
 @dataclass(frozen=True)
@@ -148,13 +174,19 @@ class PrivateKNN:
     ``classifier``: any fitted object with ``predict`` (e.g. a
     :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor) used when a query comes
     without a label; its choice is an input of the release like a label, so the guarantee is
-    the same. ``shortlist``: k' candidates asked per row.
+    the same. ``shortlist``: k' candidates asked per row. ``accountant``: what every unseeded
+    request is charged to (module doc); None charges the default ledger.
     """
 
     def __init__(self, frames: ClassFrames, dummy_features, dummy_labels, epsilon: float = 4.0, delta: float = 1e-5,
-                 *, shortlist: int = DEFAULT_SHORTLIST, classifier=None, collection: str | None = None):
+                 *, shortlist: int = DEFAULT_SHORTLIST, classifier=None, collection: str | None = None,
+                 accountant=None):
         self.frames = frames
-        self.mechanism = ClassRowsGaussianMechanism(epsilon, delta, frames.radii_)
+        self.mechanism = ClassRowsGaussianMechanism(epsilon, delta, frames.radii_, frames.components_.shape[1])
+        if accountant is not None and not callable(getattr(accountant, "spend", None)):
+            raise InvalidInputError("accountant must have a spend(epsilon, delta, label=None) method (a "
+                                    "PrivacyAccountant, or PrivacyBudget.account(key)).")
+        self.accountant = accountant
         D = as_matrix(dummy_features, "dummy features")
         yd = as_labels(dummy_labels, D.shape[0], "dummy labels")
         self._pool = {}
@@ -175,6 +207,17 @@ class PrivateKNN:
     def _inject_generator(self, rng: np.random.Generator) -> "PrivateKNN":
         self._rng = rng
         return self
+
+    def _charge(self) -> None:
+        """Charge one release before any noise is drawn (BudgetExceededError: nothing released)."""
+        acc = self.accountant
+        if acc is None:
+            if self._rng is not None:  # seeded: tests and benchmarks; not a private release
+                return
+            from .budget import PrivacyBudget
+
+            acc = PrivacyBudget().account(f"local:{self.collection or 'frames:' + self.digest}")
+        acc.spend(self.mechanism.epsilon, self.mechanism.delta, label=self.collection)
 
     def _choose(self, n: int) -> int:
         return int(self._rng.integers(n)) if self._rng is not None else secrets.randbelow(n)
@@ -197,6 +240,7 @@ class PrivateKNN:
                                         "classifier= (e.g. a KAHMClassifier fit on the public anchor).")
             label = int(np.asarray(self.classifier.predict(x)).reshape(-1)[0])
         row = int(self.frames.class_index([int(label)])[0])
+        self._charge()
         rows = np.empty((len(self.frames.classes_), self.frames.components_.shape[1]))
         for j, c in enumerate(self.frames.classes_):
             if j == row:
@@ -209,7 +253,9 @@ class PrivateKNN:
         req = QueryRequest(rows=released, classes=self.frames.classes_.tolist(), epsilon=self.mechanism.epsilon,
                            delta=self.mechanism.delta, noise_scale=self.mechanism.noise_scale_,
                            sigmas=self.mechanism.sigmas_.tolist(), frames_digest=self.digest,
-                           shortlist=self.shortlist, seeded=self._rng is not None, collection=self.collection)
+                           shortlist=self.shortlist, seeded=self._rng is not None, collection=self.collection,
+                           noise=self.mechanism.noise,
+                           grid=None if self.mechanism.grid_ is None else self.mechanism.grid_.tolist())
         return req, QuerySecret(int(label), row, predicted)
 
     @staticmethod

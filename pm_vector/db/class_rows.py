@@ -25,13 +25,19 @@ class order and sizes, the frames' digest and ``status`` (``ready``; ``unavailab
 ``error`` when the anchor set cannot give frames, e.g. a class with fewer than 2 anchor rows:
 the run then serves PrivateMail requests only).
 
+Since migration 0009 each prior row also carries its item's neighbour list (``nbrs bigint[]``) and
+those neighbours' hub counts in the item's class (``nhub float8[]``), so that the shortlist reads
+them with the prior row instead of joining the graph and the hubs (``sql/0009_fast_shortlist.sql``);
+runs created before keep their layout and the 0005 statement.
+
 The SQL that answers a request from these tables is ``pm_vector.pm_shortlist``
-(``sql/0005_class_rows.sql``); it computes exactly
+(``sql/0005_class_rows.sql``, ``sql/0009_fast_shortlist.sql``); it computes exactly
 :meth:`pm_vector.shortlist.PosteriorShortlist.scores` on the same data.
 
 New items (:func:`extend`, called by :func:`pm_vector.db.jobs.embed_new_items`): each new
 item gets its prior row, its own neighbour list (against all items of the run, new ones
-included), its code, and adds its contribution to the hub counts of its class; the neighbour lists of
+included), its code, and adds its contribution to the hub counts of its class (and the ``nhub``
+of every prior row listing an item whose count changed is recomputed); the neighbour lists of
 existing items are **not** recomputed (a new item never enters an older item's ``N(j)``), so
 after new items the run's scores are those of a graph slightly different from a fresh fit. A
 full embedding job rebuilds everything exactly.
@@ -44,11 +50,13 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from .. import shortlist as _shortlist
 from ..errors import InvalidInputError
 from . import _binary
 
 FORMAT = "pm_vector.class-rows/1"
-DEFAULTS = {"n_components": 4, "clip_quantile": 0.9, "graph_degree": 16, "max_prior": 1024}
+DEFAULTS = {"n_components": 4, "clip_quantile": 0.9, "graph_degree": _shortlist.GRAPH_DEGREE,
+            "max_prior": _shortlist.MAX_PRIOR, "min_weight": _shortlist.MIN_WEIGHT}
 #: components of the published compact codes (capped at the feature dimension)
 CODE_COMPONENTS = 64
 
@@ -74,6 +82,10 @@ def params(settings: Mapping[str, Any] | None = None, override: Mapping[str, Any
     if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < float(q) <= 1:
         raise InvalidInputError(f"class-rows parameter clip_quantile must be in (0, 1], got {q!r}.")
     p["clip_quantile"] = float(q)
+    mw = p["min_weight"]
+    if isinstance(mw, bool) or not isinstance(mw, (int, float)) or not 0 <= float(mw) < 1:
+        raise InvalidInputError(f"class-rows parameter min_weight must be in [0, 1), got {mw!r}.")
+    p["min_weight"] = float(mw)
     return p
 
 
@@ -91,6 +103,9 @@ class ClassRowsData:
     hub_counts: np.ndarray
     projection: Any = None  # PublicProjection fit on the public anchor set
     codes: np.ndarray | None = None  # (N, m) float16, the items' codes in item_ids order
+    placement: dict | None = None  # sharded runs: {shard: [class positions]} (pm_vector.db.sharding)
+    prior_nbrs: np.ndarray | None = None  # (P, g) item ids: each prior item's neighbour list
+    prior_nhub: np.ndarray | None = None  # (P, g) float64: hub count of each of them in the item's class
 
     def doc(self) -> dict[str, Any]:
         from ..client.query import frames_digest
@@ -101,7 +116,8 @@ class ClassRowsData:
                 "graph_degree_effective": int(self.neighbors.shape[1]),
                 "classes": [int(c) for c in classes], "class_sizes": sizes,
                 "frames_digest": frames_digest(self.frames), "n_items": int(self.item_ids.shape[0]),
-                "code_dim": None if self.codes is None else int(self.codes.shape[1])}
+                "code_dim": None if self.codes is None else int(self.codes.shape[1]),
+                **({} if self.placement is None else {"shards": self.placement})}
 
 
 def unavailable(p: Mapping[str, Any], error: str) -> dict[str, Any]:
@@ -124,6 +140,10 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
     # the same fit the in-memory shortlist uses: graph, prior and hub counts are stored as it has them
     ps = PosteriorShortlist(graph_degree=int(p["graph_degree"])).fit(frames, X, y)
     prior = [ps.prior_[int(c)] for c in frames.classes_]
+    # per prior item: its neighbours and their hub counts in its class (the fast layout of migration 0009)
+    nb = [ps.neighbors_[pi] for pi, _ in prior]
+    nh = [ps.hubs_[int(c)][n] for c, n in zip(frames.classes_, nb)]
+    g_eff = ps.neighbors_.shape[1]
     pidx = np.concatenate([pi for pi, _ in prior]) if prior else np.zeros(0, np.int64)
     coords = np.concatenate([pc for _, pc in prior]) if prior else np.zeros((0, frames.n_components))
     hl, hi, hc = [], [], []
@@ -137,7 +157,9 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
     return ClassRowsData(frames=frames, params=dict(p), item_ids=ids, neighbors=ids[ps.neighbors_], prior_ids=ids[pidx],
                          prior_labels=y[pidx], prior_coords=coords, hub_labels=cat(hl, np.int64),
                          hub_ids=cat(hi, np.int64), hub_counts=cat(hc, np.float64), projection=projection,
-                         codes=item_codes(projection, X))
+                         codes=item_codes(projection, X),
+                         prior_nbrs=ids[np.concatenate(nb)] if nb else np.zeros((0, g_eff), np.int64),
+                         prior_nhub=np.concatenate(nh) if nh else np.zeros((0, g_eff)))
 
 
 def item_codes(projection, X) -> np.ndarray:
@@ -161,22 +183,49 @@ def _copy_codes(conn, run_id: int, ids, codes, batch: int, commit: bool) -> None
             conn.commit()
 
 
+def _arrays(a: np.ndarray, kind: str) -> list[bytes]:
+    """Binary COPY values of the rows of ``a`` (n, g) as 1-d ``bigint[]`` (kind "int8") or
+    ``float8[]`` ("float8"); numpy-built, empty arrays when g = 0."""
+    n, g = a.shape
+    oid, fmt = {"int8": (20, ">i8"), "float8": (701, ">f8")}[kind]
+    if g == 0:
+        return [(0).to_bytes(4, "big") + (0).to_bytes(4, "big") + oid.to_bytes(4, "big")] * n
+    dt = np.dtype([("hdr", ">i4", (5,)), ("e", [("l", ">i4"), ("v", fmt)], (g,))])
+    rows = np.empty(n, dt)
+    rows["hdr"] = (1, 0, oid, g, 1)  # ndim, no NULLs, element type, length, lower bound
+    rows["e"]["l"] = 8
+    rows["e"]["v"] = a
+    buf = rows.tobytes()
+    w = dt.itemsize
+    return [buf[i * w:(i + 1) * w] for i in range(n)]
+
+
 def _copy_prior(conn, run_id: int, ids, labels, coords, batch: int, commit: bool,
-                progress: Callable[[int, int], None] | None = None) -> None:
+                progress: Callable[[int, int], None] | None = None, nbrs: np.ndarray | None = None,
+                nhub: np.ndarray | None = None) -> None:
+    """COPY prior rows; ``nbrs``/``nhub`` (n, g): their neighbour lists and those neighbours' hub
+    counts in the row's class, for runs whose prior has the columns (migration 0009: the shortlist
+    reads them with the prior row instead of joining the graph and the hubs)."""
     d = coords.shape[1]
     n = ids.shape[0]
+    cols = "item_id, label, coords, coords8" + (", nbrs, nhub" if nbrs is not None else "")
     for s in range(0, n, batch):
         e = min(n, s + batch)
-        stream = _binary.encode([("item_id", "int8", 0), ("label", "int8", 0), ("coords", "vector", d),
-                                 ("coords8", "float8[]", d)],
-                                {"item_id": ids[s:e], "label": labels[s:e], "coords": coords[s:e],
-                                 "coords8": coords[s:e]})
-        _binary.copy_in(conn, f"COPY pm_vector.run_{int(run_id)}_prior (item_id, label, coords, coords8) "
-                              "FROM STDIN (FORMAT BINARY)", stream)
+        fixed = [("item_id", "int8", 0), ("label", "int8", 0), ("coords", "vector", d), ("coords8", "float8[]", d)]
+        data = {"item_id": ids[s:e], "label": labels[s:e], "coords": coords[s:e], "coords8": coords[s:e]}
+        stream = (_binary.encode(fixed, data) if nbrs is None else
+                  _binary.encode_with_tail(fixed, data, [_arrays(np.asarray(nbrs[s:e], dtype=np.int64), "int8"),
+                                                         _arrays(np.asarray(nhub[s:e], dtype=np.float64), "float8")]))
+        _binary.copy_in(conn, f"COPY pm_vector.run_{int(run_id)}_prior ({cols}) FROM STDIN (FORMAT BINARY)", stream)
         if commit:
             conn.commit()
         if progress is not None:
             progress(e, n)
+
+
+def prior_has_nbrs(conn, run_id: int) -> bool:
+    """Whether the run's prior keeps neighbour lists (runs created after migration 0009)."""
+    return bool(conn.execute("SELECT pm_vector.pm_run_has_nbrs(%s)", [int(run_id)]).fetchone()[0])
 
 
 def _copy_pairs(conn, table: str, cols: tuple[str, str], a, b, batch: int, commit: bool) -> None:
@@ -204,15 +253,26 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
           progress: Callable[[int, int], None] | None = None) -> None:
     """Create the run's class-rows tables (and codes table) and COPY the data in (each batch
     committed); the codes' projection goes to ``embedding_runs.public_projection``."""
-    conn.execute("SELECT pm_vector.pm_create_class_rows_tables(%s, %s, %s::bigint[])",
-                 [int(run_id), int(data.frames.n_components), [int(c) for c in data.frames.classes_]])
-    conn.commit()
+    from . import sharding
+
     rid = int(run_id)
-    _copy_prior(conn, rid, data.prior_ids, data.prior_labels, data.prior_coords, batch, True, progress)
-    g = data.neighbors.shape[1]
-    _copy_pairs(conn, f"pm_vector.run_{rid}_neighbors", ("item_id", "neighbor_id"),
-                np.repeat(data.item_ids, g), data.neighbors.ravel(), batch * 4, True)
-    _copy_hubs(conn, f"pm_vector.run_{rid}_hubs", data.hub_labels, data.hub_ids, data.hub_counts, batch * 4, True)
+    classes = [int(c) for c in data.frames.classes_]
+    shards = sharding.shard_names(conn)
+    if shards:  # a coordinator: the prior, graph and hubs go to the shards, by class
+        data.placement = sharding.placement(len(classes), shards)
+        sharding.create_tables(conn, rid, int(data.frames.n_components), classes, data.placement)
+        sharding.write(conn, rid, data, data.placement, batch, progress)
+    else:
+        conn.execute("SELECT pm_vector.pm_create_class_rows_tables(%s, %s, %s::bigint[])",
+                     [rid, int(data.frames.n_components), classes])
+        conn.commit()
+        fast = prior_has_nbrs(conn, rid)  # each prior row carries its neighbour list and their hubs
+        _copy_prior(conn, rid, data.prior_ids, data.prior_labels, data.prior_coords, batch, True, progress,
+                    data.prior_nbrs if fast else None, data.prior_nhub if fast else None)
+        g = data.neighbors.shape[1]
+        _copy_pairs(conn, f"pm_vector.run_{rid}_neighbors", ("item_id", "neighbor_id"),
+                    np.repeat(data.item_ids, g), data.neighbors.ravel(), batch * 4, True)
+        _copy_hubs(conn, f"pm_vector.run_{rid}_hubs", data.hub_labels, data.hub_ids, data.hub_counts, batch * 4, True)
     if data.codes is not None:
         from psycopg.types.json import Json
 
@@ -223,9 +283,38 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
         _copy_codes(conn, rid, data.item_ids, data.codes, batch, True)
 
 
+def _refresh_nhub(conn, run_id: int) -> None:
+    """Recompute ``nhub`` of the prior rows whose neighbours' hub counts changed (those in the temp
+    table ``pm_new_hubs``, new rows included: their lists hold exactly such items), so that it stays
+    ``hub_label(nbrs[k])``; one pass over the prior, in the caller's transaction."""
+    t = f"pm_vector.run_{int(run_id)}_"
+    # the rows to fix: one hash join of every (row, neighbour) pair with the changed (label, item) pairs
+    conn.execute(f"UPDATE {t}prior AS p SET nhub = ARRAY(SELECT coalesce(h.hub, 0) FROM unnest(p.nbrs) "
+                 f"WITH ORDINALITY AS u(id, k) LEFT JOIN {t}hubs AS h ON h.label = p.label AND h.item_id = u.id "
+                 "ORDER BY u.k) "
+                 f"WHERE (p.label, p.item_id) IN (SELECT DISTINCT q.label, q.item_id FROM {t}prior AS q "
+                 "CROSS JOIN LATERAL unnest(q.nbrs) AS v(id) JOIN pm_new_hubs AS n ON n.label = q.label AND n.item_id = v.id)")
+
+
 def build_indexes(conn, run_id: int, m: int = 16, ef_construction: int = 64) -> None:
+    from . import sharding
+
+    place = conn.execute("SELECT class_rows -> 'shards' FROM pm_vector.embedding_runs WHERE id = %s",
+                         [int(run_id)]).fetchone()
+    if place is not None and place[0]:
+        sharding.build_indexes(conn, int(run_id), place[0], int(m), int(ef_construction))
+        if data_has_codes(conn, int(run_id)):
+            conn.execute(f"ALTER TABLE pm_vector.run_{int(run_id)}_codes ADD CONSTRAINT run_{int(run_id)}_codes_pkey "
+                         "PRIMARY KEY (item_id)")
+            conn.execute(f"ANALYZE pm_vector.run_{int(run_id)}_codes")
+        return
     conn.execute("SELECT pm_vector.pm_build_class_rows_indexes(%s, %s, %s)",
                  [int(run_id), int(m), int(ef_construction)])
+
+
+def data_has_codes(conn, run_id: int) -> bool:
+    return conn.execute("SELECT to_regclass(pm_vector.pm_run_table(%s, 'codes')) IS NOT NULL",
+                        [int(run_id)]).fetchone()[0]
 
 
 def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, Any], all_ids, all_X,
@@ -236,6 +325,10 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     from ..manifold.class_frames import ClassFrames
     from ..neighbors import knn_search
 
+    if doc.get("shards"):
+        # a sharded run's prior, graph and hubs live on its shards: a full job rebuilds them there
+        raise InvalidInputError("new items cannot be added to a sharded run incrementally; run a full embedding job "
+                                "(pm-vector embed COLLECTION) to place them on the shards.")
     frames = ClassFrames.from_dict(frames_doc)
     all_ids = np.asarray(all_ids, dtype=np.int64)
     new_ids = np.asarray(new_ids, dtype=np.int64)
@@ -265,7 +358,10 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     in_prior = np.isin(new_y, frames.classes_)
     if np.any(in_prior):
         coords = frames.clipped(np.asarray(new_X)[in_prior], new_y[in_prior])
-        _copy_prior(conn, rid, new_ids[in_prior], new_y[in_prior], coords, 1 << 30, False)
+        fast = prior_has_nbrs(conn, rid)
+        _copy_prior(conn, rid, new_ids[in_prior], new_y[in_prior], coords, 1 << 30, False,
+                    nbrs=out[in_prior] if fast else None,
+                    nhub=np.zeros(out[in_prior].shape) if fast else None)  # set below, once the hubs are
         labels, ids, counts = [], [], []
         for c in np.unique(new_y[in_prior]):
             u, cnt = np.unique(out[new_y == c].ravel(), return_counts=True)
@@ -279,6 +375,8 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
             conn.execute(f"INSERT INTO pm_vector.run_{rid}_hubs AS h (label, item_id, hub) "
                          "SELECT label, item_id, hub FROM pm_new_hubs "
                          "ON CONFLICT (label, item_id) DO UPDATE SET hub = h.hub + EXCLUDED.hub")
+            if fast:
+                _refresh_nhub(conn, rid)
     new_doc = dict(doc)
     sizes = list(doc["class_sizes"])
     for k, c in enumerate(doc["classes"]):

@@ -63,11 +63,19 @@ def _register(conn) -> None:
     register_vector(conn)
 
 
-def connect(url: str | None = None, *, autocommit: bool = False, check: bool = True):
+#: ``client_connection_check_interval`` of worker connections (ms): a backend busy on a long
+#: statement (an HNSW build, a big DELETE) notices within this time that its client died and
+#: aborts, instead of finishing the statement (~25 s for an index) while holding the run's lock.
+WATCH_CLIENT_MS = 1000
+
+
+def connect(url: str | None = None, *, autocommit: bool = False, check: bool = True, watch_client: bool = False):
     """A new psycopg connection (caller closes it), pgvector registered.
 
     ``url`` defaults to :func:`pm_vector.db.server.database_url` (which starts and migrates
-    the embedded server if that is the mode).
+    the embedded server if that is the mode). ``watch_client``: set
+    ``client_connection_check_interval`` (:data:`WATCH_CLIENT_MS`) for the session, for jobs
+    and ingests whose statements run long.
     """
     import psycopg
 
@@ -82,6 +90,11 @@ def connect(url: str | None = None, *, autocommit: bool = False, check: bool = T
         if check:
             _check_ready(conn, url)
         _register(conn)
+        if watch_client and conn.info.server_version >= 140000:  # the setting came with PostgreSQL 14
+            # session-level (is_local false) and committed, so a later rollback keeps it
+            conn.execute("SELECT set_config('client_connection_check_interval', %s, false)", [str(WATCH_CLIENT_MS)])
+            if not autocommit:
+                conn.commit()
         if not autocommit:
             conn.rollback()
     except BaseException:

@@ -74,6 +74,15 @@ class ClassRowsUnavailableError(DatabaseError):
     set cannot give class frames): class-rows requests need a new embedding job."""
 
 
+class ShardNotRegisteredError(DatabaseConfigError):
+    """A shard name the coordinator does not know (``pm-vector db shard-add`` registers shards)."""
+
+
+class ShardUnavailableError(DatabaseError):
+    """A shard did not answer (down, unreachable); the message names it and its address. Nothing
+    was written: retry once it is back."""
+
+
 class DimensionMismatchError(InvalidInputError):
     """A vector's dimension differs from the collection's (or run's) dimension."""
 
@@ -93,6 +102,8 @@ _SQLSTATE_CLASSES: dict[str, type[PMVectorError]] = {
     "PM004": InvalidInputError,
     "PM005": RunNotFoundError,
     "PM006": ClassRowsUnavailableError,
+    "PM007": ShardNotRegisteredError,
+    "PM008": ShardUnavailableError,
     "PM010": DimensionMismatchError,
     "PM011": UnknownLabelError,
     "PM012": InvalidInputError,

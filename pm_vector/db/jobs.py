@@ -175,7 +175,7 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
     in ``load``, ``embed``, ``write``, ``class_rows``, ``index``, ``switch``. ``embed_fn``: see the
     module doc. ``class_rows``: parameters of the run's class-rows part overriding the defaults
     and the collection's ``settings["class_rows"]`` (:mod:`pm_vector.db.class_rows`:
-    ``n_components`` 4, ``clip_quantile`` 0.9, ``graph_degree`` 16, ``max_prior`` 1024).
+    ``n_components`` 4, ``clip_quantile`` 0.9, ``graph_degree`` 16, ``max_prior`` 512, ``min_weight`` 0).
 
     Returns :func:`run_info` of the new (succeeded, active) run, plus ``items_missing``: items
     ingested while the job ran, which the run does not contain (:func:`embed_new_items` adds
@@ -204,7 +204,7 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
     from . import class_rows as _cr
 
     cleanup(collection)  # runs and ingests of dead workers; also raises CollectionNotFoundError early
-    conn = connect()
+    conn = connect(watch_client=True)
     run_id: int | None = None
     timings: dict[str, float] = {}
     try:
@@ -224,7 +224,7 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
         # -- load
         t = time.perf_counter()
         report("load", 0, 1)
-        items = _load_items(conn, coll)  # a snapshot: rows of ingests still running may be included
+        items = _load_items(conn, coll)  # a snapshot: an ingest is one transaction, so only finished ones
         conn.rollback()
         n = items["id"].shape[0]
         if n == 0:
@@ -296,7 +296,9 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
         # -- switch (one transaction)
         t = time.perf_counter()
         report("switch", 0, 1)
-        row = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s FOR UPDATE",
+        # NO KEY UPDATE, not UPDATE: an ingest in progress (one transaction) holds KEY SHARE on
+        # the row through its foreign key, and the switch must not wait for it
+        row = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s FOR NO KEY UPDATE",
                            [coll["id"]]).fetchone()
         if row is None:
             raise EmbeddingJobError(f"collection {collection!r} was dropped while the job ran.", run_id)
@@ -394,7 +396,7 @@ def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: Job
     from . import class_rows as _cr
 
     report = progress or _noop
-    with connect() as conn:
+    with connect(watch_client=True) as conn:
         coll = _collection_row(conn, collection)
         run_id = coll["active_run_id"]
         if run_id is None:

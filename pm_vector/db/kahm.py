@@ -17,14 +17,20 @@
         what one party sends in federation: its distance values per class (no items)
     federated_classify(parties, features) -> dict
         the global classifier of eq 104 over several collections (or remote parties)
-    run_membership_audit(collection, epsilon, *, value_range, ...) -> dict
-        membership-inference scores (eq 69) of raw, noisy and fabricated models, stored
+    run_membership_audit(collection, epsilon=None, ...) -> dict
+        membership-inference audit of the deployed configuration (or of raw, noisy and fabricated
+        models at a given epsilon), repeated over splits and noise draws, stored (kahm_audit.py)
     list_audits(collection=None) -> list
 
-Privacy unit (the KAHM paper's Definition 10): one *element* of the item feature matrix, which
-may change by at most ``d``. Features are clipped to the public ``value_range = (lo, hi)``
-first, so ``d = hi - lo`` is a true bound. A whole item row of ``p`` features then costs up to
-``p * epsilon`` by basic composition; the provenance stored with each result says so.
+Privacy units. The fabricated anchor is row level by default: each item row is clipped to a
+public L2 norm and perturbed as a whole, so ``epsilon`` is per item. The class models (and the
+anchor with ``unit="element"``) use the KAHM paper's unit (Definition 10): one *element* of the
+item feature matrix, clipped to the public ``value_range = (lo, hi)`` (``d = hi - lo``); a whole
+item row of ``p`` features then costs up to ``p * epsilon``. All noise is released on a public
+grid (:mod:`pm_vector.kahm.grid`), every fabricating job smooths for a fixed public number of
+steps, and every stored privacy record states its unit and what lies outside the guarantee; no
+value computed from the raw rows is stored in it. Distances of raw models are not served by
+:func:`party_distances` unless the collection opts in.
 
 Every job validates its input before it writes, computes everything in memory and writes in
 one transaction at the end: a job that dies leaves nothing behind and the previous model or
@@ -37,233 +43,30 @@ import os
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import InvalidInputError
-from .api import _check_name, _collection_row, _features, _iso, _json_safe, _load_items, _worker, cleanup
+from .api import _collection_row, _features, _iso, _load_items, _worker
 from .engine import connect
-from .errors import DatabaseError, DimensionMismatchError, translate_sql_error
+from .errors import DatabaseError, DimensionMismatchError
+from .kahm_anchor import fabricate_anchor_set
+from .kahm_common import (DEFAULT_SMOOTHING_STEPS, KINDS, OUTSIDE_ELEMENT, _SETTLED, NoKAHMModelError,  # noqa: F401
+                          ProgressFn, RawKAHMDistancesNotAllowedError, _class_counts_check, _load, _noop,
+                          _positive_int, _privacy, _smoothing_record, _steps, _transaction, _value_range,
+                          raw_distances_allowed)
+
+#: PostgreSQL's limit for one bytea value is 1 GB; keep a margin for the row
+MAX_MODEL_BYTES = 1_000_000_000
 
 __all__ = [
     "fabricate_anchor_set", "fit_kahm_models", "score_new_items", "list_kahm_models", "load_kahm_model",
     "class_scores", "party_distances", "federated_classify", "run_membership_audit", "list_audits",
-    "NoKAHMModelError", "KINDS",
+    "NoKAHMModelError", "RawKAHMDistancesNotAllowedError", "raw_distances_allowed", "KINDS",
+    "DEFAULT_SMOOTHING_STEPS",
 ]
-
-KINDS = ("raw", "noisy", "fabricated")
-#: items whose ingest is still running (or failed) are not part of a job's snapshot
-_SETTLED = ("AND NOT EXISTS (SELECT 1 FROM pm_vector.ingests g WHERE g.id = i.ingest_id "
-            "AND g.status <> 'succeeded')")
-
-ProgressFn = Callable[[str, int, int], None]
-#: PostgreSQL's limit for one bytea value is 1 GB; keep a margin for the row
-MAX_MODEL_BYTES = 1_000_000_000
-
-
-class NoKAHMModelError(DatabaseError, LookupError):
-    """The collection has no stored KAHM model (or not the one asked for)."""
-
-
-def _noop(*_a, **_k) -> None:
-    return None
-
-
-@contextmanager
-def _transaction():
-    """A connection whose work commits at the end of the block, or rolls back and raises the
-    translated error (:func:`~pm_vector.db.errors.translate_sql_error`): the one write of a job."""
-    with connect() as conn:
-        try:
-            yield conn
-            conn.commit()
-        except BaseException as exc:
-            conn.rollback()
-            err = translate_sql_error(exc) if isinstance(exc, Exception) else exc
-            if err is exc:
-                raise
-            raise err from exc
-
-
-# ----------------------------------------------------------------------------- validation
-
-def _value_range(value_range) -> tuple[float, float]:
-    if value_range is None:
-        raise InvalidInputError(
-            "value_range=(lo, hi) is required for a differentially private job: features are clipped to it and "
-            "d = hi - lo bounds how much one element can change (Definition 10). It must be public, e.g. (0, 1) "
-            "for pixels in [0, 1] or (-1, 1) for unit-norm rows -- never computed from the data.")
-    try:
-        if isinstance(value_range, (str, bytes)):  # "01" would otherwise unpack to (0, 1)
-            raise TypeError
-        lo, hi = (float(v) for v in value_range)
-    except (TypeError, ValueError):
-        raise InvalidInputError(f"value_range must be two numbers (lo, hi); got {value_range!r}.") from None
-    if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo):
-        raise InvalidInputError(f"value_range must be finite with lo < hi; got ({lo}, {hi}).")
-    return lo, hi
-
-
-def _privacy(epsilon, delta, value_range) -> dict[str, Any]:
-    from ..kahm import OptimalNoise
-
-    lo, hi = _value_range(value_range)
-    noise = OptimalNoise(epsilon, delta, hi - lo)  # validates epsilon, delta, sensitivity
-    return {"epsilon": float(noise.epsilon), "delta": float(noise.delta), "sensitivity": hi - lo,
-            "value_range": [lo, hi], "unit": "one element of the item feature matrix (Definition 10)"}
-
-
-def _positive_int(name: str, v, lo: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < lo:
-        raise InvalidInputError(f"{name} must be an integer >= {lo}; got {v!r}.")
-    return int(v)
-
-
-def _load(collection: str):
-    """The collection row and its settled items (``id``, ``label``, ``features`` float64)."""
-    _check_name(collection)
-    cleanup(collection)  # undo ingests of dead processes first (also: unknown collection -> clear error)
-    with connect() as conn:
-        coll = _collection_row(conn, collection)
-        items = _load_items(conn, coll, _SETTLED)
-        conn.rollback()
-    if items["id"].shape[0] == 0:
-        raise InvalidInputError(f"collection {collection!r} has no items; ingest some first.")
-    items["features"] = np.asarray(items["features"], dtype=np.float64)
-    return coll, items
-
-
-def _class_counts_check(coll, labels: np.ndarray, need: int, what: str) -> np.ndarray:
-    classes = np.asarray(sorted(int(c) for c in coll["labels"]), dtype=np.int64)
-    counts = {int(c): int(n) for c, n in zip(*np.unique(labels, return_counts=True))}
-    for c in classes:
-        if counts.get(int(c), 0) < need:
-            raise InvalidInputError(
-                f"class {int(c)} of collection {coll['name']!r} has {counts.get(int(c), 0)} item(s); {what} needs at "
-                f"least {need} per class. Ingest more items of that class or lower the per-class sizes / "
-                "n_components.")
-    return classes
-
-
-# ----------------------------------------------------------------------------- DP anchor
-
-def fabricate_anchor_set(collection: str, epsilon: float, *, value_range, delta: float = 1e-5,
-                         anchors_per_class: int = 100, dummies_per_class: int = 20,
-                         source_per_class: int | None = None, n_components: int = 20,
-                         smoothing_steps: int | None = 5, max_smoothing_steps: int = 200, sample_seed: int = 0,
-                         noise_seed: int | None = None, description: str | None = None, n_jobs: int = -1,
-                         progress: ProgressFn | None = None) -> dict[str, Any]:
-    """Fabricate a differentially private anchor set and dummy pool from the collection's items
-    and register them (one transaction) as its current anchor and dummy sets.
-
-    Per class, ``source_per_class`` items (default ``anchors_per_class + dummies_per_class``)
-    are drawn with the public ``sample_seed`` (every class must have that many: the sizes are
-    then public constants), clipped to ``value_range``, perturbed element-wise with Result 1's
-    ``(epsilon, delta)`` noise (sensitivity ``hi - lo``) and fabricated (Definitions 13-14): the
-    rows released are KAHM images of the smoothed noisy rows, with their labels. More source rows
-    smooth the noise better at no privacy cost (the unit is one element, each with its own noise).
-    Of each class's fabricated rows, ``anchors_per_class + dummies_per_class`` are drawn (public
-    seed), normalised to unit norm and split into anchor and dummy rows -- post-processing.
-
-    ``smoothing_steps`` (default 5) fixes the number of smoothing steps, so the release is a
-    function of the noisy rows only: ``(epsilon, delta)``-DP per element with no caveat.
-    ``None`` runs the paper's stopping rule (eq 92), whose threshold ``r`` is computed from the
-    original rows of each class -- one scalar per class outside the guarantee; measured on
-    digits and Fashion-MNIST it also gave worse anchors (``pm-vector bench kahm --part anchor``). ``noise_seed=None`` draws the noise from a cryptographically seeded generator (an int
-    is for tests only).
-
-    The next embedding job (``pm-vector embed``) builds its frame on this anchor, and clients
-    download it as the public anchor. Returns ``{"anchor": {...}, "dummy": {...}, "provenance": {...},
-    "fabrication": [...], "seconds": ...}``.
-    """
-    from ..kahm import fabricate_anchor
-
-    report = progress or _noop
-    priv = _privacy(epsilon, delta, value_range)
-    a = _positive_int("anchors_per_class", anchors_per_class)
-    dmy = _positive_int("dummies_per_class", dummies_per_class, 0)
-    n = _positive_int("n_components", n_components)
-    if smoothing_steps is not None:
-        _positive_int("smoothing_steps", smoothing_steps, 0)
-    if description is not None and not isinstance(description, str):
-        raise InvalidInputError("description must be a string.")
-    t0 = time.perf_counter()
-    report("load", 0, 1)
-    coll, items = _load(collection)
-    report("load", 1, 1)
-    per = a + dmy
-    src = per if source_per_class is None else _positive_int("source_per_class", source_per_class)
-    if src < per:
-        raise InvalidInputError(f"source_per_class={src} is below anchors_per_class + dummies_per_class = {per}.")
-    if n >= src:
-        raise InvalidInputError(f"n_components={n} needs at least n+1 = {n + 1} source rows per class; got {src}.")
-    if n > coll["feature_dim"]:
-        raise InvalidInputError(f"n_components={n} exceeds the collection's {coll['feature_dim']} features.")
-    classes = _class_counts_check(coll, items["label"], src, "fabricating the anchor")
-    rng = np.random.default_rng(sample_seed)  # public bookkeeping, not a privacy mechanism
-    pick = np.concatenate([rng.choice(np.flatnonzero(items["label"] == c), src, replace=False) for c in classes])
-    lo, hi = priv["value_range"]
-    X = np.clip(items["features"][pick], lo, hi)
-    y = items["label"][pick]
-    report("fabricate", 0, 1)
-    import warnings
-
-    from ..kahm import FabricationWarning
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", FabricationWarning)
-        Xf, yf = fabricate_anchor(X, y, priv["epsilon"], n=n, seed=noise_seed, delta=priv["delta"],
-                                  sensitivity=priv["sensitivity"], branch_size=max(src, 1000),
-                                  max_smoothing_steps=max_smoothing_steps, smoothing_steps=smoothing_steps,
-                                  n_jobs=n_jobs)
-    report("fabricate", 1, 1)
-    if not np.all(np.isfinite(Xf)):
-        raise DatabaseError("the fabricated anchor has non-finite rows (the KAHM image is undefined for this "
-                            "data); rescale the features or raise epsilon. Nothing was registered.")
-    # the protocol's public anchor has unit-norm rows (PrivateMail's sensitivity bound assumes it):
-    # normalising is post-processing of the DP release
-    norms = np.linalg.norm(Xf, axis=1)
-    if np.any(norms < 1e-12):
-        raise DatabaseError("a fabricated anchor row is zero and cannot be normalised; raise epsilon or the "
-                            "per-class sizes. Nothing was registered.")
-    Xf = Xf / norms[:, None]
-    anchor_rows, dummy_rows = [], []
-    for c in classes:
-        idx = np.flatnonzero(yf == c)
-        idx = idx[rng.permutation(idx.size)]
-        anchor_rows.append(idx[:a])
-        dummy_rows.append(idx[a:per])
-    ia, idm = np.concatenate(anchor_rows), np.concatenate(dummy_rows)
-    p = int(coll["feature_dim"])
-    prov = {
-        "mechanism": "KAHM fabricated data (Definitions 13-14, Remark 4) over Result 1's optimal noise",
-        **priv,
-        "row_epsilon": priv["epsilon"] * p, "row_delta": priv["delta"] * p,
-        "row_note": f"a whole item row of {p} features costs up to {p} x epsilon (basic composition)",
-        "post_processing": "rows normalised to unit norm (the protocol's anchor rows must be unit-norm)",
-        "smoothing": ("stopping rule eq 92; r from the original rows of each class (a scalar outside the "
-                      "guarantee)") if smoothing_steps is None else f"fixed {int(smoothing_steps)} steps (public)",
-        "n_components": n, "anchors_per_class": a, "dummies_per_class": dmy, "source_per_class": src,
-        "source_items": int(pick.size),
-        "classes": classes.tolist(), "sample_seed": int(sample_seed),
-        "noise": "cryptographically seeded" if noise_seed is None else "fixed test seed (NOT private)",
-        "warnings": [str(w.message) for w in caught][:10],
-    }
-    desc = description or f"DP fabricated anchor (KAHM, epsilon={priv['epsilon']:g} per element)"
-    from .api import register_anchor_sets
-
-    report("register", 0, 1)
-    sets = [("anchor", Xf[ia], yf[ia], desc, prov)]
-    if dmy:
-        sets.append(("dummy", Xf[idm], yf[idm], desc.replace("anchor", "dummy pool"), prov))
-    out = register_anchor_sets(collection, sets)
-    report("register", 1, 1)
-    return {"anchor": out[0], "dummy": out[1] if dmy else None, "provenance": prov,
-            "seconds": round(time.perf_counter() - t0, 3)}
-
 
 # ----------------------------------------------------------------------------- class models
 
@@ -275,7 +78,8 @@ def _make_model(kind: str, priv: dict | None, n_components, n_layers, branch_siz
                   dtype=dtype)
     if kind == "raw":
         return KAHMClassifier(**common)
-    dp = dict(epsilon=priv["epsilon"], delta=priv["delta"], sensitivity=priv["sensitivity"], noise_seed=noise_seed)
+    dp = dict(epsilon=priv["epsilon"], delta=priv["delta"], sensitivity=priv["sensitivity"], noise_seed=noise_seed,
+              noise=priv.get("noise", "grid"))
     if kind == "noisy":
         return NoisyKAHMClassifier(**dp, **common)
     return FabricatedKAHMClassifier(**dp, **common, smoothing_steps=smoothing_steps)
@@ -328,13 +132,17 @@ def _write_scores(conn, model_id: int, item_ids: np.ndarray, predicted: np.ndarr
 
 def fit_kahm_models(collection: str, *, kind: str = "raw", epsilon: float | None = None, delta: float = 1e-5,
                     value_range=None, n_components: int = 20, n_layers: int | None = None, branch_size: int = 1000,
-                    smoothing_steps: int | None = None, noise_seed: int | None = None, keep_previous: int = 1,
+                    smoothing_steps: int | None = DEFAULT_SMOOTHING_STEPS, noise: str = "grid",
+                    noise_seed: int | None = None, keep_previous: int = 1,
                     dtype: str = "float32", n_jobs: int = -1, progress: ProgressFn | None = None) -> dict[str, Any]:
     """Fit one wide KAHM per class on the collection's items, score every item, store both.
 
     ``kind``: ``"raw"`` (Definition 7 on the items as stored), ``"noisy"`` (Definition 12) or
     ``"fabricated"`` (Definition 15); the private kinds need ``epsilon`` and the public
-    ``value_range`` (features clipped to it; sensitivity ``hi - lo``). The model and the
+    ``value_range`` (features clipped to it; sensitivity ``hi - lo``); their noise is released on a
+    public grid (``noise="continuous"``: the paper's float construction, reproduction only) and
+    ``kind="fabricated"`` smooths for ``smoothing_steps`` (public, default 5; ``None`` = the
+    paper's stopping rule, outside the guarantee; ignored by the other kinds). The model and the
     class-matching scores (Definition 8) of every item are written in one transaction and the
     model becomes the collection's current one (``keep_previous`` older models are kept, the
     rest deleted). Returns the model's row (:func:`list_kahm_models` shape) plus ``timings``.
@@ -351,15 +159,14 @@ def fit_kahm_models(collection: str, *, kind: str = "raw", epsilon: float | None
     if kind != "raw":
         if epsilon is None:
             raise InvalidInputError(f"kind={kind!r} is differentially private: give epsilon (and value_range).")
-        priv = _privacy(epsilon, delta, value_range)
+        priv = _privacy(epsilon, delta, value_range, noise)
     elif epsilon is not None:
         raise InvalidInputError("epsilon is for the private kinds ('noisy', 'fabricated'); kind='raw' adds no noise.")
     n = _positive_int("n_components", n_components)
     L = min(5, n) if n_layers is None else _positive_int("n_layers", n_layers)  # default: 5 layers, at most n
     bs = _positive_int("branch_size", branch_size)
     keep = _positive_int("keep_previous", keep_previous, 0)
-    if smoothing_steps is not None and kind != "fabricated":
-        raise InvalidInputError("smoothing_steps is a parameter of kind='fabricated'.")
+    smoothing_steps = _steps(smoothing_steps) if kind == "fabricated" else None
     timings: dict[str, float] = {}
     t = time.perf_counter()
     report("load", 0, 1)
@@ -389,12 +196,22 @@ def fit_kahm_models(collection: str, *, kind: str = "raw", epsilon: float | None
             f"the fitted model takes {len(blob) / 1e6:.0f} MB, above PostgreSQL's 1 GB limit for one value; lower "
             f"n_layers (now {L}) or use dtype='float32', or fit on a sample of the items. Nothing was written.")
     params = {"n_components": n, "n_layers": L, "branch_size": bs, "dtype": dtype}
-    if smoothing_steps is not None:
-        params["smoothing_steps"] = int(smoothing_steps)
-    if priv is not None:
+    if kind == "fabricated":
+        params["smoothing_steps"] = smoothing_steps
+    if priv is None:
+        priv = {"unit": "none", "epsilon": None,
+                "outside_guarantee": "everything: the raw model is fitted on the items as stored (no noise); its "
+                                     "distances are not served over HTTP unless the collection opts in "
+                                     "(settings['kahm']['raw_distances'])"}
+    else:
         p = int(coll["feature_dim"])
-        priv = {**priv, "noise": "cryptographically seeded" if noise_seed is None else "fixed test seed (NOT private)",
-                "row_epsilon": priv["epsilon"] * p}
+        priv = {**priv, "noise_seed": "cryptographically seeded" if noise_seed is None else
+                "fixed test seed (NOT private)", "row_epsilon": priv["epsilon"] * p,
+                "row_delta": min(1.0, priv["delta"] * p)}
+        if kind == "fabricated":
+            priv["smoothing"] = _smoothing_record(smoothing_steps)
+            if smoothing_steps is None:
+                priv["outside_guarantee"] += "; the stopping rule's threshold r (from the original rows)"
     t = time.perf_counter()
     report("write", 0, 1)
     from psycopg.types.json import Jsonb
@@ -406,7 +223,7 @@ def fit_kahm_models(collection: str, *, kind: str = "raw", epsilon: float | None
         mid = conn.execute(
             "INSERT INTO pm_vector.kahm_models (collection_id, kind, params, privacy, classes, n_features, "
             "n_items, model, timings, worker) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-            [coll["id"], kind, Jsonb(params), None if priv is None else Jsonb(priv),
+            [coll["id"], kind, Jsonb(params), Jsonb(priv),
              [int(c) for c in model.classes_], int(model.n_features_in_), int(items["id"].shape[0]), blob,
              Jsonb({k: round(v, 4) for k, v in timings.items()}), Jsonb(_worker())]).fetchone()[0]
         _write_scores(conn, mid, items["id"], pred, scores)
@@ -419,7 +236,8 @@ def fit_kahm_models(collection: str, *, kind: str = "raw", epsilon: float | None
     _cache_put(coll, mid, model)
     out = list_kahm_models(collection, model_id=mid)[0]
     out["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    out["training_accuracy"] = float(np.mean(pred == items["label"]))
+    if kind == "raw":  # an aggregate over the raw items: not returned for the private kinds
+        out["training_accuracy"] = float(np.mean(pred == items["label"]))
     return out
 
 
@@ -555,6 +373,12 @@ def party_distances(collection: str, features, model_id: int | None = None) -> d
             "must model the same feature space.")
     X = _query_rows(features, coll)
     model = load_kahm_model(collection, model_id)
+    if model._kind == "kahm_classifier" and not raw_distances_allowed(coll):
+        raise RawKAHMDistancesNotAllowedError(
+            f"KAHM model {int(model.model_id_)} of collection {collection!r} is raw (fitted on the items as stored): "
+            "its distances tell members from non-members. Fit a private model (`pm-vector kahm fit "
+            f"{collection} --kind fabricated --epsilon ... --value-range ...`), or opt in with the collection "
+            "setting settings['kahm']['raw_distances'] = true.")
     D = model.class_distances(X)
     return {"party": collection, "model_id": int(model.model_id_),
             "n_features": int(model.n_features_in_), "classes": model.classes_.tolist(),
@@ -619,99 +443,16 @@ def federated_classify(parties: Sequence[Any], features, *, classes: Sequence[in
 
 # ----------------------------------------------------------------------------- membership audit
 
-def run_membership_audit(collection: str, epsilon: float, *, value_range, delta: float = 1e-5,
-                         holdout_fraction: float = 0.3, max_items: int | None = 5000, n_components: int = 20,
-                         n_layers: int | None = None, branch_size: int = 1000, smoothing_steps: int | None = None,
-                         split_seed: int = 0, noise_seed: int | None = None, n_jobs: int = -1,
-                         progress: ProgressFn | None = None) -> dict[str, Any]:
-    """Membership-inference audit of the collection's models: the number a data owner checks
-    before publishing a model (or anything fitted on the items).
+def run_membership_audit(collection: str, epsilon: float | None = None, **kwargs) -> dict[str, Any]:
+    """See :func:`pm_vector.db.kahm_audit.run_membership_audit` (repeated splits and noise draws,
+    TPR at FPR 1 % / 0.1 % with Clopper-Pearson intervals, the deployed configuration by default)."""
+    from .kahm_audit import run_membership_audit as run
 
-    The items (at most ``max_items``, stratified, public ``split_seed``) are split into training
-    and held-out rows (``holdout_fraction``, stratified). Three classifiers are fitted on the
-    training rows -- ``raw`` (Definition 7, no noise), ``noisy`` (Definition 12) and
-    ``fabricated`` (Definition 15) at ``epsilon`` -- and for each the membership-inference score
-    of eq 69 (LSDD between the densities of ``min_c Gamma_c`` at training and held-out rows), the
-    attack AUC and the held-out accuracy are reported. The report is stored
-    (``pm_vector.pm_kahm_audits``) and returned, with ``audit_id``.
-    """
-    from sklearn.model_selection import train_test_split
-
-    from ..kahm import membership_auc, membership_inference_score
-
-    report = progress or _noop
-    priv = _privacy(epsilon, delta, value_range)
-    if not isinstance(holdout_fraction, (int, float)) or not 0.05 <= float(holdout_fraction) <= 0.95:
-        raise InvalidInputError(f"holdout_fraction must be in [0.05, 0.95]; got {holdout_fraction!r}.")
-    n = _positive_int("n_components", n_components)
-    L = min(5, n) if n_layers is None else _positive_int("n_layers", n_layers)
-    if max_items is not None:
-        _positive_int("max_items", max_items, 2)
-    report("load", 0, 1)
-    coll, items = _load(collection)
-    report("load", 1, 1)
-    X, y = items["features"], items["label"]
-    def split(idx, labels, **kw):
-        try:
-            return train_test_split(idx, stratify=labels, random_state=split_seed, **kw)
-        except ValueError as exc:  # e.g. fewer sample rows than classes
-            raise InvalidInputError(f"cannot split the audit sample by class ({exc}); raise max_items or "
-                                    "change holdout_fraction.") from None
-
-    if max_items is not None and X.shape[0] > max_items:
-        keep, _ = split(np.arange(X.shape[0]), y, train_size=int(max_items))
-        X, y = X[keep], y[keep]
-    classes, counts = np.unique(y, return_counts=True)
-    need = int(np.ceil((n + 1) / (1.0 - float(holdout_fraction)))) + 2
-    if counts.min() < need:
-        c = int(classes[np.argmin(counts)])
-        raise InvalidInputError(f"class {c} has {int(counts.min())} item(s) in the audit sample; with n_components={n} "
-                                f"and holdout_fraction={holdout_fraction} each class needs at least {need}. Lower "
-                                "n_components or raise max_items.")
-    tr, ho = split(np.arange(X.shape[0]), y, test_size=float(holdout_fraction))
-    Xc = np.clip(X, *priv["value_range"])
-    out: dict[str, Any] = {"n_train": int(tr.size), "n_holdout": int(ho.size)}
-    t0 = time.perf_counter()
-    for i, kind in enumerate(KINDS):
-        report("fit", i, len(KINDS))
-        model = _make_model(kind, priv, n, L, int(branch_size), smoothing_steps if kind ==
-                            "fabricated" else None, noise_seed, n_jobs)
-        model.fit((X if kind == "raw" else Xc)[tr], y[tr])
-        r_tr = model.min_distance(X[tr])
-        r_ho = model.min_distance(X[ho])
-        tag = {"raw": "raw", "noisy": "noisy", "fabricated": "fab"}[kind]
-        fin = np.isfinite(r_tr).all() and np.isfinite(r_ho).all()
-        out[f"mis_{tag}"] = membership_inference_score(r_tr, r_ho) if fin else None
-        out[f"auc_{tag}"] = membership_auc(np.nan_to_num(r_tr, posinf=1e300), np.nan_to_num(r_ho, posinf=1e300))
-        out[f"accuracy_{tag}"] = float(np.mean(model.predict(X[ho]) == y[ho]))
-    report("fit", len(KINDS), len(KINDS))
-    for base in ("raw", "noisy"):
-        a, b = out.get(f"mis_{base}"), out.get("mis_fab")
-        out[f"mis_reduction{'' if base == 'raw' else '_vs_noisy'}"] = (1.0 - b / a) if a and b is not None else None
-    out["seconds"] = round(time.perf_counter() - t0, 3)
-    params = {**priv, "holdout_fraction": float(holdout_fraction), "max_items": max_items, "n_components": n,
-              "n_layers": L, "branch_size": int(branch_size), "smoothing_steps": smoothing_steps,
-              "split_seed": int(split_seed),
-              "noise": "cryptographically seeded" if noise_seed is None else "fixed test seed (NOT private)"}
-    _json_safe(out, "audit report")
-    from psycopg.types.json import Jsonb
-
-    with _transaction() as conn:
-        c2 = _collection_row(conn, collection)
-        aid = conn.execute("INSERT INTO pm_vector.kahm_audits (collection_id, params, report) VALUES (%s, %s, %s) "
-                           "RETURNING id", [c2["id"], Jsonb(params), Jsonb(out)]).fetchone()[0]
-    return {"audit_id": int(aid), "collection": collection, "params": params, **out}
+    return run(collection, epsilon, **kwargs)
 
 
 def list_audits(collection: str | None = None) -> list[dict[str, Any]]:
     """Stored audit reports (newest first), from the ``pm_vector.pm_kahm_audits`` view."""
-    from psycopg.rows import dict_row
+    from .kahm_audit import list_audits as run
 
-    with connect() as conn:
-        if collection is not None:
-            _collection_row(conn, collection)
-        with conn.cursor(row_factory=dict_row) as cur:
-            cur.execute("SELECT * FROM pm_vector.pm_kahm_audits WHERE (%s::text IS NULL OR collection = %s) "
-                        "ORDER BY audit_id DESC", [collection, collection])
-            rows = cur.fetchall()
-    return [{k: _iso(v) for k, v in r.items()} for r in rows]
+    return run(collection)

@@ -60,6 +60,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB, REAL
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 SCHEMA = "pm_vector"
@@ -74,6 +75,7 @@ class Collection(Base):
     __tablename__ = "collections"
     __table_args__ = (
         UniqueConstraint("name", name="uq_collections_name"),
+        UniqueConstraint("uuid", name="uq_collections_uuid"),
         CheckConstraint("feature_dim BETWEEN 1 AND 16000", name="ck_collections_feature_dim"),
         CheckConstraint("feature_type IN ('vector', 'halfvec')", name="ck_collections_feature_type"),
         CheckConstraint("metric IN ('l2', 'cosine', 'ip')", name="ck_collections_metric"),
@@ -91,6 +93,8 @@ class Collection(Base):
     metric: Mapped[str] = mapped_column(Text)  # 'l2' | 'cosine' | 'ip'
     labels: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
     settings: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    # the collection's stable, random id: the key of the clients' privacy ledgers (migration 0007)
+    uuid: Mapped[Any] = mapped_column(PG_UUID(as_uuid=True), server_default=text("gen_random_uuid()"))
     active_run_id: Mapped[Optional[int]] = mapped_column(BigInteger)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
@@ -285,6 +289,20 @@ class KAHMAudit(Base):
         BigInteger, ForeignKey(f"{SCHEMA}.collections.id", ondelete="CASCADE", name="fk_kahm_audits_collection"))
     params: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     report: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+
+
+class Shard(Base):
+    """A shard registered on this coordinator: a ``postgres_fdw`` server ``pm_shard_<name>``
+    (``pm_vector.pm_register_shard``, :mod:`pm_vector.db.cluster`)."""
+
+    __tablename__ = "shards"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    server_name: Mapped[str] = mapped_column(Text)
+    host: Mapped[str] = mapped_column(Text)
+    port: Mapped[int] = mapped_column(Integer)
+    dbname: Mapped[str] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
 
 

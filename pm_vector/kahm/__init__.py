@@ -6,7 +6,9 @@ Models (torch; CPU, or CUDA when present)
 Differential privacy
     :class:`OptimalNoise` (Result 1, eq 76), :func:`privatize` (Algorithm 1), :func:`smooth`
     (Definition 13), :func:`fabricate` (Definition 14), :class:`NoisyKAHMClassifier`
-    (Definition 12), :class:`FabricatedKAHMClassifier` (Definition 15).
+    (Definition 12), :class:`FabricatedKAHMClassifier` (Definition 15). Released noise is on a
+    public grid (:class:`GridOptimalNoise` per element, :class:`RowGaussianNoise` per item row;
+    :mod:`pm_vector.kahm.grid`); the paper's float construction is ``noise="continuous"``.
 Federated
     :func:`federated_predict` (eqs 101-104, Remark 5).
 Membership inference
@@ -19,7 +21,10 @@ Points where the paper needs care (details in the module docstrings and tests)
     - The DP unit is one *element* of the data matrix (Definition 10): a whole row of ``p``
       features costs up to ``p * epsilon`` by composition.
     - Result 1's noise has an atom of mass ``delta`` at exactly 0: an element is released
-      unperturbed with probability ``delta``.
+      unperturbed (rounded to the grid) with probability ``delta``.
+    - Eq 76 on 53-bit uniforms is the construction Mironov (2012) broke: the low bits of
+      ``x + v`` rule neighbours out (3,05x of 4,000 outputs at (eps, d) = (1, 1) for 3/16 vs 7/16).
+      The default releases ``grid * (round(x / grid) + Z)`` with ``Z`` from exact integer samplers.
     - ``lambda* = e_hat + 2 ||Y||_F^2 / (pN)`` depends on the raw magnitude (and offset) of the
       data while the kernel is scale-free: the model is not scale/translation invariant. With
       small-magnitude data ``lambda*`` is tiny and ``sum_i h^i(Py)`` can be negative, so the
@@ -29,29 +34,32 @@ Points where the paper needs care (details in the module docstrings and tests)
       the reading that makes eqs 85, 87 and 92 consistent.
     - Fabricated data are not a pure post-processing of the noisy data: the stopping threshold
       ``r`` (eq 88/96) is computed from the original rows, and eq 98 clusters the original rows.
-      Here k-means runs on the noisy rows by default (``cluster_on="noisy"``) and a public ``r``
-      can be passed; ``r`` is never written to a saved model.
+      Here k-means runs on the noisy rows by default (``cluster_on="noisy"``), a public ``r`` or a
+      fixed public number of steps can be passed (the database jobs default to 5 steps); nothing
+      that depends on ``r`` (its value, the steps it took, the errors, warning text) is saved.
     - The membership-inference score is an L2 distance between densities of distances, so it has
-      units (1 / distance); the attack AUC is reported beside it.
+      units (1 / distance): audits compute it on distances in units of each model's median
+      held-out distance, and report the attack AUC and TPR at low FPR beside it.
 """
 
 from .classifier import FabricatedKAHMClassifier, KAHMClassifier, NoisyKAHMClassifier, matching_scores
 from .federated import federated_predict, global_class_distances, global_kahm_image, party_distances
+from .grid import GridOptimalNoise, RowGaussianNoise
 from .kernel import fit_encoder, kernel_matrix
 from .lambda_ import lambda_star, residual, residual_dense
 from .membership import lsdd, membership_audit, membership_auc, membership_inference_score
 from .model import KAHM, DeepKAHM, KAHMCore, WideKAHM, fit_core, fit_deep
 from .persistence import load_model
 from .plugin import fabricate_anchor, fit_class_models
-from .privacy import (FabricationWarning, OptimalNoise, fabricate, fabricate_subsets, modelling_error, privatize,
-                      smooth)
+from .privacy import (FabricationWarning, OptimalNoise, fabricate, fabricate_subsets, make_noise, modelling_error,
+                      privatize, smooth)
 
 __all__ = [
     "KAHM", "DeepKAHM", "WideKAHM", "KAHMCore", "fit_core", "fit_deep", "fit_encoder", "kernel_matrix",
     "lambda_star", "residual", "residual_dense",
     "KAHMClassifier", "NoisyKAHMClassifier", "FabricatedKAHMClassifier", "matching_scores",
     "federated_predict", "global_class_distances", "global_kahm_image", "party_distances",
-    "OptimalNoise", "privatize", "smooth", "fabricate", "fabricate_subsets", "modelling_error", "FabricationWarning",
+    "OptimalNoise", "GridOptimalNoise", "RowGaussianNoise", "make_noise", "privatize", "smooth", "fabricate", "fabricate_subsets", "modelling_error", "FabricationWarning",
     "lsdd", "membership_inference_score", "membership_auc", "membership_audit",
     "fabricate_anchor", "fit_class_models", "load_model",
 ]

@@ -188,8 +188,22 @@ class KAHMClassifier(ClassifierMixin, _Base):
 
 class _PrivateMixin:
     def _check_privacy_params(self):
-        from .privacy import OptimalNoise
-        return OptimalNoise(self.epsilon, self.delta, self.sensitivity)
+        from .privacy import make_noise
+        return make_noise(self.epsilon, self.delta, self.sensitivity, self.noise, self.grid)
+
+    def _release(self, X, mech):
+        from ..privacy import secure_generator
+        out = mech.release(X, secure_generator(self.noise_seed))   # Algorithm 1, drawn once
+        self.privacy_ = {**mech.record(), "outside_guarantee": _OUTSIDE}
+        return out
+
+    def _extra_meta(self) -> dict:
+        return {"privacy_": getattr(self, "privacy_", None)}
+
+
+#: what the element-level models do not protect (stored with every private model)
+_OUTSIDE = ("labels and per-class counts (the paper protects the feature matrix only); a whole row of p features "
+            "costs up to p x epsilon by composition")
 
 
 class NoisyKAHMClassifier(_PrivateMixin, KAHMClassifier):
@@ -199,27 +213,32 @@ class NoisyKAHMClassifier(_PrivateMixin, KAHMClassifier):
     Result 1 (Algorithm 1, sensitivity ``d`` = bound on the change of one element, Definition
     10) and fits :class:`KAHMClassifier` on the noisy rows. Labels are not perturbed (the paper
     protects the data matrix). ``noise_seed=None`` draws the noise from a cryptographically
-    seeded generator; an int is for tests only.
+    seeded generator; an int is for tests only. ``noise="grid"`` (default) releases every noisy
+    element on the public ``grid`` (:mod:`pm_vector.kahm.grid`, floating-point safe);
+    ``"continuous"`` is the paper's float construction (reproduction only, Mironov 2012).
+    Learned: ``privacy_`` (the privacy record: mechanism, unit, grid, what lies outside).
     """
 
     _kind = "noisy_kahm_classifier"
 
     def __init__(self, epsilon: float = 1.0, delta: float = 1e-5, sensitivity: float = 1.0,
                  n_components: int = 20, n_layers: int = 5, branch_size: int = 1000, *,
-                 noise_seed: int | None = None, random_state: int | None = 0, n_jobs: int = -1, device="auto",
+                 noise_seed: int | None = None, noise: str = "grid", grid: float | None = None,
+                 random_state: int | None = 0, n_jobs: int = -1, device="auto",
                  dtype="float64", chunk_size: int = DEFAULT_CHUNK):
         self.epsilon = epsilon
         self.delta = delta
         self.sensitivity = sensitivity
         self.noise_seed = noise_seed
+        self.noise = noise
+        self.grid = grid
         super().__init__(n_components, n_layers, branch_size, random_state=random_state, n_jobs=n_jobs,
                          device=device, dtype=dtype, chunk_size=chunk_size)
 
     def fit(self, X, y):
-        from ..privacy import secure_generator
         noise = self._check_privacy_params()
         X, y, classes, counts = self._validate(X, y)
-        Xp = X + noise.sample(X.shape, secure_generator(self.noise_seed))
+        Xp = self._release(X, noise)
         self._fit_classes([Xp[y == c] for c in classes], classes)
         return self
 
@@ -250,12 +269,15 @@ class FabricatedKAHMClassifier(_PrivateMixin, KAHMClassifier):
     def __init__(self, epsilon: float = 1.0, delta: float = 1e-5, sensitivity: float = 1.0,
                  n_components: int = 20, n_layers: int = 5, branch_size: int = 1000, *,
                  noise_seed: int | None = None, cluster_on: str = "noisy", r: float | None = None,
-                 max_smoothing_steps: int = 200, smoothing_steps: int | None = None, random_state: int | None = 0,
+                 max_smoothing_steps: int = 200, smoothing_steps: int | None = None, noise: str = "grid",
+                 grid: float | None = None, random_state: int | None = 0,
                  n_jobs: int = -1, device="auto", dtype="float64", chunk_size: int = DEFAULT_CHUNK):
         self.epsilon = epsilon
         self.delta = delta
         self.sensitivity = sensitivity
         self.noise_seed = noise_seed
+        self.noise = noise
+        self.grid = grid
         self.cluster_on = cluster_on
         self.r = r
         self.max_smoothing_steps = max_smoothing_steps
@@ -264,12 +286,11 @@ class FabricatedKAHMClassifier(_PrivateMixin, KAHMClassifier):
                          device=device, dtype=dtype, chunk_size=chunk_size)
 
     def fit(self, X, y):
-        from ..privacy import secure_generator
         from .privacy import _reissue_warnings, fabrication_jobs
         noise = self._check_privacy_params()
         X, y, classes, counts = self._validate(X, y)
         steps = _check_int("max_smoothing_steps", self.max_smoothing_steps)
-        Xp = X + noise.sample(X.shape, secure_generator(self.noise_seed))   # Algorithm 1, drawn once
+        Xp = self._release(X, noise)
         jobs, owners = [], []
         for ci, c in enumerate(classes):
             m = y == c
@@ -284,11 +305,17 @@ class FabricatedKAHMClassifier(_PrivateMixin, KAHMClassifier):
         self.fabrication_ = {int(c): [b for (_, b), o in zip(results, owners) if o == ci]
                              for ci, c in enumerate(classes)}
         self._fit_classes(blocks, classes)
+        if self.smoothing_steps is None and self.r is None or self.cluster_on != "noisy":
+            self.privacy_["outside_guarantee"] += (
+                "; the stopping rule's threshold r (eq 96) and/or the k-means partition come from the original rows"
+                " (use a fixed public smoothing_steps and cluster_on='noisy' to remove this)")
         return self
 
     def _extra_meta(self) -> dict:
-        # r (eq 96) is computed from the original rows: kept in memory for diagnostics, never written
-        return {"fabrication_": {str(k): [{a: b for a, b in sub.items() if a != "r"} for sub in v]
+        # only what is public or a function of the noisy rows is written: r (eq 96), the steps the
+        # rule took, the errors it compared and its warning text all depend on the original rows
+        keep = ("size",) if self.smoothing_steps is None else ("size", "M_tilde")
+        return {**super()._extra_meta(), "fabrication_": {str(k): [{a: sub[a] for a in keep if a in sub} for sub in v]
                                  for k, v in getattr(self, "fabrication_", {}).items()}}
 
     def _restore(self, tensors, meta):

@@ -28,7 +28,8 @@ import numpy as np
 
 from ..errors import InvalidInputError
 
-__all__ = ["lsdd", "membership_inference_score", "membership_auc", "membership_audit"]
+__all__ = ["lsdd", "membership_inference_score", "membership_auc", "membership_audit", "clopper_pearson",
+           "tpr_at_fpr", "scale_free"]
 
 
 def _gauss(a, c, sigma):
@@ -118,6 +119,40 @@ def membership_auc(train_distances, holdout_distances) -> float:
     return float(roc_auc_score(labels, scores))
 
 
+def scale_free(train_distances, holdout_distances) -> tuple[np.ndarray, np.ndarray]:
+    """Both samples divided by the median held-out distance: the MIS of eq 69 has units of
+    1 / distance, so comparing (or taking ratios of) scores of two models needs a common unit."""
+    a = _as_sample(train_distances, "training distances")
+    b = _as_sample(holdout_distances, "held-out distances")
+    m = float(np.median(b))
+    if not (m > 0 and math.isfinite(m)):
+        raise InvalidInputError("held-out distances have a zero or non-finite median; cannot normalise them.")
+    return a / m, b / m
+
+
+def tpr_at_fpr(train_distances, holdout_distances, fpr: float) -> tuple[int, int, int, int]:
+    """Threshold attack 'member if distance < t' with ``t`` the largest threshold that flags at most
+    ``floor(fpr * n_holdout)`` held-out rows. Returns ``(true positives, n_train, false positives,
+    n_holdout)`` so that several repeats can be pooled. Infinite distances never count as members."""
+    a = np.asarray(train_distances, dtype=np.float64).ravel()
+    b = np.sort(np.asarray(holdout_distances, dtype=np.float64).ravel())
+    k = int(math.floor(float(fpr) * b.size))
+    t = b[k] if k < b.size else np.inf
+    return int(np.sum(a < t)), int(a.size), int(np.sum(b < t)), int(b.size)
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact two-sided binomial confidence interval for ``k`` successes in ``n`` trials."""
+    from scipy.stats import beta
+
+    if n <= 0:
+        return 0.0, 1.0
+    a = (1.0 - level) / 2.0
+    lo = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1.0 - a, k + 1, n - k))
+    return lo, hi
+
+
 def membership_audit(model_raw, model_fab, X_train, X_holdout, **kw) -> dict:
     """Membership-inference scores (eq 69) of two fitted KAHM classifiers on the same
     training rows and held-out rows -- typically the noisy-data classifier (Definition 12) and
@@ -125,12 +160,12 @@ def membership_audit(model_raw, model_fab, X_train, X_holdout, **kw) -> dict:
 
     Returns ``{"mis_raw", "mis_fab", "mis_reduction" (fraction), "auc_raw", "auc_fab",
     "n_train", "n_holdout"}``. ``model_raw`` may also be a non-private
-    :class:`~pm_vector.kahm.KAHMClassifier`.
+    :class:`~pm_vector.kahm.KAHMClassifier`. The scores are computed on distances in units of each
+    model's median held-out distance (:func:`scale_free`), so the reduction compares like with like.
     """
     out = {"n_train": int(np.shape(X_train)[0]), "n_holdout": int(np.shape(X_holdout)[0])}
     for tag, model in (("raw", model_raw), ("fab", model_fab)):
-        r_tr = model.min_distance(X_train)
-        r_ho = model.min_distance(X_holdout)
+        r_tr, r_ho = scale_free(model.min_distance(X_train), model.min_distance(X_holdout))
         out[f"mis_{tag}"] = membership_inference_score(r_tr, r_ho, **kw)
         out[f"auc_{tag}"] = membership_auc(r_tr, r_ho)
     out["mis_reduction"] = (1.0 - out["mis_fab"] / out["mis_raw"]) if out["mis_raw"] > 0 else 0.0

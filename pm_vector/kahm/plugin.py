@@ -18,37 +18,58 @@ from .classifier import KAHMClassifier
 from .federated import federated_predict
 from .membership import membership_audit
 from .model import run_jobs
-from .privacy import OptimalNoise, _reissue_warnings, fabrication_jobs
+from .privacy import _reissue_warnings, fabrication_jobs
 
-__all__ = ["fabricate_anchor", "fit_class_models", "federated_predict", "membership_audit"]
+__all__ = ["anchor_noise", "fabricate_anchor", "fit_class_models", "federated_predict", "membership_audit"]
+
+
+UNITS = ("row", "element")
+
+
+def anchor_noise(epsilon: float, *, delta: float = 1e-5, unit: str = "row", clip_norm: float = 1.0,
+                 sensitivity: float = 1.0, noise: str = "grid", grid: float | None = None):
+    """The release mechanism of :func:`fabricate_anchor`: ``unit="row"`` (default) clips each row
+    to the public L2 norm ``clip_norm`` and adds discrete Gaussian noise calibrated to the whole row
+    (:class:`~pm_vector.kahm.grid.RowGaussianNoise`, ``(epsilon, delta)`` per item);
+    ``unit="element"`` is Result 1 per element (``sensitivity`` = bound on one element's change),
+    on the grid (``noise="grid"``) or the paper's floats (``noise="continuous"``)."""
+    from .grid import RowGaussianNoise
+    from .privacy import make_noise
+
+    if unit == "row":
+        if noise != "grid":
+            raise InvalidInputError("unit='row' releases on a grid only; drop noise= or use unit='element'.")
+        return RowGaussianNoise(epsilon, delta, clip_norm, grid)
+    if unit == "element":
+        return make_noise(epsilon, delta, sensitivity, noise, grid)
+    raise InvalidInputError(f"unit must be one of {UNITS}; got {unit!r}.")
 
 
 def fabricate_anchor(X, y, epsilon: float, n: int = 20, seed: int | None = None, *, delta: float = 1e-5,
-                     sensitivity: float = 1.0, branch_size: int = 1000, max_smoothing_steps: int = 200,
-                     r: float | None = None, smoothing_steps: int | None = None, n_jobs: int = -1,
+                     unit: str = "row", clip_norm: float = 1.0, sensitivity: float = 1.0, noise: str = "grid",
+                     grid: float | None = None, branch_size: int = 1000, max_smoothing_steps: int = 200,
+                     r: float | None = None, smoothing_steps: int | None = 5, n_jobs: int = -1,
                      device="auto") -> tuple[np.ndarray, np.ndarray]:
     """Differentially private fabricated anchor rows ``(X_fab, y_fab)``.
 
-    Per class (rows with the same label), Remark 4: every element of ``X`` gets Result 1's
-    ``(epsilon, delta)`` noise for element sensitivity ``sensitivity`` (Definition 10 -- the bound
-    on how much one element can change, e.g. 1 for pixels in [0, 1], 2 for unit-norm rows), the
-    noisy rows are cut into k-means subsets of about ``branch_size`` and each subset is smoothed
-    and fabricated (Definitions 13-14, stopping rule eq 92). Output rows are grouped by class
-    (classes in ascending order). ``seed=None`` draws the noise from a cryptographically seeded
-    generator; an int is for tests only. ``r``: see :class:`~pm_vector.kahm.FabricatedKAHMClassifier`.
+    The rows are released once by :func:`anchor_noise` (row level by default: each item row
+    clipped to L2 norm ``clip_norm`` and perturbed as a whole, ``(epsilon, delta)`` per item; every
+    value on a public grid), then per class (Remark 4) cut into k-means subsets of about
+    ``branch_size`` noisy rows, each smoothed for ``smoothing_steps`` (public, default 5) and
+    fabricated (Definitions 13-14): a function of the noisy rows only. Output rows are grouped
+    by class (ascending). ``seed=None`` draws the noise from a cryptographically seeded
+    generator; an int is for tests only.
 
-    ``smoothing_steps``: a fixed, public number of smoothing steps. The paper's stopping rule
-    (the default, ``None``) compares against ``r``, which eq 96 computes from the *original*
-    rows of each subset -- one scalar per subset outside the DP guarantee. With a fixed number of
-    steps (or a public ``r``) the output is a function of the noisy rows only, so the whole
-    anchor is ``(epsilon, delta)``-DP per element with no such caveat.
+    ``smoothing_steps=None`` runs the paper's stopping rule (eq 92) with ``r`` from the *original*
+    rows of each subset (eq 96) unless a public ``r`` is given -- outside the guarantee.
     """
     from ..manifold.laplacian import resolve_device
     from ..privacy import secure_generator
     import torch
     X = as_matrix(X, "X")
     y = as_labels(y, X.shape[0], "y")
-    noise = OptimalNoise(epsilon, delta, sensitivity)
+    mech = anchor_noise(epsilon, delta=delta, unit=unit, clip_norm=clip_norm, sensitivity=sensitivity, noise=noise,
+                        grid=grid)
     classes, counts = np.unique(y, return_counts=True)
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise InvalidInputError(f"n must be a positive integer; got {n!r}.")
@@ -56,7 +77,7 @@ def fabricate_anchor(X, y, epsilon: float, n: int = 20, seed: int | None = None,
         c = int(classes[np.argmin(counts)])
         raise InvalidInputError(f"class {c} has {int(counts.min())} row(s); fabricating with subspace dimension n={n} "
                                 f"needs at least n+1 = {n + 1} rows per class.")
-    Xp = X + noise.sample(X.shape, secure_generator(seed))
+    Xp = mech.release(X, secure_generator(seed))
     dev = resolve_device(device)
     jobs, owners = [], []
     for c in classes:

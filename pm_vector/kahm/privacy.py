@@ -47,7 +47,7 @@ from ..privacy.rng import require_generator
 from .model import fit_core, kmeans_partition, n_branches_for, run_jobs
 
 __all__ = ["OptimalNoise", "privatize", "modelling_error", "smooth", "fabricate", "fabricate_subsets", "fabrication_jobs",
-           "SmootherTrace", "FabricationWarning"]
+           "SmootherTrace", "FabricationWarning", "make_noise", "NOISES"]
 
 
 class FabricationWarning(UserWarning):
@@ -118,6 +118,17 @@ class OptimalNoise:
             zero = t == 0.0
         return self.inverse_cdf(t)
 
+    def release(self, X, rng: np.random.Generator | None = None) -> np.ndarray:
+        """``X + V`` with float noise (the paper's construction; NOT floating-point safe, see
+        :mod:`pm_vector.kahm.grid`). Kept as ``noise="continuous"`` to reproduce the paper."""
+        X = as_matrix(X, "X")
+        return X + self.sample(X.shape, rng)
+
+    def record(self, n_features: int | None = None) -> dict:
+        return {"mechanism": "Result 1, continuous (inverse CDF of 53-bit uniforms, eq 76)", "unit": "element",
+                "epsilon": self.epsilon, "delta": self.delta, "sensitivity": self.sensitivity, "grid": None,
+                "floating_point": "NOT safe: the low bits of x + v can rule a neighbour out (Mironov 2012)"}
+
     def hockey_stick(self, shift: float, epsilon: float | None = None, *, grid: int = 200_001) -> float:
         """``sup_O P(O) - e^eps P'(O)`` for the output laws at true values 0 (``P``) and ``shift``
         (``P'``), computed numerically on a grid (atoms handled exactly). ``(epsilon, delta)``-DP at
@@ -150,11 +161,30 @@ def _positive(name, v) -> float:
     return v
 
 
+NOISES = ("grid", "continuous")
+
+
+def make_noise(epsilon: float, delta: float = 1e-5, sensitivity: float = 1.0, noise: str = "grid",
+               grid: float | None = None):
+    """Result 1's noise as a release mechanism: ``"grid"`` (default; floating-point safe,
+    :class:`~pm_vector.kahm.grid.GridOptimalNoise`) or ``"continuous"`` (the paper's eq 76 on
+    floats, :class:`OptimalNoise`; reproduction only). Both have ``release(X, rng)`` and ``record()``."""
+    from .grid import GridOptimalNoise
+
+    if noise == "grid":
+        return GridOptimalNoise(epsilon, delta, sensitivity, grid)
+    if noise == "continuous":
+        if grid is not None:
+            raise InvalidInputError("grid is a parameter of noise='grid'.")
+        return OptimalNoise(epsilon, delta, sensitivity)
+    raise InvalidInputError(f"noise must be one of {NOISES}; got {noise!r}.")
+
+
 def privatize(Y, epsilon: float, delta: float = 1e-5, sensitivity: float = 1.0,
-              rng: np.random.Generator | None = None) -> np.ndarray:
-    """Algorithm 1: ``Y + V`` with every element of ``V`` drawn from Result 1's noise."""
-    Y = as_matrix(Y, "Y")
-    return Y + OptimalNoise(epsilon, delta, sensitivity).sample(Y.shape, rng)
+              rng: np.random.Generator | None = None, *, noise: str = "grid", grid: float | None = None) -> np.ndarray:
+    """Algorithm 1: every element of ``Y`` perturbed by Result 1's noise (on the public grid by
+    default; ``noise="continuous"`` is the paper's float construction)."""
+    return make_noise(epsilon, delta, sensitivity, noise, grid).release(Y, rng)
 
 
 # --------------------------------------------------------------------------------------
@@ -226,8 +256,9 @@ def smooth(Yplus, n: int, M: int | None = None, *, r: float | None = None, max_s
         Y = HY
     if r is not None:
         met = False
-        warnings.warn(f"{what}: the smoother's modelling error {errors[-1]:.6g} is still above r={r:.6g} after "
-                      f"{steps_cap} steps; returning the last iterate (raise max_steps to go on).",
+        # no number in the text: r comes from the original rows and warnings end up in stored metadata
+        warnings.warn(f"{what}: the smoother did not meet the stopping rule (eq 92) within {steps_cap} steps; "
+                      "returning the last iterate (raise max_steps, or use a fixed public number of steps).",
                       FabricationWarning, stacklevel=2)
         return Y, img, SmootherTrace(errors, lambdas, steps_cap, met)
     return Y, img, SmootherTrace(errors, lambdas, steps_cap, met)
@@ -289,10 +320,10 @@ def fabricate_subsets(Y, noise: OptimalNoise, n: int, *, rng: np.random.Generato
                       max_steps: int = 200, random_state: int | None = 0, device=None, dtype=torch.float64,
                       n_jobs: int = 1, what: str = "Y") -> tuple[np.ndarray, list]:
     """Remark 4: split into ``S = ceil(N / branch_size)`` k-means subsets, add Result 1's noise
-    (Algorithm 1), fabricate each subset with ``r_s`` = its original modelling error (eq 96, or
+    (Algorithm 1; ``noise`` is an :class:`OptimalNoise` or a grid mechanism from :func:`make_noise`), fabricate each subset with ``r_s`` = its original modelling error (eq 96, or
     the public ``r``). Returns the fabricated rows (subset after subset) and per-subset info."""
     Y = as_matrix(Y, what)
-    Yp = Y + noise.sample(Y.shape, require_generator(rng))
+    Yp = noise.release(Y, require_generator(rng))
     jobs = fabrication_jobs(Y, Yp, n, branch_size=branch_size, cluster_on=cluster_on, r=r, max_steps=max_steps,
                             random_state=random_state, device=device, dtype=dtype, what=what)
     results = run_jobs(jobs, n_jobs)

@@ -61,7 +61,9 @@ class PrivacyAccountant:
       ``delta_total = sum delta_i + delta'``.
 
     :meth:`total` returns whichever pair has the smaller epsilon. Budgets
-    (``epsilon_budget``, ``delta_budget``; None = unlimited) are checked with
+    (``epsilon_budget``, ``delta_budget``; None = unlimited *for this in-memory object*; the
+    client's ledger, :class:`~pm_vector.client.budget.PrivacyBudget`, gives every collection
+    without one a default budget instead) are checked with
     the accountant's own ``delta_slack`` before anything is recorded.
     Releases that were not recorded here are not covered.
     """

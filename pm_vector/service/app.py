@@ -1,7 +1,11 @@
 """The FastAPI application of ``pm-vector serve``.
 
 Endpoints (all but ``/health``, ``/openapi.json`` and ``/docs`` need an API key, sent as
-``Authorization: Bearer pmv_...`` or ``X-API-Key: pmv_...``):
+``Authorization: Bearer pmv_...`` or ``X-API-Key: pmv_...``; the key is checked, and its rate
+limit applied, from the headers before any body is read). Role ``query`` (the default of
+``pm-vector keys create``) may use the collection reads, the anchor, resolve and the KAHM
+endpoints; items, jobs and keys need ``admin`` (403). A key limited to some collections sees
+only those (404 for any other, and ``/collections`` lists only them):
 
 =======  =====================================  =====================================================
 GET      /health                                status, version, the server's limits, database reachable?
@@ -11,7 +15,8 @@ GET      /collections/{name}/anchor             the public anchor: ids, features
                                                 frame info (AnchorFrame params, seed, anchor embedding)
 POST     /collections/{name}/items              items by id; raw features only if the collection allows
 POST     /collections/{name}/jobs               start an SMLQ embedding job (background thread) -> 202
-GET      /jobs, /jobs/{job_id}                  jobs of this process: status, stage progress, result
+GET      /jobs, /jobs/{job_id}                  jobs (kept in the database): status, stage progress, result
+GET      /keys                                  API keys (admin without a collection scope; no secrets)
 POST     /collections/{name}/resolve            a PrivateMail request in, per-row k-NN results out
                                                 (with the current KAHM model's class scores per item)
 GET      /collections/{name}/kahm/models        the collection's stored KAHM models (no model bytes)
@@ -20,16 +25,20 @@ POST     /collections/{name}/kahm/distances     this collection as a party of fe
 =======  =====================================  =====================================================
 
 Refusals are JSON ``{"error", "message"}`` with a 4xx status and write nothing: 401 (no or
-unknown key), 413 (body, rows or dimensions over the limits), 400 (malformed JSON, NaN/Infinity),
-422 (wrong shapes or values), 404 (unknown collection, job, or no active run), 403 (raw features
-not allowed), 409 (no active run yet, or no KAHM model for the kahm endpoints). While the
-database is unreachable every endpoint that needs it answers 503 ``database_unavailable`` with
-``Retry-After`` (and ``/health`` 503 ``degraded``); the pool reconnects by itself.
+unknown key), 413 (body, rows, dimensions or rows x k over the limits), 400 (malformed JSON,
+NaN/Infinity, too deep), 422 (wrong shapes or values, unknown fields), 404 (unknown collection,
+job, or out of the key's scope), 403 (the key's role; raw features or raw KAHM distances not
+allowed), 429 (rate limit or job queue full, with Retry-After), 409 (no active run yet, or no
+KAHM model for the kahm endpoints). While the database is unreachable every endpoint that needs
+it answers 503 ``database_unavailable`` with ``Retry-After`` (and ``/health`` 503 ``degraded``);
+the pool reconnects by itself. A 5xx is a bug: every bad input has its 4xx.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import datetime as dt
+import logging
 import threading
 from contextlib import asynccontextmanager
 from typing import Any
@@ -42,15 +51,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__ as _version
 from ..errors import AlignmentError, BudgetExceededError, InvalidInputError, PMVectorError, PrivacyParameterError
-from ..client.query import FORMAT as QUERY_FORMAT
 from . import schemas
+from .middleware import AuthMiddleware, BodyLimitMiddleware, CatchAllMiddleware
 from .settings import ServiceSettings
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, error: str, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.error, self.message, self.headers = status, error, message, headers
+from .validation import (RETRY_AFTER_S, ApiError, _database_down, _err, check_distances_body, check_resolve_body,
+                         parse_json)
 
 
 def _status_of(exc: PMVectorError) -> tuple[int, str]:
@@ -64,8 +69,19 @@ def _status_of(exc: PMVectorError) -> tuple[int, str]:
 
     if isinstance(exc, NoKAHMModelError):
         return 409, "no_kahm_model"
+    from ..db import kahm as _kahm
+
+    raw_dist = getattr(_kahm, "RawKAHMDistancesNotAllowedError", None)
+    if raw_dist is not None and isinstance(exc, raw_dist):  # raw models' distances are a membership oracle
+        return 403, "raw_distances_not_allowed"
+    from .jobs import JobQueueFullError
+
+    if isinstance(exc, JobQueueFullError):
+        return 429, "job_queue_full"
     if isinstance(exc, dbe.RawFeaturesNotAllowedError):
         return 403, "raw_features_not_allowed"
+    if isinstance(exc, dbe.ShardUnavailableError):  # names the shard; nothing written: retry later
+        return 503, "shard_unavailable"
     if isinstance(exc, dbe.DatabaseConfigError):
         return 503, "database_unavailable"
     if isinstance(exc, (InvalidInputError, AlignmentError, PrivacyParameterError)):
@@ -75,211 +91,54 @@ def _status_of(exc: PMVectorError) -> tuple[int, str]:
     return 400, "bad_request"
 
 
-#: seconds a client is told to wait when the database is unreachable
-RETRY_AFTER_S = 5
-
-
-def _database_down(exc: BaseException) -> bool:
-    """Is ``exc`` (or what caused it) the database being unreachable: a lost or refused
-    connection, a server shutting down, no pooled connection in time?"""
-    import psycopg
-    from psycopg_pool import PoolTimeout
-
-    seen = 0
-    while exc is not None and seen < 5:
-        if isinstance(exc, (psycopg.OperationalError, PoolTimeout)):
-            return True
-        exc = exc.__cause__ or exc.__context__
-        seen += 1
-    return False
-
-
 def _unavailable() -> JSONResponse:
     return _err(503, "database_unavailable", "the database is unreachable right now; retry after "
                 f"{RETRY_AFTER_S} s (the service reconnects by itself).", {"Retry-After": str(RETRY_AFTER_S)})
 
 
-def _err(status: int, error: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": error, "message": message}, status_code=status, headers=headers)
+def _read_router(settings: ServiceSettings, pool):
+    """The replicas resolves are read on: ``settings.read_urls``, else a running local cluster's."""
+    from ..db.replicas import ReadRouter
 
+    urls = [u.strip() for u in settings.read_urls.split(",") if u.strip()]
+    if not urls:
+        from ..db import cluster, server
 
-class BodyLimitMiddleware:
-    """Refuse request bodies over ``max_bytes`` with 413 before the app reads them (Content-Length)
-    or as soon as the streamed body passes the limit (chunked)."""
-
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, int(max_bytes)
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        msg = (f"request body is larger than this server's limit of {self.max_bytes:,} bytes; send fewer rows "
-               "or ask the operator to raise PM_VECTOR_SERVICE_MAX_BODY_BYTES.")
-        for name, value in scope.get("headers") or []:
-            if name == b"content-length":
-                try:
-                    n = int(value)
-                except ValueError:
-                    return await _err(400, "bad_request", "invalid Content-Length header.")(scope, receive, send)
-                if n > self.max_bytes:
-                    return await _err(413, "payload_too_large", msg)(scope, receive, send)
-        seen = 0
-        too_big = False
-
-        async def limited():
-            nonlocal seen, too_big
-            m = await receive()
-            if m["type"] == "http.request":
-                seen += len(m.get("body", b""))
-                if seen > self.max_bytes:
-                    too_big = True
-                    raise ApiError(413, "payload_too_large", msg)
-            return m
-
-        started = False
-
-        async def tracking_send(m):
-            nonlocal started
-            if m["type"] == "http.response.start":
-                started = True
-            await send(m)
-
-        try:
-            await self.app(scope, limited, tracking_send)
-        except ApiError as exc:
-            if not too_big or started:
-                raise
-            await _err(exc.status, exc.error, exc.message)(scope, receive, send)
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not allowed (JSON has no NaN/Infinity; the request must be finite numbers)")
-
-
-def parse_json(body: bytes) -> Any:
-    if not body:
-        raise ApiError(400, "malformed_json", "the request body is empty; send a JSON object.")
-    try:
-        return json.loads(body, parse_constant=_reject_constant)
-    except UnicodeDecodeError:
-        raise ApiError(400, "malformed_json", "the request body is not UTF-8 JSON.") from None
-    except json.JSONDecodeError as e:
-        raise ApiError(400, "malformed_json", f"the request body is not valid JSON: {e.msg} at line {e.lineno} "
-                                              f"column {e.colno}.") from None
-    except ValueError as e:
-        raise ApiError(400, "malformed_json", f"the request body is not valid JSON: {e}.") from None
-
-
-def check_matrix(rows: Any, what: str, settings: ServiceSettings) -> None:
-    """A JSON matrix: a non-empty list of equally long, non-empty rows of numbers, within the
-    server's row and dimension limits (413 above them, 422 otherwise)."""
-    if not isinstance(rows, list) or not rows or not all(isinstance(row, list) for row in rows):
-        raise ApiError(422, "invalid_input", f"{what} must be a non-empty list of rows (lists of numbers).")
-    if len(rows) > settings.max_rows:
-        raise ApiError(413, "too_many_rows", f"{what} has {len(rows):,} rows; this server accepts at most "
-                                             f"{settings.max_rows:,}.")
-    width = len(rows[0])
-    if width > settings.max_dim:
-        raise ApiError(413, "too_many_dimensions", f"{what} has {width} columns; this server accepts at most "
-                                                   f"{settings.max_dim}.")
-    if width == 0:
-        raise ApiError(422, "invalid_input", f"{what} row 0 is empty.")
-    for i, row in enumerate(rows):
-        if len(row) != width:
-            raise ApiError(422, "invalid_input", f"{what} row {i} has {len(row)} values, row 0 has {width}; every "
-                                                 "row must have the same length.")
-        for v in row:
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ApiError(422, "invalid_input", f"{what} row {i} holds {v!r}; only numbers are allowed.")
-            if isinstance(v, int) and abs(v) > 1e300:  # would not convert to float64
-                raise ApiError(422, "invalid_input", f"{what} row {i} holds an integer too large for a float.")
-
-
-def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
-    """Validate a resolve body; returns ``(request, k, include_features, include_codes)`` or raises ApiError."""
-    from ..client.request import PrivateMailRequest
-
-    if not isinstance(d, dict):
-        raise ApiError(422, "invalid_input", "the body must be a JSON object {\"request\": {...}, \"k\": 8}.")
-    unknown = sorted(set(d) - {"request", "k", "include_features", "include_codes"})
-    if unknown:
-        raise ApiError(422, "invalid_input", f"unknown field(s) {unknown}; the body has 'request', 'k', "
-                                             "'include_features', 'include_codes'.")
-    k = d.get("k", 8)
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= settings.max_k:
-        raise ApiError(422, "invalid_input", f"k must be an integer in 1..{settings.max_k}, got {k!r}.")
-    inc = d.get("include_features", False)
-    if not isinstance(inc, bool):
-        raise ApiError(422, "invalid_input", "include_features must be true or false.")
-    codes = d.get("include_codes", False)
-    if not isinstance(codes, bool):
-        raise ApiError(422, "invalid_input", "include_codes must be true or false.")
-    r = d.get("request")
-    if not isinstance(r, dict):
-        raise ApiError(422, "invalid_input", "'request' must be a request object (QueryRequest.to_dict(), or "
-                                             "PrivateMailRequest.to_dict() for the paper's protocol).")
-    if r.get("format") == QUERY_FORMAT:
-        return check_query_request(r, settings, name), k, inc, codes
-    if codes:
-        raise ApiError(422, "invalid_input", "include_codes applies to class-rows requests (format "
-                                             f"{QUERY_FORMAT!r}).")
-    emb = r.get("embedding")
-    check_matrix(emb, "request.embedding", settings)
-    if r.get("collection") not in (None, name):
-        raise ApiError(422, "invalid_input", f"the request was built for collection {r.get('collection')!r}, "
-                                             f"not {name!r}.")
-    nq = r.get("n_query_rows")
-    if isinstance(nq, bool) or not isinstance(nq, int) or not 1 <= nq <= len(emb):
-        raise ApiError(422, "invalid_input", f"request.n_query_rows must be an integer in 1..{len(emb)}, got {nq!r}.")
-    try:
-        req = PrivateMailRequest.from_dict(r)
-    except (InvalidInputError, TypeError, ValueError) as exc:
-        raise ApiError(422, "invalid_input", f"invalid PrivateMail request: {exc}") from None
-    return req, k, inc, False
-
-
-def check_query_request(r: dict, settings: ServiceSettings, name: str):
-    """Validate a pm_vector request (one noised row per class); returns a QueryRequest or raises ApiError."""
-    from ..client.query import QueryRequest
-
-    check_matrix(r.get("rows"), "request.rows", settings)
-    if r.get("collection") not in (None, name):
-        raise ApiError(422, "invalid_input", f"the request was built for collection {r.get('collection')!r}, "
-                                             f"not {name!r}.")
-    kp = r.get("shortlist")
-    if isinstance(kp, bool) or not isinstance(kp, int) or not 1 <= kp <= settings.max_shortlist:
-        raise ApiError(422, "invalid_input", f"request.shortlist (k') must be an integer in 1..{settings.max_shortlist}, "
-                                             f"got {kp!r}.")
-    try:
-        return QueryRequest.from_dict(r)
-    except (InvalidInputError, TypeError, ValueError) as exc:
-        raise ApiError(422, "invalid_input", f"invalid pm_vector request: {exc}") from None
-
-
-def check_distances_body(d: Any, settings: ServiceSettings) -> tuple[list[list[float]], int | None]:
-    """Validate a ``/kahm/distances`` body; returns ``(features rows, model_id)`` or raises ApiError.
-    The feature dimension is checked against the collection by :func:`pm_vector.db.kahm.party_distances`."""
-    if not isinstance(d, dict):
-        raise ApiError(422, "invalid_input", "the body must be a JSON object {\"features\": [[...], ...]}.")
-    unknown = sorted(set(d) - {"features", "model_id"})
-    if unknown:
-        raise ApiError(422, "invalid_input", f"unknown field(s) {unknown}; the body has 'features' and 'model_id'.")
-    mid = d.get("model_id")
-    if mid is not None and (isinstance(mid, bool) or not isinstance(mid, int) or mid < 1):
-        raise ApiError(422, "invalid_input", f"model_id must be a positive integer or null, got {mid!r}.")
-    X = d.get("features")
-    check_matrix(X, "features", settings)
-    return X, mid
+        if server.external_url() is None and cluster.topology() is not None:
+            urls = cluster.replica_urls()
+    primary = getattr(pool, "url", None)
+    if not urls or primary is None:
+        return None
+    return ReadRouter(primary, urls, max_lag_bytes=settings.max_replica_lag_bytes)
 
 
 def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI:
     """The application. ``pool``: a :class:`~pm_vector.service.db.ServicePool` (made at start-up if None)."""
-    from .jobs import JobManager, check_params
+    from .auth import RateLimiter, in_scope
+    from .jobs import JobManager, check_params, check_seed
 
     settings = settings or ServiceSettings.from_env()
-    state: dict[str, Any] = {"pool": pool}
-    jobs = JobManager(settings.job_workers)
+    state: dict[str, Any] = {"pool": pool, "jobs": None, "query_role": None, "router": None, "read_pools": {}}
     resolve_slots = threading.BoundedSemaphore(max(1, settings.pool_max))
+    log = logging.getLogger("pm_vector.service")
+
+    def prune_once() -> int:
+        from ..db.retention import prune_request_log
+
+        with state["pool"].connection() as conn:
+            return prune_request_log(conn, older_than=dt.timedelta(days=settings.request_log_retention_days))
+
+    async def pruner():
+        # a service that answers requests must not grow its log without bound
+        while True:
+            try:
+                n = await run_in_threadpool(prune_once)
+                if n:
+                    log.info("pruned %d request-log row(s)", n)
+            except Exception as exc:  # noqa: BLE001 - a database outage must not stop the loop
+                log.warning("request-log prune failed (%s); retrying in %d s", type(exc).__name__,
+                            settings.prune_interval_s)
+            await asyncio.sleep(settings.prune_interval_s)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -290,10 +149,43 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
             state["pool"] = await run_in_threadpool(ServicePool, min_size=settings.pool_min,
                                                     max_size=settings.pool_max)
             own = True
+
+        def make_jobs():
+            import psycopg
+
+            url = getattr(state["pool"], "url", None)
+            jm = JobManager(state["pool"].connection, settings.job_workers, settings.max_queued_jobs,
+                            lock_connection=(lambda: psycopg.connect(url, autocommit=True)) if url else None)
+            n = jm.recover()
+            if n:
+                log.warning("%d job(s) of a stopped service marked interrupted", n)
+            try:  # and the runs such jobs left 'running' (no session holds their lock) become failed
+                from ..db.api import cleanup_stale_runs
+
+                cleanup_stale_runs()
+            except Exception as exc:  # noqa: BLE001 - best effort; `pm-vector db cleanup` does it too
+                log.warning("stale-run cleanup at start-up failed (%s)", type(exc).__name__)
+            return jm
+
+        state["jobs"] = app.state.jobs = await run_in_threadpool(make_jobs)
+        try:  # the role a query key's resolve runs as: read + request-log insert only
+            ok = await run_in_threadpool(state["pool"].usable_role, settings.query_db_role)
+        except Exception:  # noqa: BLE001 - a pool without it (tests' fakes) or a database down: no switch
+            ok = False
+        state["query_role"] = settings.query_db_role if ok else None
+        if not ok and settings.query_db_role:
+            log.warning("PostgreSQL role %r not usable: query keys resolve as the service user",
+                        settings.query_db_role)
+        state["router"] = _read_router(settings, state["pool"])
+        task = asyncio.create_task(pruner()) if settings.request_log_retention_days > 0 else None
         try:
             yield
         finally:
-            jobs.shutdown()
+            if task is not None:
+                task.cancel()
+            state["jobs"].shutdown()
+            for p in state["read_pools"].values():
+                p.close()
             if own:
                 state["pool"].close()
 
@@ -301,11 +193,15 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
                   description="Differentially private nearest-neighbour search (PrivateMail) over PostgreSQL/pgvector. "
                               "Authenticate with `Authorization: Bearer <API key>` (`pm-vector keys create`).",
                   responses={401: {"model": schemas.ErrorBody}, 413: {"model": schemas.ErrorBody},
-                             422: {"model": schemas.ErrorBody}})
+                             422: {"model": schemas.ErrorBody}, 429: {"model": schemas.ErrorBody}})
     app.state.settings = settings
-    app.state.jobs = jobs
     app.state.service_state = state
+    app.state.prune_once = prune_once
+    # added last = runs first: the key is checked before the body limit or anything reads the body;
+    # the catch-all is innermost, so that no error reaches Starlette's (which drops the connection)
+    app.add_middleware(CatchAllMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(AuthMiddleware, settings=settings, state=state, limiter=RateLimiter(settings.rate_per_minute))
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):
@@ -316,7 +212,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         if _database_down(exc):
             return _unavailable()
         status, kind = _status_of(exc)
-        return _err(status, kind, str(exc))
+        return _err(status, kind, str(exc), {"Retry-After": "30"} if status in (429, 503) else None)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
@@ -340,25 +236,34 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     async def _internal(request: Request, exc: Exception):
         if _database_down(exc):
             return _unavailable()
+        import psycopg
+
+        if isinstance(exc, psycopg.DataError):  # a value PostgreSQL cannot hold (NUL, out of range)
+            return _err(422, "invalid_input", "a value in the request is out of range for the database (NUL byte "
+                                              "or integer beyond 64 bits); fix it and send again.")
+        log.exception("internal error")
         return _err(500, "internal_error", f"internal error ({type(exc).__name__}); the server log has details.")
 
-    def require_key(request: Request) -> dict[str, Any] | None:
-        if not settings.auth:
-            return None
-        h = request.headers.get("authorization") or ""
-        key = h[7:].strip() if h.lower().startswith("bearer ") else (request.headers.get("x-api-key") or "").strip()
-        if not key:
-            raise ApiError(401, "unauthorized", "no API key; send `Authorization: Bearer <key>` (create one with "
-                                                "`pm-vector keys create --name NAME`).", {"WWW-Authenticate": "Bearer"})
-        from .auth import verify_key
+    def key_of(request: Request) -> dict[str, Any] | None:
+        return getattr(request.state, "api_key", None)
 
-        with state["pool"].connection() as conn:
-            rec = verify_key(conn, key)
-        if rec is None:
-            raise ApiError(401, "unauthorized", "unknown or revoked API key.", {"WWW-Authenticate": "Bearer"})
-        return rec
+    def require_admin(request: Request) -> None:
+        rec = key_of(request)
+        if rec is not None and rec.get("role") != "admin":
+            raise ApiError(403, "forbidden", f"this key's role is {rec.get('role')!r}: it may read collections and "
+                                             "anchors and resolve requests; this needs an admin key "
+                                             "(`pm-vector keys create --role admin`).")
 
-    auth = [Depends(require_key)]
+    def require_scope(name: str, request: Request) -> None:
+        from ..db.api import _NAME
+
+        if not _NAME.fullmatch(name) or not in_scope(key_of(request), name):  # out of scope looks absent
+            raise ApiError(404, "not_found", f"no collection {name!r} (for this key); `GET /collections` lists "
+                                             "the ones it may use.")
+
+    auth = [Depends(require_scope)]
+    admin = [Depends(require_admin)]
+    admin_scoped = [Depends(require_admin), Depends(require_scope)]
 
     @app.get("/health", response_model=schemas.Health, tags=["service"],
              responses={503: {"model": schemas.Health}})
@@ -376,19 +281,20 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
 
     def _public_collection(c: dict[str, Any]) -> dict[str, Any]:
         keep = ("name", "feature_dim", "metric", "labels", "allow_raw_features", "n_items", "active_run_id",
-                "active_embedding_dim", "active_since", "n_anchors", "n_dummies", "created_at")
+                "active_embedding_dim", "active_since", "n_anchors", "n_dummies", "created_at", "uuid")
         out = {k: c.get(k) for k in keep}
         if out["allow_raw_features"] is None:
             out["allow_raw_features"] = bool((c.get("settings") or {}).get("allow_raw_features", False))
         out["description"] = (c.get("settings") or {}).get("description")
         return out
 
-    @app.get("/collections", dependencies=auth, tags=["collections"])
-    def collections():
-        """All collections."""
+    @app.get("/collections", tags=["collections"])
+    def collections(request: Request):
+        """The collections this key may use."""
         from .. import db
 
-        return {"collections": [_public_collection(c) for c in db.list_collections()]}
+        rec = key_of(request)
+        return {"collections": [_public_collection(c) for c in db.list_collections() if in_scope(rec, c["name"])]}
 
     @app.get("/collections/{name}", dependencies=auth, tags=["collections"])
     def describe(name: str):
@@ -413,44 +319,136 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
 
         return JSONResponse(anchor_document(name))
 
-    @app.post("/collections/{name}/items", dependencies=auth, tags=["collections"])
-    def items(name: str, body: schemas.ItemsBody):
-        """Items by id (external ids, labels, payloads); raw ``features`` only if the collection allows it (403).
+    def _model(cls, body: bytes):
+        import pydantic
 
-        Fetching by id tells the server which items you look at: to re-rank a private query's answer use
-        ``include_features`` on resolve instead, which returns the features of every row's neighbours."""
+        try:
+            return cls.model_validate(parse_json(body))
+        except pydantic.ValidationError as exc:
+            parts = [f"{'.'.join(map(str, e.get('loc', ()))) or 'body'}: {e.get('msg')}" for e in exc.errors()[:5]]
+            raise ApiError(422, "invalid_input", "; ".join(parts)) from None
+
+    def _items_sync(name: str, body: bytes):
         from .. import db
         from .documents import _plain
 
-        if len(body.ids) > settings.max_ids:
-            raise ApiError(413, "too_many_ids", f"{len(body.ids):,} ids; at most {settings.max_ids:,} per call.")
-        return _plain(db.fetch_items(name, body.ids, include_features=body.include_features))
+        b = _model(schemas.ItemsBody, body)
+        if len(b.ids) > settings.max_ids:
+            raise ApiError(413, "too_many_ids", f"{len(b.ids):,} ids; at most {settings.max_ids:,} per call.")
+        return _plain(db.fetch_items(name, b.ids, include_features=b.include_features))
 
-    @app.post("/collections/{name}/jobs", dependencies=auth, status_code=202, response_model=schemas.Job,
-              tags=["jobs"])
-    def start_job(name: str, body: schemas.JobBody):
-        """Start an SMLQ embedding job (AnchorFrame fit + out-of-sample extension) in the background."""
-        return jobs.start(name, check_params(body.params), body.seed)
+    @app.post("/collections/{name}/items", dependencies=admin_scoped, tags=["collections"],
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": {"$ref": "#/components/schemas/ItemsBody"}}}}})
+    async def items(name: str, request: Request):
+        """Items by id (admin keys): external ids, labels, payloads; raw ``features`` only if the collection
+        allows it (403).
 
-    @app.get("/jobs", dependencies=auth, tags=["jobs"])
-    def list_jobs():
-        return {"jobs": jobs.list()}
+        Fetching by id tells the server which items you look at: to re-rank a private query's answer use
+        ``include_features`` on resolve instead, which returns the features of every row's neighbours."""
+        body = await request.body()
+        return JSONResponse(await run_in_threadpool(_items_sync, name, body))
 
-    @app.get("/jobs/{job_id}", dependencies=auth, response_model=schemas.Job, tags=["jobs"])
-    def get_job(job_id: str):
-        """A job's status, stage progress (load, embed, write, index, switch) and result."""
+    def _start_job_sync(name: str, body: bytes, key_id: int | None):
+        b = _model(schemas.JobBody, body)
+        params = check_params(b.params, min_components=settings.job_min_components)
+        return state["jobs"].start(name, params, check_seed(b.seed), key_id=key_id)
+
+    @app.post("/collections/{name}/jobs", dependencies=admin_scoped, status_code=202, response_model=schemas.Job,
+              tags=["jobs"], openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": {"$ref": "#/components/schemas/JobBody"}}}}})
+    async def start_job(name: str, request: Request):
+        """Start an SMLQ embedding job (AnchorFrame fit + out-of-sample extension) in the background
+        (admin keys; parameters bounded, at most ``max_queued_jobs`` queued or running: 429)."""
+        body = await request.body()
+        rec = key_of(request)
+        job = await run_in_threadpool(_start_job_sync, name, body, rec["id"] if rec else None)
+        return JSONResponse(job, status_code=202)
+
+    def _visible_job(request: Request, job: dict[str, Any]) -> bool:
+        return in_scope(key_of(request), job["collection"])
+
+    @app.get("/jobs", dependencies=admin, tags=["jobs"])
+    def list_jobs(request: Request):
+        """The newest jobs (of the key's collections), kept across restarts."""
+        rec = key_of(request)
+        return {"jobs": state["jobs"].list(None if rec is None else rec.get("collections"))}
+
+    @app.get("/jobs/{job_id}", dependencies=admin, response_model=schemas.Job, tags=["jobs"])
+    def get_job(job_id: str, request: Request):
+        """A job's status (queued, running, succeeded, failed, interrupted), stage progress (load, embed,
+        write, index, switch) and result."""
         try:
-            return jobs.get(job_id)
+            job = state["jobs"].get(job_id)
         except KeyError:
-            raise ApiError(404, "not_found", f"no job {job_id!r} in this service process.") from None
+            job = None
+        if job is None or not _visible_job(request, job):
+            raise ApiError(404, "not_found", f"no job {job_id[:40]!r}; `GET /jobs` lists them.")
+        return job
 
-    def _resolve_sync(name: str, body: bytes) -> dict[str, Any]:
+    @app.get("/keys", dependencies=admin, tags=["keys"])
+    def keys(request: Request):
+        """The API keys (id, name, prefix, role, scope, rate; never the secrets): admin keys without a
+        collection scope only."""
+        from .auth import list_keys
+
+        rec = key_of(request)
+        if rec is not None and rec.get("collections") is not None:
+            raise ApiError(403, "forbidden", "a key limited to some collections cannot list keys; use an admin key "
+                                             "without --collection.")
+        with state["pool"].connection() as conn:
+            return {"keys": list_keys(conn=conn)}
+
+    def _resolve_on_replica(name, req, k, inc, codes, db_role, conn):
+        """The answer read on a replica in rotation (log written on ``conn``), or None: read on the
+        primary (no replica, a paper request, or the replica failed: it leaves the rotation)."""
+        from ..client.query import QueryRequest
+
+        router = state["router"]
+        if router is None or not isinstance(req, QueryRequest):  # the paper's requests: on the primary
+            return None
+        url = router.pick()
+        if url is None:
+            return None
+        import psycopg
+
+        from ..db.errors import DatabaseConfigError
+        from ..db.server import redact
+        from .db import ServicePool
+        from .documents import resolve_document
+
+        try:
+            pool = state["read_pools"].get(url)
+            if pool is None:
+                pool = state["read_pools"][url] = ServicePool(url, min_size=0, max_size=settings.pool_max)
+            with pool.connection_as(db_role) as rconn:
+                return resolve_document(name, req, k=k, include_features=inc, conn=conn, read_conn=rconn,
+                                        max_query_rows=min(settings.max_rows, 1000), include_codes=codes)
+        except (psycopg.OperationalError, DatabaseConfigError) as exc:
+            router.mark_failed(url, type(exc).__name__)
+            log.warning("replica %s left the rotation (%s); reading on the primary", redact(url), type(exc).__name__)
+            return None
+
+    def _resolve_sync(name: str, body: bytes, key_role: str | None) -> dict[str, Any]:
         req, k, inc, codes = check_resolve_body(parse_json(body), settings, name)
         from .documents import resolve_document
 
-        with resolve_slots, state["pool"].connection() as conn:
-            res = resolve_document(name, req, k=k, include_features=inc, conn=conn,
-                                   max_query_rows=min(settings.max_rows, 1000), include_codes=codes)
+        db_role = state.get("query_role") if key_role == "query" else None
+        import psycopg
+
+        try:
+            with resolve_slots, state["pool"].connection_as(db_role) as conn:
+                res = _resolve_on_replica(name, req, k, inc, codes, db_role, conn)
+                if res is None:
+                    res = resolve_document(name, req, k=k, include_features=inc, conn=conn,
+                                           max_query_rows=min(settings.max_rows, 1000), include_codes=codes)
+        except psycopg.errors.InsufficientPrivilege:
+            if db_role is None:
+                raise
+            log.error("role %s may not read a table of %s (made by another database user?)", db_role, name)
+            raise ApiError(500, "database_role_misconfigured", f"the service's database role {db_role} may not read "
+                           "this collection's tables; the operator should run `GRANT SELECT ON ALL TABLES IN SCHEMA "
+                           f"pm_vector TO {db_role}` (or set PM_VECTOR_SERVICE_QUERY_DB_ROLE=\"\").") from None
         if codes:  # each row's (k', m) codes as base64 of little-endian float16: 2 bytes per component
             import base64
 
@@ -470,7 +468,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         The body is ``{"request": PrivateMailRequest.to_dict(), "k": 8, "include_features": false}``. The answer
         has one entry per query row; only the client knows which row is real."""
         body = await request.body()
-        return JSONResponse(await run_in_threadpool(_resolve_sync, name, body))
+        rec = key_of(request)
+        return JSONResponse(await run_in_threadpool(_resolve_sync, name, body, rec and rec.get("role")))
 
     @app.get("/collections/{name}/kahm/models", dependencies=auth, response_model=schemas.KAHMModels,
              tags=["kahm"])
@@ -497,14 +496,15 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
 
         The body is ``{"features": [[...], ...], "model_id": null}``; the answer holds, for every class
         the party's model knows, the distance value (Definition 6) of each query row -- no items, no
-        model. JSON object keys are strings: ``distances`` is ``{"<class>": [one per row]}``, and a
+        model. Distances of a raw (non-private) model are refused (403) unless the collection opts in.
+        JSON object keys are strings: ``distances`` is ``{"<class>": [one per row]}``, and a
         distance that is infinite (the class cannot model the row) is ``null``.
         :meth:`pm_vector.client.http.Client.kahm_distances` turns it back into
         :func:`pm_vector.db.kahm.party_distances`' shape (int keys, numpy arrays, inf)."""
         body = await request.body()
         return JSONResponse(await run_in_threadpool(_distances_sync, name, body))
 
-    # make ResolveBody part of the schema although the endpoint parses the body itself
+    # make the self-parsed bodies part of the schema although the endpoints parse them themselves
     _orig_openapi = app.openapi
 
     def openapi():
@@ -512,7 +512,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
             return app.openapi_schema
         s = _orig_openapi()
         comps = s.setdefault("components", {}).setdefault("schemas", {})
-        for m in (schemas.ResolveBody, schemas.PrivateMailRequestBody, schemas.DistancesBody):
+        for m in (schemas.ResolveBody, schemas.PrivateMailRequestBody, schemas.DistancesBody, schemas.ItemsBody,
+                  schemas.JobBody):
             js = m.model_json_schema(ref_template="#/components/schemas/{model}")
             for k, v in js.pop("$defs", {}).items():
                 comps.setdefault(k, v)

@@ -4,6 +4,11 @@ A key is ``pmv_`` + 32 random bytes (``secrets.token_urlsafe``). The database ke
 SHA-256 (hex), a display prefix (the first 12 characters) and a name; the key itself is shown
 once, at creation. A 256-bit random secret needs no slow hash: there is nothing to guess.
 Clients send it as ``Authorization: Bearer <key>`` (or ``X-API-Key: <key>``).
+
+Each key has a role (:data:`ROLES`): ``query`` reads collections, the anchor document and KAHM
+model listings and resolves requests / asks KAHM distances; ``admin`` also fetches items by id,
+starts jobs and lists keys. A key may be limited to a set of collections (``collections``;
+others look absent to it: 404) and carry its own request rate (``rate_per_minute``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from ..errors import InvalidInputError, PMVectorError
 TABLE = "pm_vector_service.api_keys"
 KEY_PREFIX = "pmv_"
 _MAX_KEY_LEN = 200
+#: query: anchor document + resolve (+ reading collections); admin: everything
+ROLES = ("query", "admin")
+_COLS = "id, name, prefix, created_at, revoked_at, role, collections, rate_per_minute"
 
 
 class ApiKeyNotFoundError(PMVectorError, LookupError):
@@ -39,7 +47,25 @@ def _iso(v):
 
 def _row(r) -> dict[str, Any]:
     return {"id": int(r[0]), "name": r[1], "prefix": r[2], "created_at": _iso(r[3]), "revoked_at": _iso(r[4]),
-            "active": r[4] is None}
+            "active": r[4] is None, "role": r[5], "collections": None if r[6] is None else list(r[6]),
+            "rate_per_minute": r[7]}
+
+
+def in_scope(rec: dict[str, Any] | None, collection: str) -> bool:
+    """May the key ``rec`` (None: auth is off) see ``collection``?"""
+    return rec is None or rec.get("collections") is None or collection in rec["collections"]
+
+
+def _check_scope(collections) -> list[str] | None:
+    if collections is None:
+        return None
+    if isinstance(collections, str) or not all(isinstance(c, str) for c in collections):
+        raise InvalidInputError("collections must be a list of collection names, e.g. --collection digits.")
+    out = sorted({c.strip() for c in collections})
+    if not out or any(not 1 <= len(c) <= 200 or "\x00" in c for c in out):
+        raise InvalidInputError("each --collection must be a collection name of 1-200 characters (no NUL); "
+                                "leave the option out for a key that sees every collection.")
+    return out
 
 
 def _connect(conn):
@@ -50,16 +76,27 @@ def _connect(conn):
     return connect(), True
 
 
-def create_key(name: str, *, conn=None) -> dict[str, Any]:
-    """Create a key; returns its record plus ``"key"``, the secret (shown only this once)."""
-    if not isinstance(name, str) or not 1 <= len(name.strip()) <= 200:
+def create_key(name: str, *, role: str = "query", collections=None, rate_per_minute: int | None = None,
+               conn=None) -> dict[str, Any]:
+    """Create a key; returns its record plus ``"key"``, the secret (shown only this once).
+
+    ``role``: ``query`` (the default: least privilege) or ``admin``; ``collections``: the names the
+    key may see (None: all); ``rate_per_minute``: its own rate limit (None: the service's)."""
+    if not isinstance(name, str) or not 1 <= len(name.strip()) <= 200 or "\x00" in name:
         raise InvalidInputError("an API key needs a name of 1-200 characters, e.g. --name alice-laptop.")
+    if role not in ROLES:
+        raise InvalidInputError(f"role must be one of {list(ROLES)} (query: anchor + resolve; admin: also items, "
+                                f"jobs, keys), got {role!r}.")
+    scope = _check_scope(collections)
+    if rate_per_minute is not None and (isinstance(rate_per_minute, bool) or not isinstance(rate_per_minute, int)
+                                        or not 1 <= rate_per_minute <= 10_000_000):
+        raise InvalidInputError(f"rate_per_minute must be an integer >= 1 (or left out), got {rate_per_minute!r}.")
     key = new_key()
     c, own = _connect(conn)
     try:
-        r = c.execute(f"INSERT INTO {TABLE} (name, prefix, key_hash) VALUES (%s, %s, %s) "
-                      "RETURNING id, name, prefix, created_at, revoked_at",
-                      [name.strip(), key[:12], hash_key(key)]).fetchone()
+        r = c.execute(f"INSERT INTO {TABLE} (name, prefix, key_hash, role, collections, rate_per_minute) "
+                      f"VALUES (%s, %s, %s, %s, %s, %s) RETURNING {_COLS}",
+                      [name.strip(), key[:12], hash_key(key), role, scope, rate_per_minute]).fetchone()
         c.commit()
     finally:
         if own:
@@ -70,7 +107,7 @@ def create_key(name: str, *, conn=None) -> dict[str, Any]:
 def list_keys(*, include_revoked: bool = True, conn=None) -> list[dict[str, Any]]:
     c, own = _connect(conn)
     try:
-        rows = c.execute(f"SELECT id, name, prefix, created_at, revoked_at FROM {TABLE} "
+        rows = c.execute(f"SELECT {_COLS} FROM {TABLE} "
                          "WHERE %s OR revoked_at IS NULL ORDER BY id", [include_revoked]).fetchall()
         c.rollback()
     finally:
@@ -91,7 +128,7 @@ def revoke_key(ident: str | int, *, conn=None) -> dict[str, Any]:
         else:
             raise InvalidInputError(f"give a key's id (e.g. 3) or its prefix (e.g. pmv_AbCdEfGh); got {ident!r}.")
         rows = c.execute(f"UPDATE {TABLE} SET revoked_at = coalesce(revoked_at, now()) WHERE {where} "
-                         "RETURNING id, name, prefix, created_at, revoked_at", [arg]).fetchall()
+                         f"RETURNING {_COLS}", [arg]).fetchall()
         if len(rows) != 1:
             c.rollback()
             if not rows:
@@ -109,8 +146,39 @@ def verify_key(conn, key: str | None) -> dict[str, Any] | None:
     if not key or not isinstance(key, str) or len(key) > _MAX_KEY_LEN or not key.startswith(KEY_PREFIX):
         return None
     h = hash_key(key)
-    r = conn.execute(f"SELECT id, name, prefix, created_at, revoked_at, key_hash FROM {TABLE} "
+    r = conn.execute(f"SELECT {_COLS}, key_hash FROM {TABLE} "
                      "WHERE key_hash = %s AND revoked_at IS NULL", [h]).fetchone()
-    if r is None or not hmac.compare_digest(r[5], h):
+    if r is None or not hmac.compare_digest(r[8], h):
         return None
-    return _row(r[:5])
+    return _row(r[:8])
+
+
+class RateLimiter:
+    """Per-key token buckets: ``rate`` requests per minute, bursts up to ``burst``. In memory, per
+    service process (a restart refills every bucket; several workers each allow the rate)."""
+
+    def __init__(self, rate_per_minute: int, burst: int | None = None):
+        import threading
+
+        self.rate = int(rate_per_minute)
+        self.burst = int(burst) if burst is not None else max(1, self.rate // 6)
+        self._buckets: dict[int, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key_id: int, rate_per_minute: int | None = None, now: float | None = None) -> float:
+        """0.0 when the request may go ahead (a token is taken), else the seconds until one is free."""
+        import time
+
+        if not (rate_per_minute or self.rate):  # 0: no limit
+            return 0.0
+        rate = (rate_per_minute or self.rate) / 60.0
+        burst = self.burst if rate_per_minute is None else max(1, int(rate_per_minute) // 6)
+        t = time.monotonic() if now is None else now
+        with self._lock:
+            tokens, last = self._buckets.get(key_id, (float(burst), t))
+            tokens = min(float(burst), tokens + (t - last) * rate)
+            if tokens >= 1.0:
+                self._buckets[key_id] = [tokens - 1.0, t]
+                return 0.0
+            self._buckets[key_id] = [tokens, t]
+            return (1.0 - tokens) / rate

@@ -15,6 +15,17 @@ from typing import Iterator
 from ..db.errors import DatabaseConfigError
 
 
+def _reset(conn) -> None:
+    # a connection lent to a query key's resolve goes back to the pool as the service user (only
+    # those: a RESET per request would cost every request a round trip)
+    if getattr(conn, "_pm_role", None):
+        conn.rollback()
+        conn.execute("RESET ROLE")
+        if not conn.autocommit:
+            conn.commit()
+        conn._pm_role = None
+
+
 def _configure(conn) -> None:
     from pgvector.psycopg import register_vector
 
@@ -39,7 +50,7 @@ class ServicePool:
         # check: a connection is verified before it is handed out, so that the sessions of a
         # server that was restarted or killed are replaced instead of failing one request each
         self._pool = ConnectionPool(self.url, min_size=min_size, max_size=max_size, timeout=GETCONN_TIMEOUT,
-                                    configure=_configure, open=False, name="pm_vector_service",
+                                    configure=_configure, reset=_reset, open=False, name="pm_vector_service",
                                     check=ConnectionPool.check_connection, kwargs={"connect_timeout": 5})
         self._open_timeout = timeout
         try:
@@ -51,6 +62,31 @@ class ServicePool:
     def connection(self) -> Iterator:
         """A pooled psycopg connection; the transaction is committed on success, rolled back on error."""
         with self._pool.connection() as conn:
+            yield conn
+
+    def usable_role(self, role: str) -> bool:
+        """May this pool's sessions ``SET ROLE role`` (it exists, the user is a member) and may the role
+        use every foreign server (shards: a resolve reads them)? Checked at start-up."""
+        if not role:
+            return False
+        with self._pool.connection() as conn:
+            r = conn.execute("SELECT pg_has_role(current_user, oid, 'MEMBER') AND coalesce((SELECT "
+                             "bool_and(has_server_privilege(r.oid, s.oid, 'USAGE')) FROM pg_foreign_server s), true) "
+                             "FROM pg_roles r WHERE rolname = %s", [role]).fetchone()
+            conn.commit()
+        return bool(r and r[0])
+
+    @contextmanager
+    def connection_as(self, role: str | None) -> Iterator:
+        """A pooled connection whose session runs as ``role`` (None: the service user); idle on entry.
+        The pool's reset puts the session back to the service user when it is returned."""
+        from psycopg import sql
+
+        with self._pool.connection() as conn:
+            if role:
+                conn._pm_role = role  # marks it for _reset before anything can fail
+                conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
+                conn.commit()
             yield conn
 
     def ping(self, timeout: float = 2.0) -> str | None:

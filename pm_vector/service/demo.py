@@ -90,7 +90,7 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
     try:
         prog("ingest", 0, sizes[0])
         prepare_collection(name, split, allow_raw_features=True, progress=lambda d, t: prog("ingest", d, t))
-        key = create_key(f"demo {name}")
+        key = create_key(f"demo {name}", role="admin")  # the demo starts a job through the service
         settings = ServiceSettings.from_env(auth=True, pool_max=4)
         with ServiceThread(settings) as svc, tempfile.TemporaryDirectory() as tmp:
             say(f"service on {svc.url}")

@@ -45,19 +45,36 @@ def public_anchor(collection: str):
     return pa, frame
 
 
+def collection_uuid(collection: str) -> str | None:
+    """The collection's stable, random id (migration 0007) as text; None for an unknown name.
+
+    Clients key their privacy ledgers by it (:meth:`pm_vector.client.http.Client.budget_key`): it
+    names the collection as this server knows it, whatever URL reaches the server."""
+    from ..db.engine import connect
+
+    with connect() as conn:
+        row = conn.execute("SELECT uuid::text FROM pm_vector.collections WHERE name = %s", [collection]).fetchone()
+    return None if row is None else row[0]
+
+
 def anchor_document(collection: str) -> dict[str, Any]:
-    """The public anchor as the JSON the API serves."""
+    """The public anchor as the JSON the API serves, with ``collection_uuid`` (the client's budget key)."""
     pa, frame = public_anchor(collection)
-    return _plain({"collection": collection, "anchor_ids": list(pa.ids), "features": pa.features,
+    return _plain({"collection": collection, "collection_uuid": collection_uuid(collection),
+                   "anchor_ids": list(pa.ids), "features": pa.features,
                    "labels": pa.labels, "dummy_features": pa.dummy_features, "dummy_labels": pa.dummy_labels,
                    "frame": frame})
 
 
 def resolve_document(collection: str, request, *, k: int = 8, include_features: bool = False, conn=None,
-                     max_query_rows: int | None = None, include_codes: bool = False) -> dict[str, Any]:
+                     max_query_rows: int | None = None, include_codes: bool = False,
+                     read_conn=None) -> dict[str, Any]:
     """:func:`pm_vector.db.resolution.resolve` of a validated request, as JSON-safe data: one
-    entry of ``rows`` per request row. ``conn``: an idle pooled connection to run on."""
+    entry of ``rows`` per request row. ``conn``: an idle pooled connection to run on;
+    ``read_conn``: one to a replica that answers it (the log is written on ``conn``)."""
     kw: dict[str, Any] = {"conn": conn}
+    if read_conn is not None:
+        kw["read_conn"] = read_conn
     if include_codes:  # class-rows requests: every candidate's published compact code
         kw["include_codes"] = True
     if max_query_rows is not None:

@@ -10,7 +10,15 @@ parsing, alignment, one k-NN statement, request log), not the client's request b
 
 The service runs in its own process (``pm-vector serve`` on 127.0.0.1, free port) so that
 the load generator does not share its interpreter; ``url``/``api_key`` point at a running one
-instead (it must be on loopback).
+instead (it must be on loopback). ``workers`` > 1 starts that many service processes, each on its
+own port, and spreads the clients over them round robin (what a balancer in front of several
+``pm-vector serve`` would do).
+
+CPU is reported apart for the three parties on the machine (user + system seconds over the drive,
+from psutil / ``/proc``): the service processes (``server_cpu_ms_per_request``), the database's
+backends (``db_cpu_ms_per_request``: the children of the PostgreSQL server pm_vector runs on, when
+it is the embedded one) and the load generator itself (``generator_cpu_ms_per_request``), with
+each one's share of the wall time (1.0 = one core busy).
 """
 
 from __future__ import annotations
@@ -66,7 +74,62 @@ def prepare(n_classes: int, *, seed: int = 0, n_components: int = 8) -> tuple[st
     return name, split
 
 
-async def _drive(url: str, api_key: str, name: str, bodies: list[bytes], concurrency: int, requests: int,
+class _CPU:
+    """User + system CPU seconds of a set of processes between :meth:`start` and :meth:`stop`
+    (processes that end in between count up to their last sample; new children of a parent are
+    picked up at stop)."""
+
+    def __init__(self, pids=(), children_of: int | None = None):
+        self.pids = [int(p) for p in pids]
+        self.children_of = children_of
+
+    def _sample(self) -> dict[int, float] | None:
+        try:
+            import psutil
+        except ImportError:  # psutil not installed: CPU is reported as unknown (None)
+            return None
+        procs = []
+        for pid in self.pids:
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.Error:
+                pass
+        if self.children_of is not None:
+            try:
+                procs += psutil.Process(self.children_of).children(recursive=True)
+            except psutil.Error:
+                pass
+        out = {}
+        for pr in procs:
+            try:
+                t = pr.cpu_times()
+                out[pr.pid] = float(t.user + t.system)
+            except psutil.Error:
+                pass
+        return out
+
+    def start(self) -> None:
+        self._t0 = self._sample()
+
+    def stop(self) -> float | None:
+        t1 = self._sample()
+        if t1 is None or self._t0 is None:
+            return None
+        return sum(v - self._t0.get(pid, 0.0) for pid, v in t1.items())
+
+
+def _db_postmaster() -> int | None:
+    """PID of the embedded PostgreSQL server (its backends do the database's share of the work)."""
+    from .. import db
+
+    try:
+        st = db.status()
+    except Exception:  # noqa: BLE001 - an external database: its CPU is not ours to read
+        return None
+    return int(st["pid"]) if st.get("mode") == "embedded" and st.get("pid") else None
+
+
+async def _drive(urls: list[str] | str, api_key: str, name: str, bodies: list[bytes], concurrency: int, requests: int,
                  duration: float) -> dict[str, Any]:
     import httpx
 
@@ -76,9 +139,11 @@ async def _drive(url: str, api_key: str, name: str, bodies: list[bytes], concurr
     deadline = time.perf_counter() + duration
     headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
 
+    urls = [urls] if isinstance(urls, str) else list(urls)
+
     async def worker(wid: int) -> None:
         nonlocal sent
-        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120.0) as client:
+        async with httpx.AsyncClient(base_url=urls[wid % len(urls)], headers=headers, timeout=120.0) as client:
             i = wid
             while True:
                 if sent >= requests or time.perf_counter() >= deadline:
@@ -147,9 +212,10 @@ class _Subprocess:
 
 def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, duration: float = 30.0,
              n_distinct: int = 16, epsilon: float = 1.0, url: str | None = None, api_key: str | None = None,
-             pool_max: int = 8, seed: int = 0, keep: bool = False, log: Callable[[str], None] | None = None
-             ) -> dict[str, Any]:
-    """Run the load test for every C in ``classes``; returns ``{"results": [...], "config": {...}}``."""
+             pool_max: int = 8, seed: int = 0, keep: bool = False, log: Callable[[str], None] | None = None,
+             workers: int = 1) -> dict[str, Any]:
+    """Run the load test for every C in ``classes``; returns ``{"results": [...], "config": {...}}``.
+    ``workers``: service processes to start (ignored with ``url``)."""
     from .. import db
     from ..client.http import Client
     from .auth import create_key, revoke_key
@@ -157,19 +223,21 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
     say = log or (lambda s: None)
     if int(requests) < 1 or float(duration) <= 0 or int(concurrency) < 1 or int(n_distinct) < 1:
         raise ValueError("requests, duration, concurrency and n_distinct must be positive.")
+    if isinstance(workers, bool) or int(workers) < 1 or int(workers) > 16:
+        raise ValueError(f"workers must be an integer in 1..16, got {workers!r}.")
     if url is not None and (urlparse(url).hostname or "") not in LOOPBACK:
         raise ValueError(f"the load test only targets loopback services (127.0.0.1/localhost), not {url!r}.")
     db.start()
     key = None
-    svc = None
+    svcs: list[_Subprocess] = []
     names: list[str] = []
     results = []
     try:
         if url is None:
             key = create_key("pm-vector bench load")
             api_key = key["key"]
-            svc = _Subprocess(pool_max)
-            url = svc.url
+            svcs = [_Subprocess(pool_max) for _ in range(int(workers))]
+        urls = [s.url for s in svcs] or [url]
         prepared = []
         for C in classes:
             t = time.perf_counter()
@@ -178,10 +246,11 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
             say(f"C={C}: collection {name} ready ({split.server_idx.size} items, {split.anchor_idx.size} anchors) "
                 f"in {time.perf_counter() - t:.1f} s")
             prepared.append((int(C), name, split))
-        if svc is not None:
-            svc.wait_ready()
-        say(f"service on {url}")
-        with Client(url, api_key) as client:
+        for s_ in svcs:
+            s_.wait_ready()
+        say(f"service on {', '.join(urls)}")
+        postmaster = _db_postmaster()
+        with Client(urls[0], api_key) as client:
             for C, name, split in prepared:
                 t = time.perf_counter()
                 Xq, yq = split.query
@@ -196,16 +265,26 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
                 before = len(db.list_requests(name, limit=100000))
                 say(f"C={C}: {n_distinct} requests built in {build_s:.1f} s ({len(bodies[0]) / 1024:.0f} KiB each); "
                     f"{concurrency} clients, at most {requests} requests / {duration:g} s")
-                r = asyncio.run(_drive(url, api_key, name, bodies, int(concurrency), int(requests), float(duration)))
+                server_cpu = _CPU([s_.proc.pid for s_ in svcs])
+                db_cpu = _CPU(children_of=postmaster) if postmaster else None
+                gen_cpu = _CPU([os.getpid()])
+                for c_ in (server_cpu, db_cpu, gen_cpu):
+                    if c_ is not None:
+                        c_.start()
+                r = asyncio.run(_drive(urls, api_key, name, bodies, int(concurrency), int(requests), float(duration)))
+                r.update(_cpu_report(r, server_cpu.stop() if svcs else None, db_cpu.stop() if db_cpu else None,
+                                     gen_cpu.stop()))
                 logged = len(db.list_requests(name, limit=100000)) - before
-                r.update({"classes": C, "collection": name, "rows_per_request": C + int(split.anchor_idx.size),
+                r.update({"classes": C, "collection": name, "rows_per_request": C,  # class-rows requests: one row per class
                           "concurrency": int(concurrency), "body_kib": len(bodies[0]) / 1024, "logged": logged})
                 say(f"C={C}: {r['ok']} ok, {r['errors']} errors, {r['throughput_rps']:.1f} req/s, p50 "
-                    f"{r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms")
+                    f"{r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms; CPU ms/request: server "
+                    f"{r['server_cpu_ms_per_request']}, database {r['db_cpu_ms_per_request']}, generator "
+                    f"{r['generator_cpu_ms_per_request']}")
                 results.append(r)
     finally:
-        if svc is not None:
-            svc.stop()
+        for s_ in svcs:
+            s_.stop()
         if key is not None:
             revoke_key(key["id"])
         if not keep:
@@ -213,4 +292,15 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
                 db.drop_collection(n, missing_ok=True)
     return {"config": {"concurrency": int(concurrency), "requests": int(requests), "duration_s": float(duration),
                        "n_distinct": int(n_distinct), "epsilon": float(epsilon), "pool_max": int(pool_max),
-                       "cpus": os.cpu_count()}, "results": results}
+                       "workers": len(svcs) or None, "cpus": os.cpu_count()}, "results": results}
+
+
+def _cpu_report(r: dict[str, Any], server_s: float | None, db_s: float | None, gen_s: float | None
+                ) -> dict[str, Any]:
+    """CPU ms per answered request and share of the wall time (1.0 = one core) of each party."""
+    ok, wall = max(int(r["ok"]), 1), max(float(r["seconds"]), 1e-9)
+    out: dict[str, Any] = {}
+    for key, v in (("server", server_s), ("db", db_s), ("generator", gen_s)):
+        out[f"{key}_cpu_ms_per_request"] = None if v is None else round(v * 1e3 / ok, 3)
+        out[f"{key}_cpu_share"] = None if v is None else round(v / wall, 3)
+    return out

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, conint
+
+#: a PostgreSQL bigint
+Int64 = conint(ge=-(2 ** 63), le=2 ** 63 - 1)
 
 
 class ErrorBody(BaseModel):
@@ -98,23 +101,29 @@ class AnchorDocument(BaseModel):
     dummy_features: list[list[float]]
     dummy_labels: list[int]
     frame: dict[str, Any] = Field(description="The active run's AnchorFrame params, seed and anchor embedding.")
+    collection_uuid: str | None = Field(None, description="The collection's stable id: clients key their privacy "
+                                                          "budget by it.")
 
 
 class ItemsBody(BaseModel):
-    ids: list[int]
+    ids: list[Int64]
     include_features: bool = False
+    model_config = {"extra": "forbid"}
 
 
 class JobBody(BaseModel):
     params: dict[str, Any] = Field(default_factory=lambda: {"n_components": 8},
                                    description="AnchorFrame keyword arguments.")
-    seed: int = Field(0, description="The run's public seed.")
+    seed: int = Field(0, description="The run's public seed (0..2**63-1).")
+    model_config = {"extra": "forbid"}
 
 
 class Job(BaseModel):
     job_id: str
     collection: str
-    status: str
+    status: str = Field(description="queued, running, succeeded, failed, or interrupted (the service stopped "
+                                    "before it finished; the previous run keeps serving).")
+    key_id: Optional[int] = None
     stage: Optional[str] = None
     done: int = 0
     total: int = 0

@@ -6,7 +6,15 @@ one request's embedding, default 256), ``PM_VECTOR_SERVICE_MAX_BODY_BYTES`` (def
 ``PM_VECTOR_SERVICE_MAX_K`` (default 100), ``PM_VECTOR_SERVICE_POOL_MIN`` / ``_POOL_MAX``
 (database connections, default 1 / 10), ``PM_VECTOR_SERVICE_AUTH`` (``1`` = API keys
 required, the default; ``0`` only for a local demo), ``PM_VECTOR_SERVICE_HOST`` /
-``PM_VECTOR_SERVICE_PORT`` (default 127.0.0.1 / 8000).
+``PM_VECTOR_SERVICE_PORT`` (default 127.0.0.1 / 8000), ``PM_VECTOR_SERVICE_RATE_PER_MINUTE``
+(requests per key per minute, default 60,000; 0 = no limit; a key may carry its own),
+``PM_VECTOR_SERVICE_MAX_RESULT_CELLS`` (rows x k of one answer, default 50,000),
+``PM_VECTOR_SERVICE_JOB_MIN_COMPONENTS`` (smallest n_components a job may ask for, default 4),
+``PM_VECTOR_SERVICE_MAX_QUEUED_JOBS`` (queued + running, default 8),
+``PM_VECTOR_SERVICE_REQUEST_LOG_RETENTION_DAYS`` (default 30; 0 = keep forever) and
+``PM_VECTOR_SERVICE_PRUNE_INTERVAL_S`` (how often the service prunes the log, default 3,600),
+``PM_VECTOR_SERVICE_QUERY_DB_ROLE`` (the PostgreSQL role a query key's resolve runs as, default
+``pm_vector_query``; empty: none).
 """
 
 from __future__ import annotations
@@ -35,6 +43,24 @@ class ServiceSettings:
     host: str = "127.0.0.1"
     port: int = 8000
     job_workers: int = 1
+    #: per key, unless the key carries its own; 0 = no limit
+    rate_per_minute: int = 60000
+    #: rows x k (or x k') of one answer: bounds the response size
+    max_result_cells: int = 50000
+    #: smallest n_components of a job: one key must not degrade every client's precision
+    job_min_components: int = 4
+    max_queued_jobs: int = 8
+    #: request-log rows older than this are pruned (with those of dropped collections); 0 = keep
+    request_log_retention_days: int = 30
+    prune_interval_s: int = 3600
+    #: PostgreSQL role a query key's resolve runs as (migration 0006: read + request-log insert
+    #: only); "" or a role the service user cannot take: no switch
+    query_db_role: str = "pm_vector_query"
+    #: streaming replicas that answer resolves (comma-separated URLs; with a local cluster running
+    #: and none given, its replicas); writes and the request log go to the primary
+    read_urls: str = ""
+    #: a replica whose replay lag exceeds this many WAL bytes is out of rotation until it catches up
+    max_replica_lag_bytes: int = 16 * 1024 * 1024
 
     def __post_init__(self):
         for f in fields(self):
@@ -42,9 +68,12 @@ class ServiceSettings:
             if f.type in ("int", int) and (isinstance(v, bool) or not isinstance(v, int)):
                 raise InvalidInputError(f"service setting {f.name} must be an integer, got {v!r}.")
         for name in ("max_rows", "max_dim", "max_body_bytes", "max_k", "max_shortlist", "max_ids", "pool_max",
-                     "job_workers"):
+                     "job_workers", "max_result_cells", "job_min_components", "max_queued_jobs", "prune_interval_s"):
             if getattr(self, name) < 1:
                 raise InvalidInputError(f"service setting {name} must be >= 1, got {getattr(self, name)}.")
+        for name in ("rate_per_minute", "request_log_retention_days", "max_replica_lag_bytes"):
+            if getattr(self, name) < 0:
+                raise InvalidInputError(f"service setting {name} must be >= 0 (0: off), got {getattr(self, name)}.")
         if not 0 <= self.pool_min <= self.pool_max:
             raise InvalidInputError(f"pool_min must be in 0..pool_max ({self.pool_max}), got {self.pool_min}.")
         if not 0 <= self.port <= 65535:
@@ -76,4 +105,7 @@ class ServiceSettings:
     def public(self) -> dict[str, Any]:
         """The limits a client may see."""
         return {"max_rows": self.max_rows, "max_dim": self.max_dim, "max_body_bytes": self.max_body_bytes,
-                "max_k": self.max_k, "max_shortlist": self.max_shortlist, "max_ids": self.max_ids, "auth": self.auth}
+                "max_k": self.max_k, "max_shortlist": self.max_shortlist, "max_ids": self.max_ids, "auth": self.auth,
+                "max_result_cells": self.max_result_cells, "rate_per_minute": self.rate_per_minute,
+                "job_min_components": self.job_min_components, "max_queued_jobs": self.max_queued_jobs,
+                "request_log_retention_days": self.request_log_retention_days}

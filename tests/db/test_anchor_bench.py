@@ -9,17 +9,21 @@ def test_anchor_benchmark_compares_public_and_fabricated_anchors(db):
     from pm_vector.bench.anchor_bench import run_anchor_benchmark
 
     lines = []
-    out = run_anchor_benchmark(["digits"], anchor_epsilons=(0.05, 64.0), value_ranges=((0.0, 0.35),), n_queries=40,
+    out = run_anchor_benchmark(["digits"], anchor_epsilons=(0.05, 64.0), units=("row",), n_queries=40,
                                noise_seed=0, progress=lines.append)
     json.dumps(out)
-    rows = {(r["anchor"], r["anchor_epsilon"]): r for r in out["anchor"]}
-    assert set(rows) == {("public", None), ("fabricated", 0.05), ("fabricated", 64.0)} and len(lines) == 3
-    pub, weak, strong = rows[("public", None)], rows[("fabricated", 0.05)], rows[("fabricated", 64.0)]
-    assert pub["precision_at_8"] >= 0.9
-    # a generous budget gives an anchor as useful as the public one; a tiny one drowns it in noise
-    assert strong["precision_at_8"] >= 0.85
+    rows = {(r["anchor"], r["unit"], r["anchor_epsilon"]): r for r in out["anchor"]}
+    assert set(rows) == {("public", None, None), ("fabricated", "row", 0.05), ("fabricated", "row", 64.0)}
+    assert len(lines) == 3 and "per-item eps=64 (row level)" in lines[2]
+    pub, weak, strong = rows[("public", None, None)], rows[("fabricated", "row", 0.05)], rows[("fabricated", "row", 64.0)]
+    # per-item epsilon leads every row: the anchor epsilon itself at row level (element level: p x epsilon,
+    # tests/db/test_db_kahm.py)
+    assert list(strong)[0] == "per_item_epsilon" and strong["per_item_epsilon"] == 64.0 and strong["clip_norm"] == 1.0
+    assert strong["value_range"] is None and out["config"]["units"] == ["row"]
+    assert pub["precision_at_8"] >= 0.9 and pub["per_item_epsilon"] is None
+    # a generous per-item budget gives an anchor close to the public one; a tiny one drowns it in noise
+    assert strong["precision_at_8"] >= 0.8
     assert weak["precision_at_8"] < strong["precision_at_8"] - 0.2
-    assert strong["row_epsilon"] == pytest.approx(64.0 * 64)  # 64 features per item row
     assert out["raw_knn"][0]["recall_at_8"] > 0.9
     # the default protocol on the same anchors: its answers follow the query
     assert pub["pm_vector"]["nn_recall_at_8"] > 0.3 and pub["pm_vector"]["precision_at_8"] >= 0.9

@@ -115,24 +115,26 @@ def test_ingest_bad_input_writes_nothing(db, cname, conn):
 
 
 def test_ingest_failing_midway_is_undone(db, cname, conn):
-    """A failure after some batches were committed deletes them: all or nothing."""
+    """A failure after some batches were written leaves nothing: one transaction, invisible until it commits."""
     db.create_collection(cname, 4, [0, 1])
     X, y = data(300, 4, n_labels=2)
+    seen = []
 
     class Boom(Exception):
         pass
 
     def progress(done, total):
+        seen.append((done, _count_items(conn, cname), db.collection_info(cname)["n_items"]))
         if done >= 200:
-            assert _count_items(conn, cname) == 200  # two batches really were committed
             raise Boom("stop here")
 
     with pytest.raises(Boom):
         db.ingest(cname, X, y, batch_size=100, progress=progress)
+    assert seen == [(100, 0, 0), (200, 0, 0)]  # two batches written, none visible to another session
     assert _count_items(conn, cname) == 0
     st, err = conn.execute("SELECT status, error FROM pm_vector.ingests i JOIN pm_vector.collections c "
                            "ON c.id = i.collection_id WHERE c.name = %s", [cname]).fetchone()
-    assert st == "failed" and "stop here" in err
+    assert st == "failed" and "Boom" in err and "stop here" not in err  # the class only: no input values
 
 
 def test_database_constraints_back_up_the_api(db, cname, conn):
@@ -228,3 +230,30 @@ def test_errors_are_pm_vector_errors(db):
     for cls in (db.CollectionNotFoundError, db.NoActiveRunError, db.DimensionMismatchError,
                 db.DuplicateExternalIdError, db.PgvectorMissingError, db.SchemaNotReadyError):
         assert issubclass(cls, PMVectorError)
+
+
+def test_ingest_with_create_is_one_transaction(db, cname, conn):
+    """create= makes the collection in the ingest's transaction: a failed first ingest leaves none."""
+    from pm_vector.db.errors import CollectionExistsError
+
+    X, y = data(50, 4, n_labels=3)
+    bad = X.copy()
+    bad[7, 1] = np.nan
+    with pytest.raises(InvalidInputError, match="NaN"):
+        db.ingest(cname, bad, y, create={})
+    with pytest.raises(InvalidInputError, match="metric"):
+        db.ingest(cname, X, y, create={"metric": "hamming"})
+
+    def boom(done, total):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        db.ingest(cname, X, y, create={}, batch_size=10, progress=boom)
+    assert cname not in {c["name"] for c in db.list_collections()}
+    out = db.ingest(cname, X, y, create={"allow_raw_features": True}, batch_size=20)
+    info = db.collection_info(cname)
+    assert info["n_items"] == 50 and info["labels"] == sorted(set(y.tolist())) and info["allow_raw_features"]
+    assert out["item_ids"].shape == (50,)
+    with pytest.raises(CollectionExistsError, match="already exists"):
+        db.ingest(cname, X, y, create={})
+    assert db.collection_info(cname)["n_items"] == 50

@@ -108,7 +108,8 @@ def dp_served(pm_home, digits):
     db.create_collection(name, X.shape[1], list(range(10)))
     ids = db.ingest(name, Xs, ys)["item_ids"]
     stages = []
-    fab = fabricate_anchor_set(name, 10.0, value_range=(0.0, 1.0), anchors_per_class=15, dummies_per_class=5,
+    fab = fabricate_anchor_set(name, 10.0, unit="element", value_range=(0.0, 1.0), anchors_per_class=15,
+                               dummies_per_class=5,
                                source_per_class=30, n_components=N_COMP, smoothing_steps=3, noise_seed=7,
                                progress=lambda s, d, n: stages.append((s, d)))
     run, pa, info, frame = _serve(db, name)
@@ -133,11 +134,14 @@ def test_fabricated_anchor_is_registered_with_provenance(dp_served, db, conn):
         prov = r[3]
         assert prov["epsilon"] == 10.0 and prov["delta"] == 1e-5 and prov["sensitivity"] == 1.0
         assert prov["value_range"] == [0.0, 1.0] and prov["row_epsilon"] == pytest.approx(10.0 * p)
+        # per-item figures lead the record; unit, grid and what lies outside are stated
+        assert prov["per_item_epsilon"] == pytest.approx(10.0 * p)  # jsonb sorts keys: the returned dict leads
+        assert prov["unit"] == "element" and prov["grid"] == 2.0 ** -8 and "labels" in prov["outside_guarantee"]
         assert prov["smoothing"] == "fixed 3 steps (public)" and prov["n_components"] == N_COMP
         assert prov["anchors_per_class"] == 15 and prov["dummies_per_class"] == 5 and prov["source_per_class"] == 30
         assert prov["source_items"] == 300 and prov["classes"] == list(range(10))
-        assert "NOT private" in prov["noise"]
-    assert rows[0][3] == fab["provenance"]
+        assert "NOT private" in prov["noise_seed"]
+    assert rows[0][3] == fab["provenance"] and next(iter(fab["provenance"])) == "per_item_epsilon"
     # the view shows it, and the current sets are these
     view = conn.execute("SELECT anchor_set_id, is_current, provenance FROM pm_vector.pm_anchor_sets "
                         "WHERE collection = %s ORDER BY anchor_set_id", [name]).fetchall()
@@ -183,13 +187,14 @@ def test_fabricated_anchor_noise(db, cname, digits, conn):
     Xs, ys = _take(X, y, 12)
     db.create_collection(cname, 64, list(range(10)))
     db.ingest(cname, Xs, ys)
-    kw = dict(value_range=(0, 1), anchors_per_class=4, dummies_per_class=0, n_components=3, smoothing_steps=2)
+    kw = dict(unit="element", value_range=(0, 1), anchors_per_class=4, dummies_per_class=0, n_components=3,
+              smoothing_steps=2)
     f1 = fabricate_anchor_set(cname, 2.0, noise_seed=None, **kw)
     f2 = fabricate_anchor_set(cname, 2.0, noise_seed=None, **kw)
     f3 = fabricate_anchor_set(cname, 2.0, noise_seed=5, **kw)
     f4 = fabricate_anchor_set(cname, 2.0, noise_seed=5, **kw)
     assert f1["dummy"] is None and _count(conn, "anchor_sets", cname) == 4  # no dummy set when dummies_per_class=0
-    assert f1["provenance"]["noise"] == "cryptographically seeded"
+    assert f1["provenance"]["noise_seed"] == "cryptographically seeded"
     sets = [db.get_anchor_set(cname, anchor_set_id=f["anchor"]["anchor_set_id"]) for f in (f1, f2, f3, f4)]
     for s in sets:
         assert s.features.shape == (40, 64)
@@ -202,7 +207,7 @@ def test_fabricated_anchor_noise(db, cname, digits, conn):
     kw.pop("smoothing_steps")
     assert fabricate_anchor_set(cname, 2.0, noise_seed=1, **kw)["provenance"]["smoothing"] == "fixed 5 steps (public)"
     rule = fabricate_anchor_set(cname, 2.0, noise_seed=1, smoothing_steps=None, **kw)
-    assert rule["provenance"]["smoothing"].startswith("stopping rule eq 92")
+    assert rule["provenance"]["smoothing"].startswith("paper's stopping rule (eq 92)")
     assert db.get_anchor_set(cname).features.shape == (40, 64)
 
 
@@ -218,7 +223,8 @@ def test_fabricated_anchor_bad_input_registers_nothing(db, cname, digits, conn):
     db.ingest(cname, Xs, ys)
     before = _count(conn, "anchor_sets", cname)
     assert before == 0
-    kw = dict(anchors_per_class=3, dummies_per_class=1, n_components=2, smoothing_steps=1, noise_seed=1)
+    kw = dict(unit="element", anchors_per_class=3, dummies_per_class=1, n_components=2, smoothing_steps=1,
+              noise_seed=1)
     cases = [
         (dict(epsilon=1.0, value_range=None), "value_range=\\(lo, hi\\) is required"),
         (dict(epsilon=1.0, value_range=(1.0, 0.0)), "lo < hi"),
@@ -281,7 +287,8 @@ def test_stored_scores_are_the_models_scores(modeled, conn):
 
     name, m = modeled["name"], modeled["model"]
     assert modeled["stages"][0] == "load" and {"fit", "score", "write"} <= set(modeled["stages"])
-    assert m["kind"] == "raw" and m["privacy"] is None and m["is_current"] is True
+    assert m["kind"] == "raw" and m["privacy"]["unit"] == "none" and m["is_current"] is True
+    assert "everything" in m["privacy"]["outside_guarantee"]
     assert m["classes"] == list(range(10)) and m["n_features"] == 64 and m["n_items"] == 300
     assert m["n_scored_items"] == 300 and m["params"] == {"n_components": N_COMP, "n_layers": N_LAYERS,
                                                            "branch_size": 1000, "dtype": "float32"}
@@ -508,7 +515,8 @@ def test_private_kinds_and_bad_input(db, cname, digits, conn):
         fit_kahm_models(cname, kind="noisy", epsilon=0.0, value_range=(0, 1), **fit)
     refused("kind='raw' adds no noise", epsilon=1.0)
     refused("kind='raw' adds no noise", kind="raw", epsilon=1.0, value_range=(0, 1))
-    refused("smoothing_steps is a parameter of kind='fabricated'", smoothing_steps=2)
+    refused("smoothing_steps must be an integer", kind="fabricated", epsilon=1.0, value_range=(0, 1),
+            smoothing_steps=-1)
     refused("n_components=65 exceeds", n_components=65, n_layers=1)
     refused("n_components", n_components=0)
     refused("class 0 .* has 8 item.*n_components=8", n_components=8, n_layers=1)
@@ -635,7 +643,7 @@ def parties(pm_home, digits):
     held = {"a": range(5), "b": range(5, 10)}
     for key, name in names.items():
         Xp, yp = _take(X, y, 25, classes=held[key])
-        db.create_collection(name, 64, list(held[key]))
+        db.create_collection(name, 64, list(held[key]), settings={"kahm": {"raw_distances": True}})  # opt-in
         db.ingest(name, Xp, yp)
         fit_kahm_models(name, n_components=N_COMP, n_layers=N_LAYERS)
     Xq, yq = _take(X, y, 4, skip=100)
@@ -735,7 +743,7 @@ def test_membership_audit_is_stored(db, cname, digits, conn):
     Xs, ys = _take(X, y, 20)
     db.create_collection(cname, 64, list(range(10)))
     db.ingest(cname, Xs, ys)
-    kw = dict(value_range=(0, 1), n_components=3, n_layers=1, smoothing_steps=2, noise_seed=2)
+    kw = dict(value_range=(0, 1), n_components=3, n_layers=1, smoothing_steps=2, noise_seed=2, n_repeats=2)
     for bad in (0.0, 1.0, 1.5, -0.1, "x", None):
         with pytest.raises(InvalidInputError, match="holdout_fraction must be in"):
             run_membership_audit(cname, 2.0, holdout_fraction=bad, **kw)
@@ -743,18 +751,35 @@ def test_membership_audit_is_stored(db, cname, digits, conn):
         run_membership_audit(cname, 2.0, **{**kw, "value_range": None})
     with pytest.raises(InvalidInputError, match="each class needs at least"):
         run_membership_audit(cname, 2.0, **{**kw, "n_components": 15})
+    with pytest.raises(InvalidInputError, match="n_repeats"):
+        run_membership_audit(cname, 2.0, **{**kw, "n_repeats": 0})
+    from pm_vector.db.kahm import NoKAHMModelError
+    with pytest.raises(NoKAHMModelError):  # the deployed configuration needs a deployed model
+        run_membership_audit(cname, n_repeats=1)
     assert _count(conn, "kahm_audits", cname) == 0
     stages = []
     rep = run_membership_audit(cname, 2.0, holdout_fraction=0.3, progress=lambda s, d, n: stages.append((s, d)), **kw)
-    assert ("fit", 3) in stages
-    assert rep["n_train"] + rep["n_holdout"] == 200 and rep["n_holdout"] == 60
+    assert ("fit", 6) in stages  # 2 repeats x 3 kinds
+    assert rep["n_train"] + rep["n_holdout"] == 200 and rep["n_holdout"] == 60 and rep["n_repeats"] == 2
     for key in ("mis_raw", "mis_noisy", "mis_fab", "auc_raw", "auc_noisy", "auc_fab", "accuracy_raw",
                 "accuracy_noisy", "accuracy_fab"):
         assert rep[key] is not None and np.isfinite(rep[key]), key
     for tag in ("raw", "noisy", "fab"):
         assert 0 <= rep[f"auc_{tag}"] <= 1 and 0 <= rep[f"accuracy_{tag}"] <= 1 and rep[f"mis_{tag}"] >= 0
+        lo, hi = rep[f"auc_{tag}_range"]
+        assert lo <= rep[f"auc_{tag}"] <= hi
+        for f in ("0.01", "0.001"):
+            t = rep[f"tpr_at_fpr_{f}_{tag}"]
+            assert t["members"] == 2 * 140 and t["non_members"] == 2 * 60
+            assert t["tpr"] == t["true_positives"] / t["members"]
+            assert t["ci95"][0] <= t["tpr"] <= t["ci95"][1] and t["ci95"][1] - t["ci95"][0] > 0
+            assert t["false_positives"] <= float(f) * t["non_members"]
+    # the raw model memorises: its attack finds members at FPR 1 %; scores share one unit now
+    assert rep["tpr_at_fpr_0.01_raw"]["tpr"] > 0.05
     assert rep["accuracy_raw"] > 0.5
     assert rep["params"]["epsilon"] == 2.0 and rep["params"]["value_range"] == [0.0, 1.0]
+    assert rep["params"]["unit"] == "element" and "raw items" in rep["params"]["report_privacy"]["outside_guarantee"]
+    assert rep["configuration"] == {"source": "given"}
     ls = list_audits(cname)
     assert len(ls) == 1 and ls[0]["audit_id"] == rep["audit_id"]
     assert ls[0]["report"]["mis_raw"] == pytest.approx(rep["mis_raw"])
@@ -767,6 +792,14 @@ def test_membership_audit_is_stored(db, cname, digits, conn):
     assert all(np.isfinite(v) for v in row[1:7])
     assert {"mis_raw", "mis_noisy", "mis_fab", "auc_raw", "accuracy_raw"} <= set(row[7])
     assert any(a["audit_id"] == rep["audit_id"] for a in list_audits())
+    # the deployed configuration: the current model's kind and parameters, beside a raw baseline
+    from pm_vector.db.kahm import fit_kahm_models
+    mid = fit_kahm_models(cname, kind="noisy", epsilon=3.0, value_range=(0, 1), n_components=3, n_layers=1,
+                          noise_seed=1)["model_id"]
+    dep = run_membership_audit(cname, n_repeats=1, noise_seed=4)
+    assert dep["configuration"] == {"source": "deployed", "model_id": mid, "kind": "noisy"}
+    assert dep["kinds"] == ["raw", "noisy"] and dep["params"]["epsilon"] == 3.0
+    assert dep["params"]["n_components"] == 3 and dep["params"]["n_layers"] == 1 and "auc_fab" not in dep
 
 
 # ----------------------------------------------------------------------------- migration 0004
@@ -820,7 +853,8 @@ def test_migration_0004_down_and_up(fresh_url):
     assert down["vcols"] == up["vcols"][:-1]  # the 0001 view again
     assert not (kahm_tables & down["tables"]) and "pm_class_scores" not in down["funcs"]
     assert "pm_anchor_sets" in down["views"] and not ({"pm_kahm_models", "pm_kahm_audits"} & down["views"])
-    assert down["tables"] == up["tables"] - kahm_tables
+    # later migrations' tables go too; nothing else of 0001-0003 is touched
+    assert down["tables"] <= up["tables"] - kahm_tables and {"collections", "items", "anchor_sets"} <= down["tables"]
 
     assert upgrade_to_head(fresh_url)["to_revision"] == head_revision()
     with psycopg.connect(fresh_url, autocommit=True) as c:

@@ -183,14 +183,17 @@ def test_private_classifiers_and_audit_on_digits(tmp_path, digits_split):
     m15.save(p)
     back = load_model(p)
     assert isinstance(back, FabricatedKAHMClassifier)
-    assert back.fabrication_ == {c: [{k: v for k, v in sub.items() if k != "r"} for sub in subs]
-                                 for c, subs in m15.fabrication_.items()}
+    # only what is public is saved: the stopping rule's r, the steps it took, its errors and warning
+    # text all depend on the original rows (issue #11)
+    assert back.fabrication_ == {c: [{"size": sub["size"]} for sub in subs] for c, subs in m15.fabrication_.items()}
+    assert back.privacy_["unit"] == "element" and back.privacy_["grid"] == 2.0 ** -8
+    assert "threshold r" in back.privacy_["outside_guarantee"]
     np.testing.assert_array_equal(back.predict(Xte[:30]), m15.predict(Xte[:30]))
 
 
 def test_plugin_functions(digits_split):
     Xtr, Xte, ytr, yte = digits_split
-    Xf, yf = fabricate_anchor(Xtr, ytr, epsilon=8.0, n=10, seed=0)
+    Xf, yf = fabricate_anchor(Xtr, ytr, epsilon=8.0, n=10, seed=0, unit="element")
     assert Xf.shape == Xtr.shape and np.array_equal(np.sort(yf), np.sort(ytr))
     assert not np.allclose(Xf, Xtr[np.argsort(ytr, kind="stable")])
     model = fit_class_models(Xf, yf, n_components=10, n_layers=3)

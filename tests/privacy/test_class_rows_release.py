@@ -12,7 +12,15 @@ from pm_vector.client.query import PrivateKNN, QueryRequest
 from pm_vector.errors import InvalidInputError, PrivacyParameterError
 from pm_vector.manifold.class_frames import ClassFrames
 from pm_vector.privacy import gaussian_privacy_profile, secure_generator
-from pm_vector.privacy.class_rows import ClassRowsGaussianMechanism, unit_noise_scale
+from pm_vector.privacy.class_rows import (DEFAULT_GRID_STEPS, ClassRowsGaussianMechanism, row_sensitivity,
+                                          unit_noise_scale)
+from pm_vector.privacy.discrete import zcdp_to_delta
+
+
+@pytest.fixture(autouse=True)
+def _own_ledger(tmp_path, monkeypatch):
+    """Unseeded requests charge the default ledger: keep it in this test's directory."""
+    monkeypatch.setenv("PM_VECTOR_HOME", str(tmp_path))
 
 
 @pytest.fixture(scope="module")
@@ -32,17 +40,45 @@ def _normalised_request_mean(frames, x, label, dummies_per_class):
     return np.stack(rows)
 
 
-def test_noise_is_the_analytic_gaussian_at_sqrt2_per_row_diameter(setup):
+def test_noise_is_the_discrete_gaussian_at_sqrt2_rounded_row_sensitivities(setup):
     frames, _, _ = setup
+    d = frames.components_.shape[1]
     for eps in (0.5, 1.0, 4.0, 16.0):
-        m = ClassRowsGaussianMechanism(eps, 1e-5, frames.radii_)
+        m = ClassRowsGaussianMechanism(eps, 1e-5, frames.radii_, d)
         s = m.noise_scale_
-        # the profile certifies delta at sensitivity sqrt(2), and 1 % less noise does not
-        assert gaussian_privacy_profile(s, eps, math.sqrt(2)) <= 1e-5
-        assert gaussian_privacy_profile(0.99 * s, eps, math.sqrt(2)) > 1e-5
         np.testing.assert_allclose(m.sigmas_, s * 2 * frames.radii_)
+        np.testing.assert_allclose(m.grid_, 2 * frames.radii_ / DEFAULT_GRID_STEPS)
+        # in grid units: sensitivity sqrt(2) (G + sqrt d); the zCDP of the discrete Gaussian at
+        # that sensitivity converts to delta, and 1 % less noise does not
+        sig = m.sigmas_ / m.grid_
+        assert np.allclose(sig, sig[0])  # the same noise in grid units on every row
+        sens = math.sqrt(2) * row_sensitivity(d, DEFAULT_GRID_STEPS)
+        assert zcdp_to_delta(sens ** 2 / (2 * sig.min() ** 2), eps) <= 1e-5
+        assert zcdp_to_delta(sens ** 2 / (2 * (0.99 * sig.min()) ** 2), eps) > 1e-5
+        # the price of the grid and the zCDP conversion over the continuous analytic Gaussian
+        ratio = s / unit_noise_scale(eps, 1e-5)
+        assert 1.0 < ratio < 1.12, ratio
+        assert gaussian_privacy_profile(s, eps, math.sqrt(2)) <= 1e-5  # at least the continuous noise
     # more noise for a smaller eps, and the same s whatever the radii
     assert unit_noise_scale(1.0, 1e-5) > unit_noise_scale(4.0, 1e-5)
+
+
+def test_released_rows_lie_on_the_public_grid_stated_in_the_request(setup, digits_split):
+    frames, Xd, yd = setup
+    Xq, yq = digits_split.query
+    req, _ = PrivateKNN(frames, Xd, yd, 4.0).request(Xq[0], int(yq[0]))
+    d = req.to_dict()
+    assert d["noise"] == "discrete_gaussian" and len(d["grid"]) == len(frames.classes_)
+    g = np.asarray(d["grid"])[:, None]
+    k = np.asarray(d["rows"]) / g
+    assert np.all(np.abs(k - np.rint(k)) < 1e-6)  # integer multiples of the row's step
+    assert np.all(np.asarray(d["rows"]) == np.rint(k) * g)  # bit for bit: gamma * integer
+    back = QueryRequest.from_dict(d)
+    assert back.grid == d["grid"] and back.noise == "discrete_gaussian"
+    with pytest.raises(InvalidInputError, match="grid"):
+        QueryRequest.from_dict({**d, "grid": [1.0]})
+    with pytest.raises(InvalidInputError, match="noise"):
+        QueryRequest.from_dict({**d, "noise": "laplace"})
 
 
 def test_sensitivity_over_arbitrary_and_adversarial_query_pairs(setup, digits_split):
@@ -88,7 +124,7 @@ def test_sensitivity_over_arbitrary_and_adversarial_query_pairs(setup, digits_sp
 
 def test_release_refuses_rows_outside_their_ball_and_bad_parameters(setup):
     frames, _, _ = setup
-    m = ClassRowsGaussianMechanism(1.0, 1e-5, frames.radii_)
+    m = ClassRowsGaussianMechanism(1.0, 1e-5, frames.radii_, 4)
     rows = np.zeros((len(frames.classes_), 4))
     rows[3, 0] = frames.radii_[3] * 1.01
     with pytest.raises(InvalidInputError, match="clip"):
@@ -99,10 +135,13 @@ def test_release_refuses_rows_outside_their_ball_and_bad_parameters(setup):
         m.release(np.full((len(frames.classes_), 4), np.nan), secure_generator(0))
     for eps in (0, -1, float("inf"), float("nan")):
         with pytest.raises(PrivacyParameterError):
-            ClassRowsGaussianMechanism(eps, 1e-5, frames.radii_)
+            ClassRowsGaussianMechanism(eps, 1e-5, frames.radii_, 4)
     for delta in (0, 1, -0.1):
         with pytest.raises(PrivacyParameterError):
-            ClassRowsGaussianMechanism(1.0, delta, frames.radii_)
+            ClassRowsGaussianMechanism(1.0, delta, frames.radii_, 4)
+    for steps in (0, 8, 2.5, 2**21):
+        with pytest.raises(InvalidInputError, match="grid_steps"):
+            ClassRowsGaussianMechanism(1.0, 1e-5, frames.radii_, 4, grid_steps=steps)
 
 
 def _which_row_attack(frames, Xd, yd, eps, n, rng, *, noise_factor=1.0):

@@ -45,6 +45,13 @@ def svc_key(svc_home):
 
 
 @pytest.fixture(scope="session")
+def svc_admin_key(svc_home):
+    from pm_vector.service.auth import create_key
+
+    return create_key("tests admin", role="admin")
+
+
+@pytest.fixture(scope="session")
 def service(svc_home):
     """The real service (uvicorn in a thread on 127.0.0.1, free port); small limits for the tests."""
     from pm_vector.service.runner import ServiceThread

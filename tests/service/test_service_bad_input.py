@@ -98,7 +98,14 @@ def test_chunked_huge_payload_refused(service, svc_key, svc_collection, requests
     assert requests_logged(svc_collection) == before
 
 
-def test_unknown_collection_and_paths(service, svc_key, valid):
+@pytest.fixture(scope="module")
+def admin_key(svc_home):
+    from pm_vector.service.auth import create_key
+
+    return create_key("bad-input admin", role="admin")
+
+
+def test_unknown_collection_and_paths(service, svc_key, admin_key, valid):
     r = _post(service, svc_key, "no_such_collection", _body(valid).encode())
     assert r.status_code in (404, 422) and "no_such_collection" in r.json()["message"]
     h = {"Authorization": f"Bearer {svc_key['key']}"}
@@ -108,6 +115,7 @@ def test_unknown_collection_and_paths(service, svc_key, valid):
     assert r.status_code == 404
     r = httpx.get(f"{service.url}/nowhere", headers=h)
     assert r.status_code == 404 and r.json()["error"] == "not_found"
+    h = {"Authorization": f"Bearer {admin_key['key']}"}  # jobs need an admin key
     r = httpx.post(f"{service.url}/collections/x/jobs", headers={**h, "Content-Type": "application/json"},
                    content=b"{bad")
     assert r.status_code == 400 and r.json()["error"] == "malformed_json" and "not valid JSON" in r.json()["message"]

@@ -45,8 +45,16 @@ def test_private_query_end_to_end(service, svc_collection, svc_key, svc_split, r
     logged = db.list_requests(svc_collection, limit=1)[0]
     req = logged["request"] if isinstance(logged["request"], dict) else json.loads(logged["request"])
     assert np.asarray(req["rows"]).shape == (10, 4) and req["seeded"] is False
-    assert set(req) == {"format", "rows", "classes", "epsilon", "delta", "noise_scale", "sigmas", "frames_digest",
-                        "shortlist", "seeded", "collection"}
+    base = {"format", "rows", "classes", "epsilon", "delta", "noise_scale", "sigmas", "frames_digest", "shortlist",
+            "seeded", "collection"}
+    assert base <= set(req) <= base | {"noise", "grid"}  # noise/grid: the release's public noise description
+
+
+def _ledger(tmp_path):
+    """A ledger of the test's own (the default one is shared by every test of the session)."""
+    from pm_vector.client.budget import PrivacyBudget
+
+    return PrivacyBudget(tmp_path / "ledger.json", default_epsilon=1000.0)
 
 
 def test_private_query_paper_protocol(service, svc_collection, svc_key, svc_split):
@@ -63,10 +71,10 @@ def test_label_free_query(service, svc_collection, svc_key, svc_split):
     assert r["label_predicted"] and len(r["item_ids"]) == 8
 
 
-def test_client_traffic_does_not_depend_on_the_real_row(service, svc_collection, svc_key, svc_split):
+def test_client_traffic_does_not_depend_on_the_real_row(service, svc_collection, svc_key, svc_split, tmp_path):
     """After the resolve the client sends nothing; the resolve asks for every row's features alike."""
     Xq, yq = svc_split.query
-    with Client(service.url, svc_key["key"]) as c:
+    with Client(service.url, svc_key["key"], budget=_ledger(tmp_path)) as c:
         c.private_knn(svc_collection, epsilon=4.0)  # fetch the public anchor first
         for i in (0, 1, 2):
             sent: list = []
@@ -125,20 +133,21 @@ def test_over_budget_refused_before_anything_is_sent(service, svc_collection, sv
         again.spend(svc_collection, 1.0, 1e-5)
     assert again.spend(svc_collection, 0.5, 1e-5)[0] == pytest.approx(1.5)
     data = json.loads(path.read_text())
-    assert data["version"] == 1 and len(data["collections"][svc_collection]["spends"]) == 2
+    key = again.status(svc_collection)["key"]  # the ledger keeps the collection under the server's id for it
+    assert data["version"] == 1 and len(data["collections"][key]["spends"]) == 2
     assert not list(tmp_path.glob(".budget-*"))  # no temporary files left behind
 
 
-def test_rerank_with_own_raw_features(service, svc_collection, svc_key, svc_split):
+def test_rerank_with_own_raw_features(service, svc_collection, svc_key, svc_split, tmp_path):
     Xq, yq = svc_split.query
-    with Client(service.url, svc_key["key"]) as c:
+    with Client(service.url, svc_key["key"], budget=_ledger(tmp_path)) as c:
         r = c.query(svc_collection, Xq[3], int(yq[3]), epsilon=1.0, rerank=True, protocol="privatemail_paper")
     assert r["reranked"] and r["distances"] == sorted(r["distances"])
     assert "features" not in r and len(r["item_ids"]) == 8
 
 
-def test_collections_anchor_and_frame(service, svc_collection, svc_key):
-    with Client(service.url, svc_key["key"]) as c:
+def test_collections_anchor_and_frame(service, svc_collection, admin_key, tmp_path):
+    with Client(service.url, admin_key["key"], budget=_ledger(tmp_path)) as c:  # admin: items by id
         names = [x["name"] for x in c.collections()]
         assert svc_collection in names
         d = c.collection(svc_collection)
@@ -161,14 +170,21 @@ def test_collections_anchor_and_frame(service, svc_collection, svc_key):
     assert "ResolveBody" in spec["components"]["schemas"]
 
 
-def test_raw_features_only_if_allowed(service, svc_key, svc_home, svc_split):
+@pytest.fixture(scope="module")
+def admin_key(svc_home):
+    from pm_vector.service.auth import create_key
+
+    return create_key("e2e admin", role="admin")
+
+
+def test_raw_features_only_if_allowed(service, admin_key, svc_home, svc_split):
     from pm_vector import db
 
     name = "svc_noraw"
     db.create_collection(name, 64, range(10))
     try:
         ids = db.ingest(name, svc_split.server[0][:5], svc_split.server[1][:5])["item_ids"]
-        with Client(service.url, svc_key["key"]) as c:
+        with Client(service.url, admin_key["key"]) as c:  # items by id need an admin key
             assert len(c.items(name, ids)["labels"]) == 5
             with pytest.raises(ServiceError) as e:
                 c.items(name, ids, include_features=True)
@@ -180,7 +196,7 @@ def test_raw_features_only_if_allowed(service, svc_key, svc_home, svc_split):
         db.drop_collection(name, missing_ok=True)
 
 
-def test_job_through_the_api(service, svc_key, svc_home, svc_split):
+def test_job_through_the_api(service, admin_key, svc_home, svc_split, tmp_path):
     from pm_vector.service.demo import prepare_collection
 
     name = "svc_job"
@@ -189,7 +205,7 @@ def test_job_through_the_api(service, svc_key, svc_home, svc_split):
     small = svc_split
     prepare_collection(name, small)
     try:
-        with Client(service.url, svc_key["key"]) as c:
+        with Client(service.url, admin_key["key"], budget=str(tmp_path / "budget.json")) as c:
             with pytest.raises(ServiceError) as e:
                 c.start_job(name, {"n_components": 8, "bogus": 1})
             assert e.value.status == 422 and "bogus" in e.value.message

@@ -44,7 +44,8 @@ def parties(svc_home, split):
     classes = [int(c) for c in split.dataset.classes]
     names = ["svp_" + uuid.uuid4().hex[:8], "svq_" + uuid.uuid4().hex[:8]]
     for name, sl in zip(names, (slice(0, 150), slice(150, 300))):
-        db.create_collection(name, X.shape[1], classes)
+        # raw models whose distances are served: the parties opt in (a membership oracle otherwise)
+        db.create_collection(name, X.shape[1], classes, settings={"kahm": {"raw_distances": True}})
         db.ingest(name, X[sl], y[sl])
         fit_kahm_models(name, n_components=6)
     yield names
@@ -56,7 +57,7 @@ def _headers(svc_key):
     return {"Authorization": f"Bearer {svc_key['key']}"}
 
 
-def test_resolve_rows_carry_class_scores(service, svc_key, embedded, split):
+def test_resolve_rows_carry_class_scores(service, svc_key, svc_admin_key, embedded, split):
     from pm_vector.db.kahm import class_scores, fit_kahm_models
 
     Xq, yq = split.query
@@ -78,7 +79,8 @@ def test_resolve_rows_carry_class_scores(service, svc_key, embedded, split):
             assert [int(np.argmax(s)) for s in S] == row["predicted"]  # Definition 8 peaks at the predicted class
         # the stored scores are the model's scores of the items' own features
         row = secret.pick(res["rows"])
-        F = np.asarray(c.items(embedded, row["item_ids"], include_features=True)["features"])
+        with Client(service.url, svc_admin_key["key"]) as admin:  # items by id: an admin key
+            F = np.asarray(admin.items(embedded, row["item_ids"], include_features=True)["features"])
         ref = class_scores(embedded, F)
         np.testing.assert_allclose(np.asarray(row["class_scores"]), ref["scores"], rtol=1e-4, atol=1e-6)
         assert row["predicted"] == ref["predicted"].tolist()
@@ -154,3 +156,21 @@ def test_federated_with_a_remote_party_equals_local(service, svc_key, parties, s
     np.testing.assert_allclose(mixed["scores"], local["scores"], rtol=1e-12)
     assert [p["party"] for p in mixed["parties"]] == [a, b]
     assert np.mean(local["predicted"] == split.query[1]) > 0.5
+
+
+def test_raw_distances_are_refused_without_the_opt_in(service, svc_key, split):
+    """A raw model's distances separate members from non-members: 403 unless the collection opts in."""
+    from pm_vector import db
+    from pm_vector.db.kahm import fit_kahm_models
+
+    X, y = split.server
+    name = "svr_" + uuid.uuid4().hex[:8]
+    db.create_collection(name, X.shape[1], [int(c) for c in split.dataset.classes])
+    try:
+        db.ingest(name, X[:150], y[:150])
+        fit_kahm_models(name, n_components=6)
+        r = httpx.post(f"{service.url}/collections/{name}/kahm/distances", json={"features": X[:2].tolist()},
+                       headers=_headers(svc_key))
+        assert r.status_code == 403 and r.json()["error"] == "raw_distances_not_allowed", r.text
+    finally:
+        db.drop_collection(name, missing_ok=True)

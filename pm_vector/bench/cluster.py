@@ -1,0 +1,235 @@
+"""`pm-vector bench cluster`: one node against a local cluster (shards + a replica), side by side.
+
+In a private ``PM_VECTOR_HOME`` the benchmark starts a local cluster (a coordinator, ``shards``
+shards, ``replicas`` replicas: :mod:`pm_vector.db.cluster`) and, as the single node, a second
+database ``pm_single`` on the coordinator's server with no shard registered. For each request
+size C in ``rows`` it loads the same synthetic collection (``items`` unit-norm rows in C
+classes, :func:`pm_vector.bench.latency.clustered`) into both and measures, per configuration:
+
+* ``ingest_rows_per_s``: :func:`pm_vector.db.ingest` of the items;
+* ``embed_seconds``: the embedding job (SMLQ frame embedding and class rows: the prior, graph and
+  hubs, which the cluster writes to its shards and indexes there);
+* ``resolve``: p50 / p95 of :func:`pm_vector.db.resolution.resolve` of private class-rows
+  requests (one row per class, eps ``epsilon``, ``shortlist`` candidates per row), on a kept
+  connection to the node that answers (the request log is written on the primary);
+* for the cluster, ``replica_shortlist``: p50 / p95 of the same ``pm_shortlist`` statement read
+  on a replica, and ``fanout_overhead_ms``: the coordinator's ``pm_shortlist`` p50 minus the p50
+  of the slowest shard's own part of it (``pm_shortlist_core`` timed on each shard with its rows:
+  the coordinator's cost of fanning out, collecting and joining the items);
+* ``same_answers``: every row of every request gets the same candidates (external ids) in the
+  same order from the single node and from the cluster.
+
+All nodes share this machine's cores: the figures show the fan-out's cost and the per-shard work,
+not a speed-up that needs one machine per shard (``per_shard_scan_ms`` is what each node would
+spend; see ``projection``).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+
+@dataclass
+class ClusterBenchConfig:
+    items: int = 200_000
+    anchors: int = 1000
+    dim: int = 64
+    rows: tuple = (10, 100)
+    shards: int = 2
+    replicas: int = 1
+    repeats: int = 30
+    warmup: int = 3
+    epsilon: float = 4.0
+    delta: float = 1e-5
+    shortlist: int = 128
+    n_components: int = 8
+    seed: int = 0
+
+
+def _pct(v, q) -> float:
+    return round(float(np.percentile(np.asarray(v, dtype=np.float64), q)), 3)
+
+
+def _single_node(coord_url: str) -> str:
+    import psycopg
+    from psycopg import sql
+
+    from ..db.migrate import upgrade_to_head
+
+    base = coord_url.rsplit("/", 1)[0]
+    with psycopg.connect(base + "/postgres", autocommit=True) as c:
+        c.execute(sql.SQL("DROP DATABASE IF EXISTS pm_single WITH (FORCE)"))
+        c.execute(sql.SQL("CREATE DATABASE pm_single"))
+    with psycopg.connect(base + "/pm_single", autocommit=True) as c:
+        c.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    upgrade_to_head(base + "/pm_single")
+    return base + "/pm_single"
+
+
+def _use(url: str) -> None:
+    from ..db import engine
+
+    os.environ["PM_VECTOR_DATABASE_URL"] = url
+    engine.dispose_engines()
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t) * 1e3
+
+
+def run(cfg: ClusterBenchConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    import psycopg
+
+    import pm_vector.db as db
+    from ..client.query import PrivateKNN
+    from ..db import cluster
+    from ..db.jobs import anchor_frame_embed_fn
+    from ..db.resolution import resolve
+    from ..manifold.class_frames import ClassFrames
+    from ..privacy import secure_generator
+    from .latency import clustered
+
+    say = progress or (lambda s: None)
+    keys = ("PM_VECTOR_HOME", "PM_VECTOR_DATABASE_URL", "PM_VECTOR_EMBEDDED_FAST")
+    saved = {k: os.environ.get(k) for k in keys}
+    tmp = tempfile.TemporaryDirectory(prefix="pm_bench_cluster_")
+    os.environ["PM_VECTOR_HOME"] = tmp.name
+    os.environ.pop("PM_VECTOR_DATABASE_URL", None)
+    os.environ["PM_VECTOR_EMBEDDED_FAST"] = "1"
+    out: dict[str, Any] = {"config": asdict(cfg), "same_answers": True, "configs": []}
+    try:
+        say(f"starting a coordinator, {cfg.shards} shard(s) and {cfg.replicas} replica(s)")
+        st = cluster.start(cfg.shards, cfg.replicas)
+        coord = cluster.coordinator_url()
+        single = _single_node(coord)
+        replicas = cluster.replica_urls()
+        shard_urls = {n["name"]: n["url"] for n in st["nodes"] if n["role"] == "shard"}
+        n_query = cfg.repeats + cfg.warmup
+        n_fine = max(cfg.rows)
+        total = cfg.items + cfg.anchors + 4 * n_fine + n_query
+        X, y_fine = clustered(total, cfg.dim, n_fine, seed=cfg.seed)
+        perm = np.random.default_rng(cfg.seed).permutation(total)
+        # 4 public dummies of every fine class (a request needs a dummy of every class), the rest split
+        dummy = np.concatenate([perm[y_fine[perm] == c][:4] for c in range(n_fine)])
+        rest = perm[~np.isin(perm, dummy)]
+        items, anchors, queries = np.split(rest, np.cumsum([cfg.items, cfg.anchors]))
+        parts = [items, anchors, dummy, queries]
+        Xs, Xa, Xd, Xq = (X[p] for p in parts)
+        per = {"single": {"shards": 1, "replicas": 0, "resolve": []},
+               "cluster": {"shards": cfg.shards, "replicas": len(replicas), "resolve": [], "replica_shortlist": [],
+                           "fanout": [], "per_shard_scan_ms": []}}
+        answers: dict[tuple[str, int], list] = {}
+        for C in cfg.rows:
+            lab = y_fine // (n_fine // C) if n_fine % C == 0 else None
+            if lab is None:
+                raise ValueError(f"C = {C} must divide {n_fine}")
+            ys, ya, yd, yq = (lab[p] for p in parts)
+            name = f"bench_cluster_{C}"
+            for which, url in (("single", single), ("cluster", coord)):
+                _use(url)
+                rec = per[which]
+                db.drop_collection(name, missing_ok=True)
+                db.create_collection(name, cfg.dim, list(range(C)), allow_raw_features=True)
+                say(f"C={C} {which}: ingest {cfg.items} rows")
+                t = time.perf_counter()
+                db.ingest(name, Xs, ys, external_ids=[f"s{i}" for i in range(len(ys))])
+                ingest_s = time.perf_counter() - t
+                db.register_anchor_set(name, Xa, ya)
+                db.register_anchor_set(name, Xd, yd, role="dummy")
+                say(f"C={C} {which}: embedding job")
+                t = time.perf_counter()
+                job = db.run_embedding_job(name, {"n_components": cfg.n_components}, cfg.seed,
+                                           embed_fn=anchor_frame_embed_fn)
+                embed_s = time.perf_counter() - t
+                rec.setdefault("ingest_rows_per_s", []).append(round(cfg.items / ingest_s, 1))
+                rec.setdefault("embed_seconds", []).append(round(embed_s, 3))
+                with psycopg.connect(url) as c:
+                    frames_doc, cr = c.execute("SELECT class_frames, class_rows FROM pm_vector.embedding_runs "
+                                               "WHERE id = %s", [job["run_id"]]).fetchone()
+                client = PrivateKNN(ClassFrames.from_dict(frames_doc), Xd.astype(np.float64), yd, cfg.epsilon,
+                                    cfg.delta, shortlist=cfg.shortlist, collection=name)
+                client._inject_generator(secure_generator(cfg.seed + C))
+                reqs = [client.request(Xq[i].astype(np.float64), int(yq[i]))[0] for i in range(n_query)]
+                say(f"C={C} {which}: {n_query} resolves")
+                ms, lists = [], []
+                with db.connect() as conn:
+                    for i, req in enumerate(reqs):
+                        t = time.perf_counter()
+                        res = resolve(name, req, k=8, conn=conn)
+                        if i >= cfg.warmup:
+                            ms.append((time.perf_counter() - t) * 1e3)
+                        lists.append([r["external_ids"] for r in res["rows"]])
+                answers[(which, C)] = lists
+                rec["resolve"].append({"rows": C, "p50_ms": _pct(ms, 50), "p95_ms": _pct(ms, 95)})
+                if which != "cluster":
+                    continue
+                stmt = ("SELECT count(*) FROM pm_vector.pm_shortlist(%s, %s::float8[], %s::float8[], %s)")
+                args = [[name, r.rows.tolist(), list(r.sigmas), cfg.shortlist] for r in reqs]
+                with psycopg.connect(coord) as c:
+                    coord_ms = [_timed(lambda a=a: c.execute(stmt, a).fetchone()) for a in args][cfg.warmup:]
+                    lsn = c.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+                if replicas:
+                    deadline = time.monotonic() + 60
+                    while cluster.replica_lag_bytes(replicas[0], lsn) not in (0,) and time.monotonic() < deadline:
+                        time.sleep(0.1)
+                    with psycopg.connect(replicas[0]) as r:
+                        rep_ms = [_timed(lambda a=a: r.execute(stmt, a).fetchone()) for a in args][cfg.warmup:]
+                    rec["replica_shortlist"].append({"rows": C, "p50_ms": _pct(rep_ms, 50), "p95_ms": _pct(rep_ms, 95)})
+                place = cr["shards"]
+                shard_ms: dict[str, list[float]] = {}
+                for s, ks in place.items():
+                    pos = list(ks)
+                    core = ("SELECT count(*) FROM pm_vector.pm_shortlist_core(%s, %s, %s::float8[], %s::float8[], "
+                            "%s::bigint[], %s::bigint[], %s, %s)")
+                    with psycopg.connect(shard_urls[s]) as sc:
+                        shard_ms[s] = [_timed(lambda r=r: sc.execute(core, [
+                            job["run_id"], cr["n_components"], r.rows[pos].tolist(), [r.sigmas[k] for k in pos],
+                            [cr["classes"][k] for k in pos], [cr["class_sizes"][k] for k in pos], cfg.shortlist,
+                            cr["max_prior"]]).fetchone()) for r in reqs][cfg.warmup:]
+                slowest = max(statistics.median(v) for v in shard_ms.values())
+                rec["fanout"].append({"rows": C, "coordinator_shortlist_p50_ms": _pct(coord_ms, 50),
+                                      "slowest_shard_p50_ms": round(slowest, 3),
+                                      "overhead_ms": round(statistics.median(coord_ms) - slowest, 3)})
+                rec["per_shard_scan_ms"].append({"rows": C, **{s: _pct(v, 50) for s, v in shard_ms.items()}})
+            same = answers[("single", C)] == answers[("cluster", C)]
+            out["same_answers"] = out["same_answers"] and same
+            out.setdefault("same_answers_by_rows", {})[str(C)] = same
+        for which in ("single", "cluster"):
+            rec = per[which]
+            row = {"shards": rec["shards"], "replicas": rec["replicas"],
+                   "ingest_rows_per_s": statistics.median(rec["ingest_rows_per_s"]),
+                   "embed_seconds": round(sum(rec["embed_seconds"]), 3), "resolve": rec["resolve"],
+                   "fanout_overhead_ms": (None if which == "single"
+                                          else round(statistics.median(f["overhead_ms"] for f in rec["fanout"]), 3))}
+            if which == "cluster":
+                row.update({"fanout": rec["fanout"], "per_shard_scan_ms": rec["per_shard_scan_ms"],
+                            "replica_shortlist": rec["replica_shortlist"]})
+            out["configs"].append(row)
+        sp = out["configs"][1]["per_shard_scan_ms"]
+        out["projection"] = {
+            str(r["rows"]): {"per_shard_scan_ms": {k: v for k, v in r.items() if k != "rows"},
+                             "note": "with one machine per shard, a request's shard time is the slowest shard's, "
+                                     "plus the coordinator's fan-out overhead"}
+            for r in sp}
+        out["machine"] = {"cpus": os.cpu_count(),
+                          "note": "every node runs on this machine: shards compete for the same cores"}
+        return out
+    finally:
+        from ..db import engine
+
+        engine.dispose_engines()
+        try:
+            cluster.stop()
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+            tmp.cleanup()

@@ -1,0 +1,228 @@
+"""Bulk ingest of items: binary COPY in batches inside ONE transaction (all-or-nothing).
+
+No reader, embedding job or ``embed_new_items`` sees a row before the whole ingest commits; a
+failure or a killed process (the server rolls the transaction back when the connection drops,
+within ``client_connection_check_interval`` even mid-statement) leaves the collection exactly as
+it was. The transaction takes only row-insert locks (KEY SHARE on the collection row through the
+foreign key): queries, other ingests and embedding jobs (whose switch takes NO KEY UPDATE) go on
+meanwhile. With ``create=`` the collection row is inserted in the same transaction, so a failed
+first ingest leaves no empty collection behind.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .._validation import as_labels, as_matrix
+from ..errors import InvalidInputError
+from . import _binary
+from ._common import _collection_row, _worker
+from ._validate import _collection_spec, _features, _json_safe, _labels
+from .engine import connect
+from .errors import CollectionExistsError, DuplicateExternalIdError, translate_sql_error
+
+ProgressFn = Callable[[int, int], None]
+
+
+def _external_ids(external_ids, n: int) -> list[str | None] | None:
+    if external_ids is None:
+        return None
+    ids = list(external_ids)
+    if len(ids) != n:
+        raise InvalidInputError(f"external_ids has {len(ids)} entries for {n} rows; give one per row (or None).")
+    out: list[str | None] = []
+    for i, v in enumerate(ids):
+        if v is None:
+            out.append(None)
+        elif isinstance(v, (str, int, np.integer)) and not isinstance(v, bool):
+            s = str(v)
+            if not s or len(s) > 1000 or "\x00" in s:
+                raise InvalidInputError(f"external_ids[{i}] must be a non-empty string of at most 1,000 characters "
+                                        "without NUL.")
+            out.append(s)
+        else:
+            raise InvalidInputError(f"external_ids[{i}] must be a str or int, got {type(v).__name__}.")
+    seen: dict[str, int] = {}
+    for i, s in enumerate(out):
+        if s is None:
+            continue
+        if s in seen:
+            raise DuplicateExternalIdError(
+                f"external id {s!r} occurs twice in the input (rows {seen[s]} and {i}); nothing was written.")
+        seen[s] = i
+    return out
+
+
+def _payloads(payloads, n: int) -> list[Any] | None:
+    if payloads is None:
+        return None
+    p = list(payloads)
+    if len(p) != n:
+        raise InvalidInputError(f"payloads has {len(p)} entries for {n} rows; give one per row (or None).")
+    for i, v in enumerate(p):
+        if v is not None:
+            _json_safe(v, f"payloads[{i}]")
+    return p
+
+
+def _existing_external_ids(conn, cid: int, ids: list[str | None], chunk: int = 20000) -> list[str]:
+    present = [s for s in ids if s is not None]
+    found: list[str] = []
+    for i in range(0, len(present), chunk):
+        rows = conn.execute(
+            "SELECT external_id FROM pm_vector.items WHERE collection_id = %s AND external_id = ANY(%s) LIMIT 5",
+            [cid, present[i:i + chunk]]).fetchall()
+        found += [r[0] for r in rows]
+        if found:
+            break
+    conn.rollback()
+    return found
+
+
+def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None = None,
+           payloads: Sequence[Any] | None = None, *, batch_size: int = 10_000,
+           progress: ProgressFn | None = None, create: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Add items to a collection by binary COPY, in batches, in ONE transaction: all-or-nothing.
+
+    ``features``: (n, dim) real numbers (stored as float32, or float16 above 2,000 dims);
+    NaN/inf refused. ``labels``: n integers from the collection's label set. ``external_ids``:
+    optional n strings (or ints, stored as text; None entries allowed), unique within the
+    collection. ``payloads``: optional n JSON-serialisable values. ``progress(done, total)`` is
+    called after each batch is written (visible to others only when the whole ingest commits).
+    ``create``: create the collection in the same transaction, with these
+    :func:`create_collection` keyword arguments (``dim`` is taken from ``features``;
+    ``labels`` defaults to the distinct labels given): an ingest that fails or is killed leaves
+    no collection behind.
+
+    Returns ``{"ingest_id", "n_rows", "item_ids"}`` (``item_ids``: int64 array, input order).
+    Bad input raises before anything is written. Until the final commit no reader (queries,
+    ``n_items``, embedding jobs, :func:`~pm_vector.db.jobs.embed_new_items`) sees any row: a
+    failure or a killed process (SIGKILL included: the server rolls back when the connection
+    drops) leaves the collection exactly as it was.
+    """
+    if isinstance(batch_size, bool) or int(batch_size) < 1:
+        raise InvalidInputError("batch_size must be a positive integer.")
+    batch_size = int(batch_size)
+    spec = None
+    if create is not None:
+        if not isinstance(create, Mapping):
+            raise InvalidInputError("create must be a dict of create_collection() keyword arguments, or None.")
+        a = np.asarray(features) if features is not None else None
+        if a is None or a.ndim != 2:
+            as_matrix(a, "features")
+        kw = dict(create)
+        kw.setdefault("labels", np.unique(as_labels(labels, np.asarray(labels).size, "labels")))
+        spec = _collection_spec(collection, a.shape[1], **kw)
+    conn = connect(watch_client=True)
+    try:
+        if spec is None:
+            coll = _collection_row(conn, collection)
+            conn.rollback()
+        else:
+            coll = {**spec, "id": None}
+        X = _features(features, coll, "features")
+        n = X.shape[0]
+        y = _labels(labels, n, coll, "labels")
+        ext = _external_ids(external_ids, n)
+        pay = _payloads(payloads, n)
+        if ext is not None and spec is None:
+            dup = _existing_external_ids(conn, coll["id"], ext)
+            if dup:
+                raise DuplicateExternalIdError(
+                    f"external id(s) {dup} already exist in collection {collection!r}; nothing was written.")
+        return _ingest_rows(conn, coll, spec, X, y, ext, pay, batch_size, progress)
+    finally:
+        conn.close()
+
+
+def _insert_collection(conn, spec: Mapping[str, Any]) -> int:
+    """Insert a new collection row on ``conn`` (no commit); CollectionExistsError if the name is taken."""
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    try:
+        return conn.execute(
+            "INSERT INTO pm_vector.collections (name, feature_dim, feature_type, metric, labels, settings) "
+            "VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
+            [spec["name"], spec["feature_dim"], spec["feature_type"], spec["metric"], spec["labels"],
+             Jsonb(spec["settings"])]).fetchone()[0]
+    except psycopg.errors.UniqueViolation as exc:
+        if getattr(exc.diag, "constraint_name", None) == "uq_collections_name":
+            raise CollectionExistsError(
+                f"a collection named {spec['name']!r} already exists; ingest without --create/create=, or pick "
+                "another name.") from None
+        raise
+
+
+def _ingest_rows(conn, coll, spec, X, y, ext, pay, batch_size, progress) -> dict[str, Any]:
+    """Write validated rows in one transaction: fixed-width columns encoded by numpy, external id
+    and payload (``jsonb`` binary: version byte 1 + JSON text) appended per row. With ``spec``
+    the collection row is inserted first, in the same transaction."""
+    from psycopg.types.json import Jsonb
+
+    n = X.shape[0]
+    ftype = coll["feature_type"]
+    col = "features" if ftype == "vector" else "features_half"
+    item_ids = np.empty(n, dtype=np.int64)
+    cid = coll["id"]
+    try:
+        if spec is not None:
+            cid = _insert_collection(conn, spec)
+        ingest_id = conn.execute(
+            "INSERT INTO pm_vector.ingests (collection_id, status, n_rows, worker) VALUES (%s, 'running', %s, %s) "
+            "RETURNING id", [cid, n, Jsonb(_worker())]).fetchone()[0]
+        seq = conn.execute("SELECT pg_get_serial_sequence('pm_vector.items', 'id')").fetchone()[0]
+        done = 0
+        while done < n:
+            stop = min(n, done + batch_size)
+            ids = np.fromiter((r[0] for r in conn.execute(
+                "SELECT nextval(%s::regclass) FROM generate_series(1, %s)", [seq, stop - done])),
+                dtype=np.int64, count=stop - done)
+            item_ids[done:stop] = ids
+            m = stop - done
+            tails = [[None if ext is None or ext[j] is None else ext[j].encode("utf-8") for j in range(done, stop)],
+                     [None if pay is None or pay[j] is None
+                      else b"\x01" + json.dumps(pay[j], allow_nan=False).encode("utf-8") for j in range(done, stop)]]
+            stream = _binary.encode_with_tail(
+                [("id", "int8", 0), ("collection_id", "int8", 0), ("label", "int8", 0), ("ingest_id", "int8", 0),
+                 (col, ftype, X.shape[1])],
+                {"id": ids, "collection_id": np.full(m, cid, dtype=np.int64), "label": y[done:stop],
+                 "ingest_id": np.full(m, ingest_id, dtype=np.int64), col: X[done:stop]},
+                tails)
+            _binary.copy_in(conn, f"COPY pm_vector.items (id, collection_id, label, ingest_id, {col}, external_id, "
+                                  "payload) FROM STDIN (FORMAT BINARY)", stream)
+            done = stop
+            if progress is not None:
+                progress(done, n)
+        conn.execute("UPDATE pm_vector.ingests SET status = 'succeeded', n_written = %s, finished_at = now() "
+                     "WHERE id = %s", [n, ingest_id])
+        conn.commit()
+    except BaseException as exc:
+        _record_failed_ingest(conn, cid if spec is None else None, n, exc)
+        err = translate_sql_error(exc)
+        if err is exc:
+            raise
+        raise err from exc
+    return {"ingest_id": int(ingest_id), "n_rows": int(n), "item_ids": item_ids}
+
+
+def _record_failed_ingest(conn, cid: int | None, n: int, exc: BaseException) -> None:
+    """Roll the ingest back and, for an existing collection, log a ``failed`` ingest row.
+
+    The error kept is the exception's class only: its message may quote input values."""
+    from psycopg.types.json import Jsonb
+
+    try:
+        if conn.closed:
+            return
+        conn.rollback()
+        if cid is not None:
+            conn.execute("INSERT INTO pm_vector.ingests (collection_id, status, n_rows, worker, error, finished_at) "
+                         "VALUES (%s, 'failed', %s, %s, %s, now())",
+                         [cid, n, Jsonb(_worker()), f"rolled back ({exc.__class__.__name__}); no row was kept"])
+            conn.commit()
+    except Exception:  # noqa: BLE001 - the rollback is what matters; the log row is best effort
+        pass

@@ -1,0 +1,160 @@
+"""The DP fabricated anchor of a collection (:func:`fabricate_anchor_set`), re-exported by
+:mod:`pm_vector.db.kahm`."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from .errors import DatabaseError
+from .kahm_common import (DEFAULT_SMOOTHING_STEPS, ProgressFn, _class_counts_check, _load, _noop, _positive_int,
+                          _privacy, _smoothing_record, _steps, _value_range)
+
+__all__ = ["fabricate_anchor_set"]
+
+
+def _anchor_privacy(epsilon, delta, unit, clip_norm, value_range, grid, p: int) -> dict[str, Any]:
+    """The privacy record of a fabricated anchor, per-item figures first."""
+    from ..kahm.plugin import UNITS, anchor_noise
+
+    if unit not in UNITS:
+        raise InvalidInputError(f"unit must be one of {UNITS}; got {unit!r}.")
+    if unit == "element":
+        priv = _privacy(epsilon, delta, value_range)
+        mech = anchor_noise(epsilon, delta=delta, unit="element", sensitivity=priv["sensitivity"], grid=grid)
+        rec = mech.record(p)
+        return {"per_item_epsilon": rec["row_epsilon"], "per_item_delta": rec["row_delta"], **priv, **rec,
+                "unit": "element", "value_range": priv["value_range"],
+                "outside_guarantee": "labels, per-class counts and which items were sampled (public seed over item "
+                                     "ids); per item only the composed row_epsilon holds"}
+    vr = None if value_range is None else list(_value_range(value_range))
+    mech = anchor_noise(epsilon, delta=delta, unit="row", clip_norm=clip_norm, grid=grid)
+    rec = mech.record(p)
+    return {"per_item_epsilon": rec["epsilon"], "per_item_delta": rec["delta"], **rec,
+            "unit_note": "one item's whole feature row (replaced by any other row)", "value_range": vr,
+            "outside_guarantee": "labels, per-class counts and which items were sampled (public seed over item ids)"}
+
+
+def fabricate_anchor_set(collection: str, epsilon: float, *, unit: str = "row", clip_norm: float = 1.0,
+                         value_range=None, delta: float = 1e-5, grid: float | None = None,
+                         anchors_per_class: int = 100, dummies_per_class: int = 20,
+                         source_per_class: int | None = None, n_components: int = 20,
+                         smoothing_steps: int | None = DEFAULT_SMOOTHING_STEPS, max_smoothing_steps: int = 200,
+                         sample_seed: int = 0, noise_seed: int | None = None, description: str | None = None,
+                         n_jobs: int = -1, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Fabricate a differentially private anchor set and dummy pool from the collection's items
+    and register them (one transaction) as its current anchor and dummy sets.
+
+    Per class, ``source_per_class`` items (default ``anchors_per_class + dummies_per_class``)
+    are drawn with the public ``sample_seed`` (every class must have that many: the sizes are
+    then public constants) and released once:
+
+    - ``unit="row"`` (default): each item row is clipped to the public L2 norm ``clip_norm``
+      (after clipping elements to ``value_range`` if one is given) and gets discrete Gaussian
+      noise calibrated to the whole row: ``(epsilon, delta)`` **per item**.
+    - ``unit="element"``: Result 1 per element of the rows clipped to the public ``value_range``
+      (required; sensitivity ``hi - lo``): an item of ``p`` features costs ``p x epsilon``.
+
+    Every noisy value lies on a public grid (floating-point safe, :mod:`pm_vector.kahm.grid`).
+    The noisy rows are smoothed for ``smoothing_steps`` (public, default 5) and fabricated
+    (Definitions 13-14): a function of the noisy rows only. ``smoothing_steps=None`` runs the
+    paper's stopping rule, whose threshold comes from the original rows (outside the guarantee).
+    Of each class's fabricated rows, ``anchors_per_class + dummies_per_class`` are drawn (public
+    seed), normalised to unit norm and split into anchor and dummy rows -- post-processing.
+    ``noise_seed=None`` draws the noise from a cryptographically seeded generator (an int is for
+    tests only).
+
+    The next embedding job (``pm-vector embed``) builds its frame on this anchor, and clients
+    download it as the public anchor. Returns ``{"anchor": {...}, "dummy": {...}, "provenance": {...},
+    "seconds": ...}``; the provenance leads with ``per_item_epsilon``.
+    """
+    from ..kahm import fabricate_anchor
+
+    report = progress or _noop
+    a = _positive_int("anchors_per_class", anchors_per_class)
+    dmy = _positive_int("dummies_per_class", dummies_per_class, 0)
+    n = _positive_int("n_components", n_components)
+    steps = _steps(smoothing_steps)
+    if description is not None and not isinstance(description, str):
+        raise InvalidInputError("description must be a string.")
+    t0 = time.perf_counter()
+    report("load", 0, 1)
+    coll, items = _load(collection)
+    report("load", 1, 1)
+    p = int(coll["feature_dim"])
+    prov = _anchor_privacy(epsilon, delta, unit, clip_norm, value_range, grid, p)
+    per = a + dmy
+    src = per if source_per_class is None else _positive_int("source_per_class", source_per_class)
+    if src < per:
+        raise InvalidInputError(f"source_per_class={src} is below anchors_per_class + dummies_per_class = {per}.")
+    if n >= src:
+        raise InvalidInputError(f"n_components={n} needs at least n+1 = {n + 1} source rows per class; got {src}.")
+    if n > p:
+        raise InvalidInputError(f"n_components={n} exceeds the collection's {p} features.")
+    classes = _class_counts_check(coll, items["label"], src, "fabricating the anchor")
+    rng = np.random.default_rng(sample_seed)  # public bookkeeping, not a privacy mechanism
+    pick = np.concatenate([rng.choice(np.flatnonzero(items["label"] == c), src, replace=False) for c in classes])
+    X = items["features"][pick]
+    if prov["value_range"] is not None:
+        X = np.clip(X, *prov["value_range"])
+    y = items["label"][pick]
+    report("fabricate", 0, 1)
+    import warnings
+
+    from ..kahm import FabricationWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FabricationWarning)
+        Xf, yf = fabricate_anchor(X, y, prov["epsilon"], n=n, seed=noise_seed, delta=prov["delta"], unit=unit,
+                                  clip_norm=prov.get("clip_norm", 1.0), sensitivity=prov.get("sensitivity", 1.0),
+                                  grid=prov["grid"], branch_size=max(src, 1000),
+                                  max_smoothing_steps=max_smoothing_steps, smoothing_steps=steps, n_jobs=n_jobs)
+    report("fabricate", 1, 1)
+    if not np.all(np.isfinite(Xf)):
+        raise DatabaseError("the fabricated anchor has non-finite rows (the KAHM image is undefined for this "
+                            "data); rescale the features or raise epsilon. Nothing was registered.")
+    # the protocol's public anchor has unit-norm rows (PrivateMail's sensitivity bound assumes it):
+    # normalising is post-processing of the DP release
+    norms = np.linalg.norm(Xf, axis=1)
+    if np.any(norms < 1e-12):
+        raise DatabaseError("a fabricated anchor row is zero and cannot be normalised; raise epsilon or the "
+                            "per-class sizes. Nothing was registered.")
+    Xf = Xf / norms[:, None]
+    anchor_rows, dummy_rows = [], []
+    for c in classes:
+        idx = np.flatnonzero(yf == c)
+        idx = idx[rng.permutation(idx.size)]
+        anchor_rows.append(idx[:a])
+        dummy_rows.append(idx[a:per])
+    ia, idm = np.concatenate(anchor_rows), np.concatenate(dummy_rows)
+    prov = {
+        **prov,
+        "fabrication": "KAHM fabricated data (Definitions 13-14, Remark 4) of the noisy rows",
+        "post_processing": "k-means, smoothing and KAHM images of the noisy rows; rows normalised to unit norm "
+                           "(the protocol's anchor rows must be unit-norm)",
+        "smoothing": _smoothing_record(steps),
+        "n_components": n, "anchors_per_class": a, "dummies_per_class": dmy, "source_per_class": src,
+        "source_items": int(pick.size),
+        "classes": classes.tolist(), "sample_seed": int(sample_seed),
+        "noise_seed": "cryptographically seeded" if noise_seed is None else "fixed test seed (NOT private)",
+    }
+    desc = description or (f"DP fabricated anchor (KAHM, epsilon={prov['per_item_epsilon']:g} per item, "
+                           f"unit {unit})")
+    from .api import register_anchor_sets
+
+    report("register", 0, 1)
+    sets = [("anchor", Xf[ia], yf[ia], desc, prov)]
+    if dmy:
+        sets.append(("dummy", Xf[idm], yf[idm], desc.replace("anchor", "dummy pool"), prov))
+    out = register_anchor_sets(collection, sets)
+    report("register", 1, 1)
+    res = {"anchor": out[0], "dummy": out[1] if dmy else None, "provenance": prov,
+           "seconds": round(time.perf_counter() - t0, 3)}
+    if steps is None:  # only on the opted-in stopping rule; texts carry no number, nothing is stored
+        res["warnings"] = [str(w.message) for w in caught][:10]
+    return res
+
+

@@ -1,0 +1,142 @@
+"""Shared pieces of the KAHM jobs (:mod:`pm_vector.db.kahm`, :mod:`pm_vector.db.kahm_anchor`,
+:mod:`pm_vector.db.kahm_audit`): validation, the element-level privacy record, the one-transaction
+write, the job's item snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from .api import _check_name, _collection_row, _load_items, cleanup
+from .engine import connect
+from .errors import DatabaseError, RawFeaturesNotAllowedError, translate_sql_error
+
+KINDS = ("raw", "noisy", "fabricated")
+#: items whose ingest is still running (or failed) are not part of a job's snapshot
+_SETTLED = ("AND NOT EXISTS (SELECT 1 FROM pm_vector.ingests g WHERE g.id = i.ingest_id "
+            "AND g.status <> 'succeeded')")
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+class NoKAHMModelError(DatabaseError, LookupError):
+    """The collection has no stored KAHM model (or not the one asked for)."""
+
+
+class RawKAHMDistancesNotAllowedError(RawFeaturesNotAllowedError):
+    """Distances of a raw (non-private) KAHM model were asked for and the collection has not opted
+    in (``settings["kahm"]["raw_distances"]``): they separate members from non-members."""
+
+
+def raw_distances_allowed(coll) -> bool:
+    """The collection's opt-in to serving distances of raw models (default: no)."""
+    k = (coll.get("settings") or {}).get("kahm")
+    return isinstance(k, dict) and k.get("raw_distances") is True
+
+
+def _noop(*_a, **_k) -> None:
+    return None
+
+
+@contextmanager
+def _transaction():
+    """A connection whose work commits at the end of the block, or rolls back and raises the
+    translated error (:func:`~pm_vector.db.errors.translate_sql_error`): the one write of a job."""
+    with connect() as conn:
+        try:
+            yield conn
+            conn.commit()
+        except BaseException as exc:
+            conn.rollback()
+            err = translate_sql_error(exc) if isinstance(exc, Exception) else exc
+            if err is exc:
+                raise
+            raise err from exc
+
+
+# ----------------------------------------------------------------------------- validation
+
+def _value_range(value_range) -> tuple[float, float]:
+    if value_range is None:
+        raise InvalidInputError(
+            "value_range=(lo, hi) is required for a differentially private job: features are clipped to it and "
+            "d = hi - lo bounds how much one element can change (Definition 10). It must be public, e.g. (0, 1) "
+            "for pixels in [0, 1] or (-1, 1) for unit-norm rows -- never computed from the data.")
+    try:
+        if isinstance(value_range, (str, bytes)):  # "01" would otherwise unpack to (0, 1)
+            raise TypeError
+        lo, hi = (float(v) for v in value_range)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"value_range must be two numbers (lo, hi); got {value_range!r}.") from None
+    if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo):
+        raise InvalidInputError(f"value_range must be finite with lo < hi; got ({lo}, {hi}).")
+    return lo, hi
+
+
+#: fixed, public number of smoothing steps of every fabricating job (the paper's stopping rule takes
+#: its threshold r from the original rows; it stays available as smoothing_steps=None)
+DEFAULT_SMOOTHING_STEPS = 5
+
+#: what the element-level jobs do not protect; stored with every privacy record
+OUTSIDE_ELEMENT = ("labels, per-class counts and item ids (public here); a whole item row of p features costs up to "
+                   "p x epsilon (see row_epsilon)")
+
+
+def _privacy(epsilon, delta, value_range, noise: str = "grid") -> dict[str, Any]:
+    from ..kahm.privacy import make_noise
+
+    lo, hi = _value_range(value_range)
+    mech = make_noise(epsilon, delta, hi - lo, noise)  # validates epsilon, delta, sensitivity, noise
+    return {**mech.record(), "epsilon": float(mech.epsilon), "delta": float(mech.delta), "sensitivity": hi - lo,
+            "value_range": [lo, hi], "noise": noise,
+            "unit": "element", "unit_note": "one element of the item feature matrix (Definition 10)",
+            "outside_guarantee": OUTSIDE_ELEMENT}
+
+
+def _steps(smoothing_steps):
+    return None if smoothing_steps is None else _positive_int("smoothing_steps", smoothing_steps, 0)
+
+
+def _smoothing_record(smoothing_steps) -> str:
+    if smoothing_steps is None:
+        return ("paper's stopping rule (eq 92): its threshold r comes from the original rows -- outside the guarantee "
+                "(the value is not stored)")
+    return f"fixed {int(smoothing_steps)} steps (public)"
+
+
+def _positive_int(name: str, v, lo: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < lo:
+        raise InvalidInputError(f"{name} must be an integer >= {lo}; got {v!r}.")
+    return int(v)
+
+
+def _load(collection: str):
+    """The collection row and its settled items (``id``, ``label``, ``features`` float64)."""
+    _check_name(collection)
+    cleanup(collection)  # undo ingests of dead processes first (also: unknown collection -> clear error)
+    with connect() as conn:
+        coll = _collection_row(conn, collection)
+        items = _load_items(conn, coll, _SETTLED)
+        conn.rollback()
+    if items["id"].shape[0] == 0:
+        raise InvalidInputError(f"collection {collection!r} has no items; ingest some first.")
+    items["features"] = np.asarray(items["features"], dtype=np.float64)
+    return coll, items
+
+
+def _class_counts_check(coll, labels: np.ndarray, need: int, what: str) -> np.ndarray:
+    classes = np.asarray(sorted(int(c) for c in coll["labels"]), dtype=np.int64)
+    counts = {int(c): int(n) for c, n in zip(*np.unique(labels, return_counts=True))}
+    for c in classes:
+        if counts.get(int(c), 0) < need:
+            raise InvalidInputError(
+                f"class {int(c)} of collection {coll['name']!r} has {counts.get(int(c), 0)} item(s); {what} needs at "
+                f"least {need} per class. Ingest more items of that class or lower the per-class sizes / "
+                "n_components.")
+    return classes
+
+

@@ -1,0 +1,150 @@
+"""Class-rows runs spread over shards (postgres_fdw + dblink, ``sql/0011_cluster.sql``).
+
+Shard key: the **class**. Class position ``k`` of a run lives on shard ``k mod S`` (shards in name
+order). A class-rows request has exactly one row per class, so every request sends the same
+number of rows to every shard whichever row is real, and each row is answered entirely on one
+shard: its class's prior (HNSW), the neighbour lists of that prior and the class's hub counts are
+shard-local, so a shard returns each of its rows' top ``k'`` and the coordinator only merges
+disjoint row sets and joins the items (ids, labels, features) it keeps.
+
+Per sharded run ``R`` and shard ``s`` (classes ``K_s``), on the shard, with the names a
+single node uses:
+
+* ``run_R_prior`` partitioned by label with the partitions of ``K_s`` (HNSW in each);
+* ``run_R_neighbors`` rows of the items of ``K_s``; ``run_R_hubs`` rows of ``K_s``;
+* ``run_R_items (item_id)`` the run's first 1000 item ids (the statement's zero-score fill).
+
+The job writes them through foreign tables the coordinator creates for it
+(``run_R_<table>_at_<s>``, dropped after the write) and indexes them through ``dblink``; the run
+switch stays one transaction on the coordinator, so a run is visible on every shard at once or not
+at all, and a killed job leaves shard tables nothing points at (dropped with the run by
+``pm_vector.pm_drop_run_tables``). The placement is recorded in the run's ``class_rows`` document
+(``"shards": {shard: [class positions]}``), which is what ``pm_vector.pm_shortlist`` reads to fan
+a request out (``pm_vector.pm_shortlist_sharded``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from . import _binary
+
+FILL = 1000  # k' <= 1000: the zero-score fill needs the run's first 1000 item ids
+
+
+def shard_names(conn) -> list[str]:
+    """Registered shards in name order (empty on a single node)."""
+    try:
+        return [r[0] for r in conn.execute("SELECT name FROM pm_vector.shards ORDER BY name").fetchall()]
+    except Exception:  # noqa: BLE001 - schema before 0011: no shards table, a single node
+        conn.rollback()
+        return []
+
+
+def placement(n_classes: int, shards: list[str]) -> dict[str, list[int]]:
+    """Class positions per shard: position k on shards[k mod S] (public: depends on no data)."""
+    return {s: [k for k in range(n_classes) if k % len(shards) == i] for i, s in enumerate(shards)}
+
+
+def _prior_ddl(run_id: int, d: int) -> str:
+    return (f"CREATE TABLE pm_vector.run_{run_id}_prior (item_id bigint NOT NULL, label bigint NOT NULL, "
+            f"coords vector({d}) NOT NULL, coords8 float8[] NOT NULL, PRIMARY KEY (label, item_id)) "
+            "PARTITION BY LIST (label)")
+
+
+def create_tables(conn, run_id: int, n_components: int, classes: list[int], place: dict[str, list[int]]) -> None:
+    """Create the run's tables on every shard and the coordinator's write-side foreign tables."""
+    rid, d = int(run_id), int(n_components)
+    for s, ks in place.items():
+        ddl = [f"DROP TABLE IF EXISTS pm_vector.run_{rid}_prior, pm_vector.run_{rid}_neighbors, "
+               f"pm_vector.run_{rid}_hubs, pm_vector.run_{rid}_items", _prior_ddl(rid, d)]
+        ddl += [f"CREATE TABLE pm_vector.run_{rid}_prior_{k} PARTITION OF pm_vector.run_{rid}_prior "
+                f"FOR VALUES IN ({int(classes[k])})" for k in ks]
+        ddl += [f"CREATE TABLE pm_vector.run_{rid}_neighbors (item_id bigint NOT NULL, neighbor_id bigint NOT NULL)",
+                f"CREATE TABLE pm_vector.run_{rid}_hubs (label bigint NOT NULL, item_id bigint NOT NULL, "
+                "hub double precision NOT NULL)",
+                f"CREATE TABLE pm_vector.run_{rid}_items (item_id bigint PRIMARY KEY)"]
+        conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, "; ".join(ddl)])
+        srv = f"pm_shard_{s}"
+        for table, cols in (("prior", f"item_id bigint, label bigint, coords vector({d}), coords8 float8[]"),
+                            ("neighbors", "item_id bigint, neighbor_id bigint"),
+                            ("hubs", "label bigint, item_id bigint, hub double precision"),
+                            ("items", "item_id bigint")):
+            conn.execute(f'DROP FOREIGN TABLE IF EXISTS pm_vector."run_{rid}_{table}_at_{s}"')
+            conn.execute(f'CREATE FOREIGN TABLE pm_vector."run_{rid}_{table}_at_{s}" ({cols}) SERVER "{srv}" '
+                         f"OPTIONS (schema_name 'pm_vector', table_name 'run_{rid}_{table}', batch_size '2000')")
+    conn.commit()
+
+
+def _copy(conn, table: str, columns: list[tuple[str, str, int]], data: dict[str, np.ndarray], batch: int) -> None:
+    n = next(iter(data.values())).shape[0]
+    names = ", ".join(c[0] for c in columns)
+    for s in range(0, n, batch):
+        e = min(n, s + batch)
+        stream = _binary.encode(columns, {k: v[s:e] for k, v in data.items()})
+        _binary.copy_in(conn, f'COPY pm_vector."{table}" ({names}) FROM STDIN (FORMAT BINARY)', stream)
+        conn.commit()
+
+
+def write(conn, run_id: int, data, place: dict[str, list[int]], batch: int = 20_000,
+          progress: Callable[[int, int], None] | None = None) -> None:
+    """COPY each shard's part of the run's prior, graph and hubs (``data``: a
+    :class:`pm_vector.db.class_rows.ClassRowsData`) through the write-side foreign tables."""
+    rid = int(run_id)
+    classes = np.asarray(data.frames.classes_, dtype=np.int64)
+    d = int(data.frames.n_components)
+    g = data.neighbors.shape[1]
+    fill = np.sort(np.asarray(data.item_ids, dtype=np.int64))[:FILL]
+    done, total = 0, int(data.prior_ids.shape[0])
+    for s, ks in place.items():
+        mine = classes[ks]
+        sel = np.isin(data.prior_labels, mine)
+        _copy(conn, f"run_{rid}_prior_at_{s}",
+              [("item_id", "int8", 0), ("label", "int8", 0), ("coords", "vector", d), ("coords8", "float8[]", d)],
+              {"item_id": data.prior_ids[sel], "label": data.prior_labels[sel], "coords": data.prior_coords[sel],
+               "coords8": data.prior_coords[sel]}, batch)
+        rows = np.isin(data.item_ids, data.prior_ids[sel])  # the neighbour lists of this shard's prior
+        if g > 0 and rows.any():
+            _copy(conn, f"run_{rid}_neighbors_at_{s}", [("item_id", "int8", 0), ("neighbor_id", "int8", 0)],
+                  {"item_id": np.repeat(data.item_ids[rows], g), "neighbor_id": data.neighbors[rows].ravel()},
+                  batch * 4)
+        hs = np.isin(data.hub_labels, mine)
+        if hs.any():
+            _copy(conn, f"run_{rid}_hubs_at_{s}", [("label", "int8", 0), ("item_id", "int8", 0), ("hub", "float8", 0)],
+                  {"label": data.hub_labels[hs], "item_id": data.hub_ids[hs], "hub": data.hub_counts[hs]}, batch * 4)
+        _copy(conn, f"run_{rid}_items_at_{s}", [("item_id", "int8", 0)], {"item_id": fill}, batch)
+        done += int(sel.sum())
+        if progress is not None:
+            progress(done, total)
+    drop_write_tables(conn, rid, place)
+
+
+def drop_write_tables(conn, run_id: int, place: dict[str, list[int]]) -> None:
+    for s in place:
+        for table in ("prior", "neighbors", "hubs", "items"):
+            conn.execute(f'DROP FOREIGN TABLE IF EXISTS pm_vector."run_{int(run_id)}_{table}_at_{s}"')
+    conn.commit()
+
+
+def build_indexes(conn, run_id: int, place: dict[str, list[int]], m: int = 16, ef_construction: int = 64) -> None:
+    """On every shard: HNSW on the prior (one per class partition), the graph's and hubs' keys,
+    the hubs' top index, ANALYZE; and the coordinator's shortlist functions installed there."""
+    rid = int(run_id)
+    for s in place:
+        ddl = ["SET maintenance_work_mem = '256MB'",
+               f"CREATE INDEX run_{rid}_prior_hnsw ON pm_vector.run_{rid}_prior USING hnsw (coords vector_l2_ops) "
+               f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)})",
+               f"ALTER TABLE pm_vector.run_{rid}_neighbors ADD CONSTRAINT run_{rid}_neighbors_pkey "
+               "PRIMARY KEY (item_id, neighbor_id)",
+               f"ALTER TABLE pm_vector.run_{rid}_hubs ADD CONSTRAINT run_{rid}_hubs_pkey PRIMARY KEY (label, item_id)",
+               f"CREATE INDEX run_{rid}_hubs_top ON pm_vector.run_{rid}_hubs (label, hub DESC, item_id)",
+               f"ANALYZE pm_vector.run_{rid}_prior", f"ANALYZE pm_vector.run_{rid}_neighbors",
+               f"ANALYZE pm_vector.run_{rid}_hubs", f"ANALYZE pm_vector.run_{rid}_items"]
+        conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, "; ".join(ddl)])
+        conn.execute("SELECT pm_vector.pm_shard_install(%s)", [s])
+
+
+def doc_placement(place: dict[str, list[int]]) -> dict[str, Any]:
+    return {"shards": {s: [int(k) for k in ks] for s, ks in place.items()}}

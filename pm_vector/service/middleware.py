@@ -1,0 +1,170 @@
+"""ASGI middleware of the service: the body-size limit, and authentication + rate limiting before
+any body is read."""
+
+from __future__ import annotations
+
+from .validation import RETRY_AFTER_S, ApiError, _database_down, _err
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over ``max_bytes`` with 413 before the app reads them (Content-Length)
+    or as soon as the streamed body passes the limit (chunked)."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, int(max_bytes)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        msg = (f"request body is larger than this server's limit of {self.max_bytes:,} bytes; send fewer rows "
+               "or ask the operator to raise PM_VECTOR_SERVICE_MAX_BODY_BYTES.")
+        for name, value in scope.get("headers") or []:
+            if name == b"content-length":
+                try:
+                    n = int(value)
+                except ValueError:
+                    return await _err(400, "bad_request", "invalid Content-Length header.")(scope, receive, send)
+                if n > self.max_bytes:
+                    return await _err(413, "payload_too_large", msg)(scope, receive, send)
+        seen = 0
+        too_big = False
+
+        async def limited():
+            nonlocal seen, too_big
+            m = await receive()
+            if m["type"] == "http.request":
+                seen += len(m.get("body", b""))
+                if seen > self.max_bytes:
+                    too_big = True
+                    raise ApiError(413, "payload_too_large", msg)
+            return m
+
+        started = False
+
+        async def tracking_send(m):
+            nonlocal started
+            if m["type"] == "http.response.start":
+                started = True
+            await send(m)
+
+        try:
+            await self.app(scope, limited, tracking_send)
+        except ApiError as exc:
+            if not too_big or started:
+                raise
+            await _err(exc.status, exc.error, exc.message)(scope, receive, send)
+
+
+
+#: paths anyone may read (no key): liveness and the API's description
+PUBLIC_PATHS = frozenset({"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+
+
+class AuthMiddleware:
+    """Authenticate (and rate-limit) every request but :data:`PUBLIC_PATHS` from its headers before
+    anything reads the body: an unauthenticated 14 MB body costs no parsing. The key's record goes
+    to ``request.state.api_key`` (None when auth is off)."""
+
+    def __init__(self, app, settings, state: dict, limiter):
+        self.app, self.settings, self.state, self.limiter = app, settings, state, limiter
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope.get("path") or ""
+        if "\x00" in path:  # psycopg refuses NUL in text: no name can hold one
+            return await _err(404, "not_found", "no such resource (the path holds a NUL byte).")(scope, receive, send)
+        st = scope.setdefault("state", {})
+        st["api_key"] = None
+        if not self.settings.auth or path in PUBLIC_PATHS:
+            return await self.app(scope, receive, send)
+        try:
+            rec = await self._authenticate(scope)
+        except ApiError as exc:
+            return await _err(exc.status, exc.error, exc.message, exc.headers)(scope, receive, send)
+        st["api_key"] = rec
+        return await self.app(scope, receive, send)
+
+    async def _authenticate(self, scope) -> dict:
+        from fastapi.concurrency import run_in_threadpool
+
+        from .auth import verify_key
+
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
+        h = headers.get("authorization") or ""
+        key = h[7:].strip() if h.lower().startswith("bearer ") else (headers.get("x-api-key") or "").strip()
+        if not key:
+            raise ApiError(401, "unauthorized", "no API key; send `Authorization: Bearer <key>` (create one with "
+                                                "`pm-vector keys create --name NAME`).", {"WWW-Authenticate": "Bearer"})
+        pool = self.state.get("pool")
+
+        def verify():
+            with pool.connection() as conn:
+                return verify_key(conn, key)
+
+        try:
+            rec = await run_in_threadpool(verify)
+        except Exception as exc:  # noqa: BLE001 - a database down is a 503, anything else a 500 in JSON
+            if _database_down(exc):
+                raise ApiError(503, "database_unavailable", "the database is unreachable right now; retry after "
+                               f"{RETRY_AFTER_S} s (the service reconnects by itself).",
+                               {"Retry-After": str(RETRY_AFTER_S)}) from None
+            raise ApiError(500, "internal_error", f"internal error ({type(exc).__name__}) while checking the key; "
+                                                  "the server log has details.") from None
+        if rec is None:
+            raise ApiError(401, "unauthorized", "unknown or revoked API key.", {"WWW-Authenticate": "Bearer"})
+        if self.limiter is not None:
+            wait = self.limiter.take(rec["id"], rec.get("rate_per_minute"))
+            if wait > 0:
+                import math
+
+                raise ApiError(429, "rate_limited", f"this key's rate limit is reached; retry after {math.ceil(wait)} "
+                               "s (ask the operator for a higher rate_per_minute).",
+                               {"Retry-After": str(max(1, math.ceil(wait)))})
+        return rec
+
+
+class CatchAllMiddleware:
+    """Answer any exception the app's handlers left unhandled as JSON, without re-raising it.
+
+    Starlette's handler for ``Exception`` runs in its outermost middleware, which sends the answer
+    and then re-raises: uvicorn then drops the keep-alive connection and the client's next request
+    on it is reset. Installed innermost, this answers first: 503 with Retry-After while the
+    database is down, 422 for a value PostgreSQL cannot hold (a NUL byte, an integer beyond 64
+    bits), else 500 (logged)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracking_send(m):
+            nonlocal started
+            if m["type"] == "http.response.start":
+                started = True
+            await send(m)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:  # noqa: BLE001 - every failure gets an answer, the connection stays usable
+            if started:
+                raise
+            import logging
+
+            import psycopg
+
+            if _database_down(exc):
+                resp = _err(503, "database_unavailable", "the database is unreachable right now; retry after "
+                            f"{RETRY_AFTER_S} s (the service reconnects by itself).",
+                            {"Retry-After": str(RETRY_AFTER_S)})
+            elif isinstance(exc, (psycopg.DataError, RecursionError)):
+                resp = _err(422, "invalid_input", "a value in the request cannot be stored or read (a NUL byte, "
+                                                  "an integer beyond 64 bits, or nesting too deep); fix it and send "
+                                                  "again.")
+            else:
+                logging.getLogger("pm_vector.service").exception("internal error")
+                resp = _err(500, "internal_error", f"internal error ({type(exc).__name__}); the server log has "
+                                                   "details.")
+            await resp(scope, receive, send)

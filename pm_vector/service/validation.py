@@ -1,0 +1,227 @@
+"""Validation of request bodies the service parses itself (resolve, KAHM distances): JSON, matrices,
+the strict request schema, size caps. Every refusal is an :class:`ApiError` (a 4xx) and writes nothing."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from ..client.query import FORMAT as QUERY_FORMAT
+from ..errors import InvalidInputError
+from .settings import ServiceSettings
+
+#: seconds a client is told to wait when the database is unreachable
+RETRY_AFTER_S = 5
+
+
+def _database_down(exc: BaseException) -> bool:
+    """Is ``exc`` (or what caused it) the database being unreachable: a lost or refused
+    connection, a server shutting down, no pooled connection in time?"""
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, (psycopg.OperationalError, PoolTimeout)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, error: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.error, self.message, self.headers = status, error, message, headers
+
+
+def _err(status: int, error: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": error, "message": message}, status_code=status, headers=headers)
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not allowed (JSON has no NaN/Infinity; the request must be finite numbers)")
+
+
+def parse_json(body: bytes) -> Any:
+    if not body:
+        raise ApiError(400, "malformed_json", "the request body is empty; send a JSON object.")
+    try:
+        return json.loads(body, parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise ApiError(400, "malformed_json", "the request body is not UTF-8 JSON.") from None
+    except json.JSONDecodeError as e:
+        raise ApiError(400, "malformed_json", f"the request body is not valid JSON: {e.msg} at line {e.lineno} "
+                                              f"column {e.colno}.") from None
+    except ValueError as e:
+        raise ApiError(400, "malformed_json", f"the request body is not valid JSON: {e}.") from None
+    except RecursionError:  # e.g. 100k nested arrays: no valid request nests more than 3 deep
+        raise ApiError(400, "malformed_json", "the request body nests too deeply; a request is an object of "
+                                              "rows (lists of numbers).") from None
+
+
+def check_matrix(rows: Any, what: str, settings: ServiceSettings) -> None:
+    """A JSON matrix: a non-empty list of equally long, non-empty rows of numbers, within the
+    server's row and dimension limits (413 above them, 422 otherwise)."""
+    if not isinstance(rows, list) or not rows or not all(isinstance(row, list) for row in rows):
+        raise ApiError(422, "invalid_input", f"{what} must be a non-empty list of rows (lists of numbers).")
+    if len(rows) > settings.max_rows:
+        raise ApiError(413, "too_many_rows", f"{what} has {len(rows):,} rows; this server accepts at most "
+                                             f"{settings.max_rows:,}.")
+    width = len(rows[0])
+    if width > settings.max_dim:
+        raise ApiError(413, "too_many_dimensions", f"{what} has {width} columns; this server accepts at most "
+                                                   f"{settings.max_dim}.")
+    if width == 0:
+        raise ApiError(422, "invalid_input", f"{what} row 0 is empty.")
+    for i, row in enumerate(rows):
+        if len(row) != width:
+            raise ApiError(422, "invalid_input", f"{what} row {i} has {len(row)} values, row 0 has {width}; every "
+                                                 "row must have the same length.")
+        for v in row:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ApiError(422, "invalid_input", f"{what} row {i} holds {v!r}; only numbers are allowed.")
+            if isinstance(v, int) and abs(v) > 1e300:  # would not convert to float64
+                raise ApiError(422, "invalid_input", f"{what} row {i} holds an integer too large for a float.")
+
+
+#: the paper protocol's noise mechanisms (pm_vector.client.privatemail)
+PAPER_MECHANISMS = ("analytic", "classical")
+_PAPER_FIELDS = {"format", "anchor_ids", "embedding", "n_query_rows", "epsilon", "delta", "sensitivity",
+                 "noise_sigma", "mechanism", "params", "collection"}
+#: the JSON size of a paper request's ``params`` (dp_sigma, dp_alpha, the frame's parameters, ...)
+MAX_PARAMS_BYTES = 8192
+
+
+def _number(r: dict, key: str, ok, what: str) -> float:
+    v = r.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)) or not ok(float(v)):
+        raise ApiError(422, "invalid_input", f"request.{key} must be {what}, got {str(v)[:40]!r}.")
+    return float(v)
+
+
+def check_paper_fields(r: dict) -> None:
+    """The PrivateMail request's schema: known fields only, eps > 0, delta in (0, 1), sensitivity > 0,
+    noise_sigma >= 0, a known mechanism, small params (nothing the client chose reaches the log
+    unchecked)."""
+    unknown = sorted(set(map(str, r)) - _PAPER_FIELDS)
+    if unknown:
+        raise ApiError(422, "invalid_input", f"unknown request field(s) {unknown[:10]}; a PrivateMail request has "
+                                             f"{sorted(_PAPER_FIELDS)}.")
+    missing = [k for k in ("anchor_ids", "embedding", "n_query_rows", "epsilon", "delta", "sensitivity",
+                           "noise_sigma", "mechanism") if k not in r]
+    if missing:
+        raise ApiError(422, "invalid_input", f"request is missing fields: {', '.join(missing)}.")
+    _number(r, "epsilon", lambda v: v > 0, "a number > 0")
+    _number(r, "delta", lambda v: 0 < v < 1, "a number in (0, 1)")
+    _number(r, "sensitivity", lambda v: v > 0, "a number > 0")
+    _number(r, "noise_sigma", lambda v: v >= 0, "a number >= 0")
+    if r.get("mechanism") not in PAPER_MECHANISMS:
+        raise ApiError(422, "invalid_input", f"request.mechanism must be one of {list(PAPER_MECHANISMS)}.")
+    params = r.get("params", {})
+    if params is not None and not isinstance(params, dict):
+        raise ApiError(422, "invalid_input", "request.params must be a JSON object.")
+    if len(json.dumps(params or {})) > MAX_PARAMS_BYTES:
+        raise ApiError(413, "payload_too_large", f"request.params is larger than {MAX_PARAMS_BYTES:,} bytes of "
+                                                 "JSON; it holds the client's protocol parameters only.")
+    ids = r.get("anchor_ids")
+    if not isinstance(ids, list) or not all(isinstance(i, (int, str)) and not isinstance(i, bool) for i in ids):
+        raise ApiError(422, "invalid_input", "request.anchor_ids must be a list of anchor ids.")
+    if any(isinstance(i, int) and not -2 ** 63 <= i < 2 ** 63 for i in ids) or \
+            any(isinstance(i, str) and (len(i) > 200 or "\x00" in i) for i in ids):
+        raise ApiError(422, "invalid_input", "request.anchor_ids holds an id outside the 64-bit range or an "
+                                             "invalid string; send the ids of the anchor document.")
+
+
+def check_cells(n_rows: int, per_row: int, settings: ServiceSettings) -> None:
+    """rows x k of one answer within the server's cap (the response's size)."""
+    if n_rows * per_row > settings.max_result_cells:
+        raise ApiError(413, "result_too_large", f"{n_rows:,} rows x {per_row:,} results per row is more than this "
+                                                f"server's {settings.max_result_cells:,}; ask for fewer rows or a "
+                                                "smaller k / shortlist.")
+
+
+def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
+    """Validate a resolve body; returns ``(request, k, include_features, include_codes)`` or raises ApiError."""
+    from ..client.request import PrivateMailRequest
+
+    if not isinstance(d, dict):
+        raise ApiError(422, "invalid_input", "the body must be a JSON object {\"request\": {...}, \"k\": 8}.")
+    unknown = sorted(set(d) - {"request", "k", "include_features", "include_codes"})
+    if unknown:
+        raise ApiError(422, "invalid_input", f"unknown field(s) {unknown}; the body has 'request', 'k', "
+                                             "'include_features', 'include_codes'.")
+    k = d.get("k", 8)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= settings.max_k:
+        raise ApiError(422, "invalid_input", f"k must be an integer in 1..{settings.max_k}, got {k!r}.")
+    inc = d.get("include_features", False)
+    if not isinstance(inc, bool):
+        raise ApiError(422, "invalid_input", "include_features must be true or false.")
+    codes = d.get("include_codes", False)
+    if not isinstance(codes, bool):
+        raise ApiError(422, "invalid_input", "include_codes must be true or false.")
+    r = d.get("request")
+    if not isinstance(r, dict):
+        raise ApiError(422, "invalid_input", "'request' must be a request object (QueryRequest.to_dict(), or "
+                                             "PrivateMailRequest.to_dict() for the paper's protocol).")
+    if r.get("format") == QUERY_FORMAT:
+        q = check_query_request(r, settings, name)
+        check_cells(len(r["rows"]), max(k, int(r.get("shortlist") or 1)), settings)
+        return q, k, inc, codes
+    if codes:
+        raise ApiError(422, "invalid_input", "include_codes applies to class-rows requests (format "
+                                             f"{QUERY_FORMAT!r}).")
+    check_paper_fields(r)
+    emb = r.get("embedding")
+    check_matrix(emb, "request.embedding", settings)
+    if r.get("collection") not in (None, name):
+        raise ApiError(422, "invalid_input", f"the request was built for collection {r.get('collection')!r}, "
+                                             f"not {name!r}.")
+    nq = r.get("n_query_rows")
+    if isinstance(nq, bool) or not isinstance(nq, int) or not 1 <= nq <= len(emb):
+        raise ApiError(422, "invalid_input", f"request.n_query_rows must be an integer in 1..{len(emb)}, got {nq!r}.")
+    check_cells(nq, k, settings)
+    try:
+        req = PrivateMailRequest.from_dict(r)
+    except (InvalidInputError, TypeError, ValueError) as exc:
+        raise ApiError(422, "invalid_input", f"invalid PrivateMail request: {exc}") from None
+    return req, k, inc, False
+
+
+def check_query_request(r: dict, settings: ServiceSettings, name: str):
+    """Validate a pm_vector request (one noised row per class); returns a QueryRequest or raises ApiError."""
+    from ..client.query import QueryRequest
+
+    check_matrix(r.get("rows"), "request.rows", settings)
+    if r.get("collection") not in (None, name):
+        raise ApiError(422, "invalid_input", f"the request was built for collection {r.get('collection')!r}, "
+                                             f"not {name!r}.")
+    kp = r.get("shortlist")
+    if isinstance(kp, bool) or not isinstance(kp, int) or not 1 <= kp <= settings.max_shortlist:
+        raise ApiError(422, "invalid_input", f"request.shortlist (k') must be an integer in 1..{settings.max_shortlist}, "
+                                             f"got {kp!r}.")
+    try:
+        return QueryRequest.from_dict(r)
+    except (InvalidInputError, TypeError, ValueError) as exc:
+        raise ApiError(422, "invalid_input", f"invalid pm_vector request: {exc}") from None
+
+
+def check_distances_body(d: Any, settings: ServiceSettings) -> tuple[list[list[float]], int | None]:
+    """Validate a ``/kahm/distances`` body; returns ``(features rows, model_id)`` or raises ApiError.
+    The feature dimension is checked against the collection by :func:`pm_vector.db.kahm.party_distances`."""
+    if not isinstance(d, dict):
+        raise ApiError(422, "invalid_input", "the body must be a JSON object {\"features\": [[...], ...]}.")
+    unknown = sorted(set(d) - {"features", "model_id"})
+    if unknown:
+        raise ApiError(422, "invalid_input", f"unknown field(s) {unknown}; the body has 'features' and 'model_id'.")
+    mid = d.get("model_id")
+    if mid is not None and (isinstance(mid, bool) or not isinstance(mid, int) or not 1 <= mid < 2 ** 63):
+        raise ApiError(422, "invalid_input", f"model_id must be a positive integer or null, got {mid!r}.")
+    X = d.get("features")
+    check_matrix(X, "features", settings)
+    return X, mid
+

