@@ -16,7 +16,7 @@
 --   * beside the list, the hub count of each neighbour in the item's class (run_<id>_prior.nhub
 --     float8[]): a candidate's hub comes with it, no join with the hubs table (a hash of the whole
 --     table, or one index probe per candidate: 14k probes cost more than the aggregation);
---   * runs built before (no nbrs column, and sharded runs, whose shards use their own layout) keep
+--   * runs built before (no nbrs column; sharded runs use the new layout on their shards) keep
 --     the statement of sql/0005_class_rows.sql, now named pm_shortlist_sql_v1: they keep working,
 --     a new embedding job moves them to the fast layout.
 -- The scores are the same numbers (pm_vector.shortlist.PosteriorShortlist.scores); only the order

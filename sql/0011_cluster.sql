@@ -124,9 +124,11 @@ $$;
 --
 -- A sharded run (pm_vector.db.sharding) records its placement in embedding_runs.class_rows ->
 -- 'shards' ({shard: [class positions, 0-based]}). Every shard holds, for its classes, the run's
--- prior, graph and hubs under the single-node names, so the single-node statement answers a
--- shard's rows there: pm_shortlist_core is that statement without the items join, installed on
--- the shards by pm_shard_install. pm_shortlist sends each shard its rows at once (dblink, async),
+-- prior (in the single node's layout: neighbour lists and their hubs in the prior rows), graph and
+-- hubs under the single-node names, and a mirror row of the run (pm_vector.embedding_runs(id,
+-- class_rows) on the shard: what the statement reads of its run), so the single-node statement
+-- answers a shard's rows there: pm_shortlist_core is that statement without the items join,
+-- installed on the shards by pm_shard_install. pm_shortlist sends each shard its rows at once (dblink, async),
 -- collects the per-row top k' and joins the items.
 --
 -- New error code: PM008 a shard did not answer (its name and address in the message; nothing is
@@ -375,9 +377,11 @@ BEGIN
                AND EXISTS (SELECT 1 FROM pm_vector.embedding_runs er WHERE er.id = p_run_id) LOOP
     BEGIN
       PERFORM pm_vector.pm_shard_exec(s, format('DROP TABLE IF EXISTS pm_vector.%I, pm_vector.%I, pm_vector.%I, '
-                                                 'pm_vector.%I', 'run_' || p_run_id || '_prior',
+                                                 'pm_vector.%I; DO $d$ BEGIN IF to_regclass(%L) IS NOT NULL THEN '
+                                                 'DELETE FROM pm_vector.embedding_runs WHERE id = %s; END IF; END $d$',
+                                                 'run_' || p_run_id || '_prior',
                                                  'run_' || p_run_id || '_neighbors', 'run_' || p_run_id || '_hubs',
-                                                 'run_' || p_run_id || '_items'));
+                                                 'run_' || p_run_id || '_items', 'pm_vector.embedding_runs', p_run_id));
       existed := true;
     EXCEPTION WHEN OTHERS THEN
       RAISE WARNING 'run %: shard % could not be reached; its copy of the run stays until the next cleanup', p_run_id, s;

