@@ -19,8 +19,11 @@
 --   * runs built before (no nbrs column; sharded runs use the new layout on their shards) keep
 --     the statement of sql/0005_class_rows.sql, now named pm_shortlist_sql_v1: they keep working,
 --     a new embedding job moves them to the fast layout.
--- The scores are the same numbers (pm_vector.shortlist.PosteriorShortlist.scores); only the order
--- in which float8 contributions are summed may differ, as it already could.
+-- The scores are the same numbers (pm_vector.shortlist.PosteriorShortlist.scores). The retained
+-- prior rows are summed in a fixed order (row, distance, item id), not in the order an index scan
+-- returns them: two builds of a class's HNSW index (a rebuild, or the same class on a shard)
+-- return the same prior in another order, and float8 sums in another order can differ in the last
+-- bit and swap two near-equal candidates. In that order every node ranks the same prior alike.
 --
 -- The per-run table layout (new runs):
 --   run_<id>_prior(item_id, label, coords vector(d), coords8 float8[], nbrs bigint[], nhub float8[])
@@ -190,7 +193,8 @@ BEGIN
     '    SELECT x.row_index, x.dw, unnest(x.nbrs) AS item_id, unnest(x.nhub) AS hub FROM ( '
     '      SELECT p.row_index, p.nbrs, p.nhub, '
     '             pm_vector.pm_prior_weight(p.d2 - rw.dmin, rw.sigma) - rw.w_far AS dw '
-    '      FROM p JOIN rw ON rw.row_index = p.row_index) AS x '
+    '      FROM p JOIN rw ON rw.row_index = p.row_index '
+    '      ORDER BY p.row_index, p.d2, p.item_id) AS x '
     '    WHERE x.dw >= %7$s::float8) AS y '
     '  GROUP BY y.row_index, y.item_id), '
     'cand AS ( '

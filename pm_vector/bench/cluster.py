@@ -17,7 +17,11 @@ classes, :func:`pm_vector.bench.latency.clustered`) into both and measures, per 
   of the slowest shard's own part of it (``pm_shortlist_core`` timed on each shard with its rows:
   the coordinator's cost of fanning out, collecting and joining the items);
 * ``same_answers``: every row of every request gets the same candidates (external ids) in the
-  same order from the single node and from the cluster.
+  same order from the single node and from the cluster; ``agreement``: per C, the share of
+  identical candidates and of identical rows, cluster vs single node and single node vs itself
+  after its class HNSW indexes are rebuilt (a class larger than ``max_prior`` retains its prior
+  through an approximate HNSW scan: two builds of one index can retain a few different items, on
+  one node as across nodes).
 
 All nodes share this machine's cores: the figures show the fan-out's cost and the per-shard work,
 not a speed-up that needs one machine per shard (``per_shard_scan_ms`` is what each node would
@@ -78,6 +82,16 @@ def _use(url: str) -> None:
 
     os.environ["PM_VECTOR_DATABASE_URL"] = url
     engine.dispose_engines()
+
+
+def _agreement(a: list, b: list) -> dict[str, float]:
+    """Per request row: the share of identical candidates, and of rows with the identical ordered list."""
+    share, same = [], []
+    for ra, rb in zip(a, b):
+        for x, y in zip(ra, rb):
+            share.append(len(set(x) & set(y)) / max(1, len(x)))
+            same.append(x == y)
+    return {"candidates_shared": round(float(np.mean(share)), 6), "rows_identical": round(float(np.mean(same)), 6)}
 
 
 def _timed(fn) -> float:
@@ -170,6 +184,15 @@ def run(cfg: ClusterBenchConfig, progress: Callable[[str], None] | None = None) 
                         lists.append([r["external_ids"] for r in res["rows"]])
                 answers[(which, C)] = lists
                 rec["resolve"].append({"rows": C, "p50_ms": _pct(ms, 50), "p95_ms": _pct(ms, 95)})
+                if which == "single":
+                    # the same node, its class HNSW indexes rebuilt: what an approximate index alone changes
+                    say(f"C={C} single: prior indexes rebuilt, the same requests again")
+                    with db.connect(autocommit=True) as ac:  # REINDEX of a partitioned table: no transaction
+                        ac.execute(f"REINDEX TABLE pm_vector.run_{int(job['run_id'])}_prior")
+                    with db.connect() as conn:
+                        answers[("rebuilt", C)] = [[r["external_ids"] for r in resolve(name, req, k=8, conn=conn,
+                                                                                      log=False)["rows"]]
+                                                   for req in reqs]
                 if which != "cluster":
                     continue
                 stmt = ("SELECT count(*) FROM pm_vector.pm_shortlist(%s, %s::float8[], %s::float8[], %s)")
@@ -203,6 +226,10 @@ def run(cfg: ClusterBenchConfig, progress: Callable[[str], None] | None = None) 
             same = answers[("single", C)] == answers[("cluster", C)]
             out["same_answers"] = out["same_answers"] and same
             out.setdefault("same_answers_by_rows", {})[str(C)] = same
+            out.setdefault("agreement", {})[str(C)] = {
+                "cluster_vs_single": _agreement(answers[("single", C)], answers[("cluster", C)]),
+                "single_rebuilt_vs_single": _agreement(answers[("single", C)], answers[("rebuilt", C)]),
+                "largest_class": int(np.bincount(ys).max()), "max_prior": int(cr["max_prior"])}
         for which in ("single", "cluster"):
             rec = per[which]
             row = {"shards": rec["shards"], "replicas": rec["replicas"],

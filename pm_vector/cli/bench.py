@@ -452,4 +452,9 @@ def cluster_bench(
                       f"{fan[C]['overhead_ms']:.1f}" if C in fan else "-",
                       " / ".join(f"{v:.1f}" for k, v in per[C].items() if k != "rows") if C in per else "-")
     Console().print(t)
+    for C, a in result.get("agreement", {}).items():
+        cs, rb = a["cluster_vs_single"], a["single_rebuilt_vs_single"]
+        err.print(f"C={C}: candidates shared cluster/single {cs['candidates_shared']:.4f} (rows identical "
+                  f"{cs['rows_identical']:.3f}); one node, class indexes rebuilt: {rb['candidates_shared']:.4f} "
+                  f"({rb['rows_identical']:.3f}); largest class {a['largest_class']}, max_prior {a['max_prior']}")
     err.print(result["machine"]["note"])
