@@ -79,69 +79,9 @@ AS $$
 $$;
 
 
--- The statement of sql/0005_class_rows.sql (runs without neighbour lists in their prior), verbatim.
-CREATE OR REPLACE FUNCTION pm_vector.pm_shortlist_sql_v1(run_id bigint, n_components integer) RETURNS text
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-DECLARE
-  prior text := pm_vector.pm_run_table(run_id, 'prior');
-  d2 text;
-BEGIN
-  -- squared distance in float64, summed left to right as numpy does for a short row
-  SELECT string_agg(format('(a.coords8[%1$s] - q.z8[%1$s]) * (a.coords8[%1$s] - q.z8[%1$s])', i), ' + ' ORDER BY i)
-    INTO d2 FROM generate_series(1, n_components) AS i;
-  RETURN format(
-    'WITH q AS MATERIALIZED ( '
-    '  SELECT g.i AS row_index, ($3::bigint[])[g.i] AS label, ($4::bigint[])[g.i] AS n_class, '
-    '         ($2::float8[])[g.i] AS sigma, z.z8, z.z8::vector AS zv '
-    '  FROM generate_series(1, cardinality($3::bigint[])) AS g(i) '
-    '  CROSS JOIN LATERAL (SELECT ARRAY(SELECT x FROM unnest(($1::float8[])[g.i:g.i][1:%4$s]) AS x) AS z8) AS z), '
-    'p AS MATERIALIZED ( '
-    '  SELECT q.row_index, s.item_id, s.d2 FROM q CROSS JOIN LATERAL ( '
-    '    SELECT a.item_id, %2$s AS d2 FROM %1$s AS a WHERE a.label = q.label AND q.n_class <= $6 '
-    '    UNION ALL '
-    '    SELECT a.item_id, %2$s AS d2 FROM ( '
-    '      SELECT c.item_id, c.coords8 FROM %1$s AS c WHERE c.label = q.label AND q.n_class > $6 '
-    '      ORDER BY c.coords <-> q.zv LIMIT $6) AS a) AS s), '
-    'rw AS MATERIALIZED ( '
-    '  SELECT q.row_index, q.label, q.sigma, m.dmin, '
-    '         CASE WHEN q.n_class > $6 AND m.dmax IS NOT NULL '
-    '              THEN pm_vector.pm_prior_weight(m.dmax - m.dmin, q.sigma) ELSE 0::float8 END AS w_far '
-    '  FROM q LEFT JOIN (SELECT p.row_index, min(p.d2) AS dmin, max(p.d2) AS dmax FROM p GROUP BY p.row_index) AS m '
-    '    ON m.row_index = q.row_index), '
-    'w AS MATERIALIZED ( '
-    '  SELECT p.row_index, p.item_id, pm_vector.pm_prior_weight(p.d2 - rw.dmin, rw.sigma) - rw.w_far AS dw '
-    '  FROM p JOIN rw ON rw.row_index = p.row_index), '
-    't AS ( '
-    '  SELECT w.row_index, n.neighbor_id AS item_id, sum(w.dw) AS base '
-    '  FROM w JOIN %3$s AS n ON n.item_id = w.item_id '
-    '  GROUP BY w.row_index, n.neighbor_id), '
-    'cand AS ( '
-    '  SELECT u.row_index, u.item_id, max(u.base) AS base FROM ( '
-    '    SELECT t.row_index, t.item_id, t.base FROM t '
-    '    UNION ALL '
-    '    SELECT rw.row_index, h.item_id, 0::float8 FROM rw CROSS JOIN LATERAL ( '
-    '      SELECT h.item_id FROM %5$s AS h WHERE h.label = rw.label AND rw.w_far > 0 '
-    '      ORDER BY h.hub DESC, h.item_id LIMIT $5) AS h '
-    '    UNION ALL '
-    '    SELECT rw.row_index, f.item_id, 0::float8 FROM rw CROSS JOIN ( '
-    '      SELECT e.item_id FROM %6$s AS e ORDER BY e.item_id LIMIT $5) AS f) AS u '
-    '  GROUP BY u.row_index, u.item_id), '
-    'sc AS ( '
-    '  SELECT c.row_index, c.item_id, '
-    '         CASE WHEN rw.w_far > 0 THEN c.base + rw.w_far * coalesce(h.hub, 0) ELSE c.base END AS score '
-    '  FROM cand AS c JOIN rw ON rw.row_index = c.row_index '
-    '  LEFT JOIN %5$s AS h ON rw.w_far > 0 AND h.label = rw.label AND h.item_id = c.item_id), '
-    'r AS ( '
-    '  SELECT sc.row_index, sc.item_id, sc.score, '
-    '         row_number() OVER (PARTITION BY sc.row_index ORDER BY sc.score DESC, sc.item_id) AS rank '
-    '  FROM sc) '
-    'SELECT r.row_index::integer, r.rank::integer, r.item_id, i.external_id, i.label, r.score '
-    'FROM r JOIN pm_vector.items AS i ON i.id = r.item_id '
-    'WHERE r.rank <= $5 ORDER BY 1, 2',
-    prior, d2, pm_vector.pm_run_table(run_id, 'neighbors'), n_components, pm_vector.pm_run_table(run_id, 'hubs'),
-    pm_vector.pm_run_table(run_id, 'items'));
-END $$;
+-- pm_shortlist_sql_v1(run_id, n_components): the statement of sql/0005_class_rows.sql (runs without
+-- neighbour lists in their prior). Not redefined here: migration 0009 renames 0005's
+-- pm_shortlist_sql to it before this file installs the new pm_shortlist_sql.
 
 -- The one statement answering all rows (parameters as pm_shortlist_sql_v1). Runs with neighbour
 -- lists in the prior: the prior read gives each retained item's list, unnested in place, only for

@@ -31,6 +31,8 @@ depends_on = None
 
 def upgrade() -> None:
     driver = op.get_bind().connection.driver_connection
+    # the 0005 statement keeps answering older runs under its new name (not a copy of its text)
+    op.execute("ALTER FUNCTION pm_vector.pm_shortlist_sql(bigint, integer) RENAME TO pm_shortlist_sql_v1")
     execute_sql_file(driver, "0009_fast_shortlist.sql")
 
 

@@ -61,22 +61,6 @@ def _pct(v, q) -> float:
     return round(float(np.percentile(np.asarray(v, dtype=np.float64), q)), 3)
 
 
-def _single_node(coord_url: str) -> str:
-    import psycopg
-    from psycopg import sql
-
-    from ..db.migrate import upgrade_to_head
-
-    base = coord_url.rsplit("/", 1)[0]
-    with psycopg.connect(base + "/postgres", autocommit=True) as c:
-        c.execute(sql.SQL("DROP DATABASE IF EXISTS pm_single WITH (FORCE)"))
-        c.execute(sql.SQL("CREATE DATABASE pm_single"))
-    with psycopg.connect(base + "/pm_single", autocommit=True) as c:
-        c.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    upgrade_to_head(base + "/pm_single")
-    return base + "/pm_single"
-
-
 def _use(url: str) -> None:
     from ..db import engine
 
@@ -124,7 +108,7 @@ def run(cfg: ClusterBenchConfig, progress: Callable[[str], None] | None = None) 
         say(f"starting a coordinator, {cfg.shards} shard(s) and {cfg.replicas} replica(s)")
         st = cluster.start(cfg.shards, cfg.replicas)
         coord = cluster.coordinator_url()
-        single = _single_node(coord)
+        single = cluster.standalone_database(coord)
         replicas = cluster.replica_urls()
         shard_urls = {n["name"]: n["url"] for n in st["nodes"] if n["role"] == "shard"}
         n_query = cfg.repeats + cfg.warmup

@@ -126,17 +126,9 @@ def _initdb(pgdata: Path) -> None:
 
 
 def _running(pgdata: Path) -> bool:
-    import psutil
-
     from .server import _postmaster
 
-    info = _postmaster(pgdata)
-    if info is None:
-        return False
-    try:  # a SIGKILLed postmaster stays a zombie until its new parent reaps it
-        return psutil.Process(info.pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    return _postmaster(pgdata) is not None
 
 
 def _wait_for_dead_postmaster(pgdata: Path, timeout: float = 20.0) -> None:
@@ -319,9 +311,11 @@ def status() -> dict[str, Any]:
 
 
 def replica_lag_bytes(url: str, primary_lsn) -> int | None:
-    """WAL bytes the replica at ``url`` has not replayed yet (``None``: unreachable)."""
+    """WAL bytes the replica at ``url`` has not replayed yet (``None``: unreachable within 2 s)."""
+    from psycopg import connect as psycopg_connect
+
     try:
-        with _connect(url, options="-c statement_timeout=2000") as conn:
+        with psycopg_connect(url, autocommit=True, connect_timeout=2, options="-c statement_timeout=2000") as conn:
             r = conn.execute("SELECT pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_replay_lsn())::bigint",
                              [str(primary_lsn)]).fetchone()
             return max(0, int(r[0])) if r and r[0] is not None else None
@@ -343,6 +337,24 @@ def replica_urls() -> list[str]:
     if topo is None:
         return []
     return [node_url(n) for n in topo["nodes"] if n["role"] == "replica" and _running(_pgdata(n["name"]))]
+
+
+def standalone_database(coord_url: str, name: str = "pm_single") -> str:
+    """A fresh database ``name`` on the coordinator's server, migrated, with no shard registered: a
+    single node beside the cluster (benchmarks and tests compare the two). Returns its URL."""
+    from psycopg import sql
+
+    from .migrate import upgrade_to_head
+    from .server import ensure_pgvector
+
+    base = coord_url.rsplit("/", 1)[0]
+    with _connect(base + "/postgres") as c:
+        c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    with _connect(f"{base}/{name}") as c:
+        ensure_pgvector(c, where=f"database {name}")
+    upgrade_to_head(f"{base}/{name}")
+    return f"{base}/{name}"
 
 
 def register_shard(conn, name: str, url: str) -> None:

@@ -38,6 +38,7 @@ class ReadRouter:
             raise ValueError("max_lag_bytes and check_interval must be >= 0")
         self.states_ = [ReplicaState(u) for u in self.read_urls]
         self._lock = threading.Lock()
+        self._checking = threading.Lock()  # one check at a time; requests meanwhile use the last result
         self._rr = itertools.count()
         self._last = -1e9
 
@@ -70,10 +71,15 @@ class ReadRouter:
         """A replica URL in rotation, or ``None`` (read on the primary)."""
         if not self.states_:
             return None
-        with self._lock:
-            if time.monotonic() - self._last >= self.check_interval:
+        # the check connects to every node: the request that finds it due runs it, off the lock, and
+        # no other request waits for it (they route on the previous result)
+        if time.monotonic() - self._last >= self.check_interval and self._checking.acquire(blocking=False):
+            try:
                 self._last = time.monotonic()
                 self.check()
+            finally:
+                self._checking.release()
+        with self._lock:
             live = [s.url for s in self.states_ if s.in_rotation]
             if not live:
                 return None

@@ -221,6 +221,13 @@ def _postmaster(pgdata: Path):
         return None
     if info is None or not info.is_running() or info.status != "ready":
         return None
+    import psutil
+
+    try:  # a SIGKILLed postmaster stays a zombie until its new parent reaps it: not running
+        if psutil.Process(info.pid).status() == psutil.STATUS_ZOMBIE:
+            return None
+    except psutil.Error:
+        return None
     return info
 
 

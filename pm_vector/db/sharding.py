@@ -29,7 +29,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _binary
 
 FILL = 1000  # k' <= 1000: the zero-score fill needs the run's first 1000 item ids
 
@@ -85,43 +84,32 @@ def create_tables(conn, run_id: int, n_components: int, classes: list[int], plac
     conn.commit()
 
 
-def _copy(conn, table: str, columns: list[tuple[str, str, int]], data: dict[str, np.ndarray], batch: int) -> None:
-    n = next(iter(data.values())).shape[0]
-    names = ", ".join(c[0] for c in columns)
-    for s in range(0, n, batch):
-        e = min(n, s + batch)
-        stream = _binary.encode(columns, {k: v[s:e] for k, v in data.items()})
-        _binary.copy_in(conn, f'COPY pm_vector."{table}" ({names}) FROM STDIN (FORMAT BINARY)', stream)
-        conn.commit()
-
-
 def write(conn, run_id: int, data, place: dict[str, list[int]], batch: int = 20_000,
           progress: Callable[[int, int], None] | None = None) -> None:
     """COPY each shard's part of the run's prior, graph and hubs (``data``: a
     :class:`pm_vector.db.class_rows.ClassRowsData`) through the write-side foreign tables."""
     rid = int(run_id)
     classes = np.asarray(data.frames.classes_, dtype=np.int64)
-    d = int(data.frames.n_components)
     g = data.neighbors.shape[1]
     fill = np.sort(np.asarray(data.item_ids, dtype=np.int64))[:FILL]
     done, total = 0, int(data.prior_ids.shape[0])
+    from .class_rows import _copy_hubs, _copy_pairs, _copy_prior
+
     for s, ks in place.items():
         mine = classes[ks]
         sel = np.isin(data.prior_labels, mine)
-        from .class_rows import _copy_prior
-
+        at = f'pm_vector."run_{rid}_{{}}_at_{s}"'.format
         _copy_prior(conn, rid, data.prior_ids[sel], data.prior_labels[sel], data.prior_coords[sel], batch, True,
-                    nbrs=data.prior_nbrs[sel], nhub=data.prior_nhub[sel], table=f'pm_vector."run_{rid}_prior_at_{s}"')
+                    nbrs=data.prior_nbrs[sel], nhub=data.prior_nhub[sel], table=at("prior"))
         rows = np.isin(data.item_ids, data.prior_ids[sel])  # the neighbour lists of this shard's prior
         if g > 0 and rows.any():
-            _copy(conn, f"run_{rid}_neighbors_at_{s}", [("item_id", "int8", 0), ("neighbor_id", "int8", 0)],
-                  {"item_id": np.repeat(data.item_ids[rows], g), "neighbor_id": data.neighbors[rows].ravel()},
-                  batch * 4)
+            _copy_pairs(conn, at("neighbors"), ("item_id", "neighbor_id"), np.repeat(data.item_ids[rows], g),
+                        data.neighbors[rows].ravel(), batch * 4, True)
         hs = np.isin(data.hub_labels, mine)
         if hs.any():
-            _copy(conn, f"run_{rid}_hubs_at_{s}", [("label", "int8", 0), ("item_id", "int8", 0), ("hub", "float8", 0)],
-                  {"label": data.hub_labels[hs], "item_id": data.hub_ids[hs], "hub": data.hub_counts[hs]}, batch * 4)
-        _copy(conn, f"run_{rid}_items_at_{s}", [("item_id", "int8", 0)], {"item_id": fill}, batch)
+            _copy_hubs(conn, at("hubs"), data.hub_labels[hs], data.hub_ids[hs], data.hub_counts[hs], batch * 4, True)
+        conn.execute(f"INSERT INTO {at('items')} (item_id) SELECT unnest(%s::bigint[])", [fill.tolist()])
+        conn.commit()
         done += int(sel.sum())
         if progress is not None:
             progress(done, total)

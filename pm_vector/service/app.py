@@ -120,6 +120,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     settings = settings or ServiceSettings.from_env()
     state: dict[str, Any] = {"pool": pool, "jobs": None, "query_role": None, "router": None, "read_pools": {}}
     resolve_slots = threading.BoundedSemaphore(max(1, settings.pool_max))
+    read_pools_lock = threading.Lock()
     log = logging.getLogger("pm_vector.service")
 
     def prune_once() -> int:
@@ -418,9 +419,10 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         from .documents import resolve_document
 
         try:
-            pool = state["read_pools"].get(url)
-            if pool is None:
-                pool = state["read_pools"][url] = ServicePool(url, min_size=0, max_size=settings.pool_max)
+            with read_pools_lock:  # one pool per replica, made on its first read
+                pool = state["read_pools"].get(url)
+                if pool is None:
+                    pool = state["read_pools"][url] = ServicePool(url, min_size=0, max_size=settings.pool_max)
             with pool.connection_as(db_role) as rconn:
                 return resolve_document(name, req, k=k, include_features=inc, conn=conn, read_conn=rconn,
                                         max_query_rows=min(settings.max_rows, 1000), include_codes=codes)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 
-import psycopg
 
 import pytest
 
@@ -40,23 +39,6 @@ def node_urls(local_cluster):
     return {n["name"]: local_cluster.node_url(n) for n in local_cluster.topology()["nodes"]}
 
 
-def _single_node_url(coord_url: str) -> str:
-    """A second database on the coordinator's server, migrated, with no shard registered: a single node."""
-    from psycopg import sql
-
-    from pm_vector.db.migrate import upgrade_to_head
-
-    admin = coord_url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as c:
-        if not c.execute("SELECT 1 FROM pg_database WHERE datname = 'pm_single'").fetchone():
-            c.execute(sql.SQL("CREATE DATABASE pm_single"))
-    url = coord_url.rsplit("/", 1)[0] + "/pm_single"
-    with psycopg.connect(url, autocommit=True) as c:
-        c.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    upgrade_to_head(url)
-    return url
-
-
 def _load(name, sp, ds):
     import pm_vector.db as db
     from pm_vector.db.jobs import anchor_frame_embed_fn
@@ -79,7 +61,7 @@ def both(local_cluster):
     ds = load_dataset("digits")
     sp = split_dataset(ds, 800, 300, 150, 100, seed=0)
     coord = local_cluster.coordinator_url()
-    single = _single_node_url(coord)
+    single = local_cluster.standalone_database(coord)
     run = _load("cl_digits", sp, ds)
     os.environ["PM_VECTOR_DATABASE_URL"] = single
     engine.dispose_engines()

@@ -7,8 +7,6 @@ it is back; a killed job leaves the previous run serving on every shard."""
 from __future__ import annotations
 
 import os
-import signal
-import time
 
 import numpy as np
 import psycopg

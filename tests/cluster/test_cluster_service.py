@@ -43,7 +43,6 @@ def test_resolves_are_read_on_the_replica_and_logged_on_the_primary(svc, both, n
     from pm_vector.client.http import Client
 
     service, key = svc
-    assert service.app.state is not None
     Xq, yq = both["split"].query
     before_rb, before_log = _rollbacks(node_urls["replica0"]), _logged(node_urls["coordinator"])
     with Client(service.url, key, budget=MemoryBudget()) as c:
