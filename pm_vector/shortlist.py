@@ -2,8 +2,10 @@
 
 :class:`PosteriorShortlist` is the ranking: fit on the server's items (what the embedding job
 stores per run), it scores every item for a released row. :func:`noise_free_shortlist` is the
-benchmark-only endpoint without noise. The SQL that answers requests in the database,
-``pm_vector.pm_shortlist``, computes exactly these scores (a test compares them).
+benchmark-only endpoint without noise. :func:`rank_retained` ranks one row from its retained
+prior alone: what a resolve runs once the database has found that prior (the pgvector k-NN of
+the row in its class). The SQL function ``pm_vector.pm_shortlist`` computes the same scores in
+the database, for SQL callers and sharded runs (tests compare all three).
 """
 
 from __future__ import annotations
@@ -84,13 +86,9 @@ class PosteriorShortlist:
         s = np.zeros(self.n_items_)
         if idx.size == 0:
             return s
-        d2 = ((P - np.asarray(z, dtype=np.float64)) ** 2).sum(1)
+        d2 = prior_d2(P, z)
         order = np.argsort(d2, kind="stable")[: int(self.max_prior)]
-        d2n = d2[order]
-        w = np.exp(-(d2n - d2n[0]) / (2.0 * float(sigma) ** 2))
-        w_far = w[-1] if order.size < idx.size else 0.0
-        dw = w - w_far
-        keep = dw >= float(self.min_weight)
+        dw, keep, w_far = prior_weights(d2[order], sigma, order.size < idx.size, self.min_weight)
         np.add.at(s, self.neighbors_[idx[order[keep]]].ravel(), np.repeat(dw[keep], self.neighbors_.shape[1]))
         if w_far > 0:
             s += w_far * self.hubs_[int(label)]
@@ -106,6 +104,72 @@ class PosteriorShortlist:
             order = np.lexsort((np.arange(s.size), -s))
             out.append(order[:kp])
         return out
+
+
+def prior_d2(P: np.ndarray, z) -> np.ndarray:
+    """Squared distances in float64 from the released row ``z`` to prior coordinates ``P``."""
+    return ((P - np.asarray(z, dtype=np.float64)) ** 2).sum(1)
+
+
+def prior_weights(d2: np.ndarray, sigma: float, far: bool, min_weight: float):
+    """``(dw, keep, w_far)`` of the retained prior, ``d2`` ascending: each item's excess weight
+    ``w_j - w_far`` over the far weight (that of the farthest retained item when the class had
+    more than ``max_prior`` items -- ``far`` -- else 0), and which items add it (``dw >=
+    min_weight``)."""
+    if d2.size == 0:
+        return d2, np.zeros(0, bool), 0.0
+    w = np.exp(-(d2 - d2[0]) / (2.0 * float(sigma) ** 2))
+    w_far = float(w[-1]) if far else 0.0
+    dw = w - w_far
+    return dw, dw >= float(min_weight), w_far
+
+
+def rank_retained(d2: np.ndarray, nbrs: np.ndarray, nhub: np.ndarray, sigma: float, far: bool, min_weight: float,
+                  top_ids: np.ndarray, top_hubs: np.ndarray, fill_ids: np.ndarray, k_prime: int):
+    """The ``k'`` best ``(item ids, scores)`` of one row, from its retained prior alone: ``d2``
+    ascending (ties by item id), ``nbrs`` / ``nhub`` their neighbour lists (item ids) and those
+    neighbours' hub counts in the row's class, the class's top hubs (``top_ids`` by hub
+    descending, then id; at least ``k'`` of them when the class has that many) and the run's
+    first item ids (``fill_ids``). The same scores as :meth:`PosteriorShortlist.scores`, summed in
+    the same order, and the same candidates as ``pm_vector.pm_shortlist``: items touched by a
+    retained item, the class's ``k'`` top hubs when ``w_far > 0`` and the ``k'`` first items;
+    any other item scores ``w_far * hub`` at most, below all of those top hubs (or 0, and
+    after the fill by id)."""
+    kp = int(k_prime)
+    dw, keep, w_far = prior_weights(d2, sigma, far, min_weight)
+    nb = nbrs[keep].ravel()
+    hubs_on = w_far > 0
+    top_ids = top_ids[:kp] if hubs_on else top_ids[:0]
+    cand_ids = np.concatenate([nb, top_ids, fill_ids[:kp]])
+    if cand_ids.size == 0:
+        return cand_ids, np.zeros(0)
+    lo = int(cand_ids.min())
+    span = int(cand_ids.max()) - lo + 1
+    if span > 64 * cand_ids.size + (1 << 16):  # ids far apart: compact them first
+        uniq, inv = np.unique(cand_ids, return_inverse=True)
+        pos_nb, pos_top = inv[:nb.size], inv[nb.size:nb.size + top_ids.size]
+        pos_all, ids_of = inv, uniq
+        span = uniq.size
+    else:
+        pos_nb, pos_top = nb - lo, top_ids - lo
+        pos_all, ids_of = cand_ids - lo, None
+    score = np.bincount(pos_nb, weights=np.repeat(dw[keep], nbrs.shape[1]), minlength=span)
+    if hubs_on:
+        hub = np.zeros(span)
+        hub[pos_nb] = nhub[keep].ravel()
+        hub[pos_top] = top_hubs[:top_ids.size]
+        score = score + w_far * hub
+    is_cand = np.zeros(span, bool)
+    is_cand[pos_all] = True
+    cand = np.flatnonzero(is_cand)
+    ids = cand + lo if ids_of is None else ids_of[cand]
+    s = score[cand]
+    if s.size > kp:  # only the scores reaching the k'-th are ordered (all of them: ties at the edge included)
+        edge = np.partition(s, s.size - kp)[s.size - kp]
+        top = np.flatnonzero(s >= edge)
+        ids, s = ids[top], s[top]
+    best = np.lexsort((ids, -s))[:kp]
+    return ids[best], s[best]
 
 
 def noise_free_shortlist(frames, X, query_coords, labels, k_prime: int) -> np.ndarray:

@@ -130,6 +130,8 @@ def test_bench_latency_and_scale_small(home):
     assert r["ratio"] == pytest.approx(r["resolve_p50_ms"] / r["plain_p50_ms"], rel=1e-2)
     pm = r["pm_vector"]
     assert pm["shortlist_statements_per_request"] == 1 and pm["resolve_p50_ms"] > 0 and pm["client_p50_ms"] > 0
+    assert pm["prior_knn_statements_per_request"] <= 1 and r["plain_kprime_p50_ms"] > 0
+    assert pm["ratio_kprime"] == pytest.approx(pm["resolve_p50_ms"] / r["plain_kprime_p50_ms"], rel=1e-2)
     sc = _json(["bench", "scale", "--sizes", "600,1200", "--anchors", "100", "--dim", "16", "--json"])
     assert [x["items"] for x in sc["results"]] == [600, 1200]
     assert all(x["seconds"] > 0 and x["peak_mb"] > 0 for x in sc["results"])

@@ -12,14 +12,19 @@ anchors, runs the server's embedding job, and measures, over ``repeats`` queries
     :func:`pm_vector.db.resolution.resolve` on a kept connection, as a server would;
 (b') ``pm_vector``: the default protocol -- the client's request (one noised row per class,
     :class:`pm_vector.client.query.PrivateKNN`, built from the published class frames) and its
-    resolve: the ``k'`` = ``shortlist`` candidates of every row from ONE ``pm_shortlist``
-    statement, with the request log;
+    resolve: every row's retained prior from ONE pgvector k-NN statement, ranked on the run's
+    graph (:mod:`pm_vector.db.run_graph`), the ``k'`` = ``shortlist`` candidates of every row
+    with their items from ONE statement, and the request log;
 (c) ``plain``: the same number C of plain pgvector k-NN queries on the *raw* features, one
     statement each (prepared), through an HNSW index on the raw features that the
     benchmark creates (a table ``pm_vector.bench_raw_<id>`` with id, external id, label,
     payload and ``vector(d)`` features; default HNSW options, ``ef_search`` 40 as pm_knn_batch).
 
-``ratio = resolve_p50 / plain_p50`` (and ``pm_vector_ratio`` for (b')). Everything the benchmark creates is dropped at the end.
+(c') ``plain_kprime``: the same C plain queries returning ``k'`` items each (``ef_search`` k'),
+    as many items as a pm_vector answer carries.
+
+``ratio = resolve_p50 / plain_p50`` (and ``pm_vector.ratio`` for (b'), ``pm_vector.ratio_kprime``
+against (c')). Everything the benchmark creates is dropped at the end.
 
 Data: ``synthetic`` (default) -- unit-norm Gaussian clusters in ``dim`` dimensions, 100 fine
 classes (C = 100 uses them; C = 10 merges them ten by ten, so both collections hold the same
@@ -108,14 +113,17 @@ class _CountingConn:
         self._conn = conn
         self.knn_statements = 0
         self.shortlist_statements = 0
+        self.prior_knn_statements = 0
         self.statements = 0
 
     def execute(self, query, *a, **kw):
         self.statements += 1
         if "pm_knn_batch" in str(query):
             self.knn_statements += 1
-        if "pm_shortlist" in str(query):
+        if "WHERE it.id = s.item_id" in str(query):  # the rows' candidates with their items
             self.shortlist_statements += 1
+        if "coords <->" in str(query):  # the rows' prior k-NN
+            self.prior_knn_statements += 1
         return self._conn.execute(query, *a, **kw)
 
     def __getattr__(self, name):
@@ -239,7 +247,9 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
 
             say(f"C={C}: resolve vs plain")
             rconn = _CountingConn(db.connect())
-            resolve_ms, parts, plain_ms, hits, pmv_ms, pmv_parts = [], [], [], [], [], []
+            kconn = db.connect(autocommit=True)  # (c'): ef_search k', so that the index returns k' rows
+            kconn.execute(f"SET hnsw.ef_search = {max(40, int(cfg.shortlist))}")
+            resolve_ms, parts, plain_ms, hits, pmv_ms, pmv_parts, plain_kp_ms = [], [], [], [], [], [], []
             try:
                 # interleaved, so that both see the same machine load
                 for i in range(n_query):
@@ -252,6 +262,12 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                         q = Xq[(i + j) % n_query]
                         conn.execute(plain_sql, [q, q, cfg.k], prepare=True).fetchall()
                     dt_plain = (time.perf_counter() - t) * 1e3
+                    t = time.perf_counter()
+                    for j in range(C):  # (c'): k' items each
+                        q = Xq[(i + j) % n_query]
+                        kconn.execute(plain_sql, [q, q, int(cfg.shortlist)], prepare=True).fetchall()
+                    if i >= cfg.warmup:
+                        plain_kp_ms.append((time.perf_counter() - t) * 1e3)
                     if pmv is not None:
                         t = time.perf_counter()
                         pres = resolve(name, pmv_reqs[i], conn=rconn)
@@ -265,13 +281,16 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                         hits.append(np.mean(np.asarray(real["labels"]) == yq_c[i]))
                 knn_per_request = rconn.knn_statements / n_query
                 shortlist_per_request = rconn.shortlist_statements / n_query
+                prior_knn_per_request = rconn.prior_knn_statements / n_query
             finally:
                 rconn.close()
+                kconn.close()
             r_p50, p_p50 = _pct(resolve_ms, 50), _pct(plain_ms, 50)
             results.append({
                 "rows": C, "client_p50_ms": round(_pct(client_ms, 50), 3), "client_p95_ms": round(_pct(client_ms, 95), 3),
                 "resolve_p50_ms": round(r_p50, 3), "resolve_p95_ms": round(_pct(resolve_ms, 95), 3),
                 "plain_p50_ms": round(p_p50, 3), "plain_p95_ms": round(_pct(plain_ms, 95), 3),
+                "plain_kprime_p50_ms": round(_pct(plain_kp_ms, 50), 3),
                 "ratio": round(r_p50 / p_p50, 3),
                 "resolve_parts_p50_ms": {kk: round(_pct([p[kk] for p in parts if kk in p], 50), 3)
                                          for kk in parts[0] if kk != "total"},
@@ -280,10 +299,12 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                 "pm_vector": None if pmv is None else {
                     "shortlist": cfg.shortlist, "client_p50_ms": round(_pct(pmv_client_ms, 50), 3),
                     "resolve_p50_ms": round(_pct(pmv_ms, 50), 3), "resolve_p95_ms": round(_pct(pmv_ms, 95), 3),
-                    "ratio": round(_pct(pmv_ms, 50) / p_p50, 3), "max_prior": int(cfg.max_prior),
+                    "ratio": round(_pct(pmv_ms, 50) / p_p50, 3),
+                    "ratio_kprime": round(_pct(pmv_ms, 50) / _pct(plain_kp_ms, 50), 3), "max_prior": int(cfg.max_prior),
                     "resolve_parts_p50_ms": {kk: round(_pct([p[kk] for p in pmv_parts if kk in p], 50), 3)
                                              for kk in (pmv_parts[0] if pmv_parts else {}) if kk != "total"},
-                    "shortlist_statements_per_request": shortlist_per_request},
+                    "shortlist_statements_per_request": shortlist_per_request,
+                    "prior_knn_statements_per_request": prior_knn_per_request},
                 "setup": {"ingest_s": round(ingest_s, 3), "job_s": job.get("duration"), "job_timings": job.get("timings")},
             })
             db.drop_collection(name, missing_ok=True)

@@ -182,16 +182,18 @@ def latency(
         return
     t = Table(title=f"latency: {result['items']:,} items ({result['data']}, {result['dim']} dims), "
                     f"{result['anchors']} anchors, k={result['k']}, {repeats} requests per C (ms)")
-    for c in ("C", "protocol", "client p50", "resolve p50", "resolve p95", "plain p50", "ratio", "statements"):
+    for c in ("C", "protocol", "client p50", "resolve p50", "resolve p95", "plain p50", "ratio", "plain k' p50",
+              "ratio k'", "statements"):
         t.add_column(c, justify="right")
     for r in result["results"]:
         pm = r.get("pm_vector")
         if pm:
             t.add_row(str(r["rows"]), f"pm_vector (k'={pm['shortlist']})", f"{pm['client_p50_ms']:.1f}",
                       f"{pm['resolve_p50_ms']:.1f}", f"{pm['resolve_p95_ms']:.1f}", f"{r['plain_p50_ms']:.1f}",
-                      f"{pm['ratio']:.2f}", f"{pm['shortlist_statements_per_request']:g}")
+                      f"{pm['ratio']:.2f}", f"{r['plain_kprime_p50_ms']:.1f}", f"{pm['ratio_kprime']:.2f}",
+                      f"{pm['prior_knn_statements_per_request']:g} k-NN + {pm['shortlist_statements_per_request']:g}")
         t.add_row(str(r["rows"]), "privatemail_paper", f"{r['client_p50_ms']:.1f}", f"{r['resolve_p50_ms']:.1f}",
-                  f"{r['resolve_p95_ms']:.1f}", f"{r['plain_p50_ms']:.1f}", f"{r['ratio']:.2f}",
+                  f"{r['resolve_p95_ms']:.1f}", f"{r['plain_p50_ms']:.1f}", f"{r['ratio']:.2f}", "", "",
                   f"{r['knn_statements_per_request']:g}")
     Console().print(t)
     for r in result["results"]:

@@ -14,9 +14,10 @@ TRAILER = b"\xff\xff"
 
 _INT = {"int8": ">i8", "int4": ">i4"}
 _VEC = {"vector": ">f4", "halfvec": ">f2"}
-#: float8 scalars; "float8[]" is a 1-d float8 array of ``dim`` elements (no NULLs): fixed width too
+#: float8 scalars; "float8[]" / "int8[]" are 1-d arrays of ``dim`` elements (no NULLs): fixed width too
 _FLOAT = {"float8": ">f8"}
 _FLOAT8_OID = 701
+_ARRAY = {"float8[]": (">f8", _FLOAT8_OID), "int8[]": (">i8", 20)}
 _ARR_HEADER = 5 * 4  # ndim, has-null flag, element oid, length, lower bound
 
 
@@ -29,8 +30,8 @@ def _row_dtype(columns: list[tuple[str, str, int]]) -> np.dtype:
             fields.append((name, _INT[kind]))
         elif kind in _FLOAT:
             fields.append((name, _FLOAT[kind]))
-        elif kind == "float8[]":
-            fields += [(f"_arr_{name}", ">i4", (5,)), (f"_elen_{name}", [("l", ">i4"), ("v", ">f8")], (dim,))]
+        elif kind in _ARRAY:
+            fields += [(f"_arr_{name}", ">i4", (5,)), (f"_elen_{name}", [("l", ">i4"), ("v", _ARRAY[kind][0])], (dim,))]
         elif kind in _VEC:
             fields += [(f"_dim_{name}", ">u2"), (f"_unused_{name}", ">u2"), (name, _VEC[kind], (dim,))]
         else:  # pragma: no cover - programming error
@@ -43,7 +44,7 @@ def _field_len(kind: str, dim: int) -> int:
         return np.dtype(_INT[kind]).itemsize
     if kind in _FLOAT:
         return 8
-    if kind == "float8[]":
+    if kind in _ARRAY:
         return _ARR_HEADER + 12 * dim
     return 4 + np.dtype(_VEC[kind]).itemsize * dim
 
@@ -59,8 +60,8 @@ def encode(columns: list[tuple[str, str, int]], data: dict[str, np.ndarray], wit
         if kind in _VEC:
             rows[f"_dim_{name}"] = dim
             rows[f"_unused_{name}"] = 0
-        if kind == "float8[]":
-            rows[f"_arr_{name}"] = (1, 0, _FLOAT8_OID, dim, 1)
+        if kind in _ARRAY:
+            rows[f"_arr_{name}"] = (1, 0, _ARRAY[kind][1], dim, 1)
             rows[f"_elen_{name}"]["l"] = 8
             rows[f"_elen_{name}"]["v"] = data[name]
             continue
@@ -90,8 +91,8 @@ def decode(columns: list[tuple[str, str, int]], buf: bytes) -> dict[str, np.ndar
                 raise ValueError(f"column {name}: unexpected field width (NULL or wrong dimension)")
     out: dict[str, np.ndarray] = {}
     for name, kind, dim in columns:
-        if kind == "float8[]":
-            out[name] = rows[f"_elen_{name}"]["v"].astype(np.float64)
+        if kind in _ARRAY:
+            out[name] = rows[f"_elen_{name}"]["v"].astype(np.float64 if kind == "float8[]" else np.int64)
             continue
         a = rows[name]
         out[name] = a.astype(np.int64) if kind in _INT else a.astype(np.float64 if kind in _FLOAT else np.float32)
@@ -137,8 +138,8 @@ def encode_with_tail(columns: list[tuple[str, str, int]], data: dict[str, np.nda
         if kind in _VEC:
             rows[f"_dim_{name}"] = dim
             rows[f"_unused_{name}"] = 0
-        if kind == "float8[]":
-            rows[f"_arr_{name}"] = (1, 0, _FLOAT8_OID, dim, 1)
+        if kind in _ARRAY:
+            rows[f"_arr_{name}"] = (1, 0, _ARRAY[kind][1], dim, 1)
             rows[f"_elen_{name}"]["l"] = 8
             rows[f"_elen_{name}"]["v"] = data[name]
             continue

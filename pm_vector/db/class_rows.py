@@ -385,4 +385,6 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
         sizes[k] = int(sizes[k]) + int(np.sum(new_y == int(c)))
     new_doc["class_sizes"] = sizes
     new_doc["n_items"] = int(all_ids.shape[0])
+    # the graph changed: processes holding the run's graph in memory (pm_vector.db.run_graph) read it again
+    new_doc["graph_version"] = int(doc.get("graph_version", 0)) + 1
     return new_doc

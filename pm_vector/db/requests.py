@@ -234,38 +234,49 @@ def answer_rows(rows, n_rows: int, value_key: str, *, feature_dim: int | None = 
                 kahm: bool = False) -> list[dict]:
     """The per-row answer of a resolve statement's result, whose columns are ``row (1-based),
     rank, item_id, external_id, label, value, payload`` then, when asked, the raw features
-    (``feature_dim``), the published code (``code_dim``) and the KAHM ``predicted, scores``.
-    ``value_key`` names the value column (``distances`` or ``scores``)."""
-    out = [{"row": i, "item_ids": [], "external_ids": [], "labels": [], value_key: [], "payloads": []}
-           for i in range(n_rows)]
-    feats: list[list] = [[] for _ in range(n_rows)]
-    codes: list[list] = [[] for _ in range(n_rows)]
-    if kahm:
-        for o in out:
-            o["predicted"], o["class_scores"] = [], []
-    ci = 7 + (feature_dim is not None)  # the code's column
-    si = ci + (code_dim is not None)  # the KAHM columns
-    for r in rows:
-        o = out[r[0] - 1]
-        o["item_ids"].append(int(r[2]))
-        o["external_ids"].append(r[3])
-        o["labels"].append(int(r[4]))
-        o[value_key].append(float(r[5]))
-        o["payloads"].append(r[6])
-        if feature_dim is not None:
-            v = r[7]
-            feats[r[0] - 1].append(np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32))
-        if code_dim is not None:
-            v = r[ci]
-            codes[r[0] - 1].append(np.full(code_dim, np.nan, np.float16) if v is None else
-                                   np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float16))
-        if kahm:
-            o["predicted"].append(None if r[si] is None else int(r[si]))
-            o["class_scores"].append(None if r[si + 1] is None else [float(v) for v in r[si + 1]])
+    (``feature_dim``), the published code (``code_dim``) and the KAHM ``predicted, scores``;
+    ordered by row, then rank. ``value_key`` names the value column (``distances`` or
+    ``scores``)."""
+    n_cols = 7 + (feature_dim is not None) + (code_dim is not None) + 2 * kahm
+    cols = list(zip(*rows)) if rows else [()] * n_cols
+    row_of = np.fromiter(cols[0], dtype=np.int64, count=len(rows)) if rows else np.zeros(0, np.int64)
+    return assemble_answer(n_rows, row_of, cols[2], cols[3], cols[4], cols[5], cols[6], cols[7:], value_key,
+                           feature_dim=feature_dim, code_dim=code_dim, kahm=kahm)
+
+
+def assemble_answer(n_rows: int, row_of: np.ndarray, item_ids, external_ids, labels, values, payloads, extra: list,
+                    value_key: str, *, feature_dim: int | None = None, code_dim: int | None = None,
+                    kahm: bool = False) -> list[dict]:
+    """``rows[i]`` of an answer from its candidates' columns (sequences in row, then rank order;
+    ``row_of``: each candidate's 1-based row, ascending; ``extra``: the features, code and KAHM
+    columns that were asked for, in that order). One slice per row and column: no Python step
+    per value but the conversions the JSON needs."""
+    if row_of.size > 1 and np.any(np.diff(row_of) < 0):  # pragma: no cover - the statements order by row
+        raise ValueError("resolve statement rows are not ordered by row")
+    edges = np.searchsorted(row_of, np.arange(1, n_rows + 2))
+    k = 0
+    feats = codes = pred = scores = None
     if feature_dim is not None:
-        for o, f in zip(out, feats):
-            o["features"] = np.stack(f) if f else np.zeros((0, feature_dim), np.float32)
+        feats, k = extra[k], k + 1
     if code_dim is not None:
-        for o, f in zip(out, codes):
-            o["codes"] = np.stack(f) if f else np.zeros((0, code_dim), np.float16)
+        codes, k = extra[k], k + 1
+    if kahm:
+        pred, scores = extra[k], extra[k + 1]
+    out = []
+    for i in range(n_rows):
+        a, b = int(edges[i]), int(edges[i + 1])
+        o = {"row": i, "item_ids": [int(v) for v in item_ids[a:b]], "external_ids": list(external_ids[a:b]),
+             "labels": [int(v) for v in labels[a:b]], value_key: [float(v) for v in values[a:b]],
+             "payloads": list(payloads[a:b])}
+        if feats is not None:
+            f = [np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32) for v in feats[a:b]]
+            o["features"] = np.stack(f) if f else np.zeros((0, feature_dim), np.float32)
+        if codes is not None:
+            c = [np.full(code_dim, np.nan, np.float16) if v is None else
+                 np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float16) for v in codes[a:b]]
+            o["codes"] = np.stack(c) if c else np.zeros((0, code_dim), np.float16)
+        if pred is not None:
+            o["predicted"] = [None if v is None else int(v) for v in pred[a:b]]
+            o["class_scores"] = [None if v is None else [float(x) for x in v] for v in scores[a:b]]
+        out.append(o)
     return out

@@ -7,11 +7,8 @@
     public_anchor(collection) -> (PublicAnchor, info)    what clients download (pm_vector.db.frame)
     class_frames(collection) -> ClassFrames              the active run's published class frames
 
-Parsing and the checks every request passes live in :mod:`pm_vector.db.requests`; the SQL is
-``pm_vector.pm_shortlist`` (``sql/0005_class_rows.sql``; runs built since migration 0009 are
-answered by the statement of ``sql/0009_fast_shortlist.sql``: neighbour lists and their hub counts
-read with the prior rows); the client side is
-:mod:`pm_vector.client.query`.
+Parsing and the checks every request passes live in :mod:`pm_vector.db.requests`; the client
+side is :mod:`pm_vector.client.query`.
 
 Class-rows requests (format ``"pm_vector.class-rows/1"``)
 ----------------------------------------------------------
@@ -21,10 +18,21 @@ text): one noised row per class in the active run's class frames. A client build
 pool of the :class:`~pm_vector.client.PublicAnchor`) or :func:`class_frames`. The server checks
 the frames digest (a request built on other frames is refused: fetch the current public
 anchor), one row per class in the run's order, finite numbers, ``k'`` in 1..1000, then answers
-**all** rows with **one** statement, ``pm_vector.pm_shortlist`` (``sql/0005_class_rows.sql``:
-the posterior shortlist of :class:`pm_vector.shortlist.PosteriorShortlist`, computed in SQL from
-the run's prior, raw-feature graph and hub tables) joined with the items, in the same REPEATABLE
-READ transaction as the checks and the log. With ``include_features`` (and
+**all** rows in one REPEATABLE READ transaction with the checks and the log:
+
+1. **one** pgvector k-NN statement finds every row's retained prior (the ``max_prior`` items of
+   its class nearest the released row, through the class partition's HNSW index; a class of at
+   most ``max_prior`` items is retained whole and needs no search) --
+   :func:`pm_vector.db.run_graph.prior_knn`;
+2. the rows are ranked on the run's graph held in this process's memory
+   (:func:`pm_vector.shortlist.rank_retained` on :class:`pm_vector.db.run_graph.RunGraph`: the
+   posterior shortlist of :class:`pm_vector.shortlist.PosteriorShortlist`, the same scores as the
+   SQL function ``pm_vector.pm_shortlist``);
+3. **one** statement returns every row's ``k'`` candidates with their items.
+
+Sharded runs and runs built before migration 0009 are ranked in the database instead: one
+statement, ``pm_vector.pm_shortlist`` (``sql/0005_class_rows.sql``, ``sql/0009_fast_shortlist.sql``,
+``sql/0011_cluster.sql``) joined with the items. With ``include_features`` (and
 ``allow_raw_features``) every candidate of every row carries its raw features, so the answer
 does not depend on which row is real; the client re-ranks its real row locally
 (:meth:`~pm_vector.client.query.PrivateKNN.rerank`). With ``include_codes`` (any collection)
@@ -32,7 +40,7 @@ every candidate of every row carries its published compact code (``run_<id>_code
 :mod:`pm_vector.db.class_rows`); the client re-ranks by ``||projection.transform(x) - code||``
 with the :class:`~pm_vector.manifold.codes.PublicProjection` of :func:`public_anchor`. When the
 collection has a KAHM model every candidate also carries its class scores, as on the PrivateMail
-path. Codes and scores are joined in the same single statement.
+path. Codes and scores are joined in the candidates statement.
 
 The paper's requests (format ``"pm_vector.privatemail/1"`` and release-only
 ``"pm_vector.privatemail-release/1"``) are answered by
@@ -46,10 +54,12 @@ import time
 from typing import Any, Mapping
 
 import numpy as np
+from psycopg.types.json import set_json_loads
 
 from ..client.query import FORMAT as CLASS_ROWS_FORMAT
 from ..client.query import QueryRequest
 from ..errors import InvalidInputError, RequestError
+from . import run_graph
 from .engine import connect
 from .errors import ClassRowsUnavailableError, DimensionMismatchError
 from .frame import _run_row, class_frames, client_frame, public_anchor  # noqa: F401  (the public-anchor API)
@@ -60,8 +70,10 @@ from .requests import (
     _check_k,
     _check_k_prime,
     _check_rows,
+    _loads,
     _parse,
     answer_rows,
+    assemble_answer,
     finish,
     run_snapshot,
 )
@@ -132,8 +144,10 @@ def explain_resolution(collection: str, request, k: int = 8, include_features: b
     """The plans of :func:`resolve`'s statement for this request, without running it or logging:
     ``{"statement": EXPLAIN of the outer statement, "knn": pm_knn_batch_explain of the
     k-NN statement pm_knn_batch runs inside (one HNSW index scan per query row)}``; for a
-    class-rows request ``{"statement", "shortlist": pm_shortlist_explain of the statement
-    pm_shortlist runs inside}``."""
+    class-rows request ``{"prior_knn": the rows' prior k-NN (empty when every class is retained
+    whole), "statement": the candidates with their items, "shortlist": pm_shortlist_explain of
+    the SQL function's statement}`` (a sharded or older run: no ``prior_knn``, and ``statement``
+    calls pm_shortlist)."""
     k = _check_k(k)
     req, _ = _parse(request)
     _check_rows(req)
@@ -176,42 +190,139 @@ def _check_class_rows_against_run(meta: Mapping[str, Any], req: QueryRequest, co
     return doc
 
 
+#: the ranked candidates from the SQL function (the ranking done in the database): collection,
+#: rows, sigmas, k'
+SQL_SOURCE = ("(SELECT x.row_index, x.rank, x.item_id, x.score "
+              "FROM pm_vector.pm_shortlist(%s, %s::float8[], %s::float8[], %s, NULL::integer) AS x)")
+
+
+def _item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: int | None,
+                kahm_model_id: int | None) -> tuple[str, str]:
+    """``(columns, joins)`` that bring each candidate ``s.item_id``'s item (external id, label,
+    payload[, features]), its code and its stored KAHM class scores: LATERAL by primary key,
+    OFFSET 0, one index lookup per candidate."""
+    col = "features" if coll["feature_type"] == "vector" else "features_half"
+    cols = ("i.external_id, i.label, i.payload" + (f", i.{col}" if include_features else "") +
+            (", cd.code" if codes_run_id is not None else "") +
+            (", sc.predicted, sc.scores" if kahm_model_id is not None else ""))
+    joins = (" LEFT JOIN LATERAL (SELECT it.external_id, it.label, it.payload" +
+             (f", it.{col}" if include_features else "") +
+             " FROM pm_vector.items AS it WHERE it.id = s.item_id OFFSET 0) AS i ON true" +
+             (" LEFT JOIN LATERAL (SELECT c.code FROM pm_vector.run_" + str(int(codes_run_id)) + "_codes AS c"
+              " WHERE c.item_id = s.item_id OFFSET 0) AS cd ON true" if codes_run_id is not None else "") +
+             (" LEFT JOIN LATERAL (SELECT k.predicted, k.scores FROM pm_vector.kahm_item_scores AS k"
+              f" WHERE k.model_id = {int(kahm_model_id)} AND k.item_id = s.item_id OFFSET 0) AS sc ON true"
+              if kahm_model_id is not None else ""))
+    return cols, joins
+
+
 def _shortlist_statement(coll: Mapping[str, Any], include_features: bool, *, codes_run_id: int | None = None,
                          kahm_model_id: int | None = None) -> str:
-    """The one statement answering every row: ``row_index, rank, item_id, external_id, label,
-    score, payload[, features][, code][, predicted, scores]``. ``codes_run_id``: join every
-    candidate's code from that run's ``run_<id>_codes``; ``kahm_model_id``: join every
-    candidate's stored KAHM class scores (the lookup of :func:`_knn_statement`)."""
-    col = "features" if coll["feature_type"] == "vector" else "features_half"
-    # LATERAL by primary key, OFFSET 0: one index lookup per returned candidate
-    return ("SELECT s.row_index, s.rank, s.item_id, s.external_id, s.label, s.score, i.payload" +
-            (f", i.{col}" if include_features else "") +
-            (", cd.code" if codes_run_id is not None else "") +
-            (", sc.predicted, sc.scores" if kahm_model_id is not None else "") +
-            " FROM pm_vector.pm_shortlist(%s, %s::float8[], %s::float8[], %s, NULL::integer) AS s"
-            " CROSS JOIN LATERAL (SELECT it.payload" + (f", it.{col}" if include_features else "") +
-            " FROM pm_vector.items AS it WHERE it.id = s.item_id OFFSET 0) AS i" +
-            (" LEFT JOIN LATERAL (SELECT c.code FROM pm_vector.run_" + str(int(codes_run_id)) + "_codes AS c"
-             " WHERE c.item_id = s.item_id OFFSET 0) AS cd ON true" if codes_run_id is not None else "") +
-            (" LEFT JOIN LATERAL (SELECT k.predicted, k.scores FROM pm_vector.kahm_item_scores AS k"
-             f" WHERE k.model_id = {int(kahm_model_id)} AND k.item_id = s.item_id OFFSET 0) AS sc ON true"
-             if kahm_model_id is not None else "") +
-            " ORDER BY s.row_index, s.rank")
+    """pm_shortlist's candidates with their items: ``row_index, rank, item_id, external_id,
+    label, score, payload[, features][, code][, predicted, scores]`` (sharded and older runs).
+    ``codes_run_id``: join every candidate's code from that run's ``run_<id>_codes``;
+    ``kahm_model_id``: join every candidate's stored KAHM class scores."""
+    cols, joins = _item_joins(coll, include_features, codes_run_id, kahm_model_id)
+    _, rest = cols.split("i.payload", 1)
+    return (f"SELECT s.row_index, s.rank, s.item_id, i.external_id, i.label, s.score, i.payload{rest}"
+            f" FROM {SQL_SOURCE} AS s{joins} ORDER BY s.row_index, s.rank")
+
+
+def _items_statement(coll: Mapping[str, Any], include_features: bool, *, codes_run_id: int | None = None,
+                     kahm_model_id: int | None = None) -> str:
+    """The items of candidates ranked here (one parameter: their ids, bigint[], in answer order):
+    ``external_id, label, payload[, features][, code][, predicted, scores]`` in that order."""
+    cols, joins = _item_joins(coll, include_features, codes_run_id, kahm_model_id)
+    return (f"SELECT {cols} FROM unnest(%s::bigint[]) WITH ORDINALITY AS s(item_id, ord){joins} ORDER BY s.ord")
+
+
+def _scored_candidates(rconn, meta: Mapping[str, Any], doc: Mapping[str, Any], req: QueryRequest, kp: int,
+                       timings: dict[str, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(row_of, item_ids, scores)`` of every row's ranked candidates (row, then rank order;
+    ``row_of`` 1-based): the retained prior found by ONE pgvector k-NN statement
+    (:func:`pm_vector.db.run_graph.prior_knn`), ranked on the run's cached graph
+    (:func:`pm_vector.shortlist.rank_retained`)."""
+    from ..shortlist import prior_d2, rank_retained
+
+    t = time.perf_counter()
+    graph = run_graph.run_graph(rconn, meta)
+    timings["graph"] = (time.perf_counter() - t) * 1e3
+    t = time.perf_counter()
+    rows = np.asarray(req.rows, dtype=np.float64)
+    labels = [int(c) for c in doc["classes"]]
+    max_prior = int(doc.get("max_prior") or 1024)
+    retained = run_graph.prior_knn(rconn, graph, doc, rows, labels, max_prior)
+    timings["prior_knn"] = (time.perf_counter() - t) * 1e3
+    t = time.perf_counter()
+    sizes = {int(c): int(n) for c, n in zip(doc["classes"], doc["class_sizes"])}
+    mw = float(doc.get("min_weight") or 0.0)
+    r_of, r_ids, r_score = [], [], []
+    for i, (z, sigma, c) in enumerate(zip(rows, req.sigmas, labels)):
+        pos = retained[i]
+        d2 = prior_d2(graph.coords[pos], z)
+        order = np.lexsort((graph.ids[pos], d2))  # (distance, item id): the order pm_shortlist sums in
+        pos, d2 = pos[order], d2[order]
+        top_ids, top_hubs = graph.top_hubs[c]
+        ids, scores = rank_retained(d2, graph.nbrs[pos], graph.nhub[pos], float(sigma), sizes[c] > max_prior, mw,
+                                    top_ids, top_hubs, graph.fill_ids, kp)
+        r_of.append(np.full(ids.size, i + 1, np.int64))
+        r_ids.append(ids)
+        r_score.append(scores)
+    timings["score"] = (time.perf_counter() - t) * 1e3
+    return np.concatenate(r_of), np.concatenate(r_ids), np.concatenate(r_score)
+
+
+class _Int8Array:
+    """int64 ids sent as a binary ``bigint[]`` built by numpy: psycopg's list dumper costs ~1 ms
+    for a C = 10 answer's 1,280 ids."""
+
+    def __init__(self, values: np.ndarray):
+        self.values = values
+
+    def binary(self) -> bytes:
+        n = int(self.values.size)
+        body = np.empty(n, dtype=[("len", ">i4"), ("v", ">i8")])
+        body["len"] = 8
+        body["v"] = self.values
+        return np.array([1, 0, 20, n, 1], dtype=">i4").tobytes() + body.tobytes()  # 1-d, no NULLs, int8
+
+
+def _register_ids_dumper(conn) -> None:
+    """Teach ``conn`` to send :class:`_Int8Array` parameters (once per connection)."""
+    import psycopg
+    from psycopg.adapt import Dumper, PyFormat
+    from psycopg.pq import Format
+
+    try:
+        conn.adapters.get_dumper(_Int8Array, PyFormat.BINARY)
+        return
+    except psycopg.ProgrammingError:  # not registered yet
+        pass
+
+    class _Int8ArrayDumper(Dumper):
+        format = Format.BINARY
+        oid = 1016  # bigint[]
+
+        def dump(self, obj):
+            return obj.binary()
+
+    conn.adapters.register_dumper(_Int8Array, _Int8ArrayDumper)
 
 
 def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, include_features: bool, *, conn,
                         max_query_rows: int, k_prime, log: bool, received, t0: float,
                         timings: dict[str, float], include_codes: bool = False,
                         class_scores: bool = True, read_conn=None) -> dict[str, Any]:
-    """Answer a class-rows request: every row's ``k'`` candidates (``pm_vector.pm_shortlist``, ONE
-    statement for all rows, in the same REPEATABLE READ snapshot as the checks), joined with the
-    items for payloads and -- with ``include_features`` on a collection that allows raw features --
+    """Answer a class-rows request: every row's ``k'`` candidates (the module doc: one prior k-NN
+    statement and one candidates statement for all rows, or ``pm_vector.pm_shortlist`` for sharded
+    and older runs, in the same REPEATABLE READ snapshot as the checks), joined with the items for
+    payloads and -- with ``include_features`` on a collection that allows raw features --
     the raw features of every candidate of every row (so the answer does not depend on which row
     is real). With ``include_codes`` (any collection: the codes are what it publishes instead of
     raw features) every candidate of every row carries its compact code from the run's
     ``run_<id>_codes``; when the collection has a KAHM model and ``class_scores`` is true, every
     candidate of every row carries its stored class scores and predicted label (the lookup of the
-    PrivateMail path). Codes and scores are joined in the same single statement. Checks first
+    PrivateMail path). Codes and scores are joined in the candidates statement. Checks first
     (nothing written on error): collection, frames digest, one row per class in the run's class
     order, the frames' dimension, finite numbers, ``k'`` in 1..1000.
 
@@ -233,23 +344,39 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
         timings["lookup"] = (time.perf_counter() - t) * 1e3
 
         t = time.perf_counter()
-        cur = rconn.execute(_shortlist_statement(coll, include_features, codes_run_id=run_id if include_codes else None,
-                                                 kahm_model_id=kahm_id),
-                            [collection, np.asarray(req.rows, dtype=np.float64).tolist(),
-                             [float(v) for v in req.sigmas], kp], binary=True)
-        rows = cur.fetchall()
+        joins = {"codes_run_id": run_id if include_codes else None, "kahm_model_id": kahm_id}
+        set_json_loads(_loads, rconn)  # the candidates' payloads: orjson, ~5x faster than json for 1,280 of them
+        extra = {"feature_dim": int(coll["feature_dim"]) if include_features else None,
+                 "code_dim": code_dim if include_codes else None, "kahm": kahm_id is not None}
+        if run_graph.supports(rconn, doc, run_id):
+            row_of, ids, scores = _scored_candidates(rconn, meta, doc, req, kp, timings)
+            t_fetch = time.perf_counter()
+            _register_ids_dumper(rconn)
+            items = rconn.execute(_items_statement(coll, include_features, **joins), [_Int8Array(ids)],
+                                  binary=True, prepare=True).fetchall()
+            cols = list(zip(*items)) if items else [()] * (3 + (extra["feature_dim"] is not None) +
+                                                           (extra["code_dim"] is not None) + 2 * extra["kahm"])
+            out_rows = assemble_answer(req.n_rows, row_of, ids.tolist(), cols[0], cols[1], scores.tolist(), cols[2],
+                                       cols[3:], "scores", **extra)
+            n_found = int(ids.size)
+        else:  # sharded runs, runs built before migration 0009: ranked by pm_shortlist in the database
+            t_fetch = t
+            rows = rconn.execute(_shortlist_statement(coll, include_features, **joins),
+                                 [collection, np.asarray(req.rows, dtype=np.float64).tolist(),
+                                  [float(v) for v in req.sigmas], kp], binary=True).fetchall()
+            out_rows = answer_rows(rows, req.n_rows, "scores", **extra)
+            n_found = len(rows)
+        timings["fetch"] = (time.perf_counter() - t_fetch) * 1e3
         timings["shortlist"] = (time.perf_counter() - t) * 1e3
         if read_conn is None:
-            log_id = finish(rconn, collection, req, raw, run_id=run_id, n_rows=len(rows), received=received, t0=t0,
+            log_id = finish(rconn, collection, req, raw, run_id=run_id, n_rows=n_found, received=received, t0=t0,
                             log=log, timings=timings)
         else:  # read on a replica: end its snapshot; the log goes to the primary, before the answer
             rconn.rollback()
     if read_conn is not None:
-        log_id = _log_on_primary(conn, collection, req, raw, run_id=run_id, n_rows=len(rows), received=received,
+        log_id = _log_on_primary(conn, collection, req, raw, run_id=run_id, n_rows=n_found, received=received,
                                  t0=t0, log=log, timings=timings)
     C = req.n_rows
-    out_rows = answer_rows(rows, C, "scores", feature_dim=int(coll["feature_dim"]) if include_features else None,
-                           code_dim=code_dim if include_codes else None, kahm=kahm_id is not None)
     timings["total"] = (time.perf_counter() - t0) * 1e3
     return {"collection": collection, "run_id": run_id, "format": CLASS_ROWS_FORMAT, "k_prime": kp,
             "n_query_rows": C, "rows": out_rows,
@@ -292,15 +419,35 @@ def _explain_class_rows(collection: str, req: QueryRequest, include_features: bo
     kp = _check_k_prime(req.shortlist)
     with connect() as conn:
         meta = _run_row(conn, collection)
-        _check_class_rows_against_run(meta, req, collection, MAX_QUERY_ROWS)
+        doc = _check_class_rows_against_run(meta, req, collection, MAX_QUERY_ROWS)
+        run_id = int(meta["run"]["id"])
         rows = np.asarray(req.rows, dtype=np.float64).tolist()
         sig = [float(v) for v in req.sigmas]
-        stmt = _shortlist_statement(meta["coll"], include_features,  # as resolve runs it (class scores on)
-                                    kahm_model_id=meta["coll"].get("kahm_model_id"))
-        outer = [r[0] for r in conn.execute("EXPLAIN " + stmt,
-                                            [collection, rows, sig, kp]).fetchall()]
-        inner = [r[0] for r in conn.execute(
+        joins = {"kahm_model_id": meta["coll"].get("kahm_model_id")}  # as resolve runs it (class scores on)
+        out: dict[str, list[str]] = {}
+        if run_graph.supports(conn, doc, run_id):
+            # what resolve runs: the prior k-NN of the rows whose class is searched, then the candidates
+            graph = run_graph.run_graph(conn, meta)
+            labels = [int(c) for c in doc["classes"]]
+            mp = int(doc.get("max_prior") or 1024)
+            sizes = dict(zip((int(c) for c in doc["classes"]), (int(n) for n in doc["class_sizes"])))
+            search = [i for i, c in enumerate(labels) if sizes[c] > mp]
+            with conn.transaction():
+                conn.execute("SELECT pm_vector.pm_prepare_prior_search(%s)", [mp])
+                out["prior_knn"] = [r[0] for r in conn.execute(
+                    "EXPLAIN " + run_graph.prior_knn_statement(graph.run_id, int(doc["n_components"]), mp),
+                    [[rows[i] for i in search], [labels[i] for i in search]]).fetchall()] if search else []
+            _register_ids_dumper(conn)
+            _, ids, _ = _scored_candidates(conn, meta, doc, req, kp, {})
+            out["statement"] = [r[0] for r in conn.execute(
+                "EXPLAIN " + _items_statement(meta["coll"], include_features, **joins), [_Int8Array(ids)]).fetchall()]
+        else:
+            out["statement"] = [r[0] for r in conn.execute(
+                "EXPLAIN " + _shortlist_statement(meta["coll"], include_features, **joins),
+                [collection, rows, sig, kp]).fetchall()]
+        # the SQL function's own statement (SQL callers; sharded and older runs through resolve)
+        out["shortlist"] = [r[0] for r in conn.execute(
             "SELECT * FROM pm_vector.pm_shortlist_explain(%s, %s::float8[], %s::float8[], %s)",
             [collection, rows, sig, kp]).fetchall()]
         conn.rollback()
-    return {"statement": outer, "shortlist": inner}
+    return out

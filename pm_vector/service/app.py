@@ -46,7 +46,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__ as _version
@@ -178,12 +178,18 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
             log.warning("PostgreSQL role %r not usable: query keys resolve as the service user",
                         settings.query_db_role)
         state["router"] = _read_router(settings, state["pool"])
+        if settings.auth and getattr(state["pool"], "url", None):
+            from .keycache import KeyCache
+
+            state["keycache"] = await run_in_threadpool(KeyCache(state["pool"].url).start)
         task = asyncio.create_task(pruner()) if settings.request_log_retention_days > 0 else None
         try:
             yield
         finally:
             if task is not None:
                 task.cancel()
+            if state.get("keycache") is not None:
+                await run_in_threadpool(state.pop("keycache").close)
             state["jobs"].shutdown()
             for p in state["read_pools"].values():
                 p.close()
@@ -248,14 +254,15 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     def key_of(request: Request) -> dict[str, Any] | None:
         return getattr(request.state, "api_key", None)
 
-    def require_admin(request: Request) -> None:
+    # async: plain checks run on the event loop (a def dependency costs a hop to a worker thread)
+    async def require_admin(request: Request) -> None:
         rec = key_of(request)
         if rec is not None and rec.get("role") != "admin":
             raise ApiError(403, "forbidden", f"this key's role is {rec.get('role')!r}: it may read collections and "
                                              "anchors and resolve requests; this needs an admin key "
                                              "(`pm-vector keys create --role admin`).")
 
-    def require_scope(name: str, request: Request) -> None:
+    async def require_scope(name: str, request: Request) -> None:
         from ..db.api import _NAME
 
         if not _NAME.fullmatch(name) or not in_scope(key_of(request), name):  # out of scope looks absent
@@ -457,8 +464,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
             import numpy as np
 
             for row in res["rows"]:
-                C = np.array([[np.nan if v is None else v for v in c] for c in row["codes"]], dtype="<f2")
-                row["codes"] = base64.b64encode(C.tobytes()).decode("ascii")
+                row["codes"] = base64.b64encode(np.asarray(row["codes"], dtype="<f2").tobytes()).decode("ascii")
         return res
 
     @app.post("/collections/{name}/resolve", dependencies=auth, response_model=schemas.ResolveResponse,
@@ -471,7 +477,10 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         has one entry per query row; only the client knows which row is real."""
         body = await request.body()
         rec = key_of(request)
-        return JSONResponse(await run_in_threadpool(_resolve_sync, name, body, rec and rec.get("role")))
+        from .documents import json_bytes
+
+        res = await run_in_threadpool(_resolve_sync, name, body, rec and rec.get("role"))
+        return Response(json_bytes(res), media_type="application/json")
 
     @app.get("/collections/{name}/kahm/models", dependencies=auth, response_model=schemas.KAHMModels,
              tags=["kahm"])

@@ -16,14 +16,9 @@ from ..db.errors import DatabaseConfigError
 
 
 def _reset(conn) -> None:
-    # a connection lent to a query key's resolve goes back to the pool as the service user (only
-    # those: a RESET per request would cost every request a round trip)
-    if getattr(conn, "_pm_role", None):
-        conn.rollback()
-        conn.execute("RESET ROLE")
-        if not conn.autocommit:
-            conn.commit()
-        conn._pm_role = None
+    import time
+
+    conn._pm_returned = time.monotonic()  # for _check
 
 
 def _configure(conn) -> None:
@@ -34,8 +29,46 @@ def _configure(conn) -> None:
         conn.commit()
 
 
+def _session_as(conn, role: str | None) -> None:
+    """Make ``conn``'s session run as ``role`` (None: the service user), with a round trip only
+    when it runs as another one: a session keeps its role between requests, so a run of requests
+    of one kind pays nothing (a SET ROLE and a RESET ROLE per request cost two round trips)."""
+    from psycopg import sql
+
+    if getattr(conn, "_pm_session_role", None) == role:
+        return
+    if conn.info.transaction_status != 0:  # psycopg.pq.TransactionStatus.IDLE
+        conn.rollback()
+    conn.execute("RESET ROLE" if role is None else sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
+    if not conn.autocommit:
+        conn.commit()
+    conn._pm_session_role = role
+
+
 #: seconds a request waits for a pooled connection before the service answers 503
 GETCONN_TIMEOUT = 5.0
+#: a connection back in the pool for less than this is lent without a round trip, unless its
+#: socket has something to read (a server that stopped or was killed closes it or says why)
+FRESH_S = 1.0
+
+
+def _check(conn) -> None:
+    """The pool's check before lending ``conn``: a round trip (psycopg_pool's check_connection)
+    unless the connection was returned less than :data:`FRESH_S` ago and its socket is quiet.
+    Under load connections come back within milliseconds, so a request costs no ping; the session
+    of a server that went away is still replaced before a request gets it."""
+    import select
+    import time
+
+    from psycopg_pool import ConnectionPool
+
+    if time.monotonic() - getattr(conn, "_pm_returned", float("-inf")) < FRESH_S:
+        try:
+            if not select.select([conn.fileno()], [], [], 0)[0]:
+                return
+        except (OSError, ValueError):
+            pass
+    ConnectionPool.check_connection(conn)
 
 
 class ServicePool:
@@ -47,11 +80,12 @@ class ServicePool:
 
         self.url = libpq_url(url or database_url())
         engine.connect(self.url).close()  # pgvector + schema at head, with pm_vector's own error messages
-        # check: a connection is verified before it is handed out, so that the sessions of a
-        # server that was restarted or killed are replaced instead of failing one request each
+        # check: a connection is verified before it is handed out (_check), so that the sessions of
+        # a server that was restarted or killed are replaced instead of failing one request each
         self._pool = ConnectionPool(self.url, min_size=min_size, max_size=max_size, timeout=GETCONN_TIMEOUT,
                                     configure=_configure, reset=_reset, open=False, name="pm_vector_service",
-                                    check=ConnectionPool.check_connection, kwargs={"connect_timeout": 5})
+                                    check=_check, kwargs={"connect_timeout": 5})
+
         self._open_timeout = timeout
         try:
             self._pool.open(wait=True, timeout=self._open_timeout)
@@ -60,8 +94,10 @@ class ServicePool:
 
     @contextmanager
     def connection(self) -> Iterator:
-        """A pooled psycopg connection; the transaction is committed on success, rolled back on error."""
+        """A pooled psycopg connection whose session runs as the service user; the transaction is
+        committed on success, rolled back on error."""
         with self._pool.connection() as conn:
+            _session_as(conn, None)
             yield conn
 
     def usable_role(self, role: str) -> bool:
@@ -69,7 +105,7 @@ class ServicePool:
         use every foreign server (shards: a resolve reads them)? Checked at start-up."""
         if not role:
             return False
-        with self._pool.connection() as conn:
+        with self.connection() as conn:
             r = conn.execute("SELECT pg_has_role(current_user, oid, 'MEMBER') AND coalesce((SELECT "
                              "bool_and(has_server_privilege(r.oid, s.oid, 'USAGE')) FROM pg_foreign_server s), true) "
                              "FROM pg_roles r WHERE rolname = %s", [role]).fetchone()
@@ -78,15 +114,11 @@ class ServicePool:
 
     @contextmanager
     def connection_as(self, role: str | None) -> Iterator:
-        """A pooled connection whose session runs as ``role`` (None: the service user); idle on entry.
-        The pool's reset puts the session back to the service user when it is returned."""
-        from psycopg import sql
-
+        """A pooled connection whose session runs as ``role`` (None: the service user); idle on
+        entry. The session keeps the role when it goes back to the pool (:func:`_session_as`);
+        :meth:`connection` puts it back to the service user before lending it again."""
         with self._pool.connection() as conn:
-            if role:
-                conn._pm_role = role  # marks it for _reset before anything can fail
-                conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
-                conn.commit()
+            _session_as(conn, role or None)
             yield conn
 
     def ping(self, timeout: float = 2.0) -> str | None:

@@ -87,7 +87,7 @@ class AuthMiddleware:
     async def _authenticate(self, scope) -> dict:
         from fastapi.concurrency import run_in_threadpool
 
-        from .auth import verify_key
+        from .auth import hash_key, verify_key
 
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
         h = headers.get("authorization") or ""
@@ -96,13 +96,20 @@ class AuthMiddleware:
             raise ApiError(401, "unauthorized", "no API key; send `Authorization: Bearer <key>` (create one with "
                                                 "`pm-vector keys create --name NAME`).", {"WWW-Authenticate": "Bearer"})
         pool = self.state.get("pool")
+        cache = self.state.get("keycache")
+        digest = hash_key(key) if cache is not None else None
+        rec = cache.lookup(digest) if cache is not None else None
+        generation = cache.generation() if cache is not None and rec is None else 0
 
         def verify():
             with pool.connection() as conn:
                 return verify_key(conn, key)
 
         try:
-            rec = await run_in_threadpool(verify)
+            if rec is None:
+                rec = await run_in_threadpool(verify)
+                if rec is not None and cache is not None:
+                    cache.store(digest, rec, generation)
         except Exception as exc:  # noqa: BLE001 - a database down is a 503, anything else a 500 in JSON
             if _database_down(exc):
                 raise ApiError(503, "database_unavailable", "the database is unreachable right now; retry after "

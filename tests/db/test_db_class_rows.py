@@ -172,17 +172,21 @@ def _true_knn(served, x, k=8):
 
 
 class _Counting:
-    """A connection proxy counting statements (and those running pm_shortlist)."""
+    """A connection proxy counting statements: those returning the rows' candidates with their
+    items (``shortlist_statements``) and the prior k-NN statements (``knn_statements``)."""
 
     def __init__(self, conn):
         self._conn = conn
         self.statements = 0
         self.shortlist_statements = 0
+        self.knn_statements = 0
 
     def execute(self, query, *a, **kw):
         self.statements += 1
-        if "pm_shortlist" in str(query):
+        if "WHERE it.id = s.item_id" in str(query):
             self.shortlist_statements += 1
+        if "coords <->" in str(query):
+            self.knn_statements += 1
         return self._conn.execute(query, *a, **kw)
 
     def __getattr__(self, name):
@@ -225,7 +229,8 @@ def test_resolve_one_statement_and_recall_after_rerank_equals_in_memory(served, 
                 assert real["external_ids"] == [f"d{pos[v]}" for v in real["item_ids"]]
     finally:
         c.close()
-    assert c.shortlist_statements == n  # one statement per request, all rows
+    assert c.shortlist_statements == n  # one statement per request returns all rows' candidates
+    assert c.knn_statements <= n  # and at most one finds every row's prior (none: every class retained whole)
     assert _log_count(conn) == before + n
     log = list_requests(served["name"], limit=1)[0]
     assert log["row_count"] == 10 * KP and log["request"]["format"] == "pm_vector.class-rows/1"
@@ -241,7 +246,8 @@ def test_explain_resolution_of_a_class_rows_request(served):
 
     req, _ = _requests(served, 4.0, n=1)[0]
     plans = explain_resolution(served["name"], req.to_json())
-    assert "Function Scan on pm_shortlist s" in "\n".join(plans["statement"])
+    # the candidates are read by primary key; the classes fit in max_prior: no prior search
+    assert "Index Scan using items_pkey" in "\n".join(plans["statement"]) and plans["prior_knn"] == []
     inner = "\n".join(plans["shortlist"])
     rid = served["run"]["run_id"]
     # a run built after migration 0009: neighbour lists come with the prior rows, the graph table is not read

