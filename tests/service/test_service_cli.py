@@ -95,9 +95,13 @@ def test_query_command(service, svc_collection, svc_key, svc_split, tmp_path, mo
 
 
 def test_demo_json(svc_home):
-    res = json.loads(_run("demo", "--json", "--queries", "6", "--epsilons", "1").stdout)
+    # 6 queries at eps 1, 4 and 16: 126 in all, far over a client's default budget of 10 -- the
+    # demo's evaluation ledger is given exactly what the evaluation spends
+    res = json.loads(_run("demo", "--json", "--queries", "6", "--epsilons", "1,4,16").stdout)
     assert set(res) >= {"nonprivate", "results", "seconds"}
     assert set(res["nonprivate"]) >= {"recall_at_8", "precision_at_8"}
-    (r,) = res["results"]
-    assert set(r) >= {"epsilon", "recall_at_8", "precision_at_8", "query_p50_ms"} and r["epsilon"] == 1.0
+    assert [r["epsilon"] for r in res["results"]] == [1.0, 4.0, 16.0]
+    r = res["results"][0]
+    assert set(r) >= {"epsilon", "recall_at_8", "precision_at_8", "query_p50_ms"}
     assert 0.0 <= r["precision_at_8"] <= 1.0 and r["query_p50_ms"] > 0
+    assert res["ledger_epsilon_spent"] == pytest.approx(6 * 21.0)
