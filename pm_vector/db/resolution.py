@@ -141,7 +141,8 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
 
 
 def explain_resolution(collection: str, request, k: int = 8, include_features: bool = False) -> dict[str, list[str]]:
-    """The plans of :func:`resolve`'s statement for this request, without running it or logging:
+    """The plans of :func:`resolve`'s statements for this request, without logging (a class-rows
+    request's prior k-NN runs, read-only, to know the candidates whose fetch is explained):
     ``{"statement": EXPLAIN of the outer statement, "knn": pm_knn_batch_explain of the
     k-NN statement pm_knn_batch runs inside (one HNSW index scan per query row)}``; for a
     class-rows request ``{"prior_knn": the rows' prior k-NN (empty when every class is retained
