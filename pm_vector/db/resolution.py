@@ -349,7 +349,7 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
         set_json_loads(_loads, rconn)  # the candidates' payloads: orjson, ~5x faster than json for 1,280 of them
         extra = {"feature_dim": int(coll["feature_dim"]) if include_features else None,
                  "code_dim": code_dim if include_codes else None, "kahm": kahm_id is not None}
-        if run_graph.supports(rconn, doc, run_id):
+        if run_graph.supports(rconn, meta):
             row_of, ids, scores = _scored_candidates(rconn, meta, doc, req, kp, timings)
             t_fetch = time.perf_counter()
             _register_ids_dumper(rconn)
@@ -421,12 +421,11 @@ def _explain_class_rows(collection: str, req: QueryRequest, include_features: bo
     with connect() as conn:
         meta = _run_row(conn, collection)
         doc = _check_class_rows_against_run(meta, req, collection, MAX_QUERY_ROWS)
-        run_id = int(meta["run"]["id"])
         rows = np.asarray(req.rows, dtype=np.float64).tolist()
         sig = [float(v) for v in req.sigmas]
         joins = {"kahm_model_id": meta["coll"].get("kahm_model_id")}  # as resolve runs it (class scores on)
         out: dict[str, list[str]] = {}
-        if run_graph.supports(conn, doc, run_id):
+        if run_graph.supports(conn, meta):
             # what resolve runs: the prior k-NN of the rows whose class is searched, then the candidates
             graph = run_graph.run_graph(conn, meta)
             labels = [int(c) for c in doc["classes"]]

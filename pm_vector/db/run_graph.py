@@ -4,12 +4,13 @@ Resolving a class-rows request has two parts of very different cost:
 
 * **finding** each row's retained prior -- the ``max_prior`` items of its class nearest to the
   released row -- is a k-NN search, and PostgreSQL does it: one statement for all the rows, a
-  pgvector HNSW scan of each large class's partition of ``run_<id>_prior``
-  (:data:`PRIOR_KNN`; a class of at most ``max_prior`` items is retained whole, no search);
+  pgvector HNSW scan of each large class's partition of ``run_<id>_prior``, or a sequential
+  top-N where the planner prefers it (:data:`PRIOR_KNN`; a class of at most ``max_prior`` items
+  is retained whole, no search);
 * **scoring**: every retained item adds its weight to its ``graph_degree`` neighbours
   (:func:`pm_vector.shortlist.rank_retained`). In PostgreSQL's executor that aggregation of
-  C x max_prior x graph_degree rows (82k at C = 10) costs 30-40 ms per request; on arrays it
-  costs ~1 ms.
+  C x max_prior x graph_degree rows (82k at C = 10) costs 30-40 ms per request; on arrays,
+  distances, weights and the top k' included, ~3 ms.
 
 :class:`RunGraph` holds what the scoring reads: each prior item's frame coordinates, neighbour
 list and those neighbours' hub counts (the columns the embedding job wrote into the prior since
@@ -84,19 +85,26 @@ class RunGraph:
         return int(self.ids.nbytes + self.labels.nbytes + self.coords.nbytes + self.nbrs.nbytes + self.nhub.nbytes)
 
 
-def supports(conn, doc: Mapping[str, Any], run_id: int) -> bool:
-    """Whether the run's class rows can be scored here: a single-node run with neighbour lists
-    in its prior and at least one neighbour per item."""
+def supports(conn, meta: Mapping[str, Any]) -> bool:
+    """Whether ``meta``'s run (:func:`pm_vector.db.frame._run_row`) can be scored here: a
+    single-node run with neighbour lists in its prior and at least one neighbour per item."""
     from .class_rows import prior_has_nbrs
 
+    doc, run = meta["coll"]["class_rows"], meta["run"]
     if doc.get("shards"):
         return False
     if int(doc.get("graph_degree_effective", doc.get("graph_degree", 0)) or 0) < 1:
         return False
     with _cache_lock:
-        if any(k[3] == int(run_id) and k[:3] == (conn.pgconn.host, conn.pgconn.port, conn.pgconn.db) for k in _cache):
+        if _key(conn, meta) in _cache:
             return True  # read already (the k-NN statement needs only the prior's coordinates and labels)
-    return prior_has_nbrs(conn, int(run_id))  # (a catalog lookup: tests drop the columns of a live run)
+    return prior_has_nbrs(conn, int(run["id"]))  # (a catalog lookup: tests drop the columns of a live run)
+
+
+def _key(conn, meta: Mapping[str, Any]) -> tuple:
+    run, doc = meta["run"], meta["coll"]["class_rows"]
+    pg = conn.pgconn
+    return pg.host, pg.port, pg.db, int(run["id"]), str(run["created_at"]), int(doc.get("graph_version", 0))
 
 
 def run_graph(conn, meta: Mapping[str, Any]) -> RunGraph:
@@ -104,8 +112,7 @@ def run_graph(conn, meta: Mapping[str, Any]) -> RunGraph:
     ``conn`` in its current snapshot the first time, then from this process's memory."""
     run = meta["run"]
     doc = meta["coll"]["class_rows"]
-    pg = conn.pgconn
-    key = (pg.host, pg.port, pg.db, int(run["id"]), str(run["created_at"]), int(doc.get("graph_version", 0)))
+    key = _key(conn, meta)
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None:
