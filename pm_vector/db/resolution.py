@@ -199,11 +199,11 @@ SQL_SOURCE = ("(SELECT x.row_index, x.rank, x.item_id, x.score "
 
 def _item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: int | None,
                 kahm_model_id: int | None) -> tuple[str, str]:
-    """``(columns, joins)`` that bring each candidate ``s.item_id``'s item (external id, label,
-    payload[, features]), its code and its stored KAHM class scores: LATERAL by primary key,
-    OFFSET 0, one index lookup per candidate."""
+    """``(extra columns, joins)`` that bring each candidate ``s.item_id``'s item (``i.external_id,
+    i.label, i.payload``, and the extra columns: features, its code, its stored KAHM class
+    scores, each when asked): LATERAL by primary key, OFFSET 0, one index lookup per candidate."""
     col = "features" if coll["feature_type"] == "vector" else "features_half"
-    cols = ("i.external_id, i.label, i.payload" + (f", i.{col}" if include_features else "") +
+    cols = ((f", i.{col}" if include_features else "") +
             (", cd.code" if codes_run_id is not None else "") +
             (", sc.predicted, sc.scores" if kahm_model_id is not None else ""))
     joins = (" LEFT JOIN LATERAL (SELECT it.external_id, it.label, it.payload" +
@@ -223,9 +223,8 @@ def _shortlist_statement(coll: Mapping[str, Any], include_features: bool, *, cod
     label, score, payload[, features][, code][, predicted, scores]`` (sharded and older runs).
     ``codes_run_id``: join every candidate's code from that run's ``run_<id>_codes``;
     ``kahm_model_id``: join every candidate's stored KAHM class scores."""
-    cols, joins = _item_joins(coll, include_features, codes_run_id, kahm_model_id)
-    _, rest = cols.split("i.payload", 1)
-    return (f"SELECT s.row_index, s.rank, s.item_id, i.external_id, i.label, s.score, i.payload{rest}"
+    extra, joins = _item_joins(coll, include_features, codes_run_id, kahm_model_id)
+    return (f"SELECT s.row_index, s.rank, s.item_id, i.external_id, i.label, s.score, i.payload{extra}"
             f" FROM {SQL_SOURCE} AS s{joins} ORDER BY s.row_index, s.rank")
 
 
@@ -233,8 +232,9 @@ def _items_statement(coll: Mapping[str, Any], include_features: bool, *, codes_r
                      kahm_model_id: int | None = None) -> str:
     """The items of candidates ranked here (one parameter: their ids, bigint[], in answer order):
     ``external_id, label, payload[, features][, code][, predicted, scores]`` in that order."""
-    cols, joins = _item_joins(coll, include_features, codes_run_id, kahm_model_id)
-    return (f"SELECT {cols} FROM unnest(%s::bigint[]) WITH ORDINALITY AS s(item_id, ord){joins} ORDER BY s.ord")
+    extra, joins = _item_joins(coll, include_features, codes_run_id, kahm_model_id)
+    return (f"SELECT i.external_id, i.label, i.payload{extra} FROM unnest(%s::bigint[]) WITH ORDINALITY "
+            f"AS s(item_id, ord){joins} ORDER BY s.ord")
 
 
 def _scored_candidates(rconn, meta: Mapping[str, Any], doc: Mapping[str, Any], req: QueryRequest, kp: int,
@@ -274,8 +274,8 @@ def _scored_candidates(rconn, meta: Mapping[str, Any], doc: Mapping[str, Any], r
 
 
 class _Int8Array:
-    """int64 ids sent as a binary ``bigint[]`` built by numpy: psycopg's list dumper costs ~1 ms
-    for a C = 10 answer's 1,280 ids."""
+    """int64 ids sent as a binary ``bigint[]`` built by numpy (psycopg's list dumper makes a
+    Python int per id)."""
 
     def __init__(self, values: np.ndarray):
         self.values = values
@@ -288,17 +288,13 @@ class _Int8Array:
         return np.array([1, 0, 20, n, 1], dtype=">i4").tobytes() + body.tobytes()  # 1-d, no NULLs, int8
 
 
-def _register_ids_dumper(conn) -> None:
-    """Teach ``conn`` to send :class:`_Int8Array` parameters (once per connection)."""
-    import psycopg
-    from psycopg.adapt import Dumper, PyFormat
-    from psycopg.pq import Format
-
-    try:
-        conn.adapters.get_dumper(_Int8Array, PyFormat.BINARY)
+def _prepare_connection(conn) -> None:
+    """Once per connection: orjson parses the candidates' payloads (faster than json, the
+    same values) and :class:`_Int8Array` parameters go out in binary."""
+    if getattr(conn, "_pm_resolve_ready", False):
         return
-    except psycopg.ProgrammingError:  # not registered yet
-        pass
+    from psycopg.adapt import Dumper
+    from psycopg.pq import Format
 
     class _Int8ArrayDumper(Dumper):
         format = Format.BINARY
@@ -307,7 +303,9 @@ def _register_ids_dumper(conn) -> None:
         def dump(self, obj):
             return obj.binary()
 
+    set_json_loads(_loads, conn)
     conn.adapters.register_dumper(_Int8Array, _Int8ArrayDumper)
+    conn._pm_resolve_ready = True
 
 
 def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, include_features: bool, *, conn,
@@ -346,13 +344,12 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
 
         t = time.perf_counter()
         joins = {"codes_run_id": run_id if include_codes else None, "kahm_model_id": kahm_id}
-        set_json_loads(_loads, rconn)  # the candidates' payloads: orjson, ~5x faster than json for 1,280 of them
+        _prepare_connection(rconn)
         extra = {"feature_dim": int(coll["feature_dim"]) if include_features else None,
                  "code_dim": code_dim if include_codes else None, "kahm": kahm_id is not None}
         if run_graph.supports(rconn, meta):
             row_of, ids, scores = _scored_candidates(rconn, meta, doc, req, kp, timings)
             t_fetch = time.perf_counter()
-            _register_ids_dumper(rconn)
             items = rconn.execute(_items_statement(coll, include_features, **joins), [_Int8Array(ids)],
                                   binary=True, prepare=True).fetchall()
             cols = list(zip(*items)) if items else [()] * (3 + (extra["feature_dim"] is not None) +
@@ -430,14 +427,13 @@ def _explain_class_rows(collection: str, req: QueryRequest, include_features: bo
             graph = run_graph.run_graph(conn, meta)
             labels = [int(c) for c in doc["classes"]]
             mp = int(doc.get("max_prior") or 1024)
-            sizes = dict(zip((int(c) for c in doc["classes"]), (int(n) for n in doc["class_sizes"])))
-            search = [i for i, c in enumerate(labels) if sizes[c] > mp]
+            search = run_graph.searched_rows(doc, labels, mp)
             with conn.transaction():
                 conn.execute("SELECT pm_vector.pm_prepare_prior_search(%s)", [mp])
                 out["prior_knn"] = [r[0] for r in conn.execute(
                     "EXPLAIN " + run_graph.prior_knn_statement(graph.run_id, int(doc["n_components"]), mp),
                     [[rows[i] for i in search], [labels[i] for i in search]]).fetchall()] if search else []
-            _register_ids_dumper(conn)
+            _prepare_connection(conn)
             _, ids, _ = _scored_candidates(conn, meta, doc, req, kp, {})
             out["statement"] = [r[0] for r in conn.execute(
                 "EXPLAIN " + _items_statement(meta["coll"], include_features, **joins), [_Int8Array(ids)]).fetchall()]

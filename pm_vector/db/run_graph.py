@@ -9,8 +9,9 @@ Resolving a class-rows request has two parts of very different cost:
   is retained whole, no search);
 * **scoring**: every retained item adds its weight to its ``graph_degree`` neighbours
   (:func:`pm_vector.shortlist.rank_retained`). In PostgreSQL's executor that aggregation of
-  C x max_prior x graph_degree rows (82k at C = 10) costs 30-40 ms per request; on arrays,
-  distances, weights and the top k' included, ~3 ms.
+  C x max_prior x graph_degree rows (82k at C = 10) was most of a resolve: the SQL function's
+  statement took 47.7 ms of 51.0 (`pm-vector bench latency --items 20000 --rows 10`, before);
+  on arrays, distances, weights and the top k' included, 3.0 ms (the same bench, "score").
 
 :class:`RunGraph` holds what the scoring reads: each prior item's frame coordinates, neighbour
 list and those neighbours' hub counts (the columns the embedding job wrote into the prior since
@@ -174,16 +175,20 @@ def _load(conn, run_id: int, doc: Mapping[str, Any]) -> RunGraph:
                     fill_ids=fill)
 
 
+def searched_rows(doc: Mapping[str, Any], labels: list[int], max_prior: int) -> list[int]:
+    """The rows whose class has more than ``max_prior`` items (their prior is searched; the
+    others retain their whole class)."""
+    sizes = {int(c): int(n) for c, n in zip(doc["classes"], doc["class_sizes"])}
+    return [i for i, c in enumerate(labels) if sizes.get(int(c), 0) > max_prior]
+
+
 def prior_knn(conn, graph: RunGraph, doc: Mapping[str, Any], rows: np.ndarray, labels: list[int],
               max_prior: int) -> list[np.ndarray]:
     """The retained prior of each row (positions into ``graph``): the whole class when it has at
     most ``max_prior`` items, else the ``max_prior`` nearest by the class's HNSW index, all
     searched rows in ONE statement (:data:`PRIOR_KNN`) on ``conn``, in its transaction."""
-    sizes = {int(c): int(n) for c, n in zip(doc["classes"], doc["class_sizes"])}
-    out: list[Any] = [None] * len(labels)
-    search = [i for i, c in enumerate(labels) if sizes.get(int(c), 0) > max_prior]
-    for i, c in enumerate(labels):
-        out[i] = graph.members[int(c)]  # replaced below for the searched rows
+    search = searched_rows(doc, labels, max_prior)
+    out: list[Any] = [graph.members[int(c)] for c in labels]  # replaced below for the searched rows
     if search:
         conn.execute("SELECT pm_vector.pm_prepare_prior_search(%s)", [int(max_prior)])
         found = conn.execute(prior_knn_statement(graph.run_id, rows.shape[1], max_prior),

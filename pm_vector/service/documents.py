@@ -85,8 +85,9 @@ def resolve_document(collection: str, request, *, k: int = 8, include_features: 
 
 def json_bytes(v: Any) -> bytes:
     """JSON of a document as :func:`_plain` would make it (numpy arrays and scalars as lists and
-    numbers, NaN and infinities as null, datetimes in ISO 8601), written by orjson: a C = 10
-    answer of 1,280 candidates takes ~0.1 ms instead of ~3.5 ms through ``_plain`` and ``json``."""
+    numbers, NaN and infinities as null, datetimes in ISO 8601), written by orjson in C, with
+    no Python step per number (``_plain`` + ``json`` made one for each of an answer's values);
+    float32 arrays in their shortest float32 form (they read back exactly)."""
     import orjson
 
     return orjson.dumps(v, default=_plain_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)

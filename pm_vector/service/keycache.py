@@ -1,8 +1,7 @@
 """Verified API keys kept in a service process's memory while it hears of every key change.
 
 Without it each request looks its key up in PostgreSQL: a connection from the pool, a round trip
-and a hop to a worker thread before the request itself starts (~1 ms of the service's CPU per
-request under load). Migration 0012 makes every change of ``pm_vector_service.api_keys`` (a
+and a hop to a worker thread before the request itself starts. Migration 0012 makes every change of ``pm_vector_service.api_keys`` (a
 revocation, an UPDATE or DELETE by hand) send ``NOTIFY pm_vector_keys`` when it commits.
 :class:`KeyCache` holds a connection that ``LISTEN``\\ s on that channel, in a thread of its own:
 
