@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..errors import BudgetExceededError, InvalidInputError, PrivacyParameterError
 
-__all__ = ["PrivacyAccountant", "Spend"]
+__all__ = ["PrivacyAccountant", "Spend", "advanced_composition"]
 
 _FORMAT_VERSION = 1
 # Relative slack when comparing against a budget, so that e.g. 0.1 + 0.2 spent
@@ -49,23 +49,59 @@ def _check_optional(name: str, value, *, upper: float | None = None):
     return v
 
 
+def _homogeneous(spends) -> bool:
+    return all(s.epsilon == spends[0].epsilon and s.delta == spends[0].delta for s in spends)
+
+
+def advanced_composition(epsilons, deltas, delta_slack: float) -> tuple[float, float]:
+    """Heterogeneous advanced composition of releases whose parameters ``(eps_i, delta_i)`` were
+    **all fixed before the first release** (mechanisms may still be chosen adaptively):
+    ``eps' = sqrt(2 ln(1/delta') sum eps_i^2) + sum eps_i (e^{eps_i} - 1)``,
+    ``delta = sum delta_i + delta'`` (Dwork, Rothblum & Vadhan 2010; Dwork & Roth 2014, Thm 3.20
+    in its heterogeneous form). Not a stopping rule: with adaptively chosen parameters use basic
+    composition (:class:`PrivacyAccountant`)."""
+    spends = [Spend(*_check_spend(e, d)) for e, d in zip(epsilons, deltas, strict=True)]
+    ds = _check_optional("delta_slack", delta_slack, upper=1.0)
+    if ds is None:
+        raise PrivacyParameterError("delta_slack must be a number in (0, 1).")
+    if not spends:
+        return 0.0, 0.0
+    eps = [s.epsilon for s in spends]
+    return (math.sqrt(2.0 * math.log(1.0 / ds) * math.fsum(e * e for e in eps)) + math.fsum(e * math.expm1(e) for e in eps),
+            math.fsum(s.delta for s in spends) + ds)
+
+
 class PrivacyAccountant:
-    """Records the (epsilon, delta) of every release on one client's data and composes them.
+    """Records the (epsilon, delta) of every release on one client's data, composes them, and
+    refuses a release that would exceed the budget (a stopping rule: a *privacy filter*).
 
-    Composition (valid for adaptively chosen mechanisms):
+    What is proven, and therefore what this accountant does:
 
-    * basic: ``(sum eps_i, sum delta_i)`` (Dwork & Roth 2014, Thm 3.16);
-    * advanced, with ``delta_slack = delta' > 0`` (Dwork, Rothblum & Vadhan
-      2010; Dwork & Roth Thm 3.20, heterogeneous form):
-      ``eps' = sqrt(2 ln(1/delta') sum eps_i^2) + sum eps_i (e^{eps_i} - 1)``,
-      ``delta_total = sum delta_i + delta'``.
+    * **basic composition** (default, ``delta_slack=None``): ``(sum eps_i, sum delta_i)``
+      (Dwork & Roth 2014, Thm 3.16). As a stopping rule it is a valid privacy filter even when
+      every release's mechanism *and* its (eps_i, delta_i) are chosen adaptively from earlier
+      outputs (Rogers, Roth, Ullman & Vadhan 2016, "Privacy odometers and filters"): the whole
+      interaction is (epsilon_budget, delta_budget)-DP.
+    * **advanced composition** (``delta_slack = delta' > 0``), only for ``k`` releases of **one
+      fixed** ``(eps0, delta0)`` (Dwork, Rothblum & Vadhan 2010; Dwork & Roth Thm 3.20):
+      ``eps' = sqrt(2 k ln(1/delta')) eps0 + k eps0 (e^eps0 - 1)``,
+      ``delta_total = k delta0 + delta'``, valid for adaptively chosen mechanisms whose
+      parameters are fixed in advance. The first recorded release fixes ``(eps0, delta0)``
+      (it is chosen before this accountant has released anything); a later release with other
+      parameters is refused (:class:`~pm_vector.errors.PrivacyParameterError`), because advanced
+      composition with adaptively chosen eps_i is not a proven filter (Whitehouse, Ramdas,
+      Rogers & Wu 2023 give one with a different formula; it is not implemented here). With one
+      fixed ``(eps0, delta0)`` the budget check admits a fixed number ``k_max`` of releases
+      (the totals grow with ``k`` alone), so the whole interaction is a ``k_max``-fold adaptive
+      composition and is within the budget.
 
-    :meth:`total` returns whichever pair has the smaller epsilon. Budgets
-    (``epsilon_budget``, ``delta_budget``; None = unlimited *for this in-memory object*; the
-    client's ledger, :class:`~pm_vector.client.budget.PrivacyBudget`, gives every collection
-    without one a default budget instead) are checked with
-    the accountant's own ``delta_slack`` before anything is recorded.
-    Releases that were not recorded here are not covered.
+    :meth:`total` returns whichever pair has the smaller epsilon (basic, or advanced when it
+    applies). Budgets (``epsilon_budget``, ``delta_budget``; None = unlimited *for this in-memory
+    object*; the client's ledger, :class:`~pm_vector.client.budget.PrivacyBudget`, gives every
+    collection without one a default budget instead) are checked with the accountant's own
+    ``delta_slack`` before anything is recorded. Releases that were not recorded here are not
+    covered. :func:`advanced_composition` is the heterogeneous theorem for a sequence of
+    parameters fixed before the first release (a statement about that sequence, not a filter).
     """
 
     def __init__(self, epsilon_budget: float | None = None, delta_budget: float | None = None,
@@ -80,22 +116,22 @@ class PrivacyAccountant:
     def _compose(spends, delta_slack: float | None) -> tuple[float, float]:
         if not spends:
             return 0.0, 0.0
-        eps = [s.epsilon for s in spends]
-        basic = (math.fsum(eps), math.fsum(s.delta for s in spends))
-        if delta_slack is None:
-            return basic
-        adv_eps = (math.sqrt(2.0 * math.log(1.0 / delta_slack) * math.fsum(e * e for e in eps))
-                   + math.fsum(e * math.expm1(e) for e in eps))
+        basic = (math.fsum(s.epsilon for s in spends), math.fsum(s.delta for s in spends))
+        if delta_slack is None or not _homogeneous(spends):
+            return basic  # advanced composition is proven only for one fixed (eps0, delta0)
+        e0, d0, k = spends[0].epsilon, spends[0].delta, len(spends)
+        adv_eps = math.sqrt(2.0 * k * math.log(1.0 / delta_slack)) * e0 + k * e0 * math.expm1(e0)
         if adv_eps < basic[0]:
-            return adv_eps, basic[1] + delta_slack
+            return adv_eps, k * d0 + delta_slack
         return basic
 
     def total(self, delta_slack: float | None = None) -> tuple[float, float]:
         """Total ``(epsilon, delta)`` of everything recorded.
 
-        ``delta_slack=None``: basic composition. ``delta_slack > 0``: the
-        smaller-epsilon one of basic and advanced composition (the latter adds
-        ``delta_slack`` to delta). With nothing recorded: ``(0.0, 0.0)``.
+        ``delta_slack=None``: basic composition. ``delta_slack > 0``: the smaller-epsilon one of
+        basic and advanced composition (the latter adds ``delta_slack`` to delta), advanced only
+        if every recorded release has the same (epsilon, delta) (class doc); otherwise basic.
+        With nothing recorded: ``(0.0, 0.0)``.
         """
         return self._compose(self._spends, _check_optional("delta_slack", delta_slack, upper=1.0))
 
@@ -103,9 +139,19 @@ class PrivacyAccountant:
     def check(self, epsilon: float, delta: float) -> tuple[float, float]:
         """Return the totals after a release of (epsilon, delta), or raise :class:`BudgetExceededError`.
 
-        Uses the accountant's ``delta_slack``. Records nothing.
+        Uses the accountant's ``delta_slack``. Records nothing. With ``delta_slack`` set, a
+        release whose (epsilon, delta) differs from the first recorded one raises
+        :class:`~pm_vector.errors.PrivacyParameterError` (class doc: not a proven filter).
         """
         e, d = _check_spend(epsilon, delta)
+        if self.delta_slack is not None and self._spends and not _homogeneous([*self._spends, Spend(e, d)]):
+            first = self._spends[0]
+            raise PrivacyParameterError(
+                f"this accountant composes by advanced composition (delta_slack={self.delta_slack:g}), which is "
+                f"proven only for releases of one fixed (epsilon, delta), here ({first.epsilon:g}, {first.delta:g}) "
+                f"from the first release; a release of ({e:g}, {d:g}) is refused and nothing was recorded. "
+                "Use an accountant without delta_slack (basic composition: valid for adaptively chosen "
+                "parameters).")
         after = self._compose([*self._spends, Spend(e, d)], self.delta_slack)
         if self.epsilon_budget is not None and after[0] > self.epsilon_budget * (1.0 + _BUDGET_RTOL):
             raise BudgetExceededError(

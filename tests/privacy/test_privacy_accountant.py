@@ -9,6 +9,7 @@ import pytest
 
 from pm_vector.errors import BudgetExceededError, InvalidInputError, PrivacyParameterError
 from pm_vector.privacy import PrivacyAccountant
+from pm_vector.privacy.accountant import advanced_composition
 
 
 def test_empty_accountant():
@@ -42,16 +43,67 @@ def test_advanced_composition_homogeneous_exact():
 
 
 def test_advanced_composition_heterogeneous_exact():
-    acc = PrivacyAccountant()
+    """The heterogeneous theorem is offered for a sequence fixed in advance (a function), not as
+    the accountant's composition of adaptively chosen parameters."""
     eps_list = [0.05] * 50 + [0.2] * 10 + [0.01] * 200
-    for e in eps_list:
-        acc.spend(e, 1e-9)
     want = (math.sqrt(2 * math.log(1 / 1e-5) * sum(e * e for e in eps_list))
             + sum(e * (math.exp(e) - 1) for e in eps_list))
-    eps, delta = acc.total(delta_slack=1e-5)
+    eps, delta = advanced_composition(eps_list, [1e-9] * len(eps_list), 1e-5)
     assert want < sum(eps_list) == pytest.approx(6.5)
     assert eps == pytest.approx(want, rel=1e-12)
     assert delta == pytest.approx(260 * 1e-9 + 1e-5, rel=1e-12)
+    # the accountant reports basic composition for that (heterogeneous) sequence
+    acc = PrivacyAccountant()
+    for e in eps_list:
+        acc.spend(e, 1e-9)
+    assert acc.total(delta_slack=1e-5) == pytest.approx((6.5, 260e-9))
+    with pytest.raises(PrivacyParameterError):
+        advanced_composition([0.1], [0.0], 0.0)
+    with pytest.raises(ValueError):
+        advanced_composition([0.1, 0.2], [0.0], 1e-6)
+
+
+def test_advanced_composition_refuses_adaptively_changed_parameters():
+    """Advanced composition is a proven stopping rule only for one fixed (eps0, delta0): an
+    accountant using it refuses a release of other parameters (the old one accepted any
+    sequence, e.g. an analyst lowering eps after seeing answers to squeeze more releases in)."""
+    acc = PrivacyAccountant(epsilon_budget=7.0, delta_budget=2e-5, delta_slack=1e-6)
+    for _ in range(100):
+        acc.spend(0.1, 1e-7)
+    before = acc.to_dict()
+    for e, d in ((0.05, 1e-7), (0.1, 0.0), (0.2, 1e-7)):
+        with pytest.raises(PrivacyParameterError, match="fixed"):
+            acc.spend(e, d)
+    assert acc.to_dict() == before
+    # a basic-composition accountant (a filter for adaptive parameters) accepts any sequence
+    basic = PrivacyAccountant(epsilon_budget=7.0, delta_budget=2e-5)
+    for e in (0.1, 0.05, 3.0, 0.2):
+        basic.spend(e, 1e-7)
+    assert basic.total() == pytest.approx((3.35, 4e-7))
+
+
+def test_advanced_composition_filter_admits_the_published_k_max():
+    """With one fixed (eps0, delta0) the filter admits exactly the largest k for which Dwork &
+    Roth's Thm 3.20, computed here directly, stays within both budgets."""
+    e0, d0, slack, eps_budget, delta_budget = 0.1, 1e-7, 1e-6, 4.0, 1e-5
+
+    def published(k):
+        return (math.sqrt(2 * k * math.log(1 / slack)) * e0 + k * e0 * (math.exp(e0) - 1), k * d0 + slack)
+
+    k_max = max(k for k in range(1, 200)
+                if min(published(k)[0], k * e0) <= eps_budget
+                and (published(k)[1] if published(k)[0] < k * e0 else k * d0) <= delta_budget)
+    assert k_max > 40  # more than basic composition's 4.0 / 0.1
+    acc = PrivacyAccountant(epsilon_budget=eps_budget, delta_budget=delta_budget, delta_slack=slack)
+    n = 0
+    while True:
+        try:
+            acc.spend(e0, d0)
+        except BudgetExceededError:
+            break
+        n += 1
+    assert n == k_max
+    assert acc.total(slack) == pytest.approx(published(k_max), rel=1e-12)
 
 
 def test_advanced_falls_back_to_basic_when_worse():
@@ -86,19 +138,26 @@ def test_budget_with_advanced_composition():
     for _ in range(100):
         acc.spend(0.1, 1e-7)                   # basic total would be 10 > 7; advanced 6.31 fits
     assert acc.total(delta_slack=1e-6)[0] == pytest.approx(6.3082310, rel=1e-7)
+    with pytest.raises(PrivacyParameterError):
+        acc.spend(1.0, 0.0)                    # other parameters: not covered (see below)
     with pytest.raises(BudgetExceededError):
-        acc.spend(1.0, 0.0)
+        for _ in range(100):
+            acc.spend(0.1, 1e-7)
+    assert acc.total(delta_slack=1e-6)[0] <= 7.0 < len(acc) * 0.1
 
 
 def test_persistence_roundtrip_through_json():
     acc = PrivacyAccountant(epsilon_budget=5.0, delta_budget=1e-4, delta_slack=1e-6)
     acc.spend(0.5, 1e-6, label="smlq release")
-    acc.spend(0.25, 0.0)
+    acc.spend(0.5, 1e-6)
     restored = PrivacyAccountant.from_dict(json.loads(json.dumps(acc.to_dict())))
     assert restored.to_dict() == acc.to_dict()
     assert restored.total(1e-6) == acc.total(1e-6)
+    with pytest.raises(PrivacyParameterError):
+        restored.spend(0.25, 0.0)              # the fixed (eps0, delta0) survives the round trip
+    basic = PrivacyAccountant.from_dict({**acc.to_dict(), "delta_slack": None})
     with pytest.raises(BudgetExceededError):
-        restored.spend(4.5, 0.0)
+        basic.spend(4.5, 0.0)
 
 
 @pytest.mark.parametrize("state", [
