@@ -74,22 +74,38 @@ def test_same_seed_same_request_and_default_is_not_reproducible(small, digits_sp
     assert not np.array_equal(c.embedding, d.embedding)
 
 
-def _attack_rates(frame, anchor, Xq, yq, eps, n=250):
-    """Three attacks that try to name the real row; each returns its success rate."""
-    client = PrivateMail(frame, epsilon=eps, _rng=123)
+class _NoisierPrivateMail(PrivateMail):
+    """The same protocol with ``factor`` times the calibrated noise (the blindness check)."""
+
+    factor = 1.0
+
+    def _mechanism(self, sensitivity):
+        mech = super()._mechanism(sensitivity)
+        mech.sigma *= self.factor
+        return mech
+
+
+def _attack_rates(frame, anchor, Xq, yq, eps, n=250, noise_factor=1.0):
+    """Three attacks that try to name the real row from what the server sees (the request and
+    the public anchor and frame; never the secret); each returns its success rate."""
+    client = type("M", (_NoisierPrivateMail,), {"factor": noise_factor})(frame, epsilon=eps, _rng=123)
     E = frame.anchor_embedding_
-    centroids = {c: E[anchor.labels == c].mean(0) for c in frame.classes_}
+    classes = list(frame.classes_)
+    centroids = np.stack([E[anchor.labels == c].mean(0) for c in classes])
     hits = np.zeros(3)
     for i in range(n):
         j = i % len(yq)
         req, secret = client.request(Xq[j], yq[j], anchor)
+        req = PrivateMailRequest.from_json(req.to_json())  # what the server receives
         rows = req.query_rows
+        # each row's label as the server reads it: the nearest class centroid of the public frame
+        to_centroid = np.linalg.norm(rows[:, None] - centroids[None], axis=-1)
         guesses = [
             0,  # position: the real row is always first
             int(np.argmax(np.min(np.linalg.norm(rows[:, None] - req.anchor_rows[None], axis=-1), axis=1))),
             # duplication: the row least like any anchor row is not a public item
-            int(np.argmax([np.linalg.norm(r - centroids[c]) for r, c in zip(rows, secret.row_labels)])),
-            # atypicality: the row farthest from its class centroid
+            int(np.argmax(to_centroid.min(1))),
+            # atypicality: the row farthest from the centroid of its (read) class
         ]
         hits += [g == secret.real_row for g in guesses]
     return hits / n
@@ -97,11 +113,52 @@ def _attack_rates(frame, anchor, Xq, yq, eps, n=250):
 
 @pytest.mark.parametrize("eps", [1.0, 1e6])
 def test_the_real_row_cannot_be_picked_out(small, digits_split, eps):
+    from pm_vector.client.privatemail import paper_protocol_guarantee
+
     frame, anchor = small
     Xq, yq = digits_split.query
-    rates = _attack_rates(frame, anchor, Xq, yq, eps)
+    n = 250
+    rates = _attack_rates(frame, anchor, Xq, yq, eps, n)
+    # the attacks are blind when the release is pure noise (checked once: it does not depend on eps)
+    blind = _attack_rates(frame, anchor, Xq, yq, eps, n, noise_factor=1e6) if eps == 1.0 else np.full(3, 0.1)
+    real_eps = paper_protocol_guarantee(eps, 1e-5, same_class=False)[0]
+    bound = (np.exp(min(real_eps, 700.0)) + 9e-5) / (9 + np.exp(min(real_eps, 700.0)))
+    print(f"paper protocol at eps {eps:g}: which-row rates {np.round(rates, 3)} (chance 0.1), with 1e6 x the "
+          f"noise {np.round(blind, 3) if eps == 1.0 else '(not run)'}; its (eps, delta) between real queries, ({real_eps:.3g}, 1e-5), allows {bound:.3f}")
+    # 1/C within 3 binomial standard deviations
+    assert (np.abs(blind - 0.1) <= 3 * np.sqrt(0.09 / n)).all(), blind
     # chance is 1/10; 250 trials: sd 0.019, so 0.19 is > 4.5 sd above chance
     assert (rates < 0.19).all(), rates
+    assert (rates <= bound + 3 * np.sqrt(0.25 / n)).all()
+
+
+def test_paper_protocol_guarantee_between_real_queries():
+    """Two real queries of the same class are two null-record steps apart, of different classes
+    four; the Gaussian's exact profile at 2 Delta / 4 Delta gives the (eps, delta)."""
+    from scipy.stats import norm
+
+    from pm_vector.client.privatemail import paper_protocol_guarantee
+    from pm_vector.privacy import AnalyticGaussianMechanism
+
+    def profile(sigma, eps, D):  # Balle & Wang (2018), Thm 8, written out directly
+        return norm.cdf(D / (2 * sigma) - eps * sigma / D) - np.exp(eps) * norm.cdf(-D / (2 * sigma) - eps * sigma / D)
+
+    same, d1 = paper_protocol_guarantee(1.0, 1e-5, same_class=True)
+    diff, d2 = paper_protocol_guarantee(1.0, 1e-5, same_class=False)
+    assert d1 == d2 == 1e-5
+    assert same == pytest.approx(2.15, abs=0.01) and diff == pytest.approx(4.75, abs=0.01)
+    for eps in (0.1, 1.0, 4.0):
+        sigma = AnalyticGaussianMechanism(eps, 1e-5, 1.0).sigma
+        for same_class, k in ((True, 2.0), (False, 4.0)):
+            e = paper_protocol_guarantee(eps, 1e-5, same_class=same_class)[0]
+            assert profile(sigma, e, k) <= 1e-5 * (1 + 1e-9)       # it holds at k Delta
+            assert profile(sigma, 0.999 * e, k) > 1e-5               # and is the smallest that does
+            assert k / 2 * eps < e                                   # worse than the nominal eps
+    # the classical calibration (eps < 1) has its own sigma; the relation is the same
+    c = paper_protocol_guarantee(0.5, 1e-5, same_class=False, mechanism="classical")[0]
+    assert 0.5 < c < paper_protocol_guarantee(0.5, 1e-5, same_class=False)[0]
+    with pytest.raises(InvalidInputError):
+        paper_protocol_guarantee(1.0, 1e-5, same_class=True, mechanism="laplace")
 
 
 def test_bad_input_gets_clear_errors(small, digits_split):

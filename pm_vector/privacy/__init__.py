@@ -8,7 +8,7 @@ reproduce and compare with the papers, not for releases.
 """
 
 from .accountant import PrivacyAccountant, Spend
-from .gaussian import AnalyticGaussianMechanism, GaussianMechanism, gaussian_privacy_profile
+from .gaussian import AnalyticGaussianMechanism, GaussianMechanism, gaussian_epsilon, gaussian_privacy_profile
 from .laplace import LaplaceMechanism
 from .laplace_variant import LaplaceVariantMechanism, laplace_variant_constants, laplace_variant_sensitivity
 from .rng import secure_generator
@@ -20,6 +20,7 @@ __all__ = [
     "GaussianMechanism",
     "AnalyticGaussianMechanism",
     "gaussian_privacy_profile",
+    "gaussian_epsilon",
     "LaplaceMechanism",
     "appendix_b_constant",
     "smlq_sensitivity",

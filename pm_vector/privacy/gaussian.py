@@ -4,6 +4,14 @@ Both add iid N(0, sigma^2) noise to every entry of a real array whose L2
 (Frobenius) sensitivity over neighbouring datasets is at most ``sensitivity``.
 Guarantees hold only if that sensitivity bound is true for the query and the
 neighbouring relation you use; the mechanism cannot check it.
+
+**Not floating-point safe.** The noise is a float64 normal draw (``Generator.normal``) added
+to a float64 value. The guarantee is proven for real-valued noise; a float release has
+outputs whose low bits depend on the input (Mironov 2012), so an attacker who sees the exact
+float can in some cases rule a neighbour out, beyond delta. The releases that must be exact use
+the discrete Gaussian on a public grid (:mod:`pm_vector.privacy.class_rows`,
+:mod:`pm_vector.privacy.discrete`); these mechanisms serve the paper's protocol
+(:mod:`pm_vector.client.privatemail`) and the comparisons with the papers.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from scipy import optimize, special
 from ..errors import InvalidInputError, PrivacyParameterError
 from .rng import require_generator
 
-__all__ = ["GaussianMechanism", "AnalyticGaussianMechanism", "gaussian_privacy_profile"]
+__all__ = ["GaussianMechanism", "AnalyticGaussianMechanism", "gaussian_privacy_profile", "gaussian_epsilon"]
 
 
 # --------------------------------------------------------------------------- validation shared by the mechanisms
@@ -90,6 +98,29 @@ def gaussian_privacy_profile(sigma: float, epsilon: float, sensitivity: float) -
     """
     s = _check_sensitivity(sigma, "sigma")
     return math.exp(_log_profile(s, _check_epsilon(epsilon), _check_sensitivity(sensitivity)))
+
+
+def gaussian_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
+    """Smallest epsilon for which N(0, sigma^2) noise is (epsilon, delta)-DP at L2 sensitivity
+    ``sensitivity``: the inverse of :func:`gaussian_privacy_profile` in epsilon (the profile
+    decreases in epsilon), found by bisection from above (relative 1e-13), so that
+    ``gaussian_privacy_profile(sigma, result, sensitivity) <= delta``."""
+    s = _check_sensitivity(sigma, "sigma")
+    d = _check_delta(delta)
+    D = _check_sensitivity(sensitivity)
+    log_d = math.log(d)
+    ok = lambda e: _log_profile(s, e, D) <= log_d  # noqa: E731
+    lo, hi = 0.0, 1.0
+    while not ok(hi):
+        lo, hi = hi, hi * 2.0
+        if hi > 1e15:
+            raise PrivacyParameterError(f"no epsilon below 1e15 gives delta={delta!r} at sigma/sensitivity={s / D:g}.")
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid <= 0.0 or hi - lo <= 1e-13 * hi:
+            break
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi  # ok(hi) holds throughout
 
 
 # --------------------------------------------------------------------------- mechanisms

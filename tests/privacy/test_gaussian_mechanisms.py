@@ -107,3 +107,15 @@ def test_release_refuses_bad_values_and_generators():
         mech.release(np.ones(3), np.random.RandomState(0))
     with pytest.raises(InvalidInputError):
         mech.release(["a", "b"], secure_generator(0))
+
+
+@pytest.mark.parametrize("eps", [0.05, 1.0, 4.0, 16.0])
+def test_gaussian_epsilon_inverts_the_profile(eps):
+    from pm_vector.privacy import gaussian_epsilon
+
+    sigma = AnalyticGaussianMechanism(eps, 1e-5, 2.0).sigma
+    e = gaussian_epsilon(sigma, 1e-5, 2.0)
+    assert e == pytest.approx(eps, rel=1e-8) and gaussian_privacy_profile(sigma, e, 2.0) <= 1e-5
+    assert gaussian_privacy_profile(sigma, e * (1 - 1e-6), 2.0) > 1e-5
+    with pytest.raises(PrivacyParameterError):
+        gaussian_epsilon(sigma, 0.0, 2.0)
