@@ -1,6 +1,8 @@
 """The pm_vector release (one clipped, noised row per class): calibration, sensitivity over
-arbitrary and adversarial query pairs, which-row attacks against the (eps, delta) bound,
-randomness and what a request carries."""
+arbitrary and adversarial query pairs, which-row and two-query attacks that see only what a
+server sees (blind at infinite noise, within the release's bound), randomness and what a
+request carries. ``pytest -s -k attack tests/privacy/test_class_rows_release.py`` prints the
+attacks' rates beside their bounds."""
 
 import inspect
 import math
@@ -12,9 +14,11 @@ from pm_vector.client.query import PrivateKNN, QueryRequest
 from pm_vector.errors import InvalidInputError, PrivacyParameterError
 from pm_vector.manifold.class_frames import ClassFrames
 from pm_vector.privacy import gaussian_privacy_profile, secure_generator
-from pm_vector.privacy.class_rows import (DEFAULT_GRID_STEPS, ClassRowsGaussianMechanism, row_sensitivity,
-                                          unit_noise_scale)
+from pm_vector.privacy.class_rows import (DEFAULT_GRID_STEPS, ROWS_CHANGED, ClassRowsGaussianMechanism,
+                                          row_sensitivity, unit_noise_scale)
 from pm_vector.privacy.discrete import zcdp_to_delta
+from privacy_attacks import (distinguish_dp_bound, distinguish_gaussian_bound, distinguish_rate,  # tests/privacy
+                             which_row_dp_bound, which_row_gaussian_bound, which_row_rate)
 
 
 @pytest.fixture(autouse=True)
@@ -144,63 +148,73 @@ def test_release_refuses_rows_outside_their_ball_and_bad_parameters(setup):
             ClassRowsGaussianMechanism(1.0, 1e-5, frames.radii_, 4, grid_steps=steps)
 
 
-def _which_row_attack(frames, Xd, yd, eps, n, rng, *, noise_factor=1.0):
-    """The strongest attack we know: the attacker picks the query itself (a point on the clip
-    sphere, pointing away from every dummy), knows the public dummy pool exactly, and guesses
-    the real row by the likelihood ratio "row j is the known query" / "row j is a dummy of
-    class j". Returns the share of requests whose real row it finds."""
-    client = PrivateKNN(frames, Xd, yd, eps)._inject_generator(rng)
-    if noise_factor != 1.0:  # a deliberately broken calibration, to show the attack's power
-        client.mechanism.sigmas_ = client.mechanism.sigmas_ * noise_factor
-    C = len(frames.classes_)
-    targets, dummy_coords = [], []
-    for j, c in enumerate(frames.classes_):
-        pool = client._pool[int(c)]
-        dummy_coords.append(pool)
-        far = -pool.mean(0)
-        far = far / max(np.linalg.norm(far), 1e-12) * frames.radii_[j]
-        targets.append(far)
-    wins = 0
-    for _ in range(n):
-        c = int(rng.integers(C))
-        x = frames.means_[c] + targets[c] @ frames.components_[c]
-        req, secret = client.request(x, int(frames.classes_[c]))
-        sig = np.asarray(req.sigmas)
-        scores = []
-        for j in range(C):
-            y = req.rows[j]
-            zq = frames.clipped(x.reshape(1, -1), [frames.classes_[j]])[0]
-            l_query = -((y - zq) ** 2).sum() / (2 * sig[j] ** 2)
-            d = -((dummy_coords[j] - y) ** 2).sum(1) / (2 * sig[j] ** 2)
-            l_dummy = d.max() + math.log(np.exp(d - d.max()).mean())
-            scores.append(l_query - l_dummy)
-        wins += int(np.argmax(scores) == secret.row)
-    return wins / n
+# --------------------------------------------------------------------------- attacks (privacy_attacks.py)
+# Every attack sees only what a server sees: the request as it arrives, the frames and the public
+# dummy pool (and the candidates the adversary named); it is checked blind at (nearly) infinite
+# noise and its rate is printed beside the bound the release implies (module doc of privacy_attacks).
+
+def _binomial_sd(p, n):
+    return math.sqrt(p * (1 - p) / n)
 
 
-def _bound(eps, delta, C):
-    """Best success of any guess of the real row among C under (eps, delta)-DP between classes."""
-    return (math.exp(eps) + (C - 1) * delta) / (C - 1 + math.exp(eps))
-
-
-@pytest.mark.parametrize("eps", [1.0, 4.0])
-def test_which_row_attack_stays_within_what_eps_delta_allows(setup, eps):
+def test_which_row_attack_is_blind_when_the_noise_is_infinite(setup):
     frames, Xd, yd = setup
-    n = 1500
-    rate = _which_row_attack(frames, Xd, yd, eps, n, secure_generator(11))
-    bound = _bound(eps, 1e-5, len(frames.classes_))
-    se = math.sqrt(bound * (1 - bound) / n)
-    print(f"which-row attack at eps {eps:g}: {rate:.3f} of {n} requests; (eps, delta) allows {bound:.3f}")
-    assert rate <= bound + 3 * se, (rate, bound)
-    assert rate > 1 / len(frames.classes_) + 3 * math.sqrt(0.09 / n)  # the attack is not blind
+    n, C = 2000, len(frames.classes_)
+    rate, _ = which_row_rate(frames, Xd, yd, 1.0, n, secure_generator(13), noise_factor=1e3)
+    print(f"which-row attack at 1000 x the noise of eps 1: {rate:.3f} of {n} requests (chance {1 / C:.3f})")
+    assert abs(rate - 1 / C) <= 3 * _binomial_sd(1 / C, n), rate
+
+
+@pytest.mark.parametrize("eps", [1.0, 4.0, 16.0])
+def test_which_row_attack_stays_within_what_the_release_allows(setup, eps):
+    frames, Xd, yd = setup
+    n, C = 2000, len(frames.classes_)
+    rate, shift = which_row_rate(frames, Xd, yd, eps, n, secure_generator(11))
+    gauss, dp = which_row_gaussian_bound(shift, C), which_row_dp_bound(eps, 1e-5, C)
+    print(f"which-row attack at eps {eps:g}: {rate:.3f} of {n} requests (chance {1 / C:.3f}); the release allows "
+          f"{gauss:.3f} (its Gaussian, exact), (eps, delta)-DP allows {dp:.3f}")
+    assert gauss <= dp
+    assert rate <= gauss + 3 * _binomial_sd(gauss, n), (rate, gauss)
+    if eps >= 4:  # the attack is not blind where the release says something
+        assert rate > 1 / C + 3 * _binomial_sd(1 / C, n)
 
 
 def test_which_row_attack_catches_a_calibration_ten_times_too_small(setup):
     frames, Xd, yd = setup
+    n, C = 500, len(frames.classes_)
+    rate, shift = which_row_rate(frames, Xd, yd, 1.0, n, secure_generator(12), noise_factor=0.1)
+    gauss = which_row_gaussian_bound(shift, C)
+    print(f"which-row attack at eps 1 with a tenth of the noise: {rate:.3f} of {n} requests (eps 1 allows {gauss:.3f})")
+    assert rate > gauss + 3 * _binomial_sd(gauss, n)
+
+
+@pytest.mark.parametrize("same_class", [True, False])
+def test_two_query_attack_is_blind_when_the_noise_is_infinite(setup, same_class):
+    frames, Xd, yd = setup
     n = 1000
-    rate = _which_row_attack(frames, Xd, yd, 1.0, n, secure_generator(12), noise_factor=0.1)
-    print(f"which-row attack at eps 1 with a tenth of the noise: {rate:.3f} of {n} requests")
-    assert rate > _bound(1.0, 1e-5, len(frames.classes_)) + 3 * math.sqrt(0.25 / n)
+    rate, _ = distinguish_rate(frames, Xd, yd, 1.0, n, secure_generator(14), same_class=same_class, noise_factor=1e3)
+    print(f"two-query attack ({'same' if same_class else 'different'} classes) at 1000 x the noise of eps 1: "
+          f"{rate:.3f} of {n} requests (chance 0.5)")
+    assert abs(rate - 0.5) <= 3 * _binomial_sd(0.5, n), rate
+
+
+@pytest.mark.parametrize("eps", [1.0, 4.0, 16.0])
+@pytest.mark.parametrize("same_class", [True, False])
+def test_two_query_attack_stays_within_what_the_release_allows(setup, eps, same_class):
+    """Given two candidate queries (same class: far apart on its clip sphere; different classes:
+    each far from its class's dummies) and one request, guess which was used."""
+    frames, Xd, yd = setup
+    n = 1000
+    rate, shift = distinguish_rate(frames, Xd, yd, eps, n, secure_generator(15), same_class=same_class)
+    gauss = distinguish_gaussian_bound(shift, 1 if same_class else ROWS_CHANGED)
+    dp = distinguish_dp_bound(eps, 1e-5)
+    print(f"two-query attack ({'same' if same_class else 'different'} classes) at eps {eps:g}: {rate:.3f} of {n} "
+          f"requests (chance 0.5); the release allows {gauss:.3f} (its Gaussian, exact), (eps, delta)-DP "
+          f"allows {dp:.3f}")
+    assert gauss <= dp
+    assert rate <= gauss + 3 * _binomial_sd(gauss, n), (rate, gauss)
+    if eps >= 4:
+        assert rate > 0.5 + 3 * _binomial_sd(0.5, n)
 
 
 def test_no_seed_on_the_client_api_and_seeded_requests_are_marked(setup, digits_split):
