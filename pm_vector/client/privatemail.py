@@ -99,6 +99,11 @@ class PublicAnchor:
 class PrivateMail:
     """Builds PrivateMail requests against an :class:`~pm_vector.manifold.AnchorFrame`.
 
+    Guarantee: (epsilon, delta)-DP with respect to replacing one row of the client set by the
+    null record; with respect to replacing the query by another real query,
+    :func:`paper_protocol_guarantee` (e.g. (4.75, 1e-5) at nominal eps 1 when the class
+    changes). The noise is a float64 Gaussian, not floating-point safe.
+
     Parameters (validated in :meth:`request`): ``epsilon``/``delta`` of the release;
     ``dp_sigma``/``dp_alpha``: kernel bandwidth and alpha of the private iteration -- sigma must
     lie in the domain of the appendix-B bound (for ~1000 rows, sigma >= ~0.6: the refusal names
