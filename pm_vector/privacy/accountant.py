@@ -89,8 +89,8 @@ class PrivacyAccountant:
       parameters are fixed in advance. The first recorded release fixes ``(eps0, delta0)``
       (it is chosen before this accountant has released anything); a later release with other
       parameters is refused (:class:`~pm_vector.errors.PrivacyParameterError`), because advanced
-      composition with adaptively chosen eps_i is not a proven filter (Whitehouse, Ramdas,
-      Rogers & Wu 2023 give one with a different formula; it is not implemented here). With one
+      composition's formula with adaptively chosen eps_i is not a proven filter (Whitehouse,
+      Ramdas, Rogers & Wu 2023 construct filters that allow it; none is implemented here). With one
       fixed ``(eps0, delta0)`` the budget check admits a fixed number ``k_max`` of releases
       (the totals grow with ``k`` alone), so the whole interaction is a ``k_max``-fold adaptive
       composition and is within the budget.
