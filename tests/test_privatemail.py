@@ -124,7 +124,8 @@ def test_the_real_row_cannot_be_picked_out(small, digits_split, eps):
     real_eps = paper_protocol_guarantee(eps, 1e-5, same_class=False)[0]
     bound = (np.exp(min(real_eps, 700.0)) + 9e-5) / (9 + np.exp(min(real_eps, 700.0)))
     print(f"paper protocol at eps {eps:g}: which-row rates {np.round(rates, 3)} (chance 0.1), with 1e6 x the "
-          f"noise {np.round(blind, 3) if eps == 1.0 else '(not run)'}; its (eps, delta) between real queries, ({real_eps:.3g}, 1e-5), allows {bound:.3f}")
+          f"noise {np.round(blind, 3) if eps == 1.0 else '(not run)'}; its (eps, delta) between real queries, "
+          f"({real_eps:.3g}, 1e-5), allows {bound:.3f}")
     # 1/C within 3 binomial standard deviations
     assert (np.abs(blind - 0.1) <= 3 * np.sqrt(0.09 / n)).all(), blind
     # chance is 1/10; 250 trials: sd 0.019, so 0.19 is > 4.5 sd above chance

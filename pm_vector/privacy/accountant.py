@@ -67,8 +67,8 @@ def advanced_composition(epsilons, deltas, delta_slack: float) -> tuple[float, f
     if not spends:
         return 0.0, 0.0
     eps = [s.epsilon for s in spends]
-    return (math.sqrt(2.0 * math.log(1.0 / ds) * math.fsum(e * e for e in eps)) + math.fsum(e * math.expm1(e) for e in eps),
-            math.fsum(s.delta for s in spends) + ds)
+    adv = math.sqrt(2.0 * math.log(1.0 / ds) * math.fsum(e * e for e in eps)) + math.fsum(e * math.expm1(e) for e in eps)
+    return adv, math.fsum(s.delta for s in spends) + ds
 
 
 class PrivacyAccountant:
