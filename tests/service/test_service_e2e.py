@@ -240,8 +240,8 @@ def test_concurrent_requests_share_the_pool(service, svc_collection, svc_key, sv
     from concurrent.futures import ThreadPoolExecutor
 
     with Client(service.url, svc_key["key"]) as c:
-        reqs = [c.build_request(svc_collection, svc_split.query[0][i], int(svc_split.query[1][i]), epsilon=1.0,
-                                _rng=i)[0].to_dict() for i in range(4)]
+        reqs = [c.build_request(svc_collection, svc_split.query[0][i], int(svc_split.query[1][i]),
+                                epsilon=1.0)[0].to_dict() for i in range(4)]
     before = requests_logged(svc_collection)
 
     def one(i):
@@ -257,7 +257,7 @@ def test_concurrent_requests_share_the_pool(service, svc_collection, svc_key, sv
 
 
 
-def test_query_without_raw_features_reranks_by_published_codes(service, svc_collection, svc_key, svc_split):
+def test_query_without_raw_features_reranks_by_published_codes(seeded_service, svc_collection, svc_key, svc_split):
     """A collection that does not hand out raw features publishes a PublicProjection and every
     candidate's halfvec code: Client.query re-ranks the real row by code distance, and the answer is
     far smaller than the same query's answer with every candidate's raw features."""
@@ -275,21 +275,22 @@ def test_query_without_raw_features_reranks_by_published_codes(service, svc_coll
         Xs, _ = svc_split.server
         exact = knn_search(Xq[:6], Xs, 8)
         ext = np.array([f"{svc_split.dataset.name}-{int(i)}" for i in svc_split.server_idx])
-        with Client(service.url, svc_key["key"]) as c:
+        with Client(seeded_service.url, svc_key["key"]) as c:
             doc = c.anchor_document(name)
             assert doc["frame"]["public_projection"]["n_components"] == 64
             nn_c, nn_f, b_c, b_f = [], [], [], []
             for i in range(6):
                 sent: list = []
                 c._http.event_hooks["request"] = [lambda req: sent.append(req)]
-                # seeded (tests only): the same release to both collections, so the same candidates
-                r = c.query(name, Xq[i], int(yq[i]), epsilon=16.0, k=8, shortlist=32, _rng=100 + i)
+                # seeded (tests only, through the internal path; the seeded service answers it): the
+                # same release to both collections, so the same candidates
+                r = c._query(name, Xq[i], int(yq[i]), epsilon=16.0, k=8, shortlist=32, rng=100 + i)
                 c._http.event_hooks["request"] = []
                 body = json.loads(sent[-1].content)
                 assert body["include_codes"] is True and body["include_features"] is False
                 assert r["reranked"] == "codes" and len(r["item_ids"]) == 8
                 assert r["distances"] == sorted(r["distances"]) and "codes" not in r
-                f = c.query(svc_collection, Xq[i], int(yq[i]), epsilon=16.0, k=8, shortlist=32, _rng=100 + i)
+                f = c._query(svc_collection, Xq[i], int(yq[i]), epsilon=16.0, k=8, shortlist=32, rng=100 + i)
                 assert f["reranked"] == "features"
                 nn_c.append(len(set(r["external_ids"]) & set(ext[exact[i]])) / 8)
                 nn_f.append(len(set(f["external_ids"]) & set(ext[exact[i]])) / 8)
