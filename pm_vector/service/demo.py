@@ -148,7 +148,7 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
                         examples = {"epsilon": float(eps), "label": int(yq[0]),
                                     "queries": [{"query": int(split.query_idx[i]), "answer": answers[i],
                                                  "exact": ext[idx[i]].tolist()} for i in same[:2]]}
-                spent = budget.status(name)
+                spent = budget.status(client.budget_key())  # the server's entry
     finally:
         if key is not None:
             try:
