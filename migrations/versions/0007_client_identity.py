@@ -3,8 +3,9 @@
 The service publishes this id (``collection_uuid`` in the anchor document). Clients first keyed
 their privacy ledgers by it; they no longer do (a server chooses what it publishes, so it could
 open fresh budgets): the ledger is keyed by the server's origin as the client configured it
-(``pm_vector.client.budget``), and the id is information only. The id is random (``gen_random_uuid()``), set once at creation and never changed: it carries nothing
-about the data. Existing collections get one at upgrade.
+(``pm_vector.client.budget``), and the id is information only. The id is random
+(``gen_random_uuid()``), set once at creation and never changed: it carries nothing about the
+data. Existing collections get one at upgrade.
 
 No SQL functions: the id is a column only.
 

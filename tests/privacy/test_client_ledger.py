@@ -95,9 +95,9 @@ def test_an_earlier_clients_entries_fold_into_their_servers_origin(tmp_path):
     """Entries kept per published collection id, labelled ``name@base_url``: those of one server
     move into its origin entry (spends added, its own budget kept); others stay; once only."""
     b = PrivacyBudget(tmp_path / "l.json")
-    for key, label, eps in (("uuid:aaa", "digits@http://127.0.0.1:8000", 2.0), ("uuid:bbb", "x@http://localhost:8000/",
-                                                                                 3.0),
-                            ("uuid:ccc", "digits@http://10.0.0.1:8000", 4.0), ("digits", None, 5.0)):
+    earlier = [("uuid:aaa", "digits@http://127.0.0.1:8000", 2.0), ("uuid:bbb", "x@http://localhost:8000/", 3.0),
+               ("uuid:ccc", "digits@http://10.0.0.1:8000", 4.0), ("digits", None, 5.0)]
+    for key, label, eps in earlier:
         b.spend(key, eps, 1e-5)
         if label:
             data = json.loads((tmp_path / "l.json").read_text())
