@@ -214,16 +214,16 @@ def test_unseeded_requests_charge_the_default_ledger_and_stop_at_the_default_bud
     frame, anchor = small
     Xq, yq = digits_split.query
     PrivateMail(frame, epsilon=4.0).request(Xq[0], yq[0], anchor, collection="digits")
-    ReleaseOnlyPrivateMail(frame, epsilon=4.0).request_release(Xq[1], yq[1], anchor, collection="digits")
-    st = PrivacyBudget().status("local:digits")
+    ReleaseOnlyPrivateMail(frame, epsilon=4.0).request_release(Xq[1], yq[1], anchor, collection="fashion")
+    st = PrivacyBudget().status("local")  # one key for every collection: the caller's, not the server's
     assert st["releases"] == 2 and st["epsilon_spent"] == pytest.approx(8.0) and st["epsilon_budget"] == 10.0
     assert PrivacyBudget().path.is_relative_to(tmp_path)
     with pytest.raises(BudgetExceededError):
-        PrivateMail(frame, epsilon=4.0).request(Xq[2], yq[2], anchor, collection="digits")
-    assert PrivacyBudget().status("local:digits")["releases"] == 2  # the refused one recorded nothing
+        PrivateMail(frame, epsilon=4.0).request(Xq[2], yq[2], anchor, collection="another")
+    assert PrivacyBudget().status("local")["releases"] == 2  # the refused one recorded nothing
     # a seeded request (tests, benchmarks: not a private release) is not charged
     PrivateMail(frame, epsilon=4.0, _rng=0).request(Xq[2], yq[2], anchor, collection="digits")
-    assert PrivacyBudget().status("local:digits")["releases"] == 2
+    assert PrivacyBudget().status("local")["releases"] == 2 and PrivacyBudget().keys() == ["local"]
 
 
 def test_resolution_aligns_and_refuses_mismatches(small, digits_split):

@@ -1,10 +1,11 @@
 """Client identity: a stable id per collection (``collections.uuid``).
 
-The client keeps its privacy budget per collection *as the server identifies it*: the service
-publishes this id (``collection_uuid`` in the anchor document), and the client's ledger is keyed
-by it, so every URL of one server (``127.0.0.1``, ``localhost``, a proxy) is one budget. The id
-is random (``gen_random_uuid()``), set once at creation and never changed: it carries nothing
-about the data. Existing collections get one at upgrade.
+The service publishes this id (``collection_uuid`` in the anchor document). Clients first keyed
+their privacy ledgers by it; they no longer do (a server chooses what it publishes, so it could
+open fresh budgets): the ledger is keyed by the server's origin as the client configured it
+(``pm_vector.client.budget``), and the id is information only. The id is random
+(``gen_random_uuid()``), set once at creation and never changed: it carries nothing about the
+data. Existing collections get one at upgrade.
 
 No SQL functions: the id is a column only.
 

@@ -169,8 +169,8 @@ def query(
     k: int = typer.Option(8, help="Neighbours to return."),
     url: str = typer.Option("http://127.0.0.1:8000", envvar="PM_VECTOR_URL", help="Service URL."),
     api_key: str = typer.Option(None, envvar="PM_VECTOR_API_KEY", help="API key (or PM_VECTOR_API_KEY)."),
-    budget: Optional[float] = typer.Option(None, help="Set this collection's total epsilon budget first "
-                                                      "(default 10: $PM_VECTOR_EPSILON_BUDGET)."),
+    budget: Optional[float] = typer.Option(None, help="Set this server's total epsilon budget (all its "
+                                                      "collections) first (default 10: $PM_VECTOR_EPSILON_BUDGET)."),
     budget_file: Optional[Path] = typer.Option(None, help="Ledger file (default $PM_VECTOR_HOME/client/budget.json)."),
     shortlist: int = typer.Option(128, help="k': candidates the server returns per class row."),
     protocol: str = typer.Option("pm_vector", help="pm_vector (default) or privatemail_paper (the paper's "
@@ -197,8 +197,8 @@ def query(
     ledger = PrivacyBudget(budget_file)
     try:
         with Client(url, api_key, budget=ledger) as c:
-            if budget is not None:  # the ledger is keyed by the collection's id on the server
-                key = c.budget_key(collection)
+            if budget is not None:  # the ledger is keyed by the server's origin (--url), not by the collection
+                key = c.budget_key()
                 acc = ledger.accountant(key)
                 ledger.set_budget(key, budget, acc.delta_budget, acc.delta_slack)
             res = c.query(collection, X[row], label, epsilon=epsilon, delta=delta, k=k, rerank=rerank,
@@ -225,7 +225,7 @@ def query(
                   "-" if dist[i] is None else f"{dist[i]:.4f}")
     Console().print(t)
     b = res.get("budget") or {}
-    err.print(f"spent so far on {collection}: eps={b.get('epsilon_spent', 0):.4g} of "
+    err.print(f"spent so far on {b.get('name') or url}: eps={b.get('epsilon_spent', 0):.4g} of "
               f"{b.get('epsilon_budget')}; {res['timing']['total_ms']:.0f} ms; "
               f"{res['bytes_sent']:,} bytes sent, {res['bytes_received']:,} received")
 

@@ -1,24 +1,35 @@
-"""A client's persistent privacy budget: one :class:`~pm_vector.privacy.PrivacyAccountant` per collection.
+"""A client's persistent privacy budget: one :class:`~pm_vector.privacy.PrivacyAccountant` per server.
 
 The ledger is a JSON file (default ``$PM_VECTOR_HOME/client/budget.json``, ``PM_VECTOR_HOME``
 defaulting to ``~/.local/share/pm_vector``)::
 
     {"version": 1, "collections": {"<key>": PrivacyAccountant.to_dict(), ...},
-     "names": {"<key>": "<collection name>@<server>", ...}, "aliases": {"<name>": "<key>", ...}}
+     "names": {"<key>": "<label>", ...}}
 
-``<key>`` is the **server's identity of the collection**: ``"uuid:<collection uuid>"``, the stable
-id the service publishes in the collection's anchor document (:meth:`Client.budget_key
-<pm_vector.client.http.Client.budget_key>`); so ``http://127.0.0.1:8000`` and
-``http://localhost:8000`` are one budget, and a renamed or re-embedded collection keeps its
-budget. A ledger written before the ids (keyed by collection name) is carried over: the first
-time a client learns a name's id, that name's entry moves to the id's key (the name stays as an
-alias, so :meth:`status` and :meth:`set_budget` still accept it).
+(``"collections"`` keeps its version-1 name; its entries are ledger keys.)
 
-**Default budget.** A collection without a budget of its own is *not* unlimited: it gets
+**Keys are chosen by the client, never by a server.** :class:`~pm_vector.client.http.Client`
+charges ``"origin:<scheme>://<host>:<port>"`` (:func:`origin_key`): the origin of the base URL
+*as the user configured it*, normalised (lower case, default port written out, path dropped,
+every loopback name -- ``localhost``, ``127.0.0.0/8``, ``::1`` -- one host). One server can
+combine the answers of all its collections, so one budget covers a server, not one collection.
+Nothing a server sends (a collection id, a run id, a renamed, dropped or re-created collection)
+selects or opens an entry. :class:`~pm_vector.client.query.PrivateKNN` and
+:class:`~pm_vector.client.PrivateMail` used on their own (no ``accountant``) charge the single
+key :data:`LOCAL_KEY`; give them ``accountant=client.account()`` (or any
+:meth:`PrivacyBudget.account`) to charge a Client's server instead (a request built that way
+and sent with :meth:`Client.resolve <pm_vector.client.http.Client.resolve>` is charged again
+there: the ledger over-counts, never under-counts).
+
+A ledger written by an earlier client (entries ``"uuid:<collection id>"`` labelled
+``"<collection>@<base url>"``) is carried over: the first time a client uses an origin key, the
+spends of every such entry whose base URL has that origin move into it (:meth:`PrivacyBudget.fold`).
+
+**Default budget.** An entry without a budget of its own is *not* unlimited: it gets
 ``epsilon = 10`` and ``delta = 1e-4`` in total (:data:`DEFAULT_EPSILON_BUDGET`,
-:data:`DEFAULT_DELTA_BUDGET`; e.g. ten queries at epsilon 1, delta 1e-5), overridable per
-collection with :meth:`PrivacyBudget.set_budget` (``pm-vector query --budget``), per ledger with
-``PrivacyBudget(default_epsilon=..., default_delta=...)``, or per environment with
+:data:`DEFAULT_DELTA_BUDGET`; e.g. ten queries at epsilon 1, delta 1e-5 to one server),
+overridable per entry with :meth:`PrivacyBudget.set_budget` (``pm-vector query --budget``), per
+ledger with ``PrivacyBudget(default_epsilon=..., default_delta=...)``, or per environment with
 ``PM_VECTOR_EPSILON_BUDGET`` / ``PM_VECTOR_DELTA_BUDGET``. There is no "unlimited": set a large
 number if that is what you mean.
 
@@ -33,23 +44,69 @@ under-counts). :class:`MemoryBudget` is the same ledger kept in memory (benchmar
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import urlsplit
 
 from ..errors import InvalidInputError
 from ..privacy.accountant import PrivacyAccountant
 
 _VERSION = 1
-#: total epsilon of a collection that has no budget of its own (documented in the module doc)
+#: total epsilon of an entry (a server) that has no budget of its own (documented in the module doc)
 DEFAULT_EPSILON_BUDGET = 10.0
-#: total delta of a collection that has no budget of its own
+#: total delta of an entry that has no budget of its own
 DEFAULT_DELTA_BUDGET = 1e-4
 ENV_EPSILON = "PM_VECTOR_EPSILON_BUDGET"
 ENV_DELTA = "PM_VECTOR_DELTA_BUDGET"
+#: the key PrivateKNN / PrivateMail charge when used on their own (no accountant)
+LOCAL_KEY = "local"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_LOOPBACK = "localhost"
+
+
+def server_origin(url: str) -> str:
+    """``scheme://host:port`` of ``url``, normalised: scheme and host in lower case (IDNA for
+    non-ASCII names, no trailing dot), the default port written out, user, path, query and
+    fragment dropped, IPv6 in its compressed form, and every loopback address or ``localhost``
+    name written ``localhost`` (one machine: one budget). Only ``http`` and ``https``."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidInputError("the service URL must be a non-empty string like 'http://127.0.0.1:8000'.")
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as e:
+        raise InvalidInputError(f"the service URL {url!r:.80} is not a valid URL ({e}).") from None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        raise InvalidInputError(f"the service URL {url!r:.80} must be http:// or https:// with a host, e.g. "
+                                "'http://127.0.0.1:8000'.")
+    host = parts.hostname.lower().rstrip(".")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None
+    if ip is not None:
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        host = _LOOPBACK if ip.is_loopback else (f"[{ip.compressed}]" if ip.version == 6 else ip.compressed)
+    elif host == _LOOPBACK or host.endswith("." + _LOOPBACK):
+        host = _LOOPBACK
+    else:
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise InvalidInputError(f"the service URL {url!r:.80} has a host name that is not valid.") from None
+    return f"{scheme}://{host}:{port if port is not None else _DEFAULT_PORTS[scheme]}"
+
+
+def origin_key(url: str) -> str:
+    """The ledger key of the server at ``url``: ``"origin:" + server_origin(url)``."""
+    return "origin:" + server_origin(url)
 
 
 def default_path() -> Path:
@@ -69,9 +126,9 @@ def _env_float(name: str, fallback: float) -> float:
 
 
 class PrivacyBudget:
-    """Per-collection (epsilon, delta) ledger on disk, with a default budget (module doc).
+    """Per-key (per-server) (epsilon, delta) ledger on disk, with a default budget (module doc).
 
-    ``default_epsilon`` / ``default_delta``: the total budget of a collection that has none of its
+    ``default_epsilon`` / ``default_delta``: the total budget of an entry that has none of its
     own (None: ``$PM_VECTOR_EPSILON_BUDGET`` / ``$PM_VECTOR_DELTA_BUDGET``, else
     :data:`DEFAULT_EPSILON_BUDGET` / :data:`DEFAULT_DELTA_BUDGET`).
     """
@@ -132,10 +189,11 @@ class PrivacyBudget:
             pass
 
     @staticmethod
-    def _key(collection: str) -> str:
-        if not isinstance(collection, str) or not collection:
-            raise InvalidInputError("a budget is kept per collection: give its ledger key (Client.budget_key) or name.")
-        return collection
+    def _key(key: str) -> str:
+        if not isinstance(key, str) or not key:
+            raise InvalidInputError("a budget is kept per ledger key: give one (Client.budget_key(), or "
+                                    f"{LOCAL_KEY!r} for PrivateKNN / PrivateMail used on their own).")
+        return key
 
     @staticmethod
     def _resolve(data: dict[str, Any], key: str) -> str:
@@ -157,66 +215,85 @@ class PrivacyBudget:
         return self._with_defaults(PrivacyAccountant() if d is None else PrivacyAccountant.from_dict(d))
 
     # ------------------------------------------------------------------ API
-    def accountant(self, collection: str) -> PrivacyAccountant:
-        """The collection's accountant as stored, with the default budget where it has none."""
+    def accountant(self, key: str) -> PrivacyAccountant:
+        """The entry's accountant as stored, with the default budget where it has none."""
         data = self._read()
-        return self._accountant(data, self._resolve(data, self._key(collection)))
+        return self._accountant(data, self._resolve(data, self._key(key)))
 
-    def adopt(self, key: str, name: str, label: str | None = None) -> None:
-        """Bind the ledger key ``key`` (a collection id) to its ``name``: a legacy entry kept under
-        ``name`` (and not yet bound to an id) moves to ``key``; ``name`` becomes an alias of ``key``."""
-        key, name = self._key(key), self._key(name)
+    def fold(self, key: str, origin: str, label: str | None = None) -> int:
+        """Carry an earlier client's entries over to ``key``: every entry ``"uuid:<id>"`` whose label
+        (``"<collection>@<base url>"``) names a base URL of server origin ``origin``
+        (:func:`server_origin`) gives its spends to ``key`` and is removed, with the name aliases
+        that pointed to it; ``key``'s own budget is kept (the default if it has none). ``label``
+        is stored as ``key``'s name. Returns how many entries were folded; writes only on a change."""
+        key = self._key(key)
+        data = self._read()
+        names = data.get("names") or {}
+        if not any(self._legacy_origin(k, names) == origin for k in data["collections"]) and \
+                (label is None or names.get(key) == label):
+            return 0
         with self._locked():
             data = self._read()
-            aliases = data.setdefault("aliases", {})
             names = data.setdefault("names", {})
-            changed = False
-            legacy = data["collections"].get(name)
-            if key != name and legacy is not None and name not in names and key not in data["collections"]:
-                data["collections"][key] = data["collections"].pop(name)
-                changed = True
-            if key != name and aliases.get(name) != key:
-                aliases[name] = key
-                changed = True
-            if label is not None and names.get(key) != label:
+            folded = [k for k in data["collections"] if k != key and self._legacy_origin(k, names) == origin]
+            entry = data["collections"].get(key) or PrivacyAccountant().to_dict()
+            for k in folded:
+                entry["spends"] = list(entry.get("spends") or []) + list(data["collections"].pop(k).get("spends") or [])
+                names.pop(k, None)
+            if folded:
+                data["collections"][key] = entry
+                aliases = data.get("aliases") or {}
+                for a in [a for a, t in aliases.items() if t in folded]:
+                    del aliases[a]
+            if label is not None:
                 names[key] = label
-                changed = True
-            if changed:
-                self._write(data)
+            self._write(data)
+        return len(folded)
 
-    def set_budget(self, collection: str, epsilon: float | None, delta: float | None = None,
+    @staticmethod
+    def _legacy_origin(key: str, names: dict[str, str]) -> str | None:
+        """The server origin of an earlier client's ``"uuid:..."`` entry, from its label."""
+        label = names.get(key)
+        if not key.startswith("uuid:") or not isinstance(label, str) or "@" not in label:
+            return None
+        try:
+            return server_origin(label.rsplit("@", 1)[1])
+        except InvalidInputError:
+            return None
+
+    def set_budget(self, key: str, epsilon: float | None, delta: float | None = None,
                    delta_slack: float | None = None) -> dict[str, Any]:
-        """Set (or change) a collection's total budget; what was spent is kept. ``None`` is the
+        """Set (or change) an entry's total budget; what was spent is kept. ``None`` is the
         default budget (there is no unlimited)."""
         with self._locked():
             data = self._read()
-            key = self._resolve(data, self._key(collection))
-            old = data["collections"].get(key)
+            entry = self._resolve(data, self._key(key))
+            old = data["collections"].get(entry)
             acc = PrivacyAccountant(epsilon, delta, delta_slack)  # validates
             if old is not None:
                 prev = PrivacyAccountant.from_dict(old)
                 acc._spends = list(prev.spends)
-            data["collections"][key] = acc.to_dict()
+            data["collections"][entry] = acc.to_dict()
             self._write(data)
-        return self.status(collection)
+        return self.status(key)
 
-    def check(self, collection: str, epsilon: float, delta: float) -> tuple[float, float]:
+    def check(self, key: str, epsilon: float, delta: float) -> tuple[float, float]:
         """Totals after a release of (epsilon, delta), or :class:`BudgetExceededError`. Records nothing."""
-        return self.accountant(collection).check(epsilon, delta)
+        return self.accountant(key).check(epsilon, delta)
 
-    def spend(self, collection: str, epsilon: float, delta: float, label: str | None = None) -> tuple[float, float]:
+    def spend(self, key: str, epsilon: float, delta: float, label: str | None = None) -> tuple[float, float]:
         """Check and record one release atomically; raises :class:`BudgetExceededError` (nothing recorded)."""
         with self._locked():
             data = self._read()
-            key = self._resolve(data, self._key(collection))
-            d = data["collections"].get(key)
+            entry = self._resolve(data, self._key(key))
+            d = data["collections"].get(entry)
             acc = PrivacyAccountant() if d is None else PrivacyAccountant.from_dict(d)
             defaults = acc.epsilon_budget is None, acc.delta_budget is None
-            after = self._with_defaults(acc).spend(epsilon, delta, label=label or collection)
+            after = self._with_defaults(acc).spend(epsilon, delta, label=label or key)
             # store the budget as set (None = "the default"), so a later default change applies
             acc.epsilon_budget = None if defaults[0] else acc.epsilon_budget
             acc.delta_budget = None if defaults[1] else acc.delta_budget
-            data["collections"][key] = acc.to_dict()
+            data["collections"][entry] = acc.to_dict()
             self._write(data)
         return after
 
@@ -225,19 +302,21 @@ class PrivacyBudget:
         :class:`~pm_vector.client.query.PrivateKNN` and :class:`~pm_vector.client.PrivateMail`."""
         return LedgerAccount(self, self._key(key), label)
 
-    def status(self, collection: str) -> dict[str, Any]:
+    def status(self, key: str) -> dict[str, Any]:
+        """The entry's budget, what was spent and what remains (``key``: the entry's ledger key)."""
         data = self._read()
-        key = self._resolve(data, self._key(collection))
-        stored = data["collections"].get(key)
-        acc = self._accountant(data, key)
+        entry = self._resolve(data, self._key(key))
+        stored = data["collections"].get(entry)
+        acc = self._accountant(data, entry)
         eps, delta = acc.total(acc.delta_slack)
         default = stored is None or stored.get("epsilon_budget") is None
-        return {"collection": collection, "key": key, "name": (data.get("names") or {}).get(key),
+        return {"key": entry, "name": (data.get("names") or {}).get(entry),
                 "epsilon_budget": acc.epsilon_budget, "delta_budget": acc.delta_budget, "default_budget": default,
                 "delta_slack": acc.delta_slack, "releases": len(acc), "epsilon_spent": eps, "delta_spent": delta,
                 "epsilon_remaining": max(0.0, acc.epsilon_budget - eps), "path": str(self.path)}
 
-    def collections(self) -> list[str]:
+    def keys(self) -> list[str]:
+        """The ledger's keys (one per server, and :data:`LOCAL_KEY`)."""
         return sorted(self._read()["collections"])
 
 

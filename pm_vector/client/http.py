@@ -4,18 +4,21 @@
     from pm_vector.client.budget import PrivacyBudget
 
     with Client("http://127.0.0.1:8000", "pmv_...") as c:   # ledger: $PM_VECTOR_HOME/client/budget.json
-        c.budget.set_budget(c.budget_key("digits"), epsilon=20.0)  # default: eps 10, delta 1e-4 in total
+        c.budget.set_budget(c.budget_key(), epsilon=20.0)   # this server; default: eps 10, delta 1e-4 in total
         hit = c.query("digits", x, label=3, epsilon=1.0)
         hit["item_ids"], hit["labels"], hit["distances"], hit["budget"]
 
 Budget: the ledger (:class:`~pm_vector.client.budget.PrivacyBudget`; ``budget=None`` is the
-default ledger with the default budget -- never unlimited) is keyed by the collection's stable
-id that the service publishes (``collection_uuid`` in the anchor document), so every URL of one
-server shares one budget. Every path that releases noise charges it before the noise is drawn:
-:meth:`query`, :meth:`build_request` (both protocols; the paper's release included),
+default ledger with the default budget -- never unlimited) is keyed by the server's origin as
+given to this client (:meth:`Client.budget_key`: ``"origin:scheme://host:port"`` of
+``base_url``, normalised): one budget per server, for all its collections, chosen by the client
+alone. Nothing the server publishes or answers (collection ids, run ids, a dropped and re-created
+collection) selects an entry, so a server cannot open a fresh budget; a new :class:`Client` for
+the same URL shares the entry. Every path that releases noise charges it once, before the noise
+is drawn: :meth:`query`, :meth:`build_request` (both protocols; the paper's release included),
 :class:`~pm_vector.client.query.PrivateKNN` objects from :meth:`private_knn` (per request), and
-:meth:`resolve` of a request this client did not build. Seeded requests (tests and benchmarks
-only, marked ``seeded``) are not private releases and are not charged.
+:meth:`resolve` of a request this client did not build. No public method takes a seed: they
+refuse private (underscore) and unknown keywords with a :class:`TypeError`.
 
 What happens in :meth:`Client.query`:
 
@@ -53,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AlignmentError, InvalidInputError, PMVectorError
-from .budget import PrivacyBudget
+from .budget import LedgerAccount, PrivacyBudget, origin_key, server_origin
 from ..manifold.class_frames import ClassFrames
 from .privatemail import PrivateMail, PublicAnchor
 from ..privacy.rng import secure_generator
@@ -100,15 +103,35 @@ def _fingerprint(request) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
 
 
+#: the paper protocol's options (:class:`~pm_vector.client.PrivateMail`) that :meth:`Client.build_request`
+#: and :meth:`Client.query` pass on; nothing else is forwarded
+PAPER_OPTIONS = ("dp_sigma", "dp_alpha", "mechanism", "n_post_iter", "post_alpha")
+
+
+def _check_options(options: dict[str, Any]) -> None:
+    """A public method's extra keywords: the paper's options only (TypeError otherwise, before
+    anything is fetched, charged or sent)."""
+    private = sorted(k for k in options if k.startswith("_"))
+    if private:
+        raise TypeError(f"private keyword(s) {private} are not accepted here: no seed reaches a client-facing "
+                        "method (a seeded request is not a private release).")
+    unknown = sorted(set(options) - set(PAPER_OPTIONS))
+    if unknown:
+        raise TypeError(f"unexpected keyword(s) {unknown}; protocol='privatemail_paper' takes "
+                        f"{list(PAPER_OPTIONS)}.")
+
+
 class Client:
     """A pm_vector service client. ``budget``: a :class:`PrivacyBudget` (or
     :class:`~pm_vector.client.budget.MemoryBudget`), a ledger path, or None: the default ledger
-    (``$PM_VECTOR_HOME/client/budget.json``) with the default budget. Never unlimited."""
+    (``$PM_VECTOR_HOME/client/budget.json``) with the default budget. Never unlimited. Every
+    release goes to the ledger entry of ``base_url``'s origin (:meth:`budget_key`)."""
 
     def __init__(self, base_url: str, api_key: str | None, *, budget: PrivacyBudget | str | None = None,
                  timeout: float = 60.0, transport=None):
         import httpx
 
+        self.origin = server_origin(base_url)  # validates; the budget's key, fixed for this client
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
@@ -118,7 +141,8 @@ class Client:
             raise InvalidInputError(f"budget must be a PrivacyBudget, a ledger path or None (the default ledger); "
                                     f"got {type(budget).__name__}.")
         self.budget = budget
-        self._ids: dict[str, str | None] = {}
+        self._ids: dict[str, str | None] = {}  # collection ids as published: information, never a budget key
+        self._folded = False
         self._built: set[str] = set()  # fingerprints of requests built (and charged) by this client
         self._frames: dict[str, tuple[int | None, Any, PublicAnchor, dict]] = {}
         self._public: dict[str, tuple] = {}
@@ -147,7 +171,8 @@ class Client:
         return r.json()
 
     def collection_id(self, name: str) -> str | None:
-        """The collection's stable id as the service publishes it (None from a service that does not)."""
+        """The collection's id as the service publishes it (None from a service that does not).
+        Information only (e.g. to notice a re-created collection): it never selects a budget."""
         if name not in self._ids:
             c = self.collection(name)
             uid = c.get("uuid") or c.get("collection_uuid")
@@ -156,19 +181,25 @@ class Client:
             self._ids[name] = None if uid is None else str(uid)
         return self._ids[name]
 
-    def budget_key(self, collection: str) -> str:
-        """The ledger key of ``collection``: ``"uuid:<id>"`` (the server's identity of it, the same for
-        every URL of the server); a service that publishes no id falls back to the name, which
-        all servers share (over-counts, never under-counts)."""
-        uid = self.collection_id(collection)
-        if uid is None:
-            return collection
-        key = f"uuid:{uid}"
-        self.budget.adopt(key, collection, label=f"{collection}@{self.base_url}")
+    def budget_key(self) -> str:
+        """This client's ledger key: ``"origin:" + self.origin``, the origin of ``base_url`` as given
+        (:func:`~pm_vector.client.budget.server_origin`), the same for every collection of the server
+        and for every :class:`Client` of that URL. Entries an earlier client kept per collection id
+        of this server are folded into it on first use (:meth:`PrivacyBudget.fold`)."""
+        key = origin_key(self.origin)
+        if not self._folded:
+            self.budget.fold(key, self.origin, label=self.origin)
+            self._folded = True
         return key
 
-    def _account(self, name: str):
-        return self.budget.account(self.budget_key(name), label=name)
+    def account(self) -> LedgerAccount:
+        """The ledger entry of this client's server as an accountant: pass it as ``accountant=`` to a
+        :class:`~pm_vector.client.query.PrivateKNN` or :class:`~pm_vector.client.PrivateMail` built
+        by hand to charge this server's budget."""
+        return self.budget.account(self.budget_key())
+
+    def _account(self, name: str) -> LedgerAccount:
+        return self.budget.account(self.budget_key(), label=name)
 
     def _note_id(self, name: str, doc: dict[str, Any]) -> None:
         uid = doc.get("collection_uuid")
@@ -324,27 +355,37 @@ class Client:
         return cached[6]["projection"]
 
     def build_request(self, name: str, features, label: int | None = None, *, epsilon: float, delta: float = 1e-5,
-                      protocol: str = "pm_vector", shortlist: int | None = None, **paper_kwargs):
+                      protocol: str = "pm_vector", shortlist: int | None = None, **paper_options):
         """``(request, secret)`` built locally and charged to the budget (before its noise is drawn;
         :class:`~pm_vector.errors.BudgetExceededError` releases nothing); nothing is sent.
         ``protocol="pm_vector"`` (default): a :class:`~pm_vector.client.query.QueryRequest`
         (``label=None``: the label-free client). ``"privatemail_paper"``: the paper's request
-        (:class:`~pm_vector.client.PrivateMail`)."""
+        (:class:`~pm_vector.client.PrivateMail`; ``paper_options``: any of :data:`PAPER_OPTIONS`).
+        Private (underscore) or unknown keywords raise :class:`TypeError`: no seed reaches this method."""
+        _check_options(paper_options)
+        return self._build_request(name, features, label, epsilon=epsilon, delta=delta, protocol=protocol,
+                                   shortlist=shortlist, options=paper_options)
+
+    def _build_request(self, name, features, label=None, *, epsilon, delta=1e-5, protocol="pm_vector",
+                       shortlist=None, options=None, rng=None):
+        """:meth:`build_request`; ``rng`` (an int or a Generator: tests only, never reached from a public
+        method) drives dummies and noise, the request says ``seeded`` and is not charged (not a
+        private release; a service refuses it unless its settings allow seeded requests)."""
+        options = dict(options or {})
         if protocol == "privatemail_paper":
             if label is None:
                 raise InvalidInputError("the paper's protocol needs the query's label.")
             frame, anchor, _ = self.frame(name)
-            seeded = paper_kwargs.get("_rng") is not None  # tests and benchmarks: not charged
             pm = PrivateMail(frame, epsilon=epsilon, delta=delta,
-                             accountant=None if seeded else self._account(name), **paper_kwargs)
+                             accountant=None if rng is not None else self._account(name), _rng=rng, **options)
             req, secret = pm.request(np.asarray(features, dtype=np.float64), int(label), anchor, collection=name)
             self._built.add(_fingerprint(req))
             return req, secret
         if protocol != "pm_vector":
             raise InvalidInputError(f"protocol must be 'pm_vector' or 'privatemail_paper', not {protocol!r}.")
-        rng = paper_kwargs.pop("_rng", None)  # tests and benchmarks only; the request then says "seeded"
-        if paper_kwargs:
-            raise InvalidInputError(f"unknown options for the pm_vector protocol: {sorted(paper_kwargs)}.")
+        if options:
+            raise InvalidInputError(f"{sorted(options)} are options of protocol='privatemail_paper', not of the "
+                                    "pm_vector protocol.")
         client = self.private_knn(name, epsilon=epsilon, delta=delta, shortlist=shortlist, label_free=label is None)
         if rng is not None:
             client.accountant = None  # seeded: not a private release, not charged
@@ -355,10 +396,10 @@ class Client:
 
     def query(self, name: str, features, label: int | None = None, *, epsilon: float, delta: float = 1e-5,
               k: int = 8, shortlist: int | None = None, protocol: str = "pm_vector", rerank: bool = True,
-              rerank_with: str | None = None, **paper_kwargs) -> dict[str, Any]:
+              rerank_with: str | None = None, **paper_options) -> dict[str, Any]:
         """One private k-NN query; returns the real row's answer (``item_ids``, ``labels``,
-        ``external_ids``, ``distances``) with ``epsilon``, ``delta``, ``budget`` (status after the
-        charge), ``bytes_sent``/``bytes_received`` and ``timing``.
+        ``external_ids``, ``distances``) with ``epsilon``, ``delta``, ``budget`` (the server's
+        entry after the charge), ``bytes_sent``/``bytes_received`` and ``timing``.
 
         pm_vector protocol: the server answers every class row with ``shortlist`` (k') candidates
         and, when the collection allows raw features, their features for *every* row (so nothing
@@ -367,7 +408,16 @@ class Client:
         every candidate's published compact code instead (for every row, likewise) and the client
         re-ranks by ``||projection.transform(x) - code||``. ``rerank_with``: ``"features"``,
         ``"codes"`` or None (features when the collection allows them, else codes). ``reranked``
-        in the result: ``"features"``, ``"codes"`` or false (server score order kept)."""
+        in the result: ``"features"``, ``"codes"`` or false (server score order kept).
+        ``paper_options``: any of :data:`PAPER_OPTIONS` (``protocol="privatemail_paper"``); private
+        (underscore) or unknown keywords raise :class:`TypeError`."""
+        _check_options(paper_options)
+        return self._query(name, features, label, epsilon=epsilon, delta=delta, k=k, shortlist=shortlist,
+                           protocol=protocol, rerank=rerank, rerank_with=rerank_with, options=paper_options)
+
+    def _query(self, name, features, label=None, *, epsilon, delta=1e-5, k=8, shortlist=None, protocol="pm_vector",
+               rerank=True, rerank_with=None, options=None, rng=None) -> dict[str, Any]:
+        """:meth:`query`; ``rng``: see :meth:`_build_request` (tests only)."""
         import base64
         import json
 
@@ -391,10 +441,10 @@ class Client:
                                             "predates them).")
                 mode = None
         t0 = time.perf_counter()
-        req, secret = self.build_request(name, features, label, epsilon=epsilon, delta=delta, protocol=protocol,
-                                         shortlist=shortlist, **paper_kwargs)
+        req, secret = self._build_request(name, features, label, epsilon=epsilon, delta=delta, protocol=protocol,
+                                          shortlist=shortlist, options=options, rng=rng)
         t1 = time.perf_counter()
-        status = self.budget.status(self.budget_key(name))  # charged by build_request
+        status = self.budget.status(self.budget_key())  # charged by _build_request
         body = {"request": req.to_dict(), "k": int(k), "include_features": mode == "features"}
         if mode == "codes":
             body["include_codes"] = True

@@ -111,8 +111,10 @@ class PrivateMail:
     ``n_post_iter``: post-processing iterations. Noise, dummies and shuffle come from a
     generator seeded from :mod:`secrets`; there is no seed parameter. ``accountant``: charged
     (``spend(epsilon, delta, label)``) before the noise is drawn; None charges the default ledger
-    (:class:`~pm_vector.client.budget.PrivacyBudget`, default budget) under
-    ``local:<collection>``, except for a seeded request (not a private release). Tests and benchmarks
+    (:class:`~pm_vector.client.budget.PrivacyBudget`, default budget) under the one key
+    ``"local"`` (:data:`~pm_vector.client.budget.LOCAL_KEY`; nothing published selects it), except
+    for a seeded request (not a private release); :class:`~pm_vector.client.http.Client` passes its
+    server's entry, so its queries are charged once, there. Tests and benchmarks
     inject one through the internal ``_rng`` keyword (a Generator, or an int for
     ``secure_generator(int)``), and the request then says ``params["seeded"] = true``.
     """
@@ -201,9 +203,9 @@ class PrivateMail:
         mech = self._mechanism(sens)
         acc = self.accountant
         if acc is None and not self._seeded:  # a seeded request (tests, benchmarks) is not a private release
-            from .budget import PrivacyBudget
+            from .budget import LOCAL_KEY, PrivacyBudget
 
-            acc = PrivacyBudget().account(f"local:{collection or 'unnamed'}")
+            acc = PrivacyBudget().account(LOCAL_KEY)
         if acc is not None:
             acc.spend(self.epsilon, self.delta, label=collection)  # refuses before anything is released
         LX = feature_laplacian(X, self.dp_sigma, graph="dense", device="cpu")

@@ -21,12 +21,15 @@ grid, :mod:`pm_vector.privacy.class_rows`) from a generator seeded with 128 bits
 Budget: every unseeded request is charged *before* its noise is drawn -- to ``accountant`` (any
 object with ``spend(epsilon, delta, label=None)``: a
 :class:`~pm_vector.privacy.PrivacyAccountant`, or a ledger entry from
-:meth:`~pm_vector.client.budget.PrivacyBudget.account`; :class:`~pm_vector.client.http.Client`
-passes the collection's entry keyed by its server id), else to the default ledger
-(:class:`~pm_vector.client.budget.PrivacyBudget`, default budget) under ``local:<collection>``
-(or ``local:frames:<digest>`` without a collection name). A refused request raises
-:class:`~pm_vector.errors.BudgetExceededError` and releases nothing. A seeded request is not a
-private release (its noise can be recomputed from the seed) and is not charged.
+:meth:`~pm_vector.client.budget.PrivacyBudget.account`). :class:`~pm_vector.client.http.Client`
+passes its server's entry (its origin, :meth:`~pm_vector.client.http.Client.budget_key`), so a
+query through a Client is charged once, there. Without an accountant the default ledger
+(:class:`~pm_vector.client.budget.PrivacyBudget`, default budget) is charged under the one key
+:data:`~pm_vector.client.budget.LOCAL_KEY` (``"local"``), whatever the collection or frames: the
+key is the caller's, nothing published selects it (``accountant=client.account()`` charges a
+Client's server instead). A refused request raises :class:`~pm_vector.errors.BudgetExceededError`
+and releases nothing. A seeded request is not a private release (its noise can be recomputed
+from the seed) and is not charged; services refuse it unless set to allow seeded requests.
 """
 
 from __future__ import annotations
@@ -175,7 +178,7 @@ class PrivateKNN:
     :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor) used when a query comes
     without a label; its choice is an input of the release like a label, so the guarantee is
     the same. ``shortlist``: k' candidates asked per row. ``accountant``: what every unseeded
-    request is charged to (module doc); None charges the default ledger.
+    request is charged to (module doc); None charges the default ledger under ``"local"``.
     """
 
     def __init__(self, frames: ClassFrames, dummy_features, dummy_labels, epsilon: float = 4.0, delta: float = 1e-5,
@@ -214,9 +217,9 @@ class PrivateKNN:
         if acc is None:
             if self._rng is not None:  # seeded: tests and benchmarks; not a private release
                 return
-            from .budget import PrivacyBudget
+            from .budget import LOCAL_KEY, PrivacyBudget
 
-            acc = PrivacyBudget().account(f"local:{self.collection or 'frames:' + self.digest}")
+            acc = PrivacyBudget().account(LOCAL_KEY)  # the caller's key: nothing published selects it
         acc.spend(self.mechanism.epsilon, self.mechanism.delta, label=self.collection)
 
     def _choose(self, n: int) -> int:

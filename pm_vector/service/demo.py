@@ -96,7 +96,7 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
             say(f"service on {svc.url}")
             # the demo's queries stand for many users' queries, all charged to this one ledger: it is
             # given exactly what the evaluation spends (a client's default is eps 10 / delta 1e-4 per
-            # collection, pm_vector.client.budget), and refuses anything beyond
+            # server, pm_vector.client.budget), and refuses anything beyond
             n_q = sizes[3]
             budget = PrivacyBudget(f"{tmp}/budget.json", default_epsilon=n_q * float(sum(epsilons)) * (1 + 1e-9),
                                    default_delta=min(0.999, n_q * len(epsilons) * float(delta) * (1 + 1e-9)))
@@ -148,7 +148,7 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
                         examples = {"epsilon": float(eps), "label": int(yq[0]),
                                     "queries": [{"query": int(split.query_idx[i]), "answer": answers[i],
                                                  "exact": ext[idx[i]].tolist()} for i in same[:2]]}
-                spent = budget.status(name)
+                spent = budget.status(client.budget_key())  # the server's entry
     finally:
         if key is not None:
             try:

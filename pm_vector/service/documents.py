@@ -48,8 +48,10 @@ def public_anchor(collection: str):
 def collection_uuid(collection: str) -> str | None:
     """The collection's stable, random id (migration 0007) as text; None for an unknown name.
 
-    Clients key their privacy ledgers by it (:meth:`pm_vector.client.http.Client.budget_key`): it
-    names the collection as this server knows it, whatever URL reaches the server."""
+    Information for clients (it names the collection as this server knows it, and changes when the
+    collection is dropped and re-created); it never selects a client's privacy budget, which is
+    keyed by the server's origin as the client configured it
+    (:meth:`pm_vector.client.http.Client.budget_key`)."""
     from ..db.engine import connect
 
     with connect() as conn:
@@ -58,7 +60,7 @@ def collection_uuid(collection: str) -> str | None:
 
 
 def anchor_document(collection: str) -> dict[str, Any]:
-    """The public anchor as the JSON the API serves, with ``collection_uuid`` (the client's budget key)."""
+    """The public anchor as the JSON the API serves, with ``collection_uuid`` (information; not a budget key)."""
     pa, frame = public_anchor(collection)
     return _plain({"collection": collection, "collection_uuid": collection_uuid(collection),
                    "anchor_ids": list(pa.ids), "features": pa.features,

@@ -232,6 +232,7 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
     """Run the load test for every C in ``classes``; returns ``{"results": [...], "config": {...}}``.
     ``workers``: service processes to start (ignored with ``url``)."""
     from .. import db
+    from ..client.budget import MemoryBudget
     from ..client.http import Client
     from .auth import create_key, revoke_key
 
@@ -265,14 +266,18 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
             s_.wait_ready()
         say(f"service on {', '.join(urls)}")
         postmaster = _db_postmaster()
-        with Client(urls[0], api_key) as client:
+        # the built requests are real (unseeded) releases -- a service refuses seeded ones by default --
+        # charged to an in-memory ledger given exactly what they spend (replaying one costs nothing more)
+        n_built = int(n_distinct) * len(prepared)
+        ledger = MemoryBudget(default_epsilon=n_built * float(epsilon) * (1 + 1e-9),
+                              default_delta=min(0.999, n_built * 1e-5 * (1 + 1e-9)))
+        with Client(urls[0], api_key, budget=ledger) as client:
             for C, name, split in prepared:
                 t = time.perf_counter()
                 Xq, yq = split.query
                 bodies = []
                 for i in range(int(n_distinct)):
-                    req, _ = client.build_request(name, Xq[i % len(yq)], int(yq[i % len(yq)]), epsilon=epsilon,
-                                                  _rng=seed + i)
+                    req, _ = client.build_request(name, Xq[i % len(yq)], int(yq[i % len(yq)]), epsilon=epsilon)
                     import json
 
                     bodies.append(json.dumps({"request": req.to_dict(), "k": 8}).encode())

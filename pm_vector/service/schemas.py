@@ -101,8 +101,8 @@ class AnchorDocument(BaseModel):
     dummy_features: list[list[float]]
     dummy_labels: list[int]
     frame: dict[str, Any] = Field(description="The active run's AnchorFrame params, seed and anchor embedding.")
-    collection_uuid: str | None = Field(None, description="The collection's stable id: clients key their privacy "
-                                                          "budget by it.")
+    collection_uuid: str | None = Field(None, description="The collection's stable id (new when the collection is "
+                                                          "re-created); information only, not a budget key.")
 
 
 class ItemsBody(BaseModel):

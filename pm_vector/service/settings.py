@@ -14,7 +14,10 @@ required, the default; ``0`` only for a local demo), ``PM_VECTOR_SERVICE_HOST`` 
 ``PM_VECTOR_SERVICE_REQUEST_LOG_RETENTION_DAYS`` (default 30; 0 = keep forever) and
 ``PM_VECTOR_SERVICE_PRUNE_INTERVAL_S`` (how often the service prunes the log, default 3,600),
 ``PM_VECTOR_SERVICE_QUERY_DB_ROLE`` (the PostgreSQL role a query key's resolve runs as, default
-``pm_vector_query``; empty: none).
+``pm_vector_query``; empty: none), ``PM_VECTOR_SERVICE_ALLOW_SEEDED_REQUESTS`` (answer requests
+marked ``seeded``, whose noise a seed determines: for tests only; default ``0``, refused with a
+403). Booleans are ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``; anything
+else is refused.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 from ..errors import InvalidInputError
 
 _PREFIX = "PM_VECTOR_SERVICE_"
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -61,12 +65,16 @@ class ServiceSettings:
     read_urls: str = ""
     #: a replica whose replay lag exceeds this many WAL bytes is out of rotation until it catches up
     max_replica_lag_bytes: int = 16 * 1024 * 1024
+    #: answer requests marked "seeded" (noise from a seed: not a private release); tests only
+    allow_seeded_requests: bool = False
 
     def __post_init__(self):
         for f in fields(self):
             v = getattr(self, f.name)
             if f.type in ("int", int) and (isinstance(v, bool) or not isinstance(v, int)):
                 raise InvalidInputError(f"service setting {f.name} must be an integer, got {v!r}.")
+            if f.type in ("bool", bool) and not isinstance(v, bool):
+                raise InvalidInputError(f"service setting {f.name} must be true or false, got {v!r}.")
         for name in ("max_rows", "max_dim", "max_body_bytes", "max_k", "max_shortlist", "max_ids", "pool_max",
                      "job_workers", "max_result_cells", "job_min_components", "max_queued_jobs", "prune_interval_s"):
             if getattr(self, name) < 1:
@@ -88,7 +96,11 @@ class ServiceSettings:
             if raw is None or raw == "":
                 continue
             if f.type in ("bool", bool):
-                vals[f.name] = raw.strip().lower() not in ("0", "false", "no", "off")
+                word = raw.strip().lower()
+                if word not in _TRUE + _FALSE:
+                    raise InvalidInputError(f"{_PREFIX + f.name.upper()} must be one of {', '.join(_TRUE)} or "
+                                            f"{', '.join(_FALSE)}; got {raw!r}.")
+                vals[f.name] = word in _TRUE
             elif f.type in ("int", int):
                 try:
                     vals[f.name] = int(raw)

@@ -168,6 +168,7 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
     if not isinstance(r, dict):
         raise ApiError(422, "invalid_input", "'request' must be a request object (QueryRequest.to_dict(), or "
                                              "PrivateMailRequest.to_dict() for the paper's protocol).")
+    check_seeded(r, settings)
     if r.get("format") == QUERY_FORMAT:
         q = check_query_request(r, settings, name)
         check_cells(len(r["rows"]), max(k, int(r.get("shortlist") or 1)), settings)
@@ -225,3 +226,15 @@ def check_distances_body(d: Any, settings: ServiceSettings) -> tuple[list[list[f
     check_matrix(X, "features", settings)
     return X, mid
 
+
+def check_seeded(r: dict, settings: ServiceSettings) -> None:
+    """Refuse (403) a request marked seeded -- ``"seeded"`` of a class-rows request, ``params.seeded``
+    of the paper's -- unless ``settings.allow_seeded_requests``: its noise is a function of a seed,
+    so it is not a private release, and only tests may send it."""
+    params = r.get("params")
+    marks = [r.get("seeded"), params.get("seeded") if isinstance(params, dict) else None]
+    if not settings.allow_seeded_requests and any(m is not None and m is not False for m in marks):
+        raise ApiError(403, "seeded_request", "the request is marked seeded (its noise follows from a seed: not a "
+                                              "private release); this service refuses seeded requests unless its "
+                                              "setting allow_seeded_requests is on "
+                                              "(PM_VECTOR_SERVICE_ALLOW_SEEDED_REQUESTS=1, for tests only).")

@@ -1,5 +1,6 @@
-"""The client's ledger: a default budget (never unlimited), its overrides, ids and name aliases,
-the in-memory ledger, and PrivateKNN charging before it draws any noise."""
+"""The client's ledger: a default budget (never unlimited), its overrides, keys by server origin
+(and an earlier client's per-collection entries carried over), the in-memory ledger, and
+PrivateKNN charging before it draws any noise."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import pytest
 from pm_vector.client.budget import (
     DEFAULT_DELTA_BUDGET,
     DEFAULT_EPSILON_BUDGET,
+    LOCAL_KEY,
     MemoryBudget,
     PrivacyBudget,
+    origin_key,
+    server_origin,
 )
 from pm_vector.client.query import PrivateKNN
 from pm_vector.errors import (
@@ -68,20 +72,45 @@ def test_the_default_is_overridable_and_checked(tmp_path, monkeypatch):
     assert not (tmp_path / "a.json").exists()  # refusing wrote nothing
 
 
-def test_ids_take_over_name_entries_once_and_names_stay_aliases(tmp_path):
+def test_the_origin_is_normalised_as_the_user_configured_it():
+    same = ["http://127.0.0.1:8000", "http://localhost:8000/", "HTTP://LocalHost:8000/api/v1?x=1#f",
+            "http://[::1]:8000", "http://127.0.0.2:8000", "http://user:pw@127.0.0.1:8000", "http://localhost.:8000",
+            "http://[::ffff:127.0.0.1]:8000", "http://app.localhost:8000"]
+    assert {server_origin(u) for u in same} == {"http://localhost:8000"}
+    assert server_origin("https://Example.ORG") == server_origin("https://example.org:443/x") == \
+        "https://example.org:443"
+    assert server_origin("http://example.org") == "http://example.org:80"
+    assert server_origin("http://[2001:DB8:0::1]:9000") == "http://[2001:db8::1]:9000"
+    assert server_origin("http://bücher.example") == "http://xn--bcher-kva.example:80"
+    # what the user chose apart stays apart: port, scheme, host
+    assert len({server_origin(u) for u in ("http://localhost:8000", "http://localhost:8001", "https://localhost:8000",
+                                           "http://10.0.0.1:8000", "http://10.0.0.2:8000")}) == 5
+    assert origin_key("http://127.0.0.1:8000") == "origin:http://localhost:8000"
+    for bad in ("", "127.0.0.1:8000", "ftp://host", "http://", "http://host:99999", None):
+        with pytest.raises(InvalidInputError):
+            server_origin(bad)
+
+
+def test_an_earlier_clients_entries_fold_into_their_servers_origin(tmp_path):
+    """Entries kept per published collection id, labelled ``name@base_url``: those of one server
+    move into its origin entry (spends added, its own budget kept); others stay; once only."""
     b = PrivacyBudget(tmp_path / "l.json")
-    b.set_budget("digits", 30.0)
-    b.spend("digits", 2.0, 1e-5)
-    b.adopt("uuid:aaa", "digits", label="digits@http://127.0.0.1:8000")
-    data = json.loads((tmp_path / "l.json").read_text())
-    assert list(data["collections"]) == ["uuid:aaa"] and data["aliases"] == {"digits": "uuid:aaa"}
-    b.spend("digits", 1.0, 1e-5)  # through the alias
-    st = b.status("uuid:aaa")
-    assert st["epsilon_spent"] == pytest.approx(3.0) and st["epsilon_budget"] == 30.0
-    assert st["name"] == "digits@http://127.0.0.1:8000"
-    # another server's "digits" (another id) starts its own entry; nothing is moved again
-    b.adopt("uuid:bbb", "digits")
-    assert b.status("uuid:bbb")["releases"] == 0 and b.status("uuid:aaa")["releases"] == 2
+    earlier = [("uuid:aaa", "digits@http://127.0.0.1:8000", 2.0), ("uuid:bbb", "x@http://localhost:8000/", 3.0),
+               ("uuid:ccc", "digits@http://10.0.0.1:8000", 4.0), ("digits", None, 5.0)]
+    for key, label, eps in earlier:
+        b.spend(key, eps, 1e-5)
+        if label:
+            data = json.loads((tmp_path / "l.json").read_text())
+            data.setdefault("names", {})[key] = label
+            (tmp_path / "l.json").write_text(json.dumps(data))
+    key = origin_key("http://localhost:8000")
+    b.set_budget(key, 30.0)
+    assert b.fold(key, server_origin("http://localhost:8000"), label="http://localhost:8000") == 2
+    st = b.status(key)
+    assert st["epsilon_spent"] == pytest.approx(5.0) and st["releases"] == 2 and st["epsilon_budget"] == 30.0
+    assert st["name"] == "http://localhost:8000"
+    assert sorted(b.keys()) == sorted([key, "uuid:ccc", "digits"])  # another server's, and an unattributable one
+    assert b.fold(key, server_origin("http://localhost:8000"), label="http://localhost:8000") == 0
 
 
 def test_memory_budget_writes_nothing(tmp_path):
@@ -119,7 +148,11 @@ def test_private_knn_charges_before_any_noise(digits_split, tmp_path):
     assert acc.status()["releases"] == 1
     with pytest.raises(InvalidInputError, match="spend"):
         PrivateKNN(frames, Xd, yd, 1.0, accountant=object())
-    # no accountant: the default ledger under local:<collection>
+    # no accountant: the default ledger under the one key "local", whatever the collection or frames
     PrivateKNN(frames, Xd, yd, 4.0, collection="digits").request(Xq[0], int(yq[0]))
-    assert PrivacyBudget().status("local:digits")["epsilon_spent"] == pytest.approx(4.0)
+    PrivateKNN(ClassFrames(4, 0.8).fit(Xa, ya), Xd, yd, 4.0, collection="other").request(Xq[1], int(yq[1]))
+    assert PrivacyBudget().status(LOCAL_KEY)["epsilon_spent"] == pytest.approx(8.0)
+    assert PrivacyBudget().keys() == [LOCAL_KEY]
+    with pytest.raises(BudgetExceededError):
+        PrivateKNN(frames, Xd, yd, 4.0).request(Xq[2], int(yq[2]))
     assert PrivacyBudget().path.is_relative_to(tmp_path)

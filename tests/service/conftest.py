@@ -62,6 +62,29 @@ def service(svc_home):
         yield svc
 
 
+@pytest.fixture(scope="session")
+def seeded_service(svc_home):
+    """The real service as ``service`` but with ``allow_seeded_requests`` on: for the tests whose
+    requests are seeded (repeatable noise; refused by a service's default settings)."""
+    from pm_vector.service.runner import ServiceThread
+    from pm_vector.service.settings import ServiceSettings
+
+    st = ServiceSettings(max_rows=2000, max_dim=64, max_body_bytes=2 * 1024 * 1024, pool_max=4,
+                         allow_seeded_requests=True)
+    with ServiceThread(st) as svc:
+        yield svc
+
+
+@pytest.fixture(autouse=True)
+def _own_default_ledger(tmp_path, monkeypatch):
+    """Each test's default client ledger in its own directory: one budget covers a whole server,
+    so tests sharing the session's ledger would spend each other's (PM_VECTOR_HOME also locates
+    the session's database: only the ledger moves)."""
+    import pm_vector.client.budget as budget_mod
+
+    monkeypatch.setattr(budget_mod, "default_path", lambda: tmp_path / "client" / "budget.json")
+
+
 @pytest.fixture
 def requests_logged(svc_home):
     """``requests_logged(name)``: how many requests the server has logged for a collection."""

@@ -7,22 +7,23 @@ import json
 import httpx
 import pytest
 
+from pm_vector.client.budget import MemoryBudget
 from pm_vector.client.http import Client
 
 
 @pytest.fixture(scope="module")
 def valid(service, svc_collection, svc_key, svc_split):
-    with Client(service.url, svc_key["key"]) as c:
+    with Client(service.url, svc_key["key"], budget=MemoryBudget()) as c:
         req, _ = c.build_request(svc_collection, svc_split.query[0][0], int(svc_split.query[1][0]), epsilon=1.0,
-                                 protocol="privatemail_paper", _rng=1)
+                                 protocol="privatemail_paper")
     return req.to_dict()
 
 
 @pytest.fixture(scope="module")
 def valid_rows(service, svc_collection, svc_key, svc_split):
-    with Client(service.url, svc_key["key"]) as c:
+    with Client(service.url, svc_key["key"], budget=MemoryBudget()) as c:
         req, _ = c.build_request(svc_collection, svc_split.query[0][0], int(svc_split.query[1][0]), epsilon=1.0,
-                                 shortlist=16, _rng=1)
+                                 shortlist=16)
     return req.to_dict()
 
 

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pytest
 
-from pm_vector.client.budget import PrivacyBudget
+from pm_vector.client.budget import PrivacyBudget, origin_key
 from pm_vector.client.http import Client, ServiceError, rebuild_frame
 from pm_vector.errors import AlignmentError, BudgetExceededError
 
@@ -22,7 +22,7 @@ def test_private_query_end_to_end(service, svc_collection, svc_key, svc_split, r
     Xs, _ = svc_split.server
     before = requests_logged(svc_collection)
     budget = PrivacyBudget(tmp_path / "budget.json")
-    budget.set_budget(svc_collection, 100.0)
+    budget.set_budget(origin_key(service.url), 100.0)  # the server's entry
     exact = knn_search(Xq[:6], Xs, 8)
     ext = np.array([f"{svc_split.dataset.name}-{int(i)}" for i in svc_split.server_idx])
     hits, nn, answers = [], [], []
@@ -39,7 +39,7 @@ def test_private_query_end_to_end(service, svc_collection, svc_key, svc_split, r
     assert np.mean(hits) > 0.5  # precision@8 well above chance (0.1)
     assert np.mean(nn) > 0.2  # the answers hold the query's own nearest items, not only its class
     assert len(set(answers)) == 6  # every query gets its own answer
-    st = budget.status(svc_collection)
+    st = budget.status(origin_key(service.url))
     assert st["releases"] == 6 and st["epsilon_spent"] == pytest.approx(96.0)
     # the log holds the released request only: one noised row per class in the frames' dimension
     from pm_vector import db
@@ -54,7 +54,7 @@ def test_private_query_end_to_end(service, svc_collection, svc_key, svc_split, r
 
 def _ledger(tmp_path):
     """A ledger of the test's own (the default one is shared by every test of the session)."""
-    from pm_vector.client.budget import PrivacyBudget
+    from pm_vector.client.budget import PrivacyBudget, origin_key
 
     return PrivacyBudget(tmp_path / "ledger.json", default_epsilon=1000.0)
 
@@ -121,7 +121,8 @@ def test_over_budget_refused_before_anything_is_sent(service, svc_collection, sv
                                                      tmp_path):
     Xq, yq = svc_split.query
     path = tmp_path / "ledger.json"
-    PrivacyBudget(path).set_budget(svc_collection, 1.5)
+    key = origin_key(service.url)  # the server's entry: every collection of it
+    PrivacyBudget(path).set_budget(key, 1.5)
     sent: list[str] = []
     with Client(service.url, svc_key["key"], budget=PrivacyBudget(path)) as c:
         c._http.event_hooks["request"].append(lambda req: sent.append(req.url.path))
@@ -135,13 +136,12 @@ def test_over_budget_refused_before_anything_is_sent(service, svc_collection, sv
     assert requests_logged(svc_collection) == before  # the server saw nothing
     # the ledger is persistent: a new process/ledger object sees the spend and refuses too
     again = PrivacyBudget(path)
-    assert again.status(svc_collection)["epsilon_spent"] == pytest.approx(1.0)
+    assert again.status(key)["epsilon_spent"] == pytest.approx(1.0)
     with pytest.raises(BudgetExceededError):
-        again.spend(svc_collection, 1.0, 1e-5)
-    assert again.spend(svc_collection, 0.5, 1e-5)[0] == pytest.approx(1.5)
+        again.spend(key, 1.0, 1e-5)
+    assert again.spend(key, 0.5, 1e-5)[0] == pytest.approx(1.5)
     data = json.loads(path.read_text())
-    key = again.status(svc_collection)["key"]  # the ledger keeps the collection under the server's id for it
-    assert data["version"] == 1 and len(data["collections"][key]["spends"]) == 2
+    assert data["version"] == 1 and list(data["collections"]) == [key] and len(data["collections"][key]["spends"]) == 2
     assert not list(tmp_path.glob(".budget-*"))  # no temporary files left behind
 
 
@@ -240,8 +240,8 @@ def test_concurrent_requests_share_the_pool(service, svc_collection, svc_key, sv
     from concurrent.futures import ThreadPoolExecutor
 
     with Client(service.url, svc_key["key"]) as c:
-        reqs = [c.build_request(svc_collection, svc_split.query[0][i], int(svc_split.query[1][i]), epsilon=1.0,
-                                _rng=i)[0].to_dict() for i in range(4)]
+        reqs = [c.build_request(svc_collection, svc_split.query[0][i], int(svc_split.query[1][i]),
+                                epsilon=1.0)[0].to_dict() for i in range(4)]
     before = requests_logged(svc_collection)
 
     def one(i):
@@ -257,7 +257,7 @@ def test_concurrent_requests_share_the_pool(service, svc_collection, svc_key, sv
 
 
 
-def test_query_without_raw_features_reranks_by_published_codes(service, svc_collection, svc_key, svc_split):
+def test_query_without_raw_features_reranks_by_published_codes(seeded_service, svc_collection, svc_key, svc_split):
     """A collection that does not hand out raw features publishes a PublicProjection and every
     candidate's halfvec code: Client.query re-ranks the real row by code distance, and the answer is
     far smaller than the same query's answer with every candidate's raw features."""
@@ -275,21 +275,22 @@ def test_query_without_raw_features_reranks_by_published_codes(service, svc_coll
         Xs, _ = svc_split.server
         exact = knn_search(Xq[:6], Xs, 8)
         ext = np.array([f"{svc_split.dataset.name}-{int(i)}" for i in svc_split.server_idx])
-        with Client(service.url, svc_key["key"]) as c:
+        with Client(seeded_service.url, svc_key["key"]) as c:
             doc = c.anchor_document(name)
             assert doc["frame"]["public_projection"]["n_components"] == 64
             nn_c, nn_f, b_c, b_f = [], [], [], []
             for i in range(6):
                 sent: list = []
                 c._http.event_hooks["request"] = [lambda req: sent.append(req)]
-                # seeded (tests only): the same release to both collections, so the same candidates
-                r = c.query(name, Xq[i], int(yq[i]), epsilon=16.0, k=8, shortlist=32, _rng=100 + i)
+                # seeded (tests only, through the internal path; the seeded service answers it): the
+                # same release to both collections, so the same candidates
+                r = c._query(name, Xq[i], int(yq[i]), epsilon=16.0, k=8, shortlist=32, rng=100 + i)
                 c._http.event_hooks["request"] = []
                 body = json.loads(sent[-1].content)
                 assert body["include_codes"] is True and body["include_features"] is False
                 assert r["reranked"] == "codes" and len(r["item_ids"]) == 8
                 assert r["distances"] == sorted(r["distances"]) and "codes" not in r
-                f = c.query(svc_collection, Xq[i], int(yq[i]), epsilon=16.0, k=8, shortlist=32, _rng=100 + i)
+                f = c._query(svc_collection, Xq[i], int(yq[i]), epsilon=16.0, k=8, shortlist=32, rng=100 + i)
                 assert f["reranked"] == "features"
                 nn_c.append(len(set(r["external_ids"]) & set(ext[exact[i]])) / 8)
                 nn_f.append(len(set(f["external_ids"]) & set(ext[exact[i]])) / 8)

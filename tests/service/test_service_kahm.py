@@ -62,8 +62,7 @@ def test_resolve_rows_carry_class_scores(service, svc_key, svc_admin_key, embedd
 
     Xq, yq = split.query
     with Client(service.url, svc_key["key"]) as c:
-        req, secret = c.build_request(embedded, Xq[0], int(yq[0]), epsilon=1.0, protocol="privatemail_paper",
-                                      _rng=3)
+        req, secret = c.build_request(embedded, Xq[0], int(yq[0]), epsilon=1.0, protocol="privatemail_paper")
         before = c.resolve(embedded, req, k=5)
         assert before.get("kahm") is None
         assert all(row.get("class_scores") is None for row in before["rows"])
