@@ -91,8 +91,8 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     ``include_codes``: every candidate of every row carries its published compact code).
 
     ``request``: a :class:`~pm_vector.client.PrivateMailRequest`, a :class:`ReleaseRequest`
-    (the server post-processes it first), either one's dict, or JSON text (``str``/``bytes``,
-    logged verbatim). ``k``: neighbours per query row (1..1000). ``include_features``: also
+    (the server post-processes it first), either one's dict, or JSON text (``str``/``bytes``;
+    the log stores the validated request, not the text). ``k``: neighbours per query row (1..1000). ``include_features``: also
     return the items' raw features (the collection must allow it). ``conn``: an idle psycopg
     connection from :func:`pm_vector.db.connect` to reuse (a server's pool); by default one is
     opened. ``read_conn``: an idle connection to a streaming replica (class-rows requests): the

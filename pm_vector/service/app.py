@@ -26,7 +26,8 @@ POST     /collections/{name}/kahm/distances     this collection as a party of fe
 
 Refusals are JSON ``{"error", "message"}`` with a 4xx status and write nothing: 401 (no or
 unknown key), 413 (body, rows, dimensions or rows x k over the limits), 400 (malformed JSON,
-NaN/Infinity, too deep), 422 (wrong shapes or values, unknown fields), 404 (unknown collection,
+NaN/Infinity, too deep), 422 (wrong shapes or values, unknown fields), 415 (a body whose
+Content-Type is not application/json), 404 (unknown collection,
 job, or out of the key's scope), 403 (the key's role; raw features or raw KAHM distances not
 allowed), 429 (rate limit or job queue full, with Retry-After), 409 (no active run yet, or no
 KAHM model for the kahm endpoints). While the database is unreachable every endpoint that needs
@@ -52,7 +53,8 @@ from . import schemas
 from .errors import install_error_handlers
 from .middleware import AuthMiddleware, BodyLimitMiddleware, CatchAllMiddleware
 from .settings import ServiceSettings
-from .validation import RETRY_AFTER_S, ApiError, check_distances_body, check_resolve_body, parse_json
+from .validation import (RETRY_AFTER_S, ApiError, check_distances_body, check_resolve_body, parse_json,
+                         require_json)
 
 
 def _read_router(settings: ServiceSettings, pool):
@@ -192,6 +194,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     auth = [Depends(require_scope)]
     admin = [Depends(require_admin)]
     admin_scoped = [Depends(require_admin), Depends(require_scope)]
+    json_body = [Depends(require_json)]  # 415 for a body of another type, before it is read
 
     @app.get("/health", response_model=schemas.Health, tags=["service"],
              responses={503: {"model": schemas.Health}})
@@ -265,7 +268,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
             raise ApiError(413, "too_many_ids", f"{len(b.ids):,} ids; at most {settings.max_ids:,} per call.")
         return _plain(db.fetch_items(name, b.ids, include_features=b.include_features))
 
-    @app.post("/collections/{name}/items", dependencies=admin_scoped, tags=["collections"],
+    @app.post("/collections/{name}/items", dependencies=admin_scoped + json_body, tags=["collections"],
               openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": {"$ref": "#/components/schemas/ItemsBody"}}}}})
     async def items(name: str, request: Request):
@@ -282,7 +285,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         params = check_params(b.params, min_components=settings.job_min_components)
         return state["jobs"].start(name, params, check_seed(b.seed), key_id=key_id)
 
-    @app.post("/collections/{name}/jobs", dependencies=admin_scoped, status_code=202, response_model=schemas.Job,
+    @app.post("/collections/{name}/jobs", dependencies=admin_scoped + json_body, status_code=202, response_model=schemas.Job,
               tags=["jobs"], openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": {"$ref": "#/components/schemas/JobBody"}}}}})
     async def start_job(name: str, request: Request):
@@ -387,7 +390,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
                 row["codes"] = base64.b64encode(np.asarray(row["codes"], dtype="<f2").tobytes()).decode("ascii")
         return res
 
-    @app.post("/collections/{name}/resolve", dependencies=auth, response_model=schemas.ResolveResponse,
+    @app.post("/collections/{name}/resolve", dependencies=auth + json_body, response_model=schemas.ResolveResponse,
               tags=["resolve"], openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": {"$ref": "#/components/schemas/ResolveBody"}}}}})
     async def resolve_endpoint(name: str, request: Request):
@@ -419,7 +422,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         with resolve_slots:
             return _plain(party_distances(name, X, model_id=mid))
 
-    @app.post("/collections/{name}/kahm/distances", dependencies=auth, response_model=schemas.PartyDistances,
+    @app.post("/collections/{name}/kahm/distances", dependencies=auth + json_body, response_model=schemas.PartyDistances,
               tags=["kahm"], openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": {"$ref": "#/components/schemas/DistancesBody"}}}}})
     async def kahm_distances(name: str, request: Request):
