@@ -75,7 +75,7 @@ def _read_router(settings: ServiceSettings, pool):
 
 def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI:
     """The application. ``pool``: a :class:`~pm_vector.service.db.ServicePool` (made at start-up if None)."""
-    from .auth import RateLimiter, in_scope
+    from .auth import FailedAuthLimiter, RateLimiter, in_scope
     from .jobs import JobManager, check_params, check_seed
 
     settings = settings or ServiceSettings.from_env()
@@ -142,7 +142,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         if settings.auth and getattr(state["pool"], "url", None):
             from .keycache import KeyCache
 
-            state["keycache"] = await run_in_threadpool(KeyCache(state["pool"].url).start)
+            state["keycache"] = await run_in_threadpool(KeyCache(state["pool"].url,
+                                                                 failed_ttl=settings.failed_key_ttl_s).start)
         task = asyncio.create_task(pruner()) if settings.request_log_retention_days > 0 else None
         try:
             yield
@@ -169,7 +170,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     # the catch-all is innermost, so that no error reaches Starlette's (which drops the connection)
     app.add_middleware(CatchAllMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(AuthMiddleware, settings=settings, state=state, limiter=RateLimiter(settings.rate_per_minute))
+    app.add_middleware(AuthMiddleware, settings=settings, state=state, limiter=RateLimiter(settings.rate_per_minute),
+                       failures=FailedAuthLimiter(settings.auth_failures_per_minute))
 
     install_error_handlers(app, log)
 
