@@ -4,6 +4,7 @@ the strict request schema, size caps. Every refusal is an :class:`ApiError` (a 4
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from fastapi import Request
@@ -87,8 +88,11 @@ def check_matrix(rows: Any, what: str, settings: ServiceSettings) -> None:
         for v in row:
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise ApiError(422, "invalid_input", f"{what} row {i} holds {v!r}; only numbers are allowed.")
+            if isinstance(v, float) and not math.isfinite(v):  # e.g. 1e400 parses to inf
+                raise ApiError(422, "invalid_input", f"{what} row {i} holds NaN or infinite values; only finite "
+                                                     "numbers are allowed.")
             if abs(v) > wire.MAX_ABS_VALUE:  # finite but absurd (and beyond float32 once squared)
-                raise ApiError(422, "invalid_input", f"{what} row {i} holds a value beyond +-{wire.MAX_ABS_VALUE:g}; "
+                raise ApiError(422, "invalid_input", f"{what} row {i} holds a value too large (beyond +-{wire.MAX_ABS_VALUE:g}); "
                                                      "no valid client sends one.")
 
 
