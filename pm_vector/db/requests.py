@@ -121,6 +121,15 @@ def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
         raise RequestError(f"the request has a field of the wrong type ({exc}).") from None
 
 
+def _outputs_allowed(coll: Mapping) -> bool:
+    """May the current KAHM model's stored class scores and labels (``kahm_model_id``,
+    ``kahm_kind`` of the run's metadata) come back with resolved items?
+    :func:`pm_vector.db.kahm_common.model_outputs_allowed` decides, as for ``/kahm/distances``."""
+    from .kahm_common import model_outputs_allowed
+
+    return coll.get("kahm_model_id") is not None and model_outputs_allowed(coll, coll.get("kahm_kind"))
+
+
 def _check_k(k) -> int:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= int(k) <= MAX_K:
         raise InvalidInputError(f"k must be an integer in 1..{MAX_K}, got {k!r}.")

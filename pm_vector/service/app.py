@@ -18,7 +18,8 @@ POST     /collections/{name}/jobs               start an SMLQ embedding job (bac
 GET      /jobs, /jobs/{job_id}                  jobs (kept in the database): status, stage progress, result
 GET      /keys                                  API keys (admin without a collection scope; no secrets)
 POST     /collections/{name}/resolve            a PrivateMail request in, per-row k-NN results out
-                                                (with the current KAHM model's class scores per item)
+                                                (with the current KAHM model's class scores per item
+                                                if private, or raw and the collection opted in)
 GET      /collections/{name}/kahm/models        the collection's stored KAHM models (no model bytes)
 POST     /collections/{name}/kahm/distances     this collection as a party of federated classification:
                                                 per class, the distance value of every query row
@@ -29,7 +30,8 @@ unknown key), 413 (body, rows, dimensions or rows x k over the limits), 400 (mal
 NaN/Infinity, too deep), 422 (wrong shapes or values, unknown fields), 415 (a body whose
 Content-Type is not application/json), 404 (unknown collection,
 job, or out of the key's scope), 403 (the key's role; raw features or raw KAHM distances not
-allowed), 429 (rate limit or job queue full, with Retry-After), 409 (no active run yet, or no
+allowed), 429 (rate limit, too many failed authentications from one address, or job queue full, with
+Retry-After), 409 (no active run yet, or no
 KAHM model for the kahm endpoints). While the database is unreachable every endpoint that needs
 it answers 503 ``database_unavailable`` with ``Retry-After`` (and ``/health`` 503 ``degraded``);
 the pool reconnects by itself. A 5xx is a bug: every bad input has its 4xx.

@@ -116,5 +116,6 @@ class ServiceSettings:
         return {"max_rows": self.max_rows, "max_dim": self.max_dim, "max_body_bytes": self.max_body_bytes,
                 "max_k": self.max_k, "max_shortlist": self.max_shortlist, "max_ids": self.max_ids, "auth": self.auth,
                 "max_result_cells": self.max_result_cells, "rate_per_minute": self.rate_per_minute,
+                "auth_failures_per_minute": self.auth_failures_per_minute,
                 "job_min_components": self.job_min_components, "max_queued_jobs": self.max_queued_jobs,
                 "request_log_retention_days": self.request_log_retention_days}

@@ -92,8 +92,8 @@ def check_matrix(rows: Any, what: str, settings: ServiceSettings) -> None:
                 raise ApiError(422, "invalid_input", f"{what} row {i} holds NaN or infinite values; only finite "
                                                      "numbers are allowed.")
             if abs(v) > wire.MAX_ABS_VALUE:  # finite but absurd (and beyond float32 once squared)
-                raise ApiError(422, "invalid_input", f"{what} row {i} holds a value too large (beyond +-{wire.MAX_ABS_VALUE:g}); "
-                                                     "no valid client sends one.")
+                raise ApiError(422, "invalid_input", f"{what} row {i} holds a value too large (beyond "
+                                                     f"+-{wire.MAX_ABS_VALUE:g}); no valid client sends one.")
 
 
 #: the paper protocol's noise mechanisms (pm_vector.client.privatemail)
