@@ -100,3 +100,28 @@ def test_wire_bounds():
     with pytest.raises(InvalidInputError):
         wire.number_list(np.ones((2, 1)), "l", 2)
     assert wire.paper_params(None) == {}
+
+
+def test_the_client_refuses_out_of_bounds_privacy_before_charging(digits_split):
+    """PrivateKNN checks the wire bounds at construction: an epsilon below MIN_EPSILON never
+    reaches the budget (the request would be refused after the charge otherwise)."""
+    from pm_vector.client.query import PrivateKNN
+    from pm_vector.manifold.class_frames import ClassFrames
+
+    class Spy:
+        spent = 0
+
+        def spend(self, epsilon, delta, label=None):
+            Spy.spent += 1
+
+    Xa, ya = digits_split.anchor
+    Xd, yd = digits_split.dummy
+    frames = ClassFrames(4, 0.9).fit(Xa, ya)
+    for eps, delta in ((wire.MIN_EPSILON / 10, 1e-5), (1.0, 1e-320), (True, 1e-5)):
+        with pytest.raises(InvalidInputError):
+            PrivateKNN(frames, Xd, yd, epsilon=eps, delta=delta, accountant=Spy()).request(
+                digits_split.query[0][0], int(digits_split.query[1][0]))
+    assert Spy.spent == 0
+    req, _ = PrivateKNN(frames, Xd, yd, epsilon=1.0, accountant=Spy()).request(
+        digits_split.query[0][0], int(digits_split.query[1][0]))
+    assert Spy.spent == 1 and req.epsilon == 1.0

@@ -172,6 +172,7 @@ class PrivateKNN:
                  *, shortlist: int = DEFAULT_SHORTLIST, classifier=None, collection: str | None = None,
                  accountant=None):
         self.frames = frames
+        wire.privacy(epsilon, delta)  # the request's bounds, checked before anything is charged
         self.mechanism = ClassRowsGaussianMechanism(epsilon, delta, frames.radii_, frames.components_.shape[1])
         if accountant is not None and not callable(getattr(accountant, "spend", None)):
             raise InvalidInputError("accountant must have a spend(epsilon, delta, label=None) method (a "
