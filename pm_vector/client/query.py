@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import secrets
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
@@ -48,6 +47,8 @@ from ..errors import InvalidInputError
 from ..manifold.class_frames import ClassFrames
 from ..privacy.class_rows import NOISE, ClassRowsGaussianMechanism
 from ..privacy.rng import secure_generator
+from . import wire
+from .wire import check_values
 
 FORMAT = "pm_vector.class-rows/1"
 #: candidates per row the server is asked for by default (k')
@@ -93,26 +94,13 @@ class QueryRequest:
         if self.noise not in (None, "gaussian", NOISE):
             raise InvalidInputError(f"noise must be {NOISE!r} (or 'gaussian' for requests of older clients); "
                                     f"got {self.noise!r:.40}.")
+        check_values(self.rows, "rows")
         if self.grid is not None:
-            try:
-                g = np.asarray(self.grid, dtype=np.float64).reshape(-1)
-            except (TypeError, ValueError):
-                raise InvalidInputError(f"grid must be {C} finite numbers > 0 (one step per row).") from None
-            if g.shape[0] != C or not np.all(np.isfinite(g)) or np.any(g <= 0):
-                raise InvalidInputError(f"grid must be {C} finite numbers > 0 (one step per row).")
-            self.grid = g.tolist()
+            self.grid = wire.number_list(self.grid, "grid", C, lo=0.0, lo_open=True)
         self.classes = [int(c) for c in as_labels(np.asarray(self.classes), C, "classes")]
-        s = np.asarray(self.sigmas, dtype=np.float64).reshape(-1)
-        if s.shape[0] != C or not np.all(np.isfinite(s)) or np.any(s < 0):
-            raise InvalidInputError(f"sigmas must be {C} finite numbers >= 0 (one per row).")
-        self.sigmas = s.tolist()
-        for name in ("epsilon", "delta", "noise_scale"):
-            v = float(getattr(self, name))
-            if not math.isfinite(v) or v <= 0:
-                raise InvalidInputError(f"{name} must be a finite number > 0; got {v!r}.")
-            setattr(self, name, v)
-        if self.delta >= 1:
-            raise InvalidInputError(f"delta must be < 1; got {self.delta!r}.")
+        self.sigmas = wire.number_list(self.sigmas, "sigmas", C, lo=0.0)
+        self.epsilon, self.delta = wire.privacy(self.epsilon, self.delta)
+        self.noise_scale = wire.number(self.noise_scale, "noise_scale", lo=0.0, lo_open=True)
         if not isinstance(self.frames_digest, str) or len(self.frames_digest) > 64:
             raise InvalidInputError("frames_digest must be the 32-character digest of the published frames.")
         if self.collection is not None and (not isinstance(self.collection, str) or len(self.collection) > 200):
@@ -120,7 +108,7 @@ class QueryRequest:
         if isinstance(self.shortlist, bool) or int(self.shortlist) != self.shortlist or int(self.shortlist) < 1:
             raise InvalidInputError(f"shortlist must be a positive integer; got {self.shortlist!r}.")
         self.shortlist = int(self.shortlist)
-        self.seeded = bool(self.seeded)
+        self.seeded = wire.flag(self.seeded, "seeded")
 
     @property
     def n_rows(self) -> int:
@@ -149,12 +137,14 @@ class QueryRequest:
             raise InvalidInputError(f"unknown request field(s) {unknown}; a pm_vector request has {sorted(need)} "
                                     "and optionally shortlist, seeded, collection, noise, grid.")
         try:
-            rows = np.asarray(d["rows"], dtype=np.float64)
+            rows = np.asarray(d["rows"])
         except (TypeError, ValueError):
-            raise InvalidInputError("rows must be a list of equal-length lists of numbers.") from None
+            rows = None
+        if rows is None or rows.dtype.kind not in "iuf":  # no strings, booleans or ragged rows
+            raise InvalidInputError("rows must be a list of equal-length lists of numbers.")
         return cls(rows=rows, classes=list(d["classes"]), epsilon=d["epsilon"], delta=d["delta"],
                    noise_scale=d["noise_scale"], sigmas=list(d["sigmas"]), frames_digest=str(d["frames_digest"]),
-                   shortlist=d.get("shortlist", DEFAULT_SHORTLIST), seeded=bool(d.get("seeded", False)),
+                   shortlist=d.get("shortlist", DEFAULT_SHORTLIST), seeded=d.get("seeded", False),
                    collection=d.get("collection"), noise=d.get("noise"), grid=d.get("grid"))
 
 
@@ -185,6 +175,7 @@ class PrivateKNN:
                  *, shortlist: int = DEFAULT_SHORTLIST, classifier=None, collection: str | None = None,
                  accountant=None):
         self.frames = frames
+        wire.privacy(epsilon, delta)  # the request's bounds, checked before anything is charged
         self.mechanism = ClassRowsGaussianMechanism(epsilon, delta, frames.radii_, frames.components_.shape[1])
         if accountant is not None and not callable(getattr(accountant, "spend", None)):
             raise InvalidInputError("accountant must have a spend(epsilon, delta, label=None) method (a "

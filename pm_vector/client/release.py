@@ -8,7 +8,6 @@ client reveals by sending it.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Mapping
 
@@ -16,11 +15,12 @@ import numpy as np
 
 from .._validation import as_labels, as_matrix
 from ..errors import InvalidInputError, RequestError
+from . import wire
 from .privatemail import PrivateMail
 
 RELEASE_FORMAT = "pm_vector.privatemail-release/1"
 #: post-processing iterations a release-only request may ask the server to run
-MAX_POST_ITER = 2000
+MAX_POST_ITER = wire.MAX_POST_ITER
 
 
 @dataclass
@@ -58,11 +58,15 @@ class ReleaseRequest:
         if len(self.anchor_ids) + len(self.query_labels) != self.release.shape[0]:
             raise RequestError(f"release has {self.release.shape[0]} rows; expected {len(self.query_labels)} query "
                                f"rows + {len(self.anchor_ids)} anchor rows.")
-        for name in ("epsilon", "delta", "sensitivity", "noise_sigma", "q_rms", "post_alpha"):
-            v = float(getattr(self, name))
-            if not math.isfinite(v) or v < 0:
-                raise RequestError(f"{name} must be a finite number >= 0, got {v!r}.")
-            setattr(self, name, v)
+        wire.check_values(self.release, "release")
+        try:
+            self.epsilon, self.delta = wire.privacy(self.epsilon, self.delta)
+            for name in ("sensitivity", "noise_sigma", "q_rms", "post_alpha"):
+                setattr(self, name, wire.number(getattr(self, name), name, lo=0.0))
+            self.mechanism = wire.mechanism(self.mechanism, self.epsilon)
+            self.params = wire.paper_params(self.params)
+        except InvalidInputError as exc:
+            raise RequestError(str(exc)) from None
         if self.q_rms <= 0:
             raise RequestError("q_rms must be positive.")
         if isinstance(self.n_post_iter, bool) or int(self.n_post_iter) != self.n_post_iter or \
@@ -103,10 +107,10 @@ class ReleaseRequest:
             raise RequestError("anchor_ids and query_labels must be lists.")
         try:
             return cls(anchor_ids=list(d["anchor_ids"]), release=rel, query_labels=list(d["query_labels"]),
-                       epsilon=float(d["epsilon"]), delta=float(d["delta"]), sensitivity=float(d["sensitivity"]),
-                       noise_sigma=float(d["noise_sigma"]), q_rms=float(d["q_rms"]), mechanism=str(d["mechanism"]),
-                       n_post_iter=d["n_post_iter"], post_alpha=float(d["post_alpha"]),
-                       params=dict(d.get("params") or {}), collection=d.get("collection"))
+                       epsilon=d["epsilon"], delta=d["delta"], sensitivity=d["sensitivity"],
+                       noise_sigma=d["noise_sigma"], q_rms=d["q_rms"], mechanism=d["mechanism"],
+                       n_post_iter=d["n_post_iter"], post_alpha=d["post_alpha"],
+                       params=d.get("params"), collection=d.get("collection"))
         except (TypeError, ValueError) as exc:
             if isinstance(exc, InvalidInputError):
                 raise

@@ -9,6 +9,7 @@ import numpy as np
 
 from .._validation import as_matrix
 from ..errors import InvalidInputError
+from . import wire
 
 FORMAT = "pm_vector.privatemail/1"
 
@@ -34,6 +35,15 @@ class PrivateMailRequest:
 
     def __post_init__(self):
         self.embedding = as_matrix(self.embedding, "embedding")
+        wire.check_values(self.embedding, "embedding")
+        self.n_query_rows = wire.integer(self.n_query_rows, "n_query_rows", 1, self.embedding.shape[0])
+        self.epsilon, self.delta = wire.privacy(self.epsilon, self.delta)
+        self.sensitivity = wire.number(self.sensitivity, "sensitivity", lo=0.0, lo_open=True)
+        self.noise_sigma = wire.number(self.noise_sigma, "noise_sigma", lo=0.0)
+        self.mechanism = wire.mechanism(self.mechanism, self.epsilon)
+        self.params = wire.paper_params(self.params)
+        if not isinstance(self.anchor_ids, list):
+            raise InvalidInputError("anchor_ids must be a list of anchor ids.")
         if len(self.anchor_ids) + int(self.n_query_rows) != self.embedding.shape[0]:
             raise InvalidInputError(f"embedding has {self.embedding.shape[0]} rows; expected {self.n_query_rows} "
                                     f"query rows + {len(self.anchor_ids)} anchor rows.")
@@ -67,13 +77,18 @@ class PrivateMailRequest:
         if missing:
             raise InvalidInputError(f"request is missing fields: {', '.join(missing)}.")
         try:
-            emb = np.asarray(d["embedding"], dtype=np.float64)
+            emb = np.asarray(d["embedding"])
         except (TypeError, ValueError):
-            raise InvalidInputError("request embedding must be a list of equal-length lists of numbers.") from None
-        return cls(anchor_ids=list(d["anchor_ids"]), embedding=emb, n_query_rows=int(d["n_query_rows"]),
-                   epsilon=float(d["epsilon"]), delta=float(d["delta"]), sensitivity=float(d["sensitivity"]),
-                   noise_sigma=float(d["noise_sigma"]), mechanism=str(d["mechanism"]),
-                   params=dict(d.get("params") or {}), collection=d.get("collection"))
+            emb = None
+        if emb is None or emb.dtype.kind not in "iuf":  # no strings, booleans or ragged rows
+            raise InvalidInputError("request embedding must be a list of equal-length lists of numbers.")
+        if not isinstance(d["anchor_ids"], list):
+            raise InvalidInputError("anchor_ids must be a list of anchor ids.")
+        # the fields' types are checked as they are (a boolean is not a number, a string not a flag)
+        return cls(anchor_ids=list(d["anchor_ids"]), embedding=emb.astype(np.float64),
+                   n_query_rows=d["n_query_rows"], epsilon=d["epsilon"], delta=d["delta"],
+                   sensitivity=d["sensitivity"], noise_sigma=d["noise_sigma"], mechanism=d["mechanism"],
+                   params=d.get("params"), collection=d.get("collection"))
 
     @classmethod
     def from_json(cls, s: str) -> "PrivateMailRequest":

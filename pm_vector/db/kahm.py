@@ -56,7 +56,7 @@ from .kahm_anchor import fabricate_anchor_set
 from .kahm_common import (DEFAULT_SMOOTHING_STEPS, KINDS, OUTSIDE_ELEMENT, _SETTLED, NoKAHMModelError,  # noqa: F401
                           ProgressFn, RawKAHMDistancesNotAllowedError, _class_counts_check, _load, _noop,
                           _positive_int, _privacy, _smoothing_record, _steps, _transaction, _value_range,
-                          raw_distances_allowed)
+                          kind_of, model_outputs_allowed, raw_distances_allowed)
 
 #: PostgreSQL's limit for one bytea value is 1 GB; keep a margin for the row
 MAX_MODEL_BYTES = 1_000_000_000
@@ -373,7 +373,7 @@ def party_distances(collection: str, features, model_id: int | None = None) -> d
             "must model the same feature space.")
     X = _query_rows(features, coll)
     model = load_kahm_model(collection, model_id)
-    if model._kind == "kahm_classifier" and not raw_distances_allowed(coll):
+    if not model_outputs_allowed(coll, kind_of(model)):
         raise RawKAHMDistancesNotAllowedError(
             f"KAHM model {int(model.model_id_)} of collection {collection!r} is raw (fitted on the items as stored): "
             "its distances tell members from non-members. Fit a private model (`pm-vector kahm fit "

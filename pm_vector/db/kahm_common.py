@@ -33,9 +33,31 @@ class RawKAHMDistancesNotAllowedError(RawFeaturesNotAllowedError):
 
 
 def raw_distances_allowed(coll) -> bool:
-    """The collection's opt-in to serving distances of raw models (default: no)."""
+    """The collection's opt-in to serving outputs of raw models (default: no):
+    ``settings["kahm"]["raw_distances"] = true``."""
     k = (coll.get("settings") or {}).get("kahm")
     return isinstance(k, dict) and k.get("raw_distances") is True
+
+
+#: the KAHM kinds fitted with differential privacy (their outputs may leave the database)
+PRIVATE_KINDS = ("noisy", "fabricated")
+#: the stored kind of each model class (``KAHMClassifier._kind``); any other class counts as raw
+_KIND_OF_CLASS = {"noisy_kahm_classifier": "noisy", "fabricated_kahm_classifier": "fabricated"}
+
+
+def kind_of(model) -> str:
+    """The stored kind (:data:`KINDS`) of a fitted model object."""
+    return _KIND_OF_CLASS.get(getattr(model, "_kind", None), "raw")
+
+
+def model_outputs_allowed(coll, kind) -> bool:
+    """The one policy for what a collection's KAHM model computes on its items: distances
+    (``/kahm/distances``, :func:`pm_vector.db.kahm.party_distances`), class scores and
+    predicted labels (resolve's ``class_scores``/``predicted``). A private kind's
+    (:data:`PRIVATE_KINDS`) may leave the database; a raw model's (fitted on the items as
+    stored: its outputs tell members from non-members) only where the collection opted in
+    (:func:`raw_distances_allowed`). An unknown kind counts as raw."""
+    return kind in PRIVATE_KINDS or raw_distances_allowed(coll)
 
 
 def _noop(*_a, **_k) -> None:

@@ -56,8 +56,8 @@ from ..errors import RequestError
 from .engine import connect
 from .errors import DimensionMismatchError
 from .frame import RunFrame, _run_row, run_frame
-from .requests import (MAX_QUERY_ROWS, AnchorIdMismatchError, _one_blas_thread, _parse, answer_rows, finish,
-                       run_snapshot)
+from .requests import (MAX_QUERY_ROWS, AnchorIdMismatchError, _one_blas_thread, _outputs_allowed, _parse,
+                       answer_rows, finish, run_snapshot)
 
 
 def _post_process(rf: RunFrame, rel: ReleaseRequest) -> PrivateMailRequest:
@@ -174,7 +174,7 @@ def resolve_paper(collection: str, req, raw: str | None, k: int, include_feature
         timings["align"] = (time.perf_counter() - t) * 1e3
 
         t = time.perf_counter()
-        kahm_id = coll.get("kahm_model_id") if class_scores else None
+        kahm_id = coll.get("kahm_model_id") if class_scores and _outputs_allowed(coll) else None
         cur = conn.execute(_knn_statement(coll, include_features, kahm_id),
                            [collection, _vectors(aligned), k, ef_search], binary=True)
         rows = cur.fetchall()
@@ -205,7 +205,8 @@ def explain_paper(collection: str, req, k: int, include_features: bool) -> dict[
         _check_against_run(rf, req.anchor_ids, dim, req.n_query_rows, MAX_QUERY_ROWS, collection, req.collection)
         pm_req = _post_process(rf, req) if isinstance(req, ReleaseRequest) else req
         vecs = _vectors(align_request(pm_req, rf.anchor_ids, rf.anchor_embedding))
-        stmt = _knn_statement(meta["coll"], include_features, meta["coll"].get("kahm_model_id"))  # as resolve runs it
+        kahm_id = meta["coll"].get("kahm_model_id") if _outputs_allowed(meta["coll"]) else None
+        stmt = _knn_statement(meta["coll"], include_features, kahm_id)  # as resolve runs it
         outer = [r[0] for r in conn.execute("EXPLAIN " + stmt, [collection, vecs, k, None]).fetchall()]
         inner = [r[0] for r in conn.execute("SELECT * FROM pm_vector.pm_knn_batch_explain(%s, %s::vector[], %s)",
                                             [collection, vecs, k]).fetchall()]

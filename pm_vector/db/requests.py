@@ -78,8 +78,9 @@ class FramesDigestMismatchError(InvalidInputError):
 
 
 def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
-    """The request object and, when it came as JSON text, that text (logged verbatim)."""
-    raw: str | None = None
+    """The request object, and None: the request log stores the validated request's
+    ``to_dict()`` (known fields, checked types), never the text as it came (an invented field,
+    a duplicated key or a number written as a string do not reach the log)."""
     if isinstance(request, (PrivateMailRequest, ReleaseRequest, QueryRequest)):
         return request, None
     if isinstance(request, (bytes, bytearray, memoryview)):
@@ -90,7 +91,6 @@ def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
     if isinstance(request, str):
         if len(request) > MAX_REQUEST_BYTES:
             raise RequestError(f"the request is {len(request)} characters long; at most {MAX_REQUEST_BYTES}.")
-        raw = request
         try:
             request = _loads(request)
         except json.JSONDecodeError as exc:
@@ -100,10 +100,10 @@ def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
                            f"got {type(request).__name__}.")
     fmt = request.get("format", REQUEST_FORMAT)
     if fmt == RELEASE_FORMAT:
-        return ReleaseRequest.from_dict(request), raw
+        return ReleaseRequest.from_dict(request), None
     if fmt == CLASS_ROWS_FORMAT:
         try:
-            return QueryRequest.from_dict(request), raw
+            return QueryRequest.from_dict(request), None
         except InvalidInputError:
             raise
         except (TypeError, ValueError, KeyError) as exc:
@@ -114,11 +114,20 @@ def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
     if not isinstance(request.get("anchor_ids", []), list):
         raise RequestError("anchor_ids must be a list.")
     try:
-        return PrivateMailRequest.from_dict(dict(request)), raw
+        return PrivateMailRequest.from_dict(dict(request)), None
     except InvalidInputError:
         raise
     except (TypeError, ValueError) as exc:
         raise RequestError(f"the request has a field of the wrong type ({exc}).") from None
+
+
+def _outputs_allowed(coll: Mapping) -> bool:
+    """May the current KAHM model's stored class scores and labels (``kahm_model_id``,
+    ``kahm_kind`` of the run's metadata) come back with resolved items?
+    :func:`pm_vector.db.kahm_common.model_outputs_allowed` decides, as for ``/kahm/distances``."""
+    from .kahm_common import model_outputs_allowed
+
+    return coll.get("kahm_model_id") is not None and model_outputs_allowed(coll, coll.get("kahm_kind"))
 
 
 def _check_k(k) -> int:

@@ -71,6 +71,7 @@ from .requests import (
     _check_k_prime,
     _check_rows,
     _loads,
+    _outputs_allowed,
     _parse,
     answer_rows,
     assemble_answer,
@@ -91,8 +92,8 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     ``include_codes``: every candidate of every row carries its published compact code).
 
     ``request``: a :class:`~pm_vector.client.PrivateMailRequest`, a :class:`ReleaseRequest`
-    (the server post-processes it first), either one's dict, or JSON text (``str``/``bytes``,
-    logged verbatim). ``k``: neighbours per query row (1..1000). ``include_features``: also
+    (the server post-processes it first), either one's dict, or JSON text (``str``/``bytes``;
+    the log stores the validated request, not the text). ``k``: neighbours per query row (1..1000). ``include_features``: also
     return the items' raw features (the collection must allow it). ``conn``: an idle psycopg
     connection from :func:`pm_vector.db.connect` to reuse (a server's pool); by default one is
     opened. ``read_conn``: an idle connection to a streaming replica (class-rows requests): the
@@ -106,11 +107,14 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     ``labels``, ``distances`` (lists, nearest first), ``payloads`` and, if asked,
     ``features`` (``(k, d)`` float32 array).
 
-    When the collection has a KAHM model (:func:`pm_vector.db.kahm.fit_kahm_models`) and
-    ``class_scores`` is true, every row also carries ``class_scores`` (per returned item, its
+    When the collection has a KAHM model (:func:`pm_vector.db.kahm.fit_kahm_models`) whose
+    outputs may leave the database (a private kind, or a raw model where the collection opted in
+    with ``settings["kahm"]["raw_distances"]``: the policy of ``/kahm/distances``,
+    :func:`pm_vector.db.kahm_common.model_outputs_allowed`) and ``class_scores`` is true, every
+    row also carries ``class_scores`` (per returned item, its
     class-matching scores of Definition 8 in the order of ``result["kahm"]["classes"]``; None for
     an item ingested after the model) and ``predicted`` (the model's label, Definition 7);
-    ``result["kahm"]`` is ``{"model_id", "classes"}`` (None without a model). They are read
+    ``result["kahm"]`` is ``{"model_id", "classes"}`` (None without such a model). They are read
     from the scores stored with the model: one primary-key lookup per returned item.
 
     Raises (nothing written): CollectionNotFoundError, NoActiveRunError, AnchorIdMismatchError,
@@ -319,7 +323,8 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
     the raw features of every candidate of every row (so the answer does not depend on which row
     is real). With ``include_codes`` (any collection: the codes are what it publishes instead of
     raw features) every candidate of every row carries its compact code from the run's
-    ``run_<id>_codes``; when the collection has a KAHM model and ``class_scores`` is true, every
+    ``run_<id>_codes``; when the collection has a KAHM model whose outputs may leave the database
+    (:func:`resolve`) and ``class_scores`` is true, every
     candidate of every row carries its stored class scores and predicted label (the lookup of the
     PrivateMail path). Codes and scores are joined in the candidates statement. Checks first
     (nothing written on error): collection, frames digest, one row per class in the run's class
@@ -339,7 +344,7 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
         doc = _check_class_rows_against_run(meta, req, collection, max_query_rows)
         run_id = int(meta["run"]["id"])
         code_dim = _check_codes(doc, collection, run_id) if include_codes else None
-        kahm_id = coll.get("kahm_model_id") if class_scores else None
+        kahm_id = coll.get("kahm_model_id") if class_scores and _outputs_allowed(coll) else None
         timings["lookup"] = (time.perf_counter() - t) * 1e3
 
         t = time.perf_counter()
@@ -420,7 +425,8 @@ def _explain_class_rows(collection: str, req: QueryRequest, include_features: bo
         doc = _check_class_rows_against_run(meta, req, collection, MAX_QUERY_ROWS)
         rows = np.asarray(req.rows, dtype=np.float64).tolist()
         sig = [float(v) for v in req.sigmas]
-        joins = {"kahm_model_id": meta["coll"].get("kahm_model_id")}  # as resolve runs it (class scores on)
+        # as resolve runs it (class scores on, where the policy lets them out)
+        joins = {"kahm_model_id": meta["coll"].get("kahm_model_id") if _outputs_allowed(meta["coll"]) else None}
         out: dict[str, list[str]] = {}
         if run_graph.supports(conn, meta):
             # what resolve runs: the prior k-NN of the rows whose class is searched, then the candidates

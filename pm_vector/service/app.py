@@ -18,7 +18,8 @@ POST     /collections/{name}/jobs               start an SMLQ embedding job (bac
 GET      /jobs, /jobs/{job_id}                  jobs (kept in the database): status, stage progress, result
 GET      /keys                                  API keys (admin without a collection scope; no secrets)
 POST     /collections/{name}/resolve            a PrivateMail request in, per-row k-NN results out
-                                                (with the current KAHM model's class scores per item)
+                                                (with the current KAHM model's class scores per item
+                                                if private, or raw and the collection opted in)
 GET      /collections/{name}/kahm/models        the collection's stored KAHM models (no model bytes)
 POST     /collections/{name}/kahm/distances     this collection as a party of federated classification:
                                                 per class, the distance value of every query row
@@ -26,9 +27,11 @@ POST     /collections/{name}/kahm/distances     this collection as a party of fe
 
 Refusals are JSON ``{"error", "message"}`` with a 4xx status and write nothing: 401 (no or
 unknown key), 413 (body, rows, dimensions or rows x k over the limits), 400 (malformed JSON,
-NaN/Infinity, too deep), 422 (wrong shapes or values, unknown fields), 404 (unknown collection,
+NaN/Infinity, too deep), 422 (wrong shapes or values, unknown fields), 415 (a body whose
+Content-Type is not application/json), 404 (unknown collection,
 job, or out of the key's scope), 403 (the key's role; raw features or raw KAHM distances not
-allowed), 429 (rate limit or job queue full, with Retry-After), 409 (no active run yet, or no
+allowed), 429 (rate limit, too many failed authentications from one address, or job queue full, with
+Retry-After), 409 (no active run yet, or no
 KAHM model for the kahm endpoints). While the database is unreachable every endpoint that needs
 it answers 503 ``database_unavailable`` with ``Retry-After`` (and ``/health`` 503 ``degraded``);
 the pool reconnects by itself. A 5xx is a bug: every bad input has its 4xx.
@@ -52,7 +55,8 @@ from . import schemas
 from .errors import install_error_handlers
 from .middleware import AuthMiddleware, BodyLimitMiddleware, CatchAllMiddleware
 from .settings import ServiceSettings
-from .validation import RETRY_AFTER_S, ApiError, check_distances_body, check_resolve_body, parse_json
+from .validation import (RETRY_AFTER_S, ApiError, check_distances_body, check_resolve_body, parse_json,
+                         require_json)
 
 
 def _read_router(settings: ServiceSettings, pool):
@@ -73,7 +77,7 @@ def _read_router(settings: ServiceSettings, pool):
 
 def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI:
     """The application. ``pool``: a :class:`~pm_vector.service.db.ServicePool` (made at start-up if None)."""
-    from .auth import RateLimiter, in_scope
+    from .auth import FailedAuthLimiter, RateLimiter, in_scope
     from .jobs import JobManager, check_params, check_seed
 
     settings = settings or ServiceSettings.from_env()
@@ -140,7 +144,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         if settings.auth and getattr(state["pool"], "url", None):
             from .keycache import KeyCache
 
-            state["keycache"] = await run_in_threadpool(KeyCache(state["pool"].url).start)
+            state["keycache"] = await run_in_threadpool(KeyCache(state["pool"].url,
+                                                                 failed_ttl=settings.failed_key_ttl_s).start)
         task = asyncio.create_task(pruner()) if settings.request_log_retention_days > 0 else None
         try:
             yield
@@ -167,7 +172,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     # the catch-all is innermost, so that no error reaches Starlette's (which drops the connection)
     app.add_middleware(CatchAllMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(AuthMiddleware, settings=settings, state=state, limiter=RateLimiter(settings.rate_per_minute))
+    app.add_middleware(AuthMiddleware, settings=settings, state=state, limiter=RateLimiter(settings.rate_per_minute),
+                       failures=FailedAuthLimiter(settings.auth_failures_per_minute))
 
     install_error_handlers(app, log)
 
@@ -192,6 +198,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     auth = [Depends(require_scope)]
     admin = [Depends(require_admin)]
     admin_scoped = [Depends(require_admin), Depends(require_scope)]
+    json_body = [Depends(require_json)]  # 415 for a body of another type, before it is read
 
     @app.get("/health", response_model=schemas.Health, tags=["service"],
              responses={503: {"model": schemas.Health}})
@@ -265,7 +272,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
             raise ApiError(413, "too_many_ids", f"{len(b.ids):,} ids; at most {settings.max_ids:,} per call.")
         return _plain(db.fetch_items(name, b.ids, include_features=b.include_features))
 
-    @app.post("/collections/{name}/items", dependencies=admin_scoped, tags=["collections"],
+    @app.post("/collections/{name}/items", dependencies=admin_scoped + json_body, tags=["collections"],
               openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": {"$ref": "#/components/schemas/ItemsBody"}}}}})
     async def items(name: str, request: Request):
@@ -282,7 +289,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         params = check_params(b.params, min_components=settings.job_min_components)
         return state["jobs"].start(name, params, check_seed(b.seed), key_id=key_id)
 
-    @app.post("/collections/{name}/jobs", dependencies=admin_scoped, status_code=202, response_model=schemas.Job,
+    @app.post("/collections/{name}/jobs", dependencies=admin_scoped + json_body, status_code=202, response_model=schemas.Job,
               tags=["jobs"], openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": {"$ref": "#/components/schemas/JobBody"}}}}})
     async def start_job(name: str, request: Request):
@@ -387,7 +394,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
                 row["codes"] = base64.b64encode(np.asarray(row["codes"], dtype="<f2").tobytes()).decode("ascii")
         return res
 
-    @app.post("/collections/{name}/resolve", dependencies=auth, response_model=schemas.ResolveResponse,
+    @app.post("/collections/{name}/resolve", dependencies=auth + json_body, response_model=schemas.ResolveResponse,
               tags=["resolve"], openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": {"$ref": "#/components/schemas/ResolveBody"}}}}})
     async def resolve_endpoint(name: str, request: Request):
@@ -419,7 +426,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         with resolve_slots:
             return _plain(party_distances(name, X, model_id=mid))
 
-    @app.post("/collections/{name}/kahm/distances", dependencies=auth, response_model=schemas.PartyDistances,
+    @app.post("/collections/{name}/kahm/distances", dependencies=auth + json_body, response_model=schemas.PartyDistances,
               tags=["kahm"], openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": {"$ref": "#/components/schemas/DistancesBody"}}}}})
     async def kahm_distances(name: str, request: Request):

@@ -22,6 +22,8 @@ from typing import Any
 from ..errors import InvalidInputError, PMVectorError
 
 TABLE = "pm_vector_service.api_keys"
+#: the channel key changes are announced on (migration 0012; pm_vector.service.keycache)
+KEY_CHANNEL = "pm_vector_keys"
 KEY_PREFIX = "pmv_"
 _MAX_KEY_LEN = 200
 #: query: anchor document + resolve (+ reading collections); admin: everything
@@ -97,6 +99,8 @@ def create_key(name: str, *, role: str = "query", collections=None, rate_per_min
         r = c.execute(f"INSERT INTO {TABLE} (name, prefix, key_hash, role, collections, rate_per_minute) "
                       f"VALUES (%s, %s, %s, %s, %s, %s) RETURNING {_COLS}",
                       [name.strip(), key[:12], hash_key(key), role, scope, rate_per_minute]).fetchone()
+        # services forget the keys they refused (pm_vector.service.keycache): a new key works at once
+        c.execute("SELECT pg_notify(%s, '')", [KEY_CHANNEL])
         c.commit()
     finally:
         if own:
@@ -141,9 +145,14 @@ def revoke_key(ident: str | int, *, conn=None) -> dict[str, Any]:
     return _row(rows[0])
 
 
+def well_formed(key) -> bool:
+    """Could ``key`` be an API key at all (``pmv_...``, at most 200 characters)? No lookup."""
+    return bool(key) and isinstance(key, str) and len(key) <= _MAX_KEY_LEN and key.startswith(KEY_PREFIX)
+
+
 def verify_key(conn, key: str | None) -> dict[str, Any] | None:
     """The active key's record, or None (unknown, revoked, malformed). Read-only."""
-    if not key or not isinstance(key, str) or len(key) > _MAX_KEY_LEN or not key.startswith(KEY_PREFIX):
+    if not well_formed(key):
         return None
     h = hash_key(key)
     r = conn.execute(f"SELECT {_COLS}, key_hash FROM {TABLE} "
@@ -182,3 +191,50 @@ class RateLimiter:
                 return 0.0
             self._buckets[key_id] = [tokens, t]
             return (1.0 - tokens) / rate
+
+
+class FailedAuthLimiter:
+    """Failed authentications per client address: a token bucket of ``per_minute`` failures
+    (bursts up to ``per_minute``), refilled continuously. :meth:`wait` says whether an address
+    is over it (checked before any key lookup: a blocked address costs the database nothing),
+    :meth:`fail` counts one failure. In memory, per service process; at most ``max_addresses``
+    addresses are tracked (least recently failed out)."""
+
+    def __init__(self, per_minute: int, max_addresses: int = 65_536):
+        import threading
+        from collections import OrderedDict
+
+        self.per_minute = int(per_minute)
+        self.max_addresses = int(max_addresses)
+        self._buckets: OrderedDict[str, list[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _tokens(self, address: str, t: float) -> float:
+        b = self._buckets.get(address)
+        if b is None:
+            return float(self.per_minute)
+        return min(float(self.per_minute), b[0] + (t - b[1]) * self.per_minute / 60.0)
+
+    def wait(self, address: str, now: float | None = None) -> float:
+        """0.0 if ``address`` may try a key, else the seconds until it may again."""
+        import time
+
+        if self.per_minute <= 0:
+            return 0.0
+        t = time.monotonic() if now is None else now
+        with self._lock:
+            tokens = self._tokens(address, t)
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) * 60.0 / self.per_minute
+
+    def fail(self, address: str, now: float | None = None) -> None:
+        """Count one failed authentication of ``address``."""
+        import time
+
+        if self.per_minute <= 0:
+            return
+        t = time.monotonic() if now is None else now
+        with self._lock:
+            self._buckets[address] = [max(0.0, self._tokens(address, t) - 1.0), t]
+            self._buckets.move_to_end(address)
+            while len(self._buckets) > self.max_addresses:
+                self._buckets.popitem(last=False)

@@ -13,7 +13,15 @@ revocation, an UPDATE or DELETE by hand) send ``NOTIFY pm_vector_keys`` when it 
 * when the listening connection fails the cache forgets everything and stays off (each request
   looks its key up, as without the cache) until the thread has listened again.
 
-Unknown and revoked keys are never kept: each such request costs a lookup.
+Unknown and revoked keys are kept apart, in a short negative cache (:meth:`KeyCache.failed`):
+the SHA-256 of a key the database refused is remembered for ``failed_ttl`` seconds (a few; at
+most ``max_failed`` of them, least recently refused out), so that a flood repeating bad keys costs
+no lookup. It follows the same rules -- kept only while listening, forgotten on every
+notification, not kept when a change raced with the lookup -- and
+:func:`pm_vector.service.auth.create_key` announces each new key on the channel too (the trigger
+of migration 0012 fires on UPDATE and DELETE only), so a key created or un-revoked is accepted at
+once. A key INSERTed by hand in SQL is refused for at most ``failed_ttl`` seconds if a client
+tried it before it existed.
 """
 
 from __future__ import annotations
@@ -21,23 +29,29 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
+
+from .auth import KEY_CHANNEL as CHANNEL
 
 log = logging.getLogger("pm_vector.service")
 
-CHANNEL = "pm_vector_keys"
 #: the listening session's application_name (pg_stat_activity)
 APPLICATION_NAME = "pm_vector key cache"
 
 
 class KeyCache:
     """``lookup(key_hash)`` / ``store(key_hash, record, generation)`` with ``generation()`` read
-    before the database lookup; ``start()`` begins listening, ``close()`` ends it."""
+    before the database lookup (``failed`` / ``store_failed`` for refused keys); ``start()``
+    begins listening, ``close()`` ends it."""
 
-    def __init__(self, url: str, *, ttl: float = 60.0, reconnect_s: float = 1.0):
+    def __init__(self, url: str, *, ttl: float = 60.0, reconnect_s: float = 1.0, failed_ttl: float = 5.0,
+                 max_failed: int = 10_000):
         self.url, self.ttl, self.reconnect_s = url, float(ttl), float(reconnect_s)
+        self.failed_ttl, self.max_failed = float(failed_ttl), int(max_failed)
         self._lock = threading.Lock()
         self._entries: dict[str, tuple[dict[str, Any], float]] = {}
+        self._failed: OrderedDict[str, float] = OrderedDict()  # key hash -> expiry
         self._generation = 0
         self._listening = False
         self._stop = threading.Event()
@@ -66,6 +80,32 @@ class KeyCache:
                     self._entries.clear()
                 self._entries[key_hash] = (record, time.monotonic() + self.ttl)
 
+    def failed(self, key_hash: str) -> bool:
+        """Did the database refuse this key hash within the last ``failed_ttl`` seconds (and no
+        key changed since)?"""
+        now = time.monotonic()
+        with self._lock:
+            if not self._listening:
+                return False
+            exp = self._failed.get(key_hash)
+            if exp is None:
+                return False
+            if exp < now:
+                del self._failed[key_hash]
+                return False
+            return True
+
+    def store_failed(self, key_hash: str, generation: int) -> None:
+        """Remember a key hash the database refused (lookup begun at ``generation``)."""
+        if self.failed_ttl <= 0 or self.max_failed <= 0:
+            return
+        with self._lock:
+            if self._listening and generation == self._generation:
+                self._failed[key_hash] = time.monotonic() + self.failed_ttl
+                self._failed.move_to_end(key_hash)
+                while len(self._failed) > self.max_failed:
+                    self._failed.popitem(last=False)
+
     @property
     def listening(self) -> bool:
         with self._lock:
@@ -75,6 +115,7 @@ class KeyCache:
     def _forget(self, listening: bool | None = None) -> None:
         with self._lock:
             self._entries.clear()
+            self._failed.clear()
             self._generation += 1
             if listening is not None:
                 self._listening = listening

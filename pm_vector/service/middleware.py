@@ -62,10 +62,18 @@ PUBLIC_PATHS = frozenset({"/health", "/openapi.json", "/docs", "/docs/oauth2-red
 class AuthMiddleware:
     """Authenticate (and rate-limit) every request but :data:`PUBLIC_PATHS` from its headers before
     anything reads the body: an unauthenticated 14 MB body costs no parsing. The key's record goes
-    to ``request.state.api_key`` (None when auth is off)."""
+    to ``request.state.api_key`` (None when auth is off).
 
-    def __init__(self, app, settings, state: dict, limiter):
+    Failed authentications are limited per client address (``failures``, a
+    :class:`~pm_vector.service.auth.FailedAuthLimiter`): over the limit, a key the key cache does
+    not hold gets 429 with Retry-After before any lookup; a key the database refused a moment ago
+    is refused from the key cache's negative entries, without a lookup. ``state["key_lookups"]``
+    counts the lookups made."""
+
+    def __init__(self, app, settings, state: dict, limiter, failures=None):
         self.app, self.settings, self.state, self.limiter = app, settings, state, limiter
+        self.failures = failures
+        state.setdefault("key_lookups", 0)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -87,18 +95,25 @@ class AuthMiddleware:
     async def _authenticate(self, scope) -> dict:
         from fastapi.concurrency import run_in_threadpool
 
-        from .auth import hash_key, verify_key
+        from .auth import hash_key, verify_key, well_formed
 
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
         h = headers.get("authorization") or ""
         key = h[7:].strip() if h.lower().startswith("bearer ") else (headers.get("x-api-key") or "").strip()
+        address = (scope.get("client") or ("unknown",))[0]
+        unauthorized = ApiError(401, "unauthorized", "unknown or revoked API key.", {"WWW-Authenticate": "Bearer"})
         if not key:
-            raise ApiError(401, "unauthorized", "no API key; send `Authorization: Bearer <key>` (create one with "
-                                                "`pm-vector keys create --name NAME`).", {"WWW-Authenticate": "Bearer"})
+            unauthorized = ApiError(401, "unauthorized", "no API key; send `Authorization: Bearer <key>` (create one "
+                                    "with `pm-vector keys create --name NAME`).", {"WWW-Authenticate": "Bearer"})
         pool = self.state.get("pool")
         cache = self.state.get("keycache")
-        digest = hash_key(key) if cache is not None else None
-        rec = cache.lookup(digest) if cache is not None else None
+        digest = hash_key(key) if cache is not None and key else None
+        rec = cache.lookup(digest) if digest is not None else None
+        if rec is None:
+            self._check_failures(address)  # 429 before any lookup once the address is over its limit
+            if not well_formed(key) or (digest is not None and cache.failed(digest)):
+                self._fail(address)
+                raise unauthorized
         generation = cache.generation() if cache is not None and rec is None else 0
 
         def verify():
@@ -107,9 +122,13 @@ class AuthMiddleware:
 
         try:
             if rec is None:
+                self.state["key_lookups"] += 1  # on the event loop: an exact count
                 rec = await run_in_threadpool(verify)
-                if rec is not None and cache is not None:
-                    cache.store(digest, rec, generation)
+                if cache is not None:
+                    if rec is not None:
+                        cache.store(digest, rec, generation)
+                    else:
+                        cache.store_failed(digest, generation)
         except Exception as exc:  # noqa: BLE001 - a database down is a 503, anything else a 500 in JSON
             if _database_down(exc):
                 raise ApiError(503, "database_unavailable", "the database is unreachable right now; retry after "
@@ -118,7 +137,8 @@ class AuthMiddleware:
             raise ApiError(500, "internal_error", f"internal error ({type(exc).__name__}) while checking the key; "
                                                   "the server log has details.") from None
         if rec is None:
-            raise ApiError(401, "unauthorized", "unknown or revoked API key.", {"WWW-Authenticate": "Bearer"})
+            self._fail(address)
+            raise unauthorized
         if self.limiter is not None:
             wait = self.limiter.take(rec["id"], rec.get("rate_per_minute"))
             if wait > 0:
@@ -128,6 +148,19 @@ class AuthMiddleware:
                                "s (ask the operator for a higher rate_per_minute).",
                                {"Retry-After": str(max(1, math.ceil(wait)))})
         return rec
+
+    def _check_failures(self, address: str) -> None:
+        wait = self.failures.wait(address) if self.failures is not None else 0.0
+        if wait > 0:
+            import math
+
+            raise ApiError(429, "too_many_failed_authentications", "too many failed authentications from this "
+                           f"address; retry after {math.ceil(wait)} s with a valid API key.",
+                           {"Retry-After": str(max(1, math.ceil(wait)))})
+
+    def _fail(self, address: str) -> None:
+        if self.failures is not None:
+            self.failures.fail(address)
 
 
 class CatchAllMiddleware:

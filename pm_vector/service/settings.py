@@ -8,6 +8,9 @@ one request's embedding, default 256), ``PM_VECTOR_SERVICE_MAX_BODY_BYTES`` (def
 required, the default; ``0`` only for a local demo), ``PM_VECTOR_SERVICE_HOST`` /
 ``PM_VECTOR_SERVICE_PORT`` (default 127.0.0.1 / 8000), ``PM_VECTOR_SERVICE_RATE_PER_MINUTE``
 (requests per key per minute, default 60,000; 0 = no limit; a key may carry its own),
+``PM_VECTOR_SERVICE_AUTH_FAILURES_PER_MINUTE`` (failed authentications per client address per
+minute before 429, default 30; 0 = no limit), ``PM_VECTOR_SERVICE_FAILED_KEY_TTL_S`` (seconds a
+refused key is refused from memory, default 5; 0 = off),
 ``PM_VECTOR_SERVICE_MAX_RESULT_CELLS`` (rows x k of one answer, default 50,000),
 ``PM_VECTOR_SERVICE_JOB_MIN_COMPONENTS`` (smallest n_components a job may ask for, default 4),
 ``PM_VECTOR_SERVICE_MAX_QUEUED_JOBS`` (queued + running, default 8),
@@ -49,6 +52,11 @@ class ServiceSettings:
     job_workers: int = 1
     #: per key, unless the key carries its own; 0 = no limit
     rate_per_minute: int = 60000
+    #: failed authentications per client address per minute; beyond it 429 before any key
+    #: lookup (0 = no limit)
+    auth_failures_per_minute: int = 30
+    #: seconds a key the database refused is refused from memory (0 = always looked up)
+    failed_key_ttl_s: int = 5
     #: rows x k (or x k') of one answer: bounds the response size
     max_result_cells: int = 50000
     #: smallest n_components of a job: one key must not degrade every client's precision
@@ -79,7 +87,8 @@ class ServiceSettings:
                      "job_workers", "max_result_cells", "job_min_components", "max_queued_jobs", "prune_interval_s"):
             if getattr(self, name) < 1:
                 raise InvalidInputError(f"service setting {name} must be >= 1, got {getattr(self, name)}.")
-        for name in ("rate_per_minute", "request_log_retention_days", "max_replica_lag_bytes"):
+        for name in ("rate_per_minute", "request_log_retention_days", "max_replica_lag_bytes",
+                     "auth_failures_per_minute", "failed_key_ttl_s"):
             if getattr(self, name) < 0:
                 raise InvalidInputError(f"service setting {name} must be >= 0 (0: off), got {getattr(self, name)}.")
         if not 0 <= self.pool_min <= self.pool_max:
@@ -119,5 +128,6 @@ class ServiceSettings:
         return {"max_rows": self.max_rows, "max_dim": self.max_dim, "max_body_bytes": self.max_body_bytes,
                 "max_k": self.max_k, "max_shortlist": self.max_shortlist, "max_ids": self.max_ids, "auth": self.auth,
                 "max_result_cells": self.max_result_cells, "rate_per_minute": self.rate_per_minute,
+                "auth_failures_per_minute": self.auth_failures_per_minute,
                 "job_min_components": self.job_min_components, "max_queued_jobs": self.max_queued_jobs,
                 "request_log_retention_days": self.request_log_retention_days}

@@ -7,8 +7,10 @@ import json
 import math
 from typing import Any
 
+from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from ..client import wire
 from ..client.query import FORMAT as QUERY_FORMAT
 from ..errors import InvalidInputError
 from .settings import ServiceSettings
@@ -65,8 +67,9 @@ def parse_json(body: bytes) -> Any:
 
 
 def check_matrix(rows: Any, what: str, settings: ServiceSettings) -> None:
-    """A JSON matrix: a non-empty list of equally long, non-empty rows of numbers, within the
-    server's row and dimension limits (413 above them, 422 otherwise)."""
+    """A JSON matrix: a non-empty list of equally long, non-empty rows of numbers of magnitude at
+    most :data:`pm_vector.client.wire.MAX_ABS_VALUE`, within the server's row and dimension
+    limits (413 above them, 422 otherwise)."""
     if not isinstance(rows, list) or not rows or not all(isinstance(row, list) for row in rows):
         raise ApiError(422, "invalid_input", f"{what} must be a non-empty list of rows (lists of numbers).")
     if len(rows) > settings.max_rows:
@@ -85,29 +88,33 @@ def check_matrix(rows: Any, what: str, settings: ServiceSettings) -> None:
         for v in row:
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise ApiError(422, "invalid_input", f"{what} row {i} holds {v!r}; only numbers are allowed.")
-            if isinstance(v, int) and abs(v) > 1e300:  # would not convert to float64
-                raise ApiError(422, "invalid_input", f"{what} row {i} holds an integer too large for a float.")
+            if isinstance(v, float) and not math.isfinite(v):  # e.g. 1e400 parses to inf
+                raise ApiError(422, "invalid_input", f"{what} row {i} holds NaN or infinite values; only finite "
+                                                     "numbers are allowed.")
+            if abs(v) > wire.MAX_ABS_VALUE:  # finite but absurd (and beyond float32 once squared)
+                raise ApiError(422, "invalid_input", f"{what} row {i} holds a value too large (beyond "
+                                                     f"+-{wire.MAX_ABS_VALUE:g}); no valid client sends one.")
 
 
 #: the paper protocol's noise mechanisms (pm_vector.client.privatemail)
-PAPER_MECHANISMS = ("analytic", "classical")
+PAPER_MECHANISMS = wire.PAPER_MECHANISMS
 _PAPER_FIELDS = {"format", "anchor_ids", "embedding", "n_query_rows", "epsilon", "delta", "sensitivity",
                  "noise_sigma", "mechanism", "params", "collection"}
-#: the JSON size of a paper request's ``params`` (dp_sigma, dp_alpha, the frame's parameters, ...)
-MAX_PARAMS_BYTES = 8192
 
 
-def _number(r: dict, key: str, ok, what: str) -> float:
-    v = r.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)) or not ok(float(v)):
-        raise ApiError(422, "invalid_input", f"request.{key} must be {what}, got {str(v)[:40]!r}.")
-    return float(v)
+def _wire(check, *args, **kw):
+    """A :mod:`pm_vector.client.wire` check whose refusal is a 422 naming the request's field."""
+    try:
+        return check(*args, **kw)
+    except InvalidInputError as exc:
+        raise ApiError(422, "invalid_input", f"request.{exc}") from None
 
 
 def check_paper_fields(r: dict) -> None:
-    """The PrivateMail request's schema: known fields only, eps > 0, delta in (0, 1), sensitivity > 0,
-    noise_sigma >= 0, a known mechanism, small params (nothing the client chose reaches the log
-    unchecked)."""
+    """The PrivateMail request's schema: known fields only, the wire types and bounds of
+    :mod:`pm_vector.client.wire` (eps >= MIN_EPSILON, MIN_DELTA <= delta < 1, sensitivity > 0,
+    0 <= noise_sigma <= MAX_ABS_VALUE, a known mechanism -- classical only below eps 1 -- and
+    known, bounded params: nothing the client chose reaches the log unchecked)."""
     unknown = sorted(set(map(str, r)) - _PAPER_FIELDS)
     if unknown:
         raise ApiError(422, "invalid_input", f"unknown request field(s) {unknown[:10]}; a PrivateMail request has "
@@ -116,18 +123,11 @@ def check_paper_fields(r: dict) -> None:
                            "noise_sigma", "mechanism") if k not in r]
     if missing:
         raise ApiError(422, "invalid_input", f"request is missing fields: {', '.join(missing)}.")
-    _number(r, "epsilon", lambda v: v > 0, "a number > 0")
-    _number(r, "delta", lambda v: 0 < v < 1, "a number in (0, 1)")
-    _number(r, "sensitivity", lambda v: v > 0, "a number > 0")
-    _number(r, "noise_sigma", lambda v: v >= 0, "a number >= 0")
-    if r.get("mechanism") not in PAPER_MECHANISMS:
-        raise ApiError(422, "invalid_input", f"request.mechanism must be one of {list(PAPER_MECHANISMS)}.")
-    params = r.get("params", {})
-    if params is not None and not isinstance(params, dict):
-        raise ApiError(422, "invalid_input", "request.params must be a JSON object.")
-    if len(json.dumps(params or {})) > MAX_PARAMS_BYTES:
-        raise ApiError(413, "payload_too_large", f"request.params is larger than {MAX_PARAMS_BYTES:,} bytes of "
-                                                 "JSON; it holds the client's protocol parameters only.")
+    eps, _ = _wire(wire.privacy, r.get("epsilon"), r.get("delta"))
+    _wire(wire.number, r.get("sensitivity"), "sensitivity", lo=0.0, lo_open=True)
+    _wire(wire.number, r.get("noise_sigma"), "noise_sigma", lo=0.0)
+    _wire(wire.mechanism, r.get("mechanism"), eps)
+    _wire(wire.paper_params, r.get("params"))
     ids = r.get("anchor_ids")
     if not isinstance(ids, list) or not all(isinstance(i, (int, str)) and not isinstance(i, bool) for i in ids):
         raise ApiError(422, "invalid_input", "request.anchor_ids must be a list of anchor ids.")
@@ -238,3 +238,17 @@ def check_seeded(r: dict, settings: ServiceSettings) -> None:
                                               "private release); this service refuses seeded requests unless its "
                                               "setting allow_seeded_requests is on "
                                               "(PM_VECTOR_SERVICE_ALLOW_SEEDED_REQUESTS=1, for tests only).")
+
+
+#: the media types of a request body this service reads (JSON only; a parameter such as
+#: ``charset=utf-8`` may follow)
+JSON_MEDIA_TYPES = ("application/json",)
+
+
+async def require_json(request: Request) -> None:
+    """A dependency of every endpoint with a body: 415 unless ``Content-Type`` is JSON (before
+    the body is read)."""
+    ct = request.headers.get("content-type") or ""
+    if ct.split(";", 1)[0].strip().lower() not in JSON_MEDIA_TYPES:
+        raise ApiError(415, "unsupported_media_type", f"the body must be sent as Content-Type: application/json, got "
+                                                      f"{ct[:60]!r}; the service reads JSON only.")

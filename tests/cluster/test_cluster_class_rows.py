@@ -176,10 +176,15 @@ def test_a_shard_killed_mid_job_fails_the_job_and_leaves_the_previous_run_servin
 def test_kahm_class_scores_on_a_sharded_collection(both):
     """The KAHM roles read the items on the coordinator: a model fits, and its class scores come with
     every candidate of the sharded resolve."""
+    import pm_vector.db as db
     from pm_vector.db.kahm import fit_kahm_models
     from pm_vector.db.resolution import resolve
 
     fit = fit_kahm_models("cl_digits", n_components=6)
+    with db.connect() as conn:  # a raw model's outputs are served only where the collection opts in
+        conn.execute("UPDATE pm_vector.collections SET settings = jsonb_set(coalesce(settings, '{}'::jsonb), "
+                     "'{kahm}', '{\"raw_distances\": true}') WHERE name = 'cl_digits'")
+        conn.commit()
     res = resolve("cl_digits", _requests(both, 4.0, n=1)[0])
     assert res["kahm"]["model_id"] == fit["model_id"]
     assert all(len(r["class_scores"]) == len(r["item_ids"]) == KP for r in res["rows"])

@@ -665,6 +665,14 @@ def test_class_rows_answers_carry_kahm_class_scores(served, coded, conn):
     stored = {int(i): (int(p), np.asarray(sc, np.float64)) for i, p, sc in conn.execute(
         "SELECT item_id, predicted, scores FROM pm_vector.kahm_item_scores WHERE model_id = %s", [mid]).fetchall()}
     assert len(stored) == 800
+    # a raw model's outputs leave the database only where the collection opted in (as /kahm/distances)
+    withheld = resolve(name, d, include_codes=True, log=False)
+    assert withheld["kahm"] is None and "class_scores" not in withheld["rows"][0]
+    assert "kahm_item_scores" not in "\n".join(explain_resolution(name, d)["statement"])
+    for opt_in in (name, served["name"]):
+        conn.execute("UPDATE pm_vector.collections SET settings = jsonb_set(coalesce(settings, '{}'::jsonb), "
+                     "'{kahm}', '{\"raw_distances\": true}') WHERE name = %s", [opt_in])
+    conn.commit()
     c = _Counting(db.connect())
     try:
         res = resolve(name, d, include_codes=True, conn=c, log=False)

@@ -260,7 +260,7 @@ def test_fabricated_anchor_bad_input_registers_nothing(db, cname, digits, conn):
 
 @pytest.fixture(scope="module")
 def modeled(pm_home, digits):
-    """A served digits collection (plain anchor) with a raw KAHM model."""
+    """A served digits collection (plain anchor) with a raw KAHM model whose outputs it serves (opt-in)."""
     import pm_vector.db as db
     from pm_vector.db.kahm import fit_kahm_models
 
@@ -270,7 +270,7 @@ def modeled(pm_home, digits):
     Xd, yd = _take(X, y, 4, skip=42)
     Xq, yq = _take(X, y, 1, skip=50)
     name = _new_name("kahm_m")
-    db.create_collection(name, 64, list(range(10)))
+    db.create_collection(name, 64, list(range(10)), settings={"kahm": {"raw_distances": True}})
     db.ingest(name, Xs, ys)
     db.register_anchor_set(name, Xa, ya)
     db.register_anchor_set(name, Xd, yd, role="dummy")
@@ -377,7 +377,8 @@ def test_resolve_with_features_and_class_scores(db, cname, digits, conn):
     Xs, ys = _take(X, y, 8)
     Xa, ya = _take(X, y, 6, skip=8)
     Xd, yd = _take(X, y, 2, skip=14)
-    db.create_collection(cname, 64, list(range(10)), allow_raw_features=True)
+    db.create_collection(cname, 64, list(range(10)), allow_raw_features=True,
+                         settings={"kahm": {"raw_distances": True}})  # a raw model's outputs served: opt-in
     db.ingest(cname, Xs, ys)
     db.register_anchor_set(cname, Xa, ya)
     db.register_anchor_set(cname, Xd, yd, role="dummy")
@@ -405,7 +406,7 @@ def test_new_items_have_no_scores_until_scored(db, cname, digits, conn):
     Xn, yn = _take(X, y, 12, skip=8)  # more new items than old ones: results will contain them
     Xa, ya = _take(X, y, 6, skip=30)
     Xd, yd = _take(X, y, 2, skip=36)
-    db.create_collection(cname, 64, list(range(10)))
+    db.create_collection(cname, 64, list(range(10)), settings={"kahm": {"raw_distances": True}})  # raw: opt-in
     old = db.ingest(cname, Xs, ys)["item_ids"]
     db.register_anchor_set(cname, Xa, ya)
     db.register_anchor_set(cname, Xd, yd, role="dummy")

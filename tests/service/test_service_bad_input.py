@@ -72,6 +72,24 @@ CASES = {
     "too_many_rows": (lambda v: _body(_mutated(v, embedding=[[0.0] * 8] * 2001)).encode(), 413, "at most 2,000"),
     "too_many_dims": (lambda v: _body(_mutated(v, embedding=[[0.0] * 65] * 10)).encode(), 413, "at most 64"),
     "huge_payload": (lambda v: b'{"request": "' + b"x" * (3 * 1024 * 1024) + b'"}', 413, "limit"),
+    # strict wire types and bounds (pm_vector.client.wire): a boolean is not a number, and finite
+    # but absurd values are refused
+    "epsilon_true": (lambda v: _body(_mutated(v, epsilon=True)).encode(), 422, "epsilon"),
+    "epsilon_subnormal": (lambda v: _body(_mutated(v, epsilon=1e-320)).encode(), 422, "epsilon"),
+    "delta_subnormal": (lambda v: _body(_mutated(v, delta=1e-320)).encode(), 422, "delta"),
+    "noise_sigma_1e308": (lambda v: _body(_mutated(v, noise_sigma=1e308)).encode(), 422, "noise_sigma"),
+    "embedding_1e308": (lambda v: _body(_mutated(v, embedding=[[1e308] * len(v["embedding"][0])] +
+                                                 v["embedding"][1:])).encode(), 422, "beyond"),
+    "classical_at_eps_4": (lambda v: _body(_mutated(v, mechanism="classical", epsilon=4.0)).encode(), 422,
+                           "classical"),
+    "params_invented_field": (lambda v: _body(_mutated(v, params={**v["params"], "note": "n" * 7000})).encode(), 422,
+                              "unknown params"),
+    "params_unbounded_value": (lambda v: _body(_mutated(v, params={**v["params"], "dp_sigma": 1e308})).encode(), 422,
+                               "dp_sigma"),
+    "params_frame_invented": (lambda v: _body(_mutated(v, params={**v["params"], "frame": {
+        **v["params"]["frame"], "x": 1}})).encode(), 422, "params.frame"),
+    "params_seeded_string": (lambda v: _body(_mutated(v, params={**v["params"], "seeded": "no"})).encode(), 422,
+                             "seeded"),
 }
 
 
@@ -94,7 +112,8 @@ def test_chunked_huge_payload_refused(service, svc_key, svc_collection, requests
             yield b"x" * (128 * 1024)
 
     r = httpx.post(f"{service.url}/collections/{svc_collection}/resolve", content=gen(),
-                   headers={"Authorization": f"Bearer {svc_key['key']}"}, timeout=60)
+                   headers={"Authorization": f"Bearer {svc_key['key']}", "Content-Type": "application/json"},
+                   timeout=60)
     assert r.status_code == 413 and "limit" in r.json()["message"]
     assert requests_logged(svc_collection) == before
 
@@ -146,6 +165,14 @@ ROW_CASES = {
     "other_collection": (lambda v: _mutated(v, collection="elsewhere"), "collection"),
     "unknown_field": (lambda v: _mutated(v, params="x" * 1000), "unknown request field"),
     "delta_one": (lambda v: _mutated(v, delta=1.0), "delta"),
+    "epsilon_true": (lambda v: _mutated(v, epsilon=True), "epsilon"),
+    "seeded_string": (lambda v: _mutated(v, seeded="yes"), "seeded"),
+    "epsilon_subnormal": (lambda v: _mutated(v, epsilon=1e-320), "epsilon"),
+    "delta_subnormal": (lambda v: _mutated(v, delta=1e-320), "delta"),
+    "noise_scale_1e308": (lambda v: _mutated(v, noise_scale=1e308), "noise_scale"),
+    "rows_1e308": (lambda v: _mutated(v, rows=[[1e308] * len(v["rows"][0])] + v["rows"][1:]), "beyond"),
+    "grid_nested": (lambda v: _mutated(v, grid=[[g] for g in v["grid"]]), "grid"),
+    "sigmas_nested": (lambda v: _mutated(v, sigmas=[[s] for s in v["sigmas"]]), "sigmas"),
 }
 
 
@@ -159,3 +186,41 @@ def test_bad_pm_vector_request_refused(case, service, svc_collection, svc_key, v
     assert requests_logged(svc_collection) == before
     ok = _post(service, svc_key, svc_collection, _body(valid_rows))  # the service keeps serving
     assert ok.status_code == 200 and len(ok.json()["rows"]) == len(valid_rows["rows"])
+
+
+@pytest.mark.parametrize("ctype", [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data",
+                                   "application/jsonx", "text/json"])
+def test_body_of_another_media_type_refused(ctype, service, svc_collection, svc_key, svc_admin_key, valid_rows,
+                                            requests_logged):
+    """Only ``application/json`` bodies are read: any other Content-Type (or none) is 415 on every
+    endpoint with a body, and nothing is logged."""
+    before = requests_logged(svc_collection)
+    body = _body(valid_rows).encode()
+    posts = [(f"/collections/{svc_collection}/resolve", svc_key, body),
+             (f"/collections/{svc_collection}/kahm/distances", svc_key, b'{"features": [[0.0]]}'),
+             (f"/collections/{svc_collection}/items", svc_admin_key, b'{"ids": [1]}'),
+             (f"/collections/{svc_collection}/jobs", svc_admin_key, b'{"params": {"n_components": 8}}')]
+    for path, key, content in posts:
+        h = {"Authorization": f"Bearer {key['key']}"}
+        if ctype is not None:
+            h["Content-Type"] = ctype
+        r = httpx.post(service.url + path, content=content, headers=h, timeout=60)
+        assert r.status_code == 415, (path, r.status_code, r.text)
+        assert r.json()["error"] == "unsupported_media_type" and "application/json" in r.json()["message"]
+    assert requests_logged(svc_collection) == before
+    ok = _post(service, svc_key, svc_collection, body, {"Content-Type": "application/json; charset=utf-8"})
+    assert ok.status_code == 200, ok.text
+
+
+def test_paper_log_stores_the_validated_params(service, svc_collection, svc_key, valid, requests_logged):
+    """The request log keeps the paper request's known params, as validated, and nothing else."""
+    from pm_vector import db
+    from pm_vector.client import wire
+
+    r = _post(service, svc_key, svc_collection, _body(valid))
+    assert r.status_code == 200, r.text
+    logged = db.list_requests(svc_collection, limit=1)[0]
+    req = logged["request"] if "request" in logged else logged["request_json"]
+    req = json.loads(req) if isinstance(req, str) else req
+    assert set(req["params"]) <= set(wire.PAPER_PARAMS) and set(req["params"]["frame"]) <= set(wire.FRAME_PARAMS)
+    assert req["params"] == wire.paper_params(valid["params"])

@@ -97,6 +97,25 @@ def _cases(name, paper, rows, max_body):
          J(_with(rows, shortlist=2 ** 63)), {}),
         ("not utf-8", "POST", f"/collections/{name}/resolve", "query", b"\xff\xfe{", {}),
         ("nan literal", "POST", f"/collections/{name}/resolve", "query", b'{"request": NaN}', {}),
+        # issue 16, item 12: accepted with 200 before
+        ("class rows eps true", "POST", f"/collections/{name}/resolve", "query", J(_with(rows, epsilon=True)), {}),
+        ("class rows seeded 'yes'", "POST", f"/collections/{name}/resolve", "query", J(_with(rows, seeded="yes")),
+         {}),
+        ("class rows eps 1e-320", "POST", f"/collections/{name}/resolve", "query", J(_with(rows, epsilon=1e-320)),
+         {}),
+        ("class rows delta 1e-320", "POST", f"/collections/{name}/resolve", "query", J(_with(rows, delta=1e-320)), {}),
+        ("paper eps 1e-320", "POST", f"/collections/{name}/resolve", "query", J(_with(paper, epsilon=1e-320)), {}),
+        ("class rows noise_scale 1e308", "POST", f"/collections/{name}/resolve", "query",
+         J(_with(rows, noise_scale=1e308)), {}),
+        ("class rows rows 1e308", "POST", f"/collections/{name}/resolve", "query",
+         J(_with(rows, rows=[[1e308] * len(r) for r in rows["request"]["rows"]])), {}),
+        ("class rows nested grid", "POST", f"/collections/{name}/resolve", "query",
+         J(_with(rows, grid=[[g] for g in rows["request"]["grid"]])), {}),
+        ("paper classical at eps 4", "POST", f"/collections/{name}/resolve", "query",
+         J(_with(paper, mechanism="classical", epsilon=4.0)), {}),
+        ("text/plain body", "POST", f"/collections/{name}/resolve", "query", J(rows), {"Content-Type": "text/plain"}),
+        ("paper params 7 KB invented", "POST", f"/collections/{name}/resolve", "query",
+         J(_with(paper, params={**paper["request"]["params"], "invented": "i" * 7000})), {}),
     ]
 
 
@@ -127,3 +146,8 @@ def test_fuzz_no_5xx_and_connection_stays_usable(service, svc_collection, svc_ke
     assert seen["huge body before auth"] == 401  # authentication comes before the body
     assert seen["eps = 0"] == seen["delta = 1"] == seen["negative sensitivity"] == 422
     assert seen["rows x k over the cap"] == 413 and seen["job n_components 2"] == 422
+    assert seen["text/plain body"] == 415
+    strict = [k for k in seen if k.startswith(("class rows eps", "class rows seeded", "class rows delta 1e",
+                                               "class rows noise", "class rows rows", "class rows nested",
+                                               "paper eps 1e", "paper classical", "paper params 7"))]
+    assert len(strict) == 11 and {seen[k] for k in strict} == {422}, {k: seen[k] for k in strict}

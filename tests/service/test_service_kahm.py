@@ -57,6 +57,16 @@ def _headers(svc_key):
     return {"Authorization": f"Bearer {svc_key['key']}"}
 
 
+def _raw_outputs(name: str, allowed: bool) -> None:
+    """Set the collection's opt-in to serving a raw model's outputs (settings['kahm']['raw_distances'])."""
+    from pm_vector import db
+
+    with db.connect() as conn:
+        conn.execute("UPDATE pm_vector.collections SET settings = jsonb_set(coalesce(settings, '{}'::jsonb), "
+                     "'{kahm}', jsonb_build_object('raw_distances', %s::boolean)) WHERE name = %s", [allowed, name])
+        conn.commit()
+
+
 def test_resolve_rows_carry_class_scores(service, svc_key, svc_admin_key, embedded, split):
     from pm_vector.db.kahm import class_scores, fit_kahm_models
 
@@ -68,6 +78,12 @@ def test_resolve_rows_carry_class_scores(service, svc_key, svc_admin_key, embedd
         assert all(row.get("class_scores") is None for row in before["rows"])
         fit = fit_kahm_models(embedded, n_components=8)
         assert c.kahm_models(embedded)[0]["model_id"] == fit["model_id"]
+        # a raw model's outputs leave the database only where the collection opted in
+        # (the policy of /kahm/distances)
+        withheld = c.resolve(embedded, req, k=5)
+        assert withheld.get("kahm") is None
+        assert all(row.get("class_scores") is None and row.get("predicted") is None for row in withheld["rows"])
+        _raw_outputs(embedded, True)
         res = c.resolve(embedded, req, k=5)
         assert res["kahm"] == {"model_id": fit["model_id"], "classes": list(range(10))}
         assert len(res["rows"]) == len(before["rows"])
@@ -86,6 +102,39 @@ def test_resolve_rows_carry_class_scores(service, svc_key, svc_admin_key, embedd
         # the client's private query keeps them with its row
         hit = c.query(embedded, Xq[1], int(yq[1]), epsilon=1.0, k=5, protocol="privatemail_paper")
         assert len(hit["class_scores"]) == 5 and len(hit["predicted"]) == 5
+
+
+def test_a_private_models_class_scores_need_no_opt_in(service, svc_key, split):
+    """The policy withholds raw models' outputs only: a DP (noisy) model's scores come back without
+    the opt-in, a raw model's do not, on the same collection and request."""
+    from pm_vector import db
+    from pm_vector.db.jobs import anchor_frame_embed_fn
+    from pm_vector.db.kahm import fit_kahm_models
+    from pm_vector.service.demo import prepare_collection
+
+    name = "svn_" + uuid.uuid4().hex[:8]
+    prepare_collection(name, split)
+    try:
+        db.run_embedding_job(name, {"n_components": 8}, 0, embed_fn=anchor_frame_embed_fn)
+        Xq, yq = split.query
+        with Client(service.url, svc_key["key"]) as c:
+            req, _ = c.build_request(name, Xq[0], int(yq[0]), epsilon=1.0, shortlist=5, _rng=4)
+            noisy = fit_kahm_models(name, kind="noisy", epsilon=4.0, value_range=(-1.0, 1.0), n_components=6)
+            res = c.resolve(name, req)
+            assert res["kahm"] == {"model_id": noisy["model_id"], "classes": list(range(10))}
+            assert all(len(row["class_scores"]) == len(row["item_ids"]) for row in res["rows"])
+            raw = fit_kahm_models(name, n_components=6)  # now the current model: withheld
+            res = c.resolve(name, req)
+            assert res.get("kahm") is None and all(row.get("class_scores") is None for row in res["rows"])
+            r = httpx.post(f"{service.url}/collections/{name}/kahm/distances", json={"features": Xq[:2].tolist()},
+                           headers=_headers(svc_key))
+            assert r.status_code == 403  # the same policy, one home
+            _raw_outputs(name, True)
+            res = c.resolve(name, req)
+            assert res["kahm"]["model_id"] == raw["model_id"]
+            assert all(len(row["predicted"]) == len(row["item_ids"]) for row in res["rows"])
+    finally:
+        db.drop_collection(name, missing_ok=True)
 
 
 def test_kahm_endpoints_auth_and_bad_input(service, svc_key, parties, embedded):
