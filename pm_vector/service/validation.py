@@ -233,7 +233,9 @@ def check_seeded(r: dict, settings: ServiceSettings) -> None:
     so it is not a private release, and only tests may send it."""
     params = r.get("params")
     marks = [r.get("seeded"), params.get("seeded") if isinstance(params, dict) else None]
-    if not settings.allow_seeded_requests and any(m is not None and m is not False for m in marks):
+    if any(m is not None and not isinstance(m, bool) for m in marks):
+        raise ApiError(422, "invalid_input", "seeded must be true or false (a JSON boolean).")
+    if not settings.allow_seeded_requests and any(m is True for m in marks):
         raise ApiError(403, "seeded_request", "the request is marked seeded (its noise follows from a seed: not a "
                                               "private release); this service refuses seeded requests unless its "
                                               "setting allow_seeded_requests is on "

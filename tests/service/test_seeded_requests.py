@@ -47,13 +47,15 @@ def test_a_default_service_refuses_seeded_requests(service, svc_collection, svc_
     assert "allow_seeded_requests" in r.json()["message"] and "PM_VECTOR_SERVICE_ALLOW_SEEDED_REQUESTS" in \
         r.json()["message"]
     assert requests_logged(svc_collection) == before  # nothing written
-    # any mark other than false counts
+    # a mark that is not a boolean is refused as malformed, never read as "not seeded"
     marked = json.loads(json.dumps(plain))
     if kind == "rows":
         marked["request"]["seeded"] = "yes"
     else:
         marked["request"]["params"]["seeded"] = 1
-    assert _post(service, svc_collection, svc_key, marked).status_code == 403
+    r = _post(service, svc_collection, svc_key, marked)
+    assert r.status_code == 422 and r.json()["error"] == "invalid_input", r.text
+    assert requests_logged(svc_collection) == before
     # the same request unseeded is answered
     assert _post(service, svc_collection, svc_key, plain).status_code == 200
     assert requests_logged(svc_collection) == before + 1
