@@ -279,7 +279,7 @@ def kahm(
     max_items: int = typer.Option(5000, help="Images per dataset (stratified subsample)."),
     repeats: int = typer.Option(3, help="Timed fits per Table 11 size (the median is reported)."),
     seed: int = typer.Option(0, help="Seed of the data, the splits and the random Table 11 matrices."),
-    noise_seed: int = typer.Option(None, help="Seed of the DP noise (default: cryptographically seeded)."),
+    noise_seed: int = typer.Option(None, help="Seed of the DP noise (default: the OS CSPRNG; a seed is not private)."),
     anchor_epsilons: str = typer.Option("1,4,16", help="--part anchor: epsilons of the fabricated anchor (per "
                                         "item with --anchor-unit row, per element with element); --part federation: "
                                         "per-element epsilons of the fabricated models."),

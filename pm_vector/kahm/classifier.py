@@ -195,7 +195,9 @@ class _PrivateMixin:
     def _release(self, X, mech):
         from ..privacy import secure_generator
         out = mech.release(X, secure_generator(self.noise_seed))   # Algorithm 1, drawn once
-        self.privacy_ = {**mech.record(), "outside_guarantee": _OUTSIDE}
+        self.privacy_ = {**mech.record(), "outside_guarantee": _OUTSIDE,
+                         "randomness": "OS CSPRNG (os.urandom)" if self.noise_seed is None else
+                         "seeded PCG64 (tests only: NOT a private release)"}
         return out
 
     def _extra_meta(self) -> dict:
@@ -213,8 +215,9 @@ class NoisyKAHMClassifier(_PrivateMixin, KAHMClassifier):
     ``fit`` perturbs every element of ``X`` once with the optimal ``(epsilon, delta)`` noise of
     Result 1 (Algorithm 1, sensitivity ``d`` = bound on the change of one element, Definition
     10) and fits :class:`KAHMClassifier` on the noisy rows. Labels are not perturbed (the paper
-    protects the data matrix). ``noise_seed=None`` draws the noise from a cryptographically
-    seeded generator; an int is for tests only. ``noise="grid"`` (default) releases every noisy
+    protects the data matrix). ``noise_seed=None`` draws the noise from the OS CSPRNG
+    (:func:`~pm_vector.privacy.secure_generator`); an int is for tests only (not private; the
+    record's ``randomness`` says so). ``noise="grid"`` (default) releases every noisy
     element on the public ``grid`` (:mod:`pm_vector.kahm.grid`, floating-point safe);
     ``"continuous"`` is the paper's float construction (reproduction only, Mironov 2012).
     Learned: ``privacy_`` (the privacy record: mechanism, unit, grid, what lies outside).

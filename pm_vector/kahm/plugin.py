@@ -58,8 +58,8 @@ def fabricate_anchor(X, y, epsilon: float, n: int = 20, seed: int | None = None,
     value on a public grid), then per class (Remark 4) cut into k-means subsets of about
     ``branch_size`` noisy rows, each smoothed for ``smoothing_steps`` (public, default 5) and
     fabricated (Definitions 13-14): a function of the noisy rows only. Output rows are grouped
-    by class (ascending). ``seed=None`` draws the noise from a cryptographically seeded
-    generator; an int is for tests only.
+    by class (ascending). ``seed=None`` draws the noise from the operating system's
+    CSPRNG; an int (a seeded PCG64) is for tests only and is not a private release.
 
     ``smoothing_steps=None`` (explicit opt-in) runs the paper's stopping rule (eq 92) with ``r``
     from the *original* rows of each subset (eq 96) unless a public ``r`` is given: that output is

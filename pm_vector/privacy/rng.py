@@ -43,7 +43,7 @@ class SecureRandom:
     """Uniform random integers and floats from the operating system's CSPRNG (``os.urandom``).
 
     ``integers(low, high, size)`` is exactly uniform on ``[low, high)`` (masked rejection on
-    64-bit words: each round accepts with probability > 1/2); ``random(size)`` is ``k / 2^53``
+    64-bit words: each round accepts with probability > 1/2 for ranges below 2^53, > 1/4 above); ``random(size)`` is ``k / 2^53``
     with ``k`` uniform on ``[0, 2^53)``. The float methods (``standard_normal``, ``normal``,
     ``laplace``) are the usual transforms of such uniforms: their randomness is cryptographic,
     their values are floats (not floating-point safe in the sense of Mironov 2012; the exact
