@@ -39,7 +39,8 @@ import numpy as np
 from .._validation import as_labels, as_matrix, require_unit_rows
 from ..errors import InvalidInputError, PrivacyParameterError
 from ..neighbors import knn_search
-from ..privacy import AnalyticGaussianMechanism, secure_generator
+from ..privacy import AnalyticGaussianMechanism
+from ..privacy.rng import SecureRandom, require_generator
 
 __all__ = ["DPPCA", "DPRandomProjection", "RawKNN", "ReferenceClassLDP", "RetrievalMethod", "knn_search"]
 
@@ -50,13 +51,12 @@ _BATCH = 1024
 # shared helpers
 # --------------------------------------------------------------------------------------
 
-def _check_rng(rng, what: str) -> np.random.Generator:
-    if rng is None:
-        return secure_generator()
-    if not isinstance(rng, np.random.Generator):
-        raise InvalidInputError(f"{what} must be a numpy.random.Generator (e.g. pm_vector.privacy.secure_generator()) "
-                                f"or None; got {type(rng).__name__}.")
-    return rng
+def _check_rng(rng, what: str):
+    """``rng`` as a generator: ``None`` is the OS CSPRNG (:func:`~pm_vector.privacy.secure_generator`)."""
+    if rng is not None and not isinstance(rng, (SecureRandom, np.random.Generator)):
+        raise InvalidInputError(f"{what} must be pm_vector.privacy.secure_generator() (or a seeded numpy.random.Generator "
+                                f"in tests) or None; got {type(rng).__name__}.")
+    return require_generator(rng)
 
 
 def _check_privacy(epsilon, delta) -> tuple[float, float]:

@@ -279,7 +279,7 @@ def kahm(
     max_items: int = typer.Option(5000, help="Images per dataset (stratified subsample)."),
     repeats: int = typer.Option(3, help="Timed fits per Table 11 size (the median is reported)."),
     seed: int = typer.Option(0, help="Seed of the data, the splits and the random Table 11 matrices."),
-    noise_seed: int = typer.Option(None, help="Seed of the DP noise (default: cryptographically seeded)."),
+    noise_seed: int = typer.Option(None, help="Seed of the DP noise (default: the OS CSPRNG; a seed is not private)."),
     anchor_epsilons: str = typer.Option("1,4,16", help="--part anchor: epsilons of the fabricated anchor (per "
                                         "item with --anchor-unit row, per element with element); --part federation: "
                                         "per-element epsilons of the fabricated models."),
@@ -460,3 +460,36 @@ def cluster_bench(
                   f"{cs['rows_identical']:.3f}); one node, class indexes rebuilt: {rb['candidates_shared']:.4f} "
                   f"({rb['rows_identical']:.3f}); largest class {a['largest_class']}, max_prior {a['max_prior']}")
     err.print(result["machine"]["note"])
+
+
+@bench_app.command("accounting")
+def accounting(
+    epsilons: str = typer.Option("1,4,16", help="Epsilons of one request, comma-separated."),
+    delta: float = typer.Option(1e-5, help="delta of one request."),
+    dim: int = typer.Option(16, help="Coordinates per row d (the sensitivity's rounding term)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+):
+    """The request's noise under its zCDP calibration against the continuous Gaussian's exact
+    profile (dp-accounting), and OpenDP's epsilon for the request's rho.
+
+    Example: pm-vector bench accounting --epsilons 1,4,16 --json
+    """
+    from ..bench.accounting import run
+
+    try:
+        eps = [float(e) for e in epsilons.split(",") if e.strip()]
+    except ValueError:
+        fail(f"--epsilons must be comma-separated numbers; got {epsilons!r}.")
+    result = _run_printing(lambda say: run(eps, delta, dim), as_json)
+    if result is None:
+        return
+    t = Table(title=f"noise of one request (units of a row's diameter; d={result['dim']}, G={result['grid_steps']}); "
+                    f"adopted: {result['adopted']}")
+    for c in ("epsilon", "delta", "sigma zCDP (used)", "sigma Gaussian PLD", "ratio", "noise saved",
+              "OpenDP eps for rho"):
+        t.add_column(c, justify="right")
+    for r in result["rows"]:
+        t.add_row(f"{r['epsilon']:g}", f"{r['delta']:g}", f"{r['sigma_zcdp']:.4f}", f"{r['sigma_pld']:.4f}",
+                  f"{r['ratio']:.4f}", f"{r['noise_saved']:.1%}", f"{r['opendp_epsilon']:.6f}")
+    Console().print(t)
+    err.print(f"not adopted for the discrete release: {result['why_not_pld']}")

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..defaults import DEFAULT_SMOOTHING_STEPS  # noqa: F401  (the library's, one home)
 from ..errors import InvalidInputError
 from .api import _check_name, _collection_row, _load_items, cleanup
 from .engine import connect
@@ -99,9 +100,6 @@ def _value_range(value_range) -> tuple[float, float]:
     return lo, hi
 
 
-#: fixed, public number of smoothing steps of every fabricating job (the paper's stopping rule takes
-#: its threshold r from the original rows; it stays available as smoothing_steps=None)
-DEFAULT_SMOOTHING_STEPS = 5
 
 #: what the element-level jobs do not protect; stored with every privacy record
 OUTSIDE_ELEMENT = ("labels, per-class counts and item ids (public here); a whole item row of p features costs up to "

@@ -34,14 +34,17 @@ Points where the paper needs care (details in the module docstrings and tests)
       the reading that makes eqs 85, 87 and 92 consistent.
     - Fabricated data are not a pure post-processing of the noisy data: the stopping threshold
       ``r`` (eq 88/96) is computed from the original rows, and eq 98 clusters the original rows.
-      Here k-means runs on the noisy rows by default (``cluster_on="noisy"``), a public ``r`` or a
-      fixed public number of steps can be passed (the database jobs default to 5 steps); nothing
-      that depends on ``r`` (its value, the steps it took, the errors, warning text) is saved.
+      Here k-means runs on the noisy rows by default (``cluster_on="noisy"``) and the smoother runs
+      a fixed public number of steps (:data:`DEFAULT_SMOOTHING_STEPS`, the same for the library and
+      the database jobs); the paper's rule is the explicit opt-in ``smoothing_steps=None`` (not
+      private); nothing that depends on ``r`` (its value, the steps it took, the errors, warning
+      text) is saved.
     - The membership-inference score is an L2 distance between densities of distances, so it has
       units (1 / distance): audits compute it on distances in units of each model's median
       held-out distance, and report the attack AUC and TPR at low FPR beside it.
 """
 
+from ..defaults import DEFAULT_SMOOTHING_STEPS
 from .classifier import FabricatedKAHMClassifier, KAHMClassifier, NoisyKAHMClassifier, matching_scores
 from .federated import federated_predict, global_class_distances, global_kahm_image, party_distances
 from .grid import GridOptimalNoise, RowGaussianNoise
@@ -61,5 +64,5 @@ __all__ = [
     "federated_predict", "global_class_distances", "global_kahm_image", "party_distances",
     "OptimalNoise", "GridOptimalNoise", "RowGaussianNoise", "make_noise", "privatize", "smooth", "fabricate", "fabricate_subsets", "modelling_error", "FabricationWarning",
     "lsdd", "membership_inference_score", "membership_auc", "membership_audit",
-    "fabricate_anchor", "fit_class_models", "load_model",
+    "fabricate_anchor", "fit_class_models", "load_model", "DEFAULT_SMOOTHING_STEPS",
 ]

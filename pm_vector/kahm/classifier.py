@@ -18,6 +18,7 @@ import torch
 from sklearn.base import ClassifierMixin
 
 from .._validation import as_labels, as_matrix
+from ..defaults import DEFAULT_SMOOTHING_STEPS
 from ..errors import InvalidInputError
 from .model import (DEFAULT_CHUNK, KAHMCore, _Base, _check_int, fit_deep, kmeans_partition, n_branches_for,
                     run_jobs, wide_forward)
@@ -194,7 +195,9 @@ class _PrivateMixin:
     def _release(self, X, mech):
         from ..privacy import secure_generator
         out = mech.release(X, secure_generator(self.noise_seed))   # Algorithm 1, drawn once
-        self.privacy_ = {**mech.record(), "outside_guarantee": _OUTSIDE}
+        self.privacy_ = {**mech.record(), "outside_guarantee": _OUTSIDE,
+                         "randomness": "OS CSPRNG (os.urandom)" if self.noise_seed is None else
+                         "seeded PCG64 (tests only: NOT a private release)"}
         return out
 
     def _extra_meta(self) -> dict:
@@ -212,8 +215,9 @@ class NoisyKAHMClassifier(_PrivateMixin, KAHMClassifier):
     ``fit`` perturbs every element of ``X`` once with the optimal ``(epsilon, delta)`` noise of
     Result 1 (Algorithm 1, sensitivity ``d`` = bound on the change of one element, Definition
     10) and fits :class:`KAHMClassifier` on the noisy rows. Labels are not perturbed (the paper
-    protects the data matrix). ``noise_seed=None`` draws the noise from a cryptographically
-    seeded generator; an int is for tests only. ``noise="grid"`` (default) releases every noisy
+    protects the data matrix). ``noise_seed=None`` draws the noise from the OS CSPRNG
+    (:func:`~pm_vector.privacy.secure_generator`); an int is for tests only (not private; the
+    record's ``randomness`` says so). ``noise="grid"`` (default) releases every noisy
     element on the public ``grid`` (:mod:`pm_vector.kahm.grid`, floating-point safe);
     ``"continuous"`` is the paper's float construction (reproduction only, Mironov 2012).
     Learned: ``privacy_`` (the privacy record: mechanism, unit, grid, what lies outside).
@@ -247,17 +251,22 @@ class FabricatedKAHMClassifier(_PrivateMixin, KAHMClassifier):
     """Differentially private KAHM classifier of Definition 15 (fabricated data).
 
     Per class: Remark 4 (k-means subsets of about ``branch_size`` rows; Algorithm 1 noise; the
-    smoother of Definition 13 run until the stopping rule of eq 92; fabricated rows of
-    Definition 14), then :class:`KAHMClassifier` on the fabricated rows.
+    smoother of Definition 13 for a fixed, public number of steps; fabricated rows of Definition
+    14), then :class:`KAHMClassifier` on the fabricated rows.
+
+    ``smoothing_steps`` (default :data:`~pm_vector.defaults.DEFAULT_SMOOTHING_STEPS`, public): the
+    smoother's steps. With it (and ``cluster_on="noisy"``) the model is a function of the noisy
+    rows only, a post-processing of Algorithm 1: the (epsilon, delta) guarantee covers it.
+    ``smoothing_steps=None`` is an explicit opt-in to the paper's stopping rule (eq 92): it is
+    **not private** unless ``r`` is a public value -- with ``r=None`` (the paper) the threshold is
+    the KAHM modelling error of each original subset (eq 96), so the number of steps, and the
+    model, depend on the raw rows outside the guarantee. ``r`` (the rule's threshold) is refused
+    with a fixed ``smoothing_steps``; ``max_smoothing_steps`` caps the rule (Theorem 6 only gives a
+    limit).
 
     ``cluster_on``: ``"noisy"`` (default) runs k-means on the noisy rows, a pure post-processing;
     ``"original"`` clusters the original rows as eq 98 writes it (the partition then depends on
-    the private data, outside the DP guarantee). ``r``: the stopping threshold of eq 92. ``None``
-    (paper) uses the KAHM modelling error of each original subset (eq 96) -- a data-dependent
-    scalar that the DP guarantee does not cover; pass a public value to avoid it.
-    ``max_smoothing_steps`` caps the smoother (Theorem 6 only gives a limit).
-    ``smoothing_steps``: a fixed, public number of smoothing steps instead of the stopping rule
-    (no ``r`` from the original rows; the model is then a function of the noisy rows only).
+    the private data, outside the DP guarantee; only with ``smoothing_steps=None``).
 
     Learned (besides those of :class:`KAHMClassifier`): ``fabrication_`` -- per class, per subset:
     ``M_tilde``, ``r``, the final modelling error and whether the rule was met (``r`` is not
@@ -269,7 +278,8 @@ class FabricatedKAHMClassifier(_PrivateMixin, KAHMClassifier):
     def __init__(self, epsilon: float = 1.0, delta: float = 1e-5, sensitivity: float = 1.0,
                  n_components: int = 20, n_layers: int = 5, branch_size: int = 1000, *,
                  noise_seed: int | None = None, cluster_on: str = "noisy", r: float | None = None,
-                 max_smoothing_steps: int = 200, smoothing_steps: int | None = None, noise: str = "grid",
+                 max_smoothing_steps: int = 200, smoothing_steps: int | None = DEFAULT_SMOOTHING_STEPS,
+                 noise: str = "grid",
                  grid: float | None = None, random_state: int | None = 0,
                  n_jobs: int = -1, device="auto", dtype="float64", chunk_size: int = DEFAULT_CHUNK):
         self.epsilon = epsilon
@@ -290,6 +300,9 @@ class FabricatedKAHMClassifier(_PrivateMixin, KAHMClassifier):
         noise = self._check_privacy_params()
         X, y, classes, counts = self._validate(X, y)
         steps = _check_int("max_smoothing_steps", self.max_smoothing_steps)
+        if self.smoothing_steps is not None and self.r is not None:
+            raise InvalidInputError("r is the threshold of the stopping rule: pass smoothing_steps=None to opt in to "
+                                    "the rule, or drop r (the default runs a fixed public number of steps).")
         Xp = self._release(X, noise)
         jobs, owners = [], []
         for ci, c in enumerate(classes):

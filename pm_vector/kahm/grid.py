@@ -18,7 +18,8 @@ a deterministic function of an integer whose law is exactly the stated one.
     Gaussian noise. Replacing one row moves the integer rows by at most
     ``Delta = 2 C / g + sqrt(p)`` in L2 (rounding adds at most 1 per coordinate), so the release
     is ``Delta^2 / (2 sigma^2)``-zCDP (CKS Theorem 14); ``sigma`` is calibrated so that the zCDP
-    bound certifies ``(epsilon, delta)`` per row (CKS Corollary 13).
+    bound certifies ``(epsilon, delta)`` per row (CKS Corollary 13), its square rounded up to an
+    integer number of squared grid steps (exact int64 sampling; more noise, never less).
 
 ``record()`` of each mechanism is the privacy record stored with whatever it released (grid,
 unit, calibration, what lies outside the guarantee).
@@ -27,6 +28,7 @@ unit, calibration, what lies outside the guarantee).
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -176,8 +178,11 @@ class RowGaussianNoise:
         g = self.grid_for(p)
         Delta = 2.0 * self.clip_norm / g + math.sqrt(p)
         rho = zcdp_rho_for(self.epsilon, self.delta)
-        return {"grid": g, "sensitivity_grid_units": Delta, "rho": rho,
-                "sigma_grid_units": Delta / math.sqrt(2.0 * rho)}
+        # the sampler's sigma^2 (grid units): Delta^2 / (2 rho) in exact rationals, rounded *up* to an
+        # integer (more noise, never less; relative change < 1/sigma^2) so its arithmetic stays in int64
+        s2 = math.ceil(Fraction(Delta) ** 2 / (2 * Fraction(rho)))
+        return {"grid": g, "sensitivity_grid_units": Delta, "rho": rho, "sigma2_grid_units": s2,
+                "sigma_grid_units": math.sqrt(s2)}
 
     def clip(self, X) -> np.ndarray:
         X = as_matrix(X, "X")
@@ -185,12 +190,12 @@ class RowGaussianNoise:
         return X * np.minimum(1.0, self.clip_norm / np.maximum(nrm, 1e-300))[:, None]
 
     def release(self, X, rng: np.random.Generator | None = None) -> np.ndarray:
-        from ..privacy.discrete import sample_discrete_gaussian
+        from ..privacy.discrete import sample_discrete_gaussian_var
 
         Xc = self.clip(X)
         cal = self.calibrate(Xc.shape[1])
         q = _to_grid(Xc, cal["grid"])
-        z = sample_discrete_gaussian(cal["sigma_grid_units"], q.shape, require_generator(rng))
+        z = sample_discrete_gaussian_var(cal["sigma2_grid_units"], q.shape, require_generator(rng))
         return (q + z).astype(np.float64) * cal["grid"]
 
     def record(self, n_features: int) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import as_labels, as_matrix
+from ..defaults import DEFAULT_SMOOTHING_STEPS
 from ..errors import InvalidInputError
 from .classifier import KAHMClassifier
 from .federated import federated_predict
@@ -48,7 +49,7 @@ def anchor_noise(epsilon: float, *, delta: float = 1e-5, unit: str = "row", clip
 def fabricate_anchor(X, y, epsilon: float, n: int = 20, seed: int | None = None, *, delta: float = 1e-5,
                      unit: str = "row", clip_norm: float = 1.0, sensitivity: float = 1.0, noise: str = "grid",
                      grid: float | None = None, branch_size: int = 1000, max_smoothing_steps: int = 200,
-                     r: float | None = None, smoothing_steps: int | None = 5, n_jobs: int = -1,
+                     r: float | None = None, smoothing_steps: int | None = DEFAULT_SMOOTHING_STEPS, n_jobs: int = -1,
                      device="auto") -> tuple[np.ndarray, np.ndarray]:
     """Differentially private fabricated anchor rows ``(X_fab, y_fab)``.
 
@@ -57,11 +58,12 @@ def fabricate_anchor(X, y, epsilon: float, n: int = 20, seed: int | None = None,
     value on a public grid), then per class (Remark 4) cut into k-means subsets of about
     ``branch_size`` noisy rows, each smoothed for ``smoothing_steps`` (public, default 5) and
     fabricated (Definitions 13-14): a function of the noisy rows only. Output rows are grouped
-    by class (ascending). ``seed=None`` draws the noise from a cryptographically seeded
-    generator; an int is for tests only.
+    by class (ascending). ``seed=None`` draws the noise from the operating system's
+    CSPRNG; an int (a seeded PCG64) is for tests only and is not a private release.
 
-    ``smoothing_steps=None`` runs the paper's stopping rule (eq 92) with ``r`` from the *original*
-    rows of each subset (eq 96) unless a public ``r`` is given -- outside the guarantee.
+    ``smoothing_steps=None`` (explicit opt-in) runs the paper's stopping rule (eq 92) with ``r``
+    from the *original* rows of each subset (eq 96) unless a public ``r`` is given: that output is
+    NOT differentially private (the number of steps depends on the raw rows).
     """
     from ..manifold.laplacian import resolve_device
     from ..privacy import secure_generator

@@ -10,7 +10,7 @@ Optimal noise (Result 1, eqs 74-76)
     The CDF (eq 75) jumps from ``(1-delta)/2`` to ``(1+delta)/2`` at 0, so the inverse CDF
     (eq 76) maps every ``t`` in ``[(1-delta)/2, (1+delta)/2]`` to 0. Expected magnitude
     ``(1 - delta) d / epsilon`` (eq 2). Samples come from ``t ~ U(0, 1)`` drawn from
-    :func:`pm_vector.privacy.secure_generator` (cryptographically seeded by default).
+    :func:`pm_vector.privacy.secure_generator` (the OS CSPRNG by default).
 
     Guarantee (Definition 11, element-level d-adjacency of Definition 10): for two inputs that
     differ by ``|s| <= d`` in one element, ``P(O) <= e^epsilon P'(O) + delta`` for every event.

@@ -4,9 +4,10 @@ Why: a float sampler (inverse CDF of 53-bit uniforms, numpy's normal) produces o
 not evenly spaced, so the low bits of ``x + noise`` can tell ``x`` from a neighbour ``x'`` far
 more often than (epsilon, delta) allows (Mironov 2012). These samplers return *integers* drawn
 from exactly the stated distribution: every step is integer or rational arithmetic (Python ints
-when a value might not fit in int64), and the only randomness is uniform integers from a
-``numpy.random.Generator`` (use :func:`pm_vector.privacy.secure_generator`, seeded from the OS
-CSPRNG). A release ``gamma * (round(x / gamma) + Z)`` on a public grid ``gamma`` then has outputs on
+when a value might not fit in int64), and the only randomness is uniform integers from the
+generator (``rng=None``, production: a fresh :func:`pm_vector.privacy.secure_generator`, which
+reads the operating system's CSPRNG; a seeded ``numpy.random.Generator`` only in tests).
+A release ``gamma * (round(x / gamma) + Z)`` on a public grid ``gamma`` then has outputs on
 the grid only, and its privacy is that of the integer mechanism.
 
 Guarantees (CKS 2020):
@@ -19,6 +20,12 @@ Guarantees (CKS 2020):
   sensitivity ``Delta`` satisfies ``Delta^2 / (2 sigma^2)``-zCDP (their Theorem 14), the same
   concentrated-DP bound as the continuous Gaussian; :func:`zcdp_to_delta` converts to
   (epsilon, delta). Its variance is slightly *below* ``sigma^2`` (their Proposition 5).
+* :func:`sample_uniform_integers` ``(high)``: uniform on ``{0, ..., high - 1}`` for any Python int
+  ``high >= 1`` (rejection on 63-bit words above int64).
+* :func:`sample_bernoulli` ``(p)``: ``P[True] = p`` for a rational ``p`` in ``[0, 1]``, and
+  :func:`sample_bernoulli_exp` ``(x)``: ``P[True] = exp(-x)`` for a rational ``x >= 0`` (CKS
+  Algorithm 1). Building blocks for other exact mechanisms (randomized response, exponential
+  mechanisms on integers): with ``rng=None`` every bit comes from the OS CSPRNG.
 
 ``scale`` and ``sigma`` are in grid units and are used exactly: a float is turned into the
 rational number it represents (``fractions.Fraction``), nothing is rounded.
@@ -37,6 +44,9 @@ from ..errors import InvalidInputError, PrivacyParameterError
 from .rng import require_generator
 
 __all__ = [
+    "sample_uniform_integers",
+    "sample_bernoulli",
+    "sample_bernoulli_exp",
     "discrete_gaussian_pmf",
     "sample_discrete_gaussian",
     "sample_discrete_gaussian_var",
@@ -215,6 +225,58 @@ def _dlap_rational(t: int, s: int, m: int, rng: np.random.Generator) -> np.ndarr
         parts.append(vals)
         have += vals.shape[0]
     return _collect(parts, m, big)
+
+
+def _nonneg_fraction(name: str, value) -> Fraction:
+    if value == 0 and not isinstance(value, bool):
+        return Fraction(0)
+    return _positive_fraction(name, value)
+
+
+def _int_array(v: int, m: int) -> np.ndarray:
+    return np.full(m, v, dtype=np.int64) if abs(v) < _INT_SAFE else _obj([v] * m)
+
+
+def sample_uniform_integers(high, size, rng: np.random.Generator | None = None) -> np.ndarray:
+    """iid uniform integers on ``{0, ..., high - 1}``, exactly (any Python int ``high >= 1``).
+
+    ``rng=None`` (production) draws from the OS CSPRNG (:func:`~pm_vector.privacy.secure_generator`).
+    Returns int64, or an object array of Python ints when ``high > 2^62``."""
+    if isinstance(high, bool) or not isinstance(high, numbers.Integral) or high < 1:
+        raise InvalidInputError(f"high must be an integer >= 1; got {high!r}.")
+    shape = _check_size(size)
+    g = require_generator(rng)
+    u = _uniform_below(_int_array(int(high), math.prod(shape)), g)
+    return u.reshape(shape)
+
+
+def sample_bernoulli(p, size, rng: np.random.Generator | None = None) -> np.ndarray:
+    """iid exact Bernoulli(``p``) draws (bool) for a rational ``p`` in ``[0, 1]`` (an int, a
+    ``Fraction``, or a float taken as the rational it represents): ``U < num`` with ``U``
+    uniform on ``{0, ..., den - 1}``. ``rng=None`` draws from the OS CSPRNG."""
+    f = _nonneg_fraction("p", p)
+    if f > 1:
+        raise PrivacyParameterError(f"p must lie in [0, 1]; got {p!r}.")
+    shape = _check_size(size)
+    g = require_generator(rng)
+    m = math.prod(shape)
+    out = _bernoulli_ratio(_int_array(f.numerator, m), _int_array(f.denominator, m), g)
+    return np.asarray(out, dtype=bool).reshape(shape)
+
+
+def sample_bernoulli_exp(x, size, rng: np.random.Generator | None = None) -> np.ndarray:
+    """iid exact Bernoulli(``exp(-x)``) draws (bool) for a rational ``x >= 0`` (an int, a
+    ``Fraction``, or a float taken as the rational it represents), by CKS 2020 Algorithm 1:
+    ``floor(x)`` Bernoulli(``e^-1``) trials and one Bernoulli(``e^-frac(x)``), each from uniform
+    integers only. ``rng=None`` draws from the OS CSPRNG."""
+    f = _nonneg_fraction("x", x)
+    shape = _check_size(size)
+    g = require_generator(rng)
+    m = math.prod(shape)
+    if m == 0:
+        return np.zeros(shape, dtype=bool)
+    out = _bernoulli_exp(_int_array(f.numerator, m), _int_array(f.denominator, m), g)
+    return np.asarray(out, dtype=bool).reshape(shape)
 
 
 def sample_discrete_laplace(scale, size, rng: np.random.Generator | None = None) -> np.ndarray:

@@ -172,7 +172,7 @@ def test_private_classifiers_and_audit_on_digits(tmp_path, digits_split):
     Xtr, Xte, ytr, yte = digits_split
     kw = dict(epsilon=16.0, n_components=10, n_layers=3, noise_seed=5)
     m12 = NoisyKAHMClassifier(**kw).fit(Xtr, ytr)
-    m15 = FabricatedKAHMClassifier(**kw).fit(Xtr, ytr)
+    m15 = FabricatedKAHMClassifier(**kw, smoothing_steps=None).fit(Xtr, ytr)  # the paper's rule (opt-in)
     a12, a15 = m12.score(Xte, yte), m15.score(Xte, yte)
     assert a12 > 0.8 and a15 > 0.8
     assert all(s["met_rule"] for subs in m15.fabrication_.values() for s in subs)
@@ -189,6 +189,32 @@ def test_private_classifiers_and_audit_on_digits(tmp_path, digits_split):
     assert back.privacy_["unit"] == "element" and back.privacy_["grid"] == 2.0 ** -8
     assert "threshold r" in back.privacy_["outside_guarantee"]
     np.testing.assert_array_equal(back.predict(Xte[:30]), m15.predict(Xte[:30]))
+
+
+def test_fabricated_default_runs_fixed_public_steps():
+    """The library's Definition 15 default is the database jobs' fixed public step count (one
+    constant), so the model is a function of the noisy rows only; the stopping rule, whose
+    threshold comes from the raw rows, runs only when asked for."""
+    import pm_vector.db.kahm as dbk
+    from pm_vector.defaults import DEFAULT_SMOOTHING_STEPS
+    from sklearn.datasets import load_digits
+
+    assert dbk.DEFAULT_SMOOTHING_STEPS is DEFAULT_SMOOTHING_STEPS
+    assert FabricatedKAHMClassifier().smoothing_steps == DEFAULT_SMOOTHING_STEPS
+    b = load_digits()
+    X, y = b.data[:200] / 16.0, b.target[:200]
+    kw = dict(epsilon=4.0, n_components=5, n_layers=1, noise_seed=3)
+    m = FabricatedKAHMClassifier(**kw).fit(X, y)
+    subs = [s for v in m.fabrication_.values() for s in v]
+    assert subs and all(s["r"] is None and s["met_rule"] is None for s in subs)
+    assert all(s["M_tilde"] == DEFAULT_SMOOTHING_STEPS + 1 for s in subs)
+    assert "threshold r" not in m.privacy_["outside_guarantee"]
+    assert "NOT a private release" in m.privacy_["randomness"]  # a test seed says so in the record
+    rule = FabricatedKAHMClassifier(**kw, smoothing_steps=None).fit(X, y)
+    assert all(s["r"] is not None for v in rule.fabrication_.values() for s in v)
+    assert "threshold r" in rule.privacy_["outside_guarantee"]
+    with pytest.raises(InvalidInputError, match="smoothing_steps=None"):
+        FabricatedKAHMClassifier(**kw, r=1.0).fit(X, y)
 
 
 def test_plugin_functions(digits_split):

@@ -98,6 +98,9 @@ def test_row_noise_clips_to_the_public_norm():
     assert rec["grid"] == mech.grid_for(784) == 2.0 ** -9 and 28.0 <= 2 * 2.0 / rec["grid"] / 64
     assert rec["sensitivity_grid_units"] == pytest.approx(2 * 2.0 / rec["grid"] + 28.0)
     assert rec["sigma"] == pytest.approx(rec["sigma_grid_units"] * rec["grid"])
+    # the sampler's sigma^2 is an integer at least the calibrated Delta^2 / (2 rho): never less noise
+    s2, D, rho = rec["sigma2_grid_units"], rec["sensitivity_grid_units"], rec["rho"]
+    assert isinstance(s2, int) and D * D / (2 * rho) <= s2 < D * D / (2 * rho) + 1
     assert RowGaussianNoise(1.0, 1e-5, 2.0, grid=2.0 ** -4).record(784)["grid"] == 2.0 ** -4
 
 

@@ -17,9 +17,12 @@ from pm_vector.privacy import secure_generator
 from pm_vector.privacy.class_rows import ClassRowsGaussianMechanism
 from pm_vector.privacy.discrete import (
     discrete_gaussian_pmf,
+    sample_bernoulli,
+    sample_bernoulli_exp,
     sample_discrete_gaussian,
     sample_discrete_gaussian_var,
     sample_discrete_laplace,
+    sample_uniform_integers,
     zcdp_rho_for,
     zcdp_to_delta,
 )
@@ -69,6 +72,55 @@ def test_discrete_gaussian_matches_its_pmf(sigma):
     assert abs(x.var() / var - 1) < 5 * math.sqrt(2 / n)
     half = int(4 * sigma) + 2
     assert _chi_square(x, lambda v: discrete_gaussian_pmf(v, sigma), -half, half) > 1e-4
+
+
+# the production generator: rng=None reads the OS CSPRNG (not reproducible, so a stricter p-value)
+@pytest.mark.parametrize("scale", [0.4, 3.7])
+def test_discrete_laplace_from_the_os_csprng_matches_its_pmf(scale):
+    x = sample_discrete_laplace(scale, 60_000)
+    half = int(6 * scale) + 2
+    assert _chi_square(x, _dlap_pmf(scale), -half, half) > 1e-6
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(9, 4), 40 ** 2])
+def test_discrete_gaussian_from_the_os_csprng_matches_its_pmf(sigma2):
+    sigma = math.sqrt(sigma2)
+    x = sample_discrete_gaussian_var(sigma2, 60_000)
+    half = int(4 * sigma) + 2
+    assert _chi_square(x, lambda v: discrete_gaussian_pmf(v, sigma), -half, half) > 1e-6
+
+
+def _binomial_ok(hits: int, n: int, p: float) -> bool:
+    return stats.binomtest(int(hits), n, p).pvalue > 1e-6
+
+
+@pytest.mark.parametrize("rng", [None, 11])
+def test_public_uniform_and_bernoulli_draws_are_exact(rng):
+    """The building blocks other exact mechanisms use: uniform integers, Bernoulli(p) and
+    Bernoulli(exp(-x)) for rational p, x (from the OS CSPRNG by default)."""
+    g = None if rng is None else secure_generator(rng)
+    n = 60_000
+    u = sample_uniform_integers(7, n, g)
+    assert u.dtype == np.int64 and u.min() >= 0 and u.max() <= 6
+    assert stats.chisquare(np.bincount(u, minlength=7)).pvalue > 1e-6
+    big = sample_uniform_integers(3 * 2 ** 70, 2000, g)
+    assert big.dtype == object and all(0 <= int(v) < 3 * 2 ** 70 for v in big)
+    assert _binomial_ok(sum(int(v) >= 2 ** 71 for v in big), 2000, 1 / 3)
+    for x in (Fraction(0), Fraction(1, 3), 1, Fraction(5, 2), 0.75, Fraction(10 ** 20 + 1, 10 ** 20)):
+        b = sample_bernoulli_exp(x, n, g)
+        assert b.dtype == bool and b.shape == (n,)
+        assert _binomial_ok(b.sum(), n, math.exp(-float(x))), x
+    for p in (0, 1, Fraction(1, 3), 0.1, Fraction(2 ** 70 - 1, 2 ** 70)):
+        b = sample_bernoulli(p, n, g)
+        assert _binomial_ok(b.sum(), n, float(p)), p
+    assert sample_bernoulli_exp(Fraction(1, 2), (3, 4), g).shape == (3, 4)
+    for bad in (-1, Fraction(-1, 2), float("nan"), True, "1"):
+        with pytest.raises(PrivacyParameterError):
+            sample_bernoulli_exp(bad, 3, g)
+    with pytest.raises(PrivacyParameterError):
+        sample_bernoulli(Fraction(3, 2), 3, g)
+    with pytest.raises(InvalidInputError):
+        sample_uniform_integers(0, 3, g)
 
 
 def test_integer_and_rational_parameters_are_exact():
