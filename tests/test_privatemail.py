@@ -205,6 +205,16 @@ def test_budget_is_checked_before_anything_is_released(small, digits_split):
     assert acc.total() == pytest.approx((1.0, 1e-5))
 
 
+def test_out_of_bounds_parameters_are_refused_before_the_budget_is_charged(small, digits_split):
+    frame, anchor = small
+    Xq, yq = digits_split.query
+    acc = PrivacyAccountant(epsilon_budget=10.0, delta_budget=1e-3)
+    for kw in ({"epsilon": 1e-4}, {"epsilon": 1.0, "delta": 1e-320}, {"epsilon": 4.0, "mechanism": "classical"}):
+        with pytest.raises((InvalidInputError, PrivacyParameterError)):
+            PrivateMail(frame, _rng=0, accountant=acc, **kw).request(Xq[0], yq[0], anchor)
+    assert len(acc) == 0  # nothing charged for a request that was never released
+
+
 def test_unseeded_requests_charge_the_default_ledger_and_stop_at_the_default_budget(small, digits_split, tmp_path):
     """No accountant is not unlimited: the default ledger (default budget eps 10) is charged
     before the noise is drawn, for PrivateMail and its release-only (paper) variant alike."""

@@ -30,6 +30,7 @@ import secrets
 import numpy as np
 import torch
 
+from . import wire
 from .._validation import as_labels, as_matrix, normalize_rows, require_unit_rows
 from ..errors import InvalidInputError
 from ..manifold import AnchorFrame, label_laplacian, smlq_step
@@ -201,6 +202,8 @@ class PrivateMail:
         sens = smlq_sensitivity(n=N - 1, sigma=self.dp_sigma, alpha=self.dp_alpha, label_diameter_sq=2.0,
                                 q_frobenius=float(np.linalg.norm(Q)))
         mech = self._mechanism(sens)
+        wire.privacy(self.epsilon, self.delta)  # the wire's bounds, before anything is charged
+        wire.mechanism(self.mechanism, self.epsilon)
         acc = self.accountant
         if acc is None and not self._seeded:  # a seeded request (tests, benchmarks) is not a private release
             from .budget import LOCAL_KEY, PrivacyBudget
