@@ -11,8 +11,8 @@ from scipy import stats
 
 from pm_vector.errors import InvalidInputError, PrivacyParameterError
 from pm_vector.privacy import secure_generator
-from pm_vector.privacy.cells import (CellRandomizedResponse, cell_level_for_epsilon, release_for_epsilon,
-                                     rr_probabilities)
+from pm_vector.privacy.cells import (GAUSSIAN_ABOVE, CellRandomizedResponse, cell_level_for_epsilon, max_cells_for,
+                                     release_for_epsilon, rr_probabilities)
 
 
 # --------------------------------------------------------------------------- the sampler
@@ -74,11 +74,14 @@ def test_bad_parameters_are_refused():
 
 
 def test_public_rules_are_functions_of_eps_and_levels():
-    levels = (2, 4, 8, 16, 32, 64, 128)
-    ks = [cell_level_for_epsilon(e, levels) for e in (0.5, 1, 2, 4, 8, 16, 64, float("inf"))]
-    assert ks == sorted(ks) and all(k in levels for k in ks)
-    assert cell_level_for_epsilon(64, (2, 4)) == 4
-    assert release_for_epsilon(1.0) == "cells" and release_for_epsilon(float("inf")) == "gaussian"
+    levels = (2, 4, 8, 16, 32, 64, 100)
+    ks = [cell_level_for_epsilon(e, levels) for e in (1, 2, 4, 8, 16, 64, float("inf"))]
+    assert ks == [4, 4, 8, 64, 100, 100, 100]  # the measured rule (README "Where the limit binds")
+    assert [cell_level_for_epsilon(e, levels, max_cells=78) for e in (4, 8, 16)] == [8, 64, 64]
+    assert cell_level_for_epsilon(64, (2, 4)) == 4 and cell_level_for_epsilon(1, (8, 16), max_cells=4) == 8
+    assert max_cells_for(10_000, 10, 128) == 78 and max_cells_for(1000, 10, 32) == 31
+    assert release_for_epsilon(1.0) == "cells" and release_for_epsilon(64.0) == "cells"
+    assert release_for_epsilon(float("inf")) == "gaussian" and release_for_epsilon(GAUSSIAN_ABOVE) == "gaussian"
 
 
 # --------------------------------------------------------------------------- exact privacy loss
