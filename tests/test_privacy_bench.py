@@ -196,3 +196,15 @@ def test_public_partitions_replace_the_classes(split):
     assert res["classes"] == 5 and "partitions" in res["labels"]
     pm, po = rows(res, "pm_vector"), rows(res, "partition_only")
     assert pm[4.0]["release"] == "cells" and pm[4.0]["nn_recall_at_8"] > po[4.0]["nn_recall_at_8"]
+
+
+def test_expected_recall_is_the_mean_over_reports(split):
+    """The exact expectation over the RR law, against the mean of many sampled runs."""
+    cfg = BenchConfig(epsilons=(2.0,), k=K, shortlist=KP, methods=("pm_vector_cells",))
+    got = []
+    for seed in range(4):
+        res = run(split, BenchConfig(**{**cfg.__dict__, "seed": seed}))
+        got.append(res["results"][0])
+    exp = np.mean([r["expected_nn_recall_at_8"] for r in got])  # the seed also seeds the public cells
+    sampled = np.mean([r["nn_recall_at_8"] for r in got])
+    assert abs(sampled - exp) < 0.03, (sampled, exp)

@@ -51,19 +51,57 @@ def _top(scores: np.ndarray, k: int) -> np.ndarray:
     return np.lexsort((np.arange(scores.size), -scores))[:k]
 
 
+def answer_table(ctx, K: int, eps) -> np.ndarray:
+    """``(C, K, k')``: the server's answer to every (class, report) at level K and ``eps`` -- a
+    cell answer is a function of these two alone (cached on ``ctx``)."""
+    cells, sl = cell_state(ctx)
+    kp, C = ctx.cfg.shortlist, cells.classes_.size
+
+    def build():
+        t = np.empty((C, K, kp), dtype=np.int64)
+        for c in range(C):
+            for r in range(K):
+                t[c, r] = _top(sl.scores(c, K, r, eps), kp)
+        return t
+    return ctx.get(f"cell answers K={K} eps={eps:g}", build)
+
+
+def expected_nn_recall(ctx, K: int, eps, labels, X, true_idx, k: int) -> float:
+    """The exact expectation of nn_recall@k over the release's randomness for these queries:
+    ``sum_r T(a, r) recall(answer(c, r))`` (``T``: the RR law of the true cell ``a``; the uniform
+    dummy rows do not change the real row's answer)."""
+    from ..privacy.cells import rr_probabilities
+
+    cells, _ = cell_state(ctx)
+    table = answer_table(ctx, K, eps)
+    ci = cells.class_index(labels)
+    a = cells.assign(X, ci, K)
+    p, q = rr_probabilities(eps, K)
+    Xs = np.asarray(ctx.Xs, dtype=np.float64)
+    total = 0.0
+    for i in range(len(ci)):
+        lists = table[ci[i]]  # (K, k')
+        d = ((Xs[lists.ravel()] - np.asarray(ctx.Xq[i], dtype=np.float64)) ** 2).sum(1).reshape(lists.shape)
+        top = np.take_along_axis(lists, np.argsort(d, axis=1, kind="stable")[:, :k], axis=1)
+        rec = np.isin(top, true_idx[i]).sum(1) / len(set(true_idx[i].tolist()))
+        total += q * rec.sum() + (p - q) * rec[a[i]]
+    return total / len(ci)
+
+
 def run_cells(ctx, eps, labels, X, seed: int, classifier=None):
     """One cell request per query (real row scored; the others are uniform reports whose answers
     the client discards). ``labels``: the queries' labels (``None`` entries: ask ``classifier``)."""
-    cells, sl = cell_state(ctx)
+    cells, _ = cell_state(ctx)
     kp, q = ctx.cfg.shortlist, len(X)
     K = level_for(ctx, eps)
     client = PrivateCellKNN(cells, eps, n_cells=K, shortlist=kp, classifier=classifier)
     client._inject_generator(secure_generator(seed))
+    table = answer_table(ctx, K, eps)  # the same answers as sl.scores per request (tests compare)
     cand = np.empty((q, kp), dtype=np.int64)
     json_bytes = 0
     for i in range(q):
         req, sec = client.request(X[i], None if labels is None else int(labels[i]))
-        cand[i] = _top(sl.scores(sec.row, K, req.reports[sec.row], eps), kp)
+        cand[i] = table[sec.row, req.reports[sec.row]]
         json_bytes += len(req.to_json())
     C = cells.classes_.size
     extra = {"release": "cells", "n_cells": K, "request_json_bytes": round(json_bytes / q, 1)}
@@ -75,13 +113,10 @@ def run_cells(ctx, eps, labels, X, seed: int, classifier=None):
 def download_lists(ctx, K: int, dim: int):
     """``(candidates (q, k'), table bytes, extra)``: every query looks up its true cell's list in
     the public table of C x K lists (eps 0)."""
-    cells, sl = cell_state(ctx)
+    cells, _ = cell_state(ctx)
     kp = ctx.cfg.shortlist
     C = cells.classes_.size
-    table = np.empty((C, K, kp), dtype=np.int64)
-    for c in range(C):
-        for r in range(K):
-            table[c, r] = _top(sl.scores(c, K, r, math.inf), kp)
+    table = answer_table(ctx, K, math.inf)
     ci = cells.class_index(ctx.yq)
     a = cells.assign(ctx.Xq, ci, K)
     cand = table[ci, a]

@@ -495,6 +495,9 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
                     _rerank(Xq, Xs, cand, k)
                 if method == "pm_vector_label_free":
                     extra = {**extra, "classifier_accuracy": label_free_info["accuracy"]}
+                if method in ("pm_vector", "pm_vector_cells") and extra.get("release") == "cells":
+                    extra = {**extra, f"expected_nn_recall_at_{k}": cell_methods.expected_nn_recall(
+                        ctx, extra["n_cells"], eps, yq, Xq, true_idx, k)}
                 record(method, eps, retrieved, req_bytes, rows, time.perf_counter() - t, extra, candidates=cand)
         except PMVectorError as exc:
             # one method that cannot run on this data (e.g. a class too small for its KAHM subspace)
