@@ -122,9 +122,10 @@ def download_lists(ctx, K: int, dim: int):
     kp = ctx.cfg.shortlist
     C = cells.classes_.size
     table = answer_table(ctx, K, math.inf)
-    ci = cells.class_index(ctx.yq)
-    a = cells.assign(ctx.Xq, ci, K)
-    cand = table[ci, a]
+    # the client's lookup: its nearest public cell over every class, as the release's real row
+    finder = PrivateCellKNN(cells, 1.0, n_cells=K)
+    loc = [finder.nearest_cell(normalize_rows(np.asarray(x, dtype=np.float64).reshape(1, -1))) for x in ctx.Xq]
+    cand = np.stack([table[c, a] for c, a in loc])
     n_unique = int(np.unique(table).size)
     table_bytes = n_unique * (ID_BYTES + FEATURE_BYTES * dim) + C * K * kp * ID_BYTES
     return cand, float(table_bytes), {"n_cells": K, "table_items": n_unique, "table_lists": C * K}
