@@ -246,3 +246,15 @@ def test_split_errors_name_class_and_sizes():
 def test_dataset_rejects_non_unit_rows():
     with pytest.raises(InvalidInputError, match="unit-norm"):
         Dataset("bad", np.ones((2, 2)), np.array([0, 1]))
+
+
+def test_load_arrays_without_labels_and_subsample(tmp_path):
+    from pm_vector.datasets import load_arrays, subsample
+
+    X = np.random.default_rng(0).standard_normal((50, 4))
+    np.save(tmp_path / "X.npy", X)
+    ds = load_arrays(tmp_path / "X.npy", None)
+    assert ds.n_items == 50 and ds.n_classes == 1 and np.all(ds.labels == 0)
+    assert subsample(ds, 20).n_items == 20 and subsample(ds, 500) is ds
+    with pytest.raises(InvalidInputError):
+        subsample(ds, 0)
