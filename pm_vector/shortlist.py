@@ -6,6 +6,9 @@ benchmark-only endpoint without noise. :func:`rank_retained` ranks one row from 
 prior alone: what a resolve runs once the database has found that prior (the pgvector k-NN of
 the row in its class). The SQL function ``pm_vector.pm_shortlist`` computes the same scores in
 the database, for SQL callers and sharded runs (tests compare all three).
+
+:class:`CellShortlist` is the ranking of the cell release (:mod:`pm_vector.privacy.cells`): per
+(class, cell) hub counts (:func:`cell_hub_counts`) weighted by the reported cell's likelihood.
 """
 
 from __future__ import annotations
@@ -184,3 +187,92 @@ def noise_free_shortlist(frames, X, query_coords, labels, k_prime: int) -> np.nd
         d2 = ((coords[int(c)] - z) ** 2).sum(1)
         out[i] = np.argsort(d2, kind="stable")[: int(k_prime)]
     return out
+
+
+# --------------------------------------------------------------------------- the cell release's ranking
+def cell_hub_counts(neighbors, y_index, cell_of_item, n_items: int, *, n_classes: int | None = None,
+                    n_cells: int | None = None):
+    """Per-(class, cell) hub counts ``h_{c,K,r}(i) = sum_{j in class c, cell(j) = r} [i in N(j)]``
+    as a ``scipy.sparse.csr_matrix`` of shape ``(n_classes * n_cells, n_items)`` (row ``c * K + r``,
+    float64 integer values). ``neighbors``: ``(N, g)`` item ids, ``y_index``: each item's class
+    position, ``cell_of_item``: each item's cell in its class."""
+    from scipy import sparse
+
+    nb = np.asarray(neighbors, dtype=np.int64)
+    yi = np.asarray(y_index, dtype=np.int64).reshape(-1)
+    cell = np.asarray(cell_of_item, dtype=np.int64).reshape(-1)
+    if nb.ndim != 2 or yi.shape[0] != nb.shape[0] or cell.shape[0] != nb.shape[0]:
+        raise InvalidInputError("neighbors must be (N, g), with one class index and one cell per item.")
+    C = int(n_classes if n_classes is not None else (yi.max() + 1 if yi.size else 1))
+    K = int(n_cells if n_cells is not None else (cell.max() + 1 if cell.size else 1))
+    if yi.size and (yi.min() < 0 or yi.max() >= C or cell.min() < 0 or cell.max() >= K):
+        raise InvalidInputError("class indices and cells must lie in [0, n_classes) and [0, n_cells).")
+    rows = np.repeat(yi * K + cell, nb.shape[1])
+    m = sparse.csr_matrix((np.ones(rows.size), (rows, nb.ravel())), shape=(C * K, int(n_items)))
+    m.sum_duplicates()
+    return m
+
+
+class CellShortlist:
+    """The server's answer to a cell request (:mod:`pm_vector.privacy.cells`), in memory.
+
+    Fit on the server's items with the published cells: ``N(j)`` the ``graph_degree`` nearest
+    items of ``j`` by raw features (any class), ``h_c(i)`` the class hub count (as
+    :class:`PosteriorShortlist`), and per level ``K`` and cell ``r`` of class ``c`` the cell hub
+    count ``h_{c,K,r}(i)`` (``cell(j)`` = nearest centroid of ``j``'s class). A report ``r`` for
+    class ``c`` weights item ``j`` of class ``c`` by its RR likelihood ``T(cell(j), r)`` (``p`` if
+    ``cell(j) = r``, else ``q``), so item ``i`` scores ``q h_c(i) + (p - q) h_{c,K,r}(i)``,
+    proportional to ``h_c(i) + w h_{c,K,r}(i)`` with ``w = cell_weight(eps)`` (``e^eps - 1``,
+    capped so that eps = inf ranks by ``(h_{c,K,r}, h_c)``). The row's answer is its top ``k'``
+    items by (score desc, id asc): items scoring 0 come last, by id (the fill).
+
+    Learned: ``neighbors_``, ``hubs_`` (dict class index -> dense counts), ``cell_hubs_`` (dict
+    ``K -> csr (C * K, N)`` from :func:`cell_hub_counts`), ``cells_of_items_`` (dict ``K -> int64
+    (N,)``), ``y_index_``, ``n_items_``.
+    """
+
+    def __init__(self, graph_degree: int = GRAPH_DEGREE):
+        self.graph_degree = graph_degree
+
+    def fit(self, cells, X, y) -> "CellShortlist":
+        from ._validation import as_labels, as_matrix
+
+        X = as_matrix(X, "items")
+        y = as_labels(y, X.shape[0], "item labels")
+        g = self.graph_degree
+        if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 1:
+            raise InvalidInputError("graph_degree must be a positive integer.")
+        self.cells_ = cells
+        self.y_index_ = cells.class_index(y)
+        self.neighbors_ = neighbor_graph(X, int(g))
+        self.n_items_ = X.shape[0]
+        C = cells.classes_.size
+        self.hubs_ = {c: np.bincount(self.neighbors_[self.y_index_ == c].ravel(), minlength=self.n_items_)
+                      .astype(np.float64) for c in range(C)}
+        self.cells_of_items_, self.cell_hubs_ = {}, {}
+        for K in cells.levels_:
+            cell = cells.assign(X, self.y_index_, K)
+            self.cells_of_items_[K] = cell
+            self.cell_hubs_[K] = cell_hub_counts(self.neighbors_, self.y_index_, cell, self.n_items_, n_classes=C,
+                                                 n_cells=K)
+        return self
+
+    def scores(self, class_index: int, K: int, report: int, epsilon) -> np.ndarray:
+        """Score of every item for the report ``report`` of class position ``class_index``."""
+        from .privacy.cells import cell_weight
+
+        K, c, r = int(K), int(class_index), int(report)
+        if K not in self.cell_hubs_ or not 0 <= r < K or c not in self.hubs_:
+            raise InvalidInputError(f"no cell {r} of class position {c} at level {K}.")
+        h = self.cell_hubs_[K].getrow(c * K + r).toarray().ravel()
+        return self.hubs_[c] + cell_weight(epsilon) * h
+
+    def shortlist(self, request, k_prime: int | None = None) -> list[np.ndarray]:
+        """For every row of a :class:`~pm_vector.client.request.CellRequest`, the ``k'`` item
+        indices with the highest scores (ties by index)."""
+        kp = int(k_prime or request.shortlist)
+        out = []
+        for c, r in enumerate(request.reports):
+            s = self.scores(c, request.n_cells, r, request.epsilon)
+            out.append(np.lexsort((np.arange(s.size), -s))[:kp])
+        return out

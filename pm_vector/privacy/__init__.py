@@ -8,6 +8,7 @@ reproduce and compare with the papers, not for releases.
 """
 
 from .accountant import PrivacyAccountant, Spend
+from .cells import CellRandomizedResponse, cell_level_for_epsilon, release_for_epsilon, rr_probabilities
 from .gaussian import AnalyticGaussianMechanism, GaussianMechanism, gaussian_privacy_profile
 from .laplace import LaplaceMechanism
 from .laplace_variant import LaplaceVariantMechanism, laplace_variant_constants, laplace_variant_sensitivity
@@ -17,6 +18,10 @@ from .sensitivity import (appendix_b_constant, paper_smlq_sensitivity, smallest_
 
 __all__ = [
     "secure_generator",
+    "CellRandomizedResponse",
+    "rr_probabilities",
+    "cell_level_for_epsilon",
+    "release_for_epsilon",
     "GaussianMechanism",
     "AnalyticGaussianMechanism",
     "gaussian_privacy_profile",

@@ -1,0 +1,102 @@
+"""The client of a cell release: report the query's cell by randomized response, re-rank locally.
+
+::
+
+    client = PrivateCellKNN(cells, epsilon=4.0)          # K by the public rule for eps 4
+    request, secret = client.request(x, label=3)          # or label=None with a classifier
+    answer = server_resolve(request)                       # one list of k' ids per class row
+    top8 = PrivateKNN.rerank(x, ids, features, k=8)        # client-side, by raw features
+
+The guarantee (pure epsilon, delta 0, whole request, replacing features and label) and the exact
+sampler are in :mod:`pm_vector.privacy.cells`. The client's cell is its nearest public centroid of
+its class at the request's level; a label given by ``classifier`` (or a public partition for a
+collection without labels) is a function of the query, so the guarantee is the same.
+
+Budget: every unseeded request is charged ``(epsilon, 0)`` before anything is drawn, to
+``accountant`` or the default ledger under ``local:<collection>`` (``local:cells:<digest>``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._validation import as_matrix, normalize_rows
+from ..errors import InvalidInputError
+from ..manifold.cells import PublicCells
+from ..privacy.cells import CellRandomizedResponse, cell_level_for_epsilon
+from ..privacy.rng import secure_generator
+from .query import DEFAULT_SHORTLIST, QuerySecret
+from .request import CellRequest
+
+
+class PrivateCellKNN:
+    """Builds cell requests against published :class:`~pm_vector.manifold.cells.PublicCells`.
+
+    ``n_cells``: the level K (one of ``cells.levels_``); ``None`` takes the public rule
+    :func:`~pm_vector.privacy.cells.cell_level_for_epsilon`. ``classifier``: any fitted object with
+    ``predict`` used when a query comes without a label. ``accountant``: what every unseeded request
+    is charged to; None charges the default ledger.
+    """
+
+    def __init__(self, cells: PublicCells, epsilon: float = 4.0, *, n_cells: int | None = None,
+                 shortlist: int = DEFAULT_SHORTLIST, classifier=None, collection: str | None = None,
+                 accountant=None):
+        self.cells = cells
+        K = cell_level_for_epsilon(epsilon, cells.levels_) if n_cells is None else n_cells
+        if K not in cells.levels_:
+            raise InvalidInputError(f"n_cells must be one of the published levels {list(cells.levels_)}; got {K!r}.")
+        self.mechanism = CellRandomizedResponse(epsilon, K)
+        if accountant is not None and not callable(getattr(accountant, "spend", None)):
+            raise InvalidInputError("accountant must have a spend(epsilon, delta, label=None) method.")
+        self.accountant = accountant
+        self.shortlist = int(shortlist)
+        self.classifier = classifier
+        self.collection = collection
+        self.digest = cells.digest()
+        self._rng: np.random.Generator | None = None
+
+    @property
+    def n_cells(self) -> int:
+        return self.mechanism.n_cells
+
+    # tests and benchmarks only: requests built this way say "seeded" and are not charged
+    def _inject_generator(self, rng: np.random.Generator) -> "PrivateCellKNN":
+        self._rng = rng
+        return self
+
+    def _charge(self) -> None:
+        acc = self.accountant
+        if acc is None:
+            if self._rng is not None:
+                return
+            from .budget import PrivacyBudget
+
+            acc = PrivacyBudget().account(f"local:{self.collection or 'cells:' + self.digest[:32]}")
+        acc.spend(self.mechanism.epsilon, 0.0, label=self.collection)
+
+    def true_cell(self, x, label: int) -> tuple[int, int]:
+        """``(class position, cell)`` of a unit-norm query ``x`` of class ``label`` (kept secret)."""
+        row = int(self.cells.class_index([int(label)])[0])
+        return row, int(self.cells.assign(x, row, self.n_cells)[0])
+
+    def request(self, x, label: int | None = None) -> tuple[CellRequest, QuerySecret]:
+        """``(CellRequest, QuerySecret)`` for one query ``x`` (raw features; scaled to unit norm)
+        of class ``label``; ``label=None`` asks the client's classifier."""
+        x = as_matrix(np.asarray(x, dtype=np.float64).reshape(1, -1), "query")
+        if x.shape[1] != self.cells.n_features_in_:
+            raise InvalidInputError(f"query has {x.shape[1]} features; the cells have {self.cells.n_features_in_}.")
+        x = normalize_rows(x)
+        predicted = label is None
+        if predicted:
+            if self.classifier is None:
+                raise InvalidInputError("no label given and no classifier: pass label=, or build the client with "
+                                        "classifier=.")
+            label = int(np.asarray(self.classifier.predict(x)).reshape(-1)[0])
+        row, cell = self.true_cell(x, int(label))
+        self._charge()
+        rng = self._rng if self._rng is not None else secure_generator()
+        reports = self.mechanism.release(row, cell, int(self.cells.classes_.size), rng)
+        req = CellRequest(reports=reports.tolist(), n_cells=self.n_cells, epsilon=self.mechanism.epsilon,
+                          cells_digest=self.digest, shortlist=self.shortlist, collection=self.collection,
+                          seeded=self._rng is not None)
+        return req, QuerySecret(int(label), row, predicted)

@@ -1,0 +1,184 @@
+"""The cell release: K-ary randomized response over public cells, pure epsilon-DP (delta 0).
+
+What is released
+----------------
+Public: the cells (:class:`~pm_vector.manifold.cells.PublicCells`: per class ``c``, ``K``
+centroids fit on the public anchor; one ``K`` for the whole request). The client's secret is its
+query ``(x, c)`` (features and label); its true cell is ``a = cell_K(x, c)``, the nearest centroid
+of class ``c``. The request is ``C`` integers ``R_1..R_C`` in class order:
+
+* the real row ``R_c`` is ``a`` with probability ``p = e^eps / (e^eps + K - 1)`` and each other
+  cell with ``q = 1 / (e^eps + K - 1)`` (K-ary randomized response, ``T(a, r)``);
+* every other row ``R_j`` (``j != c``) is uniform on ``[0, K)``, independent of everything.
+
+Guarantee
+---------
+:class:`CellRandomizedResponse` is epsilon-DP (pure, delta 0) for the **whole request** with
+respect to replacing the query ``(x, c)`` by **any** other query ``(x', c')``. Proof: write
+``U(r) = 1/K`` for a uniform row. The probability of an output ``R`` is
+``P(R | x, c) = T(a, R_c) * prod_{j != c} U(R_j)``.
+
+* Same class (``c' = c``, true cell ``b``): only row ``c`` differs, and
+  ``P(R | x, c) / P(R | x', c) = T(a, R_c) / T(b, R_c)`` lies in ``[q/p, p/q] = [e^-eps, e^eps]``.
+* Class change (``c' != c``, true cell ``b`` in class ``c'``): rows ``c`` and ``c'`` differ and
+  ``P(R | x, c) / P(R | x', c') = [T(a, R_c) / U(R_c)] * [U(R_c') / T(b, R_c')]``
+  ``= (K T(a, R_c)) / (K T(b, R_c'))``. Each of ``K T(., .)`` lies in ``[K q, K p]``, and
+  ``K p = K e^eps / (e^eps + K - 1) <= e^eps`` (as ``K <= e^eps + K - 1``) and
+  ``K q = K / (e^eps + K - 1) >= e^-eps`` (as ``K e^eps >= e^eps + K - 1``, i.e.
+  ``(K - 1)(e^eps - 1) >= 0``); and ``K p / (K q) = e^eps``. So the ratio is at most
+  ``K p / (K q) = e^eps`` and at least ``e^-eps``.
+
+So the dummy rows cost nothing: a uniform row lies between any two RR rows. Two things break the
+proof and are refused by construction: a K that differs between classes (the class-change ratio is
+then ``e^eps * f(K_c) / f(K_c')``, ``f(K) = K / (e^eps + K - 1)``, above ``e^eps``), and dummy
+rows that report the RR of a random dummy's cell (up to ``2 eps``). The server's ranking and the
+client's re-ranking are post-processing. The ledger charges ``(epsilon, 0)`` per request.
+
+Sampling (exact, integers only)
+-------------------------------
+``epsilon`` is used as the exact rational it represents (``Fraction(epsilon)``). The real row
+repeats: draw ``u`` uniform on ``[0, K)``; if ``u == a`` output it; else output it with an exact
+Bernoulli(``exp(-epsilon)``) (:mod:`pm_vector.privacy.discrete`, CKS 2020 Algorithm 1), else
+draw again. Each round outputs ``a`` with probability ``1/K`` and a given other cell with
+``e^-eps / K``, so the output is ``a`` with probability ``1 / (1 + (K - 1) e^-eps) = p`` exactly
+and each other cell with ``q``. A dummy row is one uniform draw. All randomness is uniform integers
+from a :func:`~pm_vector.privacy.secure_generator` (seeded from the OS CSPRNG); no float
+probability is ever compared with a float uniform.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from fractions import Fraction
+
+import numpy as np
+
+from ..errors import InvalidInputError, PrivacyParameterError
+from .discrete import _bernoulli_exp
+from .rng import require_generator
+
+__all__ = ["CellRandomizedResponse", "rr_probabilities", "cell_weight", "cell_level_for_epsilon",
+           "release_for_epsilon", "MAX_CELL_WEIGHT"]
+
+#: the server's per-cell weight ``e^eps - 1`` is capped here: ranking by ``h_c + w h_{c,K,r}`` with
+#: integer hub counts below 2^20 is then the lexicographic order (h_{c,K,r}, h_c), the eps -> inf limit,
+#: and every score is an exact float64 (no rounding can differ between Python and SQL)
+MAX_CELL_WEIGHT = float(2 ** 20)
+
+
+def _check_epsilon(epsilon) -> float:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
+        raise PrivacyParameterError(f"epsilon must be a number > 0 (or inf); got {epsilon!r}.")
+    e = float(epsilon)
+    if math.isnan(e) or e <= 0:
+        raise PrivacyParameterError(f"epsilon must be > 0 (or inf); got {epsilon!r}.")
+    return e
+
+
+def _check_cells(n_cells) -> int:
+    if isinstance(n_cells, bool) or not isinstance(n_cells, numbers.Integral) or int(n_cells) < 2:
+        raise InvalidInputError(f"n_cells (K) must be an integer >= 2; got {n_cells!r}.")
+    return int(n_cells)
+
+
+def rr_probabilities(epsilon, K) -> tuple[float, float]:
+    """``(p, q)`` of K-ary randomized response at ``epsilon``: ``p = e^eps / (e^eps + K - 1)``
+    (the true cell), ``q = 1 / (e^eps + K - 1)`` (each other cell); ``(1, 0)`` at ``eps = inf``."""
+    e, K = _check_epsilon(epsilon), _check_cells(K)
+    if math.isinf(e):
+        return 1.0, 0.0
+    t = math.exp(-e)
+    den = 1.0 + (K - 1) * t
+    return 1.0 / den, t / den
+
+
+def cell_weight(epsilon) -> float:
+    """The server's weight of the reported cell: ``min(e^eps - 1, MAX_CELL_WEIGHT)``; an item ``i``
+    of class ``c`` scores ``h_c(i) + w * h_{c,K,r}(i)`` (proportional to the RR likelihood
+    ``q h_c + (p - q) h_{c,K,r}``). The database is given this float, not eps, so both sides rank
+    with the same float64 numbers."""
+    e = _check_epsilon(epsilon)
+    return MAX_CELL_WEIGHT if e >= math.log(MAX_CELL_WEIGHT + 1.0) else min(math.expm1(e), MAX_CELL_WEIGHT)
+
+
+def _rr_draws(a: int, K: int, eps: Fraction | None, m: int, rng: np.random.Generator) -> np.ndarray:
+    """``m`` iid exact K-ary RR reports of the true cell ``a`` (``eps=None``: infinite, always ``a``)."""
+    if eps is None:
+        return np.full(m, a, dtype=np.int64)
+    out = np.empty(m, dtype=np.int64)
+    todo = np.arange(m)
+    num, den = eps.numerator, eps.denominator
+    dt = np.int64 if max(num, den) < (1 << 62) else object
+    while todo.size:
+        u = rng.integers(0, K, size=todo.size, dtype=np.int64)
+        acc = u == a
+        other = np.flatnonzero(~acc)
+        if other.size:
+            acc[other] = _bernoulli_exp(np.full(other.size, num, dtype=dt), np.full(other.size, den, dtype=dt), rng)
+        out[todo[acc]] = u[acc]
+        todo = todo[~acc]
+    return out
+
+
+class CellRandomizedResponse:
+    """The cell release of one request (module doc: what it guarantees and why).
+
+    ``epsilon`` (> 0, or ``inf``: no privacy, benchmarks only), ``n_cells`` (K >= 2, the same for
+    every class). :meth:`release` returns the ``n_rows`` reports in class order.
+    """
+
+    delta = 0.0
+
+    def __init__(self, epsilon, n_cells):
+        self.epsilon = _check_epsilon(epsilon)
+        self.n_cells = _check_cells(n_cells)
+        self.p_, self.q_ = rr_probabilities(self.epsilon, self.n_cells)
+        self._eps = None if math.isinf(self.epsilon) else Fraction(self.epsilon)
+
+    def release(self, true_row: int, true_cell: int, n_rows: int, rng: np.random.Generator | None = None) -> np.ndarray:
+        """``n_rows`` reports (int64, class order): row ``true_row`` is the RR of ``true_cell``,
+        every other row uniform on ``[0, K)``. ``rng``: a :func:`~pm_vector.privacy.secure_generator`
+        (``None`` draws a fresh one; tests pass a seeded one)."""
+        for name, v, hi in (("n_rows", n_rows, None), ("true_row", true_row, n_rows),
+                            ("true_cell", true_cell, self.n_cells)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0 or (hi is not None and v >= hi):
+                raise InvalidInputError(f"{name} must be an integer in [0, {hi if hi is not None else 'inf'}); "
+                                        f"got {v!r}.")
+        if n_rows < 1:
+            raise InvalidInputError("n_rows must be >= 1.")
+        g = require_generator(rng)
+        out = g.integers(0, self.n_cells, size=int(n_rows), dtype=np.int64)
+        out[int(true_row)] = _rr_draws(int(true_cell), self.n_cells, self._eps, 1, g)[0]
+        return out
+
+    def sample(self, true_cell: int, size: int, rng: np.random.Generator | None = None) -> np.ndarray:
+        """``size`` iid reports of the real row alone (tests: the frequencies are p and q)."""
+        if isinstance(true_cell, bool) or not isinstance(true_cell, numbers.Integral) or \
+                not 0 <= true_cell < self.n_cells:
+            raise InvalidInputError(f"true_cell must be an integer in [0, {self.n_cells}).")
+        return _rr_draws(int(true_cell), self.n_cells, self._eps, int(size), require_generator(rng))
+
+
+# --------------------------------------------------------------------------- public rules
+def cell_level_for_epsilon(epsilon, levels) -> int:
+    """The public rule for K: the published level nearest (in log) to ``2 e^{eps / 2}``, at least
+    the smallest level. A pure function of eps and the public levels (measured: README "Where the
+    limit binds", ``pm-vector bench privacy``)."""
+    e = _check_epsilon(epsilon)
+    lv = sorted(int(k) for k in levels)
+    if not lv:
+        raise InvalidInputError("levels must not be empty.")
+    target = math.log(2.0) + e / 2.0 if math.isfinite(e) else math.inf
+    return min(lv, key=lambda k: (abs(math.log(k) - target), -k))
+
+
+#: above this epsilon the Gaussian class-rows release measures better than the cell release
+GAUSSIAN_ABOVE = 256.0
+
+
+def release_for_epsilon(epsilon) -> str:
+    """The default release for a request at ``epsilon``: ``"cells"`` below ``GAUSSIAN_ABOVE``,
+    ``"gaussian"`` from there (and at inf). A pure public function of eps (measured)."""
+    e = _check_epsilon(epsilon)
+    return "gaussian" if e >= GAUSSIAN_ABOVE else "cells"
