@@ -16,14 +16,15 @@
 --              score double precision)
 --
 -- The score (pm_vector.shortlist.CellShortlist.scores): for row c reporting cell r at level K,
---   score(i) = h_c(i) + (e^eps - 1) * h_{c,K,r}(i)
--- where h_c(i) = number of items j of class c with i in N(j) (the class hub count of
+--   score(i) = h_c(i) + w * h_{c,K,r}(i),   w = min(e^eps - 1, 2^20)
+-- (pm_vector.privacy.cells.cell_weight: proportional to the RR likelihood q h_c + (p - q) h_{c,K,r};
+-- capped so that eps = inf ranks by (h_{c,K,r}, h_c)), where h_c(i) = number of items j of class c with i in N(j) (the class hub count of
 -- run_<id>_hubs), h_{c,K,r}(i) = the same count over the j of class c in cell r (cell_K(j) = the
 -- nearest centroid of class c at level K by raw features), N(j) the graph_degree nearest other
 -- items of j by raw features (any class). The shortlist is the top k' by score desc, ties by item
--- id; at eps = inf by (h_{c,K,r} desc, h_c desc, item id). (Python passes e^eps - 1 as computed
--- by numpy, pm_cell_shortlist computes it with PostgreSQL's exp: the two may differ in the last
--- bit, which only matters for exact ties.)
+-- id. (resolve passes w as Python computes it, so both sides rank with the same float64 numbers;
+-- pm_cell_shortlist computes it from eps with PostgreSQL's exp, which may differ from Python's
+-- expm1 in the last bit: that matters only for exact ties.)
 --
 -- Per run (created by the embedding job, dropped with the run):
 --   run_<id>_cells(level integer, label bigint, cell integer, item_ids bigint[], hubs float8[],
@@ -107,8 +108,8 @@ END $$;
 
 -- The statement ranking every row of a cell request (without the items join; on a single node and
 -- on a shard alike). Parameters: $1 level (K), $2 the rows' classes bigint[], $3 their reported
--- cells integer[], $4 w = e^eps - 1 (float8; 'Infinity' for eps = inf), $5 k_prime.
--- Returns (row_index, rank, item_id, score); score = h_c + w h_{c,K,r} (at eps = inf: h_{c,K,r}).
+-- cells integer[], $4 w (float8, the weight of the reported cell), $5 k_prime.
+-- Returns (row_index, rank, item_id, score); score = h_c + w h_{c,K,r}.
 CREATE OR REPLACE FUNCTION pm_vector.pm_cell_shortlist_sql(run_id bigint) RETURNS text
 LANGUAGE plpgsql IMMUTABLE
 AS $$
@@ -129,15 +130,10 @@ BEGIN
     '    SELECT q.row_index, f.item_id, 0::float8, 0::float8 FROM q CROSS JOIN ( '
     '      SELECT e.item_id FROM %3$s AS e ORDER BY e.item_id LIMIT $5::integer) AS f) AS u '
     '  GROUP BY u.row_index, u.item_id), '
-    'sc AS ( '
-    '  SELECT c.row_index, c.item_id, '
-    '         CASE WHEN $4::float8 = ''Infinity''::float8 THEN c.h ELSE c.hc + $4::float8 * c.h END AS score, '
-    '         CASE WHEN $4::float8 = ''Infinity''::float8 THEN c.hc ELSE 0::float8 END AS tie '
-    '  FROM cand AS c), '
     'r AS ( '
-    '  SELECT sc.row_index, sc.item_id, sc.score, '
-    '         row_number() OVER (PARTITION BY sc.row_index ORDER BY sc.score DESC, sc.tie DESC, sc.item_id) AS rank '
-    '  FROM sc) '
+    '  SELECT c.row_index, c.item_id, c.hc + $4::float8 * c.h AS score, '
+    '         row_number() OVER (PARTITION BY c.row_index ORDER BY c.hc + $4::float8 * c.h DESC, c.item_id) AS rank '
+    '  FROM cand AS c) '
     'SELECT r.row_index::integer, r.rank::integer, r.item_id, r.score FROM r WHERE r.rank <= $5::integer '
     'ORDER BY 1, 2',
     pm_vector.pm_run_table(run_id, 'cells'), pm_vector.pm_run_table(run_id, 'hubs'),
@@ -260,7 +256,8 @@ BEGIN
   IF k_prime IS NULL OR k_prime < 1 OR k_prime > 1000 THEN
     RAISE EXCEPTION USING ERRCODE = 'PM004', MESSAGE = format('k_prime must be between 1 and 1000, got %s', k_prime);
   END IF;
-  w := CASE WHEN epsilon = 'Infinity'::float8 OR epsilon > 709 THEN 'Infinity'::float8 ELSE exp(epsilon) - 1 END;
+  -- pm_vector.privacy.cells.cell_weight: min(e^eps - 1, 2^20)
+  w := CASE WHEN epsilon >= ln(1048577::float8) THEN 1048576::float8 ELSE least(exp(epsilon) - 1, 1048576::float8) END;
   IF doc ? 'shards' THEN
     RETURN QUERY
       SELECT s.row_index, s.rank, s.item_id, i.external_id, i.label, s.score
