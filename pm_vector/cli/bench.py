@@ -162,6 +162,8 @@ def latency(
     max_prior: int = typer.Option(512, help="Prior items the pm_vector shortlist weights one by one per row "
                                   "(the default of new collections, pm_vector.shortlist.MAX_PRIOR)."),
     seed: int = typer.Option(0, help="Seed of the data, the split and the clients (reproducible)."),
+    release: str = typer.Option("gaussian", help="pm_vector release(s) timed beside the paper's: gaussian (noised "
+                                                 "class rows), cells (one reported public cell per class) or both."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
 ):
     """Latency: client step, server resolution (one statement) and plain pgvector k-NN, p50/p95.
@@ -176,7 +178,7 @@ def latency(
 
     cfg = LatencyConfig(items=items, anchors=anchors, rows=_ints(rows, "--rows"), data=data, dim=dim, k=k,
                         repeats=repeats, epsilon=epsilon, shortlist=shortlist, graph_degree=graph_degree,
-                        max_prior=max_prior, seed=seed)
+                        max_prior=max_prior, seed=seed, release=release)
     result = _run_with_spinner("latency", run, cfg, as_json)
     if result is None:
         return
@@ -192,6 +194,12 @@ def latency(
                       f"{pm['resolve_p50_ms']:.1f}", f"{pm['resolve_p95_ms']:.1f}", f"{r['plain_p50_ms']:.1f}",
                       f"{pm['ratio']:.2f}", f"{r['plain_kprime_p50_ms']:.1f}", f"{pm['ratio_kprime']:.2f}",
                       f"{pm['prior_knn_statements_per_request']:g} k-NN + {pm['shortlist_statements_per_request']:g}")
+        ce = r.get("cells")
+        if ce:
+            t.add_row(str(r["rows"]), f"cells (K={ce['n_cells']}, k'={ce['shortlist']})", f"{ce['client_p50_ms']:.1f}",
+                      f"{ce['resolve_p50_ms']:.1f}", f"{ce['resolve_p95_ms']:.1f}", f"{r['plain_p50_ms']:.1f}",
+                      f"{ce['ratio']:.2f}", f"{r['plain_kprime_p50_ms']:.1f}", f"{ce['ratio_kprime']:.2f}",
+                      f"{ce['statements_per_request']:g}")
         t.add_row(str(r["rows"]), "privatemail_paper", f"{r['client_p50_ms']:.1f}", f"{r['resolve_p50_ms']:.1f}",
                   f"{r['resolve_p95_ms']:.1f}", f"{r['plain_p50_ms']:.1f}", f"{r['ratio']:.2f}", "", "",
                   f"{r['knn_statements_per_request']:g}")
