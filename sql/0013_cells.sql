@@ -37,8 +37,8 @@
 -- item ids (the zero-score fill). Every other item has h_{c,K,r} = 0, so its score is h_c(i), and
 -- the k' top hubs (h_c desc, id) each rank before it: it cannot enter (see sql/README.md).
 --
--- New error codes: PM009 the active run publishes no cells (or they are stale: new items were
--- added after the job computed them), or the request does not match them.
+-- New error code: PM009 the active run publishes no cells (built before them, or stale: new items
+-- were added after the job computed them).
 
 -- ------------------------------------------------------------------------------------ helpers
 
@@ -215,7 +215,7 @@ END $$;
 
 -- The k_prime candidates of every row of a cell request, in one statement (SQL callers; resolve
 -- runs the same statement). Checks: the run publishes cells (PM009), n_cells among its levels
--- (PM009), one report per class in [0, n_cells) (PM003 / PM004), epsilon > 0 (PM004), k_prime in
+-- (PM004), one report per class in [0, n_cells) (PM003 / PM004), epsilon > 0 (PM004), k_prime in
 -- 1..1000 (PM004).
 CREATE OR REPLACE FUNCTION pm_vector.pm_cell_shortlist(collection text, n_cells integer, reports integer[],
                                                        epsilon float8, k_prime integer)
@@ -238,7 +238,7 @@ BEGIN
       HINT = 'Run a new embedding job for the collection (pm-vector embed COLLECTION).';
   END IF;
   IF n_cells IS NULL OR NOT (doc -> 'cells' -> 'levels') @> to_jsonb(n_cells) THEN
-    RAISE EXCEPTION USING ERRCODE = 'PM009',
+    RAISE EXCEPTION USING ERRCODE = 'PM004',
       MESSAGE = format('n_cells must be one of the published levels %s, got %s', doc -> 'cells' -> 'levels', n_cells);
   END IF;
   IF reports IS NULL OR array_ndims(reports) IS DISTINCT FROM 1 OR array_lower(reports, 1) <> 1

@@ -28,13 +28,8 @@ import numpy as np
 
 from ..client.request import CELL_FORMAT, CellRequest
 from ..errors import InvalidInputError, RequestError
-from .errors import ClassRowsUnavailableError
+from .errors import CellsUnavailableError  # noqa: F401  (raised here; PM009 in SQL)
 from .requests import answer_rows, finish, run_snapshot
-
-
-class CellsUnavailableError(ClassRowsUnavailableError):
-    """The active run publishes no cells (built before them, an anchor set that gives none, or
-    cells made stale by ``embed --new-items``): cell requests need a full embedding job."""
 
 
 class CellsDigestMismatchError(InvalidInputError):

@@ -257,6 +257,20 @@ def test_new_items_make_the_cells_stale_until_a_full_job(db, cname, conn):
     db.embed_new_items(cname, make_extend_fn())
     with pytest.raises(CellsUnavailableError, match="run a full embedding job"):
         resolve(cname, req, log=False)
+    with pytest.raises(Exception, match="publishes no cells") as ei:  # SQL callers: PM009
+        conn.execute("SELECT * FROM pm_vector.pm_cell_shortlist(%s, 4, %s, 4.0, 16)", [cname, req.reports])
+    assert ei.value.sqlstate == "PM009"
     assert public_anchor(cname)[1]["public_cells"] is None  # nothing stale is published
     db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())
     assert len(resolve(cname, req, log=False)["rows"]) == 3  # same anchor: same cells, served again
+
+
+def test_explain_a_cell_request(cserved):
+    from pm_vector.db.resolution import explain_resolution
+
+    rid = cserved["run"]["run_id"]
+    plans = explain_resolution(cserved["name"], _requests(cserved, 4.0, 8, n=1)[0])
+    assert "pm_cell_shortlist_core" in "\n".join(plans["statement"])
+    shortlist = "\n".join(plans["shortlist"])
+    # each row's cell row by primary key, the class's top hubs by their index
+    assert f"run_{rid}_cells_pkey" in shortlist and f"run_{rid}_hubs_top" in shortlist, shortlist
