@@ -128,12 +128,12 @@ class _CountingConn:
         self.statements += 1
         if "pm_knn_batch" in str(query):
             self.knn_statements += 1
-        if "WHERE it.id = s.item_id" in str(query):  # the rows' candidates with their items
+        if "pm_cell_shortlist" in str(query):  # the cell release's one statement (ranking and items)
+            self.cell_statements += 1
+        elif "WHERE it.id = s.item_id" in str(query):  # the rows' candidates with their items
             self.shortlist_statements += 1
         if "coords <->" in str(query):  # the rows' prior k-NN
             self.prior_knn_statements += 1
-        if "pm_cell_shortlist" in str(query):  # the cell release's one statement
-            self.cell_statements += 1
         return self._conn.execute(query, *a, **kw)
 
     def __getattr__(self, name):

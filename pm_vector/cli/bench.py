@@ -211,6 +211,10 @@ def latency(
         if pm.get("resolve_parts_p50_ms"):
             parts = ", ".join(f"{a} {b:.1f}" for a, b in pm["resolve_parts_p50_ms"].items())
             err.print(f"C={r['rows']}: pm_vector resolve p50 parts (ms, max_prior {pm['max_prior']}): {parts}")
+        ce = r.get("cells") or {}
+        if ce.get("resolve_parts_p50_ms"):
+            parts = ", ".join(f"{a} {b:.1f}" for a, b in ce["resolve_parts_p50_ms"].items())
+            err.print(f"C={r['rows']}: cells resolve p50 parts (ms, K {ce['n_cells']}): {parts}")
     err.print(f"load average before/after: {result['load_average']['before']} / {result['load_average']['after']}")
 
 

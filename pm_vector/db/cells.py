@@ -19,8 +19,13 @@ switch, and ``pm_vector.pm_drop_run_tables`` drops the table with the run, so a 
 job leaves the previous run serving with its own cells). On a sharded run each shard holds the
 rows of its classes (the class is the shard key, as for the prior and the hubs).
 
-``embed --new-items`` does not recompute the cells' counts: it marks the run's cells ``stale``
-(:func:`mark_stale`), cell requests are then refused with a message that says to run a full
+``embed --new-items`` (:func:`extend`, in the transaction that adds the items to the class rows)
+puts each new item j of class c in its cell at every level and adds its neighbour list to
+``h_{c,K,cell(j)}``, and refreshes ``chubs`` from the updated class hub counts: the cells' counts
+are those of the run's graph after the addition (the same approximation as the class rows: the
+neighbour lists of existing items are not recomputed; a full job rebuilds everything exactly).
+A run whose cells cannot be extended (no neighbour lists) has them marked ``stale``
+(:func:`mark_stale`): cell requests are then refused with a message that says to run a full
 embedding job, and the Gaussian class rows keep serving.
 
 The statement that answers a request from these tables is ``pm_vector.pm_cell_shortlist_sql``
@@ -170,6 +175,50 @@ def write(conn, run_id: int, data: CellsData, placement: Mapping[str, list] | No
         conn.execute(f"DROP FOREIGN TABLE IF EXISTS {ft}")
         conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, f"ANALYZE pm_vector.run_{rid}_cells"])
         conn.commit()
+
+
+def extend(conn, run_id: int, new_ids, new_X, new_y, nbr_ids: np.ndarray) -> None:
+    """Add new items (of the cells' classes) to the run's per-cell hub counts, inside the caller's
+    transaction, after the class hub counts were updated (their changes in the temp table
+    ``pm_new_hubs``): ``nbr_ids`` ``(n, g)`` the new items' neighbour lists (item ids)."""
+    from ..manifold.cells import PublicCells
+
+    rid = int(run_id)
+    doc = conn.execute("SELECT public_cells FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
+    cells = PublicCells.from_dict(doc)
+    y = np.asarray(new_y, dtype=np.int64)
+    X = np.asarray(new_X, dtype=np.float64)
+    nb = np.asarray(nbr_ids, dtype=np.int64)
+    ci = cells.class_index(y)
+    g = nb.shape[1]
+    lv, lab, cel, item = [], [], [], []
+    for K in cells.levels_:
+        cell = cells.assign(X, ci, int(K))
+        lv.append(np.full(y.size * g, int(K), np.int64))
+        lab.append(np.repeat(y, g))
+        cel.append(np.repeat(cell, g))
+        item.append(nb.ravel())
+    conn.execute("CREATE TEMP TABLE pm_new_cells (level integer, label bigint, cell integer, item_id bigint) "
+                 "ON COMMIT DROP")
+    cat = np.concatenate
+    _binary.copy_in(conn, "COPY pm_new_cells (level, label, cell, item_id) FROM STDIN (FORMAT BINARY)",
+                    _binary.encode([("level", "int4", 0), ("label", "int8", 0), ("cell", "int4", 0),
+                                    ("item_id", "int8", 0)],
+                                   {"level": cat(lv), "label": cat(lab), "cell": cat(cel), "item_id": cat(item)}))
+    t = f"pm_vector.run_{rid}_"
+    # each touched cell row: its counts plus the new edges, items ascending (as the job writes them)
+    conn.execute(
+        f"UPDATE {t}cells AS c SET (item_ids, hubs) = (SELECT coalesce(array_agg(m.id ORDER BY m.id), '{{}}'), "
+        "coalesce(array_agg(m.h ORDER BY m.id), '{}') FROM (SELECT u.id, sum(u.h) AS h FROM ("
+        "  SELECT x.id, x.h FROM unnest(c.item_ids, c.hubs) AS x(id, h) "
+        "  UNION ALL SELECT n.item_id, 1::float8 FROM pm_new_cells AS n "
+        "  WHERE n.level = c.level AND n.label = c.label AND n.cell = c.cell) AS u GROUP BY u.id) AS m) "
+        "WHERE (c.level, c.label, c.cell) IN (SELECT DISTINCT level, label, cell FROM pm_new_cells)")
+    # every cell row of a class whose hub counts changed: chubs again from the class hub counts
+    conn.execute(
+        f"UPDATE {t}cells AS c SET chubs = ARRAY(SELECT coalesce(h.hub, 0) FROM unnest(c.item_ids) WITH ORDINALITY "
+        f"AS u(id, k) LEFT JOIN {t}hubs AS h ON h.label = c.label AND h.item_id = u.id ORDER BY u.k) "
+        "WHERE c.label IN (SELECT DISTINCT label FROM pm_new_hubs)")
 
 
 def mark_stale(doc: Mapping[str, Any], n_new: int) -> dict[str, Any]:

@@ -39,7 +39,8 @@ item gets its prior row, its own neighbour list (against all items of the run, n
 included), its code, and adds its contribution to the hub counts of its class (and the ``nhub``
 of every prior row listing an item whose count changed is recomputed); the neighbour lists of
 existing items are **not** recomputed (a new item never enters an older item's ``N(j)``), so
-after new items the run's scores are those of a graph slightly different from a fresh fit. A
+after new items the run's scores are those of a graph slightly different from a fresh fit. The
+cell release's per-cell hub counts are extended alike (:func:`pm_vector.db.cells.extend`). A
 full embedding job rebuilds everything exactly.
 """
 
@@ -373,6 +374,7 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     else:
         out = np.zeros((new_ids.shape[0], 0), np.int64)
     in_prior = np.isin(new_y, frames.classes_)
+    cells_extended = False
     if np.any(in_prior):
         coords = frames.clipped(np.asarray(new_X)[in_prior], new_y[in_prior])
         fast = prior_has_nbrs(conn, rid)
@@ -394,9 +396,17 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
                          "ON CONFLICT (label, item_id) DO UPDATE SET hub = h.hub + EXCLUDED.hub")
             if fast:
                 _refresh_nhub(conn, rid)
-    from . import cells as _cells
+            if (doc.get("cells") or {}).get("status") == "ready":  # the new items' cells and counts
+                from . import cells as _cells
 
-    new_doc = _cells.mark_stale(doc, int(new_ids.size))  # the cells' counts are not recomputed here
+                _cells.extend(conn, rid, new_ids[in_prior], np.asarray(new_X)[in_prior], new_y[in_prior],
+                              out[in_prior])
+                cells_extended = True
+    new_doc = dict(doc)
+    if not cells_extended and (doc.get("cells") or {}).get("status") == "ready" and np.any(in_prior):
+        from . import cells as _cells
+
+        new_doc = _cells.mark_stale(doc, int(new_ids.size))  # no neighbour lists to extend them with
     sizes = list(doc["class_sizes"])
     for k, c in enumerate(doc["classes"]):
         sizes[k] = int(sizes[k]) + int(np.sum(new_y == int(c)))

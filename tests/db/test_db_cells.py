@@ -2,7 +2,7 @@
 (fit on the public anchor only) and the per-(level, class, cell) hub counts; resolve() answers a
 CellRequest with ONE statement, exactly as the in-memory CellShortlist (ids and order); bad cell
 requests are refused clearly and log nothing; a killed job leaves the previous run serving with its
-cells; new items make the cells stale (a clear refusal) until a full job."""
+cells; embed --new-items extends the cells on the run's graph (stale cells: a clear refusal)."""
 
 from __future__ import annotations
 
@@ -234,7 +234,26 @@ def test_a_sigkilled_job_leaves_the_previous_run_serving_with_its_cells(cserved,
     assert [[r["item_ids"] for r in resolve(name, q, log=False)["rows"]] for q in reqs] == before
 
 
-def test_new_items_make_the_cells_stale_until_a_full_job(db, cname, conn):
+def _graph_shortlist(conn, rid, cells, ids, X, y):
+    """A CellShortlist on the run's stored graph (its neighbours table), not a fresh fit."""
+    from pm_vector.shortlist import CellShortlist, cell_hub_counts
+
+    pairs = np.asarray(conn.execute(f"SELECT item_id, neighbor_id FROM pm_vector.run_{rid}_neighbors "
+                                    "ORDER BY item_id, neighbor_id").fetchall(), dtype=np.int64)
+    pos = {int(v): i for i, v in enumerate(ids)}
+    g = pairs.shape[0] // len(ids)
+    nb = np.array([pos[int(v)] for v in pairs[:, 1]], dtype=np.int64).reshape(len(ids), g)
+    cs = CellShortlist(g)
+    cs.cells_, cs.y_index_, cs.neighbors_, cs.n_items_ = cells, cells.class_index(y), nb, len(ids)
+    C = cells.classes_.size
+    cs.hubs_ = {c: np.bincount(nb[cs.y_index_ == c].ravel(), minlength=len(ids)).astype(np.float64)
+                for c in range(C)}
+    cs.cell_hubs_ = {K: cell_hub_counts(nb, cs.y_index_, cells.assign(X, cs.y_index_, K), len(ids), n_classes=C,
+                                        n_cells=K) for K in cells.levels_}
+    return cs
+
+
+def test_new_items_extend_the_cells_on_the_runs_graph(db, cname, conn):
     from dbtest_helpers import make_embed_fn, make_extend_fn
 
     from pm_vector.db.cell_resolution import CellsUnavailableError
@@ -246,23 +265,34 @@ def test_new_items_make_the_cells_stale_until_a_full_job(db, cname, conn):
     X = rng.normal(size=(700, 6)) + 2.0 * np.eye(6)[y]
     X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
     db.create_collection(cname, 6, [0, 1, 2])
-    db.ingest(cname, X[:600], y[:600])
+    ids = np.asarray(db.ingest(cname, X[:600], y[:600])["item_ids"])
     db.register_anchor_set(cname, X[:90], y[:90])
     db.register_anchor_set(cname, X[90:120], y[90:120], role="dummy")
-    db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())
+    rid = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"]
     cells = PublicCells.from_dict(public_anchor(cname)[1]["public_cells"])
-    req = _client(cells, cname, 4.0, 4).request(X[300].astype(np.float64), int(y[300]))[0]
-    assert len(resolve(cname, req, log=False)["rows"]) == 3
-    db.ingest(cname, X[600:], y[600:])
+    reqs = [_client(cells, cname, eps, K, seed=K).request(X[300 + K].astype(np.float64), int(y[300 + K]))[0]
+            for eps in (2.0, 8.0) for K in cells.levels_]
+    ids = np.concatenate([ids, np.asarray(db.ingest(cname, X[600:], y[600:])["item_ids"])])
     db.embed_new_items(cname, make_extend_fn())
+    doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
+    assert doc["cells"]["status"] == "ready"
+    cs = _graph_shortlist(conn, rid, cells, ids, X.astype(np.float64), y)
+    assert cs.cell_hubs_[cells.levels_[0]].sum() == 700 * 16  # every item's list, the new ones included
+    for req in reqs:  # the new items are in the answers' ranking: their cells and neighbour lists count
+        want = cs.shortlist(req)
+        got = resolve(cname, req, log=False)["rows"]
+        assert [r["item_ids"] for r in got] == [ids[w].tolist() for w in want]
+    # cells that cannot be extended (a run marked stale) are refused clearly until a full job
+    conn.execute("UPDATE pm_vector.embedding_runs SET class_rows = jsonb_set(class_rows, '{cells,status}', "
+                 "'\"stale\"') || jsonb_build_object('graph_version', 99) WHERE id = %s", [rid])
     with pytest.raises(CellsUnavailableError, match="run a full embedding job"):
-        resolve(cname, req, log=False)
+        resolve(cname, reqs[0], log=False)
     with pytest.raises(Exception, match="publishes no cells") as ei:  # SQL callers: PM009
-        conn.execute("SELECT * FROM pm_vector.pm_cell_shortlist(%s, 4, %s, 4.0, 16)", [cname, req.reports])
+        conn.execute("SELECT * FROM pm_vector.pm_cell_shortlist(%s, 4, %s, 4.0, 16)", [cname, reqs[0].reports])
     assert ei.value.sqlstate == "PM009"
     assert public_anchor(cname)[1]["public_cells"] is None  # nothing stale is published
     db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())
-    assert len(resolve(cname, req, log=False)["rows"]) == 3  # same anchor: same cells, served again
+    assert len(resolve(cname, reqs[0], log=False)["rows"]) == 3  # same anchor: same cells, served again
 
 
 def test_explain_a_cell_request(cserved):
