@@ -177,14 +177,25 @@ def load_dataset(name: str, *, max_items: int | None = None, seed: int = 0,
         raise InvalidInputError(f"unknown dataset {name!r}; available: {', '.join(available_datasets())} "
                                 f"(or load your own arrays with pm_vector.datasets.load_arrays).")
     if max_items is not None and max_items < ds.n_items:
-        keep = _stratified_subsample(ds.labels, int(max_items), np.random.default_rng(seed))
-        ds = Dataset(ds.name, ds.features[keep], ds.labels[keep], ds.classes, ds.class_names)
+        ds = subsample(ds, int(max_items), seed)
     return ds
 
 
-def load_arrays(features_path: str | os.PathLike, labels_path: str | os.PathLike, *,
+def subsample(ds: Dataset, max_items: int, seed: int = 0) -> Dataset:
+    """A stratified random subsample of at most ``max_items`` items (``ds`` itself when it is no
+    larger); class proportions kept, as :func:`load_dataset`'s ``max_items``."""
+    if isinstance(max_items, bool) or not isinstance(max_items, (int, np.integer)) or max_items < 1:
+        raise InvalidInputError(f"max_items must be a positive integer; got {max_items!r}.")
+    if max_items >= ds.n_items:
+        return ds
+    keep = _stratified_subsample(ds.labels, int(max_items), np.random.default_rng(seed))
+    return Dataset(ds.name, ds.features[keep], ds.labels[keep], ds.classes, ds.class_names)
+
+
+def load_arrays(features_path: str | os.PathLike, labels_path: str | os.PathLike | None, *,
                 name: str | None = None) -> Dataset:
-    """Load a user's own ``.npy`` feature and label files.
+    """Load a user's own ``.npy`` feature and label files (``labels_path=None``: a collection
+    without labels, every item in class 0; public partitions take the place of classes).
 
     ``features_path`` must hold a 2-d array of finite numbers (one row per item) and
     ``labels_path`` a 1-d array of integer class labels (integer-valued floats are
@@ -192,8 +203,15 @@ def load_arrays(features_path: str | os.PathLike, labels_path: str | os.PathLike
     (cosine geometry; the privacy calibrations assume unit-norm rows); an all-zero row
     cannot be normalised and is refused. Files are read with ``allow_pickle=False``.
     """
-    fpath, lpath = Path(features_path), Path(labels_path)
+    fpath = Path(features_path)
     raw_x = _load_npy(fpath, "features")
+    if labels_path is None:
+        x = as_matrix(raw_x, f"features ({fpath.name})") if raw_x.dtype.kind in "biuf" and raw_x.ndim == 2 else None
+        if x is None:
+            raise InvalidInputError(f"features file {fpath} must hold a 2-d array of numbers (items x features); "
+                                    f"got shape {raw_x.shape}, dtype {raw_x.dtype}.")
+        return Dataset(name or fpath.stem, _unit_rows_float32(x), np.zeros(x.shape[0], dtype=np.int64))
+    lpath = Path(labels_path)
     raw_y = _load_npy(lpath, "labels")
     if raw_x.dtype.kind not in "biuf":
         raise InvalidInputError(f"features file {fpath} must hold numbers; got dtype {raw_x.dtype}.")

@@ -30,12 +30,15 @@ def test_cells_are_kmeans_of_each_class_anchor(cells, digits_split):
     from sklearn.cluster import KMeans
 
     Xa, ya = digits_split.anchor
-    assert cells.levels_ == (2, 4, 8, 16)  # 1000 > the smallest class: not usable
+    smallest = int(np.bincount(ya).min())
+    # 1000 > the smallest class: not usable; the finest level the anchor allows takes its place
+    assert cells.levels_ == (2, 4, 8, 16, smallest)
+    assert PublicCells(levels=(2, 4, 1000), finest=False).fit(Xa, ya).levels_ == (2, 4)
     assert cells.classes_.tolist() == sorted(set(ya.tolist()))
     for K in cells.levels_:
         assert cells.centroids_[K].shape == (cells.classes_.size, K, Xa.shape[1])
     c = cells.classes_[3]
-    km = KMeans(n_clusters=8, random_state=0, n_init=3).fit(np.asarray(Xa[ya == c], dtype=np.float64))
+    km = KMeans(n_clusters=8, random_state=0, n_init=10).fit(np.asarray(Xa[ya == c], dtype=np.float64))
     np.testing.assert_array_equal(cells.centroids_[8][3], km.cluster_centers_)
     # the fit is reproducible: the cells are a public function of the anchor
     again = PublicCells(levels=(2, 4, 8, 16, 1000)).fit(Xa, ya)
@@ -78,7 +81,10 @@ def test_cells_round_trip_exactly_and_digest_changes_with_content(cells):
 def test_too_small_classes_are_refused():
     X = np.eye(4)[[0, 1, 2, 3]]
     with pytest.raises(InvalidInputError, match="smallest class"):
-        PublicCells(levels=(4,)).fit(X, [0, 0, 1, 1])
+        PublicCells(levels=(4,), finest=False).fit(X, [0, 0, 1, 1])
+    assert PublicCells(levels=(4,)).fit(X, [0, 0, 1, 1]).levels_ == (2,)  # the finest the anchor allows
+    with pytest.raises(InvalidInputError, match="smallest class"):
+        PublicCells(levels=(4,)).fit(X, [0, 0, 0, 1])
     with pytest.raises(InvalidInputError):
         PublicCells(levels=(1,)).fit(X, [0, 0, 1, 1])
 

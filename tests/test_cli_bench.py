@@ -71,7 +71,11 @@ def test_bench_privacy_errors_are_clear(tmp_path):
     r = runner.invoke(app, ["bench", "privacy", *FAST, "--shortlist", "4", "--methods", "pm_vector"])
     assert r.exit_code != 0 and "shortlist" in r.output
     r = runner.invoke(app, ["bench", "privacy", "--features", str(tmp_path / "missing.npy")])
-    assert r.exit_code != 0 and "--labels" in r.output
+    assert r.exit_code != 0 and "missing.npy" in r.output
+    r = runner.invoke(app, ["bench", "privacy", "--labels", str(tmp_path / "y.npy")])
+    assert r.exit_code != 0 and "--features" in r.output
+    r = runner.invoke(app, ["bench", "privacy", *FAST, "--partitions", "5"])
+    assert r.exit_code != 0 and "without labels" in r.output
     r = runner.invoke(app, ["bench", "privacy", "--dataset", "nope"])
     assert r.exit_code != 0 and "nope" in r.output
 
@@ -88,3 +92,40 @@ def test_bench_kahm_privacy_json_shape():
         assert 0 <= row["accuracy_def12"] <= 1 and 0 <= row["accuracy_def15"] <= 1
     r = runner.invoke(app, ["bench", "kahm", "--part", "nope"])
     assert r.exit_code != 0 and "--part" in r.output
+
+
+def _blobs(tmp_path, n=600, labels=True):
+    rng = np.random.default_rng(0)
+    centers = rng.standard_normal((4, 16)) * 3
+    y = np.repeat(np.arange(4), n // 4)
+    np.save(tmp_path / "X.npy", centers[y] + rng.standard_normal((n, 16)))
+    if labels:
+        np.save(tmp_path / "y.npy", y)
+
+
+def test_bench_privacy_max_items_applies_to_own_features(tmp_path):
+    _blobs(tmp_path)
+    r = runner.invoke(app, ["bench", "privacy", "--features", str(tmp_path / "X.npy"), "--labels",
+                            str(tmp_path / "y.npy"), "--max-items", "200", "--epsilons", "4", "--shortlist", "8",
+                            "--methods", "raw_knn", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["split"]["n_items"] == 200
+
+
+def test_bench_privacy_without_labels_uses_public_partitions(tmp_path):
+    _blobs(tmp_path, labels=False)
+    r = runner.invoke(app, ["bench", "privacy", "--features", str(tmp_path / "X.npy"), "--partitions", "6",
+                            "--epsilons", "4,inf", "--shortlist", "16", "--json",
+                            "--methods", "pm_vector,pm_vector_cells,label_only,partition_only,raw_knn"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["classes"] == 6 and "partitions" in out["labels"]
+    got = {(x["method"], x["epsilon"]) for x in out["results"]}
+    assert ("partition_only", 4.0) in got and ("pm_vector_cells", 4.0) in got
+    assert not any(m == "label_only" for m, _ in got)
+    # a labelled set with --unlabeled: the same, its labels dropped
+    r = runner.invoke(app, ["bench", "privacy", *FAST, "--unlabeled", "--epsilons", "4", "--json",
+                            "--methods", "pm_vector,partition_only"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["classes"] == 10 and {x["method"] for x in out["results"]} == {"pm_vector", "partition_only"}

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from pm_vector.bench.metrics import candidate_bytes, collection_bytes
-from pm_vector.bench.privacy_bench import (METHODS, BenchConfig, epsilon_json, parse_epsilons, parse_methods, plot,
-                                           run)
+from pm_vector.bench.privacy_bench import (DEFAULT_METHODS, METHODS, BenchConfig, epsilon_json, parse_epsilons,
+                                           parse_methods, plot, run)
 from pm_vector.datasets import load_dataset, split_dataset
 from pm_vector.errors import InvalidInputError
 
@@ -24,7 +24,7 @@ def split():
 
 @pytest.fixture(scope="module")
 def result(split):
-    cfg = BenchConfig(epsilons=(1.0, 16.0, math.inf), k=K, shortlist=KP, seed=0)
+    cfg = BenchConfig(epsilons=(1.0, 16.0, math.inf), k=K, shortlist=KP, seed=0, methods=METHODS)
     return run(split, cfg)
 
 
@@ -34,12 +34,17 @@ def rows(result, method):
 
 def test_every_method_at_every_epsilon(result):
     got = {(r["method"], r["epsilon"]) for r in result["results"]}
+    levels = sorted({r["n_cells"] for r in result["results"] if r.get("release") == "cells"})
     for m in METHODS:
         if m in ("raw_knn", "download_all"):
             assert (m, None) in got
-        else:
+        elif m == "download_lists":
+            assert (m, 0.0) in got
+        elif m != "partition_only":  # a labelled collection has label_only instead
             assert {(m, 1.0), (m, 16.0), (m, "inf")} <= got
-    assert len(result["results"]) == (len(METHODS) - 2) * 3 + 2
+    assert ("partition_only", 1.0) not in got
+    assert len(result["results"]) == (len(METHODS) - 4) * 3 + 2 + len(levels)
+    assert "privatemail_paper" not in DEFAULT_METHODS and "pm_vector_cells" in DEFAULT_METHODS
     for key in ("dataset", "split", "k", "shortlist", "delta", "seed", "class_ceiling", "collection_bytes", "results"):
         assert key in result
     assert result["k"] == K and result["shortlist"] == KP and result["dataset"] == "digits"
@@ -90,7 +95,8 @@ def test_label_free_and_reference(result):
 
 
 def test_reproducible(split):
-    cfg = BenchConfig(epsilons=(4.0,), k=K, shortlist=KP, seed=3, methods=("pm_vector", "reference_ldp"))
+    cfg = BenchConfig(epsilons=(4.0,), k=K, shortlist=KP, seed=3, methods=("pm_vector", "pm_vector_cells",
+                                                                          "reference_ldp"))
     a, b = run(split, cfg), run(split, cfg)
     strip = [{k: v for k, v in r.items() if k != "seconds"} for r in a["results"]]
     assert strip == [{k: v for k, v in r.items() if k != "seconds"} for r in b["results"]]
@@ -104,7 +110,7 @@ def test_parse_epsilons_and_methods():
             parse_epsilons(bad)
     assert epsilon_json(math.inf) == "inf" and epsilon_json(None) is None and epsilon_json(2) == 2.0
     assert parse_methods("raw_knn,pm_vector") == ("pm_vector", "raw_knn")  # table order
-    assert parse_methods(None) == METHODS
+    assert parse_methods(None) == DEFAULT_METHODS
     with pytest.raises(InvalidInputError, match="nope"):
         parse_methods("pm_vector,nope")
 
@@ -135,3 +141,58 @@ def test_published_codes_cost_fewer_bytes_and_keep_most_of_the_recall(result):
         assert codes[eps]["response_bytes"] < raw[eps]["response_bytes"]
         # digits has 64 features and the code 64 half-precision components: the re-rank barely changes
         assert codes[eps]["nn_recall_at_8"] >= raw[eps]["nn_recall_at_8"] - 0.03
+
+
+# --------------------------------------------------------------------------- the cell release in the benchmark
+def test_rows_say_their_release_and_delta(result):
+    for r in result["results"]:
+        if r["method"] in ("pm_vector_cells",) and r["epsilon"] != "inf":
+            assert r["release"] == "cells" and r["delta"] == 0.0 and r["n_cells"] in result["cell_levels"]
+        if r["method"] == "pm_vector_gaussian" and r["epsilon"] != "inf":
+            assert r["release"] == "gaussian" and r["delta"] == result["delta"]
+        if r["epsilon"] == "inf" or r["method"] == "raw_knn":
+            assert r["delta"] is None
+        if r["method"] in ("download_all", "download_lists"):
+            assert r["delta"] == 0.0
+    pm, cells = rows(result, "pm_vector"), rows(result, "pm_vector_cells")
+    # the default rule: the cell release at the eps a user picks, the Gaussian's noise-free endpoint
+    assert pm[1.0]["release"] == "cells" and pm[16.0]["release"] == "cells" and pm["inf"]["release"] == "gaussian"
+    assert pm[16.0]["nn_recall_at_8"] == cells[16.0]["nn_recall_at_8"]
+    # at eps 16 the cell release finds the query inside its class: far above the Gaussian release
+    assert cells[16.0]["nn_recall_at_8"] > rows(result, "pm_vector_gaussian")[16.0]["nn_recall_at_8"] + 0.1
+
+
+def test_download_lists_is_the_true_cell_at_eps_zero(result):
+    cells = rows(result, "pm_vector_cells")
+    dl = {r["n_cells"]: r for r in result["results"] if r["method"] == "download_lists"}
+    inf_level = cells["inf"]["n_cells"]
+    assert inf_level in dl
+    # the table's list at the true cell is the eps = inf answer of the cell release
+    assert dl[inf_level]["nn_recall_at_8"] == cells["inf"]["nn_recall_at_8"]
+    for K, r in dl.items():
+        assert r["epsilon"] == 0.0 and r["table_lists"] == 10 * K
+        # the table: every listed item once (id and features) and C K lists of k' ids
+        assert min(KP, 1000) <= r["table_items"] <= 1000
+        assert r["bytes_per_request"] == r["table_items"] * (8 + 4 * 64) + 10 * K * KP * 8
+
+
+def test_a_method_that_cannot_run_is_skipped_and_the_others_kept():
+    """A class with fewer anchor rows than the KAHM subspace needs: pm_vector_label_free is skipped
+    with its reason; every other method's figures are there."""
+    small = split_dataset(load_dataset("digits"), 800, 150, 150, 40, seed=0)  # ~15 anchor rows per class
+    res = run(small, BenchConfig(epsilons=(4.0,), k=K, shortlist=KP, methods=(
+        "pm_vector", "pm_vector_label_free", "label_only", "raw_knn")))
+    assert "pm_vector_label_free" in res["skipped"] and "n+1" in res["skipped"]["pm_vector_label_free"]
+    assert {r["method"] for r in res["results"]} == {"pm_vector", "label_only", "raw_knn"}
+    assert "label_free_classifier" not in res
+
+
+def test_public_partitions_replace_the_classes(split):
+    res = run(split, BenchConfig(epsilons=(4.0, math.inf), k=K, shortlist=KP, partitions=5,
+                                 methods=("pm_vector", "label_only", "partition_only", "pm_vector_label_free",
+                                          "raw_knn")))
+    got = {r["method"] for r in res["results"]}
+    assert got == {"pm_vector", "partition_only", "raw_knn"}  # no label to drop, no classifier to ask
+    assert res["classes"] == 5 and "partitions" in res["labels"]
+    pm, po = rows(res, "pm_vector"), rows(res, "partition_only")
+    assert pm[4.0]["release"] == "cells" and pm[4.0]["nn_recall_at_8"] > po[4.0]["nn_recall_at_8"]

@@ -10,19 +10,30 @@ endpoint (the same pipeline without noise; not a release).
 
 Methods:
 
-- ``pm_vector``: class frames (:class:`~pm_vector.manifold.class_frames.ClassFrames` ``(4, 0.9)``
-  on the public anchor), one clipped Gaussian row per class (:class:`PrivateKNN`), the server's
+- ``pm_vector``: the default: per epsilon the release the public rule
+  :func:`~pm_vector.privacy.cells.release_for_epsilon` picks (the cell release, or the Gaussian
+  one from ``GAUSSIAN_ABOVE``; the Gaussian's noise-free endpoint at ``inf``). Each row says which
+  (``release``) and its ``delta``.
+- ``pm_vector_cells``: the cell release (:mod:`pm_vector.privacy.cells`): public cells per class
+  (k-means of the public anchor, :class:`~pm_vector.manifold.cells.PublicCells`), the real row's
+  cell by K-ary randomized response, uniform reports in every other row, pure eps (delta 0); the
+  server's :class:`~pm_vector.shortlist.CellShortlist`. K by
+  :func:`~pm_vector.privacy.cells.cell_level_for_epsilon` (``--cells`` fixes it). At ``inf``: the
+  true cell at the rule's finest K.
+- ``pm_vector_gaussian``: the class-rows Gaussian release: class frames
+  (:class:`~pm_vector.manifold.class_frames.ClassFrames` ``(4, 0.9)`` on the public anchor), one
+  clipped discrete-Gaussian row per class (:class:`PrivateKNN`), the server's
   :class:`~pm_vector.shortlist.PosteriorShortlist`. At ``inf``:
   :func:`~pm_vector.shortlist.noise_free_shortlist` on 16-d frames (items of any class).
 - ``pm_vector_codes``: ``pm_vector``'s candidates re-ranked by the collection's published
   compact codes (:class:`~pm_vector.manifold.codes.PublicProjection`: 64-d PCA of the public
-  anchor, halfvec) instead of raw features: the answer for a collection that does not hand out
-  raw features, at a fraction of the bytes.
-- ``pm_vector_label_free``: the same with ``label=None`` and a
-  :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor choosing the real row.
-- ``label_only``: the ``pm_vector`` pipeline with the query's features replaced by a random
-  public dummy of its class (what the label alone gives; the client still re-ranks with its
-  real features).
+  anchor, halfvec) instead of raw features.
+- ``pm_vector_label_free``: ``pm_vector`` with ``label=None`` and a
+  :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor choosing the real row (skipped,
+  with a message, when a class has too few anchor rows for its KAHM subspace).
+- ``label_only`` (``partition_only`` for a collection without labels): the ``pm_vector`` pipeline
+  with the query's features replaced by a random public dummy of its class (what the label alone
+  gives; the client still re-ranks with its real features).
 - ``reference_ldp``: the textbook local-DP release in the same frames: per class ``mu_c``, the
   top 4 directions ``U_c`` and ``r_c`` (90th percentile); every row (real query in its class,
   one public dummy in every other) is ``clip_{r_c}(U_c (x - mu_c)) + N(0, sigma_c^2 I)`` with
@@ -35,8 +46,15 @@ Methods:
 - ``dp_random_projection``, ``dp_pca``: the query's 8-d projection released with Gaussian noise
   (:mod:`pm_vector.bench.baselines`). At ``inf``: the noiseless projection.
 - ``raw_knn``: exact k-NN on the raw features (non-private reference).
+- ``download_lists``: the public table of the cell answers (C x K lists) downloaded once and
+  looked up at the true cell: eps 0, one row per level K the cell release used
+  (:mod:`pm_vector.bench.cell_methods`); its bytes are the table's.
 - ``download_all``: the client downloads the whole collection and searches locally: perfectly
   private, exact, and as expensive as the collection.
+
+A collection without labels (``partitions=C``): the public partitions
+(:class:`~pm_vector.manifold.partitions.PublicPartitions`, k-means of the public anchor) replace
+the classes of every part of the split; each item's and each query's class is its partition.
 
 Server-side work in the benchmark is restricted to the real row's answer: the other rows'
 answers do not change what the client sees about its query (they are counted in the bytes).
@@ -53,34 +71,43 @@ import numpy as np
 
 from ..client import PrivateMail, PublicAnchor
 from ..client.query import PrivateKNN
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, PMVectorError
 from ..manifold import AnchorFrame
 from ..manifold.class_frames import ClassFrames
 from ..manifold.codes import PublicProjection
 from ..privacy import secure_generator
 from ..alignment import align_request
+from ..privacy.cells import release_for_epsilon
 from ..shortlist import PosteriorShortlist, noise_free_shortlist
+from . import cell_methods
 from .baselines import DPPCA, DPRandomProjection, RawKNN, ReferenceClassLDP, knn_search
+from .privacy_plot import plot  # noqa: F401  (`pm-vector bench privacy --plot`)
 from .metrics import (candidate_bytes, chance_recall_at_k, collection_bytes, distinct_lists_per_class,
                       float_payload_bytes, nn_recall_at_k, precision_at_k, recall_at_k)
 
 #: every method, in table order
-METHODS = ("pm_vector", "pm_vector_codes", "pm_vector_label_free", "label_only", "reference_ldp", "privatemail_paper",
-           "dp_random_projection", "dp_pca", "raw_knn", "download_all")
+METHODS = ("pm_vector", "pm_vector_cells", "pm_vector_gaussian", "pm_vector_codes", "pm_vector_label_free",
+           "label_only", "partition_only", "reference_ldp", "privatemail_paper", "dp_random_projection", "dp_pca",
+           "raw_knn", "download_lists", "download_all")
 #: methods without an epsilon (one row each)
 NON_PRIVATE = ("raw_knn", "download_all")
+#: the methods run when none are named (the paper's and the projection baselines are asked for by name)
+DEFAULT_METHODS = ("pm_vector", "pm_vector_cells", "pm_vector_gaussian", "pm_vector_codes", "pm_vector_label_free",
+                   "label_only", "partition_only", "reference_ldp", "raw_knn", "download_lists", "download_all")
+#: the epsilons of a run unless given
+DEFAULT_EPSILONS = (1.0, 2.0, 4.0, 8.0, 16.0, 64.0, math.inf)
 #: default k' per built-in dataset
 DEFAULT_SHORTLIST = {"digits": 32, "fashion-mnist": 128}
 
 
 @dataclass
 class BenchConfig:
-    epsilons: tuple = (1.0, 4.0, 16.0, math.inf)
+    epsilons: tuple = DEFAULT_EPSILONS
     delta: float = 1e-5
     k: int = 8
     shortlist: int = 32
     seed: int = 0
-    methods: tuple = METHODS
+    methods: tuple = DEFAULT_METHODS
     #: privatemail_paper: the SMLQ anchor frame's dimension (kept under this name: the database
     #: benchmarks and tests build their PrivateMail collections with BenchConfig().n_components)
     n_components: int = 16
@@ -100,6 +127,14 @@ class BenchConfig:
     max_prior: int = 512  # pm_vector.shortlist.MAX_PRIOR, the server default
     #: pm_vector: neighbours per item in the server's raw k-NN graph
     graph_degree: int = 16
+    #: pm_vector_cells: the levels K fit per class (the usable ones: K <= the smallest class's anchor rows)
+    cell_levels: tuple = (2, 4, 8, 16, 32, 64, 128)
+    #: pm_vector_cells: neighbours per item in the cell ranking's graph
+    cell_graph_degree: int = 32  # pm_vector.shortlist.CELL_GRAPH_DEGREE
+    #: pm_vector_cells: a fixed K instead of the public rule
+    n_cells: int | None = None
+    #: a collection without labels: this many public partitions replace the classes
+    partitions: int | None = None
 
 
 def parse_epsilons(text: str) -> tuple[float, ...]:
@@ -126,7 +161,7 @@ def parse_epsilons(text: str) -> tuple[float, ...]:
 
 def parse_methods(text: str | None) -> tuple[str, ...]:
     if text is None or not str(text).strip():
-        return METHODS
+        return DEFAULT_METHODS
     names = tuple(dict.fromkeys(m.strip() for m in str(text).split(",") if m.strip()))
     bad = [m for m in names if m not in METHODS]
     if bad:
@@ -165,6 +200,18 @@ class _Context:
         self.Xa, self.ya = split.anchor
         self.Xd, self.yd = split.dummy
         self.Xq, self.yq = split.query
+        self.partitions = None
+        if cfg.partitions is not None:
+            from ..manifold.partitions import PublicPartitions
+            # the classes are the public partitions: every part's items get theirs from their features
+            self.partitions = PublicPartitions(cfg.partitions, random_state=cfg.seed).fit(self.Xa)
+            self.ys, self.ya, self.yd, self.yq = (self.partitions.predict(X) for X in
+                                                  (self.Xs, self.Xa, self.Xd, self.Xq))
+            # a partition without a public dummy takes its public anchor rows as dummies
+            lack = np.setdiff1d(np.unique(self.ya), self.yd)
+            if lack.size:
+                add = np.isin(self.ya, lack)
+                self.Xd, self.yd = np.concatenate([self.Xd, self.Xa[add]]), np.concatenate([self.yd, self.ya[add]])
         self.dim = int(self.Xs.shape[1])
         self.C = int(len(np.unique(self.ya)))
         self._cache = {}
@@ -235,25 +282,44 @@ class _Context:
 # ----------------------------------------------------------------------------- methods
 # each returns (candidates (q, k') int64, request_bytes per request, rows answered per request, extra dict)
 
-def _pm_vector(ctx: _Context, eps, variant: str):
+def _variant_inputs(ctx: _Context, variant: str):
+    """``(labels, features)`` of the queries: the true labels, the classifier's (``label_free``), or
+    the true labels with a random public dummy of the class in place of the query (``label_only``)."""
+    labels = ctx.predicted if variant == "label_free" else ctx.yq
+    X = ctx.Xd[ctx.label_only_dummies] if variant == "label_only" else ctx.Xq
+    return labels, X
+
+
+def _default(ctx: _Context, eps, variant: str):
+    """What the public rule picks at ``eps``: the cell release or the Gaussian one."""
+    if release_for_epsilon(eps) == "cells":
+        return _cells(ctx, eps, variant)
+    return _gaussian(ctx, eps, variant)
+
+
+def _cells(ctx: _Context, eps, variant: str):
+    labels, X = _variant_inputs(ctx, variant)
+    seed = _seed(ctx.cfg, f"pm_vector_cells:{variant}", eps)
+    if variant == "label_free":  # the client's classifier picks the row
+        return cell_methods.run_cells(ctx, eps, None, X, seed, classifier=ctx.classifier)
+    return cell_methods.run_cells(ctx, eps, labels, X, seed)
+
+
+def _gaussian(ctx: _Context, eps, variant: str):
     cfg, kp = ctx.cfg, ctx.cfg.shortlist
     q = len(ctx.yq)
-    if variant == "label_free":
-        labels = ctx.predicted
-    else:
-        labels = ctx.yq
-    X = ctx.Xd[ctx.label_only_dummies] if variant == "label_only" else ctx.Xq
+    labels, X = _variant_inputs(ctx, variant)
     C, d = ctx.C, ctx.frames.components_.shape[1]
     # rows (C x d), sigmas (C) and classes (C) of the request, plus the 32-hex frames digest
     req_bytes = float_payload_bytes(C * d + C, n_ids=C) + 32
-    extra = {}
+    extra = {"release": "gaussian"}
     if math.isinf(eps):
         fr = ctx.frames_nf
         cand = noise_free_shortlist(fr, ctx.Xs, fr.clipped(X, labels), labels, kp)
         return cand, req_bytes, C, extra
     client = PrivateKNN(ctx.frames, ctx.Xd, ctx.yd, eps, cfg.delta, shortlist=kp,
                         classifier=ctx.classifier if variant == "label_free" else None)
-    client._inject_generator(secure_generator(_seed(cfg, f"pm_vector:{variant}", eps)))
+    client._inject_generator(secure_generator(_seed(cfg, f"pm_vector_gaussian:{variant}", eps)))
     ps = ctx.posterior
     cand = np.empty((q, kp), dtype=np.int64)
     json_bytes = 0
@@ -333,6 +399,10 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
     t0 = time.perf_counter()
     k, kp = int(cfg.k), int(cfg.shortlist)
     methods = parse_methods(",".join(cfg.methods))
+    # the label ablation has the name of what the rows stand for; a classifier has nothing to pick
+    # when the rows are public partitions (the client computes its partition)
+    drop = ("label_only", "pm_vector_label_free") if cfg.partitions is not None else ("partition_only",)
+    methods = tuple(m for m in methods if m not in drop)
     ctx = _Context(split, cfg, progress)
     Xs, ys, Xq, yq = ctx.Xs, ctx.ys, ctx.Xq, ctx.yq
     if not 1 <= k <= kp:
@@ -350,11 +420,13 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
     class_ceiling = float(precision_at_k(ys[true_idx], yq))
     results = []
 
-    def record(method, eps, retrieved, req_bytes, rows, seconds, extra=None, answer_k=kp, candidates=None):
-        resp = candidate_bytes(answer_k, rows, cfg.code_components, 2) if method == "pm_vector_codes" else \
-            candidate_bytes(answer_k, rows, ctx.dim)
+    def record(method, eps, retrieved, req_bytes, rows, seconds, extra=None, answer_k=kp, candidates=None,
+               resp=None):
+        if resp is None:
+            resp = candidate_bytes(answer_k, rows, cfg.code_components, 2) if method == "pm_vector_codes" else \
+                candidate_bytes(answer_k, rows, ctx.dim)
         total = float(req_bytes + resp)
-        row = {"method": method, "epsilon": epsilon_json(eps),
+        row = {"method": method, "epsilon": epsilon_json(eps), "delta": _delta_of(method, eps, extra or {}, cfg),
                f"nn_recall_at_{k}": nn_recall_at_k(retrieved, true_idx),
                f"precision_at_{k}": precision_at_k(ys[retrieved], yq),
                f"recall_at_{k}": recall_at_k(ys[retrieved], yq),
@@ -373,16 +445,20 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
                      f"{row[f'precision_at_{k}']:.3f} ({seconds:.1f}s)")
 
     runners = {
-        "pm_vector": lambda e: _pm_vector(ctx, e, "labelled"),
-        "pm_vector_codes": lambda e: _pm_vector(ctx, e, "labelled"),
-        "pm_vector_label_free": lambda e: _pm_vector(ctx, e, "label_free"),
-        "label_only": lambda e: _pm_vector(ctx, e, "label_only"),
+        "pm_vector": lambda e: _default(ctx, e, "labelled"),
+        "pm_vector_cells": lambda e: _cells(ctx, e, "labelled"),
+        "pm_vector_gaussian": lambda e: _gaussian(ctx, e, "labelled"),
+        "pm_vector_codes": lambda e: _default(ctx, e, "labelled"),
+        "pm_vector_label_free": lambda e: _default(ctx, e, "label_free"),
+        "label_only": lambda e: _default(ctx, e, "label_only"),
+        "partition_only": lambda e: _default(ctx, e, "label_only"),
         "reference_ldp": lambda e: _reference_ldp(ctx, e),
         "privatemail_paper": lambda e: _privatemail(ctx, e),
         "dp_random_projection": lambda e: _dp_projection(ctx, e, DPRandomProjection),
         "dp_pca": lambda e: _dp_projection(ctx, e, DPPCA),
     }
     label_free_info = None
+    skipped = {}
     for method in methods:
         if method == "raw_knn":
             # the raw query (float32) goes out; the k nearest come back
@@ -393,21 +469,40 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
             retrieved = RawKNN().fit(Xs, ys).search(Xq, k)  # local exact search over the downloaded collection
             record("download_all", None, retrieved, 0, 1, time.perf_counter() - t, answer_k=len(ys))
             continue
-        if method == "pm_vector_label_free":
-            t = time.perf_counter()
-            acc = float(np.mean(ctx.predicted == yq))
-            label_free_info = {"classifier": "KAHMClassifier (fit on the public anchor)", "accuracy": acc,
-                               "fit_and_predict_seconds": round(time.perf_counter() - t, 3)}
-        for eps in cfg.epsilons:
-            t = time.perf_counter()
-            cand, req_bytes, rows, extra = runners[method](eps)
-            cand = np.asarray(cand, dtype=np.int64)
-            if cand.shape != (len(yq), kp):
-                raise RuntimeError(f"{method} returned candidates of shape {cand.shape}, expected {(len(yq), kp)}")
-            retrieved = _rerank_codes(ctx, cand, k) if method == "pm_vector_codes" else _rerank(Xq, Xs, cand, k)
+        try:
+            if method == "download_lists":
+                levels = sorted({int(r["n_cells"]) for r in results if r.get("release") == "cells"} or
+                                {cell_methods.level_for(ctx, e) for e in cfg.epsilons})
+                for K in levels:
+                    t = time.perf_counter()
+                    cand, table_bytes, extra = cell_methods.download_lists(ctx, K, ctx.dim)
+                    record("download_lists", 0.0, _rerank(Xq, Xs, cand, k), 0, 0, time.perf_counter() - t, extra,
+                           candidates=cand, resp=table_bytes)
+                continue
             if method == "pm_vector_label_free":
-                extra = {**extra, "classifier_accuracy": label_free_info["accuracy"]}
-            record(method, eps, retrieved, req_bytes, rows, time.perf_counter() - t, extra, candidates=cand)
+                t = time.perf_counter()
+                acc = float(np.mean(ctx.predicted == yq))
+                label_free_info = {"classifier": "KAHMClassifier (fit on the public anchor)", "accuracy": acc,
+                                   "fit_and_predict_seconds": round(time.perf_counter() - t, 3)}
+            for eps in cfg.epsilons:
+                t = time.perf_counter()
+                cand, req_bytes, rows, extra = runners[method](eps)
+                cand = np.asarray(cand, dtype=np.int64)
+                if cand.shape != (len(yq), kp):
+                    raise RuntimeError(f"{method} returned candidates of shape {cand.shape}, expected "
+                                       f"{(len(yq), kp)}")
+                retrieved = _rerank_codes(ctx, cand, k) if method == "pm_vector_codes" else \
+                    _rerank(Xq, Xs, cand, k)
+                if method == "pm_vector_label_free":
+                    extra = {**extra, "classifier_accuracy": label_free_info["accuracy"]}
+                record(method, eps, retrieved, req_bytes, rows, time.perf_counter() - t, extra, candidates=cand)
+        except PMVectorError as exc:
+            # one method that cannot run on this data (e.g. a class too small for its KAHM subspace)
+            # is skipped with its reason; every other method's figures are kept
+            skipped[method] = str(exc)
+            results[:] = [r for r in results if r["method"] != method]
+            if progress:
+                progress(f"{method} skipped: {exc}")
 
     freq = np.array([np.mean(ys == c) for c in np.unique(ys)])
     out = {"dataset": split.dataset.name, "split": split.describe(), "k": k, "shortlist": kp, "delta": cfg.delta,
@@ -418,90 +513,30 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
                       "noise_free_components": cfg.noise_free_components, "smlq_components": cfg.n_components,
                       "dp_sigma": cfg.dp_sigma, "dp_alpha": cfg.dp_alpha, "projection_dim": cfg.projection_dim,
                       "code_components": cfg.code_components, "max_prior": cfg.max_prior,
-                      "graph_degree": cfg.graph_degree},
+                      "graph_degree": cfg.graph_degree, "cell_levels": list(cfg.cell_levels),
+                      "cell_graph_degree": cfg.cell_graph_degree,
+                      "n_cells": cfg.n_cells, "partitions": cfg.partitions},
            "results": results, "seconds": round(time.perf_counter() - t0, 2)}
-    if label_free_info is not None:
+    if label_free_info is not None and "pm_vector_label_free" not in skipped:
         out["label_free_classifier"] = label_free_info
+    if skipped:
+        out["skipped"] = skipped
+    if ctx.partitions is not None:
+        out["labels"] = f"none: {cfg.partitions} public partitions (k-means of the public anchor) replace the classes"
+    if "pm_vector_cells" in methods or "pm_vector" in methods:
+        try:
+            out["cell_levels"] = list(cell_methods.cell_state(ctx)[0].levels_)
+        except PMVectorError:
+            pass
     return out
 
 
-# ----------------------------------------------------------------------------- plot
+def _delta_of(method: str, eps, extra: dict, cfg: BenchConfig):
+    """The row's delta: 0 for the cell release and the downloads, the configured delta for the
+    Gaussian releases, ``None`` where nothing is released with noise (raw_knn, eps = inf)."""
+    if method in ("download_all", "download_lists"):
+        return 0.0
+    if eps is None or (isinstance(eps, float) and math.isinf(eps)):
+        return None
+    return 0.0 if extra.get("release") == "cells" else float(cfg.delta)
 
-def plot(result: dict, path) -> None:
-    """nn_recall@k and precision@k against epsilon (log x), one line per method; the noise-free
-    endpoint a marked point at the right edge, non-private methods horizontal lines."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    k = result["k"]
-    rows = result["results"]
-    finite = sorted({r["epsilon"] for r in rows if isinstance(r["epsilon"], (int, float))})
-    has_inf = any(r["epsilon"] == "inf" for r in rows)
-    lo = finite[0] if finite else 1.0
-    hi = finite[-1] if finite else 1.0
-    x_inf = hi * 4 if finite else 1.0
-    fig, all_axes = plt.subplots(1, 3, figsize=(19, 6.2))
-    axes = all_axes[:2]
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    methods = [m for m in dict.fromkeys(r["method"] for r in rows)]
-
-    def rows_of(m):
-        return [r for r in rows if r["method"] == m]
-    for ax, metric, label in zip(axes, (f"nn_recall_at_{k}", f"precision_at_{k}"),
-                                 (f"nn_recall@{k}", f"precision@{k}")):
-        for j, m in enumerate(methods):
-            col = colors[j % len(colors)]
-            mr = [r for r in rows if r["method"] == m]
-            if mr and mr[0]["epsilon"] is None:
-                n_flat = sum(1 for mm in methods[:j] if rows_of(mm) and rows_of(mm)[0]["epsilon"] is None)
-                ax.axhline(mr[0][metric], color=col, linestyle=("--", "-.", ":")[n_flat % 3], linewidth=1.4,
-                           label=f"{m} (non-private)")
-                continue
-            pts = sorted((r["epsilon"], r[metric]) for r in mr if isinstance(r["epsilon"], (int, float)))
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=col, label=m, zorder=20 - j)
-            nf = [r[metric] for r in mr if r["epsilon"] == "inf"]
-            if nf:
-                if pts:
-                    ax.plot([pts[-1][0], x_inf], [pts[-1][1], nf[0]], color=col, linestyle=":", linewidth=1)
-                ax.plot([x_inf], nf, marker="*", markersize=14 - min(j, 6), color=col, linestyle="none",
-                        label=None if pts else m, zorder=20 - j)
-        ax.set_xscale("log")
-        ticks = list(finite) + ([x_inf] if has_inf else [])
-        ax.set_xticks(ticks)
-        ax.set_xticklabels([f"{v:g}" for v in finite] + (["noise-free"] if has_inf else []))
-        ax.minorticks_off()
-        ax.set_xlim(lo / 1.6, (x_inf if has_inf else hi) * 1.6)
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel("epsilon (per request; * = noise-free endpoint)")
-        ax.set_ylabel(label)
-        ax.set_title(f"{result['dataset']}: {label} (k'={result['shortlist']}, delta={result['delta']:g})")
-        ax.grid(True, alpha=0.3)
-    # the third dimension of the trade-off: what a request costs on the wire
-    bw = all_axes[2]
-    metric = f"nn_recall_at_{k}"
-    for j, m in enumerate(methods):
-        col = colors[j % len(colors)]
-        mr = rows_of(m)
-        pts = [(r["bytes_per_request"], r[metric], r["epsilon"]) for r in mr]
-        if not pts:
-            continue
-        bw.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=col, linestyle="none", label=m)
-        for b, v, e in pts:
-            if m.startswith("pm_vector") or e is None:
-                bw.annotate("non-private" if e is None else ("noise-free" if e == "inf" else f"eps {e:g}"), (b, v),
-                            textcoords="offset points", xytext=(5, 2), fontsize=7, color=col)
-    bw.set_xscale("log")
-    bw.set_ylim(-0.02, 1.02)
-    bw.set_xlabel("bytes per request (request + every row's k' candidates; log)")
-    bw.set_ylabel(f"nn_recall@{k}")
-    bw.set_title(f"{result['dataset']}: nn_recall@{k} against bandwidth (collection "
-                 f"{result['collection_bytes'] / 1e6:.1f} MB)")
-    bw.grid(True, alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

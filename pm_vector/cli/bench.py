@@ -27,10 +27,16 @@ def fail(msg: str) -> None:
 @bench_app.command("privacy")
 def privacy(
     dataset: str = typer.Option("digits", help="Built-in dataset: digits or fashion-mnist."),
-    features: Path = typer.Option(None, help="Your own features (.npy, rows x dims); use with --labels."),
+    features: Path = typer.Option(None, help="Your own features (.npy, rows x dims); with --labels, or without "
+                                  "them as a collection without labels (public partitions replace the classes)."),
     labels: Path = typer.Option(None, help="Your own integer labels (.npy, one per row)."),
-    epsilons: str = typer.Option("1,4,16,inf", help="Comma-separated epsilons; inf = each method's noise-free "
-                                 "endpoint."),
+    unlabeled: bool = typer.Option(False, "--unlabeled", help="Drop the labels: public partitions (k-means of the "
+                                   "public anchor) replace the classes, as for a collection without labels."),
+    partitions: int = typer.Option(None, "--partitions", help="Public partitions of a collection without labels "
+                                   "(default 10)."),
+    cells: int = typer.Option(None, "--cells", help="pm_vector_cells: a fixed level K instead of the public rule."),
+    epsilons: str = typer.Option("1,2,4,8,16,64,inf", help="Comma-separated epsilons; inf = each method's "
+                                 "noise-free endpoint."),
     delta: float = typer.Option(1e-5, help="delta of every private method."),
     shortlist: int = typer.Option(None, "--shortlist", help="k': candidates per request row that the client "
                                   "re-ranks (default: digits 32, fashion-mnist 128, own files 32)."),
@@ -39,15 +45,16 @@ def privacy(
                                   "settings['class_rows']['max_prior'])."),
     graph_degree: int = typer.Option(16, help="pm_vector: neighbours per item in the server's raw k-NN graph "
                                      "(settings['class_rows']['graph_degree'])."),
-    methods: str = typer.Option(None, help="Comma-separated subset of: pm_vector, pm_vector_codes, "
-                                "pm_vector_label_free, label_only, "
+    methods: str = typer.Option(None, help="Comma-separated subset of: pm_vector, pm_vector_cells, "
+                                "pm_vector_gaussian, pm_vector_codes, pm_vector_label_free, label_only, partition_only, "
                                 "reference_ldp, privatemail_paper, dp_random_projection, dp_pca, raw_knn, "
-                                "download_all (default: all)."),
+                                "download_lists, download_all (default: all but privatemail_paper and the dp_ "
+                                "projections)."),
     n_server: int = typer.Option(None, help="Server items (default per dataset)."),
     n_anchor: int = typer.Option(None, help="Public anchor rows."),
     n_dummy: int = typer.Option(None, help="Public dummy pool."),
     n_query: int = typer.Option(None, "--n-query", "--queries", help="Queries."),
-    max_items: int = typer.Option(None, help="Subsample the dataset first (stratified)."),
+    max_items: int = typer.Option(None, help="Subsample the dataset (or your --features) first (stratified)."),
     seed: int = typer.Option(0, help="Seed of the split and of every mechanism (benchmarks are reproducible)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
     plot: Path = typer.Option(None, "--plot", help="Write nn_recall@k and precision@k against epsilon to this PNG."),
@@ -57,13 +64,14 @@ def privacy(
     Every method returns k' candidates for the same queries and the client re-ranks them by raw
     features to k; nn_recall@k is the share of the exact non-private k nearest items recovered.
 
-    Example: pm-vector bench privacy --dataset fashion-mnist --epsilons 1,4,16,inf --json --plot out.png
+    Example: pm-vector bench privacy --dataset fashion-mnist --json --plot out.png
     """
     import time
 
     from ..bench.privacy_bench import DEFAULT_SHORTLIST, BenchConfig, parse_epsilons, parse_methods, plot as draw
     from ..bench.privacy_bench import run
-    from ..datasets import load_arrays, load_dataset, split_dataset
+    from ..datasets import load_arrays, load_dataset, split_dataset, subsample
+    from ..manifold.partitions import DEFAULT_PARTITIONS
 
     try:
         eps = parse_epsilons(epsilons)
@@ -77,10 +85,14 @@ def privacy(
         raise typer.BadParameter(f"the plot is written as PNG; give a .png file name (got {str(plot)!r}).",
                                  param_hint="--plot")
     try:
+        if partitions is not None and partitions < 2:
+            fail("--partitions must be at least 2.")
         if features is not None or labels is not None:
-            if features is None or labels is None:
-                fail("--features and --labels go together.")
+            if features is None:
+                fail("--labels needs --features (the features file the labels belong to).")
             ds = load_arrays(features, labels)
+            if max_items is not None:
+                ds = subsample(ds, max_items, seed)
             sizes = None
             kp_default = 32
         else:
@@ -94,9 +106,15 @@ def privacy(
         given = (n_server, n_anchor, n_dummy, n_query)
         sizes = tuple(g if g is not None else d for g, d in zip(given, sizes))
         split = split_dataset(ds, *sizes, seed=seed)
+        unlabelled = unlabeled or (features is not None and labels is None)
+        if partitions is not None and not unlabelled:
+            fail("--partitions applies to a collection without labels (--features without --labels, or --unlabeled).")
         cfg = BenchConfig(epsilons=eps, delta=delta, k=k, shortlist=shortlist or kp_default, seed=seed, methods=chosen,
-                          max_prior=max_prior, graph_degree=graph_degree)
-        err.print(f"dataset {ds.name}: {ds.n_items} items, {ds.dim} dims, {ds.n_classes} classes; split "
+                          max_prior=max_prior, graph_degree=graph_degree, n_cells=cells,
+                          partitions=(partitions or DEFAULT_PARTITIONS) if unlabelled else None)
+        err.print(f"dataset {ds.name}: {ds.n_items} items, {ds.dim} dims, "
+                  f"{f'{cfg.partitions} public partitions (no labels)' if cfg.partitions else f'{ds.n_classes} classes'}"
+                  "; split "
                   f"server/anchor/dummy/query = {sizes}, seed {seed}; k'={cfg.shortlist}, k={k}")
         t0 = time.perf_counter()
         result = run(split, cfg, progress=lambda m: err.print(f"[{time.perf_counter() - t0:7.1f}s] {m}",
@@ -117,17 +135,25 @@ def _print_privacy_table(result: dict) -> None:
     kb = result["collection_bytes"] / 1e3
     t = Table(title=f"{result['dataset']}: k'={result['shortlist']} candidates re-ranked to {k}, "
                     f"delta={result['delta']:g} (class ceiling {result['class_ceiling']:.3f}, collection {kb:,.0f} kB)")
-    for c in ("method", "epsilon", f"nn_recall@{k}", f"precision@{k}", f"recall@{k}", f"distinct top-{k}",
-              "distinct k'", "kB/request", "share", "seconds"):
-        t.add_column(c, justify="right" if c != "method" else "left")
+    for c in ("method", "epsilon", "delta", "release", f"nn_recall@{k}", f"precision@{k}", "distinct k'",
+              "kB/request", "share", "seconds"):
+        t.add_column(c, justify="right" if c != "method" else "left", no_wrap=True)
     for r in result["results"]:
-        e = r["epsilon"]
+        e, d = r["epsilon"], r.get("delta")
+        rel = r.get("release", "")
+        if r["method"] == "download_lists":
+            rel = f"table K={r['n_cells']}"
+        elif rel == "cells":
+            rel = f"cells K={r['n_cells']}"
         t.add_row(r["method"], "-" if e is None else (e if isinstance(e, str) else f"{e:g}"),
-                  f"{r[f'nn_recall_at_{k}']:.3f}", f"{r[f'precision_at_{k}']:.3f}", f"{r[f'recall_at_{k}']:.3f}",
-                  f"{r['distinct_lists_per_class']:.2f}", f"{r['distinct_candidate_lists_per_class']:.2f}",
+                  "-" if d is None else f"{d:g}", rel,
+                  f"{r[f'nn_recall_at_{k}']:.3f}", f"{r[f'precision_at_{k}']:.3f}",
+                  f"{r['distinct_candidate_lists_per_class']:.2f}",
                   f"{r['bytes_per_request'] / 1e3:,.1f}",
                   f"{r['bytes_share_of_collection']:.3f}", f"{r['seconds']:.2f}")
-    Console(width=max(Console().width, 132)).print(t)
+    Console(width=max(Console().width, 140)).print(t)
+    for m, why in (result.get("skipped") or {}).items():
+        err.print(f"[yellow]{m} skipped:[/] {why}")
     lf = result.get("label_free_classifier")
     if lf:
         err.print(f"label-free client: {lf['classifier']}, accuracy {lf['accuracy']:.3f} on the queries")

@@ -33,16 +33,17 @@ class PrivateCellKNN:
     """Builds cell requests against published :class:`~pm_vector.manifold.cells.PublicCells`.
 
     ``n_cells``: the level K (one of ``cells.levels_``); ``None`` takes the public rule
-    :func:`~pm_vector.privacy.cells.cell_level_for_epsilon`. ``classifier``: any fitted object with
+    :func:`~pm_vector.privacy.cells.cell_level_for_epsilon` (with ``max_cells``, e.g. from
+    :func:`~pm_vector.privacy.cells.max_cells_for` and the collection's public size). ``classifier``: any fitted object with
     ``predict`` used when a query comes without a label. ``accountant``: what every unseeded request
     is charged to; None charges the default ledger.
     """
 
     def __init__(self, cells: PublicCells, epsilon: float = 4.0, *, n_cells: int | None = None,
                  shortlist: int = DEFAULT_SHORTLIST, classifier=None, collection: str | None = None,
-                 accountant=None):
+                 accountant=None, max_cells: int | None = None):
         self.cells = cells
-        K = cell_level_for_epsilon(epsilon, cells.levels_) if n_cells is None else n_cells
+        K = cell_level_for_epsilon(epsilon, cells.levels_, max_cells) if n_cells is None else n_cells
         if K not in cells.levels_:
             raise InvalidInputError(f"n_cells must be one of the published levels {list(cells.levels_)}; got {K!r}.")
         self.mechanism = CellRandomizedResponse(epsilon, K)

@@ -8,7 +8,8 @@ private item. A cell of a point ``x`` of class ``c`` at level ``K`` is the index
 centroid of class ``c`` at that level (squared Euclidean distance, ties to the smallest index).
 
 One level serves a whole request (the proof needs the same K in every class), so the usable levels
-``levels_`` are those with ``K <= `` the smallest class's anchor count.
+``levels_`` are those with ``K <= `` the smallest class's anchor count, and (``finest=True``) that
+count itself when a requested level is above it: the finest cells the anchor allows.
 """
 
 from __future__ import annotations
@@ -50,17 +51,19 @@ class PublicCells:
     """K-means cells of each class's public anchor rows, at every level of ``levels``.
 
     Parameters: ``levels`` (the K fit, each >= 2), ``random_state`` (k-means seeding: the cells are
-    public, a fixed seed makes them reproducible), ``n_init`` (k-means restarts).
+    public, a fixed seed makes them reproducible), ``n_init`` (k-means restarts), ``finest`` (also
+    fit K = the smallest class's anchor count when a requested level exceeds it).
 
     Learned: ``classes_`` (sorted labels), ``levels_`` (usable K ascending: ``K <=`` the smallest
     class's anchor count), ``centroids_`` (dict ``K -> float64 array (C, K, D)``, class order),
     ``n_features_in_``.
     """
 
-    def __init__(self, levels=DEFAULT_LEVELS, random_state: int = 0, n_init: int = 3):
+    def __init__(self, levels=DEFAULT_LEVELS, random_state: int = 0, n_init: int = 10, finest: bool = True):
         self.levels = levels
         self.random_state = random_state
         self.n_init = n_init
+        self.finest = finest
 
     def fit(self, X_anchor, y_anchor) -> "PublicCells":
         from sklearn.cluster import KMeans
@@ -77,6 +80,8 @@ class PublicCells:
         rows = [X[y == c] for c in classes]
         smallest = min(r.shape[0] for r in rows)
         usable = tuple(k for k in levels if k <= smallest)
+        if self.finest and smallest >= 2 and levels[-1] > smallest and smallest not in usable:
+            usable = usable + (smallest,)
         if not usable:
             raise InvalidInputError(f"the smallest class has {smallest} anchor row(s): no level of {levels} fits "
                                     "(each class needs at least K anchor rows).")

@@ -58,8 +58,8 @@ from ..errors import InvalidInputError, PrivacyParameterError
 from .discrete import _bernoulli_exp
 from .rng import require_generator
 
-__all__ = ["CellRandomizedResponse", "rr_probabilities", "cell_weight", "cell_level_for_epsilon",
-           "release_for_epsilon", "MAX_CELL_WEIGHT"]
+__all__ = ["CellRandomizedResponse", "rr_probabilities", "cell_weight", "cell_level_for_epsilon", "max_cells_for",
+           "release_for_epsilon", "MAX_CELL_WEIGHT", "GAUSSIAN_ABOVE"]
 
 #: the server's per-cell weight ``e^eps - 1`` is capped here: ranking by ``h_c + w h_{c,K,r}`` with
 #: integer hub counts below 2^20 is then the lexicographic order (h_{c,K,r}, h_c), the eps -> inf limit,
@@ -161,20 +161,42 @@ class CellRandomizedResponse:
 
 
 # --------------------------------------------------------------------------- public rules
-def cell_level_for_epsilon(epsilon, levels) -> int:
-    """The public rule for K: the published level nearest (in log) to ``2 e^{eps / 2}``, at least
-    the smallest level. A pure function of eps and the public levels (measured: README "Where the
-    limit binds", ``pm-vector bench privacy``)."""
+#: the public rule's target level: K*(eps) = RULE_SCALE * e^(RULE_RATE * eps) (measured, README
+#: "Where the limit binds": the best K on Fashion-MNIST and digits is about 3-4 at eps 1 and 2,
+#: 8-12 at eps 4, 32-64 at eps 8 and the finest the collection allows from eps 16)
+RULE_SCALE, RULE_RATE = 2.2, 0.4
+#: a cell should hold at least k' / MAX_CELLS_FACTOR of its class's items: finer cells than that
+#: measured no better (the answer already covers a cell and its neighbourhood)
+MAX_CELLS_FACTOR = 10
+
+
+def max_cells_for(n_items: int, n_classes: int, k_prime: int) -> int:
+    """The finest useful level for a collection of ``n_items`` in ``n_classes`` classes answered
+    with ``k'`` candidates per row: ``MAX_CELLS_FACTOR * n_items / (n_classes * k')`` (public)."""
+    for name, v in (("n_items", n_items), ("n_classes", n_classes), ("k_prime", k_prime)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise InvalidInputError(f"{name} must be a positive integer; got {v!r}.")
+    return max(2, int(MAX_CELLS_FACTOR * int(n_items) // (int(n_classes) * int(k_prime))))
+
+
+def cell_level_for_epsilon(epsilon, levels, max_cells: int | None = None) -> int:
+    """The public rule for K: among the published ``levels`` (those ``<= max_cells`` when given;
+    the smallest level if none is), the one nearest in log to ``K*(eps) = 2.2 e^(0.4 eps)`` (ties
+    to the larger). A pure function of eps and public numbers; measured (module constants)."""
     e = _check_epsilon(epsilon)
-    lv = sorted(int(k) for k in levels)
-    if not lv:
-        raise InvalidInputError("levels must not be empty.")
-    target = math.log(2.0) + e / 2.0 if math.isfinite(e) else math.inf
+    lv = sorted({int(k) for k in levels})
+    if not lv or lv[0] < 2:
+        raise InvalidInputError("levels must be a non-empty sequence of integers >= 2.")
+    if max_cells is not None:
+        lv = [k for k in lv if k <= int(max_cells)] or lv[:1]
+    target = math.log(RULE_SCALE) + RULE_RATE * e if math.isfinite(e) else math.inf
+    if math.isinf(target):
+        return lv[-1]
     return min(lv, key=lambda k: (abs(math.log(k) - target), -k))
 
 
-#: above this epsilon the Gaussian class-rows release measures better than the cell release
-GAUSSIAN_ABOVE = 256.0
+#: from this epsilon on the Gaussian class-rows release measures better than the cell release
+GAUSSIAN_ABOVE = 512.0
 
 
 def release_for_epsilon(epsilon) -> str:
