@@ -18,9 +18,10 @@
 -- The score (pm_vector.shortlist.CellShortlist.scores): for row c reporting cell r at level K,
 --   score(i) = h_c(i) + w * h_{c,K,r}(i),   w = min(e^eps - 1, 2^20)
 -- (pm_vector.privacy.cells.cell_weight: proportional to the RR likelihood q h_c + (p - q) h_{c,K,r};
--- capped so that eps = inf ranks by (h_{c,K,r}, h_c)), where h_c(i) = number of items j of class c with i in N(j) (the class hub count of
--- run_<id>_hubs), h_{c,K,r}(i) = the same count over the j of class c in cell r (cell_K(j) = the
--- nearest centroid of class c at level K by raw features), N(j) the graph_degree nearest other
+-- capped so that eps = inf ranks by (h_{c,K,r}, h_c)), where h_c(i) = number of items j of class c
+-- with i in N(j) (the class hub count), h_{c,K,r}(i) = the same count over the j of class c in
+-- cell r (cell_K(j) = the nearest centroid of class c at level K by raw features), N(j) the cell
+-- release's graph: the graph_degree (pm_vector.shortlist.CELL_GRAPH_DEGREE, 32) nearest other
 -- items of j by raw features (any class). The shortlist is the top k' by score desc, ties by item
 -- id. (resolve passes w as Python computes it, so both sides rank with the same float64 numbers;
 -- pm_cell_shortlist computes it from eps with PostgreSQL's exp, which may differ from Python's
@@ -30,11 +31,13 @@
 --   run_<id>_cells(level integer, label bigint, cell integer, item_ids bigint[], hubs float8[],
 --                  chubs float8[])  primary key (level, label, cell): one row per published level,
 --       class and cell (empty arrays for a cell no item falls in); item_ids the items i with
---       h_{c,K,r}(i) > 0 (ascending), hubs their h_{c,K,r}(i), chubs their h_c(i). On a sharded
+--       h_{c,K,r}(i) > 0 (ascending), hubs their h_{c,K,r}(i), chubs their h_c(i); and per class a
+--       row (level 0, cell 0) of the items with h_c(i) > 0 by h_c desc, then id (its first k' are
+--       the class's top hubs). On a sharded
 --       run, each shard holds the rows of its classes (the class is the shard key).
 --
--- Candidates of a row: the items of its cell's row, the k' top hubs of its class and the k' first
--- item ids (the zero-score fill). Every other item has h_{c,K,r} = 0, so its score is h_c(i), and
+-- Candidates of a row: the items of its cell's row, the k' top hubs of its class (the first k' of
+-- its level-0 row) and the k' first item ids (the zero-score fill). Every other item has h_{c,K,r} = 0, so its score is h_c(i), and
 -- the k' top hubs (h_c desc, id) each rank before it: it cannot enter (see sql/README.md).
 --
 -- New error code: PM009 the active run publishes no cells (built before them, or stale: new items
@@ -125,11 +128,11 @@ BEGIN
     '      FROM %1$s AS c WHERE c.level = $1::integer AND c.label = q.label AND c.cell = q.cell) AS x '
     '    UNION ALL '
     '    SELECT q.row_index, t.item_id, 0::float8, t.hub FROM q CROSS JOIN LATERAL ( '
-    '      SELECT h.item_id, h.hub FROM %2$s AS h WHERE h.label = q.label '
-    '      ORDER BY h.hub DESC, h.item_id LIMIT $5::integer) AS t '
+    '      SELECT unnest(c0.item_ids[1:$5::integer]) AS item_id, unnest(c0.chubs[1:$5::integer]) AS hub '
+    '      FROM %1$s AS c0 WHERE c0.level = 0 AND c0.label = q.label AND c0.cell = 0) AS t '
     '    UNION ALL '
     '    SELECT q.row_index, f.item_id, 0::float8, 0::float8 FROM q CROSS JOIN ( '
-    '      SELECT e.item_id FROM %3$s AS e ORDER BY e.item_id LIMIT $5::integer) AS f) AS u '
+    '      SELECT e.item_id FROM %2$s AS e ORDER BY e.item_id LIMIT $5::integer) AS f) AS u '
     '  GROUP BY u.row_index, u.item_id), '
     'r AS ( '
     '  SELECT c.row_index, c.item_id, c.hc + $4::float8 * c.h AS score, '
@@ -137,8 +140,7 @@ BEGIN
     '  FROM cand AS c) '
     'SELECT r.row_index::integer, r.rank::integer, r.item_id, r.score FROM r WHERE r.rank <= $5::integer '
     'ORDER BY 1, 2',
-    pm_vector.pm_run_table(run_id, 'cells'), pm_vector.pm_run_table(run_id, 'hubs'),
-    pm_vector.pm_run_table(run_id, 'items'));
+    pm_vector.pm_run_table(run_id, 'cells'), pm_vector.pm_run_table(run_id, 'items'));
 END $$;
 
 -- Runs the statement for the given rows (on a shard, or on a single node).

@@ -249,8 +249,11 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                 from ..client.cells import PrivateCellKNN
                 from ..manifold.cells import PublicCells
 
+                from ..privacy.cells import max_cells_for
+
                 cells_client = PrivateCellKNN(PublicCells.from_dict(info["public_cells"]), cfg.epsilon,
-                                              shortlist=cfg.shortlist, collection=name)
+                                              shortlist=cfg.shortlist, collection=name,
+                                              max_cells=max_cells_for(len(ys), C, int(cfg.shortlist)))
                 cells_client._inject_generator(secure_generator(cfg.seed + 17))
                 cell_client_ms, cell_reqs = [], []
                 for i in range(n_query):

@@ -176,7 +176,7 @@ def query(
     protocol: str = typer.Option("pm_vector", help="pm_vector (default) or privatemail_paper (the paper's "
                                                    "calibration, for reproducing it)."),
     release: str = typer.Option("auto", help="pm_vector protocol: auto (the public rule: the cell release below "
-                                             "eps 256 when the collection serves it), cells (one reported public "
+                                             "eps 512 when the collection serves it), cells (one reported public "
                                              "cell per class; pure eps, delta 0) or gaussian (noised class rows)."),
     n_cells: Optional[int] = typer.Option(None, help="The cell release's level K (one of the published levels; "
                                                       "default: the public rule for eps)."),

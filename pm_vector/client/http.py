@@ -296,9 +296,9 @@ class Client:
                       np.asarray(doc["dummy_labels"]), np.asarray(doc["features"], dtype=np.float64),
                       np.asarray(doc["labels"]), {},
                       doc.get("public_projection") or (doc.get("frame") or {}).get("public_projection"),
-                      # the cell release: the published PublicCells and class_rows["cells"] (digest, levels)
-                      (doc.get("frame") or {}).get("public_cells"),
-                      ((doc.get("frame") or {}).get("class_rows") or {}).get("cells"))
+                      # the cell release: the published PublicCells, and class_rows (its "cells": digest,
+                      # levels; n_items and classes: the public rule's finest useful level)
+                      (doc.get("frame") or {}).get("public_cells"), (doc.get("frame") or {}).get("class_rows") or {})
             self._public[name] = cached
         clf = self._label_classifier(name) if label_free else None
         frames, Xd, yd = cached[1], cached[2], cached[3]
@@ -326,8 +326,8 @@ class Client:
         if cached is None or cached[0] != run_id:
             self.private_knn(name, epsilon=1.0, refresh=True)
             cached = self._public[name]
-        doc, meta = cached[8], cached[9]
-        if not doc or not meta or meta.get("status") != "ready":
+        doc, meta = cached[8], cached[9].get("cells") or {}
+        if not doc or meta.get("status") != "ready":
             return None
         if "cells" not in cached[6]:
             cells = PublicCells.from_dict(doc)
@@ -340,17 +340,22 @@ class Client:
     def private_cells(self, name: str, *, epsilon: float, n_cells: int | None = None, shortlist: int | None = None,
                       label_free: bool = False):
         """The :class:`~pm_vector.client.cells.PrivateCellKNN` of the collection's active run (the cell
-        release: pure eps, delta 0; ``n_cells`` None: K by the public rule for ``epsilon``), charging
-        this client's ledger (eps, 0) per request."""
+        release: pure eps, delta 0; ``n_cells`` None: K by the public rule for ``epsilon``, among the
+        levels no finer than :func:`~pm_vector.privacy.cells.max_cells_for` the collection's public
+        size, classes and k'), charging this client's ledger (eps, 0) per request."""
+        from ..privacy.cells import max_cells_for
         from .cells import PrivateCellKNN
 
         cells = self.public_cells(name)
         if cells is None:
             raise InvalidInputError(f"collection {name!r} serves no cell release (its active run publishes no "
                                     "cells); use release='gaussian', or run a new embedding job.")
-        return PrivateCellKNN(cells, epsilon, n_cells=n_cells, shortlist=shortlist or DEFAULT_SHORTLIST,
+        kp = shortlist or DEFAULT_SHORTLIST
+        doc = self._public[name][9]
+        max_cells = max_cells_for(int(doc["n_items"]), len(doc["classes"]), int(kp)) if doc.get("n_items") else None
+        return PrivateCellKNN(cells, epsilon, n_cells=n_cells, shortlist=kp,
                               classifier=self._label_classifier(name) if label_free else None, collection=name,
-                              accountant=self._account(name))
+                              accountant=self._account(name), max_cells=max_cells)
 
     def choose_release(self, name: str, epsilon: float, release: str = "auto") -> str:
         """``"cells"`` or ``"gaussian"``: ``release`` itself, or for ``"auto"`` the public default rule
@@ -447,7 +452,7 @@ class Client:
         in the result: ``"features"``, ``"codes"`` or false (server score order kept).
 
         ``release`` (pm_vector protocol): ``"auto"`` (default: the public rule of
-        :func:`pm_vector.privacy.cells.release_for_epsilon`, the cell release below eps 256 when the
+        :func:`pm_vector.privacy.cells.release_for_epsilon`, the cell release below eps 512 when the
         collection serves it), ``"cells"`` (one reported public cell per class, pure eps: delta 0;
         ``n_cells`` the level K, None: the public rule for eps) or ``"gaussian"`` (the noised class
         rows, (eps, delta)). The result's ``release`` says which was used (``"privatemail_paper"`` for

@@ -9,9 +9,12 @@ class rows already hold:
   public anchor document; its digest and usable levels in ``embedding_runs.class_rows -> 'cells'``);
 * every item's cell at every published level K: the nearest centroid of its class at K (squared L2
   on the stored features; :meth:`PublicCells.assign`);
+* the cell release's graph: ``N(j)`` the ``graph_degree`` nearest other items of every item j by
+  raw features, any class (:data:`pm_vector.shortlist.CELL_GRAPH_DEGREE`, 32: its first 16 columns
+  are the class rows' graph), and on it the class hub counts ``h_c(i)`` (row ``level 0`` of each
+  class, items by ``h_c`` descending then id: the class's top hubs first);
 * the **per-cell hub counts** ``h_{c,K,r}(i)`` = number of items j of class c with
-  ``cell_K(j) = r`` and ``i`` in ``N(j)`` (N(j): the run's graph, the ``graph_degree`` nearest other
-  items of j by raw features, any class), with the class hub counts ``h_c(i)`` beside them.
+  ``cell_K(j) = r`` and ``i`` in ``N(j)``, with ``h_c(i)`` beside them.
 
 :func:`write` stores them in ``run_<id>_cells(level, label, cell, item_ids, hubs, chubs)`` (one row
 per level, class and cell; binary COPY, committed: nothing points at the run before the job's
@@ -20,13 +23,12 @@ job leaves the previous run serving with its own cells). On a sharded run each s
 rows of its classes (the class is the shard key, as for the prior and the hubs).
 
 ``embed --new-items`` (:func:`extend`, in the transaction that adds the items to the class rows)
-puts each new item j of class c in its cell at every level and adds its neighbour list to
-``h_{c,K,cell(j)}``, and refreshes ``chubs`` from the updated class hub counts: the cells' counts
-are those of the run's graph after the addition (the same approximation as the class rows: the
-neighbour lists of existing items are not recomputed; a full job rebuilds everything exactly).
-A run whose cells cannot be extended (no neighbour lists) has them marked ``stale``
-(:func:`mark_stale`): cell requests are then refused with a message that says to run a full
-embedding job, and the Gaussian class rows keep serving.
+gives each new item j of class c its neighbour list, puts it in its cell at every level, adds the
+list to ``h_c`` and ``h_{c,K,cell(j)}``, and refreshes ``chubs``: the same approximation as the
+class rows (the neighbour lists of existing items are not recomputed; a full job rebuilds
+everything exactly). Cells marked ``stale`` (:func:`mark_stale`: a run whose cells cannot be
+extended) are refused with a message that says to run a full embedding job, and the Gaussian
+class rows keep serving.
 
 The statement that answers a request from these tables is ``pm_vector.pm_cell_shortlist_sql``
 (``sql/0013_cells.sql``); it computes exactly
@@ -50,72 +52,82 @@ _BATCH = 5_000
 @dataclass
 class CellsData:
     cells: Any  # PublicCells, fit on the public anchor set
-    levels: np.ndarray  # (R,) int: the rows' level K
+    graph_degree: int  # neighbours per item of the cell release's graph
+    levels: np.ndarray  # (R,) int: the rows' level K (0: the class's hub counts)
     labels: np.ndarray  # (R,) int64: the rows' class label
-    cell: np.ndarray  # (R,) int: the rows' cell in [0, K)
-    item_ids: list  # R arrays (int64, ascending): the items i with h_{c,K,r}(i) > 0
-    hubs: list  # R arrays (float64): their h_{c,K,r}(i)
+    cell: np.ndarray  # (R,) int: the rows' cell in [0, K) (0 on level 0)
+    item_ids: list  # R arrays (int64): the items i with h_{c,K,r}(i) > 0, ascending (level 0: by h_c desc, id)
+    hubs: list  # R arrays (float64): their h_{c,K,r}(i) (level 0: h_c(i))
     chubs: list  # R arrays (float64): their class hub counts h_c(i)
 
     def doc(self) -> dict[str, Any]:
         """What ``embedding_runs.class_rows -> 'cells'`` records (public)."""
-        return {"status": "ready", "digest": self.cells.digest(), "levels": [int(k) for k in self.cells.levels_]}
+        return {"status": "ready", "digest": self.cells.digest(), "levels": [int(k) for k in self.cells.levels_],
+                "graph_degree": int(self.graph_degree)}
 
 
 def unavailable(error: str) -> dict[str, Any]:
     return {"status": "unavailable", "error": str(error)[:2000]}
 
 
-def build(anchor_X, anchor_y, item_X, item_y, item_ids, neighbors: np.ndarray, class_hubs: Mapping[int, np.ndarray],
-          classes) -> CellsData:
-    """The run's cells and per-cell hub counts (module doc). ``neighbors``: ``(N, g)`` positions of
-    each item's neighbours (the run's graph, :attr:`PosteriorShortlist.neighbors_`);
-    ``class_hubs[c]``: ``(N,)`` class hub counts ``h_c``; ``classes``: the class frames' classes
-    (the cells must have the same). Raises InvalidInputError when the anchor set gives no cells."""
+def build(anchor_X, anchor_y, item_X, item_y, item_ids, classes, *, neighbors: np.ndarray | None = None,
+          graph_degree: int | None = None) -> CellsData:
+    """The run's cells and per-cell hub counts (module doc) on the cell release's graph: the
+    ``graph_degree`` (:data:`pm_vector.shortlist.CELL_GRAPH_DEGREE`) nearest other items of every
+    item by raw features (``neighbors``: that graph when the caller has it, positions). ``classes``:
+    the class frames' classes (the cells have the same). Raises InvalidInputError when the anchor
+    set gives no cells."""
     from ..manifold.cells import PublicCells
+    from ..neighbors import neighbor_graph
+    from ..shortlist import CELL_GRAPH_DEGREE
 
     cells = PublicCells().fit(np.asarray(anchor_X, dtype=np.float64), np.asarray(anchor_y))  # public data only
     if [int(c) for c in cells.classes_] != [int(c) for c in classes]:  # pragma: no cover - both fit on the anchor
         raise InvalidInputError("the public cells' classes differ from the class frames' classes.")
-    if len(cells.levels_) == 0:
-        raise InvalidInputError("the public anchor set gives no cell level (its smallest class has fewer anchor rows "
-                                "than the smallest level).")
     X = np.asarray(item_X)
     y = np.asarray(item_y, dtype=np.int64)
     ids = np.asarray(item_ids, dtype=np.int64)
-    N, g = neighbors.shape
+    N = ids.shape[0]
+    g = min(int(graph_degree or CELL_GRAPH_DEGREE), N - 1)
+    nb = neighbors if neighbors is not None and neighbors.shape[1] == g else neighbor_graph(X, g)
+    g = nb.shape[1]
     cls = [int(c) for c in cells.classes_]
     pos_of = {c: k for k, c in enumerate(cls)}
     cidx = np.array([pos_of.get(int(v), -1) for v in y], dtype=np.int64)
-    member = cidx >= 0
-    src = np.flatnonzero(member)
+    src = np.flatnonzero(cidx >= 0)
+    hub = [np.bincount(nb[cidx == k].ravel(), minlength=N).astype(np.float64) for k in range(len(cls))]
     levels, labels, cell_col, out_ids, out_h, out_ch = [], [], [], [], [], []
+
+    def row(K, c, r, items, h, ch):
+        levels.append(K)
+        labels.append(c)
+        cell_col.append(r)
+        out_ids.append(ids[items])
+        out_h.append(np.asarray(h, np.float64))
+        out_ch.append(np.asarray(ch, np.float64))
+
+    for k, c in enumerate(cls):  # level 0: the class hub counts, by (h_c desc, id): its top hubs come first
+        nz = np.flatnonzero(hub[k])
+        nz = nz[np.lexsort((nz, -hub[k][nz]))]
+        row(0, c, 0, nz, hub[k][nz], hub[k][nz])
     for K in cells.levels_:
         K = int(K)
         cell_of = np.full(N, -1, np.int64)
-        for k in range(len(cls)):
-            rows = np.flatnonzero(cidx == k)
-            if rows.size:
-                for s in range(0, rows.size, 20_000):  # the features as stored, float64 for the distances
-                    part = rows[s:s + 20_000]
-                    cell_of[part] = cells.assign(np.asarray(X[part], dtype=np.float64), k, K)
+        for s in range(0, src.size, 20_000):  # the features as stored, float64 for the distances
+            part = src[s:s + 20_000]
+            cell_of[part] = cells.assign(np.asarray(X[part], dtype=np.float64), cidx[part], K)
         # (class, cell, neighbour) of every edge j -> i of a class member j, counted
-        key = (cidx[src] * K + cell_of[src])[:, None] * N + neighbors[src]
-        u, cnt = np.unique(key.ravel(), return_counts=True) if g else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        key = (cidx[src] * K + cell_of[src])[:, None] * N + nb[src]
+        u, cnt = np.unique(key.ravel(), return_counts=True)
         group, item = u // N, u % N
         bounds = np.searchsorted(group, np.arange(len(cls) * K + 1))
         for k, c in enumerate(cls):
-            hub_c = np.asarray(class_hubs[c], dtype=np.float64)
             for r in range(K):
                 a, b = bounds[k * K + r], bounds[k * K + r + 1]
-                levels.append(K)
-                labels.append(c)
-                cell_col.append(r)
-                out_ids.append(ids[item[a:b]])
-                out_h.append(cnt[a:b].astype(np.float64))
-                out_ch.append(hub_c[item[a:b]])
-    return CellsData(cells=cells, levels=np.asarray(levels, np.int32), labels=np.asarray(labels, np.int64),
-                     cell=np.asarray(cell_col, np.int32), item_ids=out_ids, hubs=out_h, chubs=out_ch)
+                row(K, c, r, item[a:b], cnt[a:b], hub[k][item[a:b]])
+    return CellsData(cells=cells, graph_degree=g, levels=np.asarray(levels, np.int32),
+                     labels=np.asarray(labels, np.int64), cell=np.asarray(cell_col, np.int32), item_ids=out_ids,
+                     hubs=out_h, chubs=out_ch)
 
 
 def _array(values: np.ndarray, kind: str) -> bytes:
@@ -177,48 +189,61 @@ def write(conn, run_id: int, data: CellsData, placement: Mapping[str, list] | No
         conn.commit()
 
 
-def extend(conn, run_id: int, new_ids, new_X, new_y, nbr_ids: np.ndarray) -> None:
-    """Add new items (of the cells' classes) to the run's per-cell hub counts, inside the caller's
-    transaction, after the class hub counts were updated (their changes in the temp table
-    ``pm_new_hubs``): ``nbr_ids`` ``(n, g)`` the new items' neighbour lists (item ids)."""
+def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, new_X, new_y) -> None:
+    """Add new items (of the cells' classes) to the run's cell release, inside the caller's
+    transaction: each new item's ``graph_degree`` nearest other items (against every item of the
+    run, new ones included: ``all_ids``/``all_X``, ascending ids) are added to its class's hub
+    counts (level 0) and to its cell's at every level, and ``chubs`` follows the class hub counts.
+    The neighbour lists of existing items are not recomputed (as for the class rows)."""
     from ..manifold.cells import PublicCells
+    from ..neighbors import knn_search
 
     rid = int(run_id)
-    doc = conn.execute("SELECT public_cells FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
-    cells = PublicCells.from_dict(doc)
-    y = np.asarray(new_y, dtype=np.int64)
-    X = np.asarray(new_X, dtype=np.float64)
-    nb = np.asarray(nbr_ids, dtype=np.int64)
+    cells = PublicCells.from_dict(conn.execute("SELECT public_cells FROM pm_vector.embedding_runs WHERE id = %s",
+                                               [rid]).fetchone()[0])
+    keep = np.isin(np.asarray(new_y), cells.classes_)
+    all_ids = np.asarray(all_ids, dtype=np.int64)
+    y = np.asarray(new_y, dtype=np.int64)[keep]
+    ids = np.asarray(new_ids, dtype=np.int64)[keep]
+    X = np.asarray(new_X, dtype=np.float64)[keep]
+    g = min(int(doc.get("graph_degree") or 0), all_ids.shape[0] - 1)
+    if ids.size == 0 or g < 1:
+        return
+    found = all_ids[knn_search(X, all_X, g + 1)]
+    nb = np.empty((ids.size, g), np.int64)
+    for r in range(ids.size):  # drop the item itself, keep g others
+        nb[r] = found[r][found[r] != ids[r]][:g]
     ci = cells.class_index(y)
-    g = nb.shape[1]
-    lv, lab, cel, item = [], [], [], []
+    lv, lab, cel = [np.zeros(y.size, np.int64)], [y], [np.zeros(y.size, np.int64)]
     for K in cells.levels_:
-        cell = cells.assign(X, ci, int(K))
-        lv.append(np.full(y.size * g, int(K), np.int64))
-        lab.append(np.repeat(y, g))
-        cel.append(np.repeat(cell, g))
-        item.append(nb.ravel())
+        lv.append(np.full(y.size, int(K), np.int64))
+        lab.append(y)
+        cel.append(cells.assign(X, ci, int(K)))
+    cat = np.concatenate
     conn.execute("CREATE TEMP TABLE pm_new_cells (level integer, label bigint, cell integer, item_id bigint) "
                  "ON COMMIT DROP")
-    cat = np.concatenate
     _binary.copy_in(conn, "COPY pm_new_cells (level, label, cell, item_id) FROM STDIN (FORMAT BINARY)",
                     _binary.encode([("level", "int4", 0), ("label", "int8", 0), ("cell", "int4", 0),
                                     ("item_id", "int8", 0)],
-                                   {"level": cat(lv), "label": cat(lab), "cell": cat(cel), "item_id": cat(item)}))
-    t = f"pm_vector.run_{rid}_"
-    # each touched cell row: its counts plus the new edges, items ascending (as the job writes them)
+                                   {"level": np.repeat(cat(lv), g), "label": np.repeat(cat(lab), g),
+                                    "cell": np.repeat(cat(cel), g), "item_id": np.tile(nb.ravel(), len(lv))}))
+    t = f"pm_vector.run_{rid}_cells"
+    # each touched row: its counts plus the new edges; cells by item id, level 0 by (count desc, id)
     conn.execute(
-        f"UPDATE {t}cells AS c SET (item_ids, hubs) = (SELECT coalesce(array_agg(m.id ORDER BY m.id), '{{}}'), "
-        "coalesce(array_agg(m.h ORDER BY m.id), '{}') FROM (SELECT u.id, sum(u.h) AS h FROM ("
+        f"UPDATE {t} AS c SET (item_ids, hubs) = (SELECT "
+        "coalesce(array_agg(m.id ORDER BY CASE WHEN c.level = 0 THEN -m.h ELSE 0 END, m.id), '{}'), "
+        "coalesce(array_agg(m.h ORDER BY CASE WHEN c.level = 0 THEN -m.h ELSE 0 END, m.id), '{}') "
+        "FROM (SELECT u.id, sum(u.h) AS h FROM ("
         "  SELECT x.id, x.h FROM unnest(c.item_ids, c.hubs) AS x(id, h) "
         "  UNION ALL SELECT n.item_id, 1::float8 FROM pm_new_cells AS n "
         "  WHERE n.level = c.level AND n.label = c.label AND n.cell = c.cell) AS u GROUP BY u.id) AS m) "
         "WHERE (c.level, c.label, c.cell) IN (SELECT DISTINCT level, label, cell FROM pm_new_cells)")
-    # every cell row of a class whose hub counts changed: chubs again from the class hub counts
+    # every row of a touched class: chubs again from the class's hub counts (its level-0 row)
     conn.execute(
-        f"UPDATE {t}cells AS c SET chubs = ARRAY(SELECT coalesce(h.hub, 0) FROM unnest(c.item_ids) WITH ORDINALITY "
-        f"AS u(id, k) LEFT JOIN {t}hubs AS h ON h.label = c.label AND h.item_id = u.id ORDER BY u.k) "
-        "WHERE c.label IN (SELECT DISTINCT label FROM pm_new_hubs)")
+        f"UPDATE {t} AS c SET chubs = ARRAY(SELECT coalesce(z.h, 0) FROM unnest(c.item_ids) WITH ORDINALITY "
+        f"AS u(id, k) LEFT JOIN (SELECT x.id, x.h FROM {t} AS c0, unnest(c0.item_ids, c0.hubs) AS x(id, h) "
+        "WHERE c0.level = 0 AND c0.label = c.label) AS z ON z.id = u.id ORDER BY u.k) "
+        "WHERE c.label IN (SELECT DISTINCT label FROM pm_new_cells)")
 
 
 def mark_stale(doc: Mapping[str, Any], n_new: int) -> dict[str, Any]:

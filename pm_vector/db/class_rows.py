@@ -161,7 +161,7 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
     from . import cells as _cells
 
     try:  # the cell release: public cells (anchor only) and per-cell hub counts on the same graph
-        cells = _cells.build(anchor_X, anchor_y, X, y, ids, ps.neighbors_, ps.hubs_, frames.classes_)
+        cells = _cells.build(anchor_X, anchor_y, X, y, ids, frames.classes_, neighbors=ps.neighbors_)
         cells_doc = cells.doc()
     except InvalidInputError as exc:
         cells, cells_doc = None, _cells.unavailable(str(exc))
@@ -374,7 +374,6 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     else:
         out = np.zeros((new_ids.shape[0], 0), np.int64)
     in_prior = np.isin(new_y, frames.classes_)
-    cells_extended = False
     if np.any(in_prior):
         coords = frames.clipped(np.asarray(new_X)[in_prior], new_y[in_prior])
         fast = prior_has_nbrs(conn, rid)
@@ -396,17 +395,12 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
                          "ON CONFLICT (label, item_id) DO UPDATE SET hub = h.hub + EXCLUDED.hub")
             if fast:
                 _refresh_nhub(conn, rid)
-            if (doc.get("cells") or {}).get("status") == "ready":  # the new items' cells and counts
-                from . import cells as _cells
-
-                _cells.extend(conn, rid, new_ids[in_prior], np.asarray(new_X)[in_prior], new_y[in_prior],
-                              out[in_prior])
-                cells_extended = True
     new_doc = dict(doc)
-    if not cells_extended and (doc.get("cells") or {}).get("status") == "ready" and np.any(in_prior):
+    cells_doc = doc.get("cells") or {}
+    if cells_doc.get("status") == "ready":  # the new items' cells and counts, on the cell release's graph
         from . import cells as _cells
 
-        new_doc = _cells.mark_stale(doc, int(new_ids.size))  # no neighbour lists to extend them with
+        _cells.extend(conn, rid, cells_doc, all_ids, all_X, new_ids, new_X, new_y)
     sizes = list(doc["class_sizes"])
     for k, c in enumerate(doc["classes"]):
         sizes[k] = int(sizes[k]) + int(np.sum(new_y == int(c)))

@@ -38,7 +38,7 @@ def cserved(pm_home):
     X32 = np.asarray(Xs, dtype=np.float32).astype(np.float64)
     Xa = np.asarray(sp.anchor[0], dtype=np.float32).astype(np.float64)
     cells = PublicCells().fit(Xa, sp.anchor[1])  # the public anchor only
-    cs = CellShortlist(16).fit(cells, X32, ys)
+    cs = CellShortlist().fit(cells, X32, ys)  # the cell release's graph (CELL_GRAPH_DEGREE neighbours)
     yield {"name": name, "split": sp, "ids": np.asarray(ids), "run": run, "cells": cells, "cs": cs}
     db.drop_collection(name, missing_ok=True)
 
@@ -85,18 +85,26 @@ def test_the_job_publishes_the_cells_fit_on_the_public_anchor(cserved, conn):
     pub = PublicCells.from_dict(info["public_cells"])
     # what the anchor download carries is the fit on the public anchor alone, and its digest
     assert doc["status"] == "ready" and doc["digest"] == pub.digest() == cserved["cells"].digest()
-    assert doc["levels"] == list(cserved["cells"].levels_) == [2, 4, 8, 16]
+    assert doc["levels"] == list(cserved["cells"].levels_) and doc["levels"][:4] == [2, 4, 8, 16]
+    assert doc["graph_degree"] == 32
     n_cls = len(info["class_rows"]["classes"])
     rows = conn.execute(f"SELECT level, count(*), sum(cardinality(item_ids)) FROM pm_vector.run_{rid}_cells "
                         "GROUP BY level ORDER BY level").fetchall()
-    assert [(k, n) for k, n, _ in rows] == [(K, n_cls * K) for K in doc["levels"]]
+    assert [(k, n) for k, n, _ in rows] == [(0, n_cls)] + [(K, n_cls * K) for K in doc["levels"]]
     # per level, the counts of all cells of a class add up to the class hub counts
     cs = cserved["cs"]
     for K in doc["levels"]:
         total = cs.cell_hubs_[K].sum()
         got = conn.execute(f"SELECT sum(h) FROM pm_vector.run_{rid}_cells, unnest(hubs) AS h WHERE level = %s",
                            [K]).fetchone()[0]
-        assert got == total == 800 * 16
+        assert got == total == 800 * 32
+    # level 0: each class's hub counts, by count desc then id (its first k' are the class's top hubs)
+    for k, c in enumerate(info["class_rows"]["classes"]):
+        got_ids, got_h = conn.execute(f"SELECT item_ids, hubs FROM pm_vector.run_{rid}_cells WHERE level = 0 "
+                                      "AND label = %s", [c]).fetchone()
+        h = cs.hubs_[k]
+        order = np.lexsort((np.arange(h.size), -h))[:len(got_ids)]
+        assert got_ids == cserved["ids"][order].tolist() and got_h == h[order].tolist() and h[order].min() > 0
 
 
 @pytest.mark.parametrize("eps", [1.0, 4.0, 16.0, float("inf")])
@@ -163,7 +171,7 @@ def test_bad_cell_requests_are_refused_clearly_and_nothing_is_logged(cserved, co
     d = req.to_dict()
     with pytest.raises(CellsDigestMismatchError, match="fetch the current public anchor"):
         resolve(name, {**d, "cells_digest": "0" * 64})
-    with pytest.raises(InvalidInputError, match=r"published levels \[2, 4, 8, 16\]"):
+    with pytest.raises(InvalidInputError, match=r"published levels \[2, 4, 8, 16"):
         resolve(name, {**d, "n_cells": 32, "reports": [0] * 10})
     with pytest.raises(InvalidInputError, match="needs exactly 10"):
         resolve(name, {**d, "reports": d["reports"][:9]})
@@ -234,15 +242,16 @@ def test_a_sigkilled_job_leaves_the_previous_run_serving_with_its_cells(cserved,
     assert [[r["item_ids"] for r in resolve(name, q, log=False)["rows"]] for q in reqs] == before
 
 
-def _graph_shortlist(conn, rid, cells, ids, X, y):
-    """A CellShortlist on the run's stored graph (its neighbours table), not a fresh fit."""
+def _extended_shortlist(cells, n_old, X, y, g=32):
+    """A CellShortlist on the graph a run holds after new items: the old items' lists as the job
+    fit them (among the old items), each new item's list against all items (itself left out)."""
+    from pm_vector.neighbors import knn_search, neighbor_graph
     from pm_vector.shortlist import CellShortlist, cell_hub_counts
 
-    pairs = np.asarray(conn.execute(f"SELECT item_id, neighbor_id FROM pm_vector.run_{rid}_neighbors "
-                                    "ORDER BY item_id, neighbor_id").fetchall(), dtype=np.int64)
-    pos = {int(v): i for i, v in enumerate(ids)}
-    g = pairs.shape[0] // len(ids)
-    nb = np.array([pos[int(v)] for v in pairs[:, 1]], dtype=np.int64).reshape(len(ids), g)
+    ids = np.arange(len(y))
+    nb_new = knn_search(X[n_old:], X, g + 1)
+    nb_new = np.stack([r[r != n_old + i][:g] for i, r in enumerate(nb_new)])
+    nb = np.concatenate([neighbor_graph(X[:n_old], g), nb_new])
     cs = CellShortlist(g)
     cs.cells_, cs.y_index_, cs.neighbors_, cs.n_items_ = cells, cells.class_index(y), nb, len(ids)
     C = cells.classes_.size
@@ -276,8 +285,8 @@ def test_new_items_extend_the_cells_on_the_runs_graph(db, cname, conn):
     db.embed_new_items(cname, make_extend_fn())
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
     assert doc["cells"]["status"] == "ready"
-    cs = _graph_shortlist(conn, rid, cells, ids, X.astype(np.float64), y)
-    assert cs.cell_hubs_[cells.levels_[0]].sum() == 700 * 16  # every item's list, the new ones included
+    cs = _extended_shortlist(cells, 600, X.astype(np.float64), y)
+    assert cs.cell_hubs_[cells.levels_[0]].sum() == 700 * 32  # every item's list, the new ones included
     for req in reqs:  # the new items are in the answers' ranking: their cells and neighbour lists count
         want = cs.shortlist(req)
         got = resolve(cname, req, log=False)["rows"]
@@ -303,4 +312,4 @@ def test_explain_a_cell_request(cserved):
     assert "pm_cell_shortlist_core" in "\n".join(plans["statement"])
     shortlist = "\n".join(plans["shortlist"])
     # each row's cell row by primary key, the class's top hubs by their index
-    assert f"run_{rid}_cells_pkey" in shortlist and f"run_{rid}_hubs_top" in shortlist, shortlist
+    assert f"run_{rid}_cells_pkey" in shortlist and "hubs" not in shortlist, shortlist

@@ -20,15 +20,17 @@ def _ledger(tmp_path):
 
 
 def test_query_release_option_and_ledger(service, svc_collection, svc_key, svc_split, tmp_path, requests_logged):
-    from pm_vector.privacy.cells import cell_level_for_epsilon
+    from pm_vector.privacy.cells import GAUSSIAN_ABOVE, cell_level_for_epsilon, max_cells_for
 
     Xq, yq = svc_split.query
     before = requests_logged(svc_collection)
     with Client(service.url, svc_key["key"], budget=_ledger(tmp_path)) as c:
         cells = c.public_cells(svc_collection)
-        assert cells is not None and list(cells.levels_) == [2, 4, 8, 16]
-        r = c.query(svc_collection, Xq[0], int(yq[0]), epsilon=4.0, k=8, shortlist=32)  # auto: cells below 256
-        assert r["release"] == "cells" and r["delta"] == 0.0 and r["n_cells"] == cell_level_for_epsilon(4.0, [2, 4, 8, 16])
+        assert cells is not None and list(cells.levels_)[:4] == [2, 4, 8, 16]
+        r = c.query(svc_collection, Xq[0], int(yq[0]), epsilon=4.0, k=8, shortlist=32)  # auto: the cells below 512
+        # K: the public rule for eps 4, no finer than the collection's public size allows (800 items, 10 classes)
+        assert r["release"] == "cells" and r["delta"] == 0.0
+        assert r["n_cells"] == cell_level_for_epsilon(4.0, cells.levels_, max_cells_for(800, 10, 32))
         assert len(r["item_ids"]) == 8 and r["reranked"] == "features" and r["distances"] == sorted(r["distances"])
         r2 = c.query(svc_collection, Xq[1], int(yq[1]), epsilon=4.0, k=8, shortlist=32, release="cells", n_cells=16)
         assert r2["release"] == "cells" and r2["n_cells"] == 16
@@ -36,7 +38,7 @@ def test_query_release_option_and_ledger(service, svc_collection, svc_key, svc_s
         assert st["epsilon_spent"] == pytest.approx(8.0) and st["delta_spent"] == 0.0  # (eps, 0) per request
         g = c.query(svc_collection, Xq[2], int(yq[2]), epsilon=4.0, k=8, shortlist=32, release="gaussian")
         assert g["release"] == "gaussian" and g["delta"] == 1e-5 and g["n_cells"] is None
-        hi = c.query(svc_collection, Xq[3], int(yq[3]), epsilon=300.0, k=8, shortlist=32)  # auto: the Gaussian
+        hi = c.query(svc_collection, Xq[3], int(yq[3]), epsilon=GAUSSIAN_ABOVE, k=8, shortlist=32)  # the Gaussian
         assert hi["release"] == "gaussian"
         lf = c.query(svc_collection, Xq[4], None, epsilon=4.0, k=8, shortlist=32)  # label-free: a public classifier
         assert lf["release"] == "cells" and lf["label_predicted"]
