@@ -156,7 +156,8 @@ END $$;
 
 -- Fans a cell request out over a sharded run's shards (as pm_shortlist_sharded: every shard gets
 -- its rows in one query, sent to all shards before any result is read). Returns the merged per-row
--- top k' with global row indexes.
+-- top k' with global row indexes. A dblink connection this session kept from before a shard
+-- restarted fails on first use: the shard's query is then sent once more on a new connection.
 CREATE OR REPLACE FUNCTION pm_vector.pm_cell_shortlist_sharded(run_id bigint, placement jsonb, level integer,
     classes bigint[], reports integer[], w float8, k_prime integer)
 RETURNS TABLE (row_index integer, rank integer, item_id bigint, score double precision)
@@ -169,6 +170,7 @@ DECLARE
   pos integer[];
   sent text[] := '{}';
   q text;
+  qs text[] := '{}';
   addr text;
 BEGIN
   FOR s IN SELECT jsonb_object_keys(placement) ORDER BY 1 LOOP
@@ -183,33 +185,47 @@ BEGIN
     q := format('SELECT row_index, rank, item_id, score FROM pm_vector.pm_cell_shortlist_core(%s, %s, %L::bigint[], '
                 '%L::integer[], %L::float8, %s)', run_id, level, ARRAY(SELECT classes[p] FROM unnest(pos) AS p),
                 ARRAY(SELECT reports[p] FROM unnest(pos) AS p), w, k_prime);
+    qs := qs || q;
     BEGIN
       IF NOT coalesce(srv = ANY (dblink_get_connections()), false) THEN
         PERFORM dblink_connect(srv, srv);
       END IF;
       PERFORM dblink_send_query(srv, q);
     EXCEPTION WHEN OTHERS THEN
-      PERFORM pm_vector.pm_shard_reset(sent || srv);
-      RAISE EXCEPTION USING ERRCODE = 'PM008',
-        MESSAGE = format('shard %s (%s) did not answer: %s', s, addr, SQLERRM),
-        HINT = 'Nothing was written; retry once the shard is back (pm-vector db status shows the nodes).';
+      BEGIN  -- once more, on a new connection
+        PERFORM pm_vector.pm_shard_reset(ARRAY[srv]);
+        PERFORM dblink_connect(srv, srv);
+        PERFORM dblink_send_query(srv, q);
+      EXCEPTION WHEN OTHERS THEN
+        PERFORM pm_vector.pm_shard_reset(sent || srv);
+        RAISE EXCEPTION USING ERRCODE = 'PM008',
+          MESSAGE = format('shard %s (%s) did not answer: %s', s, addr, SQLERRM),
+          HINT = 'Nothing was written; retry once the shard is back (pm-vector db status shows the nodes).';
+      END;
     END;
     sent := sent || srv;
   END LOOP;
-  FOR s IN SELECT jsonb_object_keys(placement) ORDER BY 1 LOOP
+  FOR i IN 1 .. cardinality(sent) LOOP
+    srv := sent[i];
+    SELECT sh.name, sh.host || ':' || sh.port INTO s, addr FROM pm_vector.shards sh WHERE sh.server_name = srv;
     pos := pm_vector.pm_shard_rows(placement, s);
-    CONTINUE WHEN cardinality(pos) = 0;
-    SELECT sh.server_name, sh.host || ':' || sh.port INTO srv, addr FROM pm_vector.shards sh WHERE sh.name = s;
     BEGIN
       RETURN QUERY SELECT pos[t.row_index], t.rank, t.item_id, t.score
         FROM dblink_get_result(srv) AS t(row_index integer, rank integer, item_id bigint, score double precision);
       PERFORM * FROM dblink_get_result(srv) AS t(row_index integer, rank integer, item_id bigint,
                                                  score double precision);  -- the end of the result set
     EXCEPTION WHEN OTHERS THEN
-      PERFORM pm_vector.pm_shard_reset(sent);
-      RAISE EXCEPTION USING ERRCODE = 'PM008',
-        MESSAGE = format('shard %s (%s) did not answer: %s', s, addr, SQLERRM),
-        HINT = 'Nothing was written; retry once the shard is back (pm-vector db status shows the nodes).';
+      BEGIN  -- once more, on a new connection, synchronously (no rows of this shard were returned)
+        PERFORM pm_vector.pm_shard_reset(ARRAY[srv]);
+        PERFORM dblink_connect(srv, srv);
+        RETURN QUERY SELECT pos[t.row_index], t.rank, t.item_id, t.score
+          FROM dblink(srv, qs[i]) AS t(row_index integer, rank integer, item_id bigint, score double precision);
+      EXCEPTION WHEN OTHERS THEN
+        PERFORM pm_vector.pm_shard_reset(sent);
+        RAISE EXCEPTION USING ERRCODE = 'PM008',
+          MESSAGE = format('shard %s (%s) did not answer: %s', s, addr, SQLERRM),
+          HINT = 'Nothing was written; retry once the shard is back (pm-vector db status shows the nodes).';
+      END;
     END;
   END LOOP;
 END $$;

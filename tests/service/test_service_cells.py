@@ -107,3 +107,23 @@ def test_bad_cell_requests_get_a_clear_422_and_nothing_is_logged(service, svc_co
                     content=json.dumps({"request": cell_req, "k": 8}),
                     headers={"Authorization": f"Bearer {svc_key['key']}", "Content-Type": "application/json"})
     assert ok.status_code == 200 and len(ok.json()["rows"]) == 10
+
+
+@pytest.mark.parametrize("release", ["cells", "gaussian"])
+def test_cli_query_release_option(service, svc_collection, svc_key, svc_split, tmp_path, release):
+    from typer.testing import CliRunner
+
+    from pm_vector.cli import app
+
+    Xq, yq = svc_split.query
+    np.save(tmp_path / "q.npy", Xq[:1])
+    args = ["query", svc_collection, "--features", str(tmp_path / "q.npy"), "--label", str(int(yq[0])),
+            "--epsilon", "2", "--url", service.url, "--api-key", svc_key["key"], "--budget-file",
+            str(tmp_path / "l.json"), "--release", release, "--json"]
+    r = CliRunner().invoke(app, args + (["--n-cells", "4"] if release == "cells" else []))
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["release"] == release and len(out["item_ids"]) == 8
+    assert out["delta"] == (0.0 if release == "cells" else 1e-5) and out["n_cells"] == (4 if release == "cells" else None)
+    bad = CliRunner().invoke(app, args[:-3] + ["--release", "laplace"])
+    assert bad.exit_code != 0 and "release must be one of" in bad.output
