@@ -40,8 +40,8 @@
 -- its level-0 row) and the k' first item ids (the zero-score fill). Every other item has h_{c,K,r} = 0, so its score is h_c(i), and
 -- the k' top hubs (h_c desc, id) each rank before it: it cannot enter (see sql/README.md).
 --
--- New error code: PM009 the active run publishes no cells (built before them, or stale: new items
--- were added after the job computed them).
+-- New error code: PM009 the active run publishes no ready cells (built before them, or an anchor
+-- set that gives none).
 
 -- ------------------------------------------------------------------------------------ helpers
 

@@ -6,7 +6,7 @@ run, at one level K (:mod:`pm_vector.privacy.cells`: pure eps, delta 0 for the w
 **one** statement in one REPEATABLE READ snapshot, and logs it (delta 0) in the same transaction:
 
 * checks (nothing written on error, a 4xx through HTTP): the run has class rows and publishes
-  cells that are not stale (:class:`CellsUnavailableError`), the request's ``cells_digest`` is the
+  ready cells (:class:`CellsUnavailableError`), the request's ``cells_digest`` is the
   run's (:class:`CellsDigestMismatchError`: fetch the current public anchor), ``n_cells`` is one of
   the published levels, one report per class in ``[0, K)`` in the run's class order (C of them),
   ``k'`` in 1..1000;

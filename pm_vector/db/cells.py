@@ -26,8 +26,8 @@ rows of its classes (the class is the shard key, as for the prior and the hubs).
 gives each new item j of class c its neighbour list, puts it in its cell at every level, adds the
 list to ``h_c`` and ``h_{c,K,cell(j)}``, and refreshes ``chubs``: the same approximation as the
 class rows (the neighbour lists of existing items are not recomputed; a full job rebuilds
-everything exactly). Cells marked ``stale`` (:func:`mark_stale`: a run whose cells cannot be
-extended) are refused with a message that says to run a full embedding job, and the Gaussian
+everything exactly). A run without ready cells (built before them, or an anchor set that gives
+none) refuses cell requests with a message that says to run a full embedding job; the Gaussian
 class rows keep serving.
 
 The statement that answers a request from these tables is ``pm_vector.pm_cell_shortlist_sql``
@@ -244,18 +244,3 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
         f"AS u(id, k) LEFT JOIN (SELECT x.id, x.h FROM {t} AS c0, unnest(c0.item_ids, c0.hubs) AS x(id, h) "
         "WHERE c0.level = 0 AND c0.label = c.label) AS z ON z.id = u.id ORDER BY u.k) "
         "WHERE c.label IN (SELECT DISTINCT label FROM pm_new_cells)")
-
-
-def mark_stale(doc: Mapping[str, Any], n_new: int) -> dict[str, Any]:
-    """The ``class_rows`` document after ``n_new`` items were added without recomputing the cells'
-    counts: cell requests are refused until a full embedding job (the Gaussian class rows serve)."""
-    out = dict(doc)
-    cells = dict(out.get("cells") or {})
-    if cells.get("status") == "ready" or cells.get("status") == "stale":
-        cells["status"] = "stale"
-        cells["error"] = (f"{int(n_new) + int(cells.get('n_new_items', 0))} item(s) were added (embed --new-items) "
-                          "after the embedding job computed the cells' hub counts; run a full embedding job "
-                          "(pm-vector embed COLLECTION) to serve the cell release again")
-        cells["n_new_items"] = int(n_new) + int(cells.get("n_new_items", 0))
-        out["cells"] = cells
-    return out

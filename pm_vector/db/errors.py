@@ -75,8 +75,8 @@ class ClassRowsUnavailableError(DatabaseError):
 
 
 class CellsUnavailableError(ClassRowsUnavailableError):
-    """The active run publishes no cells (built before the cell release, an anchor set that gives
-    none, or cells made stale by ``embed --new-items``): cell requests need a full embedding job."""
+    """The active run publishes no ready cells (built before the cell release, or an anchor set that
+    gives none): cell requests need a full embedding job."""
 
 
 class ShardNotRegisteredError(DatabaseConfigError):

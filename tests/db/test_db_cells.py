@@ -2,7 +2,8 @@
 (fit on the public anchor only) and the per-(level, class, cell) hub counts; resolve() answers a
 CellRequest with ONE statement, exactly as the in-memory CellShortlist (ids and order); bad cell
 requests are refused clearly and log nothing; a killed job leaves the previous run serving with its
-cells; embed --new-items extends the cells on the run's graph (stale cells: a clear refusal)."""
+cells; embed --new-items extends the cells on the run's graph; a run without ready cells refuses
+clearly."""
 
 from __future__ import annotations
 
@@ -291,7 +292,7 @@ def test_new_items_extend_the_cells_on_the_runs_graph(db, cname, conn):
         want = cs.shortlist(req)
         got = resolve(cname, req, log=False)["rows"]
         assert [r["item_ids"] for r in got] == [ids[w].tolist() for w in want]
-    # cells that cannot be extended (a run marked stale) are refused clearly until a full job
+    # a run without ready cells refuses cell requests clearly until a full job
     conn.execute("UPDATE pm_vector.embedding_runs SET class_rows = jsonb_set(class_rows, '{cells,status}', "
                  "'\"stale\"') || jsonb_build_object('graph_version', 99) WHERE id = %s", [rid])
     with pytest.raises(CellsUnavailableError, match="run a full embedding job"):
