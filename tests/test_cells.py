@@ -159,7 +159,7 @@ def test_cell_request_is_strict():
 def test_client_request_reports_its_cell_and_charges_pure_eps(cells, digits_split):
     Xq, yq = digits_split.query
     acc = PrivacyAccountant(epsilon_budget=5.0, delta_budget=1e-6)
-    cl = PrivateCellKNN(cells, 2.0, n_cells=8, accountant=acc)
+    cl = PrivateCellKNN(cells, 2.0, n_cells=8, accountant=acc, row="label")
     req, sec = cl.request(Xq[0], int(yq[0]))
     assert acc.spends[-1].epsilon == 2.0 and acc.spends[-1].delta == 0.0
     assert req.n_cells == 8 and len(req.reports) == cells.classes_.size and not req.seeded
@@ -169,11 +169,25 @@ def test_client_request_reports_its_cell_and_charges_pure_eps(cells, digits_spli
         cl.request(Xq[2], int(yq[2]))
     assert len(acc.spends) == 2
     # at eps = inf the real row reports the true cell
-    cl = PrivateCellKNN(cells, float("inf"), n_cells=16)._inject_generator(secure_generator(0))
+    cl = PrivateCellKNN(cells, float("inf"), n_cells=16, row="label")._inject_generator(secure_generator(0))
     for x, label in zip(Xq[:20], yq[:20]):
         req, sec = cl.request(x, int(label))
         assert req.seeded and req.reports[sec.row] == cl.true_cell(x, int(label))[1]
     with pytest.raises(InvalidInputError):
         PrivateCellKNN(cells, 1.0, n_cells=3)
     with pytest.raises(InvalidInputError):
-        PrivateCellKNN(cells, 1.0).request(Xq[0])  # no label, no classifier
+        PrivateCellKNN(cells, 1.0, row="label").request(Xq[0])  # no label, no classifier
+    with pytest.raises(InvalidInputError):
+        PrivateCellKNN(cells, 1.0, row="classifier")
+
+
+def test_default_row_is_the_nearest_public_cell_of_any_class(cells, digits_split):
+    Xq, yq = digits_split.query
+    cl = PrivateCellKNN(cells, float("inf"), n_cells=8)._inject_generator(secure_generator(0))
+    cen = cells.centroids_[8].reshape(-1, Xq.shape[1])
+    for x in Xq[:30]:
+        req, sec = cl.request(x)  # no label needed
+        xn = np.asarray(x, dtype=np.float64) / np.linalg.norm(x)
+        flat = int(np.argmin(((cen - xn) ** 2).sum(1)))
+        assert (sec.row, req.reports[sec.row]) == (flat // 8, flat % 8)
+        assert sec.label == int(cells.classes_[sec.row])

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from .._validation import normalize_rows
 from ..client.cells import PrivateCellKNN
 from ..manifold.cells import PublicCells
 from ..privacy import secure_generator
@@ -51,22 +52,64 @@ def _top(scores: np.ndarray, k: int) -> np.ndarray:
     return np.lexsort((np.arange(scores.size), -scores))[:k]
 
 
-def run_cells(ctx, eps, labels, X, seed: int, classifier=None):
-    """One cell request per query (real row scored; the others are uniform reports whose answers
-    the client discards). ``labels``: the queries' labels (``None`` entries: ask ``classifier``)."""
+def answer_table(ctx, K: int, eps) -> np.ndarray:
+    """``(C, K, k')``: the server's answer to every (class, report) at level K and ``eps`` -- a
+    cell answer is a function of these two alone (cached on ``ctx``)."""
     cells, sl = cell_state(ctx)
+    kp, C = ctx.cfg.shortlist, cells.classes_.size
+
+    def build():
+        t = np.empty((C, K, kp), dtype=np.int64)
+        for c in range(C):
+            for r in range(K):
+                t[c, r] = _top(sl.scores(c, K, r, eps), kp)
+        return t
+    return ctx.get(f"cell answers K={K} eps={eps:g}", build)
+
+
+def expected_nn_recall(ctx, K: int, eps, located, true_idx, k: int) -> float:
+    """The exact expectation of nn_recall@k over the release's randomness for these queries:
+    ``sum_r T(a, r) recall(answer(c, r))`` (``located``: each query's ``(row, true cell a)``;
+    ``T``: the RR law; the uniform dummy rows do not change the real row's answer)."""
+    from ..privacy.cells import rr_probabilities
+
+    table = answer_table(ctx, K, eps)
+    p, q = rr_probabilities(eps, K)
+    Xs = np.asarray(ctx.Xs, dtype=np.float64)
+    total = 0.0
+    for i, (c, a) in enumerate(located):
+        lists = table[c]  # (K, k')
+        d = ((Xs[lists.ravel()] - np.asarray(ctx.Xq[i], dtype=np.float64)) ** 2).sum(1).reshape(lists.shape)
+        top = np.take_along_axis(lists, np.argsort(d, axis=1, kind="stable")[:, :k], axis=1)
+        rec = np.isin(top, true_idx[i]).sum(1) / len(set(true_idx[i].tolist()))
+        total += q * rec.sum() + (p - q) * rec[a]
+    return total / len(located)
+
+
+def run_cells(ctx, eps, labels, X, seed: int, classifier=None, row: str = "nearest", true_idx=None, k: int = 8):
+    """One cell request per query (real row scored; the others are uniform reports whose answers
+    the client discards). ``row``: the client's row choice (:class:`PrivateCellKNN`); ``labels``:
+    the queries' labels (``None``: ask ``classifier``). With ``true_idx`` the result also has the
+    exact expected nn_recall@k over the release's randomness."""
+    cells, _ = cell_state(ctx)
     kp, q = ctx.cfg.shortlist, len(X)
     K = level_for(ctx, eps)
-    client = PrivateCellKNN(cells, eps, n_cells=K, shortlist=kp, classifier=classifier)
+    client = PrivateCellKNN(cells, eps, n_cells=K, shortlist=kp, classifier=classifier, row=row)
     client._inject_generator(secure_generator(seed))
+    table = answer_table(ctx, K, eps)  # the same answers as sl.scores per request (tests compare)
     cand = np.empty((q, kp), dtype=np.int64)
     json_bytes = 0
+    located = []
     for i in range(q):
         req, sec = client.request(X[i], None if labels is None else int(labels[i]))
-        cand[i] = _top(sl.scores(sec.row, K, req.reports[sec.row], eps), kp)
+        cand[i] = table[sec.row, req.reports[sec.row]]
         json_bytes += len(req.to_json())
+        located.append((sec.row, client.locate(normalize_rows(np.asarray(X[i], dtype=np.float64).reshape(1, -1)),
+                                                None if labels is None else int(labels[i]))[1]))
     C = cells.classes_.size
-    extra = {"release": "cells", "n_cells": K, "request_json_bytes": round(json_bytes / q, 1)}
+    extra = {"release": "cells", "n_cells": K, "row": row, "request_json_bytes": round(json_bytes / q, 1)}
+    if true_idx is not None:
+        extra[f"expected_nn_recall_at_{k}"] = expected_nn_recall(ctx, K, eps, located, true_idx, k)
     if not math.isinf(eps):
         extra["rr_p"] = round(client.mechanism.p_, 6)
     return cand, _CELL_REQUEST_FIXED + float_payload_bytes(0, n_ids=C), C, extra
@@ -75,16 +118,23 @@ def run_cells(ctx, eps, labels, X, seed: int, classifier=None):
 def download_lists(ctx, K: int, dim: int):
     """``(candidates (q, k'), table bytes, extra)``: every query looks up its true cell's list in
     the public table of C x K lists (eps 0)."""
-    cells, sl = cell_state(ctx)
+    cells, _ = cell_state(ctx)
     kp = ctx.cfg.shortlist
     C = cells.classes_.size
-    table = np.empty((C, K, kp), dtype=np.int64)
-    for c in range(C):
-        for r in range(K):
-            table[c, r] = _top(sl.scores(c, K, r, math.inf), kp)
-    ci = cells.class_index(ctx.yq)
-    a = cells.assign(ctx.Xq, ci, K)
-    cand = table[ci, a]
+    table = answer_table(ctx, K, math.inf)
+    # the client's lookup: its nearest public cell over every class, as the release's real row
+    finder = PrivateCellKNN(cells, 1.0, n_cells=K)
+    loc = [finder.nearest_cell(normalize_rows(np.asarray(x, dtype=np.float64).reshape(1, -1))) for x in ctx.Xq]
+    cand = np.stack([table[c, a] for c, a in loc])
     n_unique = int(np.unique(table).size)
     table_bytes = n_unique * (ID_BYTES + FEATURE_BYTES * dim) + C * K * kp * ID_BYTES
     return cand, float(table_bytes), {"n_cells": K, "table_items": n_unique, "table_lists": C * K}
+
+
+def class_hubs(ctx) -> np.ndarray:
+    """``(q, k')``: the ``k'`` hubs of each query's class (``h_c`` descending, ties by id): what
+    the label alone gives, the answer of the cell release (and of the Gaussian one) as eps -> 0."""
+    cells, sl = cell_state(ctx)
+    ci = cells.class_index(ctx.yq)
+    top = {c: _top(sl.hubs_[c], ctx.cfg.shortlist) for c in np.unique(ci).tolist()}
+    return np.stack([top[c] for c in ci.tolist()])

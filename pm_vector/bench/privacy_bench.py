@@ -19,7 +19,10 @@ Methods:
   cell by K-ary randomized response, uniform reports in every other row, pure eps (delta 0); the
   server's :class:`~pm_vector.shortlist.CellShortlist`. K by
   :func:`~pm_vector.privacy.cells.cell_level_for_epsilon` (``--cells`` fixes it). At ``inf``: the
-  true cell at the rule's finest K.
+  true cell at the rule's finest K. The real row is the query's nearest public cell over every class
+  (``PrivateCellKNN(row="nearest")``: no label needed, measured best); ``pm_vector_cells_label``
+  takes the query's label's class instead. Each row has ``expected_nn_recall_at_k``: the exact
+  expectation over the release's randomness for the same queries.
 - ``pm_vector_gaussian``: the class-rows Gaussian release: class frames
   (:class:`~pm_vector.manifold.class_frames.ClassFrames` ``(4, 0.9)`` on the public anchor), one
   clipped discrete-Gaussian row per class (:class:`PrivateKNN`), the server's
@@ -28,12 +31,12 @@ Methods:
 - ``pm_vector_codes``: ``pm_vector``'s candidates re-ranked by the collection's published
   compact codes (:class:`~pm_vector.manifold.codes.PublicProjection`: 64-d PCA of the public
   anchor, halfvec) instead of raw features.
-- ``pm_vector_label_free``: ``pm_vector`` with ``label=None`` and a
-  :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor choosing the real row (skipped,
+- ``pm_vector_label_free``: ``pm_vector`` with a :class:`~pm_vector.kahm.KAHMClassifier` fit on
+  the public anchor choosing the real row's class (skipped,
   with a message, when a class has too few anchor rows for its KAHM subspace).
-- ``label_only`` (``partition_only`` for a collection without labels): the ``pm_vector`` pipeline
-  with the query's features replaced by a random public dummy of its class (what the label alone
-  gives; the client still re-ranks with its real features).
+- ``label_only`` (``partition_only`` for a collection without labels): what the label alone gives:
+  the ``k'`` hubs of the query's class (the answer of either release as eps -> 0), re-ranked by
+  the client's real features. One row, not a private release (the label itself is what it uses).
 - ``reference_ldp``: the textbook local-DP release in the same frames: per class ``mu_c``, the
   top 4 directions ``U_c`` and ``r_c`` (90th percentile); every row (real query in its class,
   one public dummy in every other) is ``clip_{r_c}(U_c (x - mu_c)) + N(0, sigma_c^2 I)`` with
@@ -86,13 +89,15 @@ from .metrics import (candidate_bytes, chance_recall_at_k, collection_bytes, dis
                       float_payload_bytes, nn_recall_at_k, precision_at_k, recall_at_k)
 
 #: every method, in table order
-METHODS = ("pm_vector", "pm_vector_cells", "pm_vector_gaussian", "pm_vector_codes", "pm_vector_label_free",
+METHODS = ("pm_vector", "pm_vector_cells", "pm_vector_cells_label", "pm_vector_gaussian", "pm_vector_codes",
+           "pm_vector_label_free",
            "label_only", "partition_only", "reference_ldp", "privatemail_paper", "dp_random_projection", "dp_pca",
            "raw_knn", "download_lists", "download_all")
 #: methods without an epsilon (one row each)
 NON_PRIVATE = ("raw_knn", "download_all")
 #: the methods run when none are named (the paper's and the projection baselines are asked for by name)
-DEFAULT_METHODS = ("pm_vector", "pm_vector_cells", "pm_vector_gaussian", "pm_vector_codes", "pm_vector_label_free",
+DEFAULT_METHODS = ("pm_vector", "pm_vector_cells", "pm_vector_cells_label", "pm_vector_gaussian", "pm_vector_codes",
+           "pm_vector_label_free",
                    "label_only", "partition_only", "reference_ldp", "raw_knn", "download_lists", "download_all")
 #: the epsilons of a run unless given
 DEFAULT_EPSILONS = (1.0, 2.0, 4.0, 8.0, 16.0, 64.0, math.inf)
@@ -250,20 +255,6 @@ class _Context:
         return self.get("KAHM predictions", lambda: np.asarray(self.classifier.predict(self.Xq)).astype(np.int64))
 
     @property
-    def label_only_dummies(self) -> np.ndarray:
-        """One random public dummy of each query's class (fixed for every epsilon)."""
-        def build():
-            g = secure_generator(_seed(self.cfg, "label_only_dummies", None))
-            out = np.empty(len(self.yq), dtype=np.int64)
-            for i, c in enumerate(self.yq):
-                pool = np.flatnonzero(self.yd == c)
-                if pool.size == 0:
-                    raise InvalidInputError(f"the dummy pool has no item of class {int(c)}.")
-                out[i] = pool[g.integers(pool.size)]
-            return out
-        return self.get("label-only dummies", build)
-
-    @property
     def codes(self):
         """``(projection, item codes)``: the collection's published compact code (public PCA)."""
         def build():
@@ -283,11 +274,8 @@ class _Context:
 # each returns (candidates (q, k') int64, request_bytes per request, rows answered per request, extra dict)
 
 def _variant_inputs(ctx: _Context, variant: str):
-    """``(labels, features)`` of the queries: the true labels, the classifier's (``label_free``), or
-    the true labels with a random public dummy of the class in place of the query (``label_only``)."""
-    labels = ctx.predicted if variant == "label_free" else ctx.yq
-    X = ctx.Xd[ctx.label_only_dummies] if variant == "label_only" else ctx.Xq
-    return labels, X
+    """``(labels, features)`` of the queries: the true labels or the classifier's (``label_free``)."""
+    return (ctx.predicted if variant == "label_free" else ctx.yq), ctx.Xq
 
 
 def _default(ctx: _Context, eps, variant: str):
@@ -298,11 +286,15 @@ def _default(ctx: _Context, eps, variant: str):
 
 
 def _cells(ctx: _Context, eps, variant: str):
+    """The cell release; its real row is the nearest public cell (``labelled``), the label's class
+    (``label``) or the classifier's (``label_free``)."""
     labels, X = _variant_inputs(ctx, variant)
     seed = _seed(ctx.cfg, f"pm_vector_cells:{variant}", eps)
+    args = dict(true_idx=ctx.true_idx, k=int(ctx.cfg.k))
     if variant == "label_free":  # the client's classifier picks the row
-        return cell_methods.run_cells(ctx, eps, None, X, seed, classifier=ctx.classifier)
-    return cell_methods.run_cells(ctx, eps, labels, X, seed)
+        return cell_methods.run_cells(ctx, eps, None, X, seed, classifier=ctx.classifier, row="label", **args)
+    return cell_methods.run_cells(ctx, eps, labels, X, seed, row="label" if variant == "label" else "nearest",
+                                  **args)
 
 
 def _gaussian(ctx: _Context, eps, variant: str):
@@ -416,6 +408,7 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
 
     t = time.perf_counter()
     true_idx = RawKNN().fit(Xs, ys).search(Xq, k)
+    ctx.true_idx = true_idx
     raw_seconds = time.perf_counter() - t
     class_ceiling = float(precision_at_k(ys[true_idx], yq))
     results = []
@@ -447,11 +440,10 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
     runners = {
         "pm_vector": lambda e: _default(ctx, e, "labelled"),
         "pm_vector_cells": lambda e: _cells(ctx, e, "labelled"),
+        "pm_vector_cells_label": lambda e: _cells(ctx, e, "label"),
         "pm_vector_gaussian": lambda e: _gaussian(ctx, e, "labelled"),
         "pm_vector_codes": lambda e: _default(ctx, e, "labelled"),
         "pm_vector_label_free": lambda e: _default(ctx, e, "label_free"),
-        "label_only": lambda e: _default(ctx, e, "label_only"),
-        "partition_only": lambda e: _default(ctx, e, "label_only"),
         "reference_ldp": lambda e: _reference_ldp(ctx, e),
         "privatemail_paper": lambda e: _privatemail(ctx, e),
         "dp_random_projection": lambda e: _dp_projection(ctx, e, DPRandomProjection),
@@ -463,6 +455,12 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
         if method == "raw_knn":
             # the raw query (float32) goes out; the k nearest come back
             record("raw_knn", None, true_idx, ctx.dim * 4, 1, raw_seconds, answer_k=k)
+            continue
+        if method in ("label_only", "partition_only"):
+            t = time.perf_counter()
+            cand = cell_methods.class_hubs(ctx)
+            record(method, None, _rerank(Xq, Xs, cand, k), float_payload_bytes(0, n_ids=1), 1,
+                   time.perf_counter() - t, {"release": "label"}, candidates=cand)
             continue
         if method == "download_all":
             t = time.perf_counter()

@@ -8,9 +8,15 @@
     top8 = PrivateKNN.rerank(x, ids, features, k=8)        # client-side, by raw features
 
 The guarantee (pure epsilon, delta 0, whole request, replacing features and label) and the exact
-sampler are in :mod:`pm_vector.privacy.cells`. The client's cell is its nearest public centroid of
-its class at the request's level; a label given by ``classifier`` (or a public partition for a
-collection without labels) is a function of the query, so the guarantee is the same.
+sampler are in :mod:`pm_vector.privacy.cells`. Which row is real (``row``):
+
+* ``"nearest"`` (default): the query's nearest public centroid over **every** class at the
+  request's level gives both the row (that centroid's class) and the cell. It needs no label and
+  measured best (Fashion-MNIST, k' = 128, expected nn_recall@8 at eps 1 / 2 / 4: 0.368 / 0.470 /
+  0.653 against 0.351 / 0.449 / 0.623 by the query's label).
+* ``"label"``: the given label's class (or ``classifier``'s), the cell nearest in that class.
+
+Either is a function of the query (features and label), so the guarantee is the same.
 
 Budget: every unseeded request is charged ``(epsilon, 0)`` before anything is drawn, to
 ``accountant`` or the default ledger under ``local:<collection>`` (``local:cells:<digest>``).
@@ -41,7 +47,10 @@ class PrivateCellKNN:
 
     def __init__(self, cells: PublicCells, epsilon: float = 4.0, *, n_cells: int | None = None,
                  shortlist: int = DEFAULT_SHORTLIST, classifier=None, collection: str | None = None,
-                 accountant=None, max_cells: int | None = None):
+                 accountant=None, max_cells: int | None = None, row: str = "nearest"):
+        if row not in ("nearest", "label"):
+            raise InvalidInputError(f"row must be 'nearest' or 'label'; got {row!r}.")
+        self.row = row
         self.cells = cells
         K = cell_level_for_epsilon(epsilon, cells.levels_, max_cells) if n_cells is None else n_cells
         if K not in cells.levels_:
@@ -80,20 +89,39 @@ class PrivateCellKNN:
         row = int(self.cells.class_index([int(label)])[0])
         return row, int(self.cells.assign(x, row, self.n_cells)[0])
 
+    def nearest_cell(self, x) -> tuple[int, int]:
+        """``(class position, cell)`` of the public centroid nearest to ``x`` over every class."""
+        from ..manifold.cells import nearest_centroid
+
+        cen = self.cells.centroids_[self.n_cells]
+        C, K, D = cen.shape
+        flat = int(nearest_centroid(np.asarray(x, dtype=np.float64).reshape(1, -1), cen.reshape(C * K, D))[0])
+        return flat // K, flat % K
+
+    def locate(self, x, label: int | None = None) -> tuple[int, int, int, bool]:
+        """``(class position, cell, label, predicted)`` of a unit-norm query: what the request
+        reports (kept secret)."""
+        if self.row == "nearest":
+            row, cell = self.nearest_cell(x)
+            return row, cell, int(self.cells.classes_[row]), True
+        predicted = label is None
+        if predicted:
+            if self.classifier is None:
+                raise InvalidInputError("no label given and no classifier: pass label=, or build the client "
+                                        "with classifier= (or row='nearest').")
+            label = int(np.asarray(self.classifier.predict(x)).reshape(-1)[0])
+        row, cell = self.true_cell(x, int(label))
+        return row, cell, int(label), predicted
+
     def request(self, x, label: int | None = None) -> tuple[CellRequest, QuerySecret]:
-        """``(CellRequest, QuerySecret)`` for one query ``x`` (raw features; scaled to unit norm)
-        of class ``label``; ``label=None`` asks the client's classifier."""
+        """``(CellRequest, QuerySecret)`` for one query ``x`` (raw features; scaled to unit norm).
+        ``row="nearest"``: the nearest public cell of any class (``label`` is not used);
+        ``row="label"``: the cell of class ``label`` (``None`` asks the client's classifier)."""
         x = as_matrix(np.asarray(x, dtype=np.float64).reshape(1, -1), "query")
         if x.shape[1] != self.cells.n_features_in_:
             raise InvalidInputError(f"query has {x.shape[1]} features; the cells have {self.cells.n_features_in_}.")
         x = normalize_rows(x)
-        predicted = label is None
-        if predicted:
-            if self.classifier is None:
-                raise InvalidInputError("no label given and no classifier: pass label=, or build the client with "
-                                        "classifier=.")
-            label = int(np.asarray(self.classifier.predict(x)).reshape(-1)[0])
-        row, cell = self.true_cell(x, int(label))
+        row, cell, label, predicted = self.locate(x, label)
         self._charge()
         rng = self._rng if self._rng is not None else secure_generator()
         reports = self.mechanism.release(row, cell, int(self.cells.classes_.size), rng)
