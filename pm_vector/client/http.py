@@ -337,8 +337,7 @@ class Client:
             cached[6]["cells"] = cells
         return cached[6]["cells"]
 
-    def private_cells(self, name: str, *, epsilon: float, n_cells: int | None = None, shortlist: int | None = None,
-                      label_free: bool = False):
+    def private_cells(self, name: str, *, epsilon: float, n_cells: int | None = None, shortlist: int | None = None):
         """The :class:`~pm_vector.client.cells.PrivateCellKNN` of the collection's active run (the cell
         release: pure eps, delta 0; ``n_cells`` None: K by the public rule for ``epsilon``, among the
         levels no finer than :func:`~pm_vector.privacy.cells.max_cells_for` the collection's public
@@ -353,8 +352,9 @@ class Client:
         kp = shortlist or DEFAULT_SHORTLIST
         doc = self._public[name][9]
         max_cells = max_cells_for(int(doc["n_items"]), len(doc["classes"]), int(kp)) if doc.get("n_items") else None
-        return PrivateCellKNN(cells, epsilon, n_cells=n_cells, shortlist=kp,
-                              classifier=self._label_classifier(name) if label_free else None, collection=name,
+        # the real row: the query's nearest public cell over every class (PrivateCellKNN's default
+        # row="nearest": no label, no classifier needed)
+        return PrivateCellKNN(cells, epsilon, n_cells=n_cells, shortlist=kp, collection=name,
                               accountant=self._account(name), max_cells=max_cells)
 
     def choose_release(self, name: str, epsilon: float, release: str = "auto") -> str:
@@ -416,8 +416,7 @@ class Client:
         if paper_kwargs:
             raise InvalidInputError(f"unknown options for the pm_vector protocol: {sorted(paper_kwargs)}.")
         if self.choose_release(name, epsilon, release) == "cells":
-            cclient = self.private_cells(name, epsilon=epsilon, n_cells=n_cells, shortlist=shortlist,
-                                         label_free=label is None)
+            cclient = self.private_cells(name, epsilon=epsilon, n_cells=n_cells, shortlist=shortlist)
             if rng is not None:
                 cclient.accountant = None  # seeded: not a private release, not charged
                 cclient._inject_generator(rng if isinstance(rng, np.random.Generator) else secure_generator(int(rng)))
