@@ -76,10 +76,12 @@ def expected_nn_recall(ctx, K: int, eps, located, true_idx, k: int) -> float:
     table = answer_table(ctx, K, eps)
     p, q = rr_probabilities(eps, K)
     Xs = np.asarray(ctx.Xs, dtype=np.float64)
+    sq = (Xs * Xs).sum(1)
     total = 0.0
     for i, (c, a) in enumerate(located):
         lists = table[c]  # (K, k')
-        d = ((Xs[lists.ravel()] - np.asarray(ctx.Xq[i], dtype=np.float64)) ** 2).sum(1).reshape(lists.shape)
+        x = np.asarray(ctx.Xq[i], dtype=np.float64)
+        d = (sq - 2.0 * (Xs @ x))[lists]  # the squared distance up to |x|^2: the same order
         top = np.take_along_axis(lists, np.argsort(d, axis=1, kind="stable")[:, :k], axis=1)
         rec = np.isin(top, true_idx[i]).sum(1) / len(set(true_idx[i].tolist()))
         total += q * rec.sum() + (p - q) * rec[a]

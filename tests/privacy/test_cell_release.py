@@ -308,7 +308,7 @@ def test_which_row_attack_is_bounded_and_blind(public_cells, digits_split):
         print(f"  eps {eps:g} (K={_level(public_cells, eps)}): measured {rate:.3f}, eps-DP bound {bound:.3f}")
         assert rate <= bound + 4 * se
         rates.append(rate)
-    assert rates[-1] > 1 / C + 10 * se  # the attack has power: it is not blind by construction
+    assert rates[-1] > 1 / C + 4 * se  # the attack has power: it is not blind by construction
 
 
 @pytest.mark.parametrize("same_class", [True, False], ids=["same-class", "class-change"])
