@@ -164,7 +164,8 @@ def write(conn, run_id: int, data: CellsData, placement: Mapping[str, list] | No
     from psycopg.types.json import Json
 
     rid = int(run_id)
-    conn.execute("UPDATE pm_vector.embedding_runs SET public_cells = %s WHERE id = %s", [Json(data.cells.to_dict()), rid])
+    conn.execute("UPDATE pm_vector.embedding_runs SET public_cells = %s WHERE id = %s",
+                 [Json(data.cells.to_dict()), rid])
     conn.commit()
     if not placement:
         conn.execute("SELECT pm_vector.pm_create_cells_table(%s)", [rid])
@@ -176,7 +177,8 @@ def write(conn, run_id: int, data: CellsData, placement: Mapping[str, list] | No
     classes = [int(c) for c in data.cells.classes_]
     ddl = conn.execute("SELECT pm_vector.pm_cells_table_ddl(%s)", [rid]).fetchone()[0]
     for s, ks in placement.items():
-        conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, f"DROP TABLE IF EXISTS pm_vector.run_{rid}_cells; {ddl}"])
+        conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)",
+                     [s, f"DROP TABLE IF EXISTS pm_vector.run_{rid}_cells; {ddl}"])
         ft = f'pm_vector."run_{rid}_cells_at_{s}"'
         conn.execute(f"DROP FOREIGN TABLE IF EXISTS {ft}")
         conn.execute(f"CREATE FOREIGN TABLE {ft} (level integer, label bigint, cell integer, item_ids bigint[], "

@@ -232,8 +232,8 @@ def check_cell_request(r: dict, settings: ServiceSettings, name: str):
                                              f"not {name!r}.")
     kp = r.get("shortlist", 128)
     if isinstance(kp, bool) or not isinstance(kp, int) or not 1 <= kp <= settings.max_shortlist:
-        raise ApiError(422, "invalid_input", f"request.shortlist (k') must be an integer in 1..{settings.max_shortlist}, "
-                                             f"got {kp!r}.")
+        raise ApiError(422, "invalid_input", "request.shortlist (k') must be an integer in "
+                                             f"1..{settings.max_shortlist}, got {kp!r}.")
     try:
         return CellRequest.from_dict(r)
     except (InvalidInputError, TypeError, ValueError) as exc:

@@ -124,6 +124,7 @@ def test_cli_query_release_option(service, svc_collection, svc_key, svc_split, t
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out["release"] == release and len(out["item_ids"]) == 8
-    assert out["delta"] == (0.0 if release == "cells" else 1e-5) and out["n_cells"] == (4 if release == "cells" else None)
+    assert out["delta"] == (0.0 if release == "cells" else 1e-5)
+    assert out["n_cells"] == (4 if release == "cells" else None)
     bad = CliRunner().invoke(app, args[:-3] + ["--release", "laplace"])
     assert bad.exit_code != 0 and "release must be one of" in bad.output
