@@ -23,6 +23,12 @@ anchors, runs the server's embedding job, and measures, over ``repeats`` queries
 (c') ``plain_kprime``: the same C plain queries returning ``k'`` items each (``ef_search`` k'),
     as many items as a pm_vector answer carries.
 
+(b'') ``cells`` (with ``release="cells"`` or ``"both"``): the cell release -- the client's
+    request (one reported public cell per class, :class:`pm_vector.client.cells.PrivateCellKNN`
+    on the published cells, K by the public rule for eps) and its resolve: the ``k'`` candidates
+    of every row ranked and joined with their items by ONE statement
+    (:mod:`pm_vector.db.cell_resolution`), and the request log. ``release="cells"`` skips (b').
+
 ``ratio = resolve_p50 / plain_p50`` (and ``pm_vector.ratio`` for (b'), ``pm_vector.ratio_kprime``
 against (c')). Everything the benchmark creates is dropped at the end.
 
@@ -65,6 +71,7 @@ class LatencyConfig:
     graph_degree: int = 16
     max_prior: int = MAX_PRIOR
     seed: int = 0
+    release: str = "gaussian"  # which pm_vector release(s) to time: gaussian, cells or both
 
 
 def clustered(n: int, dim: int, n_classes: int = N_FINE, *, spread: float = 0.9, seed: int = 0):
@@ -114,13 +121,16 @@ class _CountingConn:
         self.knn_statements = 0
         self.shortlist_statements = 0
         self.prior_knn_statements = 0
+        self.cell_statements = 0
         self.statements = 0
 
     def execute(self, query, *a, **kw):
         self.statements += 1
         if "pm_knn_batch" in str(query):
             self.knn_statements += 1
-        if "WHERE it.id = s.item_id" in str(query):  # the rows' candidates with their items
+        if "pm_cell_shortlist" in str(query):  # the cell release's one statement (ranking and items)
+            self.cell_statements += 1
+        elif "WHERE it.id = s.item_id" in str(query):  # the rows' candidates with their items
             self.shortlist_statements += 1
         if "coords <->" in str(query):  # the rows' prior k-NN
             self.prior_knn_statements += 1
@@ -154,6 +164,8 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
     say = progress or (lambda _m: None)
     if cfg.items < 1 or cfg.anchors < 2 or cfg.repeats < 1 or not cfg.rows:
         raise InvalidInputError("items, repeats must be >= 1, anchors >= 2, and rows non-empty.")
+    if cfg.release not in ("gaussian", "cells", "both"):
+        raise InvalidInputError(f"release must be gaussian, cells or both, got {cfg.release!r}.")
     t_start = time.perf_counter()
     load_before = os.getloadavg()
     n_query = cfg.repeats + cfg.warmup
@@ -232,8 +244,25 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
             client_ms = client_ms[cfg.warmup:]
 
             frames_doc = info.get("class_frames")
-            pmv = None
-            if frames_doc:
+            pmv = cells_client = None
+            if info.get("public_cells") and cfg.release in ("cells", "both"):
+                from ..client.cells import PrivateCellKNN
+                from ..manifold.cells import PublicCells
+
+                from ..privacy.cells import max_cells_for
+
+                cells_client = PrivateCellKNN(PublicCells.from_dict(info["public_cells"]), cfg.epsilon,
+                                              shortlist=cfg.shortlist, collection=name,
+                                              max_cells=max_cells_for(len(ys), C, int(cfg.shortlist)))
+                cells_client._inject_generator(secure_generator(cfg.seed + 17))
+                cell_client_ms, cell_reqs = [], []
+                for i in range(n_query):
+                    t = time.perf_counter()
+                    req, _ = cells_client.request(Xq[i], int(yq_c[i]))
+                    cell_client_ms.append((time.perf_counter() - t) * 1e3)
+                    cell_reqs.append(req.to_json())
+                cell_client_ms = cell_client_ms[cfg.warmup:]
+            if frames_doc and cfg.release in ("gaussian", "both"):
                 pmv = PrivateKNN(ClassFrames.from_dict(frames_doc), pa.dummy_features, pa.dummy_labels, cfg.epsilon,
                                  cfg.delta, shortlist=cfg.shortlist, collection=name)
                 pmv._inject_generator(secure_generator(cfg.seed + 13))
@@ -250,6 +279,7 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
             kconn = db.connect(autocommit=True)  # (c'): ef_search k', so that the index returns k' rows
             kconn.execute(f"SET hnsw.ef_search = {max(40, int(cfg.shortlist))}")
             resolve_ms, parts, plain_ms, hits, pmv_ms, pmv_parts, plain_kp_ms = [], [], [], [], [], [], []
+            cell_ms, cell_parts = [], []
             try:
                 # interleaved, so that both see the same machine load
                 for i in range(n_query):
@@ -274,6 +304,12 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                         if i >= cfg.warmup:
                             pmv_ms.append((time.perf_counter() - t) * 1e3)
                             pmv_parts.append(pres["timings_ms"])
+                    if cells_client is not None:
+                        t = time.perf_counter()
+                        cres = resolve(name, cell_reqs[i], conn=rconn)
+                        if i >= cfg.warmup:
+                            cell_ms.append((time.perf_counter() - t) * 1e3)
+                            cell_parts.append(cres["timings_ms"])
                     if i >= cfg.warmup:
                         resolve_ms.append(dt_res)
                         plain_ms.append(dt_plain)
@@ -282,6 +318,7 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                 knn_per_request = rconn.knn_statements / n_query
                 shortlist_per_request = rconn.shortlist_statements / n_query
                 prior_knn_per_request = rconn.prior_knn_statements / n_query
+                cell_statements_per_request = rconn.cell_statements / n_query
             finally:
                 rconn.close()
                 kconn.close()
@@ -305,6 +342,15 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                                              for kk in (pmv_parts[0] if pmv_parts else {}) if kk != "total"},
                     "shortlist_statements_per_request": shortlist_per_request,
                     "prior_knn_statements_per_request": prior_knn_per_request},
+                "cells": None if cells_client is None else {
+                    "shortlist": cfg.shortlist, "n_cells": int(cells_client.n_cells),
+                    "client_p50_ms": round(_pct(cell_client_ms, 50), 3),
+                    "resolve_p50_ms": round(_pct(cell_ms, 50), 3), "resolve_p95_ms": round(_pct(cell_ms, 95), 3),
+                    "ratio": round(_pct(cell_ms, 50) / p_p50, 3),
+                    "ratio_kprime": round(_pct(cell_ms, 50) / _pct(plain_kp_ms, 50), 3),
+                    "resolve_parts_p50_ms": {kk: round(_pct([p[kk] for p in cell_parts if kk in p], 50), 3)
+                                             for kk in (cell_parts[0] if cell_parts else {}) if kk != "total"},
+                    "statements_per_request": cell_statements_per_request},
                 "setup": {"ingest_s": round(ingest_s, 3), "job_s": job.get("duration"), "job_timings": job.get("timings")},
             })
             db.drop_collection(name, missing_ok=True)

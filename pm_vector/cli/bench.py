@@ -188,6 +188,8 @@ def latency(
     max_prior: int = typer.Option(512, help="Prior items the pm_vector shortlist weights one by one per row "
                                   "(the default of new collections, pm_vector.shortlist.MAX_PRIOR)."),
     seed: int = typer.Option(0, help="Seed of the data, the split and the clients (reproducible)."),
+    release: str = typer.Option("gaussian", help="pm_vector release(s) timed beside the paper's: gaussian (noised "
+                                                 "class rows), cells (one reported public cell per class) or both."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
 ):
     """Latency: client step, server resolution (one statement) and plain pgvector k-NN, p50/p95.
@@ -202,7 +204,7 @@ def latency(
 
     cfg = LatencyConfig(items=items, anchors=anchors, rows=_ints(rows, "--rows"), data=data, dim=dim, k=k,
                         repeats=repeats, epsilon=epsilon, shortlist=shortlist, graph_degree=graph_degree,
-                        max_prior=max_prior, seed=seed)
+                        max_prior=max_prior, seed=seed, release=release)
     result = _run_with_spinner("latency", run, cfg, as_json)
     if result is None:
         return
@@ -218,6 +220,12 @@ def latency(
                       f"{pm['resolve_p50_ms']:.1f}", f"{pm['resolve_p95_ms']:.1f}", f"{r['plain_p50_ms']:.1f}",
                       f"{pm['ratio']:.2f}", f"{r['plain_kprime_p50_ms']:.1f}", f"{pm['ratio_kprime']:.2f}",
                       f"{pm['prior_knn_statements_per_request']:g} k-NN + {pm['shortlist_statements_per_request']:g}")
+        ce = r.get("cells")
+        if ce:
+            t.add_row(str(r["rows"]), f"cells (K={ce['n_cells']}, k'={ce['shortlist']})", f"{ce['client_p50_ms']:.1f}",
+                      f"{ce['resolve_p50_ms']:.1f}", f"{ce['resolve_p95_ms']:.1f}", f"{r['plain_p50_ms']:.1f}",
+                      f"{ce['ratio']:.2f}", f"{r['plain_kprime_p50_ms']:.1f}", f"{ce['ratio_kprime']:.2f}",
+                      f"{ce['statements_per_request']:g}")
         t.add_row(str(r["rows"]), "privatemail_paper", f"{r['client_p50_ms']:.1f}", f"{r['resolve_p50_ms']:.1f}",
                   f"{r['resolve_p95_ms']:.1f}", f"{r['plain_p50_ms']:.1f}", f"{r['ratio']:.2f}", "", "",
                   f"{r['knn_statements_per_request']:g}")
@@ -229,6 +237,10 @@ def latency(
         if pm.get("resolve_parts_p50_ms"):
             parts = ", ".join(f"{a} {b:.1f}" for a, b in pm["resolve_parts_p50_ms"].items())
             err.print(f"C={r['rows']}: pm_vector resolve p50 parts (ms, max_prior {pm['max_prior']}): {parts}")
+        ce = r.get("cells") or {}
+        if ce.get("resolve_parts_p50_ms"):
+            parts = ", ".join(f"{a} {b:.1f}" for a, b in ce["resolve_parts_p50_ms"].items())
+            err.print(f"C={r['rows']}: cells resolve p50 parts (ms, K {ce['n_cells']}): {parts}")
     err.print(f"load average before/after: {result['load_average']['before']} / {result['load_average']['after']}")
 
 

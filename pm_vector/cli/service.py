@@ -175,6 +175,11 @@ def query(
     shortlist: int = typer.Option(128, help="k': candidates the server returns per class row."),
     protocol: str = typer.Option("pm_vector", help="pm_vector (default) or privatemail_paper (the paper's "
                                                    "calibration, for reproducing it)."),
+    release: str = typer.Option("auto", help="pm_vector protocol: auto (the public rule: the cell release below "
+                                             "eps 512 when the collection serves it), cells (one reported public "
+                                             "cell per class; pure eps, delta 0) or gaussian (noised class rows)."),
+    n_cells: Optional[int] = typer.Option(None, help="The cell release's level K (one of the published levels; "
+                                                      "default: the public rule for eps)."),
     rerank: bool = typer.Option(True, help="Re-rank by your raw features when the collection allows them."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
@@ -201,8 +206,9 @@ def query(
                 key = c.budget_key()
                 acc = ledger.accountant(key)
                 ledger.set_budget(key, budget, acc.delta_budget, acc.delta_slack)
+            opts = {"shortlist": shortlist, "release": release, "n_cells": n_cells} if protocol == "pm_vector" else {}
             res = c.query(collection, X[row], label, epsilon=epsilon, delta=delta, k=k, rerank=rerank,
-                          protocol=protocol, **({"shortlist": shortlist} if protocol == "pm_vector" else {}))
+                          protocol=protocol, **opts)
     except ServiceError as e:
         _fail(str(e))
     except PMVectorError as e:
@@ -216,7 +222,9 @@ def query(
     if as_json:
         _echo_json(res)
         return
-    t = Table(title=f"{collection}: {k} nearest (eps={epsilon:g}, delta={delta:g})")
+    how = res.get("release") or protocol
+    how += f", K={res['n_cells']}" if res.get("n_cells") else ""
+    t = Table(title=f"{collection}: {k} nearest ({how}; eps={epsilon:g}, delta={res.get('delta', delta):g})")
     for c in ("rank", "item_id", "external_id", "label", "distance"):
         t.add_column(c, justify="right")
     dist = res.get("distances") or [None] * len(res["item_ids"])
@@ -273,7 +281,7 @@ def demo(
     t.add_row("non-private k-NN", "-", "1.000", f"{npv['precision_at_8']:.3f}", f"{npv['recall_at_8']:.3f}", "-",
               "-", "-", "-")
     for r in res["results"]:
-        t.add_row("pm_vector", f"{r['epsilon']:g}", f"{r['nn_recall_at_8']:.3f}", f"{r['precision_at_8']:.3f}",
+        t.add_row(f"pm_vector ({r.get('release', 'gaussian')})", f"{r['epsilon']:g}", f"{r['nn_recall_at_8']:.3f}", f"{r['precision_at_8']:.3f}",
                   f"{r['recall_at_8']:.3f}", f"{r['distinct_lists_per_class']:.2f}", f"{r['bytes_per_request']:,.0f}",
                   f"{r['query_p50_ms']:.1f}", f"{r['resolve_p50_ms']:.1f}")
     Console(width=max(Console().width, 150)).print(t)

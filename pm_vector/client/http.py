@@ -63,6 +63,8 @@ from ..privacy.rng import secure_generator
 from .query import DEFAULT_SHORTLIST, PrivateKNN
 
 FRAME_TOLERANCE = 1e-4
+#: the ``release`` option of :meth:`Client.query`
+RELEASES = ("auto", "cells", "gaussian")
 
 
 class ServiceError(PMVectorError):
@@ -324,18 +326,80 @@ class Client:
             cached = (run_id, frames, np.asarray(doc["dummy_features"], dtype=np.float64),
                       np.asarray(doc["dummy_labels"]), np.asarray(doc["features"], dtype=np.float64),
                       np.asarray(doc["labels"]), {},
-                      doc.get("public_projection") or (doc.get("frame") or {}).get("public_projection"))
+                      doc.get("public_projection") or (doc.get("frame") or {}).get("public_projection"),
+                      # the cell release: the published PublicCells, and class_rows (its "cells": digest,
+                      # levels; n_items and classes: the public rule's finest useful level)
+                      (doc.get("frame") or {}).get("public_cells"), (doc.get("frame") or {}).get("class_rows") or {})
             self._public[name] = cached
-        _, frames, Xd, yd, Xa, ya, classifiers, _ = cached
-        clf = None
-        if label_free:
-            if "kahm" not in classifiers:
-                from ..kahm import KAHMClassifier
-
-                classifiers["kahm"] = KAHMClassifier().fit(Xa, ya)  # public data only
-            clf = classifiers["kahm"]
+        clf = self._label_classifier(name) if label_free else None
+        frames, Xd, yd = cached[1], cached[2], cached[3]
         return PrivateKNN(frames, Xd, yd, epsilon, delta, shortlist=shortlist or DEFAULT_SHORTLIST, classifier=clf,
                           collection=name, accountant=self._account(name))
+
+    def _label_classifier(self, name: str):
+        """The :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor (cached per run): what
+        picks the row of a query without a label (a function of the query: the guarantee is unchanged)."""
+        _, _, _, _, Xa, ya, classifiers = self._public[name][:7]
+        if "kahm" not in classifiers:
+            from ..kahm import KAHMClassifier
+
+            classifiers["kahm"] = KAHMClassifier().fit(Xa, ya)  # public data only
+        return classifiers["kahm"]
+
+    def public_cells(self, name: str):
+        """The collection's published :class:`~pm_vector.manifold.cells.PublicCells` (from the public
+        anchor document, cached per run), verified against the digest the run publishes; None when the
+        active run serves no cell release."""
+        from ..manifold.cells import PublicCells
+
+        run_id = self.collection(name).get("active_run_id")
+        cached = self._public.get(name)
+        if cached is None or cached[0] != run_id:
+            self.private_knn(name, epsilon=1.0, refresh=True)
+            cached = self._public[name]
+        doc, meta = cached[8], cached[9].get("cells") or {}
+        if not doc or meta.get("status") != "ready":
+            return None
+        if "cells" not in cached[6]:
+            cells = PublicCells.from_dict(doc)
+            if cells.digest() != meta.get("digest"):
+                raise AlignmentError(f"the public cells of collection {name!r} do not hash to the digest its run "
+                                     "publishes; refusing to build cell requests on them.")
+            cached[6]["cells"] = cells
+        return cached[6]["cells"]
+
+    def private_cells(self, name: str, *, epsilon: float, n_cells: int | None = None, shortlist: int | None = None):
+        """The :class:`~pm_vector.client.cells.PrivateCellKNN` of the collection's active run (the cell
+        release: pure eps, delta 0; ``n_cells`` None: K by the public rule for ``epsilon``, among the
+        levels no finer than :func:`~pm_vector.privacy.cells.max_cells_for` the collection's public
+        size, classes and k'), charging this client's ledger (eps, 0) per request."""
+        from ..privacy.cells import max_cells_for
+        from .cells import PrivateCellKNN
+
+        cells = self.public_cells(name)
+        if cells is None:
+            raise InvalidInputError(f"collection {name!r} serves no cell release (its active run publishes no "
+                                    "cells); use release='gaussian', or run a new embedding job.")
+        kp = shortlist or DEFAULT_SHORTLIST
+        doc = self._public[name][9]
+        max_cells = max_cells_for(int(doc["n_items"]), len(doc["classes"]), int(kp)) if doc.get("n_items") else None
+        # the real row: the query's nearest public cell over every class (PrivateCellKNN's default
+        # row="nearest": no label, no classifier needed)
+        return PrivateCellKNN(cells, epsilon, n_cells=n_cells, shortlist=kp, collection=name,
+                              accountant=self._account(name), max_cells=max_cells)
+
+    def choose_release(self, name: str, epsilon: float, release: str = "auto") -> str:
+        """``"cells"`` or ``"gaussian"``: ``release`` itself, or for ``"auto"`` the public default rule
+        (:func:`pm_vector.privacy.cells.release_for_epsilon`), the Gaussian when the collection serves
+        no cells."""
+        from ..privacy.cells import release_for_epsilon
+
+        if release not in RELEASES:
+            raise InvalidInputError(f"release must be one of {list(RELEASES)}, not {release!r}.")
+        if release != "auto":
+            return release
+        rel = release_for_epsilon(epsilon)
+        return "cells" if rel == "cells" and self.public_cells(name) is not None else "gaussian"
 
     def public_projection(self, name: str):
         """The :class:`~pm_vector.manifold.codes.PublicProjection` of the items' published codes (from the
@@ -355,24 +419,31 @@ class Client:
         return cached[6]["projection"]
 
     def build_request(self, name: str, features, label: int | None = None, *, epsilon: float, delta: float = 1e-5,
-                      protocol: str = "pm_vector", shortlist: int | None = None, **paper_options):
+                      protocol: str = "pm_vector", shortlist: int | None = None, release: str = "gaussian",
+                      n_cells: int | None = None, **paper_options):
         """``(request, secret)`` built locally and charged to the budget (before its noise is drawn;
         :class:`~pm_vector.errors.BudgetExceededError` releases nothing); nothing is sent.
-        ``protocol="pm_vector"`` (default): a :class:`~pm_vector.client.query.QueryRequest`
-        (``label=None``: the label-free client). ``"privatemail_paper"``: the paper's request
-        (:class:`~pm_vector.client.PrivateMail`; ``paper_options``: any of :data:`PAPER_OPTIONS`).
-        Private (underscore) or unknown keywords raise :class:`TypeError`: no seed reaches this method."""
+        ``protocol="pm_vector"`` (default): ``release="gaussian"`` a
+        :class:`~pm_vector.client.query.QueryRequest` (``label=None``: the label-free client), charged
+        (eps, delta); ``release="cells"`` a :class:`~pm_vector.client.request.CellRequest` (level
+        ``n_cells``, None: the public rule), charged (eps, 0); ``"auto"``: :meth:`choose_release`.
+        ``"privatemail_paper"``: the paper's request (:class:`~pm_vector.client.PrivateMail`;
+        ``paper_options``: any of :data:`PAPER_OPTIONS`). Private (underscore) or unknown keywords
+        raise :class:`TypeError`: no seed reaches this method."""
         _check_options(paper_options)
         return self._build_request(name, features, label, epsilon=epsilon, delta=delta, protocol=protocol,
-                                   shortlist=shortlist, options=paper_options)
+                                   shortlist=shortlist, release=release, n_cells=n_cells, options=paper_options)
 
     def _build_request(self, name, features, label=None, *, epsilon, delta=1e-5, protocol="pm_vector",
-                       shortlist=None, options=None, rng=None):
+                       shortlist=None, release="gaussian", n_cells=None, options=None, rng=None):
         """:meth:`build_request`; ``rng`` (an int or a Generator: tests only, never reached from a public
         method) drives dummies and noise, the request says ``seeded`` and is not charged (not a
         private release; a service refuses it unless its settings allow seeded requests)."""
         options = dict(options or {})
         if protocol == "privatemail_paper":
+            if release not in ("auto", "gaussian") or n_cells is not None:
+                raise InvalidInputError("release and n_cells apply to the pm_vector protocol (the paper's protocol "
+                                        "is its own release).")
             if label is None:
                 raise InvalidInputError("the paper's protocol needs the query's label.")
             frame, anchor, _ = self.frame(name)
@@ -386,6 +457,16 @@ class Client:
         if options:
             raise InvalidInputError(f"{sorted(options)} are options of protocol='privatemail_paper', not of the "
                                     "pm_vector protocol.")
+        if self.choose_release(name, epsilon, release) == "cells":
+            cclient = self.private_cells(name, epsilon=epsilon, n_cells=n_cells, shortlist=shortlist)
+            if rng is not None:
+                cclient.accountant = None  # seeded: not a private release, not charged
+                cclient._inject_generator(rng if isinstance(rng, np.random.Generator) else secure_generator(int(rng)))
+            req, secret = cclient.request(np.asarray(features, dtype=np.float64), None if label is None else int(label))
+            self._built.add(_fingerprint(req))
+            return req, secret
+        if n_cells is not None:
+            raise InvalidInputError("n_cells applies to the cell release (release='cells' or 'auto').")
         client = self.private_knn(name, epsilon=epsilon, delta=delta, shortlist=shortlist, label_free=label is None)
         if rng is not None:
             client.accountant = None  # seeded: not a private release, not charged
@@ -396,7 +477,8 @@ class Client:
 
     def query(self, name: str, features, label: int | None = None, *, epsilon: float, delta: float = 1e-5,
               k: int = 8, shortlist: int | None = None, protocol: str = "pm_vector", rerank: bool = True,
-              rerank_with: str | None = None, **paper_options) -> dict[str, Any]:
+              rerank_with: str | None = None, release: str = "auto", n_cells: int | None = None,
+              **paper_options) -> dict[str, Any]:
         """One private k-NN query; returns the real row's answer (``item_ids``, ``labels``,
         ``external_ids``, ``distances``) with ``epsilon``, ``delta``, ``budget`` (the server's
         entry after the charge), ``bytes_sent``/``bytes_received`` and ``timing``.
@@ -409,14 +491,23 @@ class Client:
         re-ranks by ``||projection.transform(x) - code||``. ``rerank_with``: ``"features"``,
         ``"codes"`` or None (features when the collection allows them, else codes). ``reranked``
         in the result: ``"features"``, ``"codes"`` or false (server score order kept).
+
+        ``release`` (pm_vector protocol): ``"auto"`` (default: the public rule of
+        :func:`pm_vector.privacy.cells.release_for_epsilon`, the cell release below eps 512 when the
+        collection serves it), ``"cells"`` (one reported public cell per class, pure eps: delta 0;
+        ``n_cells`` the level K, None: the public rule for eps) or ``"gaussian"`` (the noised class
+        rows, (eps, delta)). The result's ``release`` says which was used (``"privatemail_paper"`` for
+        the paper's protocol), ``delta`` what was charged.
         ``paper_options``: any of :data:`PAPER_OPTIONS` (``protocol="privatemail_paper"``); private
         (underscore) or unknown keywords raise :class:`TypeError`."""
         _check_options(paper_options)
         return self._query(name, features, label, epsilon=epsilon, delta=delta, k=k, shortlist=shortlist,
-                           protocol=protocol, rerank=rerank, rerank_with=rerank_with, options=paper_options)
+                           protocol=protocol, rerank=rerank, rerank_with=rerank_with, release=release,
+                           n_cells=n_cells, options=paper_options)
 
     def _query(self, name, features, label=None, *, epsilon, delta=1e-5, k=8, shortlist=None, protocol="pm_vector",
-               rerank=True, rerank_with=None, options=None, rng=None) -> dict[str, Any]:
+               rerank=True, rerank_with=None, release="auto", n_cells=None, options=None,
+               rng=None) -> dict[str, Any]:
         """:meth:`query`; ``rng``: see :meth:`_build_request` (tests only)."""
         import base64
         import json
@@ -440,9 +531,14 @@ class Client:
                     raise InvalidInputError(f"collection {name!r} publishes no compact codes (its active run "
                                             "predates them).")
                 mode = None
+        if protocol != "pm_vector" and (release not in ("auto", "gaussian") or n_cells is not None):
+            raise InvalidInputError("release and n_cells apply to the pm_vector protocol (the paper's protocol is "
+                                    "its own release).")
         t0 = time.perf_counter()
         req, secret = self._build_request(name, features, label, epsilon=epsilon, delta=delta, protocol=protocol,
-                                          shortlist=shortlist, options=options, rng=rng)
+                                          shortlist=shortlist, release=release, n_cells=n_cells, options=options,
+                                          rng=rng)
+        used = getattr(req, "release", "privatemail_paper")
         t1 = time.perf_counter()
         status = self.budget.status(self.budget_key())  # charged by _build_request
         body = {"request": req.to_dict(), "k": int(k), "include_features": mode == "features"}
@@ -479,7 +575,8 @@ class Client:
                          "class_scores"):
                 if row.get(key2) is not None:
                     row[key2] = list(row[key2])[: int(k)]
-        return {**row, "collection": name, "protocol": protocol, "epsilon": float(epsilon), "delta": float(delta),
+        return {**row, "collection": name, "protocol": protocol, "release": used, "epsilon": float(epsilon),
+                "delta": 0.0 if used == "cells" else float(delta), "n_cells": getattr(req, "n_cells", None),
                 "k": int(k), "shortlist": getattr(req, "shortlist", None), "label_predicted":
                 bool(getattr(secret, "predicted", False)), "run_id": res.get("run_id"), "reranked": reranked,
                 "budget": status, "bytes_sent": len(text), "bytes_received": len(r.content),

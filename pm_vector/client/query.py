@@ -73,7 +73,8 @@ class QueryRequest:
     the noise per row, the frames' digest, ``shortlist`` (k'), ``seeded`` (true only for a
     request built with an injected generator: tests and benchmarks), and the release's provenance:
     ``noise`` (``"discrete_gaussian"``) and ``grid`` (the public grid step of each row; every row
-    value is an integer multiple of it)."""
+    value is an integer multiple of it), and ``release`` (always ``"gaussian"``: which release the
+    request is; the cell release's requests are :class:`~pm_vector.client.request.CellRequest`)."""
 
     rows: np.ndarray
     classes: list
@@ -87,8 +88,11 @@ class QueryRequest:
     collection: str | None = None
     noise: str | None = None
     grid: list | None = None
+    release: str = "gaussian"
 
     def __post_init__(self):
+        if self.release != "gaussian":
+            raise InvalidInputError(f"a class-rows request has release 'gaussian'; got {self.release!r:.40}.")
         self.rows = as_matrix(self.rows, "rows")
         C = self.rows.shape[0]
         if self.noise not in (None, "gaussian", NOISE):
@@ -132,10 +136,11 @@ class QueryRequest:
         if missing:
             raise InvalidInputError(f"request is missing fields: {', '.join(missing)}.")
         # a strict schema: nothing the client chose beyond these fields reaches the request log
-        unknown = sorted(set(d) - set(need) - {"format", "shortlist", "seeded", "collection", "noise", "grid"})
+        unknown = sorted(set(d) - set(need) - {"format", "shortlist", "seeded", "collection", "noise", "grid",
+                                               "release"})
         if unknown:
             raise InvalidInputError(f"unknown request field(s) {unknown}; a pm_vector request has {sorted(need)} "
-                                    "and optionally shortlist, seeded, collection, noise, grid.")
+                                    "and optionally shortlist, seeded, collection, noise, grid, release.")
         try:
             rows = np.asarray(d["rows"])
         except (TypeError, ValueError):
@@ -145,7 +150,8 @@ class QueryRequest:
         return cls(rows=rows, classes=list(d["classes"]), epsilon=d["epsilon"], delta=d["delta"],
                    noise_scale=d["noise_scale"], sigmas=list(d["sigmas"]), frames_digest=str(d["frames_digest"]),
                    shortlist=d.get("shortlist", DEFAULT_SHORTLIST), seeded=d.get("seeded", False),
-                   collection=d.get("collection"), noise=d.get("noise"), grid=d.get("grid"))
+                   collection=d.get("collection"), noise=d.get("noise"), grid=d.get("grid"),
+                   release=d.get("release", "gaussian"))
 
 
 @dataclass(frozen=True)

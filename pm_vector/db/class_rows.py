@@ -39,7 +39,8 @@ item gets its prior row, its own neighbour list (against all items of the run, n
 included), its code, and adds its contribution to the hub counts of its class (and the ``nhub``
 of every prior row listing an item whose count changed is recomputed); the neighbour lists of
 existing items are **not** recomputed (a new item never enters an older item's ``N(j)``), so
-after new items the run's scores are those of a graph slightly different from a fresh fit. A
+after new items the run's scores are those of a graph slightly different from a fresh fit. The
+cell release's per-cell hub counts are extended alike (:func:`pm_vector.db.cells.extend`). A
 full embedding job rebuilds everything exactly.
 """
 
@@ -106,6 +107,8 @@ class ClassRowsData:
     placement: dict | None = None  # sharded runs: {shard: [class positions]} (pm_vector.db.sharding)
     prior_nbrs: np.ndarray | None = None  # (P, g) item ids: each prior item's neighbour list
     prior_nhub: np.ndarray | None = None  # (P, g) float64: hub count of each of them in the item's class
+    cells: Any = None  # pm_vector.db.cells.CellsData: the cell release's public cells and per-cell hub counts
+    cells_doc: dict | None = None  # what class_rows -> 'cells' records (ready, or unavailable with the reason)
 
     def doc(self) -> dict[str, Any]:
         from ..client.query import frames_digest
@@ -117,6 +120,7 @@ class ClassRowsData:
                 "classes": [int(c) for c in classes], "class_sizes": sizes,
                 "frames_digest": frames_digest(self.frames), "n_items": int(self.item_ids.shape[0]),
                 "code_dim": None if self.codes is None else int(self.codes.shape[1]),
+                **({} if self.cells_doc is None else {"cells": self.cells_doc}),
                 **({} if self.placement is None else {"shards": self.placement})}
 
 
@@ -154,12 +158,20 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
         hi.append(ids[nz])
         hc.append(cnt[nz])
     cat = (lambda a, dt: np.concatenate(a) if a else np.zeros(0, dt))
+    from . import cells as _cells
+
+    try:  # the cell release: public cells (anchor only) and per-cell hub counts on the same graph
+        cells = _cells.build(anchor_X, anchor_y, X, y, ids, frames.classes_, neighbors=ps.neighbors_)
+        cells_doc = cells.doc()
+    except InvalidInputError as exc:
+        cells, cells_doc = None, _cells.unavailable(str(exc))
     return ClassRowsData(frames=frames, params=dict(p), item_ids=ids, neighbors=ids[ps.neighbors_], prior_ids=ids[pidx],
                          prior_labels=y[pidx], prior_coords=coords, hub_labels=cat(hl, np.int64),
                          hub_ids=cat(hi, np.int64), hub_counts=cat(hc, np.float64), projection=projection,
                          codes=item_codes(projection, X),
                          prior_nbrs=ids[np.concatenate(nb)] if nb else np.zeros((0, g_eff), np.int64),
-                         prior_nhub=np.concatenate(nh) if nh else np.zeros((0, g_eff)))
+                         prior_nhub=np.concatenate(nh) if nh else np.zeros((0, g_eff)), cells=cells,
+                         cells_doc=cells_doc)
 
 
 def item_codes(projection, X) -> np.ndarray:
@@ -283,6 +295,10 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
                      [Json(data.projection.to_dict()), rid])
         conn.commit()
         _copy_codes(conn, rid, data.item_ids, data.codes, batch, True)
+    if data.cells is not None:
+        from . import cells as _cells
+
+        _cells.write(conn, rid, data.cells, data.placement)
 
 
 def _refresh_nhub(conn, run_id: int) -> None:
@@ -380,6 +396,11 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
             if fast:
                 _refresh_nhub(conn, rid)
     new_doc = dict(doc)
+    cells_doc = doc.get("cells") or {}
+    if cells_doc.get("status") == "ready":  # the new items' cells and counts, on the cell release's graph
+        from . import cells as _cells
+
+        _cells.extend(conn, rid, cells_doc, all_ids, all_X, new_ids, new_X, new_y)
     sizes = list(doc["class_sizes"])
     for k, c in enumerate(doc["classes"]):
         sizes[k] = int(sizes[k]) + int(np.sum(new_y == int(c)))

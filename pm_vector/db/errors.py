@@ -74,6 +74,11 @@ class ClassRowsUnavailableError(DatabaseError):
     set cannot give class frames): class-rows requests need a new embedding job."""
 
 
+class CellsUnavailableError(ClassRowsUnavailableError):
+    """The active run publishes no ready cells (built before the cell release, or an anchor set that
+    gives none): cell requests need a full embedding job."""
+
+
 class ShardNotRegisteredError(DatabaseConfigError):
     """A shard name the coordinator does not know (``pm-vector db shard-add`` registers shards)."""
 
@@ -104,6 +109,7 @@ _SQLSTATE_CLASSES: dict[str, type[PMVectorError]] = {
     "PM006": ClassRowsUnavailableError,
     "PM007": ShardNotRegisteredError,
     "PM008": ShardUnavailableError,
+    "PM009": CellsUnavailableError,
     "PM010": DimensionMismatchError,
     "PM011": UnknownLabelError,
     "PM012": InvalidInputError,

@@ -249,7 +249,10 @@ def public_anchor(collection: str):
     class sizes and frames digest) and ``public_projection`` (the
     :class:`~pm_vector.manifold.codes.PublicProjection` document of the items' published codes,
     fit on the public anchor set; None when the run has none): a client re-ranks its candidates by
-    ``||projection.transform(x) - code||`` when the collection does not hand out raw features. Raises CollectionNotFoundError, NoActiveRunError,
+    ``||projection.transform(x) - code||`` when the collection does not hand out raw features; and
+    ``public_cells`` (the run's :class:`~pm_vector.manifold.cells.PublicCells` document, fit on the
+    public anchor set only, for cell requests; its digest and levels are ``class_rows["cells"]``;
+    None when the run serves no cells). Raises CollectionNotFoundError, NoActiveRunError,
     NoAnchorSetError (no dummy pool registered).
     """
     from ..client import PublicAnchor
@@ -261,10 +264,13 @@ def public_anchor(collection: str):
         anchors = _load_anchor_set(conn, coll, "anchor", rf.anchor_set_id)
         dummies = _load_anchor_set(conn, coll, "dummy", None)
         class_frames_doc, class_rows_doc = _class_rows_docs(conn, rf.run_id)
-        projection_doc = None
+        projection_doc = cells_doc = None
         if class_frames_doc is not None and (class_rows_doc or {}).get("code_dim"):
             projection_doc = conn.execute("SELECT public_projection FROM pm_vector.embedding_runs WHERE id = %s",
                                           [rf.run_id]).fetchone()[0]
+        if class_frames_doc is not None and ((class_rows_doc or {}).get("cells") or {}).get("status") == "ready":
+            cells_doc = conn.execute("SELECT public_cells FROM pm_vector.embedding_runs WHERE id = %s",
+                                     [rf.run_id]).fetchone()[0]
         conn.rollback()
     pa = PublicAnchor(list(rf.anchor_ids), anchors.features, anchors.labels, dummies.features, dummies.labels)
     info = {"collection": collection, "run_id": rf.run_id, "anchor_set_id": rf.anchor_set_id,
@@ -275,7 +281,10 @@ def public_anchor(collection: str):
             # build a pm_vector.client.query.PrivateKNN (None when the run has no class rows)
             "class_frames": class_frames_doc, "class_rows": class_rows_doc,
             # the items' published codes: PublicProjection.from_dict(info["public_projection"])
-            "public_projection": projection_doc}
+            "public_projection": projection_doc,
+            # the cell release: PublicCells.from_dict(info["public_cells"]), whose digest() is
+            # info["class_rows"]["cells"]["digest"] (None when the run serves no cells)
+            "public_cells": cells_doc}
     return pa, info
 
 

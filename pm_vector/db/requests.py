@@ -1,7 +1,8 @@
 """What every request passes before it touches a run: parsing (object, dict or JSON text of
-the three formats), the shape and number checks, and the limits; plus the snapshot a resolve
-runs in. Used by :mod:`pm_vector.db.resolution` (class-rows requests, the default) and
-:mod:`pm_vector.db.paper_resolution` (the paper's requests).
+the four formats), the shape and number checks, and the limits; plus the snapshot a resolve
+runs in. Used by :mod:`pm_vector.db.resolution` (class-rows requests),
+:mod:`pm_vector.db.cell_resolution` (cell requests) and :mod:`pm_vector.db.paper_resolution` (the
+paper's requests).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from ..client.query import FORMAT as CLASS_ROWS_FORMAT
 from ..client.query import QueryRequest
 from ..client.release import RELEASE_FORMAT, ReleaseRequest
+from ..client.request import CELL_FORMAT, CellRequest
 from ..client.request import FORMAT as REQUEST_FORMAT
 from ..client.request import PrivateMailRequest
 from ..errors import InvalidInputError, RequestError
@@ -81,7 +83,7 @@ def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
     """The request object, and None: the request log stores the validated request's
     ``to_dict()`` (known fields, checked types), never the text as it came (an invented field,
     a duplicated key or a number written as a string do not reach the log)."""
-    if isinstance(request, (PrivateMailRequest, ReleaseRequest, QueryRequest)):
+    if isinstance(request, (PrivateMailRequest, ReleaseRequest, QueryRequest, CellRequest)):
         return request, None
     if isinstance(request, (bytes, bytearray, memoryview)):
         try:
@@ -108,9 +110,16 @@ def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
             raise
         except (TypeError, ValueError, KeyError) as exc:
             raise RequestError(f"the class-rows request has a field of the wrong type ({exc}).") from None
+    if fmt == CELL_FORMAT:
+        try:
+            return CellRequest.from_dict(dict(request)), None
+        except InvalidInputError:
+            raise
+        except (TypeError, ValueError, KeyError) as exc:
+            raise RequestError(f"the cell request has a field of the wrong type ({exc}).") from None
     if fmt != REQUEST_FORMAT:
-        raise RequestError(f"unsupported request format {fmt!r}; expected {REQUEST_FORMAT!r}, {RELEASE_FORMAT!r} "
-                           f"or {CLASS_ROWS_FORMAT!r}.")
+        raise RequestError(f"unsupported request format {fmt!r}; expected {REQUEST_FORMAT!r}, {RELEASE_FORMAT!r}, "
+                           f"{CLASS_ROWS_FORMAT!r} or {CELL_FORMAT!r}.")
     if not isinstance(request.get("anchor_ids", []), list):
         raise RequestError("anchor_ids must be a list.")
     try:
@@ -149,6 +158,8 @@ def _finite_matrix(a, what: str) -> np.ndarray:
 
 
 def _check_rows(req) -> None:
+    if isinstance(req, CellRequest):
+        return None  # its reports, level and eps are checked when it is built (CellRequest.__post_init__)
     if isinstance(req, QueryRequest):
         return _check_class_rows(req)
     emb = _finite_matrix(req.release if isinstance(req, ReleaseRequest) else req.embedding, "embedding")

@@ -42,6 +42,10 @@ with the :class:`~pm_vector.manifold.codes.PublicProjection` of :func:`public_an
 collection has a KAHM model every candidate also carries its class scores, as on the PrivateMail
 path. Codes and scores are joined in the candidates statement.
 
+Cell requests (release ``"cells"``, format ``"pm_vector.cells/1"``: one reported public cell per
+class, pure eps) are answered by :func:`pm_vector.db.cell_resolution.resolve_cells`: one statement
+(``pm_vector.pm_cell_shortlist_core``, or its sharded fan-out) joined with the items.
+
 The paper's requests (format ``"pm_vector.privatemail/1"`` and release-only
 ``"pm_vector.privatemail-release/1"``) are answered by
 :func:`pm_vector.db.paper_resolution.resolve_paper` (align + ``pm_knn_batch``).
@@ -58,6 +62,7 @@ from psycopg.types.json import set_json_loads
 
 from ..client.query import FORMAT as CLASS_ROWS_FORMAT
 from ..client.query import QueryRequest
+from ..client.request import CellRequest
 from ..errors import InvalidInputError, RequestError
 from . import run_graph
 from .engine import connect
@@ -132,6 +137,12 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     req, raw = _parse(request)
     _check_rows(req)
     timings["parse"] = (time.perf_counter() - t0) * 1e3
+    if isinstance(req, CellRequest):
+        from .cell_resolution import resolve_cells
+
+        return resolve_cells(collection, req, raw, include_features, conn=conn, k_prime=k_prime, log=log,
+                             received=received, t0=t0, timings=timings, include_codes=include_codes,
+                             class_scores=class_scores, read_conn=read_conn)
     if isinstance(req, QueryRequest):
         return _resolve_class_rows(collection, req, raw, include_features, conn=conn, max_query_rows=max_query_rows,
                                    k_prime=k_prime, log=log, received=received, t0=t0, timings=timings,
@@ -156,6 +167,10 @@ def explain_resolution(collection: str, request, k: int = 8, include_features: b
     k = _check_k(k)
     req, _ = _parse(request)
     _check_rows(req)
+    if isinstance(req, CellRequest):
+        from .cell_resolution import explain_cells
+
+        return explain_cells(collection, req, include_features)
     if isinstance(req, QueryRequest):
         return _explain_class_rows(collection, req, include_features)
     return explain_paper(collection, req, k, include_features)

@@ -338,9 +338,10 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         """The answer read on a replica in rotation (log written on ``conn``), or None: read on the
         primary (no replica, a paper request, or the replica failed: it leaves the rotation)."""
         from ..client.query import QueryRequest
+        from ..client.request import CellRequest
 
         router = state["router"]
-        if router is None or not isinstance(req, QueryRequest):  # the paper's requests: on the primary
+        if router is None or not isinstance(req, (QueryRequest, CellRequest)):  # the paper's: on the primary
             return None
         url = router.pick()
         if url is None:

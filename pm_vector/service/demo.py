@@ -122,11 +122,12 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
                 done = 0
                 examples = None
                 for eps in epsilons:
-                    labels, lat, srv, nn, sent, got, answers = [], [], [], [], [], [], []
+                    labels, lat, srv, nn, sent, got, answers, used = [], [], [], [], [], [], [], set()
                     for i in range(len(yq)):
                         r = client.query(name, Xq[i], int(yq[i]), epsilon=float(eps), delta=delta, k=K,
                                          shortlist=SHORTLIST.get(dataset, 64))
                         labels.append(r["labels"])
+                        used.add(f"{r['release']} K={r['n_cells']}" if r.get("n_cells") else r["release"])
                         answers.append(list(r["external_ids"]))
                         nn.append(len(set(r["external_ids"]) & set(ext[idx[i]].tolist())) / K)
                         lat.append(r["timing"]["total_ms"])
@@ -136,7 +137,8 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
                         done += 1
                         prog(f"queries eps={eps:g}", done, total)
                     L = np.asarray(labels)
-                    results.append({"epsilon": float(eps), "nn_recall_at_8": float(np.mean(nn)),
+                    results.append({"epsilon": float(eps), "release": ", ".join(sorted(used)),
+                                    "nn_recall_at_8": float(np.mean(nn)),
                                     "recall_at_8": recall_at_k(L, yq, K), "precision_at_8": precision_at_k(L, yq, K),
                                     "distinct_lists_per_class": _distinct_per_class(answers, yq),
                                     "bytes_per_request": float(np.median(np.add(sent, got))),

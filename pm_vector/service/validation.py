@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 
 from ..client import wire
 from ..client.query import FORMAT as QUERY_FORMAT
+from ..client.request import CELL_FORMAT
 from ..errors import InvalidInputError
 from .settings import ServiceSettings
 
@@ -173,6 +174,10 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
         q = check_query_request(r, settings, name)
         check_cells(len(r["rows"]), max(k, int(r.get("shortlist") or 1)), settings)
         return q, k, inc, codes
+    if r.get("format") == CELL_FORMAT:
+        cr = check_cell_request(r, settings, name)
+        check_cells(cr.n_rows, max(k, cr.shortlist), settings)
+        return cr, k, inc, codes
     if codes:
         raise ApiError(422, "invalid_input", "include_codes applies to class-rows requests (format "
                                              f"{QUERY_FORMAT!r}).")
@@ -209,6 +214,31 @@ def check_query_request(r: dict, settings: ServiceSettings, name: str):
         return QueryRequest.from_dict(r)
     except (InvalidInputError, TypeError, ValueError) as exc:
         raise ApiError(422, "invalid_input", f"invalid pm_vector request: {exc}") from None
+
+
+def check_cell_request(r: dict, settings: ServiceSettings, name: str):
+    """Validate a cell request (release "cells": one reported cell per class); returns a CellRequest
+    or raises ApiError. Its level, digest and number of reports are checked against the run by
+    :func:`pm_vector.db.cell_resolution.check_against_run` (422 as well)."""
+    from ..client.request import CellRequest
+
+    reports = r.get("reports")
+    if not isinstance(reports, list) or not reports:
+        raise ApiError(422, "invalid_input", "request.reports must be a non-empty list of cells (one per class).")
+    if len(reports) > settings.max_rows:
+        raise ApiError(413, "too_many_rows", f"request.reports has {len(reports):,} cells; this server accepts at most "
+                                             f"{settings.max_rows:,}.")
+    if r.get("collection") not in (None, name):
+        raise ApiError(422, "invalid_input", f"the request was built for collection {r.get('collection')!r}, "
+                                             f"not {name!r}.")
+    kp = r.get("shortlist", 128)
+    if isinstance(kp, bool) or not isinstance(kp, int) or not 1 <= kp <= settings.max_shortlist:
+        raise ApiError(422, "invalid_input", "request.shortlist (k') must be an integer in "
+                                             f"1..{settings.max_shortlist}, got {kp!r}.")
+    try:
+        return CellRequest.from_dict(r)
+    except (InvalidInputError, TypeError, ValueError) as exc:
+        raise ApiError(422, "invalid_input", f"invalid cell request: {exc}") from None
 
 
 def check_distances_body(d: Any, settings: ServiceSettings) -> tuple[list[list[float]], int | None]:

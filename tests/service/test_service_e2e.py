@@ -28,7 +28,7 @@ def test_private_query_end_to_end(service, svc_collection, svc_key, svc_split, r
     hits, nn, answers = [], [], []
     with Client(service.url, svc_key["key"], budget=budget) as c:
         for i in range(6):
-            r = c.query(svc_collection, Xq[i], int(yq[i]), epsilon=16.0, k=8, shortlist=32)
+            r = c.query(svc_collection, Xq[i], int(yq[i]), epsilon=16.0, k=8, shortlist=32, release="gaussian")
             assert len(r["item_ids"]) == 8 and len(r["labels"]) == 8 and r["reranked"]
             assert r["distances"] == sorted(r["distances"])
             assert r["protocol"] == "pm_vector" and r["bytes_sent"] > 0 and r["bytes_received"] > r["bytes_sent"]
@@ -49,7 +49,8 @@ def test_private_query_end_to_end(service, svc_collection, svc_key, svc_split, r
     assert np.asarray(req["rows"]).shape == (10, 4) and req["seeded"] is False
     base = {"format", "rows", "classes", "epsilon", "delta", "noise_scale", "sigmas", "frames_digest", "shortlist",
             "seeded", "collection"}
-    assert base <= set(req) <= base | {"noise", "grid"}  # noise/grid: the release's public noise description
+    assert base <= set(req) <= base | {"noise", "grid", "release"}  # noise/grid: the release's public noise description
+    assert req.get("release", "gaussian") == "gaussian"
 
 
 def _ledger(tmp_path):
@@ -78,15 +79,16 @@ def test_client_traffic_does_not_depend_on_the_real_row(service, svc_collection,
     Xq, yq = svc_split.query
     with Client(service.url, svc_key["key"], budget=_ledger(tmp_path)) as c:
         c.private_knn(svc_collection, epsilon=4.0)  # fetch the public anchor first
-        for i in (0, 1, 2):
+        for i, release in ((0, "gaussian"), (1, "gaussian"), (2, "gaussian"), (0, "cells"), (1, "cells")):
             sent: list = []
             c._http.event_hooks["request"] = [lambda req: sent.append(req)]
-            c.query(svc_collection, Xq[i], int(yq[i]), epsilon=4.0, k=8, shortlist=16)
+            c.query(svc_collection, Xq[i], int(yq[i]), epsilon=4.0, k=8, shortlist=16, release=release)
             paths = [q.url.path for q in sent]
             assert paths[-1].endswith("/resolve") and sum(p.endswith("/resolve") for p in paths) == 1
             body = json.loads(sent[-1].content)
             assert body["include_features"] is True and set(body) == {"request", "k", "include_features"}
-            assert len(body["request"]["rows"]) == 10
+            assert body["request"]["release"] == release
+            assert len(body["request"]["rows" if release == "gaussian" else "reports"]) == 10
 
 
 def test_unauthenticated_refused(service, svc_collection, svc_key, svc_split, requests_logged):

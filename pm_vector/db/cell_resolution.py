@@ -1,0 +1,163 @@
+"""The server's resolve of a cell request (release ``"cells"``, format ``"pm_vector.cells/1"``).
+
+A :class:`~pm_vector.client.request.CellRequest` reports one public cell per class of the active
+run, at one level K (:mod:`pm_vector.privacy.cells`: pure eps, delta 0 for the whole request).
+:func:`resolve_cells` checks it against the run's published cells, then answers **all** rows with
+**one** statement in one REPEATABLE READ snapshot, and logs it (delta 0) in the same transaction:
+
+* checks (nothing written on error, a 4xx through HTTP): the run has class rows and publishes
+  ready cells (:class:`CellsUnavailableError`), the request's ``cells_digest`` is the
+  run's (:class:`CellsDigestMismatchError`: fetch the current public anchor), ``n_cells`` is one of
+  the published levels, one report per class in ``[0, K)`` in the run's class order (C of them),
+  ``k'`` in 1..1000;
+* the statement: ``pm_vector.pm_cell_shortlist_core`` (``sql/0013_cells.sql``: each row's cell
+  row of ``run_<id>_cells`` by primary key, its class's top hubs, the fill, scored
+  ``h_c + w h_{c,K,r}`` with ``w = cell_weight(eps)`` passed from Python so both sides rank with
+  the same float64 numbers; the answers are exactly :meth:`pm_vector.shortlist.CellShortlist.shortlist`'s)
+  -- or, on a sharded run, ``pm_vector.pm_cell_shortlist_sharded`` (each shard ranks the rows of its
+  classes) -- joined with the candidates' items (payloads and, when asked, raw features / codes /
+  KAHM class scores, for every row alike).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..client.request import CELL_FORMAT, CellRequest
+from ..errors import InvalidInputError, RequestError
+from .errors import CellsUnavailableError  # noqa: F401  (raised here; PM009 in SQL)
+from .requests import answer_rows, finish, run_snapshot
+
+
+class CellsDigestMismatchError(InvalidInputError):
+    """A cell request was built on other public cells than the active run's."""
+
+
+def check_against_run(meta: Mapping[str, Any], req: CellRequest, collection: str) -> dict[str, Any]:
+    """The run's ``class_rows`` document, after checking the cell request against its cells."""
+    if req.collection is not None and req.collection != collection:
+        raise RequestError(f"the request was built for collection {req.collection!r}, not {collection!r}.")
+    run_id = int(meta["run"]["id"])
+    doc = meta["coll"].get("class_rows") or {}
+    cells = doc.get("cells") or {}
+    if doc.get("status") != "ready" or cells.get("status") != "ready":
+        why = cells.get("error") or doc.get("error") or "it was built before the cell release existed"
+        raise CellsUnavailableError(
+            f"the active run {run_id} of collection {collection!r} publishes no cells ({why}); run a full embedding "
+            "job for the collection (pm-vector embed COLLECTION), or use the Gaussian release.")
+    if req.cells_digest != cells["digest"]:
+        raise CellsDigestMismatchError(
+            f"the request was built on public cells with digest {req.cells_digest[:16]!r}..., but collection "
+            f"{collection!r}'s active run {run_id} publishes cells with digest {cells['digest'][:16]!r}...; fetch "
+            "the current public anchor (its class_rows['cells'] and public_cells) and rebuild the request.")
+    levels = [int(k) for k in cells["levels"]]
+    if req.n_cells not in levels:
+        raise RequestError(f"n_cells (K) must be one of the published levels {levels}; got {req.n_cells}.")
+    C = len(doc["classes"])
+    if req.n_rows != C:
+        raise RequestError(f"the request reports {req.n_rows} cells; collection {collection!r}'s active run {run_id} "
+                           f"needs exactly {C}, one per class {doc['classes'][:12]}, in that order.")
+    return doc
+
+
+def statement(coll: Mapping[str, Any], include_features: bool, sharded: bool, *, codes_run_id: int | None = None,
+              kahm_model_id: int | None = None) -> str:
+    """The one statement: every row's ranked candidates (``row_index, rank, item_id``), with their
+    items: ``row_index, rank, item_id, external_id, label, score, payload[, features][, code]
+    [, predicted, scores]``. Parameters: run id, [placement,] level, classes, reports, w, k'."""
+    from .resolution import _item_joins
+
+    extra, joins = _item_joins(coll, include_features, codes_run_id, kahm_model_id)
+    src = ("pm_vector.pm_cell_shortlist_sharded(%s, %s::jsonb, %s, %s::bigint[], %s::integer[], %s::float8, %s)"
+           if sharded else
+           "pm_vector.pm_cell_shortlist_core(%s, %s, %s::bigint[], %s::integer[], %s::float8, %s)")
+    return (f"SELECT s.row_index, s.rank, s.item_id, i.external_id, i.label, s.score, i.payload{extra}"
+            f" FROM {src} AS s{joins} ORDER BY s.row_index, s.rank")
+
+
+def statement_params(run_id: int, doc: Mapping[str, Any], req: CellRequest, kp: int) -> list:
+    from ..privacy.cells import cell_weight
+
+    shards = doc.get("shards")
+    head: list = [int(run_id)] + ([_json(shards)] if shards else [])
+    return head + [int(req.n_cells), [int(c) for c in doc["classes"]], [int(r) for r in req.reports],
+                   float(cell_weight(req.epsilon)), int(kp)]
+
+
+def _json(v) -> str:
+    import json
+
+    return json.dumps(v)
+
+
+def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_features: bool, *, conn, k_prime,
+                  log: bool, received, t0: float, timings: dict[str, float], include_codes: bool = False,
+                  class_scores: bool = True, read_conn=None) -> dict[str, Any]:
+    """Answer a cell request (module doc). Returns the shape of a class-rows answer
+    (:func:`pm_vector.db.resolution.resolve`) with ``format`` ``"pm_vector.cells/1"``, ``release``
+    ``"cells"`` and ``n_cells``; ``rows[c]``: ``{"row", "item_ids", "external_ids", "labels",
+    "scores", "payloads"[, "features"][, "codes"][, "predicted", "class_scores"]}``, best first."""
+    from .requests import _check_k_prime
+    from .resolution import _check_codes, _log_on_primary, _prepare_connection
+
+    kp = _check_k_prime(req.shortlist if k_prime is None else k_prime)
+    if not isinstance(include_codes, (bool, np.bool_)):
+        raise InvalidInputError(f"include_codes must be true or false, got {include_codes!r}.")
+    t = time.perf_counter()
+    with run_snapshot(collection, conn if read_conn is None else read_conn, include_features) as (rconn, meta):
+        coll = meta["coll"]
+        doc = check_against_run(meta, req, collection)
+        run_id = int(meta["run"]["id"])
+        code_dim = _check_codes(doc, collection, run_id) if include_codes else None
+        kahm_id = coll.get("kahm_model_id") if class_scores else None
+        timings["lookup"] = (time.perf_counter() - t) * 1e3
+        t = time.perf_counter()
+        _prepare_connection(rconn)
+        extra = {"feature_dim": int(coll["feature_dim"]) if include_features else None,
+                 "code_dim": code_dim, "kahm": kahm_id is not None}
+        sql = statement(coll, include_features, bool(doc.get("shards")),
+                        codes_run_id=run_id if include_codes else None, kahm_model_id=kahm_id)
+        rows = rconn.execute(sql, statement_params(run_id, doc, req, kp), binary=True).fetchall()
+        out_rows = answer_rows(rows, req.n_rows, "scores", **extra)
+        timings["shortlist"] = (time.perf_counter() - t) * 1e3
+        if read_conn is None:
+            log_id = finish(rconn, collection, req, raw, run_id=run_id, n_rows=len(rows), received=received, t0=t0,
+                            log=log, timings=timings)
+        else:  # read on a replica: end its snapshot; the log goes to the primary, before the answer
+            rconn.rollback()
+    if read_conn is not None:
+        log_id = _log_on_primary(conn, collection, req, raw, run_id=run_id, n_rows=len(rows), received=received,
+                                 t0=t0, log=log, timings=timings)
+    timings["total"] = (time.perf_counter() - t0) * 1e3
+    return {"collection": collection, "run_id": run_id, "format": CELL_FORMAT, "release": "cells",
+            "n_cells": int(req.n_cells), "k_prime": kp, "n_query_rows": req.n_rows, "rows": out_rows,
+            "kahm": None if kahm_id is None else {"model_id": int(kahm_id),
+                                                  "classes": [int(c) for c in coll["kahm_classes"]]},
+            "code_dim": code_dim, "timings_ms": {a: round(b, 3) for a, b in timings.items()},
+            "request_log_id": log_id}
+
+
+def explain_cells(collection: str, req: CellRequest, include_features: bool) -> dict[str, list[str]]:
+    """``{"statement": EXPLAIN of the statement, "shortlist": the generic plan of the ranking
+    statement pm_cell_shortlist_core runs (single node: the cells' primary key, the class's top
+    hubs, the fill)}``."""
+    from .engine import connect
+    from .frame import _run_row
+
+    with connect() as conn:
+        meta = _run_row(conn, collection)
+        doc = check_against_run(meta, req, collection)
+        run_id = int(meta["run"]["id"])
+        params = statement_params(run_id, doc, req, int(req.shortlist))
+        kahm = meta["coll"].get("kahm_model_id")
+        out = {"statement": [r[0] for r in conn.execute(
+            "EXPLAIN " + statement(meta["coll"], include_features, bool(doc.get("shards")), kahm_model_id=kahm),
+            params).fetchall()]}
+        if not doc.get("shards"):  # the ranking statement's generic plan (its parameters are $1..$5)
+            text = conn.execute("SELECT pm_vector.pm_cell_shortlist_sql(%s)", [run_id]).fetchone()[0]
+            out["shortlist"] = [r[0] for r in conn.execute("EXPLAIN (GENERIC_PLAN) " + text).fetchall()]
+        conn.rollback()
+    return out

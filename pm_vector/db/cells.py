@@ -1,0 +1,248 @@
+"""The per-run data of the cell release (requests with ``release: "cells"``), built by the
+embedding job beside the class rows (:mod:`pm_vector.db.class_rows`).
+
+For a run, :func:`build` computes in memory, from the run's public anchor set and the graph the
+class rows already hold:
+
+* the run's :class:`~pm_vector.manifold.cells.PublicCells`, fit on the public anchor set ONLY
+  (stored as JSON in ``embedding_runs.public_cells`` and published with the class frames in the
+  public anchor document; its digest and usable levels in ``embedding_runs.class_rows -> 'cells'``);
+* every item's cell at every published level K: the nearest centroid of its class at K (squared L2
+  on the stored features; :meth:`PublicCells.assign`);
+* the cell release's graph: ``N(j)`` the ``graph_degree`` nearest other items of every item j by
+  raw features, any class (:data:`pm_vector.shortlist.CELL_GRAPH_DEGREE`, 32: its first 16 columns
+  are the class rows' graph), and on it the class hub counts ``h_c(i)`` (row ``level 0`` of each
+  class, items by ``h_c`` descending then id: the class's top hubs first);
+* the **per-cell hub counts** ``h_{c,K,r}(i)`` = number of items j of class c with
+  ``cell_K(j) = r`` and ``i`` in ``N(j)``, with ``h_c(i)`` beside them.
+
+:func:`write` stores them in ``run_<id>_cells(level, label, cell, item_ids, hubs, chubs)`` (one row
+per level, class and cell; binary COPY, committed: nothing points at the run before the job's
+switch, and ``pm_vector.pm_drop_run_tables`` drops the table with the run, so a failed or killed
+job leaves the previous run serving with its own cells). On a sharded run each shard holds the
+rows of its classes (the class is the shard key, as for the prior and the hubs).
+
+``embed --new-items`` (:func:`extend`, in the transaction that adds the items to the class rows)
+gives each new item j of class c its neighbour list, puts it in its cell at every level, adds the
+list to ``h_c`` and ``h_{c,K,cell(j)}``, and refreshes ``chubs``: the same approximation as the
+class rows (the neighbour lists of existing items are not recomputed; a full job rebuilds
+everything exactly). A run without ready cells (built before them, or an anchor set that gives
+none) refuses cell requests with a message that says to run a full embedding job; the Gaussian
+class rows keep serving.
+
+The statement that answers a request from these tables is ``pm_vector.pm_cell_shortlist_sql``
+(``sql/0013_cells.sql``); it computes exactly
+:meth:`pm_vector.shortlist.CellShortlist.shortlist` on the same graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from . import _binary
+
+#: the cells table's rows are few (classes x sum of levels): one COPY
+_BATCH = 5_000
+
+
+@dataclass
+class CellsData:
+    cells: Any  # PublicCells, fit on the public anchor set
+    graph_degree: int  # neighbours per item of the cell release's graph
+    levels: np.ndarray  # (R,) int: the rows' level K (0: the class's hub counts)
+    labels: np.ndarray  # (R,) int64: the rows' class label
+    cell: np.ndarray  # (R,) int: the rows' cell in [0, K) (0 on level 0)
+    item_ids: list  # R arrays (int64): the items i with h_{c,K,r}(i) > 0, ascending (level 0: by h_c desc, id)
+    hubs: list  # R arrays (float64): their h_{c,K,r}(i) (level 0: h_c(i))
+    chubs: list  # R arrays (float64): their class hub counts h_c(i)
+
+    def doc(self) -> dict[str, Any]:
+        """What ``embedding_runs.class_rows -> 'cells'`` records (public)."""
+        return {"status": "ready", "digest": self.cells.digest(), "levels": [int(k) for k in self.cells.levels_],
+                "graph_degree": int(self.graph_degree)}
+
+
+def unavailable(error: str) -> dict[str, Any]:
+    return {"status": "unavailable", "error": str(error)[:2000]}
+
+
+def build(anchor_X, anchor_y, item_X, item_y, item_ids, classes, *, neighbors: np.ndarray | None = None,
+          graph_degree: int | None = None) -> CellsData:
+    """The run's cells and per-cell hub counts (module doc) on the cell release's graph: the
+    ``graph_degree`` (:data:`pm_vector.shortlist.CELL_GRAPH_DEGREE`) nearest other items of every
+    item by raw features (``neighbors``: that graph when the caller has it, positions). ``classes``:
+    the class frames' classes (the cells have the same). Raises InvalidInputError when the anchor
+    set gives no cells."""
+    from ..manifold.cells import PublicCells
+    from ..neighbors import neighbor_graph
+    from ..shortlist import CELL_GRAPH_DEGREE
+
+    cells = PublicCells().fit(np.asarray(anchor_X, dtype=np.float64), np.asarray(anchor_y))  # public data only
+    if [int(c) for c in cells.classes_] != [int(c) for c in classes]:  # pragma: no cover - both fit on the anchor
+        raise InvalidInputError("the public cells' classes differ from the class frames' classes.")
+    X = np.asarray(item_X)
+    y = np.asarray(item_y, dtype=np.int64)
+    ids = np.asarray(item_ids, dtype=np.int64)
+    N = ids.shape[0]
+    g = min(int(graph_degree or CELL_GRAPH_DEGREE), N - 1)
+    nb = neighbors if neighbors is not None and neighbors.shape[1] == g else neighbor_graph(X, g)
+    g = nb.shape[1]
+    cls = [int(c) for c in cells.classes_]
+    pos_of = {c: k for k, c in enumerate(cls)}
+    cidx = np.array([pos_of.get(int(v), -1) for v in y], dtype=np.int64)
+    src = np.flatnonzero(cidx >= 0)
+    hub = [np.bincount(nb[cidx == k].ravel(), minlength=N).astype(np.float64) for k in range(len(cls))]
+    levels, labels, cell_col, out_ids, out_h, out_ch = [], [], [], [], [], []
+
+    def row(K, c, r, items, h, ch):
+        levels.append(K)
+        labels.append(c)
+        cell_col.append(r)
+        out_ids.append(ids[items])
+        out_h.append(np.asarray(h, np.float64))
+        out_ch.append(np.asarray(ch, np.float64))
+
+    for k, c in enumerate(cls):  # level 0: the class hub counts, by (h_c desc, id): its top hubs come first
+        nz = np.flatnonzero(hub[k])
+        nz = nz[np.lexsort((nz, -hub[k][nz]))]
+        row(0, c, 0, nz, hub[k][nz], hub[k][nz])
+    for K in cells.levels_:
+        K = int(K)
+        cell_of = np.full(N, -1, np.int64)
+        for s in range(0, src.size, 20_000):  # the features as stored, float64 for the distances
+            part = src[s:s + 20_000]
+            cell_of[part] = cells.assign(np.asarray(X[part], dtype=np.float64), cidx[part], K)
+        # (class, cell, neighbour) of every edge j -> i of a class member j, counted
+        key = (cidx[src] * K + cell_of[src])[:, None] * N + nb[src]
+        u, cnt = np.unique(key.ravel(), return_counts=True)
+        group, item = u // N, u % N
+        bounds = np.searchsorted(group, np.arange(len(cls) * K + 1))
+        for k, c in enumerate(cls):
+            for r in range(K):
+                a, b = bounds[k * K + r], bounds[k * K + r + 1]
+                row(K, c, r, item[a:b], cnt[a:b], hub[k][item[a:b]])
+    return CellsData(cells=cells, graph_degree=g, levels=np.asarray(levels, np.int32),
+                     labels=np.asarray(labels, np.int64), cell=np.asarray(cell_col, np.int32), item_ids=out_ids,
+                     hubs=out_h, chubs=out_ch)
+
+
+def _array(values: np.ndarray, kind: str) -> bytes:
+    """A 1-d ``bigint[]`` ("int8") or ``float8[]`` ("float8") value in binary COPY form."""
+    oid, fmt = {"int8": (20, ">i8"), "float8": (701, ">f8")}[kind]
+    n = int(values.size)
+    if n == 0:
+        return (0).to_bytes(4, "big") + (0).to_bytes(4, "big") + oid.to_bytes(4, "big")
+    body = np.empty(n, dtype=[("l", ">i4"), ("v", fmt)])
+    body["l"] = 8
+    body["v"] = values
+    return np.array([1, 0, oid, n, 1], dtype=">i4").tobytes() + body.tobytes()
+
+
+def _copy(conn, table: str, data: CellsData, sel: np.ndarray, commit: bool = True) -> None:
+    rows = np.flatnonzero(sel)
+    for s in range(0, rows.size, _BATCH):
+        part = rows[s:s + _BATCH]
+        stream = _binary.encode_with_tail(
+            [("level", "int4", 0), ("label", "int8", 0), ("cell", "int4", 0)],
+            {"level": data.levels[part], "label": data.labels[part], "cell": data.cell[part]},
+            [[_array(data.item_ids[i], "int8") for i in part], [_array(data.hubs[i], "float8") for i in part],
+             [_array(data.chubs[i], "float8") for i in part]])
+        _binary.copy_in(conn, f"COPY {table} (level, label, cell, item_ids, hubs, chubs) FROM STDIN (FORMAT BINARY)",
+                        stream)
+        if commit:
+            conn.commit()
+
+
+def write(conn, run_id: int, data: CellsData, placement: Mapping[str, list] | None = None) -> None:
+    """Create the run's cells table (on its shards when ``placement`` is given: each shard the rows
+    of its classes) and COPY the rows in; the PublicCells document goes to
+    ``embedding_runs.public_cells``. Each step committed (nothing points at the run yet)."""
+    from psycopg.types.json import Json
+
+    rid = int(run_id)
+    conn.execute("UPDATE pm_vector.embedding_runs SET public_cells = %s WHERE id = %s",
+                 [Json(data.cells.to_dict()), rid])
+    conn.commit()
+    if not placement:
+        conn.execute("SELECT pm_vector.pm_create_cells_table(%s)", [rid])
+        conn.commit()
+        _copy(conn, f"pm_vector.run_{rid}_cells", data, np.ones(data.labels.shape[0], bool))
+        conn.execute(f"ANALYZE pm_vector.run_{rid}_cells")
+        conn.commit()
+        return
+    classes = [int(c) for c in data.cells.classes_]
+    ddl = conn.execute("SELECT pm_vector.pm_cells_table_ddl(%s)", [rid]).fetchone()[0]
+    for s, ks in placement.items():
+        conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)",
+                     [s, f"DROP TABLE IF EXISTS pm_vector.run_{rid}_cells; {ddl}"])
+        ft = f'pm_vector."run_{rid}_cells_at_{s}"'
+        conn.execute(f"DROP FOREIGN TABLE IF EXISTS {ft}")
+        conn.execute(f"CREATE FOREIGN TABLE {ft} (level integer, label bigint, cell integer, item_ids bigint[], "
+                     f"hubs float8[], chubs float8[]) SERVER \"pm_shard_{s}\" "
+                     f"OPTIONS (schema_name 'pm_vector', table_name 'run_{rid}_cells', batch_size '500')")
+        conn.commit()
+        _copy(conn, ft, data, np.isin(data.labels, [classes[int(k)] for k in ks]))
+        conn.execute(f"DROP FOREIGN TABLE IF EXISTS {ft}")
+        conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, f"ANALYZE pm_vector.run_{rid}_cells"])
+        conn.commit()
+
+
+def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, new_X, new_y) -> None:
+    """Add new items (of the cells' classes) to the run's cell release, inside the caller's
+    transaction: each new item's ``graph_degree`` nearest other items (against every item of the
+    run, new ones included: ``all_ids``/``all_X``, ascending ids) are added to its class's hub
+    counts (level 0) and to its cell's at every level, and ``chubs`` follows the class hub counts.
+    The neighbour lists of existing items are not recomputed (as for the class rows)."""
+    from ..manifold.cells import PublicCells
+    from ..neighbors import knn_search
+
+    rid = int(run_id)
+    cells = PublicCells.from_dict(conn.execute("SELECT public_cells FROM pm_vector.embedding_runs WHERE id = %s",
+                                               [rid]).fetchone()[0])
+    keep = np.isin(np.asarray(new_y), cells.classes_)
+    all_ids = np.asarray(all_ids, dtype=np.int64)
+    y = np.asarray(new_y, dtype=np.int64)[keep]
+    ids = np.asarray(new_ids, dtype=np.int64)[keep]
+    X = np.asarray(new_X, dtype=np.float64)[keep]
+    g = min(int(doc.get("graph_degree") or 0), all_ids.shape[0] - 1)
+    if ids.size == 0 or g < 1:
+        return
+    found = all_ids[knn_search(X, all_X, g + 1)]
+    nb = np.empty((ids.size, g), np.int64)
+    for r in range(ids.size):  # drop the item itself, keep g others
+        nb[r] = found[r][found[r] != ids[r]][:g]
+    ci = cells.class_index(y)
+    lv, lab, cel = [np.zeros(y.size, np.int64)], [y], [np.zeros(y.size, np.int64)]
+    for K in cells.levels_:
+        lv.append(np.full(y.size, int(K), np.int64))
+        lab.append(y)
+        cel.append(cells.assign(X, ci, int(K)))
+    cat = np.concatenate
+    conn.execute("CREATE TEMP TABLE pm_new_cells (level integer, label bigint, cell integer, item_id bigint) "
+                 "ON COMMIT DROP")
+    _binary.copy_in(conn, "COPY pm_new_cells (level, label, cell, item_id) FROM STDIN (FORMAT BINARY)",
+                    _binary.encode([("level", "int4", 0), ("label", "int8", 0), ("cell", "int4", 0),
+                                    ("item_id", "int8", 0)],
+                                   {"level": np.repeat(cat(lv), g), "label": np.repeat(cat(lab), g),
+                                    "cell": np.repeat(cat(cel), g), "item_id": np.tile(nb.ravel(), len(lv))}))
+    t = f"pm_vector.run_{rid}_cells"
+    # each touched row: its counts plus the new edges; cells by item id, level 0 by (count desc, id)
+    conn.execute(
+        f"UPDATE {t} AS c SET (item_ids, hubs) = (SELECT "
+        "coalesce(array_agg(m.id ORDER BY CASE WHEN c.level = 0 THEN -m.h ELSE 0 END, m.id), '{}'), "
+        "coalesce(array_agg(m.h ORDER BY CASE WHEN c.level = 0 THEN -m.h ELSE 0 END, m.id), '{}') "
+        "FROM (SELECT u.id, sum(u.h) AS h FROM ("
+        "  SELECT x.id, x.h FROM unnest(c.item_ids, c.hubs) AS x(id, h) "
+        "  UNION ALL SELECT n.item_id, 1::float8 FROM pm_new_cells AS n "
+        "  WHERE n.level = c.level AND n.label = c.label AND n.cell = c.cell) AS u GROUP BY u.id) AS m) "
+        "WHERE (c.level, c.label, c.cell) IN (SELECT DISTINCT level, label, cell FROM pm_new_cells)")
+    # every row of a touched class: chubs again from the class's hub counts (its level-0 row)
+    conn.execute(
+        f"UPDATE {t} AS c SET chubs = ARRAY(SELECT coalesce(z.h, 0) FROM unnest(c.item_ids) WITH ORDINALITY "
+        f"AS u(id, k) LEFT JOIN (SELECT x.id, x.h FROM {t} AS c0, unnest(c0.item_ids, c0.hubs) AS x(id, h) "
+        "WHERE c0.level = 0 AND c0.label = c.label) AS z ON z.id = u.id ORDER BY u.k) "
+        "WHERE c.label IN (SELECT DISTINCT label FROM pm_new_cells)")
