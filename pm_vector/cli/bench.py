@@ -460,3 +460,44 @@ def cluster_bench(
                   f"{cs['rows_identical']:.3f}); one node, class indexes rebuilt: {rb['candidates_shared']:.4f} "
                   f"({rb['rows_identical']:.3f}); largest class {a['largest_class']}, max_prior {a['max_prior']}")
     err.print(result["machine"]["note"])
+
+
+@bench_app.command("outage")
+def outage(
+    seconds: float = typer.Option(30.0, "--seconds", min=0.1, max=3600, help="Seconds the database stays dead."),
+    interval: float = typer.Option(0.05, help="Pause between the client's requests (s)."),
+    settle: float = typer.Option(5.0, help="Seconds the client keeps sending after the first 200."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+):
+    """The service while its database is SIGKILLed for --seconds and started again.
+
+    In a private PM_VECTOR_HOME: an embedded server, a digits collection, the real service on
+    loopback and a client sending resolves (every 5th request GET /health) throughout. Reports the
+    503 latency during the outage (median, max), any other status, and the seconds from "the
+    database accepts connections" to the first 200.
+
+    Example: pm-vector bench outage --seconds 600 --json
+    """
+    from ..bench.outage import OutageConfig, run
+
+    try:
+        cfg = OutageConfig(seconds=seconds, interval=interval, settle=settle)
+    except ValueError as e:
+        fail(str(e))
+    result = _run_printing(lambda progress: run(cfg, progress), as_json)
+    if result is None:
+        return
+    t = Table(title=f"outage: database SIGKILLed for {result['outage_s']:g} s (restart took {result['restart_s']:g} s)")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    b = result["before_200"]
+    t.add_row("resolve 200 before the outage: median / max (ms)", f"{b['median_ms']} / {b['max_ms']}")
+    for kind in ("resolve", "health"):
+        o = result["outage_503"][kind]
+        t.add_row(f"{kind} 503 during the outage: n, median / max (ms)", f"{o['n']}, {o['median_ms']} / {o['max_ms']}")
+    t.add_row("other statuses during the outage", ", ".join(result["outage_other_statuses"]) or "none")
+    t.add_row("database accepts connections -> first resolve 200 (s)", str(result["first_200_after_accept_s"]))
+    a = result["after_first_200"]
+    t.add_row("requests after the first 200 / not 200", f"{a['requests']} / {a['non_200']}")
+    Console().print(t)
+    typer.echo(json.dumps(result))
