@@ -59,14 +59,10 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def kill_embedded_server(wait: float = 10.0) -> int:
-    """SIGKILL the embedded PostgreSQL of ``PM_VECTOR_HOME`` and its backends (Linux /proc);
-    return the postmaster's pid once it and its children are gone."""
-    from ..db import server
-
-    pid = server.status()["pid"]
-    if not pid:
-        raise RuntimeError("the embedded server is not running")
+def kill_postmaster(pgdata: Path, wait: float = 10.0) -> int:
+    """SIGKILL the postmaster of ``pgdata`` and its backends (Linux /proc), as a crash would end
+    them; return the postmaster's pid once it and its children are gone."""
+    pid = int((Path(pgdata) / "postmaster.pid").read_text().splitlines()[0])
     for p in [pid] + _children(pid):
         try:
             os.kill(p, signal.SIGKILL)
@@ -75,7 +71,16 @@ def kill_embedded_server(wait: float = 10.0) -> int:
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline and (Path(f"/proc/{pid}").exists() or _children(pid)):
         time.sleep(0.02)
-    return int(pid)
+    return pid
+
+
+def kill_embedded_server(wait: float = 10.0) -> int:
+    """:func:`kill_postmaster` of the embedded server of ``PM_VECTOR_HOME``."""
+    from ..db import server
+
+    if not server.status()["pid"]:
+        raise RuntimeError("the embedded server is not running")
+    return kill_postmaster(server.pgdata_dir(), wait)
 
 
 class Prober:
@@ -204,8 +209,8 @@ def run(cfg: OutageConfig, progress: Callable[[str], None] | None = None) -> dic
                     conn.execute("CHECKPOINT")
                 engine.dispose_engines()
                 say(f"SIGKILL of PostgreSQL; restarting it in {cfg.seconds:g} s")
-                t_kill = time.monotonic()
                 kill_embedded_server()
+                t_kill = time.monotonic()  # the server and its backends are gone
                 time.sleep(max(0.0, t_kill + cfg.seconds - time.monotonic()))
                 stop = threading.Event()
                 accepted: list[float | None] = []

@@ -122,18 +122,11 @@ class ServicePool:
     def _open_pool(self, timeout: float):
         from psycopg_pool import ConnectionPool
 
-        def check(conn) -> None:
-            try:
-                _check(conn)
-            except Exception:
-                self.health.report_failure()
-                raise
-
-        # check: a connection is verified before it is handed out (_check), so that the sessions of
-        # a server that was restarted or killed are replaced instead of failing one request each
+        # no check= here: _borrow checks each connection itself, so that a failed check asks the
+        # health monitor at once instead of psycopg_pool's retry back-off (1 s and more)
         pool = ConnectionPool(self.url, min_size=self.min_size, max_size=self.max_size, timeout=GETCONN_TIMEOUT,
                               configure=_configure, reset=_reset, open=False, name="pm_vector_service",
-                              check=check, kwargs={"connect_timeout": 5})
+                              kwargs={"connect_timeout": 5})
         pool.open(wait=True, timeout=timeout)
         return pool
 
@@ -154,23 +147,50 @@ class ServicePool:
         if old is not None:
             old.close()
 
+    def _get(self, timeout: float | None):
+        """A checked connection and its pool. A connection that fails its check (:func:`_check`:
+        the sessions of a server that was restarted or killed) is dropped and the database probed
+        at once: down, DatabaseUnavailableError; up, the next connection is tried."""
+        import time
+
+        from .dbhealth import DatabaseUnavailableError
+
+        deadline = time.monotonic() + (GETCONN_TIMEOUT if timeout is None else timeout)
+        while True:
+            self.health.check()
+            with self._lock:
+                pool = self._pool
+            if pool is None:
+                raise DatabaseUnavailableError("the database is unreachable; the service reconnects by itself")
+            try:
+                conn = pool.getconn(timeout=max(0.001, deadline - time.monotonic()))
+            except Exception as exc:
+                if _lost_database(exc):
+                    self.health.report_failure()
+                raise
+            try:
+                _check(conn)
+                return pool, conn
+            except Exception:  # noqa: BLE001 - a dead session: the pool replaces a closed connection
+                conn.close()
+                pool.putconn(conn)
+            if not self.health.probe_now():
+                self.health.check()
+
     @contextmanager
     def _borrow(self, timeout: float | None = None) -> Iterator:
-        self.health.check()
-        with self._lock:
-            pool = self._pool
-        if pool is None:
-            self.health.check()
-            from .dbhealth import DatabaseUnavailableError
-
-            raise DatabaseUnavailableError("the database is unreachable; the service reconnects by itself")
+        """A pooled connection (committed on success, rolled back on error, then returned); a
+        request that loses its connection asks the health monitor to look at once."""
+        pool, conn = self._get(timeout)
         try:
-            with pool.connection(timeout=timeout) as conn:
+            with conn:
                 yield conn
         except Exception as exc:
             if _lost_database(exc):
                 self.health.report_failure()
             raise
+        finally:
+            pool.putconn(conn)
 
     @contextmanager
     def connection(self) -> Iterator:

@@ -99,6 +99,26 @@ class DatabaseHealth:
         """A request lost its connection or could not get one: check the database now."""
         self._wake.set()
 
+    def probe_now(self) -> bool:
+        """Can a fresh connection be made right now (in the caller's thread, ``connect_timeout``
+        :data:`CONNECT_TIMEOUT_S`)? If not the state is down from now on (the monitor runs
+        ``on_down()`` at once); a request whose pooled connection failed its check so learns
+        within milliseconds whether to answer 503."""
+        try:
+            self._connect().close()
+            return True
+        except Exception as exc:  # noqa: BLE001 - any failure to connect means down
+            self._mark_down(_describe(exc))
+            return False
+
+    def _mark_down(self, reason: str) -> None:
+        with self._lock:
+            if not self._up:
+                return
+            self._reason = reason
+        self._set(False)
+        self._wake.set()
+
     # -- the monitor thread
     def start(self) -> "DatabaseHealth":
         self._thread = threading.Thread(target=self._run, name="pm_vector-dbhealth", daemon=True)
@@ -154,22 +174,32 @@ class DatabaseHealth:
                 self._reason = None
             self.transitions = (self.transitions + [(time.monotonic(), "up" if up else "down")])[-100:]
 
+    def _went_down(self) -> None:
+        log.warning("database unreachable (%s): answering 503 until it is back", self.reason())
+        self._drop_conn()
+        self._call(self._on_down, "on_down")
+
     def _run(self) -> None:
+        handled_down = False  # on_down ran for the current down state
         while not self._stop.is_set():
             if self.up:
-                if not self._alive():
-                    self._set(False)
-                    log.warning("database unreachable (%s): answering 503 until it is back", self.reason())
-                    self._call(self._on_down, "on_down")
-                    continue  # probe at once
+                handled_down = False
                 self._wake.wait(self.heartbeat_s)
                 self._wake.clear()
-                continue
+                if self._stop.is_set():
+                    break
+                if self.up and self._alive():
+                    continue
+                if self.up:
+                    self._set(False)
+            if not handled_down:  # marked down here or by probe_now
+                self._went_down()
+                handled_down = True
             if self._alive():
                 if self._call(self._on_up, "on_up"):
+                    t_down = self.transitions[-1][0]
                     self._set(True)
-                    log.warning("database reachable again after %.1f s", self.transitions[-1][0] -
-                                self.transitions[-2][0] if len(self.transitions) > 1 else 0.0)
+                    log.warning("database reachable again after %.1f s", time.monotonic() - t_down)
                     continue
                 self._drop_conn()
             self._stop.wait(self.probe_s)

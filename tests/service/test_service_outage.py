@@ -42,8 +42,8 @@ def test_database_outage_gives_fast_503_and_recovers_within_2s(service, svc_coll
     prober = Prober(service.url, svc_collection, svc_key["key"], body, interval=0.05, health_every=4).start()
     restarted = False
     try:
-        t_kill = time.monotonic()
         kill_embedded_server()
+        t_kill = time.monotonic()  # the server and its backends are gone
         t = time.monotonic()
         r = httpx.get(f"{service.url}/health", timeout=30)
         assert r.status_code == 503 and r.json()["database"] == "unreachable" and r.headers["Retry-After"]
