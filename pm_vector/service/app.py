@@ -49,6 +49,7 @@ from fastapi.responses import JSONResponse, Response
 
 from .. import __version__ as _version
 from . import schemas
+from .body_timeout import BodyTimeoutMiddleware
 from .errors import install_error_handlers
 from .middleware import AuthMiddleware, BodyLimitMiddleware, CatchAllMiddleware
 from .settings import ServiceSettings
@@ -167,6 +168,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     # the catch-all is innermost, so that no error reaches Starlette's (which drops the connection)
     app.add_middleware(CatchAllMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyTimeoutMiddleware, timeout_s=settings.body_timeout_s)
     app.add_middleware(AuthMiddleware, settings=settings, state=state, limiter=RateLimiter(settings.rate_per_minute))
 
     install_error_handlers(app, log)

@@ -14,7 +14,8 @@ required, the default; ``0`` only for a local demo), ``PM_VECTOR_SERVICE_HOST`` 
 ``PM_VECTOR_SERVICE_REQUEST_LOG_RETENTION_DAYS`` (default 30; 0 = keep forever) and
 ``PM_VECTOR_SERVICE_PRUNE_INTERVAL_S`` (how often the service prunes the log, default 3,600),
 ``PM_VECTOR_SERVICE_QUERY_DB_ROLE`` (the PostgreSQL role a query key's resolve runs as, default
-``pm_vector_query``; empty: none).
+``pm_vector_query``; empty: none), ``PM_VECTOR_SERVICE_BODY_TIMEOUT_S`` (seconds a request's
+whole body may take to arrive, default 10; then 408).
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class ServiceSettings:
     read_urls: str = ""
     #: a replica whose replay lag exceeds this many WAL bytes is out of rotation until it catches up
     max_replica_lag_bytes: int = 16 * 1024 * 1024
+    #: seconds a request's whole body may take to arrive once the service reads it (then 408)
+    body_timeout_s: int = 10
 
     def __post_init__(self):
         for f in fields(self):
@@ -68,7 +71,8 @@ class ServiceSettings:
             if f.type in ("int", int) and (isinstance(v, bool) or not isinstance(v, int)):
                 raise InvalidInputError(f"service setting {f.name} must be an integer, got {v!r}.")
         for name in ("max_rows", "max_dim", "max_body_bytes", "max_k", "max_shortlist", "max_ids", "pool_max",
-                     "job_workers", "max_result_cells", "job_min_components", "max_queued_jobs", "prune_interval_s"):
+                     "job_workers", "max_result_cells", "job_min_components", "max_queued_jobs", "prune_interval_s",
+                     "body_timeout_s"):
             if getattr(self, name) < 1:
                 raise InvalidInputError(f"service setting {name} must be >= 1, got {getattr(self, name)}.")
         for name in ("rate_per_minute", "request_log_retention_days", "max_replica_lag_bytes"):
@@ -108,4 +112,5 @@ class ServiceSettings:
                 "max_k": self.max_k, "max_shortlist": self.max_shortlist, "max_ids": self.max_ids, "auth": self.auth,
                 "max_result_cells": self.max_result_cells, "rate_per_minute": self.rate_per_minute,
                 "job_min_components": self.job_min_components, "max_queued_jobs": self.max_queued_jobs,
-                "request_log_retention_days": self.request_log_retention_days}
+                "request_log_retention_days": self.request_log_retention_days,
+                "body_timeout_s": self.body_timeout_s}
