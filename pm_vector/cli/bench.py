@@ -501,3 +501,42 @@ def outage(
     t.add_row("requests after the first 200 / not 200", f"{a['requests']} / {a['non_200']}")
     Console().print(t)
     typer.echo(json.dumps(result))
+
+
+@bench_app.command("memory")
+def memory(
+    rounds: int = typer.Option(100, help="Rounds of parallel calls."),
+    parallel: int = typer.Option(6, help="Simultaneous /kahm/distances calls per round."),
+    mb: float = typer.Option(13.0, help="Approximate size of each request body (MB)."),
+    dim: int = typer.Option(256, help="Feature dimension of the synthetic collection."),
+    idle_s: float = typer.Option(5.0, help="Seconds to wait after the last round before the last RSS reading."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+):
+    """The service's resident memory (RSS) after each round of large /kahm/distances calls.
+
+    In a private PM_VECTOR_HOME: a synthetic collection with a KAHM model, `pm-vector serve` in a
+    separate process, and --rounds rounds of --parallel calls of about --mb MB each.
+
+    Example: pm-vector bench memory --rounds 100 --parallel 6 --mb 13 --json
+    """
+    from ..bench.memory import MemoryConfig, run
+
+    try:
+        cfg = MemoryConfig(rounds=rounds, parallel=parallel, mb=mb, dim=dim, idle_s=idle_s)
+    except ValueError as e:
+        fail(str(e))
+    result = _run_printing(lambda progress: run(cfg, progress), as_json)
+    if result is None:
+        return
+    t = Table(title=f"memory: {rounds} rounds x {parallel} parallel /kahm/distances calls of {result['body_mb']} MB "
+                    f"({result['rows']} rows x {dim}), {result['seconds']} s; statuses {result['statuses']}")
+    t.add_column("round", justify="right")
+    t.add_column("RSS (MB)", justify="right")
+    s = result["rss_mb"]
+    t.add_row("start", f"{result['rss_start_mb']:.0f}")
+    for i in sorted({0, 1, 2, 4, 9, 19, 49, 99, len(s) - 1} & set(range(len(s)))):
+        t.add_row(str(i + 1), f"{s[i]:.0f}")
+    t.add_row(f"{idle_s:g} s idle", f"{result['rss_after_idle_mb']:.0f}")
+    t.add_row("max", f"{result['rss_max_mb']:.0f}")
+    Console().print(t)
+    typer.echo(json.dumps(result))

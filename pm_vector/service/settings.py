@@ -15,7 +15,9 @@ required, the default; ``0`` only for a local demo), ``PM_VECTOR_SERVICE_HOST`` 
 ``PM_VECTOR_SERVICE_PRUNE_INTERVAL_S`` (how often the service prunes the log, default 3,600),
 ``PM_VECTOR_SERVICE_QUERY_DB_ROLE`` (the PostgreSQL role a query key's resolve runs as, default
 ``pm_vector_query``; empty: none), ``PM_VECTOR_SERVICE_BODY_TIMEOUT_S`` (seconds a request's
-whole body may take to arrive, default 10; then 408).
+whole body may take to arrive, default 10; then 408), ``PM_VECTOR_SERVICE_MAX_LARGE_REQUESTS`` /
+``PM_VECTOR_SERVICE_LARGE_REQUEST_BYTES`` (at most 2 requests with a body over 1 MiB run at once;
+the others wait).
 """
 
 from __future__ import annotations
@@ -64,6 +66,10 @@ class ServiceSettings:
     max_replica_lag_bytes: int = 16 * 1024 * 1024
     #: seconds a request's whole body may take to arrive once the service reads it (then 408)
     body_timeout_s: int = 10
+    #: at most this many requests with a body over large_request_bytes run at once (the others
+    #: wait): each holds a parsed copy of its body, so this bounds the service's peak memory
+    max_large_requests: int = 2
+    large_request_bytes: int = 1024 * 1024
 
     def __post_init__(self):
         for f in fields(self):
@@ -72,7 +78,7 @@ class ServiceSettings:
                 raise InvalidInputError(f"service setting {f.name} must be an integer, got {v!r}.")
         for name in ("max_rows", "max_dim", "max_body_bytes", "max_k", "max_shortlist", "max_ids", "pool_max",
                      "job_workers", "max_result_cells", "job_min_components", "max_queued_jobs", "prune_interval_s",
-                     "body_timeout_s"):
+                     "body_timeout_s", "max_large_requests", "large_request_bytes"):
             if getattr(self, name) < 1:
                 raise InvalidInputError(f"service setting {name} must be >= 1, got {getattr(self, name)}.")
         for name in ("rate_per_minute", "request_log_retention_days", "max_replica_lag_bytes"):
