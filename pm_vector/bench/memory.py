@@ -32,14 +32,16 @@ class MemoryConfig:
     #: approximate size of each request body (MB)
     mb: float = 13.0
     dim: int = 256
+    #: items of the collection (its KAHM model's training rows: the distances' cost grows with them)
+    items: int = 2000
     idle_s: float = 5.0
     seed: int = 0
 
     def __post_init__(self):
         if not (1 <= self.rounds <= 10_000 and 1 <= self.parallel <= 64 and 0.01 <= self.mb <= 15.5
-                and 2 <= self.dim <= 256 and 0 <= self.idle_s <= 600):
+                and 2 <= self.dim <= 256 and 0 <= self.idle_s <= 600 and 100 <= self.items <= 100_000):
             raise ValueError("memory bench: rounds in 1..10000, parallel in 1..64, mb in [0.01, 15.5], dim in "
-                             "2..256, idle_s in [0, 600].")
+                             "2..256, idle_s in [0, 600], items in 100..100000.")
 
 
 def rss_mb(pid: int) -> float:
@@ -99,8 +101,9 @@ def run(cfg: MemoryConfig, progress: Callable[[str], None] | None = None,
         say("starting a private embedded server and a collection with a KAHM model")
         server.start()
         rng = np.random.default_rng(cfg.seed)
-        X = rng.normal(size=(2000, cfg.dim)) + np.repeat(np.eye(10, cfg.dim) * 4, 200, axis=0)
-        y = np.repeat(np.arange(10), 200)
+        per = cfg.items // 10
+        X = rng.normal(size=(10 * per, cfg.dim)) + np.repeat(np.eye(10, cfg.dim) * 4, per, axis=0)
+        y = np.repeat(np.arange(10), per)
         db.create_collection("memory", cfg.dim, list(range(10)), settings={"kahm": {"raw_distances": True}})
         db.ingest("memory", X, y)
         fit_kahm_models("memory", n_components=8)

@@ -509,6 +509,7 @@ def memory(
     parallel: int = typer.Option(6, help="Simultaneous /kahm/distances calls per round."),
     mb: float = typer.Option(13.0, help="Approximate size of each request body (MB)."),
     dim: int = typer.Option(256, help="Feature dimension of the synthetic collection."),
+    items: int = typer.Option(2000, help="Items of the collection (its KAHM model's training rows)."),
     idle_s: float = typer.Option(5.0, help="Seconds to wait after the last round before the last RSS reading."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
 ):
@@ -522,7 +523,7 @@ def memory(
     from ..bench.memory import MemoryConfig, run
 
     try:
-        cfg = MemoryConfig(rounds=rounds, parallel=parallel, mb=mb, dim=dim, idle_s=idle_s)
+        cfg = MemoryConfig(rounds=rounds, parallel=parallel, mb=mb, dim=dim, items=items, idle_s=idle_s)
     except ValueError as e:
         fail(str(e))
     result = _run_printing(lambda progress: run(cfg, progress), as_json)

@@ -9,10 +9,12 @@ resident set grow and stay grown (615 MB to 1.2 GB over 13 rounds of 6 parallel 
   ``threshold_bytes`` (or has no Content-Length) run at once; the others wait, unread, before
   the body timeout starts;
 * glibc keeps freed memory: its mmap threshold rises after each large free (up to 32 MB), so
-  later arrays of that size come from the heap arenas, one arena per thread, where freed pages
-  stay resident. :func:`configure_malloc` fixes the threshold (allocations of 1 MiB and more are
-  mmapped and go back to the system when freed) and caps the arenas; :func:`trim` (glibc's
-  ``malloc_trim``) returns what is free in the arenas after each large request.
+  later arrays of that size come from the heap arenas, one per thread up to 8 per core, where
+  freed pages stay resident. :func:`configure_malloc` caps the arenas at :data:`ARENA_MAX`, and
+  :func:`trim` (glibc's ``malloc_trim(0)``, which also releases free pages inside a heap) returns
+  what is free after each large request. (Fixing the mmap threshold at 1 MiB bounds the heap as
+  well, but every large temporary then costs fresh zeroed pages: the memory benchmark ran about
+  twice as long, mostly in the kernel.)
 
 On a C library other than glibc the two functions do nothing (the gate still bounds the peak).
 """
@@ -28,10 +30,8 @@ import time
 
 log = logging.getLogger("pm_vector.service")
 
-#: glibc's mallopt parameters
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
-MMAP_THRESHOLD = 1 << 20
-TRIM_THRESHOLD = 8 << 20
+#: glibc's mallopt parameter M_ARENA_MAX, and the cap the service sets
+_M_ARENA_MAX = -8
 ARENA_MAX = 4
 
 _libc = None
@@ -54,14 +54,12 @@ def _glibc():
 
 
 def configure_malloc() -> bool:
-    """Fix glibc's mmap threshold at :data:`MMAP_THRESHOLD` and its trim threshold at
-    :data:`TRIM_THRESHOLD`, and cap its arenas at :data:`ARENA_MAX` (this process, from now on).
-    Returns whether it applied (glibc)."""
+    """Cap glibc's arenas at :data:`ARENA_MAX` (this process, from now on). Returns whether it
+    applied (glibc)."""
     lib = _glibc()
     if lib is None:
         return False
-    ok = all(lib.mallopt(p, v) == 1 for p, v in ((_M_MMAP_THRESHOLD, MMAP_THRESHOLD),
-                                                  (_M_TRIM_THRESHOLD, TRIM_THRESHOLD), (_M_ARENA_MAX, ARENA_MAX)))
+    ok = lib.mallopt(_M_ARENA_MAX, ARENA_MAX) == 1
     if not ok:
         log.warning("mallopt refused a setting; large requests may leave the heap grown")
     return ok
