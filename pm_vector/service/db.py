@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from ..db.errors import DatabaseConfigError
+from .validation import _database_down
 
 
 def _reset(conn) -> None:
@@ -55,8 +56,9 @@ FRESH_S = 1.0
 
 
 def _check(conn) -> None:
-    """The pool's check before lending ``conn``: a round trip (psycopg_pool's check_connection)
-    unless the connection was returned less than :data:`FRESH_S` ago and its socket is quiet.
+    """The check before lending ``conn`` (:meth:`ServicePool._get`): a round trip (psycopg_pool's
+    check_connection) unless the connection was returned less than :data:`FRESH_S` ago and its
+    socket is quiet.
     Under load connections come back within milliseconds, so a request costs no ping; the session
     of a server that went away is still replaced before a request gets it."""
     import select
@@ -71,19 +73,6 @@ def _check(conn) -> None:
         except (OSError, ValueError):
             pass
     ConnectionPool.check_connection(conn)
-
-
-def _lost_database(exc: BaseException) -> bool:
-    """Is ``exc`` (or what caused it) a lost or refused connection, or no pooled connection?"""
-    import psycopg
-
-    seen = 0
-    while exc is not None and seen < 5:
-        if isinstance(exc, psycopg.OperationalError):  # includes PoolTimeout and PoolClosed
-            return True
-        exc = exc.__cause__ or exc.__context__
-        seen += 1
-    return False
 
 
 class ServicePool:
@@ -165,7 +154,7 @@ class ServicePool:
             try:
                 conn = pool.getconn(timeout=max(0.001, deadline - time.monotonic()))
             except Exception as exc:
-                if _lost_database(exc):
+                if _database_down(exc):
                     self.health.report_failure()
                 raise
             try:
@@ -186,7 +175,7 @@ class ServicePool:
             with conn:
                 yield conn
         except Exception as exc:
-            if _lost_database(exc):
+            if _database_down(exc):
                 self.health.report_failure()
             raise
         finally:
