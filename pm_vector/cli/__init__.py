@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from .bench import bench_app
+from . import bench_service  # noqa: F401  registers bench outage / bench memory on bench_app
 from .db import db_app, embed
 from .kahm import kahm_app
 

@@ -77,7 +77,9 @@ def start(as_json: bool = JSON_OPT,
     if cluster.topology() is not None:
         _emit_cluster(_call(cluster.start, **_cluster_size(cluster.topology())), as_json)
         return
-    _emit(_call(server.start), as_json, "pm_vector database")
+    # a server recovering from a crash is waited for; say so on stderr
+    _emit(_call(server.start, progress=lambda m: err.print(m, markup=False, highlight=False, soft_wrap=True)), as_json,
+          "pm_vector database")
 
 
 def _cluster_size(topo: dict[str, Any]) -> dict[str, int]:

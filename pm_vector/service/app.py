@@ -52,7 +52,9 @@ from fastapi.responses import JSONResponse, Response
 
 from .. import __version__ as _version
 from . import schemas
+from .body_timeout import BodyTimeoutMiddleware
 from .errors import install_error_handlers
+from .memory import LargeRequestGate, configure_malloc
 from .middleware import AuthMiddleware, BodyLimitMiddleware, CatchAllMiddleware
 from .settings import ServiceSettings
 from .validation import (RETRY_AFTER_S, ApiError, check_distances_body, check_resolve_body, parse_json,
@@ -81,6 +83,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     from .jobs import JobManager, check_params, check_seed
 
     settings = settings or ServiceSettings.from_env()
+    configure_malloc()  # large requests' arrays go back to the system when freed (service/memory.py)
     state: dict[str, Any] = {"pool": pool, "jobs": None, "query_role": None, "router": None, "read_pools": {}}
     resolve_slots = threading.BoundedSemaphore(max(1, settings.pool_max))
     read_pools_lock = threading.Lock()
@@ -170,7 +173,12 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     app.state.prune_once = prune_once
     # added last = runs first: the key is checked before the body limit or anything reads the body;
     # the catch-all is innermost, so that no error reaches Starlette's (which drops the connection)
+    # (order of the others: body limit, large-request gate, body timeout -- the timeout counts once
+    # a request holds its slot)
     app.add_middleware(CatchAllMiddleware)
+    app.add_middleware(BodyTimeoutMiddleware, timeout_s=settings.body_timeout_s)
+    app.add_middleware(LargeRequestGate, threshold_bytes=settings.large_request_bytes,
+                       slots=settings.max_large_requests)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware, settings=settings, state=state, limiter=RateLimiter(settings.rate_per_minute),
                        failures=FailedAuthLimiter(settings.auth_failures_per_minute))

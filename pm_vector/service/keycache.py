@@ -131,6 +131,7 @@ class KeyCache:
     def _run(self) -> None:
         import psycopg
 
+        warned = False
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self.url, autocommit=True, connect_timeout=5,
@@ -138,14 +139,17 @@ class KeyCache:
                     self._conn = conn
                     conn.execute(f"LISTEN {CHANNEL}")
                     self._forget(listening=True)  # only what is verified from now on is kept
+                    warned = False
                     while not self._stop.is_set():
                         for _ in conn.notifies(timeout=1.0):
                             self._forget()
                         conn.execute("SELECT 1")  # a dead server is noticed within a second
             except Exception as exc:  # noqa: BLE001 - any failure: off until listening again
-                if not self._stop.is_set():
-                    log.warning("API key cache off (%s); keys are looked up per request until it listens again",
-                                type(exc).__name__)
+                if not self._stop.is_set():  # once per outage, not once per retry
+                    (log.debug if warned else log.warning)(
+                        "API key cache off (%s); keys are looked up per request until it listens again",
+                        type(exc).__name__)
+                    warned = True
             finally:
                 self._conn = None
                 self._forget(listening=False)

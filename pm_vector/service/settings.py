@@ -19,7 +19,10 @@ refused key is refused from memory, default 5; 0 = off),
 ``PM_VECTOR_SERVICE_QUERY_DB_ROLE`` (the PostgreSQL role a query key's resolve runs as, default
 ``pm_vector_query``; empty: none), ``PM_VECTOR_SERVICE_ALLOW_SEEDED_REQUESTS`` (answer requests
 marked ``seeded``, whose noise a seed determines: for tests only; default ``0``, refused with a
-403). Booleans are ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``; anything
+403), ``PM_VECTOR_SERVICE_BODY_TIMEOUT_S`` (seconds a request's
+whole body may take to arrive, default 10; then 408), ``PM_VECTOR_SERVICE_MAX_LARGE_REQUESTS`` /
+``PM_VECTOR_SERVICE_LARGE_REQUEST_BYTES`` (at most 2 requests with a body over 1 MiB run at once;
+the others wait). Booleans are ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``; anything
 else is refused.
 """
 
@@ -75,6 +78,12 @@ class ServiceSettings:
     max_replica_lag_bytes: int = 16 * 1024 * 1024
     #: answer requests marked "seeded" (noise from a seed: not a private release); tests only
     allow_seeded_requests: bool = False
+    #: seconds a request's whole body may take to arrive once the service reads it (then 408)
+    body_timeout_s: int = 10
+    #: at most this many requests with a body over large_request_bytes run at once (the others
+    #: wait): each holds a parsed copy of its body, so this bounds the service's peak memory
+    max_large_requests: int = 2
+    large_request_bytes: int = 1024 * 1024
 
     def __post_init__(self):
         for f in fields(self):
@@ -84,7 +93,8 @@ class ServiceSettings:
             if f.type in ("bool", bool) and not isinstance(v, bool):
                 raise InvalidInputError(f"service setting {f.name} must be true or false, got {v!r}.")
         for name in ("max_rows", "max_dim", "max_body_bytes", "max_k", "max_shortlist", "max_ids", "pool_max",
-                     "job_workers", "max_result_cells", "job_min_components", "max_queued_jobs", "prune_interval_s"):
+                     "job_workers", "max_result_cells", "job_min_components", "max_queued_jobs", "prune_interval_s",
+                     "body_timeout_s", "max_large_requests", "large_request_bytes"):
             if getattr(self, name) < 1:
                 raise InvalidInputError(f"service setting {name} must be >= 1, got {getattr(self, name)}.")
         for name in ("rate_per_minute", "request_log_retention_days", "max_replica_lag_bytes",
@@ -130,4 +140,5 @@ class ServiceSettings:
                 "max_result_cells": self.max_result_cells, "rate_per_minute": self.rate_per_minute,
                 "auth_failures_per_minute": self.auth_failures_per_minute,
                 "job_min_components": self.job_min_components, "max_queued_jobs": self.max_queued_jobs,
-                "request_log_retention_days": self.request_log_retention_days}
+                "request_log_retention_days": self.request_log_retention_days,
+                "body_timeout_s": self.body_timeout_s}

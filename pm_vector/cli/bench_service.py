@@ -1,0 +1,93 @@
+"""``pm-vector bench outage`` and ``pm-vector bench memory``: the HTTP service under a database
+outage and under large requests (table and JSON)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .bench import _run_printing, bench_app, fail
+
+
+@bench_app.command("outage")
+def outage(
+    seconds: float = typer.Option(30.0, "--seconds", min=0.1, max=3600, help="Seconds the database stays dead."),
+    interval: float = typer.Option(0.05, help="Pause between the client's requests (s)."),
+    settle: float = typer.Option(5.0, help="Seconds the client keeps sending after the first 200."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+):
+    """The service while its database is SIGKILLed for --seconds and started again.
+
+    In a private PM_VECTOR_HOME: an embedded server, a digits collection, the real service on
+    loopback and a client sending resolves (every 5th request GET /health) throughout. Reports the
+    503 latency during the outage (median, max), any other status, and the seconds from "the
+    database accepts connections" to the first 200.
+
+    Example: pm-vector bench outage --seconds 600 --json
+    """
+    from ..bench.outage import OutageConfig, run
+
+    try:
+        cfg = OutageConfig(seconds=seconds, interval=interval, settle=settle)
+    except ValueError as e:
+        fail(str(e))
+    result = _run_printing(lambda progress: run(cfg, progress), as_json)
+    if result is None:
+        return
+    t = Table(title=f"outage: database SIGKILLed for {result['outage_s']:g} s (restart took {result['restart_s']:g} s)")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    b = result["before_200"]
+    t.add_row("resolve 200 before the outage: median / max (ms)", f"{b['median_ms']} / {b['max_ms']}")
+    for kind in ("resolve", "health"):
+        o = result["outage_503"][kind]
+        t.add_row(f"{kind} 503 during the outage: n, median / max (ms)", f"{o['n']}, {o['median_ms']} / {o['max_ms']}")
+    t.add_row("other statuses during the outage", ", ".join(result["outage_other_statuses"]) or "none")
+    t.add_row("database accepts connections -> first resolve 200 (s)", str(result["first_200_after_accept_s"]))
+    a = result["after_first_200"]
+    t.add_row("requests after the first 200 / not 200", f"{a['requests']} / {a['non_200']}")
+    Console().print(t)
+    typer.echo(json.dumps(result))
+
+
+@bench_app.command("memory")
+def memory(
+    rounds: int = typer.Option(100, help="Rounds of parallel calls."),
+    parallel: int = typer.Option(6, help="Simultaneous /kahm/distances calls per round."),
+    mb: float = typer.Option(13.0, help="Approximate size of each request body (MB)."),
+    dim: int = typer.Option(256, help="Feature dimension of the synthetic collection."),
+    items: int = typer.Option(2000, help="Items of the collection (its KAHM model's training rows)."),
+    idle_s: float = typer.Option(5.0, help="Seconds to wait after the last round before the last RSS reading."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+):
+    """The service's resident memory (RSS) after each round of large /kahm/distances calls.
+
+    In a private PM_VECTOR_HOME: a synthetic collection with a KAHM model, `pm-vector serve` in a
+    separate process, and --rounds rounds of --parallel calls of about --mb MB each.
+
+    Example: pm-vector bench memory --rounds 100 --parallel 6 --mb 13 --json
+    """
+    from ..bench.memory import MemoryConfig, run
+
+    try:
+        cfg = MemoryConfig(rounds=rounds, parallel=parallel, mb=mb, dim=dim, items=items, idle_s=idle_s)
+    except ValueError as e:
+        fail(str(e))
+    result = _run_printing(lambda progress: run(cfg, progress), as_json)
+    if result is None:
+        return
+    t = Table(title=f"memory: {rounds} rounds x {parallel} parallel /kahm/distances calls of {result['body_mb']} MB "
+                    f"({result['rows']} rows x {dim}), {result['seconds']} s; statuses {result['statuses']}")
+    t.add_column("round", justify="right")
+    t.add_column("RSS (MB)", justify="right")
+    s = result["rss_mb"]
+    t.add_row("start", f"{result['rss_start_mb']:.0f}")
+    for i in sorted({0, 1, 2, 4, 9, 19, 49, 99, len(s) - 1} & set(range(len(s)))):
+        t.add_row(str(i + 1), f"{s[i]:.0f}")
+    t.add_row(f"{idle_s:g} s idle", f"{result['rss_after_idle_mb']:.0f}")
+    t.add_row("max", f"{result['rss_max_mb']:.0f}")
+    Console().print(t)
+    typer.echo(json.dumps(result))
