@@ -310,9 +310,9 @@ class Client:
     def private_knn(self, name: str, *, epsilon: float, delta: float = 1e-5, shortlist: int | None = None,
                     label_free: bool = False, refresh: bool = False) -> PrivateKNN:
         """The :class:`~pm_vector.client.query.PrivateKNN` of the collection's active run: class frames and
-        dummy pool from the public anchor document (cached per run); with ``label_free`` a
-        :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor picks the row of a query without
-        a label."""
+        dummy pool from the public anchor document (cached per run); with ``label_free`` the row of a
+        query without a label is its nearest public partition (a collection without labels) or a
+        :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor (see :meth:`_label_classifier`)."""
         run_id = self.collection(name).get("active_run_id")
         cached = self._public.get(name)
         if cached is None or refresh or cached[0] != run_id:
@@ -329,7 +329,8 @@ class Client:
                       doc.get("public_projection") or (doc.get("frame") or {}).get("public_projection"),
                       # the cell release: the published PublicCells, and class_rows (its "cells": digest,
                       # levels; n_items and classes: the public rule's finest useful level)
-                      (doc.get("frame") or {}).get("public_cells"), (doc.get("frame") or {}).get("class_rows") or {})
+                      (doc.get("frame") or {}).get("public_cells"), (doc.get("frame") or {}).get("class_rows") or {},
+                      doc.get("partitions"))
             self._public[name] = cached
         clf = self._label_classifier(name) if label_free else None
         frames, Xd, yd = cached[1], cached[2], cached[3]
@@ -337,9 +338,20 @@ class Client:
                           collection=name, accountant=self._account(name))
 
     def _label_classifier(self, name: str):
-        """The :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor (cached per run): what
-        picks the row of a query without a label (a function of the query: the guarantee is unchanged)."""
+        """What picks the row of a query without a label, cached per run: for a collection without
+        labels its published :class:`~pm_vector.manifold.partitions.PublicPartitions` (the query's
+        nearest partition, the very rule that labelled the items), otherwise the
+        :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor. Either is a function of the
+        query (and of public data only), so the release's guarantee is unchanged: it protects the
+        query's features and its row, and the row is computed from the query."""
         _, _, _, _, Xa, ya, classifiers = self._public[name][:7]
+        parts_doc = self._public[name][10]
+        if parts_doc:
+            if "partitions" not in classifiers:
+                from ..manifold.partitions import PublicPartitions
+
+                classifiers["partitions"] = PublicPartitions.from_dict(parts_doc)
+            return classifiers["partitions"]
         if "kahm" not in classifiers:
             from ..kahm import KAHMClassifier
 
