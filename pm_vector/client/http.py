@@ -323,8 +323,17 @@ class Client:
                 raise InvalidInputError(f"collection {name!r} publishes no class frames (its active run predates "
                                         "them); run an embedding job, or use protocol='privatemail_paper'.")
             frames = ClassFrames.from_dict(frames_doc)
-            cached = (run_id, frames, np.asarray(doc["dummy_features"], dtype=np.float64),
-                      np.asarray(doc["dummy_labels"]), np.asarray(doc["features"], dtype=np.float64),
+            Xd, yd = np.asarray(doc["dummy_features"], dtype=np.float64), np.asarray(doc["dummy_labels"])
+            if doc.get("partitions"):
+                # a collection without labels: a partition without a public dummy takes its public anchor
+                # rows as dummies (public data either way; every partition has anchor rows)
+                ya = np.asarray(doc["labels"])
+                take = np.isin(ya, np.setdiff1d(frames.classes_, yd))
+                if take.any():
+                    Xd = np.vstack([Xd.reshape(-1, frames.n_features_in_),
+                                    np.asarray(doc["features"], dtype=np.float64)[take]])
+                    yd = np.concatenate([yd.astype(np.int64), ya[take].astype(np.int64)])
+            cached = (run_id, frames, Xd, yd, np.asarray(doc["features"], dtype=np.float64),
                       np.asarray(doc["labels"]), {},
                       doc.get("public_projection") or (doc.get("frame") or {}).get("public_projection"),
                       # the cell release: the published PublicCells, and class_rows (its "cells": digest,
