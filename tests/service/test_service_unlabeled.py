@@ -59,12 +59,13 @@ def test_rows_are_labelled_by_their_nearest_partition(unlabeled, svc_split):
     name, ing = unlabeled
     cen = db.collection_info(name)["settings"]["partitions"]["public"]["centroids"]
     assert np.asarray(cen).shape == (10, svc_split.dataset.dim)
-    Xs, ys = svc_split.server
+    Xs, _ = svc_split.server
     got = db.fetch_items(name, ing["item_ids"])["labels"]
     assert list(got) == list(_nearest(cen, Xs))
     assert len(set(got)) >= 5  # the partitions split the items (not one class)
     a = db.get_anchor_set(name, "anchor")
     assert list(a.labels) == list(_nearest(cen, svc_split.anchor[0]))
+    assert list(db.get_anchor_set(name, "dummy").labels) == list(_nearest(cen, svc_split.dummy[0][:3]))
     # a later anchor set keeps the stored partitions
     db.register_anchor_set(name, svc_split.query[0], None, role="anchor")
     assert db.collection_info(name)["settings"]["partitions"]["public"]["centroids"] == cen
