@@ -362,10 +362,14 @@ def _real_array(a, path: Path, what: str):
 def ingest(
     collection: str = typer.Argument(..., help="Collection name."),
     features: Path = typer.Option(..., help="Features: .npy (rows x dims) or .parquet (needs pyarrow)."),
-    labels: Path = typer.Option(..., help="Integer labels: .npy or .parquet, one per row."),
+    labels: Optional[Path] = typer.Option(None, help="Integer labels: .npy or .parquet, one per row; omit it for "
+                                          "a collection without labels (each row gets its nearest public partition)."),
     role: str = typer.Option("items", help="items (searched), anchor (public anchor set) or dummy (public pool)."),
     create: bool = typer.Option(False, help="Create the collection first (labels = the distinct labels given)."),
     allow_raw_features: bool = typer.Option(False, help="With --create: clients may fetch raw item features."),
+    partitions: Optional[int] = typer.Option(None, min=2, help="With --create and no --labels: a collection without "
+                                             "labels with this many public partitions (default 10), fit on its "
+                                             "first anchor set."),
     normalize: bool = typer.Option(True, help="Rescale rows to unit norm (the protocol assumes unit rows)."),
     batch_size: int = typer.Option(10_000, min=1, help="Rows per COPY batch (items; all batches are one "
                                    "transaction)."),
@@ -375,6 +379,9 @@ def ingest(
 
     Example: pm-vector ingest mycoll --features X.npy --labels y.npy --create && pm-vector ingest mycoll \\
     --features A.npy --labels ya.npy --role anchor
+
+    Without labels: pm-vector ingest mycoll --features A.npy --role anchor --create --partitions 10 &&
+    pm-vector ingest mycoll --features X.npy (the anchor first: it fits the partitions)
     """
     import numpy as np
 
@@ -383,12 +390,15 @@ def ingest(
     if role not in ("items", "anchor", "dummy"):
         _fail("--role must be items, anchor or dummy.")
     X = _read_table(features, "features")
-    y = _read_table(labels, "labels")
+    y = None if labels is None else _read_table(labels, "labels")
+    if partitions is not None and (labels is not None or not create):
+        _fail("--partitions goes with --create and no --labels (it makes a collection without labels).")
     try:
         X = np.asarray(X, dtype=np.float64)
-        y = np.asarray(y).ravel()
-        if X.ndim != 2 or X.shape[0] != y.shape[0]:
-            _fail(f"features have shape {X.shape} and labels {y.shape}: need (n, d) and (n,).")
+        y = None if y is None else np.asarray(y).ravel()
+        if X.ndim != 2 or (y is not None and X.shape[0] != y.shape[0]):
+            _fail(f"features have shape {X.shape} and labels {None if y is None else y.shape}: need (n, d) and "
+                  "(n,).")
         if not np.all(np.isfinite(X)):
             _fail(f"features row {int(np.argwhere(~np.isfinite(X))[0][0])} has NaN or infinite values; clean or "
                   "drop those rows. Nothing was written.")
@@ -402,8 +412,10 @@ def ingest(
         if create:
             from .._validation import as_labels
 
-            create_kw = {"labels": np.unique(as_labels(y, y.shape[0], "labels")).tolist(),
+            create_kw = {"labels": None if y is None else np.unique(as_labels(y, y.shape[0], "labels")).tolist(),
                          "allow_raw_features": allow_raw_features}
+            if y is None:
+                create_kw["partitions"] = partitions
         with _progress(disable=as_json or not sys.stderr.isatty()) as bar:
             task = bar.add_task(f"ingest {role}", total=X.shape[0])
             if role == "items":

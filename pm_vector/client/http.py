@@ -310,9 +310,9 @@ class Client:
     def private_knn(self, name: str, *, epsilon: float, delta: float = 1e-5, shortlist: int | None = None,
                     label_free: bool = False, refresh: bool = False) -> PrivateKNN:
         """The :class:`~pm_vector.client.query.PrivateKNN` of the collection's active run: class frames and
-        dummy pool from the public anchor document (cached per run); with ``label_free`` a
-        :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor picks the row of a query without
-        a label."""
+        dummy pool from the public anchor document (cached per run); with ``label_free`` the row of a
+        query without a label is its nearest public partition (a collection without labels) or a
+        :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor (see :meth:`_label_classifier`)."""
         run_id = self.collection(name).get("active_run_id")
         cached = self._public.get(name)
         if cached is None or refresh or cached[0] != run_id:
@@ -323,13 +323,23 @@ class Client:
                 raise InvalidInputError(f"collection {name!r} publishes no class frames (its active run predates "
                                         "them); run an embedding job, or use protocol='privatemail_paper'.")
             frames = ClassFrames.from_dict(frames_doc)
-            cached = (run_id, frames, np.asarray(doc["dummy_features"], dtype=np.float64),
-                      np.asarray(doc["dummy_labels"]), np.asarray(doc["features"], dtype=np.float64),
+            Xd, yd = np.asarray(doc["dummy_features"], dtype=np.float64), np.asarray(doc["dummy_labels"])
+            if doc.get("partitions"):
+                # a collection without labels: a partition without a public dummy takes its public anchor
+                # rows as dummies (public data either way; every partition has anchor rows)
+                ya = np.asarray(doc["labels"])
+                take = np.isin(ya, np.setdiff1d(frames.classes_, yd))
+                if take.any():
+                    Xd = np.vstack([Xd.reshape(-1, frames.n_features_in_),
+                                    np.asarray(doc["features"], dtype=np.float64)[take]])
+                    yd = np.concatenate([yd.astype(np.int64), ya[take].astype(np.int64)])
+            cached = (run_id, frames, Xd, yd, np.asarray(doc["features"], dtype=np.float64),
                       np.asarray(doc["labels"]), {},
                       doc.get("public_projection") or (doc.get("frame") or {}).get("public_projection"),
                       # the cell release: the published PublicCells, and class_rows (its "cells": digest,
                       # levels; n_items and classes: the public rule's finest useful level)
-                      (doc.get("frame") or {}).get("public_cells"), (doc.get("frame") or {}).get("class_rows") or {})
+                      (doc.get("frame") or {}).get("public_cells"), (doc.get("frame") or {}).get("class_rows") or {},
+                      doc.get("partitions"))
             self._public[name] = cached
         clf = self._label_classifier(name) if label_free else None
         frames, Xd, yd = cached[1], cached[2], cached[3]
@@ -337,9 +347,20 @@ class Client:
                           collection=name, accountant=self._account(name))
 
     def _label_classifier(self, name: str):
-        """The :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor (cached per run): what
-        picks the row of a query without a label (a function of the query: the guarantee is unchanged)."""
+        """What picks the row of a query without a label, cached per run: for a collection without
+        labels its published :class:`~pm_vector.manifold.partitions.PublicPartitions` (the query's
+        nearest partition, the very rule that labelled the items), otherwise the
+        :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor. Either is a function of the
+        query (and of public data only), so the release's guarantee is unchanged: it protects the
+        query's features and its row, and the row is computed from the query."""
         _, _, _, _, Xa, ya, classifiers = self._public[name][:7]
+        parts_doc = self._public[name][10]
+        if parts_doc:
+            if "partitions" not in classifiers:
+                from ..manifold.partitions import PublicPartitions
+
+                classifiers["partitions"] = PublicPartitions.from_dict(parts_doc)
+            return classifiers["partitions"]
         if "kahm" not in classifiers:
             from ..kahm import KAHMClassifier
 

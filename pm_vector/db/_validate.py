@@ -78,12 +78,15 @@ def _json_safe(obj: Any, what: str) -> Any:
     return obj
 
 
-def _collection_spec(name: str, dim: int, labels: Iterable[int], metric: str = "l2",
+def _collection_spec(name: str, dim: int, labels: Iterable[int] | None, metric: str = "l2",
                      allow_raw_features: bool = False, *, description: str | None = None, hnsw_m: int = 16,
                      hnsw_ef_construction: int = 64, keep_previous_runs: int = 1,
-                     settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                     settings: Mapping[str, Any] | None = None, partitions: int | None = None) -> dict[str, Any]:
     """The validated column values of a new collection (see :func:`create_collection`)."""
+    from . import partitioned
+
     _check_name(name)
+    labels, part_settings = partitioned.creation(labels, partitions)
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= int(dim) <= MAX_FEATURE_DIM:
         raise InvalidInputError(f"dim must be an integer in 1..{MAX_FEATURE_DIM}, got {dim!r}.")
     dim = int(dim)
@@ -106,6 +109,10 @@ def _collection_spec(name: str, dim: int, labels: Iterable[int], metric: str = "
     if int(keep_previous_runs) < 0:
         raise InvalidInputError("keep_previous_runs must be >= 0.")
     st: dict[str, Any] = dict(settings or {})
+    if partitioned.SETTINGS_KEY in st:
+        raise InvalidInputError(f"settings[{partitioned.SETTINGS_KEY!r}] is set by partitions=, not by hand.")
+    if part_settings is not None:
+        st[partitioned.SETTINGS_KEY] = part_settings
     st.update({"allow_raw_features": allow_raw_features, "hnsw_m": int(hnsw_m),
                "hnsw_ef_construction": int(hnsw_ef_construction), "keep_previous_runs": int(keep_previous_runs)})
     if description is not None:

@@ -53,13 +53,14 @@ from .errors import (  # noqa: F401  (re-exported)
     translate_sql_error,
 )
 from .maintenance import cleanup  # noqa: F401  (re-exported: pm_vector.db.cleanup)
+from . import partitioned
 
 # ----------------------------------------------------------------------------- collections
 
-def create_collection(name: str, dim: int, labels: Iterable[int], metric: str = "l2",
+def create_collection(name: str, dim: int, labels: Iterable[int] | None, metric: str = "l2",
                       allow_raw_features: bool = False, *, description: str | None = None,
                       hnsw_m: int = 16, hnsw_ef_construction: int = 64, keep_previous_runs: int = 1,
-                      settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                      settings: Mapping[str, Any] | None = None, partitions: int | None = None) -> dict[str, Any]:
     """Create a collection and return :func:`collection_info` of it.
 
     ``dim``: feature dimension (1-16,000; above 2,000 features are stored as ``halfvec``).
@@ -68,10 +69,15 @@ def create_collection(name: str, dim: int, labels: Iterable[int], metric: str = 
     clients (:func:`fetch_items`). ``hnsw_m`` / ``hnsw_ef_construction``: HNSW build options of
     the runs' indexes. ``keep_previous_runs``: superseded successful runs kept (tables and all)
     after a switch, for rollback and for queries in flight. ``settings``: extra JSON settings.
+
+    ``labels=None``: a collection **without labels** whose classes are ``partitions`` (default
+    10) public partitions ``0..C-1`` (:mod:`pm_vector.db.partitioned`): its first anchor set
+    registered without labels fits them (k-means of the public anchor's features), then anchor,
+    dummy and item rows are labelled by their nearest partition (ingest them with labels=None).
     """
     spec = _collection_spec(name, dim, labels, metric, allow_raw_features, description=description, hnsw_m=hnsw_m,
                             hnsw_ef_construction=hnsw_ef_construction, keep_previous_runs=keep_previous_runs,
-                            settings=settings)
+                            settings=settings, partitions=partitions)
     import sqlalchemy.exc
 
     from .models import Collection
@@ -153,7 +159,9 @@ def register_anchor_set(collection: str, features, labels, role: str = "anchor",
                         description: str | None = None) -> dict[str, Any]:
     """Store a public anchor set (``role='anchor'``) or public dummy pool (``role='dummy'``).
 
-    Row order is kept: anchor ``i`` is row ``i``. A new registration for the same role becomes
+    Row order is kept: anchor ``i`` is row ``i``. ``labels=None`` for a collection without labels
+    (:mod:`pm_vector.db.partitioned`): its first anchor set fits the public partitions, and every
+    row is labelled by its nearest partition. A new registration for the same role becomes
     the current set; older sets stay (runs refer to the set they were built with). One
     transaction. Returns ``{"anchor_set_id", "collection", "role", "n_rows"}``.
     """
@@ -174,7 +182,8 @@ def register_anchor_sets(collection: str, sets: Sequence[tuple]) -> list[dict[st
             if role not in ROLES:
                 raise InvalidInputError(f"role must be one of {ROLES}, got {role!r}.")
             X = _features(features, coll, f"{role} features")
-            y = _labels(labels, X.shape[0], coll, f"{role} labels")
+            partitioned.refuse_labels(coll, labels, f"{role} labels")
+            y = None if labels is None else _labels(labels, X.shape[0], coll, f"{role} labels")
             if provenance is not None:
                 _json_safe(provenance, "provenance")
             checked.append((role, X, y, description, provenance))
@@ -184,7 +193,10 @@ def register_anchor_sets(collection: str, sets: Sequence[tuple]) -> list[dict[st
         try:
             from psycopg.types.json import Jsonb
 
-            coll = _collection_row(conn, collection, lock="FOR SHARE")
+            part = partitioned.is_partitioned(coll)
+            coll = _collection_row(conn, collection, lock="FOR UPDATE" if part else "FOR SHARE")
+            if part:
+                checked = _partition_labels(conn, coll, checked)
             for role, X, y, description, provenance in checked:
                 set_id = conn.execute(
                     "INSERT INTO pm_vector.anchor_sets (collection_id, role, n_rows, description, provenance) "
@@ -208,6 +220,26 @@ def register_anchor_sets(collection: str, sets: Sequence[tuple]) -> list[dict[st
                 raise
             raise err from exc
     return out
+
+
+def _partition_labels(conn, coll: Mapping[str, Any], checked: list) -> list:
+    """The sets of a partitioned collection (row locked) labelled by nearest partition: the stored
+    partitions, or (first anchor registration) those fit on this call's first anchor set's features,
+    stored in the collection's settings in the same transaction."""
+    from psycopg.types.json import Jsonb
+
+    parts = partitioned.stored(coll)
+    if parts is None:
+        first = next((X for role, X, *_ in checked if role == "anchor"), None)
+        if first is None:
+            raise InvalidInputError(
+                f"collection {coll['name']!r} has no labels and no public partitions yet: register its public "
+                "anchor (role='anchor') first; its partitions are fit on the anchor.")
+        parts = partitioned.fit(coll, first)
+        conn.execute("UPDATE pm_vector.collections SET settings = jsonb_set(settings, %s, %s) WHERE id = %s",
+                     [[partitioned.SETTINGS_KEY, "public"], Jsonb(parts.to_dict()), coll["id"]])
+    return [(role, X, partitioned.assign(parts, X), description, provenance)
+            for role, X, _, description, provenance in checked]
 
 
 def get_anchor_set(collection: str, role: str = "anchor", *, anchor_set_id: int | None = None) -> AnchorSet:

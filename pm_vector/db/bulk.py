@@ -18,7 +18,7 @@ import numpy as np
 
 from .._validation import as_labels, as_matrix
 from ..errors import InvalidInputError
-from . import _binary
+from . import _binary, partitioned
 from ._common import _collection_row, _worker
 from ._validate import _collection_spec, _features, _json_safe, _labels
 from .engine import connect
@@ -88,7 +88,8 @@ def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None
     """Add items to a collection by binary COPY, in batches, in ONE transaction: all-or-nothing.
 
     ``features``: (n, dim) real numbers (stored as float32, or float16 above 2,000 dims);
-    NaN/inf refused. ``labels``: n integers from the collection's label set. ``external_ids``:
+    NaN/inf refused. ``labels``: n integers from the collection's label set; None for a collection
+    without labels (each item gets its nearest public partition, :mod:`pm_vector.db.partitioned`). ``external_ids``:
     optional n strings (or ints, stored as text; None entries allowed), unique within the
     collection. ``payloads``: optional n JSON-serialisable values. ``progress(done, total)`` is
     called after each batch is written (visible to others only when the whole ingest commits).
@@ -114,7 +115,9 @@ def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None
         if a is None or a.ndim != 2:
             as_matrix(a, "features")
         kw = dict(create)
-        kw.setdefault("labels", np.unique(as_labels(labels, np.asarray(labels).size, "labels")))
+        if labels is not None and "partitions" not in kw:
+            kw.setdefault("labels", np.unique(as_labels(labels, np.asarray(labels).size, "labels")))
+        kw.setdefault("labels", None)
         spec = _collection_spec(collection, a.shape[1], **kw)
     conn = connect(watch_client=True)
     try:
@@ -125,7 +128,8 @@ def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None
             coll = {**spec, "id": None}
         X = _features(features, coll, "features")
         n = X.shape[0]
-        y = _labels(labels, n, coll, "labels")
+        partitioned.refuse_labels(coll, labels, "labels")
+        y = partitioned.item_labels(coll, X) if labels is None else _labels(labels, n, coll, "labels")
         ext = _external_ids(external_ids, n)
         pay = _payloads(payloads, n)
         if ext is not None and spec is None:

@@ -45,6 +45,18 @@ def public_anchor(collection: str):
     return pa, frame
 
 
+def public_partitions(collection: str) -> dict[str, Any] | None:
+    """The public partitions of a collection without labels (``PublicPartitions.to_dict()``: the
+    centroids fit on its public anchor), or None (a labelled collection, or none fit yet)."""
+    from ..db.engine import connect
+    from ..db.partitioned import SETTINGS_KEY
+
+    with connect() as conn:
+        row = conn.execute("SELECT settings -> %s -> 'public' FROM pm_vector.collections WHERE name = %s",
+                           [SETTINGS_KEY, collection]).fetchone()
+    return None if row is None else row[0]
+
+
 def collection_uuid(collection: str) -> str | None:
     """The collection's stable, random id (migration 0007) as text; None for an unknown name.
 
@@ -65,7 +77,7 @@ def anchor_document(collection: str) -> dict[str, Any]:
     return _plain({"collection": collection, "collection_uuid": collection_uuid(collection),
                    "anchor_ids": list(pa.ids), "features": pa.features,
                    "labels": pa.labels, "dummy_features": pa.dummy_features, "dummy_labels": pa.dummy_labels,
-                   "frame": frame})
+                   "frame": frame, "partitions": public_partitions(collection)})
 
 
 def resolve_document(collection: str, request, *, k: int = 8, include_features: bool = False, conn=None,

@@ -103,6 +103,9 @@ class AnchorDocument(BaseModel):
     frame: dict[str, Any] = Field(description="The active run's AnchorFrame params, seed and anchor embedding.")
     collection_uuid: str | None = Field(None, description="The collection's stable id (new when the collection is "
                                                           "re-created); information only, not a budget key.")
+    partitions: dict[str, Any] | None = Field(None, description="A collection without labels: its public "
+                                              "partitions (centroids fit on the public anchor); a query's row is "
+                                              "its nearest partition. None for a labelled collection.")
 
 
 class ItemsBody(BaseModel):
