@@ -99,7 +99,7 @@ def _vtype(dim: int) -> str:
 
 def _load_items(conn, coll: Mapping[str, Any], missing_from_run: int | None = None,
                 in_run: int | None = None) -> dict[str, np.ndarray]:
-    """ids, labels, features of the collection's items by binary COPY, ordered by id; with
+    """ids, labels, features (float32) of the collection's items by binary COPY, ordered by id; with
     ``missing_from_run``, only items that have no embedding in that run; with ``in_run``, only
     items that have one."""
     ftype = coll["feature_type"]
@@ -110,9 +110,11 @@ def _load_items(conn, coll: Mapping[str, Any], missing_from_run: int | None = No
               "WHERE e.item_id = i.id)")
     if in_run is not None:
         q += f" AND EXISTS (SELECT 1 FROM pm_vector.run_{int(in_run)}_items e WHERE e.item_id = i.id)"
+    # streamed into arrays sized by a count first (the features: one float32 array, no copy of the stream)
+    n_hint = conn.execute(f"SELECT count(*) FROM ({q}) AS q").fetchone()[0]
     q += " ORDER BY i.id"
-    buf = _binary.copy_out(conn, q)
-    return _binary.decode([("id", "int8", 0), ("label", "int8", 0), ("features", ftype, coll["feature_dim"])], buf)
+    return _binary.copy_out_columns(conn, q, [("id", "int8", 0), ("label", "int8", 0),
+                                              ("features", ftype, coll["feature_dim"])], int(n_hint))
 
 
 def _write_embeddings(conn, table: str, key: str, key_kind: str, keys: np.ndarray, emb: np.ndarray,
