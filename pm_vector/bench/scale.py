@@ -51,7 +51,7 @@ class ScaleConfig:
     seed: int = 0
     hnsw_m: int = 16
     hnsw_ef_construction: int = 64
-    maintenance_work_mem: str = "512MB"
+    maintenance_work_mem: str | None = None  # None: the job's own, sized by the number of items
     graph: str = "auto"  # the class rows' graph method (auto / exact / hnsw)
     graph_exact_max_items: int | None = None  # None: the project's default threshold
     recall_sample: int = 1000  # items whose stored neighbour lists are checked against exact (0: none)

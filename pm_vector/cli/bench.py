@@ -243,7 +243,8 @@ def scale(
     repeats: int = typer.Option(1, help="Jobs per size (the median is reported)."),
     hnsw_m: int = typer.Option(16, help="HNSW m of the run's index."),
     hnsw_ef_construction: int = typer.Option(64, help="HNSW ef_construction of the run's index."),
-    maintenance_work_mem: str = typer.Option("512MB", help="maintenance_work_mem of the index build."),
+    maintenance_work_mem: str = typer.Option(None, help="maintenance_work_mem of the index build (default: the "
+                                             "job's, sized by the number of items)."),
     seed: int = typer.Option(0, help="Seed of the data and of the frame."),
     graph: str = typer.Option("auto", help="The class rows' neighbour graph: auto (exact up to "
                               "--graph-exact-max-items items, faiss HNSW above), exact or hnsw."),
