@@ -21,14 +21,17 @@ records:
   stored lists hold (exact neighbours by brute force against all items, in blocks, float64).
 
 ``time_per_doubling = (t_max / t_min) ** (1 / log2(n_max / n_min))``: 2.0 is linear (also per
-consecutive pair of sizes). Collections are dropped at the end.
+consecutive pair of sizes). Collections are dropped at the end. Each size's result is also printed
+as it finishes, as one JSON line ``{"partial": ...}`` on stderr.
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import math
 import os
+import sys
 import threading
 import time
 import uuid
@@ -190,6 +193,8 @@ def run(cfg: ScaleConfig, progress: Callable[[str], None] | None = None) -> dict
                         "stages_s": {k: round(v, 3) for k, v in tm.items()},
                         "all_seconds": [round(x["seconds"], 3) for x in runs], "memory_method": med["memory_method"],
                         "ingest_s": round(ingest_s, 3), **graph})
+        # each size as it finishes, one JSON line on stderr: a long run stopped early keeps its sizes
+        print(json.dumps({"partial": results[-1]}), file=sys.stderr, flush=True)
     secs = [r["seconds"] for r in results]
     idx = [r["index_s"] for r in results]
     for a, b in zip(results, results[1:]):
