@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import InvalidInputError
-from .neighbors import neighbor_graph
+from .neighbors import EXACT_MAX_ITEMS, graph_method, neighbor_graph
 
 #: neighbours per item in the server's raw k-NN graph
 GRAPH_DEGREE = 16
@@ -57,19 +57,28 @@ class PosteriorShortlist:
     less than ``min_weight``, and the SQL statement then unnests only the neighbour lists of the
     items that matter -- at small epsilon (flat weights) almost none, at large epsilon a few dozen.
 
+    ``graph`` / ``graph_exact_max_items``: how the raw k-NN graph is computed
+    (:func:`pm_vector.neighbors.neighbor_graph`: exact up to that many items, HNSW above, or
+    forced with ``"exact"`` / ``"hnsw"``). Float32 items are kept in float32 (no float64 copy of
+    all of them; each class's rows are converted for its frame only).
+
     Learned: ``neighbors_`` ``(N, graph_degree)``, ``prior_`` (per class: item indices and
-    clipped coordinates), ``hubs_`` (per class: hub counts).
+    clipped coordinates), ``hubs_`` (per class: hub counts), ``graph_method_`` (``"exact"`` or
+    ``"hnsw"``).
     """
 
-    def __init__(self, graph_degree: int = GRAPH_DEGREE, max_prior: int = MAX_PRIOR, min_weight: float = MIN_WEIGHT):
+    def __init__(self, graph_degree: int = GRAPH_DEGREE, max_prior: int = MAX_PRIOR, min_weight: float = MIN_WEIGHT,
+                 graph: str = "auto", graph_exact_max_items: int = EXACT_MAX_ITEMS):
         self.graph_degree = graph_degree
         self.max_prior = max_prior
         self.min_weight = min_weight
+        self.graph = graph
+        self.graph_exact_max_items = graph_exact_max_items
 
     def fit(self, frames, X, y) -> "PosteriorShortlist":
         from ._validation import as_labels, as_matrix
 
-        X = as_matrix(X, "items")
+        X = as_matrix(X, "items", dtype=np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64)
         y = as_labels(y, X.shape[0], "item labels")
         g = int(self.graph_degree)
         if g < 1 or int(self.max_prior) < 1:
@@ -77,7 +86,8 @@ class PosteriorShortlist:
         mw = self.min_weight
         if isinstance(mw, bool) or not isinstance(mw, (int, float, np.floating)) or not 0 <= float(mw) < 1:
             raise InvalidInputError(f"min_weight must be a number in [0, 1), got {mw!r}.")
-        self.neighbors_ = neighbor_graph(X, g)
+        self.graph_method_ = graph_method(X.shape[0], self.graph, self.graph_exact_max_items)
+        self.neighbors_ = neighbor_graph(X, g, method=self.graph_method_)
         self.n_items_ = X.shape[0]
         self.frames_ = frames
         self.prior_, self.hubs_ = {}, {}
@@ -85,7 +95,7 @@ class PosteriorShortlist:
             idx = np.flatnonzero(y == c)
             self.prior_[int(c)] = (idx, frames.clipped(X[idx], np.full(idx.size, c)) if idx.size else
                                    np.zeros((0, frames.components_.shape[1])))
-            self.hubs_[int(c)] = np.bincount(self.neighbors_[idx].ravel(), minlength=X.shape[0]).astype(np.float64)
+            self.hubs_[int(c)] = hub_counts(self.neighbors_, idx, X.shape[0])
         return self
 
     def scores(self, z, sigma: float, label: int) -> np.ndarray:
@@ -112,6 +122,20 @@ class PosteriorShortlist:
             order = np.lexsort((np.arange(s.size), -s))
             out.append(order[:kp])
         return out
+
+
+#: rows of the graph read at a time by :func:`hub_counts`
+HUB_BATCH = 65_536
+
+
+def hub_counts(neighbors: np.ndarray, rows: np.ndarray, n_items: int, batch_size: int | None = None) -> np.ndarray:
+    """``(n_items,)`` float64: how many of the lists ``neighbors[rows]`` hold each item (the
+    class hub counts ``h_c``), summed over batches of ``batch_size`` rows (exact integers)."""
+    b = int(batch_size or HUB_BATCH)
+    out = np.zeros(int(n_items), np.int64)
+    for s in range(0, rows.shape[0], b):
+        out += np.bincount(neighbors[rows[s:s + b]].ravel(), minlength=int(n_items))
+    return out.astype(np.float64)
 
 
 def prior_d2(P: np.ndarray, z) -> np.ndarray:

@@ -137,6 +137,12 @@ def test_bench_latency_and_scale_small(home):
     assert all(x["seconds"] > 0 and x["peak_mb"] > 0 for x in sc["results"])
     t = [x["seconds"] for x in sc["results"]]
     assert sc["time_per_doubling"] == pytest.approx(t[1] / t[0], rel=1e-2)
+    # small collections: the exact graph, so its recall against exact is 1
+    assert all(x["graph_method"] == "exact" and x["graph_recall"] == 1.0 for x in sc["results"])
+    sc = _json(["bench", "scale", "--sizes", "600,1200", "--anchors", "100", "--dim", "16", "--graph-exact-max-items",
+                "1000", "--recall-sample", "200", "--json"])
+    assert [x["graph_method"] for x in sc["results"]] == ["exact", "hnsw"]
+    assert sc["results"][1]["graph_recall"] >= 0.95 and sc["results"][1]["recall_sample"] == 200
     assert {c["name"] for c in db.list_collections()} == before  # everything dropped
     with db.connect() as conn:
         assert conn.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'bench_raw_%'").fetchone()[0] == 0

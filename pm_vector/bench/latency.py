@@ -156,7 +156,7 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
 
     from ..client import PrivateMail
     from ..client.query import PrivateKNN
-    from ..db.jobs import anchor_frame_embed_fn
+    from ..db.jobs import anchor_frame_embed_fn, index_build_mem_mb
     from ..manifold.class_frames import ClassFrames
     from ..privacy import secure_generator
     from ..db.resolution import client_frame, public_anchor, resolve
@@ -216,7 +216,8 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                 conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (id)").format(ident))
                 setup["raw_copy_s"] = round(time.perf_counter() - t, 3)
                 t = time.perf_counter()
-                conn.execute("SET maintenance_work_mem = '1GB'")
+                # room for the 1,000,000-item graph (a fixed 1 GB did not hold it: the build went on on disk)
+                conn.execute(f"SET maintenance_work_mem = '{index_build_mem_mb(len(ys), d)}MB'")
                 conn.execute(sql.SQL("CREATE INDEX ON {} USING hnsw (features vector_l2_ops)").format(ident))
                 conn.execute(sql.SQL("ANALYZE {}").format(ident))
                 setup["raw_index_s"] = round(time.perf_counter() - t, 3)

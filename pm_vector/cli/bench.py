@@ -281,29 +281,41 @@ def scale(
     repeats: int = typer.Option(1, help="Jobs per size (the median is reported)."),
     hnsw_m: int = typer.Option(16, help="HNSW m of the run's index."),
     hnsw_ef_construction: int = typer.Option(64, help="HNSW ef_construction of the run's index."),
-    maintenance_work_mem: str = typer.Option("512MB", help="maintenance_work_mem of the index build."),
+    maintenance_work_mem: str = typer.Option(None, help="maintenance_work_mem of the index build (default: the "
+                                             "job's, sized by the number of items)."),
     seed: int = typer.Option(0, help="Seed of the data and of the frame."),
+    graph: str = typer.Option("auto", help="The class rows' neighbour graph: auto (exact up to "
+                              "--graph-exact-max-items items, faiss HNSW above), exact or hnsw."),
+    graph_exact_max_items: int = typer.Option(None, help="Largest collection whose graph auto computes exactly "
+                                              "(default: the project's, 50,000)."),
+    recall_sample: int = typer.Option(1000, help="Items whose stored neighbour lists are checked against the "
+                                      "exact ones (0: no recall)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
 ):
-    """Scale: the server's embedding job time and peak memory against the number of items.
+    """Scale: the default embedding job's time, peak memory and graph recall against the number of items.
 
-    Example: pm-vector bench scale --sizes 10000,50000,200000 --json
+    Example: pm-vector bench scale --sizes 125000,250000,500000,1000000 --dim 128 --json
     """
     from ..bench.scale import ScaleConfig, run
 
     cfg = ScaleConfig(sizes=_ints(sizes, "--sizes"), anchors=anchors, dim=dim, classes=classes,
                       n_components=n_components, repeats=repeats, hnsw_m=hnsw_m,
-                      hnsw_ef_construction=hnsw_ef_construction, maintenance_work_mem=maintenance_work_mem, seed=seed)
+                      hnsw_ef_construction=hnsw_ef_construction, maintenance_work_mem=maintenance_work_mem, seed=seed,
+                      graph=graph, graph_exact_max_items=graph_exact_max_items, recall_sample=recall_sample)
     result = _run_with_spinner("scale", run, cfg, as_json)
     if result is None:
         return
     t = Table(title=f"scale: embedding job ({result['anchors']} anchors, {result['dim']} dims); "
                     f"time per doubling {result['time_per_doubling']:.2f}x")
-    for c in ("items", "seconds", "peak MB", "job +MB", "index s", "index share"):
+    for c in ("items", "seconds", "per doubling", "peak MB", "job +MB", "class rows s", "index s", "graph",
+              "graph recall"):
         t.add_column(c, justify="right")
     for r in result["results"]:
-        t.add_row(f"{r['items']:,}", f"{r['seconds']:.1f}", f"{r['peak_mb']:.0f}", f"{r['job_delta_mb']:.0f}",
-                  f"{r['index_s']:.1f}", f"{r['index_share']:.0%}")
+        pd = r.get("time_per_doubling_from_previous")
+        rec = r.get("graph_recall")
+        t.add_row(f"{r['items']:,}", f"{r['seconds']:.1f}", "" if pd is None else f"{pd:.2f}", f"{r['peak_mb']:.0f}",
+                  f"{r['job_delta_mb']:.0f}", f"{r['stages_s'].get('class_rows_s', float('nan')):.1f}",
+                  f"{r['index_s']:.1f}", str(r.get("graph_method")), "" if rec is None else f"{rec:.3f}")
     Console().print(t)
 
 

@@ -79,6 +79,11 @@ def decode(columns: list[tuple[str, str, int]], buf: bytes) -> dict[str, np.ndar
     if not buf.endswith(TRAILER):
         raise ValueError("binary COPY stream without trailer")
     body = memoryview(buf)[start:len(buf) - 2]
+    return _columns(columns, _rows(columns, body))
+
+
+def _rows(columns: list[tuple[str, str, int]], body) -> np.ndarray:
+    """The checked structured rows of a body of whole rows (no signature, no trailer)."""
     dtype = _row_dtype(columns)
     if len(body) % dtype.itemsize:
         raise ValueError("binary COPY rows are not of the expected width (NULLs or another dimension?)")
@@ -89,6 +94,10 @@ def decode(columns: list[tuple[str, str, int]], buf: bytes) -> dict[str, np.ndar
         for name, kind, dim in columns:
             if np.any(rows[f"_len_{name}"] != _field_len(kind, dim)):
                 raise ValueError(f"column {name}: unexpected field width (NULL or wrong dimension)")
+    return rows
+
+
+def _columns(columns: list[tuple[str, str, int]], rows: np.ndarray) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for name, kind, dim in columns:
         if kind in _ARRAY:
@@ -107,6 +116,76 @@ def copy_out(conn, query: str, params=None) -> bytes:
             for data in cp:
                 chunks.append(bytes(data))
     return b"".join(chunks)
+
+
+def copy_out_columns(conn, query: str, columns: list[tuple[str, str, int]], n_rows: int,
+                     params=None, block: int = 1 << 22) -> dict[str, np.ndarray]:
+    """:func:`decode` of ``COPY (query) TO STDOUT (FORMAT BINARY)``, streamed: the rows are decoded
+    as they arrive (``block`` bytes at a time) into arrays of ``n_rows`` rows allocated once (grown, by doubling, only if the
+    query returns more), so the stream itself is never held whole. Returns the arrays of the rows
+    received, as :func:`decode` gives them (vectors float32)."""
+    dtype = _row_dtype(columns)
+    w = dtype.itemsize
+    cap = max(int(n_rows), 1)
+    out: dict[str, np.ndarray] = {}
+    n = 0
+    carry = b""
+    header_done = False
+
+    def put(body) -> None:
+        nonlocal n, cap, out
+        rows = _rows(columns, body)
+        part = _columns(columns, rows)
+        if not out:
+            out = {k: np.empty((cap,) + v.shape[1:], v.dtype) for k, v in part.items()}
+        m = rows.shape[0]
+        if n + m > cap:
+            cap = max(2 * cap, n + m)
+            out = {k: np.concatenate([v[:n], np.empty((cap - n,) + v.shape[1:], v.dtype)]) for k, v in out.items()}
+        for k, v in part.items():
+            out[k][n:n + m] = v
+        n += m
+
+    with conn.cursor() as cur:
+        with cur.copy(f"COPY ({query}) TO STDOUT (FORMAT BINARY)", params) as cp:
+            pending: list[bytes] = []
+            size = 0
+            for data in cp:
+                pending.append(bytes(data))
+                size += len(data)
+                if size < block:
+                    continue
+                buf = carry + b"".join(pending)
+                pending, size = [], 0
+                if not header_done:
+                    if len(buf) < 19:
+                        carry = buf
+                        continue
+                    if not buf.startswith(SIGNATURE[:11]):
+                        raise ValueError("not a PostgreSQL binary COPY stream")
+                    start = 19 + int.from_bytes(buf[15:19], "big")
+                    if len(buf) < start:
+                        carry = buf
+                        continue
+                    buf = buf[start:]
+                    header_done = True
+                whole = (len(buf) // w) * w
+                if whole:
+                    put(memoryview(buf)[:whole])
+                carry = buf[whole:]
+            buf = carry + b"".join(pending)
+            if not header_done and buf.startswith(SIGNATURE[:11]) and len(buf) >= 19:
+                buf = buf[19 + int.from_bytes(buf[15:19], "big"):]
+                header_done = True
+            whole = (max(len(buf) - 2, 0) // w) * w
+            if header_done and whole:
+                put(memoryview(buf)[:whole])
+            carry = buf[whole:]
+    if not header_done or carry != TRAILER:
+        raise ValueError("binary COPY stream without trailer (or rows of another width)")
+    if not out:  # no rows: the arrays decode() gives for an empty stream
+        return decode(columns, SIGNATURE + TRAILER)
+    return {k: v[:n] for k, v in out.items()}
 
 
 def copy_in(conn, statement: str, stream: bytes, chunk: int = 1 << 20) -> None:

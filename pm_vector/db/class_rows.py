@@ -8,7 +8,10 @@ embeds):
   set; stored as JSON in ``embedding_runs.class_frames`` and published to clients);
 * the **prior**: every item of a class ``c`` with its clipped coordinates in ``c``'s frame;
 * the **graph**: the ``graph_degree`` nearest other items of every item by raw features (any
-  class), computed with :func:`pm_vector.neighbors.neighbor_graph` (exact, in memory);
+  class), computed with :func:`pm_vector.neighbors.neighbor_graph`: exact up to
+  ``graph_exact_max_items`` items (default 50,000), approximate (faiss HNSW, float32) above;
+  ``graph`` = ``"exact"`` / ``"hnsw"`` forces either (collection setting
+  ``settings["class_rows"]`` or the job's override); the document records ``graph_method``;
 * the **hubs**: ``hub_c(i)`` = number of items ``j`` of class ``c`` with ``i`` in ``N(j)``;
 * the **codes**: a :class:`~pm_vector.manifold.codes.PublicProjection` of
   ``min(CODE_COMPONENTS, feature dim)`` components fit on the public anchor set (public data only;
@@ -57,7 +60,8 @@ from . import _binary
 
 FORMAT = "pm_vector.class-rows/1"
 DEFAULTS = {"n_components": 4, "clip_quantile": 0.9, "graph_degree": _shortlist.GRAPH_DEGREE,
-            "max_prior": _shortlist.MAX_PRIOR, "min_weight": _shortlist.MIN_WEIGHT}
+            "max_prior": _shortlist.MAX_PRIOR, "min_weight": _shortlist.MIN_WEIGHT,
+            "graph": "auto", "graph_exact_max_items": _shortlist.EXACT_MAX_ITEMS}
 #: components of the published compact codes (capped at the feature dimension)
 CODE_COMPONENTS = 64
 
@@ -87,6 +91,12 @@ def params(settings: Mapping[str, Any] | None = None, override: Mapping[str, Any
     if isinstance(mw, bool) or not isinstance(mw, (int, float)) or not 0 <= float(mw) < 1:
         raise InvalidInputError(f"class-rows parameter min_weight must be in [0, 1), got {mw!r}.")
     p["min_weight"] = float(mw)
+    if p["graph"] not in ("auto", "exact", "hnsw"):
+        raise InvalidInputError(f"class-rows parameter graph must be 'auto', 'exact' or 'hnsw', got {p['graph']!r}.")
+    em = p["graph_exact_max_items"]
+    if isinstance(em, bool) or not isinstance(em, (int, np.integer)) or em < 0:
+        raise InvalidInputError(f"class-rows parameter graph_exact_max_items must be a non-negative integer, got {em!r}.")
+    p["graph_exact_max_items"] = int(em)
     return p
 
 
@@ -109,6 +119,7 @@ class ClassRowsData:
     prior_nhub: np.ndarray | None = None  # (P, g) float64: hub count of each of them in the item's class
     cells: Any = None  # pm_vector.db.cells.CellsData: the cell release's public cells and per-cell hub counts
     cells_doc: dict | None = None  # what class_rows -> 'cells' records (ready, or unavailable with the reason)
+    graph_method: str = "exact"  # how the graph was computed: "exact" or "hnsw"
 
     def doc(self) -> dict[str, Any]:
         from ..client.query import frames_digest
@@ -116,7 +127,7 @@ class ClassRowsData:
         classes = self.frames.classes_
         sizes = [int(np.sum(self.prior_labels == c)) for c in classes]
         return {"format": FORMAT, "status": "ready", **self.params,
-                "graph_degree_effective": int(self.neighbors.shape[1]),
+                "graph_degree_effective": int(self.neighbors.shape[1]), "graph_method": self.graph_method,
                 "classes": [int(c) for c in classes], "class_sizes": sizes,
                 "frames_digest": frames_digest(self.frames), "n_items": int(self.item_ids.shape[0]),
                 "code_dim": None if self.codes is None else int(self.codes.shape[1]),
@@ -142,7 +153,8 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
     y = np.asarray(item_y, dtype=np.int64)
     ids = np.asarray(item_ids, dtype=np.int64)
     # the same fit the in-memory shortlist uses: graph, prior and hub counts are stored as it has them
-    ps = PosteriorShortlist(graph_degree=int(p["graph_degree"])).fit(frames, X, y)
+    ps = PosteriorShortlist(graph_degree=int(p["graph_degree"]), graph=p["graph"],
+                            graph_exact_max_items=int(p["graph_exact_max_items"])).fit(frames, X, y)
     prior = [ps.prior_[int(c)] for c in frames.classes_]
     # per prior item: its neighbours and their hub counts in its class (the fast layout of migration 0009)
     nb = [ps.neighbors_[pi] for pi, _ in prior]
@@ -171,7 +183,7 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
                          codes=item_codes(projection, X),
                          prior_nbrs=ids[np.concatenate(nb)] if nb else np.zeros((0, g_eff), np.int64),
                          prior_nhub=np.concatenate(nh) if nh else np.zeros((0, g_eff)), cells=cells,
-                         cells_doc=cells_doc)
+                         cells_doc=cells_doc, graph_method=ps.graph_method_)
 
 
 def item_codes(projection, X) -> np.ndarray:

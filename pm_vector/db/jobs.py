@@ -95,13 +95,21 @@ def _embedding_matrix(a, rows: int | None, what: str, dim: int | None = None) ->
     return m32
 
 
+def index_build_mem_mb(n: int, dim: int) -> int:
+    """``maintenance_work_mem`` (MB) for an HNSW build over ``n`` vectors of ``dim`` floats: room for
+    pgvector's in-memory graph (the vector and about 1 kB of links per element at m = 16, plus a
+    fifth), at least 256 MB. A build whose graph does not fit goes on on disk, several times slower
+    (the former fixed 256 MB held about 250,000 elements)."""
+    return max(256, int(1.2 * int(n) * (4 * int(dim) + 1024) / 2**20) + 1)
+
+
 def _vtype(dim: int) -> str:
     return "vector" if dim <= 2000 else "halfvec"
 
 
 def _load_items(conn, coll: Mapping[str, Any], missing_from_run: int | None = None,
                 in_run: int | None = None) -> dict[str, np.ndarray]:
-    """ids, labels, features of the collection's items by binary COPY, ordered by id; with
+    """ids, labels, features (float32) of the collection's items by binary COPY, ordered by id; with
     ``missing_from_run``, only items that have no embedding in that run; with ``in_run``, only
     items that have one."""
     ftype = coll["feature_type"]
@@ -112,9 +120,11 @@ def _load_items(conn, coll: Mapping[str, Any], missing_from_run: int | None = No
               "WHERE e.item_id = i.id)")
     if in_run is not None:
         q += f" AND EXISTS (SELECT 1 FROM pm_vector.run_{int(in_run)}_items e WHERE e.item_id = i.id)"
+    # streamed into arrays sized by a count first (the features: one float32 array, no copy of the stream)
+    n_hint = conn.execute(f"SELECT count(*) FROM ({q}) AS q").fetchone()[0]
     q += " ORDER BY i.id"
-    buf = _binary.copy_out(conn, q)
-    return _binary.decode([("id", "int8", 0), ("label", "int8", 0), ("features", ftype, coll["feature_dim"])], buf)
+    return _binary.copy_out_columns(conn, q, [("id", "int8", 0), ("label", "int8", 0),
+                                              ("features", ftype, coll["feature_dim"])], int(n_hint))
 
 
 def _write_embeddings(conn, table: str, key: str, key_kind: str, keys: np.ndarray, emb: np.ndarray,
@@ -168,7 +178,7 @@ def _retire_runs(conn, coll_id: int, keep_previous: int) -> list[int]:
 
 def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
                       progress: JobProgress | None = None, *, embed_fn: EmbedFn,
-                      write_batch_size: int = 20_000, maintenance_work_mem: str = "256MB",
+                      write_batch_size: int = 20_000, maintenance_work_mem: str | None = None,
                       class_rows: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Compute, store and index a new embedding of ``collection`` and make it the active run.
 
@@ -177,7 +187,9 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
     in ``load``, ``embed``, ``write``, ``class_rows``, ``index``, ``switch``. ``embed_fn``: see the
     module doc. ``class_rows``: parameters of the run's class-rows part overriding the defaults
     and the collection's ``settings["class_rows"]`` (:mod:`pm_vector.db.class_rows`:
-    ``n_components`` 4, ``clip_quantile`` 0.9, ``graph_degree`` 16, ``max_prior`` 512, ``min_weight`` 0).
+    ``n_components`` 4, ``clip_quantile`` 0.9, ``graph_degree`` 16, ``max_prior`` 512, ``min_weight`` 0;
+    ``graph`` auto: exact up to ``graph_exact_max_items`` 50,000 items, HNSW above).
+    ``maintenance_work_mem``: of the index builds (default :func:`index_build_mem_mb` of the items).
 
     Returns :func:`run_info` of the new (succeeded, active) run, plus ``items_missing``: items
     ingested while the job ran, which the run does not contain (:func:`embed_new_items` adds
@@ -285,7 +297,8 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
         # -- index
         t = time.perf_counter()
         report("index", 0, 1)
-        conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", [maintenance_work_mem])
+        conn.execute("SELECT set_config('maintenance_work_mem', %s, true)",
+                     [maintenance_work_mem or f"{index_build_mem_mb(n, k)}MB"])
         conn.execute("SELECT pm_vector.pm_build_run_indexes(%s, %s, %s)",
                      [run_id, int(settings.get("hnsw_m", 16)), int(settings.get("hnsw_ef_construction", 64))])
         if cr_data is not None:

@@ -40,7 +40,8 @@ from . import _binary
 #: top hubs kept per class: k' is at most 1000
 MAX_K_PRIME = 1000
 #: memory for the graphs a process keeps, least recently used first out (a graph takes about
-#: 8 (d + 2 g + 2) bytes per prior item: 400 B at d = g = 16, 40 MB for 100,000 items)
+#: 8 (d + 2 g + 2) bytes per prior item: 400 B at d = g = 16, 40 MB for 100,000 items; at the
+#: default d = 4, g = 16, 304 B: 304 MB for 1,000,000 items, within the default 1 GB)
 CACHE_MB_ENV = "PM_VECTOR_RUN_GRAPH_CACHE_MB"
 DEFAULT_CACHE_MB = 1024
 _cache: "OrderedDict[tuple, RunGraph]" = OrderedDict()
@@ -156,8 +157,9 @@ def _load(conn, run_id: int, doc: Mapping[str, Any]) -> RunGraph:
     g = int(g[0]) if g is not None else 0
     cols = [("item_id", "int8", 0), ("label", "int8", 0), ("coords8", "float8[]", d), ("nbrs", "int8[]", g),
             ("nhub", "float8[]", g)]
-    a = _binary.decode(cols, _binary.copy_out(
-        conn, f"SELECT item_id, label, coords8, nbrs, nhub FROM {t}prior ORDER BY item_id"))
+    # streamed into arrays sized by the run's class sizes (the COPY stream is never held whole)
+    a = _binary.copy_out_columns(conn, f"SELECT item_id, label, coords8, nbrs, nhub FROM {t}prior ORDER BY item_id",
+                                 cols, sum(int(v) for v in doc.get("class_sizes") or [0]))
     h = _binary.decode([("label", "int8", 0), ("item_id", "int8", 0), ("hub", "float8", 0)], _binary.copy_out(
         conn, f"SELECT label, item_id, hub FROM (SELECT label, item_id, hub, row_number() OVER "
               f"(PARTITION BY label ORDER BY hub DESC, item_id) AS rn FROM {t}hubs) AS s "

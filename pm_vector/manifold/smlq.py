@@ -290,7 +290,8 @@ class AnchorFrame(_Params):
         alpha = self.alpha if alpha is None else float(alpha)
         if graph is not None:  # a caller's graph (one block): alpha relative to that graph
             return self._extend_block(y, graph, init, n_iter, alpha, alpha_scale)
-        X = as_matrix(X)
+        # float32 rows stay float32 (each batch is converted alone: no float64 copy of all of them)
+        X = as_matrix(X, dtype=np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64)
         if X.shape[1] != self.anchor_features_.shape[1]:
             raise InvalidInputError(f"rows have {X.shape[1]} features; the anchor set has "
                                     f"{self.anchor_features_.shape[1]}.")
@@ -298,7 +299,7 @@ class AnchorFrame(_Params):
         out = np.empty((X.shape[0], int(self.n_components)))
         for start in range(0, X.shape[0], batch_size):
             sl = slice(start, start + batch_size)
-            G = cross_laplacian(X[sl], self.anchor_features_, self.sigma_, n_neighbors=self.n_neighbors,
+            G = cross_laplacian(np.asarray(X[sl], dtype=np.float64), self.anchor_features_, self.sigma_, n_neighbors=self.n_neighbors,
                                 device=self.device)
             out[sl] = self._extend_block(y[sl], G, None if init is None else init[sl], n_iter,
                                          alpha * self.extension_alpha_scale_, "absolute")
