@@ -12,7 +12,10 @@ For each epsilon (at the request's delta and L2 sensitivity ``sqrt(2) (G + sqrt(
   project's own analytic Gaussian (:func:`~pm_vector.privacy.class_rows.unit_noise_scale`);
 * ``ratio = sigma_zcdp / sigma_pld``: the noise the tighter accounting would save;
 * ``opendp_epsilon``: the epsilon that OpenDP's zCDP-to-(epsilon, delta) conversion certifies for
-  the release's ``rho`` at delta (it must not exceed the target).
+  the release's ``rho`` at delta (it must not exceed the target);
+* with ``timing``: ``release_ms_csprng`` / ``release_ms_pcg64``, the median CPU time of one
+  request's release (``rows`` x ``dim`` on the grid) drawing from the OS CSPRNG (what clients
+  use) and from numpy's PCG64 (what releases used before; not a cryptographic generator).
 
 The continuous profile is **not** adopted for the release: it is proven for the continuous
 Gaussian, whose law is rotation invariant; the discrete Gaussian on ``Z^d`` is not, and the
@@ -47,8 +50,35 @@ def opendp_epsilon(rho: float, delta: float) -> float:
     return float(dp.c.make_zCDP_to_approxDP(meas).map(sens).epsilon(delta))
 
 
+def release_ms(epsilon: float, delta: float, dim: int, rows: int = 10, repeats: int = 30) -> tuple[float, float]:
+    """Median CPU milliseconds of one request's release (``rows`` x ``dim``, zero rows, unit radii)
+    drawing from the OS CSPRNG, and from a PCG64 generator (the comparison only)."""
+    import secrets
+    import statistics
+    import time
+
+    import numpy as np
+
+    from ..privacy.class_rows import ClassRowsGaussianMechanism
+    from ..privacy.rng import SecureRandom
+
+    mech = ClassRowsGaussianMechanism(epsilon, delta, np.ones(rows), dim)
+    Z = np.zeros((rows, dim))
+
+    def med(make) -> float:
+        ts = []
+        for _ in range(repeats):
+            g = make()
+            t = time.process_time()
+            mech.release(Z, g)
+            ts.append((time.process_time() - t) * 1e3)
+        return statistics.median(ts)
+
+    return med(SecureRandom), med(lambda: np.random.Generator(np.random.PCG64(secrets.randbits(128))))
+
+
 def run(epsilons=DEFAULT_EPSILONS, delta: float = 1e-5, dim: int = 16,
-        grid_steps: int = DEFAULT_GRID_STEPS) -> dict[str, Any]:
+        grid_steps: int = DEFAULT_GRID_STEPS, timing: bool = False) -> dict[str, Any]:
     """The comparison as one JSON-ready dict (``rows``: one per epsilon). Noise scales are in
     units of a row's diameter ``2 r`` (``sigma_c = s * 2 r_c``), like ``noise_scale_``."""
     import dp_accounting
@@ -64,6 +94,8 @@ def run(epsilons=DEFAULT_EPSILONS, delta: float = 1e-5, dim: int = 16,
         rows.append({"epsilon": eps, "delta": delta, "rho": rho, "sigma_zcdp": s_zcdp, "sigma_pld": s_pld,
                      "sigma_pld_check": s_check, "ratio": s_zcdp / s_pld, "noise_saved": 1.0 - s_pld / s_zcdp,
                      "opendp_epsilon": opendp_epsilon(rho, delta)})
+        if timing:
+            rows[-1]["release_ms_csprng"], rows[-1]["release_ms_pcg64"] = release_ms(eps, delta, dim)
     return {"mechanism": "class-rows request: discrete Gaussian on the grid, L2 sensitivity sqrt(2) (G + sqrt(d))",
             "dim": int(dim), "grid_steps": int(grid_steps), "sensitivity_row_units": sens_units,
             "adopted": "zcdp", "why_not_pld": ("the continuous Gaussian's profile is proven for a rotation-invariant "

@@ -48,3 +48,7 @@ def test_bench_accounting_reports_the_release_noise():
     assert [r["epsilon"] for r in json.loads(res.stdout)["rows"]] == [1.0, 16.0]
     bad = CliRunner().invoke(app, ["bench", "accounting", "--delta", "0"])
     assert bad.exit_code == 2
+    timed = CliRunner().invoke(app, ["bench", "accounting", "--epsilons", "1", "--dim", "4", "--timing", "--json"])
+    assert timed.exit_code == 0, timed.output
+    row = json.loads(timed.stdout)["rows"][0]
+    assert row["release_ms_csprng"] > 0 and row["release_ms_pcg64"] > 0
