@@ -55,7 +55,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import InvalidInputError, PrivacyParameterError
-from .discrete import _bernoulli_exp
+from .discrete import sample_bernoulli_exp
 from .rng import require_generator
 
 __all__ = ["CellRandomizedResponse", "rr_probabilities", "cell_weight", "cell_level_for_epsilon", "max_cells_for",
@@ -108,14 +108,12 @@ def _rr_draws(a: int, K: int, eps: Fraction | None, m: int, rng: np.random.Gener
         return np.full(m, a, dtype=np.int64)
     out = np.empty(m, dtype=np.int64)
     todo = np.arange(m)
-    num, den = eps.numerator, eps.denominator
-    dt = np.int64 if max(num, den) < (1 << 62) else object
     while todo.size:
         u = rng.integers(0, K, size=todo.size, dtype=np.int64)
         acc = u == a
         other = np.flatnonzero(~acc)
         if other.size:
-            acc[other] = _bernoulli_exp(np.full(other.size, num, dtype=dt), np.full(other.size, den, dtype=dt), rng)
+            acc[other] = sample_bernoulli_exp(eps, other.size, rng)
         out[todo[acc]] = u[acc]
         todo = todo[~acc]
     return out
