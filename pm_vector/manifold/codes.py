@@ -61,3 +61,190 @@ class PublicProjection:
         if p.components_.shape != (p.n_components, p.mean_.shape[0]):
             raise InvalidInputError("the public-projection document is inconsistent (shapes).")
         return p
+
+
+PQ_FORMAT = "pm_vector.product-codes/1"
+#: the code sizes a collection may choose (bytes per item, every stage together)
+MIN_CODE_BYTES, MAX_CODE_BYTES = 8, 64
+
+
+class ProductCodes:
+    """Product-quantisation codes fit on the public anchor only (faiss ``ProductQuantizer``).
+
+    The anchor is centred and rotated by its principal directions (an orthogonal ``d x d``
+    rotation, fit on the public anchor), the rotated components are dealt round-robin to
+    ``M`` sub-spaces (so every sub-space gets a share of the variance), and each sub-space has
+    256 centroids (8 bits). ``n_stages`` > 1 adds stages that quantise the residual of the
+    previous ones, so a *prefix* of an item's code (the first ``stage_bytes_[j]`` bytes) is a
+    coarser code of its own: an answer may carry a prefix.
+
+    Everything learned is a function of the public anchor: the codebooks and the rotation are
+    published with it (:meth:`to_dict`, :meth:`digest`). An item's code is what the collection
+    reveals of it in a compact answer, in place of its raw features. The client re-ranks by the
+    *asymmetric* distance (:meth:`distances`): its exact query against the decoded codes.
+
+    Parameters: ``code_bytes`` (bytes per item, all stages, in ``[8, 64]``, a multiple of
+    ``n_stages``), ``n_stages``. Learned: ``mean_`` ``(d,)``, ``rotation_`` ``(d', d)``
+    (rows: principal directions, permuted round-robin; ``d'`` padded to a multiple of the
+    sub-spaces), ``centroids_`` (one ``(M, 256, d'/M)`` array per stage), ``stage_bytes_``.
+    """
+
+    def __init__(self, code_bytes: int = 32, n_stages: int = 1):
+        self.code_bytes = code_bytes
+        self.n_stages = n_stages
+
+    def _check_params(self) -> tuple[int, int]:
+        b, s = self.code_bytes, self.n_stages
+        for name, v in (("code_bytes", b), ("n_stages", s)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise InvalidInputError(f"{name} must be an integer; got {v!r}.")
+        if not MIN_CODE_BYTES <= b <= MAX_CODE_BYTES:
+            raise InvalidInputError(f"code_bytes must be in [{MIN_CODE_BYTES}, {MAX_CODE_BYTES}]; got {b}.")
+        if s < 1 or b % s:
+            raise InvalidInputError(f"n_stages must be >= 1 and divide code_bytes ({b}); got {s}.")
+        return int(b), int(s)
+
+    def fit(self, X) -> "ProductCodes":
+        import faiss
+
+        b, s = self._check_params()
+        X = as_matrix(X, "anchor features")
+        n, d = X.shape
+        m = b // s
+        if n < 2:
+            raise InvalidInputError("product codes need at least 2 anchor rows.")
+        self.mean_ = X.mean(0)
+        vt = np.linalg.svd(X - self.mean_, full_matrices=True)[2]  # (d, d) orthogonal
+        sgn = np.sign(vt[np.arange(d), np.argmax(np.abs(vt), axis=1)])
+        vt = vt * np.where(sgn == 0, 1.0, sgn)[:, None]
+        dp = -(-d // m) * m
+        rot = np.zeros((dp, d))
+        order = [j for r in range(m) for j in range(r, dp, m)]  # sub-space r takes components r, r+m, ...
+        for row, j in enumerate(order):
+            if j < d:
+                rot[row] = vt[j]
+        self.rotation_ = rot
+        R = self._rotate(X).astype(np.float32)
+        self.centroids_ = []
+        for _ in range(s):
+            pq = faiss.ProductQuantizer(dp, m, 8)
+            pq.cp.min_points_per_centroid = 1  # the public anchor is small; say nothing about it
+            pq.cp.seed = 1234
+            pq.train(np.ascontiguousarray(R))
+            cen = faiss.vector_to_array(pq.centroids).reshape(m, 256, dp // m).astype(np.float64)
+            self.centroids_.append(cen)
+            R = R - self._decode_stage(cen, self._encode_stage(cen, R)).astype(np.float32)
+        self.stage_bytes_ = tuple(m * (j + 1) for j in range(s))
+        return self
+
+    def _rotate(self, X) -> np.ndarray:
+        return (np.asarray(X, dtype=np.float64) - self.mean_) @ self.rotation_.T
+
+    @staticmethod
+    def _encode_stage(cen: np.ndarray, R: np.ndarray) -> np.ndarray:
+        m, _, ds = cen.shape
+        out = np.empty((R.shape[0], m), dtype=np.uint8)
+        for j in range(m):
+            sub = np.asarray(R[:, j * ds:(j + 1) * ds], dtype=np.float64)
+            c = cen[j]
+            d2 = (sub * sub).sum(1)[:, None] - 2.0 * sub @ c.T + (c * c).sum(1)[None, :]
+            out[:, j] = np.argmin(d2, axis=1)
+        return out
+
+    @staticmethod
+    def _decode_stage(cen: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        m = cen.shape[0]
+        return np.concatenate([cen[j][codes[:, j]] for j in range(m)], axis=1)
+
+    def encode(self, X, batch: int = 65536) -> np.ndarray:
+        """``(n, code_bytes)`` uint8 codes of the rows of ``X`` (every stage, in order)."""
+        X = as_matrix(X, "features")
+        if X.shape[1] != self.mean_.shape[0]:
+            raise InvalidInputError(f"features have {X.shape[1]} columns; the codes have {self.mean_.shape[0]}.")
+        out = np.empty((X.shape[0], self.stage_bytes_[-1]), dtype=np.uint8)
+        for a in range(0, X.shape[0], batch):
+            R = self._rotate(X[a:a + batch])
+            col = 0
+            for cen in self.centroids_:
+                c = self._encode_stage(cen, R)
+                out[a:a + batch, col:col + cen.shape[0]] = c
+                R = R - self._decode_stage(cen, c)
+                col += cen.shape[0]
+        return out
+
+    def decode(self, codes) -> np.ndarray:
+        """The rotated-space reconstruction ``(n, d')`` of codes or of a stage prefix of them."""
+        codes = np.asarray(codes, dtype=np.uint8)
+        if codes.ndim != 2 or codes.shape[1] not in self.stage_bytes_:
+            raise InvalidInputError(f"codes must be (n, b) with b one of {list(self.stage_bytes_)}; "
+                                    f"got shape {codes.shape}.")
+        out = np.zeros((codes.shape[0], self.rotation_.shape[0]))
+        col = 0
+        for cen in self.centroids_:
+            if col >= codes.shape[1]:
+                break
+            out += self._decode_stage(cen, codes[:, col:col + cen.shape[0]])
+            col += cen.shape[0]
+        return out
+
+    def distances(self, q, codes) -> np.ndarray:
+        """Asymmetric distances: ``||rotate(q) - decode(code)||`` for every code (the exact query
+        against the coded items; the rotation is orthogonal, so this is the feature-space distance
+        to the reconstruction, up to the part of ``q`` outside the anchor's span)."""
+        r = self._rotate(np.asarray(q, dtype=np.float64).reshape(1, -1))
+        return np.linalg.norm(self.decode(codes) - r, axis=1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": PQ_FORMAT, "code_bytes": int(self.code_bytes), "n_stages": int(self.n_stages),
+                "mean": self.mean_.astype(np.float32), "rotation": self.rotation_.astype(np.float32),
+                "centroids": [c.astype(np.float32) for c in self.centroids_]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ProductCodes":
+        if not isinstance(d, Mapping) or d.get("format") != PQ_FORMAT:
+            raise InvalidInputError(f"not a product-codes document (format {PQ_FORMAT!r} expected).")
+        p = cls(d.get("code_bytes"), d.get("n_stages"))
+        b, s = p._check_params()
+        p.mean_ = np.asarray(d["mean"], dtype=np.float32).astype(np.float64).reshape(-1)
+        p.rotation_ = np.asarray(d["rotation"], dtype=np.float32).astype(np.float64)
+        p.centroids_ = [np.asarray(c, dtype=np.float32).astype(np.float64) for c in d["centroids"]]
+        m = b // s
+        dim = p.mean_.shape[0]
+        dp = -(-dim // m) * m
+        if (p.rotation_.shape != (dp, dim) or len(p.centroids_) != s
+                or any(c.shape != (m, 256, dp // m) for c in p.centroids_)):
+            raise InvalidInputError("the product-codes document is inconsistent (shapes).")
+        if not all(np.isfinite(a).all() for a in [p.mean_, p.rotation_, *p.centroids_]):
+            raise InvalidInputError("the product-codes document holds NaN or infinite values.")
+        p.stage_bytes_ = tuple(m * (j + 1) for j in range(s))
+        return p
+
+    def digest(self) -> str:
+        """sha256 of the published parameters (float32, little-endian, in :meth:`to_dict` order)."""
+        import hashlib
+
+        h = hashlib.sha256(f"{PQ_FORMAT}|{int(self.code_bytes)}|{int(self.n_stages)}|".encode())
+        for a in [self.mean_, self.rotation_, *self.centroids_]:
+            h.update(np.ascontiguousarray(a, dtype="<f4").tobytes())
+        return h.hexdigest()
+
+
+#: what a compact answer may cost on the wire, in bytes (every row's ids and codes; the request
+#: and the framing fit in the rest of 50,000)
+ANSWER_BUDGET_BYTES = 46_000
+ID_BYTES = 4
+
+
+def compact_answer_shape(n_rows: int, release: str, epsilon: float, stage_bytes: tuple[int, ...],
+                         budget_bytes: int = ANSWER_BUDGET_BYTES) -> tuple[int, int]:
+    """The public rule for a compact answer's ``(k_prime, code_bytes)``: a function of public
+    values only (the number of rows, the release, epsilon, the published code stages).
+
+    The cell release (a coarse location) takes many candidates with the shortest code prefix;
+    the Gaussian release (used at very large epsilon, where it locates the query) fewer
+    candidates with the whole code. ``k_prime`` is what fits in ``budget_bytes``."""
+    if not stage_bytes:
+        raise InvalidInputError("the collection publishes no code stages.")
+    b = int(stage_bytes[0]) if release == "cells" else int(stage_bytes[-1])
+    kp = int(budget_bytes) // (max(int(n_rows), 1) * (b + ID_BYTES))
+    return max(8, min(kp, 1000)), b
