@@ -230,6 +230,21 @@ def prune_requests(as_json: bool = JSON_OPT,
     _emit({"deleted": n, "older_than_days": days}, as_json, "request log pruned")
 
 
+@db_app.command("payload-limit")
+def payload_limit(collection: str = typer.Argument(..., help="Collection name."),
+                  max_payload_bytes: int = typer.Argument(..., help="The new bound on each item's payload, bytes "
+                                                          "of compact JSON (0..65536)."),
+                  as_json: bool = JSON_OPT):
+    """Change a collection's payload bound (admin). Lowering it below a payload already stored is
+    refused; new ingests are checked against it (each answer carries every candidate's payload).
+
+    Example: pm-vector db payload-limit mycoll 512
+    """
+    from ..db.payloads import set_max_payload_bytes
+
+    _emit(_call(set_max_payload_bytes, collection, max_payload_bytes), as_json, "payload bound")
+
+
 # ----------------------------------------------------------------------------- embed
 
 def _frame_defaults() -> dict[str, Any]:

@@ -373,6 +373,10 @@ def ingest(
     normalize: bool = typer.Option(True, help="Rescale rows to unit norm (the protocol assumes unit rows)."),
     batch_size: int = typer.Option(10_000, min=1, help="Rows per COPY batch (items; all batches are one "
                                    "transaction)."),
+    payloads: Optional[Path] = typer.Option(None, help="Items: a JSON-lines file, one JSON value per line for each "
+                                            "row (null: none), returned with every candidate of an answer."),
+    max_payload_bytes: Optional[int] = typer.Option(None, help="With --create: the bound on each payload, bytes "
+                                                    "of compact JSON (default 256)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Load items, an anchor set or a dummy pool into a collection (all-or-nothing).
@@ -382,6 +386,8 @@ def ingest(
 
     Without labels: pm-vector ingest mycoll --features A.npy --role anchor --create --partitions 10 &&
     pm-vector ingest mycoll --features X.npy (the anchor first: it fits the partitions)
+
+    With payloads: pm-vector ingest mycoll --features X.npy --labels y.npy --payloads P.jsonl
     """
     import numpy as np
 
@@ -393,6 +399,10 @@ def ingest(
     y = None if labels is None else _read_table(labels, "labels")
     if partitions is not None and (labels is not None or not create):
         _fail("--partitions goes with --create and no --labels (it makes a collection without labels).")
+    if payloads is not None and role != "items":
+        _fail("--payloads goes with --role items (anchor and dummy rows are public and carry no payload).")
+    if max_payload_bytes is not None and not create:
+        _fail("--max-payload-bytes goes with --create (an admin changes it later: pm-vector db payload-limit).")
     try:
         X = np.asarray(X, dtype=np.float64)
         y = None if y is None else np.asarray(y).ravel()
@@ -413,14 +423,22 @@ def ingest(
             from .._validation import as_labels
 
             create_kw = {"labels": None if y is None else np.unique(as_labels(y, y.shape[0], "labels")).tolist(),
-                         "allow_raw_features": allow_raw_features}
+                         "allow_raw_features": allow_raw_features, "max_payload_bytes": max_payload_bytes}
             if y is None:
                 create_kw["partitions"] = partitions
+        pay = None
+        if payloads is not None:
+            from ..db.payloads import read_jsonl
+
+            pay = read_jsonl(payloads)
+            if len(pay) != X.shape[0]:
+                _fail(f"{payloads}: {len(pay)} line(s) for {X.shape[0]} feature row(s); give one JSON value per row. "
+                      "Nothing was written.")
         with _progress(disable=as_json or not sys.stderr.isatty()) as bar:
             task = bar.add_task(f"ingest {role}", total=X.shape[0])
             if role == "items":
                 # the collection is created in the ingest's transaction: a failed or killed ingest leaves none
-                r = db.ingest(collection, X, y, progress=lambda d, t: bar.update(task, completed=d),
+                r = db.ingest(collection, X, y, payloads=pay, progress=lambda d, t: bar.update(task, completed=d),
                               create=create_kw, batch_size=batch_size)
                 if create:
                     out["created"] = collection

@@ -16,6 +16,7 @@ Data (see :mod:`pm_vector.db.api`, :mod:`pm_vector.db.jobs`)::
     collection_info(name) -> dict          list_collections() -> list[dict]
     drop_collection(name, missing_ok=False) -> dict
     ingest(collection, features, labels, external_ids=None, payloads=None, *, batch_size, progress) -> dict
+    set_max_payload_bytes(collection, n) -> dict   (the payload bound, :mod:`pm_vector.db.payloads`)
     register_anchor_set(collection, features, labels, role="anchor"|"dummy") -> dict
     get_anchor_set(collection, role="anchor") -> AnchorSet
     fetch_items(collection, item_ids, include_features=False) -> dict
@@ -88,14 +89,15 @@ from .errors import (
     UnknownLabelError,
 )
 from .jobs import cleanup_stale_runs, embed_new_items, list_runs, run_embedding_job, run_info
+from .payloads import set_max_payload_bytes
 from .server import database_url, start, status, stop, upgrade
 
 __all__ = [
     "AnchorSet", "cleanup", "cleanup_stale_runs", "collection_info", "connect", "create_collection",
     "database_url", "drop_collection", "embed_new_items", "fetch_items", "get_anchor_set", "get_engine",
     "ingest", "knn", "knn_batch", "list_collections", "list_requests", "list_runs", "log_request",
-    "register_anchor_set", "run_embedding_job", "run_info", "session_scope", "start", "status", "stop",
-    "upgrade",
+    "register_anchor_set", "run_embedding_job", "run_info", "session_scope", "set_max_payload_bytes", "start",
+    "status", "stop", "upgrade",
     "ClassRowsUnavailableError", "CollectionExistsError", "CollectionNotFoundError", "DatabaseConfigError",
     "DatabaseError",
     "DimensionMismatchError", "DuplicateExternalIdError", "EmbeddedServerError", "EmbeddingJobError",

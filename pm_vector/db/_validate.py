@@ -81,9 +81,10 @@ def _json_safe(obj: Any, what: str) -> Any:
 def _collection_spec(name: str, dim: int, labels: Iterable[int] | None, metric: str = "l2",
                      allow_raw_features: bool = False, *, description: str | None = None, hnsw_m: int = 16,
                      hnsw_ef_construction: int = 64, keep_previous_runs: int = 1,
-                     settings: Mapping[str, Any] | None = None, partitions: int | None = None) -> dict[str, Any]:
+                     settings: Mapping[str, Any] | None = None, partitions: int | None = None,
+                     max_payload_bytes: int | None = None) -> dict[str, Any]:
     """The validated column values of a new collection (see :func:`create_collection`)."""
-    from . import partitioned
+    from . import partitioned, payloads
 
     _check_name(name)
     labels, part_settings = partitioned.creation(labels, partitions)
@@ -115,6 +116,9 @@ def _collection_spec(name: str, dim: int, labels: Iterable[int] | None, metric: 
         st[partitioned.SETTINGS_KEY] = part_settings
     st.update({"allow_raw_features": allow_raw_features, "hnsw_m": int(hnsw_m),
                "hnsw_ef_construction": int(hnsw_ef_construction), "keep_previous_runs": int(keep_previous_runs)})
+    if max_payload_bytes is None:
+        max_payload_bytes = st.get(payloads.SETTINGS_KEY, payloads.DEFAULT_MAX_PAYLOAD_BYTES)
+    st[payloads.SETTINGS_KEY] = payloads.check_limit(max_payload_bytes)
     if description is not None:
         st["description"] = str(description)
     _json_safe(st, "settings")

@@ -60,7 +60,8 @@ from . import partitioned
 def create_collection(name: str, dim: int, labels: Iterable[int] | None, metric: str = "l2",
                       allow_raw_features: bool = False, *, description: str | None = None,
                       hnsw_m: int = 16, hnsw_ef_construction: int = 64, keep_previous_runs: int = 1,
-                      settings: Mapping[str, Any] | None = None, partitions: int | None = None) -> dict[str, Any]:
+                      settings: Mapping[str, Any] | None = None, partitions: int | None = None,
+                      max_payload_bytes: int | None = None) -> dict[str, Any]:
     """Create a collection and return :func:`collection_info` of it.
 
     ``dim``: feature dimension (1-16,000; above 2,000 features are stored as ``halfvec``).
@@ -69,6 +70,9 @@ def create_collection(name: str, dim: int, labels: Iterable[int] | None, metric:
     clients (:func:`fetch_items`). ``hnsw_m`` / ``hnsw_ef_construction``: HNSW build options of
     the runs' indexes. ``keep_previous_runs``: superseded successful runs kept (tables and all)
     after a switch, for rollback and for queries in flight. ``settings``: extra JSON settings.
+    ``max_payload_bytes``: the bound on each item's payload, in bytes of compact JSON (0..65,536;
+    None: ``settings["max_payload_bytes"]`` if given, else 256); an admin changes it with
+    :func:`~pm_vector.db.payloads.set_max_payload_bytes` (:mod:`pm_vector.db.payloads`).
 
     ``labels=None``: a collection **without labels** whose classes are ``partitions`` (default
     10) public partitions ``0..C-1`` (:mod:`pm_vector.db.partitioned`): its first anchor set
@@ -77,7 +81,7 @@ def create_collection(name: str, dim: int, labels: Iterable[int] | None, metric:
     """
     spec = _collection_spec(name, dim, labels, metric, allow_raw_features, description=description, hnsw_m=hnsw_m,
                             hnsw_ef_construction=hnsw_ef_construction, keep_previous_runs=keep_previous_runs,
-                            settings=settings, partitions=partitions)
+                            settings=settings, partitions=partitions, max_payload_bytes=max_payload_bytes)
     import sqlalchemy.exc
 
     from .models import Collection

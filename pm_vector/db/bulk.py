@@ -18,9 +18,9 @@ import numpy as np
 
 from .._validation import as_labels, as_matrix
 from ..errors import InvalidInputError
-from . import _binary, partitioned
+from . import _binary, partitioned, payloads as _payload_bound
 from ._common import _collection_row, _worker
-from ._validate import _collection_spec, _features, _json_safe, _labels
+from ._validate import _collection_spec, _features, _labels
 from .engine import connect
 from .errors import CollectionExistsError, DuplicateExternalIdError, translate_sql_error
 
@@ -56,18 +56,6 @@ def _external_ids(external_ids, n: int) -> list[str | None] | None:
     return out
 
 
-def _payloads(payloads, n: int) -> list[Any] | None:
-    if payloads is None:
-        return None
-    p = list(payloads)
-    if len(p) != n:
-        raise InvalidInputError(f"payloads has {len(p)} entries for {n} rows; give one per row (or None).")
-    for i, v in enumerate(p):
-        if v is not None:
-            _json_safe(v, f"payloads[{i}]")
-    return p
-
-
 def _existing_external_ids(conn, cid: int, ids: list[str | None], chunk: int = 20000) -> list[str]:
     present = [s for s in ids if s is not None]
     found: list[str] = []
@@ -91,7 +79,9 @@ def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None
     NaN/inf refused. ``labels``: n integers from the collection's label set; None for a collection
     without labels (each item gets its nearest public partition, :mod:`pm_vector.db.partitioned`). ``external_ids``:
     optional n strings (or ints, stored as text; None entries allowed), unique within the
-    collection. ``payloads``: optional n JSON-serialisable values. ``progress(done, total)`` is
+    collection. ``payloads``: optional n JSON values (None entries allowed), each at most the
+    collection's ``max_payload_bytes`` of compact JSON (:mod:`pm_vector.db.payloads`; an
+    oversized one is refused naming its row and the bound, nothing written). ``progress(done, total)`` is
     called after each batch is written (visible to others only when the whole ingest commits).
     ``create``: create the collection in the same transaction, with these
     :func:`create_collection` keyword arguments (``dim`` is taken from ``features``;
@@ -131,13 +121,13 @@ def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None
         partitioned.refuse_labels(coll, labels, "labels")
         y = partitioned.item_labels(coll, X) if labels is None else _labels(labels, n, coll, "labels")
         ext = _external_ids(external_ids, n)
-        pay = _payloads(payloads, n)
+        pay, biggest = _payload_bound.check_payloads(payloads, n, _payload_bound.limit_of(coll), collection)
         if ext is not None and spec is None:
             dup = _existing_external_ids(conn, coll["id"], ext)
             if dup:
                 raise DuplicateExternalIdError(
                     f"external id(s) {dup} already exist in collection {collection!r}; nothing was written.")
-        return _ingest_rows(conn, coll, spec, X, y, ext, pay, batch_size, progress)
+        return _ingest_rows(conn, coll, spec, X, y, ext, pay, batch_size, progress, biggest)
     finally:
         conn.close()
 
@@ -161,10 +151,11 @@ def _insert_collection(conn, spec: Mapping[str, Any]) -> int:
         raise
 
 
-def _ingest_rows(conn, coll, spec, X, y, ext, pay, batch_size, progress) -> dict[str, Any]:
+def _ingest_rows(conn, coll, spec, X, y, ext, pay, batch_size, progress, biggest: int = 0) -> dict[str, Any]:
     """Write validated rows in one transaction: fixed-width columns encoded by numpy, external id
     and payload (``jsonb`` binary: version byte 1 + JSON text) appended per row. With ``spec``
-    the collection row is inserted first, in the same transaction."""
+    the collection row is inserted first, in the same transaction. ``biggest``: the largest
+    payload's size, checked against the collection's bound again just before the commit."""
     from psycopg.types.json import Jsonb
 
     n = X.shape[0]
@@ -201,6 +192,8 @@ def _ingest_rows(conn, coll, spec, X, y, ext, pay, batch_size, progress) -> dict
             done = stop
             if progress is not None:
                 progress(done, n)
+        if pay is not None and spec is None:  # the bound as it is at the commit (an admin may have lowered it)
+            _payload_bound.recheck_locked(conn, cid, coll["name"], biggest)
         conn.execute("UPDATE pm_vector.ingests SET status = 'succeeded', n_written = %s, finished_at = now() "
                      "WHERE id = %s", [n, ingest_id])
         conn.commit()

@@ -1,0 +1,158 @@
+"""Per-item payloads and their bound: a collection setting, ``max_payload_bytes``.
+
+A payload is a small JSON value stored with an item and returned with *every* candidate of
+*every* row of a resolve answer, so a client never fetches its final k items by id (such a fetch
+would name its real row; see the README, "Payloads"). Every candidate's payload travels in every
+answer, so an answer grows by up to ``C x k' x max_payload_bytes``: the bound keeps it small.
+
+The size of a payload is the number of UTF-8 bytes of its **compact JSON** text:
+``json.dumps(v, separators=(",", ":"), ensure_ascii=False, allow_nan=False)`` (``None``: no
+payload, 0 bytes). The bound is a collection setting (``settings["max_payload_bytes"]``): set by
+:func:`~pm_vector.db.create_collection` (default :data:`DEFAULT_MAX_PAYLOAD_BYTES`; a collection
+created without it has the default) and changed by an admin with :func:`set_max_payload_bytes`
+(``pm-vector db payload-limit``). Every ingest (:func:`pm_vector.db.ingest`, ``pm-vector ingest``)
+checks it before writing and again, under a share lock of the collection row, just before its
+commit: an ingest and a concurrent lowering of the bound never both succeed with a payload over
+the new bound.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from ._validate import _check_name, _json_safe
+
+SETTINGS_KEY = "max_payload_bytes"
+DEFAULT_MAX_PAYLOAD_BYTES = 256
+#: the largest bound a collection may set: one answer carries C x k' payloads.
+MAX_MAX_PAYLOAD_BYTES = 65_536
+
+
+def payload_bytes(value: Any) -> int:
+    """Bytes of ``value``'s compact JSON text (UTF-8); 0 for None. Raises InvalidInputError if it
+    is not JSON (NaN/inf included)."""
+    if value is None:
+        return 0
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"payload is not JSON-serialisable ({exc}).") from exc
+    return len(text.encode("utf-8"))
+
+
+def check_limit(value: Any, what: str = SETTINGS_KEY) -> int:
+    """``value`` as a bound: an int in 0..:data:`MAX_MAX_PAYLOAD_BYTES` (0: no payloads allowed)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+            or not 0 <= int(value) <= MAX_MAX_PAYLOAD_BYTES:
+        raise InvalidInputError(f"{what} must be an integer number of bytes in 0..{MAX_MAX_PAYLOAD_BYTES:,} "
+                                f"(compact JSON, UTF-8), got {value!r}.")
+    return int(value)
+
+
+def limit_of(coll: Mapping[str, Any]) -> int:
+    """A collection's bound (its settings' ``max_payload_bytes``, else the default)."""
+    return int((coll.get("settings") or {}).get(SETTINGS_KEY, DEFAULT_MAX_PAYLOAD_BYTES))
+
+
+def check_payloads(payloads, n: int, limit: int, collection: str) -> tuple[list[Any] | None, int]:
+    """Validated ``payloads`` (one JSON value or None per row) within ``limit`` bytes each, and the
+    largest one's size.
+
+    Raises InvalidInputError naming the first row over the bound, its size and the bound."""
+    if payloads is None:
+        return None, 0
+    if isinstance(payloads, (str, bytes, Mapping)):
+        raise InvalidInputError("payloads must be a sequence of one JSON value (or None) per row.")
+    p = list(payloads)
+    if len(p) != n:
+        raise InvalidInputError(f"payloads has {len(p)} entries for {n} rows; give one per row (or None).")
+    biggest = 0
+    for i, v in enumerate(p):
+        if v is None:
+            continue
+        _json_safe(v, f"payloads[{i}]")
+        size = payload_bytes(v)
+        biggest = max(biggest, size)
+        if size > limit:
+            raise InvalidInputError(
+                f"payloads[{i}] is {size:,} bytes of compact JSON, over collection {collection!r}'s "
+                f"max_payload_bytes of {limit:,}; shorten it (or an admin raises the bound: pm-vector db "
+                "payload-limit). Nothing was written.")
+    return p, biggest
+
+
+def recheck_locked(conn, cid: int, collection: str, biggest: int) -> None:
+    """In the ingest's transaction, just before its commit: lock the collection row FOR SHARE (so a
+    concurrent :func:`set_max_payload_bytes` waits for the commit, or this waits for it) and check
+    ``biggest`` against the bound as it is now."""
+    row = conn.execute("SELECT settings FROM pm_vector.collections WHERE id = %s FOR SHARE", [cid]).fetchone()
+    limit = limit_of({"settings": row[0] if row else None})
+    if biggest > limit:
+        raise InvalidInputError(
+            f"a payload of {biggest:,} bytes is over collection {collection!r}'s max_payload_bytes of {limit:,} "
+            "(lowered while this ingest ran). Nothing was written.")
+
+
+def set_max_payload_bytes(collection: str, max_payload_bytes: int) -> dict[str, Any]:
+    """Change a collection's payload bound (an admin's action). Returns ``{"collection",
+    "max_payload_bytes", "previous"}``.
+
+    Lowering it below a payload already stored is refused (the stored items keep being served as
+    they are, and every answer stays within the bound); the check and the change are one
+    transaction that excludes concurrent ingests' commits."""
+    from ._common import _collection_row
+    from .engine import connection
+
+    _check_name(collection)
+    limit = check_limit(max_payload_bytes)
+    with connection() as conn:
+        coll = _collection_row(conn, collection, lock="FOR NO KEY UPDATE")
+        cid, previous = coll["id"], limit_of(coll)
+        if limit < previous:
+            # jsonb's text is never shorter than the compact JSON of the value it holds, so only rows whose
+            # text is longer than the bound need the exact measure
+            cur = conn.execute("SELECT id, payload FROM pm_vector.items WHERE collection_id = %s AND payload IS NOT "
+                               "NULL AND octet_length(payload::text) > %s", [cid, limit])
+            for item_id, value in cur:
+                size = payload_bytes(value)
+                if size > limit:
+                    raise InvalidInputError(
+                        f"item {item_id} of collection {collection!r} has a payload of {size:,} bytes, over the "
+                        f"new max_payload_bytes of {limit:,}; the bound stays {previous:,}.")
+        conn.execute("UPDATE pm_vector.collections SET settings = jsonb_set(settings, %s, %s::jsonb), "
+                     "updated_at = now() WHERE id = %s", [[SETTINGS_KEY], str(limit), cid])
+        conn.commit()
+    return {"collection": collection, "max_payload_bytes": limit, "previous": previous}
+
+
+def read_jsonl(path) -> list[Any]:
+    """Payloads from a JSON-lines file: one JSON value per line (``null``: no payload), line i
+    (1-based) for row i - 1; UTF-8, a final newline optional. A blank line, invalid JSON, NaN or
+    Infinity raise InvalidInputError naming the file and the line."""
+    from pathlib import Path
+
+    def _no_constant(name):
+        raise ValueError(f"{name} is not JSON")
+
+    path = Path(path)
+    if not path.is_file():
+        raise InvalidInputError(f"{path}: no such file (--payloads).")
+    out: list[Any] = []
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError:
+                raise InvalidInputError(f"{path}: line {lineno} is not UTF-8 text.") from None
+            if not line.strip():
+                raise InvalidInputError(f"{path}: line {lineno} is blank; give one JSON value per row (null for "
+                                        "a row without payload).")
+            try:
+                out.append(json.loads(line, parse_constant=_no_constant))
+            except ValueError as exc:
+                raise InvalidInputError(f"{path}: line {lineno} is not one JSON value ({exc}).") from None
+    return out
