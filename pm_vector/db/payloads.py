@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import InvalidInputError
-from ._validate import _check_name, _json_safe
+from ._validate import _check_name
 
 SETTINGS_KEY = "max_payload_bytes"
 DEFAULT_MAX_PAYLOAD_BYTES = 256
@@ -32,7 +32,7 @@ DEFAULT_MAX_PAYLOAD_BYTES = 256
 MAX_MAX_PAYLOAD_BYTES = 65_536
 
 
-def payload_bytes(value: Any) -> int:
+def payload_bytes(value: Any, what: str = "payload") -> int:
     """Bytes of ``value``'s compact JSON text (UTF-8); 0 for None. Raises InvalidInputError if it
     is not JSON (NaN/inf included)."""
     if value is None:
@@ -40,7 +40,8 @@ def payload_bytes(value: Any) -> int:
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"payload is not JSON-serialisable ({exc}).") from exc
+        raise InvalidInputError(f"{what} is not JSON-serialisable ({exc}); use dicts, lists, str, int, float, "
+                                "bool, None.") from exc
     return len(text.encode("utf-8"))
 
 
@@ -74,8 +75,7 @@ def check_payloads(payloads, n: int, limit: int, collection: str) -> tuple[list[
     for i, v in enumerate(p):
         if v is None:
             continue
-        _json_safe(v, f"payloads[{i}]")
-        size = payload_bytes(v)
+        size = payload_bytes(v, f"payloads[{i}]")
         biggest = max(biggest, size)
         if size > limit:
             raise InvalidInputError(
