@@ -164,6 +164,8 @@ class Client:
             raise InvalidInputError(f"wire must be one of {sorted(WIRES)}, not {wire!r}.")
         self.wire = wire
         self._media = WIRES[wire]
+        #: the path and bytes (:func:`wire_bytes`) of this client's latest request
+        self.last_exchange: dict[str, Any] | None = None
         self.origin = server_origin(base_url)  # validates; the budget's key, fixed for this client
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -202,6 +204,7 @@ class Client:
             kw = {"content": encode(doc, self._media), "headers": {"Content-Type": self._media}}
         r = self._http.request(method, path, **kw)
         sent, received = wire_bytes(r)
+        self.last_exchange = {"path": path, "bytes_sent": sent, "bytes_received": received}
         return self._answer(r), sent, received
 
     @staticmethod
