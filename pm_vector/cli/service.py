@@ -28,8 +28,20 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _json_value(v):
+    """What json cannot write itself: numpy arrays and scalars (a msgpack answer's) as lists and
+    numbers, anything else as its str."""
+    import numpy as np
+
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    return str(v)
+
+
 def _echo_json(obj) -> None:
-    typer.echo(json.dumps(obj, default=str))
+    typer.echo(json.dumps(obj, default=_json_value))
 
 
 def _floats(text: str) -> tuple[float, ...]:

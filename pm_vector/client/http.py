@@ -553,7 +553,8 @@ class Client:
               **paper_options) -> dict[str, Any]:
         """One private k-NN query; returns the real row's answer (``item_ids``, ``labels``,
         ``external_ids``, ``distances``) with ``epsilon``, ``delta``, ``budget`` (the server's
-        entry after the charge), ``bytes_sent``/``bytes_received`` and ``timing``.
+        entry after the charge), ``timing``, ``wire`` and the resolve's bytes on the wire
+        (:func:`wire_bytes`): ``bytes_sent``, ``bytes_received`` and ``bytes_per_request``, their sum.
 
         pm_vector protocol: the server answers every class row with ``shortlist`` (k') candidates
         and, when the collection allows raw features, their features for *every* row (so nothing
