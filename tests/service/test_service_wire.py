@@ -293,3 +293,32 @@ def test_json_client_and_msgpack_client_agree(service, svc_collection, svc_key, 
         assert len(r["item_ids"]) == 8 and r["wire"] == "json" and r["reranked"] == "features"
     with pytest.raises(Exception, match="wire must be"):
         Client(service.url, svc_key["key"], wire="cbor")
+
+
+def test_corrupted_msgpack_bodies_never_5xx(service, svc_collection, svc_key, body):
+    """300 random corruptions of a valid msgpack body (bytes flipped, cut, spliced) on one
+    keep-alive connection: each answered with a status below 500 (400/413/422, or 200 when the
+    corruption left a valid request), and the connection keeps serving."""
+    valid = encode({**body, "request": {**body["request"], "rows": np.asarray(body["request"]["rows"])}}, MSGPACK)
+    rng = np.random.default_rng(3)
+    h = {"Authorization": f"Bearer {svc_key['key']}", "Content-Type": MSGPACK, "Accept": MSGPACK}
+    seen: dict[int, int] = {}
+    with httpx.Client(base_url=service.url, headers=h, timeout=60) as c:
+        for i in range(300):
+            b = bytearray(valid)
+            kind = i % 3
+            if kind == 0:
+                for j in rng.integers(0, len(b), int(rng.integers(1, 6))):
+                    b[j] = int(rng.integers(0, 256))
+            elif kind == 1:
+                b = b[: int(rng.integers(0, len(b)))]
+            else:
+                j = int(rng.integers(0, len(b)))
+                b = b[:j] + bytes(rng.integers(0, 256, int(rng.integers(1, 40))).astype(np.uint8)) + b[j:]
+            r = c.post(f"/collections/{svc_collection}/resolve", content=bytes(b))
+            assert r.status_code < 500, (i, r.status_code, r.text)
+            seen[r.status_code] = seen.get(r.status_code, 0) + 1
+        ok = c.post(f"/collections/{svc_collection}/resolve", content=valid)
+        assert ok.status_code == 200 and len(decode(ok.content, MSGPACK)["rows"]) == 10
+    print(f"statuses of 300 corrupted bodies: {dict(sorted(seen.items()))}")
+    assert seen.get(400, 0) > 100
