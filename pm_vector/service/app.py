@@ -60,7 +60,7 @@ from .errors import install_error_handlers
 from .memory import LargeRequestGate, configure_malloc
 from .middleware import AuthMiddleware, BodyLimitMiddleware, CatchAllMiddleware
 from .settings import ServiceSettings
-from .media import body_type, negotiate, read_body, require_body_type, respond
+from .media import body_schema, body_type, negotiate, read_body, require_body_type, respond
 from .validation import RETRY_AFTER_S, ApiError, check_distances_body, check_resolve_body
 
 
@@ -286,8 +286,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         return _plain(db.fetch_items(name, b.ids, include_features=b.include_features))
 
     @app.post("/collections/{name}/items", dependencies=admin_scoped + json_body + neg, tags=["collections"],
-              openapi_extra={"requestBody": {"required": True, "content": {
-                  "application/json": {"schema": {"$ref": "#/components/schemas/ItemsBody"}}}}})
+              openapi_extra=body_schema("ItemsBody"))
     async def items(name: str, request: Request):
         """Items by id (admin keys): external ids, labels, payloads; raw ``features`` only if the collection
         allows it (403).
@@ -303,8 +302,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         return state["jobs"].start(name, params, check_seed(b.seed), key_id=key_id)
 
     @app.post("/collections/{name}/jobs", dependencies=admin_scoped + json_body, status_code=202, response_model=schemas.Job,
-              tags=["jobs"], openapi_extra={"requestBody": {"required": True, "content": {
-                  "application/json": {"schema": {"$ref": "#/components/schemas/JobBody"}}}}})
+              tags=["jobs"], openapi_extra=body_schema("JobBody"))
     async def start_job(name: str, request: Request):
         """Start an SMLQ embedding job (AnchorFrame fit + out-of-sample extension) in the background
         (admin keys; parameters bounded, at most ``max_queued_jobs`` queued or running: 429)."""
@@ -409,8 +407,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         return res
 
     @app.post("/collections/{name}/resolve", dependencies=auth + json_body + neg, response_model=schemas.ResolveResponse,
-              tags=["resolve"], openapi_extra={"requestBody": {"required": True, "content": {
-                  "application/json": {"schema": {"$ref": "#/components/schemas/ResolveBody"}}}}})
+              tags=["resolve"], openapi_extra=body_schema("ResolveBody"))
     async def resolve_endpoint(name: str, request: Request):
         """Resolve a PrivateMail request: align its anchor rows on the active run's frame, k-NN every query row.
 
@@ -440,8 +437,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
 
     @app.post("/collections/{name}/kahm/distances", dependencies=auth + json_body + neg,
               response_model=schemas.PartyDistances,
-              tags=["kahm"], openapi_extra={"requestBody": {"required": True, "content": {
-                  "application/json": {"schema": {"$ref": "#/components/schemas/DistancesBody"}}}}})
+              tags=["kahm"], openapi_extra=body_schema("DistancesBody"))
     async def kahm_distances(name: str, request: Request):
         """This collection as a party of federated classification (the KAHM paper's eq 104).
 

@@ -130,3 +130,10 @@ def respond(request: Request, doc: Any, status_code: int = 200, headers: dict[st
     media = getattr(request.state, "answer_type", None) or answer_type(request)
     return Response(codec.encode(doc, media), status_code=status_code, media_type=media,
                     headers={"Vary": "Accept", **(headers or {})})
+
+
+def body_schema(model: str) -> dict[str, Any]:
+    """The OpenAPI ``requestBody`` of an endpoint that reads its body itself: the components
+    schema ``model``, in either media type."""
+    ref = {"schema": {"$ref": f"#/components/schemas/{model}"}}
+    return {"requestBody": {"required": True, "content": {codec.JSON: ref, codec.MSGPACK: ref}}}

@@ -322,3 +322,10 @@ def test_corrupted_msgpack_bodies_never_5xx(service, svc_collection, svc_key, bo
         assert ok.status_code == 200 and len(decode(ok.content, MSGPACK)["rows"]) == 10
     print(f"statuses of 300 corrupted bodies: {dict(sorted(seen.items()))}")
     assert seen.get(400, 0) > 100
+
+
+def test_openapi_lists_both_body_types(service):
+    spec = httpx.get(service.url + "/openapi.json").json()
+    for path in ("/collections/{name}/resolve", "/collections/{name}/kahm/distances", "/collections/{name}/items",
+                 "/collections/{name}/jobs"):
+        assert set(spec["paths"][path]["post"]["requestBody"]["content"]) == {JSON, MSGPACK}, path
