@@ -164,11 +164,13 @@ def test_malformed_msgpack_refused(case, service, svc_collection, svc_key, body,
     assert ok.status_code == 200 and len(decode(ok.content, MSGPACK)["rows"]) == 10
 
 
-def test_msgpack_bodies_on_the_other_endpoints(service, svc_collection, svc_key, svc_admin_key):
+def test_msgpack_bodies_on_the_other_endpoints(service, svc_collection, svc_key, svc_admin_key, body):
     """items, jobs and kahm/distances read msgpack bodies through the same validation."""
     h = {"Authorization": f"Bearer {svc_admin_key['key']}", "Content-Type": MSGPACK, "Accept": MSGPACK}
+    ids = decode(_post(service, svc_key, svc_collection, encode(body, MSGPACK), accept=MSGPACK).content,
+                 MSGPACK)["rows"][0]["item_ids"][:2]  # two of the collection's items
     r = httpx.post(f"{service.url}/collections/{svc_collection}/items", headers=h, timeout=60,
-                   content=encode({"ids": np.array([1, 2]), "include_features": True}, MSGPACK))
+                   content=encode({"ids": np.asarray(ids), "include_features": True}, MSGPACK))
     assert r.status_code == 200 and r.headers["content-type"] == MSGPACK
     assert np.asarray(decode(r.content, MSGPACK)["features"]).shape == (2, 64)
     r = httpx.post(f"{service.url}/collections/{svc_collection}/items", headers=h, timeout=60,
