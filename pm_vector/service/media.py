@@ -9,7 +9,10 @@ answer is written in (:mod:`pm_vector.protocol.codec` holds the two layouts).
   no nesting deeper than :data:`~pm_vector.protocol.codec.MAX_DEPTH`, arrays of at most two
   dimensions and of at most ``max_rows x max_dim`` elements (413 above), no ``bin`` data, no
   extension type but arrays. A malformed msgpack body is 400 ``malformed_msgpack``.
-* **Answers**: as ``Accept`` asks (:func:`answer_type`, RFC 9110 media ranges with ``q``
+* **Answers** of the endpoints that serve documents (``/collections``, ``/collections/{name}``,
+  its ``/anchor``, ``/items``, ``/resolve``, ``/kahm/models`` and ``/kahm/distances``: the
+  endpoint depends on :func:`negotiate` and returns :func:`respond`; ``/health``, jobs and keys
+  answer JSON): as ``Accept`` asks (:func:`answer_type`, RFC 9110 media ranges with ``q``
   weights): ``application/msgpack`` or ``application/json``; JSON when the client says nothing,
   ``*/*`` or ``application/*`` (or when both are equally preferred). An ``Accept`` that admits
   neither is **406** ``not_acceptable`` (decided before the endpoint does any work, so nothing
