@@ -28,8 +28,20 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _json_value(v):
+    """What json cannot write itself: numpy arrays and scalars (a msgpack answer's) as lists and
+    numbers, anything else as its str."""
+    import numpy as np
+
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    return str(v)
+
+
 def _echo_json(obj) -> None:
-    typer.echo(json.dumps(obj, default=str))
+    typer.echo(json.dumps(obj, default=_json_value))
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -247,6 +259,7 @@ def demo(
     seed: int = typer.Option(0, help="Seed of the split and of the frame (public)."),
     keep: bool = typer.Option(False, help="Keep the demo collection in the database."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+    wire: str = typer.Option("msgpack", help="The client's wire format: msgpack or json."),
 ):
     """End to end on the embedded server: collection, ingest, anchor + dummy pool, embedding job, the real
     service on loopback, private queries through the real client, and a recall/precision/latency table.
@@ -256,6 +269,8 @@ def demo(
     from ..service.demo import run_demo
 
     eps = _floats(epsilons)
+    if wire not in ("msgpack", "json"):
+        raise typer.BadParameter(f"--wire must be msgpack or json, not {wire!r}.")
     try:
         with _progress(disable=not sys.stderr.isatty()) as bar:
             tasks: dict[str, int] = {}
@@ -266,7 +281,7 @@ def demo(
                 bar.update(tasks[name], completed=done, total=total)
 
             res = run_demo(dataset, eps, n_queries=queries, seed=seed, keep=keep, progress=prog,
-                           log=None if as_json else (lambda s: err.print(s)))
+                           log=None if as_json else (lambda s: err.print(s)), wire=wire)
     except PMVectorError as e:
         _fail(str(e))
     if as_json:
@@ -293,6 +308,8 @@ def demo(
     err.print("nn_recall@8 = share of the exact (non-private) 8 nearest items that come back; precision@8 = share "
               "of the query's class; query p50: building the private request locally + the HTTP round trip + the "
               "client's re-rank.")
+    err.print(f"wire {res['wire']}: bytes/request = the resolve's request and answer as sent on the wire; the public "
+              f"anchor document {res['anchor_document_bytes']:,} bytes (once per run)")
     err.print(f"embedding job {res['job_seconds']:.1f} s; total {res['seconds']:.1f} s")
 
 

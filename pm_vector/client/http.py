@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AlignmentError, InvalidInputError, PMVectorError
+from ..protocol.codec import JSON, MSGPACK, decode, encode
 from .budget import LedgerAccount, PrivacyBudget, origin_key, server_origin
 from ..manifold.class_frames import ClassFrames
 from .privatemail import PrivateMail, PublicAnchor
@@ -73,6 +74,23 @@ class ServiceError(PMVectorError):
     def __init__(self, status: int, error: str, message: str):
         super().__init__(f"{status} {error}: {message}")
         self.status, self.error, self.message = status, error, message
+
+
+def wire_bytes(r) -> tuple[int, int]:
+    """``(sent, received)``: the bytes of an HTTP/1.1 exchange (an :class:`httpx.Response`, read)
+    as they travel on the connection. Sent: the request line (``METHOD target HTTP/1.1``), every
+    header line as sent (``Host``, ``Content-Length``, ``Authorization``, ``Accept`` ... each
+    ``name: value`` + CRLF), the blank line and the body. Received: the status line, every header
+    line as received, the blank line and the body's bytes as they arrived (before any
+    content decoding). Not counted: TCP/IP and TLS framing, and chunk-size lines of a chunked
+    answer (the service's answers carry a ``Content-Length``)."""
+    req = r.request
+    head = len(req.method) + 1 + len(req.url.raw_path) + len(" HTTP/1.1\r\n")
+    head += sum(len(k) + 2 + len(v) + 2 for k, v in req.headers.raw) + 2
+    sent = head + len(req.content)
+    status = len(r.http_version) + 1 + len(str(r.status_code)) + 1 + len(r.reason_phrase.encode("latin-1")) + 2
+    received = status + sum(len(k) + 2 + len(v) + 2 for k, v in r.headers.raw) + 2 + r.num_bytes_downloaded
+    return sent, received
 
 
 def rebuild_frame(doc: dict[str, Any]):
@@ -123,19 +141,35 @@ def _check_options(options: dict[str, Any]) -> None:
                         f"{list(PAPER_OPTIONS)}.")
 
 
+#: the ``wire`` option of :class:`Client`: the media type bodies are sent in and answers asked for
+WIRES = {"msgpack": MSGPACK, "json": JSON}
+
+
 class Client:
     """A pm_vector service client. ``budget``: a :class:`PrivacyBudget` (or
     :class:`~pm_vector.client.budget.MemoryBudget`), a ledger path, or None: the default ledger
     (``$PM_VECTOR_HOME/client/budget.json``) with the default budget. Never unlimited. Every
-    release goes to the ledger entry of ``base_url``'s origin (:meth:`budget_key`)."""
+    release goes to the ledger entry of ``base_url``'s origin (:meth:`budget_key`).
+
+    ``wire``: ``"msgpack"`` (default: bodies sent as ``application/msgpack``, answers asked for in
+    it, numpy arrays travelling as arrays; :mod:`pm_vector.protocol.codec`) or ``"json"``. An
+    answer is read by its ``Content-Type`` whichever was asked (a service that answers JSON only
+    still works). Documents from msgpack answers hold numpy arrays where the server sent arrays."""
 
     def __init__(self, base_url: str, api_key: str | None, *, budget: PrivacyBudget | str | None = None,
-                 timeout: float = 60.0, transport=None):
+                 timeout: float = 60.0, transport=None, wire: str = "msgpack"):
         import httpx
 
+        if wire not in WIRES:
+            raise InvalidInputError(f"wire must be one of {sorted(WIRES)}, not {wire!r}.")
+        self.wire = wire
+        self._media = WIRES[wire]
+        #: the path and bytes (:func:`wire_bytes`) of this client's latest request
+        self.last_exchange: dict[str, Any] | None = None
         self.origin = server_origin(base_url)  # validates; the budget's key, fixed for this client
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers["Accept"] = f"{MSGPACK}, {JSON};q=0.5" if wire == "msgpack" else JSON
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
         if budget is None or isinstance(budget, str) or hasattr(budget, "__fspath__"):
             budget = PrivacyBudget(budget)
@@ -159,18 +193,35 @@ class Client:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, **kw) -> Any:
-        return self._answer(self._http.request(method, path, **kw))
+    def _call(self, method: str, path: str, doc: Any = None) -> Any:
+        """The answer of one request (``doc``: its body, a document sent in :attr:`wire`)."""
+        return self._exchange(method, path, doc)[0]
+
+    def _exchange(self, method: str, path: str, doc: Any = None) -> tuple[Any, int, int]:
+        """``(answer, bytes_sent, bytes_received)`` of one request: see :func:`wire_bytes`."""
+        kw: dict[str, Any] = {}
+        if doc is not None:
+            kw = {"content": encode(doc, self._media), "headers": {"Content-Type": self._media}}
+        r = self._http.request(method, path, **kw)
+        sent, received = wire_bytes(r)
+        self.last_exchange = {"path": path, "bytes_sent": sent, "bytes_received": received}
+        return self._answer(r), sent, received
 
     @staticmethod
     def _answer(r) -> Any:
-        if r.status_code >= 400:
-            try:
-                body = r.json()
-                raise ServiceError(r.status_code, str(body.get("error", "error")), str(body.get("message", r.text)))
-            except ValueError:
+        media = (r.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+        try:
+            body = decode(r.content, MSGPACK if media == MSGPACK else JSON) if r.content else None
+        except InvalidInputError as exc:
+            if r.status_code >= 400:
                 raise ServiceError(r.status_code, "error", r.text[:500]) from None
-        return r.json()
+            raise InvalidInputError(f"the service's answer ({media or 'no Content-Type'}) cannot be read: "
+                                    f"{exc}") from None
+        if r.status_code >= 400:
+            if not isinstance(body, dict):
+                raise ServiceError(r.status_code, "error", r.text[:500])
+            raise ServiceError(r.status_code, str(body.get("error", "error")), str(body.get("message", r.text[:500])))
+        return body
 
     def collection_id(self, name: str) -> str | None:
         """The collection's id as the service publishes it (None from a service that does not).
@@ -223,11 +274,11 @@ class Client:
 
     def items(self, name: str, ids, include_features: bool = False) -> dict[str, Any]:
         return self._call("POST", f"/collections/{name}/items",
-                          json={"ids": [int(i) for i in ids], "include_features": include_features})
+                          {"ids": [int(i) for i in ids], "include_features": include_features})
 
     def start_job(self, name: str, params: dict[str, Any] | None = None, seed: int = 0) -> dict[str, Any]:
-        return self._call("POST", f"/collections/{name}/jobs", json={"params": params or {"n_components": 8},
-                                                                      "seed": int(seed)})
+        return self._call("POST", f"/collections/{name}/jobs", {"params": params or {"n_components": 8},
+                                                                 "seed": int(seed)})
 
     def job(self, job_id: str) -> dict[str, Any]:
         return self._call("GET", f"/jobs/{job_id}")
@@ -260,7 +311,7 @@ class Client:
                                         "build_request().") from None
             self._account(name).spend(eps, dlt, label=name)
         body = {"request": d, "k": int(k), "include_features": bool(include_features)}
-        return self._call("POST", f"/collections/{name}/resolve", json=body)
+        return self._call("POST", f"/collections/{name}/resolve", body)
 
     # ------------------------------------------------------------------ KAHM
     def kahm_models(self, name: str) -> list[dict[str, Any]]:
@@ -284,10 +335,10 @@ class Client:
             raise InvalidInputError(f"features must be a (rows, features) array; got shape {X.shape}.")
         if not np.all(np.isfinite(X)):
             raise InvalidInputError("features contain NaN or infinite values; clean or drop those rows.")
-        body: dict[str, Any] = {"features": X.tolist()}
+        body: dict[str, Any] = {"features": X}
         if model_id is not None:
             body["model_id"] = int(model_id)
-        res = self._call("POST", f"/collections/{name}/kahm/distances", json=body)
+        res = self._call("POST", f"/collections/{name}/kahm/distances", body)
         res["distances"] = {int(c): np.array([np.inf if v is None else v for v in vals], dtype=np.float64)
                             for c, vals in res["distances"].items()}
         res["classes"] = [int(c) for c in res.get("classes", [])]
@@ -502,7 +553,8 @@ class Client:
               **paper_options) -> dict[str, Any]:
         """One private k-NN query; returns the real row's answer (``item_ids``, ``labels``,
         ``external_ids``, ``distances``) with ``epsilon``, ``delta``, ``budget`` (the server's
-        entry after the charge), ``bytes_sent``/``bytes_received`` and ``timing``.
+        entry after the charge), ``timing``, ``wire`` and the resolve's bytes on the wire
+        (:func:`wire_bytes`): ``bytes_sent``, ``bytes_received`` and ``bytes_per_request``, their sum.
 
         pm_vector protocol: the server answers every class row with ``shortlist`` (k') candidates
         and, when the collection allows raw features, their features for *every* row (so nothing
@@ -531,7 +583,6 @@ class Client:
                rng=None) -> dict[str, Any]:
         """:meth:`query`; ``rng``: see :meth:`_build_request` (tests only)."""
         import base64
-        import json
 
         if rerank_with not in (None, "features", "codes"):
             raise InvalidInputError(f"rerank_with must be 'features', 'codes' or None, not {rerank_with!r}.")
@@ -565,17 +616,14 @@ class Client:
         body = {"request": req.to_dict(), "k": int(k), "include_features": mode == "features"}
         if mode == "codes":
             body["include_codes"] = True
-        text = json.dumps(body)
-        r = self._http.request("POST", f"/collections/{name}/resolve", content=text,
-                               headers={"Content-Type": "application/json"})
-        res = self._answer(r)
+        res, sent, received = self._exchange("POST", f"/collections/{name}/resolve", body)
         t2 = time.perf_counter()
         row = dict(secret.pick(res["rows"]))
         reranked: str | bool = False
         q = np.asarray(features, dtype=np.float64).ravel()
         q = q / max(float(np.linalg.norm(q)), 1e-12)
         d = None
-        if mode == "features" and row.get("features"):
+        if mode == "features" and row.get("features") is not None and len(row["features"]):
             d = np.linalg.norm(np.asarray(row["features"], dtype=np.float64) - q, axis=1)
         elif mode == "codes" and row.get("codes") is not None and row.get("item_ids"):
             codes = np.frombuffer(base64.b64decode(row["codes"]), dtype="<f2").astype(np.float64)
@@ -600,6 +648,7 @@ class Client:
                 "delta": 0.0 if used == "cells" else float(delta), "n_cells": getattr(req, "n_cells", None),
                 "k": int(k), "shortlist": getattr(req, "shortlist", None), "label_predicted":
                 bool(getattr(secret, "predicted", False)), "run_id": res.get("run_id"), "reranked": reranked,
-                "budget": status, "bytes_sent": len(text), "bytes_received": len(r.content),
+                "budget": status, "bytes_sent": sent, "bytes_received": received,
+                "bytes_per_request": sent + received, "wire": self.wire,
                 "timing": {"build_ms": (t1 - t0) * 1000, "resolve_ms": (t2 - t1) * 1000,
                            "total_ms": (time.perf_counter() - t0) * 1000}}

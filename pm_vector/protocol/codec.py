@@ -1,24 +1,45 @@
 """How a document travels: JSON, or msgpack with numpy arrays as one documented extension.
 
-A document is a tree of dicts (string keys), lists, strings, integers, floats, booleans, None,
-``bytes`` and numpy arrays. Two encodings, chosen by content negotiation (``Content-Type`` of a
-body, ``Accept`` of an answer):
+A *document* is a tree of dicts (string keys), lists, strings, integers, floats, booleans, None,
+``bytes`` and numpy arrays (tuples travel as lists, numpy scalars as numbers, datetimes as ISO 8601
+strings, dict keys that are not strings as their ``str``). Two encodings, chosen by content
+negotiation (``Content-Type`` of a body, ``Accept`` of an answer):
 
-* ``application/json``: arrays as nested lists, ``bytes`` as base64 strings;
-* ``application/msgpack``: msgpack (https://msgpack.org), ``bytes`` as ``bin``, and a numpy
-  array as the extension type :data:`ARRAY_EXT` whose data is
+* ``application/json`` (:data:`JSON`): arrays as nested lists, ``bytes`` as base64 strings, NaN
+  and infinities as ``null``;
+* ``application/msgpack`` (:data:`MSGPACK`): msgpack (https://msgpack.org/, the spec's ``str``
+  and ``bin`` types: strings as ``str``, ``bytes`` as ``bin``), and a numpy array of one or more
+  dimensions as the extension type :data:`ARRAY_EXT` (= 1) whose data is, byte for byte::
 
-  ``uint8 dtype code`` (:data:`DTYPES`), ``uint8 ndim``, ``ndim x uint32`` shape (little-endian),
-  then the elements in C order, little-endian.
+      offset 0          uint8   dtype code (DTYPES: 1 u1, 2 i4, 3 i8, 4 f2, 5 f4, 6 f8,
+                                            7 u2, 8 u4, 9 i2)
+      offset 1          uint8   ndim, 1..MAX_NDIM
+      offset 2          ndim x uint32 little-endian: the shape
+      offset 2+4*ndim   prod(shape) x itemsize bytes: the elements in C order, little-endian
 
-Decoding is strict: a malformed body, an unknown extension or dtype, a shape that does not
-match the data, or a nesting deeper than :data:`MAX_DEPTH` is an
-:class:`~pm_vector.errors.InvalidInputError` that says which.
+  The data's length is exactly ``2 + 4 * ndim + prod(shape) * itemsize``. Integer arrays travel
+  in the narrowest of their dtype and ``uint32`` (item ids: 4 bytes each) when every value fits
+  in ``[0, 2**32)``, else of ``int32`` when every value fits; a ``uint8`` array (e.g. a
+  ``(k', b)`` block of product codes) is one blob of ``k' * b`` bytes; booleans travel as
+  ``uint8``, a 0-d array as its scalar. Floats keep their width (float32 features: 4 bytes
+  each; NaN stays NaN). Arrays of other dtypes (complex, objects, strings) do not travel.
+
+Decoding (:func:`decode`) is strict and bounded, for bodies from an untrusted peer: a body over
+``max_bytes`` is a :class:`TooLargeError`; malformed msgpack, trailing bytes, a declared length
+longer than the body (no allocation beyond the body's size follows a declared length), an
+extension type other than :data:`ARRAY_EXT` (msgpack's own timestamp type -1 included), an
+unknown dtype code, an ``ndim`` outside ``1..max_ndim``, a shape that does not match the data,
+a map key that is not a string, ``bin`` data where ``allow_binary`` is false, or a nesting deeper
+than ``max_depth`` are an :class:`~pm_vector.errors.InvalidInputError` that says which; an array
+of more than ``max_elements`` elements is a :class:`TooLargeError`. ``arrays="lists"`` returns
+the document a JSON body of the same values would give (arrays as nested lists of Python
+numbers): a validator written for JSON then applies unchanged to msgpack.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime as _dt
 import struct
 from typing import Any
 
@@ -34,110 +55,229 @@ ARRAY_EXT = 1
 #: dtype codes of the array extension
 DTYPES = {1: "<u1", 2: "<i4", 3: "<i8", 4: "<f2", 5: "<f4", 6: "<f8", 7: "<u2", 8: "<u4", 9: "<i2"}
 _CODE_OF = {np.dtype(v).str: k for k, v in DTYPES.items()}
+#: deepest nesting :func:`decode` accepts by default (no request nests more than 4 levels)
 MAX_DEPTH = 32
+#: most dimensions of an array extension
+MAX_NDIM = 8
+
+
+class TooLargeError(InvalidInputError):
+    """A body, or an array in it, over the decoder's bounds (a service answers 413)."""
+
+
+# ----------------------------------------------------------------------------- encode
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """An integer array in uint32 (or int32) when every value fits, else int64; uint8 and the
+    other narrow dtypes as they are."""
+    if a.dtype.itemsize <= 4:
+        return a
+    lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+    if 0 <= lo and hi < 2 ** 32:
+        return a.astype("<u4")
+    if -2 ** 31 <= lo and hi < 2 ** 31:
+        return a.astype("<i4")
+    if hi >= 2 ** 63:
+        raise TypeError("a uint64 array with values beyond int64 does not travel")
+    return a.astype("<i8")
 
 
 def _array_ext(a: np.ndarray):
     import msgpack
 
-    a = np.asarray(a)
     if a.dtype == np.bool_:
         a = a.astype(np.uint8)
     if a.dtype.kind not in "uif":
         raise TypeError(f"arrays of dtype {a.dtype} do not travel; convert them first")
+    if a.ndim > MAX_NDIM:
+        raise TypeError(f"arrays of more than {MAX_NDIM} dimensions do not travel")
+    if a.dtype.kind in "iu":
+        a = _narrow(a)
     le = a.astype(a.dtype.newbyteorder("<"), copy=False)
     code = _CODE_OF.get(le.dtype.str)
-    if code is None:
-        le = a.astype("<f8") if a.dtype.kind == "f" else a.astype("<i8")
-        code = _CODE_OF[le.dtype.str]
-    head = struct.pack("<BB", code, le.ndim) + struct.pack(f"<{le.ndim}I", *le.shape)
+    if code is None:  # float128 and the like
+        le, code = a.astype("<f8"), _CODE_OF["<f8"]
+    head = struct.pack(f"<BB{le.ndim}I", code, le.ndim, *le.shape)
     return msgpack.ExtType(ARRAY_EXT, head + np.ascontiguousarray(le).tobytes())
+
+
+def _scalar(v: Any):
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
+    if isinstance(v, (_dt.datetime, _dt.date)):
+        return v.isoformat()
+    raise TypeError(f"not a document value: {type(v).__name__}")
+
+
+def _prepare(v: Any) -> Any:
+    """The document msgpack can write: dict keys as strings, tuples as lists, 0-d arrays as
+    scalars (arrays and scalars themselves are left to :func:`_default`)."""
+    if isinstance(v, dict):
+        return {k if isinstance(k, str) else str(_scalar(k) if isinstance(k, np.generic) else k): _prepare(x)
+                for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_prepare(x) for x in v]
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        return _scalar(v[()])
+    return v
 
 
 def _default(v: Any):
     if isinstance(v, np.ndarray):
         return _array_ext(v)
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, np.floating):
-        return float(v)
-    if isinstance(v, np.bool_):
-        return bool(v)
-    if isinstance(v, tuple):
-        return list(v)
-    raise TypeError(f"not a document value: {type(v).__name__}")
-
-
-def _ext_hook(code: int, data: bytes):
-    if code != ARRAY_EXT:
-        raise InvalidInputError(f"msgpack extension type {code} is not part of the protocol (only {ARRAY_EXT}: arrays).")
-    if len(data) < 2:
-        raise InvalidInputError("a msgpack array extension is truncated.")
-    dt, nd = data[0], data[1]
-    if dt not in DTYPES:
-        raise InvalidInputError(f"array dtype code {dt} is unknown (known: {sorted(DTYPES)}).")
-    if nd > 8 or len(data) < 2 + 4 * nd:
-        raise InvalidInputError("a msgpack array extension has a bad shape header.")
-    shape = struct.unpack(f"<{nd}I", data[2:2 + 4 * nd])
-    dtype = np.dtype(DTYPES[dt])
-    body = data[2 + 4 * nd:]
-    if len(body) != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
-        raise InvalidInputError(f"a msgpack array's data ({len(body)} bytes) does not match its shape {shape}.")
-    return np.frombuffer(body, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
-
-
-def encode(doc: Any, media_type: str = JSON) -> bytes:
-    """The bytes of ``doc`` in ``media_type`` (:data:`JSON` or :data:`MSGPACK`)."""
-    if media_type == MSGPACK:
-        import msgpack
-
-        return msgpack.packb(doc, default=_default, use_bin_type=True, strict_types=False)
-    if media_type == JSON:
-        import orjson
-
-        return orjson.dumps(doc, default=_json_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-    raise InvalidInputError(f"media type {media_type!r} is not served; use one of {list(MEDIA_TYPES)}.")
+    return _scalar(v)
 
 
 def _json_default(v: Any):
     if isinstance(v, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(v)).decode("ascii")
     if isinstance(v, np.ndarray):
+        if v.dtype.kind not in "uifb":
+            raise TypeError(f"arrays of dtype {v.dtype} do not travel; convert them first")
         return v.tolist()
-    return _default(v)
+    return _scalar(v)
 
 
-def decode(body: bytes, media_type: str = JSON) -> Any:
-    """The document in ``body``; a malformed body is an :class:`InvalidInputError`."""
+def encode(doc: Any, media_type: str = JSON) -> bytes:
+    """The bytes of ``doc`` in ``media_type`` (:data:`JSON` or :data:`MSGPACK`); a value that is
+    not part of a document is a :class:`TypeError`."""
     if media_type == MSGPACK:
         import msgpack
 
-        try:
-            doc = msgpack.unpackb(body, ext_hook=_ext_hook, raw=False, strict_map_key=True,
-                                  use_list=True)
-        except InvalidInputError:
-            raise
-        except (ValueError, msgpack.exceptions.ExtraData, msgpack.exceptions.FormatError,
-                msgpack.exceptions.StackError, TypeError) as e:
-            raise InvalidInputError(f"the body is not valid msgpack: {e}.") from None
-        _check_depth(doc)
-        return doc
+        return msgpack.packb(_prepare(doc), default=_default, use_bin_type=True, strict_types=False,
+                             datetime=False)
     if media_type == JSON:
         import orjson
 
         try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError as e:
-            raise InvalidInputError(f"the body is not valid JSON: {e}.") from None
+            return orjson.dumps(doc, default=_json_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+        except orjson.JSONEncodeError as e:
+            raise TypeError(str(e)) from None
     raise InvalidInputError(f"media type {media_type!r} is not served; use one of {list(MEDIA_TYPES)}.")
 
 
-def _check_depth(doc: Any, depth: int = 0) -> None:
-    if depth > MAX_DEPTH:
-        raise InvalidInputError(f"the document nests deeper than {MAX_DEPTH} levels.")
+def float_arrays(doc: Any) -> Any:
+    """``doc`` with every regular nested list of Python floats (e.g. a matrix read back from
+    JSON in the database) replaced by a float64 array of the same values: the same document in
+    JSON, arrays (8 bytes a value) instead of msgpack floats (9) and list headers in msgpack.
+    Lists holding anything else (integers, strings, None, ragged rows) stay lists."""
     if isinstance(doc, dict):
-        for v in doc.values():
-            _check_depth(v, depth + 1)
-    elif isinstance(doc, list):
-        for v in doc:
-            _check_depth(v, depth + 1)
+        return {k: float_arrays(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        if doc:
+            a = np.array(doc, dtype=object)
+            if 1 <= a.ndim <= MAX_NDIM and all(type(x) is float for x in a.flat):
+                return a.astype(np.float64)
+        return [float_arrays(v) for v in doc]
+    return doc
+
+
+# ----------------------------------------------------------------------------- decode
+
+class _Bounds:
+    def __init__(self, max_elements: int | None, max_ndim: int):
+        self.max_elements, self.max_ndim = max_elements, max_ndim
+
+    def ext_hook(self, code: int, data: bytes):
+        if code != ARRAY_EXT:
+            raise InvalidInputError(f"msgpack extension type {code} is not part of the protocol (only "
+                                    f"{ARRAY_EXT}: arrays).")
+        if len(data) < 2:
+            raise InvalidInputError("a msgpack array extension is truncated (no dtype and ndim).")
+        dt, nd = data[0], data[1]
+        if dt not in DTYPES:
+            raise InvalidInputError(f"array dtype code {dt} is unknown (known: {sorted(DTYPES)}).")
+        if not 1 <= nd <= self.max_ndim:
+            raise InvalidInputError(f"a msgpack array has {nd} dimensions; 1 to {self.max_ndim} are allowed here.")
+        if len(data) < 2 + 4 * nd:
+            raise InvalidInputError("a msgpack array extension's shape is truncated.")
+        shape = struct.unpack(f"<{nd}I", data[2:2 + 4 * nd])
+        n = 1
+        for s in shape:  # Python integers: no overflow
+            n *= s
+        if self.max_elements is not None and n > self.max_elements:
+            raise TooLargeError(f"a msgpack array of shape {shape} has {n:,} elements; at most "
+                                f"{self.max_elements:,} are accepted.")
+        dtype = np.dtype(DTYPES[dt])
+        body = memoryview(data)[2 + 4 * nd:]
+        if len(body) != n * dtype.itemsize:
+            raise InvalidInputError(f"a msgpack array's data ({len(body)} bytes) does not match its shape {shape} "
+                                    f"and dtype {dtype.name} ({n * dtype.itemsize} bytes).")
+        return np.frombuffer(body, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _walk(doc: Any, max_depth: int, allow_binary: bool, lists: bool) -> Any:
+    """Check nesting, key and value types; with ``lists`` arrays become nested lists."""
+    def go(v, depth):
+        if isinstance(v, _SCALARS):
+            return v
+        if depth >= max_depth:
+            raise InvalidInputError(f"the document nests deeper than {max_depth} levels.")
+        if isinstance(v, dict):
+            for k in v:
+                if not isinstance(k, str):
+                    raise InvalidInputError("a map key is not a string (only string keys are part of the protocol).")
+            return {k: go(x, depth + 1) for k, x in v.items()}
+        if isinstance(v, list):
+            return [go(x, depth + 1) for x in v]
+        if isinstance(v, np.ndarray):
+            if depth + v.ndim > max_depth:
+                raise InvalidInputError(f"the document nests deeper than {max_depth} levels.")
+            return v.tolist() if lists else v
+        if isinstance(v, bytes):
+            if not allow_binary:
+                raise InvalidInputError("binary data (msgpack bin) is not part of this document.")
+            return v
+        raise InvalidInputError(f"a value of msgpack type {type(v).__name__} is not part of the protocol.")
+
+    return go(doc, 0)
+
+
+def decode(body: bytes, media_type: str = JSON, *, max_bytes: int | None = None, max_depth: int = MAX_DEPTH,
+           max_elements: int | None = None, max_ndim: int = MAX_NDIM, allow_binary: bool = True,
+           arrays: str = "numpy") -> Any:
+    """The document in ``body`` (see the module's doc for the bounds); a malformed body is an
+    :class:`InvalidInputError`, one over the bounds a :class:`TooLargeError`. ``arrays``:
+    ``"numpy"`` (msgpack arrays as numpy arrays) or ``"lists"`` (as nested lists, the document a
+    JSON body of the same values gives). JSON bodies: RFC 8259 (no NaN or Infinity literals)."""
+    if arrays not in ("numpy", "lists"):
+        raise ValueError("arrays must be 'numpy' or 'lists'")
+    body = bytes(body)
+    if max_bytes is not None and len(body) > max_bytes:
+        raise TooLargeError(f"the body has {len(body):,} bytes; at most {max_bytes:,} are accepted.")
+    if not body:
+        raise InvalidInputError("the body is empty.")
+    if media_type == MSGPACK:
+        import msgpack
+
+        bounds = _Bounds(max_elements, min(int(max_ndim), MAX_NDIM))
+        n = len(body)  # no declared length may exceed the body itself
+        try:
+            doc = msgpack.unpackb(body, ext_hook=bounds.ext_hook, raw=False, strict_map_key=True, use_list=True,
+                                  timestamp=0, max_str_len=n, max_bin_len=n, max_array_len=n,
+                                  max_map_len=n, max_ext_len=n)
+        except InvalidInputError:
+            raise
+        except msgpack.exceptions.StackError:
+            raise InvalidInputError(f"the document nests deeper than {max_depth} levels.") from None
+        except (ValueError, msgpack.exceptions.ExtraData, msgpack.exceptions.FormatError, TypeError,
+                UnicodeDecodeError, OverflowError) as e:
+            why = str(e) or type(e).__name__
+            raise InvalidInputError(f"the body is not valid msgpack ({why}).") from None
+        return _walk(doc, max_depth, allow_binary, arrays == "lists")
+    if media_type == JSON:
+        import orjson
+
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            raise InvalidInputError(f"the body is not valid JSON ({e}).") from None
+        return _walk(doc, max_depth, allow_binary, False)
+    raise InvalidInputError(f"media type {media_type!r} is not served; use one of {list(MEDIA_TYPES)}.")

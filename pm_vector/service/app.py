@@ -25,10 +25,13 @@ POST     /collections/{name}/kahm/distances     this collection as a party of fe
                                                 per class, the distance value of every query row
 =======  =====================================  =====================================================
 
+Bodies are ``application/json`` or ``application/msgpack``; the collection, anchor, items, resolve
+and KAHM answers are written as ``Accept`` asks, JSON by default (:mod:`pm_vector.service.media`).
 Refusals are JSON ``{"error", "message"}`` with a 4xx status and write nothing: 401 (no or
-unknown key), 413 (body, rows, dimensions or rows x k over the limits), 400 (malformed JSON,
-NaN/Infinity, too deep), 422 (wrong shapes or values, unknown fields), 415 (a body whose
-Content-Type is not application/json), 404 (unknown collection,
+unknown key), 413 (body, rows, dimensions or rows x k over the limits), 400 (malformed JSON or
+msgpack, NaN/Infinity, too deep), 422 (wrong shapes or values, unknown fields), 415 (a body whose
+Content-Type is neither application/json nor application/msgpack), 406 (an Accept that admits
+neither), 404 (unknown collection,
 job, or out of the key's scope), 403 (the key's role; raw features or raw KAHM distances not
 allowed), 429 (rate limit, too many failed authentications from one address, or job queue full, with
 Retry-After), 409 (no active run yet, or no
@@ -48,7 +51,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 
 from .. import __version__ as _version
 from . import schemas
@@ -57,8 +60,8 @@ from .errors import install_error_handlers
 from .memory import LargeRequestGate, configure_malloc
 from .middleware import AuthMiddleware, BodyLimitMiddleware, CatchAllMiddleware
 from .settings import ServiceSettings
-from .validation import (RETRY_AFTER_S, ApiError, check_distances_body, check_resolve_body, parse_json,
-                         require_json)
+from .media import body_schema, body_type, negotiate, read_body, require_body_type, respond
+from .validation import RETRY_AFTER_S, ApiError, check_distances_body, check_resolve_body
 
 
 def _read_router(settings: ServiceSettings, pool):
@@ -206,7 +209,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     auth = [Depends(require_scope)]
     admin = [Depends(require_admin)]
     admin_scoped = [Depends(require_admin), Depends(require_scope)]
-    json_body = [Depends(require_json)]  # 415 for a body of another type, before it is read
+    json_body = [Depends(require_body_type)]  # 415 for a body of another type, before it is read
+    neg = [Depends(negotiate)]  # the answer's media type (406 when Accept admits none), before any work
 
     @app.get("/health", response_model=schemas.Health, tags=["service"],
              responses={503: {"model": schemas.Health}})
@@ -231,16 +235,17 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         out["description"] = (c.get("settings") or {}).get("description")
         return out
 
-    @app.get("/collections", tags=["collections"])
+    @app.get("/collections", dependencies=neg, tags=["collections"])
     def collections(request: Request):
         """The collections this key may use."""
         from .. import db
 
         rec = key_of(request)
-        return {"collections": [_public_collection(c) for c in db.list_collections() if in_scope(rec, c["name"])]}
+        return respond(request, {"collections": [_public_collection(c) for c in db.list_collections()
+                                                 if in_scope(rec, c["name"])]})
 
-    @app.get("/collections/{name}", dependencies=auth, tags=["collections"])
-    def describe(name: str):
+    @app.get("/collections/{name}", dependencies=auth + neg, tags=["collections"])
+    def describe(name: str, request: Request):
         """One collection and its active embedding run."""
         from .. import db
 
@@ -250,39 +255,38 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
             r = db.run_info(c["active_run_id"])
             run = {k: r.get(k) for k in ("run_id", "status", "params", "seed", "embedding_dim", "n_items",
                                         "n_anchors", "anchor_set_id", "finished_at", "duration")}
-        return {**c, "active_run": run}
+        return respond(request, {**c, "active_run": run})
 
-    @app.get("/collections/{name}/anchor", dependencies=auth, response_model=schemas.AnchorDocument,
+    @app.get("/collections/{name}/anchor", dependencies=auth + neg, response_model=schemas.AnchorDocument,
              tags=["collections"])
-    def anchor(name: str):
+    def anchor(name: str, request: Request):
         """The public anchor set (ids, features, labels), the dummy pool and the active run's frame info.
 
         Everything here is public by construction: the client rebuilds the AnchorFrame from it."""
         from .documents import anchor_document
 
-        return JSONResponse(anchor_document(name))
+        return respond(request, anchor_document(name))
 
-    def _model(cls, body: bytes):
+    def _model(cls, media: str, body: bytes):
         import pydantic
 
         try:
-            return cls.model_validate(parse_json(body))
+            return cls.model_validate(read_body(media, body, settings))
         except pydantic.ValidationError as exc:
             parts = [f"{'.'.join(map(str, e.get('loc', ()))) or 'body'}: {e.get('msg')}" for e in exc.errors()[:5]]
             raise ApiError(422, "invalid_input", "; ".join(parts)) from None
 
-    def _items_sync(name: str, body: bytes):
+    def _items_sync(name: str, media: str, body: bytes):
         from .. import db
         from .documents import _plain
 
-        b = _model(schemas.ItemsBody, body)
+        b = _model(schemas.ItemsBody, media, body)
         if len(b.ids) > settings.max_ids:
             raise ApiError(413, "too_many_ids", f"{len(b.ids):,} ids; at most {settings.max_ids:,} per call.")
         return _plain(db.fetch_items(name, b.ids, include_features=b.include_features))
 
-    @app.post("/collections/{name}/items", dependencies=admin_scoped + json_body, tags=["collections"],
-              openapi_extra={"requestBody": {"required": True, "content": {
-                  "application/json": {"schema": {"$ref": "#/components/schemas/ItemsBody"}}}}})
+    @app.post("/collections/{name}/items", dependencies=admin_scoped + json_body + neg, tags=["collections"],
+              openapi_extra=body_schema("ItemsBody"))
     async def items(name: str, request: Request):
         """Items by id (admin keys): external ids, labels, payloads; raw ``features`` only if the collection
         allows it (403).
@@ -290,22 +294,21 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         Fetching by id tells the server which items you look at: to re-rank a private query's answer use
         ``include_features`` on resolve instead, which returns the features of every row's neighbours."""
         body = await request.body()
-        return JSONResponse(await run_in_threadpool(_items_sync, name, body))
+        return respond(request, await run_in_threadpool(_items_sync, name, body_type(request), body))
 
-    def _start_job_sync(name: str, body: bytes, key_id: int | None):
-        b = _model(schemas.JobBody, body)
+    def _start_job_sync(name: str, media: str, body: bytes, key_id: int | None):
+        b = _model(schemas.JobBody, media, body)
         params = check_params(b.params, min_components=settings.job_min_components)
         return state["jobs"].start(name, params, check_seed(b.seed), key_id=key_id)
 
     @app.post("/collections/{name}/jobs", dependencies=admin_scoped + json_body, status_code=202, response_model=schemas.Job,
-              tags=["jobs"], openapi_extra={"requestBody": {"required": True, "content": {
-                  "application/json": {"schema": {"$ref": "#/components/schemas/JobBody"}}}}})
+              tags=["jobs"], openapi_extra=body_schema("JobBody"))
     async def start_job(name: str, request: Request):
         """Start an SMLQ embedding job (AnchorFrame fit + out-of-sample extension) in the background
         (admin keys; parameters bounded, at most ``max_queued_jobs`` queued or running: 429)."""
         body = await request.body()
         rec = key_of(request)
-        job = await run_in_threadpool(_start_job_sync, name, body, rec["id"] if rec else None)
+        job = await run_in_threadpool(_start_job_sync, name, body_type(request), body, rec["id"] if rec else None)
         return JSONResponse(job, status_code=202)
 
     def _visible_job(request: Request, job: dict[str, Any]) -> bool:
@@ -374,8 +377,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
             log.warning("replica %s left the rotation (%s); reading on the primary", redact(url), type(exc).__name__)
             return None
 
-    def _resolve_sync(name: str, body: bytes, key_role: str | None) -> dict[str, Any]:
-        req, k, inc, codes = check_resolve_body(parse_json(body), settings, name)
+    def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None) -> dict[str, Any]:
+        req, k, inc, codes = check_resolve_body(read_body(media, body, settings), settings, name)
         from .documents import resolve_document
 
         db_role = state.get("query_role") if key_role == "query" else None
@@ -403,9 +406,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
                 row["codes"] = base64.b64encode(np.asarray(row["codes"], dtype="<f2").tobytes()).decode("ascii")
         return res
 
-    @app.post("/collections/{name}/resolve", dependencies=auth + json_body, response_model=schemas.ResolveResponse,
-              tags=["resolve"], openapi_extra={"requestBody": {"required": True, "content": {
-                  "application/json": {"schema": {"$ref": "#/components/schemas/ResolveBody"}}}}})
+    @app.post("/collections/{name}/resolve", dependencies=auth + json_body + neg, response_model=schemas.ResolveResponse,
+              tags=["resolve"], openapi_extra=body_schema("ResolveBody"))
     async def resolve_endpoint(name: str, request: Request):
         """Resolve a PrivateMail request: align its anchor rows on the active run's frame, k-NN every query row.
 
@@ -413,31 +415,29 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         has one entry per query row; only the client knows which row is real."""
         body = await request.body()
         rec = key_of(request)
-        from .documents import json_bytes
+        res = await run_in_threadpool(_resolve_sync, name, body_type(request), body, rec and rec.get("role"))
+        return respond(request, res)
 
-        res = await run_in_threadpool(_resolve_sync, name, body, rec and rec.get("role"))
-        return Response(json_bytes(res), media_type="application/json")
-
-    @app.get("/collections/{name}/kahm/models", dependencies=auth, response_model=schemas.KAHMModels,
+    @app.get("/collections/{name}/kahm/models", dependencies=auth + neg, response_model=schemas.KAHMModels,
              tags=["kahm"])
-    def kahm_models(name: str):
+    def kahm_models(name: str, request: Request):
         """The collection's stored KAHM models, newest first (``is_current``: the one that serves)."""
         from ..db.kahm import list_kahm_models
         from .documents import _plain
 
-        return JSONResponse(_plain({"collection": name, "models": list_kahm_models(name)}))
+        return respond(request, _plain({"collection": name, "models": list_kahm_models(name)}))
 
-    def _distances_sync(name: str, body: bytes) -> dict[str, Any]:
-        X, mid = check_distances_body(parse_json(body), settings)
+    def _distances_sync(name: str, media: str, body: bytes) -> dict[str, Any]:
+        X, mid = check_distances_body(read_body(media, body, settings), settings)
         from ..db.kahm import party_distances
         from .documents import _plain
 
         with resolve_slots:
             return _plain(party_distances(name, X, model_id=mid))
 
-    @app.post("/collections/{name}/kahm/distances", dependencies=auth + json_body, response_model=schemas.PartyDistances,
-              tags=["kahm"], openapi_extra={"requestBody": {"required": True, "content": {
-                  "application/json": {"schema": {"$ref": "#/components/schemas/DistancesBody"}}}}})
+    @app.post("/collections/{name}/kahm/distances", dependencies=auth + json_body + neg,
+              response_model=schemas.PartyDistances,
+              tags=["kahm"], openapi_extra=body_schema("DistancesBody"))
     async def kahm_distances(name: str, request: Request):
         """This collection as a party of federated classification (the KAHM paper's eq 104).
 
@@ -449,7 +449,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         :meth:`pm_vector.client.http.Client.kahm_distances` turns it back into
         :func:`pm_vector.db.kahm.party_distances`' shape (int keys, numpy arrays, inf)."""
         body = await request.body()
-        return JSONResponse(await run_in_threadpool(_distances_sync, name, body))
+        return respond(request, await run_in_threadpool(_distances_sync, name, body_type(request), body))
 
     # make the self-parsed bodies part of the schema although the endpoints parse them themselves
     _orig_openapi = app.openapi

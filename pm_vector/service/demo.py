@@ -59,9 +59,13 @@ def prepare_collection(name: str, split, *, allow_raw_features: bool = False,
 
 
 def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: int | None = None, seed: int = 0,
-             delta: float = 1e-5, keep: bool = False, progress=None, log: Callable[[str], None] | None = None
-             ) -> dict[str, Any]:
+             delta: float = 1e-5, keep: bool = False, progress=None, log: Callable[[str], None] | None = None,
+             wire: str = "msgpack") -> dict[str, Any]:
     """Run the demo; returns ``{"nonprivate": {...}, "results": [...], "seconds", ...}``.
+
+    ``wire``: the client's wire format (``"msgpack"`` or ``"json"``); ``bytes_per_request`` of a
+    result is the median resolve's bytes on the wire, both ways, and ``anchor_document_bytes``
+    the public anchor's download (request and answer).
 
     ``progress(task, done, total)`` reports steps; ``keep``: leave the collection in the database."""
     from .. import db
@@ -100,7 +104,7 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
             n_q = sizes[3]
             budget = PrivacyBudget(f"{tmp}/budget.json", default_epsilon=n_q * float(sum(epsilons)) * (1 + 1e-9),
                                    default_delta=min(0.999, n_q * len(epsilons) * float(delta) * (1 + 1e-9)))
-            with Client(svc.url, key["key"], budget=budget) as client:
+            with Client(svc.url, key["key"], budget=budget, wire=wire) as client:
                 job = client.start_job(name, {"n_components": 8}, seed=seed)
                 t_job = time.perf_counter()
 
@@ -151,6 +155,8 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
                                     "queries": [{"query": int(split.query_idx[i]), "answer": answers[i],
                                                  "exact": ext[idx[i]].tolist()} for i in same[:2]]}
                 spent = budget.status(client.budget_key())  # the server's entry
+                client.anchor_document(name)
+                anchor_bytes = client.last_exchange["bytes_sent"] + client.last_exchange["bytes_received"]
     finally:
         if key is not None:
             try:
@@ -162,5 +168,5 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
     return {"dataset": ds.name, "collection": name if keep else None, "sizes": dict(zip(
         ("server", "anchor", "dummy", "query"), sizes)), "k": K, "delta": delta, "job_seconds": job_s,
         "nonprivate": nonpriv, "results": results, "same_class_examples": examples,
-        "ledger_epsilon_spent": spent["epsilon_spent"],
+        "ledger_epsilon_spent": spent["epsilon_spent"], "wire": wire, "anchor_document_bytes": anchor_bytes,
         "seconds": time.perf_counter() - t_start}

@@ -72,12 +72,18 @@ def collection_uuid(collection: str) -> str | None:
 
 
 def anchor_document(collection: str) -> dict[str, Any]:
-    """The public anchor as the JSON the API serves, with ``collection_uuid`` (information; not a budget key)."""
+    """The public anchor as the API serves it, with ``collection_uuid`` (information; not a budget
+    key): features, labels, the anchor embedding and every matrix of the frame (class frames,
+    cells, codebooks) as numpy arrays of the same values, which :mod:`pm_vector.protocol.codec`
+    writes as arrays in msgpack and as lists in JSON."""
+    from ..protocol.codec import float_arrays
+
     pa, frame = public_anchor(collection)
-    return _plain({"collection": collection, "collection_uuid": collection_uuid(collection),
-                   "anchor_ids": list(pa.ids), "features": pa.features,
-                   "labels": pa.labels, "dummy_features": pa.dummy_features, "dummy_labels": pa.dummy_labels,
-                   "frame": frame, "partitions": public_partitions(collection)})
+    return {"collection": collection, "collection_uuid": collection_uuid(collection),
+            "anchor_ids": _plain(list(pa.ids)), "features": np.asarray(pa.features),
+            "labels": np.asarray(pa.labels), "dummy_features": np.asarray(pa.dummy_features),
+            "dummy_labels": np.asarray(pa.dummy_labels), "frame": float_arrays(frame),
+            "partitions": float_arrays(public_partitions(collection))}
 
 
 def resolve_document(collection: str, request, *, k: int = 8, include_features: bool = False, conn=None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 
@@ -13,6 +14,7 @@ import pytest
 from pm_vector.client.budget import PrivacyBudget, origin_key
 from pm_vector.client.http import Client, ServiceError, rebuild_frame
 from pm_vector.errors import AlignmentError, BudgetExceededError
+from pm_vector.protocol.codec import decode
 
 
 def test_private_query_end_to_end(service, svc_collection, svc_key, svc_split, requests_logged, tmp_path):
@@ -85,7 +87,7 @@ def test_client_traffic_does_not_depend_on_the_real_row(service, svc_collection,
             c.query(svc_collection, Xq[i], int(yq[i]), epsilon=4.0, k=8, shortlist=16, release=release)
             paths = [q.url.path for q in sent]
             assert paths[-1].endswith("/resolve") and sum(p.endswith("/resolve") for p in paths) == 1
-            body = json.loads(sent[-1].content)
+            body = decode(sent[-1].content, sent[-1].headers["content-type"])  # msgpack: the default wire
             assert body["include_features"] is True and set(body) == {"request", "k", "include_features"}
             assert body["request"]["release"] == release
             assert len(body["request"]["rows" if release == "gaussian" else "reports"]) == 10
@@ -166,7 +168,7 @@ def test_collections_anchor_and_frame(service, svc_collection, admin_key, tmp_pa
         assert len(doc["dummy_labels"]) == 150 and doc["frame"]["seed"] == 0
         frame, anchor = rebuild_frame(doc)
         assert frame.anchor_embedding_.shape == (300, 8)
-        bad = json.loads(json.dumps(doc))
+        bad = copy.deepcopy(doc)
         bad["frame"]["anchor_embedding"][0][0] += 0.5
         with pytest.raises(AlignmentError, match="does not reproduce"):
             rebuild_frame(bad)
@@ -277,7 +279,8 @@ def test_query_without_raw_features_reranks_by_published_codes(seeded_service, s
         Xs, _ = svc_split.server
         exact = knn_search(Xq[:6], Xs, 8)
         ext = np.array([f"{svc_split.dataset.name}-{int(i)}" for i in svc_split.server_idx])
-        with Client(seeded_service.url, svc_key["key"]) as c:
+        # JSON: the sizes compared below are those of JSON answers (msgpack sends features as float32 bytes)
+        with Client(seeded_service.url, svc_key["key"], wire="json") as c:
             doc = c.anchor_document(name)
             assert doc["frame"]["public_projection"]["n_components"] == 64
             nn_c, nn_f, b_c, b_f = [], [], [], []
@@ -288,7 +291,7 @@ def test_query_without_raw_features_reranks_by_published_codes(seeded_service, s
                 # same release to both collections, so the same candidates
                 r = c._query(name, Xq[i], int(yq[i]), epsilon=16.0, k=8, shortlist=32, rng=100 + i)
                 c._http.event_hooks["request"] = []
-                body = json.loads(sent[-1].content)
+                body = decode(sent[-1].content, sent[-1].headers["content-type"])  # msgpack: the default wire
                 assert body["include_codes"] is True and body["include_features"] is False
                 assert r["reranked"] == "codes" and len(r["item_ids"]) == 8
                 assert r["distances"] == sorted(r["distances"]) and "codes" not in r
@@ -304,7 +307,7 @@ def test_query_without_raw_features_reranks_by_published_codes(seeded_service, s
             # the raw endpoint: codes of every row, base64 float16 (k' x 64 x 2 bytes)
             req, _ = c.build_request(name, Xq[0], int(yq[0]), epsilon=4.0, shortlist=32)
             raw = c._call("POST", f"/collections/{name}/resolve",
-                          json={"request": req.to_dict(), "include_codes": True})
+                          {"request": req.to_dict(), "include_codes": True})
             import base64
 
             assert raw["code_dim"] == 64
