@@ -183,7 +183,7 @@ def query(
                                                       "default: the public rule for eps)."),
     rerank: bool = typer.Option(True, help="Re-rank your row's candidates locally (by their product codes, or by "
                                            "their raw features with --features)."),
-    raw_features: bool = typer.Option(False, "--features", help="Ask for the candidates' raw features instead of "
+    raw_features: bool = typer.Option(False, "--raw-features", help="Ask for the candidates' raw features instead of "
                                                                 "the compact answer (ids and product codes); only "
                                                                 "where the collection allows raw features."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),

@@ -250,9 +250,12 @@ class Client:
                 raise TimeoutError(f"job {job_id} still {j['status']} after {timeout:.0f} s.")
             time.sleep(poll)
 
-    def resolve(self, name: str, request, *, k: int = 8, include_features: bool = False) -> dict[str, Any]:
+    def resolve(self, name: str, request, *, k: int = 8, include_features: bool = False, answer: str | None = None,
+                code_bytes: int | None = None) -> dict[str, Any]:
         """Send a request. One this client built was charged when it was built; any other (built
-        elsewhere, or edited) is charged its ``epsilon``/``delta`` here before it is sent."""
+        elsewhere, or edited) is charged its ``epsilon``/``delta`` here before it is sent.
+        ``answer``: ``"compact"`` (the service's default for pm_vector requests: ids and product
+        codes, ``code_bytes`` of each), ``"features"`` or ``"full"`` (see the resolve endpoint)."""
         d = request.to_dict() if hasattr(request, "to_dict") else request
         if not isinstance(d, dict):
             raise InvalidInputError("request must be a request object or its dict (to_dict()).")
@@ -264,6 +267,10 @@ class Client:
                                         "build_request().") from None
             self._account(name).spend(eps, dlt, label=name)
         body = {"request": d, "k": int(k), "include_features": bool(include_features)}
+        if answer is not None:
+            body["answer"] = answer
+        if code_bytes is not None:
+            body["code_bytes"] = int(code_bytes)
         return self._call("POST", f"/collections/{name}/resolve", json=body)
 
     # ------------------------------------------------------------------ KAHM
