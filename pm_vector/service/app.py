@@ -17,9 +17,11 @@ POST     /collections/{name}/items              items by id; raw features only i
 POST     /collections/{name}/jobs               start an SMLQ embedding job (background thread) -> 202
 GET      /jobs, /jobs/{job_id}                  jobs (kept in the database): status, stage progress, result
 GET      /keys                                  API keys (admin without a collection scope; no secrets)
-POST     /collections/{name}/resolve            a PrivateMail request in, per-row k-NN results out
-                                                (with the current KAHM model's class scores per item
-                                                if private, or raw and the collection opted in)
+POST     /collections/{name}/resolve            a request in, per-row candidates out: by default the
+                                                compact answer (ids, product-code prefixes, payloads);
+                                                full rows on request (raw features where allowed; the
+                                                current KAHM model's class scores per item if private,
+                                                or raw and the collection opted in)
 GET      /collections/{name}/kahm/models        the collection's stored KAHM models (no model bytes)
 POST     /collections/{name}/kahm/distances     this collection as a party of federated classification:
                                                 per class, the distance value of every query row
