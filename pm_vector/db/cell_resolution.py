@@ -137,7 +137,8 @@ def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_fe
             "n_query_rows": req.n_rows, "rows": compact_rows(out_rows) if compact else out_rows,
             "kahm": None if kahm_id is None else {"model_id": int(kahm_id),
                                                   "classes": [int(c) for c in coll["kahm_classes"]]},
-            "codes": None if code_dim is None else {"bytes": int(code_dim), "digest": digest}, "timings_ms": {a: round(b, 3) for a, b in timings.items()},
+            "codes": None if code_dim is None else {"bytes": int(code_dim), "digest": digest},
+            "timings_ms": {a: round(b, 3) for a, b in timings.items()},
             "request_log_id": log_id}
 
 

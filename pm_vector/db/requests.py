@@ -329,7 +329,8 @@ def compact_rows(rows: list[dict]) -> list[dict]:
     the answer does not depend on which row is real). External ids, labels, scores and KAHM
     class scores are left out: they would cost more than the codes."""
     with_payloads = any(p is not None for r in rows for p in r.get("payloads", ()))
-    small = all(0 <= int(v) < 2 ** 32 for r in rows for v in (min(r["item_ids"], default=0), max(r["item_ids"], default=0)))
+    small = all(0 <= int(v) < 2 ** 32 for r in rows
+                for v in (min(r["item_ids"], default=0), max(r["item_ids"], default=0)))
     out = []
     for r in rows:
         ids = np.asarray(r["item_ids"], dtype=np.int64)

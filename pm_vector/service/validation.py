@@ -184,7 +184,8 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
         raise ApiError(422, "invalid_input", f"include_features asks for raw features; answer {answer!r} carries "
                                              "none (use answer 'features').")
     cb = d.get("code_bytes")
-    if cb is not None and (isinstance(cb, bool) or not isinstance(cb, int) or not MIN_CODE_BYTES <= cb <= MAX_CODE_BYTES):
+    if cb is not None and (isinstance(cb, bool) or not isinstance(cb, int)
+                           or not MIN_CODE_BYTES <= cb <= MAX_CODE_BYTES):
         raise ApiError(422, "invalid_input", f"code_bytes must be an integer in {MIN_CODE_BYTES}..{MAX_CODE_BYTES} "
                                              f"(one of the run's published stage widths), got {cb!r}.")
     r = d.get("request")
