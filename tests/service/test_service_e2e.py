@@ -355,8 +355,10 @@ def test_query_without_raw_features_reranks_by_published_codes(seeded_service, s
 def test_compact_answer_is_the_default_and_has_no_raw_features(service, svc_collection, svc_key, svc_split,
                                                                 tmp_path):
     """On a collection that allows raw features the default answer is still compact: ids and code
-    prefixes of k' x C candidates (the public rule's shape), no features; raw features on request."""
+    prefixes of k' x C candidates (the public rule's shape), no features; raw features on request.
+    Published codes that do not hash to the run's digest are refused."""
     from pm_vector.manifold.codes import compact_answer_shape
+    from pm_vector.protocol.codec import MSGPACK, encode
 
     Xq, yq = svc_split.query
     with Client(service.url, svc_key["key"], budget=_ledger(tmp_path)) as c:
@@ -375,7 +377,22 @@ def test_compact_answer_is_the_default_and_has_no_raw_features(service, svc_coll
             for row in ans["rows"]:
                 assert set(row) == {"row", "item_ids", "codes"}  # the demo stores no payloads
                 assert np.asarray(row["codes"]).shape == (kp, b)
-            sizes[release] = r["bytes_received"]
+            # the same document in msgpack (pm_vector.protocol.codec): C k' (b + 4) bytes and a little framing
+            doc = {**ans, "rows": [{"row": row["row"], "item_ids": np.asarray(row["item_ids"], np.uint32),
+                                    "codes": np.asarray(row["codes"], np.uint8)} for row in ans["rows"]]}
+            packed = len(encode(doc, MSGPACK))
+            assert 10 * kp * (b + 4) < packed <= 10 * kp * (b + 4) + 1500, (packed, kp, b)
+            sizes[release] = (r["bytes_received"], packed)
             f = c.query(svc_collection, Xq[0], int(yq[0]), epsilon=4.0, k=8, release=release, answer="features")
             assert f["reranked"] == "features" and len(f["labels"]) == 8
-        print("compact answer bytes received (JSON):", sizes)
+        print("compact answer bytes (received as JSON, the same document in msgpack):", sizes)
+        # a codes document that is not the published one (a tampered centroid) is refused before any query
+        cached = c._public[svc_collection]
+        cached[6].pop("codes")
+        doc = json.loads(json.dumps(cached[7]))
+        raw = bytearray(__import__("base64").b64decode(doc["centroids"][0]["data"]))
+        raw[0] ^= 1
+        doc["centroids"][0]["data"] = __import__("base64").b64encode(bytes(raw)).decode()
+        c._public[svc_collection] = cached[:7] + (doc,) + cached[8:]
+        with pytest.raises(AlignmentError, match="digest"):
+            c.query(svc_collection, Xq[0], int(yq[0]), epsilon=4.0, k=8)
