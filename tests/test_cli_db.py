@@ -103,9 +103,20 @@ def test_embed_and_embed_new_items(home):
         assert info["status"] == "succeeded" and info["is_active"] and info["n_items"] == 500
         assert info["embedding_dim"] == 4 and info["seed"] == 9 and info["params"]["n_iter"] == 5
         assert client_frame(name).n_components == 4  # the stored parameters rebuild the run's frame
-        db.ingest(name, X[680:], y[680:])
+        new_ids = db.ingest(name, X[680:], y[680:])["item_ids"]
         out = _json(["embed", name, "--new-items", "--json"])
         assert out == {"run_id": info["run_id"], "n_new": 20}
+        # the new items are coded with the run's published product codes
+        from pm_vector.client.published_codes import unpack
+        from pm_vector.db.resolution import public_anchor
+
+        pinfo = public_anchor(name)[1]
+        pc = unpack(pinfo["product_codes"], pinfo["class_rows"]["codes"]["digest"])
+        with db.connect() as conn:
+            got = dict(conn.execute(f"SELECT item_id, code FROM pm_vector.run_{info['run_id']}_codes WHERE item_id = "
+                                    "ANY(%s)", [[int(v) for v in new_ids]]).fetchall())
+        want = pc.encode(np.asarray(X[680:], np.float32).astype(np.float64))
+        assert [bytes(got[int(v)]) for v in new_ids] == [w.tobytes() for w in want]
         r = runner.invoke(app, ["embed", name, "--new-items", "--seed", "3"])
         assert r.exit_code == 2 and "apply to a full run only" in r.output
         r = runner.invoke(app, ["embed", name, "--n-components", "3", "--n-iter", "3"])  # table output

@@ -184,7 +184,8 @@ def query(
     budget: Optional[float] = typer.Option(None, help="Set this server's total epsilon budget (all its "
                                                       "collections) first (default 10: $PM_VECTOR_EPSILON_BUDGET)."),
     budget_file: Optional[Path] = typer.Option(None, help="Ledger file (default $PM_VECTOR_HOME/client/budget.json)."),
-    shortlist: int = typer.Option(128, help="k': candidates the server returns per class row."),
+    shortlist: Optional[int] = typer.Option(None, help="k': candidates the server returns per class row (default: "
+                                                       "the public rule of the compact answer; 128 with --features)."),
     protocol: str = typer.Option("pm_vector", help="pm_vector (default) or privatemail_paper (the paper's "
                                                    "calibration, for reproducing it)."),
     release: str = typer.Option("auto", help="pm_vector protocol: auto (the public rule: the cell release below "
@@ -192,7 +193,11 @@ def query(
                                              "cell per class; pure eps, delta 0) or gaussian (noised class rows)."),
     n_cells: Optional[int] = typer.Option(None, help="The cell release's level K (one of the published levels; "
                                                       "default: the public rule for eps)."),
-    rerank: bool = typer.Option(True, help="Re-rank by your raw features when the collection allows them."),
+    rerank: bool = typer.Option(True, help="Re-rank your row's candidates locally (by their product codes, or by "
+                                           "their raw features with --features)."),
+    raw_features: bool = typer.Option(False, "--raw-features", help="Ask for the candidates' raw features instead of "
+                                                                "the compact answer (ids and product codes); only "
+                                                                "where the collection allows raw features."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """One private k-NN query against a running service; spends epsilon from your budget ledger.
@@ -218,7 +223,8 @@ def query(
                 key = c.budget_key()
                 acc = ledger.accountant(key)
                 ledger.set_budget(key, budget, acc.delta_budget, acc.delta_slack)
-            opts = {"shortlist": shortlist, "release": release, "n_cells": n_cells} if protocol == "pm_vector" else {}
+            opts = ({"shortlist": shortlist, "release": release, "n_cells": n_cells,
+                     "answer": "features" if raw_features else "compact"} if protocol == "pm_vector" else {})
             res = c.query(collection, X[row], label, epsilon=epsilon, delta=delta, k=k, rerank=rerank,
                           protocol=protocol, **opts)
     except ServiceError as e:
@@ -237,17 +243,18 @@ def query(
     how = res.get("release") or protocol
     how += f", K={res['n_cells']}" if res.get("n_cells") else ""
     t = Table(title=f"{collection}: {k} nearest ({how}; eps={epsilon:g}, delta={res.get('delta', delta):g})")
-    for c in ("rank", "item_id", "external_id", "label", "distance"):
+    cols = [c for c in ("external_ids", "labels", "payloads") if res.get(c) is not None]
+    for c in ("rank", "item_id", *[c[:-1] for c in cols], "distance"):
         t.add_column(c, justify="right")
     dist = res.get("distances") or [None] * len(res["item_ids"])
     for i, iid in enumerate(res["item_ids"]):
-        t.add_row(str(i + 1), str(iid), str(res["external_ids"][i]), str(res["labels"][i]),
-                  "-" if dist[i] is None else f"{dist[i]:.4f}")
+        t.add_row(str(i + 1), str(iid), *[str(res[c][i]) for c in cols], "-" if dist[i] is None else f"{dist[i]:.4f}")
     Console().print(t)
     b = res.get("budget") or {}
     err.print(f"spent so far on {b.get('name') or url}: eps={b.get('epsilon_spent', 0):.4g} of "
               f"{b.get('epsilon_budget')}; {res['timing']['total_ms']:.0f} ms; "
-              f"{res['bytes_sent']:,} bytes sent, {res['bytes_received']:,} received")
+              f"{res['bytes_sent']:,} bytes sent, {res['bytes_received']:,} received; re-ranked by "
+              f"{res.get('reranked') or 'nothing'}")
 
 
 # ----------------------------------------------------------------------------- demo

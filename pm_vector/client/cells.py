@@ -5,7 +5,9 @@
     client = PrivateCellKNN(cells, epsilon=4.0)          # K by the public rule for eps 4
     request, secret = client.request(x, label=3)          # or label=None with a classifier
     answer = server_resolve(request)                       # one list of k' ids per class row
-    top8 = PrivateKNN.rerank(x, ids, features, k=8)        # client-side, by raw features
+    real = secret.pick(answer["rows"])
+    top8 = PrivateKNN.rerank_codes(x, real["item_ids"], real["codes"], codes, k=8)  # a compact answer
+    top8 = PrivateKNN.rerank(x, ids, features, k=8)        # or by raw features
 
 The guarantee (pure epsilon, delta 0, whole request, replacing features and label) and the exact
 sampler are in :mod:`pm_vector.privacy.cells`. Which row is real (``row``):

@@ -33,14 +33,18 @@ What happens in :meth:`Client.query`:
    nothing is released or sent;
 4. the request is sent to ``POST /collections/{name}/resolve``; the answer has one entry per
    query row and the client keeps its real row's (the server cannot tell which it is);
-5. with ``rerank=True`` and a collection that allows raw features, the server returns the
-   neighbours' features for *every* row (so asking reveals nothing about the real row) and
-   the client re-orders its real row's neighbours by distance to its own raw query; a
-   collection that does not hand out raw features publishes a
-   :class:`~pm_vector.manifold.codes.PublicProjection` (fit on its public anchor set) and
-   returns every candidate's compact code (``halfvec``: 2 bytes per component, sent as base64):
-   the client re-orders by ``||projection.transform(x) - code||`` (``reranked`` says
-   ``"features"``, ``"codes"`` or false).
+5. the answer is compact by default: every row's candidate ids and the prefix of their product
+   codes (:class:`~pm_vector.manifold.codes.ProductCodes`, fit on the public anchor set and
+   published with it; the client checks the published codes against the digest the run
+   publishes, and the answer's digest against both), so it costs about ``C k' (b + 4)`` bytes;
+   ``k'`` and the prefix ``b`` come from the public rule
+   :func:`~pm_vector.manifold.codes.compact_answer_shape` unless ``shortlist`` is given. The
+   client re-orders its real row's candidates by their asymmetric distances to its own raw query
+   (:meth:`~pm_vector.manifold.codes.ProductCodes.distances`) and keeps ``k``; with
+   ``answer="features"`` (collections that allow raw features) the server returns every row's
+   raw features instead (so asking reveals nothing about the real row) and the client re-orders by
+   them (``reranked`` says ``"codes"``, ``"features"`` or false). Nothing is requested after
+   the answer: the payloads, when the collection stores them, come with it.
 
 :meth:`Client.kahm_distances` makes a collection behind a service a party of federated KAHM
 classification (:func:`pm_vector.db.kahm.federated_classify`)::
@@ -297,9 +301,12 @@ class Client:
                 raise TimeoutError(f"job {job_id} still {j['status']} after {timeout:.0f} s.")
             time.sleep(poll)
 
-    def resolve(self, name: str, request, *, k: int = 8, include_features: bool = False) -> dict[str, Any]:
+    def resolve(self, name: str, request, *, k: int = 8, include_features: bool = False, answer: str | None = None,
+                code_bytes: int | None = None) -> dict[str, Any]:
         """Send a request. One this client built was charged when it was built; any other (built
-        elsewhere, or edited) is charged its ``epsilon``/``delta`` here before it is sent."""
+        elsewhere, or edited) is charged its ``epsilon``/``delta`` here before it is sent.
+        ``answer``: ``"compact"`` (the service's default for pm_vector requests: ids and product
+        codes, ``code_bytes`` of each), ``"features"`` or ``"full"`` (see the resolve endpoint)."""
         d = request.to_dict() if hasattr(request, "to_dict") else request
         if not isinstance(d, dict):
             raise InvalidInputError("request must be a request object or its dict (to_dict()).")
@@ -311,6 +318,10 @@ class Client:
                                         "build_request().") from None
             self._account(name).spend(eps, dlt, label=name)
         body = {"request": d, "k": int(k), "include_features": bool(include_features)}
+        if answer is not None:
+            body["answer"] = answer
+        if code_bytes is not None:
+            body["code_bytes"] = int(code_bytes)
         return self._call("POST", f"/collections/{name}/resolve", body)
 
     # ------------------------------------------------------------------ KAHM
@@ -386,7 +397,7 @@ class Client:
                     yd = np.concatenate([yd.astype(np.int64), ya[take].astype(np.int64)])
             cached = (run_id, frames, Xd, yd, np.asarray(doc["features"], dtype=np.float64),
                       np.asarray(doc["labels"]), {},
-                      doc.get("public_projection") or (doc.get("frame") or {}).get("public_projection"),
+                      (doc.get("frame") or {}).get("product_codes"),
                       # the cell release: the published PublicCells, and class_rows (its "cells": digest,
                       # levels; n_items and classes: the public rule's finest useful level)
                       (doc.get("frame") or {}).get("public_cells"), (doc.get("frame") or {}).get("class_rows") or {},
@@ -473,22 +484,23 @@ class Client:
         rel = release_for_epsilon(epsilon)
         return "cells" if rel == "cells" and self.public_cells(name) is not None else "gaussian"
 
-    def public_projection(self, name: str):
-        """The :class:`~pm_vector.manifold.codes.PublicProjection` of the items' published codes (from the
-        public anchor document, cached per run), or None when the collection publishes none."""
-        from ..manifold.codes import PublicProjection
+    def product_codes(self, name: str):
+        """The :class:`~pm_vector.manifold.codes.ProductCodes` the collection's active run publishes (from
+        the public anchor document, cached per run), checked against the digest the run publishes
+        (:func:`pm_vector.client.published_codes.unpack`); None when the run publishes none."""
+        from .published_codes import unpack
 
         run_id = self.collection(name).get("active_run_id")
         cached = self._public.get(name)
         if cached is None or cached[0] != run_id:
             self.private_knn(name, epsilon=1.0, refresh=True)
             cached = self._public[name]
-        doc = cached[7]
-        if not doc:
+        doc, meta = cached[7], cached[9].get("codes") or {}
+        if not doc or meta.get("status") != "ready":
             return None
-        if "projection" not in cached[6]:
-            cached[6]["projection"] = PublicProjection.from_dict(doc)
-        return cached[6]["projection"]
+        if "codes" not in cached[6]:
+            cached[6]["codes"] = unpack(doc, meta.get("digest"))
+        return cached[6]["codes"]
 
     def build_request(self, name: str, features, label: int | None = None, *, epsilon: float, delta: float = 1e-5,
                       protocol: str = "pm_vector", shortlist: int | None = None, release: str = "gaussian",
@@ -549,21 +561,26 @@ class Client:
 
     def query(self, name: str, features, label: int | None = None, *, epsilon: float, delta: float = 1e-5,
               k: int = 8, shortlist: int | None = None, protocol: str = "pm_vector", rerank: bool = True,
-              rerank_with: str | None = None, release: str = "auto", n_cells: int | None = None,
+              answer: str = "compact", release: str = "auto", n_cells: int | None = None,
               **paper_options) -> dict[str, Any]:
-        """One private k-NN query; returns the real row's answer (``item_ids``, ``labels``,
-        ``external_ids``, ``distances``) with ``epsilon``, ``delta``, ``budget`` (the server's
-        entry after the charge), ``timing``, ``wire`` and the resolve's bytes on the wire
-        (:func:`wire_bytes`): ``bytes_sent``, ``bytes_received`` and ``bytes_per_request``, their sum.
+        """One private k-NN query; returns the real row's answer (``item_ids``, ``distances``, and
+        ``payloads`` when the collection stores any; a raw-feature answer also ``labels`` and
+        ``external_ids``) with ``epsilon``, ``delta``, ``budget`` (the server's entry after the
+        charge), ``timing``, ``wire`` and the resolve's bytes on the wire (:func:`wire_bytes`):
+        ``bytes_sent``, ``bytes_received`` and ``bytes_per_request``, their sum.
 
-        pm_vector protocol: the server answers every class row with ``shortlist`` (k') candidates
-        and, when the collection allows raw features, their features for *every* row (so nothing
-        after the resolve depends on which row is real); the client re-ranks its real row's
-        candidates by its own raw features and keeps ``k``. Without raw features the server returns
-        every candidate's published compact code instead (for every row, likewise) and the client
-        re-ranks by ``||projection.transform(x) - code||``. ``rerank_with``: ``"features"``,
-        ``"codes"`` or None (features when the collection allows them, else codes). ``reranked``
-        in the result: ``"features"``, ``"codes"`` or false (server score order kept).
+        pm_vector protocol, ``answer="compact"`` (default): the server answers every class row with
+        ``k'`` candidates, their ids and the prefix of ``b`` bytes of their product codes (for
+        every row alike); ``(k', b)`` are :func:`~pm_vector.manifold.codes.compact_answer_shape` of
+        the rows, the release, epsilon and the published stage widths (``shortlist``: k' given,
+        ``b`` still from the rule). The client checks the answer's codes digest against the
+        published codes, re-ranks its real row by
+        :meth:`~pm_vector.manifold.codes.ProductCodes.distances` (asymmetric: its exact query against
+        the coded candidates) and keeps ``k``. ``answer="features"`` (collections that allow raw
+        features): every row's candidates with their raw features (``shortlist`` or the default
+        k'), the real row re-ranked by them. No request follows the answer. ``reranked`` in the
+        result: ``"codes"``, ``"features"`` or false (``rerank=False``: server score order kept).
+        The paper's protocol ignores ``answer``: raw features when the collection allows them.
 
         ``release`` (pm_vector protocol): ``"auto"`` (default: the public rule of
         :func:`pm_vector.privacy.cells.release_for_epsilon`, the cell release below eps 512 when the
@@ -575,37 +592,51 @@ class Client:
         (underscore) or unknown keywords raise :class:`TypeError`."""
         _check_options(paper_options)
         return self._query(name, features, label, epsilon=epsilon, delta=delta, k=k, shortlist=shortlist,
-                           protocol=protocol, rerank=rerank, rerank_with=rerank_with, release=release,
+                           protocol=protocol, rerank=rerank, answer=answer, release=release,
                            n_cells=n_cells, options=paper_options)
 
+    def _compact_shape(self, name: str, epsilon: float, release: str, shortlist: int | None):
+        """``(release, k', b, ProductCodes)`` of a compact answer: the release the public rule picks,
+        ``k'`` and the code prefix from :func:`~pm_vector.manifold.codes.compact_answer_shape`."""
+        from ..manifold.codes import compact_answer_shape
+
+        pc = self.product_codes(name)
+        if pc is None:
+            raise InvalidInputError(f"collection {name!r} publishes no product codes (its active run predates them, "
+                                    "or its anchor set is too small to fit them); ask for answer='features' where the "
+                                    "collection allows raw features, or run a new embedding job.")
+        used = self.choose_release(name, epsilon, release)
+        n_rows = len(self._public[name][9].get("classes") or self._public[name][1].classes_)
+        kp, b = compact_answer_shape(n_rows, used, float(epsilon), tuple(pc.stage_bytes_))
+        return used, int(shortlist) if shortlist is not None else int(kp), int(b), pc
+
     def _query(self, name, features, label=None, *, epsilon, delta=1e-5, k=8, shortlist=None, protocol="pm_vector",
-               rerank=True, rerank_with=None, release="auto", n_cells=None, options=None,
+               rerank=True, answer="compact", release="auto", n_cells=None, options=None,
                rng=None) -> dict[str, Any]:
         """:meth:`query`; ``rng``: see :meth:`_build_request` (tests only)."""
-        import base64
+        from .published_codes import row_codes
 
-        if rerank_with not in (None, "features", "codes"):
-            raise InvalidInputError(f"rerank_with must be 'features', 'codes' or None, not {rerank_with!r}.")
-        if rerank_with == "codes" and protocol != "pm_vector":
-            raise InvalidInputError("rerank_with='codes' needs the pm_vector protocol (the paper's has no codes).")
-        mode = None
-        if rerank:
-            allow_raw = bool(self.collection(name).get("allow_raw_features"))
-            mode = rerank_with or ("features" if allow_raw or protocol != "pm_vector" else "codes")
-            if mode == "features" and not allow_raw:
-                if rerank_with == "features":
-                    raise InvalidInputError(f"collection {name!r} does not hand out raw features; use "
-                                            "rerank_with='codes' (or None).")
-                mode = None
-            projection = self.public_projection(name) if mode == "codes" else None
-            if mode == "codes" and projection is None:
-                if rerank_with == "codes":
-                    raise InvalidInputError(f"collection {name!r} publishes no compact codes (its active run "
-                                            "predates them).")
-                mode = None
+        if answer not in ("compact", "features"):
+            raise InvalidInputError(f"answer must be 'compact' or 'features', not {answer!r}.")
         if protocol != "pm_vector" and (release not in ("auto", "gaussian") or n_cells is not None):
             raise InvalidInputError("release and n_cells apply to the pm_vector protocol (the paper's protocol is "
                                     "its own release).")
+        allow_raw = bool(self.collection(name).get("allow_raw_features"))
+        pc = b = None
+        if protocol == "pm_vector" and answer == "features" and not allow_raw:
+            raise InvalidInputError(f"collection {name!r} does not hand out raw features; use answer='compact' "
+                                    "(the default).")
+        if protocol == "pm_vector" and answer == "compact":
+            self.private_knn(name, epsilon=1.0)  # the public document (cached per run)
+            release, shortlist, b, pc = self._compact_shape(name, epsilon, release, shortlist)
+            body_answer = {"answer": "compact", "code_bytes": b}
+        elif protocol == "pm_vector":
+            body_answer = {"answer": "features"}
+        else:
+            body_answer = {"include_features": bool(rerank and allow_raw)}
+        mode = None if not rerank else ("codes" if pc is not None else
+                                         ("features" if body_answer.get("answer") == "features"
+                                          or body_answer.get("include_features") else None))
         t0 = time.perf_counter()
         req, secret = self._build_request(name, features, label, epsilon=epsilon, delta=delta, protocol=protocol,
                                           shortlist=shortlist, release=release, n_cells=n_cells, options=options,
@@ -613,22 +644,28 @@ class Client:
         used = getattr(req, "release", "privatemail_paper")
         t1 = time.perf_counter()
         status = self.budget.status(self.budget_key())  # charged by _build_request
-        body = {"request": req.to_dict(), "k": int(k), "include_features": mode == "features"}
-        if mode == "codes":
-            body["include_codes"] = True
+        body = {"request": req.to_dict(), "k": int(k), **body_answer}
         res, sent, received = self._exchange("POST", f"/collections/{name}/resolve", body)
         t2 = time.perf_counter()
+        # nothing below talks to the server: the answer is all the client uses
         row = dict(secret.pick(res["rows"]))
+        row["item_ids"] = [int(v) for v in np.asarray(row.get("item_ids", []), dtype=np.int64).ravel()]
+        n = len(row["item_ids"])
+        if pc is not None:
+            meta = res.get("codes") or {}
+            if meta.get("digest") != pc.digest() or meta.get("bytes") != b:
+                raise AlignmentError(f"the answer's codes ({meta.get('bytes')!r} bytes, digest "
+                                     f"{str(meta.get('digest'))[:16]!r}...) are not the {b}-byte prefix of the codes "
+                                     f"collection {name!r} publishes; refusing to re-rank by them.")
+            row["codes"] = row_codes(row.get("codes"), n, b)
         reranked: str | bool = False
         q = np.asarray(features, dtype=np.float64).ravel()
         q = q / max(float(np.linalg.norm(q)), 1e-12)
         d = None
         if mode == "features" and row.get("features") is not None and len(row["features"]):
             d = np.linalg.norm(np.asarray(row["features"], dtype=np.float64) - q, axis=1)
-        elif mode == "codes" and row.get("codes") is not None and row.get("item_ids"):
-            codes = np.frombuffer(base64.b64decode(row["codes"]), dtype="<f2").astype(np.float64)
-            codes = codes.reshape(len(row["item_ids"]), -1)
-            d = np.linalg.norm(codes - projection.transform(q[None, :])[0], axis=1)
+        elif mode == "codes" and n:
+            d = pc.distances(q, row["codes"])
         if d is not None:
             order = np.argsort(d, kind="stable")
             for key2 in ("item_ids", "external_ids", "labels", "features", "scores", "payloads",
@@ -648,6 +685,7 @@ class Client:
                 "delta": 0.0 if used == "cells" else float(delta), "n_cells": getattr(req, "n_cells", None),
                 "k": int(k), "shortlist": getattr(req, "shortlist", None), "label_predicted":
                 bool(getattr(secret, "predicted", False)), "run_id": res.get("run_id"), "reranked": reranked,
+                "answer": res.get("answer", "full"), "code_bytes": b,
                 "budget": status, "bytes_sent": sent, "bytes_received": received,
                 "bytes_per_request": sent + received, "wire": self.wire,
                 "timing": {"build_ms": (t1 - t0) * 1000, "resolve_ms": (t2 - t1) * 1000,

@@ -5,7 +5,10 @@
     client = PrivateKNN(frames, dummy_features, dummy_labels, epsilon=4.0)
     request, secret = client.request(x, label=3)         # or label=None with a classifier
     answer = server_resolve(request)                      # one entry per class row
-    top8 = client.rerank(x, secret.pick(answer), k=8)     # client-side, by raw features
+    real = secret.pick(answer["rows"])
+    top8 = client.rerank_codes(x, real["item_ids"], real["codes"], codes, k=8)  # a compact answer:
+                                                          # by the published ProductCodes ``codes``
+    top8 = client.rerank(x, real["item_ids"], real["features"], k=8)  # or by raw features
 
 The request is one noised row per class (:mod:`pm_vector.privacy.class_rows` states the
 guarantee): the real query in its class's row, a public dummy in every other. The client keeps
@@ -268,6 +271,20 @@ class PrivateKNN:
         if F.shape[0] == 0:
             return ids[:0]
         return ids[rerank(x, F, k)]
+
+    @staticmethod
+    def rerank_codes(x, candidate_ids, codes, product_codes, k: int = 8) -> np.ndarray:
+        """The ``k`` candidate ids nearest to ``x`` by their product codes (a compact answer's):
+        :meth:`~pm_vector.manifold.codes.ProductCodes.distances`, the asymmetric distance of the
+        exact query to each coded candidate; stable for ties."""
+        ids = np.asarray(candidate_ids)
+        C = np.asarray(codes, dtype=np.uint8)
+        if C.ndim != 2 or C.shape[0] != ids.shape[0]:
+            raise InvalidInputError("codes must have one row per candidate id.")
+        if C.shape[0] == 0:
+            return ids[:0]
+        d = product_codes.distances(np.asarray(x, dtype=np.float64).ravel(), C)
+        return ids[np.argsort(d, kind="stable")[: int(k)]]
 
 
 def rerank(query_features, candidate_features, k: int | None = None) -> np.ndarray:

@@ -19,10 +19,12 @@ _FLOAT = {"float8": ">f8"}
 _FLOAT8_OID = 701
 _ARRAY = {"float8[]": (">f8", _FLOAT8_OID), "int8[]": (">i8", 20)}
 _ARR_HEADER = 5 * 4  # ndim, has-null flag, element oid, length, lower bound
+#: ``bytea`` of exactly ``dim`` bytes (fixed width: the items' product codes)
+_BYTES = {"bytea": "u1"}
 
 
 def _row_dtype(columns: list[tuple[str, str, int]]) -> np.dtype:
-    """columns: (name, kind, dim) with kind in int8/int4/vector/halfvec (dim only for vectors)."""
+    """columns: (name, kind, dim) with kind in int8/int4/vector/halfvec/bytea (dim only for vectors and bytea)."""
     fields: list[tuple] = [("_nfields", ">i2")]
     for name, kind, dim in columns:
         fields.append((f"_len_{name}", ">i4"))
@@ -34,6 +36,8 @@ def _row_dtype(columns: list[tuple[str, str, int]]) -> np.dtype:
             fields += [(f"_arr_{name}", ">i4", (5,)), (f"_elen_{name}", [("l", ">i4"), ("v", _ARRAY[kind][0])], (dim,))]
         elif kind in _VEC:
             fields += [(f"_dim_{name}", ">u2"), (f"_unused_{name}", ">u2"), (name, _VEC[kind], (dim,))]
+        elif kind in _BYTES:
+            fields.append((name, _BYTES[kind], (dim,)))
         else:  # pragma: no cover - programming error
             raise ValueError(kind)
     return np.dtype(fields)
@@ -46,6 +50,8 @@ def _field_len(kind: str, dim: int) -> int:
         return 8
     if kind in _ARRAY:
         return _ARR_HEADER + 12 * dim
+    if kind in _BYTES:
+        return dim
     return 4 + np.dtype(_VEC[kind]).itemsize * dim
 
 
@@ -104,6 +110,9 @@ def _columns(columns: list[tuple[str, str, int]], rows: np.ndarray) -> dict[str,
             out[name] = rows[f"_elen_{name}"]["v"].astype(np.float64 if kind == "float8[]" else np.int64)
             continue
         a = rows[name]
+        if kind in _BYTES:
+            out[name] = np.ascontiguousarray(a, dtype=np.uint8)
+            continue
         out[name] = a.astype(np.int64) if kind in _INT else a.astype(np.float64 if kind in _FLOAT else np.float32)
     return out
 

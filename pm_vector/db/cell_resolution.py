@@ -64,13 +64,13 @@ def check_against_run(meta: Mapping[str, Any], req: CellRequest, collection: str
 
 
 def statement(coll: Mapping[str, Any], include_features: bool, sharded: bool, *, codes_run_id: int | None = None,
-              kahm_model_id: int | None = None) -> str:
+              kahm_model_id: int | None = None, code_bytes: int | None = None) -> str:
     """The one statement: every row's ranked candidates (``row_index, rank, item_id``), with their
     items: ``row_index, rank, item_id, external_id, label, score, payload[, features][, code]
     [, predicted, scores]``. Parameters: run id, [placement,] level, classes, reports, w, k'."""
     from .resolution import _item_joins
 
-    extra, joins = _item_joins(coll, include_features, codes_run_id, kahm_model_id)
+    extra, joins = _item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes)
     src = ("pm_vector.pm_cell_shortlist_sharded(%s, %s::jsonb, %s, %s::bigint[], %s::integer[], %s::float8, %s)"
            if sharded else
            "pm_vector.pm_cell_shortlist_core(%s, %s, %s::bigint[], %s::integer[], %s::float8, %s)")
@@ -94,32 +94,32 @@ def _json(v) -> str:
 
 
 def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_features: bool, *, conn, k_prime,
-                  log: bool, received, t0: float, timings: dict[str, float], include_codes: bool = False,
-                  class_scores: bool = True, read_conn=None) -> dict[str, Any]:
+                  log: bool, received, t0: float, timings: dict[str, float], code_bytes: int | None = None,
+                  compact: bool = False, class_scores: bool = True, read_conn=None) -> dict[str, Any]:
     """Answer a cell request (module doc). Returns the shape of a class-rows answer
     (:func:`pm_vector.db.resolution.resolve`) with ``format`` ``"pm_vector.cells/1"``, ``release``
-    ``"cells"`` and ``n_cells``; ``rows[c]``: ``{"row", "item_ids", "external_ids", "labels",
-    "scores", "payloads"[, "features"][, "codes"][, "predicted", "class_scores"]}``, best first."""
-    from .requests import _check_k_prime
-    from .resolution import _check_codes, _log_on_primary, _prepare_connection
+    ``"cells"`` and ``n_cells``; a full answer's ``rows[c]``: ``{"row", "item_ids", "external_ids",
+    "labels", "scores", "payloads"[, "features"][, "codes"][, "predicted", "class_scores"]}``,
+    best first; ``compact``: :func:`pm_vector.db.requests.compact_rows`."""
+    from .requests import _check_k_prime, check_codes, compact_rows
+    from .resolution import _log_on_primary, _prepare_connection
 
     kp = _check_k_prime(req.shortlist if k_prime is None else k_prime)
-    if not isinstance(include_codes, (bool, np.bool_)):
-        raise InvalidInputError(f"include_codes must be true or false, got {include_codes!r}.")
+    want_codes = compact or code_bytes is not None
     t = time.perf_counter()
     with run_snapshot(collection, conn if read_conn is None else read_conn, include_features) as (rconn, meta):
         coll = meta["coll"]
         doc = check_against_run(meta, req, collection)
         run_id = int(meta["run"]["id"])
-        code_dim = _check_codes(doc, collection, run_id) if include_codes else None
-        kahm_id = coll.get("kahm_model_id") if class_scores else None
+        code_dim, digest = check_codes(doc, collection, run_id, code_bytes) if want_codes else (None, None)
+        kahm_id = coll.get("kahm_model_id") if class_scores and not compact else None
         timings["lookup"] = (time.perf_counter() - t) * 1e3
         t = time.perf_counter()
         _prepare_connection(rconn)
         extra = {"feature_dim": int(coll["feature_dim"]) if include_features else None,
                  "code_dim": code_dim, "kahm": kahm_id is not None}
         sql = statement(coll, include_features, bool(doc.get("shards")),
-                        codes_run_id=run_id if include_codes else None, kahm_model_id=kahm_id)
+                        codes_run_id=run_id if want_codes else None, kahm_model_id=kahm_id, code_bytes=code_dim)
         rows = rconn.execute(sql, statement_params(run_id, doc, req, kp), binary=True).fetchall()
         out_rows = answer_rows(rows, req.n_rows, "scores", **extra)
         timings["shortlist"] = (time.perf_counter() - t) * 1e3
@@ -133,10 +133,12 @@ def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_fe
                                  t0=t0, log=log, timings=timings)
     timings["total"] = (time.perf_counter() - t0) * 1e3
     return {"collection": collection, "run_id": run_id, "format": CELL_FORMAT, "release": "cells",
-            "n_cells": int(req.n_cells), "k_prime": kp, "n_query_rows": req.n_rows, "rows": out_rows,
+            "answer": "compact" if compact else "full", "n_cells": int(req.n_cells), "k_prime": kp,
+            "n_query_rows": req.n_rows, "rows": compact_rows(out_rows) if compact else out_rows,
             "kahm": None if kahm_id is None else {"model_id": int(kahm_id),
                                                   "classes": [int(c) for c in coll["kahm_classes"]]},
-            "code_dim": code_dim, "timings_ms": {a: round(b, 3) for a, b in timings.items()},
+            "codes": None if code_dim is None else {"bytes": int(code_dim), "digest": digest},
+            "timings_ms": {a: round(b, 3) for a, b in timings.items()},
             "request_log_id": log_id}
 
 

@@ -13,15 +13,20 @@ embeds):
   ``graph`` = ``"exact"`` / ``"hnsw"`` forces either (collection setting
   ``settings["class_rows"]`` or the job's override); the document records ``graph_method``;
 * the **hubs**: ``hub_c(i)`` = number of items ``j`` of class ``c`` with ``i`` in ``N(j)``;
-* the **codes**: a :class:`~pm_vector.manifold.codes.PublicProjection` of
-  ``min(CODE_COMPONENTS, feature dim)`` components fit on the public anchor set (public data only;
-  stored as JSON in ``embedding_runs.public_projection`` and published to clients) and every
-  item's code ``W (x - mean)`` at half precision: what a client re-ranks its real row's
-  candidates by when the collection does not hand out raw features.
+* the **codes**: :class:`~pm_vector.manifold.codes.ProductCodes` of ``code_bytes`` bytes per
+  item in ``code_stages`` stages (collection setting ``settings["class_rows"]``, default 64 B in
+  2 stages of 32: the widths a compact answer may carry), fit on the public anchor set only
+  (public data; published with the public anchor, :mod:`pm_vector.client.published_codes`, and
+  digested in the run's document, ``class_rows["codes"]``) and every item's code: what a compact
+  answer carries of each candidate, and what a client re-ranks its real row by. An anchor set
+  the codes cannot be fit on (fewer rows than a sub-quantiser's 256 centroids) leaves the run
+  without codes (``class_rows["codes"] = {"status": "unavailable", "error"}``): it answers
+  with raw features only, where the collection allows them.
 
 :func:`write` stores them in ``run_<id>_prior`` / ``_neighbors`` / ``_hubs`` (binary COPY, each
 batch committed like the embeddings: nothing points at the run before the job's switch), the
-codes in ``run_<id>_codes(item_id, code halfvec(m))`` and the projection in
+codes in ``run_<id>_codes(item_id bigint, code bytea)`` (on the node that joins the candidates
+with their items: the coordinator of a sharded run) and the published codes document in
 ``embedding_runs.public_projection``, and :func:`build_indexes` indexes them (all of them are
 dropped with the run by ``pm_vector.pm_drop_run_tables``, so a failed or killed job leaves none). ``embedding_runs.class_rows`` records the parameters, the
 class order and sizes, the frames' digest and ``status`` (``ready``; ``unavailable`` with
@@ -61,9 +66,8 @@ from . import _binary
 FORMAT = "pm_vector.class-rows/1"
 DEFAULTS = {"n_components": 4, "clip_quantile": 0.9, "graph_degree": _shortlist.GRAPH_DEGREE,
             "max_prior": _shortlist.MAX_PRIOR, "min_weight": _shortlist.MIN_WEIGHT,
-            "graph": "auto", "graph_exact_max_items": _shortlist.EXACT_MAX_ITEMS}
-#: components of the published compact codes (capped at the feature dimension)
-CODE_COMPONENTS = 64
+            "graph": "auto", "graph_exact_max_items": _shortlist.EXACT_MAX_ITEMS,
+            "code_bytes": 64, "code_stages": 2}
 
 
 def params(settings: Mapping[str, Any] | None = None, override: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -97,6 +101,19 @@ def params(settings: Mapping[str, Any] | None = None, override: Mapping[str, Any
     if isinstance(em, bool) or not isinstance(em, (int, np.integer)) or em < 0:
         raise InvalidInputError(f"class-rows parameter graph_exact_max_items must be a non-negative integer, got {em!r}.")
     p["graph_exact_max_items"] = int(em)
+    from ..manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES
+
+    b, st = p["code_bytes"], p["code_stages"]
+    for k, v in (("code_bytes", b), ("code_stages", st)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise InvalidInputError(f"class-rows parameter {k} must be an integer, got {v!r}.")
+    if not MIN_CODE_BYTES <= int(b) <= MAX_CODE_BYTES:
+        raise InvalidInputError(f"class-rows parameter code_bytes (bytes of every item's code, all stages) must be in "
+                                f"{MIN_CODE_BYTES}..{MAX_CODE_BYTES}, got {b}.")
+    if int(st) < 1 or int(b) % int(st):
+        raise InvalidInputError(f"class-rows parameter code_stages must be a positive divisor of code_bytes ({b}): "
+                                f"every stage has the same width; got {st}.")
+    p["code_bytes"], p["code_stages"] = int(b), int(st)
     return p
 
 
@@ -112,8 +129,9 @@ class ClassRowsData:
     hub_labels: np.ndarray
     hub_ids: np.ndarray
     hub_counts: np.ndarray
-    projection: Any = None  # PublicProjection fit on the public anchor set
-    codes: np.ndarray | None = None  # (N, m) float16, the items' codes in item_ids order
+    product_codes: Any = None  # ProductCodes fit on the public anchor set (None: unavailable)
+    codes: np.ndarray | None = None  # (N, code_bytes) uint8, the items' codes in item_ids order
+    codes_error: str | None = None  # why the run has no codes
     placement: dict | None = None  # sharded runs: {shard: [class positions]} (pm_vector.db.sharding)
     prior_nbrs: np.ndarray | None = None  # (P, g) item ids: each prior item's neighbour list
     prior_nhub: np.ndarray | None = None  # (P, g) float64: hub count of each of them in the item's class
@@ -130,9 +148,45 @@ class ClassRowsData:
                 "graph_degree_effective": int(self.neighbors.shape[1]), "graph_method": self.graph_method,
                 "classes": [int(c) for c in classes], "class_sizes": sizes,
                 "frames_digest": frames_digest(self.frames), "n_items": int(self.item_ids.shape[0]),
-                "code_dim": None if self.codes is None else int(self.codes.shape[1]),
+                "codes": self.codes_doc(),
                 **({} if self.cells_doc is None else {"cells": self.cells_doc}),
                 **({} if self.placement is None else {"shards": self.placement})}
+
+
+    def codes_doc(self) -> dict[str, Any]:
+        """``class_rows["codes"]``: ``{"status": "ready", "code_bytes", "n_stages", "stage_bytes",
+        "digest"}`` or ``{"status": "unavailable", "error"}``."""
+        from ..client.published_codes import summary
+
+        if self.product_codes is None:
+            return {"status": "unavailable", "error": str(self.codes_error or "no codes")[:500]}
+        return {"status": "ready", **summary(self.product_codes)}
+
+
+#: centroids of each sub-quantiser (8 bits): k-means needs at least as many training rows
+_CENTROIDS = 256
+
+
+def fit_codes(anchor_X, p: Mapping[str, Any]):
+    """``(ProductCodes, None)`` fit on the public anchor, or ``(None, reason)`` when it cannot be.
+
+    An anchor set of fewer than 256 rows is repeated whole (every row the same number of times,
+    so its mean and principal directions are unchanged) up to 256 rows: the sub-quantisers then
+    keep the anchor's own sub-vectors among their centroids. Public data either way. The
+    returned codes are the published ones (their float32 parameters, as
+    :meth:`~pm_vector.manifold.codes.ProductCodes.to_dict` writes them), so every stored code is
+    ``encode`` of the published codes."""
+    from ..manifold.codes import ProductCodes
+
+    A = np.asarray(anchor_X, dtype=np.float64)
+    if 2 <= A.shape[0] < _CENTROIDS:
+        A = np.tile(A, (-(-_CENTROIDS // A.shape[0]), 1))
+    try:
+        pc = ProductCodes(int(p["code_bytes"]), int(p["code_stages"])).fit(A)
+        # what is published (float32 parameters) is what codes the items: a client's codes are the stored ones
+        return ProductCodes.from_dict(pc.to_dict()), None
+    except (InvalidInputError, RuntimeError) as exc:  # faiss: fewer anchor rows than 256 centroids
+        return None, f"the product codes cannot be fit on the public anchor set ({str(exc).splitlines()[-1][:300]})"
 
 
 def unavailable(p: Mapping[str, Any], error: str) -> dict[str, Any]:
@@ -143,12 +197,10 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
     """Frames, prior, graph and hubs of a run (see the module doc). Raises InvalidInputError when
     the anchor set cannot give class frames."""
     from ..manifold.class_frames import ClassFrames
-    from ..manifold.codes import PublicProjection
     from ..shortlist import PosteriorShortlist
 
     frames = ClassFrames(int(p["n_components"]), float(p["clip_quantile"])).fit(anchor_X, anchor_y)
-    A = np.asarray(anchor_X, dtype=np.float64)
-    projection = PublicProjection(min(CODE_COMPONENTS, A.shape[1])).fit(A)  # public data only
+    pcodes, codes_error = fit_codes(np.asarray(anchor_X, dtype=np.float64), p)  # public data only
     X = np.asarray(item_X)
     y = np.asarray(item_y, dtype=np.int64)
     ids = np.asarray(item_ids, dtype=np.int64)
@@ -179,27 +231,24 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
         cells, cells_doc = None, _cells.unavailable(str(exc))
     return ClassRowsData(frames=frames, params=dict(p), item_ids=ids, neighbors=ids[ps.neighbors_], prior_ids=ids[pidx],
                          prior_labels=y[pidx], prior_coords=coords, hub_labels=cat(hl, np.int64),
-                         hub_ids=cat(hi, np.int64), hub_counts=cat(hc, np.float64), projection=projection,
-                         codes=item_codes(projection, X),
+                         hub_ids=cat(hi, np.int64), hub_counts=cat(hc, np.float64), product_codes=pcodes,
+                         codes=None if pcodes is None else pcodes.encode(X), codes_error=codes_error,
                          prior_nbrs=ids[np.concatenate(nb)] if nb else np.zeros((0, g_eff), np.int64),
                          prior_nhub=np.concatenate(nh) if nh else np.zeros((0, g_eff)), cells=cells,
                          cells_doc=cells_doc, graph_method=ps.graph_method_)
 
 
-def item_codes(projection, X) -> np.ndarray:
-    """``(n, m)`` float16 codes of the rows of ``X`` (:meth:`PublicProjection.transform`, as stored)."""
-    X = np.asarray(X)
-    out = np.empty((X.shape[0], projection.components_.shape[0]), np.float16)
-    for s in range(0, X.shape[0], 20_000):
-        out[s:s + 20_000] = projection.transform(np.asarray(X[s:s + 20_000], dtype=np.float64))
-    return out
+def _create_codes_table(conn, run_id: int) -> None:
+    """The run's ``run_<id>_codes(item_id bigint, code bytea)`` (dropped with the run's tables by
+    ``pm_vector.pm_drop_run_tables``; its primary key comes with :func:`build_indexes`)."""
+    conn.execute(f"CREATE TABLE pm_vector.run_{int(run_id)}_codes (item_id bigint NOT NULL, code bytea NOT NULL)")
 
 
 def _copy_codes(conn, run_id: int, ids, codes, batch: int, commit: bool) -> None:
     m = codes.shape[1]
     for s in range(0, ids.shape[0], batch):
         e = min(ids.shape[0], s + batch)
-        stream = _binary.encode([("item_id", "int8", 0), ("code", "halfvec", m)],
+        stream = _binary.encode([("item_id", "int8", 0), ("code", "bytea", m)],
                                 {"item_id": ids[s:e], "code": codes[s:e]})
         _binary.copy_in(conn, f"COPY pm_vector.run_{int(run_id)}_codes (item_id, code) FROM STDIN (FORMAT BINARY)",
                         stream)
@@ -278,7 +327,7 @@ def _copy_hubs(conn, table: str, labels, ids, counts, batch: int, commit: bool) 
 def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
           progress: Callable[[int, int], None] | None = None) -> None:
     """Create the run's class-rows tables (and codes table) and COPY the data in (each batch
-    committed); the codes' projection goes to ``embedding_runs.public_projection``."""
+    committed); the published codes document goes to ``embedding_runs.public_projection``."""
     from . import sharding
 
     rid = int(run_id)
@@ -302,9 +351,11 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
     if data.codes is not None:
         from psycopg.types.json import Json
 
-        conn.execute("SELECT pm_vector.pm_create_codes_table(%s, %s)", [rid, int(data.codes.shape[1])])
+        from ..client.published_codes import pack
+
+        _create_codes_table(conn, rid)
         conn.execute("UPDATE pm_vector.embedding_runs SET public_projection = %s WHERE id = %s",
-                     [Json(data.projection.to_dict()), rid])
+                     [Json(pack(data.product_codes)), rid])
         conn.commit()
         _copy_codes(conn, rid, data.item_ids, data.codes, batch, True)
     if data.cells is not None:
@@ -333,13 +384,15 @@ def build_indexes(conn, run_id: int, m: int = 16, ef_construction: int = 64) -> 
                          [int(run_id)]).fetchone()
     if place is not None and place[0]:
         sharding.build_indexes(conn, int(run_id), place[0], int(m), int(ef_construction))
-        if data_has_codes(conn, int(run_id)):
-            conn.execute(f"ALTER TABLE pm_vector.run_{int(run_id)}_codes ADD CONSTRAINT run_{int(run_id)}_codes_pkey "
-                         "PRIMARY KEY (item_id)")
-            conn.execute(f"ANALYZE pm_vector.run_{int(run_id)}_codes")
-        return
-    conn.execute("SELECT pm_vector.pm_build_class_rows_indexes(%s, %s, %s)",
-                 [int(run_id), int(m), int(ef_construction)])
+    else:
+        conn.execute("SELECT pm_vector.pm_build_class_rows_indexes(%s, %s, %s)",
+                     [int(run_id), int(m), int(ef_construction)])
+    if data_has_codes(conn, int(run_id)) and not conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass(pm_vector.pm_run_table(%s, 'codes')) "
+            "AND indisprimary)", [int(run_id)]).fetchone()[0]:
+        conn.execute(f"ALTER TABLE pm_vector.run_{int(run_id)}_codes ADD CONSTRAINT run_{int(run_id)}_codes_pkey "
+                     "PRIMARY KEY (item_id)")
+        conn.execute(f"ANALYZE pm_vector.run_{int(run_id)}_codes")
 
 
 def data_has_codes(conn, run_id: int) -> bool:
@@ -367,12 +420,13 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     g = min(int(doc.get("graph_degree_effective", doc["graph_degree"])), all_ids.shape[0] - 1)
     if new_ids.size == 0:
         return dict(doc)
-    if doc.get("code_dim"):
-        from ..manifold.codes import PublicProjection
+    if (doc.get("codes") or {}).get("status") == "ready":  # the new items' codes, with the run's published codes
+        from ..client.published_codes import unpack
 
-        proj_doc = conn.execute("SELECT public_projection FROM pm_vector.embedding_runs WHERE id = %s",
-                                [rid]).fetchone()[0]
-        _copy_codes(conn, rid, new_ids, item_codes(PublicProjection.from_dict(proj_doc), new_X), 1 << 30, False)
+        pc_doc = conn.execute("SELECT public_projection FROM pm_vector.embedding_runs WHERE id = %s",
+                              [rid]).fetchone()[0]
+        pc = unpack(pc_doc, doc["codes"]["digest"])
+        _copy_codes(conn, rid, new_ids, pc.encode(np.asarray(new_X)), 1 << 30, False)
     if g > 0:
         idx = knn_search(new_X, all_X, g + 1)
         nb = all_ids[idx]

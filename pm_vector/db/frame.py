@@ -246,10 +246,11 @@ def public_anchor(collection: str):
     ``anchor_embedding`` (``(A, k)``, as stored) -- everything a client needs to rebuild the
     run's frame (:func:`client_frame`) -- and, for class-rows requests, ``class_frames`` (the
     run's ``ClassFrames.to_dict()``, or None), ``class_rows`` (its parameters, class order,
-    class sizes and frames digest) and ``public_projection`` (the
-    :class:`~pm_vector.manifold.codes.PublicProjection` document of the items' published codes,
-    fit on the public anchor set; None when the run has none): a client re-ranks its candidates by
-    ``||projection.transform(x) - code||`` when the collection does not hand out raw features; and
+    class sizes, frames digest and ``codes``: the codes' stage widths and digest) and
+    ``product_codes`` (the published :class:`~pm_vector.manifold.codes.ProductCodes` of the
+    items' codes, fit on the public anchor set only, as :func:`pm_vector.client.published_codes.pack`
+    writes it; None when the run has none): a client re-ranks a compact answer's candidates by
+    their asymmetric distances to its query; and
     ``public_cells`` (the run's :class:`~pm_vector.manifold.cells.PublicCells` document, fit on the
     public anchor set only, for cell requests; its digest and levels are ``class_rows["cells"]``;
     None when the run serves no cells). Raises CollectionNotFoundError, NoActiveRunError,
@@ -265,7 +266,7 @@ def public_anchor(collection: str):
         dummies = _load_anchor_set(conn, coll, "dummy", None)
         class_frames_doc, class_rows_doc = _class_rows_docs(conn, rf.run_id)
         projection_doc = cells_doc = None
-        if class_frames_doc is not None and (class_rows_doc or {}).get("code_dim"):
+        if class_frames_doc is not None and ((class_rows_doc or {}).get("codes") or {}).get("status") == "ready":
             projection_doc = conn.execute("SELECT public_projection FROM pm_vector.embedding_runs WHERE id = %s",
                                           [rf.run_id]).fetchone()[0]
         if class_frames_doc is not None and ((class_rows_doc or {}).get("cells") or {}).get("status") == "ready":
@@ -280,8 +281,9 @@ def public_anchor(collection: str):
             # class-rows requests: ClassFrames.from_dict(info["class_frames"]) + the dummy pool above
             # build a pm_vector.client.query.PrivateKNN (None when the run has no class rows)
             "class_frames": class_frames_doc, "class_rows": class_rows_doc,
-            # the items' published codes: PublicProjection.from_dict(info["public_projection"])
-            "public_projection": projection_doc,
+            # the items' published codes: published_codes.unpack(info["product_codes"],
+            # info["class_rows"]["codes"]["digest"])
+            "product_codes": projection_doc,
             # the cell release: PublicCells.from_dict(info["public_cells"]), whose digest() is
             # info["class_rows"]["cells"]["digest"] (None when the run serves no cells)
             "public_cells": cells_doc}

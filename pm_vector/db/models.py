@@ -208,7 +208,7 @@ class EmbeddingRun(Base):
     # parameters, class order, class sizes, frames digest and status
     class_frames: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)  # json: verbatim (-0.0 kept)
     class_rows: Mapped[Optional[dict[str, Any]]] = mapped_column(JSONB)
-    public_projection: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)  # codes' PublicProjection
+    public_projection: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)  # the published ProductCodes document
     # the cell release (migration 0013): the run's PublicCells document (fit on the public anchor set)
     public_cells: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)  # json: verbatim floats
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)

@@ -254,7 +254,7 @@ def answer_rows(rows, n_rows: int, value_key: str, *, feature_dim: int | None = 
                 kahm: bool = False) -> list[dict]:
     """The per-row answer of a resolve statement's result, whose columns are ``row (1-based),
     rank, item_id, external_id, label, value, payload`` then, when asked, the raw features
-    (``feature_dim``), the published code (``code_dim``) and the KAHM ``predicted, scores``;
+    (``feature_dim``), the published code's prefix of ``code_dim`` bytes and the KAHM ``predicted, scores``;
     ordered by row, then rank. ``value_key`` names the value column (``distances`` or
     ``scores``)."""
     n_cols = 7 + (feature_dim is not None) + (code_dim is not None) + 2 * kahm
@@ -291,12 +291,51 @@ def assemble_answer(n_rows: int, row_of: np.ndarray, item_ids, external_ids, lab
         if feats is not None:
             f = [np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32) for v in feats[a:b]]
             o["features"] = np.stack(f) if f else np.zeros((0, feature_dim), np.float32)
-        if codes is not None:
-            c = [np.full(code_dim, np.nan, np.float16) if v is None else
-                 np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float16) for v in codes[a:b]]
-            o["codes"] = np.stack(c) if c else np.zeros((0, code_dim), np.float16)
+        if codes is not None:  # bytea prefixes of code_dim bytes (a run's items all have a code)
+            o["codes"] = np.frombuffer(b"".join(bytes(v) if v is not None else bytes(code_dim) for v in codes[a:b]),
+                                       dtype=np.uint8).reshape(b - a, code_dim)
         if pred is not None:
             o["predicted"] = [None if v is None else int(v) for v in pred[a:b]]
             o["class_scores"] = [None if v is None else [float(x) for x in v] for v in scores[a:b]]
+        out.append(o)
+    return out
+
+
+def check_codes(doc: Mapping, collection: str, run_id: int, code_bytes: int | None) -> tuple[int, str]:
+    """``(b, digest)``: the code prefix an answer carries (``code_bytes``, or the whole code when
+    None) after checking that the run publishes codes (ClassRowsUnavailableError) and that ``b``
+    is one of their published stage widths (RequestError saying which are)."""
+    from .errors import ClassRowsUnavailableError
+
+    meta = doc.get("codes") or {}
+    if meta.get("status") != "ready":
+        why = meta.get("error") or "it was built before product codes existed"
+        raise ClassRowsUnavailableError(
+            f"the active run {run_id} of collection {collection!r} publishes no product codes ({why}); ask for raw "
+            "features (answer='features', where the collection allows them) or run a new embedding job.")
+    widths = [int(v) for v in meta["stage_bytes"]]
+    if code_bytes is None:
+        return widths[-1], str(meta["digest"])
+    if isinstance(code_bytes, bool) or not isinstance(code_bytes, (int, np.integer)) or int(code_bytes) not in widths:
+        raise RequestError(f"code_bytes must be one of the published stage widths {widths} of the active run's "
+                           f"codes (a prefix of a code ends where a stage ends); got {code_bytes!r}.")
+    return int(code_bytes), str(meta["digest"])
+
+
+def compact_rows(rows: list[dict]) -> list[dict]:
+    """The compact answer's rows from full ones that carry codes: per row ``{"row", "item_ids"
+    (uint32 array when every id fits, else int64), "codes" ((k', b) uint8)}`` and ``"payloads"``
+    when any candidate of the answer has a payload (the same keys on every row, so the shape of
+    the answer does not depend on which row is real). External ids, labels, scores and KAHM
+    class scores are left out: they would cost more than the codes."""
+    with_payloads = any(p is not None for r in rows for p in r.get("payloads", ()))
+    small = all(0 <= int(v) < 2 ** 32 for r in rows
+                for v in (min(r["item_ids"], default=0), max(r["item_ids"], default=0)))
+    out = []
+    for r in rows:
+        ids = np.asarray(r["item_ids"], dtype=np.int64)
+        o = {"row": r["row"], "item_ids": ids.astype(np.uint32) if small else ids, "codes": r["codes"]}
+        if with_payloads:
+            o["payloads"] = list(r["payloads"])
         out.append(o)
     return out

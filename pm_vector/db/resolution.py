@@ -35,12 +35,16 @@ statement, ``pm_vector.pm_shortlist`` (``sql/0005_class_rows.sql``, ``sql/0009_f
 ``sql/0011_cluster.sql``) joined with the items. With ``include_features`` (and
 ``allow_raw_features``) every candidate of every row carries its raw features, so the answer
 does not depend on which row is real; the client re-ranks its real row locally
-(:meth:`~pm_vector.client.query.PrivateKNN.rerank`). With ``include_codes`` (any collection)
-every candidate of every row carries its published compact code (``run_<id>_codes``, see
-:mod:`pm_vector.db.class_rows`); the client re-ranks by ``||projection.transform(x) - code||``
-with the :class:`~pm_vector.manifold.codes.PublicProjection` of :func:`public_anchor`. When the
-collection has a KAHM model every candidate also carries its class scores, as on the PrivateMail
-path. Codes and scores are joined in the candidates statement.
+(:meth:`~pm_vector.client.query.PrivateKNN.rerank`). With ``code_bytes`` (any collection whose
+run publishes product codes) every candidate of every row carries that prefix of its code
+(``run_<id>_codes``, see :mod:`pm_vector.db.class_rows`; a published stage width). The
+**compact answer** (``compact=True``; the service's default) carries per row only the
+candidates' ids, their codes and, when the answer has any, their payloads
+(:func:`pm_vector.db.requests.compact_rows`); the client re-ranks by
+:meth:`~pm_vector.manifold.codes.ProductCodes.distances` with the codes published with
+:func:`public_anchor`. When the collection has a KAHM model every candidate of a full answer
+also carries its class scores, as on the PrivateMail path. Codes and scores are joined in the
+candidates statement.
 
 Cell requests (release ``"cells"``, format ``"pm_vector.cells/1"``: one reported public cell per
 class, pure eps) are answered by :func:`pm_vector.db.cell_resolution.resolve_cells`: one statement
@@ -80,6 +84,8 @@ from .requests import (
     _parse,
     answer_rows,
     assemble_answer,
+    check_codes,
+    compact_rows,
     finish,
     run_snapshot,
 )
@@ -87,14 +93,18 @@ from .requests import (
 
 def resolve(collection: str, request, k: int = 8, include_features: bool = False, *, conn=None,
             max_query_rows: int = MAX_QUERY_ROWS, ef_search: int | None = None, log: bool = True,
-            class_scores: bool = True, k_prime: int | None = None, include_codes: bool = False,
-            read_conn=None) -> dict[str, Any]:
+            class_scores: bool = True, k_prime: int | None = None, code_bytes: int | None = None,
+            compact: bool = False, read_conn=None) -> dict[str, Any]:
     """Resolve a PrivateMail or a class-rows request against ``collection``'s active run.
 
     A class-rows request (:class:`~pm_vector.client.query.QueryRequest`, its dict or JSON text,
     format ``"pm_vector.class-rows/1"``) is answered by :func:`_resolve_class_rows` (see there:
     ``k`` is not used, the candidates per row are the request's ``shortlist`` or ``k_prime``;
-    ``include_codes``: every candidate of every row carries its published compact code).
+    ``code_bytes``: every candidate of every row carries that prefix of its product code, one of
+    the run's published stage widths; ``compact``: the compact answer -- per row ``item_ids``
+    (uint32 array), ``codes`` ((k', b) uint8, b = ``code_bytes`` or the whole code) and
+    ``payloads`` when the answer has any; no features, external ids, labels, scores or class
+    scores. Both put ``codes = {"bytes": b, "digest": ...}`` in the answer).
 
     ``request``: a :class:`~pm_vector.client.PrivateMailRequest`, a :class:`ReleaseRequest`
     (the server post-processes it first), either one's dict, or JSON text (``str``/``bytes``;
@@ -137,22 +147,33 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     req, raw = _parse(request)
     _check_rows(req)
     timings["parse"] = (time.perf_counter() - t0) * 1e3
+    _check_answer_kind(include_features, code_bytes, compact)
     if isinstance(req, CellRequest):
         from .cell_resolution import resolve_cells
 
         return resolve_cells(collection, req, raw, include_features, conn=conn, k_prime=k_prime, log=log,
-                             received=received, t0=t0, timings=timings, include_codes=include_codes,
+                             received=received, t0=t0, timings=timings, code_bytes=code_bytes, compact=compact,
                              class_scores=class_scores, read_conn=read_conn)
     if isinstance(req, QueryRequest):
         return _resolve_class_rows(collection, req, raw, include_features, conn=conn, max_query_rows=max_query_rows,
                                    k_prime=k_prime, log=log, received=received, t0=t0, timings=timings,
-                                   include_codes=include_codes, class_scores=class_scores, read_conn=read_conn)
-    if include_codes:
-        raise InvalidInputError("include_codes applies to class-rows requests (format "
-                                f"{CLASS_ROWS_FORMAT!r}); the paper's protocol has no codes.")
+                                   code_bytes=code_bytes, compact=compact, class_scores=class_scores,
+                                   read_conn=read_conn)
+    if code_bytes is not None or compact:
+        raise InvalidInputError("codes and the compact answer apply to class-rows and cell requests (formats "
+                                f"{CLASS_ROWS_FORMAT!r}, 'pm_vector.cells/1'); the paper's protocol has no codes.")
     return resolve_paper(collection, req, raw, k, include_features, conn=conn, max_query_rows=max_query_rows,
                          ef_search=ef_search, log=log, class_scores=class_scores, received=received, t0=t0,
                          timings=timings)
+
+
+def _check_answer_kind(include_features, code_bytes, compact) -> None:
+    if not isinstance(compact, (bool, np.bool_)):
+        raise InvalidInputError(f"compact must be true or false, got {compact!r}.")
+    if compact and include_features:
+        raise InvalidInputError("a compact answer carries no raw features; ask for one or the other.")
+    if code_bytes is not None and (isinstance(code_bytes, bool) or not isinstance(code_bytes, (int, np.integer))):
+        raise InvalidInputError(f"code_bytes must be an integer (a published stage width), got {code_bytes!r}.")
 
 
 def explain_resolution(collection: str, request, k: int = 8, include_features: bool = False) -> dict[str, list[str]]:
@@ -217,10 +238,11 @@ SQL_SOURCE = ("(SELECT x.row_index, x.rank, x.item_id, x.score "
 
 
 def _item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: int | None,
-                kahm_model_id: int | None) -> tuple[str, str]:
+                kahm_model_id: int | None, code_bytes: int | None = None) -> tuple[str, str]:
     """``(extra columns, joins)`` that bring each candidate ``s.item_id``'s item (``i.external_id,
-    i.label, i.payload``, and the extra columns: features, its code, its stored KAHM class
-    scores, each when asked): LATERAL by primary key, OFFSET 0, one index lookup per candidate."""
+    i.label, i.payload``, and the extra columns: features, the first ``code_bytes`` bytes of its
+    code (the whole code when None), its stored KAHM class scores, each when asked): LATERAL by
+    primary key, OFFSET 0, one index lookup per candidate."""
     col = "features" if coll["feature_type"] == "vector" else "features_half"
     cols = ((f", i.{col}" if include_features else "") +
             (", cd.code" if codes_run_id is not None else "") +
@@ -228,7 +250,9 @@ def _item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: i
     joins = (" LEFT JOIN LATERAL (SELECT it.external_id, it.label, it.payload" +
              (f", it.{col}" if include_features else "") +
              " FROM pm_vector.items AS it WHERE it.id = s.item_id OFFSET 0) AS i ON true" +
-             (" LEFT JOIN LATERAL (SELECT c.code FROM pm_vector.run_" + str(int(codes_run_id)) + "_codes AS c"
+             (" LEFT JOIN LATERAL (SELECT " + ("c.code" if code_bytes is None else
+                                              f"substr(c.code, 1, {int(code_bytes)}) AS code") +
+              " FROM pm_vector.run_" + str(int(codes_run_id)) + "_codes AS c"
               " WHERE c.item_id = s.item_id OFFSET 0) AS cd ON true" if codes_run_id is not None else "") +
              (" LEFT JOIN LATERAL (SELECT k.predicted, k.scores FROM pm_vector.kahm_item_scores AS k"
               f" WHERE k.model_id = {int(kahm_model_id)} AND k.item_id = s.item_id OFFSET 0) AS sc ON true"
@@ -237,21 +261,21 @@ def _item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: i
 
 
 def _shortlist_statement(coll: Mapping[str, Any], include_features: bool, *, codes_run_id: int | None = None,
-                         kahm_model_id: int | None = None) -> str:
+                         kahm_model_id: int | None = None, code_bytes: int | None = None) -> str:
     """pm_shortlist's candidates with their items: ``row_index, rank, item_id, external_id,
     label, score, payload[, features][, code][, predicted, scores]`` (sharded and older runs).
-    ``codes_run_id``: join every candidate's code from that run's ``run_<id>_codes``;
-    ``kahm_model_id``: join every candidate's stored KAHM class scores."""
-    extra, joins = _item_joins(coll, include_features, codes_run_id, kahm_model_id)
+    ``codes_run_id``: join every candidate's code (its first ``code_bytes``) from that run's
+    ``run_<id>_codes``; ``kahm_model_id``: join every candidate's stored KAHM class scores."""
+    extra, joins = _item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes)
     return (f"SELECT s.row_index, s.rank, s.item_id, i.external_id, i.label, s.score, i.payload{extra}"
             f" FROM {SQL_SOURCE} AS s{joins} ORDER BY s.row_index, s.rank")
 
 
 def _items_statement(coll: Mapping[str, Any], include_features: bool, *, codes_run_id: int | None = None,
-                     kahm_model_id: int | None = None) -> str:
+                     kahm_model_id: int | None = None, code_bytes: int | None = None) -> str:
     """The items of candidates ranked here (one parameter: their ids, bigint[], in answer order):
     ``external_id, label, payload[, features][, code][, predicted, scores]`` in that order."""
-    extra, joins = _item_joins(coll, include_features, codes_run_id, kahm_model_id)
+    extra, joins = _item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes)
     return (f"SELECT i.external_id, i.label, i.payload{extra} FROM unnest(%s::bigint[]) WITH ORDINALITY "
             f"AS s(item_id, ord){joins} ORDER BY s.ord")
 
@@ -329,44 +353,47 @@ def _prepare_connection(conn) -> None:
 
 def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, include_features: bool, *, conn,
                         max_query_rows: int, k_prime, log: bool, received, t0: float,
-                        timings: dict[str, float], include_codes: bool = False,
+                        timings: dict[str, float], code_bytes: int | None = None, compact: bool = False,
                         class_scores: bool = True, read_conn=None) -> dict[str, Any]:
     """Answer a class-rows request: every row's ``k'`` candidates (the module doc: one prior k-NN
     statement and one candidates statement for all rows, or ``pm_vector.pm_shortlist`` for sharded
     and older runs, in the same REPEATABLE READ snapshot as the checks), joined with the items for
     payloads and -- with ``include_features`` on a collection that allows raw features --
     the raw features of every candidate of every row (so the answer does not depend on which row
-    is real). With ``include_codes`` (any collection: the codes are what it publishes instead of
-    raw features) every candidate of every row carries its compact code from the run's
-    ``run_<id>_codes``; when the collection has a KAHM model whose outputs may leave the database
-    (:func:`resolve`) and ``class_scores`` is true, every
+    is real). With ``code_bytes`` or ``compact`` (any collection whose run publishes product
+    codes: they are what it reveals instead of raw features) every candidate of every row carries
+    its code prefix from the run's ``run_<id>_codes``; ``compact``: the compact answer
+    (:func:`pm_vector.db.requests.compact_rows`). In a full answer, when the collection has a KAHM
+    model whose outputs may leave the database (:func:`resolve`) and ``class_scores`` is true, every
     candidate of every row carries its stored class scores and predicted label (the lookup of the
     PrivateMail path). Codes and scores are joined in the candidates statement. Checks first
     (nothing written on error): collection, frames digest, one row per class in the run's class
     order, the frames' dimension, finite numbers, ``k'`` in 1..1000.
 
-    Returns ``{"collection", "run_id", "format", "k_prime", "n_query_rows", "rows", "kahm",
-    "code_dim", "timings_ms", "request_log_id"}``; ``rows[c]``: ``{"row", "item_ids",
-    "external_ids", "labels", "scores", "payloads"[, "features" ((k', p) float32)][, "codes"
-    ((k', m) float16)][, "predicted", "class_scores"]}``, best first; ``kahm``:
-    ``{"model_id", "classes"}`` or None; ``code_dim``: m, or None without ``include_codes``."""
+    Returns ``{"collection", "run_id", "format", "answer", "k_prime", "n_query_rows", "rows",
+    "kahm", "codes", "timings_ms", "request_log_id"}``; ``answer``: ``"compact"`` or ``"full"``;
+    a full answer's ``rows[c]``: ``{"row", "item_ids", "external_ids", "labels", "scores",
+    "payloads"[, "features" ((k', p) float32)][, "codes" ((k', b) uint8)][, "predicted",
+    "class_scores"]}``, best first (a compact one's: :func:`~pm_vector.db.requests.compact_rows`);
+    ``kahm``: ``{"model_id", "classes"}`` or None; ``codes``: ``{"bytes": b, "digest"}`` or None
+    without codes."""
     kp = _check_k_prime(req.shortlist if k_prime is None else k_prime)
-    if not isinstance(include_codes, (bool, np.bool_)):
-        raise InvalidInputError(f"include_codes must be true or false, got {include_codes!r}.")
+    want_codes = compact or code_bytes is not None
     t = time.perf_counter()
     with run_snapshot(collection, conn if read_conn is None else read_conn, include_features) as (rconn, meta):
         coll = meta["coll"]
         doc = _check_class_rows_against_run(meta, req, collection, max_query_rows)
         run_id = int(meta["run"]["id"])
-        code_dim = _check_codes(doc, collection, run_id) if include_codes else None
-        kahm_id = coll.get("kahm_model_id") if class_scores and _outputs_allowed(coll) else None
+        code_dim, digest = check_codes(doc, collection, run_id, code_bytes) if want_codes else (None, None)
+        kahm_id = (coll.get("kahm_model_id") if class_scores and not compact and _outputs_allowed(coll)
+                   else None)
         timings["lookup"] = (time.perf_counter() - t) * 1e3
 
         t = time.perf_counter()
-        joins = {"codes_run_id": run_id if include_codes else None, "kahm_model_id": kahm_id}
+        joins = {"codes_run_id": run_id if want_codes else None, "kahm_model_id": kahm_id, "code_bytes": code_dim}
         _prepare_connection(rconn)
         extra = {"feature_dim": int(coll["feature_dim"]) if include_features else None,
-                 "code_dim": code_dim if include_codes else None, "kahm": kahm_id is not None}
+                 "code_dim": code_dim, "kahm": kahm_id is not None}
         if run_graph.supports(rconn, meta):
             row_of, ids, scores = _scored_candidates(rconn, meta, doc, req, kp, timings)
             t_fetch = time.perf_counter()
@@ -396,12 +423,13 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
                                  t0=t0, log=log, timings=timings)
     C = req.n_rows
     timings["total"] = (time.perf_counter() - t0) * 1e3
-    return {"collection": collection, "run_id": run_id, "format": CLASS_ROWS_FORMAT, "k_prime": kp,
-            "n_query_rows": C, "rows": out_rows,
+    return {"collection": collection, "run_id": run_id, "format": CLASS_ROWS_FORMAT,
+            "answer": "compact" if compact else "full", "k_prime": kp, "n_query_rows": C,
+            "rows": compact_rows(out_rows) if compact else out_rows,
             "kahm": None if kahm_id is None else {"model_id": int(kahm_id),
                                                   "classes": [int(c) for c in coll["kahm_classes"]]},
-            "code_dim": code_dim, "timings_ms": {a: round(b, 3) for a, b in timings.items()},
-            "request_log_id": log_id}
+            "codes": None if code_dim is None else {"bytes": int(code_dim), "digest": digest},
+            "timings_ms": {a: round(b, 3) for a, b in timings.items()}, "request_log_id": log_id}
 
 
 def _log_on_primary(conn, collection: str, req, raw, **kw) -> int | None:
@@ -421,16 +449,6 @@ def _log_on_primary(conn, collection: str, req, raw, **kw) -> int | None:
     finally:
         if own:
             conn.close()
-
-
-def _check_codes(doc: Mapping[str, Any], collection: str, run_id: int) -> int:
-    """The run's code dimension; ClassRowsUnavailableError when the run publishes no codes."""
-    m = doc.get("code_dim")
-    if not m:
-        raise ClassRowsUnavailableError(
-            f"the active run {run_id} of collection {collection!r} publishes no compact codes (it was built before "
-            "codes existed); resolve without include_codes, or run a new embedding job for the collection.")
-    return int(m)
 
 
 def _explain_class_rows(collection: str, req: QueryRequest, include_features: bool) -> dict[str, list[str]]:

@@ -17,9 +17,11 @@ POST     /collections/{name}/items              items by id; raw features only i
 POST     /collections/{name}/jobs               start an SMLQ embedding job (background thread) -> 202
 GET      /jobs, /jobs/{job_id}                  jobs (kept in the database): status, stage progress, result
 GET      /keys                                  API keys (admin without a collection scope; no secrets)
-POST     /collections/{name}/resolve            a PrivateMail request in, per-row k-NN results out
-                                                (with the current KAHM model's class scores per item
-                                                if private, or raw and the collection opted in)
+POST     /collections/{name}/resolve            a request in, per-row candidates out: by default the
+                                                compact answer (ids, product-code prefixes, payloads);
+                                                full rows on request (raw features where allowed; the
+                                                current KAHM model's class scores per item if private,
+                                                or raw and the collection opted in)
 GET      /collections/{name}/kahm/models        the collection's stored KAHM models (no model bytes)
 POST     /collections/{name}/kahm/distances     this collection as a party of federated classification:
                                                 per class, the distance value of every query row
@@ -345,7 +347,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         with state["pool"].connection() as conn:
             return {"keys": list_keys(conn=conn)}
 
-    def _resolve_on_replica(name, req, k, inc, codes, db_role, conn):
+    def _resolve_on_replica(name, req, k, inc, answer, db_role, conn):
         """The answer read on a replica in rotation (log written on ``conn``), or None: read on the
         primary (no replica, a paper request, or the replica failed: it leaves the rotation)."""
         from ..client.query import QueryRequest
@@ -371,14 +373,14 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
                     pool = state["read_pools"][url] = ServicePool(url, min_size=0, max_size=settings.pool_max)
             with pool.connection_as(db_role) as rconn:
                 return resolve_document(name, req, k=k, include_features=inc, conn=conn, read_conn=rconn,
-                                        max_query_rows=min(settings.max_rows, 1000), include_codes=codes)
+                                        max_query_rows=min(settings.max_rows, 1000), answer=answer)
         except (psycopg.OperationalError, DatabaseConfigError) as exc:
             router.mark_failed(url, type(exc).__name__)
             log.warning("replica %s left the rotation (%s); reading on the primary", redact(url), type(exc).__name__)
             return None
 
     def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None) -> dict[str, Any]:
-        req, k, inc, codes = check_resolve_body(read_body(media, body, settings), settings, name)
+        req, k, inc, answer = check_resolve_body(read_body(media, body, settings), settings, name)
         from .documents import resolve_document
 
         db_role = state.get("query_role") if key_role == "query" else None
@@ -386,10 +388,10 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
 
         try:
             with resolve_slots, state["pool"].connection_as(db_role) as conn:
-                res = _resolve_on_replica(name, req, k, inc, codes, db_role, conn)
+                res = _resolve_on_replica(name, req, k, inc, answer, db_role, conn)
                 if res is None:
                     res = resolve_document(name, req, k=k, include_features=inc, conn=conn,
-                                           max_query_rows=min(settings.max_rows, 1000), include_codes=codes)
+                                           max_query_rows=min(settings.max_rows, 1000), answer=answer)
         except psycopg.errors.InsufficientPrivilege:
             if db_role is None:
                 raise
@@ -397,22 +399,19 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
             raise ApiError(500, "database_role_misconfigured", f"the service's database role {db_role} may not read "
                            "this collection's tables; the operator should run `GRANT SELECT ON ALL TABLES IN SCHEMA "
                            f"pm_vector TO {db_role}` (or set PM_VECTOR_SERVICE_QUERY_DB_ROLE=\"\").") from None
-        if codes:  # each row's (k', m) codes as base64 of little-endian float16: 2 bytes per component
-            import base64
-
-            import numpy as np
-
-            for row in res["rows"]:
-                row["codes"] = base64.b64encode(np.asarray(row["codes"], dtype="<f2").tobytes()).decode("ascii")
         return res
 
     @app.post("/collections/{name}/resolve", dependencies=auth + json_body + neg, response_model=schemas.ResolveResponse,
               tags=["resolve"], openapi_extra=body_schema("ResolveBody"))
     async def resolve_endpoint(name: str, request: Request):
-        """Resolve a PrivateMail request: align its anchor rows on the active run's frame, k-NN every query row.
+        """Resolve a request: one entry of ``rows`` per request row; only the client knows which row is real.
 
-        The body is ``{"request": PrivateMailRequest.to_dict(), "k": 8, "include_features": false}``. The answer
-        has one entry per query row; only the client knows which row is real."""
+        The body is ``{"request": QueryRequest / CellRequest / PrivateMailRequest .to_dict(), "k": 8,
+        "answer": "compact" | "features" | "full", "code_bytes": b}``. The compact answer (default of
+        class-rows and cell requests) carries every row's candidate ids and product-code prefixes (and
+        payloads when there are any): :func:`pm_vector.service.documents.resolve_document`; ``"features"`` the
+        full rows with raw features (collections that allow them; ``"include_features": true`` says the
+        same)."""
         body = await request.body()
         rec = key_of(request)
         res = await run_in_threadpool(_resolve_sync, name, body_type(request), body, rec and rec.get("role"))

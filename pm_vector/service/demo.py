@@ -24,8 +24,6 @@ from typing import Any, Callable
 import numpy as np
 
 DEMO_SIZES = {"digits": (1000, 300, 150, 60), "fashion-mnist": (5000, 500, 300, 40)}
-#: k' candidates per row the demo asks for (the benchmark's defaults scaled to the demo's sizes)
-SHORTLIST = {"digits": 32, "fashion-mnist": 64}
 K = 8
 
 
@@ -55,7 +53,8 @@ def prepare_collection(name: str, split, *, allow_raw_features: bool = False,
     Xd, yd = split.dummy
     db.register_anchor_set(name, Xa, ya, role="anchor", description="public anchor set")
     db.register_anchor_set(name, Xd, yd, role="dummy", description="public dummy pool")
-    return {"collection": name, "n_items": int(ing["n_rows"]), "n_anchors": int(len(ya)), "n_dummies": int(len(yd))}
+    return {"collection": name, "n_items": int(ing["n_rows"]), "n_anchors": int(len(ya)), "n_dummies": int(len(yd)),
+            "item_ids": ing["item_ids"]}
 
 
 def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: int | None = None, seed: int = 0,
@@ -93,7 +92,7 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
     key = None
     try:
         prog("ingest", 0, sizes[0])
-        prepare_collection(name, split, allow_raw_features=True, progress=lambda d, t: prog("ingest", d, t))
+        prep = prepare_collection(name, split, allow_raw_features=True, progress=lambda d, t: prog("ingest", d, t))
         key = create_key(f"demo {name}", role="admin")  # the demo starts a job through the service
         settings = ServiceSettings.from_env(auth=True, pool_max=4)
         with ServiceThread(settings) as svc, tempfile.TemporaryDirectory() as tmp:
@@ -119,6 +118,7 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
                 Xs, ys = split.server
                 idx = knn_search(Xq, Xs, K)
                 ext = np.array([f"{ds.name}-{int(i)}" for i in split.server_idx])
+                where = {int(v): j for j, v in enumerate(prep["item_ids"])}
                 nonpriv = {"nn_recall_at_8": 1.0, "recall_at_8": recall_at_k(ys[idx], yq, K),
                            "precision_at_8": precision_at_k(ys[idx], yq, K)}
                 results = []
@@ -128,12 +128,14 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
                 for eps in epsilons:
                     labels, lat, srv, nn, sent, got, answers, used = [], [], [], [], [], [], [], set()
                     for i in range(len(yq)):
-                        r = client.query(name, Xq[i], int(yq[i]), epsilon=float(eps), delta=delta, k=K,
-                                         shortlist=SHORTLIST.get(dataset, 64))
-                        labels.append(r["labels"])
+                        # the default answer: compact, k' and the code prefix by the public rule
+                        r = client.query(name, Xq[i], int(yq[i]), epsilon=float(eps), delta=delta, k=K)
+                        # the compact answer carries ids: the demo knows its items' labels and external ids
+                        pos = [where[int(v)] for v in r["item_ids"]]
+                        labels.append(ys[pos])
                         used.add(f"{r['release']} K={r['n_cells']}" if r.get("n_cells") else r["release"])
-                        answers.append(list(r["external_ids"]))
-                        nn.append(len(set(r["external_ids"]) & set(ext[idx[i]].tolist())) / K)
+                        answers.append(ext[pos].tolist())
+                        nn.append(len(set(answers[-1]) & set(ext[idx[i]].tolist())) / K)
                         lat.append(r["timing"]["total_ms"])
                         srv.append(r["timing"]["resolve_ms"])
                         sent.append(r["bytes_sent"])

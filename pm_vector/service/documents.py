@@ -87,17 +87,28 @@ def anchor_document(collection: str) -> dict[str, Any]:
 
 
 def resolve_document(collection: str, request, *, k: int = 8, include_features: bool = False, conn=None,
-                     max_query_rows: int | None = None, include_codes: bool = False,
+                     max_query_rows: int | None = None, answer: dict[str, Any] | None = None,
                      read_conn=None) -> dict[str, Any]:
     """:func:`pm_vector.db.resolution.resolve` of a validated request: one entry of ``rows`` per
     request row, numpy arrays as resolve returns them (:func:`json_bytes` writes it). ``conn``: an
     idle pooled connection to run on; ``read_conn``: one to a replica that answers it (the log is
-    written on ``conn``)."""
+    written on ``conn``). ``answer``: ``{"compact", "code_bytes"}`` from
+    :func:`pm_vector.service.validation.check_resolve_body`.
+
+    The compact answer (the default of class-rows and cell requests) is, besides the answer's
+    top-level fields (``collection``, ``run_id``, ``format``, ``release``, ``n_cells``,
+    ``k_prime``, ``n_query_rows``, ``timings_ms``, ``request_log_id``), ``answer: "compact"`` and
+    ``codes: {"bytes": b, "digest"}`` (the code prefix and the digest of the published codes),
+    one entry of ``rows`` per request row: ``{"row", "item_ids": uint32 array (k',), "codes":
+    uint8 array (k', b)[, "payloads": [...]]}`` (payloads when any candidate of the answer has
+    one). Its size is about ``C k' (b + 4)`` bytes in msgpack; in JSON the arrays are lists."""
     kw: dict[str, Any] = {"conn": conn}
     if read_conn is not None:
         kw["read_conn"] = read_conn
-    if include_codes:  # class-rows requests: every candidate's published compact code
-        kw["include_codes"] = True
+    if answer and answer.get("compact"):
+        kw["compact"] = True
+    if answer and answer.get("code_bytes") is not None:
+        kw["code_bytes"] = int(answer["code_bytes"])
     if max_query_rows is not None:
         kw["max_query_rows"] = int(max_query_rows)
     return db_resolution.resolve(collection, request, k=k, include_features=include_features, **kw)

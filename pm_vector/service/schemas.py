@@ -43,7 +43,12 @@ class ResolveBody(BaseModel):
     request: PrivateMailRequestBody
     k: int = Field(8, ge=1, description="Neighbours per query row (at most the server's max_k).")
     include_features: bool = Field(False, description="Return the raw features of every row's neighbours "
-                                   "(only if the collection allows raw features).")
+                                   "(only if the collection allows raw features); the same as answer 'features'.")
+    answer: Optional[str] = Field(None, description="'compact' (default of class-rows and cell requests: every "
+                                  "row's candidate ids and product-code prefixes, and payloads when there are "
+                                  "any), 'features' (full rows with raw features) or 'full' (full rows without).")
+    code_bytes: Optional[int] = Field(None, description="Compact answers: the code prefix, one of the run's "
+                                      "published stage widths (class_rows.codes.stage_bytes); default the whole code.")
 
 
 class ResultRow(BaseModel):

@@ -146,41 +146,72 @@ def check_cells(n_rows: int, per_row: int, settings: ServiceSettings) -> None:
                                                 "smaller k / shortlist.")
 
 
+#: what a resolve body may ask for (``answer``); ``compact`` is the default of pm_vector requests
+ANSWERS = ("compact", "features", "full")
+
+
 def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
-    """Validate a resolve body; returns ``(request, k, include_features, include_codes)`` or raises ApiError."""
+    """Validate a resolve body; returns ``(request, k, include_features, answer)`` or raises
+    ApiError. ``answer``: ``{"compact": bool, "code_bytes": int | None}`` (what
+    :func:`pm_vector.service.documents.resolve_document` takes).
+
+    The body: ``{"request": {...}, "k": 8, "answer": "compact" | "features" | "full",
+    "code_bytes": b}``. ``answer`` (default ``"compact"`` for class-rows and cell requests,
+    ``"full"`` for the paper's): ``"compact"`` the ids, code prefixes and payloads of every row's
+    candidates; ``"features"`` the full rows with raw features (the collection must allow them;
+    ``include_features: true`` says the same); ``"full"`` the full rows without features.
+    ``code_bytes`` (compact answers): the code prefix, one of the run's published stage widths
+    (checked against the run: a 422 saying which), default the whole code."""
     from ..client.request import PrivateMailRequest
+    from ..manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES
 
     if not isinstance(d, dict):
         raise ApiError(422, "invalid_input", "the body must be a JSON object {\"request\": {...}, \"k\": 8}.")
-    unknown = sorted(set(d) - {"request", "k", "include_features", "include_codes"})
+    fields = {"request", "k", "include_features", "answer", "code_bytes"}
+    unknown = sorted(set(d) - fields)
     if unknown:
-        raise ApiError(422, "invalid_input", f"unknown field(s) {unknown}; the body has 'request', 'k', "
-                                             "'include_features', 'include_codes'.")
+        raise ApiError(422, "invalid_input", f"unknown field(s) {unknown}; the body has {sorted(fields)}.")
     k = d.get("k", 8)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= settings.max_k:
         raise ApiError(422, "invalid_input", f"k must be an integer in 1..{settings.max_k}, got {k!r}.")
     inc = d.get("include_features", False)
     if not isinstance(inc, bool):
         raise ApiError(422, "invalid_input", "include_features must be true or false.")
-    codes = d.get("include_codes", False)
-    if not isinstance(codes, bool):
-        raise ApiError(422, "invalid_input", "include_codes must be true or false.")
+    answer = d.get("answer")
+    if answer is not None and answer not in ANSWERS:
+        raise ApiError(422, "invalid_input", f"answer must be one of {list(ANSWERS)}, got {answer!r}.")
+    if inc and answer not in (None, "features"):
+        raise ApiError(422, "invalid_input", f"include_features asks for raw features; answer {answer!r} carries "
+                                             "none (use answer 'features').")
+    cb = d.get("code_bytes")
+    if cb is not None and (isinstance(cb, bool) or not isinstance(cb, int)
+                           or not MIN_CODE_BYTES <= cb <= MAX_CODE_BYTES):
+        raise ApiError(422, "invalid_input", f"code_bytes must be an integer in {MIN_CODE_BYTES}..{MAX_CODE_BYTES} "
+                                             f"(one of the run's published stage widths), got {cb!r}.")
     r = d.get("request")
     if not isinstance(r, dict):
         raise ApiError(422, "invalid_input", "'request' must be a request object (QueryRequest.to_dict(), or "
                                              "PrivateMailRequest.to_dict() for the paper's protocol).")
     check_seeded(r, settings)
+    ours = r.get("format") in (QUERY_FORMAT, CELL_FORMAT)
+    if answer is None:
+        answer = "features" if inc else ("compact" if ours else "full")
+    inc = answer == "features"
+    if cb is not None and answer != "compact":
+        raise ApiError(422, "invalid_input", "code_bytes applies to compact answers (answer 'compact').")
+    opts = {"compact": answer == "compact", "code_bytes": cb}
     if r.get("format") == QUERY_FORMAT:
         q = check_query_request(r, settings, name)
         check_cells(len(r["rows"]), max(k, int(r.get("shortlist") or 1)), settings)
-        return q, k, inc, codes
+        return q, k, inc, opts
     if r.get("format") == CELL_FORMAT:
         cr = check_cell_request(r, settings, name)
         check_cells(cr.n_rows, max(k, cr.shortlist), settings)
-        return cr, k, inc, codes
-    if codes:
-        raise ApiError(422, "invalid_input", "include_codes applies to class-rows requests (format "
-                                             f"{QUERY_FORMAT!r}).")
+        return cr, k, inc, opts
+    if answer == "compact":
+        raise ApiError(422, "invalid_input", "a compact answer (ids and product codes) applies to class-rows and cell "
+                                             f"requests (formats {QUERY_FORMAT!r}, {CELL_FORMAT!r}); ask the paper's "
+                                             "protocol for answer 'full' or 'features'.")
     check_paper_fields(r)
     emb = r.get("embedding")
     check_matrix(emb, "request.embedding", settings)
@@ -195,7 +226,7 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
         req = PrivateMailRequest.from_dict(r)
     except (InvalidInputError, TypeError, ValueError) as exc:
         raise ApiError(422, "invalid_input", f"invalid PrivateMail request: {exc}") from None
-    return req, k, inc, False
+    return req, k, inc, opts
 
 
 def check_query_request(r: dict, settings: ServiceSettings, name: str):

@@ -188,3 +188,35 @@ def test_kahm_class_scores_on_a_sharded_collection(both):
     res = resolve("cl_digits", _requests(both, 4.0, n=1)[0])
     assert res["kahm"]["model_id"] == fit["model_id"]
     assert all(len(r["class_scores"]) == len(r["item_ids"]) == KP for r in res["rows"])
+
+
+def test_compact_answers_on_the_cluster_equal_a_single_node(both):
+    """The codes table lives on the coordinator, where the candidates are joined with their items: a
+    sharded run's compact answer (ids and code prefixes) is the single node's, and every code is the
+    published codes' encoding of the item's features."""
+    from pm_vector.client.published_codes import unpack
+    from pm_vector.db import engine
+    from pm_vector.db.resolution import public_anchor, resolve
+
+    reqs = _requests(both, 4.0, n=3)
+    got = [resolve("cl_digits", r, compact=True, code_bytes=32, log=False) for r in reqs]
+    info = public_anchor("cl_digits")[1]
+    pc = unpack(info["product_codes"], info["class_rows"]["codes"]["digest"])
+    os.environ["PM_VECTOR_DATABASE_URL"] = both["single"]
+    engine.dispose_engines()
+    try:
+        want = [resolve("cl_digits", r, compact=True, code_bytes=32, log=False) for r in reqs]
+    finally:
+        os.environ.pop("PM_VECTOR_DATABASE_URL", None)
+        engine.dispose_engines()
+    Xs = np.asarray(both["split"].server[0], np.float32).astype(np.float64)
+    with psycopg.connect(both["coord"]) as c:
+        pos = {int(i): int(e[1:]) for i, e in c.execute(
+            "SELECT i.id, i.external_id FROM pm_vector.items i JOIN pm_vector.collections c ON c.id = i.collection_id "
+            "WHERE c.name = 'cl_digits'").fetchall()}
+    for g, w in zip(got, want):
+        assert g["codes"] == w["codes"] and g["codes"]["bytes"] == 32
+        for grow, wrow in zip(g["rows"], w["rows"]):
+            assert grow["codes"].shape == (KP, 32) and "features" not in grow
+            np.testing.assert_array_equal(grow["codes"], wrow["codes"])
+            np.testing.assert_array_equal(grow["codes"], pc.encode(Xs[[pos[int(v)] for v in grow["item_ids"]]])[:, :32])

@@ -517,17 +517,19 @@ def test_embed_new_items_extends_prior_graph_and_hubs(db, cname, conn):
                           [int(new_ids[j - 300])]).fetchone()[0]
     np.testing.assert_allclose(coords, class_frames(cname).clipped(X[j:j + 1].astype(np.float64), [y[j]])[0],
                                atol=1e-12)
-    # ... and its published code (the run's projection: 6 features, so 6 components)
-    from pm_vector.manifold.codes import PublicProjection
+    # ... and its code: the run's published product codes (fit on the 60 anchor rows alone) of its features
+    from pm_vector.client.published_codes import unpack
 
-    proj = PublicProjection.from_dict(conn.execute("SELECT public_projection FROM pm_vector.embedding_runs "
-                                                   "WHERE id = %s", [rid]).fetchone()[0])
-    assert proj.components_.shape == (6, 6)
-    assert conn.execute(f"SELECT count(*) FROM pm_vector.run_{rid}_codes").fetchone()[0] == 400
-    code = conn.execute(f"SELECT code FROM pm_vector.run_{rid}_codes WHERE item_id = %s",
-                        [int(new_ids[j - 300])]).fetchone()[0].to_numpy()
-    np.testing.assert_allclose(code, proj.transform(X[j:j + 1].astype(np.float32).astype(np.float64))[0],
-                               rtol=2 ** -10, atol=1e-6)
+    doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
+    assert doc["codes"]["status"] == "ready" and doc["codes"]["stage_bytes"] == [32, 64]
+    pc = unpack(conn.execute("SELECT public_projection FROM pm_vector.embedding_runs WHERE id = %s",
+                             [rid]).fetchone()[0], doc["codes"]["digest"])
+    stored = dict(conn.execute(f"SELECT item_id, code FROM pm_vector.run_{rid}_codes").fetchall())
+    assert len(stored) == 400
+    X64 = X.astype(np.float32).astype(np.float64)
+    want = pc.encode(X64)
+    for pos_, iid in enumerate(ids):  # old items and new ones alike
+        np.testing.assert_array_equal(np.frombuffer(bytes(stored[int(iid)]), np.uint8), want[pos_])
 
 
 # ----------------------------------------------------------------------------- published codes, KAHM
@@ -555,70 +557,87 @@ def coded(pm_home, served):
     db.drop_collection(name, missing_ok=True)
 
 
-def test_codes_of_every_row_are_the_public_projection_of_the_items(served, conn):
+def test_codes_round_trip_through_the_database(served, conn):
+    """The job fits the product codes on the public anchor alone, stores every item's code (bytea)
+    equal to ProductCodes.encode of its features, publishes the codes with the anchor under a
+    digest; a compact answer's codes decode to the items' reconstructions, every row alike."""
+    from pm_vector.client.published_codes import unpack
     from pm_vector.db.resolution import public_anchor, resolve
-    from pm_vector.manifold.codes import PublicProjection
+    from pm_vector.errors import RequestError
+    from pm_vector.manifold.codes import ProductCodes
 
     rid = served["run"]["run_id"]
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
-    assert doc["code_dim"] == 64
-    assert conn.execute(f"SELECT count(*) FROM pm_vector.run_{rid}_codes").fetchone()[0] == 800
+    assert {k: doc["codes"][k] for k in ("status", "code_bytes", "n_stages", "stage_bytes")} == {
+        "status": "ready", "code_bytes": 64, "n_stages": 2, "stage_bytes": [32, 64]}
     pa, info = public_anchor(served["name"])
-    proj = PublicProjection.from_dict(info["public_projection"])
-    # the published projection is the one fit on the public anchor set alone (float32 as stored)
-    ref = PublicProjection(64).fit(np.asarray(served["split"].anchor[0], np.float32).astype(np.float64))
-    np.testing.assert_allclose(proj.components_, ref.components_, atol=1e-9)
-    np.testing.assert_allclose(proj.mean_, pa.features.mean(0), atol=1e-9)  # public data only
+    pc = unpack(info["product_codes"], doc["codes"]["digest"])
+    # the published codes are those fit on the public anchor set alone (float32 as stored)
+    ref = ProductCodes(64, 2).fit(np.asarray(served["split"].anchor[0], np.float32).astype(np.float64))
+    assert ref.digest() == pc.digest() == doc["codes"]["digest"]
+    np.testing.assert_allclose(pc.mean_, pa.features.mean(0), atol=1e-6)  # public data only
+    with pytest.raises(Exception, match="digest"):  # a document that is not the published one
+        unpack(info["product_codes"], "0" * 64)
+    stored = dict(conn.execute(f"SELECT item_id, code FROM pm_vector.run_{rid}_codes").fetchall())
+    assert len(stored) == 800
+    want = pc.encode(served["X"])
     pos = {int(v): i for i, v in enumerate(served["ids"])}
+    for iid, code in stored.items():
+        np.testing.assert_array_equal(np.frombuffer(bytes(code), np.uint8), want[pos[iid]])
     for req, _ in _requests(served, 4.0, n=3):
-        res = resolve(served["name"], req, include_features=True, include_codes=True, log=False)
-        assert res["code_dim"] == 64
-        for row in res["rows"]:  # EVERY row carries its candidates' codes
-            assert row["codes"].shape == (KP, 64) and row["codes"].dtype == np.float16
-            want = proj.transform(served["X"][[pos[v] for v in row["item_ids"]]])
-            np.testing.assert_allclose(row["codes"].astype(np.float64), want, rtol=2 ** -10, atol=1e-6)
-            # and they are the codes of the features returned with them
-            np.testing.assert_allclose(row["codes"].astype(np.float64),
-                                       proj.transform(row["features"].astype(np.float64)), rtol=2 ** -10,
-                                       atol=1e-6)
+        full = resolve(served["name"], req, include_features=True, code_bytes=64, log=False)
+        assert full["codes"] == {"bytes": 64, "digest": pc.digest()} and full["answer"] == "full"
+        for row in full["rows"]:  # EVERY row carries its candidates' codes: those of the features sent with them
+            assert row["codes"].shape == (KP, 64) and row["codes"].dtype == np.uint8
+            np.testing.assert_array_equal(row["codes"], pc.encode(row["features"].astype(np.float64)))
+        compact = resolve(served["name"], req, compact=True, log=False)
+        assert compact["answer"] == "compact" and compact["codes"]["bytes"] == 64
+        short = resolve(served["name"], req, compact=True, code_bytes=32, log=False)
+        for row, frow, srow in zip(compact["rows"], full["rows"], short["rows"]):
+            # ids, codes and (this collection stores some) payloads; nothing else
+            assert set(row) == {"row", "item_ids", "codes", "payloads"}
+            assert row["item_ids"].dtype == np.uint32 and row["item_ids"].tolist() == frow["item_ids"]
+            assert row["payloads"] == frow["payloads"]
+            X_rows = served["X"][[pos[int(v)] for v in row["item_ids"]]]
+            np.testing.assert_allclose(pc.decode(row["codes"]), pc.decode(pc.encode(X_rows)), atol=1e-12)
+            np.testing.assert_array_equal(srow["codes"], row["codes"][:, :32])  # a stage prefix
         plain = resolve(served["name"], req, log=False)
-        assert [r["item_ids"] for r in plain["rows"]] == [r["item_ids"] for r in res["rows"]]
-        assert plain["code_dim"] is None and "codes" not in plain["rows"][0]
+        assert [r["item_ids"] for r in plain["rows"]] == [r["item_ids"] for r in full["rows"]]
+        assert plain["codes"] is None and "codes" not in plain["rows"][0]
+    with pytest.raises(RequestError, match=r"published stage widths \[32, 64\]"):
+        resolve(served["name"], req, compact=True, code_bytes=48, log=False)
+    with pytest.raises(Exception, match="no raw features"):
+        resolve(served["name"], req, compact=True, include_features=True, log=False)
 
 
 def test_rerank_by_codes_recall_is_close_to_raw_features(served, conn):
-    """nn_recall@8 of the real row's k'=64 candidates re-ranked by the 64-d halfvec codes vs by raw
-    features, on the same answers (digits 800/300/150/100)."""
+    """nn_recall@8 of the real row's k'=64 candidates re-ranked by their product codes (64 B and
+    the 32 B stage prefix, asymmetric distances) vs by raw features, on the same answers (digits
+    800/300/150/100)."""
+    from pm_vector.client.published_codes import unpack
     from pm_vector.client.query import PrivateKNN
     from pm_vector.db.resolution import public_anchor, resolve
-    from pm_vector.manifold.codes import PublicProjection
 
-    proj = PublicProjection.from_dict(public_anchor(served["name"])[1]["public_projection"])
-    # digits has 64 features: the published 64-d code is the centred features rotated (lossless but
-    # for half precision); a 16-d projection of the same anchor set shows what a lossy code costs
-    p16 = PublicProjection(16).fit(np.asarray(served["split"].anchor[0], np.float32).astype(np.float64))
-    pos = {int(v): j for j, v in enumerate(served["ids"])}
+    info = public_anchor(served["name"])[1]
+    pc = unpack(info["product_codes"], info["class_rows"]["codes"]["digest"])
     Xq, _ = served["split"].query
-    rec_f, rec_c, rec_16 = {}, {}, {}
+    rec_f, rec_64, rec_32 = {}, {}, {}
     for eps in EPSILONS:
-        rf, rc, r16 = [], [], []
+        rf, r64, r32 = [], [], []
         for i, (req, secret) in enumerate(_requests(served, eps, n=100)):
             x = np.asarray(Xq[i], np.float32).astype(np.float64)
-            res = resolve(served["name"], req, include_features=True, include_codes=True, log=False)
+            res = resolve(served["name"], req, include_features=True, code_bytes=64, log=False)
             real = secret.pick(res["rows"])
             truth = _true_knn(served, x)
             rf.append(_recall(PrivateKNN.rerank(x, real["item_ids"], real["features"], 8), truth))
-            rc.append(_recall(PrivateKNN.rerank(proj.transform(x[None, :])[0], real["item_ids"],
-                                                real["codes"].astype(np.float64), 8), truth))
-            r16.append(_recall(PrivateKNN.rerank(p16.transform(x[None, :])[0], real["item_ids"],
-                                                 p16.transform(served["X"][[pos[v] for v in real["item_ids"]]]), 8),
-                               truth))
-        rec_f[eps], rec_c[eps], rec_16[eps] = float(np.mean(rf)), float(np.mean(rc)), float(np.mean(r16))
-    code_bytes, feat_bytes = KP * 64 * 2, KP * 64 * 4
-    print("nn_recall@8 re-ranked by features", rec_f, "by 64-d codes", rec_c, "by 16-d codes (in memory)", rec_16,
-          f"candidate bytes per row: codes {code_bytes} features {feat_bytes} (float32)")
+            r64.append(_recall(PrivateKNN.rerank_codes(x, real["item_ids"], real["codes"], pc, 8), truth))
+            r32.append(_recall(PrivateKNN.rerank_codes(x, real["item_ids"], real["codes"][:, :32], pc, 8), truth))
+        rec_f[eps], rec_64[eps], rec_32[eps] = float(np.mean(rf)), float(np.mean(r64)), float(np.mean(r32))
+    print("nn_recall@8 re-ranked by features", rec_f, "by 64-B codes", rec_64, "by 32-B prefix", rec_32,
+          f"candidate bytes per row: codes {KP * 64} / {KP * 32}, features {KP * 64 * 4} (float32)")
     for eps in EPSILONS:
-        assert abs(rec_c[eps] - rec_f[eps]) <= 0.05, (eps, rec_c[eps], rec_f[eps])
+        assert abs(rec_64[eps] - rec_f[eps]) <= 0.05, (eps, rec_64[eps], rec_f[eps])
+        assert rec_32[eps] <= rec_64[eps] + 0.02
 
 
 def test_codes_without_raw_features(served, coded, conn):
@@ -629,26 +648,26 @@ def test_codes_without_raw_features(served, coded, conn):
     req, _ = _requests(served, 4.0, n=1)[0]
     d = {**req.to_dict(), "collection": name}
     with pytest.raises(db.RawFeaturesNotAllowedError, match="allow_raw_features"):
-        resolve(name, d, include_features=True, include_codes=True, log=False)
+        resolve(name, d, include_features=True, code_bytes=64, log=False)
     c = _Counting(db.connect())
     try:
-        res = resolve(name, d, include_codes=True, conn=c)
+        res = resolve(name, d, compact=True, conn=c)
     finally:
         c.close()
     assert c.shortlist_statements == 1
-    ref = resolve(served["name"], req, include_codes=True, log=False)
+    ref = resolve(served["name"], req, compact=True, log=False)
     for row, rrow in zip(res["rows"], ref["rows"]):
-        assert "features" not in row and row["codes"].shape == (KP, 64)
-        assert row["labels"] == rrow["labels"]  # the same data: the same shortlists
-        np.testing.assert_array_equal(row["codes"], rrow["codes"])
-    with pytest.raises(Exception, match="include_codes applies to class-rows requests"):
+        # no raw features; this collection stores no payloads: ids and codes only
+        assert set(row) == {"row", "item_ids", "codes"} and row["codes"].shape == (KP, 64)
+        np.testing.assert_array_equal(row["codes"], rrow["codes"])  # the same data: the same codes
+    with pytest.raises(Exception, match="apply to class-rows and cell requests"):
         from pm_vector.client import PrivateMail
         from pm_vector.db.resolution import client_frame, public_anchor
 
         pa, info = public_anchor(name)
         pm_req, _ = PrivateMail(client_frame(name, pa, info), epsilon=1.0, _rng=0).request(
             served["split"].query[0][0], int(served["split"].query[1][0]), pa, collection=name)
-        resolve(name, pm_req, include_codes=True, log=False)
+        resolve(name, pm_req, compact=True, log=False)
 
 
 def test_class_rows_answers_carry_kahm_class_scores(served, coded, conn):
@@ -666,7 +685,7 @@ def test_class_rows_answers_carry_kahm_class_scores(served, coded, conn):
         "SELECT item_id, predicted, scores FROM pm_vector.kahm_item_scores WHERE model_id = %s", [mid]).fetchall()}
     assert len(stored) == 800
     # a raw model's outputs leave the database only where the collection opted in (as /kahm/distances)
-    withheld = resolve(name, d, include_codes=True, log=False)
+    withheld = resolve(name, d, code_bytes=64, log=False)
     assert withheld["kahm"] is None and "class_scores" not in withheld["rows"][0]
     assert "kahm_item_scores" not in "\n".join(explain_resolution(name, d)["statement"])
     for opt_in in (name, served["name"]):
@@ -675,7 +694,7 @@ def test_class_rows_answers_carry_kahm_class_scores(served, coded, conn):
     conn.commit()
     c = _Counting(db.connect())
     try:
-        res = resolve(name, d, include_codes=True, conn=c, log=False)
+        res = resolve(name, d, code_bytes=64, conn=c, log=False)
     finally:
         c.close()
     assert c.shortlist_statements == 1  # codes and scores in the one statement
@@ -689,7 +708,7 @@ def test_class_rows_answers_carry_kahm_class_scores(served, coded, conn):
     # with raw features on a collection that allows them, the columns shift: scores still the item's
     # (the last test of the module using `served`: its model stays until the collection is dropped)
     fit_kahm_models(served["name"], n_components=5, n_layers=2)
-    both = resolve(served["name"], req, include_features=True, include_codes=True, log=False)
+    both = resolve(served["name"], req, include_features=True, code_bytes=64, log=False)
     mid2 = both["kahm"]["model_id"]
     st2 = {int(i): int(p) for i, p in conn.execute(
         "SELECT item_id, predicted FROM pm_vector.kahm_item_scores WHERE model_id = %s", [mid2]).fetchall()}
@@ -700,3 +719,17 @@ def test_class_rows_answers_carry_kahm_class_scores(served, coded, conn):
     assert off["kahm"] is None and "predicted" not in off["rows"][0]
     plan = "\n".join(explain_resolution(name, d)["statement"])
     assert "kahm_item_scores" in plan
+
+
+def test_code_size_is_a_validated_collection_setting():
+    from pm_vector.db.class_rows import params
+    from pm_vector.errors import InvalidInputError
+
+    assert {k: params()[k] for k in ("code_bytes", "code_stages")} == {"code_bytes": 64, "code_stages": 2}
+    assert params({"class_rows": {"code_bytes": 16, "code_stages": 1}})["code_bytes"] == 16
+    for bad, msg in (({"code_bytes": 4}, r"code_bytes .* must be in 8\.\.64"),
+                     ({"code_bytes": 72}, r"must be in 8\.\.64"),
+                     ({"code_bytes": 48, "code_stages": 5}, "positive divisor of code_bytes"),
+                     ({"code_bytes": "64"}, "must be an integer")):
+        with pytest.raises(InvalidInputError, match=msg):
+            params({"class_rows": bad})

@@ -31,7 +31,7 @@ def test_query_release_option_and_ledger(service, svc_collection, svc_key, svc_s
         # K: the public rule for eps 4, no finer than the collection's public size allows (800 items, 10 classes)
         assert r["release"] == "cells" and r["delta"] == 0.0
         assert r["n_cells"] == cell_level_for_epsilon(4.0, cells.levels_, max_cells_for(800, 10, 32))
-        assert len(r["item_ids"]) == 8 and r["reranked"] == "features" and r["distances"] == sorted(r["distances"])
+        assert len(r["item_ids"]) == 8 and r["reranked"] == "codes" and r["distances"] == sorted(r["distances"])
         r2 = c.query(svc_collection, Xq[1], int(yq[1]), epsilon=4.0, k=8, shortlist=32, release="cells", n_cells=16)
         assert r2["release"] == "cells" and r2["n_cells"] == 16
         st = c.budget.status(c.budget_key())

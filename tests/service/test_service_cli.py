@@ -89,6 +89,9 @@ def test_query_command(service, svc_collection, svc_key, svc_split, tmp_path, mo
     assert len(res["item_ids"]) == 8 and res["budget"]["epsilon_spent"] == pytest.approx(1.0)
     # the resolve's bytes on the wire, both ways (the default wire: msgpack)
     assert res["wire"] == "msgpack" and res["bytes_per_request"] == res["bytes_sent"] + res["bytes_received"] > 0
+    assert res["answer"] == "compact" and res["reranked"] == "codes" and "labels" not in res
+    raw = json.loads(_run(*args[:-1], str(tmp_path / "raw.json"), "--raw-features", "--json").stdout)
+    assert raw["reranked"] == "features" and len(raw["labels"]) == 8 and raw["shortlist"] == 128
     r = _run(*args, ok=False)  # a second eps=1 query exceeds 1.5
     assert r.exit_code == 2 and "budget" in r.output
     r = _run("query", svc_collection, "--features", str(tmp_path / "q.npy"), "--label", "1", "--epsilon", "1",

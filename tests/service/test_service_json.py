@@ -15,7 +15,8 @@ def test_json_bytes_equals_the_plain_path():
 
     doc = {"rows": [{"item_ids": [1, 2**62], "scores": np.array([0.5, np.nan, np.inf]),
                      "labels": np.arange(3, dtype=np.int64), "flag": np.bool_(True), "x": np.float32(0.25),
-                     "codes": np.ones((2, 3), np.float16), "t": np.array([[1.5, -2.0]], np.float32)[:, ::-1]}],
+                     "codes": np.ones((2, 3), np.uint8), "ids": np.arange(2, dtype=np.uint32),
+                     "t": np.array([[1.5, -2.0]], np.float32)[:, ::-1]}],
            "when": dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc), 7: "int key", "none": None,
            "nested": ({"a": np.int32(4)},)}
     assert json.loads(json_bytes(doc)) == json.loads(json.dumps(_plain(doc)))

@@ -120,17 +120,18 @@ def test_a_private_models_class_scores_need_no_opt_in(service, svc_key, split):
         with Client(service.url, svc_key["key"]) as c:
             req, _ = c.build_request(name, Xq[0], int(yq[0]), epsilon=1.0, shortlist=5)
             noisy = fit_kahm_models(name, kind="noisy", epsilon=4.0, value_range=(-1.0, 1.0), n_components=6)
-            res = c.resolve(name, req)
+            assert c.resolve(name, req).get("kahm") is None  # the default compact answer carries ids and codes only
+            res = c.resolve(name, req, answer="full")  # class scores come with full answers
             assert res["kahm"] == {"model_id": noisy["model_id"], "classes": list(range(10))}
             assert all(len(row["class_scores"]) == len(row["item_ids"]) for row in res["rows"])
             raw = fit_kahm_models(name, n_components=6)  # now the current model: withheld
-            res = c.resolve(name, req)
+            res = c.resolve(name, req, answer="full")  # class scores come with full answers
             assert res.get("kahm") is None and all(row.get("class_scores") is None for row in res["rows"])
             r = httpx.post(f"{service.url}/collections/{name}/kahm/distances", json={"features": Xq[:2].tolist()},
                            headers=_headers(svc_key))
             assert r.status_code == 403  # the same policy, one home
             _raw_outputs(name, True)
-            res = c.resolve(name, req)
+            res = c.resolve(name, req, answer="full")  # class scores come with full answers
             assert res["kahm"]["model_id"] == raw["model_id"]
             assert all(len(row["predicted"]) == len(row["item_ids"]) for row in res["rows"])
     finally:

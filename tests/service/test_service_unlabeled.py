@@ -111,8 +111,8 @@ def test_private_query_without_labels(service, unlabeled, svc_key, svc_split, tm
         for i in range(3):
             r = c.query(name, Xq[i], None, epsilon=4, k=8, shortlist=32, release=release)
             assert r["release"] == release and len(r["item_ids"]) == 8
-            feats = db.fetch_items(name, r["item_ids"], include_features=True)["features"]
-            assert list(r["labels"]) == list(_nearest(cen, feats))
+            items = db.fetch_items(name, r["item_ids"], include_features=True)  # a compact answer: ids only
+            assert list(items["labels"]) == list(_nearest(cen, items["features"]))
         if release == "gaussian":
             # the row of a query without a label is its nearest partition (no classifier)
             _, secret = c.build_request(name, Xq[0], None, epsilon=4, release="gaussian")
