@@ -50,7 +50,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from .api import _collection_row, _features, _iso, _load_items, _worker
-from .engine import connect
+from .postgres import connect
 from .errors import DatabaseError, DimensionMismatchError
 from .kahm_anchor import fabricate_anchor_set
 from .kahm_common import (DEFAULT_SMOOTHING_STEPS, KINDS, OUTSIDE_ELEMENT, _SETTLED, NoKAHMModelError,  # noqa: F401
@@ -265,7 +265,7 @@ _models_lock = threading.Lock()
 
 
 def _cache_key(coll, model_id):
-    from .server import database_url
+    from .postgres import database_url
 
     return (database_url(), int(coll["id"]), int(model_id))
 

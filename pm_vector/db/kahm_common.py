@@ -13,7 +13,7 @@ import numpy as np
 from ..defaults import DEFAULT_SMOOTHING_STEPS  # noqa: F401  (the library's, one home)
 from ..errors import InvalidInputError
 from .api import _check_name, _collection_row, _load_items, cleanup
-from .engine import connect
+from .postgres import connect
 from .errors import DatabaseError, RawFeaturesNotAllowedError, translate_sql_error
 
 KINDS = ("raw", "noisy", "fabricated")

@@ -202,7 +202,7 @@ def run_snapshot(collection: str, conn, include_features: bool):
     closed at the end) with the collection's active run read in it. Raw features asked of a
     collection that does not allow them are refused; on any error the transaction is rolled
     back (nothing written) and SQL errors become pm_vector's."""
-    from .engine import connect
+    from .postgres import connect
     from .errors import RawFeaturesNotAllowedError, translate_sql_error
     from .frame import _run_row
 

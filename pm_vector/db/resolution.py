@@ -65,7 +65,7 @@ from ..client.query import QueryRequest
 from ..client.request import CellRequest
 from ..errors import InvalidInputError, RequestError
 from . import run_graph
-from .engine import connect
+from .postgres import connect
 from .errors import ClassRowsUnavailableError, DimensionMismatchError
 from .frame import _run_row, class_frames, client_frame, public_anchor  # noqa: F401  (the public-anchor API)
 from .paper_resolution import explain_paper, post_process_release, resolve_paper  # noqa: F401  (paper API)
@@ -407,7 +407,7 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
 def _log_on_primary(conn, collection: str, req, raw, **kw) -> int | None:
     """The request log of an answer read on a replica, written on the primary (``conn``; a new
     connection when None) in its own transaction: the answer is returned only once it is logged."""
-    from .engine import connect
+    from .postgres import connect
 
     own = conn is None
     if own:
