@@ -134,7 +134,7 @@ def _outputs_allowed(coll: Mapping) -> bool:
     """May the current KAHM model's stored class scores and labels (``kahm_model_id``,
     ``kahm_kind`` of the run's metadata) come back with resolved items?
     :func:`pm_vector.db.kahm_common.model_outputs_allowed` decides, as for ``/kahm/distances``."""
-    from .kahm_common import model_outputs_allowed
+    from .kahm_store import model_outputs_allowed
 
     return coll.get("kahm_model_id") is not None and model_outputs_allowed(coll, coll.get("kahm_kind"))
 
