@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import EmbeddedServerError
-from .config import DEFAULT_START_TIMEOUT_S, ENV_START_TIMEOUT, settings
+from .config import DEFAULT_START_TIMEOUT_S, ENV_START_TIMEOUT, settings  # noqa: F401  (re-exported)
 #: what the server log says when the last shutdown was a crash (PostgreSQL's own messages)
 _CRASH_MARKERS = ("was interrupted", "was not properly shut down", "automatic recovery in progress",
                   "terminated by signal", "crash recovery")
