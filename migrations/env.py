@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import context
 from sqlalchemy import pool
 
-from pm_vector.db.migrate import MIGRATION_LOCK_KEY, SCHEMA, VERSION_TABLE_SCHEMA
+from pm_vector.db.postgres.migrate import MIGRATION_LOCK_KEY, SCHEMA, VERSION_TABLE_SCHEMA
 
 config = context.config
 
@@ -25,7 +25,7 @@ if config.config_file_name is not None and not config.attributes.get("pm_vector_
 
 
 def _url() -> str:
-    from pm_vector.db.server import sqlalchemy_url, url_for_migrations
+    from pm_vector.db.postgres import sqlalchemy_url, url_for_migrations
 
     url = config.attributes.get("pm_vector_url") or config.get_main_option("sqlalchemy.url")
     if not url:

@@ -15,15 +15,15 @@ def embedded_home(tmp_path_factory, name: str):
     os.environ["PM_VECTOR_HOME"] = str(home)
     os.environ.pop("PM_VECTOR_DATABASE_URL", None)
     os.environ["PM_VECTOR_EMBEDDED_FAST"] = "1"
-    from pm_vector.db import engine, server
+    from pm_vector.db import postgres
 
-    st = server.start()
+    st = postgres.start()
     assert st["running"] and st["schema_up_to_date"], st
     yield home
-    engine.dispose_engines()
+    postgres.dispose_engines()
     os.environ["PM_VECTOR_HOME"] = str(home)
     os.environ.pop("PM_VECTOR_DATABASE_URL", None)
-    server.stop()
+    postgres.stop()
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)

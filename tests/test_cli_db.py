@@ -22,10 +22,10 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    from pm_vector.db import engine, server
+    from pm_vector.db import postgres
 
     if os.environ.get("PM_VECTOR_EMBEDDED_FAST") == "1" and os.environ.get("PM_VECTOR_HOME") \
-            and not os.environ.get("PM_VECTOR_DATABASE_URL") and server.status()["running"]:
+            and not os.environ.get("PM_VECTOR_DATABASE_URL") and postgres.status()["running"]:
         yield os.environ["PM_VECTOR_HOME"]  # the session's database test server
         return
     keys = ("PM_VECTOR_HOME", "PM_VECTOR_DATABASE_URL", "PM_VECTOR_EMBEDDED_FAST")
@@ -35,12 +35,12 @@ def home(tmp_path_factory):
     os.environ.pop("PM_VECTOR_DATABASE_URL", None)
     os.environ["PM_VECTOR_EMBEDDED_FAST"] = "1"
     try:
-        server.start()
+        postgres.start()
         yield str(h)
     finally:
-        engine.dispose_engines()
+        postgres.dispose_engines()
         os.environ["PM_VECTOR_HOME"] = str(h)
-        server.stop()
+        postgres.stop()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

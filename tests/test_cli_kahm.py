@@ -24,10 +24,10 @@ N_COMP = ["--n-components", "8"]
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    from pm_vector.db import server
+    from pm_vector.db import postgres
 
     if os.environ.get("PM_VECTOR_EMBEDDED_FAST") == "1" and os.environ.get("PM_VECTOR_HOME") \
-            and not os.environ.get("PM_VECTOR_DATABASE_URL") and server.status()["running"]:
+            and not os.environ.get("PM_VECTOR_DATABASE_URL") and postgres.status()["running"]:
         yield os.environ["PM_VECTOR_HOME"]
         return
     yield from embedded_home(tmp_path_factory, "kahmclihome")

@@ -23,7 +23,7 @@ def test_data_files_cover_every_migration_and_sql_file():
 
 
 def test_installed_copies_are_found_without_the_source_tree(tmp_path, monkeypatch):
-    from pm_vector.db import migrate
+    from pm_vector.db.postgres import migrate
 
     head = migrate.head_revision()  # from the source tree
     prefix = tmp_path / "prefix"

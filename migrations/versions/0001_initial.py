@@ -16,7 +16,7 @@ from alembic import op
 from pgvector.sqlalchemy import HALFVEC, VECTOR
 from sqlalchemy.dialects import postgresql as pg
 
-from pm_vector.db.migrate import execute_sql_file
+from pm_vector.db.postgres.migrate import execute_sql_file
 
 revision = "0001"
 down_revision = None

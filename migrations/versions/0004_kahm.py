@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
-from pm_vector.db.migrate import execute_sql_file
+from pm_vector.db.postgres.migrate import execute_sql_file
 
 revision = "0004_kahm"
 down_revision = "0003_request_log_storage"

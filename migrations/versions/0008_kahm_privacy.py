@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from pm_vector.db.migrate import execute_sql_file
+from pm_vector.db.postgres.migrate import execute_sql_file
 
 revision = "0008_kahm_privacy"
 down_revision = "0007_client_identity"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from pm_vector.db.migrate import execute_sql_file
+from pm_vector.db.postgres.migrate import execute_sql_file
 
 revision = "0011_cluster"
 down_revision = "0010_ingest_integrity"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from pm_vector.db.migrate import execute_sql_file
+from pm_vector.db.postgres.migrate import execute_sql_file
 
 revision = "0012_key_changes"
 down_revision = "0011_cluster"

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
-from pm_vector.db.migrate import execute_sql_file
+from pm_vector.db.postgres.migrate import execute_sql_file
 
 revision = "0013_cells"
 down_revision = "0012_key_changes"

@@ -114,7 +114,7 @@ def run_scores_benchmark(dataset: str = "fashion-mnist", *, sizes=(10000, 1000, 
     sp = split_dataset(ds, *sizes, seed=seed)
     name = f"bench_scores_{uuid.uuid4().hex[:6]}"
     # the bench's own collection opts in to a raw model's outputs in resolve (the policy of
-    # pm_vector.db.kahm_common.model_outputs_allowed), since it times and checks exactly those
+    # pm_vector.db.kahm_store.model_outputs_allowed), since it times and checks exactly those
     db.create_collection(name, ds.dim, ds.classes.tolist(), description=f"{dataset} (bench kahm --part scores)",
                          settings={"kahm": {"raw_distances": True}})
     try:

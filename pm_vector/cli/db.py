@@ -64,7 +64,7 @@ def start(as_json: bool = JSON_OPT,
 
     Examples: pm-vector db start --json; pm-vector db start --shards 2 --replicas 1
     """
-    from ..db import cluster, server
+    from ..db.postgres import cluster, server
 
     if shards or replicas:
         if server.external_url():
@@ -108,7 +108,7 @@ def shard_add(name: str = typer.Argument(..., help="The shard's name (lower-case
 
     Example: pm-vector db shard-add s1 postgresql://pm@10.0.0.12:5432/pm_vector
     """
-    from ..db import cluster, connect
+    from ..db.postgres import cluster, connect
 
     with connect(autocommit=True) as conn:
         _call(cluster.register_shard, conn, name, url)
@@ -123,12 +123,13 @@ def stop(as_json: bool = JSON_OPT):
 
     Example: pm-vector db stop
     """
-    from ..db import cluster, server
+    from ..db import postgres
+    from ..db.postgres import cluster, server
 
     if not server.external_url() and cluster.topology() is not None:
-        _emit(_call(cluster.stop), as_json, "pm_vector local cluster")
+        _emit(_call(postgres.stop_cluster), as_json, "pm_vector local cluster")
         return
-    _emit(_call(server.stop), as_json, "pm_vector database")
+    _emit(_call(postgres.stop), as_json, "pm_vector database")
 
 
 @db_app.command("status")
@@ -139,7 +140,7 @@ def status(as_json: bool = JSON_OPT):
 
     Example: pm-vector db status --json
     """
-    from ..db import cluster, server
+    from ..db.postgres import cluster, server
 
     if not server.external_url() and cluster.topology() is not None:
         _emit_cluster(_call(cluster.status), as_json)
@@ -154,7 +155,7 @@ def url(as_json: bool = JSON_OPT,
 
     Example: psql "$(pm-vector db url)" -c 'SELECT * FROM pm_vector.pm_collections'
     """
-    from ..db import server
+    from ..db.postgres import server
 
     u = _call(server.database_url)
     if hide_password:
@@ -171,9 +172,9 @@ def upgrade(as_json: bool = JSON_OPT):
 
     Example: PM_VECTOR_DATABASE_URL=postgresql://me@db.example.org/pm pm-vector db upgrade
     """
-    from ..db import server
+    from ..db import postgres
 
-    _emit(_call(server.upgrade), as_json, "pm_vector schema upgrade")
+    _emit(_call(postgres.upgrade), as_json, "pm_vector schema upgrade")
 
 
 def _retention_days(older_than: Optional[float]) -> Optional[float]:

@@ -55,14 +55,10 @@ from urllib.parse import urlsplit
 
 from ..errors import InvalidInputError
 from ..privacy.accountant import PrivacyAccountant
+from .settings import DEFAULT_DELTA_BUDGET, DEFAULT_EPSILON_BUDGET, ENV_DELTA, ENV_EPSILON  # noqa: F401
+from .settings import settings as _settings
 
 _VERSION = 1
-#: total epsilon of an entry (a server) that has no budget of its own (documented in the module doc)
-DEFAULT_EPSILON_BUDGET = 10.0
-#: total delta of an entry that has no budget of its own
-DEFAULT_DELTA_BUDGET = 1e-4
-ENV_EPSILON = "PM_VECTOR_EPSILON_BUDGET"
-ENV_DELTA = "PM_VECTOR_DELTA_BUDGET"
 #: the key PrivateKNN / PrivateMail charge when used on their own (no accountant)
 LOCAL_KEY = "local"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -110,19 +106,8 @@ def origin_key(url: str) -> str:
 
 
 def default_path() -> Path:
-    home = os.environ.get("PM_VECTOR_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share", "pm_vector")
-    return Path(home) / "client" / "budget.json"
-
-
-def _env_float(name: str, fallback: float) -> float:
-    v = os.environ.get(name)
-    if v is None or v == "":
-        return fallback
-    try:
-        return float(v)
-    except ValueError:
-        raise InvalidInputError(f"{name}={v!r} is not a number; set it to the default total budget "
-                                "(e.g. 10) or unset it.") from None
+    """The ledger's default file, ``$PM_VECTOR_HOME/client/budget.json`` (:mod:`pm_vector.client.settings`)."""
+    return _settings().ledger_path
 
 
 class PrivacyBudget:
@@ -136,8 +121,11 @@ class PrivacyBudget:
     def __init__(self, path: str | os.PathLike | None = None, *, default_epsilon: float | None = None,
                  default_delta: float | None = None):
         self.path = Path(path) if path is not None else default_path()
-        eps = _env_float(ENV_EPSILON, DEFAULT_EPSILON_BUDGET) if default_epsilon is None else default_epsilon
-        dlt = _env_float(ENV_DELTA, DEFAULT_DELTA_BUDGET) if default_delta is None else default_delta
+        if default_epsilon is None or default_delta is None:
+            env = _settings()
+            default_epsilon = env.epsilon_budget if default_epsilon is None else default_epsilon
+            default_delta = env.delta_budget if default_delta is None else default_delta
+        eps, dlt = default_epsilon, default_delta
         PrivacyAccountant(eps, dlt)  # validates: finite, > 0, delta < 1
         self.default_epsilon, self.default_delta = float(eps), float(dlt)
 

@@ -1,7 +1,7 @@
 """PostgreSQL/pgvector layer of pm_vector: where the server's items, the public anchors and
 the SMLQ embeddings live, and where private queries are answered by pgvector k-NN SQL.
 
-Server (see :mod:`pm_vector.db.server`; the CLI maps ``pm-vector db start|stop|status|url|upgrade``)::
+Server (see :mod:`pm_vector.db.postgres`; the CLI maps ``pm-vector db start|stop|status|url|upgrade``)::
 
     database_url() -> str          start()   -> dict      stop() -> dict
     status()       -> dict         upgrade() -> dict
@@ -68,7 +68,7 @@ from .api import (
     log_request,
     register_anchor_set,
 )
-from .engine import connect, get_engine, session_scope
+from .postgres import connect, get_engine, session_scope
 from .errors import (
     ClassRowsUnavailableError,
     CollectionExistsError,
@@ -90,7 +90,7 @@ from .errors import (
 )
 from .jobs import cleanup_stale_runs, embed_new_items, list_runs, run_embedding_job, run_info
 from .payloads import set_max_payload_bytes
-from .server import database_url, start, status, stop, upgrade
+from .postgres import database_url, start, status, stop, upgrade
 
 __all__ = [
     "AnchorSet", "cleanup", "cleanup_stale_runs", "collection_info", "connect", "create_collection",

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from . import _binary
-from .engine import connect
+from .postgres import connect
 from .errors import CollectionNotFoundError, NoAnchorSetError
 
 #: advisory-lock kind of an embedding run (``pm_vector.pm_lock_key(1, run_id)``)

@@ -1,6 +1,6 @@
 """Collections, bulk ingest, anchor sets, k-NN search and the request log: the Python client API.
 
-Every function connects to :func:`pm_vector.db.server.database_url` (the embedded server by
+Every function connects to :func:`pm_vector.db.postgres.database_url` (the embedded server by
 default), validates its input *before* writing anything, and raises the exceptions of
 :mod:`pm_vector.db.errors`. Metadata goes through the SQLAlchemy models; bulk data through
 psycopg binary COPY.
@@ -42,7 +42,7 @@ from ._validate import (  # noqa: F401  (re-exported)
     _labels,
 )
 from .bulk import ProgressFn, ingest  # noqa: F401  (re-exported: pm_vector.db.ingest)
-from .engine import connect, session_scope
+from .postgres import connect, session_scope
 from .errors import (  # noqa: F401  (re-exported)
     CollectionExistsError,
     CollectionNotFoundError,

@@ -21,7 +21,7 @@ from ..errors import InvalidInputError
 from . import _binary, partitioned, payloads as _payload_bound
 from ._common import _collection_row, _worker
 from ._validate import _collection_spec, _features, _labels
-from .engine import connect
+from .postgres import connect
 from .errors import CollectionExistsError, DuplicateExternalIdError, translate_sql_error
 
 ProgressFn = Callable[[int, int], None]

@@ -146,7 +146,7 @@ def explain_cells(collection: str, req: CellRequest, include_features: bool) -> 
     """``{"statement": EXPLAIN of the statement, "shortlist": the generic plan of the ranking
     statement pm_cell_shortlist_core runs (single node: the cells' primary key, the class's top
     hubs, the fill)}``."""
-    from .engine import connect
+    from .postgres import connect
     from .frame import _run_row
 
     with connect() as conn:

@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import InvalidInputError
 from . import _binary
 from ._common import _collection_row, _load_anchor_set
-from .engine import connect
+from .postgres import connect
 from .errors import DatabaseError, NoActiveRunError
 
 #: A rebuilt frame must reproduce the stored anchor embedding to this (absolute, for values of

@@ -60,7 +60,7 @@ from . import _binary
 from ._common import (RUN_LOCK_KIND, _collection_row, _fail_run, _iso, _load_anchor_set,  # noqa: F401
                       _worker, cleanup_stale_runs)
 from .api import cleanup
-from .engine import connect
+from .postgres import connect
 from .errors import EmbeddingJobError, NoActiveRunError, RunNotFoundError, translate_sql_error
 
 MAX_EMBEDDING_DIM = 4000

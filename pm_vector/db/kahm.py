@@ -39,8 +39,6 @@ anchor keeps serving.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -50,13 +48,14 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from .api import _collection_row, _features, _iso, _load_items, _worker
-from .engine import connect
+from .postgres import connect
 from .errors import DatabaseError, DimensionMismatchError
 from .kahm_anchor import fabricate_anchor_set
-from .kahm_common import (DEFAULT_SMOOTHING_STEPS, KINDS, OUTSIDE_ELEMENT, _SETTLED, NoKAHMModelError,  # noqa: F401
-                          ProgressFn, RawKAHMDistancesNotAllowedError, _class_counts_check, _load, _noop,
-                          _positive_int, _privacy, _smoothing_record, _steps, _transaction, _value_range,
-                          kind_of, model_outputs_allowed, raw_distances_allowed)
+from .kahm_store import (DEFAULT_SMOOTHING_STEPS, KINDS, OUTSIDE_ELEMENT, _SETTLED, NoKAHMModelError,  # noqa: F401
+                         ProgressFn, RawKAHMDistancesNotAllowedError, _class_counts_check, _load, _make_model,
+                         _model_bytes, _model_from_bytes, _model_row, _noop, _positive_int, _privacy,
+                         _smoothing_record, _steps, _transaction, _value_range, kind_of, model_outputs_allowed,
+                         raw_distances_allowed)
 
 #: PostgreSQL's limit for one bytea value is 1 GB; keep a margin for the row
 MAX_MODEL_BYTES = 1_000_000_000
@@ -69,46 +68,6 @@ __all__ = [
 ]
 
 # ----------------------------------------------------------------------------- class models
-
-def _make_model(kind: str, priv: dict | None, n_components, n_layers, branch_size, smoothing_steps, noise_seed,
-                n_jobs, dtype="float64"):
-    from ..kahm import FabricatedKAHMClassifier, KAHMClassifier, NoisyKAHMClassifier
-
-    common = dict(n_components=n_components, n_layers=n_layers, branch_size=branch_size, n_jobs=n_jobs,
-                  dtype=dtype)
-    if kind == "raw":
-        return KAHMClassifier(**common)
-    dp = dict(epsilon=priv["epsilon"], delta=priv["delta"], sensitivity=priv["sensitivity"], noise_seed=noise_seed,
-              noise=priv.get("noise", "grid"))
-    if kind == "noisy":
-        return NoisyKAHMClassifier(**dp, **common)
-    return FabricatedKAHMClassifier(**dp, **common, smoothing_steps=smoothing_steps)
-
-
-def _model_bytes(model) -> bytes:
-    fd, path = tempfile.mkstemp(suffix=".kahm")
-    os.close(fd)
-    try:
-        model.save(path)
-        with open(path, "rb") as f:
-            return f.read()
-    finally:
-        for p in (path, path + ".tmp"):
-            if os.path.exists(p):
-                os.remove(p)
-
-
-def _model_from_bytes(blob: bytes):
-    from ..kahm import load_model
-
-    fd, path = tempfile.mkstemp(suffix=".kahm")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        return load_model(path)
-    finally:
-        os.remove(path)
-
 
 def _scores_of(model, X: np.ndarray, chunk: int = 20000) -> tuple[np.ndarray, np.ndarray]:
     """(scores (N, C) float32, predicted labels (N,)) of rows X under a fitted classifier."""
@@ -241,31 +200,12 @@ def fit_kahm_models(collection: str, *, kind: str = "raw", epsilon: float | None
     return out
 
 
-def _model_row(conn, coll, model_id: int | None, *, with_blob: bool = False) -> dict[str, Any]:
-    from psycopg.rows import dict_row
-
-    cols = "id, kind, classes, n_features, n_items, params, privacy, created_at" + (", model" if with_blob else "")
-    with conn.cursor(row_factory=dict_row) as cur:
-        if model_id is None:
-            cur.execute(f"SELECT {cols} FROM pm_vector.kahm_models WHERE collection_id = %s ORDER BY id DESC LIMIT 1",
-                        [coll["id"]])
-        else:
-            cur.execute(f"SELECT {cols} FROM pm_vector.kahm_models WHERE collection_id = %s AND id = %s",
-                        [coll["id"], int(model_id)])
-        row = cur.fetchone()
-    if row is None:
-        which = f"KAHM model {model_id}" if model_id is not None else "KAHM model"
-        raise NoKAHMModelError(f"collection {coll['name']!r} has no {which}; fit one with "
-                               f"`pm-vector kahm fit {coll['name']}` (pm_vector.db.kahm.fit_kahm_models).")
-    return row
-
-
 _models: dict[tuple, Any] = {}
 _models_lock = threading.Lock()
 
 
 def _cache_key(coll, model_id):
-    from .server import database_url
+    from .postgres import database_url
 
     return (database_url(), int(coll["id"]), int(model_id))
 

@@ -10,8 +10,8 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from .errors import DatabaseError
-from .kahm_common import (DEFAULT_SMOOTHING_STEPS, ProgressFn, _class_counts_check, _load, _noop, _positive_int,
-                          _privacy, _smoothing_record, _steps, _value_range)
+from .kahm_store import (DEFAULT_SMOOTHING_STEPS, ProgressFn, _class_counts_check, _load, _noop, _positive_int,
+                         _privacy, _smoothing_record, _steps, _value_range)
 
 __all__ = ["fabricate_anchor_set"]
 

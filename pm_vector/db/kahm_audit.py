@@ -24,9 +24,9 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from .api import _collection_row, _iso, _json_safe
-from .engine import connect
-from .kahm import (DEFAULT_SMOOTHING_STEPS, KINDS, ProgressFn, _load, _make_model, _model_row, _noop, _positive_int,
-                   _privacy, _smoothing_record, _steps, _transaction)
+from .postgres import connect
+from .kahm_store import (DEFAULT_SMOOTHING_STEPS, KINDS, ProgressFn, _load, _make_model, _model_row, _noop, _positive_int,
+                         _privacy, _smoothing_record, _steps, _transaction)
 
 __all__ = ["run_membership_audit", "list_audits", "FPRS"]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._common import _collection_row, cleanup_stale_runs
-from .engine import connect
+from .postgres import connect
 
 INGEST_LOCK_KIND = 2
 

@@ -296,7 +296,7 @@ class KAHMAudit(Base):
 
 class Shard(Base):
     """A shard registered on this coordinator: a ``postgres_fdw`` server ``pm_shard_<name>``
-    (``pm_vector.pm_register_shard``, :mod:`pm_vector.db.cluster`)."""
+    (``pm_vector.pm_register_shard``, :mod:`pm_vector.db.postgres.cluster`)."""
 
     __tablename__ = "shards"
 

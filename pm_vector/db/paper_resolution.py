@@ -53,7 +53,7 @@ from ..client import PrivateMail
 from ..client.release import RELEASE_FORMAT, ReleaseRequest
 from ..client.request import PrivateMailRequest
 from ..errors import RequestError
-from .engine import connect
+from .postgres import connect
 from .errors import DimensionMismatchError
 from .frame import RunFrame, _run_row, run_frame
 from .requests import (MAX_QUERY_ROWS, AnchorIdMismatchError, _one_blas_thread, _outputs_allowed, _parse,

@@ -133,8 +133,8 @@ def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
 def _outputs_allowed(coll: Mapping) -> bool:
     """May the current KAHM model's stored class scores and labels (``kahm_model_id``,
     ``kahm_kind`` of the run's metadata) come back with resolved items?
-    :func:`pm_vector.db.kahm_common.model_outputs_allowed` decides, as for ``/kahm/distances``."""
-    from .kahm_common import model_outputs_allowed
+    :func:`pm_vector.db.kahm_store.model_outputs_allowed` decides, as for ``/kahm/distances``."""
+    from .kahm_store import model_outputs_allowed
 
     return coll.get("kahm_model_id") is not None and model_outputs_allowed(coll, coll.get("kahm_kind"))
 
@@ -202,7 +202,7 @@ def run_snapshot(collection: str, conn, include_features: bool):
     closed at the end) with the collection's active run read in it. Raw features asked of a
     collection that does not allow them are refused; on any error the transaction is rolled
     back (nothing written) and SQL errors become pm_vector's."""
-    from .engine import connect
+    from .postgres import connect
     from .errors import RawFeaturesNotAllowedError, translate_sql_error
     from .frame import _run_row
 

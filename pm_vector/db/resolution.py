@@ -69,7 +69,7 @@ from ..client.query import QueryRequest
 from ..client.request import CellRequest
 from ..errors import InvalidInputError, RequestError
 from . import run_graph
-from .engine import connect
+from .postgres import connect
 from .errors import ClassRowsUnavailableError, DimensionMismatchError
 from .frame import _run_row, class_frames, client_frame, public_anchor  # noqa: F401  (the public-anchor API)
 from .paper_resolution import explain_paper, post_process_release, resolve_paper  # noqa: F401  (paper API)
@@ -125,7 +125,7 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     When the collection has a KAHM model (:func:`pm_vector.db.kahm.fit_kahm_models`) whose
     outputs may leave the database (a private kind, or a raw model where the collection opted in
     with ``settings["kahm"]["raw_distances"]``: the policy of ``/kahm/distances``,
-    :func:`pm_vector.db.kahm_common.model_outputs_allowed`) and ``class_scores`` is true, every
+    :func:`pm_vector.db.kahm_store.model_outputs_allowed`) and ``class_scores`` is true, every
     row also carries ``class_scores`` (per returned item, its
     class-matching scores of Definition 8 in the order of ``result["kahm"]["classes"]``; None for
     an item ingested after the model) and ``predicted`` (the model's label, Definition 7);
@@ -435,7 +435,7 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
 def _log_on_primary(conn, collection: str, req, raw, **kw) -> int | None:
     """The request log of an answer read on a replica, written on the primary (``conn``; a new
     connection when None) in its own transaction: the answer is returned only once it is logged."""
-    from .engine import connect
+    from .postgres import connect
 
     own = conn is None
     if own:

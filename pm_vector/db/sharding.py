@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .run_copy import copy_hubs, copy_pairs, copy_prior
 
 FILL = 1000  # k' <= 1000: the zero-score fill needs the run's first 1000 item ids
 
@@ -93,21 +94,19 @@ def write(conn, run_id: int, data, place: dict[str, list[int]], batch: int = 20_
     g = data.neighbors.shape[1]
     fill = np.sort(np.asarray(data.item_ids, dtype=np.int64))[:FILL]
     done, total = 0, int(data.prior_ids.shape[0])
-    from .class_rows import _copy_hubs, _copy_pairs, _copy_prior
-
     for s, ks in place.items():
         mine = classes[ks]
         sel = np.isin(data.prior_labels, mine)
         at = f'pm_vector."run_{rid}_{{}}_at_{s}"'.format
-        _copy_prior(conn, rid, data.prior_ids[sel], data.prior_labels[sel], data.prior_coords[sel], batch, True,
+        copy_prior(conn, rid, data.prior_ids[sel], data.prior_labels[sel], data.prior_coords[sel], batch, True,
                     nbrs=data.prior_nbrs[sel], nhub=data.prior_nhub[sel], table=at("prior"))
         rows = np.isin(data.item_ids, data.prior_ids[sel])  # the neighbour lists of this shard's prior
         if g > 0 and rows.any():
-            _copy_pairs(conn, at("neighbors"), ("item_id", "neighbor_id"), np.repeat(data.item_ids[rows], g),
+            copy_pairs(conn, at("neighbors"), ("item_id", "neighbor_id"), np.repeat(data.item_ids[rows], g),
                         data.neighbors[rows].ravel(), batch * 4, True)
         hs = np.isin(data.hub_labels, mine)
         if hs.any():
-            _copy_hubs(conn, at("hubs"), data.hub_labels[hs], data.hub_ids[hs], data.hub_counts[hs], batch * 4, True)
+            copy_hubs(conn, at("hubs"), data.hub_labels[hs], data.hub_ids[hs], data.hub_counts[hs], batch * 4, True)
         conn.execute(f"INSERT INTO {at('items')} (item_id) SELECT unnest(%s::bigint[])", [fill.tolist()])
         conn.commit()
         done += int(sel.sum())

@@ -45,6 +45,7 @@ Points where the paper needs care (details in the module docstrings and tests)
 """
 
 from ..defaults import DEFAULT_SMOOTHING_STEPS
+from ..errors import InvalidInputError
 from .classifier import FabricatedKAHMClassifier, KAHMClassifier, NoisyKAHMClassifier, matching_scores
 from .federated import federated_predict, global_class_distances, global_kahm_image, party_distances
 from .grid import GridOptimalNoise, RowGaussianNoise
@@ -52,10 +53,27 @@ from .kernel import fit_encoder, kernel_matrix
 from .lambda_ import lambda_star, residual, residual_dense
 from .membership import lsdd, membership_audit, membership_auc, membership_inference_score
 from .model import KAHM, DeepKAHM, KAHMCore, WideKAHM, fit_core, fit_deep
-from .persistence import load_model
+from .persistence import load_state
 from .plugin import fabricate_anchor, fit_class_models
 from .privacy import (FabricationWarning, OptimalNoise, fabricate, fabricate_subsets, make_noise, modelling_error,
                       privatize, smooth)
+
+
+
+def load_model(path, device=None):
+    """Load any KAHM model file written by ``model.save(path)``, dispatching on the stored kind.
+
+    Here, in the package face, because it needs every model class, and the models themselves
+    save and load through :mod:`pm_vector.kahm.persistence` (which then imports none of them).
+    """
+
+    kinds = {c._kind: c for c in (KAHM, DeepKAHM, WideKAHM, KAHMClassifier, NoisyKAHMClassifier,
+                                   FabricatedKAHMClassifier)}
+    kind = load_state(path)[0]
+    if kind not in kinds:
+        raise InvalidInputError(f"{path} holds an unknown model kind {kind!r}.")
+    return kinds[kind].load(path, device=device)
+
 
 __all__ = [
     "KAHM", "DeepKAHM", "WideKAHM", "KAHMCore", "fit_core", "fit_deep", "fit_encoder", "kernel_matrix",

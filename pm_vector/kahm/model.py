@@ -15,6 +15,10 @@ factor of ``g``, so ``g`` is computed relative to the nearest training point
 ``0 / 0`` when every kernel value underflows.
 
 All tensors live on ``device`` (``"auto"``: CUDA when present, else CPU); numpy at the API.
+
+The module is longer than 500 lines because Definitions 1-6 build on each other (a deep KAHM is
+a chain of KAHM cores, a wide one a set of deep ones) and share one fitting path (the numpy and
+torch back ends, the job pool): split, the pieces would only import each other back.
 """
 
 from __future__ import annotations

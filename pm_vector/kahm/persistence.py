@@ -8,6 +8,10 @@ File layout: ``torch.save`` of a dict with only strings and tensors::
 
 It is read back with ``torch.load(weights_only=True)``, which refuses anything but tensors
 and plain containers, so a model file cannot execute code on load.
+
+A leaf below the models (:mod:`pm_vector.kahm.model`, :mod:`pm_vector.kahm.classifier`), which
+save and load through it; :func:`pm_vector.kahm.load_model`, which dispatches on the stored
+kind to every model class, lives in the package face, above them all.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import torch
 
 from ..errors import InvalidInputError
 
-__all__ = ["save_state", "load_state", "load_model", "FORMAT", "VERSION"]
+__all__ = ["save_state", "load_state", "FORMAT", "VERSION"]
 
 FORMAT = "pm_vector.kahm"
 VERSION = "1"
@@ -73,15 +77,3 @@ def load_state(path):
     if blob.get("version") != VERSION:
         raise InvalidInputError(f"{path} has model-file version {blob.get('version')!r}; this code reads {VERSION}.")
     return blob["kind"], json.loads(blob["params"]), json.loads(blob["meta"]), blob["tensors"]
-
-
-def load_model(path, device=None):
-    """Load any KAHM model file, dispatching on the stored kind."""
-    from .classifier import FabricatedKAHMClassifier, KAHMClassifier, NoisyKAHMClassifier
-    from .model import KAHM, DeepKAHM, WideKAHM
-    kinds = {c._kind: c for c in (KAHM, DeepKAHM, WideKAHM, KAHMClassifier, NoisyKAHMClassifier,
-                                   FabricatedKAHMClassifier)}
-    kind = load_state(path)[0]
-    if kind not in kinds:
-        raise InvalidInputError(f"{path} holds an unknown model kind {kind!r}.")
-    return kinds[kind].load(path, device=device)

@@ -68,11 +68,11 @@ from .validation import RETRY_AFTER_S, ApiError, check_distances_body, check_res
 
 def _read_router(settings: ServiceSettings, pool):
     """The replicas resolves are read on: ``settings.read_urls``, else a running local cluster's."""
-    from ..db.replicas import ReadRouter
+    from ..db.postgres.replicas import ReadRouter
 
     urls = [u.strip() for u in settings.read_urls.split(",") if u.strip()]
     if not urls:
-        from ..db import cluster, server
+        from ..db.postgres import cluster, server
 
         if server.external_url() is None and cluster.topology() is not None:
             urls = cluster.replica_urls()
@@ -362,7 +362,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         import psycopg
 
         from ..db.errors import DatabaseConfigError
-        from ..db.server import redact
+        from ..db.postgres import redact
         from .db import ServicePool
         from .documents import resolve_document
 

@@ -73,7 +73,7 @@ def _check_scope(collections) -> list[str] | None:
 def _connect(conn):
     if conn is not None:
         return conn, False
-    from ..db.engine import connect
+    from ..db.postgres import connect
 
     return connect(), True
 

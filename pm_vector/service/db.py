@@ -1,10 +1,10 @@
 """The service's database access: one psycopg ConnectionPool per app, pgvector registered.
 
-:func:`pm_vector.db.engine.connect` opens a fresh connection per call, which costs a TCP/TLS
+:func:`pm_vector.db.postgres.connect` opens a fresh connection per call, which costs a TCP/TLS
 handshake and a backend start-up per request; the service instead borrows connections from a
 :class:`psycopg_pool.ConnectionPool` (``pool_min`` .. ``pool_max`` connections), so concurrent
 requests share a bounded set of sessions. Readiness (pgvector present, schema at head) is
-checked once with :func:`pm_vector.db.engine.connect` before the pool opens. While the database
+checked once with :func:`pm_vector.db.postgres.connect` before the pool opens. While the database
 is down there is no pool and requests fail at once; a fresh pool opens as soon as the database
 answers again (:mod:`pm_vector.service.dbhealth`).
 """
@@ -90,8 +90,7 @@ class ServicePool:
                  heartbeat_s: float = 0.5, probe_s: float = 0.25):
         import threading
 
-        from ..db import engine
-        from ..db.server import database_url, libpq_url
+        from ..db.postgres import database_url, engine, libpq_url
         from .dbhealth import DatabaseHealth
 
         self.url = libpq_url(url or database_url())

@@ -48,7 +48,7 @@ def public_anchor(collection: str):
 def public_partitions(collection: str) -> dict[str, Any] | None:
     """The public partitions of a collection without labels (``PublicPartitions.to_dict()``: the
     centroids fit on its public anchor), or None (a labelled collection, or none fit yet)."""
-    from ..db.engine import connect
+    from ..db.postgres import connect
     from ..db.partitioned import SETTINGS_KEY
 
     with connect() as conn:
@@ -64,7 +64,7 @@ def collection_uuid(collection: str) -> str | None:
     collection is dropped and re-created); it never selects a client's privacy budget, which is
     keyed by the server's origin as the client configured it
     (:meth:`pm_vector.client.http.Client.budget_key`)."""
-    from ..db.engine import connect
+    from ..db.postgres import connect
 
     with connect() as conn:
         row = conn.execute("SELECT uuid::text FROM pm_vector.collections WHERE name = %s", [collection]).fetchone()

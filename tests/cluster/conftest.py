@@ -13,20 +13,21 @@ from pmtest_embedded import ENV_KEYS  # tests/pmtest_embedded.py
 
 @pytest.fixture(scope="package")
 def local_cluster(tmp_path_factory):
-    from pm_vector.db import cluster, engine
+    from pm_vector.db import postgres
+    from pm_vector.db.postgres import cluster
 
     home = tmp_path_factory.mktemp("pmcluster")
     saved = {k: os.environ.get(k) for k in ENV_KEYS}
-    engine.dispose_engines()
+    postgres.dispose_engines()
     os.environ["PM_VECTOR_HOME"] = str(home)
     os.environ.pop("PM_VECTOR_DATABASE_URL", None)
     os.environ["PM_VECTOR_EMBEDDED_FAST"] = "1"
     st = cluster.start(shards=2, replicas=1)
     assert all(n["running"] for n in st["nodes"]), st
     yield cluster
-    engine.dispose_engines()
+    postgres.dispose_engines()
     os.environ["PM_VECTOR_HOME"] = str(home)
-    cluster.stop()
+    postgres.stop_cluster()
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)
@@ -56,7 +57,7 @@ def _load(name, sp, ds):
 def both(local_cluster):
     """The same digits collection on the cluster (sharded) and on a single node."""
     from pm_vector.datasets import load_dataset, split_dataset
-    from pm_vector.db import engine
+    from pm_vector.db import postgres
 
     ds = load_dataset("digits")
     sp = split_dataset(ds, 800, 300, 150, 100, seed=0)
@@ -64,12 +65,12 @@ def both(local_cluster):
     single = local_cluster.standalone_database(coord)
     run = _load("cl_digits", sp, ds)
     os.environ["PM_VECTOR_DATABASE_URL"] = single
-    engine.dispose_engines()
+    postgres.dispose_engines()
     try:
         single_run = _load("cl_digits", sp, ds)
     finally:
         os.environ.pop("PM_VECTOR_DATABASE_URL", None)
-        engine.dispose_engines()
+        postgres.dispose_engines()
     yield {"split": sp, "run": run, "single_run": single_run, "coord": coord, "single": single}
 
 

@@ -58,9 +58,9 @@ def test_cluster_nodes_and_shards(local_cluster, node_urls):
         ("replica0", "replica", True)]
     with psycopg.connect(node_urls["coordinator"]) as c:
         assert [r[0] for r in c.execute("SELECT name FROM pm_vector.shards ORDER BY name")] == ["shard0", "shard1"]
-    from pm_vector.db import server
+    from pm_vector.db import postgres
 
-    assert server.database_url() == local_cluster.coordinator_url()  # pm_vector talks to the coordinator
+    assert postgres.database_url() == local_cluster.coordinator_url()  # pm_vector talks to the coordinator
     with psycopg.connect(node_urls["replica0"]) as r:
         assert r.execute("SELECT pg_is_in_recovery()").fetchone()[0] is True
 

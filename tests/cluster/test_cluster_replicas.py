@@ -19,7 +19,7 @@ def _until(fn, timeout=15.0):
 
 
 def test_replica_rotation_follows_lag_and_liveness(local_cluster, node_urls):
-    from pm_vector.db.replicas import ReadRouter
+    from pm_vector.db.postgres.replicas import ReadRouter
 
     replica = node_urls["replica0"]
     router = ReadRouter(local_cluster.coordinator_url, [replica], max_lag_bytes=4096, check_interval=0)
@@ -50,6 +50,6 @@ def test_replica_rotation_follows_lag_and_liveness(local_cluster, node_urls):
 
 
 def test_a_router_without_replicas_reads_on_the_primary(local_cluster):
-    from pm_vector.db.replicas import ReadRouter
+    from pm_vector.db.postgres.replicas import ReadRouter
 
     assert ReadRouter(local_cluster.coordinator_url(), []).pick() is None

@@ -49,10 +49,10 @@ def fresh_url(db):
     import psycopg
     from psycopg import sql
 
-    from pm_vector.db import server
+    from pm_vector.db import postgres
 
     name = "mig_" + uuid.uuid4().hex[:8]
-    admin = server.database_url().replace(f"/{server.EMBEDDED_DATABASE}?", "/postgres?")
+    admin = postgres.database_url().replace(f"/{postgres.EMBEDDED_DATABASE}?", "/postgres?")
     with psycopg.connect(admin, autocommit=True) as c:
         c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     yield admin.replace("/postgres?", f"/{name}?")

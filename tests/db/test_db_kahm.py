@@ -824,12 +824,12 @@ def test_migration_0004_down_and_up(fresh_url):
     import psycopg
     from alembic import command
 
-    from pm_vector.db import server
-    from pm_vector.db.migrate import alembic_config, head_revision, upgrade_to_head
+    from pm_vector.db import postgres
+    from pm_vector.db.postgres.migrate import alembic_config, head_revision, upgrade_to_head
 
     kahm_tables = {"kahm_models", "kahm_item_scores", "kahm_audits"}
     with psycopg.connect(fresh_url, autocommit=True) as c:
-        server.ensure_pgvector(c)
+        postgres.ensure_pgvector(c)
     upgrade_to_head(fresh_url)
     with psycopg.connect(fresh_url, autocommit=True) as c:
         up = _schema_state(c)

@@ -193,15 +193,15 @@ def test_migration_0008_views_down_and_up(fresh_url):
     import psycopg
     from alembic import command
 
-    from pm_vector.db import server
-    from pm_vector.db.migrate import alembic_config, upgrade_to_head
+    from pm_vector.db import postgres
+    from pm_vector.db.postgres.migrate import alembic_config, upgrade_to_head
 
     def cols(c, view):
         return [r[0] for r in c.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = "
                                         "'pm_vector' AND table_name = %s ORDER BY ordinal_position", [view])]
 
     with psycopg.connect(fresh_url, autocommit=True) as c:
-        server.ensure_pgvector(c)
+        postgres.ensure_pgvector(c)
     upgrade_to_head(fresh_url)
     with psycopg.connect(fresh_url, autocommit=True) as c:
         up_m, up_a = cols(c, "pm_kahm_models"), cols(c, "pm_kahm_audits")

@@ -221,7 +221,7 @@ def test_sigkilled_job_backend_stops_building_the_index_within_seconds(db, cname
 
 def test_worker_connections_watch_their_client(db):
     """Job and ingest connections check their client every second (session setting, kept after a rollback)."""
-    from pm_vector.db.engine import connect
+    from pm_vector.db.postgres import connect
 
     c = connect(watch_client=True)
     try:

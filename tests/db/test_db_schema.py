@@ -21,7 +21,7 @@ def _objects(c):
 
 
 def test_schema_at_head(conn):
-    from pm_vector.db.migrate import current_revision, head_revision
+    from pm_vector.db.postgres.migrate import current_revision, head_revision
 
     assert current_revision(conn) == head_revision()
     tables, funcs, views = _objects(conn)
@@ -51,7 +51,7 @@ def test_models_match_migrated_schema(db):
 
 def test_sql_files_are_installed_verbatim(conn):
     """The functions in the database are those of sql/0001_functions.sql."""
-    from pm_vector.db.migrate import sql_dir
+    from pm_vector.db.postgres.migrate import sql_dir
 
     text = (sql_dir() / "0001_functions.sql").read_text()
     src = conn.execute("SELECT prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
@@ -66,11 +66,11 @@ def test_downgrade_and_upgrade_again(fresh_url):
     import numpy as np
     from alembic import command
 
-    from pm_vector.db import server
-    from pm_vector.db.migrate import alembic_config, head_revision, upgrade_to_head
+    from pm_vector.db import postgres
+    from pm_vector.db.postgres.migrate import alembic_config, head_revision, upgrade_to_head
 
     with psycopg.connect(fresh_url, autocommit=True) as c:
-        server.ensure_pgvector(c)
+        postgres.ensure_pgvector(c)
     assert upgrade_to_head(fresh_url) == {"from_revision": None, "to_revision": head_revision()}
     with psycopg.connect(fresh_url, autocommit=True) as c:
         # a run table, created the way jobs do, must go with the downgrade too

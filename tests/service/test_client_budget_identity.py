@@ -32,7 +32,7 @@ def _resolves(c: Client) -> list[str]:
 
 
 def test_the_collection_id_is_information_and_the_budget_key_is_the_origin(service, svc_collection, svc_key):
-    from pm_vector.db.engine import connect
+    from pm_vector.db.postgres import connect
 
     with Client(service.url, svc_key["key"], budget=MemoryBudget()) as c:
         a = c.anchor_document(svc_collection)["collection_uuid"]

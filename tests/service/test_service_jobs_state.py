@@ -30,7 +30,7 @@ def _status(conn, job_id):
 
 def test_restart_shows_jobs_and_marks_dead_ones_interrupted(svc_home, svc_split, admin):
     from pm_vector import db
-    from pm_vector.db.engine import connect
+    from pm_vector.db.postgres import connect
     from pm_vector.service.demo import prepare_collection
     from pm_vector.service.jobs import LOCK_SPACE
     from pm_vector.service.runner import ServiceThread
@@ -78,7 +78,7 @@ def test_restart_shows_jobs_and_marks_dead_ones_interrupted(svc_home, svc_split,
 
 
 def test_job_parameters_and_queue_are_bounded(service, svc_collection, admin, svc_home):
-    from pm_vector.db.engine import connect
+    from pm_vector.db.postgres import connect
     from pm_vector.service.jobs import LOCK_SPACE
 
     with httpx.Client(base_url=service.url, headers=admin, timeout=30) as c:

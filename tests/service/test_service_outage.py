@@ -21,7 +21,7 @@ OUTAGE_S = 20.0
 
 
 def test_database_outage_gives_fast_503_and_recovers_within_2s(service, svc_collection, svc_key, svc_split):
-    from pm_vector.db import engine, server
+    from pm_vector.db import postgres
 
     Xq, yq = svc_split.query
     with Client(service.url, svc_key["key"]) as c:
@@ -59,9 +59,9 @@ def test_database_outage_gives_fast_503_and_recovers_within_2s(service, svc_coll
         accepted: list = []
         poller = threading.Thread(target=lambda: accepted.append(wait_accepting(db_url, stop)), daemon=True)
         poller.start()
-        server.start()
+        postgres.start()
         restarted = True
-        engine.dispose_engines()
+        postgres.dispose_engines()
         poller.join(timeout=30)
         stop.set()
         t_accept = accepted[0]
@@ -74,8 +74,8 @@ def test_database_outage_gives_fast_503_and_recovers_within_2s(service, svc_coll
     finally:
         prober.stop()
         if not restarted:
-            server.start()
-            engine.dispose_engines()
+            postgres.start()
+            postgres.dispose_engines()
     s = summarize(prober.snapshot(), t_kill, t_accept)
     print("outage:", s)
     assert s["outage_other_statuses"] == [], s  # no 500, no transport error while the database is down

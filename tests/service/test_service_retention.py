@@ -34,7 +34,7 @@ def two_collections(svc_home):
 
 def test_prune_keeps_only_rows_within_retention(two_collections):
     from pm_vector import db
-    from pm_vector.db.engine import connect
+    from pm_vector.db.postgres import connect
     from pm_vector.db.retention import prune_request_log
 
     keep, gone = two_collections
@@ -58,7 +58,7 @@ def test_prune_keeps_only_rows_within_retention(two_collections):
 
 
 def test_service_prunes_periodically(two_collections):
-    from pm_vector.db.engine import connect
+    from pm_vector.db.postgres import connect
     from pm_vector.service.runner import ServiceThread
     from pm_vector.service.settings import ServiceSettings
 

