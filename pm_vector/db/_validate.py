@@ -6,28 +6,19 @@ is written."""
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from .._validation import as_labels, as_matrix
 from ..errors import InvalidInputError
+from ._names import _NAME, _check_name  # noqa: F401  (re-exported)
 from .errors import DimensionMismatchError, UnknownLabelError
 
 METRICS = ("l2", "cosine", "ip")
 ROLES = ("anchor", "dummy")
 HALFVEC_MAX = 65504.0
 MAX_FEATURE_DIM = 16000
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$")
-
-
-def _check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise InvalidInputError(
-            f"invalid collection name {name!r}: use 1-128 characters from letters, digits and _ . : - "
-            "(starting with a letter, digit or _).")
-    return name
 
 
 def _features(x, coll: Mapping[str, Any], what: str) -> np.ndarray:

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import InvalidInputError
-from ._validate import _check_name
+from ._names import _check_name
 
 SETTINGS_KEY = "max_payload_bytes"
 DEFAULT_MAX_PAYLOAD_BYTES = 256

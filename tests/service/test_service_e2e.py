@@ -15,7 +15,7 @@ import pytest
 from pm_vector.client.budget import PrivacyBudget, origin_key
 from pm_vector.client.http import Client, ServiceError, rebuild_frame
 from pm_vector.errors import AlignmentError, BudgetExceededError
-from pm_vector.protocol.codec import decode
+from pm_vector.protocol.codec import MSGPACK, decode, encode
 
 
 def test_private_query_end_to_end(service, svc_collection, svc_key, svc_split, requests_logged, tmp_path):
@@ -373,21 +373,22 @@ def test_compact_answer_is_the_default_and_has_no_raw_features(service, svc_coll
             r = c.query(svc_collection, Xq[0], int(yq[0]), epsilon=4.0, k=8, release=release)
             c._http.event_hooks["response"] = []
             got[-1].read()
-            ans = got[-1].json()
+            assert got[-1].headers["content-type"].startswith(MSGPACK)  # the default wire
+            ans = decode(got[-1].content, MSGPACK)
             assert ans["answer"] == "compact" and ans["codes"] == {"bytes": b, "digest": pc.digest()}
             assert r["shortlist"] == kp and r["code_bytes"] == b and r["reranked"] == "codes"
             for row in ans["rows"]:
                 assert set(row) == {"row", "item_ids", "codes"}  # the demo stores no payloads
                 assert np.asarray(row["codes"]).shape == (kp, b)
-            # the same document in msgpack (pm_vector.protocol.codec): C k' (b + 4) bytes and a little framing
-            doc = {**ans, "rows": [{"row": row["row"], "item_ids": np.asarray(row["item_ids"], np.uint32),
-                                    "codes": np.asarray(row["codes"], np.uint8)} for row in ans["rows"]]}
-            packed = len(encode(doc, MSGPACK))
+            # on the wire (msgpack, pm_vector.protocol.codec): C k' (b + 4) bytes and a little framing,
+            # and the whole request, both ways with the headers, within 50,000 bytes
+            packed = len(got[-1].content)
             assert 10 * kp * (b + 4) < packed <= 10 * kp * (b + 4) + 1500, (packed, kp, b)
+            assert r["bytes_per_request"] <= 50_000, r["bytes_per_request"]
             sizes[release] = (r["bytes_received"], packed)
             f = c.query(svc_collection, Xq[0], int(yq[0]), epsilon=4.0, k=8, release=release, answer="features")
             assert f["reranked"] == "features" and len(f["labels"]) == 8
-        print("compact answer bytes (received as JSON, the same document in msgpack):", sizes)
+        print("compact answer bytes (received on the wire with headers, the answer body):", sizes)
         # a codes document that is not the published one (a tampered centroid) is refused before any query
         cached = c._public[svc_collection]
         cached[6].pop("codes")
