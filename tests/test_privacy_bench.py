@@ -172,6 +172,9 @@ def test_download_codes_is_every_code_and_the_codebooks(result):
     cross = {(c["method"], c.get("code_bytes")): c for c in result["crossover"]}
     per = max(r["bytes_per_request"] for r in result["results"] if r["method"] == "pm_vector_compact")
     assert cross[("download_codes", 64)]["requests"] == pytest.approx(dc[64]["bytes_per_request"] / per)
+    assert cross[("download_codes", 64)]["requests_without_codebooks"] == pytest.approx(
+        (dc[64]["bytes_per_request"] - dc[64]["codebook_bytes"]) / per)
+    assert dc[32]["codebook_bytes"] < dc[64]["codebook_bytes"] < dc[64]["bytes_per_request"]
 
 
 # --------------------------------------------------------------------------- the cell release in the benchmark

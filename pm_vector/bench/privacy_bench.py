@@ -347,7 +347,8 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
 def _crossover(out: dict) -> None:
     """``out["crossover"]``: for each download baseline row, how many compact requests cost as many
     bytes as the download (the download is reusable; below this many requests the private answer
-    moves fewer bytes), against the largest compact request of the run."""
+    moves fewer bytes), against the largest compact request of the run; for ``download_codes`` also
+    without the codebooks (which a client of compact answers downloads once too)."""
     compact = [r["bytes_per_request"] for r in out["results"] if r["method"] == "pm_vector_compact"]
     if not compact:
         return
@@ -355,7 +356,10 @@ def _crossover(out: dict) -> None:
     out["crossover"] = [{"method": r["method"], **({"code_bytes": r["code_bytes"]} if "code_bytes" in r else {}),
                          **({"n_cells": r["n_cells"]} if "n_cells" in r else {}),
                          "download_bytes": r["bytes_per_request"], "compact_request_bytes": per,
-                         "requests": r["bytes_per_request"] / per}
+                         "requests": r["bytes_per_request"] / per,
+                         # a compact client downloads the codebooks once as well: the codes alone
+                         **({"requests_without_codebooks": (r["bytes_per_request"] - r["codebook_bytes"]) / per}
+                            if "codebook_bytes" in r else {})}
                         for r in out["results"] if r["method"] in ("download_codes", "download_lists", "download_all")]
 
 

@@ -265,6 +265,7 @@ def download_codes(ctx: _Context):
     for j, b in enumerate(pc.stage_bytes_):
         recon = pc.decode(codes[:, :b]).astype(np.float32)  # the same order as ProductCodes.distances
         retrieved = knn_search(Rq, recon, k)
-        doc = {"item_ids": np.zeros(len(ctx.ys), np.uint32), "codes": codes[:, :b],
-               "codebooks": {**books, "centroids": books["centroids"][:j + 1]}}
-        yield retrieved, float(wire_bytes(doc)), {"code_bytes": b}
+        cb = {**books, "centroids": books["centroids"][:j + 1]}
+        doc = {"item_ids": np.zeros(len(ctx.ys), np.uint32), "codes": codes[:, :b], "codebooks": cb}
+        # the codebooks are also what a client of compact answers downloads once (with the anchor)
+        yield retrieved, float(wire_bytes(doc)), {"code_bytes": b, "codebook_bytes": wire_bytes(cb)}
