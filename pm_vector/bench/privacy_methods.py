@@ -27,7 +27,7 @@ from ..privacy import secure_generator
 from ..privacy.cells import release_for_epsilon
 from ..shortlist import PosteriorShortlist, noise_free_shortlist
 from . import cell_methods
-from .baselines import knn_search
+from .baselines import ReferenceClassLDP, knn_search
 from .metrics import wire_answer_bytes, wire_bytes, wire_request_bytes
 
 
