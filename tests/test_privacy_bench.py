@@ -65,7 +65,10 @@ def test_non_private_references(result):
     assert raw["nn_recall_at_8"] == 1.0
     assert raw["precision_at_8"] == pytest.approx(result["class_ceiling"])
     dl = rows(result, "download_all")[None]
-    assert dl["nn_recall_at_8"] == 1.0 and dl["bytes_share_of_collection"] == pytest.approx(1.0)
+    assert dl["nn_recall_at_8"] == 1.0
+    # every item's uint32 id and float32 features, as msgpack
+    assert dl["bytes_per_request"] == wire_answer_bytes(1, 1000, dim=64)
+    assert dl["bytes_share_of_collection"] == pytest.approx(1.0, abs=0.02)
 
 
 def test_pm_vector_orders(result):
