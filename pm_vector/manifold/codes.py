@@ -1,12 +1,15 @@
 """Compact public codes of items, for a client to re-rank candidates without raw features.
 
-A collection that does not hand out raw features publishes a projection fit on its public
-anchor set (the anchor mean and its top ``n_components`` principal directions) and stores
-every item's code ``W (x - mean)`` as a ``halfvec``. With a request's answer the server returns
-each candidate's code; the client projects its own query with the same public projection and
-re-ranks by code distance. The projection is a function of public data; the codes are what the
-collection chose to reveal about its items (``n_components`` numbers at half precision instead
-of the raw features: 64 x 2 bytes instead of 784 x 4 on Fashion-MNIST).
+:class:`ProductCodes` (the compact answer's codes): product quantisation fit on the public anchor
+only, published with it (codebooks and rotation, digested); every item's code is what the
+collection reveals of it in a compact answer, and the client re-ranks its candidates by
+asymmetric distance. :func:`compact_answer_shape` is the public rule for an answer's
+``(k', code prefix)`` under a byte budget.
+
+:class:`PublicProjection` is the earlier code (the anchor's top principal directions, every item's
+``W (x - mean)`` stored as a ``halfvec``: 64 x 2 bytes instead of 784 x 4 on Fashion-MNIST; noise-free
+nn_recall@8 capped at 0.665 there). It stays while the database and the client still publish and
+read it; the benchmark no longer uses it.
 """
 
 from __future__ import annotations
@@ -82,6 +85,12 @@ class ProductCodes:
     published with it (:meth:`to_dict`, :meth:`digest`). An item's code is what the collection
     reveals of it in a compact answer, in place of its raw features. The client re-ranks by the
     *asymmetric* distance (:meth:`distances`): its exact query against the decoded codes.
+
+    Measured (Fashion-MNIST default split of ``pm-vector bench privacy``, 1,000 anchor rows; the
+    Gaussian's noise-free candidates, k' = 128, re-ranked to 8): nn_recall@8 0.708 with 32 bytes,
+    0.796 with 2 x 32 bytes. OPQ (faiss ``OPQMatrix`` in place of the PCA round-robin) over-fits the
+    small anchor: 0.547 and 0.707. Keeping only the top 128 principal directions: the same with one
+    stage, 0.756 with two. Four stages of 16 bytes: 0.794 at 64 bytes, 0.701 at 32.
 
     Parameters: ``code_bytes`` (bytes per item, all stages, in ``[8, 64]``, a multiple of
     ``n_stages``), ``n_stages``. Learned: ``mean_`` ``(d,)``, ``rotation_`` ``(d', d)``
