@@ -14,6 +14,10 @@ Sources
     (``/usr/share/datasets/fashion-mnist/``; the environment variable
     ``PM_VECTOR_FASHION_MNIST_DIR`` or the ``data_dir`` argument overrides the directory).
     Train and test are combined: 70,000 images of 784 pixels, 10 classes.
+``"fashion-mnist-70k"``
+    The same 70,000 images under their own name, for benchmarks that split the whole collection
+    (``pm-vector bench privacy --dataset fashion-mnist-70k``: 68,000 server items) where
+    ``"fashion-mnist"``'s default split serves 10,000.
 your own arrays
     :func:`load_arrays` reads a features ``.npy`` file and a labels ``.npy`` file.
 
@@ -136,7 +140,7 @@ class Dataset:
 
 def available_datasets() -> tuple[str, ...]:
     """Names accepted by :func:`load_dataset`."""
-    return ("digits", "fashion-mnist")
+    return ("digits", "fashion-mnist", "fashion-mnist-70k")
 
 
 def load_dataset(name: str, *, max_items: int | None = None, seed: int = 0,
@@ -146,7 +150,8 @@ def load_dataset(name: str, *, max_items: int | None = None, seed: int = 0,
     Parameters
     ----------
     name:
-        ``"digits"`` or ``"fashion-mnist"`` (case-insensitive; ``"fashion_mnist"`` also works).
+        ``"digits"``, ``"fashion-mnist"`` or ``"fashion-mnist-70k"`` (the same images, named for
+        the benchmark split of the whole collection; case-insensitive, ``_`` for ``-`` also works).
     max_items:
         Keep a stratified random subsample of at most this many items (class proportions
         preserved, every class kept when ``max_items`` >= number of classes). ``None`` keeps all.
@@ -173,6 +178,9 @@ def load_dataset(name: str, *, max_items: int | None = None, seed: int = 0,
     elif key in ("fashion-mnist", "fashionmnist"):
         ds = _load_fashion_mnist(data_dir, max_items=max_items, seed=seed)
         return ds  # subsampled before normalisation to save memory
+    elif key in ("fashion-mnist-70k", "fashionmnist-70k"):
+        ds = _load_fashion_mnist(data_dir, max_items=max_items, seed=seed)
+        return Dataset("fashion-mnist-70k", ds.features, ds.labels, ds.classes, ds.class_names)
     else:
         raise InvalidInputError(f"unknown dataset {name!r}; available: {', '.join(available_datasets())} "
                                 f"(or load your own arrays with pm_vector.datasets.load_arrays).")

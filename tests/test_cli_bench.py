@@ -26,15 +26,16 @@ def test_bench_privacy_json_shape_and_inf(tmp_path):
     assert out["split"]["sizes"] == {"server": 400, "anchor": 150, "dummy": 50, "query": 30}
     assert out["collection_bytes"] == 400 * (8 + 4 * 64)
     got = {(x["method"], x["epsilon"]) for x in out["results"]}
-    assert got == {(m, e) for m in ("pm_vector", "reference_ldp", "dp_pca") for e in (1.0, "inf")} | {
+    assert got == {(m, e) for m in ("pm_vector_raw", "reference_ldp", "dp_pca") for e in (1.0, "inf")} | {
         ("raw_knn", None), ("download_all", None), ("label_only", None)}
     for x in out["results"]:
         assert ROW_FIELDS <= set(x)
         assert 0 <= x["precision_at_8"] <= x["recall_at_8"] <= 1 and 0 <= x["nn_recall_at_8"] <= 1
     by = {(x["method"], x["epsilon"]): x for x in out["results"]}
     assert by[("raw_knn", None)]["nn_recall_at_8"] == 1.0
-    assert by[("download_all", None)]["bytes_per_request"] == out["collection_bytes"]
-    assert by[("pm_vector", "inf")]["nn_recall_at_8"] > by[("pm_vector", 1.0)]["nn_recall_at_8"]
+    # the collection as msgpack: uint32 ids and float32 features
+    assert 400 * (4 + 4 * 64) < by[("download_all", None)]["bytes_per_request"] < 400 * (4 + 4 * 64) + 200
+    assert by[("pm_vector_raw", "inf")]["nn_recall_at_8"] > by[("pm_vector_raw", 1.0)]["nn_recall_at_8"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "plot written" in r.stderr
 
@@ -78,6 +79,26 @@ def test_bench_privacy_errors_are_clear(tmp_path):
     assert r.exit_code != 0 and "without labels" in r.output
     r = runner.invoke(app, ["bench", "privacy", "--dataset", "nope"])
     assert r.exit_code != 0 and "nope" in r.output
+
+
+def test_bench_privacy_code_bytes():
+    r = runner.invoke(app, ["bench", "privacy", *FAST, "--n-anchor", "300", "--n-server", "300", "--epsilons", "4",
+                            "--code-bytes", "16", "--methods", "pm_vector_compact,download_codes", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["config"]["code_bytes"] == 16 and out["config"]["code_stages"] == 2
+    compact = next(x for x in out["results"] if x["method"] == "pm_vector_compact")
+    assert compact["code_bytes"] == 8 and compact["release"] == "cells" and compact["bytes_per_request"] <= 50_000
+    assert sorted(x["code_bytes"] for x in out["results"] if x["method"] == "download_codes") == [8, 16]
+    for bad in ("7", "65"):
+        r = runner.invoke(app, ["bench", "privacy", *FAST, "--code-bytes", bad])
+        assert r.exit_code != 0 and "--code-bytes" in r.output
+    # an anchor too small for 256 centroids per sub-quantiser: the compact methods say why, the rest run
+    r = runner.invoke(app, ["bench", "privacy", *FAST, "--epsilons", "4", "--methods", "pm_vector_compact,raw_knn",
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert "256" in out["skipped"]["pm_vector_compact"] and [x["method"] for x in out["results"]] == ["raw_knn"]
 
 
 def test_bench_kahm_privacy_json_shape():
@@ -128,4 +149,4 @@ def test_bench_privacy_without_labels_uses_public_partitions(tmp_path):
                             "--methods", "pm_vector,partition_only"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["classes"] == 10 and {x["method"] for x in out["results"]} == {"pm_vector", "partition_only"}
+    assert out["classes"] == 10 and {x["method"] for x in out["results"]} == {"pm_vector_raw", "partition_only"}

@@ -12,6 +12,7 @@ from pm_vector.datasets import (
     DEFAULT_FASHION_MNIST_DIR,
     FASHION_MNIST_FILES,
     Dataset,
+    available_datasets,
     DatasetNotFoundError,
     load_arrays,
     load_dataset,
@@ -125,6 +126,16 @@ def test_fashion_mnist_from_env_dir(tmp_path, monkeypatch):
     np.testing.assert_allclose(ds.features[0], first / np.linalg.norm(first), rtol=1e-6)
     sub = load_dataset("fashion_mnist", max_items=20, seed=1)
     assert sub.n_items == 20 and set(sub.class_counts().values()) == {2}
+
+
+def test_fashion_mnist_70k_is_every_image_of_train_and_test(tmp_path, monkeypatch):
+    """The benchmark's larger collection: the same images (train then test) under its own name."""
+    monkeypatch.setenv("PM_VECTOR_FASHION_MNIST_DIR", str(_fake_fmnist_dir(tmp_path)))
+    small, big = load_dataset("fashion-mnist"), load_dataset("Fashion_MNIST-70k")
+    assert big.name == "fashion-mnist-70k" and "fashion-mnist-70k" in available_datasets()
+    assert big.n_items == 40 and big.class_names == small.class_names
+    np.testing.assert_array_equal(big.features, small.features)
+    np.testing.assert_array_equal(big.labels, small.labels)
 
 
 def test_fashion_mnist_missing_files_names_the_fix(tmp_path, monkeypatch):

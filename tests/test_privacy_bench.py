@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pm_vector.bench.metrics import candidate_bytes, collection_bytes
+from pm_vector.bench.metrics import collection_bytes, wire_answer_bytes, wire_bytes
 from pm_vector.bench.privacy_bench import (DEFAULT_METHODS, METHODS, BenchConfig, epsilon_json, parse_epsilons,
                                            parse_methods, plot, run)
 from pm_vector.datasets import load_dataset, split_dataset
@@ -38,12 +38,13 @@ def test_every_method_at_every_epsilon(result):
     for m in METHODS:
         if m in ("raw_knn", "download_all", "label_only"):
             assert (m, None) in got
-        elif m == "download_lists":
+        elif m in ("download_lists", "download_codes"):
             assert (m, 0.0) in got
         elif m != "partition_only":  # a labelled collection has label_only instead
             assert {(m, 1.0), (m, 16.0), (m, "inf")} <= got
     assert not any(m == "partition_only" for m, _ in got)
-    assert len(result["results"]) == (len(METHODS) - 5) * 3 + 3 + len(levels)
+    # one row per level for download_lists, per code stage (32 and 64 bytes) for download_codes
+    assert len(result["results"]) == (len(METHODS) - 6) * 3 + 3 + len(levels) + 2
     assert "privatemail_paper" not in DEFAULT_METHODS and "pm_vector_cells" in DEFAULT_METHODS
     for key in ("dataset", "split", "k", "shortlist", "delta", "seed", "class_ceiling", "collection_bytes", "results"):
         assert key in result
@@ -64,11 +65,14 @@ def test_non_private_references(result):
     assert raw["nn_recall_at_8"] == 1.0
     assert raw["precision_at_8"] == pytest.approx(result["class_ceiling"])
     dl = rows(result, "download_all")[None]
-    assert dl["nn_recall_at_8"] == 1.0 and dl["bytes_share_of_collection"] == pytest.approx(1.0)
+    assert dl["nn_recall_at_8"] == 1.0
+    # every item's uint32 id and float32 features, as msgpack
+    assert dl["bytes_per_request"] == wire_answer_bytes(1, 1000, dim=64)
+    assert dl["bytes_share_of_collection"] == pytest.approx(1.0, abs=0.02)
 
 
 def test_pm_vector_orders(result):
-    pm = rows(result, "pm_vector")
+    pm = rows(result, "pm_vector_raw")
     lo = rows(result, "label_only")
     # the noise-free endpoint is far above eps = 1 (digits: ~0.99 vs ~0.5)
     assert pm["inf"]["nn_recall_at_8"] > pm[1.0]["nn_recall_at_8"] + 0.2
@@ -81,8 +85,9 @@ def test_pm_vector_orders(result):
     # the label alone: one list per class
     assert lo[None]["distinct_candidate_lists_per_class"] == pytest.approx(
         np.mean([1 / n for n in np.bincount(result_labels(result)) if n]))
-    # k' candidates for each of the 10 class rows, each an id plus 64 float32 features
-    assert pm[1.0]["response_bytes"] == candidate_bytes(KP, 10, 64)
+    # k' candidates for each of the 10 class rows, each a uint32 id plus 64 float32 features, as msgpack
+    assert pm[1.0]["response_bytes"] == wire_answer_bytes(10, KP, dim=64)
+    assert 10 * KP * (4 + 64 * 4) < pm[1.0]["response_bytes"] < 10 * KP * (4 + 64 * 4) + 600
 
 
 def test_label_free_and_reference(result):
@@ -98,8 +103,8 @@ def test_label_free_and_reference(result):
 
 
 def test_reproducible(split):
-    cfg = BenchConfig(epsilons=(4.0,), k=K, shortlist=KP, seed=3, methods=("pm_vector", "pm_vector_cells",
-                                                                          "reference_ldp"))
+    cfg = BenchConfig(epsilons=(4.0,), k=K, shortlist=KP, seed=3, methods=("pm_vector_compact", "pm_vector",
+                                                                          "pm_vector_cells", "reference_ldp"))
     a, b = run(split, cfg), run(split, cfg)
     strip = [{k: v for k, v in r.items() if k != "seconds"} for r in a["results"]]
     assert strip == [{k: v for k, v in r.items() if k != "seconds"} for r in b["results"]]
@@ -112,7 +117,7 @@ def test_parse_epsilons_and_methods():
         with pytest.raises(InvalidInputError):
             parse_epsilons(bad)
     assert epsilon_json(math.inf) == "inf" and epsilon_json(None) is None and epsilon_json(2) == 2.0
-    assert parse_methods("raw_knn,pm_vector") == ("pm_vector", "raw_knn")  # table order
+    assert parse_methods("raw_knn,pm_vector") == ("pm_vector_raw", "raw_knn")  # table order; an alias
     assert parse_methods(None) == DEFAULT_METHODS
     with pytest.raises(InvalidInputError, match="nope"):
         parse_methods("pm_vector,nope")
@@ -138,12 +143,41 @@ def test_plot_without_inf_or_non_private(split, tmp_path):
     assert np.isfinite(res["results"][0]["nn_recall_at_8"])
 
 
-def test_published_codes_cost_fewer_bytes_and_keep_most_of_the_recall(result):
-    raw, codes = rows(result, "pm_vector"), rows(result, "pm_vector_codes")
+def test_the_compact_answer_has_the_rule_s_shape_and_fits_the_budget(result):
+    from pm_vector.manifold.codes import compact_answer_shape
+
+    compact, raw = rows(result, "pm_vector_compact"), rows(result, "pm_vector_raw")
     for eps in (1.0, 16.0, "inf"):
-        assert codes[eps]["response_bytes"] < raw[eps]["response_bytes"]
-        # digits has 64 features and the code 64 half-precision components: the re-rank barely changes
-        assert codes[eps]["nn_recall_at_8"] >= raw[eps]["nn_recall_at_8"] - 0.03
+        r = compact[eps]
+        e = math.inf if eps == "inf" else eps
+        assert (r["k_prime"], r["code_bytes"]) == compact_answer_shape(10, r["release"], e, (32, 64))
+        assert r["release"] == raw[eps]["release"]
+        # the wire: request and answer (uint32 ids and code prefixes of every row), both directions
+        assert r["bytes_per_request"] <= 50_000
+        assert r["response_bytes"] > 10 * r["k_prime"] * (4 + r["code_bytes"])
+    # the cell release takes many candidates with the first stage, the Gaussian's endpoint the whole code
+    assert compact[1.0]["code_bytes"] == 32 and compact["inf"]["code_bytes"] == 64
+    assert compact[1.0]["k_prime"] > compact["inf"]["k_prime"]
+    # digits (64 features): the compact answer's candidates more than make up for the coding loss
+    assert compact["inf"]["nn_recall_at_8"] > 0.85 and compact[16.0]["nn_recall_at_8"] > 0.8
+
+
+def test_download_codes_is_every_code_and_the_codebooks(result):
+    dc = {r["code_bytes"]: r for r in result["results"] if r["method"] == "download_codes"}
+    assert sorted(dc) == [32, 64]
+    for b, r in dc.items():
+        assert r["epsilon"] == 0.0 and r["delta"] == 0.0
+        # 1,000 items' uint32 ids and codes, plus the codebooks (mean, rotation, centroids: float32)
+        books = 4 * (64 + 64 * 64 + (b // 32) * 32 * 256 * 2)
+        assert 1000 * (4 + b) + books < r["bytes_per_request"] < 1000 * (4 + b) + books + 1000
+    assert dc[64]["nn_recall_at_8"] > dc[32]["nn_recall_at_8"]
+    # the crossover: how many compact requests cost one download
+    cross = {(c["method"], c.get("code_bytes")): c for c in result["crossover"]}
+    per = max(r["bytes_per_request"] for r in result["results"] if r["method"] == "pm_vector_compact")
+    assert cross[("download_codes", 64)]["requests"] == pytest.approx(dc[64]["bytes_per_request"] / per)
+    assert cross[("download_codes", 64)]["requests_without_codebooks"] == pytest.approx(
+        (dc[64]["bytes_per_request"] - dc[64]["codebook_bytes"]) / per)
+    assert dc[32]["codebook_bytes"] < dc[64]["codebook_bytes"] < dc[64]["bytes_per_request"]
 
 
 # --------------------------------------------------------------------------- the cell release in the benchmark
@@ -155,9 +189,9 @@ def test_rows_say_their_release_and_delta(result):
             assert r["release"] == "gaussian" and r["delta"] == result["delta"]
         if r["epsilon"] == "inf" or r["method"] == "raw_knn":
             assert r["delta"] is None
-        if r["method"] in ("download_all", "download_lists"):
+        if r["method"] in ("download_all", "download_lists", "download_codes"):
             assert r["delta"] == 0.0
-    pm, cells = rows(result, "pm_vector"), rows(result, "pm_vector_cells")
+    pm, cells = rows(result, "pm_vector_raw"), rows(result, "pm_vector_cells")
     # the default rule: the cell release at the eps a user picks, the Gaussian's noise-free endpoint
     assert pm[1.0]["release"] == "cells" and pm[16.0]["release"] == "cells" and pm["inf"]["release"] == "gaussian"
     assert pm[16.0]["nn_recall_at_8"] == cells[16.0]["nn_recall_at_8"]
@@ -174,9 +208,11 @@ def test_download_lists_is_the_true_cell_at_eps_zero(result):
     assert dl[inf_level]["nn_recall_at_8"] == cells["inf"]["nn_recall_at_8"]
     for K, r in dl.items():
         assert r["epsilon"] == 0.0 and r["table_lists"] == 10 * K
-        # the table: every listed item once (id and features) and C K lists of k' ids
+        # the table: every listed item once (uint32 id and features) and C K lists of k' ids, as msgpack
         assert min(KP, 1000) <= r["table_items"] <= 1000
-        assert r["bytes_per_request"] == r["table_items"] * (8 + 4 * 64) + 10 * K * KP * 8
+        assert r["bytes_per_request"] == wire_bytes({"item_ids": np.zeros(r["table_items"], np.uint32),
+                                                     "features": np.zeros((r["table_items"], 64), np.float32),
+                                                     "lists": np.zeros((10, K, KP), np.uint32)})
 
 
 def test_a_method_that_cannot_run_is_skipped_and_the_others_kept():
@@ -186,7 +222,7 @@ def test_a_method_that_cannot_run_is_skipped_and_the_others_kept():
     res = run(small, BenchConfig(epsilons=(4.0,), k=K, shortlist=KP, methods=(
         "pm_vector", "pm_vector_label_free", "label_only", "raw_knn")))
     assert "pm_vector_label_free" in res["skipped"] and "n+1" in res["skipped"]["pm_vector_label_free"]
-    assert {r["method"] for r in res["results"]} == {"pm_vector", "label_only", "raw_knn"}
+    assert {r["method"] for r in res["results"]} == {"pm_vector_raw", "label_only", "raw_knn"}
     assert "label_free_classifier" not in res
 
 
@@ -195,9 +231,9 @@ def test_public_partitions_replace_the_classes(split):
                                  methods=("pm_vector", "label_only", "partition_only", "pm_vector_label_free",
                                           "raw_knn")))
     got = {r["method"] for r in res["results"]}
-    assert got == {"pm_vector", "partition_only", "raw_knn"}  # no label to drop, no classifier to ask
+    assert got == {"pm_vector_raw", "partition_only", "raw_knn"}  # no label to drop, no classifier to ask
     assert res["classes"] == 5 and "partitions" in res["labels"]
-    pm, po = rows(res, "pm_vector"), rows(res, "partition_only")
+    pm, po = rows(res, "pm_vector_raw"), rows(res, "partition_only")
     assert pm[4.0]["release"] == "cells" and pm[4.0]["nn_recall_at_8"] > po[None]["nn_recall_at_8"]
 
 

@@ -5,7 +5,7 @@ downloaded once, looked up at the true cell).
 A cell answer depends only on (class, reported cell), so the whole set of answers at level K is a
 public table of C x K lists. A client that downloads it looks up its true cell at eps 0 and gets
 the cell release's eps = inf figure at that K, for the table's bytes (the union of the listed items'
-ids and features, plus C K k' ids), reusable for every later query. The benchmark puts both side by
+ids and features, plus C K k' ids, as msgpack), reusable for every later query. The benchmark puts both side by
 side; the cell release is worth its eps where one request is much cheaper than the table.
 """
 
@@ -21,10 +21,7 @@ from ..manifold.cells import PublicCells
 from ..privacy import secure_generator
 from ..privacy.cells import cell_level_for_epsilon, max_cells_for
 from ..shortlist import CellShortlist
-from .metrics import FEATURE_BYTES, ID_BYTES, float_payload_bytes
-
-#: the bytes of a cell request besides its C reports: epsilon, K, k' and the cells' digest (64 hex)
-_CELL_REQUEST_FIXED = float_payload_bytes(3) + 64
+from .metrics import wire_bytes
 
 
 def cell_state(ctx):
@@ -35,8 +32,9 @@ def cell_state(ctx):
     return cells, sl
 
 
-def level_for(ctx, eps) -> int:
-    """The public rule's K at ``eps`` (or the configured fixed level)."""
+def level_for(ctx, eps, kp: int | None = None) -> int:
+    """The public rule's K at ``eps`` for ``kp`` candidates per row (default the configured k'), or
+    the configured fixed level."""
     cells, _ = cell_state(ctx)
     fixed = ctx.cfg.n_cells
     if fixed is not None:
@@ -44,7 +42,7 @@ def level_for(ctx, eps) -> int:
             from ..errors import InvalidInputError
             raise InvalidInputError(f"--cells {fixed} is not a usable level; the anchor allows {list(cells.levels_)}.")
         return int(fixed)
-    max_cells = max_cells_for(len(ctx.ys), cells.classes_.size, ctx.cfg.shortlist)
+    max_cells = max_cells_for(len(ctx.ys), cells.classes_.size, int(kp or ctx.cfg.shortlist))
     return cell_level_for_epsilon(eps, cells.levels_, max_cells)
 
 
@@ -52,11 +50,11 @@ def _top(scores: np.ndarray, k: int) -> np.ndarray:
     return np.lexsort((np.arange(scores.size), -scores))[:k]
 
 
-def answer_table(ctx, K: int, eps) -> np.ndarray:
+def answer_table(ctx, K: int, eps, kp: int | None = None) -> np.ndarray:
     """``(C, K, k')``: the server's answer to every (class, report) at level K and ``eps`` -- a
     cell answer is a function of these two alone (cached on ``ctx``)."""
     cells, sl = cell_state(ctx)
-    kp, C = ctx.cfg.shortlist, cells.classes_.size
+    kp, C = int(kp or ctx.cfg.shortlist), cells.classes_.size
 
     def build():
         t = np.empty((C, K, kp), dtype=np.int64)
@@ -64,7 +62,7 @@ def answer_table(ctx, K: int, eps) -> np.ndarray:
             for r in range(K):
                 t[c, r] = _top(sl.scores(c, K, r, eps), kp)
         return t
-    return ctx.get(f"cell answers K={K} eps={eps:g}", build)
+    return ctx.get(f"cell answers K={K} eps={eps:g} k'={kp}", build)
 
 
 def expected_nn_recall(ctx, K: int, eps, located, true_idx, k: int) -> float:
@@ -88,33 +86,36 @@ def expected_nn_recall(ctx, K: int, eps, located, true_idx, k: int) -> float:
     return total / len(located)
 
 
-def run_cells(ctx, eps, labels, X, seed: int, classifier=None, row: str = "nearest", true_idx=None, k: int = 8):
+def run_cells(ctx, eps, labels, X, seed: int, classifier=None, row: str = "nearest", true_idx=None, k: int = 8,
+              kp: int | None = None):
     """One cell request per query (real row scored; the others are uniform reports whose answers
     the client discards). ``row``: the client's row choice (:class:`PrivateCellKNN`); ``labels``:
     the queries' labels (``None``: ask ``classifier``). With ``true_idx`` the result also has the
-    exact expected nn_recall@k over the release's randomness."""
+    exact expected nn_recall@k over the release's randomness (with the configured k' only). The
+    request's bytes are its msgpack document's (:func:`~pm_vector.bench.metrics.wire_bytes`)."""
     cells, _ = cell_state(ctx)
-    kp, q = ctx.cfg.shortlist, len(X)
-    K = level_for(ctx, eps)
+    kp, q = int(kp or ctx.cfg.shortlist), len(X)
+    K = level_for(ctx, eps, kp)
     client = PrivateCellKNN(cells, eps, n_cells=K, shortlist=kp, classifier=classifier, row=row)
     client._inject_generator(secure_generator(seed))
-    table = answer_table(ctx, K, eps)  # the same answers as sl.scores per request (tests compare)
+    table = answer_table(ctx, K, eps, kp)  # the same answers as sl.scores per request (tests compare)
     cand = np.empty((q, kp), dtype=np.int64)
-    json_bytes = 0
+    json_bytes = wire = 0
     located = []
     for i in range(q):
         req, sec = client.request(X[i], None if labels is None else int(labels[i]))
         cand[i] = table[sec.row, req.reports[sec.row]]
         json_bytes += len(req.to_json())
+        wire += wire_bytes(req.to_dict())
         located.append((sec.row, client.locate(normalize_rows(np.asarray(X[i], dtype=np.float64).reshape(1, -1)),
                                                 None if labels is None else int(labels[i]))[1]))
     C = cells.classes_.size
     extra = {"release": "cells", "n_cells": K, "row": row, "request_json_bytes": round(json_bytes / q, 1)}
-    if true_idx is not None:
+    if true_idx is not None and kp == ctx.cfg.shortlist:
         extra[f"expected_nn_recall_at_{k}"] = expected_nn_recall(ctx, K, eps, located, true_idx, k)
     if not math.isinf(eps):
         extra["rr_p"] = round(client.mechanism.p_, 6)
-    return cand, _CELL_REQUEST_FIXED + float_payload_bytes(0, n_ids=C), C, extra
+    return cand, wire / q, C, extra
 
 
 def download_lists(ctx, K: int, dim: int):
@@ -129,7 +130,10 @@ def download_lists(ctx, K: int, dim: int):
     loc = [finder.nearest_cell(normalize_rows(np.asarray(x, dtype=np.float64).reshape(1, -1))) for x in ctx.Xq]
     cand = np.stack([table[c, a] for c, a in loc])
     n_unique = int(np.unique(table).size)
-    table_bytes = n_unique * (ID_BYTES + FEATURE_BYTES * dim) + C * K * kp * ID_BYTES
+    # on the wire (msgpack): the listed items' uint32 ids and float32 features, and the C x K x k' lists
+    table_bytes = wire_bytes({"item_ids": np.zeros(n_unique, np.uint32),
+                              "features": np.zeros((n_unique, dim), np.float32),
+                              "lists": np.zeros((C, K, kp), np.uint32)})
     return cand, float(table_bytes), {"n_cells": K, "table_items": n_unique, "table_lists": C * K}
 
 

@@ -24,6 +24,9 @@ import numpy as np
 from ..errors import InvalidInputError
 
 __all__ = [
+    "wire_answer_bytes",
+    "wire_bytes",
+    "wire_request_bytes",
     "ID_BYTES",
     "average_precision_at_k",
     "bytes_per_request",
@@ -278,3 +281,42 @@ def rerank_precision(results: list[dict], query_features, query_labels, k: int =
         rer.append(np.mean(lab[rerank(x, r["features"], k)] == y))
     return {f"precision_at_{k}": float(np.mean(plain)), f"precision_at_{k}_reranked": float(np.mean(rer)),
             "candidates": int(len(results[0]["labels"])) if results else 0, "queries": int(len(results))}
+
+
+# --------------------------------------------------------------------------------------
+# bytes on the wire (msgpack, pm_vector.protocol.codec)
+# --------------------------------------------------------------------------------------
+
+#: ids on the wire in a compact or raw answer (uint32, as the compact answer's ``item_ids``)
+WIRE_ID_DTYPE = np.uint32
+
+
+def wire_bytes(doc) -> int:
+    """Bytes of ``doc`` on the wire as msgpack (:func:`pm_vector.protocol.codec.encode`)."""
+    from ..protocol.codec import MSGPACK, encode
+
+    return len(encode(doc, MSGPACK))
+
+
+def wire_answer_bytes(n_rows: int, k_prime: int, *, dim: int | None = None, code_bytes: int | None = None,
+                      fields: dict | None = None) -> int:
+    """Bytes on the wire of an answer of ``n_rows`` rows of ``k_prime`` candidates each: per row
+    ``item_ids`` (uint32 ``(k',)``) and either ``codes`` (uint8 ``(k', code_bytes)``: the compact
+    answer) or ``features`` (float32 ``(k', dim)``: the raw-feature answer), plus ``fields`` at the
+    top level. The arrays' contents do not change their size."""
+    n, kp = _nonneg_int(n_rows, "n_rows"), _nonneg_int(k_prime, "k_prime")
+    if (dim is None) == (code_bytes is None):
+        raise InvalidInputError("give exactly one of dim (raw features) or code_bytes (compact codes).")
+    ids = np.zeros(kp, dtype=WIRE_ID_DTYPE)
+    if code_bytes is not None:
+        row = {"item_ids": ids, "codes": np.zeros((kp, _nonneg_int(code_bytes, "code_bytes")), dtype=np.uint8)}
+    else:
+        row = {"item_ids": ids, "features": np.zeros((kp, _nonneg_int(dim, "dim")), dtype=np.float32)}
+    return wire_bytes({**(fields or {}), "rows": [row] * n})
+
+
+def wire_request_bytes(n_numbers: int, n_ids: int = 0, fields: dict | None = None) -> int:
+    """Bytes on the wire of a request of ``n_numbers`` float64 values and ``n_ids`` uint32 ids (for
+    the methods whose request is not a pm_vector request object)."""
+    return wire_bytes({**(fields or {}), "values": np.zeros(_nonneg_int(n_numbers, "n_numbers")),
+                       "ids": np.zeros(_nonneg_int(n_ids, "n_ids"), dtype=WIRE_ID_DTYPE)})

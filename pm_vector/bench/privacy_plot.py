@@ -31,10 +31,11 @@ def plot(result: dict, path) -> None:
         for j, m in enumerate(methods):
             col = colors[j % len(colors)]
             mr = [r for r in rows if r["method"] == m]
-            if m == "download_lists":  # eps 0: one horizontal line per table (level K)
+            if m in ("download_lists", "download_codes"):  # eps 0: one horizontal line per table / code size
                 for n, r in enumerate(mr):
+                    what = f"K={r.get('n_cells')}" if m == "download_lists" else f"{r.get('code_bytes')} B"
                     ax.axhline(r[metric], color=col, linestyle=(0, (1 + n, 2)), linewidth=1.2,
-                               label=f"download_lists K={r.get('n_cells')} (eps 0)")
+                               label=f"{m} {what} (eps 0)")
                 continue
             if mr and mr[0]["epsilon"] is None:
                 n_flat = sum(1 for mm in methods[:j] if rows_of(mm) and rows_of(mm)[0]["epsilon"] is None)
@@ -73,16 +74,18 @@ def plot(result: dict, path) -> None:
             continue
         bw.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=col, linestyle="none", label=m)
         for b, v, e in pts:
-            if m in ("pm_vector", "download_lists") or e is None:
+            if m in ("pm_vector_compact", "pm_vector_raw", "download_lists", "download_codes") or e is None:
                 tag = "non-private" if e is None else ("noise-free" if e == "inf" else f"eps {e:g}")
                 if m == "download_lists":
                     tag = f"table K={r_cells(mr, b)}"
+                if m == "download_codes":
+                    tag = f"codes {next((r.get('code_bytes') for r in mr if r['bytes_per_request'] == b), '?')} B"
                 bw.annotate(tag, (b, v),
                             textcoords="offset points", xytext=(5, 2), fontsize=7, color=col)
     bw.set_xscale("log")
     bw.axvline(result["collection_bytes"], color="grey", linewidth=0.8, linestyle=":")
     bw.set_ylim(-0.02, 1.02)
-    bw.set_xlabel("bytes per request (request + every row's k' candidates; log)")
+    bw.set_xlabel("bytes per request on the wire (msgpack, both directions; downloads: once; log)")
     bw.set_ylabel(f"nn_recall@{k}")
     bw.set_title(f"{result['dataset']}: nn_recall@{k} against bandwidth (collection "
                  f"{result['collection_bytes'] / 1e6:.1f} MB)")

@@ -16,7 +16,8 @@ from ..errors import PMVectorError
 bench_app = typer.Typer(help="Benchmarks: each prints a table, or one JSON object with --json.", no_args_is_help=True)
 err = Console(stderr=True)
 
-DEFAULT_SIZES = {"digits": (1000, 300, 150, 300), "fashion-mnist": (10000, 1000, 500, 500)}
+DEFAULT_SIZES = {"digits": (1000, 300, 150, 300), "fashion-mnist": (10000, 1000, 500, 500),
+                 "fashion-mnist-70k": (68000, 1000, 500, 500)}
 
 
 def fail(msg: str) -> None:
@@ -26,7 +27,8 @@ def fail(msg: str) -> None:
 
 @bench_app.command("privacy")
 def privacy(
-    dataset: str = typer.Option("digits", help="Built-in dataset: digits or fashion-mnist."),
+    dataset: str = typer.Option("digits", help="Built-in dataset: digits, fashion-mnist (10,000 server items) or "
+                                "fashion-mnist-70k (all 70,000 images: 68,000 server items)."),
     features: Path = typer.Option(None, help="Your own features (.npy, rows x dims); with --labels, or without "
                                   "them as a collection without labels (public partitions replace the classes)."),
     labels: Path = typer.Option(None, help="Your own integer labels (.npy, one per row)."),
@@ -45,11 +47,15 @@ def privacy(
                                   "settings['class_rows']['max_prior'])."),
     graph_degree: int = typer.Option(16, help="pm_vector: neighbours per item in the server's raw k-NN graph "
                                      "(settings['class_rows']['graph_degree'])."),
-    methods: str = typer.Option(None, help="Comma-separated subset of: pm_vector, pm_vector_cells, "
-                                "pm_vector_gaussian, pm_vector_codes, pm_vector_label_free, label_only, partition_only, "
+    methods: str = typer.Option(None, help="Comma-separated subset of: pm_vector_compact (the default answer), "
+                                "pm_vector_raw (alias pm_vector), pm_vector_cells, pm_vector_cells_label, "
+                                "pm_vector_gaussian, pm_vector_label_free, label_only, partition_only, "
                                 "reference_ldp, privatemail_paper, dp_random_projection, dp_pca, raw_knn, "
-                                "download_lists, download_all (default: all but privatemail_paper and the dp_ "
-                                "projections)."),
+                                "download_codes, download_lists, download_all (default: all but privatemail_paper "
+                                "and the dp_ projections)."),
+    code_bytes: int = typer.Option(64, "--code-bytes", help="pm_vector_compact / download_codes: bytes of an item's "
+                                   "compact code, 8 to 64 (two stages when even and >= 16: the first is the "
+                                   "prefix the cell release sends)."),
     n_server: int = typer.Option(None, help="Server items (default per dataset)."),
     n_anchor: int = typer.Option(None, help="Public anchor rows."),
     n_dummy: int = typer.Option(None, help="Public dummy pool."),
@@ -84,6 +90,11 @@ def privacy(
     if plot is not None and plot.suffix.lower() != ".png":
         raise typer.BadParameter(f"the plot is written as PNG; give a .png file name (got {str(plot)!r}).",
                                  param_hint="--plot")
+    from ..manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES
+
+    if not MIN_CODE_BYTES <= code_bytes <= MAX_CODE_BYTES:
+        raise typer.BadParameter(f"the code size must be {MIN_CODE_BYTES} to {MAX_CODE_BYTES} bytes; got {code_bytes}.",
+                                 param_hint="--code-bytes")
     try:
         if partitions is not None and partitions < 2:
             fail("--partitions must be at least 2.")
@@ -110,7 +121,8 @@ def privacy(
         if partitions is not None and not unlabelled:
             fail("--partitions applies to a collection without labels (--features without --labels, or --unlabeled).")
         cfg = BenchConfig(epsilons=eps, delta=delta, k=k, shortlist=shortlist or kp_default, seed=seed, methods=chosen,
-                          max_prior=max_prior, graph_degree=graph_degree, n_cells=cells,
+                          max_prior=max_prior, graph_degree=graph_degree, n_cells=cells, code_bytes=code_bytes,
+                          code_stages=2 if code_bytes % 2 == 0 and code_bytes >= 16 else 1,
                           partitions=(partitions or DEFAULT_PARTITIONS) if unlabelled else None)
         err.print(f"dataset {ds.name}: {ds.n_items} items, {ds.dim} dims, "
                   f"{f'{cfg.partitions} public partitions (no labels)' if cfg.partitions else f'{ds.n_classes} classes'}"
@@ -143,6 +155,10 @@ def _print_privacy_table(result: dict) -> None:
         rel = r.get("release", "")
         if r["method"] == "download_lists":
             rel = f"table K={r['n_cells']}"
+        elif r["method"] == "download_codes":
+            rel = f"codes {r['code_bytes']} B"
+        elif r["method"] == "pm_vector_compact":
+            rel = (f"cells K={r['n_cells']}" if rel == "cells" else rel) + f", {r['k_prime']}x{r['code_bytes']} B"
         elif rel == "cells":
             rel = f"cells K={r['n_cells']}"
         t.add_row(r["method"], "-" if e is None else (e if isinstance(e, str) else f"{e:g}"),

@@ -1,0 +1,139 @@
+"""Product codes fit on the public anchor, and the public rule for a compact answer's shape."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pm_vector.bench.metrics import wire_answer_bytes
+from pm_vector.errors import InvalidInputError
+from pm_vector.manifold.codes import (ANSWER_BUDGET_BYTES, MAX_CODE_BYTES, MIN_CODE_BYTES, MIN_K_PRIME, ProductCodes,
+                                      compact_answer_shape)
+from pm_vector.protocol.codec import MSGPACK, decode, encode
+
+D = 32  # a multiple of every sub-space count below: the rotation is a full orthogonal d x d matrix
+
+
+def _unit(X):
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    scale = np.linspace(2.0, 0.2, D)  # anisotropic, as real features are
+    anchor = _unit(rng.normal(size=(400, D)) * scale)
+    items = _unit(rng.normal(size=(300, D)) * scale)
+    return anchor, items
+
+
+@pytest.fixture(scope="module")
+def codes(data):
+    return ProductCodes(16, n_stages=2).fit(data[0])
+
+
+def test_round_trip_gives_identical_codes_and_digest(codes, data):
+    doc = codes.to_dict()
+    back = ProductCodes.from_dict(doc)
+    assert back.digest() == codes.digest()
+    assert back.stage_bytes_ == codes.stage_bytes_ == (8, 16)
+    np.testing.assert_array_equal(back.encode(data[1]), codes.encode(data[1]))
+    # through the wire (msgpack, arrays as the codec's extension) as well
+    wired = ProductCodes.from_dict(decode(encode(doc, MSGPACK), MSGPACK))
+    assert wired.digest() == codes.digest()
+    np.testing.assert_array_equal(wired.encode(data[1]), codes.encode(data[1]))
+
+
+def test_a_tampered_document_has_another_digest_or_is_refused(codes):
+    doc = codes.to_dict()
+    moved = {**doc, "centroids": [c.copy() for c in doc["centroids"]]}
+    moved["centroids"][1][0, 0, 0] += 1e-3
+    assert ProductCodes.from_dict(moved).digest() != codes.digest()
+    bad = {
+        "format": {**doc, "format": "pm_vector.public-projection/1"},
+        "shape": {**doc, "rotation": doc["rotation"][:-1]},
+        "stages": {**doc, "centroids": doc["centroids"][:1]},
+        "centroid shape": {**doc, "centroids": [doc["centroids"][0][:, :255], doc["centroids"][1]]},
+        "missing": {k: v for k, v in doc.items() if k != "mean"},
+        "not numeric": {**doc, "mean": ["a"] * D},
+        "nan": {**doc, "mean": np.full(D, np.nan, np.float32)},
+        "code bytes": {**doc, "code_bytes": 24},
+        "not a list": {**doc, "centroids": 3},
+    }
+    for why, d in bad.items():
+        with pytest.raises(InvalidInputError):
+            ProductCodes.from_dict(d)
+        assert why  # every case is refused with the library's error, not a KeyError or ValueError
+
+
+def test_a_prefix_decodes_as_the_first_stages(codes, data):
+    c = codes.encode(data[1])
+    assert c.shape == (300, 16) and c.dtype == np.uint8
+    first = codes.decode(c[:, :8])
+    full = codes.decode(c)
+    # the second stage codes the first stage's residual: the full code is the better reconstruction
+    R = codes._rotate(data[1])
+    assert np.linalg.norm(full - R) < np.linalg.norm(first - R)
+    second = ProductCodes._decode_stage(codes.centroids_[1], c[:, 8:])
+    np.testing.assert_allclose(full, first + second)
+    for bad in (c[:, :4], c[:, :12], np.zeros((3, 17), np.uint8), c[0]):
+        with pytest.raises(InvalidInputError, match="one of"):
+            codes.decode(bad)
+
+
+def test_asymmetric_distance_is_the_distance_to_the_reconstruction(codes, data):
+    q = data[1][0]
+    c = codes.encode(data[1][1:50])
+    for width in codes.stage_bytes_:
+        recon = codes.mean_ + codes.decode(c[:, :width]) @ codes.rotation_  # back in feature space
+        np.testing.assert_allclose(codes.distances(q, c[:, :width]), np.linalg.norm(recon - q, axis=1), atol=1e-9)
+
+
+@pytest.mark.parametrize("params", [(MIN_CODE_BYTES - 1, 1), (MAX_CODE_BYTES + 1, 1), (33, 2), (32, 0),
+                                    (True, 1), (16.0, 1), ("16", 1)])
+def test_code_size_out_of_bounds_is_refused(params, data):
+    with pytest.raises(InvalidInputError, match="code_bytes|n_stages"):
+        ProductCodes(*params).fit(data[0])
+
+
+def test_too_small_an_anchor_is_refused_clearly(data):
+    with pytest.raises(InvalidInputError, match="256"):
+        ProductCodes(8).fit(data[0][:100])
+
+
+def test_fit_is_deterministic_on_the_same_anchor(codes, data):
+    again = ProductCodes(16, n_stages=2).fit(data[0])
+    assert again.digest() == codes.digest()
+    np.testing.assert_array_equal(again.encode(data[1]), codes.encode(data[1]))
+    assert ProductCodes(16, n_stages=2).fit(data[0][::-1][:300]).digest() != codes.digest()
+
+
+def test_the_rule_fits_the_budget_for_2_to_100_rows():
+    fields = {"release": "gaussian", "n_cells": 128, "run_id": 2 ** 31, "k_prime": 1000,
+              "codes": {"bytes": 64, "digest": "f" * 64}}
+    previous = {}
+    for C in range(2, 101):
+        for release in ("cells", "gaussian"):
+            kp, b = compact_answer_shape(C, release, 4.0 if release == "cells" else math.inf, (32, 64))
+            assert kp >= MIN_K_PRIME and b in (32, 64)
+            assert wire_answer_bytes(C, kp, code_bytes=b) <= ANSWER_BUDGET_BYTES, (C, release, kp, b)
+            assert wire_answer_bytes(C, kp, code_bytes=b, fields=fields) <= ANSWER_BUDGET_BYTES + 200
+            assert kp <= previous.get((release, b), kp)  # more rows, fewer candidates of a width each
+            previous[(release, b)] = kp
+    # the cell release takes the first stage and the most candidates, the Gaussian the whole code
+    assert compact_answer_shape(10, "cells", 4.0, (32, 64)) == (130, 32)
+    assert compact_answer_shape(10, "gaussian", math.inf, (32, 64)) == (69, 64)
+    # with many rows the whole code would leave too few candidates: the Gaussian takes the prefix
+    assert compact_answer_shape(60, "gaussian", math.inf, (32, 64))[1] == 32
+    assert compact_answer_shape(10, "cells", 4.0, (8,)) == (391, 8)
+
+
+def test_the_rule_refuses_bad_input():
+    for args in [(0, "cells", 4.0, (32, 64)), (10, "laplace", 4.0, (32, 64)), (10, "cells", 4.0, ()),
+                 (10, "cells", 4.0, (64, 32)), (True, "cells", 4.0, (32,))]:
+        with pytest.raises(InvalidInputError):
+            compact_answer_shape(*args)
+    with pytest.raises(InvalidInputError):
+        compact_answer_shape(10, "cells", 4.0, (32,), budget_bytes=0)
