@@ -5,7 +5,11 @@ from __future__ import annotations
 import typer
 
 from .bench import bench_app
-from . import bench_service  # noqa: F401  registers bench outage / bench memory on bench_app
+# each registers its commands on bench_app, in this order (the order of `pm-vector bench --help`)
+from . import bench_kahm  # noqa: F401  bench kahm
+from . import bench_cluster  # noqa: F401  bench cluster
+from . import bench_accounting  # noqa: F401  bench accounting
+from . import bench_service  # noqa: F401  bench outage / bench memory
 from .db import db_app, embed
 from .kahm import kahm_app
 

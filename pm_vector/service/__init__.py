@@ -1,7 +1,9 @@
 """The HTTP service of pm_vector (``pm-vector serve``): FastAPI app, API keys with roles, scopes and
 rate limits, limits, jobs kept in the database, request-log retention.
 
-See :mod:`pm_vector.service.app` for the endpoints, :mod:`pm_vector.service.validation` and
+See :mod:`pm_vector.service.app` for the endpoints (one router per resource in
+:mod:`pm_vector.service.routers`, their dependencies in :mod:`pm_vector.service.deps`),
+:mod:`pm_vector.service.validation` and
 :mod:`pm_vector.service.middleware` for what is refused before any work, :mod:`pm_vector.client.http` for the
 client, :mod:`pm_vector.service.loadtest` for the bounded load test.
 """

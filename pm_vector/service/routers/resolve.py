@@ -1,0 +1,98 @@
+"""``POST /collections/{name}/resolve``: a private request in, per-row candidates out.
+
+A query key's request runs as the service's query database role (``state["query_role"]``: read
+and request-log insert only); a class-rows or cell request is read on a replica in rotation when
+there is one (``state["router"]``), its log written on the primary; at most ``pool_max`` resolves
+run at once (``state["resolve_slots"]``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+
+from .. import schemas
+from ..deps import AUTH, JSON_BODY, NEG, SettingsDep, StateDep, key_of
+from ..media import body_schema, body_type, read_body, respond
+from ..settings import ServiceSettings
+from ..validation import ApiError, check_resolve_body
+
+router = APIRouter()
+log = logging.getLogger("pm_vector.service")
+
+
+def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: ServiceSettings, state: dict[str, Any]):
+    """The answer read on a replica in rotation (log written on ``conn``), or None: read on the
+    primary (no replica, a paper request, or the replica failed: it leaves the rotation)."""
+    from ...client.query import QueryRequest
+    from ...client.request import CellRequest
+
+    router = state["router"]
+    if router is None or not isinstance(req, (QueryRequest, CellRequest)):  # the paper's: on the primary
+        return None
+    url = router.pick()
+    if url is None:
+        return None
+    import psycopg
+
+    from ...db.errors import DatabaseConfigError
+    from ...db.postgres import redact
+    from ..db import ServicePool
+    from ..documents import resolve_document
+
+    try:
+        with state["read_pools_lock"]:  # one pool per replica, made on its first read
+            pool = state["read_pools"].get(url)
+            if pool is None:
+                pool = state["read_pools"][url] = ServicePool(url, min_size=0, max_size=settings.pool_max)
+        with pool.connection_as(db_role) as rconn:
+            return resolve_document(name, req, k=k, include_features=inc, conn=conn, read_conn=rconn,
+                                    max_query_rows=min(settings.max_rows, 1000), answer=answer)
+    except (psycopg.OperationalError, DatabaseConfigError) as exc:
+        router.mark_failed(url, type(exc).__name__)
+        log.warning("replica %s left the rotation (%s); reading on the primary", redact(url), type(exc).__name__)
+        return None
+
+
+def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None, settings: ServiceSettings,
+                  state: dict[str, Any]) -> dict[str, Any]:
+    req, k, inc, answer = check_resolve_body(read_body(media, body, settings), settings, name)
+    from ..documents import resolve_document
+
+    db_role = state.get("query_role") if key_role == "query" else None
+    import psycopg
+
+    try:
+        with state["resolve_slots"], state["pool"].connection_as(db_role) as conn:
+            res = _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings, state)
+            if res is None:
+                res = resolve_document(name, req, k=k, include_features=inc, conn=conn,
+                                       max_query_rows=min(settings.max_rows, 1000), answer=answer)
+    except psycopg.errors.InsufficientPrivilege:
+        if db_role is None:
+            raise
+        log.error("role %s may not read a table of %s (made by another database user?)", db_role, name)
+        raise ApiError(500, "database_role_misconfigured", f"the service's database role {db_role} may not read "
+                       "this collection's tables; the operator should run `GRANT SELECT ON ALL TABLES IN SCHEMA "
+                       f"pm_vector TO {db_role}` (or set PM_VECTOR_SERVICE_QUERY_DB_ROLE=\"\").") from None
+    return res
+
+
+@router.post("/collections/{name}/resolve", dependencies=AUTH + JSON_BODY + NEG,
+             response_model=schemas.ResolveResponse, tags=["resolve"], openapi_extra=body_schema("ResolveBody"))
+async def resolve_endpoint(name: str, request: Request, settings: SettingsDep, state: StateDep):
+    """Resolve a request: one entry of ``rows`` per request row; only the client knows which row is real.
+
+    The body is ``{"request": QueryRequest / CellRequest / PrivateMailRequest .to_dict(), "k": 8,
+    "answer": "compact" | "features" | "full", "code_bytes": b}``. The compact answer (default of
+    class-rows and cell requests) carries every row's candidate ids and product-code prefixes (and
+    payloads when there are any): :func:`pm_vector.service.documents.resolve_document`; ``"features"`` the
+    full rows with raw features (collections that allow them; ``"include_features": true`` says the
+    same)."""
+    body = await request.body()
+    rec = key_of(request)
+    res = await run_in_threadpool(_resolve_sync, name, body_type(request), body, rec and rec.get("role"),
+                                  settings, state)
+    return respond(request, res)
