@@ -292,7 +292,7 @@ def test_json_client_and_msgpack_client_agree(service, svc_collection, svc_key, 
             Client(service.url, svc_key["key"], budget=MemoryBudget()) as cm:
         assert _plain(cm.anchor_document(svc_collection)) == cj.anchor_document(svc_collection)
         r = cj.query(svc_collection, svc_split.query[0][3], int(svc_split.query[1][3]), epsilon=2.0)
-        assert len(r["item_ids"]) == 8 and r["wire"] == "json" and r["reranked"] == "features"
+        assert len(r["item_ids"]) == 8 and r["wire"] == "json" and r["reranked"] == "codes"  # the compact answer: the default
     with pytest.raises(Exception, match="wire must be"):
         Client(service.url, svc_key["key"], wire="cbor")
 
