@@ -488,7 +488,7 @@ class Client:
         """The :class:`~pm_vector.manifold.codes.ProductCodes` the collection's active run publishes (from
         the public anchor document, cached per run), checked against the digest the run publishes
         (:func:`pm_vector.client.published_codes.unpack`); None when the run publishes none."""
-        from .published_codes import unpack
+        from ..protocol.published_codes import unpack
 
         run_id = self.collection(name).get("active_run_id")
         cached = self._public.get(name)
@@ -614,7 +614,7 @@ class Client:
                rerank=True, answer="compact", release="auto", n_cells=None, options=None,
                rng=None) -> dict[str, Any]:
         """:meth:`query`; ``rng``: see :meth:`_build_request` (tests only)."""
-        from .published_codes import row_codes
+        from ..protocol.published_codes import row_codes
 
         if answer not in ("compact", "features"):
             raise InvalidInputError(f"answer must be 'compact' or 'features', not {answer!r}.")

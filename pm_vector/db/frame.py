@@ -256,7 +256,7 @@ def public_anchor(collection: str):
     None when the run serves no cells). Raises CollectionNotFoundError, NoActiveRunError,
     NoAnchorSetError (no dummy pool registered).
     """
-    from ..client import PublicAnchor
+    from ..protocol.anchor import PublicAnchor
 
     with connect() as conn:
         meta = _run_row(conn, collection)

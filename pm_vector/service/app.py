@@ -350,8 +350,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     def _resolve_on_replica(name, req, k, inc, answer, db_role, conn):
         """The answer read on a replica in rotation (log written on ``conn``), or None: read on the
         primary (no replica, a paper request, or the replica failed: it leaves the rotation)."""
-        from ..client.query import QueryRequest
-        from ..client.request import CellRequest
+        from ..protocol.cells import CellRequest
+        from ..protocol.class_rows import QueryRequest
 
         router = state["router"]
         if router is None or not isinstance(req, (QueryRequest, CellRequest)):  # the paper's: on the primary

@@ -10,9 +10,9 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from ..client import wire
-from ..client.query import FORMAT as QUERY_FORMAT
-from ..client.request import CELL_FORMAT
+from ..protocol import bounds as wire
+from ..protocol.formats import CELL_FORMAT
+from ..protocol.formats import CLASS_ROWS_FORMAT as QUERY_FORMAT
 from ..errors import InvalidInputError
 from .settings import ServiceSettings
 
@@ -69,7 +69,7 @@ def parse_json(body: bytes) -> Any:
 
 def check_matrix(rows: Any, what: str, settings: ServiceSettings) -> None:
     """A JSON matrix: a non-empty list of equally long, non-empty rows of numbers of magnitude at
-    most :data:`pm_vector.client.wire.MAX_ABS_VALUE`, within the server's row and dimension
+    most :data:`pm_vector.protocol.bounds.MAX_ABS_VALUE`, within the server's row and dimension
     limits (413 above them, 422 otherwise)."""
     if not isinstance(rows, list) or not rows or not all(isinstance(row, list) for row in rows):
         raise ApiError(422, "invalid_input", f"{what} must be a non-empty list of rows (lists of numbers).")
@@ -104,7 +104,7 @@ _PAPER_FIELDS = {"format", "anchor_ids", "embedding", "n_query_rows", "epsilon",
 
 
 def _wire(check, *args, **kw):
-    """A :mod:`pm_vector.client.wire` check whose refusal is a 422 naming the request's field."""
+    """A :mod:`pm_vector.protocol.bounds` check whose refusal is a 422 naming the request's field."""
     try:
         return check(*args, **kw)
     except InvalidInputError as exc:
@@ -113,7 +113,7 @@ def _wire(check, *args, **kw):
 
 def check_paper_fields(r: dict) -> None:
     """The PrivateMail request's schema: known fields only, the wire types and bounds of
-    :mod:`pm_vector.client.wire` (eps >= MIN_EPSILON, MIN_DELTA <= delta < 1, sensitivity > 0,
+    :mod:`pm_vector.protocol.bounds` (eps >= MIN_EPSILON, MIN_DELTA <= delta < 1, sensitivity > 0,
     0 <= noise_sigma <= MAX_ABS_VALUE, a known mechanism -- classical only below eps 1 -- and
     known, bounded params: nothing the client chose reaches the log unchecked)."""
     unknown = sorted(set(map(str, r)) - _PAPER_FIELDS)
@@ -162,7 +162,7 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
     ``include_features: true`` says the same); ``"full"`` the full rows without features.
     ``code_bytes`` (compact answers): the code prefix, one of the run's published stage widths
     (checked against the run: a 422 saying which), default the whole code."""
-    from ..client.request import PrivateMailRequest
+    from ..protocol.paper import PrivateMailRequest
     from ..manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES
 
     if not isinstance(d, dict):
@@ -231,7 +231,7 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
 
 def check_query_request(r: dict, settings: ServiceSettings, name: str):
     """Validate a pm_vector request (one noised row per class); returns a QueryRequest or raises ApiError."""
-    from ..client.query import QueryRequest
+    from ..protocol.class_rows import QueryRequest
 
     check_matrix(r.get("rows"), "request.rows", settings)
     if r.get("collection") not in (None, name):
@@ -251,7 +251,7 @@ def check_cell_request(r: dict, settings: ServiceSettings, name: str):
     """Validate a cell request (release "cells": one reported cell per class); returns a CellRequest
     or raises ApiError. Its level, digest and number of reports are checked against the run by
     :func:`pm_vector.db.cell_resolution.check_against_run` (422 as well)."""
-    from ..client.request import CellRequest
+    from ..protocol.cells import CellRequest
 
     reports = r.get("reports")
     if not isinstance(reports, list) or not reports:
