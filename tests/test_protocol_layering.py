@@ -48,3 +48,26 @@ def test_the_check_sees_a_lazy_import(tmp_path):
     (pkg / "db" / "lazy.py").write_text("def f():\n    from ..client.query import X\n    return X\n")
     g = import_graph(tmp_path)
     assert _imports_of(g, f"{PACKAGE}.db", f"{PACKAGE}.client") == [f"{PACKAGE}.db.lazy -> {PACKAGE}.client.query"]
+
+
+def test_one_limit_for_k_prime_and_query_rows():
+    import pytest
+
+    from pm_vector.db import requests, run_graph, sharding
+    from pm_vector.errors import InvalidInputError
+    from pm_vector.protocol import bounds
+    from pm_vector.service.settings import ServiceSettings
+
+    # the server's own names for the limit are the protocol's constant, not copies of it
+    assert run_graph.MAX_K_PRIME is bounds.MAX_K_PRIME and sharding.FILL is bounds.MAX_K_PRIME
+    assert requests.MAX_QUERY_ROWS is bounds.MAX_QUERY_ROWS
+    assert ServiceSettings().max_shortlist == bounds.MAX_K_PRIME
+    # a service cannot be set to allow more candidates per row than a run's graph keeps
+    with pytest.raises(InvalidInputError, match="max_shortlist"):
+        ServiceSettings(max_shortlist=bounds.MAX_K_PRIME + 1)
+    assert requests._check_k_prime(bounds.MAX_K_PRIME) == bounds.MAX_K_PRIME
+    for bad in (0, bounds.MAX_K_PRIME + 1, True, 5.0):
+        with pytest.raises(InvalidInputError, match="k'"):
+            requests._check_k_prime(bad)
+        with pytest.raises(InvalidInputError, match="k must be"):
+            requests._check_k(bad)

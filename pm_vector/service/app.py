@@ -363,6 +363,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
 
         from ..db.errors import DatabaseConfigError
         from ..db.postgres import redact
+        from ..protocol.bounds import MAX_QUERY_ROWS
         from .db import ServicePool
         from .documents import resolve_document
 
@@ -373,7 +374,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
                     pool = state["read_pools"][url] = ServicePool(url, min_size=0, max_size=settings.pool_max)
             with pool.connection_as(db_role) as rconn:
                 return resolve_document(name, req, k=k, include_features=inc, conn=conn, read_conn=rconn,
-                                        max_query_rows=min(settings.max_rows, 1000), answer=answer)
+                                        max_query_rows=min(settings.max_rows, MAX_QUERY_ROWS), answer=answer)
         except (psycopg.OperationalError, DatabaseConfigError) as exc:
             router.mark_failed(url, type(exc).__name__)
             log.warning("replica %s left the rotation (%s); reading on the primary", redact(url), type(exc).__name__)
@@ -381,6 +382,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
 
     def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None) -> dict[str, Any]:
         req, k, inc, answer = check_resolve_body(read_body(media, body, settings), settings, name)
+        from ..protocol.bounds import MAX_QUERY_ROWS
         from .documents import resolve_document
 
         db_role = state.get("query_role") if key_role == "query" else None
@@ -391,7 +393,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
                 res = _resolve_on_replica(name, req, k, inc, answer, db_role, conn)
                 if res is None:
                     res = resolve_document(name, req, k=k, include_features=inc, conn=conn,
-                                           max_query_rows=min(settings.max_rows, 1000), answer=answer)
+                                           max_query_rows=min(settings.max_rows, MAX_QUERY_ROWS), answer=answer)
         except psycopg.errors.InsufficientPrivilege:
             if db_role is None:
                 raise

@@ -11,6 +11,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from ..protocol import bounds as wire
+from ..protocol.class_rows import DEFAULT_SHORTLIST
 from ..protocol.formats import CELL_FORMAT
 from ..protocol.formats import CLASS_ROWS_FORMAT as QUERY_FORMAT
 from ..errors import InvalidInputError
@@ -229,6 +230,15 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
     return req, k, inc, opts
 
 
+def check_shortlist(kp: Any, settings: ServiceSettings) -> None:
+    """k' of a class-rows or cell request: an integer in ``1..settings.max_shortlist`` (a service's
+    own limit, at most the protocol's :data:`~pm_vector.protocol.bounds.MAX_K_PRIME`, which
+    :mod:`pm_vector.db` checks again for callers that bypass the service)."""
+    if isinstance(kp, bool) or not isinstance(kp, int) or not 1 <= kp <= settings.max_shortlist:
+        raise ApiError(422, "invalid_input", f"request.shortlist (k') must be an integer in 1..{settings.max_shortlist}, "
+                                             f"got {kp!r}.")
+
+
 def check_query_request(r: dict, settings: ServiceSettings, name: str):
     """Validate a pm_vector request (one noised row per class); returns a QueryRequest or raises ApiError."""
     from ..protocol.class_rows import QueryRequest
@@ -237,10 +247,7 @@ def check_query_request(r: dict, settings: ServiceSettings, name: str):
     if r.get("collection") not in (None, name):
         raise ApiError(422, "invalid_input", f"the request was built for collection {r.get('collection')!r}, "
                                              f"not {name!r}.")
-    kp = r.get("shortlist")
-    if isinstance(kp, bool) or not isinstance(kp, int) or not 1 <= kp <= settings.max_shortlist:
-        raise ApiError(422, "invalid_input", f"request.shortlist (k') must be an integer in 1..{settings.max_shortlist}, "
-                                             f"got {kp!r}.")
+    check_shortlist(r.get("shortlist"), settings)
     try:
         return QueryRequest.from_dict(r)
     except (InvalidInputError, TypeError, ValueError) as exc:
@@ -262,10 +269,7 @@ def check_cell_request(r: dict, settings: ServiceSettings, name: str):
     if r.get("collection") not in (None, name):
         raise ApiError(422, "invalid_input", f"the request was built for collection {r.get('collection')!r}, "
                                              f"not {name!r}.")
-    kp = r.get("shortlist", 128)
-    if isinstance(kp, bool) or not isinstance(kp, int) or not 1 <= kp <= settings.max_shortlist:
-        raise ApiError(422, "invalid_input", "request.shortlist (k') must be an integer in "
-                                             f"1..{settings.max_shortlist}, got {kp!r}.")
+    check_shortlist(r.get("shortlist", DEFAULT_SHORTLIST), settings)
     try:
         return CellRequest.from_dict(r)
     except (InvalidInputError, TypeError, ValueError) as exc:
