@@ -51,6 +51,7 @@ from ..protocol import bounds
 # the wire types live in pm_vector.protocol; re-exported here (their old home)
 from ..protocol.class_rows import DEFAULT_SHORTLIST, QueryRequest, frames_digest
 from ..protocol.formats import CLASS_ROWS_FORMAT as FORMAT
+from .rerank import rerank, rerank_ids
 
 __all__ = ["DEFAULT_SHORTLIST", "FORMAT", "PrivateKNN", "QueryRequest", "QuerySecret", "frames_digest", "rerank"]
 
@@ -161,37 +162,13 @@ class PrivateKNN:
 
     @staticmethod
     def rerank(x, candidate_ids, candidate_features, k: int = 8) -> np.ndarray:
-        """The ``k`` candidate ids nearest to ``x`` by raw features (see :func:`rerank`)."""
-        ids = np.asarray(candidate_ids)
-        F = np.asarray(candidate_features, dtype=np.float64)
-        if F.ndim != 2 or F.shape[0] != ids.shape[0]:
-            raise InvalidInputError("candidate_features must have one row per candidate id.")
-        if F.shape[0] == 0:
-            return ids[:0]
-        return ids[rerank(x, F, k)]
+        """The ``k`` candidate ids nearest to ``x`` by raw features
+        (:func:`pm_vector.client.rerank.rank`)."""
+        return rerank_ids(x, candidate_ids, candidate_features, k)
 
     @staticmethod
     def rerank_codes(x, candidate_ids, codes, product_codes, k: int = 8) -> np.ndarray:
         """The ``k`` candidate ids nearest to ``x`` by their product codes (a compact answer's):
         :meth:`~pm_vector.manifold.codes.ProductCodes.distances`, the asymmetric distance of the
-        exact query to each coded candidate; stable for ties."""
-        ids = np.asarray(candidate_ids)
-        C = np.asarray(codes, dtype=np.uint8)
-        if C.ndim != 2 or C.shape[0] != ids.shape[0]:
-            raise InvalidInputError("codes must have one row per candidate id.")
-        if C.shape[0] == 0:
-            return ids[:0]
-        d = product_codes.distances(np.asarray(x, dtype=np.float64).ravel(), C)
-        return ids[np.argsort(d, kind="stable")[: int(k)]]
-
-
-def rerank(query_features, candidate_features, k: int | None = None) -> np.ndarray:
-    """Client side: positions of the candidates ordered by Euclidean distance of their features
-    (raw features, or published codes with the query projected alike) to the client's own query,
-    stable for ties; the first ``k`` if given. The server never sees the query's features."""
-    q = np.asarray(query_features, dtype=np.float64).reshape(1, -1)
-    R = as_matrix(candidate_features, "candidate_features")
-    if R.shape[1] != q.shape[1]:
-        raise InvalidInputError(f"candidates have {R.shape[1]} features; the query has {q.shape[1]}.")
-    order = np.argsort(((R - q) ** 2).sum(1), kind="stable")
-    return order if k is None else order[: int(k)]
+        exact query to each coded candidate; stable for ties (:func:`pm_vector.client.rerank.rank`)."""
+        return rerank_ids(x, candidate_ids, k=k, codes=codes, product_codes=product_codes)
