@@ -66,9 +66,11 @@ from ..protocol.frame import FRAME_TOLERANCE  # noqa: F401  (its old home)
 from ..protocol.frame import frame_from_document as rebuild_frame  # noqa: F401  (its old name and home)
 from .budget import LedgerAccount, PrivacyBudget, origin_key, server_origin
 from .privatemail import PrivateMail
-from .public_documents import RELEASES, PublicDocument, PublicDocuments, VerifiedFrame  # noqa: F401  (RELEASES: its old home)
+from .public_documents import RELEASES  # noqa: F401  (its old home)
+from .public_documents import PublicDocument, PublicDocuments, VerifiedFrame
 from .rerank import rank
 from .transport import WIRES, ServiceError, Transport, wire_bytes  # noqa: F401  (wire_bytes: its old home)
+
 
 def _fingerprint(request) -> str:
     import hashlib

@@ -113,7 +113,8 @@ class PublicDocuments:
                                     partitions=doc.get("partitions"))
             self._public[name] = cached
         clf = self._label_classifier(name) if label_free else None
-        return PrivateKNN(cached.frames, cached.dummy_features, cached.dummy_labels, epsilon, delta, shortlist=shortlist or DEFAULT_SHORTLIST, classifier=clf,
+        return PrivateKNN(cached.frames, cached.dummy_features, cached.dummy_labels, epsilon, delta,
+                          shortlist=shortlist or DEFAULT_SHORTLIST, classifier=clf,
                           collection=name, accountant=self._account(name))
 
     def _label_classifier(self, name: str):

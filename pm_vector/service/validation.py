@@ -235,8 +235,8 @@ def check_shortlist(kp: Any, settings: ServiceSettings) -> None:
     own limit, at most the protocol's :data:`~pm_vector.protocol.bounds.MAX_K_PRIME`, which
     :mod:`pm_vector.db` checks again for callers that bypass the service)."""
     if isinstance(kp, bool) or not isinstance(kp, int) or not 1 <= kp <= settings.max_shortlist:
-        raise ApiError(422, "invalid_input", f"request.shortlist (k') must be an integer in 1..{settings.max_shortlist}, "
-                                             f"got {kp!r}.")
+        raise ApiError(422, "invalid_input", "request.shortlist (k') must be an integer in "
+                                             f"1..{settings.max_shortlist}, got {kp!r}.")
 
 
 def check_query_request(r: dict, settings: ServiceSettings, name: str):
