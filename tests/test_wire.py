@@ -1,4 +1,4 @@
-"""The wire types of the three request formats (pm_vector.client.wire): what the client builds,
+"""The wire types of the three request formats (pm_vector.protocol.bounds): what the client builds,
 the service parses and pm_vector.db answers is refused the same way, field by field."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pm_vector.client import wire
-from pm_vector.client.query import FORMAT as ROWS_FORMAT
-from pm_vector.client.query import QueryRequest
-from pm_vector.client.release import RELEASE_FORMAT, ReleaseRequest
-from pm_vector.client.request import FORMAT as PAPER_FORMAT
-from pm_vector.client.request import PrivateMailRequest
+from pm_vector.protocol import bounds as wire
+from pm_vector.protocol.formats import CLASS_ROWS_FORMAT as ROWS_FORMAT
+from pm_vector.protocol.formats import PRIVATEMAIL_FORMAT as PAPER_FORMAT
+from pm_vector.protocol.formats import RELEASE_FORMAT
+from pm_vector.protocol.paper import PrivateMailRequest, ReleaseRequest
+from pm_vector.protocol.class_rows import QueryRequest
 from pm_vector.db.requests import _parse
 from pm_vector.errors import InvalidInputError
 
