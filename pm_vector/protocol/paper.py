@@ -19,6 +19,12 @@ from . import bounds
 from .bounds import MAX_POST_ITER
 from .formats import PRIVATEMAIL_FORMAT, RELEASE_FORMAT
 
+#: the fields of a PrivateMail request document
+PAPER_FIELDS = ("format", "anchor_ids", "embedding", "n_query_rows", "epsilon", "delta", "sensitivity", "noise_sigma",
+                "mechanism", "params", "collection")
+#: longest string anchor id (ids are ``"S:i"``)
+MAX_ANCHOR_ID_CHARS = 200
+
 
 @dataclass
 class PrivateMailRequest:
@@ -48,8 +54,13 @@ class PrivateMailRequest:
         self.noise_sigma = bounds.number(self.noise_sigma, "noise_sigma", lo=0.0)
         self.mechanism = bounds.mechanism(self.mechanism, self.epsilon)
         self.params = bounds.paper_params(self.params)
-        if not isinstance(self.anchor_ids, list):
+        if not isinstance(self.anchor_ids, list) or not all(
+                isinstance(i, (int, np.integer, str)) and not isinstance(i, (bool, np.bool_)) for i in self.anchor_ids):
             raise InvalidInputError("anchor_ids must be a list of anchor ids.")
+        if any(not isinstance(i, str) and not -2 ** 63 <= int(i) < 2 ** 63 for i in self.anchor_ids) or \
+                any(isinstance(i, str) and (len(i) > MAX_ANCHOR_ID_CHARS or "\x00" in i) for i in self.anchor_ids):
+            raise InvalidInputError("anchor_ids holds an id outside the 64-bit range or an invalid string; send the "
+                                    "ids of the anchor document.")
         if len(self.anchor_ids) + int(self.n_query_rows) != self.embedding.shape[0]:
             raise InvalidInputError(f"embedding has {self.embedding.shape[0]} rows; expected {self.n_query_rows} "
                                     f"query rows + {len(self.anchor_ids)} anchor rows.")
@@ -82,6 +93,11 @@ class PrivateMailRequest:
                                "noise_sigma", "mechanism") if k not in d]
         if missing:
             raise InvalidInputError(f"request is missing fields: {', '.join(missing)}.")
+        # a strict schema: nothing the client chose beyond these fields reaches the request log
+        unknown = sorted(set(map(str, d)) - set(PAPER_FIELDS))
+        if unknown:
+            raise InvalidInputError(f"unknown request field(s) {unknown[:10]}; a PrivateMail request has "
+                                    f"{sorted(PAPER_FIELDS)}.")
         try:
             emb = np.asarray(d["embedding"])
         except (TypeError, ValueError):

@@ -98,47 +98,6 @@ def check_matrix(rows: Any, what: str, settings: ServiceSettings) -> None:
                                                      f"+-{wire.MAX_ABS_VALUE:g}); no valid client sends one.")
 
 
-#: the paper protocol's noise mechanisms (pm_vector.client.privatemail)
-PAPER_MECHANISMS = wire.PAPER_MECHANISMS
-_PAPER_FIELDS = {"format", "anchor_ids", "embedding", "n_query_rows", "epsilon", "delta", "sensitivity",
-                 "noise_sigma", "mechanism", "params", "collection"}
-
-
-def _wire(check, *args, **kw):
-    """A :mod:`pm_vector.protocol.bounds` check whose refusal is a 422 naming the request's field."""
-    try:
-        return check(*args, **kw)
-    except InvalidInputError as exc:
-        raise ApiError(422, "invalid_input", f"request.{exc}") from None
-
-
-def check_paper_fields(r: dict) -> None:
-    """The PrivateMail request's schema: known fields only, the wire types and bounds of
-    :mod:`pm_vector.protocol.bounds` (eps >= MIN_EPSILON, MIN_DELTA <= delta < 1, sensitivity > 0,
-    0 <= noise_sigma <= MAX_ABS_VALUE, a known mechanism -- classical only below eps 1 -- and
-    known, bounded params: nothing the client chose reaches the log unchecked)."""
-    unknown = sorted(set(map(str, r)) - _PAPER_FIELDS)
-    if unknown:
-        raise ApiError(422, "invalid_input", f"unknown request field(s) {unknown[:10]}; a PrivateMail request has "
-                                             f"{sorted(_PAPER_FIELDS)}.")
-    missing = [k for k in ("anchor_ids", "embedding", "n_query_rows", "epsilon", "delta", "sensitivity",
-                           "noise_sigma", "mechanism") if k not in r]
-    if missing:
-        raise ApiError(422, "invalid_input", f"request is missing fields: {', '.join(missing)}.")
-    eps, _ = _wire(wire.privacy, r.get("epsilon"), r.get("delta"))
-    _wire(wire.number, r.get("sensitivity"), "sensitivity", lo=0.0, lo_open=True)
-    _wire(wire.number, r.get("noise_sigma"), "noise_sigma", lo=0.0)
-    _wire(wire.mechanism, r.get("mechanism"), eps)
-    _wire(wire.paper_params, r.get("params"))
-    ids = r.get("anchor_ids")
-    if not isinstance(ids, list) or not all(isinstance(i, (int, str)) and not isinstance(i, bool) for i in ids):
-        raise ApiError(422, "invalid_input", "request.anchor_ids must be a list of anchor ids.")
-    if any(isinstance(i, int) and not -2 ** 63 <= i < 2 ** 63 for i in ids) or \
-            any(isinstance(i, str) and (len(i) > 200 or "\x00" in i) for i in ids):
-        raise ApiError(422, "invalid_input", "request.anchor_ids holds an id outside the 64-bit range or an "
-                                             "invalid string; send the ids of the anchor document.")
-
-
 def check_cells(n_rows: int, per_row: int, settings: ServiceSettings) -> None:
     """rows x k of one answer within the server's cap (the response's size)."""
     if n_rows * per_row > settings.max_result_cells:
@@ -213,7 +172,8 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
         raise ApiError(422, "invalid_input", "a compact answer (ids and product codes) applies to class-rows and cell "
                                              f"requests (formats {QUERY_FORMAT!r}, {CELL_FORMAT!r}); ask the paper's "
                                              "protocol for answer 'full' or 'features'.")
-    check_paper_fields(r)
+    # the paper request's schema, types and bounds are PrivateMailRequest's (pm_vector.protocol.paper),
+    # checked below after the size limits
     emb = r.get("embedding")
     check_matrix(emb, "request.embedding", settings)
     if r.get("collection") not in (None, name):
