@@ -9,6 +9,9 @@
   :func:`frames_digest`), :class:`CellRequest` (:mod:`.cells`), :class:`PrivateMailRequest` and
   :class:`ReleaseRequest` (the paper's protocol, :mod:`.paper`);
 * :class:`PublicAnchor` (:mod:`.anchor`): the public anchor document's data as a client holds it;
+* :mod:`.frame`: the public anchor frame rebuilt and verified (one function, one tolerance, one
+  error for the client and the server); :mod:`.published_codes`: the items' published product
+  codes as a document;
 * :mod:`.codec`: how documents travel (msgpack or JSON).
 
 Nothing here imports :mod:`pm_vector.client`, :mod:`pm_vector.db` or :mod:`pm_vector.service`.
