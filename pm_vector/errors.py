@@ -27,3 +27,9 @@ class BudgetExceededError(PMVectorError):
 
 class AlignmentError(PMVectorError, ValueError):
     """Anchors are degenerate or do not match; no transform can be estimated."""
+
+
+class FrameMismatchError(AlignmentError):
+    """The anchor frame rebuilt from a run's public data (anchor set, parameters, seed) does not
+    reproduce the run's published anchor embedding, or the run was not built with an AnchorFrame
+    (:func:`pm_vector.protocol.frame.rebuild_frame`)."""

@@ -1,4 +1,4 @@
-"""The wire types of the three request formats (pm_vector.client.wire): what the client builds,
+"""The wire types of the three request formats (pm_vector.protocol.bounds): what the client builds,
 the service parses and pm_vector.db answers is refused the same way, field by field."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pm_vector.client import wire
-from pm_vector.client.query import FORMAT as ROWS_FORMAT
-from pm_vector.client.query import QueryRequest
-from pm_vector.client.release import RELEASE_FORMAT, ReleaseRequest
-from pm_vector.client.request import FORMAT as PAPER_FORMAT
-from pm_vector.client.request import PrivateMailRequest
+from pm_vector.protocol import bounds as wire
+from pm_vector.protocol.formats import CLASS_ROWS_FORMAT as ROWS_FORMAT
+from pm_vector.protocol.formats import PRIVATEMAIL_FORMAT as PAPER_FORMAT
+from pm_vector.protocol.formats import RELEASE_FORMAT
+from pm_vector.protocol.paper import PrivateMailRequest, ReleaseRequest
+from pm_vector.protocol.class_rows import QueryRequest
 from pm_vector.db.requests import _parse
 from pm_vector.errors import InvalidInputError
 
@@ -125,3 +125,16 @@ def test_the_client_refuses_out_of_bounds_privacy_before_charging(digits_split):
     req, _ = PrivateKNN(frames, Xd, yd, epsilon=1.0, accountant=Spy()).request(
         digits_split.query[0][0], int(digits_split.query[1][0]))
     assert Spy.spent == 1 and req.epsilon == 1.0
+
+
+def test_the_paper_request_schema_is_checked_by_the_request_itself():
+    """Unknown fields and anchor ids out of range are refused by PrivateMailRequest (the one home
+    of the check: the service, the db layer and the client all parse through it)."""
+    with pytest.raises(InvalidInputError, match="unknown request field"):
+        PrivateMailRequest.from_dict(paper(hack="x"))
+    with pytest.raises(InvalidInputError, match="unknown request field"):
+        _parse(paper(hack="x"))
+    for ids in ([2 ** 63, 1], ["a" * 201, "b"], ["a\x00", "b"], [True, "b"], [1.5, "b"]):
+        with pytest.raises(InvalidInputError, match="anchor_ids"):
+            PrivateMailRequest.from_dict(paper(anchor_ids=ids))
+    assert PrivateMailRequest.from_dict(paper(anchor_ids=[np.int64(3), "1:0"])).anchor_ids == [3, "1:0"]

@@ -59,64 +59,17 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AlignmentError, InvalidInputError, PMVectorError
-from ..protocol.codec import JSON, MSGPACK, decode, encode
-from .budget import LedgerAccount, PrivacyBudget, origin_key, server_origin
-from ..manifold.class_frames import ClassFrames
-from .privatemail import PrivateMail, PublicAnchor
+from ..errors import AlignmentError, InvalidInputError
 from ..privacy.rng import secure_generator
-from .query import DEFAULT_SHORTLIST, PrivateKNN
-
-FRAME_TOLERANCE = 1e-4
-#: the ``release`` option of :meth:`Client.query`
-RELEASES = ("auto", "cells", "gaussian")
-
-
-class ServiceError(PMVectorError):
-    """The service refused a request (4xx) or failed (5xx)."""
-
-    def __init__(self, status: int, error: str, message: str):
-        super().__init__(f"{status} {error}: {message}")
-        self.status, self.error, self.message = status, error, message
-
-
-def wire_bytes(r) -> tuple[int, int]:
-    """``(sent, received)``: the bytes of an HTTP/1.1 exchange (an :class:`httpx.Response`, read)
-    as they travel on the connection. Sent: the request line (``METHOD target HTTP/1.1``), every
-    header line as sent (``Host``, ``Content-Length``, ``Authorization``, ``Accept`` ... each
-    ``name: value`` + CRLF), the blank line and the body. Received: the status line, every header
-    line as received, the blank line and the body's bytes as they arrived (before any
-    content decoding). Not counted: TCP/IP and TLS framing, and chunk-size lines of a chunked
-    answer (the service's answers carry a ``Content-Length``)."""
-    req = r.request
-    head = len(req.method) + 1 + len(req.url.raw_path) + len(" HTTP/1.1\r\n")
-    head += sum(len(k) + 2 + len(v) + 2 for k, v in req.headers.raw) + 2
-    sent = head + len(req.content)
-    status = len(r.http_version) + 1 + len(str(r.status_code)) + 1 + len(r.reason_phrase.encode("latin-1")) + 2
-    received = status + sum(len(k) + 2 + len(v) + 2 for k, v in r.headers.raw) + 2 + r.num_bytes_downloaded
-    return sent, received
-
-
-def rebuild_frame(doc: dict[str, Any]):
-    """``(AnchorFrame, PublicAnchor)`` from an anchor document; checks the published anchor embedding."""
-    from ..manifold import AnchorFrame
-
-    fr = doc.get("frame") or {}
-    params = {k: v for k, v in dict(fr.get("params") or {}).items() if k not in ("seed", "device")}
-    if "seed" not in fr or fr.get("anchor_embedding") is None:
-        raise InvalidInputError("the server's anchor document has no frame seed or anchor embedding; it cannot be "
-                                "verified (is the collection embedded?).")
-    anchor = PublicAnchor(doc["anchor_ids"], np.asarray(doc["features"], dtype=np.float64), doc["labels"],
-                          np.asarray(doc["dummy_features"], dtype=np.float64), doc["dummy_labels"])
-    frame = AnchorFrame(**params, seed=int(fr["seed"])).fit(anchor.features, anchor.labels)
-    ref = np.asarray(fr["anchor_embedding"], dtype=np.float64)
-    scale = max(1.0, float(np.abs(ref).max())) if ref.size else 1.0
-    if frame.anchor_embedding_.shape != ref.shape or \
-            float(np.abs(frame.anchor_embedding_ - ref).max()) > FRAME_TOLERANCE * scale:
-        raise AlignmentError("the anchor frame rebuilt from the published anchor set, parameters and seed does not "
-                             "reproduce the published anchor embedding; refusing to query this collection (the "
-                             "server's frame is not the public one, or versions differ).")
-    return frame, anchor
+from ..protocol.codec import JSON, MSGPACK
+from ..protocol.frame import FRAME_TOLERANCE  # noqa: F401  (its old home)
+from ..protocol.frame import frame_from_document as rebuild_frame  # noqa: F401  (its old name and home)
+from .budget import LedgerAccount, PrivacyBudget, origin_key, server_origin
+from .privatemail import PrivateMail
+from .public_documents import RELEASES  # noqa: F401  (its old home)
+from .public_documents import PublicDocument, PublicDocuments, VerifiedFrame
+from .rerank import rank
+from .transport import WIRES, ServiceError, Transport, wire_bytes  # noqa: F401  (wire_bytes: its old home)
 
 
 def _fingerprint(request) -> str:
@@ -145,11 +98,7 @@ def _check_options(options: dict[str, Any]) -> None:
                         f"{list(PAPER_OPTIONS)}.")
 
 
-#: the ``wire`` option of :class:`Client`: the media type bodies are sent in and answers asked for
-WIRES = {"msgpack": MSGPACK, "json": JSON}
-
-
-class Client:
+class Client(Transport, PublicDocuments):
     """A pm_vector service client. ``budget``: a :class:`PrivacyBudget` (or
     :class:`~pm_vector.client.budget.MemoryBudget`), a ledger path, or None: the default ledger
     (``$PM_VECTOR_HOME/client/budget.json``) with the default budget. Never unlimited. Every
@@ -184,48 +133,8 @@ class Client:
         self._ids: dict[str, str | None] = {}  # collection ids as published: information, never a budget key
         self._folded = False
         self._built: set[str] = set()  # fingerprints of requests built (and charged) by this client
-        self._frames: dict[str, tuple[int | None, Any, PublicAnchor, dict]] = {}
-        self._public: dict[str, tuple] = {}
-
-    # ------------------------------------------------------------------ plumbing
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> "Client":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _call(self, method: str, path: str, doc: Any = None) -> Any:
-        """The answer of one request (``doc``: its body, a document sent in :attr:`wire`)."""
-        return self._exchange(method, path, doc)[0]
-
-    def _exchange(self, method: str, path: str, doc: Any = None) -> tuple[Any, int, int]:
-        """``(answer, bytes_sent, bytes_received)`` of one request: see :func:`wire_bytes`."""
-        kw: dict[str, Any] = {}
-        if doc is not None:
-            kw = {"content": encode(doc, self._media), "headers": {"Content-Type": self._media}}
-        r = self._http.request(method, path, **kw)
-        sent, received = wire_bytes(r)
-        self.last_exchange = {"path": path, "bytes_sent": sent, "bytes_received": received}
-        return self._answer(r), sent, received
-
-    @staticmethod
-    def _answer(r) -> Any:
-        media = (r.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
-        try:
-            body = decode(r.content, MSGPACK if media == MSGPACK else JSON) if r.content else None
-        except InvalidInputError as exc:
-            if r.status_code >= 400:
-                raise ServiceError(r.status_code, "error", r.text[:500]) from None
-            raise InvalidInputError(f"the service's answer ({media or 'no Content-Type'}) cannot be read: "
-                                    f"{exc}") from None
-        if r.status_code >= 400:
-            if not isinstance(body, dict):
-                raise ServiceError(r.status_code, "error", r.text[:500])
-            raise ServiceError(r.status_code, str(body.get("error", "error")), str(body.get("message", r.text[:500])))
-        return body
+        self._frames: dict[str, VerifiedFrame] = {}  # per collection, for its active run
+        self._public: dict[str, PublicDocument] = {}
 
     def collection_id(self, name: str) -> str | None:
         """The collection's id as the service publishes it (None from a service that does not).
@@ -355,153 +264,6 @@ class Client:
         res["classes"] = [int(c) for c in res.get("classes", [])]
         return res
 
-    # ------------------------------------------------------------------ the private query
-    def frame(self, name: str, *, refresh: bool = False):
-        """``(AnchorFrame, PublicAnchor, frame_info)`` of the collection's active run, verified, cached per run."""
-        run_id = self.collection(name).get("active_run_id")
-        cached = self._frames.get(name)
-        if cached is not None and not refresh and cached[0] == run_id:
-            return cached[1], cached[2], cached[3]
-        doc = self.anchor_document(name)
-        self._note_id(name, doc)
-        frame, anchor = rebuild_frame(doc)
-        info = {k: v for k, v in (doc.get("frame") or {}).items() if k != "anchor_embedding"}
-        self._frames[name] = (run_id, frame, anchor, info)
-        return frame, anchor, info
-
-    def private_knn(self, name: str, *, epsilon: float, delta: float = 1e-5, shortlist: int | None = None,
-                    label_free: bool = False, refresh: bool = False) -> PrivateKNN:
-        """The :class:`~pm_vector.client.query.PrivateKNN` of the collection's active run: class frames and
-        dummy pool from the public anchor document (cached per run); with ``label_free`` the row of a
-        query without a label is its nearest public partition (a collection without labels) or a
-        :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor (see :meth:`_label_classifier`)."""
-        run_id = self.collection(name).get("active_run_id")
-        cached = self._public.get(name)
-        if cached is None or refresh or cached[0] != run_id:
-            doc = self.anchor_document(name)
-            self._note_id(name, doc)
-            frames_doc = doc.get("class_frames") or (doc.get("frame") or {}).get("class_frames")
-            if not frames_doc:
-                raise InvalidInputError(f"collection {name!r} publishes no class frames (its active run predates "
-                                        "them); run an embedding job, or use protocol='privatemail_paper'.")
-            frames = ClassFrames.from_dict(frames_doc)
-            Xd, yd = np.asarray(doc["dummy_features"], dtype=np.float64), np.asarray(doc["dummy_labels"])
-            if doc.get("partitions"):
-                # a collection without labels: a partition without a public dummy takes its public anchor
-                # rows as dummies (public data either way; every partition has anchor rows)
-                ya = np.asarray(doc["labels"])
-                take = np.isin(ya, np.setdiff1d(frames.classes_, yd))
-                if take.any():
-                    Xd = np.vstack([Xd.reshape(-1, frames.n_features_in_),
-                                    np.asarray(doc["features"], dtype=np.float64)[take]])
-                    yd = np.concatenate([yd.astype(np.int64), ya[take].astype(np.int64)])
-            cached = (run_id, frames, Xd, yd, np.asarray(doc["features"], dtype=np.float64),
-                      np.asarray(doc["labels"]), {},
-                      (doc.get("frame") or {}).get("product_codes"),
-                      # the cell release: the published PublicCells, and class_rows (its "cells": digest,
-                      # levels; n_items and classes: the public rule's finest useful level)
-                      (doc.get("frame") or {}).get("public_cells"), (doc.get("frame") or {}).get("class_rows") or {},
-                      doc.get("partitions"))
-            self._public[name] = cached
-        clf = self._label_classifier(name) if label_free else None
-        frames, Xd, yd = cached[1], cached[2], cached[3]
-        return PrivateKNN(frames, Xd, yd, epsilon, delta, shortlist=shortlist or DEFAULT_SHORTLIST, classifier=clf,
-                          collection=name, accountant=self._account(name))
-
-    def _label_classifier(self, name: str):
-        """What picks the row of a query without a label, cached per run: for a collection without
-        labels its published :class:`~pm_vector.manifold.partitions.PublicPartitions` (the query's
-        nearest partition, the very rule that labelled the items), otherwise the
-        :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor. Either is a function of the
-        query (and of public data only), so the release's guarantee is unchanged: it protects the
-        query's features and its row, and the row is computed from the query."""
-        _, _, _, _, Xa, ya, classifiers = self._public[name][:7]
-        parts_doc = self._public[name][10]
-        if parts_doc:
-            if "partitions" not in classifiers:
-                from ..manifold.partitions import PublicPartitions
-
-                classifiers["partitions"] = PublicPartitions.from_dict(parts_doc)
-            return classifiers["partitions"]
-        if "kahm" not in classifiers:
-            from ..kahm import KAHMClassifier
-
-            classifiers["kahm"] = KAHMClassifier().fit(Xa, ya)  # public data only
-        return classifiers["kahm"]
-
-    def public_cells(self, name: str):
-        """The collection's published :class:`~pm_vector.manifold.cells.PublicCells` (from the public
-        anchor document, cached per run), verified against the digest the run publishes; None when the
-        active run serves no cell release."""
-        from ..manifold.cells import PublicCells
-
-        run_id = self.collection(name).get("active_run_id")
-        cached = self._public.get(name)
-        if cached is None or cached[0] != run_id:
-            self.private_knn(name, epsilon=1.0, refresh=True)
-            cached = self._public[name]
-        doc, meta = cached[8], cached[9].get("cells") or {}
-        if not doc or meta.get("status") != "ready":
-            return None
-        if "cells" not in cached[6]:
-            cells = PublicCells.from_dict(doc)
-            if cells.digest() != meta.get("digest"):
-                raise AlignmentError(f"the public cells of collection {name!r} do not hash to the digest its run "
-                                     "publishes; refusing to build cell requests on them.")
-            cached[6]["cells"] = cells
-        return cached[6]["cells"]
-
-    def private_cells(self, name: str, *, epsilon: float, n_cells: int | None = None, shortlist: int | None = None):
-        """The :class:`~pm_vector.client.cells.PrivateCellKNN` of the collection's active run (the cell
-        release: pure eps, delta 0; ``n_cells`` None: K by the public rule for ``epsilon``, among the
-        levels no finer than :func:`~pm_vector.privacy.cells.max_cells_for` the collection's public
-        size, classes and k'), charging this client's ledger (eps, 0) per request."""
-        from ..privacy.cells import max_cells_for
-        from .cells import PrivateCellKNN
-
-        cells = self.public_cells(name)
-        if cells is None:
-            raise InvalidInputError(f"collection {name!r} serves no cell release (its active run publishes no "
-                                    "cells); use release='gaussian', or run a new embedding job.")
-        kp = shortlist or DEFAULT_SHORTLIST
-        doc = self._public[name][9]
-        max_cells = max_cells_for(int(doc["n_items"]), len(doc["classes"]), int(kp)) if doc.get("n_items") else None
-        # the real row: the query's nearest public cell over every class (PrivateCellKNN's default
-        # row="nearest": no label, no classifier needed)
-        return PrivateCellKNN(cells, epsilon, n_cells=n_cells, shortlist=kp, collection=name,
-                              accountant=self._account(name), max_cells=max_cells)
-
-    def choose_release(self, name: str, epsilon: float, release: str = "auto") -> str:
-        """``"cells"`` or ``"gaussian"``: ``release`` itself, or for ``"auto"`` the public default rule
-        (:func:`pm_vector.privacy.cells.release_for_epsilon`), the Gaussian when the collection serves
-        no cells."""
-        from ..privacy.cells import release_for_epsilon
-
-        if release not in RELEASES:
-            raise InvalidInputError(f"release must be one of {list(RELEASES)}, not {release!r}.")
-        if release != "auto":
-            return release
-        rel = release_for_epsilon(epsilon)
-        return "cells" if rel == "cells" and self.public_cells(name) is not None else "gaussian"
-
-    def product_codes(self, name: str):
-        """The :class:`~pm_vector.manifold.codes.ProductCodes` the collection's active run publishes (from
-        the public anchor document, cached per run), checked against the digest the run publishes
-        (:func:`pm_vector.client.published_codes.unpack`); None when the run publishes none."""
-        from .published_codes import unpack
-
-        run_id = self.collection(name).get("active_run_id")
-        cached = self._public.get(name)
-        if cached is None or cached[0] != run_id:
-            self.private_knn(name, epsilon=1.0, refresh=True)
-            cached = self._public[name]
-        doc, meta = cached[7], cached[9].get("codes") or {}
-        if not doc or meta.get("status") != "ready":
-            return None
-        if "codes" not in cached[6]:
-            cached[6]["codes"] = unpack(doc, meta.get("digest"))
-        return cached[6]["codes"]
-
     def build_request(self, name: str, features, label: int | None = None, *, epsilon: float, delta: float = 1e-5,
                       protocol: str = "pm_vector", shortlist: int | None = None, release: str = "gaussian",
                       n_cells: int | None = None, **paper_options):
@@ -595,26 +357,11 @@ class Client:
                            protocol=protocol, rerank=rerank, answer=answer, release=release,
                            n_cells=n_cells, options=paper_options)
 
-    def _compact_shape(self, name: str, epsilon: float, release: str, shortlist: int | None):
-        """``(release, k', b, ProductCodes)`` of a compact answer: the release the public rule picks,
-        ``k'`` and the code prefix from :func:`~pm_vector.manifold.codes.compact_answer_shape`."""
-        from ..manifold.codes import compact_answer_shape
-
-        pc = self.product_codes(name)
-        if pc is None:
-            raise InvalidInputError(f"collection {name!r} publishes no product codes (its active run predates them, "
-                                    "or its anchor set is too small to fit them); ask for answer='features' where the "
-                                    "collection allows raw features, or run a new embedding job.")
-        used = self.choose_release(name, epsilon, release)
-        n_rows = len(self._public[name][9].get("classes") or self._public[name][1].classes_)
-        kp, b = compact_answer_shape(n_rows, used, float(epsilon), tuple(pc.stage_bytes_))
-        return used, int(shortlist) if shortlist is not None else int(kp), int(b), pc
-
     def _query(self, name, features, label=None, *, epsilon, delta=1e-5, k=8, shortlist=None, protocol="pm_vector",
                rerank=True, answer="compact", release="auto", n_cells=None, options=None,
                rng=None) -> dict[str, Any]:
         """:meth:`query`; ``rng``: see :meth:`_build_request` (tests only)."""
-        from .published_codes import row_codes
+        from ..protocol.published_codes import row_codes
 
         if answer not in ("compact", "features"):
             raise InvalidInputError(f"answer must be 'compact' or 'features', not {answer!r}.")
@@ -661,13 +408,12 @@ class Client:
         reranked: str | bool = False
         q = np.asarray(features, dtype=np.float64).ravel()
         q = q / max(float(np.linalg.norm(q)), 1e-12)
-        d = None
+        order = d = None
         if mode == "features" and row.get("features") is not None and len(row["features"]):
-            d = np.linalg.norm(np.asarray(row["features"], dtype=np.float64) - q, axis=1)
+            order, d = rank(q, row["features"])
         elif mode == "codes" and n:
-            d = pc.distances(q, row["codes"])
+            order, d = rank(q, codes=row["codes"], product_codes=pc)
         if d is not None:
-            order = np.argsort(d, kind="stable")
             for key2 in ("item_ids", "external_ids", "labels", "features", "scores", "payloads",
                          "predicted", "class_scores"):
                 if row.get(key2) is not None:

@@ -24,20 +24,19 @@
 
 from __future__ import annotations
 
-import math
 import secrets
 
 import numpy as np
-import torch
 
-from . import wire
-from .._validation import as_labels, as_matrix, normalize_rows, require_unit_rows
+from .._validation import as_matrix, normalize_rows
 from ..errors import InvalidInputError
 from ..manifold import AnchorFrame, label_laplacian, smlq_step
-from ..manifold.laplacian import (DTYPE, GraphLaplacian, feature_laplacian, gaussian_weights, single_threaded,
-                                  to_tensor)
+from ..manifold.laplacian import feature_laplacian, single_threaded, to_tensor
+from ..manifold.post_process import post_process_release
 from ..privacy import AnalyticGaussianMechanism, GaussianMechanism, secure_generator, smlq_sensitivity
 from ..privacy.gaussian import gaussian_epsilon
+from ..protocol import bounds
+from ..protocol.anchor import PublicAnchor  # re-exported: its old home
 from .request import ClientSecret, PrivateMailRequest
 
 #: null-record steps between the client sets of two real queries: the real row goes x -> null
@@ -78,23 +77,6 @@ def paper_protocol_guarantee(epsilon: float, delta: float = 1e-5, *, same_class:
     else:
         raise InvalidInputError(f"mechanism must be 'analytic' or 'classical'; got {mechanism!r}.")
     return gaussian_epsilon(sigma, delta, float(steps)), float(delta)
-
-
-class PublicAnchor:
-    """The public data a server publishes: anchor rows (ids, features, labels) and the dummy pool."""
-
-    def __init__(self, ids, features, labels, dummy_features, dummy_labels):
-        self.features = as_matrix(features, "anchor features")
-        require_unit_rows(self.features, "anchor features")
-        self.labels = as_labels(labels, self.features.shape[0], "anchor labels")
-        self.ids = list(ids)
-        if len(self.ids) != self.features.shape[0] or len(set(self.ids)) != len(self.ids):
-            raise InvalidInputError("anchor ids must be unique, one per anchor row.")
-        self.dummy_features = as_matrix(dummy_features, "dummy features")
-        require_unit_rows(self.dummy_features, "dummy features")
-        self.dummy_labels = as_labels(dummy_labels, self.dummy_features.shape[0], "dummy labels")
-        if self.dummy_features.shape[1] != self.features.shape[1]:
-            raise InvalidInputError("dummy pool and anchor rows have different feature dimensions.")
 
 
 class PrivateMail:
@@ -202,8 +184,8 @@ class PrivateMail:
         sens = smlq_sensitivity(n=N - 1, sigma=self.dp_sigma, alpha=self.dp_alpha, label_diameter_sq=2.0,
                                 q_frobenius=float(np.linalg.norm(Q)))
         mech = self._mechanism(sens)
-        wire.privacy(self.epsilon, self.delta)  # the wire's bounds, before anything is charged
-        wire.mechanism(self.mechanism, self.epsilon)
+        bounds.privacy(self.epsilon, self.delta)  # the wire's bounds, before anything is charged
+        bounds.mechanism(self.mechanism, self.epsilon)
         acc = self.accountant
         if acc is None and not self._seeded:  # a seeded request (tests, benchmarks) is not a private release
             from .budget import LOCAL_KEY, PrivacyBudget
@@ -228,28 +210,10 @@ class PrivateMail:
         return req, ClientSecret(real_row=real_row, label=label, row_labels=tuple(int(v) for v in yq))
 
     def post_process(self, release: np.ndarray, query_labels, *, noise_sigma: float, q_rms: float) -> np.ndarray:
-        """Embed the query rows from the release alone (post-processing: no raw features)."""
-        Z = torch.as_tensor(release, dtype=DTYPE)
-        C = len(query_labels)
-        d = torch.cdist(Z, Z)
-        med = float(torch.median(d[torch.triu(torch.ones_like(d, dtype=torch.bool), 1)]))
-        # the client knows how much noise it added: the noisier, the flatter the rebuilt graph
-        rho = noise_sigma * math.sqrt(Z.shape[1]) / max(q_rms, 1e-12)
-        h = max(med, 1e-12) * (1.0 + rho)
-        # each query row is extended against the public frame alone: no edges between query
-        # rows, so rows cannot push each other around (with C = 100 classes they did)
-        W = torch.cat([torch.zeros(C, C, dtype=DTYPE), gaussian_weights(Z[:C], Z[C:], h)], dim=1)
-        Zq = self.frame.extend(None, np.asarray(query_labels), graph=GraphLaplacian(W), n_iter=self.n_post_iter,
-                               alpha=self.post_alpha, alpha_scale="stable")
-        # The normalisation step of the iterate (NOTES 3), for the free rows: one scalar for all
-        # query rows, bringing their RMS norm to that of the frame's class centroids. The label
-        # pull of the between-class graph shrinks like 1/C, so without it the rows of a
-        # 100-class request sat near the origin (precision@8 0.045 on 100 synthetic classes).
-        E, ya = self.frame.anchor_embedding_, self.frame.anchor_labels_
-        cent = np.stack([E[ya == c].mean(0) for c in self.frame.classes_])
-        target = float(np.sqrt((cent ** 2).sum(1).mean()))
-        rms = float(np.sqrt((Zq ** 2).sum(1).mean()))
-        return Zq * (target / rms) if rms > 0 else Zq
+        """Embed the query rows from the release alone (post-processing: no raw features;
+        :func:`pm_vector.manifold.post_process.post_process_release`)."""
+        return post_process_release(self.frame, release, query_labels, noise_sigma=noise_sigma, q_rms=q_rms,
+                                    n_post_iter=self.n_post_iter, post_alpha=self.post_alpha)
 
 
 def frame_params(frame: AnchorFrame) -> dict:

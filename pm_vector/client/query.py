@@ -37,124 +37,23 @@ from the seed) and is not charged; services refuse it unless set to allow seeded
 
 from __future__ import annotations
 
-import hashlib
-import json
 import secrets
-from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from .._validation import as_labels, as_matrix, normalize_rows
 from ..errors import InvalidInputError
 from ..manifold.class_frames import ClassFrames
-from ..privacy.class_rows import NOISE, ClassRowsGaussianMechanism
+from ..privacy.class_rows import ClassRowsGaussianMechanism
 from ..privacy.rng import secure_generator
-from . import wire
-from .wire import check_values
+from ..protocol import bounds
+# the wire types live in pm_vector.protocol; re-exported here (their old home)
+from ..protocol.class_rows import DEFAULT_SHORTLIST, QueryRequest, frames_digest
+from ..protocol.formats import CLASS_ROWS_FORMAT as FORMAT
+from .rerank import rerank, rerank_ids
 
-FORMAT = "pm_vector.class-rows/1"
-#: candidates per row the server is asked for by default (k')
-DEFAULT_SHORTLIST = 128
-
-
-def frames_digest(frames: ClassFrames) -> str:
-    """A digest of the published frames: the server refuses a request built on other frames."""
-    doc = frames.to_dict()
-    h = hashlib.sha256()
-    for key in ("n_components", "clip_quantile", "classes"):
-        h.update(json.dumps(doc[key]).encode())
-    for a in (frames.means_, frames.components_, frames.radii_):
-        # + 0.0 turns -0.0 into 0.0: a frame that went through a JSON store must hash the same
-        h.update(np.ascontiguousarray(np.round(a, 12) + 0.0, dtype=np.float64).tobytes())
-    return h.hexdigest()[:32]
-
-
-@dataclass
-class QueryRequest:
-    """What leaves the client: ``rows`` (``C x d``, class order), the classes, (epsilon, delta),
-    the noise per row, the frames' digest, ``shortlist`` (k'), ``seeded`` (true only for a
-    request built with an injected generator: tests and benchmarks), and the release's provenance:
-    ``noise`` (``"discrete_gaussian"``) and ``grid`` (the public grid step of each row; every row
-    value is an integer multiple of it), and ``release`` (always ``"gaussian"``: which release the
-    request is; the cell release's requests are :class:`~pm_vector.client.request.CellRequest`)."""
-
-    rows: np.ndarray
-    classes: list
-    epsilon: float
-    delta: float
-    noise_scale: float
-    sigmas: list
-    frames_digest: str
-    shortlist: int = DEFAULT_SHORTLIST
-    seeded: bool = False
-    collection: str | None = None
-    noise: str | None = None
-    grid: list | None = None
-    release: str = "gaussian"
-
-    def __post_init__(self):
-        if self.release != "gaussian":
-            raise InvalidInputError(f"a class-rows request has release 'gaussian'; got {self.release!r:.40}.")
-        self.rows = as_matrix(self.rows, "rows")
-        C = self.rows.shape[0]
-        if self.noise not in (None, "gaussian", NOISE):
-            raise InvalidInputError(f"noise must be {NOISE!r} (or 'gaussian' for requests of older clients); "
-                                    f"got {self.noise!r:.40}.")
-        check_values(self.rows, "rows")
-        if self.grid is not None:
-            self.grid = wire.number_list(self.grid, "grid", C, lo=0.0, lo_open=True)
-        self.classes = [int(c) for c in as_labels(np.asarray(self.classes), C, "classes")]
-        self.sigmas = wire.number_list(self.sigmas, "sigmas", C, lo=0.0)
-        self.epsilon, self.delta = wire.privacy(self.epsilon, self.delta)
-        self.noise_scale = wire.number(self.noise_scale, "noise_scale", lo=0.0, lo_open=True)
-        if not isinstance(self.frames_digest, str) or len(self.frames_digest) > 64:
-            raise InvalidInputError("frames_digest must be the 32-character digest of the published frames.")
-        if self.collection is not None and (not isinstance(self.collection, str) or len(self.collection) > 200):
-            raise InvalidInputError("collection must be a collection name.")
-        if isinstance(self.shortlist, bool) or int(self.shortlist) != self.shortlist or int(self.shortlist) < 1:
-            raise InvalidInputError(f"shortlist must be a positive integer; got {self.shortlist!r}.")
-        self.shortlist = int(self.shortlist)
-        self.seeded = wire.flag(self.seeded, "seeded")
-
-    @property
-    def n_rows(self) -> int:
-        return int(self.rows.shape[0])
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["rows"] = self.rows.tolist()
-        d["format"] = FORMAT
-        return d
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict())
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "QueryRequest":
-        if not isinstance(d, Mapping) or d.get("format") != FORMAT:
-            raise InvalidInputError(f"not a pm_vector request (format {FORMAT!r} expected).")
-        need = ("rows", "classes", "epsilon", "delta", "noise_scale", "sigmas", "frames_digest")
-        missing = [k for k in need if k not in d]
-        if missing:
-            raise InvalidInputError(f"request is missing fields: {', '.join(missing)}.")
-        # a strict schema: nothing the client chose beyond these fields reaches the request log
-        unknown = sorted(set(d) - set(need) - {"format", "shortlist", "seeded", "collection", "noise", "grid",
-                                               "release"})
-        if unknown:
-            raise InvalidInputError(f"unknown request field(s) {unknown}; a pm_vector request has {sorted(need)} "
-                                    "and optionally shortlist, seeded, collection, noise, grid, release.")
-        try:
-            rows = np.asarray(d["rows"])
-        except (TypeError, ValueError):
-            rows = None
-        if rows is None or rows.dtype.kind not in "iuf":  # no strings, booleans or ragged rows
-            raise InvalidInputError("rows must be a list of equal-length lists of numbers.")
-        return cls(rows=rows, classes=list(d["classes"]), epsilon=d["epsilon"], delta=d["delta"],
-                   noise_scale=d["noise_scale"], sigmas=list(d["sigmas"]), frames_digest=str(d["frames_digest"]),
-                   shortlist=d.get("shortlist", DEFAULT_SHORTLIST), seeded=d.get("seeded", False),
-                   collection=d.get("collection"), noise=d.get("noise"), grid=d.get("grid"),
-                   release=d.get("release", "gaussian"))
+__all__ = ["DEFAULT_SHORTLIST", "FORMAT", "PrivateKNN", "QueryRequest", "QuerySecret", "frames_digest", "rerank"]
 
 
 @dataclass(frozen=True)
@@ -184,7 +83,7 @@ class PrivateKNN:
                  *, shortlist: int = DEFAULT_SHORTLIST, classifier=None, collection: str | None = None,
                  accountant=None):
         self.frames = frames
-        wire.privacy(epsilon, delta)  # the request's bounds, checked before anything is charged
+        bounds.privacy(epsilon, delta)  # the request's bounds, checked before anything is charged
         self.mechanism = ClassRowsGaussianMechanism(epsilon, delta, frames.radii_, frames.components_.shape[1])
         if accountant is not None and not callable(getattr(accountant, "spend", None)):
             raise InvalidInputError("accountant must have a spend(epsilon, delta, label=None) method (a "
@@ -263,37 +162,13 @@ class PrivateKNN:
 
     @staticmethod
     def rerank(x, candidate_ids, candidate_features, k: int = 8) -> np.ndarray:
-        """The ``k`` candidate ids nearest to ``x`` by raw features (see :func:`rerank`)."""
-        ids = np.asarray(candidate_ids)
-        F = np.asarray(candidate_features, dtype=np.float64)
-        if F.ndim != 2 or F.shape[0] != ids.shape[0]:
-            raise InvalidInputError("candidate_features must have one row per candidate id.")
-        if F.shape[0] == 0:
-            return ids[:0]
-        return ids[rerank(x, F, k)]
+        """The ``k`` candidate ids nearest to ``x`` by raw features
+        (:func:`pm_vector.client.rerank.rank`)."""
+        return rerank_ids(x, candidate_ids, candidate_features, k)
 
     @staticmethod
     def rerank_codes(x, candidate_ids, codes, product_codes, k: int = 8) -> np.ndarray:
         """The ``k`` candidate ids nearest to ``x`` by their product codes (a compact answer's):
         :meth:`~pm_vector.manifold.codes.ProductCodes.distances`, the asymmetric distance of the
-        exact query to each coded candidate; stable for ties."""
-        ids = np.asarray(candidate_ids)
-        C = np.asarray(codes, dtype=np.uint8)
-        if C.ndim != 2 or C.shape[0] != ids.shape[0]:
-            raise InvalidInputError("codes must have one row per candidate id.")
-        if C.shape[0] == 0:
-            return ids[:0]
-        d = product_codes.distances(np.asarray(x, dtype=np.float64).ravel(), C)
-        return ids[np.argsort(d, kind="stable")[: int(k)]]
-
-
-def rerank(query_features, candidate_features, k: int | None = None) -> np.ndarray:
-    """Client side: positions of the candidates ordered by Euclidean distance of their features
-    (raw features, or published codes with the query projected alike) to the client's own query,
-    stable for ties; the first ``k`` if given. The server never sees the query's features."""
-    q = np.asarray(query_features, dtype=np.float64).reshape(1, -1)
-    R = as_matrix(candidate_features, "candidate_features")
-    if R.shape[1] != q.shape[1]:
-        raise InvalidInputError(f"candidates have {R.shape[1]} features; the query has {q.shape[1]}.")
-    order = np.argsort(((R - q) ** 2).sum(1), kind="stable")
-    return order if k is None else order[: int(k)]
+        exact query to each coded candidate; stable for ties (:func:`pm_vector.client.rerank.rank`)."""
+        return rerank_ids(x, candidate_ids, k=k, codes=codes, product_codes=product_codes)

@@ -26,7 +26,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..client.request import CELL_FORMAT, CellRequest
+from ..protocol.cells import CellRequest
+from ..protocol.formats import CELL_FORMAT
 from ..errors import InvalidInputError, RequestError
 from .errors import CellsUnavailableError  # noqa: F401  (raised here; PM009 in SQL)
 from .requests import answer_rows, finish, run_snapshot

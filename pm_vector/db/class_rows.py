@@ -141,7 +141,7 @@ class ClassRowsData:
     graph_method: str = "exact"  # how the graph was computed: "exact" or "hnsw"
 
     def doc(self) -> dict[str, Any]:
-        from ..client.query import frames_digest
+        from ..protocol.class_rows import frames_digest
 
         classes = self.frames.classes_
         sizes = [int(np.sum(self.prior_labels == c)) for c in classes]
@@ -157,7 +157,7 @@ class ClassRowsData:
     def codes_doc(self) -> dict[str, Any]:
         """``class_rows["codes"]``: ``{"status": "ready", "code_bytes", "n_stages", "stage_bytes",
         "digest"}`` or ``{"status": "unavailable", "error"}``."""
-        from ..client.published_codes import summary
+        from ..protocol.published_codes import summary
 
         if self.product_codes is None:
             return {"status": "unavailable", "error": str(self.codes_error or "no codes")[:500]}
@@ -289,7 +289,7 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
     if data.codes is not None:
         from psycopg.types.json import Json
 
-        from ..client.published_codes import pack
+        from ..protocol.published_codes import pack
 
         _create_codes_table(conn, rid)
         conn.execute("UPDATE pm_vector.embedding_runs SET public_projection = %s WHERE id = %s",
@@ -359,7 +359,7 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     if new_ids.size == 0:
         return dict(doc)
     if (doc.get("codes") or {}).get("status") == "ready":  # the new items' codes, with the run's published codes
-        from ..client.published_codes import unpack
+        from ..protocol.published_codes import unpack
 
         pc_doc = conn.execute("SELECT public_projection FROM pm_vector.embedding_runs WHERE id = %s",
                               [rid]).fetchone()[0]

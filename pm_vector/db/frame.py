@@ -10,7 +10,7 @@ A client needs three public things to build a PrivateMail request against a coll
 * the **frame**: the run's AnchorFrame parameters and public seed (and the stored anchor
   embedding, so the client can check that its rebuilt frame is the run's).
 
-``public_anchor(collection)`` returns the first two as a :class:`~pm_vector.client.PublicAnchor`
+``public_anchor(collection)`` returns the first two as a :class:`~pm_vector.protocol.PublicAnchor`
 and the third as a dict; ``client_frame(collection)`` rebuilds the fitted
 :class:`~pm_vector.manifold.AnchorFrame` and checks it against the stored anchor embedding.
 
@@ -26,20 +26,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import InvalidInputError
+from ..errors import FrameMismatchError, InvalidInputError  # noqa: F401  (FrameMismatchError: its old home)
+# the one rebuild of the public frame, its tolerance and its error
+from ..protocol.frame import FRAME_TOLERANCE, rebuild_frame  # noqa: F401
 from . import _binary
 from ._common import _collection_row, _load_anchor_set
 from .postgres import connect
 from .errors import DatabaseError, NoActiveRunError
-
-#: A rebuilt frame must reproduce the stored anchor embedding to this (absolute, for values of
-#: order 1; relative to the largest coordinate above 1). The stored embedding is float32.
-FRAME_TOLERANCE = 1e-6
-
-
-class FrameMismatchError(DatabaseError):
-    """The anchor frame rebuilt from the run's public data does not reproduce the run's stored
-    anchor embedding (or the run was not built with an AnchorFrame)."""
 
 
 def anchor_id(anchor_set_id: int, position: int) -> str:
@@ -170,38 +163,6 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def rebuild_frame(anchor_features, anchor_labels, params: Mapping[str, Any], seed: int, anchor_embedding,
-                  *, run_id: int | None = None, tolerance: float = FRAME_TOLERANCE):
-    """Fit ``AnchorFrame(**params, seed=seed)`` on the anchors and check it reproduces
-    ``anchor_embedding`` to ``tolerance`` (scaled by the largest coordinate when above 1)."""
-    from ..manifold import AnchorFrame
-
-    what = f"run {run_id}" if run_id is not None else "the run"
-    kwargs = {k: v for k, v in dict(params).items() if k != "seed"}
-    try:
-        frame = AnchorFrame(**kwargs, seed=int(seed)).fit(anchor_features, anchor_labels)
-    except TypeError as exc:
-        raise FrameMismatchError(
-            f"{what} was not built with an AnchorFrame embedding (its parameters {dict(params)!r} are not "
-            f"AnchorFrame's: {exc}); clients cannot rebuild its frame. Re-embed with `pm-vector embed`.") from None
-    except InvalidInputError as exc:
-        raise FrameMismatchError(f"the AnchorFrame of {what} cannot be rebuilt from its anchors: {exc}") from None
-    ref = np.asarray(anchor_embedding, dtype=np.float64)
-    if frame.anchor_embedding_.shape != ref.shape:
-        raise FrameMismatchError(
-            f"the AnchorFrame rebuilt for {what} has shape {frame.anchor_embedding_.shape}, but the stored anchor "
-            f"embedding has shape {ref.shape}; was the run built with other parameters?")
-    err = float(np.abs(frame.anchor_embedding_ - ref).max())
-    scale = max(1.0, float(np.abs(ref).max()))
-    if not err <= tolerance * scale:
-        raise FrameMismatchError(
-            f"the AnchorFrame rebuilt from {what}'s anchors, parameters {dict(params)!r} and seed {seed} differs "
-            f"from the stored anchor embedding by {err:.3g} (tolerance {tolerance * scale:.3g}); the run was not "
-            "built by this AnchorFrame (other code version or embedding function). Re-embed the collection.")
-    frame.reproduction_error_ = err
-    return frame
-
-
 def _class_rows_docs(conn, run_id: int):
     """``(class_frames, class_rows)`` documents of a run; ``(None, None or the reason)`` when the
     run has no class rows."""
@@ -239,7 +200,7 @@ def class_frames(collection: str):
 def public_anchor(collection: str):
     """``(PublicAnchor, frame_info)`` of the collection's active run.
 
-    The :class:`~pm_vector.client.PublicAnchor` holds the run's anchor set (ids ``"S:i"``,
+    The :class:`~pm_vector.protocol.PublicAnchor` holds the run's anchor set (ids ``"S:i"``,
     features, labels) and the current dummy pool. ``frame_info``: ``collection``, ``run_id``,
     ``anchor_set_id``, ``dummy_set_id``, ``params`` and ``seed`` (AnchorFrame's keyword
     arguments and public seed), ``embedding_dim``, ``metric``, ``classes`` and
@@ -256,7 +217,7 @@ def public_anchor(collection: str):
     None when the run serves no cells). Raises CollectionNotFoundError, NoActiveRunError,
     NoAnchorSetError (no dummy pool registered).
     """
-    from ..client import PublicAnchor
+    from ..protocol.anchor import PublicAnchor
 
     with connect() as conn:
         meta = _run_row(conn, collection)
@@ -294,7 +255,7 @@ def client_frame(collection: str, anchor=None, frame_info: Mapping[str, Any] | N
     """The fitted :class:`~pm_vector.manifold.AnchorFrame` of the collection's active run,
     rebuilt from public data (anchor set, parameters, seed) exactly as a client would.
 
-    Checks that it reproduces the stored anchor embedding to 1e-6 and raises
+    Checks that it reproduces the stored anchor embedding to ``FRAME_TOLERANCE`` and raises
     :class:`FrameMismatchError` otherwise. Pass ``anchor, frame_info`` from
     :func:`public_anchor` to avoid reading them again.
     """

@@ -49,9 +49,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..client import PrivateMail
-from ..client.release import RELEASE_FORMAT, ReleaseRequest
-from ..client.request import PrivateMailRequest
+from ..protocol.formats import RELEASE_FORMAT
+from ..protocol.paper import PrivateMailRequest, ReleaseRequest
 from ..errors import RequestError
 from .postgres import connect
 from .errors import DimensionMismatchError
@@ -62,16 +61,16 @@ from .requests import (MAX_QUERY_ROWS, AnchorIdMismatchError, _one_blas_thread, 
 
 def _post_process(rf: RunFrame, rel: ReleaseRequest) -> PrivateMailRequest:
     from ..manifold.laplacian import single_threaded
+    from ..manifold.post_process import post_process_release
 
     frame = rf.frame()
     unknown = sorted(set(rel.query_labels) - set(int(c) for c in frame.classes_))
     if unknown:
         raise RequestError(f"query_labels {unknown} are not classes of the run's anchor set "
                            f"{frame.classes_.tolist()}.")
-    pm = PrivateMail(frame, epsilon=max(rel.epsilon, 1e-12), delta=rel.delta, n_post_iter=rel.n_post_iter,
-                     post_alpha=rel.post_alpha, _rng=0)
     with single_threaded():
-        Zq = pm.post_process(rel.release, np.asarray(rel.query_labels), noise_sigma=rel.noise_sigma, q_rms=rel.q_rms)
+        Zq = post_process_release(frame, rel.release, np.asarray(rel.query_labels), noise_sigma=rel.noise_sigma,
+                                  q_rms=rel.q_rms, n_post_iter=rel.n_post_iter, post_alpha=rel.post_alpha)
     if not np.all(np.isfinite(Zq)):
         raise RequestError("the post-processing of this release did not converge (non-finite rows); the release "
                            "is corrupted.")

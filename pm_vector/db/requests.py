@@ -15,17 +15,17 @@ from typing import Mapping
 
 import numpy as np
 
-from ..client.query import FORMAT as CLASS_ROWS_FORMAT
-from ..client.query import QueryRequest
-from ..client.release import RELEASE_FORMAT, ReleaseRequest
-from ..client.request import CELL_FORMAT, CellRequest
-from ..client.request import FORMAT as REQUEST_FORMAT
-from ..client.request import PrivateMailRequest
 from ..errors import InvalidInputError, RequestError
+from ..protocol import bounds
+from ..protocol.bounds import MAX_K_PRIME, MAX_QUERY_ROWS
+from ..protocol.cells import CellRequest
+from ..protocol.class_rows import QueryRequest
+from ..protocol.formats import CELL_FORMAT, CLASS_ROWS_FORMAT, RELEASE_FORMAT
+from ..protocol.formats import PRIVATEMAIL_FORMAT as REQUEST_FORMAT
+from ..protocol.paper import PrivateMailRequest, ReleaseRequest
 
-#: query rows per request (each is one HNSW index scan of the statement)
-MAX_QUERY_ROWS = 1000
-MAX_K = 1000
+#: k and k' (one limit, :data:`pm_vector.protocol.bounds.MAX_K_PRIME`), the name this module gave it
+MAX_K = MAX_K_PRIME
 #: request JSON text larger than this is refused before parsing
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
@@ -139,10 +139,7 @@ def _outputs_allowed(coll: Mapping) -> bool:
     return coll.get("kahm_model_id") is not None and model_outputs_allowed(coll, coll.get("kahm_kind"))
 
 
-def _check_k(k) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= int(k) <= MAX_K:
-        raise InvalidInputError(f"k must be an integer in 1..{MAX_K}, got {k!r}.")
-    return int(k)
+_check_k = bounds.k_neighbours
 
 
 def _finite_matrix(a, what: str) -> np.ndarray:
@@ -180,11 +177,7 @@ def _check_class_rows(req: QueryRequest) -> None:
         raise RequestError(f"the request has {rows.shape[0]} rows but {len(req.classes)} classes.")
 
 
-def _check_k_prime(kp) -> int:
-    if isinstance(kp, bool) or not isinstance(kp, (int, np.integer)) or not 1 <= int(kp) <= MAX_K:
-        raise InvalidInputError(f"k' (the request's shortlist, or k_prime) must be an integer in 1..{MAX_K}, "
-                                f"got {kp!r}.")
-    return int(kp)
+_check_k_prime = bounds.k_prime
 
 
 def _begin_snapshot(conn) -> None:

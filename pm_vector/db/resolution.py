@@ -64,9 +64,9 @@ from typing import Any, Mapping
 import numpy as np
 from psycopg.types.json import set_json_loads
 
-from ..client.query import FORMAT as CLASS_ROWS_FORMAT
-from ..client.query import QueryRequest
-from ..client.request import CellRequest
+from ..protocol.cells import CellRequest
+from ..protocol.class_rows import QueryRequest
+from ..protocol.formats import CLASS_ROWS_FORMAT
 from ..errors import InvalidInputError, RequestError
 from . import run_graph
 from .postgres import connect

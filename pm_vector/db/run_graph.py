@@ -35,10 +35,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..protocol.bounds import MAX_K_PRIME  # top hubs kept per class: k' is at most this
 from . import _binary
 
-#: top hubs kept per class: k' is at most 1000
-MAX_K_PRIME = 1000
 #: memory for the graphs a process keeps, least recently used first out (a graph takes about
 #: 8 (d + 2 g + 2) bytes per prior item: 400 B at d = g = 16, 40 MB for 100,000 items; at the
 #: default d = 4, g = 16, 304 B: 304 MB for 1,000,000 items, within the default 1 GB)

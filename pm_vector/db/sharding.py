@@ -29,9 +29,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..protocol.bounds import MAX_K_PRIME
 from .run_copy import copy_hubs, copy_pairs, copy_prior
 
-FILL = 1000  # k' <= 1000: the zero-score fill needs the run's first 1000 item ids
+FILL = MAX_K_PRIME  # k' <= MAX_K_PRIME: the zero-score fill needs the run's first MAX_K_PRIME item ids
 
 
 def shard_names(conn) -> list[str]:

@@ -1,5 +1,30 @@
-"""The wire protocol, below both the client and the server: how documents travel (:mod:`.codec`)."""
+"""The wire protocol, below both the client and the server: what travels and how.
 
-from .codec import JSON, MSGPACK, MEDIA_TYPES, decode, encode
+* :mod:`.formats`: the format strings every request document names itself by;
+* :mod:`.bounds`: the bounds and field checks every request passes (one named constant per
+  limit: :data:`~.bounds.MAX_K_PRIME`, :data:`~.bounds.MAX_QUERY_ROWS`, ...), used by the
+  client that builds a request, the service that parses one and :mod:`pm_vector.db` that
+  answers one;
+* the request types: :class:`QueryRequest` (class rows, :mod:`.class_rows`, with
+  :func:`frames_digest`), :class:`CellRequest` (:mod:`.cells`), :class:`PrivateMailRequest` and
+  :class:`ReleaseRequest` (the paper's protocol, :mod:`.paper`);
+* :class:`PublicAnchor` (:mod:`.anchor`): the public anchor document's data as a client holds it;
+* :mod:`.frame`: the public anchor frame rebuilt and verified (one function, one tolerance, one
+  error for the client and the server); :mod:`.published_codes`: the items' published product
+  codes as a document;
+* :mod:`.codec`: how documents travel (msgpack or JSON).
 
-__all__ = ["JSON", "MSGPACK", "MEDIA_TYPES", "decode", "encode"]
+Nothing here imports :mod:`pm_vector.client`, :mod:`pm_vector.db` or :mod:`pm_vector.service`.
+"""
+
+from .anchor import PublicAnchor
+from .bounds import MAX_K_PRIME, MAX_QUERY_ROWS
+from .cells import CellRequest
+from .class_rows import DEFAULT_SHORTLIST, QueryRequest, frames_digest
+from .codec import JSON, MEDIA_TYPES, MSGPACK, decode, encode
+from .formats import CELL_FORMAT, CLASS_ROWS_FORMAT, PRIVATEMAIL_FORMAT, RELEASE_FORMAT
+from .paper import PrivateMailRequest, ReleaseRequest
+
+__all__ = ["CELL_FORMAT", "CLASS_ROWS_FORMAT", "DEFAULT_SHORTLIST", "JSON", "MAX_K_PRIME", "MAX_QUERY_ROWS",
+           "MEDIA_TYPES", "MSGPACK", "PRIVATEMAIL_FORMAT", "RELEASE_FORMAT", "CellRequest", "PrivateMailRequest",
+           "PublicAnchor", "QueryRequest", "ReleaseRequest", "decode", "encode", "frames_digest"]

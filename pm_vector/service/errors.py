@@ -12,7 +12,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import AlignmentError, BudgetExceededError, InvalidInputError, PMVectorError, PrivacyParameterError
+from ..errors import (AlignmentError, BudgetExceededError, FrameMismatchError, InvalidInputError, PMVectorError,
+                      PrivacyParameterError)
 from .validation import RETRY_AFTER_S, ApiError, _database_down, _err
 
 
@@ -42,6 +43,8 @@ def _status_of(exc: PMVectorError) -> tuple[int, str]:
         return 503, "shard_unavailable"
     if isinstance(exc, dbe.DatabaseConfigError):
         return 503, "database_unavailable"
+    if isinstance(exc, FrameMismatchError):  # the run's own frame cannot be rebuilt: not the request's fault
+        return 400, "bad_request"
     if isinstance(exc, (InvalidInputError, AlignmentError, PrivacyParameterError)):
         return 422, "invalid_input"
     if isinstance(exc, BudgetExceededError):

@@ -33,6 +33,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..errors import InvalidInputError
+from ..protocol.bounds import MAX_K_PRIME
 
 _PREFIX = "PM_VECTOR_SERVICE_"
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -44,8 +45,8 @@ class ServiceSettings:
     max_dim: int = 256
     max_body_bytes: int = 16 * 1024 * 1024
     max_k: int = 100
-    #: k' candidates per class row a pm_vector request may ask for
-    max_shortlist: int = 1000
+    #: k' candidates per class row a pm_vector request may ask for (at most the protocol's MAX_K_PRIME)
+    max_shortlist: int = MAX_K_PRIME
     max_ids: int = 10000
     pool_min: int = 1
     pool_max: int = 10
@@ -101,6 +102,9 @@ class ServiceSettings:
                      "auth_failures_per_minute", "failed_key_ttl_s"):
             if getattr(self, name) < 0:
                 raise InvalidInputError(f"service setting {name} must be >= 0 (0: off), got {getattr(self, name)}.")
+        if self.max_shortlist > MAX_K_PRIME:
+            raise InvalidInputError(f"service setting max_shortlist must be at most {MAX_K_PRIME} (the protocol's "
+                                    f"MAX_K_PRIME), got {self.max_shortlist}.")
         if not 0 <= self.pool_min <= self.pool_max:
             raise InvalidInputError(f"pool_min must be in 0..pool_max ({self.pool_max}), got {self.pool_min}.")
         if not 0 <= self.port <= 65535:

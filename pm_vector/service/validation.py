@@ -10,9 +10,10 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from ..client import wire
-from ..client.query import FORMAT as QUERY_FORMAT
-from ..client.request import CELL_FORMAT
+from ..protocol import bounds as wire
+from ..protocol.class_rows import DEFAULT_SHORTLIST
+from ..protocol.formats import CELL_FORMAT
+from ..protocol.formats import CLASS_ROWS_FORMAT as QUERY_FORMAT
 from ..errors import InvalidInputError
 from .settings import ServiceSettings
 
@@ -69,7 +70,7 @@ def parse_json(body: bytes) -> Any:
 
 def check_matrix(rows: Any, what: str, settings: ServiceSettings) -> None:
     """A JSON matrix: a non-empty list of equally long, non-empty rows of numbers of magnitude at
-    most :data:`pm_vector.client.wire.MAX_ABS_VALUE`, within the server's row and dimension
+    most :data:`pm_vector.protocol.bounds.MAX_ABS_VALUE`, within the server's row and dimension
     limits (413 above them, 422 otherwise)."""
     if not isinstance(rows, list) or not rows or not all(isinstance(row, list) for row in rows):
         raise ApiError(422, "invalid_input", f"{what} must be a non-empty list of rows (lists of numbers).")
@@ -97,47 +98,6 @@ def check_matrix(rows: Any, what: str, settings: ServiceSettings) -> None:
                                                      f"+-{wire.MAX_ABS_VALUE:g}); no valid client sends one.")
 
 
-#: the paper protocol's noise mechanisms (pm_vector.client.privatemail)
-PAPER_MECHANISMS = wire.PAPER_MECHANISMS
-_PAPER_FIELDS = {"format", "anchor_ids", "embedding", "n_query_rows", "epsilon", "delta", "sensitivity",
-                 "noise_sigma", "mechanism", "params", "collection"}
-
-
-def _wire(check, *args, **kw):
-    """A :mod:`pm_vector.client.wire` check whose refusal is a 422 naming the request's field."""
-    try:
-        return check(*args, **kw)
-    except InvalidInputError as exc:
-        raise ApiError(422, "invalid_input", f"request.{exc}") from None
-
-
-def check_paper_fields(r: dict) -> None:
-    """The PrivateMail request's schema: known fields only, the wire types and bounds of
-    :mod:`pm_vector.client.wire` (eps >= MIN_EPSILON, MIN_DELTA <= delta < 1, sensitivity > 0,
-    0 <= noise_sigma <= MAX_ABS_VALUE, a known mechanism -- classical only below eps 1 -- and
-    known, bounded params: nothing the client chose reaches the log unchecked)."""
-    unknown = sorted(set(map(str, r)) - _PAPER_FIELDS)
-    if unknown:
-        raise ApiError(422, "invalid_input", f"unknown request field(s) {unknown[:10]}; a PrivateMail request has "
-                                             f"{sorted(_PAPER_FIELDS)}.")
-    missing = [k for k in ("anchor_ids", "embedding", "n_query_rows", "epsilon", "delta", "sensitivity",
-                           "noise_sigma", "mechanism") if k not in r]
-    if missing:
-        raise ApiError(422, "invalid_input", f"request is missing fields: {', '.join(missing)}.")
-    eps, _ = _wire(wire.privacy, r.get("epsilon"), r.get("delta"))
-    _wire(wire.number, r.get("sensitivity"), "sensitivity", lo=0.0, lo_open=True)
-    _wire(wire.number, r.get("noise_sigma"), "noise_sigma", lo=0.0)
-    _wire(wire.mechanism, r.get("mechanism"), eps)
-    _wire(wire.paper_params, r.get("params"))
-    ids = r.get("anchor_ids")
-    if not isinstance(ids, list) or not all(isinstance(i, (int, str)) and not isinstance(i, bool) for i in ids):
-        raise ApiError(422, "invalid_input", "request.anchor_ids must be a list of anchor ids.")
-    if any(isinstance(i, int) and not -2 ** 63 <= i < 2 ** 63 for i in ids) or \
-            any(isinstance(i, str) and (len(i) > 200 or "\x00" in i) for i in ids):
-        raise ApiError(422, "invalid_input", "request.anchor_ids holds an id outside the 64-bit range or an "
-                                             "invalid string; send the ids of the anchor document.")
-
-
 def check_cells(n_rows: int, per_row: int, settings: ServiceSettings) -> None:
     """rows x k of one answer within the server's cap (the response's size)."""
     if n_rows * per_row > settings.max_result_cells:
@@ -162,7 +122,7 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
     ``include_features: true`` says the same); ``"full"`` the full rows without features.
     ``code_bytes`` (compact answers): the code prefix, one of the run's published stage widths
     (checked against the run: a 422 saying which), default the whole code."""
-    from ..client.request import PrivateMailRequest
+    from ..protocol.paper import PrivateMailRequest
     from ..manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES
 
     if not isinstance(d, dict):
@@ -212,7 +172,8 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
         raise ApiError(422, "invalid_input", "a compact answer (ids and product codes) applies to class-rows and cell "
                                              f"requests (formats {QUERY_FORMAT!r}, {CELL_FORMAT!r}); ask the paper's "
                                              "protocol for answer 'full' or 'features'.")
-    check_paper_fields(r)
+    # the paper request's schema, types and bounds are PrivateMailRequest's (pm_vector.protocol.paper),
+    # checked below after the size limits
     emb = r.get("embedding")
     check_matrix(emb, "request.embedding", settings)
     if r.get("collection") not in (None, name):
@@ -229,18 +190,24 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
     return req, k, inc, opts
 
 
+def check_shortlist(kp: Any, settings: ServiceSettings) -> None:
+    """k' of a class-rows or cell request: an integer in ``1..settings.max_shortlist`` (a service's
+    own limit, at most the protocol's :data:`~pm_vector.protocol.bounds.MAX_K_PRIME`, which
+    :mod:`pm_vector.db` checks again for callers that bypass the service)."""
+    if isinstance(kp, bool) or not isinstance(kp, int) or not 1 <= kp <= settings.max_shortlist:
+        raise ApiError(422, "invalid_input", "request.shortlist (k') must be an integer in "
+                                             f"1..{settings.max_shortlist}, got {kp!r}.")
+
+
 def check_query_request(r: dict, settings: ServiceSettings, name: str):
     """Validate a pm_vector request (one noised row per class); returns a QueryRequest or raises ApiError."""
-    from ..client.query import QueryRequest
+    from ..protocol.class_rows import QueryRequest
 
     check_matrix(r.get("rows"), "request.rows", settings)
     if r.get("collection") not in (None, name):
         raise ApiError(422, "invalid_input", f"the request was built for collection {r.get('collection')!r}, "
                                              f"not {name!r}.")
-    kp = r.get("shortlist")
-    if isinstance(kp, bool) or not isinstance(kp, int) or not 1 <= kp <= settings.max_shortlist:
-        raise ApiError(422, "invalid_input", f"request.shortlist (k') must be an integer in 1..{settings.max_shortlist}, "
-                                             f"got {kp!r}.")
+    check_shortlist(r.get("shortlist"), settings)
     try:
         return QueryRequest.from_dict(r)
     except (InvalidInputError, TypeError, ValueError) as exc:
@@ -251,7 +218,7 @@ def check_cell_request(r: dict, settings: ServiceSettings, name: str):
     """Validate a cell request (release "cells": one reported cell per class); returns a CellRequest
     or raises ApiError. Its level, digest and number of reports are checked against the run by
     :func:`pm_vector.db.cell_resolution.check_against_run` (422 as well)."""
-    from ..client.request import CellRequest
+    from ..protocol.cells import CellRequest
 
     reports = r.get("reports")
     if not isinstance(reports, list) or not reports:
@@ -262,10 +229,7 @@ def check_cell_request(r: dict, settings: ServiceSettings, name: str):
     if r.get("collection") not in (None, name):
         raise ApiError(422, "invalid_input", f"the request was built for collection {r.get('collection')!r}, "
                                              f"not {name!r}.")
-    kp = r.get("shortlist", 128)
-    if isinstance(kp, bool) or not isinstance(kp, int) or not 1 <= kp <= settings.max_shortlist:
-        raise ApiError(422, "invalid_input", "request.shortlist (k') must be an integer in "
-                                             f"1..{settings.max_shortlist}, got {kp!r}.")
+    check_shortlist(r.get("shortlist", DEFAULT_SHORTLIST), settings)
     try:
         return CellRequest.from_dict(r)
     except (InvalidInputError, TypeError, ValueError) as exc:

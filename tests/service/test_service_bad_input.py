@@ -72,7 +72,7 @@ CASES = {
     "too_many_rows": (lambda v: _body(_mutated(v, embedding=[[0.0] * 8] * 2001)).encode(), 413, "at most 2,000"),
     "too_many_dims": (lambda v: _body(_mutated(v, embedding=[[0.0] * 65] * 10)).encode(), 413, "at most 64"),
     "huge_payload": (lambda v: b'{"request": "' + b"x" * (3 * 1024 * 1024) + b'"}', 413, "limit"),
-    # strict wire types and bounds (pm_vector.client.wire): a boolean is not a number, and finite
+    # strict wire types and bounds (pm_vector.protocol.bounds): a boolean is not a number, and finite
     # but absurd values are refused
     "epsilon_true": (lambda v: _body(_mutated(v, epsilon=True)).encode(), 422, "epsilon"),
     "epsilon_subnormal": (lambda v: _body(_mutated(v, epsilon=1e-320)).encode(), 422, "epsilon"),
@@ -215,7 +215,7 @@ def test_body_of_another_media_type_refused(ctype, service, svc_collection, svc_
 def test_paper_log_stores_the_validated_params(service, svc_collection, svc_key, valid, requests_logged):
     """The request log keeps the paper request's known params, as validated, and nothing else."""
     from pm_vector import db
-    from pm_vector.client import wire
+    from pm_vector.protocol import bounds as wire
 
     r = _post(service, svc_key, svc_collection, _body(valid))
     assert r.status_code == 200, r.text

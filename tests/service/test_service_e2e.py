@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 import time
@@ -390,12 +391,12 @@ def test_compact_answer_is_the_default_and_has_no_raw_features(service, svc_coll
             assert f["reranked"] == "features" and len(f["labels"]) == 8
         print("compact answer bytes (received on the wire with headers, the answer body):", sizes)
         # a codes document that is not the published one (a tampered centroid) is refused before any query
-        cached = c._public[svc_collection]
-        cached[6].pop("codes")
-        doc = json.loads(json.dumps(cached[7]))
+        cached = c._public[svc_collection]  # a PublicDocument
+        cached.derived.pop("codes")
+        doc = json.loads(json.dumps(cached.product_codes))
         raw = bytearray(__import__("base64").b64decode(doc["centroids"][0]["data"]))
         raw[0] ^= 1
         doc["centroids"][0]["data"] = __import__("base64").b64encode(bytes(raw)).decode()
-        c._public[svc_collection] = cached[:7] + (doc,) + cached[8:]
+        c._public[svc_collection] = dataclasses.replace(cached, product_codes=doc, derived={})
         with pytest.raises(AlignmentError, match="digest"):
             c.query(svc_collection, Xq[0], int(yq[0]), epsilon=4.0, k=8)

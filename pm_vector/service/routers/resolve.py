@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
+from ...protocol.bounds import MAX_QUERY_ROWS
 from .. import schemas
 from ..deps import AUTH, JSON_BODY, NEG, SettingsDep, StateDep, key_of
 from ..media import body_schema, body_type, read_body, respond
@@ -26,8 +27,8 @@ log = logging.getLogger("pm_vector.service")
 def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: ServiceSettings, state: dict[str, Any]):
     """The answer read on a replica in rotation (log written on ``conn``), or None: read on the
     primary (no replica, a paper request, or the replica failed: it leaves the rotation)."""
-    from ...client.query import QueryRequest
-    from ...client.request import CellRequest
+    from ...protocol.cells import CellRequest
+    from ...protocol.class_rows import QueryRequest
 
     router = state["router"]
     if router is None or not isinstance(req, (QueryRequest, CellRequest)):  # the paper's: on the primary
@@ -49,7 +50,7 @@ def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: Serv
                 pool = state["read_pools"][url] = ServicePool(url, min_size=0, max_size=settings.pool_max)
         with pool.connection_as(db_role) as rconn:
             return resolve_document(name, req, k=k, include_features=inc, conn=conn, read_conn=rconn,
-                                    max_query_rows=min(settings.max_rows, 1000), answer=answer)
+                                    max_query_rows=min(settings.max_rows, MAX_QUERY_ROWS), answer=answer)
     except (psycopg.OperationalError, DatabaseConfigError) as exc:
         router.mark_failed(url, type(exc).__name__)
         log.warning("replica %s left the rotation (%s); reading on the primary", redact(url), type(exc).__name__)
@@ -69,7 +70,7 @@ def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None, sett
             res = _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings, state)
             if res is None:
                 res = resolve_document(name, req, k=k, include_features=inc, conn=conn,
-                                       max_query_rows=min(settings.max_rows, 1000), answer=answer)
+                                       max_query_rows=min(settings.max_rows, MAX_QUERY_ROWS), answer=answer)
     except psycopg.errors.InsufficientPrivilege:
         if db_role is None:
             raise

@@ -1,0 +1,228 @@
+"""What a service client keeps of a collection's public anchor document, per active run, and
+what it builds from it: the verified anchor frame (:class:`VerifiedFrame`), the class frames,
+dummy pool, published codes and cells (:class:`PublicDocument`), and the private-query clients
+built on them (:class:`~pm_vector.client.query.PrivateKNN`,
+:class:`~pm_vector.client.cells.PrivateCellKNN`).
+
+Everything here is public data, fetched once per active run and re-fetched when the run
+changes; what is built from it (published codes and cells, checked against the digests the run
+publishes; a label classifier) is cached with it (:attr:`PublicDocument.derived`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import AlignmentError, InvalidInputError
+from ..manifold.class_frames import ClassFrames
+from ..protocol.anchor import PublicAnchor
+from ..protocol.frame import frame_from_document
+from .query import DEFAULT_SHORTLIST, PrivateKNN
+
+#: the ``release`` option of :meth:`Client.query`
+RELEASES = ("auto", "cells", "gaussian")
+
+
+@dataclass(frozen=True)
+class VerifiedFrame:
+    """A collection's anchor frame rebuilt from its anchor document and verified
+    (:func:`~pm_vector.protocol.frame.frame_from_document`), for the run ``run_id``."""
+
+    run_id: int | None
+    frame: Any  # the fitted AnchorFrame
+    anchor: PublicAnchor
+    info: dict  # the document's "frame" entry without the anchor embedding
+
+
+@dataclass(frozen=True)
+class PublicDocument:
+    """The parts of a collection's public anchor document a private query uses, for the run
+    ``run_id``: the class frames and the dummy pool (with a collection without labels, the
+    anchor rows of partitions that have no public dummy), the anchor rows, and the published
+    documents (``product_codes``, ``public_cells``, ``class_rows``: the run's class-rows
+    parameters, the codes' and cells' digests, ``n_items`` and ``classes``; ``partitions`` of a
+    collection without labels). ``derived``: what the client built from them, by name
+    (``"codes"``, ``"cells"``, ``"kahm"``, ``"partitions"``), checked once."""
+
+    run_id: int | None
+    frames: ClassFrames
+    dummy_features: np.ndarray
+    dummy_labels: np.ndarray
+    anchor_features: np.ndarray
+    anchor_labels: np.ndarray
+    product_codes: dict | None
+    public_cells: dict | None
+    class_rows: dict
+    partitions: dict | None
+    derived: dict = field(default_factory=dict, compare=False)
+
+
+class PublicDocuments:
+    """The public-document half of :class:`~pm_vector.client.http.Client`: it needs the client's
+    ``collection``, ``anchor_document``, ``_note_id`` and ``_account``, and keeps
+    ``self._frames`` (:class:`VerifiedFrame` per collection) and ``self._public``
+    (:class:`PublicDocument` per collection)."""
+
+    def frame(self, name: str, *, refresh: bool = False):
+        """``(AnchorFrame, PublicAnchor, frame_info)`` of the collection's active run, verified, cached per run."""
+        run_id = self.collection(name).get("active_run_id")
+        cached = self._frames.get(name)
+        if cached is not None and not refresh and cached.run_id == run_id:
+            return cached.frame, cached.anchor, cached.info
+        doc = self.anchor_document(name)
+        self._note_id(name, doc)
+        frame, anchor = frame_from_document(doc)
+        info = {k: v for k, v in (doc.get("frame") or {}).items() if k != "anchor_embedding"}
+        self._frames[name] = VerifiedFrame(run_id, frame, anchor, info)
+        return frame, anchor, info
+
+    def private_knn(self, name: str, *, epsilon: float, delta: float = 1e-5, shortlist: int | None = None,
+                    label_free: bool = False, refresh: bool = False) -> PrivateKNN:
+        """The :class:`~pm_vector.client.query.PrivateKNN` of the collection's active run: class frames and
+        dummy pool from the public anchor document (cached per run); with ``label_free`` the row of a
+        query without a label is its nearest public partition (a collection without labels) or a
+        :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor (see :meth:`_label_classifier`)."""
+        run_id = self.collection(name).get("active_run_id")
+        cached = self._public.get(name)
+        if cached is None or refresh or cached.run_id != run_id:
+            doc = self.anchor_document(name)
+            self._note_id(name, doc)
+            frames_doc = doc.get("class_frames") or (doc.get("frame") or {}).get("class_frames")
+            if not frames_doc:
+                raise InvalidInputError(f"collection {name!r} publishes no class frames (its active run predates "
+                                        "them); run an embedding job, or use protocol='privatemail_paper'.")
+            frames = ClassFrames.from_dict(frames_doc)
+            Xd, yd = np.asarray(doc["dummy_features"], dtype=np.float64), np.asarray(doc["dummy_labels"])
+            if doc.get("partitions"):
+                # a collection without labels: a partition without a public dummy takes its public anchor
+                # rows as dummies (public data either way; every partition has anchor rows)
+                ya = np.asarray(doc["labels"])
+                take = np.isin(ya, np.setdiff1d(frames.classes_, yd))
+                if take.any():
+                    Xd = np.vstack([Xd.reshape(-1, frames.n_features_in_),
+                                    np.asarray(doc["features"], dtype=np.float64)[take]])
+                    yd = np.concatenate([yd.astype(np.int64), ya[take].astype(np.int64)])
+            fr = doc.get("frame") or {}
+            cached = PublicDocument(run_id=run_id, frames=frames, dummy_features=Xd, dummy_labels=yd,
+                                    anchor_features=np.asarray(doc["features"], dtype=np.float64),
+                                    anchor_labels=np.asarray(doc["labels"]), product_codes=fr.get("product_codes"),
+                                    public_cells=fr.get("public_cells"), class_rows=fr.get("class_rows") or {},
+                                    partitions=doc.get("partitions"))
+            self._public[name] = cached
+        clf = self._label_classifier(name) if label_free else None
+        return PrivateKNN(cached.frames, cached.dummy_features, cached.dummy_labels, epsilon, delta,
+                          shortlist=shortlist or DEFAULT_SHORTLIST, classifier=clf,
+                          collection=name, accountant=self._account(name))
+
+    def _label_classifier(self, name: str):
+        """What picks the row of a query without a label, cached per run: for a collection without
+        labels its published :class:`~pm_vector.manifold.partitions.PublicPartitions` (the query's
+        nearest partition, the very rule that labelled the items), otherwise the
+        :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor. Either is a function of the
+        query (and of public data only), so the release's guarantee is unchanged: it protects the
+        query's features and its row, and the row is computed from the query."""
+        pub = self._public[name]
+        classifiers = pub.derived
+        if pub.partitions:
+            if "partitions" not in classifiers:
+                from ..manifold.partitions import PublicPartitions
+
+                classifiers["partitions"] = PublicPartitions.from_dict(pub.partitions)
+            return classifiers["partitions"]
+        if "kahm" not in classifiers:
+            from ..kahm import KAHMClassifier
+
+            classifiers["kahm"] = KAHMClassifier().fit(pub.anchor_features, pub.anchor_labels)  # public data only
+        return classifiers["kahm"]
+
+    def public_cells(self, name: str):
+        """The collection's published :class:`~pm_vector.manifold.cells.PublicCells` (from the public
+        anchor document, cached per run), verified against the digest the run publishes; None when the
+        active run serves no cell release."""
+        from ..manifold.cells import PublicCells
+
+        run_id = self.collection(name).get("active_run_id")
+        cached = self._public.get(name)
+        if cached is None or cached.run_id != run_id:
+            self.private_knn(name, epsilon=1.0, refresh=True)
+            cached = self._public[name]
+        doc, meta = cached.public_cells, cached.class_rows.get("cells") or {}
+        if not doc or meta.get("status") != "ready":
+            return None
+        if "cells" not in cached.derived:
+            cells = PublicCells.from_dict(doc)
+            if cells.digest() != meta.get("digest"):
+                raise AlignmentError(f"the public cells of collection {name!r} do not hash to the digest its run "
+                                     "publishes; refusing to build cell requests on them.")
+            cached.derived["cells"] = cells
+        return cached.derived["cells"]
+
+    def private_cells(self, name: str, *, epsilon: float, n_cells: int | None = None, shortlist: int | None = None):
+        """The :class:`~pm_vector.client.cells.PrivateCellKNN` of the collection's active run (the cell
+        release: pure eps, delta 0; ``n_cells`` None: K by the public rule for ``epsilon``, among the
+        levels no finer than :func:`~pm_vector.privacy.cells.max_cells_for` the collection's public
+        size, classes and k'), charging this client's ledger (eps, 0) per request."""
+        from ..privacy.cells import max_cells_for
+        from .cells import PrivateCellKNN
+
+        cells = self.public_cells(name)
+        if cells is None:
+            raise InvalidInputError(f"collection {name!r} serves no cell release (its active run publishes no "
+                                    "cells); use release='gaussian', or run a new embedding job.")
+        kp = shortlist or DEFAULT_SHORTLIST
+        doc = self._public[name].class_rows
+        max_cells = max_cells_for(int(doc["n_items"]), len(doc["classes"]), int(kp)) if doc.get("n_items") else None
+        # the real row: the query's nearest public cell over every class (PrivateCellKNN's default
+        # row="nearest": no label, no classifier needed)
+        return PrivateCellKNN(cells, epsilon, n_cells=n_cells, shortlist=kp, collection=name,
+                              accountant=self._account(name), max_cells=max_cells)
+
+    def choose_release(self, name: str, epsilon: float, release: str = "auto") -> str:
+        """``"cells"`` or ``"gaussian"``: ``release`` itself, or for ``"auto"`` the public default rule
+        (:func:`pm_vector.privacy.cells.release_for_epsilon`), the Gaussian when the collection serves
+        no cells."""
+        from ..privacy.cells import release_for_epsilon
+
+        if release not in RELEASES:
+            raise InvalidInputError(f"release must be one of {list(RELEASES)}, not {release!r}.")
+        if release != "auto":
+            return release
+        rel = release_for_epsilon(epsilon)
+        return "cells" if rel == "cells" and self.public_cells(name) is not None else "gaussian"
+
+    def product_codes(self, name: str):
+        """The :class:`~pm_vector.manifold.codes.ProductCodes` the collection's active run publishes (from
+        the public anchor document, cached per run), checked against the digest the run publishes
+        (:func:`pm_vector.client.published_codes.unpack`); None when the run publishes none."""
+        from ..protocol.published_codes import unpack
+
+        run_id = self.collection(name).get("active_run_id")
+        cached = self._public.get(name)
+        if cached is None or cached.run_id != run_id:
+            self.private_knn(name, epsilon=1.0, refresh=True)
+            cached = self._public[name]
+        doc, meta = cached.product_codes, cached.class_rows.get("codes") or {}
+        if not doc or meta.get("status") != "ready":
+            return None
+        if "codes" not in cached.derived:
+            cached.derived["codes"] = unpack(doc, meta.get("digest"))
+        return cached.derived["codes"]
+
+    def _compact_shape(self, name: str, epsilon: float, release: str, shortlist: int | None):
+        """``(release, k', b, ProductCodes)`` of a compact answer: the release the public rule picks,
+        ``k'`` and the code prefix from :func:`~pm_vector.manifold.codes.compact_answer_shape`."""
+        from ..manifold.codes import compact_answer_shape
+
+        pc = self.product_codes(name)
+        if pc is None:
+            raise InvalidInputError(f"collection {name!r} publishes no product codes (its active run predates them, "
+                                    "or its anchor set is too small to fit them); ask for answer='features' where the "
+                                    "collection allows raw features, or run a new embedding job.")
+        used = self.choose_release(name, epsilon, release)
+        pub = self._public[name]
+        n_rows = len(pub.class_rows.get("classes") or pub.frames.classes_)
+        kp, b = compact_answer_shape(n_rows, used, float(epsilon), tuple(pc.stage_bytes_))
+        return used, int(shortlist) if shortlist is not None else int(kp), int(b), pc

@@ -1,0 +1,107 @@
+"""A cell request (:class:`CellRequest`): what leaves a :class:`~pm_vector.client.cells.PrivateCellKNN`
+client in a cell release (:mod:`pm_vector.privacy.cells`), one reported public cell per class."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from .class_rows import DEFAULT_SHORTLIST
+from .formats import CELL_FORMAT
+
+
+@dataclass
+class CellRequest:
+    """What leaves the client in a cell release (:mod:`pm_vector.privacy.cells`): one reported cell
+    per class (``reports``, class order, each in ``[0, n_cells)``), the level ``n_cells`` (K, the
+    same for every class), ``epsilon`` (> 0, or inf for benchmarks), ``delta`` (always 0: pure
+    eps), the published cells' digest, ``shortlist`` (k'), ``collection``, ``release`` (always
+    ``"cells"``) and ``seeded`` (true only for a request built with an injected generator)."""
+
+    reports: list
+    n_cells: int
+    epsilon: float
+    cells_digest: str
+    shortlist: int = DEFAULT_SHORTLIST
+    collection: str | None = None
+    release: str = "cells"
+    delta: float = 0.0
+    seeded: bool = False
+
+    _NEED = ("reports", "n_cells", "epsilon", "cells_digest")
+    _OPTIONAL = ("shortlist", "collection", "release", "delta", "seeded")
+
+    def __post_init__(self):
+        if self.release != "cells":
+            raise InvalidInputError(f"a cell request has release 'cells'; got {self.release!r:.40}.")
+        K = self.n_cells
+        if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or not 2 <= int(K) <= 1 << 20:
+            raise InvalidInputError(f"n_cells must be an integer in [2, 2^20]; got {K!r:.40}.")
+        self.n_cells = int(K)
+        if not isinstance(self.reports, (list, tuple, np.ndarray)) or len(self.reports) < 1:
+            raise InvalidInputError("reports must be a non-empty list of integers (one cell per class).")
+        reps = []
+        for r in self.reports:
+            if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, np.integer)) or not 0 <= int(r) < self.n_cells:
+                raise InvalidInputError(f"every report must be an integer in [0, {self.n_cells}); got {r!r:.40}.")
+            reps.append(int(r))
+        self.reports = reps
+        e = self.epsilon
+        if isinstance(e, str) and e.lower() in ("inf", "infinity"):
+            e = float("inf")
+        if isinstance(e, bool) or not isinstance(e, (int, float, np.floating, np.integer)) or \
+                not (float(e) > 0) or math.isnan(float(e)):
+            raise InvalidInputError(f"epsilon must be a number > 0 (or inf); got {self.epsilon!r:.40}.")
+        self.epsilon = float(e)
+        d = self.delta
+        if isinstance(d, bool) or not isinstance(d, (int, float, np.floating)) or float(d) != 0.0:
+            raise InvalidInputError(f"a cell request is pure eps: delta must be 0; got {d!r:.40}.")
+        self.delta = 0.0
+        if not isinstance(self.cells_digest, str) or not 1 <= len(self.cells_digest) <= 64:
+            raise InvalidInputError("cells_digest must be the hex digest of the published cells.")
+        if self.collection is not None and (not isinstance(self.collection, str) or len(self.collection) > 200):
+            raise InvalidInputError("collection must be a collection name.")
+        k = self.shortlist
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or int(k) < 1:
+            raise InvalidInputError(f"shortlist must be a positive integer; got {k!r:.40}.")
+        self.shortlist = int(k)
+        if not isinstance(self.seeded, (bool, np.bool_)):
+            raise InvalidInputError("seeded must be true or false.")
+        self.seeded = bool(self.seeded)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.reports)
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self._NEED + self._OPTIONAL}
+        d["reports"] = list(self.reports)
+        d["format"] = CELL_FORMAT
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, d) -> "CellRequest":
+        if not isinstance(d, dict) or d.get("format") != CELL_FORMAT:
+            raise InvalidInputError(f"not a cell request (format {CELL_FORMAT!r} expected).")
+        missing = [k for k in cls._NEED if k not in d]
+        if missing:
+            raise InvalidInputError(f"cell request is missing fields: {', '.join(missing)}.")
+        unknown = sorted(set(d) - set(cls._NEED) - set(cls._OPTIONAL) - {"format"})
+        if unknown:
+            raise InvalidInputError(f"unknown cell request field(s) {unknown}; a cell request has "
+                                    f"{list(cls._NEED)} and optionally {list(cls._OPTIONAL)}.")
+        return cls(**{k: d[k] for k in cls._NEED + cls._OPTIONAL if k in d})
+
+    @classmethod
+    def from_json(cls, s: str) -> "CellRequest":
+        try:
+            return cls.from_dict(json.loads(s))
+        except json.JSONDecodeError as e:
+            raise InvalidInputError(f"request is not valid JSON: {e}.") from None

@@ -1,0 +1,123 @@
+"""A class-rows request (:class:`QueryRequest`): what leaves a :class:`~pm_vector.client.query.PrivateKNN`
+client, one noised row per class (:mod:`pm_vector.privacy.class_rows` states the guarantee), and
+the digest of the published class frames it was built on (:func:`frames_digest`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+
+from .._validation import as_labels, as_matrix
+from ..errors import InvalidInputError
+from ..privacy.class_rows import NOISE
+from . import bounds
+from .formats import CLASS_ROWS_FORMAT
+
+if TYPE_CHECKING:
+    from ..manifold.class_frames import ClassFrames
+
+#: candidates per row the server is asked for by default (k')
+DEFAULT_SHORTLIST = 128
+
+
+def frames_digest(frames: "ClassFrames") -> str:
+    """A digest of the published frames: the server refuses a request built on other frames."""
+    doc = frames.to_dict()
+    h = hashlib.sha256()
+    for key in ("n_components", "clip_quantile", "classes"):
+        h.update(json.dumps(doc[key]).encode())
+    for a in (frames.means_, frames.components_, frames.radii_):
+        # + 0.0 turns -0.0 into 0.0: a frame that went through a JSON store must hash the same
+        h.update(np.ascontiguousarray(np.round(a, 12) + 0.0, dtype=np.float64).tobytes())
+    return h.hexdigest()[:32]
+
+
+@dataclass
+class QueryRequest:
+    """What leaves the client: ``rows`` (``C x d``, class order), the classes, (epsilon, delta),
+    the noise per row, the frames' digest, ``shortlist`` (k'), ``seeded`` (true only for a
+    request built with an injected generator: tests and benchmarks), and the release's provenance:
+    ``noise`` (``"discrete_gaussian"``) and ``grid`` (the public grid step of each row; every row
+    value is an integer multiple of it), and ``release`` (always ``"gaussian"``: which release the
+    request is; the cell release's requests are :class:`~pm_vector.client.request.CellRequest`)."""
+
+    rows: np.ndarray
+    classes: list
+    epsilon: float
+    delta: float
+    noise_scale: float
+    sigmas: list
+    frames_digest: str
+    shortlist: int = DEFAULT_SHORTLIST
+    seeded: bool = False
+    collection: str | None = None
+    noise: str | None = None
+    grid: list | None = None
+    release: str = "gaussian"
+
+    def __post_init__(self):
+        if self.release != "gaussian":
+            raise InvalidInputError(f"a class-rows request has release 'gaussian'; got {self.release!r:.40}.")
+        self.rows = as_matrix(self.rows, "rows")
+        C = self.rows.shape[0]
+        if self.noise not in (None, "gaussian", NOISE):
+            raise InvalidInputError(f"noise must be {NOISE!r} (or 'gaussian' for requests of older clients); "
+                                    f"got {self.noise!r:.40}.")
+        bounds.check_values(self.rows, "rows")
+        if self.grid is not None:
+            self.grid = bounds.number_list(self.grid, "grid", C, lo=0.0, lo_open=True)
+        self.classes = [int(c) for c in as_labels(np.asarray(self.classes), C, "classes")]
+        self.sigmas = bounds.number_list(self.sigmas, "sigmas", C, lo=0.0)
+        self.epsilon, self.delta = bounds.privacy(self.epsilon, self.delta)
+        self.noise_scale = bounds.number(self.noise_scale, "noise_scale", lo=0.0, lo_open=True)
+        if not isinstance(self.frames_digest, str) or len(self.frames_digest) > 64:
+            raise InvalidInputError("frames_digest must be the 32-character digest of the published frames.")
+        if self.collection is not None and (not isinstance(self.collection, str) or len(self.collection) > 200):
+            raise InvalidInputError("collection must be a collection name.")
+        if isinstance(self.shortlist, bool) or int(self.shortlist) != self.shortlist or int(self.shortlist) < 1:
+            raise InvalidInputError(f"shortlist must be a positive integer; got {self.shortlist!r}.")
+        self.shortlist = int(self.shortlist)
+        self.seeded = bounds.flag(self.seeded, "seeded")
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.rows.shape[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["rows"] = self.rows.tolist()
+        d["format"] = CLASS_ROWS_FORMAT
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "QueryRequest":
+        if not isinstance(d, Mapping) or d.get("format") != CLASS_ROWS_FORMAT:
+            raise InvalidInputError(f"not a pm_vector request (format {CLASS_ROWS_FORMAT!r} expected).")
+        need = ("rows", "classes", "epsilon", "delta", "noise_scale", "sigmas", "frames_digest")
+        missing = [k for k in need if k not in d]
+        if missing:
+            raise InvalidInputError(f"request is missing fields: {', '.join(missing)}.")
+        # a strict schema: nothing the client chose beyond these fields reaches the request log
+        unknown = sorted(set(d) - set(need) - {"format", "shortlist", "seeded", "collection", "noise", "grid",
+                                               "release"})
+        if unknown:
+            raise InvalidInputError(f"unknown request field(s) {unknown}; a pm_vector request has {sorted(need)} "
+                                    "and optionally shortlist, seeded, collection, noise, grid, release.")
+        try:
+            rows = np.asarray(d["rows"])
+        except (TypeError, ValueError):
+            rows = None
+        if rows is None or rows.dtype.kind not in "iuf":  # no strings, booleans or ragged rows
+            raise InvalidInputError("rows must be a list of equal-length lists of numbers.")
+        return cls(rows=rows, classes=list(d["classes"]), epsilon=d["epsilon"], delta=d["delta"],
+                   noise_scale=d["noise_scale"], sigmas=list(d["sigmas"]), frames_digest=str(d["frames_digest"]),
+                   shortlist=d.get("shortlist", DEFAULT_SHORTLIST), seeded=d.get("seeded", False),
+                   collection=d.get("collection"), noise=d.get("noise"), grid=d.get("grid"),
+                   release=d.get("release", "gaussian"))

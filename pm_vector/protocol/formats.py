@@ -1,0 +1,12 @@
+"""The format strings: every request document names its kind in ``"format"``."""
+
+#: a PrivateMail request (the paper's protocol, post-processed by the client)
+PRIVATEMAIL_FORMAT = "pm_vector.privatemail/1"
+#: a PrivateMail request that stops after the private first iteration (the server post-processes)
+RELEASE_FORMAT = "pm_vector.privatemail-release/1"
+#: a class-rows request: one noised row per class
+CLASS_ROWS_FORMAT = "pm_vector.class-rows/1"
+#: a cell request: one reported public cell per class
+CELL_FORMAT = "pm_vector.cells/1"
+
+__all__ = ["CELL_FORMAT", "CLASS_ROWS_FORMAT", "PRIVATEMAIL_FORMAT", "RELEASE_FORMAT"]
