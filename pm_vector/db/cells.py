@@ -10,11 +10,19 @@ class rows already hold:
 * every item's cell at every published level K: the nearest centroid of its class at K (squared L2
   on the stored features; :meth:`PublicCells.assign`);
 * the cell release's graph: ``N(j)`` the ``graph_degree`` nearest other items of every item j by
-  raw features, any class (:data:`pm_vector.shortlist.CELL_GRAPH_DEGREE`, 32: its first 16 columns
-  are the class rows' graph), and on it the class hub counts ``h_c(i)`` (row ``level 0`` of each
+  raw features, any class (:data:`pm_vector.shortlist.CELL_GRAPH_DEGREE`, 32: the job computes ONE
+  graph and the class rows read its first 16 columns), and on it the class hub counts ``h_c(i)`` (row ``level 0`` of each
   class, items by ``h_c`` descending then id: the class's top hubs first);
 * the **per-cell hub counts** ``h_{c,K,r}(i)`` = number of items j of class c with
   ``cell_K(j) = r`` and ``i`` in ``N(j)``, with ``h_c(i)`` beside them.
+
+Sized for a million items: a row holds only the entries an answer with ``k' <=``
+:data:`~pm_vector.db.run_graph.MAX_K_PRIME` (1000, the largest a request may ask) can use
+(:func:`useful_entries`: an item that 1000 others outrank for every weight is dropped; the
+statement's answers are unchanged), and a class's level-0 row only its first 1000 hubs (all the
+statement reads) when it has more, the whole counts then kept in a row ``(level -1, class, 0)``
+that no request reads (for ``embed --new-items``). Rows of at most 1000 entries are whole, so the
+tables of small collections are as before.
 
 :func:`write` stores them in ``run_<id>_cells(level, label, cell, item_ids, hubs, chubs)`` (one row
 per level, class and cell; binary COPY, committed: nothing points at the run before the job's
@@ -26,7 +34,8 @@ rows of its classes (the class is the shard key, as for the prior and the hubs).
 gives each new item j of class c its neighbour list, puts it in its cell at every level, adds the
 list to ``h_c`` and ``h_{c,K,cell(j)}``, and refreshes ``chubs``: the same approximation as the
 class rows (the neighbour lists of existing items are not recomputed; a full job rebuilds
-everything exactly). A run without ready cells (built before them, or an anchor set that gives
+everything exactly). An item a row dropped (outranked by 1000 others) that a new item lists comes
+back with the new count only: a second approximation of the same kind, on rows of over 1000 entries. A run without ready cells (built before them, or an anchor set that gives
 none) refuses cell requests with a message that says to run a full embedding job; the Gaussian
 class rows keep serving.
 

@@ -8,7 +8,9 @@ embeds):
   set; stored as JSON in ``embedding_runs.class_frames`` and published to clients);
 * the **prior**: every item of a class ``c`` with its clipped coordinates in ``c``'s frame;
 * the **graph**: the ``graph_degree`` nearest other items of every item by raw features (any
-  class), computed with :func:`pm_vector.neighbors.neighbor_graph`: exact up to
+  class): the first columns of the ONE graph the job computes for the class rows and the cell
+  release (``max(graph_degree, CELL_GRAPH_DEGREE)`` neighbours), with
+  :func:`pm_vector.neighbors.neighbor_graph`: exact up to
   ``graph_exact_max_items`` items (default 50,000), approximate (faiss HNSW, float32) above;
   ``graph`` = ``"exact"`` / ``"hnsw"`` forces either (collection setting
   ``settings["class_rows"]`` or the job's override); the document records ``graph_method``;
