@@ -195,7 +195,8 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
         cells, cells_doc = None, _cells.unavailable(str(exc))
     del graph
     timings["cells_s"] = time.perf_counter() - t
-    return ClassRowsData(timings=timings, frames=frames, params=dict(p), item_ids=ids, neighbors=ids[ps.neighbors_], prior_ids=ids[pidx],
+    return ClassRowsData(timings=timings, frames=frames, params=dict(p), item_ids=ids, neighbors=ids[ps.neighbors_],
+                         prior_ids=ids[pidx],
                          prior_labels=y[pidx], prior_coords=coords, hub_labels=cat(hl, np.int64),
                          hub_ids=cat(hi, np.int64), hub_counts=cat(hc, np.float64), projection=projection,
                          codes=item_codes(projection, X),
