@@ -51,6 +51,15 @@ def knn_search(queries: np.ndarray, items: np.ndarray, k: int, *, batch_size: in
         if k < n:
             cand = np.argpartition(d, k - 1, axis=1)[:, :k]
             cand.sort(axis=1)  # ascending index, so the stable sort below breaks ties by index
+            # a tie at the k-th distance: argpartition keeps an arbitrary one of the tied items;
+            # those rows take the lowest-index ones, so that the k nearest are a prefix of the
+            # k + 1 nearest (the graph's first columns are the smaller graph)
+            kth = np.max(np.take_along_axis(d, cand, axis=1), axis=1, keepdims=True)
+            tied = np.flatnonzero(np.count_nonzero(d <= kth, axis=1) > k)
+            for r in tied:
+                inside = np.flatnonzero(d[r] < kth[r, 0])
+                at = np.flatnonzero(d[r] == kth[r, 0])[:k - inside.size]
+                cand[r] = np.sort(np.concatenate([inside, at]))
         else:
             cand = np.broadcast_to(np.arange(n), d.shape).copy()
         dc = np.take_along_axis(d, cand, axis=1)

@@ -75,7 +75,10 @@ class PosteriorShortlist:
         self.graph = graph
         self.graph_exact_max_items = graph_exact_max_items
 
-    def fit(self, frames, X, y) -> "PosteriorShortlist":
+    def fit(self, frames, X, y, neighbors: np.ndarray | None = None) -> "PosteriorShortlist":
+        """``neighbors``: a graph of ``X`` the caller computed already (``(N, >= graph_degree)``
+        positions, nearest first, e.g. the cell release's wider one): its first ``graph_degree``
+        columns are used instead of computing the graph again."""
         from ._validation import as_labels, as_matrix
 
         X = as_matrix(X, "items", dtype=np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64)
@@ -87,7 +90,14 @@ class PosteriorShortlist:
         if isinstance(mw, bool) or not isinstance(mw, (int, float, np.floating)) or not 0 <= float(mw) < 1:
             raise InvalidInputError(f"min_weight must be a number in [0, 1), got {mw!r}.")
         self.graph_method_ = graph_method(X.shape[0], self.graph, self.graph_exact_max_items)
-        self.neighbors_ = neighbor_graph(X, g, method=self.graph_method_)
+        g_eff = min(g, X.shape[0] - 1)
+        if neighbors is not None:
+            nb = np.asarray(neighbors)
+            if nb.ndim != 2 or nb.shape[0] != X.shape[0] or nb.shape[1] < max(g_eff, 0):
+                raise InvalidInputError(f"neighbors must be ({X.shape[0]}, >= {g_eff}), got {nb.shape}.")
+            self.neighbors_ = np.ascontiguousarray(nb[:, :max(g_eff, 0)], dtype=np.int64)
+        else:
+            self.neighbors_ = neighbor_graph(X, g, method=self.graph_method_)
         self.n_items_ = X.shape[0]
         self.frames_ = frames
         self.prior_, self.hubs_ = {}, {}

@@ -316,6 +316,9 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                         plain_ms.append(dt_plain)
                         parts.append(res["timings_ms"])
                         hits.append(np.mean(np.asarray(real["labels"]) == yq_c[i]))
+                from ..db import run_graph as _run_graph
+
+                run_graph_mb = _run_graph.cached_bytes() / 2**20  # the run's graph this process holds
                 knn_per_request = rconn.knn_statements / n_query
                 shortlist_per_request = rconn.shortlist_statements / n_query
                 prior_knn_per_request = rconn.prior_knn_statements / n_query
@@ -342,6 +345,7 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                     "resolve_parts_p50_ms": {kk: round(_pct([p[kk] for p in pmv_parts if kk in p], 50), 3)
                                              for kk in (pmv_parts[0] if pmv_parts else {}) if kk != "total"},
                     "shortlist_statements_per_request": shortlist_per_request,
+                    "run_graph_mb": round(run_graph_mb, 1),
                     "prior_knn_statements_per_request": prior_knn_per_request},
                 "cells": None if cells_client is None else {
                     "shortlist": cfg.shortlist, "n_cells": int(cells_client.n_cells),

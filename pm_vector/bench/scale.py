@@ -16,6 +16,8 @@ records:
   ``/proc/self/clear_refs``, and a sampling thread as a cross-check / fallback), with
   ``baseline_mb`` (resident before the job) beside it. The database server's own memory
   (shared buffers, index builds' ``maintenance_work_mem``) is not the job's and is not counted;
+* ``cells_table_mb`` / ``cells_entries``: the cell release's table (size with its TOAST and index,
+  and the (item, count) entries of all its rows);
 * ``graph_method`` and ``graph_recall``: how the job computed the graph, and the share of the
   ``graph_degree`` exact nearest other items of ``recall_sample`` random items that their
   stored lists hold (exact neighbours by brute force against all items, in blocks, float64).
@@ -246,6 +248,11 @@ def _graph_recall(name: str, run_id: int, n: int, cfg: ScaleConfig) -> dict[str,
                            [int(run_id)]).fetchone()[0] or {}
         out: dict[str, Any] = {"graph_method": doc.get("graph_method"), "graph_recall": None,
                                "recall_sample": 0}
+        cells = conn.execute("SELECT to_regclass(pm_vector.pm_run_table(%s, 'cells'))::text", [int(run_id)]).fetchone()[0]
+        if cells is not None:  # the cell release's table: its size on disk and its entries (item, count) in all rows
+            size, entries = conn.execute(f"SELECT pg_total_relation_size('{cells}'::regclass), "
+                                         f"(SELECT coalesce(sum(cardinality(item_ids)), 0) FROM {cells})").fetchone()
+            out.update(cells_table_mb=round(size / 2**20, 1), cells_entries=int(entries))
         g = int(doc.get("graph_degree_effective") or 0)
         if cfg.recall_sample <= 0 or g < 1:
             return out

@@ -10,11 +10,19 @@ class rows already hold:
 * every item's cell at every published level K: the nearest centroid of its class at K (squared L2
   on the stored features; :meth:`PublicCells.assign`);
 * the cell release's graph: ``N(j)`` the ``graph_degree`` nearest other items of every item j by
-  raw features, any class (:data:`pm_vector.shortlist.CELL_GRAPH_DEGREE`, 32: its first 16 columns
-  are the class rows' graph), and on it the class hub counts ``h_c(i)`` (row ``level 0`` of each
+  raw features, any class (:data:`pm_vector.shortlist.CELL_GRAPH_DEGREE`, 32: the job computes ONE
+  graph and the class rows read its first 16 columns), and on it the class hub counts ``h_c(i)`` (row ``level 0`` of each
   class, items by ``h_c`` descending then id: the class's top hubs first);
 * the **per-cell hub counts** ``h_{c,K,r}(i)`` = number of items j of class c with
   ``cell_K(j) = r`` and ``i`` in ``N(j)``, with ``h_c(i)`` beside them.
+
+Sized for a million items: a row holds only the entries an answer with ``k' <=``
+:data:`~pm_vector.db.run_graph.MAX_K_PRIME` (1000, the largest a request may ask) can use
+(:func:`useful_entries`: an item that 1000 others outrank for every weight is dropped; the
+statement's answers are unchanged), and a class's level-0 row only its first 1000 hubs (all the
+statement reads) when it has more, the whole counts then kept in a row ``(level -1, class, 0)``
+that no request reads (for ``embed --new-items``). Rows of at most 1000 entries are whole, so the
+tables of small collections are as before.
 
 :func:`write` stores them in ``run_<id>_cells(level, label, cell, item_ids, hubs, chubs)`` (one row
 per level, class and cell; binary COPY, committed: nothing points at the run before the job's
@@ -26,7 +34,8 @@ rows of its classes (the class is the shard key, as for the prior and the hubs).
 gives each new item j of class c its neighbour list, puts it in its cell at every level, adds the
 list to ``h_c`` and ``h_{c,K,cell(j)}``, and refreshes ``chubs``: the same approximation as the
 class rows (the neighbour lists of existing items are not recomputed; a full job rebuilds
-everything exactly). A run without ready cells (built before them, or an anchor set that gives
+everything exactly). An item a row dropped (outranked by 1000 others) that a new item lists comes
+back with the new count only: a second approximation of the same kind, on rows of over 1000 entries. A run without ready cells (built before them, or an anchor set that gives
 none) refuses cell requests with a message that says to run a full embedding job; the Gaussian
 class rows keep serving.
 
@@ -44,6 +53,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from . import _binary
+from .run_graph import MAX_K_PRIME
 
 #: the cells table's rows are few (classes x sum of levels): one COPY
 _BATCH = 5_000
@@ -89,7 +99,10 @@ def build(anchor_X, anchor_y, item_X, item_y, item_ids, classes, *, neighbors: n
     ids = np.asarray(item_ids, dtype=np.int64)
     N = ids.shape[0]
     g = min(int(graph_degree or CELL_GRAPH_DEGREE), N - 1)
-    nb = neighbors if neighbors is not None and neighbors.shape[1] == g else neighbor_graph(X, g)
+    if neighbors is not None and neighbors.shape[1] >= g:  # the caller's graph: its first g columns
+        nb = np.asarray(neighbors)[:, :g]
+    else:
+        nb = neighbor_graph(X, g)
     g = nb.shape[1]
     cls = [int(c) for c in cells.classes_]
     pos_of = {c: k for k, c in enumerate(cls)}
@@ -109,6 +122,9 @@ def build(anchor_X, anchor_y, item_X, item_y, item_ids, classes, *, neighbors: n
     for k, c in enumerate(cls):  # level 0: the class hub counts, by (h_c desc, id): its top hubs come first
         nz = np.flatnonzero(hub[k])
         nz = nz[np.lexsort((nz, -hub[k][nz]))]
+        if nz.size > MAX_K_PRIME:  # the statement reads the first k' only; the whole counts (for new items) at -1
+            row(-1, c, 0, nz, hub[k][nz], hub[k][nz])
+            nz = nz[:MAX_K_PRIME]
         row(0, c, 0, nz, hub[k][nz], hub[k][nz])
     for K in cells.levels_:
         K = int(K)
@@ -121,13 +137,55 @@ def build(anchor_X, anchor_y, item_X, item_y, item_ids, classes, *, neighbors: n
         u, cnt = np.unique(key.ravel(), return_counts=True)
         group, item = u // N, u % N
         bounds = np.searchsorted(group, np.arange(len(cls) * K + 1))
+        ch = np.empty(item.size, np.float64)
+        for k in range(len(cls)):
+            a, b = bounds[k * K], bounds[(k + 1) * K]
+            ch[a:b] = hub[k][item[a:b]]
+        keep = useful_entries(group, item, cnt.astype(np.float64), ch, MAX_K_PRIME)
+        kb = np.concatenate([[0], np.cumsum(keep)])[bounds]  # the kept entries' group bounds
+        group, item, cnt, ch = group[keep], item[keep], cnt[keep], ch[keep]
         for k, c in enumerate(cls):
             for r in range(K):
-                a, b = bounds[k * K + r], bounds[k * K + r + 1]
-                row(K, c, r, item[a:b], cnt[a:b], hub[k][item[a:b]])
+                a, b = kb[k * K + r], kb[k * K + r + 1]
+                row(K, c, r, item[a:b], cnt[a:b], ch[a:b])
     return CellsData(cells=cells, graph_degree=g, levels=np.asarray(levels, np.int32),
                      labels=np.asarray(labels, np.int64), cell=np.asarray(cell_col, np.int32), item_ids=out_ids,
                      hubs=out_h, chubs=out_ch)
+
+
+def useful_entries(group: np.ndarray, item: np.ndarray, h: np.ndarray, hc: np.ndarray, k_max: int) -> np.ndarray:
+    """Which entries of the cell rows an answer with ``k' <= k_max`` can use (bool mask; a superset).
+
+    Entries ``(group, item, h = h_{c,K,r}(i), hc = h_c(i))``, sorted by group (a row) then item.
+    Item ``j`` *dominates* ``i`` in a row when ``h_j >= h_i``, ``hc_j >= hc_i`` and (``hc_j > hc_i``
+    or ``id_j < id_i``): for every weight ``w`` in (0, 2^20], ``hc_j + w h_j`` ranks before
+    ``hc_i + w h_i`` by (score desc, id) in float64 (rounding is monotone, and a difference of 1 in
+    the integer ``hc`` outweighs it at these magnitudes). An item with ``k_max`` dominators is
+    never among a row's top ``k' <= k_max``, for any weight; it is dropped, and the answer of the
+    statement is unchanged: a dropped item can only come back as a top hub or a fill item with
+    ``h = 0``, below its true score, which already ranks after ``k'`` kept items.
+
+    Per row, by (hc desc, id) an entry's dominators are the entries before it with ``h >= h_i``;
+    it is kept when ``h_i`` exceeds the ``k_max``-th largest ``h`` of the entries before the
+    block of ``k_max`` entries it lies in (a lower bound of its own threshold: a superset of the
+    entries with fewer than ``k_max`` dominators). Rows of at most ``k_max`` entries are kept whole."""
+    n = group.shape[0]
+    keep = np.ones(n, bool)
+    if n == 0:
+        return keep
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    ends = np.r_[starts[1:], n]
+    for a, b in zip(starts, ends):
+        if b - a <= k_max:
+            continue
+        order = a + np.lexsort((item[a:b], -hc[a:b]))  # hc desc, then id
+        hs = h[order]
+        top = hs[:k_max].copy()  # the k_max largest h of the entries seen so far
+        for s in range(k_max, b - a, k_max):
+            blk = hs[s:s + k_max]
+            keep[order[s:s + k_max]] = blk > top.min()
+            top = np.partition(np.concatenate([top, blk]), blk.size)[blk.size:]
+    return keep
 
 
 def _array(values: np.ndarray, kind: str) -> bytes:
@@ -230,19 +288,27 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
                                    {"level": np.repeat(cat(lv), g), "label": np.repeat(cat(lab), g),
                                     "cell": np.repeat(cat(cel), g), "item_id": np.tile(nb.ravel(), len(lv))}))
     t = f"pm_vector.run_{rid}_cells"
-    # each touched row: its counts plus the new edges; cells by item id, level 0 by (count desc, id)
+    # a class whose whole counts are kept at level -1 (level 0 holds their first MAX_K_PRIME): the
+    # new edges go there too, and level 0 is cut from it again below
+    conn.execute(f"INSERT INTO pm_new_cells SELECT -1, n.label, 0, n.item_id FROM pm_new_cells AS n "
+                 f"WHERE n.level = 0 AND n.label IN (SELECT label FROM {t} WHERE level = -1)")
+    # each touched row: its counts plus the new edges; cells by item id, levels 0 and -1 by (count desc, id)
     conn.execute(
         f"UPDATE {t} AS c SET (item_ids, hubs) = (SELECT "
-        "coalesce(array_agg(m.id ORDER BY CASE WHEN c.level = 0 THEN -m.h ELSE 0 END, m.id), '{}'), "
-        "coalesce(array_agg(m.h ORDER BY CASE WHEN c.level = 0 THEN -m.h ELSE 0 END, m.id), '{}') "
+        "coalesce(array_agg(m.id ORDER BY CASE WHEN c.level <= 0 THEN -m.h ELSE 0 END, m.id), '{}'), "
+        "coalesce(array_agg(m.h ORDER BY CASE WHEN c.level <= 0 THEN -m.h ELSE 0 END, m.id), '{}') "
         "FROM (SELECT u.id, sum(u.h) AS h FROM ("
         "  SELECT x.id, x.h FROM unnest(c.item_ids, c.hubs) AS x(id, h) "
         "  UNION ALL SELECT n.item_id, 1::float8 FROM pm_new_cells AS n "
         "  WHERE n.level = c.level AND n.label = c.label AND n.cell = c.cell) AS u GROUP BY u.id) AS m) "
         "WHERE (c.level, c.label, c.cell) IN (SELECT DISTINCT level, label, cell FROM pm_new_cells)")
-    # every row of a touched class: chubs again from the class's hub counts (its level-0 row)
+    conn.execute(f"UPDATE {t} AS c SET (item_ids, hubs) = (w.item_ids[1:{MAX_K_PRIME}], w.hubs[1:{MAX_K_PRIME}]) "
+                 f"FROM {t} AS w WHERE w.level = -1 AND c.level = 0 AND c.label = w.label "
+                 "AND w.label IN (SELECT DISTINCT label FROM pm_new_cells)")
+    # every row of a touched class: chubs again from the class's hub counts (its level -1 row, else level 0)
     conn.execute(
         f"UPDATE {t} AS c SET chubs = ARRAY(SELECT coalesce(z.h, 0) FROM unnest(c.item_ids) WITH ORDINALITY "
         f"AS u(id, k) LEFT JOIN (SELECT x.id, x.h FROM {t} AS c0, unnest(c0.item_ids, c0.hubs) AS x(id, h) "
-        "WHERE c0.level = 0 AND c0.label = c.label) AS z ON z.id = u.id ORDER BY u.k) "
+        f"WHERE c0.level = (SELECT min(c1.level) FROM {t} AS c1 WHERE c1.label = c.label AND c1.level <= 0) "
+        "AND c0.label = c.label) AS z ON z.id = u.id ORDER BY u.k) "
         "WHERE c.label IN (SELECT DISTINCT label FROM pm_new_cells)")

@@ -8,7 +8,9 @@ embeds):
   set; stored as JSON in ``embedding_runs.class_frames`` and published to clients);
 * the **prior**: every item of a class ``c`` with its clipped coordinates in ``c``'s frame;
 * the **graph**: the ``graph_degree`` nearest other items of every item by raw features (any
-  class), computed with :func:`pm_vector.neighbors.neighbor_graph`: exact up to
+  class): the first columns of the ONE graph the job computes for the class rows and the cell
+  release (``max(graph_degree, CELL_GRAPH_DEGREE)`` neighbours), with
+  :func:`pm_vector.neighbors.neighbor_graph`: exact up to
   ``graph_exact_max_items`` items (default 50,000), approximate (faiss HNSW, float32) above;
   ``graph`` = ``"exact"`` / ``"hnsw"`` forces either (collection setting
   ``settings["class_rows"]`` or the job's override); the document records ``graph_method``;
@@ -54,7 +56,8 @@ full embedding job rebuilds everything exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -139,6 +142,7 @@ class ClassRowsData:
     cells: Any = None  # pm_vector.db.cells.CellsData: the cell release's public cells and per-cell hub counts
     cells_doc: dict | None = None  # what class_rows -> 'cells' records (ready, or unavailable with the reason)
     graph_method: str = "exact"  # how the graph was computed: "exact" or "hnsw"
+    timings: dict = field(default_factory=dict)  # seconds of the job's parts (graph_s, cells_s, ..., write_*_s)
 
     def doc(self) -> dict[str, Any]:
         from ..protocol.class_rows import frames_digest
@@ -198,16 +202,26 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
     """Frames, prior, graph and hubs of a run (see the module doc). Raises InvalidInputError when
     the anchor set cannot give class frames."""
     from ..manifold.class_frames import ClassFrames
-    from ..shortlist import PosteriorShortlist
+    from ..neighbors import graph_method, neighbor_graph
+    from ..shortlist import CELL_GRAPH_DEGREE, PosteriorShortlist
 
     frames = ClassFrames(int(p["n_components"]), float(p["clip_quantile"])).fit(anchor_X, anchor_y)
     pcodes, codes_error = fit_codes(np.asarray(anchor_X, dtype=np.float64), p)  # public data only
     X = np.asarray(item_X)
     y = np.asarray(item_y, dtype=np.int64)
     ids = np.asarray(item_ids, dtype=np.int64)
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    # ONE graph for the class rows and the cell release: the max(graph_degree, CELL_GRAPH_DEGREE)
+    # nearest other items of every item; each part reads its first columns (exact: the smaller
+    # graph itself, ties by position; approximate: the same search, fewer results kept)
+    method = graph_method(X.shape[0], p["graph"], int(p["graph_exact_max_items"]))
+    graph = neighbor_graph(X, max(int(p["graph_degree"]), CELL_GRAPH_DEGREE), method=method)
+    timings["graph_s"] = time.perf_counter() - t
+    t = time.perf_counter()
     # the same fit the in-memory shortlist uses: graph, prior and hub counts are stored as it has them
     ps = PosteriorShortlist(graph_degree=int(p["graph_degree"]), graph=p["graph"],
-                            graph_exact_max_items=int(p["graph_exact_max_items"])).fit(frames, X, y)
+                            graph_exact_max_items=int(p["graph_exact_max_items"])).fit(frames, X, y, neighbors=graph)
     prior = [ps.prior_[int(c)] for c in frames.classes_]
     # per prior item: its neighbours and their hub counts in its class (the fast layout of migration 0009)
     nb = [ps.neighbors_[pi] for pi, _ in prior]
@@ -225,15 +239,23 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
     cat = (lambda a, dt: np.concatenate(a) if a else np.zeros(0, dt))
     from . import cells as _cells
 
+    timings["prior_hubs_s"] = time.perf_counter() - t
+    t = time.perf_counter()
     try:  # the cell release: public cells (anchor only) and per-cell hub counts on the same graph
-        cells = _cells.build(anchor_X, anchor_y, X, y, ids, frames.classes_, neighbors=ps.neighbors_)
+        cells = _cells.build(anchor_X, anchor_y, X, y, ids, frames.classes_, neighbors=graph)
         cells_doc = cells.doc()
     except InvalidInputError as exc:
         cells, cells_doc = None, _cells.unavailable(str(exc))
-    return ClassRowsData(frames=frames, params=dict(p), item_ids=ids, neighbors=ids[ps.neighbors_], prior_ids=ids[pidx],
+    del graph
+    timings["cells_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    item_codes = None if pcodes is None else pcodes.encode(X)  # every item's product code, in batches
+    timings["codes_s"] = time.perf_counter() - t
+    return ClassRowsData(timings=timings, frames=frames, params=dict(p), item_ids=ids, neighbors=ids[ps.neighbors_],
+                         prior_ids=ids[pidx],
                          prior_labels=y[pidx], prior_coords=coords, hub_labels=cat(hl, np.int64),
                          hub_ids=cat(hi, np.int64), hub_counts=cat(hc, np.float64), product_codes=pcodes,
-                         codes=None if pcodes is None else pcodes.encode(X), codes_error=codes_error,
+                         codes=item_codes, codes_error=codes_error,
                          prior_nbrs=ids[np.concatenate(nb)] if nb else np.zeros((0, g_eff), np.int64),
                          prior_nhub=np.concatenate(nh) if nh else np.zeros((0, g_eff)), cells=cells,
                          cells_doc=cells_doc, graph_method=ps.graph_method_)
@@ -269,6 +291,7 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
     from . import sharding
 
     rid = int(run_id)
+    t = time.perf_counter()
     classes = [int(c) for c in data.frames.classes_]
     shards = sharding.shard_names(conn)
     if shards:  # a coordinator: the prior, graph and hubs go to the shards, by class
@@ -296,10 +319,13 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
                      [Json(pack(data.product_codes)), rid])
         conn.commit()
         _copy_codes(conn, rid, data.item_ids, data.codes, batch, True)
+    data.timings["write_s"] = time.perf_counter() - t
     if data.cells is not None:
         from . import cells as _cells
 
+        t = time.perf_counter()
         _cells.write(conn, rid, data.cells, data.placement)
+        data.timings["write_cells_s"] = time.perf_counter() - t
 
 
 def _refresh_nhub(conn, run_id: int) -> None:

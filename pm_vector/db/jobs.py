@@ -288,6 +288,7 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
         if cr_data is not None:
             _cr.write(conn, run_id, cr_data, int(write_batch_size))
             cr_doc, frames_doc = cr_data.doc(), cr_data.frames.to_dict()
+            timings.update({f"class_rows.{k_}": v for k_, v in cr_data.timings.items()})
         conn.execute("UPDATE pm_vector.embedding_runs SET class_frames = %s, class_rows = %s WHERE id = %s",
                      [None if frames_doc is None else Json(frames_doc), Jsonb(cr_doc), run_id])
         conn.commit()
@@ -301,6 +302,7 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
                      [maintenance_work_mem or f"{index_build_mem_mb(n, k)}MB"])
         conn.execute("SELECT pm_vector.pm_build_run_indexes(%s, %s, %s)",
                      [run_id, int(settings.get("hnsw_m", 16)), int(settings.get("hnsw_ef_construction", 64))])
+        timings["index.run_s"] = time.perf_counter() - t
         if cr_data is not None:
             _cr.build_indexes(conn, run_id, int(settings.get("hnsw_m", 16)),
                               int(settings.get("hnsw_ef_construction", 64)))

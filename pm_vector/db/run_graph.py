@@ -143,6 +143,13 @@ def _cache_budget() -> int:
     return int(max(mb, 0) * 2**20)
 
 
+def cached_bytes() -> int:
+    """Bytes of the graphs this process holds now (at most the cache budget, but one graph is
+    always kept)."""
+    with _cache_lock:
+        return int(sum(g.nbytes for g in _cache.values()))
+
+
 def clear_cache() -> None:
     """Forget the graphs read so far (they are keyed by run and graph version; this frees memory)."""
     with _cache_lock:

@@ -314,3 +314,54 @@ def test_explain_a_cell_request(cserved):
     shortlist = "\n".join(plans["shortlist"])
     # each row's cell row by primary key, the class's top hubs by their index
     assert f"run_{rid}_cells_pkey" in shortlist and "hubs" not in shortlist, shortlist
+
+
+def test_cut_rows_answer_as_the_whole_rows_and_new_items_keep_the_whole_counts(db, cname, conn, monkeypatch):
+    """With the rows' cap at 40 (1000 in use: the largest k'), the job cuts the cell rows to what an
+    answer with k' <= 40 can use and each level-0 row to its first 40 hubs, the whole class counts
+    at level -1; resolve() still answers exactly as the in-memory CellShortlist on the whole counts;
+    after new items, level -1 holds the run graph's whole class counts and level 0 their first 40."""
+    from dbtest_helpers import make_embed_fn, make_extend_fn
+
+    import pm_vector.db.cells as dbcells
+    from pm_vector.db.resolution import public_anchor, resolve
+    from pm_vector.manifold.cells import PublicCells
+    from pm_vector.shortlist import CellShortlist
+
+    monkeypatch.setattr(dbcells, "MAX_K_PRIME", 40)
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, 3, 700)
+    X = rng.normal(size=(700, 6)) + 2.0 * np.eye(6)[y]
+    X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
+    db.create_collection(cname, 6, [0, 1, 2])
+    ids = np.asarray(db.ingest(cname, X[:600], y[:600])["item_ids"])
+    db.register_anchor_set(cname, X[:90], y[:90])
+    db.register_anchor_set(cname, X[90:120], y[90:120], role="dummy")
+    rid = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"]
+    t = f"pm_vector.run_{rid}_cells"
+    whole = dict(((lab, tuple(ii)) for lab, ii in conn.execute(f"SELECT label, item_ids FROM {t} WHERE level = -1")))
+    assert sorted(whole) == [0, 1, 2]
+    for lab, ii in conn.execute(f"SELECT label, item_ids FROM {t} WHERE level = 0").fetchall():
+        assert tuple(ii) == whole[lab][:40]
+    sizes = [n for (n,) in conn.execute(f"SELECT cardinality(item_ids) FROM {t} WHERE level > 0").fetchall()]
+    cells = PublicCells.from_dict(public_anchor(cname)[1]["public_cells"])
+    cs = CellShortlist().fit(cells, X[:600].astype(np.float64), y[:600])
+    full = [int((cs.cell_hubs_[K].getrow(r).toarray() > 0).sum()) for K in cells.levels_ for r in range(3 * K)]
+    assert sum(sizes) < sum(full)  # rows were cut
+    for eps in (0.5, 2.0, 8.0, float("inf")):
+        for K in cells.levels_:
+            req = _client(cells, cname, eps, K, seed=K).request(X[300 + K].astype(np.float64), int(y[300 + K]))[0]
+            got = resolve(cname, req, log=False)["rows"]
+            assert [r["item_ids"] for r in got] == [ids[w].tolist() for w in cs.shortlist(req)]
+    ids = np.concatenate([ids, np.asarray(db.ingest(cname, X[600:], y[600:])["item_ids"])])
+    db.embed_new_items(cname, make_extend_fn())
+    ext = _extended_shortlist(cells, 600, X.astype(np.float64), y)
+    pos = {int(v): i for i, v in enumerate(ids)}
+    for lab, ii, hh, ch in conn.execute(f"SELECT label, item_ids, hubs, chubs FROM {t} WHERE level = -1").fetchall():
+        want = ext.hubs_[int(lab)]
+        assert sorted(pos[v] for v in ii) == np.flatnonzero(want).tolist()
+        assert hh == [want[pos[v]] for v in ii] == ch
+        lv0 = conn.execute(f"SELECT item_ids, chubs FROM {t} WHERE level = 0 AND label = %s", [lab]).fetchone()
+        assert lv0[0] == ii[:40] and lv0[1] == hh[:40]
+    for lab, ii, ch in conn.execute(f"SELECT label, item_ids, chubs FROM {t} WHERE level > 0").fetchall():
+        assert ch == [ext.hubs_[int(lab)][pos[v]] for v in ii]  # chubs follow the whole class counts
