@@ -53,7 +53,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from . import _binary
-from .run_graph import MAX_K_PRIME
+from ..protocol.bounds import MAX_K_PRIME
 
 #: the cells table's rows are few (classes x sum of levels): one COPY
 _BATCH = 5_000
