@@ -12,7 +12,7 @@ from pm_vector.client.query import QueryRequest
 from pm_vector.client.release import RELEASE_FORMAT, ReleaseRequest
 from pm_vector.client.request import FORMAT as PAPER_FORMAT
 from pm_vector.client.request import PrivateMailRequest
-from pm_vector.db.requests import _parse
+from pm_vector.db.resolve.requests import _parse
 from pm_vector.errors import InvalidInputError
 
 PARAMS = {"dp_sigma": 1.0, "dp_alpha": 0.5, "n_post_iter": 200, "post_alpha": 0.9, "seeded": False,

@@ -100,6 +100,32 @@ class UnknownLabelError(InvalidInputError):
     """A label is not in the collection's label set."""
 
 
+class AnchorIdMismatchError(InvalidInputError):
+    """The request's anchor ids are not the active run's anchor set's ids, in order."""
+
+
+class FramesDigestMismatchError(InvalidInputError):
+    """A class-rows request was built on other class frames than the active run's."""
+
+
+class CellsDigestMismatchError(InvalidInputError):
+    """A cell request was built on other public cells than the active run's."""
+
+
+class FrameMismatchError(DatabaseError):
+    """The anchor frame rebuilt from the run's public data does not reproduce the run's stored
+    anchor embedding (or the run was not built with an AnchorFrame)."""
+
+
+class NoKAHMModelError(DatabaseError, LookupError):
+    """The collection has no stored KAHM model (or not the one asked for)."""
+
+
+class RawKAHMDistancesNotAllowedError(RawFeaturesNotAllowedError):
+    """Distances of a raw (non-private) KAHM model were asked for and the collection has not opted
+    in (``settings["kahm"]["raw_distances"]``): they separate members from non-members."""
+
+
 _SQLSTATE_CLASSES: dict[str, type[PMVectorError]] = {
     "PM001": CollectionNotFoundError,
     "PM002": NoActiveRunError,

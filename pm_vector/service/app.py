@@ -95,7 +95,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     log = logging.getLogger("pm_vector.service")
 
     def prune_once() -> int:
-        from ..db.retention import prune_request_log
+        from ..db.store.retention import prune_request_log
 
         with state["pool"].connection() as conn:
             return prune_request_log(conn, older_than=dt.timedelta(days=settings.request_log_retention_days))
@@ -132,7 +132,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
             if n:
                 log.warning("%d job(s) of a stopped service marked interrupted", n)
             try:  # and the runs such jobs left 'running' (no session holds their lock) become failed
-                from ..db.api import cleanup_stale_runs
+                from ..db.store.api import cleanup_stale_runs
 
                 cleanup_stale_runs()
             except Exception as exc:  # noqa: BLE001 - best effort; `pm-vector db cleanup` does it too
@@ -202,7 +202,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
                                              "(`pm-vector keys create --role admin`).")
 
     async def require_scope(name: str, request: Request) -> None:
-        from ..db.api import _NAME
+        from ..db.store.api import _NAME
 
         if not _NAME.fullmatch(name) or not in_scope(key_of(request), name):  # out of scope looks absent
             raise ApiError(404, "not_found", f"no collection {name!r} (for this key); `GET /collections` lists "
@@ -421,14 +421,14 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
              tags=["kahm"])
     def kahm_models(name: str, request: Request):
         """The collection's stored KAHM models, newest first (``is_current``: the one that serves)."""
-        from ..db.kahm import list_kahm_models
+        from ..db.kahm.roles import list_kahm_models
         from .documents import _plain
 
         return respond(request, _plain({"collection": name, "models": list_kahm_models(name)}))
 
     def _distances_sync(name: str, media: str, body: bytes) -> dict[str, Any]:
         X, mid = check_distances_body(read_body(media, body, settings), settings)
-        from ..db.kahm import party_distances
+        from ..db.kahm.roles import party_distances
         from .documents import _plain
 
         with resolve_slots:
@@ -446,7 +446,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         JSON object keys are strings: ``distances`` is ``{"<class>": [one per row]}``, and a
         distance that is infinite (the class cannot model the row) is ``null``.
         :meth:`pm_vector.client.http.Client.kahm_distances` turns it back into
-        :func:`pm_vector.db.kahm.party_distances`' shape (int keys, numpy arrays, inf)."""
+        :func:`pm_vector.db.kahm.roles.party_distances`' shape (int keys, numpy arrays, inf)."""
         body = await request.body()
         return respond(request, await run_in_threadpool(_distances_sync, name, body_type(request), body))
 

@@ -26,20 +26,15 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from . import _binary
-from ._common import _collection_row, _load_anchor_set
-from .postgres import connect
-from .errors import DatabaseError, NoActiveRunError
+from ...errors import InvalidInputError
+from .. import _binary
+from ..store._common import _collection_row, _load_anchor_set
+from ..postgres import connect
+from ..errors import DatabaseError, FrameMismatchError, NoActiveRunError
 
 #: A rebuilt frame must reproduce the stored anchor embedding to this (absolute, for values of
 #: order 1; relative to the largest coordinate above 1). The stored embedding is float32.
 FRAME_TOLERANCE = 1e-6
-
-
-class FrameMismatchError(DatabaseError):
-    """The anchor frame rebuilt from the run's public data does not reproduce the run's stored
-    anchor embedding (or the run was not built with an AnchorFrame)."""
 
 
 def anchor_id(anchor_set_id: int, position: int) -> str:
@@ -106,7 +101,7 @@ def _run_row(conn, collection: str) -> dict[str, Any]:
     Raises CollectionNotFoundError / NoActiveRunError."""
     from psycopg.rows import dict_row
 
-    from .errors import CollectionNotFoundError
+    from ..errors import CollectionNotFoundError
 
     if not isinstance(collection, str):
         raise InvalidInputError(f"collection must be a name (str), got {type(collection).__name__}.")
@@ -174,7 +169,7 @@ def rebuild_frame(anchor_features, anchor_labels, params: Mapping[str, Any], see
                   *, run_id: int | None = None, tolerance: float = FRAME_TOLERANCE):
     """Fit ``AnchorFrame(**params, seed=seed)`` on the anchors and check it reproduces
     ``anchor_embedding`` to ``tolerance`` (scaled by the largest coordinate when above 1)."""
-    from ..manifold import AnchorFrame
+    from ...manifold import AnchorFrame
 
     what = f"run {run_id}" if run_id is not None else "the run"
     kwargs = {k: v for k, v in dict(params).items() if k != "seed"}
@@ -221,8 +216,8 @@ def class_frames(collection: str):
     :func:`public_anchor`'s ``frame_info["class_frames"]``. Raises ClassRowsUnavailableError
     when the run has none (a run built before class rows, or an anchor set that cannot give
     frames)."""
-    from ..manifold.class_frames import ClassFrames
-    from .errors import ClassRowsUnavailableError
+    from ...manifold.class_frames import ClassFrames
+    from ..errors import ClassRowsUnavailableError
 
     with connect() as conn:
         meta = _run_row(conn, collection)
@@ -256,7 +251,7 @@ def public_anchor(collection: str):
     None when the run serves no cells). Raises CollectionNotFoundError, NoActiveRunError,
     NoAnchorSetError (no dummy pool registered).
     """
-    from ..client import PublicAnchor
+    from ...client import PublicAnchor
 
     with connect() as conn:
         meta = _run_row(conn, collection)

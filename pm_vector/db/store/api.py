@@ -5,8 +5,8 @@ default), validates its input *before* writing anything, and raises the exceptio
 :mod:`pm_vector.db.errors`. Metadata goes through the SQLAlchemy models; bulk data through
 psycopg binary COPY.
 
-:func:`ingest` (one transaction, all-or-nothing) lives in :mod:`pm_vector.db.bulk`, :func:`cleanup`
-in :mod:`pm_vector.db.maintenance`, the input checks in :mod:`pm_vector.db._validate`; all are
+:func:`ingest` (one transaction, all-or-nothing) lives in :mod:`pm_vector.db.store.bulk`, :func:`cleanup`
+in :mod:`pm_vector.db.store.maintenance`, the input checks in :mod:`pm_vector.db.store._validate`; all are
 re-exported here.
 """
 
@@ -18,9 +18,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .._validation import as_matrix
-from ..errors import InvalidInputError
-from . import _binary
+from ..._validation import as_matrix
+from ...errors import InvalidInputError
+from .. import _binary
 from ._common import (  # noqa: F401  (re-exported)
     AnchorSet,
     _collection_row,
@@ -42,8 +42,8 @@ from ._validate import (  # noqa: F401  (re-exported)
     _labels,
 )
 from .bulk import ProgressFn, ingest  # noqa: F401  (re-exported: pm_vector.db.ingest)
-from .postgres import connect, session_scope
-from .errors import (  # noqa: F401  (re-exported)
+from ..postgres import connect, session_scope
+from ..errors import (  # noqa: F401  (re-exported)
     CollectionExistsError,
     CollectionNotFoundError,
     DimensionMismatchError,
@@ -72,10 +72,10 @@ def create_collection(name: str, dim: int, labels: Iterable[int] | None, metric:
     after a switch, for rollback and for queries in flight. ``settings``: extra JSON settings.
     ``max_payload_bytes``: the bound on each item's payload, in bytes of compact JSON (0..65,536;
     None: ``settings["max_payload_bytes"]`` if given, else 256); an admin changes it with
-    :func:`~pm_vector.db.payloads.set_max_payload_bytes` (:mod:`pm_vector.db.payloads`).
+    :func:`~pm_vector.db.store.payloads.set_max_payload_bytes` (:mod:`pm_vector.db.store.payloads`).
 
     ``labels=None``: a collection **without labels** whose classes are ``partitions`` (default
-    10) public partitions ``0..C-1`` (:mod:`pm_vector.db.partitioned`): its first anchor set
+    10) public partitions ``0..C-1`` (:mod:`pm_vector.db.store.partitioned`): its first anchor set
     registered without labels fits them (k-means of the public anchor's features), then anchor,
     dummy and item rows are labelled by their nearest partition (ingest them with labels=None).
     """
@@ -164,7 +164,7 @@ def register_anchor_set(collection: str, features, labels, role: str = "anchor",
     """Store a public anchor set (``role='anchor'``) or public dummy pool (``role='dummy'``).
 
     Row order is kept: anchor ``i`` is row ``i``. ``labels=None`` for a collection without labels
-    (:mod:`pm_vector.db.partitioned`): its first anchor set fits the public partitions, and every
+    (:mod:`pm_vector.db.store.partitioned`): its first anchor set fits the public partitions, and every
     row is labelled by its nearest partition. A new registration for the same role becomes
     the current set; older sets stay (runs refer to the set they were built with). One
     transaction. Returns ``{"anchor_set_id", "collection", "role", "n_rows"}``.

@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import _binary
+from .. import _binary
 
 #: top hubs kept per class: k' is at most 1000
 MAX_K_PRIME = 1000
@@ -88,9 +88,9 @@ class RunGraph:
 
 
 def supports(conn, meta: Mapping[str, Any]) -> bool:
-    """Whether ``meta``'s run (:func:`pm_vector.db.frame._run_row`) can be scored here: a
+    """Whether ``meta``'s run (:func:`pm_vector.db.resolve.frame._run_row`) can be scored here: a
     single-node run with neighbour lists in its prior and at least one neighbour per item."""
-    from .class_rows import prior_has_nbrs
+    from ..runs.class_rows import prior_has_nbrs
 
     doc, run = meta["coll"]["class_rows"], meta["run"]
     if doc.get("shards"):
@@ -110,7 +110,7 @@ def _key(conn, meta: Mapping[str, Any]) -> tuple:
 
 
 def run_graph(conn, meta: Mapping[str, Any]) -> RunGraph:
-    """The :class:`RunGraph` of ``meta``'s run (:func:`pm_vector.db.frame._run_row`), read on
+    """The :class:`RunGraph` of ``meta``'s run (:func:`pm_vector.db.resolve.frame._run_row`), read on
     ``conn`` in its current snapshot the first time, then from this process's memory."""
     run = meta["run"]
     doc = meta["coll"]["class_rows"]

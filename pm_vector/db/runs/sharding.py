@@ -88,7 +88,7 @@ def create_tables(conn, run_id: int, n_components: int, classes: list[int], plac
 def write(conn, run_id: int, data, place: dict[str, list[int]], batch: int = 20_000,
           progress: Callable[[int, int], None] | None = None) -> None:
     """COPY each shard's part of the run's prior, graph and hubs (``data``: a
-    :class:`pm_vector.db.class_rows.ClassRowsData`) through the write-side foreign tables."""
+    :class:`pm_vector.db.runs.class_rows.ClassRowsData`) through the write-side foreign tables."""
     rid = int(run_id)
     classes = np.asarray(data.frames.classes_, dtype=np.int64)
     g = data.neighbors.shape[1]
