@@ -45,6 +45,11 @@ the start of every job, and by ``pm_vector.db.cleanup()``) marks such runs ``fai
 drops their tables. Triggers make
 sure only a ``succeeded`` run of the same collection, whose tables exist, can ever be active,
 and that the active run's status cannot change.
+
+Why one module of more than 500 lines: the six steps above share one connection, one advisory
+lock and one failure path (mark the run ``failed``, drop its tables), and the kill-safety
+argument reads them in order; what each step builds is already elsewhere (class rows, cells and
+shards in their modules of :mod:`pm_vector.db.runs`, COPY in :mod:`pm_vector.db.runs.run_copy`).
 """
 
 from __future__ import annotations
