@@ -74,7 +74,7 @@ def _refused(args, fragment, code=2):
 
 
 def test_fit_models_classify_and_new_items(coll, digits, tmp_path):
-    from pm_vector.db.kahm.roles import roles as kahm
+    from pm_vector.db.kahm import roles as kahm
 
     X, y, _ = digits
     fit = _json(["kahm", "fit", coll, *N_COMP, "--no-progress", "--json"])
@@ -183,7 +183,7 @@ def test_anchor_registers_sets_with_provenance_and_embeds(coll):
 
 def test_federate_and_audit(home, digits, tmp_path):
     import pm_vector.db as db
-    from pm_vector.db.kahm.roles import roles as kahm
+    from pm_vector.db.kahm import roles as kahm
 
     X, y, classes = digits
     names = ["kfa_" + uuid.uuid4().hex[:8], "kfb_" + uuid.uuid4().hex[:8]]

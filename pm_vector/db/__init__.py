@@ -63,7 +63,7 @@ SQL (installed by the migrations from ``sql/``, schema ``pm_vector``): ``pm_knn`
 :mod:`pm_vector.db.store.models`.
 """
 
-from .store.api import (
+from .store import (
     AnchorSet,
     cleanup,
     collection_info,

@@ -132,7 +132,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
             if n:
                 log.warning("%d job(s) of a stopped service marked interrupted", n)
             try:  # and the runs such jobs left 'running' (no session holds their lock) become failed
-                from ..db.store.api import cleanup_stale_runs
+                from ..db.store._common import cleanup_stale_runs
 
                 cleanup_stale_runs()
             except Exception as exc:  # noqa: BLE001 - best effort; `pm-vector db cleanup` does it too
@@ -202,7 +202,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
                                              "(`pm-vector keys create --role admin`).")
 
     async def require_scope(name: str, request: Request) -> None:
-        from ..db.store.api import _NAME
+        from ..db.store._names import _NAME
 
         if not _NAME.fullmatch(name) or not in_scope(key_of(request), name):  # out of scope looks absent
             raise ApiError(404, "not_found", f"no collection {name!r} (for this key); `GET /collections` lists "

@@ -312,7 +312,7 @@ def test_stored_scores_are_the_models_scores(modeled, conn):
     assert model.dtype == "float32"
     np.testing.assert_array_equal(P, np.argmax(S, axis=1))
     # a model read back from its bytes (not the cache) is the same model
-    from pm_vector.db.kahm.roles import roles as dbk
+    from pm_vector.db.kahm import roles as dbk
 
     dbk._models.clear()
     fresh = load_kahm_model(name)

@@ -143,7 +143,7 @@ def fabricate_anchor_set(collection: str, epsilon: float, *, unit: str = "row", 
     }
     desc = description or (f"DP fabricated anchor (KAHM, epsilon={prov['per_item_epsilon']:g} per item, "
                            f"unit {unit})")
-    from ..store.api import register_anchor_sets
+    from ..store.anchors import register_anchor_sets
 
     report("register", 0, 1)
     sets = [("anchor", Xf[ia], yf[ia], desc, prov)]

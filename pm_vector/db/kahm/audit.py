@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidInputError
-from ..store.api import _collection_row, _iso, _json_safe
+from ..store._common import _collection_row, _iso
+from ..store._validate import _json_safe
 from ..postgres import connect
 from .store import (DEFAULT_SMOOTHING_STEPS, KINDS, ProgressFn, _load, _make_model, _model_row, _noop, _positive_int,
                     _privacy, _smoothing_record, _steps, _transaction)

@@ -47,7 +47,9 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidInputError
-from ..store.api import _collection_row, _features, _iso, _load_items, _worker
+from ..store._common import _collection_row, _iso, _worker
+from ..store._validate import _features
+from ..store.api import _load_items
 from ..postgres import connect
 from ..errors import DatabaseError, DimensionMismatchError, NoKAHMModelError, RawKAHMDistancesNotAllowedError
 from .anchor import fabricate_anchor_set

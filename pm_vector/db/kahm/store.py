@@ -16,7 +16,10 @@ import numpy as np
 
 from ...defaults import DEFAULT_SMOOTHING_STEPS  # noqa: F401  (the library's, one home)
 from ...errors import InvalidInputError
-from ..store.api import _check_name, _collection_row, _load_items, cleanup
+from ..store._common import _collection_row
+from ..store._names import _check_name
+from ..store.api import _load_items
+from ..store.maintenance import cleanup
 from ..postgres import connect
 from ..errors import (DatabaseError, NoKAHMModelError, RawFeaturesNotAllowedError,  # noqa: F401
                       RawKAHMDistancesNotAllowedError, translate_sql_error)

@@ -227,7 +227,7 @@ def finish(conn, collection: str, req, raw: str | None, *, run_id: int, n_rows: 
            log: bool, timings: dict[str, float]) -> int | None:
     """Log the request in the resolve's transaction and commit (one commit; nothing is logged
     unless all went well); ``log=False`` only commits. Returns the log row's id."""
-    from ..store.api import log_request
+    from ..store.request_log import log_request
 
     if not log:
         conn.commit()

@@ -64,7 +64,7 @@ from ...errors import InvalidInputError, PMVectorError
 from .. import _binary
 from ..store._common import (RUN_LOCK_KIND, _collection_row, _fail_run, _iso, _load_anchor_set,  # noqa: F401
                              _worker, cleanup_stale_runs)
-from ..store.api import cleanup
+from ..store.maintenance import cleanup
 from ..postgres import connect
 from ..errors import EmbeddingJobError, NoActiveRunError, RunNotFoundError, translate_sql_error
 
