@@ -80,8 +80,8 @@ def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None
     NaN/inf refused. ``labels``: n integers from the collection's label set; None for a collection
     without labels (each item gets its nearest public partition,
     :mod:`pm_vector.db.store.partitioned`). ``external_ids``: optional n strings (or ints, stored as
-    text; None entries allowed), unique within the collection. ``payloads``: optional n JSON values (None entries allowed), each at most the
-    collection's ``max_payload_bytes`` of compact JSON (:mod:`pm_vector.db.store.payloads`; an
+    text; None entries allowed), unique within the collection. ``payloads``: optional n JSON values
+    (None entries allowed), each at most the collection's ``max_payload_bytes`` of compact JSON (:mod:`pm_vector.db.store.payloads`; an
     oversized one is refused naming its row and the bound, nothing written). ``progress(done, total)`` is
     called after each batch is written (visible to others only when the whole ingest commits).
     ``create``: create the collection in the same transaction, with these
