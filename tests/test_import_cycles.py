@@ -15,7 +15,7 @@ How an import becomes an edge:
   importer's). So a package ``__init__`` that re-exports names from its own submodules
   (``from .engine import connect``) has edges to them, and that is not a cycle by itself.
 - A submodule that imports from its own package's face (``from pm_vector.db import connect``
-  inside ``pm_vector/db/jobs.py``) is an edge into the ``__init__``; with the face's re-export
+  inside ``pm_vector/db/runs/jobs.py``) is an edge into the ``__init__``; with the face's re-export
   edge back, that IS a cycle, and it is reported: Python runs the face first, which imports the
   submodule, which then finds a half-initialised face.
 

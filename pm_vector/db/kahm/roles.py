@@ -19,7 +19,7 @@
         the global classifier of eq 104 over several collections (or remote parties)
     run_membership_audit(collection, epsilon=None, ...) -> dict
         membership-inference audit of the deployed configuration (or of raw, noisy and fabricated
-        models at a given epsilon), repeated over splits and noise draws, stored (kahm_audit.py)
+        models at a given epsilon), repeated over splits and noise draws, stored (audit.py)
     list_audits(collection=None) -> list
 
 Privacy units. The fabricated anchor is row level by default: each item row is clipped to a

@@ -76,14 +76,15 @@ def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None
            progress: ProgressFn | None = None, create: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Add items to a collection by binary COPY, in batches, in ONE transaction: all-or-nothing.
 
-    ``features``: (n, dim) real numbers (stored as float32, or float16 above 2,000 dims);
-    NaN/inf refused. ``labels``: n integers from the collection's label set; None for a collection
-    without labels (each item gets its nearest public partition,
-    :mod:`pm_vector.db.store.partitioned`). ``external_ids``: optional n strings (or ints, stored as
-    text; None entries allowed), unique within the collection. ``payloads``: optional n JSON values
-    (None entries allowed), each at most the collection's ``max_payload_bytes`` of compact JSON (:mod:`pm_vector.db.store.payloads`; an
-    oversized one is refused naming its row and the bound, nothing written). ``progress(done, total)`` is
-    called after each batch is written (visible to others only when the whole ingest commits).
+    ``features``: (n, dim) real numbers (stored as float32, or float16 above 2,000 dims); NaN/inf
+    refused. ``labels``: n integers from the collection's label set; None for a collection without
+    labels (each item gets its nearest public partition, :mod:`pm_vector.db.store.partitioned`).
+    ``external_ids``: optional n strings (or ints, stored as text; None entries allowed), unique
+    within the collection. ``payloads``: optional n JSON values (None entries allowed), each at most
+    the collection's ``max_payload_bytes`` of compact JSON (:mod:`pm_vector.db.store.payloads`; an
+    oversized one is refused naming its row and the bound, nothing written). ``progress(done,
+    total)`` is called after each batch is written (visible to others only when the whole ingest
+    commits).
     ``create``: create the collection in the same transaction, with these
     :func:`create_collection` keyword arguments (``dim`` is taken from ``features``;
     ``labels`` defaults to the distinct labels given): an ingest that fails or is killed leaves
