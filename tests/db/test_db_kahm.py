@@ -563,7 +563,7 @@ def test_small_class_refused_nothing_written(db, cname, digits, conn):
 FIT_CHILD = """
 import sys, time
 import pm_vector.db as db
-from pm_vector.db import kahm
+from pm_vector.db.kahm import roles as kahm
 
 name, stage = sys.argv[1], sys.argv[2]
 
