@@ -43,7 +43,7 @@ def _include_name(name, type_, parent_names):
 
 
 def _run(connection) -> None:
-    from pm_vector.db.models import Base
+    from pm_vector.db.store.models import Base
 
     context.configure(
         connection=connection,

@@ -7,7 +7,7 @@ The rule (``method``): ``"auto"`` computes the graph exactly when the collection
 of that size was made with) and with an HNSW index (:func:`hnsw_graph`, O(N log N), float32)
 above; ``"exact"`` and ``"hnsw"`` force either. The collection's ``settings["class_rows"]``
 (``graph``, ``graph_exact_max_items``) choose them for its embedding job
-(:mod:`pm_vector.db.class_rows`).
+(:mod:`pm_vector.db.runs.class_rows`).
 """
 
 from __future__ import annotations

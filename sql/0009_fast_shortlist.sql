@@ -27,7 +27,7 @@
 --
 -- The per-run table layout (new runs):
 --   run_<id>_prior(item_id, label, coords vector(d), coords8 float8[], nbrs bigint[], nhub float8[])
---   nhub is kept exact when new items are added (pm_vector.db.class_rows.extend recomputes the
+--   nhub is kept exact when new items are added (pm_vector.db.runs.class_rows.extend recomputes the
 --   rows whose neighbours' hub counts changed, in the same transaction).
 --   (run_<id>_neighbors and run_<id>_hubs as before; the graph table is kept for new items and tools)
 

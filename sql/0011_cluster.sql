@@ -122,7 +122,7 @@ $$;
 
 -- ---------------------------------------------------------------- class-rows runs on shards
 --
--- A sharded run (pm_vector.db.sharding) records its placement in embedding_runs.class_rows ->
+-- A sharded run (pm_vector.db.runs.sharding) records its placement in embedding_runs.class_rows ->
 -- 'shards' ({shard: [class positions, 0-based]}). Every shard holds, for its classes, the run's
 -- prior (in the single node's layout: neighbour lists and their hubs in the prior rows), graph and
 -- hubs under the single-node names, and a mirror row of the run (pm_vector.embedding_runs(id,

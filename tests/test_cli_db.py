@@ -88,7 +88,7 @@ def test_help_has_examples():
 def test_embed_and_embed_new_items(home):
     import pm_vector.db as db
     from pm_vector.bench.latency import clustered
-    from pm_vector.db.resolution import client_frame
+    from pm_vector.db.resolve.resolution import client_frame
 
     name = "cli_" + uuid.uuid4().hex[:8]
     X, y = clustered(700, 16, 10, seed=1)
@@ -108,7 +108,7 @@ def test_embed_and_embed_new_items(home):
         assert out == {"run_id": info["run_id"], "n_new": 20}
         # the new items are coded with the run's published product codes
         from pm_vector.client.published_codes import unpack
-        from pm_vector.db.resolution import public_anchor
+        from pm_vector.db.resolve.resolution import public_anchor
 
         pinfo = public_anchor(name)[1]
         pc = unpack(pinfo["product_codes"], pinfo["class_rows"]["codes"]["digest"])

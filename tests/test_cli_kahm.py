@@ -74,7 +74,7 @@ def _refused(args, fragment, code=2):
 
 
 def test_fit_models_classify_and_new_items(coll, digits, tmp_path):
-    from pm_vector.db import kahm
+    from pm_vector.db.kahm import roles as kahm
 
     X, y, _ = digits
     fit = _json(["kahm", "fit", coll, *N_COMP, "--no-progress", "--json"])
@@ -87,7 +87,7 @@ def test_fit_models_classify_and_new_items(coll, digits, tmp_path):
     r = _ok(["kahm", "models", coll])
     assert "KAHM models" in r.stdout and "raw" in r.stdout
 
-    # classify: the CLI's JSON is pm_vector.db.kahm.class_scores, arrays as lists
+    # classify: the CLI's JSON is pm_vector.db.kahm.roles.class_scores, arrays as lists
     q = tmp_path / "q.npy"
     np.save(q, X[300:320])
     got = _json(["kahm", "classify", coll, "--features", str(q), "--json"])
@@ -183,7 +183,7 @@ def test_anchor_registers_sets_with_provenance_and_embeds(coll):
 
 def test_federate_and_audit(home, digits, tmp_path):
     import pm_vector.db as db
-    from pm_vector.db import kahm
+    from pm_vector.db.kahm import roles as kahm
 
     X, y, classes = digits
     names = ["kfa_" + uuid.uuid4().hex[:8], "kfb_" + uuid.uuid4().hex[:8]]

@@ -1,7 +1,7 @@
 """The database layer's old module paths (kept for one release) re-export the moved names, so code
 written against ``pm_vector.db.server``, ``.engine``, ``.cluster``, ``.migrate``, ``.recovery``,
-``.replicas`` and ``.kahm_common`` keeps working; their ``stop``/``upgrade`` are the package face's,
-which also clear the engines."""
+``.replicas``, ``.kahm_common`` and ``.resolution`` (the README's example) keeps working; their
+``stop``/``upgrade`` are the package face's, which also clear the engines."""
 
 import importlib
 
@@ -24,8 +24,12 @@ MOVED = {
     "pm_vector.db.recovery": ("pm_vector.db.postgres.recovery", ["postmaster_state", "wait_until_ready", "log_tail",
                                                                  "log_progress", "quiet_pg_ctl_timeout"]),
     "pm_vector.db.replicas": ("pm_vector.db.postgres.replicas", ["ReadRouter"]),
-    "pm_vector.db.kahm_common": ("pm_vector.db.kahm_store", ["model_outputs_allowed", "raw_distances_allowed",
+    "pm_vector.db.kahm_common": ("pm_vector.db.kahm.store", ["model_outputs_allowed", "raw_distances_allowed",
                                                              "NoKAHMModelError", "KINDS", "_load", "_transaction"]),
+    "pm_vector.db.resolution": ("pm_vector.db.resolve.resolution", ["resolve", "explain_resolution", "public_anchor",
+                                                                    "client_frame", "class_frames",
+                                                                    "post_process_release", "resolve_paper",
+                                                                    "explain_paper"]),
 }
 
 

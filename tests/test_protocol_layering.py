@@ -53,7 +53,8 @@ def test_the_check_sees_a_lazy_import(tmp_path):
 def test_one_limit_for_k_prime_and_query_rows():
     import pytest
 
-    from pm_vector.db import requests, run_graph, sharding
+    from pm_vector.db.resolve import requests, run_graph
+    from pm_vector.db.runs import sharding
     from pm_vector.errors import InvalidInputError
     from pm_vector.protocol import bounds
     from pm_vector.service.settings import ServiceSettings

@@ -12,7 +12,7 @@ from pm_vector.protocol.formats import PRIVATEMAIL_FORMAT as PAPER_FORMAT
 from pm_vector.protocol.formats import RELEASE_FORMAT
 from pm_vector.protocol.paper import PrivateMailRequest, ReleaseRequest
 from pm_vector.protocol.class_rows import QueryRequest
-from pm_vector.db.requests import _parse
+from pm_vector.db.resolve.requests import _parse
 from pm_vector.errors import InvalidInputError
 
 PARAMS = {"dp_sigma": 1.0, "dp_alpha": 0.5, "n_post_iter": 200, "post_alpha": 0.9, "seeded": False,

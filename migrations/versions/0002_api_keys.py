@@ -3,7 +3,7 @@
 Only a SHA-256 hash of each key is stored (keys are 32 random bytes, so a plain hash is
 enough: there is nothing to brute-force), with a short display prefix, a name, and when it
 was created and revoked. The table lives outside the ``pm_vector`` data schema: it belongs to
-the service, not to the collections, and the ORM models of ``pm_vector.db.models`` (which
+the service, not to the collections, and the ORM models of ``pm_vector.db.store.models`` (which
 mirror the ``pm_vector`` schema exactly) need not know it.
 
 Revision ID: 0002_api_keys

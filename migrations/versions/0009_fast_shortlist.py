@@ -2,7 +2,7 @@
 
 * ``pm_create_class_rows_tables`` now gives ``run_<id>_prior`` a column ``nbrs bigint[]`` (each
   prior item's ``graph_degree`` neighbours, nearest first), written by the embedding job
-  (:mod:`pm_vector.db.class_rows`);
+  (:mod:`pm_vector.db.runs.class_rows`);
 * ``pm_shortlist_sql`` answers such runs without joining the graph table (the retained prior rows
   carry their lists) and reads hub counts by primary key; runs built before keep the statement of
   ``sql/0005_class_rows.sql`` (``pm_shortlist_sql_v1``) until a new embedding job;

@@ -1,8 +1,8 @@
 """Ingest integrity: the SQL to find run tables that dead or failed jobs left behind.
 
-No table changes: an ingest is now one transaction (:func:`pm_vector.db.api.ingest`), so a killed
+No table changes: an ingest is now one transaction (:func:`pm_vector.db.store.api.ingest`), so a killed
 ingest leaves nothing, and the ``ingests`` table keeps its columns and statuses (``running`` rows
-are only those of older versions' abandoned ingests, which :mod:`pm_vector.db.maintenance`
+are only those of older versions' abandoned ingests, which :mod:`pm_vector.db.store.maintenance`
 finishes). Installs ``pm_vector.pm_orphan_run_tables()`` from ``sql/0010_ingest_integrity.sql``
 (used by ``pm-vector db cleanup``); the downgrade runs ``sql/0010_ingest_integrity_drop.sql``.
 

@@ -1,7 +1,7 @@
 """`pm-vector bench kahm --part anchor`: the private query protocol on a DP fabricated anchor.
 
 A server without a public dataset publishes an anchor fabricated from its own items
-(:func:`pm_vector.db.kahm.fabricate_anchor_set`). This benchmark measures what that costs the
+(:func:`pm_vector.db.kahm.roles.fabricate_anchor_set`). This benchmark measures what that costs the
 protocol, end to end through the database, side by side in one run:
 
 * ``public``: the reference -- a public anchor set and dummy pool (disjoint stratified splits
@@ -43,9 +43,9 @@ SHORTLIST = {"digits": 32, "fashion-mnist": 64}
 
 
 def _queries(db, name, Xq, yq, ys, ids, client_epsilon, delta, cfg, seed) -> tuple[float, float, float]:
-    from ..bench.metrics import precision_at_k, recall_at_k
+    from .metrics import precision_at_k, recall_at_k
     from ..client import PrivateMail
-    from ..db.resolution import client_frame, public_anchor, resolve
+    from ..db.resolve.resolution import client_frame, public_anchor, resolve
 
     t = time.perf_counter()
     pa, info = public_anchor(name)
@@ -64,9 +64,9 @@ def _queries(db, name, Xq, yq, ys, ids, client_epsilon, delta, cfg, seed) -> tup
 
 def _pm_vector_queries(name, Xq, yq, ys, ids, true_idx, client_epsilon, delta, k_prime, seed) -> dict:
     """nn_recall@8 and precision@8 of pm_vector requests on the collection's current anchor."""
-    from ..bench.metrics import nn_recall_at_k, precision_at_k
+    from .metrics import nn_recall_at_k, precision_at_k
     from ..client.query import PrivateKNN
-    from ..db.resolution import class_frames, public_anchor, resolve
+    from ..db.resolve.resolution import class_frames, public_anchor, resolve
     from ..privacy import secure_generator
 
     pa, _ = public_anchor(name)
@@ -96,10 +96,10 @@ def run_anchor_benchmark(datasets: Iterable[str] = ("digits", "fashion-mnist"), 
     ``noise_seed=None`` draws the anchors' noise from a cryptographically seeded generator (an
     int makes the run repeatable)."""
     from .. import db
-    from ..bench.privacy_bench import BenchConfig
+    from .privacy_bench import BenchConfig
     from ..datasets import load_dataset, split_dataset
-    from ..db import kahm as dk
-    from ..db.jobs import anchor_frame_embed_fn
+    from ..db.kahm import roles as dk
+    from ..db.runs.jobs import anchor_frame_embed_fn
     from ..neighbors import knn_search
 
     say = progress or (lambda _m: None)

@@ -9,7 +9,7 @@ classes, :func:`pm_vector.bench.latency.clustered`) into both and measures, per 
 * ``ingest_rows_per_s``: :func:`pm_vector.db.ingest` of the items;
 * ``embed_seconds``: the embedding job (SMLQ frame embedding and class rows: the prior, graph and
   hubs, which the cluster writes to its shards and indexes there);
-* ``resolve``: p50 / p95 of :func:`pm_vector.db.resolution.resolve` of private class-rows
+* ``resolve``: p50 / p95 of :func:`pm_vector.db.resolve.resolution.resolve` of private class-rows
   requests (one row per class, eps ``epsilon``, ``shortlist`` candidates per row), on a kept
   connection to the node that answers (the request log is written on the primary);
 * for the cluster, ``replica_shortlist``: p50 / p95 of the same ``pm_shortlist`` statement read
@@ -90,8 +90,8 @@ def run(cfg: ClusterBenchConfig, progress: Callable[[str], None] | None = None) 
     import pm_vector.db as db
     from ..client.query import PrivateKNN
     from ..db import cluster
-    from ..db.jobs import anchor_frame_embed_fn
-    from ..db.resolution import resolve
+    from ..db.runs.jobs import anchor_frame_embed_fn
+    from ..db.resolve.resolution import resolve
     from ..manifold.class_frames import ClassFrames
     from ..privacy import secure_generator
     from .latency import clustered

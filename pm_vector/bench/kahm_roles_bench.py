@@ -37,7 +37,7 @@ def run_federation_benchmark(dataset: str = "mnist", *, n_parties: int = 3, epsi
     """Federated vs centralised KAHM classification through the database; see the module docstring.
     ``holdout``: held-out images (default 20 %, at most 1,000)."""
     from .. import db
-    from ..db import kahm as dk
+    from ..db.kahm import roles as dk
 
     say = progress or (lambda _m: None)
     if n_parties < 2:
@@ -101,9 +101,9 @@ def run_scores_benchmark(dataset: str = "fashion-mnist", *, sizes=(10000, 1000, 
     from .. import db
     from ..client import PrivateMail
     from ..datasets import load_dataset, split_dataset
-    from ..db import kahm as dk
-    from ..db.jobs import anchor_frame_embed_fn
-    from ..db.resolution import client_frame, public_anchor, resolve
+    from ..db.kahm import roles as dk
+    from ..db.runs.jobs import anchor_frame_embed_fn
+    from ..db.resolve.resolution import client_frame, public_anchor, resolve
     from .privacy_bench import BenchConfig
 
     say = progress or (lambda _m: None)
@@ -114,7 +114,7 @@ def run_scores_benchmark(dataset: str = "fashion-mnist", *, sizes=(10000, 1000, 
     sp = split_dataset(ds, *sizes, seed=seed)
     name = f"bench_scores_{uuid.uuid4().hex[:6]}"
     # the bench's own collection opts in to a raw model's outputs in resolve (the policy of
-    # pm_vector.db.kahm_store.model_outputs_allowed), since it times and checks exactly those
+    # pm_vector.db.kahm.store.model_outputs_allowed), since it times and checks exactly those
     db.create_collection(name, ds.dim, ds.classes.tolist(), description=f"{dataset} (bench kahm --part scores)",
                          settings={"kahm": {"raw_distances": True}})
     try:

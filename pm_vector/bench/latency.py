@@ -9,11 +9,11 @@ anchors, runs the server's embedding job, and measures, over ``repeats`` queries
 (b) ``resolve``: the server's resolution of one request, as received (JSON text):
     parse, checks, Kabsch-Umeyama alignment, the C query rows answered by ONE statement
     (``pm_knn_batch`` joined with the items' payloads), and the request-log row, committed --
-    :func:`pm_vector.db.resolution.resolve` on a kept connection, as a server would;
+    :func:`pm_vector.db.resolve.resolution.resolve` on a kept connection, as a server would;
 (b') ``pm_vector``: the default protocol -- the client's request (one noised row per class,
     :class:`pm_vector.client.query.PrivateKNN`, built from the published class frames) and its
     resolve: every row's retained prior from ONE pgvector k-NN statement, ranked on the run's
-    graph (:mod:`pm_vector.db.run_graph`), the ``k'`` = ``shortlist`` candidates of every row
+    graph (:mod:`pm_vector.db.resolve.run_graph`), the ``k'`` = ``shortlist`` candidates of every row
     with their items from ONE statement, and the request log;
 (c) ``plain``: the same number C of plain pgvector k-NN queries on the *raw* features, one
     statement each (prepared), through an HNSW index on the raw features that the
@@ -27,7 +27,7 @@ anchors, runs the server's embedding job, and measures, over ``repeats`` queries
     request (one reported public cell per class, :class:`pm_vector.client.cells.PrivateCellKNN`
     on the published cells, K by the public rule for eps) and its resolve: the ``k'`` candidates
     of every row ranked and joined with their items by ONE statement
-    (:mod:`pm_vector.db.cell_resolution`), and the request log. ``release="cells"`` skips (b').
+    (:mod:`pm_vector.db.resolve.cell_resolution`), and the request log. ``release="cells"`` skips (b').
 
 ``ratio = resolve_p50 / plain_p50`` (and ``pm_vector.ratio`` for (b'), ``pm_vector.ratio_kprime``
 against (c')). Everything the benchmark creates is dropped at the end.
@@ -156,10 +156,10 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
 
     from ..client import PrivateMail
     from ..client.query import PrivateKNN
-    from ..db.jobs import anchor_frame_embed_fn, index_build_mem_mb
+    from ..db.runs.jobs import anchor_frame_embed_fn, index_build_mem_mb
     from ..manifold.class_frames import ClassFrames
     from ..privacy import secure_generator
-    from ..db.resolution import client_frame, public_anchor, resolve
+    from ..db.resolve.resolution import client_frame, public_anchor, resolve
 
     say = progress or (lambda _m: None)
     if cfg.items < 1 or cfg.anchors < 2 or cfg.repeats < 1 or not cfg.rows:
@@ -316,7 +316,7 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                         plain_ms.append(dt_plain)
                         parts.append(res["timings_ms"])
                         hits.append(np.mean(np.asarray(real["labels"]) == yq_c[i]))
-                from ..db import run_graph as _run_graph
+                from ..db.resolve import run_graph as _run_graph
 
                 run_graph_mb = _run_graph.cached_bytes() / 2**20  # the run's graph this process holds
                 knn_per_request = rconn.knn_statements / n_query

@@ -85,7 +85,7 @@ def run(cfg: MemoryConfig, progress: Callable[[str], None] | None = None,
 
     from .. import db
     from ..db import engine, server
-    from ..db.kahm import fit_kahm_models
+    from ..db.kahm.roles import fit_kahm_models
     from ..service.auth import create_key
     from ..service.runner import free_port
 

@@ -174,7 +174,7 @@ def run(cfg: OutageConfig, progress: Callable[[str], None] | None = None) -> dic
     from ..client.http import Client
     from ..datasets import load_dataset, split_dataset
     from ..db import engine, server
-    from ..db.jobs import anchor_frame_embed_fn
+    from ..db.runs.jobs import anchor_frame_embed_fn
     from ..service.auth import create_key
     from ..service.demo import prepare_collection
     from ..service.runner import ServiceThread

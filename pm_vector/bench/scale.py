@@ -139,7 +139,7 @@ def time_per_doubling(sizes, seconds) -> float:
 def run(cfg: ScaleConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     import pm_vector.db as db
 
-    from ..db.jobs import anchor_frame_embed_fn
+    from ..db.runs.jobs import anchor_frame_embed_fn
     from ..manifold import AnchorFrame  # noqa: F401  torch is loaded before any memory is measured
     from .latency import N_FINE, clustered
 

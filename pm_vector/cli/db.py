@@ -201,7 +201,7 @@ def cleanup_cmd(as_json: bool = JSON_OPT,
 
     Example: pm-vector db cleanup --json
     """
-    from ..db.maintenance import cleanup_all
+    from ..db.store.maintenance import cleanup_all
 
     days = _retention_days(None) if requests else None
     res = _call(cleanup_all, prune_requests=requests, retention_days=days)
@@ -222,12 +222,12 @@ def prune_requests(as_json: bool = JSON_OPT,
 
     Example: pm-vector db prune-requests --older-than 30
     """
-    from ..db.maintenance import prune_request_log
+    from ..db.store.maintenance import prune_request_log
 
     days = _retention_days(older_than)
     n = _call(prune_request_log, days)
     if n is None:
-        fail("this installation has no request-log retention (pm_vector.db.retention); nothing was deleted.", 1)
+        fail("this installation has no request-log retention (pm_vector.db.store.retention); nothing was deleted.", 1)
     _emit({"deleted": n, "older_than_days": days}, as_json, "request log pruned")
 
 
@@ -241,7 +241,7 @@ def payload_limit(collection: str = typer.Argument(..., help="Collection name.")
 
     Example: pm-vector db payload-limit mycoll 512
     """
-    from ..db.payloads import set_max_payload_bytes
+    from ..db.store.payloads import set_max_payload_bytes
 
     _emit(_call(set_max_payload_bytes, collection, max_payload_bytes), as_json, "payload bound")
 
@@ -317,7 +317,7 @@ def embed(
 
     Example: pm-vector embed products --new-items
     """
-    from ..db.jobs import anchor_frame_embed_fn, anchor_frame_extend_fn, embed_new_items, run_embedding_job
+    from ..db.runs.jobs import anchor_frame_embed_fn, anchor_frame_extend_fn, embed_new_items, run_embedding_job
 
     given = {"n_components": n_components, "sigma": _sigma(sigma), "label_sigma": label_sigma, "alpha": alpha,
              "n_iter": n_iter, "n_extend_iter": n_extend_iter, "n_neighbors": n_neighbors}

@@ -143,7 +143,7 @@ def ingest(
                 create_kw["partitions"] = partitions
         pay = None
         if payloads is not None:
-            from ..db.payloads import read_jsonl
+            from ..db.store.payloads import read_jsonl
 
             pay = read_jsonl(payloads)
             if len(pay) != X.shape[0]:

@@ -1,4 +1,4 @@
-"""``pm-vector kahm ...``: the KAHM roles of a collection (:mod:`pm_vector.db.kahm`) as commands.
+"""``pm-vector kahm ...``: the KAHM roles of a collection (:mod:`pm_vector.db.kahm.roles`) as commands.
 
 ::
 
@@ -125,7 +125,7 @@ def _fmt(v: Any, nd: int = 4) -> str:
 
 def _embed_collection(collection: str, bar: _Bar) -> dict[str, Any]:
     """The full embedding job as ``pm-vector embed COLLECTION`` runs it (frame defaults, seed 0)."""
-    from ..db.jobs import anchor_frame_embed_fn, run_embedding_job
+    from ..db.runs.jobs import anchor_frame_embed_fn, run_embedding_job
     from .db import _frame_defaults
 
     return _call(run_embedding_job, collection, _frame_defaults(), 0, bar, embed_fn=anchor_frame_embed_fn)
@@ -170,7 +170,7 @@ def anchor(
 
     Example: pm-vector kahm anchor digits --epsilon 1 --unit element --value-range 0,1
     """
-    from ..db.kahm import fabricate_anchor_set
+    from ..db.kahm.roles import fabricate_anchor_set
 
     vr = _value_range(value_range)
     steps = _steps_option(smoothing_steps, stopping_rule)
@@ -241,7 +241,7 @@ def fit(
 
     Example: pm-vector kahm fit digits --new-items
     """
-    from ..db import kahm as dbk
+    from ..db.kahm import roles as dbk
 
     if new_items:
         given = {"--kind": kind != "raw", "--epsilon": epsilon is not None, "--value-range": value_range is not None,
@@ -287,7 +287,7 @@ def models(collection: Optional[str] = typer.Argument(None, help="Only this coll
 
     Example: pm-vector kahm models digits --json
     """
-    from ..db.kahm import list_kahm_models
+    from ..db.kahm.roles import list_kahm_models
 
     rows = _call(list_kahm_models, collection)
     if as_json:
@@ -307,7 +307,7 @@ def audits(collection: Optional[str] = typer.Argument(None, help="Only this coll
 
     Example: pm-vector kahm audits digits --json
     """
-    from ..db.kahm import list_audits
+    from ..db.kahm.roles import list_audits
 
     rows = _call(list_audits, collection)
     if as_json:
@@ -348,7 +348,7 @@ def classify(collection: str = typer.Argument(..., help="The collection whose cu
 
     Example: pm-vector kahm classify digits --features queries.npy --json
     """
-    from ..db.kahm import class_scores
+    from ..db.kahm.roles import class_scores
 
     Q = _load_features(features)
     res = _call(class_scores, collection, Q, model_id=model_id)
@@ -370,7 +370,7 @@ def federate(collections: list[str] = typer.Argument(..., help="The parties: col
 
     Example: pm-vector kahm federate hospital_a hospital_b --features queries.npy --json
     """
-    from ..db.kahm import federated_classify
+    from ..db.kahm.roles import federated_classify
 
     Q = _load_features(features)
     res = _call(federated_classify, list(collections), Q)
@@ -415,7 +415,7 @@ def audit(
 
     Example: pm-vector kahm audit digits --epsilon 1 --value-range 0,1 --n-components 10 --repeats 5
     """
-    from ..db.kahm import run_membership_audit
+    from ..db.kahm.roles import run_membership_audit
 
     vr = _value_range(value_range)
     steps = _steps_option(smoothing_steps, stopping_rule)

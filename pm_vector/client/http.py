@@ -47,7 +47,7 @@ What happens in :meth:`Client.query`:
    the answer: the payloads, when the collection stores them, come with it.
 
 :meth:`Client.kahm_distances` makes a collection behind a service a party of federated KAHM
-classification (:func:`pm_vector.db.kahm.federated_classify`)::
+classification (:func:`pm_vector.db.kahm.roles.federated_classify`)::
 
     federated_classify(["local_coll", lambda Q: c.kahm_distances("remote_coll", Q)], Q)
 """
@@ -241,9 +241,9 @@ class Client(Transport, PublicDocuments):
     def kahm_distances(self, name: str, features, model_id: int | None = None) -> dict[str, Any]:
         """The remote collection as a party of federated classification.
 
-        Returns :func:`pm_vector.db.kahm.party_distances`' shape -- ``{"party", "model_id", "n_features",
+        Returns :func:`pm_vector.db.kahm.roles.party_distances`' shape -- ``{"party", "model_id", "n_features",
         "classes", "distances": {class (int): float64 array, one value per row}}`` (JSON's null back to
-        ``inf``) -- so a remote party plugs into :func:`pm_vector.db.kahm.federated_classify`::
+        ``inf``) -- so a remote party plugs into :func:`pm_vector.db.kahm.roles.federated_classify`::
 
             federated_classify(["local", lambda Q: client.kahm_distances("remote", Q)], Q)
 

@@ -1,7 +1,7 @@
 """The paper's iteration-distribute-recursion option, client side: a PrivateMail request that
 stops after the private first iteration (:class:`ReleaseRequest`, built by
 :class:`ReleaseOnlyPrivateMail`). The server post-processes it
-(:func:`pm_vector.db.paper_resolution.post_process_release`); see that module for what the
+(:func:`pm_vector.db.resolve.paper_resolution.post_process_release`); see that module for what the
 client reveals by sending it.
 """
 

@@ -1,6 +1,18 @@
 """PostgreSQL/pgvector layer of pm_vector: where the server's items, the public anchors and
 the SMLQ embeddings live, and where private queries are answered by pgvector k-NN SQL.
 
+Rooms (each a subpackage whose ``__init__`` says what it holds and names its modules)::
+
+    postgres/   which server, keeping it up, connecting, migrating (config, pgvector check,
+                embedded server, cluster and replicas, engine, migrate)
+    store/      collections, items and payloads, anchor sets, ingest, plain k-NN, the request
+                log, retention, clean-up, the SQLAlchemy models
+    runs/       the embedding job and the per-run data it builds: class rows, cells, sharding
+    resolve/    a private request against the active run: checks, public anchor and frames,
+                the run's graph, the class-rows / cell / paper resolves, the answer and its log
+    kahm/       KAHM roles: the DP anchor, class models, federation, membership audit
+    errors.py   every database error;  _binary.py  binary COPY / array encoding (shared)
+
 Server (see :mod:`pm_vector.db.postgres`; the CLI maps ``pm-vector db start|stop|status|url|upgrade``)::
 
     database_url() -> str          start()   -> dict      stop() -> dict
@@ -10,13 +22,13 @@ With no configuration a private PostgreSQL 18 + pgvector from the ``embedded-pos
 runs with its data under ``PM_VECTOR_HOME`` (default ``~/.local/share/pm_vector``);
 ``PM_VECTOR_DATABASE_URL`` points pm_vector at any PostgreSQL with pgvector >= 0.7 instead.
 
-Data (see :mod:`pm_vector.db.api`, :mod:`pm_vector.db.jobs`)::
+Data (see :mod:`pm_vector.db.store.api`, :mod:`pm_vector.db.runs.jobs`)::
 
     create_collection(name, dim, labels, metric="l2", allow_raw_features=False, ...) -> dict
     collection_info(name) -> dict          list_collections() -> list[dict]
     drop_collection(name, missing_ok=False) -> dict
     ingest(collection, features, labels, external_ids=None, payloads=None, *, batch_size, progress) -> dict
-    set_max_payload_bytes(collection, n) -> dict   (the payload bound, :mod:`pm_vector.db.payloads`)
+    set_max_payload_bytes(collection, n) -> dict   (the payload bound, :mod:`pm_vector.db.store.payloads`)
     register_anchor_set(collection, features, labels, role="anchor"|"dummy") -> dict
     get_anchor_set(collection, role="anchor") -> AnchorSet
     fetch_items(collection, item_ids, include_features=False) -> dict
@@ -27,15 +39,14 @@ Data (see :mod:`pm_vector.db.api`, :mod:`pm_vector.db.jobs`)::
     log_request(collection, request, ...) -> int            list_requests(...) -> list[dict]
     cleanup(collection=None) -> dict       (undo work of killed jobs/ingests)
 
-Resolution (see :mod:`pm_vector.db.resolution`, :mod:`pm_vector.db.frame`; imported on demand,
-they load torch)::
+Resolution (see :mod:`pm_vector.db.resolve`; imported on demand)::
 
     public_anchor(collection) -> (PublicAnchor, frame_info)     client_frame(collection) -> AnchorFrame
     class_frames(collection) -> ClassFrames                     (class-rows requests, pm_shortlist)
     resolve(collection, request, k=8, include_features=False, *, conn=None) -> dict
     explain_resolution(collection, request, k=8) -> dict
     post_process_release(collection, release)                   (the paper's release-only requests,
-                                                                 pm_vector.db.paper_resolution)
+                                                                 pm_vector.db.resolve.paper_resolution)
 
 KAHM roles (see :mod:`pm_vector.db.kahm`; imported on demand)::
 
@@ -49,10 +60,10 @@ SQL (installed by the migrations from ``sql/``, schema ``pm_vector``): ``pm_knn`
 ``pm_knn_batch``, ``pm_knn_batch_explain``, ``pm_class_scores``, ``pm_shortlist``,
 ``pm_shortlist_explain``, views ``pm_collections``,
 ``pm_runs``, ``pm_anchor_sets``, ``pm_requests``, ``pm_kahm_models``, ``pm_kahm_audits``. The storage design is explained in
-:mod:`pm_vector.db.models`.
+:mod:`pm_vector.db.store.models`.
 """
 
-from .api import (
+from .store import (
     AnchorSet,
     cleanup,
     collection_info,
@@ -88,8 +99,8 @@ from .errors import (
     SchemaNotReadyError,
     UnknownLabelError,
 )
-from .jobs import cleanup_stale_runs, embed_new_items, list_runs, run_embedding_job, run_info
-from .payloads import set_max_payload_bytes
+from .runs.jobs import cleanup_stale_runs, embed_new_items, list_runs, run_embedding_job, run_info
+from .store.payloads import set_max_payload_bytes
 from .postgres import database_url, start, status, stop, upgrade
 
 __all__ = [

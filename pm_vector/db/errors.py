@@ -100,6 +100,32 @@ class UnknownLabelError(InvalidInputError):
     """A label is not in the collection's label set."""
 
 
+class AnchorIdMismatchError(InvalidInputError):
+    """The request's anchor ids are not the active run's anchor set's ids, in order."""
+
+
+class FramesDigestMismatchError(InvalidInputError):
+    """A class-rows request was built on other class frames than the active run's."""
+
+
+class CellsDigestMismatchError(InvalidInputError):
+    """A cell request was built on other public cells than the active run's."""
+
+
+#: the anchor frame rebuilt from a run's public data does not reproduce its stored anchor embedding:
+#: one error for the client and the server (:func:`pm_vector.protocol.frame.rebuild_frame`)
+from ..errors import FrameMismatchError  # noqa: E402,F401  (re-exported: its home is pm_vector.errors)
+
+
+class NoKAHMModelError(DatabaseError, LookupError):
+    """The collection has no stored KAHM model (or not the one asked for)."""
+
+
+class RawKAHMDistancesNotAllowedError(RawFeaturesNotAllowedError):
+    """Distances of a raw (non-private) KAHM model were asked for and the collection has not opted
+    in (``settings["kahm"]["raw_distances"]``): they separate members from non-members."""
+
+
 _SQLSTATE_CLASSES: dict[str, type[PMVectorError]] = {
     "PM001": CollectionNotFoundError,
     "PM002": NoActiveRunError,

@@ -2,7 +2,7 @@
 query rows embedded from a release alone, against the public anchor frame. A function of the
 release, the query rows' labels and public parameters only (post-processing of a DP release), so
 the client (:meth:`pm_vector.client.PrivateMail.post_process`) and the server
-(:func:`pm_vector.db.paper_resolution.post_process_release`, iteration-distribute-recursion)
+(:func:`pm_vector.db.resolve.paper_resolution.post_process_release`, iteration-distribute-recursion)
 run the same code."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A run's :class:`~pm_vector.manifold.AnchorFrame` is a function of public data only (the anchor
 set, its parameters, its seed). The server publishes the anchor embedding the run stored; the
 client rebuilds the frame from the anchor document (:func:`frame_from_document`) and the server
-rebuilds it from its tables (:func:`pm_vector.db.frame.client_frame`), both with
+rebuilds it from its tables (:func:`pm_vector.db.resolve.frame.client_frame`), both with
 :func:`rebuild_frame`, which refuses a frame that does not reproduce the published embedding.
 
 **One tolerance**, :data:`FRAME_TOLERANCE` = 1e-4, absolute for coordinates of order 1 and

@@ -2,7 +2,7 @@
 :class:`~pm_vector.client.PrivateMail` client, post-processed) and :class:`ReleaseRequest` (the
 iteration-distribute-recursion option: the noisy first iteration only, built by
 :class:`~pm_vector.client.release.ReleaseOnlyPrivateMail`; the server post-processes it,
-:func:`pm_vector.db.paper_resolution.post_process_release`, whose module says what the client
+:func:`pm_vector.db.resolve.paper_resolution.post_process_release`, whose module says what the client
 reveals by sending it)."""
 
 from __future__ import annotations

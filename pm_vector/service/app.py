@@ -100,7 +100,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     log = logging.getLogger("pm_vector.service")
 
     def prune_once() -> int:
-        from ..db.retention import prune_request_log
+        from ..db.store.retention import prune_request_log
 
         with state["pool"].connection() as conn:
             return prune_request_log(conn, older_than=dt.timedelta(days=settings.request_log_retention_days))
@@ -137,7 +137,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
             if n:
                 log.warning("%d job(s) of a stopped service marked interrupted", n)
             try:  # and the runs such jobs left 'running' (no session holds their lock) become failed
-                from ..db.api import cleanup_stale_runs
+                from ..db.store._common import cleanup_stale_runs
 
                 cleanup_stale_runs()
             except Exception as exc:  # noqa: BLE001 - best effort; `pm-vector db cleanup` does it too

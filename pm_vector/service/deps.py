@@ -63,7 +63,7 @@ async def require_admin(request: Request) -> None:
 
 async def require_scope(name: str, request: Request) -> None:
     """404 for a malformed collection name or one outside the key's scope (out of scope looks absent)."""
-    from ..db.api import _NAME
+    from ..db.store._names import _NAME
 
     if not _NAME.fullmatch(name) or not in_scope(key_of(request), name):
         raise ApiError(404, "not_found", f"no collection {name!r} (for this key); `GET /collections` lists "

@@ -1,6 +1,6 @@
 """The JSON documents the service serves: the public anchor document and resolve answers.
 
-The server's resolve itself is :func:`pm_vector.db.resolution.resolve`; this module only turns
+The server's resolve itself is :func:`pm_vector.db.resolve.resolution.resolve`; this module only turns
 its answers (and the public anchor) into JSON-safe data.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..db import resolution as db_resolution
+from ..db.resolve import resolution as db_resolution
 
 
 def _plain(v: Any) -> Any:
@@ -49,7 +49,7 @@ def public_partitions(collection: str) -> dict[str, Any] | None:
     """The public partitions of a collection without labels (``PublicPartitions.to_dict()``: the
     centroids fit on its public anchor), or None (a labelled collection, or none fit yet)."""
     from ..db.postgres import connect
-    from ..db.partitioned import SETTINGS_KEY
+    from ..db.store.partitioned import SETTINGS_KEY
 
     with connect() as conn:
         row = conn.execute("SELECT settings -> %s -> 'public' FROM pm_vector.collections WHERE name = %s",
@@ -89,7 +89,7 @@ def anchor_document(collection: str) -> dict[str, Any]:
 def resolve_document(collection: str, request, *, k: int = 8, include_features: bool = False, conn=None,
                      max_query_rows: int | None = None, answer: dict[str, Any] | None = None,
                      read_conn=None) -> dict[str, Any]:
-    """:func:`pm_vector.db.resolution.resolve` of a validated request: one entry of ``rows`` per
+    """:func:`pm_vector.db.resolve.resolution.resolve` of a validated request: one entry of ``rows`` per
     request row, numpy arrays as resolve returns them (:func:`json_bytes` writes it). ``conn``: an
     idle pooled connection to run on; ``read_conn``: one to a replica that answers it (the log is
     written on ``conn``). ``answer``: ``{"compact", "code_bytes"}`` from

@@ -1,8 +1,8 @@
 """Background embedding jobs of the service: SMLQ (AnchorFrame) runs in worker threads, their
 state persisted in ``pm_vector_service.jobs``.
 
-A job is :func:`pm_vector.db.jobs.run_embedding_job` with
-:func:`pm_vector.db.jobs.anchor_frame_embed_fn`; its database side is kill-safe on its own
+A job is :func:`pm_vector.db.runs.jobs.run_embedding_job` with
+:func:`pm_vector.db.runs.jobs.anchor_frame_embed_fn`; its database side is kill-safe on its own
 (a job whose process dies leaves no active half-run). This module keeps each job's status,
 stage progress, result or error in a table, so ``GET /jobs`` after a restart still shows them;
 at start-up, jobs left ``queued`` or ``running`` by a service that died are marked
@@ -160,7 +160,7 @@ class JobManager:
         self._exec(f"UPDATE {TABLE} SET {sets} WHERE job_id = %s", [*vals, job_id])
 
     def _run(self, job_id: str) -> None:
-        from ..db.jobs import anchor_frame_embed_fn, run_embedding_job
+        from ..db.runs.jobs import anchor_frame_embed_fn, run_embedding_job
         from .documents import _plain
 
         job = self.get(job_id)

@@ -64,7 +64,7 @@ def _split_for(n_classes: int, seed: int):
 def prepare(n_classes: int, *, seed: int = 0, n_components: int = 8) -> tuple[str, Any]:
     """Create and embed a collection with ``n_classes`` classes; returns ``(name, split)``."""
     from .. import db
-    from ..db.jobs import anchor_frame_embed_fn
+    from ..db.runs.jobs import anchor_frame_embed_fn
     from .demo import prepare_collection
 
     split = _split_for(n_classes, seed)

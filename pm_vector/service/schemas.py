@@ -82,7 +82,7 @@ class DistancesBody(BaseModel):
 
 
 class PartyDistances(BaseModel):
-    """:func:`pm_vector.db.kahm.party_distances` as JSON: class keys are strings, infinite distances null."""
+    """:func:`pm_vector.db.kahm.roles.party_distances` as JSON: class keys are strings, infinite distances null."""
 
     party: str
     model_id: int

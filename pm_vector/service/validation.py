@@ -217,7 +217,7 @@ def check_query_request(r: dict, settings: ServiceSettings, name: str):
 def check_cell_request(r: dict, settings: ServiceSettings, name: str):
     """Validate a cell request (release "cells": one reported cell per class); returns a CellRequest
     or raises ApiError. Its level, digest and number of reports are checked against the run by
-    :func:`pm_vector.db.cell_resolution.check_against_run` (422 as well)."""
+    :func:`pm_vector.db.resolve.cell_resolution.check_against_run` (422 as well)."""
     from ..protocol.cells import CellRequest
 
     reports = r.get("reports")
@@ -238,7 +238,7 @@ def check_cell_request(r: dict, settings: ServiceSettings, name: str):
 
 def check_distances_body(d: Any, settings: ServiceSettings) -> tuple[list[list[float]], int | None]:
     """Validate a ``/kahm/distances`` body; returns ``(features rows, model_id)`` or raises ApiError.
-    The feature dimension is checked against the collection by :func:`pm_vector.db.kahm.party_distances`."""
+    The feature dimension is checked against the collection by :func:`pm_vector.db.kahm.roles.party_distances`."""
     if not isinstance(d, dict):
         raise ApiError(422, "invalid_input", "the body must be a JSON object {\"features\": [[...], ...]}.")
     unknown = sorted(set(d) - {"features", "model_id"})

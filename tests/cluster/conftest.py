@@ -42,7 +42,7 @@ def node_urls(local_cluster):
 
 def _load(name, sp, ds):
     import pm_vector.db as db
-    from pm_vector.db.jobs import anchor_frame_embed_fn
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
 
     db.drop_collection(name, missing_ok=True)
     db.create_collection(name, ds.dim, ds.classes.tolist(), allow_raw_features=True)

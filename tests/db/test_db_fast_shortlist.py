@@ -25,7 +25,7 @@ def _make(db, cname, n=1500, dim=8, seed=3, **class_rows):
 
 def _rows(db, cname, X, y, n_req=6, seed=0):
     """Released-looking rows: a random item's clipped coordinates in each class frame plus noise."""
-    from pm_vector.db.resolution import class_frames
+    from pm_vector.db.resolve.resolution import class_frames
 
     frames = class_frames(cname)
     rng = np.random.default_rng(seed)
@@ -175,7 +175,7 @@ def test_new_items_keep_the_lists_hub_counts_exact(db, cname, conn):
 
 
 def test_min_weight_is_validated_with_a_clear_error(db, cname):
-    from pm_vector.db.class_rows import params
+    from pm_vector.db.runs.class_rows import params
     from pm_vector.errors import InvalidInputError
     from pm_vector.shortlist import PosteriorShortlist
 

@@ -90,7 +90,7 @@ def test_streamed_copy_equals_the_whole_stream(db, conn, cname):
     into arrays sized by a hint (here too small: grown) and gives what decode() of the whole stream
     gives; the job's item reader (_load_items) gives the rows as ingested."""
     from pm_vector.db import _binary
-    from pm_vector.db.jobs import _collection_row, _load_items
+    from pm_vector.db.runs.jobs import _collection_row, _load_items
 
     X, y = _clustered(700, 24, seed=3)
     db.create_collection(cname, 24, list(range(100)))
@@ -118,8 +118,8 @@ def test_a_job_forced_onto_the_approximate_graph_serves_resolves(db, conn, cname
     graph recalls >= 95 % of the exact one, the hub counts are those of the stored graph, and a
     client's request is resolved through PostgreSQL (the SQL shortlist and resolve())."""
     from pm_vector.client.query import PrivateKNN
-    from pm_vector.db.jobs import anchor_frame_embed_fn
-    from pm_vector.db.resolution import public_anchor, resolve
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
+    from pm_vector.db.resolve.resolution import public_anchor, resolve
     from pm_vector.manifold.class_frames import ClassFrames
     from pm_vector.neighbors import neighbor_graph
 
@@ -166,7 +166,7 @@ def test_a_job_forced_onto_the_approximate_graph_serves_resolves(db, conn, cname
 
 
 def test_bad_graph_settings_are_refused(db, cname):
-    from pm_vector.db.class_rows import params
+    from pm_vector.db.runs.class_rows import params
     from pm_vector.errors import InvalidInputError
 
     assert params()["graph"] == "auto" and params({"class_rows": {"graph": "hnsw"}})["graph"] == "hnsw"

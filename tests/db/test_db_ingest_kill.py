@@ -33,8 +33,8 @@ def served(pm_home, tmp_path_factory):
     import pm_vector.db as db
     from pm_vector.client import PrivateMail
     from pm_vector.datasets import load_dataset, split_dataset
-    from pm_vector.db.jobs import anchor_frame_embed_fn
-    from pm_vector.db.resolution import client_frame, public_anchor
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
+    from pm_vector.db.resolve.resolution import client_frame, public_anchor
 
     ds = load_dataset("digits")
     sp = split_dataset(ds, 600, 200, 100, 20, seed=0)
@@ -59,7 +59,7 @@ def served(pm_home, tmp_path_factory):
 
 
 def _snapshot(db, conn, s) -> dict:
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve.resolution import resolve
 
     name = s["name"]
     cid = db.collection_info(name)["id"]
@@ -152,7 +152,7 @@ def test_sigkilled_cli_ingest_leaves_the_collection_exactly_as_before(db, conn, 
     assert _snapshot(db, conn, served) == before
     # nothing for cleanup, nothing for `embed --new-items`
     assert db.cleanup(served["name"]) == {"runs": [], "ingests": []}
-    from pm_vector.db.jobs import anchor_frame_extend_fn
+    from pm_vector.db.runs.jobs import anchor_frame_extend_fn
 
     assert db.embed_new_items(served["name"], anchor_frame_extend_fn)["n_new"] == 0
 

@@ -236,7 +236,7 @@ def test_with_the_real_anchor_frame(db, cname):
     pytest.importorskip("pm_vector.manifold", reason="manifold package not importable")
     from sklearn.datasets import load_digits
 
-    from pm_vector.db.jobs import anchor_frame_embed_fn, anchor_frame_extend_fn
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn, anchor_frame_extend_fn
 
     X, y = load_digits(return_X_y=True)
     X = X / np.linalg.norm(X, axis=1, keepdims=True)

@@ -1,4 +1,4 @@
-"""KAHM roles in the database (pm_vector.db.kahm): the DP fabricated anchor, stored class models with
+"""KAHM roles in the database (pm_vector.db.kahm.roles): the DP fabricated anchor, stored class models with
 item scores (resolve, pm_class_scores, new items), kill safety, federation, membership audits and
 migration 0004."""
 
@@ -72,8 +72,8 @@ def _items(conn, name: str):
 
 def _serve(db, name):
     """AnchorFrame run on the collection's current anchor set; (public anchor, info, client frame)."""
-    from pm_vector.db.jobs import anchor_frame_embed_fn
-    from pm_vector.db.resolution import client_frame, public_anchor
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
+    from pm_vector.db.resolve.resolution import client_frame, public_anchor
 
     run = db.run_embedding_job(name, {"n_components": 8}, 3, embed_fn=anchor_frame_embed_fn)
     pa, info = public_anchor(name)
@@ -83,7 +83,7 @@ def _serve(db, name):
 def _resolve_queries(name, pa, frame, Xq, yq, *, epsilon=1.0, seed=0, **kw):
     """PrivateMail requests for every query row, resolved; [(secret, result)]."""
     from pm_vector.client import PrivateMail
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve.resolution import resolve
 
     pm = PrivateMail(frame, epsilon=epsilon, _rng=seed)
     out = []
@@ -99,7 +99,7 @@ def _resolve_queries(name, pa, frame, Xq, yq, *, epsilon=1.0, seed=0, **kw):
 def dp_served(pm_home, digits):
     """A digits collection whose anchor + dummy pool are fabricated under DP (eps 10 per element), served."""
     import pm_vector.db as db
-    from pm_vector.db.kahm import fabricate_anchor_set
+    from pm_vector.db.kahm.roles import fabricate_anchor_set
 
     X, y = digits
     Xs, ys = _take(X, y, 40)
@@ -181,7 +181,7 @@ def test_fabricated_anchor_serves_the_protocol(dp_served):
 
 
 def test_fabricated_anchor_noise(db, cname, digits, conn):
-    from pm_vector.db.kahm import fabricate_anchor_set
+    from pm_vector.db.kahm.roles import fabricate_anchor_set
 
     X, y = digits
     Xs, ys = _take(X, y, 12)
@@ -212,7 +212,7 @@ def test_fabricated_anchor_noise(db, cname, digits, conn):
 
 
 def test_fabricated_anchor_bad_input_registers_nothing(db, cname, digits, conn):
-    from pm_vector.db.kahm import fabricate_anchor_set
+    from pm_vector.db.kahm.roles import fabricate_anchor_set
 
     X, y = digits
     Xs, ys = _take(X, y, 12)
@@ -262,7 +262,7 @@ def test_fabricated_anchor_bad_input_registers_nothing(db, cname, digits, conn):
 def modeled(pm_home, digits):
     """A served digits collection (plain anchor) with a raw KAHM model whose outputs it serves (opt-in)."""
     import pm_vector.db as db
-    from pm_vector.db.kahm import fit_kahm_models
+    from pm_vector.db.kahm.roles import fit_kahm_models
 
     X, y = digits
     Xs, ys = _take(X, y, 30)
@@ -282,7 +282,7 @@ def modeled(pm_home, digits):
 
 
 def test_stored_scores_are_the_models_scores(modeled, conn):
-    from pm_vector.db.kahm import class_scores, list_kahm_models, load_kahm_model
+    from pm_vector.db.kahm.roles import class_scores, list_kahm_models, load_kahm_model
     from pm_vector.kahm import KAHMClassifier
 
     name, m = modeled["name"], modeled["model"]
@@ -312,7 +312,7 @@ def test_stored_scores_are_the_models_scores(modeled, conn):
     assert model.dtype == "float32"
     np.testing.assert_array_equal(P, np.argmax(S, axis=1))
     # a model read back from its bytes (not the cache) is the same model
-    from pm_vector.db import kahm as dbk
+    from pm_vector.db.kahm import roles as dbk
 
     dbk._models.clear()
     fresh = load_kahm_model(name)
@@ -356,7 +356,7 @@ def test_resolved_rows_carry_class_scores(modeled, conn):
                 np.testing.assert_allclose(sc, stored[iid][1], rtol=1e-7)
     # switched off: no scores, no kahm, the same items
     from pm_vector.client import PrivateMail
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve.resolution import resolve
 
     req, _ = PrivateMail(modeled["frame"], epsilon=1.0, _rng=3).request(modeled["Xq"][4], int(modeled["yq"][4]),
                                                                        modeled["pa"], collection=name)
@@ -371,7 +371,7 @@ def test_resolved_rows_carry_class_scores(modeled, conn):
 
 def test_resolve_with_features_and_class_scores(db, cname, digits, conn):
     """include_features shifts the columns of resolve's statement: the scores must still be the item's."""
-    from pm_vector.db.kahm import fit_kahm_models
+    from pm_vector.db.kahm.roles import fit_kahm_models
 
     X, y = digits
     Xs, ys = _take(X, y, 8)
@@ -398,8 +398,8 @@ def test_resolve_with_features_and_class_scores(db, cname, digits, conn):
 
 
 def test_new_items_have_no_scores_until_scored(db, cname, digits, conn):
-    from pm_vector.db.jobs import anchor_frame_extend_fn
-    from pm_vector.db.kahm import fit_kahm_models, list_kahm_models, load_kahm_model, score_new_items
+    from pm_vector.db.runs.jobs import anchor_frame_extend_fn
+    from pm_vector.db.kahm.roles import fit_kahm_models, list_kahm_models, load_kahm_model, score_new_items
 
     X, y = digits
     Xs, ys = _take(X, y, 8)
@@ -453,8 +453,8 @@ def test_new_items_have_no_scores_until_scored(db, cname, digits, conn):
 
 
 def test_keep_previous_prunes_older_models(db, cname, digits, conn):
-    from pm_vector.db.kahm import (NoKAHMModelError, class_scores, federated_classify, fit_kahm_models,
-                                   list_kahm_models, load_kahm_model, party_distances, score_new_items)
+    from pm_vector.db.kahm.roles import (NoKAHMModelError, class_scores, federated_classify, fit_kahm_models,
+                                         list_kahm_models, load_kahm_model, party_distances, score_new_items)
 
     X, y = digits
     Xs, ys = _take(X, y, 6)
@@ -493,7 +493,7 @@ def test_keep_previous_prunes_older_models(db, cname, digits, conn):
 
 
 def test_private_kinds_and_bad_input(db, cname, digits, conn):
-    from pm_vector.db.kahm import fit_kahm_models, list_kahm_models
+    from pm_vector.db.kahm.roles import fit_kahm_models, list_kahm_models
 
     X, y = digits
     Xs, ys = _take(X, y, 8)
@@ -533,7 +533,7 @@ def test_private_kinds_and_bad_input(db, cname, digits, conn):
 
 
 def test_small_class_refused_nothing_written(db, cname, digits, conn):
-    from pm_vector.db.kahm import fit_kahm_models
+    from pm_vector.db.kahm.roles import fit_kahm_models
 
     X, y = digits
     Xs, ys = _take(X, y, 10)
@@ -563,7 +563,7 @@ def test_small_class_refused_nothing_written(db, cname, digits, conn):
 FIT_CHILD = """
 import sys, time
 import pm_vector.db as db
-from pm_vector.db import kahm
+from pm_vector.db.kahm import roles as kahm
 
 name, stage = sys.argv[1], sys.argv[2]
 
@@ -588,7 +588,7 @@ print("FINISHED", flush=True)
 
 @pytest.mark.parametrize("stage", ["fit", "in_transaction"])
 def test_sigkilled_fit_leaves_previous_model(db, cname, digits, conn, stage):
-    from pm_vector.db.kahm import fit_kahm_models, list_kahm_models, load_kahm_model
+    from pm_vector.db.kahm.roles import fit_kahm_models, list_kahm_models, load_kahm_model
 
     X, y = digits
     Xs, ys = _take(X, y, 6)
@@ -637,7 +637,7 @@ def test_sigkilled_fit_leaves_previous_model(db, cname, digits, conn, stage):
 def parties(pm_home, digits):
     """Scenario 1: party a holds classes 0-4, party b classes 5-9 (disjoint), each with a raw model."""
     import pm_vector.db as db
-    from pm_vector.db.kahm import fit_kahm_models
+    from pm_vector.db.kahm.roles import fit_kahm_models
 
     X, y = digits
     names = {"a": _new_name("kahm_pa"), "b": _new_name("kahm_pb")}
@@ -654,7 +654,7 @@ def parties(pm_home, digits):
 
 
 def test_federated_equals_centralised(parties, conn):
-    from pm_vector.db.kahm import federated_classify, party_distances
+    from pm_vector.db.kahm.roles import federated_classify, party_distances
     from pm_vector.kahm import KAHMClassifier
 
     a, b = parties["names"]["a"], parties["names"]["b"]
@@ -683,7 +683,7 @@ def test_federated_equals_centralised(parties, conn):
 
 
 def test_federated_with_a_callable_party(parties):
-    from pm_vector.db.kahm import federated_classify, party_distances
+    from pm_vector.db.kahm.roles import federated_classify, party_distances
 
     a, b = parties["names"]["a"], parties["names"]["b"]
     Xq = parties["Xq"]
@@ -707,7 +707,7 @@ def test_federated_with_a_callable_party(parties):
 
 def test_federated_dimension_mismatch(parties, db, cname, conn):
     from pm_vector.db.errors import DimensionMismatchError
-    from pm_vector.db.kahm import federated_classify, fit_kahm_models, party_distances
+    from pm_vector.db.kahm.roles import federated_classify, fit_kahm_models, party_distances
 
     a, b = parties["names"]["a"], parties["names"]["b"]
     Xq = parties["Xq"]
@@ -738,7 +738,7 @@ def test_federated_dimension_mismatch(parties, db, cname, conn):
 # ----------------------------------------------------------------------------- membership audit
 
 def test_membership_audit_is_stored(db, cname, digits, conn):
-    from pm_vector.db.kahm import list_audits, run_membership_audit
+    from pm_vector.db.kahm.roles import list_audits, run_membership_audit
 
     X, y = digits
     Xs, ys = _take(X, y, 20)
@@ -754,7 +754,7 @@ def test_membership_audit_is_stored(db, cname, digits, conn):
         run_membership_audit(cname, 2.0, **{**kw, "n_components": 15})
     with pytest.raises(InvalidInputError, match="n_repeats"):
         run_membership_audit(cname, 2.0, **{**kw, "n_repeats": 0})
-    from pm_vector.db.kahm import NoKAHMModelError
+    from pm_vector.db.kahm.roles import NoKAHMModelError
     with pytest.raises(NoKAHMModelError):  # the deployed configuration needs a deployed model
         run_membership_audit(cname, n_repeats=1)
     assert _count(conn, "kahm_audits", cname) == 0
@@ -794,7 +794,7 @@ def test_membership_audit_is_stored(db, cname, digits, conn):
     assert {"mis_raw", "mis_noisy", "mis_fab", "auc_raw", "accuracy_raw"} <= set(row[7])
     assert any(a["audit_id"] == rep["audit_id"] for a in list_audits())
     # the deployed configuration: the current model's kind and parameters, beside a raw baseline
-    from pm_vector.db.kahm import fit_kahm_models
+    from pm_vector.db.kahm.roles import fit_kahm_models
     mid = fit_kahm_models(cname, kind="noisy", epsilon=3.0, value_range=(0, 1), n_components=3, n_layers=1,
                           noise_seed=1)["model_id"]
     dep = run_membership_audit(cname, n_repeats=1, noise_seed=4)

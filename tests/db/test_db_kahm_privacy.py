@@ -42,7 +42,7 @@ def test_distances_of_raw_models_refused_and_private_ones_do_not_separate_member
     a collection that opts in to raw distances shows how strong the attack is (the control)."""
     import pm_vector.db as db
     from pm_vector.db.errors import RawFeaturesNotAllowedError
-    from pm_vector.db.kahm import RawKAHMDistancesNotAllowedError, fit_kahm_models, party_distances
+    from pm_vector.db.kahm.roles import RawKAHMDistancesNotAllowedError, fit_kahm_models, party_distances
     from pm_vector.kahm import membership_auc
 
     X, y = digits
@@ -123,7 +123,7 @@ def _model_meta(conn, model_id):
 
 def _run_jobs(name, conn):
     """Every KAHM job at its defaults (fixed test seeds, so two collections get the same noise)."""
-    from pm_vector.db.kahm import fabricate_anchor_set, fit_kahm_models, list_kahm_models, run_membership_audit
+    from pm_vector.db.kahm.roles import fabricate_anchor_set, fit_kahm_models, list_kahm_models, run_membership_audit
 
     got = {}
     fab = fabricate_anchor_set(name, 2.0, anchors_per_class=8, dummies_per_class=2, n_components=N_COMP,

@@ -8,7 +8,7 @@ import json
 import pytest
 from dbtest_helpers import data
 
-from pm_vector.db.payloads import DEFAULT_MAX_PAYLOAD_BYTES, payload_bytes
+from pm_vector.db.store.payloads import DEFAULT_MAX_PAYLOAD_BYTES, payload_bytes
 from pm_vector.errors import InvalidInputError
 
 

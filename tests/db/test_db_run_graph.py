@@ -1,5 +1,5 @@
 """resolve() of class-rows requests: every row's prior found by one pgvector k-NN statement, ranked
-on the run's graph held in memory (pm_vector.db.run_graph, pm_vector.shortlist.rank_retained).
+on the run's graph held in memory (pm_vector.db.resolve.run_graph, pm_vector.shortlist.rank_retained).
 Its answers against the SQL function pm_shortlist on the same run and the same index (classes
 larger and smaller than max_prior, min_weight on and off); the graph read again after new items;
 older-layout runs answered by pm_shortlist; the plan."""
@@ -31,7 +31,7 @@ def _make(db, cname, n=3000, dim=10, max_prior=64, min_weight=0.0, seed=5):
 
 def _requests(cname, X, y, eps_list=(1.0, 8.0, 64.0, 1024.0), n=6, seed=0):
     from pm_vector.client.query import PrivateKNN
-    from pm_vector.db.resolution import class_frames
+    from pm_vector.db.resolve.resolution import class_frames
     from pm_vector.privacy import secure_generator
 
     frames = class_frames(cname)
@@ -70,8 +70,8 @@ def _compare(res, sql):
 def test_resolve_equals_the_sql_function(db, cname, conn, max_prior, min_weight):
     """Searched classes (max_prior 64 < ~1000 items: the HNSW scan), min_weight on, and classes
     retained whole (max_prior 4096: no k-NN statement)."""
-    from pm_vector.db import run_graph
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve import run_graph
+    from pm_vector.db.resolve.resolution import resolve
 
     X, y, ids, rid = _make(db, cname, max_prior=max_prior, min_weight=min_weight)
     n_rows = 0
@@ -91,8 +91,8 @@ def test_resolve_equals_the_sql_function(db, cname, conn, max_prior, min_weight)
 def test_new_items_make_the_graph_read_again(db, cname, conn):
     from dbtest_helpers import make_extend_fn
 
-    from pm_vector.db import run_graph
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve import run_graph
+    from pm_vector.db.resolve.resolution import resolve
 
     X, y, ids, rid = _make(db, cname, n=1500)
     reqs = _requests(cname, X, y, eps_list=(64.0,), n=3)
@@ -117,8 +117,8 @@ def test_new_items_make_the_graph_read_again(db, cname, conn):
 
 
 def test_a_run_without_neighbour_lists_is_answered_by_the_sql_function(db, cname, conn):
-    from pm_vector.db import run_graph
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve import run_graph
+    from pm_vector.db.resolve.resolution import resolve
 
     X, y, ids, rid = _make(db, cname, n=1200)
     conn.execute(f"ALTER TABLE pm_vector.run_{rid}_prior DROP COLUMN nbrs, DROP COLUMN nhub")
@@ -131,7 +131,7 @@ def test_a_run_without_neighbour_lists_is_answered_by_the_sql_function(db, cname
 
 
 def test_explain_shows_the_prior_knn_through_each_class_index(db, cname):
-    from pm_vector.db.resolution import explain_resolution
+    from pm_vector.db.resolve.resolution import explain_resolution
 
     X, y, ids, rid = _make(db, cname, n=6000)  # 2,000 items per class: the index, not a sort
     req = _requests(cname, X, y, eps_list=(8.0,), n=1)[0]
@@ -147,7 +147,7 @@ def test_one_knn_statement_and_one_candidates_statement_per_request(db, cname):
     from test_db_class_rows import _Counting
 
     import pm_vector.db as pdb
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve.resolution import resolve
 
     X, y, ids, rid = _make(db, cname, n=1500)  # max_prior 64 < 500 items per class: every row searched
     c = _Counting(pdb.connect())
@@ -163,8 +163,8 @@ def test_one_knn_statement_and_one_candidates_statement_per_request(db, cname):
 def test_graphs_are_kept_within_the_memory_budget(db, cname, monkeypatch):
     """Least recently used graphs leave first once the process's budget is passed; the newest
     always stays (a graph larger than the budget is still used)."""
-    from pm_vector.db import run_graph
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve import run_graph
+    from pm_vector.db.resolve.resolution import resolve
 
     run_graph.clear_cache()
     X, y, ids, rid1 = _make(db, cname, n=1200)

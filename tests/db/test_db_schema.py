@@ -33,7 +33,7 @@ def test_models_match_migrated_schema(db):
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from pm_vector.db.models import Base
+    from pm_vector.db.store.models import Base
 
     def include_name(name, type_, parent_names):
         if type_ == "schema":
@@ -96,7 +96,7 @@ def test_orm_models_query_the_schema(db, cname):
     import numpy as np
     from sqlalchemy import func, select
 
-    from pm_vector.db.models import AnchorSet, Collection, EmbeddingRun, Item
+    from pm_vector.db.store.models import AnchorSet, Collection, EmbeddingRun, Item
 
     db.create_collection(cname, 3, [0, 1])
     db.ingest(cname, np.eye(3), [0, 1, 0], external_ids=["a", "b", "c"])

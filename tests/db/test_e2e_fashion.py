@@ -55,9 +55,9 @@ def _run(db, cname) -> dict:
     from pm_vector.bench.privacy_bench import BenchConfig
     from pm_vector.client import PrivateMail, PublicAnchor
     from pm_vector.datasets import load_dataset, split_dataset
-    from pm_vector.db.jobs import anchor_frame_embed_fn
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
     from pm_vector.bench.metrics import rerank_precision
-    from pm_vector.db.resolution import client_frame, public_anchor, resolve
+    from pm_vector.db.resolve.resolution import client_frame, public_anchor, resolve
     from pm_vector.manifold import AnchorFrame
     from pm_vector.alignment import align_request
     from pm_vector.neighbors import knn_search

@@ -16,8 +16,8 @@ def served(pm_home):
     """digits: a collection with an AnchorFrame run (8 dims), anchor set, dummy pool; a client frame."""
     import pm_vector.db as db
     from pm_vector.datasets import load_dataset, split_dataset
-    from pm_vector.db.jobs import anchor_frame_embed_fn
-    from pm_vector.db.resolution import client_frame, public_anchor
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
+    from pm_vector.db.resolve.resolution import client_frame, public_anchor
 
     ds = load_dataset("digits")
     sp = split_dataset(ds, 800, 300, 150, 20, seed=0)
@@ -63,8 +63,8 @@ def test_public_anchor_and_client_frame(served):
 def test_client_frame_refuses_a_run_it_cannot_rebuild(db, cname):
     from dbtest_helpers import data, make_embed_fn
 
-    from pm_vector.db.frame import FrameMismatchError
-    from pm_vector.db.resolution import client_frame
+    from pm_vector.db.errors import FrameMismatchError
+    from pm_vector.db.resolve.resolution import client_frame
 
     X, y = data(60, 5, 3)
     X /= np.linalg.norm(X, axis=1, keepdims=True)
@@ -76,7 +76,7 @@ def test_client_frame_refuses_a_run_it_cannot_rebuild(db, cname):
     with pytest.raises(FrameMismatchError, match="not built with an AnchorFrame"):
         client_frame(cname)
     # an AnchorFrame run whose stored embedding was produced otherwise: clear error, not a wrong frame
-    from pm_vector.db.jobs import anchor_frame_embed_fn
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
 
     def tampered(ax, ay, ix, iy, params, seed, progress):
         a, i = anchor_frame_embed_fn(ax, ay, ix, iy, params, seed, progress)
@@ -90,7 +90,7 @@ def test_client_frame_refuses_a_run_it_cannot_rebuild(db, cname):
 def test_resolve_answers_every_row_in_one_statement_and_logs_only_the_release(served, conn):
     from pm_vector.bench.latency import _CountingConn
     from pm_vector.db import connect, list_requests
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve.resolution import resolve
     from pm_vector.alignment import align_request
 
     req, secret = _request(served)
@@ -132,8 +132,8 @@ def test_resolve_answers_every_row_in_one_statement_and_logs_only_the_release(se
 
 def test_bad_input_is_refused_clearly_and_nothing_is_written(served, db, conn, cname):
     from pm_vector.client import PrivateMailRequest
-    from pm_vector.db.requests import AnchorIdMismatchError
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.errors import AnchorIdMismatchError
+    from pm_vector.db.resolve.resolution import resolve
     from pm_vector.errors import RequestError
     from pm_vector.errors import AlignmentError, InvalidInputError
     from pm_vector.manifold import AnchorFrame
@@ -190,7 +190,7 @@ def test_bad_input_is_refused_clearly_and_nothing_is_written(served, db, conn, c
 
 
 def test_explain_shows_the_hnsw_index_in_resolutions_statement(served):
-    from pm_vector.db.resolution import explain_resolution
+    from pm_vector.db.resolve.resolution import explain_resolution
 
     req, _ = _request(served)
     plans = explain_resolution(served["name"], req.to_json(), k=K)
@@ -207,7 +207,7 @@ def test_explain_shows_the_hnsw_index_in_resolutions_statement(served):
 def test_release_only_requests_give_the_same_answer_for_the_same_seed(served, conn):
     from pm_vector.db import list_requests
     from pm_vector.client.release import RELEASE_FORMAT, ReleaseOnlyPrivateMail, ReleaseRequest
-    from pm_vector.db.resolution import post_process_release, resolve
+    from pm_vector.db.resolve.resolution import post_process_release, resolve
 
     Xq, yq = served["split"].query
     for i, seed in ((1, 5), (2, 6)):

@@ -195,7 +195,7 @@ def test_fabricated_default_runs_fixed_public_steps():
     """The library's Definition 15 default is the database jobs' fixed public step count (one
     constant), so the model is a function of the noisy rows only; the stopping rule, whose
     threshold comes from the raw rows, runs only when asked for."""
-    import pm_vector.db.kahm as dbk
+    import pm_vector.db.kahm.roles as dbk
     from pm_vector.defaults import DEFAULT_SMOOTHING_STEPS
     from sklearn.datasets import load_digits
 

@@ -27,7 +27,7 @@ def svc_split():
 def svc_collection(svc_home, svc_split):
     """An embedded digits collection that allows raw features (for re-ranking)."""
     from pm_vector import db
-    from pm_vector.db.jobs import anchor_frame_embed_fn
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
     from pm_vector.service.demo import prepare_collection
 
     name = "svc_" + uuid.uuid4().hex[:8]

@@ -57,7 +57,7 @@ def test_query_release_option_and_ledger(service, svc_collection, svc_key, svc_s
 
 
 def test_http_answers_equal_the_database_resolve(service, svc_collection, svc_key, svc_split, tmp_path):
-    from pm_vector.db.resolution import resolve
+    from pm_vector.db.resolve.resolution import resolve
 
     Xq, yq = svc_split.query
     with Client(service.url, svc_key["key"], budget=_ledger(tmp_path)) as c:

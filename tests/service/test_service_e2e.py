@@ -273,7 +273,7 @@ def test_query_without_raw_features_reranks_by_published_codes(seeded_service, s
     same release on the same data, and its answer is far smaller."""
     from pm_vector import db
     from pm_vector.bench.baselines import knn_search
-    from pm_vector.db.jobs import anchor_frame_embed_fn
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
     from pm_vector.manifold.codes import ProductCodes
     from pm_vector.service.demo import prepare_collection
 

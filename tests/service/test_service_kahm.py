@@ -24,7 +24,7 @@ def split():
 def embedded(svc_home, split):
     """A small embedded digits collection (raw features allowed), no KAHM model yet."""
     from pm_vector import db
-    from pm_vector.db.jobs import anchor_frame_embed_fn
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
     from pm_vector.service.demo import prepare_collection
 
     name = "svk_" + uuid.uuid4().hex[:8]
@@ -38,7 +38,7 @@ def embedded(svc_home, split):
 def parties(svc_home, split):
     """Two collections holding different items of the same feature space, each with a KAHM model."""
     from pm_vector import db
-    from pm_vector.db.kahm import fit_kahm_models
+    from pm_vector.db.kahm.roles import fit_kahm_models
 
     X, y = split.server
     classes = [int(c) for c in split.dataset.classes]
@@ -68,7 +68,7 @@ def _raw_outputs(name: str, allowed: bool) -> None:
 
 
 def test_resolve_rows_carry_class_scores(service, svc_key, svc_admin_key, embedded, split):
-    from pm_vector.db.kahm import class_scores, fit_kahm_models
+    from pm_vector.db.kahm.roles import class_scores, fit_kahm_models
 
     Xq, yq = split.query
     with Client(service.url, svc_key["key"]) as c:
@@ -108,8 +108,8 @@ def test_a_private_models_class_scores_need_no_opt_in(service, svc_key, split):
     """The policy withholds raw models' outputs only: a DP (noisy) model's scores come back without
     the opt-in, a raw model's do not, on the same collection and request."""
     from pm_vector import db
-    from pm_vector.db.jobs import anchor_frame_embed_fn
-    from pm_vector.db.kahm import fit_kahm_models
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
+    from pm_vector.db.kahm.roles import fit_kahm_models
     from pm_vector.service.demo import prepare_collection
 
     name = "svn_" + uuid.uuid4().hex[:8]
@@ -183,7 +183,7 @@ def test_kahm_endpoints_auth_and_bad_input(service, svc_key, parties, embedded):
 
 
 def test_federated_with_a_remote_party_equals_local(service, svc_key, parties, split):
-    from pm_vector.db.kahm import federated_classify, party_distances
+    from pm_vector.db.kahm.roles import federated_classify, party_distances
 
     a, b = parties
     Q = split.query[0]
@@ -210,7 +210,7 @@ def test_federated_with_a_remote_party_equals_local(service, svc_key, parties, s
 def test_raw_distances_are_refused_without_the_opt_in(service, svc_key, split):
     """A raw model's distances separate members from non-members: 403 unless the collection opts in."""
     from pm_vector import db
-    from pm_vector.db.kahm import fit_kahm_models
+    from pm_vector.db.kahm.roles import fit_kahm_models
 
     X, y = split.server
     name = "svr_" + uuid.uuid4().hex[:8]

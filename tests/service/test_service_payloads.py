@@ -29,7 +29,7 @@ def pay_collection(svc_home, svc_split):
     """A digits collection (no raw features: the default, compact answer) whose items carry payloads;
     returns (name, {item_id: payload})."""
     from pm_vector import db
-    from pm_vector.db.jobs import anchor_frame_embed_fn
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
 
     name = "pay_" + uuid.uuid4().hex[:8]
     ds = svc_split.dataset

@@ -35,7 +35,7 @@ def two_collections(svc_home):
 def test_prune_keeps_only_rows_within_retention(two_collections):
     from pm_vector import db
     from pm_vector.db.postgres import connect
-    from pm_vector.db.retention import prune_request_log
+    from pm_vector.db.store.retention import prune_request_log
 
     keep, gone = two_collections
     old, recent = _log(keep, 40, 3), _log(keep, 2, 2)

@@ -162,7 +162,7 @@ def test_query_keys_resolve_as_a_read_only_database_role(service, svc_home):
 
 
 def test_raw_kahm_distances_refusal_is_a_403():
-    from pm_vector.db import kahm
+    from pm_vector.db.kahm import roles as kahm
     from pm_vector.service.errors import _status_of
 
     assert _status_of(kahm.RawKAHMDistancesNotAllowedError("raw model")) == (403, "raw_distances_not_allowed")

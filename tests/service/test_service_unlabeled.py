@@ -1,4 +1,4 @@
-"""Collections without labels: public partitions take the place of classes (pm_vector.db.partitioned).
+"""Collections without labels: public partitions take the place of classes (pm_vector.db.store.partitioned).
 
 An unlabeled digits collection (the labels dropped) with partitions=10: the anchor fits the
 partitions, ingest labels every item by its nearest partition, the embedding job runs unchanged, and
@@ -30,7 +30,7 @@ def _nearest(centroids, X):
 @pytest.fixture(scope="module")
 def unlabeled(svc_home, svc_split):
     from pm_vector import db
-    from pm_vector.db.jobs import anchor_frame_embed_fn
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
 
     name = "unl_" + uuid.uuid4().hex[:8]
     Xs, _ = svc_split.server

@@ -19,12 +19,12 @@ Steps and their transactions:
 2. *load* anchors and items (binary COPY), *embed* (``embed_fn``).
 3. *write*: create ``pm_vector.run_<id>_items`` / ``_anchors`` (typed ``vector(k)``) and COPY
    the embeddings in batches, each committed (no transaction held for the whole write).
-   *class rows* (:mod:`pm_vector.db.class_rows`): the run's ClassFrames fit on its public anchor
+   *class rows* (:mod:`pm_vector.db.runs.class_rows`): the run's ClassFrames fit on its public anchor
    set (``embedding_runs.class_frames``, with the parameters, class order and sizes in
    ``embedding_runs.class_rows``), and ``run_<id>_prior`` / ``_neighbors`` / ``_hubs`` written
    the same way (batches, each committed), and the cell release's public cells
    (``embedding_runs.public_cells``, fit on the public anchor set) and ``run_<id>_cells``
-   (:mod:`pm_vector.db.cells`). An anchor set that cannot give class frames (a class
+   (:mod:`pm_vector.db.runs.cells`). An anchor set that cannot give class frames (a class
    with fewer than 2 anchor rows) does not fail the job: the run records ``status:
    unavailable`` and serves PrivateMail requests only.
 4. *index*: HNSW on both tables (``pm_vector.pm_build_run_indexes``) and the class-rows indexes
@@ -45,6 +45,11 @@ the start of every job, and by ``pm_vector.db.cleanup()``) marks such runs ``fai
 drops their tables. Triggers make
 sure only a ``succeeded`` run of the same collection, whose tables exist, can ever be active,
 and that the active run's status cannot change.
+
+Why one module of more than 500 lines: the six steps above share one connection, one advisory
+lock and one failure path (mark the run ``failed``, drop its tables), and the kill-safety
+argument reads them in order; what each step builds is already elsewhere (class rows, cells and
+shards in their modules of :mod:`pm_vector.db.runs`, COPY in :mod:`pm_vector.db.runs.run_copy`).
 """
 
 from __future__ import annotations
@@ -55,13 +60,13 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..errors import InvalidInputError, PMVectorError
-from . import _binary
-from ._common import (RUN_LOCK_KIND, _collection_row, _fail_run, _iso, _load_anchor_set,  # noqa: F401
-                      _worker, cleanup_stale_runs)
-from .api import cleanup
-from .postgres import connect
-from .errors import EmbeddingJobError, NoActiveRunError, RunNotFoundError, translate_sql_error
+from ...errors import InvalidInputError, PMVectorError
+from .. import _binary
+from ..store._common import (RUN_LOCK_KIND, _collection_row, _fail_run, _iso, _load_anchor_set,  # noqa: F401
+                             _worker, cleanup_stale_runs)
+from ..store.maintenance import cleanup
+from ..postgres import connect
+from ..errors import EmbeddingJobError, NoActiveRunError, RunNotFoundError, translate_sql_error
 
 MAX_EMBEDDING_DIM = 4000
 
@@ -186,7 +191,7 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
     ``seed``: the run's seed (stored, passed on). ``progress(stage, done, total)`` with stage
     in ``load``, ``embed``, ``write``, ``class_rows``, ``index``, ``switch``. ``embed_fn``: see the
     module doc. ``class_rows``: parameters of the run's class-rows part overriding the defaults
-    and the collection's ``settings["class_rows"]`` (:mod:`pm_vector.db.class_rows`:
+    and the collection's ``settings["class_rows"]`` (:mod:`pm_vector.db.runs.class_rows`:
     ``n_components`` 4, ``clip_quantile`` 0.9, ``graph_degree`` 16, ``max_prior`` 512, ``min_weight`` 0;
     ``graph`` auto: exact up to ``graph_exact_max_items`` 50,000 items, HNSW above).
     ``maintenance_work_mem``: of the index builds (default :func:`index_build_mem_mb` of the items).
@@ -403,7 +408,7 @@ def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: Job
     labels, embedding) and parameters. The rows are added to the active run's table (its HNSW
     index is updated as they go in) in one transaction, provided the run is still active then.
     When the run has class rows, the same transaction adds the new items to its prior, graph
-    and hubs (:func:`pm_vector.db.class_rows.extend`: each new item gets its own neighbour list;
+    and hubs (:func:`pm_vector.db.runs.class_rows.extend`: each new item gets its own neighbour list;
     existing items' lists are not recomputed -- an approximation until the next full job).
     Returns ``{"run_id", "n_new"}``.
     """
@@ -524,7 +529,7 @@ def list_runs(collection: str | None = None) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- AnchorFrame adapters
 
 def _anchor_frame(anchor_X, anchor_y, params: Mapping[str, Any], seed: int):
-    from ..manifold import AnchorFrame
+    from ...manifold import AnchorFrame
 
     kwargs = {k: v for k, v in dict(params).items() if k != "seed"}
     return AnchorFrame(**kwargs, seed=int(seed)).fit(anchor_X, anchor_y)

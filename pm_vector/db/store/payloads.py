@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import InvalidInputError
+from ...errors import InvalidInputError
 from ._names import _check_name
 
 SETTINGS_KEY = "max_payload_bytes"
@@ -105,7 +105,7 @@ def set_max_payload_bytes(collection: str, max_payload_bytes: int) -> dict[str, 
     they are, and every answer stays within the bound); the check and the change are one
     transaction that excludes concurrent ingests' commits."""
     from ._common import _collection_row
-    from .postgres import connection
+    from ..postgres import connection
 
     _check_name(collection)
     limit = check_limit(max_payload_bytes)

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..protocol.bounds import MAX_K_PRIME
+from ...protocol.bounds import MAX_K_PRIME
 from .run_copy import copy_hubs, copy_pairs, copy_prior
 
 FILL = MAX_K_PRIME  # k' <= MAX_K_PRIME: the zero-score fill needs the run's first MAX_K_PRIME item ids
@@ -89,7 +89,7 @@ def create_tables(conn, run_id: int, n_components: int, classes: list[int], plac
 def write(conn, run_id: int, data, place: dict[str, list[int]], batch: int = 20_000,
           progress: Callable[[int, int], None] | None = None) -> None:
     """COPY each shard's part of the run's prior, graph and hubs (``data``: a
-    :class:`pm_vector.db.class_rows.ClassRowsData`) through the write-side foreign tables."""
+    :class:`pm_vector.db.runs.class_rows.ClassRowsData`) through the write-side foreign tables."""
     rid = int(run_id)
     classes = np.asarray(data.frames.classes_, dtype=np.int64)
     g = data.neighbors.shape[1]

@@ -1,5 +1,5 @@
-"""The KAHM store: what the KAHM jobs (:mod:`pm_vector.db.kahm`, :mod:`pm_vector.db.kahm_anchor`,
-:mod:`pm_vector.db.kahm_audit`) share, below all of them: validation, the element-level privacy
+"""The KAHM store: what the KAHM jobs (:mod:`pm_vector.db.kahm.roles`, :mod:`pm_vector.db.kahm.anchor`,
+:mod:`pm_vector.db.kahm.audit`) share, below all of them: validation, the element-level privacy
 record, the one-transaction write, the job's item snapshot, and the stored models (made from a
 kind and its privacy record, serialised to and from the ``kahm_models.model`` bytes, their rows
 read). The audit imports only this module of the KAHM jobs."""
@@ -14,11 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from ..defaults import DEFAULT_SMOOTHING_STEPS  # noqa: F401  (the library's, one home)
-from ..errors import InvalidInputError
-from .api import _check_name, _collection_row, _load_items, cleanup
-from .postgres import connect
-from .errors import DatabaseError, RawFeaturesNotAllowedError, translate_sql_error
+from ...defaults import DEFAULT_SMOOTHING_STEPS  # noqa: F401  (the library's, one home)
+from ...errors import InvalidInputError
+from ..store._common import _collection_row
+from ..store._names import _check_name
+from ..store.api import _load_items
+from ..store.maintenance import cleanup
+from ..postgres import connect
+from ..errors import (DatabaseError, NoKAHMModelError, RawFeaturesNotAllowedError,  # noqa: F401
+                      RawKAHMDistancesNotAllowedError, translate_sql_error)
 
 KINDS = ("raw", "noisy", "fabricated")
 #: items whose ingest is still running (or failed) are not part of a job's snapshot
@@ -26,15 +30,6 @@ _SETTLED = ("AND NOT EXISTS (SELECT 1 FROM pm_vector.ingests g WHERE g.id = i.in
             "AND g.status <> 'succeeded')")
 
 ProgressFn = Callable[[str, int, int], None]
-
-
-class NoKAHMModelError(DatabaseError, LookupError):
-    """The collection has no stored KAHM model (or not the one asked for)."""
-
-
-class RawKAHMDistancesNotAllowedError(RawFeaturesNotAllowedError):
-    """Distances of a raw (non-private) KAHM model were asked for and the collection has not opted
-    in (``settings["kahm"]["raw_distances"]``): they separate members from non-members."""
 
 
 def raw_distances_allowed(coll) -> bool:
@@ -57,7 +52,7 @@ def kind_of(model) -> str:
 
 def model_outputs_allowed(coll, kind) -> bool:
     """The one policy for what a collection's KAHM model computes on its items: distances
-    (``/kahm/distances``, :func:`pm_vector.db.kahm.party_distances`), class scores and
+    (``/kahm/distances``, :func:`pm_vector.db.kahm.roles.party_distances`), class scores and
     predicted labels (resolve's ``class_scores``/``predicted``). A private kind's
     (:data:`PRIVATE_KINDS`) may leave the database; a raw model's (fitted on the items as
     stored: its outputs tell members from non-members) only where the collection opted in
@@ -111,7 +106,7 @@ OUTSIDE_ELEMENT = ("labels, per-class counts and item ids (public here); a whole
 
 
 def _privacy(epsilon, delta, value_range, noise: str = "grid") -> dict[str, Any]:
-    from ..kahm.privacy import make_noise
+    from ...kahm.privacy import make_noise
 
     lo, hi = _value_range(value_range)
     mech = make_noise(epsilon, delta, hi - lo, noise)  # validates epsilon, delta, sensitivity, noise
@@ -168,7 +163,7 @@ def _class_counts_check(coll, labels: np.ndarray, need: int, what: str) -> np.nd
 
 def _make_model(kind: str, priv: dict | None, n_components, n_layers, branch_size, smoothing_steps, noise_seed,
                 n_jobs, dtype="float64"):
-    from ..kahm import FabricatedKAHMClassifier, KAHMClassifier, NoisyKAHMClassifier
+    from ...kahm import FabricatedKAHMClassifier, KAHMClassifier, NoisyKAHMClassifier
 
     common = dict(n_components=n_components, n_layers=n_layers, branch_size=branch_size, n_jobs=n_jobs,
                   dtype=dtype)
@@ -195,7 +190,7 @@ def _model_bytes(model) -> bytes:
 
 
 def _model_from_bytes(blob: bytes):
-    from ..kahm import load_model
+    from ...kahm import load_model
 
     fd, path = tempfile.mkstemp(suffix=".kahm")
     try:
@@ -221,5 +216,5 @@ def _model_row(conn, coll, model_id: int | None, *, with_blob: bool = False) -> 
     if row is None:
         which = f"KAHM model {model_id}" if model_id is not None else "KAHM model"
         raise NoKAHMModelError(f"collection {coll['name']!r} has no {which}; fit one with "
-                               f"`pm-vector kahm fit {coll['name']}` (pm_vector.db.kahm.fit_kahm_models).")
+                               f"`pm-vector kahm fit {coll['name']}` (pm_vector.db.kahm.roles.fit_kahm_models).")
     return row

@@ -1,4 +1,4 @@
-"""Input checks shared by :mod:`pm_vector.db.api` and :mod:`pm_vector.db.bulk`: collection names,
+"""Input checks shared by :mod:`pm_vector.db.store.api` and :mod:`pm_vector.db.store.bulk`: collection names,
 feature matrices, labels, JSON values and a new collection's column values. They raise
 :class:`~pm_vector.errors.InvalidInputError` (and the ``db.errors`` subclasses) before anything
 is written."""
@@ -10,10 +10,10 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .._validation import as_labels, as_matrix
-from ..errors import InvalidInputError
+from ..._validation import as_labels, as_matrix
+from ...errors import InvalidInputError
 from ._names import _NAME, _check_name  # noqa: F401  (re-exported)
-from .errors import DimensionMismatchError, UnknownLabelError
+from ..errors import DimensionMismatchError, UnknownLabelError
 
 METRICS = ("l2", "cosine", "ip")
 ROLES = ("anchor", "dummy")

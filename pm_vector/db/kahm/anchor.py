@@ -1,5 +1,5 @@
 """The DP fabricated anchor of a collection (:func:`fabricate_anchor_set`), re-exported by
-:mod:`pm_vector.db.kahm`."""
+:mod:`pm_vector.db.kahm.roles`."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from .errors import DatabaseError
-from .kahm_store import (DEFAULT_SMOOTHING_STEPS, ProgressFn, _class_counts_check, _load, _noop, _positive_int,
-                         _privacy, _smoothing_record, _steps, _value_range)
+from ...errors import InvalidInputError
+from ..errors import DatabaseError
+from .store import (DEFAULT_SMOOTHING_STEPS, ProgressFn, _class_counts_check, _load, _noop, _positive_int,
+                    _privacy, _smoothing_record, _steps, _value_range)
 
 __all__ = ["fabricate_anchor_set"]
 
 
 def _anchor_privacy(epsilon, delta, unit, clip_norm, value_range, grid, p: int) -> dict[str, Any]:
     """The privacy record of a fabricated anchor, per-item figures first."""
-    from ..kahm.plugin import UNITS, anchor_noise
+    from ...kahm.plugin import UNITS, anchor_noise
 
     if unit not in UNITS:
         raise InvalidInputError(f"unit must be one of {UNITS}; got {unit!r}.")
@@ -71,7 +71,7 @@ def fabricate_anchor_set(collection: str, epsilon: float, *, unit: str = "row", 
     download it as the public anchor. Returns ``{"anchor": {...}, "dummy": {...}, "provenance": {...},
     "seconds": ...}``; the provenance leads with ``per_item_epsilon``.
     """
-    from ..kahm import fabricate_anchor
+    from ...kahm import fabricate_anchor
 
     report = progress or _noop
     a = _positive_int("anchors_per_class", anchors_per_class)
@@ -104,7 +104,7 @@ def fabricate_anchor_set(collection: str, epsilon: float, *, unit: str = "row", 
     report("fabricate", 0, 1)
     import warnings
 
-    from ..kahm import FabricationWarning
+    from ...kahm import FabricationWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FabricationWarning)
@@ -143,7 +143,7 @@ def fabricate_anchor_set(collection: str, epsilon: float, *, unit: str = "row", 
     }
     desc = description or (f"DP fabricated anchor (KAHM, epsilon={prov['per_item_epsilon']:g} per item, "
                            f"unit {unit})")
-    from .api import register_anchor_sets
+    from ..store.anchors import register_anchor_sets
 
     report("register", 0, 1)
     sets = [("anchor", Xf[ia], yf[ia], desc, prov)]

@@ -35,8 +35,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..protocol.bounds import MAX_K_PRIME  # top hubs kept per class: k' is at most this
-from . import _binary
+from ...protocol.bounds import MAX_K_PRIME  # top hubs kept per class: k' is at most this
+from .. import _binary
 
 #: memory for the graphs a process keeps, least recently used first out (a graph takes about
 #: 8 (d + 2 g + 2) bytes per prior item: 400 B at d = g = 16, 40 MB for 100,000 items; at the
@@ -87,9 +87,9 @@ class RunGraph:
 
 
 def supports(conn, meta: Mapping[str, Any]) -> bool:
-    """Whether ``meta``'s run (:func:`pm_vector.db.frame._run_row`) can be scored here: a
+    """Whether ``meta``'s run (:func:`pm_vector.db.resolve.frame._run_row`) can be scored here: a
     single-node run with neighbour lists in its prior and at least one neighbour per item."""
-    from .class_rows import prior_has_nbrs
+    from ..runs.class_rows import prior_has_nbrs
 
     doc, run = meta["coll"]["class_rows"], meta["run"]
     if doc.get("shards"):
@@ -109,7 +109,7 @@ def _key(conn, meta: Mapping[str, Any]) -> tuple:
 
 
 def run_graph(conn, meta: Mapping[str, Any]) -> RunGraph:
-    """The :class:`RunGraph` of ``meta``'s run (:func:`pm_vector.db.frame._run_row`), read on
+    """The :class:`RunGraph` of ``meta``'s run (:func:`pm_vector.db.resolve.frame._run_row`), read on
     ``conn`` in its current snapshot the first time, then from this process's memory."""
     run = meta["run"]
     doc = meta["coll"]["class_rows"]

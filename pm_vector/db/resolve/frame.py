@@ -26,13 +26,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import FrameMismatchError, InvalidInputError  # noqa: F401  (FrameMismatchError: its old home)
+from ...errors import FrameMismatchError, InvalidInputError  # noqa: F401  (FrameMismatchError: its old home)
 # the one rebuild of the public frame, its tolerance and its error
-from ..protocol.frame import FRAME_TOLERANCE, rebuild_frame  # noqa: F401
-from . import _binary
-from ._common import _collection_row, _load_anchor_set
-from .postgres import connect
-from .errors import DatabaseError, NoActiveRunError
+from ...protocol.frame import FRAME_TOLERANCE, rebuild_frame  # noqa: F401
+from .. import _binary
+from ..store._common import _collection_row, _load_anchor_set
+from ..postgres import connect
+from ..errors import DatabaseError, NoActiveRunError
 
 
 def anchor_id(anchor_set_id: int, position: int) -> str:
@@ -99,7 +99,7 @@ def _run_row(conn, collection: str) -> dict[str, Any]:
     Raises CollectionNotFoundError / NoActiveRunError."""
     from psycopg.rows import dict_row
 
-    from .errors import CollectionNotFoundError
+    from ..errors import CollectionNotFoundError
 
     if not isinstance(collection, str):
         raise InvalidInputError(f"collection must be a name (str), got {type(collection).__name__}.")
@@ -182,8 +182,8 @@ def class_frames(collection: str):
     :func:`public_anchor`'s ``frame_info["class_frames"]``. Raises ClassRowsUnavailableError
     when the run has none (a run built before class rows, or an anchor set that cannot give
     frames)."""
-    from ..manifold.class_frames import ClassFrames
-    from .errors import ClassRowsUnavailableError
+    from ...manifold.class_frames import ClassFrames
+    from ..errors import ClassRowsUnavailableError
 
     with connect() as conn:
         meta = _run_row(conn, collection)
@@ -217,7 +217,7 @@ def public_anchor(collection: str):
     None when the run serves no cells). Raises CollectionNotFoundError, NoActiveRunError,
     NoAnchorSetError (no dummy pool registered).
     """
-    from ..protocol.anchor import PublicAnchor
+    from ...protocol.anchor import PublicAnchor
 
     with connect() as conn:
         meta = _run_row(conn, collection)

@@ -26,15 +26,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..protocol.cells import CellRequest
-from ..protocol.formats import CELL_FORMAT
-from ..errors import InvalidInputError, RequestError
-from .errors import CellsUnavailableError  # noqa: F401  (raised here; PM009 in SQL)
+from ...protocol.cells import CellRequest
+from ...protocol.formats import CELL_FORMAT
+from ...errors import RequestError
+from ..errors import CellsDigestMismatchError, CellsUnavailableError  # noqa: F401  (CellsUnavailable: PM009 in SQL)
+from .answer import item_joins, log_on_primary, prepare_connection
 from .requests import answer_rows, finish, run_snapshot
-
-
-class CellsDigestMismatchError(InvalidInputError):
-    """A cell request was built on other public cells than the active run's."""
 
 
 def check_against_run(meta: Mapping[str, Any], req: CellRequest, collection: str) -> dict[str, Any]:
@@ -69,9 +66,7 @@ def statement(coll: Mapping[str, Any], include_features: bool, sharded: bool, *,
     """The one statement: every row's ranked candidates (``row_index, rank, item_id``), with their
     items: ``row_index, rank, item_id, external_id, label, score, payload[, features][, code]
     [, predicted, scores]``. Parameters: run id, [placement,] level, classes, reports, w, k'."""
-    from .resolution import _item_joins
-
-    extra, joins = _item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes)
+    extra, joins = item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes)
     src = ("pm_vector.pm_cell_shortlist_sharded(%s, %s::jsonb, %s, %s::bigint[], %s::integer[], %s::float8, %s)"
            if sharded else
            "pm_vector.pm_cell_shortlist_core(%s, %s, %s::bigint[], %s::integer[], %s::float8, %s)")
@@ -80,7 +75,7 @@ def statement(coll: Mapping[str, Any], include_features: bool, sharded: bool, *,
 
 
 def statement_params(run_id: int, doc: Mapping[str, Any], req: CellRequest, kp: int) -> list:
-    from ..privacy.cells import cell_weight
+    from ...privacy.cells import cell_weight
 
     shards = doc.get("shards")
     head: list = [int(run_id)] + ([_json(shards)] if shards else [])
@@ -98,12 +93,11 @@ def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_fe
                   log: bool, received, t0: float, timings: dict[str, float], code_bytes: int | None = None,
                   compact: bool = False, class_scores: bool = True, read_conn=None) -> dict[str, Any]:
     """Answer a cell request (module doc). Returns the shape of a class-rows answer
-    (:func:`pm_vector.db.resolution.resolve`) with ``format`` ``"pm_vector.cells/1"``, ``release``
+    (:func:`pm_vector.db.resolve.resolution.resolve`) with ``format`` ``"pm_vector.cells/1"``, ``release``
     ``"cells"`` and ``n_cells``; a full answer's ``rows[c]``: ``{"row", "item_ids", "external_ids",
     "labels", "scores", "payloads"[, "features"][, "codes"][, "predicted", "class_scores"]}``,
-    best first; ``compact``: :func:`pm_vector.db.requests.compact_rows`."""
+    best first; ``compact``: :func:`pm_vector.db.resolve.requests.compact_rows`."""
     from .requests import _check_k_prime, check_codes, compact_rows
-    from .resolution import _log_on_primary, _prepare_connection
 
     kp = _check_k_prime(req.shortlist if k_prime is None else k_prime)
     want_codes = compact or code_bytes is not None
@@ -116,7 +110,7 @@ def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_fe
         kahm_id = coll.get("kahm_model_id") if class_scores and not compact else None
         timings["lookup"] = (time.perf_counter() - t) * 1e3
         t = time.perf_counter()
-        _prepare_connection(rconn)
+        prepare_connection(rconn)
         extra = {"feature_dim": int(coll["feature_dim"]) if include_features else None,
                  "code_dim": code_dim, "kahm": kahm_id is not None}
         sql = statement(coll, include_features, bool(doc.get("shards")),
@@ -130,8 +124,8 @@ def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_fe
         else:  # read on a replica: end its snapshot; the log goes to the primary, before the answer
             rconn.rollback()
     if read_conn is not None:
-        log_id = _log_on_primary(conn, collection, req, raw, run_id=run_id, n_rows=len(rows), received=received,
-                                 t0=t0, log=log, timings=timings)
+        log_id = log_on_primary(conn, collection, req, raw, run_id=run_id, n_rows=len(rows), received=received,
+                                t0=t0, log=log, timings=timings)
     timings["total"] = (time.perf_counter() - t0) * 1e3
     return {"collection": collection, "run_id": run_id, "format": CELL_FORMAT, "release": "cells",
             "answer": "compact" if compact else "full", "n_cells": int(req.n_cells), "k_prime": kp,
@@ -147,7 +141,7 @@ def explain_cells(collection: str, req: CellRequest, include_features: bool) -> 
     """``{"statement": EXPLAIN of the statement, "shortlist": the generic plan of the ranking
     statement pm_cell_shortlist_core runs (single node: the cells' primary key, the class's top
     hubs, the fill)}``."""
-    from .postgres import connect
+    from ..postgres import connect
     from .frame import _run_row
 
     with connect() as conn:

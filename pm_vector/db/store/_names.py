@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import InvalidInputError
+from ...errors import InvalidInputError
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$")
 

@@ -1,4 +1,4 @@
-"""Helpers shared by :mod:`pm_vector.db.api`, :mod:`pm_vector.db.jobs` and :mod:`pm_vector.db.frame`:
+"""Helpers shared by :mod:`pm_vector.db.store.api`, :mod:`pm_vector.db.runs.jobs` and :mod:`pm_vector.db.resolve.frame`:
 the collection row, anchor sets, worker identity, and the clean-up of runs whose worker died.
 
 They live here so that ``api`` and ``jobs`` do not import each other (``jobs`` imports ``api``;
@@ -15,10 +15,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from . import _binary
-from .postgres import connect
-from .errors import CollectionNotFoundError, NoAnchorSetError
+from ...errors import InvalidInputError
+from .. import _binary
+from ..postgres import connect
+from ..errors import CollectionNotFoundError, NoAnchorSetError
 
 #: advisory-lock kind of an embedding run (``pm_vector.pm_lock_key(1, run_id)``)
 RUN_LOCK_KIND = 1

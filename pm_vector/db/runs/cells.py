@@ -1,5 +1,5 @@
 """The per-run data of the cell release (requests with ``release: "cells"``), built by the
-embedding job beside the class rows (:mod:`pm_vector.db.class_rows`).
+embedding job beside the class rows (:mod:`pm_vector.db.runs.class_rows`).
 
 For a run, :func:`build` computes in memory, from the run's public anchor set and the graph the
 class rows already hold:
@@ -17,7 +17,7 @@ class rows already hold:
   ``cell_K(j) = r`` and ``i`` in ``N(j)``, with ``h_c(i)`` beside them.
 
 Sized for a million items: a row holds only the entries an answer with ``k' <=``
-:data:`~pm_vector.db.run_graph.MAX_K_PRIME` (1000, the largest a request may ask) can use
+:data:`~pm_vector.protocol.bounds.MAX_K_PRIME` (1000, the largest a request may ask) can use
 (:func:`useful_entries`: an item that 1000 others outrank for every weight is dropped; the
 statement's answers are unchanged), and a class's level-0 row only its first 1000 hubs (all the
 statement reads) when it has more, the whole counts then kept in a row ``(level -1, class, 0)``
@@ -51,9 +51,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from . import _binary
-from ..protocol.bounds import MAX_K_PRIME
+from ...errors import InvalidInputError
+from .. import _binary
+from ...protocol.bounds import MAX_K_PRIME
 
 #: the cells table's rows are few (classes x sum of levels): one COPY
 _BATCH = 5_000
@@ -87,9 +87,9 @@ def build(anchor_X, anchor_y, item_X, item_y, item_ids, classes, *, neighbors: n
     item by raw features (``neighbors``: that graph when the caller has it, positions). ``classes``:
     the class frames' classes (the cells have the same). Raises InvalidInputError when the anchor
     set gives no cells."""
-    from ..manifold.cells import PublicCells
-    from ..neighbors import neighbor_graph
-    from ..shortlist import CELL_GRAPH_DEGREE
+    from ...manifold.cells import PublicCells
+    from ...neighbors import neighbor_graph
+    from ...shortlist import CELL_GRAPH_DEGREE
 
     cells = PublicCells().fit(np.asarray(anchor_X, dtype=np.float64), np.asarray(anchor_y))  # public data only
     if [int(c) for c in cells.classes_] != [int(c) for c in classes]:  # pragma: no cover - both fit on the anchor
@@ -255,8 +255,8 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
     run, new ones included: ``all_ids``/``all_X``, ascending ids) are added to its class's hub
     counts (level 0) and to its cell's at every level, and ``chubs`` follows the class hub counts.
     The neighbour lists of existing items are not recomputed (as for the class rows)."""
-    from ..manifold.cells import PublicCells
-    from ..neighbors import knn_search
+    from ...manifold.cells import PublicCells
+    from ...neighbors import knn_search
 
     rid = int(run_id)
     cells = PublicCells.from_dict(conn.execute("SELECT public_cells FROM pm_vector.embedding_runs WHERE id = %s",

@@ -19,9 +19,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .._validation import normalize_rows
-from ..errors import InvalidInputError
-from ..manifold.partitions import DEFAULT_PARTITIONS, PublicPartitions
+from ..._validation import normalize_rows
+from ...errors import InvalidInputError
+from ...manifold.partitions import DEFAULT_PARTITIONS, PublicPartitions
 
 SETTINGS_KEY = "partitions"
 #: the k-means seed of every collection's partitions (public, fixed: the fit is reproducible)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from ..errors import InvalidInputError
+from ...errors import InvalidInputError
 
 __all__ = ["prune_request_log", "DEFAULT_RETENTION"]
 

@@ -49,19 +49,19 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..protocol.formats import RELEASE_FORMAT
-from ..protocol.paper import PrivateMailRequest, ReleaseRequest
-from ..errors import RequestError
-from .postgres import connect
-from .errors import DimensionMismatchError
+from ...protocol.formats import RELEASE_FORMAT
+from ...protocol.paper import PrivateMailRequest, ReleaseRequest
+from ...errors import RequestError
+from ..postgres import connect
+from ..errors import AnchorIdMismatchError, DimensionMismatchError
 from .frame import RunFrame, _run_row, run_frame
-from .requests import (MAX_QUERY_ROWS, AnchorIdMismatchError, _one_blas_thread, _outputs_allowed, _parse,
+from .requests import (MAX_QUERY_ROWS, _one_blas_thread, _outputs_allowed, _parse,
                        answer_rows, finish, run_snapshot)
 
 
 def _post_process(rf: RunFrame, rel: ReleaseRequest) -> PrivateMailRequest:
-    from ..manifold.laplacian import single_threaded
-    from ..manifold.post_process import post_process_release
+    from ...manifold.laplacian import single_threaded
+    from ...manifold.post_process import post_process_release
 
     frame = rf.frame()
     unknown = sorted(set(rel.query_labels) - set(int(c) for c in frame.classes_))
@@ -147,8 +147,8 @@ def resolve_paper(collection: str, req, raw: str | None, k: int, include_feature
                   timings: dict[str, float]) -> dict[str, Any]:
     """Resolve a parsed and checked PrivateMail (or release-only) request: align, ONE
     ``pm_knn_batch`` statement, log (see the module doc); called by
-    :func:`pm_vector.db.resolution.resolve`, which documents the arguments and the result."""
-    from ..alignment import align_request
+    :func:`pm_vector.db.resolve.resolution.resolve`, which documents the arguments and the result."""
+    from ...alignment import align_request
 
     t = time.perf_counter()
     with run_snapshot(collection, conn, include_features) as (conn, meta):
@@ -194,8 +194,8 @@ def resolve_paper(collection: str, req, raw: str | None, k: int, include_feature
 
 def explain_paper(collection: str, req, k: int, include_features: bool) -> dict[str, list[str]]:
     """The plans of :func:`resolve_paper`'s statement for a parsed request (see
-    :func:`pm_vector.db.resolution.explain_resolution`)."""
-    from ..alignment import align_request
+    :func:`pm_vector.db.resolve.resolution.explain_resolution`)."""
+    from ...alignment import align_request
 
     with connect() as conn:
         meta = _run_row(conn, collection)

@@ -1,7 +1,7 @@
 """What every request passes before it touches a run: parsing (object, dict or JSON text of
 the four formats), the shape and number checks, and the limits; plus the snapshot a resolve
-runs in. Used by :mod:`pm_vector.db.resolution` (class-rows requests),
-:mod:`pm_vector.db.cell_resolution` (cell requests) and :mod:`pm_vector.db.paper_resolution` (the
+runs in. Used by :mod:`pm_vector.db.resolve.resolution` (class-rows requests),
+:mod:`pm_vector.db.resolve.cell_resolution` (cell requests) and :mod:`pm_vector.db.resolve.paper_resolution` (the
 paper's requests).
 """
 
@@ -15,14 +15,14 @@ from typing import Mapping
 
 import numpy as np
 
-from ..errors import InvalidInputError, RequestError
-from ..protocol import bounds
-from ..protocol.bounds import MAX_K_PRIME, MAX_QUERY_ROWS
-from ..protocol.cells import CellRequest
-from ..protocol.class_rows import QueryRequest
-from ..protocol.formats import CELL_FORMAT, CLASS_ROWS_FORMAT, RELEASE_FORMAT
-from ..protocol.formats import PRIVATEMAIL_FORMAT as REQUEST_FORMAT
-from ..protocol.paper import PrivateMailRequest, ReleaseRequest
+from ...errors import InvalidInputError, RequestError
+from ...protocol import bounds
+from ...protocol.bounds import MAX_K_PRIME, MAX_QUERY_ROWS
+from ...protocol.cells import CellRequest
+from ...protocol.class_rows import QueryRequest
+from ...protocol.formats import CELL_FORMAT, CLASS_ROWS_FORMAT, RELEASE_FORMAT
+from ...protocol.formats import PRIVATEMAIL_FORMAT as REQUEST_FORMAT
+from ...protocol.paper import PrivateMailRequest, ReleaseRequest
 
 #: k and k' (one limit, :data:`pm_vector.protocol.bounds.MAX_K_PRIME`), the name this module gave it
 MAX_K = MAX_K_PRIME
@@ -69,14 +69,6 @@ def _one_blas_thread():
         import contextlib
 
         return contextlib.nullcontext()
-
-
-class AnchorIdMismatchError(InvalidInputError):
-    """The request's anchor ids are not the active run's anchor set's ids, in order."""
-
-
-class FramesDigestMismatchError(InvalidInputError):
-    """A class-rows request was built on other class frames than the active run's."""
 
 
 def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
@@ -133,8 +125,8 @@ def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
 def _outputs_allowed(coll: Mapping) -> bool:
     """May the current KAHM model's stored class scores and labels (``kahm_model_id``,
     ``kahm_kind`` of the run's metadata) come back with resolved items?
-    :func:`pm_vector.db.kahm_store.model_outputs_allowed` decides, as for ``/kahm/distances``."""
-    from .kahm_store import model_outputs_allowed
+    :func:`pm_vector.db.kahm.store.model_outputs_allowed` decides, as for ``/kahm/distances``."""
+    from ..kahm.store import model_outputs_allowed
 
     return coll.get("kahm_model_id") is not None and model_outputs_allowed(coll, coll.get("kahm_kind"))
 
@@ -195,8 +187,8 @@ def run_snapshot(collection: str, conn, include_features: bool):
     closed at the end) with the collection's active run read in it. Raw features asked of a
     collection that does not allow them are refused; on any error the transaction is rolled
     back (nothing written) and SQL errors become pm_vector's."""
-    from .postgres import connect
-    from .errors import RawFeaturesNotAllowedError, translate_sql_error
+    from ..postgres import connect
+    from ..errors import RawFeaturesNotAllowedError, translate_sql_error
     from .frame import _run_row
 
     own = conn is None
@@ -228,7 +220,7 @@ def finish(conn, collection: str, req, raw: str | None, *, run_id: int, n_rows: 
            log: bool, timings: dict[str, float]) -> int | None:
     """Log the request in the resolve's transaction and commit (one commit; nothing is logged
     unless all went well); ``log=False`` only commits. Returns the log row's id."""
-    from .api import log_request
+    from ..store.request_log import log_request
 
     if not log:
         conn.commit()
@@ -298,7 +290,7 @@ def check_codes(doc: Mapping, collection: str, run_id: int, code_bytes: int | No
     """``(b, digest)``: the code prefix an answer carries (``code_bytes``, or the whole code when
     None) after checking that the run publishes codes (ClassRowsUnavailableError) and that ``b``
     is one of their published stage widths (RequestError saying which are)."""
-    from .errors import ClassRowsUnavailableError
+    from ..errors import ClassRowsUnavailableError
 
     meta = doc.get("codes") or {}
     if meta.get("status") != "ready":

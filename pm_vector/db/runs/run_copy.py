@@ -1,7 +1,7 @@
 """Binary COPY of a class-rows run's tables: the prior, the neighbour pairs, the hub counts.
 
-A leaf below :mod:`pm_vector.db.class_rows` (a single node's run) and
-:mod:`pm_vector.db.sharding` (the same rows written to each shard through foreign tables): both
+A leaf below :mod:`pm_vector.db.runs.class_rows` (a single node's run) and
+:mod:`pm_vector.db.runs.sharding` (the same rows written to each shard through foreign tables): both
 write the same row layouts, so the writers live here once. Each function streams ``batch`` rows
 per ``COPY ... FROM STDIN (FORMAT BINARY)`` (:mod:`pm_vector.db._binary`), committing after each
 batch when ``commit`` is true.
@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import _binary
+from .. import _binary
 
 
 def _arrays(a: np.ndarray, kind: str) -> list[bytes]:

@@ -19,7 +19,7 @@
         the global classifier of eq 104 over several collections (or remote parties)
     run_membership_audit(collection, epsilon=None, ...) -> dict
         membership-inference audit of the deployed configuration (or of raw, noisy and fabricated
-        models at a given epsilon), repeated over splits and noise draws, stored (kahm_audit.py)
+        models at a given epsilon), repeated over splits and noise draws, stored (audit.py)
     list_audits(collection=None) -> list
 
 Privacy units. The fabricated anchor is row level by default: each item row is clipped to a
@@ -46,16 +46,18 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from .api import _collection_row, _features, _iso, _load_items, _worker
-from .postgres import connect
-from .errors import DatabaseError, DimensionMismatchError
-from .kahm_anchor import fabricate_anchor_set
-from .kahm_store import (DEFAULT_SMOOTHING_STEPS, KINDS, OUTSIDE_ELEMENT, _SETTLED, NoKAHMModelError,  # noqa: F401
-                         ProgressFn, RawKAHMDistancesNotAllowedError, _class_counts_check, _load, _make_model,
-                         _model_bytes, _model_from_bytes, _model_row, _noop, _positive_int, _privacy,
-                         _smoothing_record, _steps, _transaction, _value_range, kind_of, model_outputs_allowed,
-                         raw_distances_allowed)
+from ...errors import InvalidInputError
+from ..store._common import _collection_row, _iso, _worker
+from ..store._validate import _features
+from ..store.api import _load_items
+from ..postgres import connect
+from ..errors import DatabaseError, DimensionMismatchError, NoKAHMModelError, RawKAHMDistancesNotAllowedError
+from .anchor import fabricate_anchor_set
+from .store import (DEFAULT_SMOOTHING_STEPS, KINDS, OUTSIDE_ELEMENT, _SETTLED,  # noqa: F401
+                    ProgressFn, _class_counts_check, _load, _make_model,
+                    _model_bytes, _model_from_bytes, _model_row, _noop, _positive_int, _privacy,
+                    _smoothing_record, _steps, _transaction, _value_range, kind_of, model_outputs_allowed,
+                    raw_distances_allowed)
 
 #: PostgreSQL's limit for one bytea value is 1 GB; keep a margin for the row
 MAX_MODEL_BYTES = 1_000_000_000
@@ -71,7 +73,7 @@ __all__ = [
 
 def _scores_of(model, X: np.ndarray, chunk: int = 20000) -> tuple[np.ndarray, np.ndarray]:
     """(scores (N, C) float32, predicted labels (N,)) of rows X under a fitted classifier."""
-    from ..kahm import matching_scores
+    from ...kahm import matching_scores
 
     S, P = [], []
     for s in range(0, X.shape[0], chunk):
@@ -205,7 +207,7 @@ _models_lock = threading.Lock()
 
 
 def _cache_key(coll, model_id):
-    from .postgres import database_url
+    from ..postgres import database_url
 
     return (database_url(), int(coll["id"]), int(model_id))
 
@@ -281,7 +283,7 @@ def _query_rows(features, coll) -> np.ndarray:
 def class_scores(collection: str, features, model_id: int | None = None) -> dict[str, Any]:
     """The collection's current model on feature rows: ``{"model_id", "classes", "scores" (Q, C),
     "distances" (Q, C), "predicted" (Q,)}`` (Definitions 6-8)."""
-    from ..kahm import matching_scores
+    from ...kahm import matching_scores
 
     with connect() as conn:
         coll = _collection_row(conn, collection)
@@ -336,7 +338,7 @@ def federated_classify(parties: Sequence[Any], features, *, classes: Sequence[in
     model is nearest for the predicted class), "parties": [{"party", "model_id", "classes"}]}``.
     Raises on parties of different feature dimensions, before any distance is combined.
     """
-    from ..kahm import federated_predict, matching_scores
+    from ...kahm import federated_predict, matching_scores
 
     if isinstance(parties, (str, bytes)) or not isinstance(parties, Sequence) or len(parties) == 0:
         raise InvalidInputError("parties must be a non-empty list of collection names or callables.")
@@ -384,15 +386,15 @@ def federated_classify(parties: Sequence[Any], features, *, classes: Sequence[in
 # ----------------------------------------------------------------------------- membership audit
 
 def run_membership_audit(collection: str, epsilon: float | None = None, **kwargs) -> dict[str, Any]:
-    """See :func:`pm_vector.db.kahm_audit.run_membership_audit` (repeated splits and noise draws,
+    """See :func:`pm_vector.db.kahm.audit.run_membership_audit` (repeated splits and noise draws,
     TPR at FPR 1 % / 0.1 % with Clopper-Pearson intervals, the deployed configuration by default)."""
-    from .kahm_audit import run_membership_audit as run
+    from .audit import run_membership_audit as run
 
     return run(collection, epsilon, **kwargs)
 
 
 def list_audits(collection: str | None = None) -> list[dict[str, Any]]:
     """Stored audit reports (newest first), from the ``pm_vector.pm_kahm_audits`` view."""
-    from .kahm_audit import list_audits as run
+    from .audit import list_audits as run
 
     return run(collection)

@@ -22,11 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from .api import _collection_row, _iso, _json_safe
-from .postgres import connect
-from .kahm_store import (DEFAULT_SMOOTHING_STEPS, KINDS, ProgressFn, _load, _make_model, _model_row, _noop, _positive_int,
-                         _privacy, _smoothing_record, _steps, _transaction)
+from ...errors import InvalidInputError
+from ..store._common import _collection_row, _iso
+from ..store._validate import _json_safe
+from ..postgres import connect
+from .store import (DEFAULT_SMOOTHING_STEPS, KINDS, ProgressFn, _load, _make_model, _model_row, _noop, _positive_int,
+                    _privacy, _smoothing_record, _steps, _transaction)
 
 __all__ = ["run_membership_audit", "list_audits", "FPRS"]
 
@@ -75,8 +76,8 @@ def run_membership_audit(collection: str, epsilon: float | None = None, *, value
     (per element, public ``value_range``). ``n_repeats`` splits (public seeds ``split_seed + i``)
     each with its own noise draw. Returns the report with ``audit_id``.
     """
-    from ..kahm.membership import (clopper_pearson, membership_auc, membership_inference_score, scale_free,
-                                   tpr_at_fpr)
+    from ...kahm.membership import (clopper_pearson, membership_auc, membership_inference_score, scale_free,
+                                    tpr_at_fpr)
 
     report = progress or _noop
     reps = _positive_int("n_repeats", n_repeats)

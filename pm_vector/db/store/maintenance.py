@@ -5,9 +5,9 @@
   dropped; abandoned ``running`` ingests are marked ``failed``.
 * :func:`drop_orphan_run_tables`: ``run_<id>_*`` tables whose run failed or no longer exists.
 * :func:`cleanup_all`: both, for every collection, plus the request log's retention
-  (``pm_vector.db.retention.prune_request_log``).
+  (``pm_vector.db.store.retention.prune_request_log``).
 
-Ingests are one transaction (:func:`pm_vector.db.api.ingest`), so a killed one leaves nothing to
+Ingests are one transaction (:func:`pm_vector.db.store.api.ingest`), so a killed one leaves nothing to
 delete. Ingests written by older versions committed batch by batch; an abandoned one of those
 may have rows that a run already embedded. Deleting those items would leave the run's tables
 pointing at nothing (every resolve answered 0 neighbours), so such rows are kept and the ingest
@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._common import _collection_row, cleanup_stale_runs
-from .postgres import connect
+from ..postgres import connect
 
 INGEST_LOCK_KIND = 2
 
@@ -129,12 +129,12 @@ def cleanup_all(*, prune_requests: bool = True, retention_days: float | None = N
 
 
 def prune_request_log(older_than_days: float | None = None, *, drop_orphans: bool = True) -> int | None:
-    """Prune the request log (``pm_vector.db.retention.prune_request_log``): rows older than
+    """Prune the request log (``pm_vector.db.store.retention.prune_request_log``): rows older than
     ``older_than_days`` (None: no age limit) and, with ``drop_orphans``, rows of dropped
     collections. Returns the rows deleted, or None if that module is not installed."""
     import datetime as dt
 
-    from ..errors import InvalidInputError
+    from ...errors import InvalidInputError
 
     try:
         from .retention import prune_request_log as _prune

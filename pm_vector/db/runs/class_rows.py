@@ -44,13 +44,13 @@ The SQL that answers a request from these tables is ``pm_vector.pm_shortlist``
 (``sql/0005_class_rows.sql``, ``sql/0009_fast_shortlist.sql``); it computes exactly
 :meth:`pm_vector.shortlist.PosteriorShortlist.scores` on the same data.
 
-New items (:func:`extend`, called by :func:`pm_vector.db.jobs.embed_new_items`): each new
+New items (:func:`extend`, called by :func:`pm_vector.db.runs.jobs.embed_new_items`): each new
 item gets its prior row, its own neighbour list (against all items of the run, new ones
 included), its code, and adds its contribution to the hub counts of its class (and the ``nhub``
 of every prior row listing an item whose count changed is recomputed); the neighbour lists of
 existing items are **not** recomputed (a new item never enters an older item's ``N(j)``), so
 after new items the run's scores are those of a graph slightly different from a fresh fit. The
-cell release's per-cell hub counts are extended alike (:func:`pm_vector.db.cells.extend`). A
+cell release's per-cell hub counts are extended alike (:func:`pm_vector.db.runs.cells.extend`). A
 full embedding job rebuilds everything exactly.
 """
 
@@ -62,9 +62,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .. import shortlist as _shortlist
-from ..errors import InvalidInputError
-from . import _binary
+from ... import shortlist as _shortlist
+from ...errors import InvalidInputError
+from .. import _binary
 from .run_copy import copy_hubs as _copy_hubs, copy_pairs as _copy_pairs, copy_prior as _copy_prior  # noqa: F401
 
 FORMAT = "pm_vector.class-rows/1"
@@ -105,7 +105,7 @@ def params(settings: Mapping[str, Any] | None = None, override: Mapping[str, Any
     if isinstance(em, bool) or not isinstance(em, (int, np.integer)) or em < 0:
         raise InvalidInputError(f"class-rows parameter graph_exact_max_items must be a non-negative integer, got {em!r}.")
     p["graph_exact_max_items"] = int(em)
-    from ..manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES
+    from ...manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES
 
     b, st = p["code_bytes"], p["code_stages"]
     for k, v in (("code_bytes", b), ("code_stages", st)):
@@ -136,16 +136,16 @@ class ClassRowsData:
     product_codes: Any = None  # ProductCodes fit on the public anchor set (None: unavailable)
     codes: np.ndarray | None = None  # (N, code_bytes) uint8, the items' codes in item_ids order
     codes_error: str | None = None  # why the run has no codes
-    placement: dict | None = None  # sharded runs: {shard: [class positions]} (pm_vector.db.sharding)
+    placement: dict | None = None  # sharded runs: {shard: [class positions]} (pm_vector.db.runs.sharding)
     prior_nbrs: np.ndarray | None = None  # (P, g) item ids: each prior item's neighbour list
     prior_nhub: np.ndarray | None = None  # (P, g) float64: hub count of each of them in the item's class
-    cells: Any = None  # pm_vector.db.cells.CellsData: the cell release's public cells and per-cell hub counts
+    cells: Any = None  # pm_vector.db.runs.cells.CellsData: the cell release's public cells and per-cell hub counts
     cells_doc: dict | None = None  # what class_rows -> 'cells' records (ready, or unavailable with the reason)
     graph_method: str = "exact"  # how the graph was computed: "exact" or "hnsw"
     timings: dict = field(default_factory=dict)  # seconds of the job's parts (graph_s, cells_s, ..., write_*_s)
 
     def doc(self) -> dict[str, Any]:
-        from ..protocol.class_rows import frames_digest
+        from ...protocol.class_rows import frames_digest
 
         classes = self.frames.classes_
         sizes = [int(np.sum(self.prior_labels == c)) for c in classes]
@@ -161,7 +161,7 @@ class ClassRowsData:
     def codes_doc(self) -> dict[str, Any]:
         """``class_rows["codes"]``: ``{"status": "ready", "code_bytes", "n_stages", "stage_bytes",
         "digest"}`` or ``{"status": "unavailable", "error"}``."""
-        from ..protocol.published_codes import summary
+        from ...protocol.published_codes import summary
 
         if self.product_codes is None:
             return {"status": "unavailable", "error": str(self.codes_error or "no codes")[:500]}
@@ -181,7 +181,7 @@ def fit_codes(anchor_X, p: Mapping[str, Any]):
     returned codes are the published ones (their float32 parameters, as
     :meth:`~pm_vector.manifold.codes.ProductCodes.to_dict` writes them), so every stored code is
     ``encode`` of the published codes."""
-    from ..manifold.codes import ProductCodes
+    from ...manifold.codes import ProductCodes
 
     A = np.asarray(anchor_X, dtype=np.float64)
     if 2 <= A.shape[0] < _CENTROIDS:
@@ -201,9 +201,9 @@ def unavailable(p: Mapping[str, Any], error: str) -> dict[str, Any]:
 def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) -> ClassRowsData:
     """Frames, prior, graph and hubs of a run (see the module doc). Raises InvalidInputError when
     the anchor set cannot give class frames."""
-    from ..manifold.class_frames import ClassFrames
-    from ..neighbors import graph_method, neighbor_graph
-    from ..shortlist import CELL_GRAPH_DEGREE, PosteriorShortlist
+    from ...manifold.class_frames import ClassFrames
+    from ...neighbors import graph_method, neighbor_graph
+    from ...shortlist import CELL_GRAPH_DEGREE, PosteriorShortlist
 
     frames = ClassFrames(int(p["n_components"]), float(p["clip_quantile"])).fit(anchor_X, anchor_y)
     pcodes, codes_error = fit_codes(np.asarray(anchor_X, dtype=np.float64), p)  # public data only
@@ -312,7 +312,7 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
     if data.codes is not None:
         from psycopg.types.json import Json
 
-        from ..protocol.published_codes import pack
+        from ...protocol.published_codes import pack
 
         _create_codes_table(conn, rid)
         conn.execute("UPDATE pm_vector.embedding_runs SET public_projection = %s WHERE id = %s",
@@ -369,8 +369,8 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     """Add new items to a run's prior, graph and hubs, inside the caller's transaction (see the
     module doc for the approximation). ``all_ids``/``all_X``: every item of the run after the
     addition (new ones included), ascending ids. Returns the updated ``class_rows`` document."""
-    from ..manifold.class_frames import ClassFrames
-    from ..neighbors import knn_search
+    from ...manifold.class_frames import ClassFrames
+    from ...neighbors import knn_search
 
     if doc.get("shards"):
         # a sharded run's prior, graph and hubs live on its shards: a full job rebuilds them there
@@ -385,7 +385,7 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     if new_ids.size == 0:
         return dict(doc)
     if (doc.get("codes") or {}).get("status") == "ready":  # the new items' codes, with the run's published codes
-        from ..protocol.published_codes import unpack
+        from ...protocol.published_codes import unpack
 
         pc_doc = conn.execute("SELECT public_projection FROM pm_vector.embedding_runs WHERE id = %s",
                               [rid]).fetchone()[0]
@@ -436,6 +436,6 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
         sizes[k] = int(sizes[k]) + int(np.sum(new_y == int(c)))
     new_doc["class_sizes"] = sizes
     new_doc["n_items"] = int(all_ids.shape[0])
-    # the graph changed: processes holding the run's graph in memory (pm_vector.db.run_graph) read it again
+    # the graph changed: processes holding the run's graph in memory (pm_vector.db.resolve.run_graph) read it again
     new_doc["graph_version"] = int(doc.get("graph_version", 0)) + 1
     return new_doc

@@ -16,13 +16,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .._validation import as_labels, as_matrix
-from ..errors import InvalidInputError
-from . import _binary, partitioned, payloads as _payload_bound
+from ..._validation import as_labels, as_matrix
+from ...errors import InvalidInputError
+from .. import _binary
+from . import partitioned, payloads as _payload_bound
 from ._common import _collection_row, _worker
 from ._validate import _collection_spec, _features, _labels
-from .postgres import connect
-from .errors import CollectionExistsError, DuplicateExternalIdError, translate_sql_error
+from ..postgres import connect
+from ..errors import CollectionExistsError, DuplicateExternalIdError, translate_sql_error
 
 ProgressFn = Callable[[int, int], None]
 
@@ -75,14 +76,15 @@ def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None
            progress: ProgressFn | None = None, create: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Add items to a collection by binary COPY, in batches, in ONE transaction: all-or-nothing.
 
-    ``features``: (n, dim) real numbers (stored as float32, or float16 above 2,000 dims);
-    NaN/inf refused. ``labels``: n integers from the collection's label set; None for a collection
-    without labels (each item gets its nearest public partition, :mod:`pm_vector.db.partitioned`). ``external_ids``:
-    optional n strings (or ints, stored as text; None entries allowed), unique within the
-    collection. ``payloads``: optional n JSON values (None entries allowed), each at most the
-    collection's ``max_payload_bytes`` of compact JSON (:mod:`pm_vector.db.payloads`; an
-    oversized one is refused naming its row and the bound, nothing written). ``progress(done, total)`` is
-    called after each batch is written (visible to others only when the whole ingest commits).
+    ``features``: (n, dim) real numbers (stored as float32, or float16 above 2,000 dims); NaN/inf
+    refused. ``labels``: n integers from the collection's label set; None for a collection without
+    labels (each item gets its nearest public partition, :mod:`pm_vector.db.store.partitioned`).
+    ``external_ids``: optional n strings (or ints, stored as text; None entries allowed), unique
+    within the collection. ``payloads``: optional n JSON values (None entries allowed), each at most
+    the collection's ``max_payload_bytes`` of compact JSON (:mod:`pm_vector.db.store.payloads`; an
+    oversized one is refused naming its row and the bound, nothing written). ``progress(done,
+    total)`` is called after each batch is written (visible to others only when the whole ingest
+    commits).
     ``create``: create the collection in the same transaction, with these
     :func:`create_collection` keyword arguments (``dim`` is taken from ``features``;
     ``labels`` defaults to the distinct labels given): an ingest that fails or is killed leaves
@@ -90,7 +92,7 @@ def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None
 
     Returns ``{"ingest_id", "n_rows", "item_ids"}`` (``item_ids``: int64 array, input order).
     Bad input raises before anything is written. Until the final commit no reader (queries,
-    ``n_items``, embedding jobs, :func:`~pm_vector.db.jobs.embed_new_items`) sees any row: a
+    ``n_items``, embedding jobs, :func:`~pm_vector.db.runs.jobs.embed_new_items`) sees any row: a
     failure or a killed process (SIGKILL included: the server rolls back when the connection
     drops) leaves the collection exactly as it was.
     """

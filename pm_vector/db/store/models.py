@@ -2,7 +2,7 @@
 
 The schema itself is created by the alembic migrations in ``migrations/``; these models
 mirror it (a test compares them with the migrated database) and are used for reads and small
-writes. Bulk data goes through binary COPY (:mod:`pm_vector.db.api`).
+writes. Bulk data goes through binary COPY (:mod:`pm_vector.db.store.api`).
 
 Storage design
 --------------

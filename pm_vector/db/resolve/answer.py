@@ -1,0 +1,94 @@
+"""What both resolves of a class-level request share once they have their ranked candidates: the
+item joins of the answer statement, the connection's adapters, and the request log written on
+the primary.
+
+A leaf below :mod:`pm_vector.db.resolve.resolution` (class-rows requests) and
+:mod:`pm_vector.db.resolve.cell_resolution` (cell requests): the first dispatches cell requests
+to the second, so what both use lives here and neither imports the other back.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+from psycopg.types.json import set_json_loads
+
+from .requests import _loads, finish
+
+
+def item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: int | None,
+               kahm_model_id: int | None, code_bytes: int | None = None) -> tuple[str, str]:
+    """``(extra columns, joins)`` that bring each candidate ``s.item_id``'s item (``i.external_id,
+    i.label, i.payload``, and the extra columns: features, the first ``code_bytes`` bytes of its
+    code (the whole code when None), its stored KAHM class scores, each when asked): LATERAL by
+    primary key, OFFSET 0, one index lookup per candidate."""
+    col = "features" if coll["feature_type"] == "vector" else "features_half"
+    cols = ((f", i.{col}" if include_features else "") +
+            (", cd.code" if codes_run_id is not None else "") +
+            (", sc.predicted, sc.scores" if kahm_model_id is not None else ""))
+    joins = (" LEFT JOIN LATERAL (SELECT it.external_id, it.label, it.payload" +
+             (f", it.{col}" if include_features else "") +
+             " FROM pm_vector.items AS it WHERE it.id = s.item_id OFFSET 0) AS i ON true" +
+             (" LEFT JOIN LATERAL (SELECT " + ("c.code" if code_bytes is None else
+                                              f"substr(c.code, 1, {int(code_bytes)}) AS code") +
+              " FROM pm_vector.run_" + str(int(codes_run_id)) + "_codes AS c"
+              " WHERE c.item_id = s.item_id OFFSET 0) AS cd ON true" if codes_run_id is not None else "") +
+             (" LEFT JOIN LATERAL (SELECT k.predicted, k.scores FROM pm_vector.kahm_item_scores AS k"
+              f" WHERE k.model_id = {int(kahm_model_id)} AND k.item_id = s.item_id OFFSET 0) AS sc ON true"
+              if kahm_model_id is not None else ""))
+    return cols, joins
+
+
+class Int8Array:
+    """int64 ids sent as a binary ``bigint[]`` built by numpy (psycopg's list dumper makes a
+    Python int per id)."""
+
+    def __init__(self, values: np.ndarray):
+        self.values = values
+
+    def binary(self) -> bytes:
+        n = int(self.values.size)
+        body = np.empty(n, dtype=[("len", ">i4"), ("v", ">i8")])
+        body["len"] = 8
+        body["v"] = self.values
+        return np.array([1, 0, 20, n, 1], dtype=">i4").tobytes() + body.tobytes()  # 1-d, no NULLs, int8
+
+
+def prepare_connection(conn) -> None:
+    """Once per connection: orjson parses the candidates' payloads (faster than json, the
+    same values) and :class:`Int8Array` parameters go out in binary."""
+    if getattr(conn, "_pm_resolve_ready", False):
+        return
+    from psycopg.adapt import Dumper
+    from psycopg.pq import Format
+
+    class _Int8ArrayDumper(Dumper):
+        format = Format.BINARY
+        oid = 1016  # bigint[]
+
+        def dump(self, obj):
+            return obj.binary()
+
+    set_json_loads(_loads, conn)
+    conn.adapters.register_dumper(Int8Array, _Int8ArrayDumper)
+    conn._pm_resolve_ready = True
+
+
+def log_on_primary(conn, collection: str, req, raw, **kw) -> int | None:
+    """The request log of an answer read on a replica, written on the primary (``conn``; a new
+    connection when None) in its own transaction: the answer is returned only once it is logged."""
+    from ..postgres import connect
+
+    own = conn is None
+    if own:
+        conn = connect()
+    try:
+        try:
+            return finish(conn, collection, req, raw, **kw)
+        except BaseException:
+            conn.rollback()
+            raise
+    finally:
+        if own:
+            conn.close()

@@ -1,0 +1,19 @@
+"""Embedding runs: the server-side job that embeds a collection and the per-run data it writes.
+
+A run embeds the collection's items against its public anchor set (the embedding itself is an
+injected function), writes the embeddings and their pgvector indexes, and builds what private
+queries are answered from: the class rows (class frames, retained priors, neighbour graph, hub
+counts, product codes) and the public cells. Only a finished run is switched to active.
+
+Modules:
+
+* :mod:`~pm_vector.db.runs.jobs` -- ``run_embedding_job``, ``embed_new_items``, ``run_info``, ``list_runs``;
+* :mod:`~pm_vector.db.runs.class_rows` -- the per-run data of class-rows requests;
+* :mod:`~pm_vector.db.runs.cells` -- the per-run data of the cell release;
+* :mod:`~pm_vector.db.runs.sharding` -- class-rows runs spread over shards (by class);
+* :mod:`~pm_vector.db.runs.run_copy` -- binary COPY of a run's tables (a leaf below the two above).
+"""
+
+from .jobs import cleanup_stale_runs, embed_new_items, list_runs, run_embedding_job, run_info
+
+__all__ = ["cleanup_stale_runs", "embed_new_items", "list_runs", "run_embedding_job", "run_info"]

@@ -1,0 +1,37 @@
+"""The store: what a collection holds and how it gets in and out, without any private query.
+
+Collections (their label set or public partitions, metric, settings), the items and their
+payloads, the public anchor and dummy sets, the plain k-NN search, the request log, its
+retention, and the clean-up of work whose process died. Every function validates its input
+before it writes and raises the exceptions of :mod:`pm_vector.db.errors`.
+
+Modules:
+
+* :mod:`~pm_vector.db.store.collections` -- create, describe, list and drop collections;
+* :mod:`~pm_vector.db.store.anchors` -- the public anchor sets and dummy pools;
+* :mod:`~pm_vector.db.store.api` -- items by id and the plain k-NN search (``knn``, ``knn_batch``);
+* :mod:`~pm_vector.db.store.request_log` -- the request log (``log_request``, ``list_requests``);
+* :mod:`~pm_vector.db.store.bulk` -- bulk ingest: binary COPY in one transaction;
+* :mod:`~pm_vector.db.store.payloads` -- per-item payloads and their bound ``max_payload_bytes``;
+* :mod:`~pm_vector.db.store.partitioned` -- collections without labels (public partitions);
+* :mod:`~pm_vector.db.store.retention` -- pruning the request log;
+* :mod:`~pm_vector.db.store.maintenance` -- ``cleanup``: stale runs, orphan tables, the log;
+* :mod:`~pm_vector.db.store.models` -- the SQLAlchemy models of the schema (the storage design);
+* ``_common``, ``_validate``, ``_names`` -- the collection row, input checks, collection names.
+"""
+
+from ._common import AnchorSet
+from .anchors import get_anchor_set, register_anchor_set, register_anchor_sets
+from .api import fetch_items, knn, knn_batch
+from .collections import collection_info, create_collection, drop_collection, list_collections
+from .bulk import ingest
+from .maintenance import cleanup
+from .payloads import set_max_payload_bytes
+from .request_log import list_requests, log_request
+from .retention import prune_request_log
+
+__all__ = [
+    "AnchorSet", "cleanup", "collection_info", "create_collection", "drop_collection", "fetch_items",
+    "get_anchor_set", "ingest", "knn", "knn_batch", "list_collections", "list_requests", "log_request",
+    "prune_request_log", "register_anchor_set", "register_anchor_sets", "set_max_payload_bytes",
+]
