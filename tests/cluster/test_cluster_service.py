@@ -82,7 +82,9 @@ def test_a_killed_shard_answers_503_naming_it_and_the_service_recovers(svc, both
         assert _logged(node_urls["coordinator"]) == n_log  # nothing written
         local_cluster.start(2, 1)
         again = c.resolve("cl_digits", req, k=8)  # the same request, answered again, same candidates
-        assert [r_["item_ids"] for r_ in again["rows"]] == [r_["item_ids"] for r_ in ok["rows"]]
+        # ids arrive as arrays (msgpack); the same candidates, row by row
+        assert [[int(v) for v in r_["item_ids"]] for r_ in again["rows"]] == \
+            [[int(v) for v in r_["item_ids"]] for r_ in ok["rows"]]
 
 
 def _database_ok(client) -> bool:
