@@ -77,7 +77,9 @@ def test_explain_shows_hnsw_index_per_query(conn, served):
     assert f"Index Scan using run_{rid}_items_hnsw on run_{rid}_items" in plan
     assert "Order By: (embedding <-> q.vec)" in plan
     assert "Nested Loop" in plan and "Function Scan on unnest q" in plan
-    assert "Seq Scan" not in plan and "Sort Key: ((e.embedding" not in plan.split("Limit")[-1]
+    # no query row scans the run's items: each is an HNSW index scan (the join that adds the items'
+    # columns may scan pm_vector.items when the planner finds it small, as in a test database)
+    assert f"Seq Scan on run_{rid}_items" not in plan and "Sort Key: ((e.embedding" not in plan.split("Limit")[-1]
 
 
 def test_auto_explain_of_the_real_call(conn, served):
