@@ -138,17 +138,23 @@ class PublicDocuments:
             classifiers["kahm"] = KAHMClassifier().fit(pub.anchor_features, pub.anchor_labels)  # public data only
         return classifiers["kahm"]
 
+    def _current_document(self, name: str):
+        """The cached public document of the collection's active run, fetched again when the run
+        changed (one lookup for everything derived from it: cells, codes)."""
+        run_id = self.collection(name).get("active_run_id")
+        cached = self._public.get(name)
+        if cached is None or cached.run_id != run_id:
+            self.private_knn(name, epsilon=1.0, refresh=True)
+            cached = self._public[name]
+        return cached
+
     def public_cells(self, name: str):
         """The collection's published :class:`~pm_vector.manifold.cells.PublicCells` (from the public
         anchor document, cached per run), verified against the digest the run publishes; None when the
         active run serves no cell release."""
         from ..manifold.cells import PublicCells
 
-        run_id = self.collection(name).get("active_run_id")
-        cached = self._public.get(name)
-        if cached is None or cached.run_id != run_id:
-            self.private_knn(name, epsilon=1.0, refresh=True)
-            cached = self._public[name]
+        cached = self._current_document(name)
         doc, meta = cached.public_cells, cached.class_rows.get("cells") or {}
         if not doc or meta.get("status") != "ready":
             return None
@@ -199,11 +205,7 @@ class PublicDocuments:
         (:func:`pm_vector.client.published_codes.unpack`); None when the run publishes none."""
         from ..protocol.published_codes import unpack
 
-        run_id = self.collection(name).get("active_run_id")
-        cached = self._public.get(name)
-        if cached is None or cached.run_id != run_id:
-            self.private_knn(name, epsilon=1.0, refresh=True)
-            cached = self._public[name]
+        cached = self._current_document(name)
         doc, meta = cached.product_codes, cached.class_rows.get("codes") or {}
         if not doc or meta.get("status") != "ready":
             return None
