@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from pmtest_plans import reads_by_index
 
 EPSILONS = (1.0, 4.0, 16.0)
 N_REQ = 20
@@ -247,7 +248,7 @@ def test_explain_resolution_of_a_class_rows_request(served):
     req, _ = _requests(served, 4.0, n=1)[0]
     plans = explain_resolution(served["name"], req.to_json())
     # the candidates are read by primary key; the classes fit in max_prior: no prior search
-    assert "Index Scan using items_pkey" in "\n".join(plans["statement"]) and plans["prior_knn"] == []
+    assert reads_by_index("\n".join(plans["statement"]), "items_pkey") and plans["prior_knn"] == []
     inner = "\n".join(plans["shortlist"])
     rid = served["run"]["run_id"]
     # a run built after migration 0009: neighbour lists come with the prior rows, the graph table is not read
