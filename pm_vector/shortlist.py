@@ -58,13 +58,13 @@ class PosteriorShortlist:
     items that matter -- at small epsilon (flat weights) almost none, at large epsilon a few dozen.
 
     ``graph`` / ``graph_exact_max_items``: how the raw k-NN graph is computed
-    (:func:`pm_vector.neighbors.neighbor_graph`: exact up to that many items, HNSW above, or
-    forced with ``"exact"`` / ``"hnsw"``). Float32 items are kept in float32 (no float64 copy of
+    (:func:`pm_vector.neighbors.neighbor_graph`: exact up to that many items, blocked k-means cells
+    above, or forced with ``"exact"`` / ``"ivf"`` / ``"hnsw"``). Float32 items are kept in float32 (no float64 copy of
     all of them; each class's rows are converted for its frame only).
 
     Learned: ``neighbors_`` ``(N, graph_degree)``, ``prior_`` (per class: item indices and
-    clipped coordinates), ``hubs_`` (per class: hub counts), ``graph_method_`` (``"exact"`` or
-    ``"hnsw"``).
+    clipped coordinates), ``hubs_`` (per class: hub counts), ``graph_method_`` (``"exact"``,
+    ``"ivf"`` or ``"hnsw"``).
     """
 
     def __init__(self, graph_degree: int = GRAPH_DEGREE, max_prior: int = MAX_PRIOR, min_weight: float = MIN_WEIGHT,

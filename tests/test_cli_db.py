@@ -152,7 +152,7 @@ def test_bench_latency_and_scale_small(home):
     assert all(x["graph_method"] == "exact" and x["graph_recall"] == 1.0 for x in sc["results"])
     sc = _json(["bench", "scale", "--sizes", "600,1200", "--anchors", "100", "--dim", "16", "--graph-exact-max-items",
                 "1000", "--recall-sample", "200", "--json"])
-    assert [x["graph_method"] for x in sc["results"]] == ["exact", "hnsw"]
+    assert [x["graph_method"] for x in sc["results"]] == ["exact", "ivf"]
     assert sc["results"][1]["graph_recall"] >= 0.95 and sc["results"][1]["recall_sample"] == 200
     assert {c["name"] for c in db.list_collections()} == before  # everything dropped
     with db.connect() as conn:

@@ -137,3 +137,20 @@ def test_the_rule_refuses_bad_input():
             compact_answer_shape(*args)
     with pytest.raises(InvalidInputError):
         compact_answer_shape(10, "cells", 4.0, (32,), budget_bytes=0)
+
+
+def test_every_stage_code_is_the_nearest_centroid_of_its_residual(codes, data):
+    """The encoder (faiss ``compute_codes``, float32) against brute force in float64: each sub-vector
+    of each stage's residual gets a centroid at its least distance (up to float32 rounding)."""
+    R = codes._rotate(data[1])
+    col = 0
+    for cen in codes.centroids_:
+        m, _, ds = cen.shape
+        got = codes.encode(data[1])[:, col:col + m]
+        for j in range(m):
+            sub = R[:, j * ds:(j + 1) * ds]
+            d2 = ((sub[:, None, :] - cen[j][None]) ** 2).sum(-1)  # (n, 256)
+            chosen = d2[np.arange(len(sub)), got[:, j]]
+            assert np.all(chosen <= d2.min(1) + 1e-5 * (1 + d2.min(1)))
+        R = R - codes._decode_stage(cen, got)
+        col += m

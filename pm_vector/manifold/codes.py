@@ -105,14 +105,14 @@ class ProductCodes:
 
     @staticmethod
     def _encode_stage(cen: np.ndarray, R: np.ndarray) -> np.ndarray:
-        m, _, ds = cen.shape
-        out = np.empty((R.shape[0], m), dtype=np.uint8)
-        for j in range(m):
-            sub = np.asarray(R[:, j * ds:(j + 1) * ds], dtype=np.float64)
-            c = cen[j]
-            d2 = (sub * sub).sum(1)[:, None] - 2.0 * sub @ c.T + (c * c).sum(1)[None, :]
-            out[:, j] = np.argmin(d2, axis=1)
-        return out
+        """``(n, M)`` uint8: each sub-vector's nearest centroid, by faiss's ``compute_codes``
+        (float32 distances; an exact tie goes to the lower index)."""
+        import faiss
+
+        m, k, ds = cen.shape
+        pq = faiss.ProductQuantizer(m * ds, m, 8)
+        faiss.copy_array_to_vector(np.ascontiguousarray(cen, dtype=np.float32).ravel(), pq.centroids)
+        return pq.compute_codes(np.ascontiguousarray(R, dtype=np.float32))
 
     @staticmethod
     def _decode_stage(cen: np.ndarray, codes: np.ndarray) -> np.ndarray:

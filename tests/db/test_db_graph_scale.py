@@ -23,16 +23,19 @@ def test_the_graph_method_rule():
     from pm_vector.errors import InvalidInputError
     from pm_vector.neighbors import EXACT_MAX_ITEMS, graph_method
 
-    assert graph_method(EXACT_MAX_ITEMS) == "exact" and graph_method(EXACT_MAX_ITEMS + 1) == "hnsw"
-    assert graph_method(5000, "auto", 4999) == "hnsw" and graph_method(5000, "auto", 5000) == "exact"
+    assert graph_method(EXACT_MAX_ITEMS) == "exact" and graph_method(EXACT_MAX_ITEMS + 1) == "ivf"
+    assert graph_method(5000, "auto", 4999) == "ivf" and graph_method(5000, "auto", 5000) == "exact"
     assert graph_method(10, "hnsw") == "hnsw" and graph_method(10**7, "exact") == "exact"
+    assert graph_method(10, "ivf") == "ivf"
     with pytest.raises(InvalidInputError, match="graph method"):
-        graph_method(10, "ivf")
+        graph_method(10, "annoy")
 
 
-def test_the_approximate_graph_recalls_the_exact_one():
-    """Forced onto the approximate path at N = 5000 (threshold below N), the graph holds >= 95 % of
-    every item's exact 16 nearest other items; below the threshold it is the exact graph itself."""
+@pytest.mark.parametrize("method", ["auto", "hnsw"])
+def test_the_approximate_graph_recalls_the_exact_one(method):
+    """Forced onto the approximate path at N = 5000 (threshold below N; auto: the blocked graph),
+    the graph holds >= 95 % of every item's exact 16 nearest other items; below the threshold it is
+    the exact graph itself."""
     from pm_vector.neighbors import knn_search, neighbor_graph
 
     X, _ = _clustered(5000, 32, seed=1)
@@ -41,12 +44,12 @@ def test_the_approximate_graph_recalls_the_exact_one():
     ref = knn_search(X, X, 17)
     assert all(i not in exact[i] and set(exact[i]) <= set(ref[i]) for i in range(0, 5000, 97))
     np.testing.assert_array_equal(neighbor_graph(X, 16), exact)  # auto, 5000 <= threshold: exact
-    approx = neighbor_graph(X, 16, exact_max_items=1000)  # auto above the threshold: HNSW
+    approx = neighbor_graph(X, 16, method=method, exact_max_items=1000)  # above the threshold
     assert approx.shape == (5000, 16) and approx.dtype == np.int64
     assert not (approx == np.arange(5000)[:, None]).any()  # never the row itself
     assert all(len(set(r.tolist())) == 16 for r in approx)  # no repeats
     rec = _recall(approx, exact)
-    print(f"HNSW graph recall against exact, N = 5000, d = 32, g = 16: {rec:.4f}")
+    print(f"{method} graph recall against exact, N = 5000, d = 32, g = 16: {rec:.4f}")
     assert rec >= 0.95
 
 
@@ -113,8 +116,9 @@ def test_streamed_copy_equals_the_whole_stream(db, conn, cname):
     assert items["features"].dtype == np.float32
 
 
-def test_a_job_forced_onto_the_approximate_graph_serves_resolves(db, conn, cname):
-    """A collection whose class-rows setting forces the HNSW graph: the job records it, the stored
+@pytest.mark.parametrize("method", ["ivf", "hnsw"])
+def test_a_job_forced_onto_the_approximate_graph_serves_resolves(db, conn, cname, method):
+    """A collection whose class-rows setting forces an approximate graph: the job records it, the stored
     graph recalls >= 95 % of the exact one, the hub counts are those of the stored graph, and a
     client's request is resolved through PostgreSQL (the SQL shortlist and resolve())."""
     from pm_vector.client.query import PrivateKNN
@@ -127,14 +131,22 @@ def test_a_job_forced_onto_the_approximate_graph_serves_resolves(db, conn, cname
     y = y // 10
     Xs, ys, Xa, ya, Xd, yd, Xq, yq = (X[:3000], y[:3000], X[3000:3400], y[3000:3400], X[3400:3600], y[3400:3600],
                                       X[3600:], y[3600:])
-    db.create_collection(cname, 32, list(range(10)), settings={"class_rows": {"graph": "hnsw"}})
+    db.create_collection(cname, 32, list(range(10)), settings={"class_rows": {"graph": method}})
     ids = np.asarray(db.ingest(cname, Xs, ys)["item_ids"])
     db.register_anchor_set(cname, Xa, ya)
     db.register_anchor_set(cname, Xd, yd, role="dummy")
     run = db.run_embedding_job(cname, {"n_components": 8}, 1, embed_fn=anchor_frame_embed_fn)
     rid = run["run_id"]
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
-    assert doc["status"] == "ready" and doc["graph"] == "hnsw" and doc["graph_method"] == "hnsw"
+    assert doc["status"] == "ready" and doc["graph"] == method and doc["graph_method"] == method
+    # the blocked graph's figures of the raw data are in the run's (server-side) timings, not in the
+    # published document
+    tm = db.run_info(rid)["timings"]
+    assert not any("probe" in k or "recall" in k for k in doc)
+    if method == "ivf":
+        assert tm["class_rows.graph_probe"] >= 8 and 0.0 < tm["class_rows.graph_sample_recall"] <= 1.0
+    else:
+        assert "class_rows.graph_probe" not in tm
     pos = {int(v): i for i, v in enumerate(ids)}
     stored = np.full((3000, 16), -1)
     for iid, lst in conn.execute(f"SELECT item_id, array_agg(neighbor_id) FROM pm_vector.run_{rid}_neighbors "
@@ -142,7 +154,7 @@ def test_a_job_forced_onto_the_approximate_graph_serves_resolves(db, conn, cname
         stored[pos[iid]] = [pos[v] for v in lst]
     assert (stored >= 0).all()
     rec = _recall(stored, neighbor_graph(Xs, 16, method="exact"))
-    print(f"stored HNSW graph recall against exact (N = 3000): {rec:.4f}")
+    print(f"stored {method} graph recall against exact (N = 3000): {rec:.4f}")
     assert rec >= 0.95
     # the hub counts are those of the stored graph
     for lab, iid, h in conn.execute(f"SELECT label, item_id, hub FROM pm_vector.run_{rid}_hubs").fetchall()[:300]:
@@ -170,7 +182,8 @@ def test_bad_graph_settings_are_refused(db, cname):
     from pm_vector.errors import InvalidInputError
 
     assert params()["graph"] == "auto" and params({"class_rows": {"graph": "hnsw"}})["graph"] == "hnsw"
-    for bad in ({"graph": "ivf"}, {"graph_exact_max_items": -1}, {"graph_exact_max_items": 1.5},
+    assert params({"class_rows": {"graph": "ivf"}})["graph"] == "ivf"
+    for bad in ({"graph": "annoy"}, {"graph_exact_max_items": -1}, {"graph_exact_max_items": 1.5},
                 {"graph_exact_max_items": True}):
         with pytest.raises(InvalidInputError):
             params(None, bad)

@@ -11,8 +11,9 @@ embeds):
   class): the first columns of the ONE graph the job computes for the class rows and the cell
   release (``max(graph_degree, CELL_GRAPH_DEGREE)`` neighbours), with
   :func:`pm_vector.neighbors.neighbor_graph`: exact up to
-  ``graph_exact_max_items`` items (default 50,000), approximate (faiss HNSW, float32) above;
-  ``graph`` = ``"exact"`` / ``"hnsw"`` forces either (collection setting
+  ``graph_exact_max_items`` items (default 50,000), approximate above (blocked exact search over
+  faiss k-means cells, float32, its probe chosen on a sample; ``"hnsw"``: a faiss HNSW index);
+  ``graph`` = ``"exact"`` / ``"ivf"`` / ``"hnsw"`` forces one (collection setting
   ``settings["class_rows"]`` or the job's override); the document records ``graph_method``;
 * the **hubs**: ``hub_c(i)`` = number of items ``j`` of class ``c`` with ``i`` in ``N(j)``;
 * the **codes**: :class:`~pm_vector.manifold.codes.ProductCodes` of ``code_bytes`` bytes per
@@ -64,6 +65,7 @@ import numpy as np
 
 from ... import shortlist as _shortlist
 from ...errors import InvalidInputError
+from ...neighbors import GRAPH_METHODS
 from .. import _binary
 from .run_copy import copy_hubs as _copy_hubs, copy_pairs as _copy_pairs, copy_prior as _copy_prior  # noqa: F401
 
@@ -99,8 +101,9 @@ def params(settings: Mapping[str, Any] | None = None, override: Mapping[str, Any
     if isinstance(mw, bool) or not isinstance(mw, (int, float)) or not 0 <= float(mw) < 1:
         raise InvalidInputError(f"class-rows parameter min_weight must be in [0, 1), got {mw!r}.")
     p["min_weight"] = float(mw)
-    if p["graph"] not in ("auto", "exact", "hnsw"):
-        raise InvalidInputError(f"class-rows parameter graph must be 'auto', 'exact' or 'hnsw', got {p['graph']!r}.")
+    if p["graph"] not in GRAPH_METHODS:
+        raise InvalidInputError(f"class-rows parameter graph must be one of {', '.join(map(repr, GRAPH_METHODS))}, "
+                                f"got {p['graph']!r}.")
     em = p["graph_exact_max_items"]
     if isinstance(em, bool) or not isinstance(em, (int, np.integer)) or em < 0:
         raise InvalidInputError(f"class-rows parameter graph_exact_max_items must be a non-negative integer, got {em!r}.")
@@ -141,8 +144,11 @@ class ClassRowsData:
     prior_nhub: np.ndarray | None = None  # (P, g) float64: hub count of each of them in the item's class
     cells: Any = None  # pm_vector.db.runs.cells.CellsData: the cell release's public cells and per-cell hub counts
     cells_doc: dict | None = None  # what class_rows -> 'cells' records (ready, or unavailable with the reason)
-    graph_method: str = "exact"  # how the graph was computed: "exact" or "hnsw"
-    timings: dict = field(default_factory=dict)  # seconds of the job's parts (graph_s, cells_s, ..., write_*_s)
+    graph_method: str = "exact"  # how the graph was computed: "exact", "ivf" or "hnsw"
+    # seconds of the job's parts (graph_s, cells_s, ..., write_*_s) and, for a blocked graph, its
+    # graph_cells, graph_probe and graph_sample_recall (figures of the raw data: the run's timings
+    # record them, server-side; the published document does not)
+    timings: dict = field(default_factory=dict)
 
     def doc(self) -> dict[str, Any]:
         from ...protocol.class_rows import frames_digest
@@ -216,8 +222,10 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
     # nearest other items of every item; each part reads its first columns (exact: the smaller
     # graph itself, ties by position; approximate: the same search, fewer results kept)
     method = graph_method(X.shape[0], p["graph"], int(p["graph_exact_max_items"]))
-    graph = neighbor_graph(X, max(int(p["graph_degree"]), CELL_GRAPH_DEGREE), method=method)
+    ginfo: dict[str, Any] = {}
+    graph = neighbor_graph(X, max(int(p["graph_degree"]), CELL_GRAPH_DEGREE), method=method, info=ginfo)
     timings["graph_s"] = time.perf_counter() - t
+    timings.update({f"graph_{k}": float(v) for k, v in ginfo.items()})
     t = time.perf_counter()
     # the same fit the in-memory shortlist uses: graph, prior and hub counts are stored as it has them
     ps = PosteriorShortlist(graph_degree=int(p["graph_degree"]), graph=p["graph"],
