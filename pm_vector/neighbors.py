@@ -1,6 +1,6 @@
 """k-NN on raw features: exact (:func:`knn_search`, the ground truth of every benchmark) and the
 server's neighbour graph (:func:`neighbor_graph`, what the shortlist of :mod:`pm_vector.shortlist`
-walks): exact up to :data:`EXACT_MAX_ITEMS` items, approximate (faiss HNSW) above.
+walks): exact up to :data:`EXACT_MAX_ITEMS` items, approximate above (:func:`ivf_graph`).
 
 The rule (``method``): ``"auto"`` computes the graph exactly when the collection has at most
 ``exact_max_items`` items (O(N^2) work, float64: the graph every test and figure on collections
@@ -25,8 +25,8 @@ _BLOCK = 1 << 25
 EXACT_MAX_ITEMS = 50_000
 #: graph methods: see the module doc
 GRAPH_METHODS = ("auto", "exact", "ivf", "hnsw")
-#: HNSW parameters of the approximate graph. ``pm-vector bench scale`` (unit-norm clustered rows,
-#: 128 dims) reports the 16-NN graph's recall against the exact one: with ef_search 64, 0.993 at
+#: HNSW parameters of ``graph="hnsw"``. ``pm-vector bench scale`` (unit-norm clustered rows,
+#: 128 dims) reported the 16-NN graph's recall against the exact one: with ef_search 64, 0.993 at
 #: 125,000 items and 0.972 at 250,000, so ef_search is 128
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 80

@@ -154,6 +154,9 @@ def test_bench_latency_and_scale_small(home):
                 "1000", "--recall-sample", "200", "--json"])
     assert [x["graph_method"] for x in sc["results"]] == ["exact", "ivf"]
     assert sc["results"][1]["graph_recall"] >= 0.95 and sc["results"][1]["recall_sample"] == 200
+    big = sc["results"][1]
+    assert big["graph_build"]["probe"] >= 8 and 0.0 < big["graph_build"]["sample_recall"] <= 1.0
+    assert sc["results"][0]["graph_build"] == {} and all(k.endswith("_s") for k in big["stages_s"])
     assert {c["name"] for c in db.list_collections()} == before  # everything dropped
     with db.connect() as conn:
         assert conn.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'bench_raw_%'").fetchone()[0] == 0

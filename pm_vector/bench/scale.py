@@ -6,7 +6,7 @@ For every size n the benchmark creates a temporary collection of n synthetic ite
 ``pm-vector embed`` runs (:func:`pm_vector.db.run_embedding_job` with the AnchorFrame
 embedding): load by streamed binary COPY, AnchorFrame embedding (each item sees its
 ``n_neighbors`` nearest anchors), write, the **class rows** (frames, prior, the raw-feature
-neighbour graph -- exact up to ``graph_exact_max_items`` items, faiss HNSW above, see
+neighbour graph -- exact up to ``graph_exact_max_items`` items, blocked over faiss k-means cells above, see
 :mod:`pm_vector.neighbors` -- hub counts, codes), the HNSW index builds and the switch. It
 records:
 
@@ -20,7 +20,9 @@ records:
   and the (item, count) entries of all its rows);
 * ``graph_method`` and ``graph_recall``: how the job computed the graph, and the share of the
   ``graph_degree`` exact nearest other items of ``recall_sample`` random items that their
-  stored lists hold (exact neighbours by brute force against all items, in blocks, float64).
+  stored lists hold (exact neighbours by brute force against all items, in blocks, float64);
+  ``graph_build``: the blocked graph's ``cells``, ``probe`` and ``sample_recall`` (the job's own
+  estimate on its 500-row sample, which chose the probe), from the run's timings.
 
 ``time_per_doubling = (t_max / t_min) ** (1 / log2(n_max / n_min))``: 2.0 is linear (also per
 consecutive pair of sizes). Collections are dropped at the end. Each size's result is also printed
@@ -192,7 +194,10 @@ def run(cfg: ScaleConfig, progress: Callable[[str], None] | None = None) -> dict
                         "job_delta_mb": round(max(x["peak_mb"] - x["baseline_mb"] for x in runs), 1),
                         "index_s": round(tm.get("index_s", float("nan")), 3),
                         "index_share": round(tm.get("index_s", 0.0) / med["seconds"], 3),
-                        "stages_s": {k: round(v, 3) for k, v in tm.items()},
+                        "stages_s": {k: round(v, 3) for k, v in tm.items() if k.endswith("_s")},
+                        # the blocked graph's cells, probe and its sample's recall (the job's own estimate)
+                        "graph_build": {k.removeprefix("class_rows.graph_"): v for k, v in tm.items()
+                                        if k.startswith("class_rows.graph_") and not k.endswith("_s")},
                         "all_seconds": [round(x["seconds"], 3) for x in runs], "memory_method": med["memory_method"],
                         "ingest_s": round(ingest_s, 3), **graph})
         # each size as it finishes, one JSON line on stderr: a long run stopped early keeps its sizes

@@ -193,7 +193,7 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
     module doc. ``class_rows``: parameters of the run's class-rows part overriding the defaults
     and the collection's ``settings["class_rows"]`` (:mod:`pm_vector.db.runs.class_rows`:
     ``n_components`` 4, ``clip_quantile`` 0.9, ``graph_degree`` 16, ``max_prior`` 512, ``min_weight`` 0;
-    ``graph`` auto: exact up to ``graph_exact_max_items`` 50,000 items, HNSW above).
+    ``graph`` auto: exact up to ``graph_exact_max_items`` 50,000 items, blocked k-means cells above).
     ``maintenance_work_mem``: of the index builds (default :func:`index_build_mem_mb` of the items).
 
     Returns :func:`run_info` of the new (succeeded, active) run, plus ``items_missing``: items
