@@ -143,6 +143,16 @@ def test_bench_latency_and_scale_small(home):
     assert pm["shortlist_statements_per_request"] == 1 and pm["resolve_p50_ms"] > 0 and pm["client_p50_ms"] > 0
     assert pm["prior_knn_statements_per_request"] <= 1 and r["plain_kprime_p50_ms"] > 0
     assert pm["ratio_kprime"] == pytest.approx(pm["resolve_p50_ms"] / r["plain_kprime_p50_ms"], rel=1e-2)
+    # the default answer is timed: compact, k' and the code prefix by the public rule (C = 10, Gaussian)
+    from pm_vector.manifold.codes import compact_answer_shape
+
+    assert (pm["answer"], pm["shortlist"], pm["code_bytes"]) == ("compact",
+                                                                 *compact_answer_shape(10, "gaussian", 1.0, (32, 64)))
+    full = _json(["bench", "latency", "--items", "1500", "--anchors", "200", "--rows", "10", "--dim", "16",
+                  "--repeats", "2", "--release", "cells", "--answer", "full", "--shortlist", "24", "--json"])
+    ce = full["results"][0]["cells"]
+    assert (ce["answer"], ce["shortlist"], ce["code_bytes"]) == ("full", 24, None) and ce["resolve_p50_ms"] > 0
+    assert full["results"][0]["pm_vector"] is None
     sc = _json(["bench", "scale", "--sizes", "600,1200", "--anchors", "100", "--dim", "16", "--json"])
     assert [x["items"] for x in sc["results"]] == [600, 1200]
     assert all(x["seconds"] > 0 and x["peak_mb"] > 0 for x in sc["results"])

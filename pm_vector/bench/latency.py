@@ -29,6 +29,12 @@ anchors, runs the server's embedding job, and measures, over ``repeats`` queries
     of every row ranked and joined with their items by ONE statement
     (:mod:`pm_vector.db.resolve.cell_resolution`), and the request log. ``release="cells"`` skips (b').
 
+The pm_vector answers (b') and (b'') are the default **compact** answer (``answer="compact"``:
+ids and code prefixes, ``k'`` and the prefix by the public rule
+:func:`~pm_vector.manifold.codes.compact_answer_shape` of each release: 130 x 32 B for the cell
+release and 69 x 64 B for the Gaussian at C = 10), or with ``answer="full"`` ``k'`` =
+``shortlist`` with external ids, labels and payloads.
+
 ``ratio = resolve_p50 / plain_p50`` (and ``pm_vector.ratio`` for (b'), ``pm_vector.ratio_kprime``
 against (c')). Everything the benchmark creates is dropped at the end.
 
@@ -72,6 +78,10 @@ class LatencyConfig:
     max_prior: int = MAX_PRIOR
     seed: int = 0
     release: str = "gaussian"  # which pm_vector release(s) to time: gaussian, cells or both
+    # the pm_vector answers timed: "compact" (the default answer: ids and code prefixes, k' and the
+    # prefix by the public rule compact_answer_shape per release) or "full" (k' = shortlist, with
+    # external ids, labels and payloads)
+    answer: str = "compact"
 
 
 def clustered(n: int, dim: int, n_classes: int = N_FINE, *, spread: float = 0.9, seed: int = 0):
@@ -140,6 +150,20 @@ class _CountingConn:
         return getattr(self._conn, name)
 
 
+def _answer_shape(cfg: LatencyConfig, n_rows: int, info) -> dict[str, tuple[int, int | None]]:
+    """Per release, the timed answer's ``(k', code prefix bytes)``: the default compact answer's by
+    the public rule (:func:`~pm_vector.manifold.codes.compact_answer_shape` of the run's published
+    stages), or ``(shortlist, None)`` for ``answer="full"`` or a run without codes."""
+    from ..manifold.codes import compact_answer_shape
+
+    codes = ((info.get("class_rows") or {}).get("codes") or {})
+    if cfg.answer == "full" or codes.get("status") != "ready":
+        return {r: (int(cfg.shortlist), None) for r in ("cells", "gaussian")}
+    stages = tuple(int(b) for b in codes["stage_bytes"])
+    return {r: tuple(int(v) for v in compact_answer_shape(int(n_rows), r, float(cfg.epsilon), stages))
+            for r in ("cells", "gaussian")}
+
+
 def _labels_for(rows: int, y_fine: np.ndarray, n_classes: int) -> np.ndarray:
     if rows == n_classes:
         return y_fine
@@ -166,6 +190,8 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
         raise InvalidInputError("items, repeats must be >= 1, anchors >= 2, and rows non-empty.")
     if cfg.release not in ("gaussian", "cells", "both"):
         raise InvalidInputError(f"release must be gaussian, cells or both, got {cfg.release!r}.")
+    if cfg.answer not in ("compact", "full"):
+        raise InvalidInputError(f"answer must be compact or full, got {cfg.answer!r}.")
     t_start = time.perf_counter()
     load_before = os.getloadavg()
     n_query = cfg.repeats + cfg.warmup
@@ -246,6 +272,7 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
 
             frames_doc = info.get("class_frames")
             pmv = cells_client = None
+            shape = _answer_shape(cfg, C, info)  # release -> (k', code prefix bytes or None)
             if info.get("public_cells") and cfg.release in ("cells", "both"):
                 from ..client.cells import PrivateCellKNN
                 from ..manifold.cells import PublicCells
@@ -253,8 +280,8 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                 from ..privacy.cells import max_cells_for
 
                 cells_client = PrivateCellKNN(PublicCells.from_dict(info["public_cells"]), cfg.epsilon,
-                                              shortlist=cfg.shortlist, collection=name,
-                                              max_cells=max_cells_for(len(ys), C, int(cfg.shortlist)))
+                                              shortlist=shape["cells"][0], collection=name,
+                                              max_cells=max_cells_for(len(ys), C, shape["cells"][0]))
                 cells_client._inject_generator(secure_generator(cfg.seed + 17))
                 cell_client_ms, cell_reqs = [], []
                 for i in range(n_query):
@@ -265,7 +292,7 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                 cell_client_ms = cell_client_ms[cfg.warmup:]
             if frames_doc and cfg.release in ("gaussian", "both"):
                 pmv = PrivateKNN(ClassFrames.from_dict(frames_doc), pa.dummy_features, pa.dummy_labels, cfg.epsilon,
-                                 cfg.delta, shortlist=cfg.shortlist, collection=name)
+                                 cfg.delta, shortlist=shape["gaussian"][0], collection=name)
                 pmv._inject_generator(secure_generator(cfg.seed + 13))
                 pmv_client_ms, pmv_reqs = [], []
                 for i in range(n_query):
@@ -301,13 +328,15 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                         plain_kp_ms.append((time.perf_counter() - t) * 1e3)
                     if pmv is not None:
                         t = time.perf_counter()
-                        pres = resolve(name, pmv_reqs[i], conn=rconn)
+                        pres = resolve(name, pmv_reqs[i], conn=rconn, code_bytes=shape["gaussian"][1],
+                                       compact=shape["gaussian"][1] is not None)
                         if i >= cfg.warmup:
                             pmv_ms.append((time.perf_counter() - t) * 1e3)
                             pmv_parts.append(pres["timings_ms"])
                     if cells_client is not None:
                         t = time.perf_counter()
-                        cres = resolve(name, cell_reqs[i], conn=rconn)
+                        cres = resolve(name, cell_reqs[i], conn=rconn, code_bytes=shape["cells"][1],
+                                       compact=shape["cells"][1] is not None)
                         if i >= cfg.warmup:
                             cell_ms.append((time.perf_counter() - t) * 1e3)
                             cell_parts.append(cres["timings_ms"])
@@ -338,7 +367,8 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                 "knn_statements_per_request": knn_per_request,
                 "precision_at_k": round(float(np.mean(hits)), 4), "repeats": len(resolve_ms),
                 "pm_vector": None if pmv is None else {
-                    "shortlist": cfg.shortlist, "client_p50_ms": round(_pct(pmv_client_ms, 50), 3),
+                    "shortlist": shape["gaussian"][0], "answer": cfg.answer, "code_bytes": shape["gaussian"][1],
+                    "client_p50_ms": round(_pct(pmv_client_ms, 50), 3),
                     "resolve_p50_ms": round(_pct(pmv_ms, 50), 3), "resolve_p95_ms": round(_pct(pmv_ms, 95), 3),
                     "ratio": round(_pct(pmv_ms, 50) / p_p50, 3),
                     "ratio_kprime": round(_pct(pmv_ms, 50) / _pct(plain_kp_ms, 50), 3), "max_prior": int(cfg.max_prior),
@@ -348,7 +378,8 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                     "run_graph_mb": round(run_graph_mb, 1),
                     "prior_knn_statements_per_request": prior_knn_per_request},
                 "cells": None if cells_client is None else {
-                    "shortlist": cfg.shortlist, "n_cells": int(cells_client.n_cells),
+                    "shortlist": shape["cells"][0], "answer": cfg.answer, "code_bytes": shape["cells"][1],
+                    "n_cells": int(cells_client.n_cells),
                     "client_p50_ms": round(_pct(cell_client_ms, 50), 3),
                     "resolve_p50_ms": round(_pct(cell_ms, 50), 3), "resolve_p95_ms": round(_pct(cell_ms, 95), 3),
                     "ratio": round(_pct(cell_ms, 50) / p_p50, 3),

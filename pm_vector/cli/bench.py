@@ -205,7 +205,11 @@ def latency(
     k: int = typer.Option(8, help="Neighbours per query row."),
     repeats: int = typer.Option(50, help="Timed requests per C (after 5 warm-up requests)."),
     epsilon: float = typer.Option(1.0, help="epsilon of the clients' releases."),
-    shortlist: int = typer.Option(128, help="k' candidates per row of a pm_vector request."),
+    shortlist: int = typer.Option(128, help="k' candidates per row of a full answer (and of the plain k' "
+                                            "baseline); a compact answer's k' is the public rule's."),
+    answer: str = typer.Option("compact", help="pm_vector answers timed: compact (the default answer: ids and "
+                                               "code prefixes, k' by the public rule) or full (k' = --shortlist, "
+                                               "with external ids, labels and payloads)."),
     graph_degree: int = typer.Option(16, help="Neighbours per item in the pm_vector shortlist's raw k-NN graph."),
     max_prior: int = typer.Option(512, help="Prior items the pm_vector shortlist weights one by one per row "
                                   "(the default of new collections, pm_vector.shortlist.MAX_PRIOR)."),
@@ -226,7 +230,7 @@ def latency(
 
     cfg = LatencyConfig(items=items, anchors=anchors, rows=_ints(rows, "--rows"), data=data, dim=dim, k=k,
                         repeats=repeats, epsilon=epsilon, shortlist=shortlist, graph_degree=graph_degree,
-                        max_prior=max_prior, seed=seed, release=release)
+                        max_prior=max_prior, seed=seed, release=release, answer=answer)
     result = _run_with_spinner("latency", run, cfg, as_json)
     if result is None:
         return
