@@ -10,7 +10,8 @@ run, at one level K (:mod:`pm_vector.privacy.cells`: pure eps, delta 0 for the w
   run's (:class:`CellsDigestMismatchError`: fetch the current public anchor), ``n_cells`` is one of
   the published levels, one report per class in ``[0, K)`` in the run's class order (C of them),
   ``k'`` in 1..1000;
-* the statement: ``pm_vector.pm_cell_shortlist_core`` (``sql/0013_cells.sql``: each row's cell
+* the statement: ``pm_vector.pm_cell_shortlist_core`` (``sql/0013_cells.sql``, its ranking
+  ``sql/0014_cell_statement.sql``: each row's cell
   row of ``run_<id>_cells`` by primary key, its class's top hubs, the fill, scored
   ``h_c + w h_{c,K,r}`` with ``w = cell_weight(eps)`` passed from Python so both sides rank with
   the same float64 numbers; the answers are exactly :meth:`pm_vector.shortlist.CellShortlist.shortlist`'s)

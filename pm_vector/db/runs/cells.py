@@ -40,7 +40,7 @@ none) refuses cell requests with a message that says to run a full embedding job
 class rows keep serving.
 
 The statement that answers a request from these tables is ``pm_vector.pm_cell_shortlist_sql``
-(``sql/0013_cells.sql``); it computes exactly
+(``sql/0014_cell_statement.sql``, each row ranked on its own with a top-k' sort); it computes exactly
 :meth:`pm_vector.shortlist.CellShortlist.shortlist` on the same graph.
 """
 
