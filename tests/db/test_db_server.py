@@ -178,3 +178,16 @@ def test_url_helpers():
     assert postgres.sqlalchemy_url("postgresql://a@h/d") == "postgresql+psycopg://a@h/d"
     assert postgres.redact("postgresql://user:pa%40ss@host/db") == "postgresql://user:***@host/db"
     assert postgres.redact("postgresql://postgres:@/db?host=/x") == "postgresql://postgres:@/db?host=/x"
+
+
+def test_shared_buffers_are_a_quarter_of_memory_within_bounds(db):
+    """A new embedded data directory gets shared_buffers by the rule (PostgreSQL's 128 MB default
+    holds little of a large collection), and the rule clamps to [128 MB, 4 GB]."""
+    from pm_vector.db.postgres.embedded import SHARED_BUFFERS_MAX_MB, SHARED_BUFFERS_MIN_MB, shared_buffers_mb
+
+    assert shared_buffers_mb(0) == SHARED_BUFFERS_MIN_MB == 128
+    assert shared_buffers_mb(256 * 2**20) == 128 and shared_buffers_mb(4 * 2**30) == 1024
+    assert shared_buffers_mb(24 * 2**30) == SHARED_BUFFERS_MAX_MB == 4096 == shared_buffers_mb(64 * 2**30)
+    with db.connect() as c:
+        blocks, unit = c.execute("SELECT setting::bigint, unit FROM pg_settings WHERE name = 'shared_buffers'").fetchone()
+    assert unit == "8kB" and blocks * 8 // 1024 == shared_buffers_mb()

