@@ -134,6 +134,52 @@ def test_resolve_equals_the_in_memory_cell_shortlist_with_one_statement(cserved,
     assert c.statements <= 3 * n  # + the snapshot's BEGIN and the run's metadata
 
 
+@pytest.mark.parametrize("code_bytes", [32, 64])
+def test_the_compact_cell_answer_is_the_full_answer_in_three_values_per_row(cserved, conn, code_bytes):
+    """The compact statement (one row per answer row: ids, code prefixes and payloads aggregated by
+    rank) answers the full statement's candidates, in its order, with the same codes and payloads,
+    in one statement; every row alike."""
+    import pm_vector.db as pdb
+    from pm_vector.db.resolve.resolution import resolve
+
+    name, rid = cserved["name"], cserved["run"]["run_id"]
+    stored = {int(i): bytes(c) for i, c in conn.execute(f"SELECT item_id, code FROM pm_vector.run_{rid}_codes")}
+    c = _Counting(pdb.connect())
+    try:
+        for K in cserved["cells"].levels_[:3]:
+            for req in _requests(cserved, 4.0, K, n=2, seed=int(K) + 100):
+                full = resolve(name, req, log=False)
+                compact = resolve(name, req, conn=c, compact=True, code_bytes=code_bytes, log=False)
+                assert compact["answer"] == "compact" and compact["codes"]["bytes"] == code_bytes
+                assert len(compact["rows"]) == len(full["rows"]) == req.n_rows
+                for r, (row, frow) in enumerate(zip(compact["rows"], full["rows"])):
+                    assert set(row) == {"row", "item_ids", "codes", "payloads"} and row["row"] == r
+                    assert row["item_ids"].dtype == np.uint32 and row["item_ids"].tolist() == frow["item_ids"]
+                    assert row["payloads"] == frow["payloads"] and len(row["payloads"]) == KP
+                    assert row["codes"].shape == (KP, code_bytes) and row["codes"].dtype == np.uint8
+                    want = [stored[i][:code_bytes] for i in frow["item_ids"]]
+                    assert [bytes(v) for v in row["codes"]] == want
+    finally:
+        c.close()
+    assert c.cell_statements == 6
+
+
+def test_compact_groups_fills_rows_without_candidates_and_refuses_parts_that_disagree():
+    from pm_vector.db.resolve.requests import compact_groups
+
+    ids = np.array([5, 2**33], ">i8").tobytes()
+    rows = compact_groups(3, [(2, ids, bytes(range(8)), [{"a": 1}, None])], 4)
+    assert [r["row"] for r in rows] == [0, 1, 2]
+    assert rows[1]["item_ids"].tolist() == [5, 2**33] and rows[1]["item_ids"].dtype == np.int64  # does not fit uint32
+    assert rows[1]["codes"].tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]] and rows[1]["payloads"] == [{"a": 1}, None]
+    assert rows[0]["item_ids"].size == 0 and rows[0]["codes"].shape == (0, 4) and rows[2]["payloads"] == []
+    small = compact_groups(1, [(1, ids[:8], bytes(4), [None])], 4)
+    assert small[0]["item_ids"].dtype == np.uint32 and "payloads" not in small[0]  # no candidate has a payload
+    for bad in ([(1, ids, bytes(7), [None, None])], [(1, ids, bytes(8), [None])], [(3, ids, bytes(8), [None, None])]):
+        with pytest.raises(ValueError, match="compact statement"):
+            compact_groups(2, bad, 4)
+
+
 def test_sql_function_answers_sql_callers_alike(cserved, conn):
     from pm_vector.db.resolve.resolution import resolve
 

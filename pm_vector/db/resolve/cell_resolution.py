@@ -25,14 +25,12 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-import numpy as np
-
 from ...protocol.cells import CellRequest
 from ...protocol.formats import CELL_FORMAT
 from ...errors import RequestError
 from ..errors import CellsDigestMismatchError, CellsUnavailableError  # noqa: F401  (CellsUnavailable: PM009 in SQL)
-from .answer import item_joins, log_on_primary, prepare_connection
-from .requests import answer_rows, finish, run_snapshot
+from .answer import compact_columns, item_joins, log_on_primary, prepare_connection
+from .requests import answer_rows, compact_groups, finish, run_snapshot
 
 
 def check_against_run(meta: Mapping[str, Any], req: CellRequest, collection: str) -> dict[str, Any]:
@@ -63,14 +61,20 @@ def check_against_run(meta: Mapping[str, Any], req: CellRequest, collection: str
 
 
 def statement(coll: Mapping[str, Any], include_features: bool, sharded: bool, *, codes_run_id: int | None = None,
-              kahm_model_id: int | None = None, code_bytes: int | None = None) -> str:
+              kahm_model_id: int | None = None, code_bytes: int | None = None, compact: bool = False) -> str:
     """The one statement: every row's ranked candidates (``row_index, rank, item_id``), with their
     items: ``row_index, rank, item_id, external_id, label, score, payload[, features][, code]
-    [, predicted, scores]``. Parameters: run id, [placement,] level, classes, reports, w, k'."""
-    extra, joins = item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes)
+    [, predicted, scores]``; ``compact`` (with ``codes_run_id`` and ``code_bytes``): one row per
+    answer row, ``row_index`` and :func:`~pm_vector.db.resolve.answer.compact_columns` by rank.
+    Parameters: run id, [placement,] level, classes, reports, w, k'."""
     src = ("pm_vector.pm_cell_shortlist_sharded(%s, %s::jsonb, %s, %s::bigint[], %s::integer[], %s::float8, %s)"
            if sharded else
            "pm_vector.pm_cell_shortlist_core(%s, %s, %s::bigint[], %s::integer[], %s::float8, %s)")
+    if compact:
+        _, joins = item_joins(coll, False, codes_run_id, None, code_bytes)
+        return (f"SELECT s.row_index, {compact_columns(code_bytes, 's.rank')}"
+                f" FROM {src} AS s{joins} GROUP BY s.row_index ORDER BY s.row_index")
+    extra, joins = item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes)
     return (f"SELECT s.row_index, s.rank, s.item_id, i.external_id, i.label, s.score, i.payload{extra}"
             f" FROM {src} AS s{joins} ORDER BY s.row_index, s.rank")
 
@@ -98,7 +102,7 @@ def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_fe
     ``"cells"`` and ``n_cells``; a full answer's ``rows[c]``: ``{"row", "item_ids", "external_ids",
     "labels", "scores", "payloads"[, "features"][, "codes"][, "predicted", "class_scores"]}``,
     best first; ``compact``: :func:`pm_vector.db.resolve.requests.compact_rows`."""
-    from .requests import _check_k_prime, check_codes, compact_rows
+    from .requests import _check_k_prime, check_codes
 
     kp = _check_k_prime(req.shortlist if k_prime is None else k_prime)
     want_codes = compact or code_bytes is not None
@@ -115,22 +119,28 @@ def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_fe
         extra = {"feature_dim": int(coll["feature_dim"]) if include_features else None,
                  "code_dim": code_dim, "kahm": kahm_id is not None}
         sql = statement(coll, include_features, bool(doc.get("shards")),
-                        codes_run_id=run_id if want_codes else None, kahm_model_id=kahm_id, code_bytes=code_dim)
+                        codes_run_id=run_id if want_codes else None, kahm_model_id=kahm_id, code_bytes=code_dim,
+                        compact=compact)
         rows = rconn.execute(sql, statement_params(run_id, doc, req, kp), binary=True).fetchall()
-        out_rows = answer_rows(rows, req.n_rows, "scores", **extra)
+        if compact:
+            out_rows = compact_groups(req.n_rows, rows, code_dim)
+            n_found = sum(int(r["item_ids"].size) for r in out_rows)
+        else:
+            out_rows = answer_rows(rows, req.n_rows, "scores", **extra)
+            n_found = len(rows)
         timings["shortlist"] = (time.perf_counter() - t) * 1e3
         if read_conn is None:
-            log_id = finish(rconn, collection, req, raw, run_id=run_id, n_rows=len(rows), received=received, t0=t0,
+            log_id = finish(rconn, collection, req, raw, run_id=run_id, n_rows=n_found, received=received, t0=t0,
                             log=log, timings=timings)
         else:  # read on a replica: end its snapshot; the log goes to the primary, before the answer
             rconn.rollback()
     if read_conn is not None:
-        log_id = log_on_primary(conn, collection, req, raw, run_id=run_id, n_rows=len(rows), received=received,
+        log_id = log_on_primary(conn, collection, req, raw, run_id=run_id, n_rows=n_found, received=received,
                                 t0=t0, log=log, timings=timings)
     timings["total"] = (time.perf_counter() - t0) * 1e3
     return {"collection": collection, "run_id": run_id, "format": CELL_FORMAT, "release": "cells",
             "answer": "compact" if compact else "full", "n_cells": int(req.n_cells), "k_prime": kp,
-            "n_query_rows": req.n_rows, "rows": compact_rows(out_rows) if compact else out_rows,
+            "n_query_rows": req.n_rows, "rows": out_rows,
             "kahm": None if kahm_id is None else {"model_id": int(kahm_id),
                                                   "classes": [int(c) for c in coll["kahm_classes"]]},
             "codes": None if code_dim is None else {"bytes": int(code_dim), "digest": digest},

@@ -314,13 +314,32 @@ def compact_rows(rows: list[dict]) -> list[dict]:
     the answer does not depend on which row is real). External ids, labels, scores and KAHM
     class scores are left out: they would cost more than the codes."""
     with_payloads = any(p is not None for r in rows for p in r.get("payloads", ()))
-    small = all(0 <= int(v) < 2 ** 32 for r in rows
-                for v in (min(r["item_ids"], default=0), max(r["item_ids"], default=0)))
+    ids_of = [np.asarray(r["item_ids"], dtype=np.int64) for r in rows]
+    small = all(v.size == 0 or (int(v.min()) >= 0 and int(v.max()) < 2 ** 32) for v in ids_of)
     out = []
-    for r in rows:
-        ids = np.asarray(r["item_ids"], dtype=np.int64)
+    for r, ids in zip(rows, ids_of):
         o = {"row": r["row"], "item_ids": ids.astype(np.uint32) if small else ids, "codes": r["codes"]}
         if with_payloads:
             o["payloads"] = list(r["payloads"])
         out.append(o)
     return out
+
+
+def compact_groups(n_rows: int, groups, code_dim: int) -> list[dict]:
+    """The compact answer's rows (:func:`compact_rows`) from a compact statement's groups
+    (:func:`pm_vector.db.resolve.answer.compact_columns`): ``(row, ids, codes, payloads)`` per row
+    that has candidates (``row`` 1-based; ``ids`` the big-endian int64 ids in rank order, one bytea;
+    ``codes`` their ``code_dim``-byte prefixes, one bytea; ``payloads`` a list). A row without
+    candidates gets empty arrays. Raises ``ValueError`` when a group's parts disagree in length
+    (a statement that lost a candidate's code or payload)."""
+    rows = [{"row": i, "item_ids": np.zeros(0, np.int64), "codes": np.zeros((0, code_dim), np.uint8),
+             "payloads": []} for i in range(n_rows)]
+    for row, ids, codes, payloads in groups:
+        ids = np.frombuffer(bytes(ids), dtype=">i8").astype(np.int64)
+        codes = np.frombuffer(bytes(codes), dtype=np.uint8)
+        payloads = list(payloads)
+        if codes.size != ids.size * code_dim or len(payloads) != ids.size or not 1 <= int(row) <= n_rows:
+            raise ValueError(f"a compact statement's row {row} has {ids.size} ids, {codes.size} code bytes and "
+                             f"{len(payloads)} payloads")
+        rows[int(row) - 1].update(item_ids=ids, codes=codes.reshape(ids.size, code_dim), payloads=payloads)
+    return compact_rows(rows)

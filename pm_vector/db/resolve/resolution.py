@@ -40,7 +40,8 @@ run publishes product codes) every candidate of every row carries that prefix of
 (``run_<id>_codes``, see :mod:`pm_vector.db.runs.class_rows`; a published stage width). The
 **compact answer** (``compact=True``; the service's default) carries per row only the
 candidates' ids, their codes and, when the answer has any, their payloads
-(:func:`pm_vector.db.resolve.requests.compact_rows`); the client re-ranks by
+(:func:`pm_vector.db.resolve.requests.compact_rows`), fetched as three values per row
+(:func:`pm_vector.db.resolve.answer.compact_columns`); the client re-ranks by
 :meth:`~pm_vector.manifold.codes.ProductCodes.distances` with the codes published with
 :func:`public_anchor`. When the collection has a KAHM model every candidate of a full answer
 also carries its class scores, as on the PrivateMail path. Codes and scores are joined in the
@@ -68,7 +69,7 @@ from ...protocol.class_rows import QueryRequest
 from ...protocol.formats import CLASS_ROWS_FORMAT
 from ...errors import InvalidInputError, RequestError
 from . import run_graph
-from .answer import Int8Array, item_joins, log_on_primary, prepare_connection
+from .answer import Int8Array, compact_columns, item_joins, log_on_primary, prepare_connection
 from ..postgres import connect
 from ..errors import ClassRowsUnavailableError, DimensionMismatchError, FramesDigestMismatchError
 from .frame import _run_row, class_frames, client_frame, public_anchor  # noqa: F401  (the public-anchor API)
@@ -83,7 +84,7 @@ from .requests import (
     answer_rows,
     assemble_answer,
     check_codes,
-    compact_rows,
+    compact_groups,
     finish,
     run_snapshot,
 )
@@ -236,20 +237,35 @@ SQL_SOURCE = ("(SELECT x.row_index, x.rank, x.item_id, x.score "
 
 
 def _shortlist_statement(coll: Mapping[str, Any], include_features: bool, *, codes_run_id: int | None = None,
-                         kahm_model_id: int | None = None, code_bytes: int | None = None) -> str:
+                         kahm_model_id: int | None = None, code_bytes: int | None = None,
+                         compact: bool = False) -> str:
     """pm_shortlist's candidates with their items: ``row_index, rank, item_id, external_id,
     label, score, payload[, features][, code][, predicted, scores]`` (sharded and older runs).
     ``codes_run_id``: join every candidate's code (its first ``code_bytes``) from that run's
-    ``run_<id>_codes``; ``kahm_model_id``: join every candidate's stored KAHM class scores."""
+    ``run_<id>_codes``; ``kahm_model_id``: join every candidate's stored KAHM class scores;
+    ``compact``: one row per answer row, ``row_index`` and
+    :func:`~pm_vector.db.resolve.answer.compact_columns` by rank."""
+    if compact:
+        _, joins = item_joins(coll, False, codes_run_id, None, code_bytes)
+        return (f"SELECT s.row_index, {compact_columns(code_bytes, 's.rank')}"
+                f" FROM {SQL_SOURCE} AS s{joins} GROUP BY s.row_index ORDER BY s.row_index")
     extra, joins = item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes)
     return (f"SELECT s.row_index, s.rank, s.item_id, i.external_id, i.label, s.score, i.payload{extra}"
             f" FROM {SQL_SOURCE} AS s{joins} ORDER BY s.row_index, s.rank")
 
 
 def _items_statement(coll: Mapping[str, Any], include_features: bool, *, codes_run_id: int | None = None,
-                     kahm_model_id: int | None = None, code_bytes: int | None = None) -> str:
+                     kahm_model_id: int | None = None, code_bytes: int | None = None,
+                     compact: bool = False) -> str:
     """The items of candidates ranked here (one parameter: their ids, bigint[], in answer order):
-    ``external_id, label, payload[, features][, code][, predicted, scores]`` in that order."""
+    ``external_id, label, payload[, features][, code][, predicted, scores]`` in that order;
+    ``compact`` (a second parameter: their 1-based rows, integer[]): one row per answer row,
+    ``row_index`` and :func:`~pm_vector.db.resolve.answer.compact_columns` in answer order."""
+    if compact:
+        _, joins = item_joins(coll, False, codes_run_id, None, code_bytes)
+        return (f"SELECT s.row_index, {compact_columns(code_bytes, 's.ord')} FROM unnest(%s::bigint[], "
+                f"%s::integer[]) WITH ORDINALITY AS s(item_id, row_index, ord){joins}"
+                f" GROUP BY s.row_index ORDER BY s.row_index")
     extra, joins = item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes)
     return (f"SELECT i.external_id, i.label, i.payload{extra} FROM unnest(%s::bigint[]) WITH ORDINALITY "
             f"AS s(item_id, ord){joins} ORDER BY s.ord")
@@ -334,7 +350,15 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
         prepare_connection(rconn)
         extra = {"feature_dim": int(coll["feature_dim"]) if include_features else None,
                  "code_dim": code_dim, "kahm": kahm_id is not None}
-        if run_graph.supports(rconn, meta):
+        if run_graph.supports(rconn, meta) and compact:
+            row_of, ids, _ = _scored_candidates(rconn, meta, doc, req, kp, timings)
+            t_fetch = time.perf_counter()
+            groups = rconn.execute(_items_statement(coll, False, compact=True, **joins),
+                                   [Int8Array(ids), row_of.astype(np.int32).tolist()], binary=True,
+                                   prepare=True).fetchall()
+            out_rows = compact_groups(req.n_rows, groups, code_dim)
+            n_found = int(ids.size)
+        elif run_graph.supports(rconn, meta):
             row_of, ids, scores = _scored_candidates(rconn, meta, doc, req, kp, timings)
             t_fetch = time.perf_counter()
             items = rconn.execute(_items_statement(coll, include_features, **joins), [Int8Array(ids)],
@@ -346,11 +370,15 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
             n_found = int(ids.size)
         else:  # sharded runs, runs built before migration 0009: ranked by pm_shortlist in the database
             t_fetch = t
-            rows = rconn.execute(_shortlist_statement(coll, include_features, **joins),
+            rows = rconn.execute(_shortlist_statement(coll, include_features, compact=compact, **joins),
                                  [collection, np.asarray(req.rows, dtype=np.float64).tolist(),
                                   [float(v) for v in req.sigmas], kp], binary=True).fetchall()
-            out_rows = answer_rows(rows, req.n_rows, "scores", **extra)
-            n_found = len(rows)
+            if compact:
+                out_rows = compact_groups(req.n_rows, rows, code_dim)
+                n_found = sum(int(r["item_ids"].size) for r in out_rows)
+            else:
+                out_rows = answer_rows(rows, req.n_rows, "scores", **extra)
+                n_found = len(rows)
         timings["fetch"] = (time.perf_counter() - t_fetch) * 1e3
         timings["shortlist"] = (time.perf_counter() - t) * 1e3
         if read_conn is None:
@@ -365,7 +393,7 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
     timings["total"] = (time.perf_counter() - t0) * 1e3
     return {"collection": collection, "run_id": run_id, "format": CLASS_ROWS_FORMAT,
             "answer": "compact" if compact else "full", "k_prime": kp, "n_query_rows": C,
-            "rows": compact_rows(out_rows) if compact else out_rows,
+            "rows": out_rows,
             "kahm": None if kahm_id is None else {"model_id": int(kahm_id),
                                                   "classes": [int(c) for c in coll["kahm_classes"]]},
             "codes": None if code_dim is None else {"bytes": int(code_dim), "digest": digest},
