@@ -148,6 +148,13 @@ def test_bench_latency_and_scale_small(home):
 
     assert (pm["answer"], pm["shortlist"], pm["code_bytes"]) == ("compact",
                                                                  *compact_answer_shape(10, "gaussian", 1.0, (32, 64)))
+    # both releases by default: the cell release (the default one) too, one statement per request
+    ce = r["cells"]
+    assert (ce["answer"], ce["shortlist"], ce["code_bytes"]) == ("compact",
+                                                                 *compact_answer_shape(10, "cells", 1.0, (32, 64)))
+    assert ce["statements_per_request"] == 1 and ce["resolve_p50_ms"] > 0
+    with db.connect() as conn:  # the server's buffer cache, as measured with
+        assert out["setup"]["shared_buffers"] == conn.execute("SHOW shared_buffers").fetchone()[0]
     full = _json(["bench", "latency", "--items", "1500", "--anchors", "200", "--rows", "10", "--dim", "16",
                   "--repeats", "2", "--release", "cells", "--answer", "full", "--shortlist", "24", "--json"])
     ce = full["results"][0]["cells"]

@@ -23,7 +23,8 @@ anchors, runs the server's embedding job, and measures, over ``repeats`` queries
 (c') ``plain_kprime``: the same C plain queries returning ``k'`` items each (``ef_search`` k'),
     as many items as a pm_vector answer carries.
 
-(b'') ``cells`` (with ``release="cells"`` or ``"both"``): the cell release -- the client's
+(b'') ``cells`` (with ``release="cells"`` or ``"both"``, the default: the cell release is the
+    default release below eps 512): the cell release -- the client's
     request (one reported public cell per class, :class:`pm_vector.client.cells.PrivateCellKNN`
     on the published cells, K by the public rule for eps) and its resolve: the ``k'`` candidates
     of every row ranked and joined with their items by ONE statement
@@ -34,6 +35,10 @@ ids and code prefixes, ``k'`` and the prefix by the public rule
 :func:`~pm_vector.manifold.codes.compact_answer_shape` of each release: 130 x 32 B for the cell
 release and 69 x 64 B for the Gaussian at C = 10), or with ``answer="full"`` ``k'`` =
 ``shortlist`` with external ids, labels and payloads.
+
+``setup.shared_buffers`` is the database's buffer cache (the embedded server's: a quarter of the
+machine's memory within [128 MB, 4 GB]): at 10^6 items it decides whether the candidates' pages
+are still in it once the plain queries have passed.
 
 ``ratio = resolve_p50 / plain_p50`` (and ``pm_vector.ratio`` for (b'), ``pm_vector.ratio_kprime``
 against (c')). Everything the benchmark creates is dropped at the end.
@@ -77,7 +82,7 @@ class LatencyConfig:
     graph_degree: int = 16
     max_prior: int = MAX_PRIOR
     seed: int = 0
-    release: str = "gaussian"  # which pm_vector release(s) to time: gaussian, cells or both
+    release: str = "both"  # which pm_vector release(s) to time: gaussian, cells or both
     # the pm_vector answers timed: "compact" (the default answer: ids and code prefixes, k' and the
     # prefix by the public rule compact_answer_shape per release) or "full" (k' = shortlist, with
     # external ids, labels and payloads)
@@ -214,6 +219,7 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
     conn = None
     try:
         conn = db.connect(autocommit=True)
+        setup["shared_buffers"] = conn.execute("SELECT current_setting('shared_buffers')").fetchone()[0]
         d = Xs.shape[1]
         ident = sql.Identifier("pm_vector", raw_table)
         plain_sql = None

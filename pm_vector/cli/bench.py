@@ -214,8 +214,9 @@ def latency(
     max_prior: int = typer.Option(512, help="Prior items the pm_vector shortlist weights one by one per row "
                                   "(the default of new collections, pm_vector.shortlist.MAX_PRIOR)."),
     seed: int = typer.Option(0, help="Seed of the data, the split and the clients (reproducible)."),
-    release: str = typer.Option("gaussian", help="pm_vector release(s) timed beside the paper's: gaussian (noised "
-                                                 "class rows), cells (one reported public cell per class) or both."),
+    release: str = typer.Option("both", help="pm_vector release(s) timed beside the paper's: gaussian (noised "
+                                             "class rows), cells (one reported public cell per class, the default "
+                                             "release) or both."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
 ):
     """Latency: client step, server resolution (one statement) and plain pgvector k-NN, p50/p95.
@@ -267,7 +268,8 @@ def latency(
         if ce.get("resolve_parts_p50_ms"):
             parts = ", ".join(f"{a} {b:.1f}" for a, b in ce["resolve_parts_p50_ms"].items())
             err.print(f"C={r['rows']}: cells resolve p50 parts (ms, K {ce['n_cells']}): {parts}")
-    err.print(f"load average before/after: {result['load_average']['before']} / {result['load_average']['after']}")
+    err.print(f"load average before/after: {result['load_average']['before']} / {result['load_average']['after']}; "
+              f"shared_buffers {result['setup'].get('shared_buffers')}")
 
 
 def _run_printing(run, as_json: bool):
