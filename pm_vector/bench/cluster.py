@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
@@ -89,22 +88,18 @@ def run(cfg: ClusterBenchConfig, progress: Callable[[str], None] | None = None) 
 
     import pm_vector.db as db
     from ..client.query import PrivateKNN
-    from ..db import cluster
+    from ..db import postgres
+    from ..db.postgres import cluster
     from ..db.runs.jobs import anchor_frame_embed_fn
     from ..db.resolve.resolution import resolve
     from ..manifold.class_frames import ClassFrames
     from ..privacy import secure_generator
+    from ._home import private_home
     from .latency import clustered
 
     say = progress or (lambda s: None)
-    keys = ("PM_VECTOR_HOME", "PM_VECTOR_DATABASE_URL", "PM_VECTOR_EMBEDDED_FAST")
-    saved = {k: os.environ.get(k) for k in keys}
-    tmp = tempfile.TemporaryDirectory(prefix="pm_bench_cluster_")
-    os.environ["PM_VECTOR_HOME"] = tmp.name
-    os.environ.pop("PM_VECTOR_DATABASE_URL", None)
-    os.environ["PM_VECTOR_EMBEDDED_FAST"] = "1"
     out: dict[str, Any] = {"config": asdict(cfg), "same_answers": True, "configs": []}
-    try:
+    with private_home("pm_bench_cluster_", stop=postgres.stop_cluster):
         say(f"starting a coordinator, {cfg.shards} shard(s) and {cfg.replicas} replica(s)")
         st = cluster.start(cfg.shards, cfg.replicas)
         coord = cluster.coordinator_url()
@@ -234,13 +229,3 @@ def run(cfg: ClusterBenchConfig, progress: Callable[[str], None] | None = None) 
         out["machine"] = {"cpus": os.cpu_count(),
                           "note": "every node runs on this machine: shards compete for the same cores"}
         return out
-    finally:
-        from ..db import engine
-
-        engine.dispose_engines()
-        try:
-            cluster.stop()
-        finally:
-            for k, v in saved.items():
-                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-            tmp.cleanup()

@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -84,77 +83,63 @@ def run(cfg: MemoryConfig, progress: Callable[[str], None] | None = None,
     import httpx
 
     from .. import db
-    from ..db import engine, server
+    from ..db import postgres
     from ..db.kahm.roles import fit_kahm_models
     from ..service.auth import create_key
     from ..service.runner import free_port
+    from ._home import private_home
 
     say = progress or (lambda s: None)
-    keys = ("PM_VECTOR_HOME", "PM_VECTOR_DATABASE_URL", "PM_VECTOR_EMBEDDED_FAST")
-    saved = {k: os.environ.get(k) for k in keys}
-    tmp = tempfile.TemporaryDirectory(prefix="pm_bench_memory_")
-    os.environ["PM_VECTOR_HOME"] = tmp.name
-    os.environ.pop("PM_VECTOR_DATABASE_URL", None)
-    os.environ["PM_VECTOR_EMBEDDED_FAST"] = "1"
     proc = None
-    try:
-        say("starting a private embedded server and a collection with a KAHM model")
-        server.start()
-        rng = np.random.default_rng(cfg.seed)
-        per = cfg.items // 10
-        X = rng.normal(size=(10 * per, cfg.dim)) + np.repeat(np.eye(10, cfg.dim) * 4, per, axis=0)
-        y = np.repeat(np.arange(10), per)
-        db.create_collection("memory", cfg.dim, list(range(10)), settings={"kahm": {"raw_distances": True}})
-        db.ingest("memory", X, y)
-        fit_kahm_models("memory", n_components=8)
-        key = create_key("memory bench")["key"]
-        port = free_port()
-        senv = {**os.environ, **(env or {}), "PM_VECTOR_SERVICE_MAX_ROWS": "100000",
-                "PM_VECTOR_SERVICE_REQUEST_LOG_RETENTION_DAYS": "0"}
-        proc = subprocess.Popen([sys.executable, "-c", "from pm_vector.cli import main; main()", "serve", "--port",
-                                 str(port), "--log-level", "warning"], env=senv, stdin=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}"
-        _wait_up(url, proc)
-        body, n_rows = body_of(cfg)
-        say(f"{cfg.rounds} rounds of {cfg.parallel} parallel calls of {len(body) / 1e6:.1f} MB ({n_rows} rows)")
-        headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-        statuses: dict[str, int] = {}
-        series = []
-        start_rss = rss_mb(proc.pid)
-        t0 = time.monotonic()
-        with httpx.Client(timeout=600, limits=httpx.Limits(max_connections=cfg.parallel)) as client, \
-                ThreadPoolExecutor(cfg.parallel) as ex:
-            def call(_):
-                return client.post(f"{url}/collections/memory/kahm/distances", content=body, headers=headers)
-
-            for r in range(cfg.rounds):
-                for resp in ex.map(call, range(cfg.parallel)):
-                    statuses[str(resp.status_code)] = statuses.get(str(resp.status_code), 0) + 1
-                series.append(round(rss_mb(proc.pid), 1))
-                if (r + 1) % 10 == 0:
-                    say(f"round {r + 1}: RSS {series[-1]:.0f} MB")
-        seconds = time.monotonic() - t0
-        time.sleep(cfg.idle_s)
-        idle = round(rss_mb(proc.pid), 1)
-        return {"config": asdict(cfg), "body_mb": round(len(body) / 1e6, 2), "rows": n_rows,
-                "service_env": {k: v for k, v in (env or {}).items()}, "rss_start_mb": round(start_rss, 1),
-                "rss_mb": series, "rss_max_mb": max(series), "rss_growth_mb": round(series[-1] - series[0], 1),
-                "rss_after_idle_mb": idle, "statuses": statuses, "seconds": round(seconds, 1)}
-    finally:
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with private_home("pm_bench_memory_", stop=postgres.stop):
         try:
-            engine.dispose_engines()
-            server.stop()
+            say("starting a private embedded server and a collection with a KAHM model")
+            postgres.start()
+            rng = np.random.default_rng(cfg.seed)
+            per = cfg.items // 10
+            X = rng.normal(size=(10 * per, cfg.dim)) + np.repeat(np.eye(10, cfg.dim) * 4, per, axis=0)
+            y = np.repeat(np.arange(10), per)
+            db.create_collection("memory", cfg.dim, list(range(10)), settings={"kahm": {"raw_distances": True}})
+            db.ingest("memory", X, y)
+            fit_kahm_models("memory", n_components=8)
+            key = create_key("memory bench")["key"]
+            port = free_port()
+            senv = {**os.environ, **(env or {}), "PM_VECTOR_SERVICE_MAX_ROWS": "100000",
+                    "PM_VECTOR_SERVICE_REQUEST_LOG_RETENTION_DAYS": "0"}
+            proc = subprocess.Popen([sys.executable, "-c", "from pm_vector.cli import main; main()", "serve", "--port",
+                                     str(port), "--log-level", "warning"], env=senv, stdin=subprocess.DEVNULL)
+            url = f"http://127.0.0.1:{port}"
+            _wait_up(url, proc)
+            body, n_rows = body_of(cfg)
+            say(f"{cfg.rounds} rounds of {cfg.parallel} parallel calls of {len(body) / 1e6:.1f} MB ({n_rows} rows)")
+            headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+            statuses: dict[str, int] = {}
+            series = []
+            start_rss = rss_mb(proc.pid)
+            t0 = time.monotonic()
+            with httpx.Client(timeout=600, limits=httpx.Limits(max_connections=cfg.parallel)) as client, \
+                    ThreadPoolExecutor(cfg.parallel) as ex:
+                def call(_):
+                    return client.post(f"{url}/collections/memory/kahm/distances", content=body, headers=headers)
+
+                for r in range(cfg.rounds):
+                    for resp in ex.map(call, range(cfg.parallel)):
+                        statuses[str(resp.status_code)] = statuses.get(str(resp.status_code), 0) + 1
+                    series.append(round(rss_mb(proc.pid), 1))
+                    if (r + 1) % 10 == 0:
+                        say(f"round {r + 1}: RSS {series[-1]:.0f} MB")
+            seconds = time.monotonic() - t0
+            time.sleep(cfg.idle_s)
+            idle = round(rss_mb(proc.pid), 1)
+            return {"config": asdict(cfg), "body_mb": round(len(body) / 1e6, 2), "rows": n_rows,
+                    "service_env": {k: v for k, v in (env or {}).items()}, "rss_start_mb": round(start_rss, 1),
+                    "rss_mb": series, "rss_max_mb": max(series), "rss_growth_mb": round(series[-1] - series[0], 1),
+                    "rss_after_idle_mb": idle, "statuses": statuses, "seconds": round(seconds, 1)}
         finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-            tmp.cleanup()
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()

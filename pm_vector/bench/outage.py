@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import signal
 import statistics
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -173,23 +172,18 @@ def run(cfg: OutageConfig, progress: Callable[[str], None] | None = None) -> dic
     from .. import db
     from ..client.http import Client
     from ..datasets import load_dataset, split_dataset
-    from ..db import engine, server
+    from ..db import postgres
     from ..db.runs.jobs import anchor_frame_embed_fn
     from ..service.auth import create_key
-    from ..service.demo import prepare_collection
+    from .demo import prepare_collection
     from ..service.runner import ServiceThread
     from ..service.settings import ServiceSettings
+    from ._home import private_home
 
     say = progress or (lambda s: None)
-    keys = ("PM_VECTOR_HOME", "PM_VECTOR_DATABASE_URL", "PM_VECTOR_EMBEDDED_FAST")
-    saved = {k: os.environ.get(k) for k in keys}
-    tmp = tempfile.TemporaryDirectory(prefix="pm_bench_outage_")
-    os.environ["PM_VECTOR_HOME"] = tmp.name
-    os.environ.pop("PM_VECTOR_DATABASE_URL", None)
-    os.environ["PM_VECTOR_EMBEDDED_FAST"] = "1"
-    try:
+    with private_home("pm_bench_outage_", stop=postgres.stop):
         say("starting a private embedded server and a digits collection")
-        server.start()
+        postgres.start()
         split = split_dataset(load_dataset("digits"), 800, 300, 150, 40, seed=0)
         prepare_collection("outage", split, allow_raw_features=True)
         db.run_embedding_job("outage", {"n_components": 8}, 0, embed_fn=anchor_frame_embed_fn)
@@ -207,7 +201,7 @@ def run(cfg: OutageConfig, progress: Callable[[str], None] | None = None) -> dic
                 before = prober.snapshot()
                 with db.connect(autocommit=True) as conn:  # the fast test server: write out what is committed
                     conn.execute("CHECKPOINT")
-                engine.dispose_engines()
+                postgres.dispose_engines()
                 say(f"SIGKILL of PostgreSQL; restarting it in {cfg.seconds:g} s")
                 kill_embedded_server()
                 t_kill = time.monotonic()  # the server and its backends are gone
@@ -217,7 +211,7 @@ def run(cfg: OutageConfig, progress: Callable[[str], None] | None = None) -> dic
                 poller = threading.Thread(target=lambda: accepted.append(wait_accepting(url, stop)), daemon=True)
                 poller.start()
                 t_restart = time.monotonic()
-                server.start()
+                postgres.start()
                 t_started = time.monotonic()
                 poller.join(timeout=60)
                 stop.set()
@@ -238,14 +232,3 @@ def run(cfg: OutageConfig, progress: Callable[[str], None] | None = None) -> dic
                "restart_s": round(t_started - t_restart, 2), "before_200": _ms(base),
                **summarize(records, t_kill, t_accept)}
         return out
-    finally:
-        try:
-            engine.dispose_engines()
-            server.stop()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-            tmp.cleanup()
