@@ -68,14 +68,14 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
 
     ``progress(task, done, total)`` reports steps; ``keep``: leave the collection in the database."""
     from .. import db
-    from ..bench.metrics import precision_at_k, recall_at_k
+    from .metrics import precision_at_k, recall_at_k
     from ..client.budget import PrivacyBudget
     from ..client.http import Client
     from ..datasets import load_dataset, split_dataset
     from ..neighbors import knn_search
-    from .auth import create_key, revoke_key
-    from .runner import ServiceThread
-    from .settings import ServiceSettings
+    from ..service.auth import create_key, revoke_key
+    from ..service.runner import ServiceThread
+    from ..service.settings import ServiceSettings
 
     t_start = time.perf_counter()
     say = log or (lambda s: None)

@@ -191,7 +191,7 @@ class _Subprocess:
     """``pm-vector serve`` in a child process on a free loopback port."""
 
     def __init__(self, pool_max: int):
-        from .runner import free_port
+        from ..service.runner import free_port
 
         self.port = free_port()
         code = "import typer; from pm_vector.cli.service import serve; typer.run(serve)"  # == `pm-vector serve`
@@ -234,7 +234,7 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
     from .. import db
     from ..client.budget import MemoryBudget
     from ..client.http import Client
-    from .auth import create_key, revoke_key
+    from ..service.auth import create_key, revoke_key
 
     say = log or (lambda s: None)
     if int(requests) < 1 or float(duration) <= 0 or int(concurrency) < 1 or int(n_distinct) < 1:

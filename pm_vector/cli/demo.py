@@ -27,7 +27,7 @@ def demo(
 
     Example: pm-vector demo --dataset digits --epsilons 1,4,16 --json
     """
-    from ..service.demo import run_demo
+    from ..bench.demo import run_demo
 
     eps = _floats(epsilons)
     if wire not in ("msgpack", "json"):

@@ -166,7 +166,7 @@ def load(
 
     Example: pm-vector bench load --classes 10 --concurrency 16 --workers 2 --requests 2000 --duration 20 --json
     """
-    from ..service.loadtest import run_load
+    from ..bench.loadtest import run_load
 
     try:
         cs = tuple(int(v) for v in classes.split(",") if v.strip())

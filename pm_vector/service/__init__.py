@@ -5,7 +5,8 @@ See :mod:`pm_vector.service.app` for the endpoints (one router per resource in
 :mod:`pm_vector.service.routers`, their dependencies in :mod:`pm_vector.service.deps`),
 :mod:`pm_vector.service.validation` and
 :mod:`pm_vector.service.middleware` for what is refused before any work, :mod:`pm_vector.client.http` for the
-client, :mod:`pm_vector.service.loadtest` for the bounded load test.
+client. The programs that drive a client against the service (``pm-vector demo``, ``bench load``) are in
+:mod:`pm_vector.bench`, above both.
 """
 
 from .settings import ServiceSettings

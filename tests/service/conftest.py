@@ -28,7 +28,7 @@ def svc_collection(svc_home, svc_split):
     """An embedded digits collection that allows raw features (for re-ranking)."""
     from pm_vector import db
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn
-    from pm_vector.service.demo import prepare_collection
+    from pm_vector.bench.demo import prepare_collection
 
     name = "svc_" + uuid.uuid4().hex[:8]
     prepare_collection(name, svc_split, allow_raw_features=True)

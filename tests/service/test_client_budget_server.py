@@ -144,7 +144,7 @@ def test_a_server_rotating_its_ids_gets_no_more_queries_than_an_honest_one(servi
 def test_dropping_and_recreating_the_collection_opens_no_fresh_budget(service, svc_key, svc_split, tmp_path):
     from pm_vector import db
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn
-    from pm_vector.service.demo import prepare_collection
+    from pm_vector.bench.demo import prepare_collection
 
     name = "svc_recreate_" + uuid.uuid4().hex[:8]
     ledger = tmp_path / "ledger.json"

@@ -213,7 +213,7 @@ def test_raw_features_only_if_allowed(service, admin_key, svc_home, svc_split):
 
 
 def test_job_through_the_api(service, admin_key, svc_home, svc_split, tmp_path):
-    from pm_vector.service.demo import prepare_collection
+    from pm_vector.bench.demo import prepare_collection
 
     name = "svc_job"
     from pm_vector import db
@@ -275,7 +275,7 @@ def test_query_without_raw_features_reranks_by_published_codes(seeded_service, s
     from pm_vector.bench.baselines import knn_search
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn
     from pm_vector.manifold.codes import ProductCodes
-    from pm_vector.service.demo import prepare_collection
+    from pm_vector.bench.demo import prepare_collection
 
     name = "svc_codes"
     db.drop_collection(name, missing_ok=True)

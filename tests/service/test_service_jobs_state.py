@@ -31,7 +31,7 @@ def _status(conn, job_id):
 def test_restart_shows_jobs_and_marks_dead_ones_interrupted(svc_home, svc_split, admin):
     from pm_vector import db
     from pm_vector.db.postgres import connect
-    from pm_vector.service.demo import prepare_collection
+    from pm_vector.bench.demo import prepare_collection
     from pm_vector.service.jobs import LOCK_SPACE
     from pm_vector.service.runner import ServiceThread
     from pm_vector.service.settings import ServiceSettings

@@ -25,7 +25,7 @@ def embedded(svc_home, split):
     """A small embedded digits collection (raw features allowed), no KAHM model yet."""
     from pm_vector import db
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn
-    from pm_vector.service.demo import prepare_collection
+    from pm_vector.bench.demo import prepare_collection
 
     name = "svk_" + uuid.uuid4().hex[:8]
     prepare_collection(name, split, allow_raw_features=True)
@@ -110,7 +110,7 @@ def test_a_private_models_class_scores_need_no_opt_in(service, svc_key, split):
     from pm_vector import db
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn
     from pm_vector.db.kahm.roles import fit_kahm_models
-    from pm_vector.service.demo import prepare_collection
+    from pm_vector.bench.demo import prepare_collection
 
     name = "svn_" + uuid.uuid4().hex[:8]
     prepare_collection(name, split)

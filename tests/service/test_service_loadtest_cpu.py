@@ -19,7 +19,7 @@ def _burn(seconds: float) -> None:
 def test_cpu_of_a_process_and_of_a_parents_children_is_measured_apart():
     import os
 
-    from pm_vector.service.loadtest import _CPU
+    from pm_vector.bench.loadtest import _CPU
 
     own = _CPU([os.getpid()])
     kids = _CPU(children_of=os.getpid())
@@ -39,7 +39,7 @@ def test_cpu_of_a_process_and_of_a_parents_children_is_measured_apart():
 
 
 def test_cpu_report_is_per_answered_request_and_share_of_wall_time():
-    from pm_vector.service.loadtest import _cpu_report
+    from pm_vector.bench.loadtest import _cpu_report
 
     r = _cpu_report({"ok": 200, "seconds": 2.0}, 1.0, None, 0.1)
     assert r["server_cpu_ms_per_request"] == 5.0 and r["server_cpu_share"] == 0.5
@@ -49,7 +49,7 @@ def test_cpu_report_is_per_answered_request_and_share_of_wall_time():
 
 @pytest.mark.parametrize("workers", [0, 17, True])
 def test_bad_worker_counts_are_refused_before_anything_starts(workers):
-    from pm_vector.service.loadtest import run_load
+    from pm_vector.bench.loadtest import run_load
 
     with pytest.raises(ValueError, match="workers must be an integer in 1..16"):
         run_load((10,), workers=workers, url="http://127.0.0.1:1", api_key="x")
