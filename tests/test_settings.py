@@ -21,9 +21,10 @@ def test_database_settings_from_the_environment(tmp_path):
     assert s.home == (tmp_path / "h").resolve() and s.pgdata_dir == s.home / "pgdata"
     assert s.embedded_fast is True and s.start_timeout_s == 30.0 and s.sql_dir == Path("/x/sql")
     assert s.database_url is None and s.mode == "embedded" and s.migrations_dir is None
+    assert DatabaseSettings.from_env({"PM_VECTOR_RUN_GRAPH_CACHE_MB": " 0 "}).run_graph_cache_mb == 0.0
     d = DatabaseSettings.from_env({})
     assert d.home == Path("~/.local/share/pm_vector").expanduser().resolve()
-    assert d.embedded_fast is False and d.start_timeout_s == 600.0
+    assert d.embedded_fast is False and d.start_timeout_s == 600.0 and d.run_graph_cache_mb == 1024.0
     assert DatabaseSettings.from_env({"PM_VECTOR_DATABASE_URL": "postgresql://h/d"}).mode == "external"
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.home = tmp_path  # type: ignore[misc]
@@ -45,6 +46,9 @@ def test_the_module_functions_read_the_environment_now(tmp_path, monkeypatch):
     ({"PM_VECTOR_START_TIMEOUT_S": "0"}, "PM_VECTOR_START_TIMEOUT_S"),
     ({"PM_VECTOR_START_TIMEOUT_S": "nan"}, "PM_VECTOR_START_TIMEOUT_S"),
     ({"PM_VECTOR_START_TIMEOUT_S": "90000"}, "PM_VECTOR_START_TIMEOUT_S"),
+    ({"PM_VECTOR_RUN_GRAPH_CACHE_MB": "lots"}, "PM_VECTOR_RUN_GRAPH_CACHE_MB"),
+    ({"PM_VECTOR_RUN_GRAPH_CACHE_MB": "-1"}, "PM_VECTOR_RUN_GRAPH_CACHE_MB"),
+    ({"PM_VECTOR_RUN_GRAPH_CACHE_MB": "inf"}, "PM_VECTOR_RUN_GRAPH_CACHE_MB"),
 ])
 def test_bad_database_settings_name_the_variable(env, var):
     with pytest.raises(DatabaseConfigError, match=var):

@@ -164,6 +164,7 @@ def test_one_knn_statement_and_one_candidates_statement_per_request(db, cname):
 def test_graphs_are_kept_within_the_memory_budget(db, cname, monkeypatch):
     """Least recently used graphs leave first once the process's budget is passed; the newest
     always stays (a graph larger than the budget is still used)."""
+    from pm_vector.db.postgres.config import ENV_RUN_GRAPH_CACHE_MB
     from pm_vector.db.resolve import run_graph
     from pm_vector.db.resolve.resolution import resolve
 
@@ -172,7 +173,7 @@ def test_graphs_are_kept_within_the_memory_budget(db, cname, monkeypatch):
     req1 = _requests(cname, X, y, eps_list=(8.0,), n=1)[0]
     resolve(cname, req1, log=False)
     (g1,) = run_graph._cache.values()
-    monkeypatch.setenv(run_graph.CACHE_MB_ENV, str(1.5 * g1.nbytes / 2**20))  # room for one graph, not two
+    monkeypatch.setenv(ENV_RUN_GRAPH_CACHE_MB, str(1.5 * g1.nbytes / 2**20))  # room for one graph, not two
     other = cname + "_b"
     X2, y2, _, rid2 = _make(db, other, n=1200, seed=6)
     try:
@@ -180,7 +181,7 @@ def test_graphs_are_kept_within_the_memory_budget(db, cname, monkeypatch):
         assert [k[3] for k in run_graph._cache] == [rid2]
         resolve(cname, req1, log=False)  # read again
         assert [k[3] for k in run_graph._cache] == [rid1]
-        monkeypatch.setenv(run_graph.CACHE_MB_ENV, "0")
+        monkeypatch.setenv(ENV_RUN_GRAPH_CACHE_MB, "0")
         resolve(other, _requests(other, X2, y2, eps_list=(8.0,), n=1)[0], log=False)
         assert [k[3] for k in run_graph._cache] == [rid2]  # the newest stays whatever the budget
     finally:

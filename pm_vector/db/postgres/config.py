@@ -22,6 +22,9 @@ variable                   setting                              default
                            start waits for crash recovery
 ``PM_VECTOR_MIGRATIONS_DIR`` ``migrations_dir``                  the source tree, then the wheel's
 ``PM_VECTOR_SQL_DIR``      ``sql_dir``                          the source tree, then the wheel's
+``PM_VECTOR_RUN_GRAPH_CACHE_MB`` ``run_graph_cache_mb``: memory  1024
+                           for the run graphs a resolving
+                           process keeps (MB, >= 0)
 ========================== ==================================== ===============================
 """
 
@@ -42,9 +45,14 @@ ENV_FAST = "PM_VECTOR_EMBEDDED_FAST"
 ENV_START_TIMEOUT = "PM_VECTOR_START_TIMEOUT_S"
 ENV_MIGRATIONS_DIR = "PM_VECTOR_MIGRATIONS_DIR"
 ENV_SQL_DIR = "PM_VECTOR_SQL_DIR"
+ENV_RUN_GRAPH_CACHE_MB = "PM_VECTOR_RUN_GRAPH_CACHE_MB"
 DEFAULT_HOME = "~/.local/share/pm_vector"
 DEFAULT_START_TIMEOUT_S = 600.0
 MAX_START_TIMEOUT_S = 86400.0
+#: a graph takes about 8 (d + 2 g + 2) bytes per prior item (:mod:`pm_vector.db.resolve.run_graph`):
+#: at the default d = 4, g = 16, 304 MB for 1,000,000 items
+DEFAULT_RUN_GRAPH_CACHE_MB = 1024.0
+MAX_RUN_GRAPH_CACHE_MB = float(2 ** 30)  # 1 PB: a bound that keeps the byte count an exact integer
 EMBEDDED_DATABASE = "pm_vector"
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
@@ -56,7 +64,8 @@ class DatabaseSettings:
 
     ``home`` is absolute; ``database_url`` is ``None`` in embedded mode (never an empty string);
     ``start_timeout_s`` is in (0, 86400]; ``migrations_dir`` / ``sql_dir`` are ``None`` unless set
-    (:mod:`pm_vector.db.postgres.migrate` then searches the source tree and the wheel's copy).
+    (:mod:`pm_vector.db.postgres.migrate` then searches the source tree and the wheel's copy);
+    ``run_graph_cache_mb`` is in [0, 2**30] (0 keeps only the graph in use).
     """
 
     home: Path = Path(DEFAULT_HOME).expanduser().resolve()
@@ -65,6 +74,7 @@ class DatabaseSettings:
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S
     migrations_dir: Path | None = None
     sql_dir: Path | None = None
+    run_graph_cache_mb: float = DEFAULT_RUN_GRAPH_CACHE_MB
 
     def __post_init__(self):
         if not isinstance(self.home, Path) or not self.home.is_absolute():
@@ -80,6 +90,11 @@ class DatabaseSettings:
                 or not 0 < t <= MAX_START_TIMEOUT_S:
             raise DatabaseConfigError(f"{ENV_START_TIMEOUT} must be a number of seconds in (0, 86400], got {t!r}; "
                                       f"set it so, or unset it for {DEFAULT_START_TIMEOUT_S:.0f} s.")
+        m = self.run_graph_cache_mb
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) \
+                or not 0 <= m <= MAX_RUN_GRAPH_CACHE_MB:
+            raise DatabaseConfigError(f"{ENV_RUN_GRAPH_CACHE_MB} must be a number of megabytes in [0, 2**30], got "
+                                      f"{m!r}; set it so, or unset it for {DEFAULT_RUN_GRAPH_CACHE_MB:.0f} MB.")
         for name, env in (("migrations_dir", ENV_MIGRATIONS_DIR), ("sql_dir", ENV_SQL_DIR)):
             v = getattr(self, name)
             if v is not None and not isinstance(v, Path):
@@ -96,12 +111,13 @@ class DatabaseSettings:
             raise DatabaseConfigError(f"{ENV_FAST} must be one of {', '.join(_TRUE)} or {', '.join(_FALSE[1:])}, "
                                       f"got {env.get(ENV_FAST)!r}; set it to 1 only for throwaway instances.")
         vals["embedded_fast"] = fast in _TRUE
-        raw = (env.get(ENV_START_TIMEOUT) or "").strip()
-        if raw:
-            try:
-                vals["start_timeout_s"] = float(raw)
-            except ValueError:
-                vals["start_timeout_s"] = raw  # __post_init__ names the variable and the fix
+        for name, var in (("start_timeout_s", ENV_START_TIMEOUT), ("run_graph_cache_mb", ENV_RUN_GRAPH_CACHE_MB)):
+            raw = (env.get(var) or "").strip()
+            if raw:
+                try:
+                    vals[name] = float(raw)
+                except ValueError:
+                    vals[name] = raw  # __post_init__ names the variable and the fix
         for name, var in (("migrations_dir", ENV_MIGRATIONS_DIR), ("sql_dir", ENV_SQL_DIR)):
             if env.get(var):
                 vals[name] = Path(env[var])

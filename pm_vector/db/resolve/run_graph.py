@@ -27,7 +27,6 @@ function ``pm_vector.pm_shortlist`` instead (:func:`supports`), with the same sc
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -37,12 +36,12 @@ import numpy as np
 
 from ...protocol.bounds import MAX_K_PRIME  # top hubs kept per class: k' is at most this
 from .. import _binary
+from ..postgres.config import settings
 
-#: memory for the graphs a process keeps, least recently used first out (a graph takes about
+#: memory for the graphs a process keeps, least recently used first out, is the database settings'
+#: ``run_graph_cache_mb`` (``PM_VECTOR_RUN_GRAPH_CACHE_MB``, default 1024). A graph takes about
 #: 8 (d + 2 g + 2) bytes per prior item: 400 B at d = g = 16, 40 MB for 100,000 items; at the
-#: default d = 4, g = 16, 304 B: 304 MB for 1,000,000 items, within the default 1 GB)
-CACHE_MB_ENV = "PM_VECTOR_RUN_GRAPH_CACHE_MB"
-DEFAULT_CACHE_MB = 1024
+#: default d = 4, g = 16, 304 B: 304 MB for 1,000,000 items, within the default 1 GB
 _cache: "OrderedDict[tuple, RunGraph]" = OrderedDict()
 _cache_lock = threading.Lock()
 _load_locks: dict[tuple, threading.Lock] = {}
@@ -136,11 +135,7 @@ def run_graph(conn, meta: Mapping[str, Any]) -> RunGraph:
 
 
 def _cache_budget() -> int:
-    try:
-        mb = float(os.environ.get(CACHE_MB_ENV, DEFAULT_CACHE_MB))
-    except ValueError:
-        mb = DEFAULT_CACHE_MB
-    return int(max(mb, 0) * 2**20)
+    return int(settings().run_graph_cache_mb * 2**20)
 
 
 def cached_bytes() -> int:
