@@ -173,7 +173,7 @@ def ivf_graph(X: np.ndarray, g: int, *, cell_rows: int = IVF_CELL_ROWS, probes: 
     Work: about ``n * p * cell_rows * d`` multiply-adds, linear in ``n`` for a fixed probe. Memory:
     a float32 copy of ``X`` (none when ``X`` is float32 and contiguous) and the lists. Every row
     is searched against its own cell, so a row whose cell is a cluster of duplicates finds them.
-    A row the search returns fewer than ``g + 1`` results for gets its exact list. ``info``
+    A cell whose probed cells hold fewer than ``g + 1`` rows gets its rows' exact lists. ``info``
     receives ``cells``, ``probe`` and ``sample_recall`` (the kept probe's share on the sample):
     figures of the server's raw data, recorded with the job's timings and never published."""
     import faiss  # k-means and brute-force search (BLAS), see pyproject.toml
@@ -207,20 +207,18 @@ def ivf_graph(X: np.ndarray, g: int, *, cell_rows: int = IVF_CELL_ROWS, probes: 
         cand = np.concatenate([members[j] for j in near[cell, :p]])
         if cand.size < g + 1:
             return knn_search(X32[rows], X32, g + 1)
-        nb = faiss.knn(X32[rows], X32[cand], g + 1)[1]
-        short = (nb < 0).any(1)
-        out = cand[np.maximum(nb, 0)]
-        if short.any():
-            out[short] = knn_search(X32[rows[short]], X32, g + 1)
-        return out
+        return cand[faiss.knn(X32[rows], X32[cand], g + 1)[1]]  # g + 1 <= cand.size: no -1 in the result
 
     # the probe, on a sample: the smallest whose lists hold target_recall of the exact neighbours
     sm = np.sort(rng.choice(n, min(int(sample), n), replace=False))
     ex = faiss.knn(X32[sm], X32, g + 2)[1]
     exact = [set(r[r != i][:g].tolist()) for r, i in zip(ex, sm)]
     probe, rec = pmax, 0.0
+    sm_cells = [(c, np.flatnonzero(assign[sm] == c)) for c in np.unique(assign[sm])]  # one search per cell
     for p in sorted({min(int(p), nlist) for p in probes}):
-        got = [lists(np.array([i]), int(assign[i]), p)[0] for i in sm]
+        got = np.empty((sm.size, g + 1), np.int64)
+        for c, at in sm_cells:
+            got[at] = lists(sm[at], int(c), p)
         rec = float(np.mean([len(set(r[r != i][:g].tolist()) & e) / g for r, i, e in zip(got, sm, exact)]))
         probe = p
         if rec >= float(target_recall):

@@ -96,7 +96,7 @@ class ProductCodes:
             pq.train(np.ascontiguousarray(R))
             cen = faiss.vector_to_array(pq.centroids).reshape(m, 256, dp // m).astype(np.float64)
             self.centroids_.append(cen)
-            R = R - self._decode_stage(cen, self._encode_stage(cen, R)).astype(np.float32)
+            R = R - self._decode_stage(cen, self._encode_stage(self._quantizer(cen), R)).astype(np.float32)
         self.stage_bytes_ = tuple(m * (j + 1) for j in range(s))
         return self
 
@@ -104,14 +104,19 @@ class ProductCodes:
         return (np.asarray(X, dtype=np.float64) - self.mean_) @ self.rotation_.T
 
     @staticmethod
-    def _encode_stage(cen: np.ndarray, R: np.ndarray) -> np.ndarray:
-        """``(n, M)`` uint8: each sub-vector's nearest centroid, by faiss's ``compute_codes``
-        (float32 distances; an exact tie goes to the lower index)."""
+    def _quantizer(cen: np.ndarray):
+        """A faiss ``ProductQuantizer`` holding one stage's centroids ``(M, 256, d'/M)``."""
         import faiss
 
-        m, k, ds = cen.shape
+        m, _, ds = cen.shape
         pq = faiss.ProductQuantizer(m * ds, m, 8)
         faiss.copy_array_to_vector(np.ascontiguousarray(cen, dtype=np.float32).ravel(), pq.centroids)
+        return pq
+
+    @staticmethod
+    def _encode_stage(pq, R: np.ndarray) -> np.ndarray:
+        """``(n, M)`` uint8: each sub-vector's nearest centroid of the stage quantizer ``pq``, by
+        faiss's ``compute_codes`` (float32 distances; an exact tie goes to the lower index)."""
         return pq.compute_codes(np.ascontiguousarray(R, dtype=np.float32))
 
     @staticmethod
@@ -125,11 +130,12 @@ class ProductCodes:
         if X.shape[1] != self.mean_.shape[0]:
             raise InvalidInputError(f"features have {X.shape[1]} columns; the codes have {self.mean_.shape[0]}.")
         out = np.empty((X.shape[0], self.stage_bytes_[-1]), dtype=np.uint8)
+        quantizers = [self._quantizer(cen) for cen in self.centroids_]  # once, not per batch
         for a in range(0, X.shape[0], batch):
             R = self._rotate(X[a:a + batch])
             col = 0
-            for cen in self.centroids_:
-                c = self._encode_stage(cen, R)
+            for cen, pq in zip(self.centroids_, quantizers):
+                c = self._encode_stage(pq, R)
                 out[a:a + batch, col:col + cen.shape[0]] = c
                 R = R - self._decode_stage(cen, c)
                 col += cen.shape[0]
