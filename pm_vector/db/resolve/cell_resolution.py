@@ -30,7 +30,7 @@ from ...protocol.formats import CELL_FORMAT
 from ...errors import RequestError
 from ..errors import CellsDigestMismatchError, CellsUnavailableError  # noqa: F401  (CellsUnavailable: PM009 in SQL)
 from .answer import compact_columns, item_joins, log_on_primary, prepare_connection
-from .requests import answer_rows, compact_groups, finish, run_snapshot
+from .requests import finish, run_snapshot, statement_answer
 
 
 def check_against_run(meta: Mapping[str, Any], req: CellRequest, collection: str) -> dict[str, Any]:
@@ -122,12 +122,7 @@ def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_fe
                         codes_run_id=run_id if want_codes else None, kahm_model_id=kahm_id, code_bytes=code_dim,
                         compact=compact)
         rows = rconn.execute(sql, statement_params(run_id, doc, req, kp), binary=True).fetchall()
-        if compact:
-            out_rows = compact_groups(req.n_rows, rows, code_dim)
-            n_found = sum(int(r["item_ids"].size) for r in out_rows)
-        else:
-            out_rows = answer_rows(rows, req.n_rows, "scores", **extra)
-            n_found = len(rows)
+        out_rows, n_found = statement_answer(rows, req.n_rows, compact, **extra)
         timings["shortlist"] = (time.perf_counter() - t) * 1e3
         if read_conn is None:
             log_id = finish(rconn, collection, req, raw, run_id=run_id, n_rows=n_found, received=received, t0=t0,

@@ -343,3 +343,13 @@ def compact_groups(n_rows: int, groups, code_dim: int) -> list[dict]:
                              f"{len(payloads)} payloads")
         rows[int(row) - 1].update(item_ids=ids, codes=codes.reshape(ids.size, code_dim), payloads=payloads)
     return compact_rows(rows)
+
+
+def statement_answer(rows, n_rows: int, compact: bool, **extra) -> tuple[list[dict], int]:
+    """``(answer rows, candidates found)`` from a shortlist statement's result: its compact groups
+    (:func:`compact_groups`, ``extra["code_dim"]`` bytes of code each) or its full rows, one per
+    candidate (:func:`answer_rows` with ``scores``; ``extra`` its keyword arguments)."""
+    if compact:
+        out = compact_groups(n_rows, rows, extra["code_dim"])
+        return out, sum(int(r["item_ids"].size) for r in out)
+    return answer_rows(rows, n_rows, "scores", **extra), len(rows)

@@ -81,12 +81,12 @@ from .requests import (
     _check_rows,
     _outputs_allowed,
     _parse,
-    answer_rows,
     assemble_answer,
     check_codes,
     compact_groups,
     finish,
     run_snapshot,
+    statement_answer,
 )
 
 
@@ -373,12 +373,7 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
             rows = rconn.execute(_shortlist_statement(coll, include_features, compact=compact, **joins),
                                  [collection, np.asarray(req.rows, dtype=np.float64).tolist(),
                                   [float(v) for v in req.sigmas], kp], binary=True).fetchall()
-            if compact:
-                out_rows = compact_groups(req.n_rows, rows, code_dim)
-                n_found = sum(int(r["item_ids"].size) for r in out_rows)
-            else:
-                out_rows = answer_rows(rows, req.n_rows, "scores", **extra)
-                n_found = len(rows)
+            out_rows, n_found = statement_answer(rows, req.n_rows, compact, **extra)
         timings["fetch"] = (time.perf_counter() - t_fetch) * 1e3
         timings["shortlist"] = (time.perf_counter() - t) * 1e3
         if read_conn is None:
