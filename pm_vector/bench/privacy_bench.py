@@ -77,7 +77,6 @@ from __future__ import annotations
 
 import math
 import time
-import zlib
 from dataclasses import dataclass
 
 import numpy as np

@@ -152,7 +152,7 @@ def _gaussian(ctx: _Context, eps, variant: str, kp: int | None = None):
     cfg, kp = ctx.cfg, int(kp or ctx.cfg.shortlist)
     q = len(ctx.yq)
     labels, X = _variant_inputs(ctx, variant)
-    C, d = ctx.C, ctx.frames.components_.shape[1]
+    C = ctx.C
     extra = {"release": "gaussian"}
     if math.isinf(eps):
         fr = ctx.frames_nf
