@@ -315,3 +315,30 @@ class CellShortlist:
             s = self.scores(c, request.n_cells, r, request.epsilon)
             out.append(np.lexsort((np.arange(s.size), -s))[:kp])
         return out
+
+
+#: the most candidates a location answer may hold (and the most entries a run keeps per cell)
+MAX_LOCATION_CANDIDATES = 65_536
+
+
+def location_list(row_ids, row_hubs, row_chubs, top_ids, top_chubs, weight: float, size: int) -> tuple[np.ndarray,
+                                                                                                      np.ndarray]:
+    """The answer to a location report (:mod:`pm_vector.privacy.location`): ``(ids, scores)`` of
+    the ``size`` best items, best first.
+
+    Candidates: the reported cell's row (``row_ids`` with ``h_r``, ``row_hubs``, and ``h``,
+    ``row_chubs``), scored ``h(i) + weight * h_r(i)``, and the collection's top hubs (``top_ids``
+    by ``h`` desc, with ``h``, ``top_chubs``), scored ``h(i)`` (their ``h_r`` is 0 unless they are in
+    the row). Ranked by score desc, then id; an item in both keeps its larger score. float64
+    throughout: ``pm_vector.pm_location_shortlist_core`` ranks with the same numbers."""
+    size = int(size)
+    ids = np.concatenate([np.asarray(row_ids, np.int64), np.asarray(top_ids, np.int64)[:size]])
+    s = np.concatenate([np.asarray(row_chubs, np.float64) + float(weight) * np.asarray(row_hubs, np.float64),
+                        np.asarray(top_chubs, np.float64)[:size]])
+    if ids.size == 0:
+        return ids, s
+    o = np.lexsort((-s, ids))  # by id, best score first
+    first = np.r_[True, ids[o][1:] != ids[o][:-1]]
+    ids, s = ids[o][first], s[o][first]
+    o = np.lexsort((ids, -s))[:size]
+    return ids[o], s[o]

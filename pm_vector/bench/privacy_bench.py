@@ -82,7 +82,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InvalidInputError, PMVectorError
-from . import cell_methods
+from . import cell_methods, location_methods
 from . import privacy_methods as pm
 from .baselines import DPPCA, DPRandomProjection, RawKNN
 from .privacy_plot import plot  # noqa: F401  (`pm-vector bench privacy --plot`)
@@ -90,7 +90,7 @@ from .metrics import (chance_recall_at_k, collection_bytes, distinct_lists_per_c
                       precision_at_k, recall_at_k, wire_answer_bytes, wire_request_bytes)
 
 #: every method, in table order
-METHODS = ("pm_vector_compact", "pm_vector_raw", "pm_vector_cells", "pm_vector_cells_label", "pm_vector_gaussian",
+METHODS = ("pm_vector_location", "pm_vector_compact", "pm_vector_raw", "pm_vector_cells", "pm_vector_cells_label", "pm_vector_gaussian",
            "pm_vector_label_free",
            "label_only", "partition_only", "reference_ldp", "privatemail_paper", "dp_random_projection", "dp_pca",
            "raw_knn", "download_codes", "download_lists", "download_all")
@@ -99,7 +99,7 @@ ALIASES = {"pm_vector": "pm_vector_raw"}
 #: methods without an epsilon (one row each)
 NON_PRIVATE = ("raw_knn", "download_all")
 #: the methods run when none are named (the paper's and the projection baselines are asked for by name)
-DEFAULT_METHODS = ("pm_vector_compact", "pm_vector_raw", "pm_vector_cells", "pm_vector_cells_label",
+DEFAULT_METHODS = ("pm_vector_location", "pm_vector_compact", "pm_vector_raw", "pm_vector_cells", "pm_vector_cells_label",
                    "pm_vector_gaussian", "pm_vector_label_free", "label_only", "partition_only", "reference_ldp",
                    "raw_knn", "download_codes", "download_lists", "download_all")
 #: the epsilons of a run unless given
@@ -130,8 +130,10 @@ class BenchConfig:
     #: dp_random_projection / dp_pca
     projection_dim: int = 8
     #: pm_vector_compact / download_codes: bytes of an item's code (all stages) and its stages
-    code_bytes: int = 64
-    code_stages: int = 2
+    code_bytes: int = 256
+    code_stages: int = 16
+    #: pm_vector_location: the byte budgets of one request (a row per budget and epsilon)
+    max_bytes: tuple = (50_000,)
     #: pm_vector: prior items weighted one by one per row (the rest through the hub counts)
     max_prior: int = 512  # pm_vector.shortlist.MAX_PRIOR, the server default
     #: pm_vector: neighbours per item in the server's raw k-NN graph
@@ -237,7 +239,9 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
         results.append(row)
         if progress:
             e = "-" if eps is None else f"{eps:g}"
-            progress(f"{method} eps={e}: nn_recall@{k} {row[f'nn_recall_at_{k}']:.3f}, precision@{k} "
+            exp = row.get(f"expected_nn_recall_at_{k}")
+            progress(f"{method} eps={e}: nn_recall@{k} {row[f'nn_recall_at_{k}']:.3f}"
+                     f"{'' if exp is None else f' (expected {exp:.3f})'}, precision@{k} "
                      f"{row[f'precision_at_{k}']:.3f}, {total / 1e3:,.1f} kB ({seconds:.1f}s)")
 
     runners = {
@@ -293,6 +297,15 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
                                    "fit_and_predict_seconds": round(time.perf_counter() - t, 3)}
             for eps in cfg.epsilons:
                 t = time.perf_counter()
+                if method == "pm_vector_location":
+                    for mb in cfg.max_bytes:
+                        t = time.perf_counter()
+                        cand, retrieved, req_bytes, resp, extra = location_methods.run_location(
+                            ctx, eps, mb, pm._seed(cfg, method, eps))
+                        record(method, eps, retrieved, req_bytes, 1, time.perf_counter() - t, extra, resp=resp,
+                               candidates=np.stack([c[:k] for c in cand]) if all(c.size >= k for c in cand)
+                               else None)
+                    continue
                 if method == "pm_vector_compact":
                     cand, retrieved, req_bytes, resp, extra = pm.compact(ctx, eps)
                     record(method, eps, retrieved, req_bytes, ctx.C, time.perf_counter() - t, extra,
@@ -369,5 +382,5 @@ def _delta_of(method: str, eps, extra: dict, cfg: BenchConfig):
         return 0.0
     if eps is None or (isinstance(eps, float) and math.isinf(eps)):
         return None
-    return 0.0 if extra.get("release") == "cells" else float(cfg.delta)
+    return 0.0 if extra.get("release") in ("cells", "location") else float(cfg.delta)
 

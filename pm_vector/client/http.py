@@ -110,8 +110,16 @@ class Client(Transport, PublicDocuments):
     still works). Documents from msgpack answers hold numpy arrays where the server sent arrays."""
 
     def __init__(self, base_url: str, api_key: str | None, *, budget: PrivacyBudget | str | None = None,
-                 timeout: float = 60.0, transport=None, wire: str = "msgpack"):
+                 timeout: float = 60.0, transport=None, wire: str = "msgpack", max_answer_bytes: int | None = None):
         import httpx
+
+        from ..privacy.location import DEFAULT_MAX_BYTES, FIXED_BYTES
+
+        mab = DEFAULT_MAX_BYTES if max_answer_bytes is None else max_answer_bytes
+        if isinstance(mab, bool) or not isinstance(mab, int) or not FIXED_BYTES < mab <= 1 << 34:
+            raise InvalidInputError(f"max_answer_bytes must be an integer in ({FIXED_BYTES}, 2^34]; got {mab!r:.40}.")
+        #: what one private query may cost on the wire, both ways (the location release's plan)
+        self.max_answer_bytes = int(mab)
 
         if wire not in WIRES:
             raise InvalidInputError(f"wire must be one of {sorted(WIRES)}, not {wire!r}.")
@@ -265,11 +273,14 @@ class Client(Transport, PublicDocuments):
         return res
 
     def build_request(self, name: str, features, label: int | None = None, *, epsilon: float, delta: float = 1e-5,
-                      protocol: str = "pm_vector", shortlist: int | None = None, release: str = "gaussian",
-                      n_cells: int | None = None, **paper_options):
+                      protocol: str = "pm_vector", shortlist: int | None = None, release: str = "auto",
+                      n_cells: int | None = None, max_bytes: int | None = None, **paper_options):
         """``(request, secret)`` built locally and charged to the budget (before its noise is drawn;
         :class:`~pm_vector.errors.BudgetExceededError` releases nothing); nothing is sent.
-        ``protocol="pm_vector"`` (default): ``release="gaussian"`` a
+        ``protocol="pm_vector"`` (default): ``release="auto"`` (the default, as :meth:`query`) the release
+        :meth:`choose_release` picks; ``"location"`` a :class:`~pm_vector.protocol.location.LocationRequest`
+        (one report over the whole collection, its plan by the public rule under ``max_bytes``, default
+        the client's ``max_answer_bytes``), charged (eps, 0); ``release="gaussian"`` a
         :class:`~pm_vector.client.query.QueryRequest` (``label=None``: the label-free client), charged
         (eps, delta); ``release="cells"`` a :class:`~pm_vector.client.request.CellRequest` (level
         ``n_cells``, None: the public rule), charged (eps, 0); ``"auto"``: :meth:`choose_release`.
@@ -278,10 +289,11 @@ class Client(Transport, PublicDocuments):
         raise :class:`TypeError`: no seed reaches this method."""
         _check_options(paper_options)
         return self._build_request(name, features, label, epsilon=epsilon, delta=delta, protocol=protocol,
-                                   shortlist=shortlist, release=release, n_cells=n_cells, options=paper_options)
+                                   shortlist=shortlist, release=release, n_cells=n_cells, max_bytes=max_bytes,
+                                   options=paper_options)
 
     def _build_request(self, name, features, label=None, *, epsilon, delta=1e-5, protocol="pm_vector",
-                       shortlist=None, release="gaussian", n_cells=None, options=None, rng=None):
+                       shortlist=None, release="auto", n_cells=None, max_bytes=None, options=None, rng=None):
         """:meth:`build_request`; ``rng`` (an int or a Generator: tests only, never reached from a public
         method) drives dummies and noise, the request says ``seeded`` and is not charged (not a
         private release; a service refuses it unless its settings allow seeded requests)."""
@@ -303,7 +315,22 @@ class Client(Transport, PublicDocuments):
         if options:
             raise InvalidInputError(f"{sorted(options)} are options of protocol='privatemail_paper', not of the "
                                     "pm_vector protocol.")
-        if self.choose_release(name, epsilon, release) == "cells":
+        used = self.choose_release(name, epsilon, release)
+        if used == "location":
+            if n_cells is not None or shortlist is not None:
+                raise InvalidInputError("n_cells and shortlist apply to the class-rows releases; the location release's "
+                                        "plan follows the byte budget (max_bytes).")
+            loc = self.private_location(name, epsilon=epsilon,
+                                        max_bytes=self.max_answer_bytes if max_bytes is None else max_bytes)
+            if rng is not None:
+                loc.accountant = None  # seeded: not a private release, not charged
+                loc._inject_generator(rng if isinstance(rng, np.random.Generator) else secure_generator(int(rng)))
+            req = loc.request(np.asarray(features, dtype=np.float64))
+            self._built.add(_fingerprint(req))
+            return req, loc.plan_
+        if max_bytes is not None:
+            raise InvalidInputError("max_bytes applies to the location release (release='location' or 'auto').")
+        if used == "cells":
             cclient = self.private_cells(name, epsilon=epsilon, n_cells=n_cells, shortlist=shortlist)
             if rng is not None:
                 cclient.accountant = None  # seeded: not a private release, not charged
@@ -324,7 +351,7 @@ class Client(Transport, PublicDocuments):
     def query(self, name: str, features, label: int | None = None, *, epsilon: float, delta: float = 1e-5,
               k: int = 8, shortlist: int | None = None, protocol: str = "pm_vector", rerank: bool = True,
               answer: str = "compact", release: str = "auto", n_cells: int | None = None,
-              **paper_options) -> dict[str, Any]:
+              max_bytes: int | None = None, **paper_options) -> dict[str, Any]:
         """One private k-NN query; returns the real row's answer (``item_ids``, ``distances``, and
         ``payloads`` when the collection stores any; a raw-feature answer also ``labels`` and
         ``external_ids``) with ``epsilon``, ``delta``, ``budget`` (the server's entry after the
@@ -345,8 +372,11 @@ class Client(Transport, PublicDocuments):
         The paper's protocol ignores ``answer``: raw features when the collection allows them.
 
         ``release`` (pm_vector protocol): ``"auto"`` (default: the public rule of
-        :func:`pm_vector.privacy.cells.release_for_epsilon`, the cell release below eps 512 when the
-        collection serves it), ``"cells"`` (one reported public cell per class, pure eps: delta 0;
+        :func:`pm_vector.privacy.cells.release_for_epsilon`: below eps 512 the location release when
+        the collection serves it, else the cell release), ``"location"`` (ONE report of the query's
+        public cell over the whole collection, pure eps; the answer is ``candidates`` ids and code
+        prefixes of the width the public plan chooses under ``max_bytes``, default the client's
+        ``max_answer_bytes``; the result says ``level``, ``candidates``, ``code_bytes``), ``"cells"`` (one reported public cell per class, pure eps: delta 0;
         ``n_cells`` the level K, None: the public rule for eps) or ``"gaussian"`` (the noised class
         rows, (eps, delta)). The result's ``release`` says which was used (``"privatemail_paper"`` for
         the paper's protocol), ``delta`` what was charged.
@@ -355,16 +385,26 @@ class Client(Transport, PublicDocuments):
         _check_options(paper_options)
         return self._query(name, features, label, epsilon=epsilon, delta=delta, k=k, shortlist=shortlist,
                            protocol=protocol, rerank=rerank, answer=answer, release=release,
-                           n_cells=n_cells, options=paper_options)
+                           n_cells=n_cells, max_bytes=max_bytes, options=paper_options)
 
     def _query(self, name, features, label=None, *, epsilon, delta=1e-5, k=8, shortlist=None, protocol="pm_vector",
-               rerank=True, answer="compact", release="auto", n_cells=None, options=None,
+               rerank=True, answer="compact", release="auto", n_cells=None, max_bytes=None, options=None,
                rng=None) -> dict[str, Any]:
         """:meth:`query`; ``rng``: see :meth:`_build_request` (tests only)."""
         from ..protocol.published_codes import row_codes
 
         if answer not in ("compact", "features"):
             raise InvalidInputError(f"answer must be 'compact' or 'features', not {answer!r}.")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 1000:
+            raise InvalidInputError(f"k must be an integer in 1..1000; got {k!r:.40}.")
+        if protocol == "pm_vector" and answer == "compact" and self.choose_release(name, epsilon, release) == "location":
+            if n_cells is not None or shortlist is not None:
+                raise InvalidInputError("n_cells and shortlist apply to the class-rows releases; the location release's "
+                                        "plan follows the byte budget (max_bytes).")
+            return self._query_location(name, features, label, epsilon=epsilon, k=k, rerank=rerank,
+                                        max_bytes=max_bytes, rng=rng)
+        if max_bytes is not None:
+            raise InvalidInputError("max_bytes applies to the location release (release='location' or 'auto').")
         if protocol != "pm_vector" and (release not in ("auto", "gaussian") or n_cells is not None):
             raise InvalidInputError("release and n_cells apply to the pm_vector protocol (the paper's protocol is "
                                     "its own release).")
@@ -433,6 +473,46 @@ class Client(Transport, PublicDocuments):
                 bool(getattr(secret, "predicted", False)), "run_id": res.get("run_id"), "reranked": reranked,
                 "answer": res.get("answer", "full"), "code_bytes": b,
                 "budget": status, "bytes_sent": sent, "bytes_received": received,
+                "bytes_per_request": sent + received, "wire": self.wire,
+                "timing": {"build_ms": (t1 - t0) * 1000, "resolve_ms": (t2 - t1) * 1000,
+                           "total_ms": (time.perf_counter() - t0) * 1000}}
+
+    def _query_location(self, name, features, label=None, *, epsilon, k, rerank, max_bytes, rng) -> dict[str, Any]:
+        """:meth:`query` of the location release: build (charged), send, check the WHOLE answer, re-rank.
+
+        Before the answer, the query is used only to find its cell (:meth:`PrivateLocationKNN.locate`).
+        The answer is checked in full (:func:`~pm_vector.protocol.location.check_location_answer`:
+        exactly ``n = min(candidates, n_items)`` distinct ids, ``n x code_bytes`` code bytes, the run,
+        level, report and codes digest of the request) before the query is used again; a malformed
+        answer raises one :class:`~pm_vector.errors.InvalidInputError` whose text depends on the answer
+        alone. The re-rank then works on exactly ``n`` codes of the plan's width (public sizes), so
+        its time does not depend on the query."""
+        from ..protocol.location import check_location_answer
+
+        t0 = time.perf_counter()
+        req, plan = self._build_request(name, features, label, epsilon=epsilon, release="location",
+                                        max_bytes=max_bytes, rng=rng)
+        pub = self._public[name]
+        pc = self.product_codes(name)
+        t1 = time.perf_counter()
+        status = self.budget.status(self.budget_key())  # charged by _build_request
+        res, sent, received = self._exchange("POST", f"/collections/{name}/resolve", {"request": req.to_dict(),
+                                                                                        "k": int(k)})
+        t2 = time.perf_counter()
+        # nothing below talks to the server: the answer is all the client uses, checked whole first
+        ids, codes, payloads = check_location_answer(res, req, n_items=int(pub.class_rows["n_items"]),
+                                                     codes_digest=pc.digest(), run_id=pub.run_id)
+        q = np.asarray(features, dtype=np.float64).ravel()
+        q = q / max(float(np.linalg.norm(q)), 1e-12)
+        order, d = rank(q, codes=codes, product_codes=pc) if rerank else (np.arange(ids.size), np.zeros(ids.size))
+        top = order[: int(k)]
+        return {"item_ids": [int(v) for v in ids[top]], "distances": d[top].tolist(),
+                **({} if payloads is None else {"payloads": [payloads[i] for i in top.tolist()]}),
+                "collection": name, "protocol": "pm_vector", "release": "location", "epsilon": float(epsilon),
+                "delta": 0.0, "level": plan.level, "candidates": plan.candidates, "code_bytes": plan.code_bytes,
+                "max_bytes": plan.max_bytes, "n_cells": plan.level, "k": int(k), "shortlist": plan.candidates,
+                "label_predicted": False, "run_id": res.get("run_id"), "reranked": "codes" if rerank else False,
+                "answer": "compact", "budget": status, "bytes_sent": sent, "bytes_received": received,
                 "bytes_per_request": sent + received, "wire": self.wire,
                 "timing": {"build_ms": (t1 - t0) * 1000, "resolve_ms": (t2 - t1) * 1000,
                            "total_ms": (time.perf_counter() - t0) * 1000}}

@@ -23,7 +23,7 @@ from ..protocol.frame import frame_from_document
 from .query import DEFAULT_SHORTLIST, PrivateKNN
 
 #: the ``release`` option of :meth:`Client.query`
-RELEASES = ("auto", "cells", "gaussian")
+RELEASES = ("auto", "location", "cells", "gaussian")
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class PublicDocument:
     product_codes: dict | None
     public_cells: dict | None
     class_rows: dict
+    public_locations: dict | None
     partitions: dict | None
     derived: dict = field(default_factory=dict, compare=False)
 
@@ -110,6 +111,7 @@ class PublicDocuments:
                                     anchor_features=np.asarray(doc["features"], dtype=np.float64),
                                     anchor_labels=np.asarray(doc["labels"]), product_codes=fr.get("product_codes"),
                                     public_cells=fr.get("public_cells"), class_rows=fr.get("class_rows") or {},
+                                    public_locations=fr.get("public_locations"),
                                     partitions=doc.get("partitions"))
             self._public[name] = cached
         clf = self._label_classifier(name) if label_free else None
@@ -186,18 +188,60 @@ class PublicDocuments:
         return PrivateCellKNN(cells, epsilon, n_cells=n_cells, shortlist=kp, collection=name,
                               accountant=self._account(name), max_cells=max_cells)
 
+    def location_cells(self, name: str):
+        """The collection's published location cells (a one-class
+        :class:`~pm_vector.manifold.cells.PublicCells` of the whole anchor, from the public anchor
+        document, cached per run), verified against the digest the run publishes; None when the active
+        run serves no location release."""
+        from ..manifold.cells import PublicCells
+
+        cached = self._current_document(name)
+        doc, meta = cached.public_locations, cached.class_rows.get("locations") or {}
+        if not doc or meta.get("status") != "ready":
+            return None
+        if "locations" not in cached.derived:
+            cells = PublicCells.from_dict(doc)
+            if cells.digest() != meta.get("digest") or cells.classes_.size != 1:
+                raise AlignmentError(f"the location cells of collection {name!r} do not hash to the digest its run "
+                                     "publishes; refusing to build location requests on them.")
+            cached.derived["locations"] = cells
+        return cached.derived["locations"]
+
+    def private_location(self, name: str, *, epsilon: float, max_bytes: int | None = None, **plan):
+        """The :class:`~pm_vector.client.location.PrivateLocationKNN` of the collection's active run (the
+        location release: pure eps, delta 0; the plan by the public rule for ``epsilon``, the
+        collection's published size and code widths and ``max_bytes``; ``plan``: ``level``,
+        ``candidates`` or ``code_bytes`` to fix), charging this client's ledger (eps, 0) per request."""
+        from .location import PrivateLocationKNN
+
+        cells = self.location_cells(name)
+        pc = self.product_codes(name)
+        if cells is None or pc is None:
+            raise InvalidInputError(f"collection {name!r} serves no location release (its active run publishes no "
+                                    "location cells or codes); use release='cells', or run a new embedding job.")
+        doc = self._public[name].class_rows
+        n_items = doc.get("n_items")
+        if isinstance(n_items, bool) or not isinstance(n_items, int) or not 1 <= n_items <= 1 << 40:
+            raise InvalidInputError(f"collection {name!r} publishes no valid item count; run a new embedding job.")
+        return PrivateLocationKNN(cells, epsilon, n_items=n_items, stage_bytes=tuple(pc.stage_bytes_),
+                                  max_bytes=max_bytes, collection=name, accountant=self._account(name), **plan)
+
     def choose_release(self, name: str, epsilon: float, release: str = "auto") -> str:
-        """``"cells"`` or ``"gaussian"``: ``release`` itself, or for ``"auto"`` the public default rule
-        (:func:`pm_vector.privacy.cells.release_for_epsilon`), the Gaussian when the collection serves
-        no cells."""
+        """``"location"``, ``"cells"`` or ``"gaussian"``: ``release`` itself, or for ``"auto"`` the public
+        default rule (:func:`pm_vector.privacy.cells.release_for_epsilon`): the location release (one
+        report over the whole collection) below eps 512 when the collection serves it, else the cell
+        release, the Gaussian from eps 512 or when neither is served."""
         from ..privacy.cells import release_for_epsilon
 
         if release not in RELEASES:
             raise InvalidInputError(f"release must be one of {list(RELEASES)}, not {release!r}.")
         if release != "auto":
             return release
-        rel = release_for_epsilon(epsilon)
-        return "cells" if rel == "cells" and self.public_cells(name) is not None else "gaussian"
+        if release_for_epsilon(epsilon) == "gaussian":
+            return "gaussian"
+        if self.location_cells(name) is not None and self.product_codes(name) is not None:
+            return "location"
+        return "cells" if self.public_cells(name) is not None else "gaussian"
 
     def product_codes(self, name: str):
         """The :class:`~pm_vector.manifold.codes.ProductCodes` the collection's active run publishes (from

@@ -26,6 +26,8 @@ from ..errors import InvalidInputError
 FORMAT = "pm_vector.public-cells/1"
 #: the levels fit by default (K cells per class)
 DEFAULT_LEVELS = (2, 4, 8, 16, 32, 64, 128)
+#: the levels of the location cells (the whole anchor as one class; the finest is the anchor itself)
+LOCATION_LEVELS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 def _check_levels(levels) -> tuple[int, ...]:
@@ -173,3 +175,11 @@ class PublicCells:
         for K in self.levels_:
             h.update(np.ascontiguousarray(self.centroids_[K] + 0.0, dtype="<f8").tobytes())
         return h.hexdigest()
+
+
+def fit_location_cells(X_anchor, levels=LOCATION_LEVELS, random_state: int = 0) -> PublicCells:
+    """The location release's cells (:mod:`pm_vector.privacy.location`): :class:`PublicCells` of the
+    whole public anchor as ONE class (label 0), at ``levels`` (those up to the anchor's size, and
+    the anchor's size itself as the finest). Public data only, a fixed seed: reproducible."""
+    X = as_matrix(X_anchor, "anchor features")
+    return PublicCells(levels=levels, random_state=random_state, n_init=3).fit(X, np.zeros(X.shape[0], np.int64))

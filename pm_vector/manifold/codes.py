@@ -21,7 +21,7 @@ from ..errors import InvalidInputError
 
 PQ_FORMAT = "pm_vector.product-codes/1"
 #: the code sizes a collection may choose (bytes per item, every stage together)
-MIN_CODE_BYTES, MAX_CODE_BYTES = 8, 64
+MIN_CODE_BYTES, MAX_CODE_BYTES = 8, 256
 
 
 class ProductCodes:
@@ -221,6 +221,8 @@ FULL_CODE_MIN_K_PRIME = 48
 #: never more candidates per row than this
 MAX_K_PRIME = 1000
 RELEASES = ("cells", "gaussian")
+#: the code prefixes the class-rows answers use when the codes publish them (measured: see below)
+CLASS_ROWS_PREFIXES = (32, 64)
 
 
 def _k_prime_within(n_rows: int, b: int, budget_bytes: int) -> int:
@@ -265,6 +267,8 @@ def compact_answer_shape(n_rows: int, release: str, epsilon: float, stage_bytes:
         raise InvalidInputError("the collection publishes no code stages.")
     if any(b < 1 for b in stages) or list(stages) != sorted(set(stages)):
         raise InvalidInputError(f"stage_bytes must be increasing positive prefix widths; got {list(stages)}.")
+    # the class-rows answers were measured with prefixes of 32 and 64 bytes: they keep those when published
+    stages = tuple(b for b in stages if b in CLASS_ROWS_PREFIXES) or stages
     n, budget = int(n_rows), int(budget_bytes)
     b = stages[0]
     if release == "gaussian":

@@ -6,7 +6,8 @@
   client that builds a request, the service that parses one and :mod:`pm_vector.db` that
   answers one;
 * the request types: :class:`QueryRequest` (class rows, :mod:`.class_rows`, with
-  :func:`frames_digest`), :class:`CellRequest` (:mod:`.cells`), :class:`PrivateMailRequest` and
+  :func:`frames_digest`), :class:`CellRequest` (:mod:`.cells`), :class:`LocationRequest` (:mod:`.location`, with the
+  answer's checks), :class:`PrivateMailRequest` and
   :class:`ReleaseRequest` (the paper's protocol, :mod:`.paper`);
 * :class:`PublicAnchor` (:mod:`.anchor`): the public anchor document's data as a client holds it;
 * :mod:`.frame`: the public anchor frame rebuilt and verified (one function, one tolerance, one
@@ -22,9 +23,10 @@ from .bounds import MAX_K_PRIME, MAX_QUERY_ROWS
 from .cells import CellRequest
 from .class_rows import DEFAULT_SHORTLIST, QueryRequest, frames_digest
 from .codec import JSON, MEDIA_TYPES, MSGPACK, decode, encode
-from .formats import CELL_FORMAT, CLASS_ROWS_FORMAT, PRIVATEMAIL_FORMAT, RELEASE_FORMAT
+from .formats import CELL_FORMAT, CLASS_ROWS_FORMAT, LOCATION_FORMAT, PRIVATEMAIL_FORMAT, RELEASE_FORMAT
+from .location import LocationRequest
 from .paper import PrivateMailRequest, ReleaseRequest
 
-__all__ = ["CELL_FORMAT", "CLASS_ROWS_FORMAT", "DEFAULT_SHORTLIST", "JSON", "MAX_K_PRIME", "MAX_QUERY_ROWS",
+__all__ = ["CELL_FORMAT", "CLASS_ROWS_FORMAT", "LOCATION_FORMAT", "LocationRequest", "DEFAULT_SHORTLIST", "JSON", "MAX_K_PRIME", "MAX_QUERY_ROWS",
            "MEDIA_TYPES", "MSGPACK", "PRIVATEMAIL_FORMAT", "RELEASE_FORMAT", "CellRequest", "PrivateMailRequest",
            "PublicAnchor", "QueryRequest", "ReleaseRequest", "decode", "encode", "frames_digest"]

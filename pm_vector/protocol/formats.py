@@ -10,3 +10,7 @@ CLASS_ROWS_FORMAT = "pm_vector.class-rows/1"
 CELL_FORMAT = "pm_vector.cells/1"
 
 __all__ = ["CELL_FORMAT", "CLASS_ROWS_FORMAT", "PRIVATEMAIL_FORMAT", "RELEASE_FORMAT"]
+#: a location request: one reported public cell of the whole collection
+LOCATION_FORMAT = "pm_vector.location/1"
+
+__all__ += ["LOCATION_FORMAT"]

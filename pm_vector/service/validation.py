@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 
 from ..protocol import bounds as wire
 from ..protocol.class_rows import DEFAULT_SHORTLIST
-from ..protocol.formats import CELL_FORMAT
+from ..protocol.formats import CELL_FORMAT, LOCATION_FORMAT
 from ..protocol.formats import CLASS_ROWS_FORMAT as QUERY_FORMAT
 from ..errors import InvalidInputError
 from .settings import ServiceSettings
@@ -153,13 +153,28 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
         raise ApiError(422, "invalid_input", "'request' must be a request object (QueryRequest.to_dict(), or "
                                              "PrivateMailRequest.to_dict() for the paper's protocol).")
     check_seeded(r, settings)
-    ours = r.get("format") in (QUERY_FORMAT, CELL_FORMAT)
+    ours = r.get("format") in (QUERY_FORMAT, CELL_FORMAT, LOCATION_FORMAT)
     if answer is None:
         answer = "features" if inc else ("compact" if ours else "full")
     inc = answer == "features"
     if cb is not None and answer != "compact":
         raise ApiError(422, "invalid_input", "code_bytes applies to compact answers (answer 'compact').")
     opts = {"compact": answer == "compact", "code_bytes": cb}
+    if r.get("format") == LOCATION_FORMAT:
+        from ..protocol.location import LocationRequest
+
+        if answer != "compact" or cb is not None:
+            raise ApiError(422, "invalid_input", "a location answer is compact, with the code width the request names "
+                                                 "(request.code_bytes); drop answer, code_bytes and include_features.")
+        try:
+            lr = LocationRequest.from_dict(r)
+        except InvalidInputError as exc:
+            raise ApiError(422, "invalid_input", f"invalid location request: {exc}") from None
+        if lr.collection not in (None, name):
+            raise ApiError(422, "invalid_input", f"the request was built for collection {lr.collection!r:.60}, "
+                                                 f"not {name!r}.")
+        check_cells(1, lr.candidates, settings)
+        return lr, k, False, opts
     if r.get("format") == QUERY_FORMAT:
         q = check_query_request(r, settings, name)
         check_cells(len(r["rows"]), max(k, int(r.get("shortlist") or 1)), settings)

@@ -214,7 +214,8 @@ def public_anchor(collection: str):
     their asymmetric distances to its query; and
     ``public_cells`` (the run's :class:`~pm_vector.manifold.cells.PublicCells` document, fit on the
     public anchor set only, for cell requests; its digest and levels are ``class_rows["cells"]``;
-    None when the run serves no cells). Raises CollectionNotFoundError, NoActiveRunError,
+    None when the run serves no cells) and ``public_locations`` (the location release's cells of the
+    whole anchor, likewise; its digest and levels are ``class_rows["locations"]``). Raises CollectionNotFoundError, NoActiveRunError,
     NoAnchorSetError (no dummy pool registered).
     """
     from ...protocol.anchor import PublicAnchor
@@ -226,13 +227,16 @@ def public_anchor(collection: str):
         anchors = _load_anchor_set(conn, coll, "anchor", rf.anchor_set_id)
         dummies = _load_anchor_set(conn, coll, "dummy", None)
         class_frames_doc, class_rows_doc = _class_rows_docs(conn, rf.run_id)
-        projection_doc = cells_doc = None
+        projection_doc = cells_doc = locations_doc = None
         if class_frames_doc is not None and ((class_rows_doc or {}).get("codes") or {}).get("status") == "ready":
             projection_doc = conn.execute("SELECT public_projection FROM pm_vector.embedding_runs WHERE id = %s",
                                           [rf.run_id]).fetchone()[0]
         if class_frames_doc is not None and ((class_rows_doc or {}).get("cells") or {}).get("status") == "ready":
             cells_doc = conn.execute("SELECT public_cells FROM pm_vector.embedding_runs WHERE id = %s",
                                      [rf.run_id]).fetchone()[0]
+        if class_frames_doc is not None and ((class_rows_doc or {}).get("locations") or {}).get("status") == "ready":
+            locations_doc = conn.execute("SELECT public_locations FROM pm_vector.embedding_runs WHERE id = %s",
+                                         [rf.run_id]).fetchone()[0]
         conn.rollback()
     pa = PublicAnchor(list(rf.anchor_ids), anchors.features, anchors.labels, dummies.features, dummies.labels)
     info = {"collection": collection, "run_id": rf.run_id, "anchor_set_id": rf.anchor_set_id,
@@ -247,7 +251,10 @@ def public_anchor(collection: str):
             "product_codes": projection_doc,
             # the cell release: PublicCells.from_dict(info["public_cells"]), whose digest() is
             # info["class_rows"]["cells"]["digest"] (None when the run serves no cells)
-            "public_cells": cells_doc}
+            "public_cells": cells_doc,
+            # the location release: PublicCells.from_dict(info["public_locations"]) (one class), whose
+            # digest() is info["class_rows"]["locations"]["digest"] (None when the run serves none)
+            "public_locations": locations_doc}
     return pa, info
 
 

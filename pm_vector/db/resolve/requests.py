@@ -20,7 +20,6 @@ from ...protocol import bounds
 from ...protocol.bounds import MAX_K_PRIME, MAX_QUERY_ROWS
 from ...protocol.cells import CellRequest
 from ...protocol.class_rows import QueryRequest
-from ...protocol.formats import CELL_FORMAT, CLASS_ROWS_FORMAT, RELEASE_FORMAT
 from ...protocol.formats import PRIVATEMAIL_FORMAT as REQUEST_FORMAT
 from ...protocol.paper import PrivateMailRequest, ReleaseRequest
 
@@ -75,7 +74,9 @@ def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
     """The request object, and None: the request log stores the validated request's
     ``to_dict()`` (known fields, checked types), never the text as it came (an invented field,
     a duplicated key or a number written as a string do not reach the log)."""
-    if isinstance(request, (PrivateMailRequest, ReleaseRequest, QueryRequest, CellRequest)):
+    from ...protocol.requests import REQUEST_CLASSES
+
+    if isinstance(request, REQUEST_CLASSES):
         return request, None
     if isinstance(request, (bytes, bytearray, memoryview)):
         try:
@@ -92,26 +93,19 @@ def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
     if not isinstance(request, Mapping):
         raise RequestError(f"a request must be a PrivateMailRequest, a ReleaseRequest, or their JSON object/text; "
                            f"got {type(request).__name__}.")
+    from ...protocol.requests import REQUEST_TYPES
+
     fmt = request.get("format", REQUEST_FORMAT)
-    if fmt == RELEASE_FORMAT:
-        return ReleaseRequest.from_dict(request), None
-    if fmt == CLASS_ROWS_FORMAT:
+    kind = REQUEST_TYPES.get(fmt) if isinstance(fmt, str) else None
+    if kind is None:
+        raise RequestError(f"unsupported request format {str(fmt)[:60]!r}; expected one of {sorted(REQUEST_TYPES)}.")
+    if kind is not PrivateMailRequest:
         try:
-            return QueryRequest.from_dict(request), None
+            return kind.from_dict(dict(request) if kind is not ReleaseRequest else request), None
         except InvalidInputError:
             raise
         except (TypeError, ValueError, KeyError) as exc:
-            raise RequestError(f"the class-rows request has a field of the wrong type ({exc}).") from None
-    if fmt == CELL_FORMAT:
-        try:
-            return CellRequest.from_dict(dict(request)), None
-        except InvalidInputError:
-            raise
-        except (TypeError, ValueError, KeyError) as exc:
-            raise RequestError(f"the cell request has a field of the wrong type ({exc}).") from None
-    if fmt != REQUEST_FORMAT:
-        raise RequestError(f"unsupported request format {fmt!r}; expected {REQUEST_FORMAT!r}, {RELEASE_FORMAT!r}, "
-                           f"{CLASS_ROWS_FORMAT!r} or {CELL_FORMAT!r}.")
+            raise RequestError(f"the {fmt} request has a field of the wrong type ({exc}).") from None
     if not isinstance(request.get("anchor_ids", []), list):
         raise RequestError("anchor_ids must be a list.")
     try:
@@ -147,8 +141,10 @@ def _finite_matrix(a, what: str) -> np.ndarray:
 
 
 def _check_rows(req) -> None:
-    if isinstance(req, CellRequest):
-        return None  # its reports, level and eps are checked when it is built (CellRequest.__post_init__)
+    from ...protocol.location import LocationRequest
+
+    if isinstance(req, (CellRequest, LocationRequest)):
+        return None  # their reports, level and eps are checked when they are built (__post_init__)
     if isinstance(req, QueryRequest):
         return _check_class_rows(req)
     emb = _finite_matrix(req.release if isinstance(req, ReleaseRequest) else req.embedding, "embedding")

@@ -147,23 +147,45 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     _check_rows(req)
     timings["parse"] = (time.perf_counter() - t0) * 1e3
     _check_answer_kind(include_features, code_bytes, compact)
-    if isinstance(req, CellRequest):
-        from .cell_resolution import resolve_cells
-
-        return resolve_cells(collection, req, raw, include_features, conn=conn, k_prime=k_prime, log=log,
-                             received=received, t0=t0, timings=timings, code_bytes=code_bytes, compact=compact,
-                             class_scores=class_scores, read_conn=read_conn)
-    if isinstance(req, QueryRequest):
-        return _resolve_class_rows(collection, req, raw, include_features, conn=conn, max_query_rows=max_query_rows,
-                                   k_prime=k_prime, log=log, received=received, t0=t0, timings=timings,
-                                   code_bytes=code_bytes, compact=compact, class_scores=class_scores,
-                                   read_conn=read_conn)
+    resolver = _resolver(type(req))
+    if resolver is not None:
+        return resolver(collection, req, raw, include_features=include_features, conn=conn,
+                        max_query_rows=max_query_rows, k_prime=k_prime, log=log, received=received, t0=t0,
+                        timings=timings, code_bytes=code_bytes, compact=compact, class_scores=class_scores,
+                        read_conn=read_conn)
     if code_bytes is not None or compact:
         raise InvalidInputError("codes and the compact answer apply to class-rows and cell requests (formats "
                                 f"{CLASS_ROWS_FORMAT!r}, 'pm_vector.cells/1'); the paper's protocol has no codes.")
     return resolve_paper(collection, req, raw, k, include_features, conn=conn, max_query_rows=max_query_rows,
                          ef_search=ef_search, log=log, class_scores=class_scores, received=received, t0=t0,
                          timings=timings)
+
+
+def _resolve_cells(collection, req, raw, *, include_features, max_query_rows, **kw):
+    from .cell_resolution import resolve_cells
+
+    return resolve_cells(collection, req, raw, include_features, **kw)
+
+
+def _resolve_location(collection, req, raw, *, include_features, max_query_rows, k_prime, code_bytes, compact,
+                      class_scores, **kw):
+    from .location_resolution import resolve_location
+
+    if include_features:
+        raise InvalidInputError("a location answer carries codes, not raw features.")
+    return resolve_location(collection, req, raw, **kw)
+
+
+def _resolve_rows(collection, req, raw, *, include_features, **kw):
+    return _resolve_class_rows(collection, req, raw, include_features, **kw)
+
+
+def _resolver(kind):
+    """The server's resolver of a request type (:data:`pm_vector.protocol.requests.REQUEST_TYPES`):
+    one table, keyed by the request's type; None for the paper's requests (their own path)."""
+    from ...protocol.location import LocationRequest
+
+    return {LocationRequest: _resolve_location, CellRequest: _resolve_cells, QueryRequest: _resolve_rows}.get(kind)
 
 
 def _check_answer_kind(include_features, code_bytes, compact) -> None:

@@ -17,7 +17,8 @@ embeds):
   ``settings["class_rows"]`` or the job's override); the document records ``graph_method``;
 * the **hubs**: ``hub_c(i)`` = number of items ``j`` of class ``c`` with ``i`` in ``N(j)``;
 * the **codes**: :class:`~pm_vector.manifold.codes.ProductCodes` of ``code_bytes`` bytes per
-  item in ``code_stages`` stages (collection setting ``settings["class_rows"]``, default 64 B in
+  item in ``code_stages`` stages (collection setting ``settings["class_rows"]``, default 256 B in 16 stages of 16: the widths the
+  location release chooses from; the class-rows answers take the 32- and 64-byte prefixes; formerly 64 B in
   2 stages of 32: the widths a compact answer may carry), fit on the public anchor set only
   (public data; published with the public anchor, :mod:`pm_vector.client.published_codes`, and
   digested in the run's document, ``class_rows["codes"]``) and every item's code: what a compact
@@ -73,7 +74,7 @@ FORMAT = "pm_vector.class-rows/1"
 DEFAULTS = {"n_components": 4, "clip_quantile": 0.9, "graph_degree": _shortlist.GRAPH_DEGREE,
             "max_prior": _shortlist.MAX_PRIOR, "min_weight": _shortlist.MIN_WEIGHT,
             "graph": "auto", "graph_exact_max_items": _shortlist.EXACT_MAX_ITEMS,
-            "code_bytes": 64, "code_stages": 2}
+            "code_bytes": 256, "code_stages": 16}
 
 
 def params(settings: Mapping[str, Any] | None = None, override: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -144,6 +145,8 @@ class ClassRowsData:
     prior_nhub: np.ndarray | None = None  # (P, g) float64: hub count of each of them in the item's class
     cells: Any = None  # pm_vector.db.runs.cells.CellsData: the cell release's public cells and per-cell hub counts
     cells_doc: dict | None = None  # what class_rows -> 'cells' records (ready, or unavailable with the reason)
+    locations: Any = None  # pm_vector.db.runs.locations.LocationsData: the location release's cells and lists
+    locations_doc: dict | None = None  # what class_rows -> 'locations' records
     graph_method: str = "exact"  # how the graph was computed: "exact", "ivf" or "hnsw"
     # seconds of the job's parts (graph_s, cells_s, ..., write_*_s) and, for a blocked graph, its
     # graph_cells, graph_probe and graph_sample_recall (figures of the raw data: the run's timings
@@ -161,6 +164,7 @@ class ClassRowsData:
                 "frames_digest": frames_digest(self.frames), "n_items": int(self.item_ids.shape[0]),
                 "codes": self.codes_doc(),
                 **({} if self.cells_doc is None else {"cells": self.cells_doc}),
+                **({} if self.locations_doc is None else {"locations": self.locations_doc}),
                 **({} if self.placement is None else {"shards": self.placement})}
 
 
@@ -254,8 +258,17 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
         cells_doc = cells.doc()
     except InvalidInputError as exc:
         cells, cells_doc = None, _cells.unavailable(str(exc))
-    del graph
     timings["cells_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    from . import locations as _loc
+
+    try:  # the location release: cells of the whole anchor, per-cell hub counts on the same graph
+        locations = _loc.build(anchor_X, X, ids, neighbors=graph)
+        locations_doc = locations.doc()
+    except InvalidInputError as exc:
+        locations, locations_doc = None, _loc.unavailable(str(exc))
+    del graph
+    timings["locations_s"] = time.perf_counter() - t
     t = time.perf_counter()
     item_codes = None if pcodes is None else pcodes.encode(X)  # every item's product code, in batches
     timings["codes_s"] = time.perf_counter() - t
@@ -266,7 +279,8 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
                          codes=item_codes, codes_error=codes_error,
                          prior_nbrs=ids[np.concatenate(nb)] if nb else np.zeros((0, g_eff), np.int64),
                          prior_nhub=np.concatenate(nh) if nh else np.zeros((0, g_eff)), cells=cells,
-                         cells_doc=cells_doc, graph_method=ps.graph_method_)
+                         cells_doc=cells_doc, graph_method=ps.graph_method_, locations=locations,
+                         locations_doc=locations_doc)
 
 
 def _create_codes_table(conn, run_id: int) -> None:
@@ -334,6 +348,12 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
         t = time.perf_counter()
         _cells.write(conn, rid, data.cells, data.placement)
         data.timings["write_cells_s"] = time.perf_counter() - t
+    if data.locations is not None:
+        from . import locations as _loc
+
+        t = time.perf_counter()
+        _loc.write(conn, rid, data.locations)
+        data.timings["write_locations_s"] = time.perf_counter() - t
 
 
 def _refresh_nhub(conn, run_id: int) -> None:
@@ -439,6 +459,10 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
         from . import cells as _cells
 
         _cells.extend(conn, rid, cells_doc, all_ids, all_X, new_ids, new_X, new_y)
+    if (doc.get("locations") or {}).get("status") == "ready":  # the new items in the location rows
+        from . import locations as _loc
+
+        _loc.extend(conn, rid, doc["locations"], all_ids, all_X, new_ids, new_X)
     sizes = list(doc["class_sizes"])
     for k, c in enumerate(doc["classes"]):
         sizes[k] = int(sizes[k]) + int(np.sum(new_y == int(c)))

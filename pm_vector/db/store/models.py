@@ -211,6 +211,7 @@ class EmbeddingRun(Base):
     public_projection: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)  # the published ProductCodes document
     # the cell release (migration 0013): the run's PublicCells document (fit on the public anchor set)
     public_cells: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)  # json: verbatim floats
+    public_locations: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)  # json: verbatim floats
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
     started_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime(timezone=True))

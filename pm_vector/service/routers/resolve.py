@@ -29,9 +29,10 @@ def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: Serv
     primary (no replica, a paper request, or the replica failed: it leaves the rotation)."""
     from ...protocol.cells import CellRequest
     from ...protocol.class_rows import QueryRequest
+    from ...protocol.location import LocationRequest
 
     router = state["router"]
-    if router is None or not isinstance(req, (QueryRequest, CellRequest)):  # the paper's: on the primary
+    if router is None or not isinstance(req, (QueryRequest, CellRequest, LocationRequest)):  # the paper's: on the primary
         return None
     url = router.pick()
     if url is None:

@@ -1,0 +1,125 @@
+"""`bench privacy`'s location-release method: ``pm_vector_location`` (the default release: one report
+of the query's public cell over the whole collection, by M-ary randomized response; the plan --
+level, candidates, code width -- by the public rule for eps, N and the byte budget).
+
+Each query's request is built by the real client (:class:`~pm_vector.client.location.PrivateLocationKNN`,
+seeded: a benchmark, not a release), answered by the server's ranking
+(:func:`pm_vector.shortlist.location_list` on the rows :func:`pm_vector.db.runs.locations.build`
+computes, the same rows the embedding job stores) and re-ranked by the published codes' prefix.
+Every row also has ``expected_nn_recall_at_k``: the exact expectation over the release's randomness
+(every possible report weighted by its exact probability), which is what the headline figures quote.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..client.location import PrivateLocationKNN
+from ..privacy import secure_generator
+from .metrics import wire_bytes
+
+
+def location_state(ctx):
+    """``(LocationsData, ProductCodes, codes)`` of the benchmark's split (cached on ``ctx``)."""
+    from ..db.runs.locations import build
+    from ..neighbors import neighbor_graph
+    from ..shortlist import CELL_GRAPH_DEGREE
+
+    def fit():
+        graph = neighbor_graph(ctx.Xs, CELL_GRAPH_DEGREE)
+        return build(ctx.Xa, ctx.Xs, np.arange(len(ctx.Xs)), neighbors=graph)
+
+    data = ctx.get("location rows", fit)
+    pc, codes = ctx.codes
+    return data, pc, codes
+
+
+def _rows_of(data, M: int) -> dict[int, int]:
+    return {int(c): i for i, (lv, c) in enumerate(zip(data.levels.tolist(), data.cell.tolist())) if lv == M}
+
+
+def answer_table(ctx, M: int, eps: float, S: int) -> list[np.ndarray]:
+    """The server's answer to every report at level M (positions): a location answer is a public
+    function of the report (cached on ``ctx``)."""
+    from ..privacy.location import location_weight
+    from ..shortlist import location_list
+
+    data, _, _ = location_state(ctx)
+
+    def build():
+        at = _rows_of(data, M)
+        w = location_weight(eps)
+        out = []
+        for r in range(M):
+            i = at.get(r)
+            row = (data.item_ids[i], data.hubs[i], data.chubs[i]) if i is not None else ([], [], [])
+            out.append(location_list(*row, data.item_ids[0], data.chubs[0], w, S)[0])
+        return out
+
+    return ctx.get(f"location answers {M} {eps} {S}", build)
+
+
+def _ranks(ctx, width: int) -> np.ndarray:
+    """``(q, N)`` int32: every item's rank by asymmetric distance to each query at ``width`` bytes."""
+    def build():
+        _, pc, codes = location_state(ctx)
+        rec = pc.decode(codes[:, :width])
+        R = pc._rotate(ctx.Xq)
+        d = -2.0 * R @ rec.T + (rec * rec).sum(1)[None, :]
+        return np.argsort(np.argsort(d, axis=1, kind="stable"), axis=1).astype(np.int32)
+
+    return ctx.get(f"code ranks {width}", build)
+
+
+def _hits(lists: list[np.ndarray], ranks: np.ndarray, truth: np.ndarray, k: int) -> np.ndarray:
+    """``(M, q)``: for every list and query, the true k nearest among the list's top k by code rank."""
+    q, N = ranks.shape
+    tm = np.zeros((q, N), bool)
+    tm[np.arange(q)[:, None], truth] = True
+    out = np.zeros((len(lists), q))
+    for r, L in enumerate(lists):
+        if L.size == 0:
+            continue
+        kk = min(k, L.size)
+        P = ranks[:, L]
+        top = np.argpartition(P, kk - 1, axis=1)[:, :kk]
+        out[r] = tm[np.arange(q)[:, None], L[top]].sum(1) / k
+    return out
+
+
+def run_location(ctx, eps: float, max_bytes: int, seed: int):
+    """``(candidates list, retrieved (q, k), request bytes, answer bytes, extra)`` of the location
+    release at ``eps`` under ``max_bytes`` per request."""
+    data, pc, codes = location_state(ctx)
+    k = int(ctx.cfg.k)
+    client = PrivateLocationKNN(data.cells, eps, n_items=len(ctx.Xs), max_bytes=int(max_bytes),
+                                stage_bytes=pc.stage_bytes_)
+    client._inject_generator(secure_generator(seed))
+    p = client.plan_
+    lists = answer_table(ctx, p.level, eps, p.candidates)
+    ranks = _ranks(ctx, p.code_bytes)
+    true_cell = data.cells.assign(ctx.Xq, 0, p.level)
+    hits = _hits(lists, ranks, ctx.true_idx, k)
+    pr, qr = client.mechanism.p_, client.mechanism.q_
+    idx = np.arange(len(ctx.Xq))
+    expected = float(np.mean(pr * hits[true_cell, idx] + qr * (hits.sum(0) - hits[true_cell, idx])))
+    retrieved, cands, req_bytes = [], [], 0
+    for i, x in enumerate(ctx.Xq):
+        req = client.request(x)
+        L = lists[req.report]
+        order = np.argsort(ranks[i, L], kind="stable")[:k]
+        retrieved.append(np.pad(L[order], (0, k - order.size), constant_values=L[0] if L.size else 0))
+        cands.append(L)
+        req_bytes += wire_bytes(req.to_dict())
+    S = int(max(len(L) for L in lists))
+    answer = {"release": "location", "level": p.level, "report": 0, "run_id": 1, "candidates": p.candidates,
+              "item_ids": np.zeros(S, np.uint32), "codes_data": bytes(S * p.code_bytes),
+              "codes": {"bytes": p.code_bytes, "digest": pc.digest()}}
+    extra = {"release": "location", "level": p.level, "candidates": p.candidates, "code_bytes": p.code_bytes,
+             "max_bytes": int(max_bytes), f"expected_nn_recall_at_{k}": expected,
+             "true_cell_nn_recall": float(np.mean(hits[true_cell, idx]))}
+    if not math.isinf(eps):
+        extra["rr_p"] = round(pr, 6)
+    return cands, np.stack(retrieved), req_bytes / len(ctx.Xq), float(wire_bytes(answer)), extra

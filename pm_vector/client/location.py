@@ -1,0 +1,98 @@
+"""The client of the location release: report the query's public cell, re-rank the answer locally.
+
+::
+
+    client = PrivateLocationKNN(cells, epsilon=4.0, n_items=10_000, max_bytes=50_000,
+                                stage_bytes=codes.stage_bytes_)     # the plan: level, candidates, code width
+    request = client.request(x)                                     # one report, pure eps, charged (eps, 0)
+    answer = server_resolve(request)                                # S ids and S codes: one list
+    ids, codes, payloads = client.check(answer, ...)                # the WHOLE answer, before x is used
+    top8 = ids[rank(x, codes=codes, product_codes=codes)[0][:8]]
+
+The guarantee (pure epsilon, delta 0, whole request, replacing features and label) and the exact
+fixed-work sampler are in :mod:`pm_vector.privacy.location`; the plan (level M, candidates S, code
+width) is the public rule :func:`pm_vector.privacy.location.plan` of eps, the collection's public
+size, the byte budget and the published levels and code widths, so the request's shape says nothing
+about the query. The query's only use before the answer is its nearest centroid at level M
+(:meth:`locate`); after the answer, the re-rank of exactly ``n = min(S, n_items)`` coded candidates
+(fixed-size arrays: its time depends on n and the width, both public, not on the query).
+
+Budget: every unseeded request is charged ``(epsilon, 0)`` before anything is drawn, to
+``accountant`` or the default ledger under ``local:<collection>``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._validation import as_matrix, normalize_rows
+from ..errors import InvalidInputError
+from ..manifold.cells import PublicCells
+from ..privacy.location import LocationRandomizedResponse, plan as location_plan
+from ..privacy.rng import secure_generator
+from ..protocol.location import LocationRequest
+
+
+class PrivateLocationKNN:
+    """Builds location requests against published location cells (a one-class
+    :class:`~pm_vector.manifold.cells.PublicCells`).
+
+    ``level``, ``candidates``, ``code_bytes``: the plan; any of them ``None`` takes the public rule
+    :func:`~pm_vector.privacy.location.plan` of ``epsilon``, ``n_items`` (the collection's public
+    size), ``max_bytes`` (what one request may cost on the wire, both ways), ``stage_bytes`` (the
+    published code widths) and ``payload_bytes`` (the bound of one candidate's payload, 0 when the
+    collection stores none). ``accountant``: what every unseeded request is charged to; None charges
+    the default ledger.
+    """
+
+    def __init__(self, cells: PublicCells, epsilon: float = 4.0, *, n_items: int, stage_bytes=(16, 32),
+                 max_bytes: int | None = None, level: int | None = None, candidates: int | None = None,
+                 code_bytes: int | None = None, payload_bytes: int = 0, collection: str | None = None,
+                 accountant=None):
+        if cells.classes_.size != 1:
+            raise InvalidInputError("location cells are fit on the whole anchor as one class.")
+        self.cells = cells
+        self.plan_ = location_plan(epsilon, n_items=n_items, levels=cells.levels_, stage_bytes=stage_bytes,
+                                   max_bytes=max_bytes, payload_bytes=payload_bytes, level=level,
+                                   candidates=candidates, code_bytes=code_bytes)
+        self.mechanism = LocationRandomizedResponse(epsilon, self.plan_.level)
+        if accountant is not None and not callable(getattr(accountant, "spend", None)):
+            raise InvalidInputError("accountant must have a spend(epsilon, delta, label=None) method.")
+        self.accountant = accountant
+        self.collection = collection
+        self.n_items = int(n_items)
+        self.digest = cells.digest()
+        self._rng: np.random.Generator | None = None
+
+    # tests and benchmarks only: requests built this way say "seeded" and are not charged
+    def _inject_generator(self, rng: np.random.Generator) -> "PrivateLocationKNN":
+        self._rng = rng
+        return self
+
+    def _charge(self) -> None:
+        acc = self.accountant
+        if acc is None:
+            if self._rng is not None:
+                return
+            from .budget import PrivacyBudget
+
+            acc = PrivacyBudget().account(f"local:{self.collection or 'location:' + self.digest[:32]}")
+        acc.spend(self.mechanism.epsilon, 0.0, label=self.collection)
+
+    def locate(self, x) -> int:
+        """The true cell of a query at the plan's level (kept secret)."""
+        return int(self.cells.assign(x, 0, self.plan_.level)[0])
+
+    def request(self, x) -> LocationRequest:
+        """The :class:`~pm_vector.protocol.location.LocationRequest` of one query ``x`` (raw features;
+        scaled to unit norm). Charged before the report is drawn."""
+        x = as_matrix(np.asarray(x, dtype=np.float64).reshape(1, -1), "query")
+        if x.shape[1] != self.cells.n_features_in_:
+            raise InvalidInputError(f"query has {x.shape[1]} features; the cells have {self.cells.n_features_in_}.")
+        a = self.locate(normalize_rows(x))
+        self._charge()
+        rng = self._rng if self._rng is not None else secure_generator()
+        p = self.plan_
+        return LocationRequest(report=self.mechanism.release(a, rng), level=p.level, epsilon=self.mechanism.epsilon,
+                               locations_digest=self.digest, candidates=p.candidates, code_bytes=p.code_bytes,
+                               collection=self.collection, seeded=self._rng is not None)

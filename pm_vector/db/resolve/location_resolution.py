@@ -1,0 +1,175 @@
+"""The server's resolve of a location request (release ``"location"``, format ``"pm_vector.location/1"``).
+
+A :class:`~pm_vector.protocol.location.LocationRequest` reports ONE public cell of the whole
+collection at one level M (:mod:`pm_vector.privacy.location`: pure eps, delta 0). Its answer is a
+public function of (run, level, report, eps, candidates, code width): the ranked list
+:func:`pm_vector.shortlist.location_list` of the run's row ``(level, report)`` and top hubs
+(``run_<id>_locations``, :mod:`pm_vector.db.runs.locations`), with the first ``code_bytes`` bytes of
+each candidate's product code and its payload. So a resolve is a lookup:
+
+* checks (nothing written on error, a 4xx through HTTP): the run publishes ready location cells
+  (:class:`~pm_vector.db.errors.CellsUnavailableError`), the request's ``locations_digest`` is the
+  run's (:class:`~pm_vector.db.errors.CellsDigestMismatchError`), ``level`` is a published level,
+  ``code_bytes`` a published code width;
+* the answer comes from this process's cache (:class:`AnswerCache`, keyed by the run, its data
+  version and the request's public fields) or is built once: the row and the top hubs by primary
+  key, the ranking in numpy, the candidates' codes and payloads in one statement;
+* the request is logged (delta 0) in the same REPEATABLE READ transaction that read the run.
+
+Any cache or CDN may hold an answer: it depends on nothing but public values. A sharded run keeps
+its location rows and codes on the coordinator, so it is answered there; a replica answers from
+its copy (the log goes to the primary).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Mapping
+
+import numpy as np
+
+from ...errors import RequestError
+from ...protocol.formats import LOCATION_FORMAT
+from ...protocol.location import LocationRequest
+from ..errors import CellsDigestMismatchError, CellsUnavailableError
+from .answer import Int8Array, log_on_primary, prepare_connection
+from .requests import check_codes, finish, run_snapshot
+
+#: bytes of answers one process keeps (the least recently used go first)
+CACHE_BYTES = 256 << 20
+
+
+class AnswerCache:
+    """A thread-safe LRU of built answers, bounded in bytes. Keys are public values only."""
+
+    def __init__(self, max_bytes: int = CACHE_BYTES):
+        self.max_bytes = int(max_bytes)
+        self._d: OrderedDict = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, key):
+        with self._lock:
+            v = self._d.get(key)
+            if v is None:
+                self.misses += 1
+                return None
+            self._d.move_to_end(key)
+            self.hits += 1
+            return v[0]
+
+    def put(self, key, value, size: int) -> None:
+        with self._lock:
+            if key in self._d or size > self.max_bytes:
+                return
+            self._d[key] = (value, size)
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, (_, s) = self._d.popitem(last=False)
+                self._bytes -= s
+
+    def clear(self) -> None:
+        with self._lock:
+            self._d.clear()
+            self._bytes = 0
+
+
+#: this process's answers
+CACHE = AnswerCache()
+
+
+def check_against_run(meta: Mapping[str, Any], req: LocationRequest, collection: str) -> dict[str, Any]:
+    """The run's ``class_rows`` document, after checking the location request against it."""
+    if req.collection is not None and req.collection != collection:
+        raise RequestError(f"the request was built for collection {req.collection!r}, not {collection!r}.")
+    run_id = int(meta["run"]["id"])
+    doc = meta["coll"].get("class_rows") or {}
+    loc = doc.get("locations") or {}
+    if doc.get("status") != "ready" or loc.get("status") != "ready":
+        why = loc.get("error") or doc.get("error") or "it was built before the location release existed"
+        raise CellsUnavailableError(
+            f"the active run {run_id} of collection {collection!r} publishes no location cells ({why}); run a full "
+            "embedding job for the collection (pm-vector embed COLLECTION), or use release='cells'.")
+    if req.locations_digest != loc["digest"]:
+        raise CellsDigestMismatchError(
+            f"the request was built on location cells with digest {req.locations_digest[:16]!r}..., but collection "
+            f"{collection!r}'s active run {run_id} publishes {loc['digest'][:16]!r}...; fetch the current public "
+            "anchor (its class_rows['locations'] and public_locations) and rebuild the request.")
+    levels = [int(k) for k in loc["levels"]]
+    if req.level not in levels:
+        raise RequestError(f"level must be one of the published levels {levels}; got {req.level}.")
+    return doc
+
+
+def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int) -> dict[str, Any]:
+    from ...privacy.location import location_weight
+    from ...shortlist import location_list
+
+    t = f"pm_vector.run_{int(run_id)}_locations"
+    rows = {(int(lv), int(c)): (it, hb, ch) for lv, c, it, hb, ch in rconn.execute(
+        f"SELECT level, cell, item_ids, hubs, chubs FROM {t} WHERE (level, cell) IN ((0, 0), (%s, %s))",
+        [int(req.level), int(req.report)], binary=True).fetchall()}
+    row = rows.get((req.level, req.report), ((), (), ()))
+    top = rows.get((0, 0), ((), (), ()))
+    ids, _ = location_list(np.asarray(row[0], np.int64), np.asarray(row[1], np.float64),
+                           np.asarray(row[2], np.float64), np.asarray(top[0], np.int64),
+                           np.asarray(top[2], np.float64), location_weight(req.epsilon), req.candidates)
+    zero = "'\\x" + "00" * int(code_bytes) + "'::bytea"
+    got = rconn.execute(
+        f"SELECT string_agg(coalesce(substring(c.code from 1 for {int(code_bytes)}), {zero}), ''::bytea "
+        "ORDER BY u.k), jsonb_agg(i.payload ORDER BY u.k), bool_or(i.payload IS NOT NULL) "
+        "FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(id, k) "
+        "JOIN pm_vector.items AS i ON i.id = u.id "
+        f"LEFT JOIN pm_vector.run_{int(run_id)}_codes AS c ON c.item_id = u.id",
+        [Int8Array(ids)], binary=True).fetchone()
+    codes = bytes(got[0] or b"")
+    if len(codes) != ids.size * int(code_bytes):  # an item of the list is gone from the items
+        raise RequestError("the run's location list names items that no longer exist; retry (a change is being "
+                           "applied) or run a new embedding job.")
+    return {"item_ids": ids.astype("<u4") if (ids.size == 0 or int(ids.max()) < 1 << 32) else ids,
+            "codes_data": codes, "payloads": list(got[1]) if got[2] else None}
+
+
+def resolve_location(collection: str, req: LocationRequest, raw: str | None, *, conn, log: bool, received,
+                     t0: float, timings: dict[str, float], read_conn=None, cache: AnswerCache | None = None,
+                     **_ignored) -> dict[str, Any]:
+    """Answer a location request (module doc). Returns ``{"collection", "run_id", "format",
+    "release", "answer": "compact", "level", "report", "candidates", "n_query_rows": 1, "item_ids",
+    "codes_data", "payloads", "codes": {"bytes", "digest"}, "timings_ms", "request_log_id", "cached"}``."""
+    cache = CACHE if cache is None else cache
+    t = time.perf_counter()
+    with run_snapshot(collection, conn if read_conn is None else read_conn, False) as (rconn, meta):
+        doc = check_against_run(meta, req, collection)
+        run_id = int(meta["run"]["id"])
+        b, digest = check_codes(doc, collection, run_id, int(req.code_bytes))
+        timings["lookup"] = (time.perf_counter() - t) * 1e3
+        t = time.perf_counter()
+        key = (str(rconn.pgconn.db), rconn.pgconn.port, run_id, str(meta["run"]["created_at"]),
+               int(doc.get("graph_version", 0)), int(doc.get("answers_version", 0)), req.level, req.report,
+               req.epsilon, req.candidates, b)
+        body = cache.get(key)
+        cached = body is not None
+        if body is None:
+            prepare_connection(rconn)
+            body = _build(rconn, run_id, req, b)
+            size = len(body["codes_data"]) + body["item_ids"].nbytes + 64 * len(body["payloads"] or ())
+            cache.put(key, body, size)
+        n = int(body["item_ids"].size)
+        timings["shortlist"] = (time.perf_counter() - t) * 1e3
+        if read_conn is None:
+            log_id = finish(rconn, collection, req, raw, run_id=run_id, n_rows=n, received=received, t0=t0,
+                            log=log, timings=timings)
+        else:
+            rconn.rollback()
+    if read_conn is not None:
+        log_id = log_on_primary(conn, collection, req, raw, run_id=run_id, n_rows=n, received=received, t0=t0,
+                                log=log, timings=timings)
+    timings["total"] = (time.perf_counter() - t0) * 1e3
+    return {"collection": collection, "run_id": run_id, "format": LOCATION_FORMAT, "release": "location",
+            "answer": "compact", "level": int(req.level), "report": int(req.report),
+            "candidates": int(req.candidates), "n_query_rows": 1, **body,
+            "codes": {"bytes": int(b), "digest": digest}, "cached": cached,
+            "timings_ms": {a: round(v, 3) for a, v in timings.items()}, "request_log_id": log_id}

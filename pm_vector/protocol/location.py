@@ -1,0 +1,164 @@
+"""The location release on the wire: the request (:class:`LocationRequest`) and the answer's checks
+(:func:`check_location_answer`), below both the client and the server.
+
+A location request reports ONE public cell of the whole collection (:mod:`pm_vector.privacy.location`)
+and asks for ``candidates`` items with ``code_bytes`` of their product codes. The answer is a public
+function of (run, level, report, eps, candidates, code_bytes): ``item_ids`` (``n`` distinct ids,
+``n = min(candidates, n_items)`` of the run, best first), ``codes`` (``n x code_bytes`` bytes, the
+prefix of each item's published code) and, for a collection that stores payloads, ``payloads``
+(``n`` JSON values). A client refuses the whole answer unless every field has exactly that shape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from .formats import LOCATION_FORMAT
+
+#: the most candidates a location answer may hold (pm_vector.shortlist.MAX_LOCATION_CANDIDATES)
+MAX_CANDIDATES = 65_536
+#: the widest code prefix an answer may carry, in bytes
+MAX_CODE_BYTES = 256
+#: the largest level M
+MAX_LEVEL = 1 << 20
+
+
+def _int(name: str, v, lo: int, hi: int) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not lo <= int(v) <= hi:
+        raise InvalidInputError(f"{name} must be an integer in [{lo}, {hi}]; got {v!r:.40}.")
+    return int(v)
+
+
+@dataclass
+class LocationRequest:
+    """What leaves the client in a location release: ``report`` (the reported cell, in
+    ``[0, level)``), ``level`` (M), ``epsilon`` (> 0, or inf for benchmarks), ``delta`` (always 0),
+    ``locations_digest`` (of the published location cells), ``candidates`` (S) and ``code_bytes``
+    (the code prefix per candidate; chosen by the public plan, :func:`~pm_vector.privacy.location.plan`),
+    ``collection``, ``release`` (always ``"location"``) and ``seeded`` (true only for a request built
+    with an injected generator)."""
+
+    report: int
+    level: int
+    epsilon: float
+    locations_digest: str
+    candidates: int
+    code_bytes: int
+    collection: str | None = None
+    release: str = "location"
+    delta: float = 0.0
+    seeded: bool = False
+
+    _NEED = ("report", "level", "epsilon", "locations_digest", "candidates", "code_bytes")
+    _OPTIONAL = ("collection", "release", "delta", "seeded")
+
+    def __post_init__(self):
+        if self.release != "location":
+            raise InvalidInputError(f"a location request has release 'location'; got {self.release!r:.40}.")
+        self.level = _int("level", self.level, 2, MAX_LEVEL)
+        self.report = _int("report", self.report, 0, self.level - 1)
+        self.candidates = _int("candidates", self.candidates, 1, MAX_CANDIDATES)
+        self.code_bytes = _int("code_bytes", self.code_bytes, 1, MAX_CODE_BYTES)
+        e = self.epsilon
+        if isinstance(e, str) and e.lower() in ("inf", "infinity"):
+            e = float("inf")
+        if isinstance(e, (bool, np.bool_)) or not isinstance(e, (int, float, np.floating, np.integer)) or \
+                not (float(e) > 0) or math.isnan(float(e)):
+            raise InvalidInputError(f"epsilon must be a number > 0 (or inf); got {self.epsilon!r:.40}.")
+        self.epsilon = float(e)
+        d = self.delta
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, float, np.floating)) or float(d) != 0.0:
+            raise InvalidInputError(f"a location request is pure eps: delta must be 0; got {d!r:.40}.")
+        self.delta = 0.0
+        if not isinstance(self.locations_digest, str) or not 1 <= len(self.locations_digest) <= 64:
+            raise InvalidInputError("locations_digest must be the hex digest of the published location cells.")
+        if self.collection is not None and (not isinstance(self.collection, str) or len(self.collection) > 200):
+            raise InvalidInputError("collection must be a collection name.")
+        if not isinstance(self.seeded, (bool, np.bool_)):
+            raise InvalidInputError("seeded must be true or false.")
+        self.seeded = bool(self.seeded)
+
+    @property
+    def n_rows(self) -> int:
+        return 1
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self._NEED + self._OPTIONAL}
+        d["format"] = LOCATION_FORMAT
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, d) -> "LocationRequest":
+        if not isinstance(d, Mapping) or d.get("format") != LOCATION_FORMAT:
+            raise InvalidInputError(f"not a location request (format {LOCATION_FORMAT!r} expected).")
+        missing = [k for k in cls._NEED if k not in d]
+        if missing:
+            raise InvalidInputError(f"location request is missing fields: {', '.join(missing)}.")
+        unknown = sorted(set(d) - set(cls._NEED) - set(cls._OPTIONAL) - {"format"})
+        if unknown:
+            raise InvalidInputError(f"unknown location request field(s) {unknown:.200}; a location request has "
+                                    f"{list(cls._NEED)} and optionally {list(cls._OPTIONAL)}.")
+        return cls(**{k: d[k] for k in cls._NEED + cls._OPTIONAL if k in d})
+
+
+def _ids(value: Any, n: int) -> np.ndarray:
+    """``n`` item ids from what the wire made of them (a uint32/int array, a list of ints, or raw
+    big-endian uint32 bytes), refused unless exactly ``n`` distinct non-negative integers."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        if len(value) != 4 * n:
+            raise InvalidInputError(f"the answer's item_ids hold {len(value)} bytes; {n} x 4 expected.")
+        a = np.frombuffer(bytes(value), dtype=">u4").astype(np.int64)
+    elif isinstance(value, np.ndarray):
+        if value.shape != (n,) or value.dtype.kind not in "ui":
+            raise InvalidInputError(f"the answer's item_ids must be {n} integers; got shape {value.shape}, "
+                                    f"dtype {value.dtype}.")
+        a = value.astype(np.int64)
+    elif isinstance(value, list):
+        if len(value) != n or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+            raise InvalidInputError(f"the answer's item_ids must be a list of {n} integers.")
+        if n and (min(value) < 0 or max(value) >= 1 << 63):
+            raise InvalidInputError("the answer's item_ids must be non-negative 64-bit integers.")
+        a = np.asarray(value, dtype=np.int64)
+    else:
+        raise InvalidInputError("the answer's item_ids are missing or not an array of integers.")
+    if a.size and (a.min() < 0 or np.unique(a).size != a.size):
+        raise InvalidInputError("the answer's item_ids must be distinct non-negative integers.")
+    return a
+
+
+def check_location_answer(answer: Any, request: LocationRequest, *, n_items: int, codes_digest: str,
+                          run_id: Any) -> tuple[np.ndarray, np.ndarray, list | None]:
+    """``(item_ids, codes, payloads)`` of a location answer after checking ALL of it against the
+    request and the public document it was built on: the release, level and report echoed, the run
+    and codes digest the request was built on, exactly ``n = min(candidates, n_items)`` distinct ids,
+    ``n x code_bytes`` code bytes, and ``payloads`` either absent (None) or a list of exactly ``n``. Anything
+    else raises :class:`~pm_vector.errors.InvalidInputError` with one message that names the field;
+    its checks use only the answer and public values, never the client's query."""
+    from .published_codes import row_codes
+
+    if not isinstance(answer, Mapping):
+        raise InvalidInputError("the answer is not a document.")
+    n = min(int(request.candidates), int(n_items))
+    for key, want in (("release", "location"), ("level", request.level), ("report", request.report),
+                      ("run_id", run_id)):
+        got = answer.get(key)
+        if isinstance(got, bool) or got != want:
+            raise InvalidInputError(f"the answer's {key} is {str(got)[:40]!r}; the request has {str(want)[:40]!r}.")
+    meta = answer.get("codes")
+    if not isinstance(meta, Mapping) or meta.get("digest") != codes_digest or meta.get("bytes") != request.code_bytes:
+        raise InvalidInputError("the answer's codes are not the published codes' prefix the request asked for.")
+    ids = _ids(answer.get("item_ids"), n)
+    codes = row_codes(answer.get("codes_data"), n, int(request.code_bytes))
+    pl = answer.get("payloads")
+    if pl is not None and (not isinstance(pl, list) or len(pl) != n):
+        raise InvalidInputError(f"the answer's payloads must be absent or a list of {n} values.")
+    return ids, codes, pl

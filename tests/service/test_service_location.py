@@ -1,0 +1,68 @@
+"""The location release end to end: the real service, the real client, the real embedded PostgreSQL.
+
+The default release of ``Client.query`` is one report over the whole collection; its answer is a
+public function of the report (the same bytes for every query that reports the same cell), checked
+whole by the client, and within the byte budget the user sets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pm_vector.client.http import Client
+from pm_vector.protocol.codec import MSGPACK, decode
+
+
+def _ledger(tmp_path):
+    from pm_vector.client.budget import PrivacyBudget
+
+    b = PrivacyBudget(tmp_path / "ledger.json")
+    return b
+
+
+def test_default_query_is_one_location_report_within_the_byte_budget(service, svc_collection, svc_key, svc_split,
+                                                                     tmp_path):
+    from pm_vector.bench.metrics import nn_recall_at_k
+    from pm_vector.neighbors import knn_search
+
+    Xs, _ = svc_split.server
+    Xq, _ = svc_split.query
+    truth = knn_search(Xq[:20], Xs, 8)
+    with Client(service.url, svc_key["key"], budget=_ledger(tmp_path)) as c:
+        c.budget.set_budget(c.budget_key(), epsilon=1000.0)
+        got: list = []
+        c._http.event_hooks["response"] = [lambda resp: got.append(resp)]
+        r = c.query(svc_collection, Xq[0], epsilon=4.0, k=8)
+        c._http.event_hooks["response"] = []
+        got[-1].read()
+        ans = decode(got[-1].content, MSGPACK)
+        assert r["release"] == "location" and r["delta"] == 0.0 and ans["release"] == "location"
+        assert set(ans["rows"] if "rows" in ans else []) == set()  # one list, no rows
+        n = min(r["candidates"], c._public[svc_collection].class_rows["n_items"])
+        assert np.asarray(ans["item_ids"]).shape == (n,) and len(ans["codes_data"]) == n * r["code_bytes"]
+        assert r["bytes_per_request"] <= 50_000, r["bytes_per_request"]
+        assert len(r["item_ids"]) == 8 and r["reranked"] == "codes"
+        # a smaller budget: a smaller answer, still within it
+        small = c.query(svc_collection, Xq[0], epsilon=4.0, k=8, max_bytes=8_000)
+        assert small["bytes_per_request"] <= 8_000 and small["candidates"] < r["candidates"]
+        # recall at eps 16 well above chance on the digits collection
+        res = [c.query(svc_collection, x, epsilon=16.0, k=8)["item_ids"] for x in Xq[:20]]
+    ids = np.asarray(db_positions(svc_collection, res, Xs))
+    rec = nn_recall_at_k(ids, truth)
+    print("location release, digits, eps 16, nn_recall@8 over 20 queries:", rec)
+    assert rec > 0.5
+
+
+def db_positions(name, res, Xs):
+    """The answer's item ids as positions in the split's server rows (ids were ingested in order)."""
+    from pm_vector import db
+
+    rows = db.fetch_items(name, sorted({i for r in res for i in r}), include_features=True)
+    feats = {int(i): np.asarray(f) for i, f in zip(rows["item_ids"], rows["features"])}
+    from pm_vector.neighbors import knn_search
+
+    out = []
+    for r in res:
+        F = np.stack([feats[i] for i in r])
+        out.append(knn_search(F, Xs, 1).ravel())
+    return out
