@@ -401,8 +401,10 @@ class Client(Transport, PublicDocuments):
             if n_cells is not None or shortlist is not None:
                 raise InvalidInputError("n_cells and shortlist apply to the class-rows releases; the location release's "
                                         "plan follows the byte budget (max_bytes).")
-            return self._query_location(name, features, label, epsilon=epsilon, k=k, rerank=rerank,
-                                        max_bytes=max_bytes, rng=rng)
+            from .location import query_location
+
+            return query_location(self, name, features, label, epsilon=epsilon, k=k, rerank=rerank,
+                                  max_bytes=max_bytes, rng=rng)
         if max_bytes is not None:
             raise InvalidInputError("max_bytes applies to the location release (release='location' or 'auto').")
         if protocol != "pm_vector" and (release not in ("auto", "gaussian") or n_cells is not None):
@@ -473,46 +475,6 @@ class Client(Transport, PublicDocuments):
                 bool(getattr(secret, "predicted", False)), "run_id": res.get("run_id"), "reranked": reranked,
                 "answer": res.get("answer", "full"), "code_bytes": b,
                 "budget": status, "bytes_sent": sent, "bytes_received": received,
-                "bytes_per_request": sent + received, "wire": self.wire,
-                "timing": {"build_ms": (t1 - t0) * 1000, "resolve_ms": (t2 - t1) * 1000,
-                           "total_ms": (time.perf_counter() - t0) * 1000}}
-
-    def _query_location(self, name, features, label=None, *, epsilon, k, rerank, max_bytes, rng) -> dict[str, Any]:
-        """:meth:`query` of the location release: build (charged), send, check the WHOLE answer, re-rank.
-
-        Before the answer, the query is used only to find its cell (:meth:`PrivateLocationKNN.locate`).
-        The answer is checked in full (:func:`~pm_vector.protocol.location.check_location_answer`:
-        exactly ``n = min(candidates, n_items)`` distinct ids, ``n x code_bytes`` code bytes, the run,
-        level, report and codes digest of the request) before the query is used again; a malformed
-        answer raises one :class:`~pm_vector.errors.InvalidInputError` whose text depends on the answer
-        alone. The re-rank then works on exactly ``n`` codes of the plan's width (public sizes), so
-        its time does not depend on the query."""
-        from ..protocol.location import check_location_answer
-
-        t0 = time.perf_counter()
-        req, plan = self._build_request(name, features, label, epsilon=epsilon, release="location",
-                                        max_bytes=max_bytes, rng=rng)
-        pub = self._public[name]
-        pc = self.product_codes(name)
-        t1 = time.perf_counter()
-        status = self.budget.status(self.budget_key())  # charged by _build_request
-        res, sent, received = self._exchange("POST", f"/collections/{name}/resolve", {"request": req.to_dict(),
-                                                                                        "k": int(k)})
-        t2 = time.perf_counter()
-        # nothing below talks to the server: the answer is all the client uses, checked whole first
-        ids, codes, payloads = check_location_answer(res, req, n_items=int(pub.class_rows["n_items"]),
-                                                     codes_digest=pc.digest(), run_id=pub.run_id)
-        q = np.asarray(features, dtype=np.float64).ravel()
-        q = q / max(float(np.linalg.norm(q)), 1e-12)
-        order, d = rank(q, codes=codes, product_codes=pc) if rerank else (np.arange(ids.size), np.zeros(ids.size))
-        top = order[: int(k)]
-        return {"item_ids": [int(v) for v in ids[top]], "distances": d[top].tolist(),
-                **({} if payloads is None else {"payloads": [payloads[i] for i in top.tolist()]}),
-                "collection": name, "protocol": "pm_vector", "release": "location", "epsilon": float(epsilon),
-                "delta": 0.0, "level": plan.level, "candidates": plan.candidates, "code_bytes": plan.code_bytes,
-                "max_bytes": plan.max_bytes, "n_cells": plan.level, "k": int(k), "shortlist": plan.candidates,
-                "label_predicted": False, "run_id": res.get("run_id"), "reranked": "codes" if rerank else False,
-                "answer": "compact", "budget": status, "bytes_sent": sent, "bytes_received": received,
                 "bytes_per_request": sent + received, "wire": self.wire,
                 "timing": {"build_ms": (t1 - t0) * 1000, "resolve_ms": (t2 - t1) * 1000,
                            "total_ms": (time.perf_counter() - t0) * 1000}}

@@ -23,6 +23,9 @@ Budget: every unseeded request is charged ``(epsilon, 0)`` before anything is dr
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import numpy as np
 
 from .._validation import as_matrix, normalize_rows
@@ -30,7 +33,8 @@ from ..errors import InvalidInputError
 from ..manifold.cells import PublicCells
 from ..privacy.location import LocationRandomizedResponse, plan as location_plan
 from ..privacy.rng import secure_generator
-from ..protocol.location import LocationRequest
+from ..protocol.location import LocationRequest, check_location_answer
+from .rerank import rank
 
 
 class PrivateLocationKNN:
@@ -96,3 +100,42 @@ class PrivateLocationKNN:
         return LocationRequest(report=self.mechanism.release(a, rng), level=p.level, epsilon=self.mechanism.epsilon,
                                locations_digest=self.digest, candidates=p.candidates, code_bytes=p.code_bytes,
                                collection=self.collection, seeded=self._rng is not None)
+
+
+def query_location(self, name, features, label=None, *, epsilon, k, rerank, max_bytes, rng) -> dict[str, Any]:
+    """:meth:`Client.query <pm_vector.client.http.Client.query>` of the location release (``self``: the client): build (charged), send, check the WHOLE answer, re-rank.
+
+    Before the answer, the query is used only to find its cell (:meth:`PrivateLocationKNN.locate`).
+    The answer is checked in full (:func:`~pm_vector.protocol.location.check_location_answer`:
+    exactly ``n = min(candidates, n_items)`` distinct ids, ``n x code_bytes`` code bytes, the run,
+    level, report and codes digest of the request) before the query is used again; a malformed
+    answer raises one :class:`~pm_vector.errors.InvalidInputError` whose text depends on the answer
+    alone. The re-rank then works on exactly ``n`` codes of the plan's width (public sizes), so
+    its time does not depend on the query."""
+    t0 = time.perf_counter()
+    req, plan = self._build_request(name, features, label, epsilon=epsilon, release="location",
+                                    max_bytes=max_bytes, rng=rng)
+    pub = self._public[name]
+    pc = self.product_codes(name)
+    t1 = time.perf_counter()
+    status = self.budget.status(self.budget_key())  # charged by _build_request
+    res, sent, received = self._exchange("POST", f"/collections/{name}/resolve", {"request": req.to_dict(),
+                                                                                    "k": int(k)})
+    t2 = time.perf_counter()
+    # nothing below talks to the server: the answer is all the client uses, checked whole first
+    ids, codes, payloads = check_location_answer(res, req, n_items=int(pub.class_rows["n_items"]),
+                                                 codes_digest=pc.digest(), run_id=pub.run_id)
+    q = np.asarray(features, dtype=np.float64).ravel()
+    q = q / max(float(np.linalg.norm(q)), 1e-12)
+    order, d = rank(q, codes=codes, product_codes=pc) if rerank else (np.arange(ids.size), np.zeros(ids.size))
+    top = order[: int(k)]
+    return {"item_ids": [int(v) for v in ids[top]], "distances": d[top].tolist(),
+            **({} if payloads is None else {"payloads": [payloads[i] for i in top.tolist()]}),
+            "collection": name, "protocol": "pm_vector", "release": "location", "epsilon": float(epsilon),
+            "delta": 0.0, "level": plan.level, "candidates": plan.candidates, "code_bytes": plan.code_bytes,
+            "max_bytes": plan.max_bytes, "n_cells": plan.level, "k": int(k), "shortlist": plan.candidates,
+            "label_predicted": False, "run_id": res.get("run_id"), "reranked": "codes" if rerank else False,
+            "answer": "compact", "budget": status, "bytes_sent": sent, "bytes_received": received,
+            "bytes_per_request": sent + received, "wire": self.wire,
+            "timing": {"build_ms": (t1 - t0) * 1000, "resolve_ms": (t2 - t1) * 1000,
+                       "total_ms": (time.perf_counter() - t0) * 1000}}
