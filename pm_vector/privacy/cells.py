@@ -34,14 +34,15 @@ then ``e^eps * f(K_c) / f(K_c')``, ``f(K) = K / (e^eps + K - 1)``, above ``e^eps
 rows that report the RR of a random dummy's cell (up to ``2 eps``). The server's ranking and the
 client's re-ranking are post-processing. The ledger charges ``(epsilon, 0)`` per request.
 
-Sampling (exact, integers only)
--------------------------------
-``epsilon`` is used as the exact rational it represents (``Fraction(epsilon)``). The real row
-repeats: draw ``u`` uniform on ``[0, K)``; if ``u == a`` output it; else output it with an exact
-Bernoulli(``exp(-epsilon)``) (:mod:`pm_vector.privacy.discrete`, CKS 2020 Algorithm 1), else
-draw again. Each round outputs ``a`` with probability ``1/K`` and a given other cell with
-``e^-eps / K``, so the output is ``a`` with probability ``1 / (1 + (K - 1) e^-eps) = p`` exactly
-and each other cell with ``q``. A dummy row is one uniform draw. All randomness is uniform integers
+Sampling (exact, integers only, fixed work)
+-------------------------------------------
+The real row is drawn by :class:`pm_vector.privacy.location.LocationRandomizedResponse`'s sampler:
+``a`` if ``W < t`` else a uniform cell, with ``W`` one uniform 64-bit word and ``t / 2^64`` a
+certified lower bound of ``(e^eps - 1) / (e^eps + K - 1)`` on the 2^-64 grid, both always drawn:
+its work does not depend on ``a`` nor on whether the report is ``a`` (a rejection loop that ran
+longer when it was not is gone). The law is ``p' = pi + (1 - pi)/K``, ``q' = (1 - pi)/K`` with
+``pi <= pi*``, so ``p' <= p``, ``q' >= q`` and every inequality of the proof above holds with ``p'``,
+``q'`` (``K p' <= e^eps``, ``K q' >= e^-eps``, ``p'/q' <= e^eps``). A dummy row is one uniform draw. All randomness is uniform integers
 from a :func:`~pm_vector.privacy.secure_generator` (seeded from the OS CSPRNG); no float
 probability is ever compared with a float uniform.
 """
@@ -55,17 +56,11 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import InvalidInputError, PrivacyParameterError
-from .discrete import sample_bernoulli_exp
+from .location import MAX_CELL_WEIGHT, LocationRandomizedResponse, cell_weight
 from .rng import require_generator
 
 __all__ = ["CellRandomizedResponse", "rr_probabilities", "cell_weight", "cell_level_for_epsilon", "max_cells_for",
            "release_for_epsilon", "MAX_CELL_WEIGHT", "GAUSSIAN_ABOVE"]
-
-#: the server's per-cell weight ``e^eps - 1`` is capped here: ranking by ``h_c + w h_{c,K,r}`` with
-#: integer hub counts below 2^20 is then the lexicographic order (h_{c,K,r}, h_c), the eps -> inf limit,
-#: and every score is an exact float64 (no rounding can differ between Python and SQL)
-MAX_CELL_WEIGHT = float(2 ** 20)
-
 
 def _check_epsilon(epsilon) -> float:
     if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
@@ -93,30 +88,12 @@ def rr_probabilities(epsilon, K) -> tuple[float, float]:
     return 1.0 / den, t / den
 
 
-def cell_weight(epsilon) -> float:
-    """The server's weight of the reported cell: ``min(e^eps - 1, MAX_CELL_WEIGHT)``; an item ``i``
-    of class ``c`` scores ``h_c(i) + w * h_{c,K,r}(i)`` (proportional to the RR likelihood
-    ``q h_c + (p - q) h_{c,K,r}``). The database is given this float, not eps, so both sides rank
-    with the same float64 numbers."""
-    e = _check_epsilon(epsilon)
-    return MAX_CELL_WEIGHT if e >= math.log(MAX_CELL_WEIGHT + 1.0) else min(math.expm1(e), MAX_CELL_WEIGHT)
-
-
 def _rr_draws(a: int, K: int, eps: Fraction | None, m: int, rng: np.random.Generator) -> np.ndarray:
-    """``m`` iid exact K-ary RR reports of the true cell ``a`` (``eps=None``: infinite, always ``a``)."""
-    if eps is None:
-        return np.full(m, a, dtype=np.int64)
-    out = np.empty(m, dtype=np.int64)
-    todo = np.arange(m)
-    while todo.size:
-        u = rng.integers(0, K, size=todo.size, dtype=np.int64)
-        acc = u == a
-        other = np.flatnonzero(~acc)
-        if other.size:
-            acc[other] = sample_bernoulli_exp(eps, other.size, rng)
-        out[todo[acc]] = u[acc]
-        todo = todo[~acc]
-    return out
+    """``m`` iid exact K-ary RR reports of the true cell ``a`` (``eps=None``: infinite, always ``a``):
+    the fixed-work sampler of :class:`pm_vector.privacy.location.LocationRandomizedResponse` (the
+    same law, module doc)."""
+    mech = LocationRandomizedResponse(math.inf if eps is None else float(eps), K)
+    return mech._draw(np.full(int(m), int(a), dtype=np.int64), rng)
 
 
 class CellRandomizedResponse:

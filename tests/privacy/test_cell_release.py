@@ -325,3 +325,17 @@ def test_two_query_distinguishing_attack_is_bounded_and_blind(public_cells, digi
         assert rate <= bound + 4 * se
         if eps >= 4:
             assert rate > 0.5 + 10 * se  # the attack has power
+
+
+def test_real_row_sampler_work_does_not_depend_on_the_true_cell():
+    """The cell release's real row uses the location release's fixed-work sampler: from the same
+    generator state, every true cell leaves the generator in the same state (the old rejection loop
+    drew more when the report was not the true cell: a timing channel inside the client)."""
+    m = CellRandomizedResponse(2.0, 8)
+    for seed in range(50):
+        states = set()
+        for a in range(8):
+            g = np.random.default_rng(seed)
+            m.release(1, a, 3, g)
+            states.add(g.bit_generator.state["state"]["state"])
+        assert len(states) == 1
