@@ -53,15 +53,18 @@ def privacy(
                                   "settings['class_rows']['max_prior'])."),
     graph_degree: int = typer.Option(16, help="pm_vector: neighbours per item in the server's raw k-NN graph "
                                      "(settings['class_rows']['graph_degree'])."),
-    methods: str = typer.Option(None, help="Comma-separated subset of: pm_vector_compact (the default answer), "
+    methods: str = typer.Option(None, help="Comma-separated subset of: pm_vector_location (the default release), "
+                                "pm_vector_compact (the class-rows compact answer), "
                                 "pm_vector_raw (alias pm_vector), pm_vector_cells, pm_vector_cells_label, "
                                 "pm_vector_gaussian, pm_vector_label_free, label_only, partition_only, "
                                 "reference_ldp, privatemail_paper, dp_random_projection, dp_pca, raw_knn, "
                                 "download_codes, download_lists, download_all (default: all but privatemail_paper "
                                 "and the dp_ projections)."),
-    code_bytes: int = typer.Option(64, "--code-bytes", help="pm_vector_compact / download_codes: bytes of an item's "
-                                   "compact code, 8 to 64 (two stages when even and >= 16: the first is the "
-                                   "prefix the cell release sends)."),
+    code_bytes: int = typer.Option(256, "--code-bytes", help="bytes of an item's compact code, 8 to 256 (stages of "
+                                   "16 bytes when a multiple of 16: the widths the location release chooses "
+                                   "from; the class-rows answers take the 32- and 64-byte prefixes)."),
+    max_bytes: str = typer.Option("50000", "--max-bytes", help="pm_vector_location: comma-separated byte budgets "
+                                  "of one request on the wire, both ways (one row per budget and epsilon)."),
     n_server: int = typer.Option(None, help="Server items (default per dataset)."),
     n_anchor: int = typer.Option(None, help="Public anchor rows."),
     n_dummy: int = typer.Option(None, help="Public dummy pool."),
@@ -128,7 +131,8 @@ def privacy(
             fail("--partitions applies to a collection without labels (--features without --labels, or --unlabeled).")
         cfg = BenchConfig(epsilons=eps, delta=delta, k=k, shortlist=shortlist or kp_default, seed=seed, methods=chosen,
                           max_prior=max_prior, graph_degree=graph_degree, n_cells=cells, code_bytes=code_bytes,
-                          code_stages=2 if code_bytes % 2 == 0 and code_bytes >= 16 else 1,
+                          code_stages=code_bytes // 16 if code_bytes % 16 == 0 else 1,
+                          max_bytes=_ints(max_bytes, "--max-bytes"),
                           partitions=(partitions or DEFAULT_PARTITIONS) if unlabelled else None)
         err.print(f"dataset {ds.name}: {ds.n_items} items, {ds.dim} dims, "
                   f"{f'{cfg.partitions} public partitions (no labels)' if cfg.partitions else f'{ds.n_classes} classes'}"
@@ -163,6 +167,8 @@ def _print_privacy_table(result: dict) -> None:
             rel = f"table K={r['n_cells']}"
         elif r["method"] == "download_codes":
             rel = f"codes {r['code_bytes']} B"
+        elif r["method"] == "pm_vector_location":
+            rel = f"M={r['level']}, {r['candidates']}x{r['code_bytes']} B"
         elif r["method"] == "pm_vector_compact":
             rel = (f"cells K={r['n_cells']}" if rel == "cells" else rel) + f", {r['k_prime']}x{r['code_bytes']} B"
         elif rel == "cells":

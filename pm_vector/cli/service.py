@@ -77,9 +77,12 @@ def query(
                                                        "the public rule of the compact answer; 128 with --features)."),
     protocol: str = typer.Option("pm_vector", help="pm_vector (default) or privatemail_paper (the paper's "
                                                    "calibration, for reproducing it)."),
-    release: str = typer.Option("auto", help="pm_vector protocol: auto (the public rule: the cell release below "
-                                             "eps 512 when the collection serves it), cells (one reported public "
-                                             "cell per class; pure eps, delta 0) or gaussian (noised class rows)."),
+    release: str = typer.Option("auto", help="pm_vector protocol: auto (the public rule: the location release below "
+                                             "eps 512 when the collection serves it), location (one reported public "
+                                             "cell of the whole collection; pure eps, delta 0), cells (one reported "
+                                             "cell per class) or gaussian (noised class rows)."),
+    max_bytes: Optional[int] = typer.Option(None, "--max-bytes", help="What this query may cost on the wire, both "
+                                            "ways, in bytes (the location release's answer size; default 50000)."),
     n_cells: Optional[int] = typer.Option(None, help="The cell release's level K (one of the published levels; "
                                                       "default: the public rule for eps)."),
     rerank: bool = typer.Option(True, help="Re-rank your row's candidates locally (by their product codes, or by "
@@ -112,7 +115,7 @@ def query(
                 key = c.budget_key()
                 acc = ledger.accountant(key)
                 ledger.set_budget(key, budget, acc.delta_budget, acc.delta_slack)
-            opts = ({"shortlist": shortlist, "release": release, "n_cells": n_cells,
+            opts = ({"shortlist": shortlist, "release": release, "n_cells": n_cells, "max_bytes": max_bytes,
                      "answer": "features" if raw_features else "compact"} if protocol == "pm_vector" else {})
             res = c.query(collection, X[row], label, epsilon=epsilon, delta=delta, k=k, rerank=rerank,
                           protocol=protocol, **opts)
@@ -130,7 +133,9 @@ def query(
         _echo_json(res)
         return
     how = res.get("release") or protocol
-    how += f", K={res['n_cells']}" if res.get("n_cells") else ""
+    how += f", K={res['n_cells']}" if res.get("n_cells") and how != "location" else ""
+    if how == "location":
+        how += f" M={res['level']}, {res['candidates']} x {res['code_bytes']} B, {res['bytes_per_request']:,} B"
     t = Table(title=f"{collection}: {k} nearest ({how}; eps={epsilon:g}, delta={res.get('delta', delta):g})")
     cols = [c for c in ("external_ids", "labels", "payloads") if res.get(c) is not None]
     for c in ("rank", "item_id", *[c[:-1] for c in cols], "distance"):
