@@ -26,6 +26,8 @@ from ..errors import InvalidInputError
 FORMAT = "pm_vector.public-cells/1"
 #: the levels fit by default (K cells per class)
 DEFAULT_LEVELS = (2, 4, 8, 16, 32, 64, 128)
+#: from this level on the cells are faiss's k-means (scikit-learn's k-means++ seeding is slow at many cells)
+FINE_LEVEL = 128
 #: the levels of the location cells (the whole anchor as one class; the finest is the anchor itself)
 LOCATION_LEVELS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -38,6 +40,17 @@ def _check_levels(levels) -> tuple[int, ...]:
     if not lv or any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or int(k) < 2 for k in lv):
         raise InvalidInputError(f"levels must be a non-empty sequence of integers >= 2; got {levels!r:.80}.")
     return tuple(sorted({int(k) for k in lv}))
+
+
+def _faiss_kmeans(R: np.ndarray, K: int, seed: int) -> np.ndarray:
+    """``K`` centroids of the rows ``R`` by faiss's k-means (25 Lloyd iterations from ``seed``),
+    float64; an empty cluster is split by faiss."""
+    import faiss
+
+    km = faiss.Kmeans(R.shape[1], int(K), niter=25, seed=int(seed) + 1, verbose=False, min_points_per_centroid=1,
+                      max_points_per_centroid=1 << 20)
+    km.train(np.ascontiguousarray(R, dtype=np.float32))
+    return km.centroids.astype(np.float64)
 
 
 def nearest_centroid(X: np.ndarray, centroids: np.ndarray) -> np.ndarray:
@@ -53,7 +66,8 @@ class PublicCells:
     """K-means cells of each class's public anchor rows, at every level of ``levels``.
 
     Parameters: ``levels`` (the K fit, each >= 2), ``random_state`` (k-means seeding: the cells are
-    public, a fixed seed makes them reproducible), ``n_init`` (k-means restarts), ``finest`` (also
+    public, a fixed seed makes them reproducible), ``n_init`` (scikit-learn k-means restarts
+    below :data:`FINE_LEVEL`; faiss's k-means from there; a level of as many cells as rows takes the rows), ``finest`` (also
     fit K = the smallest class's anchor count when a requested level exceeds it).
 
     Learned: ``classes_`` (sorted labels), ``levels_`` (usable K ascending: ``K <=`` the smallest
@@ -94,6 +108,12 @@ class PublicCells:
         for K in usable:
             cen = np.empty((classes.size, K, X.shape[1]))
             for ci, R in enumerate(rows):
+                if K == R.shape[0]:  # as many cells as rows: the rows themselves (the k-means optimum)
+                    cen[ci] = R
+                    continue
+                if K >= FINE_LEVEL:  # faiss's k-means (k-means++ seeding costs K passes over the rows)
+                    cen[ci] = _faiss_kmeans(R, K, int(rs))
+                    continue
                 km = KMeans(n_clusters=K, random_state=int(rs), n_init=int(self.n_init)).fit(R)
                 cen[ci] = km.cluster_centers_
             self.centroids_[K] = cen
