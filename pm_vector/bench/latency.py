@@ -82,7 +82,8 @@ class LatencyConfig:
     graph_degree: int = 16
     max_prior: int = MAX_PRIOR
     seed: int = 0
-    release: str = "both"  # which pm_vector release(s) to time: gaussian, cells or both
+    release: str = "all"  # which pm_vector release(s) to time: location (the default release), cells, gaussian,
+    # both (cells and gaussian) or all
     # the pm_vector answers timed: "compact" (the default answer: ids and code prefixes, k' and the
     # prefix by the public rule compact_answer_shape per release) or "full" (k' = shortlist, with
     # external ids, labels and payloads)
@@ -193,8 +194,8 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
     say = progress or (lambda _m: None)
     if cfg.items < 1 or cfg.anchors < 2 or cfg.repeats < 1 or not cfg.rows:
         raise InvalidInputError("items, repeats must be >= 1, anchors >= 2, and rows non-empty.")
-    if cfg.release not in ("gaussian", "cells", "both"):
-        raise InvalidInputError(f"release must be gaussian, cells or both, got {cfg.release!r}.")
+    if cfg.release not in ("location", "gaussian", "cells", "both", "all"):
+        raise InvalidInputError(f"release must be location, gaussian, cells, both or all, got {cfg.release!r}.")
     if cfg.answer not in ("compact", "full"):
         raise InvalidInputError(f"answer must be compact or full, got {cfg.answer!r}.")
     t_start = time.perf_counter()
@@ -279,7 +280,23 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
             frames_doc = info.get("class_frames")
             pmv = cells_client = None
             shape = _answer_shape(cfg, C, info)  # release -> (k', code prefix bytes or None)
-            if info.get("public_cells") and cfg.release in ("cells", "both"):
+            loc_client = None
+            if info.get("public_locations") and cfg.release in ("location", "all"):
+                from ..client.location import PrivateLocationKNN
+                from ..manifold.cells import PublicCells
+                from ..protocol.published_codes import unpack
+
+                pc = unpack(info["product_codes"], info["class_rows"]["codes"]["digest"])
+                loc_client = PrivateLocationKNN(PublicCells.from_dict(info["public_locations"]), cfg.epsilon,
+                                                n_items=len(ys), stage_bytes=pc.stage_bytes_, collection=name)
+                loc_client._inject_generator(secure_generator(cfg.seed + 19))
+                loc_client_ms, loc_reqs = [], []
+                for i in range(n_query):
+                    t = time.perf_counter()
+                    loc_reqs.append(loc_client.request(Xq[i]).to_json())
+                    loc_client_ms.append((time.perf_counter() - t) * 1e3)
+                loc_client_ms = loc_client_ms[cfg.warmup:]
+            if info.get("public_cells") and cfg.release in ("cells", "both", "all"):
                 from ..client.cells import PrivateCellKNN
                 from ..manifold.cells import PublicCells
 
@@ -296,7 +313,7 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                     cell_client_ms.append((time.perf_counter() - t) * 1e3)
                     cell_reqs.append(req.to_json())
                 cell_client_ms = cell_client_ms[cfg.warmup:]
-            if frames_doc and cfg.release in ("gaussian", "both"):
+            if frames_doc and cfg.release in ("gaussian", "both", "all"):
                 pmv = PrivateKNN(ClassFrames.from_dict(frames_doc), pa.dummy_features, pa.dummy_labels, cfg.epsilon,
                                  cfg.delta, shortlist=shape["gaussian"][0], collection=name)
                 pmv._inject_generator(secure_generator(cfg.seed + 13))
@@ -313,7 +330,7 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
             kconn = db.connect(autocommit=True)  # (c'): ef_search k', so that the index returns k' rows
             kconn.execute(f"SET hnsw.ef_search = {max(40, int(cfg.shortlist))}")
             resolve_ms, parts, plain_ms, hits, pmv_ms, pmv_parts, plain_kp_ms = [], [], [], [], [], [], []
-            cell_ms, cell_parts = [], []
+            cell_ms, cell_parts, loc_ms, loc_parts, loc_miss_ms = [], [], [], [], []
             try:
                 # interleaved, so that both see the same machine load
                 for i in range(n_query):
@@ -339,6 +356,15 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                         if i >= cfg.warmup:
                             pmv_ms.append((time.perf_counter() - t) * 1e3)
                             pmv_parts.append(pres["timings_ms"])
+                    if loc_client is not None:
+                        t = time.perf_counter()
+                        lres = resolve(name, loc_reqs[i], conn=rconn)
+                        dt_loc = (time.perf_counter() - t) * 1e3
+                        if not lres["cached"]:
+                            loc_miss_ms.append(dt_loc)
+                        if i >= cfg.warmup:
+                            loc_ms.append(dt_loc)
+                            loc_parts.append(lres["timings_ms"])
                     if cells_client is not None:
                         t = time.perf_counter()
                         cres = resolve(name, cell_reqs[i], conn=rconn, code_bytes=shape["cells"][1],
@@ -393,6 +419,17 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
                     "resolve_parts_p50_ms": {kk: round(_pct([p[kk] for p in cell_parts if kk in p], 50), 3)
                                              for kk in (cell_parts[0] if cell_parts else {}) if kk != "total"},
                     "statements_per_request": cell_statements_per_request},
+                "location": None if loc_client is None else {
+                    "level": loc_client.plan_.level, "candidates": loc_client.plan_.candidates,
+                    "code_bytes": loc_client.plan_.code_bytes, "max_bytes": loc_client.plan_.max_bytes,
+                    "client_p50_ms": round(_pct(loc_client_ms, 50), 3),
+                    "resolve_p50_ms": round(_pct(loc_ms, 50), 3), "resolve_p95_ms": round(_pct(loc_ms, 95), 3),
+                    # a report's first answer is built (then cached: a public function of the report)
+                    "answers_built": len(loc_miss_ms),
+                    "build_p50_ms": round(_pct(loc_miss_ms, 50), 3) if loc_miss_ms else None,
+                    "ratio": round(_pct(loc_ms, 50) / p_p50, 3),
+                    "resolve_parts_p50_ms": {kk: round(_pct([p[kk] for p in loc_parts if kk in p], 50), 3)
+                                             for kk in (loc_parts[0] if loc_parts else {}) if kk != "total"}},
                 "setup": {"ingest_s": round(ingest_s, 3), "job_s": job.get("duration"), "job_timings": job.get("timings")},
             })
             db.drop_collection(name, missing_ok=True)

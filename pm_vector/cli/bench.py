@@ -220,9 +220,10 @@ def latency(
     max_prior: int = typer.Option(512, help="Prior items the pm_vector shortlist weights one by one per row "
                                   "(the default of new collections, pm_vector.shortlist.MAX_PRIOR)."),
     seed: int = typer.Option(0, help="Seed of the data, the split and the clients (reproducible)."),
-    release: str = typer.Option("both", help="pm_vector release(s) timed beside the paper's: gaussian (noised "
-                                             "class rows), cells (one reported public cell per class, the default "
-                                             "release) or both."),
+    release: str = typer.Option("all", help="pm_vector release(s) timed beside the paper's: location (one "
+                                            "reported cell of the whole collection, the default release), cells "
+                                            "(one reported cell per class), gaussian (noised class rows), both "
+                                            "(cells and gaussian) or all."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
 ):
     """Latency: client step, server resolution (one statement) and plain pgvector k-NN, p50/p95.
@@ -253,6 +254,11 @@ def latency(
                       f"{pm['resolve_p50_ms']:.1f}", f"{pm['resolve_p95_ms']:.1f}", f"{r['plain_p50_ms']:.1f}",
                       f"{pm['ratio']:.2f}", f"{r['plain_kprime_p50_ms']:.1f}", f"{pm['ratio_kprime']:.2f}",
                       f"{pm['prior_knn_statements_per_request']:g} k-NN + {pm['shortlist_statements_per_request']:g}")
+        lo = r.get("location")
+        if lo:
+            t.add_row(str(r["rows"]), f"location (M={lo['level']}, {lo['candidates']}x{lo['code_bytes']} B)",
+                      f"{lo['client_p50_ms']:.1f}", f"{lo['resolve_p50_ms']:.1f}", f"{lo['resolve_p95_ms']:.1f}",
+                      f"{r['plain_p50_ms']:.1f}", f"{lo['ratio']:.2f}", "", "", f"{lo['answers_built']} built")
         ce = r.get("cells")
         if ce:
             t.add_row(str(r["rows"]), f"cells (K={ce['n_cells']}, k'={ce['shortlist']})", f"{ce['client_p50_ms']:.1f}",

@@ -14,7 +14,8 @@ each candidate's product code and its payload. So a resolve is a lookup:
 * the answer comes from this process's cache (:class:`AnswerCache`, keyed by the run, its data
   version and the request's public fields) or is built once: the row and the top hubs by primary
   key, the ranking in numpy, the candidates' codes and payloads in one statement;
-* the request is logged (delta 0) in the same REPEATABLE READ transaction that read the run.
+* the request is logged (delta 0) in the same REPEATABLE READ transaction that read the run, with an
+  asynchronous commit (a database crash may lose the last ``wal_writer_delay`` of log rows).
 
 Any cache or CDN may hold an answer: it depends on nothing but public values. A sharded run keeps
 its location rows and codes on the coordinator, so it is answered there; a replica answers from
@@ -160,6 +161,10 @@ def resolve_location(collection: str, req: LocationRequest, raw: str | None, *, 
         n = int(body["item_ids"].size)
         timings["shortlist"] = (time.perf_counter() - t) * 1e3
         if read_conn is None:
+            # the log's commit does not wait for its WAL flush (PostgreSQL's asynchronous commit: at most
+            # wal_writer_delay of log rows can be lost in a database crash, never half a row); the answer
+            # itself is a public function of the report, so nothing the client relies on is at stake
+            rconn.execute("SET LOCAL synchronous_commit TO off")
             log_id = finish(rconn, collection, req, raw, run_id=run_id, n_rows=n, received=received, t0=t0,
                             log=log, timings=timings)
         else:
