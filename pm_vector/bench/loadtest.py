@@ -34,6 +34,8 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from ..protocol.codec import MSGPACK, encode
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -140,7 +142,8 @@ async def _drive(urls: list[str] | str, api_key: str, name: str, bodies: list[by
     errors: dict[str, int] = {}
     sent = 0
     deadline = time.perf_counter() + duration
-    headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+    # the default client's wire: msgpack both ways
+    headers = {"Authorization": f"Bearer {api_key}", "Content-Type": MSGPACK, "Accept": MSGPACK}
 
     urls = [urls] if isinstance(urls, str) else list(urls)
 
@@ -277,10 +280,9 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
                 Xq, yq = split.query
                 bodies = []
                 for i in range(int(n_distinct)):
+                    # the default request (release "auto", as Client.query) on the default wire (msgpack)
                     req, _ = client.build_request(name, Xq[i % len(yq)], int(yq[i % len(yq)]), epsilon=epsilon)
-                    import json
-
-                    bodies.append(json.dumps({"request": req.to_dict(), "k": 8}).encode())
+                    bodies.append(encode({"request": req.to_dict(), "k": 8}, MSGPACK))
                 build_s = time.perf_counter() - t
                 before = len(db.list_requests(name, limit=100000))
                 say(f"C={C}: {n_distinct} requests built in {build_s:.1f} s ({len(bodies[0]) / 1024:.0f} KiB each); "
@@ -295,7 +297,8 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
                 r.update(_cpu_report(r, server_cpu.stop() if svcs else None, db_cpu.stop() if db_cpu else None,
                                      gen_cpu.stop()))
                 logged = len(db.list_requests(name, limit=100000)) - before
-                r.update({"classes": C, "collection": name, "rows_per_request": C,  # class-rows requests: one row per class
+                r.update({"classes": C, "collection": name, "release": req.release,
+                          "rows_per_request": getattr(req, "n_rows", C),
                           "concurrency": int(concurrency), "body_kib": len(bodies[0]) / 1024, "logged": logged})
                 say(f"C={C}: {r['ok']} ok, {r['errors']} errors, {r['throughput_rps']:.1f} req/s, p50 "
                     f"{r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms; CPU ms/request: server "
