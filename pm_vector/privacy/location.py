@@ -178,11 +178,11 @@ ID_BYTES = 4
 #: the most candidates an answer may hold (pm_vector.protocol.location.MAX_CANDIDATES)
 MAX_CANDIDATES = 65_536
 #: the candidates a wider code must leave,
-#: ``S*(eps, N) = S_FLOOR (N / 10^4)^S_SIZE + S_SCALE e^(-S_RATE (eps - 4))`` (measured on Fashion-MNIST
+#: ``S*(eps, N) = S_FLOOR (N / 10^4)^S_SIZE + S_SCALE (N / 10^4)^S_SCALE_SIZE e^(-S_RATE (eps - 4))`` (measured on Fashion-MNIST
 #: at 10,000 and 68,000 items, README "Choosing the release"): at small eps the location is unsure and
 #: recall needs many candidates (narrow codes); as eps grows the location is sure and wide codes win,
 #: the more so on a small collection (a cell's neighbourhood holds fewer items)
-S_FLOOR, S_SIZE, S_SCALE, S_RATE = 230.0, 0.45, 780.0, 0.48
+S_FLOOR, S_SIZE, S_SCALE, S_SCALE_SIZE, S_RATE = 230.0, 0.22, 780.0, 0.13, 0.48
 #: the level's target, ``M*(eps, N, S) = M_SCALE e^(M_RATE eps + M_CURVE eps^2) (N / (8 S))^M_SIZE``
 #: (measured: the best level grows slowly with eps up to 4, then fast, and with the items per candidate)
 M_SCALE, M_RATE, M_CURVE, M_SIZE = 2.2, 0.3, 0.02, 0.25
@@ -214,8 +214,9 @@ def candidates_within(max_bytes: int, code_bytes: int, n_items: int, payload_byt
 def target_candidates(epsilon: float, n_items: int) -> float:
     """``S*(eps, N)``: the candidates a wider code must leave (module constants)."""
     e = _check_epsilon(epsilon)
-    floor = S_FLOOR * (int(n_items) / 1e4) ** S_SIZE
-    return floor if math.isinf(e) else floor + S_SCALE * math.exp(min(-S_RATE * (e - 4.0), 700.0))
+    n = int(n_items) / 1e4
+    floor = S_FLOOR * n ** S_SIZE
+    return floor if math.isinf(e) else floor + S_SCALE * n ** S_SCALE_SIZE * math.exp(min(-S_RATE * (e - 4.0), 700.0))
 
 
 def target_level(epsilon: float, n_items: int, candidates: int) -> float:
