@@ -6,8 +6,9 @@
 3. start the real service on loopback (uvicorn in a thread, free port) with a fresh API key;
 4. run the server's SMLQ embedding job through the API and follow its progress;
 5. answer private queries at each epsilon through the service with the real client
-   (:class:`pm_vector.client.http.Client`, budget ledger in a temporary file; one noised row per
-   class, k' candidates per row, client-side re-rank), and the non-private baseline (exact k-NN
+   (:class:`pm_vector.client.http.Client`, budget ledger in a temporary file; the default release:
+   one report of the query's public cell over the whole collection, an answer of ids and code
+   prefixes within 50,000 bytes, client-side re-rank), and the non-private baseline (exact k-NN
    on raw features, in memory);
 6. a table: nn_recall@8 (share of the exact 8 nearest items returned), precision@8 and
    recall@8 by class, bytes per request, query latency p50; and two queries of one class with
@@ -128,12 +129,14 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
                 for eps in epsilons:
                     labels, lat, srv, nn, sent, got, answers, used = [], [], [], [], [], [], [], set()
                     for i in range(len(yq)):
-                        # the default answer: compact, k' and the code prefix by the public rule
+                        # the default release and answer: one location report, its plan by the public rule
                         r = client.query(name, Xq[i], int(yq[i]), epsilon=float(eps), delta=delta, k=K)
                         # the compact answer carries ids: the demo knows its items' labels and external ids
                         pos = [where[int(v)] for v in r["item_ids"]]
                         labels.append(ys[pos])
-                        used.add(f"{r['release']} K={r['n_cells']}" if r.get("n_cells") else r["release"])
+                        used.add(f"location M={r['level']}, {r['candidates']}x{r['code_bytes']} B"
+                                 if r["release"] == "location" else
+                                 f"{r['release']} K={r['n_cells']}" if r.get("n_cells") else r["release"])
                         answers.append(ext[pos].tolist())
                         nn.append(len(set(answers[-1]) & set(ext[idx[i]].tolist())) / K)
                         lat.append(r["timing"]["total_ms"])
