@@ -94,15 +94,14 @@ def test_the_origin_is_normalised_as_the_user_configured_it():
 def test_an_earlier_clients_entries_fold_into_their_servers_origin(tmp_path):
     """Entries kept per published collection id, labelled ``name@base_url``: those of one server
     move into its origin entry (spends added, its own budget kept); others stay; once only."""
-    b = PrivacyBudget(tmp_path / "l.json")
     earlier = [("uuid:aaa", "digits@http://127.0.0.1:8000", 2.0), ("uuid:bbb", "x@http://localhost:8000/", 3.0),
                ("uuid:ccc", "digits@http://10.0.0.1:8000", 4.0), ("digits", None, 5.0)]
-    for key, label, eps in earlier:
-        b.spend(key, eps, 1e-5)
-        if label:
-            data = json.loads((tmp_path / "l.json").read_text())
-            data.setdefault("names", {})[key] = label
-            (tmp_path / "l.json").write_text(json.dumps(data))
+    entry = lambda e: {"version": 1, "epsilon_budget": None, "delta_budget": None,  # noqa: E731
+                       "delta_slack": None, "spends": [{"epsilon": e, "delta": 1e-5, "label": None}]}
+    (tmp_path / "l.json").write_text(json.dumps({   # the JSON ledger an earlier client wrote
+        "version": 1, "collections": {key: entry(eps) for key, _, eps in earlier},
+        "names": {key: label for key, label, _ in earlier if label}}))
+    b = PrivacyBudget(tmp_path / "l.json")
     key = origin_key("http://localhost:8000")
     b.set_budget(key, 30.0)
     assert b.fold(key, server_origin("http://localhost:8000"), label="http://localhost:8000") == 2
