@@ -161,7 +161,11 @@ class PublicDocuments:
         per query) -- one :class:`~pm_vector.errors.RunChangedError`, nothing of it used."""
         if run_id is None:
             run_id = self.collection(name).get("active_run_id")
-        got = doc.get("run_id") if isinstance(doc, dict) else None
+        got = None
+        if isinstance(doc, dict):  # an answer says run_id; an anchor document in its frame
+            got = doc.get("run_id")
+            if got is None and isinstance(doc.get("frame"), dict):
+                got = doc["frame"].get("run_id")
         if run_id is not None and got is not None and got != run_id:
             raise RunChangedError(f"collection {name!r} changed its active run in the middle of a query (run "
                                   f"{str(run_id)[:40]} when it started, {str(got)[:40]} now); nothing of the answer "
