@@ -157,10 +157,16 @@ class PublicDocuments:
 
     def _check_run(self, name: str, doc, run_id=None) -> None:
         """Refuse an anchor document or an answer ``doc`` that names another run than ``run_id``
-        (None: the active run the current query started on, :meth:`collection` being asked once
-        per query) -- one :class:`~pm_vector.errors.RunChangedError`, nothing of it used."""
+        (None: the active run the current query started on, as :meth:`collection` said once for
+        the query, else the run of the public documents its request was built from) -- one
+        :class:`~pm_vector.errors.RunChangedError`, nothing of it used. Asks the server nothing."""
         if run_id is None:
-            run_id = self.collection(name).get("active_run_id")
+            coll = self._query_get(f"/collections/{name}")
+            if coll is not None:
+                run_id = coll.get("active_run_id")
+            else:
+                runs = {d.run_id for d in (self._public.get(name), self._frames.get(name)) if d is not None}
+                run_id = runs.pop() if len(runs) == 1 else None
         got = None
         if isinstance(doc, dict):  # an answer says run_id; an anchor document in its frame
             got = doc.get("run_id")
@@ -183,7 +189,7 @@ class PublicDocuments:
             pub, fr = self._public.get(name), self._frames.get(name)
             d = (pub.anchor_features.shape[1] if pub is not None else
                  fr.anchor.features.shape[1] if fr is not None else 4096)
-        bound = self.collection(name).get("max_payload_bytes")
+        bound = (self._query_get(f"/collections/{name}") or {}).get("max_payload_bytes")
         bound = bound if isinstance(bound, int) and not isinstance(bound, bool) and 0 <= bound <= 65_536 else None
         return answer_cap(body["request"], int(body.get("k") or 1), code_bytes=body.get("code_bytes"),
                           n_features=d, payload_bytes=bound)

@@ -115,8 +115,7 @@ def answer_bounds(max_bytes: int) -> dict[str, int]:
 
 def _printable(text: str, limit: int = 500) -> str:
     """A server's text as a message may show it: printable characters only, at most ``limit``."""
-    text = "".join(ch if ch.isprintable() else " " for ch in str(text)[:limit])
-    return text.replace("[", "(").replace("]", ")")  # no console markup from a server
+    return "".join(ch if ch.isprintable() else " " for ch in str(text)[:limit])
 
 
 # ----------------------------------------------------------------------------- one deadline per exchange
@@ -260,6 +259,11 @@ class Transport:
             scope["gets"][path] = res
         return res
 
+    def _query_get(self, path: str) -> Any:
+        """The answer the current query already has for ``GET path`` (None: none; nothing is asked)."""
+        scope = self._scope
+        return None if scope is None else scope["gets"].get(path)
+
     def _exchange(self, method: str, path: str, doc: Any = None, *,
                   max_bytes: int | None = None) -> tuple[Any, int, int]:
         """``(answer, bytes_sent, bytes_received)`` of one request (see :func:`wire_bytes`), the
@@ -277,6 +281,7 @@ class Transport:
         try:
             with self._http.stream(method, path, **kw) as r:
                 body = self._read(r, cap, deadline)
+                r._content = body  # the bytes read stay readable on the response (event hooks)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             if clock is None or clock.written == 0:
                 self._withdraw_unsent(exc)

@@ -131,7 +131,7 @@ def test_a_refusal_keeps_the_servers_message_printable():
     with Hostile(lambda h: send(h, 403, body)) as h, _client(h.url) as c:
         with pytest.raises(ServiceError) as e:
             c.collection("x")
-    assert e.value.status == 403 and "\x1b" not in str(e.value) and "[bold]" not in str(e.value)
+    assert e.value.status == 403 and "\x1b" not in str(e.value) and "\n" not in str(e.value)
     with Hostile(lambda h: send(h, 502, b"\xff\xfe garbage")) as h, _client(h.url) as c:
         with pytest.raises(ServiceError, match="^502 error: "):
             c.collection("x")
