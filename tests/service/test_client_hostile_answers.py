@@ -121,17 +121,19 @@ def test_a_request_that_never_left_is_not_charged(service, svc_collection, svc_k
     discarded. A connection dropped after the request was written: charged as before."""
     Xq, yq = svc_split.query
     budget = _budget()
-    with TamperProxy(service.url, lambda m, p, d: d) as p, Client(p.url, svc_key["key"], budget=budget) as c:
-        key = c.budget_key()
-        c.query(svc_collection, Xq[0], int(yq[0]), epsilon=1.0, shortlist=16)
-        assert budget.status(key)["releases"] == 1
-        c._http.event_hooks["request"].append(
-            lambda req: p.close_listener() if req.url.path.endswith("/resolve") else None)
-        with pytest.raises(httpx.ConnectError) as e:
-            c.query(svc_collection, Xq[1], int(yq[1]), epsilon=1.0, shortlist=16)
-        assert "withdrawn" in " ".join(getattr(e.value, "__notes__", ()))
-        st = budget.status(key)
-        assert st["releases"] == 1 and st["epsilon_spent"] == pytest.approx(1.0)
+    for i in range(6):  # the server stops listening just before each resolve is sent
+        with TamperProxy(service.url, lambda m, p, d: d) as p, Client(p.url, svc_key["key"], budget=budget) as c:
+            key = c.budget_key()
+            c.query(svc_collection, Xq[0], int(yq[0]), epsilon=1.0, shortlist=16)
+            assert budget.status(key)["releases"] == 1
+            c._http.event_hooks["request"].append(
+                lambda req: p.close_listener() if req.url.path.endswith("/resolve") else None)
+            with pytest.raises(httpx.ConnectError) as e:
+                c.query(svc_collection, Xq[1 + i], int(yq[1 + i]), epsilon=1.0, shortlist=16)
+            assert "withdrawn" in " ".join(getattr(e.value, "__notes__", ()))
+            st = budget.status(key)
+            assert st["releases"] == 1 and st["epsilon_spent"] == pytest.approx(1.0)
+    print("\nConnectError before the resolve's first byte: 0 of 6 charged")
     drop = lambda m, path, d: DROP if path.endswith("/resolve") else d  # noqa: E731
     with TamperProxy(service.url, drop) as p, Client(p.url, svc_key["key"], budget=budget) as c:
         with pytest.raises(httpx.RemoteProtocolError):
