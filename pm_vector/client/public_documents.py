@@ -29,6 +29,7 @@ from ..errors import AlignmentError, InvalidInputError, MalformedAnswerError, Ru
 from ..manifold.class_frames import ClassFrames
 from ..protocol.anchor import PublicAnchor, check_frame_params
 from ..protocol.frame import frame_from_document
+from .transport import malformed_answer
 from .query import DEFAULT_SHORTLIST, PrivateKNN
 
 #: the ``release`` option of :meth:`Client.query`
@@ -93,8 +94,9 @@ class PublicDocuments:
                                len(doc.get("anchor_ids") or ()))
         except InvalidInputError as exc:
             raise MalformedAnswerError(f"collection {name!r}'s anchor document: {exc}") from None
-        frame, anchor = frame_from_document(doc)
-        info = {k: v for k, v in (doc.get("frame") or {}).items() if k != "anchor_embedding"}
+        with malformed_answer(f"collection {name!r}'s anchor document"):
+            frame, anchor = frame_from_document(doc)
+            info = {k: v for k, v in (doc.get("frame") or {}).items() if k != "anchor_embedding"}
         self._frames[name] = VerifiedFrame(run_id, frame, anchor, info)
         return frame, anchor, info
 
@@ -109,27 +111,28 @@ class PublicDocuments:
         if cached is None or refresh or cached.run_id != run_id:
             doc = self._anchor_of_run(name, run_id)
             self._note_id(name, doc)
-            frames_doc = doc.get("class_frames") or (doc.get("frame") or {}).get("class_frames")
-            if not frames_doc:
-                raise InvalidInputError(f"collection {name!r} publishes no class frames (its active run predates "
-                                        "them); run an embedding job, or use protocol='privatemail_paper'.")
-            frames = ClassFrames.from_dict(frames_doc)
-            Xd, yd = np.asarray(doc["dummy_features"], dtype=np.float64), np.asarray(doc["dummy_labels"])
-            if doc.get("partitions"):
-                # a collection without labels: a partition without a public dummy takes its public anchor
-                # rows as dummies (public data either way; every partition has anchor rows)
-                ya = np.asarray(doc["labels"])
-                take = np.isin(ya, np.setdiff1d(frames.classes_, yd))
-                if take.any():
-                    Xd = np.vstack([Xd.reshape(-1, frames.n_features_in_),
-                                    np.asarray(doc["features"], dtype=np.float64)[take]])
-                    yd = np.concatenate([yd.astype(np.int64), ya[take].astype(np.int64)])
-            fr = doc.get("frame") or {}
-            cached = PublicDocument(run_id=run_id, frames=frames, dummy_features=Xd, dummy_labels=yd,
-                                    anchor_features=np.asarray(doc["features"], dtype=np.float64),
-                                    anchor_labels=np.asarray(doc["labels"]), product_codes=fr.get("product_codes"),
-                                    public_cells=fr.get("public_cells"), class_rows=fr.get("class_rows") or {},
-                                    partitions=doc.get("partitions"))
+            with malformed_answer(f"collection {name!r}'s anchor document"):
+                frames_doc = doc.get("class_frames") or (doc.get("frame") or {}).get("class_frames")
+                if not frames_doc:
+                    raise InvalidInputError(f"collection {name!r} publishes no class frames (its active run predates "
+                                            "them); run an embedding job, or use protocol='privatemail_paper'.")
+                frames = ClassFrames.from_dict(frames_doc)
+                Xd, yd = np.asarray(doc["dummy_features"], dtype=np.float64), np.asarray(doc["dummy_labels"])
+                if doc.get("partitions"):
+                    # a collection without labels: a partition without a public dummy takes its public anchor
+                    # rows as dummies (public data either way; every partition has anchor rows)
+                    ya = np.asarray(doc["labels"])
+                    take = np.isin(ya, np.setdiff1d(frames.classes_, yd))
+                    if take.any():
+                        Xd = np.vstack([Xd.reshape(-1, frames.n_features_in_),
+                                        np.asarray(doc["features"], dtype=np.float64)[take]])
+                        yd = np.concatenate([yd.astype(np.int64), ya[take].astype(np.int64)])
+                fr = doc.get("frame") or {}
+                cached = PublicDocument(run_id=run_id, frames=frames, dummy_features=Xd, dummy_labels=yd,
+                                        anchor_features=np.asarray(doc["features"], dtype=np.float64),
+                                        anchor_labels=np.asarray(doc["labels"]), product_codes=fr.get("product_codes"),
+                                        public_cells=fr.get("public_cells"), class_rows=fr.get("class_rows") or {},
+                                        partitions=doc.get("partitions"))
             self._public[name] = cached
         clf = self._label_classifier(name) if label_free else None
         return PrivateKNN(cached.frames, cached.dummy_features, cached.dummy_labels, epsilon, delta,

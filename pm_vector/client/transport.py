@@ -113,6 +113,23 @@ def answer_bounds(max_bytes: int) -> dict[str, int]:
             "max_items": int(max_bytes), "max_elements": int(max_bytes)}
 
 
+#: what reading a malformed document raises in Python (a missing key, a wrong type, a bad number)
+RAW_ERRORS = (LookupError, TypeError, ValueError, ArithmeticError, AttributeError)
+
+
+@contextmanager
+def malformed_answer(what: str):
+    """Inside: reading ``what`` (a server's document); a raw error (:data:`RAW_ERRORS`, not a
+    :class:`~pm_vector.errors.PMVectorError`) becomes one :class:`MalformedAnswerError`."""
+    try:
+        yield
+    except PMVectorError:
+        raise
+    except RAW_ERRORS as exc:
+        raise MalformedAnswerError(f"{what} is malformed ({type(exc).__name__}: {_printable(exc, 200)}); nothing "
+                                   "of it was used.") from exc
+
+
 def _printable(text: str, limit: int = 500) -> str:
     """A server's text as a message may show it: printable characters only, at most ``limit``."""
     return "".join(ch if ch.isprintable() else " " for ch in str(text)[:limit])
@@ -375,13 +392,11 @@ class Transport:
         answers = self._answers
         try:
             yield
-        except PMVectorError:
-            raise
-        except (LookupError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:
-            if self._answers == answers:
+        except RAW_ERRORS as exc:
+            if self._answers == answers or isinstance(exc, PMVectorError):
                 raise
-            raise MalformedAnswerError(f"an answer of the service is malformed ({type(exc).__name__}: "
-                                       f"{_printable(exc, 200)}); nothing of it was used.") from exc
+            with malformed_answer("an answer of the service"):
+                raise
         finally:
             self._scope = None
             if recording is not None:

@@ -16,7 +16,7 @@ from pmtest_hostile import DROP, TamperProxy
 
 from pm_vector.client.budget import MemoryBudget
 from pm_vector.client.http import Client
-from pm_vector.errors import MalformedAnswerError, RunChangedError, ServiceError
+from pm_vector.errors import MalformedAnswerError, PMVectorError, RunChangedError, ServiceError
 
 
 def _budget():
@@ -139,3 +139,19 @@ def test_a_request_that_never_left_is_not_charged(service, svc_collection, svc_k
         with pytest.raises(httpx.RemoteProtocolError):
             c.query(svc_collection, Xq[2], int(yq[2]), epsilon=1.0, shortlist=16)
         assert budget.status(c.budget_key())["releases"] == 1  # it may have been read: charged
+
+
+@pytest.mark.parametrize("drop", ["dummy_features", "labels", "frame"])
+def test_a_malformed_anchor_document_is_one_error(service, svc_collection, svc_key, svc_split, drop):
+    def without(method, path, doc):
+        if path.endswith("/anchor"):
+            doc.pop(drop)
+        return doc
+
+    Xq, yq = svc_split.query
+    with TamperProxy(service.url, without) as p, Client(p.url, svc_key["key"], budget=_budget()) as c:
+        with pytest.raises(PMVectorError, match="anchor document|publishes no class frames"):  # outside a query too
+            c.private_knn(svc_collection, epsilon=1.0)
+        with pytest.raises(PMVectorError, match="anchor document"):
+            c.query(svc_collection, Xq[0], int(yq[0]), epsilon=1.0, protocol="privatemail_paper")
+        assert c.budget.status(c.budget_key())["releases"] == 0
