@@ -110,7 +110,8 @@ class Client(Transport, PublicDocuments):
     still works). Documents from msgpack answers hold numpy arrays where the server sent arrays.
 
     ``timeout``: every exchange's one deadline in seconds, from connecting to the answer's last
-    byte; answers are bounded in bytes and objects (:mod:`pm_vector.client.transport`)."""
+    byte, and that of all the exchanges of one :meth:`query` together; answers are bounded in
+    bytes and objects (:mod:`pm_vector.client.transport`)."""
 
     def __init__(self, base_url: str, api_key: str | None, *, budget: PrivacyBudget | str | None = None,
                  timeout: float = 60.0, transport=None, wire: str = "msgpack"):

@@ -13,9 +13,10 @@ The server may be hostile, so nothing it sends is trusted before it is bounded:
   other ``Content-Encoding`` (a 1 MB gzip body may expand to gigabytes);
 * **objects**: the body is decoded by :func:`~pm_vector.protocol.codec.decode_bounded`, at most
   one list or map per :data:`BYTES_PER_CONTAINER` bytes of the cap (:func:`answer_bounds`);
-* **time**: one deadline per exchange, the client's ``timeout`` from the first byte sent to the
-  last byte read (connection included): a server that trickles its answer byte by byte is cut
-  off at the deadline (``httpx.ReadTimeout``), not per read;
+* **time**: one deadline per exchange, the client's ``timeout`` from connecting to the last
+  byte read, and the same ``timeout`` for all the exchanges of one query together (counted from
+  its start): a server that trickles its answers byte by byte is cut off at the deadline
+  (``httpx.ReadTimeout``), not per read;
 * **status**: every non-2xx answer (a 3xx redirect too: it is not followed) is one
   :class:`~pm_vector.errors.ServiceError`; a 2xx answer that is not a map of the protocol a
   :class:`~pm_vector.errors.MalformedAnswerError`, and so is a raw ``KeyError``, ``IndexError``,
@@ -293,6 +294,9 @@ class Transport:
             kw = {"content": encode(doc, self._media), "headers": {"Content-Type": self._media}}
         clock = self._clock
         deadline = time.monotonic() + getattr(self, "_deadline_s", 60.0)
+        scope = self._scope
+        if scope is not None:  # one query: all its exchanges within one timeout
+            deadline = min(deadline, scope["deadline"])
         if clock is not None:
             clock.deadline, clock.written = deadline, 0
         try:
@@ -388,7 +392,8 @@ class Transport:
         budget = getattr(self, "budget", None)
         recording = budget.recording() if discard and hasattr(budget, "recording") else None
         spends = recording.__enter__() if recording is not None else None
-        self._scope = {"gets": {}, "spends": spends}
+        self._scope = {"gets": {}, "spends": spends,
+                       "deadline": time.monotonic() + getattr(self, "_deadline_s", 60.0)}
         answers = self._answers
         try:
             yield

@@ -160,3 +160,26 @@ def test_cli_query_prints_an_error_and_no_traceback(status, tmp_path):
                                      str(tmp_path / "l.json")])
     assert r.exit_code != 0 and "error:" in r.output and "Traceback" not in r.output, r.output
     assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_a_query_s_exchanges_share_one_deadline():
+    """Every answer trickled to arrive just inside the timeout: the query, not each exchange,
+    ends at the timeout."""
+    def answer(h):
+        body = json.dumps({"name": "x", "active_run_id": 1, "allow_raw_features": False, "pad": "p" * 20}).encode()
+        raw = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+               "Connection: close\r\n\r\n").encode()
+        h.wfile.write(raw)
+        trickle(h, body, 0.7 / len(body))  # each answer whole in 0.7 s: within a 1 s exchange
+
+    with Hostile(answer) as h, _client(h.url, timeout=1.0) as c:
+        t0 = time.perf_counter()
+        c.collection("x")  # one exchange: answered
+        assert time.perf_counter() - t0 < 1.0
+        t0 = time.perf_counter()
+        with pytest.raises(httpx.TimeoutException):
+            c.query("x", np.ones(8), 0, epsilon=1.0)
+        took = time.perf_counter() - t0
+        assert sum(p.endswith("/anchor") for _, p in h.requests) == 1  # the second exchange was cut
+    print(f"\nevery answer trickled over 0.7 s, timeout=1: the query cut after {took:.2f} s")
+    assert took < 1.5
