@@ -14,7 +14,9 @@ err = Console(stderr=True)
 
 
 def _fail(msg: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {msg}")
+    from rich.markup import escape
+
+    err.print(f"[bold red]error:[/] {escape(msg)}")  # a message (a server's, say) is text, not markup
     raise typer.Exit(code)
 
 

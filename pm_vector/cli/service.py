@@ -99,7 +99,8 @@ def query(
     import numpy as np
 
     from ..client.budget import PrivacyBudget
-    from ..client.http import Client, ServiceError
+    from ..client.http import Client
+    from ..errors import ServiceError
 
     try:
         X = np.load(features, allow_pickle=False)
@@ -119,16 +120,20 @@ def query(
                      "answer": "features" if raw_features else "compact"} if protocol == "pm_vector" else {})
             res = c.query(collection, X[row], label, epsilon=epsilon, delta=delta, k=k, rerank=rerank,
                           protocol=protocol, **opts)
-    except ServiceError as e:
-        _fail(str(e))
+    except ServiceError as e:  # every non-2xx answer and every malformed one (pm_vector.errors)
+        _fail(f"the service at {url} answered what cannot be used: {e}")
     except PMVectorError as e:
         _fail(str(e))
-    except Exception as e:  # noqa: BLE001 - network errors
+    except Exception as e:  # noqa: BLE001 - network errors, and never a traceback
         import httpx
 
+        if isinstance(e, httpx.TimeoutException):
+            _fail(f"{url} did not answer within the timeout ({e or type(e).__name__}); nothing of an answer was "
+                  "used. Try again, or check the service.")
         if isinstance(e, httpx.HTTPError):
-            _fail(f"cannot reach {url}: {e}")
-        raise
+            notes = " ".join(getattr(e, "__notes__", ()))
+            _fail(f"cannot reach {url}: {e or type(e).__name__}. {notes}".strip())
+        _fail(f"the query failed ({type(e).__name__}: {e}); please report this with the command you ran.")
     if as_json:
         _echo_json(res)
         return

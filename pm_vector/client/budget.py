@@ -1,12 +1,18 @@
 """A client's persistent privacy budget: one :class:`~pm_vector.privacy.PrivacyAccountant` per server.
 
-The ledger is a JSON file (default ``$PM_VECTOR_HOME/client/budget.json``, ``PM_VECTOR_HOME``
-defaulting to ``~/.local/share/pm_vector``)::
+The ledger (default ``$PM_VECTOR_HOME/client/budget.json``, ``PM_VECTOR_HOME`` defaulting to
+``~/.local/share/pm_vector``) is an SQLite database in WAL mode, kept beside that name with the
+suffix ``.sqlite3`` (``budget.sqlite3``; a ledger path without the ``.json`` suffix is the
+database itself). Every release is one appended row (``spends``: key, epsilon, delta, label,
+time); an entry's budget and name are one row of ``entries``, aliases rows of ``aliases``. A spend
+costs the same after 12,000 spends as after one: nothing is rewritten.
 
-    {"version": 1, "collections": {"<key>": PrivacyAccountant.to_dict(), ...},
-     "names": {"<key>": "<label>", ...}}
-
-(``"collections"`` keeps its version-1 name; its entries are ledger keys.)
+A JSON ledger written by an earlier client (version 1: ``{"version": 1, "collections": {"<key>":
+PrivacyAccountant.to_dict(), ...}, "names": {...}, "aliases": {...}}``) is carried over on first
+use: its entries and spends are added to the database and the file is renamed
+``<name>.json.migrated`` in the same locked transaction (a crash between the two adds its spends
+again: the ledger over-counts, never under-counts). :meth:`PrivacyBudget.export` gives the
+ledger in that JSON form.
 
 **Keys are chosen by the client, never by a server.** :class:`~pm_vector.client.http.Client`
 charges ``"origin:<scheme>://<host>:<port>"`` (:func:`origin_key`): the origin of the base URL
@@ -33,13 +39,16 @@ ledger with ``PrivacyBudget(default_epsilon=..., default_delta=...)``, or per en
 ``PM_VECTOR_EPSILON_BUDGET`` / ``PM_VECTOR_DELTA_BUDGET``. There is no "unlimited": set a large
 number if that is what you mean.
 
-Every change is made under a file lock (several processes may share a ledger) and written
-atomically (temporary file in the same directory, fsync, ``os.replace``), so a crash leaves the
-old or the new ledger, never a torn one. :meth:`PrivacyBudget.spend` checks the budget and records
-the release *before* the noise is drawn: a refused query raises
-:class:`~pm_vector.errors.BudgetExceededError` and nothing is released or sent. A recorded release
-stays recorded even if the request then fails in transit (the ledger over-counts rather than
-under-counts). :class:`MemoryBudget` is the same ledger kept in memory (benchmarks, tests).
+Several processes may share a ledger: every change is one ``BEGIN IMMEDIATE`` transaction (the
+database's write lock: a spend reads the entry's totals, checks the budget and appends its row
+while no other writer can), committed with ``synchronous=FULL`` (on disk before the noise is
+drawn). :meth:`PrivacyBudget.spend` checks the budget and records the release *before* the noise
+is drawn: a refused query raises :class:`~pm_vector.errors.BudgetExceededError` and nothing is
+released or sent. A recorded release stays recorded if the request then fails in transit (the
+ledger over-counts rather than under-counts), except where the transport proves that no byte of
+the request left (:meth:`PrivacyBudget.withdraw`, called by the client for a ``ConnectError``,
+``ConnectTimeout`` or ``PoolTimeout`` before anything was written; the request and its draw are
+discarded). :class:`MemoryBudget` is the same ledger kept in memory (benchmarks, tests).
 """
 
 from __future__ import annotations
@@ -47,14 +56,16 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import tempfile
+import sqlite3
+import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlsplit
 
 from ..errors import InvalidInputError
-from ..privacy.accountant import PrivacyAccountant
+from ..privacy.accountant import PrivacyAccountant, Spend
 from .settings import DEFAULT_DELTA_BUDGET, DEFAULT_EPSILON_BUDGET, ENV_DELTA, ENV_EPSILON  # noqa: F401
 from .settings import settings as _settings
 
@@ -63,6 +74,18 @@ _VERSION = 1
 LOCAL_KEY = "local"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _LOOPBACK = "localhost"
+#: how long a spend waits for another process's write lock on the ledger
+LOCK_TIMEOUT_S = 30.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, epsilon_budget REAL, delta_budget REAL,
+                                    delta_slack REAL, name TEXT);
+CREATE TABLE IF NOT EXISTS spends (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, epsilon REAL NOT NULL,
+                                   delta REAL NOT NULL, label TEXT, at REAL NOT NULL,
+                                   withdrawn INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS spends_by_key ON spends (key, withdrawn, epsilon, delta);
+CREATE TABLE IF NOT EXISTS aliases (alias TEXT PRIMARY KEY, key TEXT NOT NULL);
+"""
 
 
 def server_origin(url: str) -> str:
@@ -106,13 +129,15 @@ def origin_key(url: str) -> str:
 
 
 def default_path() -> Path:
-    """The ledger's default file, ``$PM_VECTOR_HOME/client/budget.json`` (:mod:`pm_vector.client.settings`)."""
+    """The ledger's default name, ``$PM_VECTOR_HOME/client/budget.json`` (:mod:`pm_vector.client.settings`;
+    its database is ``budget.sqlite3`` beside it)."""
     return _settings().ledger_path
 
 
 class PrivacyBudget:
     """Per-key (per-server) (epsilon, delta) ledger on disk, with a default budget (module doc).
 
+    ``path``: the ledger (None: :func:`default_path`); ``self.store`` is its SQLite database.
     ``default_epsilon`` / ``default_delta``: the total budget of an entry that has none of its
     own (None: ``$PM_VECTOR_EPSILON_BUDGET`` / ``$PM_VECTOR_DELTA_BUDGET``, else
     :data:`DEFAULT_EPSILON_BUDGET` / :data:`DEFAULT_DELTA_BUDGET`).
@@ -121,6 +146,7 @@ class PrivacyBudget:
     def __init__(self, path: str | os.PathLike | None = None, *, default_epsilon: float | None = None,
                  default_delta: float | None = None):
         self.path = Path(path) if path is not None else default_path()
+        self.store = self.path.with_suffix(".sqlite3") if self.path.suffix == ".json" else self.path
         if default_epsilon is None or default_delta is None:
             env = _settings()
             default_epsilon = env.epsilon_budget if default_epsilon is None else default_epsilon
@@ -128,53 +154,85 @@ class PrivacyBudget:
         eps, dlt = default_epsilon, default_delta
         PrivacyAccountant(eps, dlt)  # validates: finite, > 0, delta < 1
         self.default_epsilon, self.default_delta = float(eps), float(dlt)
+        self._recorders = threading.local()
 
-    # ------------------------------------------------------------------ file
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        from filelock import FileLock
+    # ------------------------------------------------------------------ store
+    def _legacy(self) -> Path | None:
+        """The JSON ledger an earlier client kept under this name, if any."""
+        if self.path.suffix == ".json":
+            return self.path
+        if self.store.is_file():
+            with open(self.store, "rb") as f:
+                json_text = f.read(1) == b"{"
+            if json_text:  # a JSON ledger at the very path: moved aside, then carried over
+                aside = self.store.with_name(self.store.name + ".json")
+                try:
+                    os.replace(self.store, aside)
+                except FileNotFoundError:  # another process moved it first
+                    pass
+                return aside
+        return None
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.path) + ".lock", timeout=30):
-            yield
-
-    def _read(self) -> dict[str, Any]:
+    def _connect(self) -> sqlite3.Connection:
+        self.store.parent.mkdir(parents=True, exist_ok=True)
+        legacy = self._legacy()
+        db = sqlite3.connect(str(self.store), timeout=LOCK_TIMEOUT_S, isolation_level=None)
         try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return {"version": _VERSION, "collections": {}}
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InvalidInputError(f"the privacy ledger {self.path} is not valid JSON ({e}); restore it from a "
-                                    "backup rather than deleting it (deleting forgets what was spent).") from None
-        if not isinstance(data, dict) or data.get("version") != _VERSION or not isinstance(data.get("collections"),
-                                                                                           dict):
-            raise InvalidInputError(f"the privacy ledger {self.path} is not a version-{_VERSION} ledger.")
-        return data
-
-    def _write(self, data: dict[str, Any]) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".budget-", suffix=".json", dir=str(self.path.parent))
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")  # a spend is on disk before its noise is drawn
+            if not getattr(self, "_schema_ok", False):
+                db.executescript(_SCHEMA)
+                self._schema_ok = True
+            if legacy is not None and legacy.is_file():
+                self._migrate(db, legacy)
         except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+            db.close()
             raise
-        try:  # make the rename durable too
-            dfd = os.open(str(self.path.parent), os.O_RDONLY)
+        return db
+
+    @contextmanager
+    def _tx(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+        """One transaction (``write``: under the database's write lock, ``BEGIN IMMEDIATE``)."""
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        finally:
+            self._close(db)
+
+    def _close(self, db: sqlite3.Connection) -> None:
+        db.close()
+
+    def _migrate(self, db: sqlite3.Connection, legacy: Path) -> None:
+        """Carry an earlier client's JSON ledger over (module doc), under the write lock."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            try:
+                text = legacy.read_text(encoding="utf-8")
+            except FileNotFoundError:  # another process carried it over first
+                db.execute("ROLLBACK")
+                return
+            data = _legacy_data(text, legacy)
+            names, aliases = data.get("names") or {}, data.get("aliases") or {}
+            for key, d in data["collections"].items():
+                acc = PrivacyAccountant.from_dict(d)
+                db.execute("INSERT OR IGNORE INTO entries (key, epsilon_budget, delta_budget, delta_slack, name) "
+                           "VALUES (?, ?, ?, ?, ?)", (str(key), acc.epsilon_budget, acc.delta_budget,
+                                                      acc.delta_slack, names.get(key)))
+                db.executemany("INSERT INTO spends (key, epsilon, delta, label, at) VALUES (?, ?, ?, ?, ?)",
+                               [(str(key), sp.epsilon, sp.delta, sp.label, 0.0) for sp in acc.spends])
+            for a, t in aliases.items():
+                db.execute("INSERT OR IGNORE INTO aliases (alias, key) VALUES (?, ?)", (str(a), str(t)))
+            os.replace(legacy, legacy.with_name(legacy.name + ".migrated"))
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
     @staticmethod
     def _key(key: str) -> str:
@@ -184,11 +242,12 @@ class PrivacyBudget:
         return key
 
     @staticmethod
-    def _resolve(data: dict[str, Any], key: str) -> str:
+    def _resolve(db: sqlite3.Connection, key: str) -> str:
         """``key`` itself if it is an entry, else the entry a name alias points to, else ``key``."""
-        if key in data["collections"]:
+        if db.execute("SELECT 1 FROM entries WHERE key = ?", (key,)).fetchone():
             return key
-        return (data.get("aliases") or {}).get(key, key)
+        row = db.execute("SELECT key FROM aliases WHERE alias = ?", (key,)).fetchone()
+        return row[0] if row else key
 
     def _with_defaults(self, acc: PrivacyAccountant) -> PrivacyAccountant:
         # no budget of its own is the default budget, never unlimited
@@ -198,50 +257,50 @@ class PrivacyBudget:
             acc.delta_budget = self.default_delta
         return acc
 
-    def _accountant(self, data: dict[str, Any], key: str) -> PrivacyAccountant:
-        d = data["collections"].get(key)
-        return self._with_defaults(PrivacyAccountant() if d is None else PrivacyAccountant.from_dict(d))
+    @staticmethod
+    def _stored(db: sqlite3.Connection, key: str) -> PrivacyAccountant:
+        """The entry's accountant as stored (budgets None where it has none), its spends read as
+        one group per distinct (epsilon, delta) in the order of their first release (what the
+        composition needs: the sums, and the first release's parameters)."""
+        row = db.execute("SELECT epsilon_budget, delta_budget, delta_slack FROM entries WHERE key = ?",
+                         (key,)).fetchone()
+        acc = PrivacyAccountant(*(row or (None, None, None)))
+        spends: list[Spend] = []
+        for e, d, n in db.execute("SELECT epsilon, delta, count(*) FROM spends WHERE key = ? AND withdrawn = 0 "
+                                  "GROUP BY epsilon, delta ORDER BY min(id)", (key,)):
+            spends += [Spend(float(e), float(d))] * int(n)
+        acc._spends = spends
+        return acc
 
     # ------------------------------------------------------------------ API
     def accountant(self, key: str) -> PrivacyAccountant:
         """The entry's accountant as stored, with the default budget where it has none."""
-        data = self._read()
-        return self._accountant(data, self._resolve(data, self._key(key)))
+        with self._tx(write=False) as db:
+            return self._with_defaults(self._stored(db, self._resolve(db, self._key(key))))
 
     def fold(self, key: str, origin: str, label: str | None = None) -> int:
         """Carry an earlier client's entries over to ``key``: every entry ``"uuid:<id>"`` whose label
         (``"<collection>@<base url>"``) names a base URL of server origin ``origin``
         (:func:`server_origin`) gives its spends to ``key`` and is removed, with the name aliases
         that pointed to it; ``key``'s own budget is kept (the default if it has none). ``label``
-        is stored as ``key``'s name. Returns how many entries were folded; writes only on a change."""
+        is stored as ``key``'s name. Returns how many entries were folded."""
         key = self._key(key)
-        data = self._read()
-        names = data.get("names") or {}
-        if not any(self._legacy_origin(k, names) == origin for k in data["collections"]) and \
-                (label is None or names.get(key) == label):
-            return 0
-        with self._locked():
-            data = self._read()
-            names = data.setdefault("names", {})
-            folded = [k for k in data["collections"] if k != key and self._legacy_origin(k, names) == origin]
-            entry = data["collections"].get(key) or PrivacyAccountant().to_dict()
+        with self._tx() as db:
+            rows = db.execute("SELECT key, name FROM entries WHERE key LIKE 'uuid:%' AND key != ?", (key,)).fetchall()
+            folded = [k for k, name in rows if self._legacy_origin(k, name) == origin]
+            if folded or label is not None:
+                db.execute("INSERT OR IGNORE INTO entries (key) VALUES (?)", (key,))
             for k in folded:
-                entry["spends"] = list(entry.get("spends") or []) + list(data["collections"].pop(k).get("spends") or [])
-                names.pop(k, None)
-            if folded:
-                data["collections"][key] = entry
-                aliases = data.get("aliases") or {}
-                for a in [a for a, t in aliases.items() if t in folded]:
-                    del aliases[a]
+                db.execute("UPDATE spends SET key = ? WHERE key = ?", (key, k))
+                db.execute("DELETE FROM entries WHERE key = ?", (k,))
+                db.execute("DELETE FROM aliases WHERE key = ?", (k,))
             if label is not None:
-                names[key] = label
-            self._write(data)
+                db.execute("UPDATE entries SET name = ? WHERE key = ?", (label, key))
         return len(folded)
 
     @staticmethod
-    def _legacy_origin(key: str, names: dict[str, str]) -> str | None:
+    def _legacy_origin(key: str, label: Any) -> str | None:
         """The server origin of an earlier client's ``"uuid:..."`` entry, from its label."""
-        label = names.get(key)
         if not key.startswith("uuid:") or not isinstance(label, str) or "@" not in label:
             return None
         try:
@@ -253,16 +312,13 @@ class PrivacyBudget:
                    delta_slack: float | None = None) -> dict[str, Any]:
         """Set (or change) an entry's total budget; what was spent is kept. ``None`` is the
         default budget (there is no unlimited)."""
-        with self._locked():
-            data = self._read()
-            entry = self._resolve(data, self._key(key))
-            old = data["collections"].get(entry)
-            acc = PrivacyAccountant(epsilon, delta, delta_slack)  # validates
-            if old is not None:
-                prev = PrivacyAccountant.from_dict(old)
-                acc._spends = list(prev.spends)
-            data["collections"][entry] = acc.to_dict()
-            self._write(data)
+        acc = PrivacyAccountant(epsilon, delta, delta_slack)  # validates
+        with self._tx() as db:
+            entry = self._resolve(db, self._key(key))
+            db.execute("INSERT INTO entries (key, epsilon_budget, delta_budget, delta_slack) VALUES (?, ?, ?, ?) "
+                       "ON CONFLICT (key) DO UPDATE SET epsilon_budget = excluded.epsilon_budget, "
+                       "delta_budget = excluded.delta_budget, delta_slack = excluded.delta_slack",
+                       (entry, acc.epsilon_budget, acc.delta_budget, acc.delta_slack))
         return self.status(key)
 
     def check(self, key: str, epsilon: float, delta: float) -> tuple[float, float]:
@@ -271,19 +327,39 @@ class PrivacyBudget:
 
     def spend(self, key: str, epsilon: float, delta: float, label: str | None = None) -> tuple[float, float]:
         """Check and record one release atomically; raises :class:`BudgetExceededError` (nothing recorded)."""
-        with self._locked():
-            data = self._read()
-            entry = self._resolve(data, self._key(key))
-            d = data["collections"].get(entry)
-            acc = PrivacyAccountant() if d is None else PrivacyAccountant.from_dict(d)
-            defaults = acc.epsilon_budget is None, acc.delta_budget is None
-            after = self._with_defaults(acc).spend(epsilon, delta, label=label or key)
-            # store the budget as set (None = "the default"), so a later default change applies
-            acc.epsilon_budget = None if defaults[0] else acc.epsilon_budget
-            acc.delta_budget = None if defaults[1] else acc.delta_budget
-            data["collections"][entry] = acc.to_dict()
-            self._write(data)
+        with self._tx() as db:
+            entry = self._resolve(db, self._key(key))
+            after = self._with_defaults(self._stored(db, entry)).spend(epsilon, delta, label=label or key)
+            db.execute("INSERT OR IGNORE INTO entries (key) VALUES (?)", (entry,))
+            cur = db.execute("INSERT INTO spends (key, epsilon, delta, label, at) VALUES (?, ?, ?, ?, ?)",
+                             (entry, float(epsilon), float(delta), label or key, time.time()))
+            spend_id = int(cur.lastrowid)
+        for spends in getattr(self._recorders, "stack", ()):
+            spends.append(spend_id)
         return after
+
+    @contextmanager
+    def recording(self) -> Iterator[list[int]]:
+        """The ids of the spends this thread records through this ledger inside the block (what
+        :meth:`withdraw` takes)."""
+        stack = self._recorders.__dict__.setdefault("stack", [])
+        spends: list[int] = []
+        stack.append(spends)
+        try:
+            yield spends
+        finally:
+            stack.remove(spends)
+
+    def withdraw(self, spend_ids) -> int:
+        """Withdraw recorded spends (ids from :meth:`recording`) whose release provably never
+        left the machine: a request that was charged, not one byte of it written, and discarded
+        with its draw. Never for a request that may have been sent. Returns how many."""
+        ids = [int(i) for i in spend_ids]
+        if not ids:
+            return 0
+        with self._tx() as db:
+            return db.execute(f"UPDATE spends SET withdrawn = 1 WHERE withdrawn = 0 AND id IN "
+                              f"({','.join('?' * len(ids))})", ids).rowcount
 
     def account(self, key: str, label: str | None = None) -> "LedgerAccount":
         """An accountant-like view of one entry (``spend(epsilon, delta, label=None)``), for
@@ -292,20 +368,49 @@ class PrivacyBudget:
 
     def status(self, key: str) -> dict[str, Any]:
         """The entry's budget, what was spent and what remains (``key``: the entry's ledger key)."""
-        data = self._read()
-        entry = self._resolve(data, self._key(key))
-        stored = data["collections"].get(entry)
-        acc = self._accountant(data, entry)
+        with self._tx(write=False) as db:
+            entry = self._resolve(db, self._key(key))
+            row = db.execute("SELECT epsilon_budget, name FROM entries WHERE key = ?", (entry,)).fetchone()
+            acc = self._with_defaults(self._stored(db, entry))
         eps, delta = acc.total(acc.delta_slack)
-        default = stored is None or stored.get("epsilon_budget") is None
-        return {"key": entry, "name": (data.get("names") or {}).get(entry),
+        default = row is None or row[0] is None
+        return {"key": entry, "name": None if row is None else row[1],
                 "epsilon_budget": acc.epsilon_budget, "delta_budget": acc.delta_budget, "default_budget": default,
                 "delta_slack": acc.delta_slack, "releases": len(acc), "epsilon_spent": eps, "delta_spent": delta,
-                "epsilon_remaining": max(0.0, acc.epsilon_budget - eps), "path": str(self.path)}
+                "epsilon_remaining": max(0.0, acc.epsilon_budget - eps), "path": str(self.store)}
 
     def keys(self) -> list[str]:
         """The ledger's keys (one per server, and :data:`LOCAL_KEY`)."""
-        return sorted(self._read()["collections"])
+        with self._tx(write=False) as db:
+            return sorted(r[0] for r in db.execute("SELECT key FROM entries"))
+
+    def export(self) -> dict[str, Any]:
+        """The whole ledger in the JSON form of version 1 (module doc), withdrawn spends left out:
+        a backup, or what an earlier client reads."""
+        out: dict[str, Any] = {"version": _VERSION, "collections": {}, "names": {}, "aliases": {}}
+        with self._tx(write=False) as db:
+            for key, eb, dbud, ds, name in db.execute("SELECT key, epsilon_budget, delta_budget, delta_slack, name "
+                                                      "FROM entries ORDER BY key").fetchall():
+                spends = [{"epsilon": e, "delta": d, "label": lab} for e, d, lab in db.execute(
+                    "SELECT epsilon, delta, label FROM spends WHERE key = ? AND withdrawn = 0 ORDER BY id", (key,))]
+                out["collections"][key] = {"version": 1, "epsilon_budget": eb, "delta_budget": dbud,
+                                           "delta_slack": ds, "spends": spends}
+                if name is not None:
+                    out["names"][key] = name
+            out["aliases"] = dict(db.execute("SELECT alias, key FROM aliases").fetchall())
+        return out
+
+
+def _legacy_data(text: str, path: Path) -> dict[str, Any]:
+    """A version-1 JSON ledger's document, checked."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidInputError(f"the privacy ledger {path} is not valid JSON ({e}); restore it from a "
+                                "backup rather than deleting it (deleting forgets what was spent).") from None
+    if not isinstance(data, dict) or data.get("version") != _VERSION or not isinstance(data.get("collections"), dict):
+        raise InvalidInputError(f"the privacy ledger {path} is not a version-{_VERSION} ledger.")
+    return data
 
 
 class MemoryBudget(PrivacyBudget):
@@ -314,18 +419,17 @@ class MemoryBudget(PrivacyBudget):
 
     def __init__(self, *, default_epsilon: float | None = None, default_delta: float | None = None):
         super().__init__(Path(os.devnull), default_epsilon=default_epsilon, default_delta=default_delta)
-        self.path = Path("<memory>")
-        self._data: dict[str, Any] = {"version": _VERSION, "collections": {}}
+        self.path = self.store = Path("<memory>")
+        self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        self._db.executescript(_SCHEMA)
+        self._lock = threading.RLock()
 
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        yield
+    def _connect(self) -> sqlite3.Connection:
+        self._lock.acquire()
+        return self._db
 
-    def _read(self) -> dict[str, Any]:
-        return json.loads(json.dumps(self._data))
-
-    def _write(self, data: dict[str, Any]) -> None:
-        self._data = json.loads(json.dumps(data))
+    def _close(self, db: sqlite3.Connection) -> None:
+        self._lock.release()
 
 
 class LedgerAccount:

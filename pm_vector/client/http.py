@@ -65,7 +65,7 @@ from ..protocol.codec import JSON, MSGPACK
 from ..protocol.frame import FRAME_TOLERANCE  # noqa: F401  (its old home)
 from ..protocol.frame import frame_from_document as rebuild_frame  # noqa: F401  (its old name and home)
 from .budget import LedgerAccount, PrivacyBudget, origin_key, server_origin
-from .privatemail import PrivateMail
+from .privatemail import PrivateMail, request_charge
 from .public_documents import RELEASES  # noqa: F401  (its old home)
 from .public_documents import PublicDocument, PublicDocuments, VerifiedFrame
 from .rerank import rank
@@ -107,12 +107,14 @@ class Client(Transport, PublicDocuments):
     ``wire``: ``"msgpack"`` (default: bodies sent as ``application/msgpack``, answers asked for in
     it, numpy arrays travelling as arrays; :mod:`pm_vector.protocol.codec`) or ``"json"``. An
     answer is read by its ``Content-Type`` whichever was asked (a service that answers JSON only
-    still works). Documents from msgpack answers hold numpy arrays where the server sent arrays."""
+    still works). Documents from msgpack answers hold numpy arrays where the server sent arrays.
+
+    ``timeout``: every exchange's one deadline in seconds, from connecting to the answer's last
+    byte, and that of all the exchanges of one :meth:`query` together; answers are bounded in
+    bytes and objects (:mod:`pm_vector.client.transport`)."""
 
     def __init__(self, base_url: str, api_key: str | None, *, budget: PrivacyBudget | str | None = None,
                  timeout: float = 60.0, transport=None, wire: str = "msgpack", max_answer_bytes: int | None = None):
-        import httpx
-
         from ..privacy.location import DEFAULT_MAX_BYTES, FIXED_BYTES
 
         mab = DEFAULT_MAX_BYTES if max_answer_bytes is None else max_answer_bytes
@@ -120,7 +122,6 @@ class Client(Transport, PublicDocuments):
             raise InvalidInputError(f"max_answer_bytes must be an integer in ({FIXED_BYTES}, 2^34]; got {mab!r:.40}.")
         #: what one private query may cost on the wire, both ways (the location release's plan)
         self.max_answer_bytes = int(mab)
-
         if wire not in WIRES:
             raise InvalidInputError(f"wire must be one of {sorted(WIRES)}, not {wire!r}.")
         self.wire = wire
@@ -131,7 +132,7 @@ class Client(Transport, PublicDocuments):
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         headers["Accept"] = f"{MSGPACK}, {JSON};q=0.5" if wire == "msgpack" else JSON
-        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
+        self._http = self._http_client(self.base_url, headers, timeout, transport)  # one deadline per exchange
         if budget is None or isinstance(budget, str) or hasattr(budget, "__fspath__"):
             budget = PrivacyBudget(budget)
         if not isinstance(budget, PrivacyBudget):
@@ -228,11 +229,7 @@ class Client(Transport, PublicDocuments):
         if not isinstance(d, dict):
             raise InvalidInputError("request must be a request object or its dict (to_dict()).")
         if _fingerprint(d) not in self._built:
-            try:
-                eps, dlt = float(d["epsilon"]), float(d["delta"])
-            except (KeyError, TypeError, ValueError):
-                raise InvalidInputError("the request names no valid epsilon/delta to charge; build it with "
-                                        "build_request().") from None
+            eps, dlt = request_charge(d)  # the paper's protocol: what it costs between real queries
             self._account(name).spend(eps, dlt, label=name)
         body = {"request": d, "k": int(k), "include_features": bool(include_features)}
         if answer is not None:
@@ -288,9 +285,10 @@ class Client(Transport, PublicDocuments):
         ``paper_options``: any of :data:`PAPER_OPTIONS`). Private (underscore) or unknown keywords
         raise :class:`TypeError`: no seed reaches this method."""
         _check_options(paper_options)
-        return self._build_request(name, features, label, epsilon=epsilon, delta=delta, protocol=protocol,
-                                   shortlist=shortlist, release=release, n_cells=n_cells, max_bytes=max_bytes,
-                                   options=paper_options)
+        with self._query_scope(discard=False):  # the request is handed out: its charge stays
+            return self._build_request(name, features, label, epsilon=epsilon, delta=delta, protocol=protocol,
+                                       shortlist=shortlist, release=release, n_cells=n_cells, max_bytes=max_bytes,
+                                       options=paper_options)
 
     def _build_request(self, name, features, label=None, *, epsilon, delta=1e-5, protocol="pm_vector",
                        shortlist=None, release="auto", n_cells=None, max_bytes=None, options=None, rng=None):
@@ -383,9 +381,10 @@ class Client(Transport, PublicDocuments):
         ``paper_options``: any of :data:`PAPER_OPTIONS` (``protocol="privatemail_paper"``); private
         (underscore) or unknown keywords raise :class:`TypeError`."""
         _check_options(paper_options)
-        return self._query(name, features, label, epsilon=epsilon, delta=delta, k=k, shortlist=shortlist,
-                           protocol=protocol, rerank=rerank, answer=answer, release=release,
-                           n_cells=n_cells, max_bytes=max_bytes, options=paper_options)
+        with self._query_scope():  # one run, bounded answers, one error type (pm_vector.client.transport)
+            return self._query(name, features, label, epsilon=epsilon, delta=delta, k=k, shortlist=shortlist,
+                               protocol=protocol, rerank=rerank, answer=answer, release=release,
+                               n_cells=n_cells, max_bytes=max_bytes, options=paper_options)
 
     def _query(self, name, features, label=None, *, epsilon, delta=1e-5, k=8, shortlist=None, protocol="pm_vector",
                rerank=True, answer="compact", release="auto", n_cells=None, max_bytes=None, options=None,
@@ -434,7 +433,9 @@ class Client(Transport, PublicDocuments):
         t1 = time.perf_counter()
         status = self.budget.status(self.budget_key())  # charged by _build_request
         body = {"request": req.to_dict(), "k": int(k), **body_answer}
-        res, sent, received = self._exchange("POST", f"/collections/{name}/resolve", body)
+        res, sent, received = self._exchange("POST", f"/collections/{name}/resolve", body,
+                                             max_bytes=self._resolve_cap(name, body))
+        self._check_run(name, res)
         t2 = time.perf_counter()
         # nothing below talks to the server: the answer is all the client uses
         row = dict(secret.pick(res["rows"]))

@@ -119,8 +119,10 @@ def query_location(self, name, features, label=None, *, epsilon, k, rerank, max_
     pc = self.product_codes(name)
     t1 = time.perf_counter()
     status = self.budget.status(self.budget_key())  # charged by _build_request
-    res, sent, received = self._exchange("POST", f"/collections/{name}/resolve", {"request": req.to_dict(),
-                                                                                    "k": int(k)})
+    body = {"request": req.to_dict(), "k": int(k)}
+    res, sent, received = self._exchange("POST", f"/collections/{name}/resolve", body,
+                                         max_bytes=self._resolve_cap(name, body))
+    self._check_run(name, res)
     t2 = time.perf_counter()
     # nothing below talks to the server: the answer is all the client uses, checked whole first
     ids, codes, payloads = check_location_answer(res, req, n_items=int(pub.class_rows["n_items"]),

@@ -79,6 +79,32 @@ def paper_protocol_guarantee(epsilon: float, delta: float = 1e-5, *, same_class:
     return gaussian_epsilon(sigma, delta, float(steps)), float(delta)
 
 
+def paper_charge(epsilon: float, delta: float = 1e-5, mechanism: str = "analytic") -> tuple[float, float]:
+    """What one paper-protocol request at nominal ``(epsilon, delta)`` is charged: its guarantee
+    between two real queries whose class may change (:func:`paper_protocol_guarantee`,
+    ``same_class=False``: e.g. (4.75, 1e-5) at nominal eps 1), the relation the README claims for
+    the client's data. A mechanism that is not the paper's is refused."""
+    return paper_protocol_guarantee(float(epsilon), float(delta), same_class=False,
+                                    mechanism=bounds.mechanism(mechanism, float(epsilon)))
+
+
+def request_charge(d: dict) -> tuple[float, float]:
+    """``(epsilon, delta)`` to charge for sending the request ``d`` (a request's dict): its own for
+    the pm_vector protocol's requests, :func:`paper_charge` for the paper's (a
+    :class:`~pm_vector.protocol.paper.PrivateMailRequest` or a release-only
+    :class:`~pm_vector.protocol.paper.ReleaseRequest`)."""
+    from ..protocol.formats import PRIVATEMAIL_FORMAT, RELEASE_FORMAT
+
+    try:
+        eps, dlt = float(d["epsilon"]), float(d["delta"])
+    except (KeyError, TypeError, ValueError):
+        raise InvalidInputError("the request names no valid epsilon/delta to charge; build it with "
+                                "build_request().") from None
+    if d.get("format") in (PRIVATEMAIL_FORMAT, RELEASE_FORMAT):
+        return paper_charge(eps, dlt, d.get("mechanism", "analytic"))
+    return eps, dlt
+
+
 class PrivateMail:
     """Builds PrivateMail requests against an :class:`~pm_vector.manifold.AnchorFrame`.
 
@@ -93,7 +119,8 @@ class PrivateMail:
     the bound); ``mechanism``: "analytic" (any eps) or "classical" (eps < 1 only);
     ``n_post_iter``: post-processing iterations. Noise, dummies and shuffle come from a
     generator seeded from :mod:`secrets`; there is no seed parameter. ``accountant``: charged
-    (``spend(epsilon, delta, label)``) before the noise is drawn; None charges the default ledger
+    (``spend(epsilon, delta, label)``) before the noise is drawn, :func:`paper_charge` of the
+    nominal (eps, delta) (what the request costs between two real queries); None charges the default ledger
     (:class:`~pm_vector.client.budget.PrivacyBudget`, default budget) under the one key
     ``"local"`` (:data:`~pm_vector.client.budget.LOCAL_KEY`; nothing published selects it), except
     for a seeded request (not a private release); :class:`~pm_vector.client.http.Client` passes its
@@ -192,7 +219,8 @@ class PrivateMail:
 
             acc = PrivacyBudget().account(LOCAL_KEY)
         if acc is not None:
-            acc.spend(self.epsilon, self.delta, label=collection)  # refuses before anything is released
+            # charged what it costs between two real queries (the class may change), not its nominal eps
+            acc.spend(*paper_charge(self.epsilon, self.delta, self.mechanism), label=collection)
         LX = feature_laplacian(X, self.dp_sigma, graph="dense", device="cpu")
         LY = label_laplacian(y, self.dp_sigma, encoding="onehot", kind="same", device="cpu")
         f = smlq_step(to_tensor(Q, "cpu"), LX, LY, float(self.dp_alpha)).numpy()

@@ -7,23 +7,37 @@ built on them (:class:`~pm_vector.client.query.PrivateKNN`,
 Everything here is public data, fetched once per active run and re-fetched when the run
 changes; what is built from it (published codes and cells, checked against the digests the run
 publishes; a label classifier) is cached with it (:attr:`PublicDocument.derived`).
+
+A server may lie about its run. Inside one query the collection is asked once (its GETs are
+kept: :meth:`~pm_vector.client.transport.Transport._query_scope`), an anchor document or an answer
+of another run than that is refused (:class:`~pm_vector.errors.RunChangedError`), and a
+collection's anchor document is downloaded at most :data:`ANCHOR_DOWNLOADS` times per
+:data:`ANCHOR_WINDOW_S` seconds by one client. Its frame parameters and size are checked
+(:func:`~pm_vector.protocol.anchor.check_frame_params`) before the frame is rebuilt.
 """
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..errors import AlignmentError, InvalidInputError
+from ..errors import AlignmentError, InvalidInputError, MalformedAnswerError, RunChangedError
 from ..manifold.class_frames import ClassFrames
-from ..protocol.anchor import PublicAnchor
+from ..protocol.anchor import PublicAnchor, check_frame_params
 from ..protocol.frame import frame_from_document
+from .transport import malformed_answer
 from .query import DEFAULT_SHORTLIST, PrivateKNN
 
 #: the ``release`` option of :meth:`Client.query`
 RELEASES = ("auto", "location", "cells", "gaussian")
+#: most downloads of one collection's anchor document by one client per :data:`ANCHOR_WINDOW_S`
+#: (a run changes when an embedding job finishes: minutes apart, not per query)
+ANCHOR_DOWNLOADS = 4
+ANCHOR_WINDOW_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -73,10 +87,17 @@ class PublicDocuments:
         cached = self._frames.get(name)
         if cached is not None and not refresh and cached.run_id == run_id:
             return cached.frame, cached.anchor, cached.info
-        doc = self.anchor_document(name)
+        doc = self._anchor_of_run(name, run_id)
         self._note_id(name, doc)
-        frame, anchor = frame_from_document(doc)
-        info = {k: v for k, v in (doc.get("frame") or {}).items() if k != "anchor_embedding"}
+        fr = doc.get("frame")
+        try:
+            check_frame_params((fr or {}).get("params") if isinstance(fr, dict) else None,
+                               len(doc.get("anchor_ids") or ()))
+        except InvalidInputError as exc:
+            raise MalformedAnswerError(f"collection {name!r}'s anchor document: {exc}") from None
+        with malformed_answer(f"collection {name!r}'s anchor document"):
+            frame, anchor = frame_from_document(doc)
+            info = {k: v for k, v in (doc.get("frame") or {}).items() if k != "anchor_embedding"}
         self._frames[name] = VerifiedFrame(run_id, frame, anchor, info)
         return frame, anchor, info
 
@@ -89,35 +110,94 @@ class PublicDocuments:
         run_id = self.collection(name).get("active_run_id")
         cached = self._public.get(name)
         if cached is None or refresh or cached.run_id != run_id:
-            doc = self.anchor_document(name)
+            doc = self._anchor_of_run(name, run_id)
             self._note_id(name, doc)
-            frames_doc = doc.get("class_frames") or (doc.get("frame") or {}).get("class_frames")
-            if not frames_doc:
-                raise InvalidInputError(f"collection {name!r} publishes no class frames (its active run predates "
-                                        "them); run an embedding job, or use protocol='privatemail_paper'.")
-            frames = ClassFrames.from_dict(frames_doc)
-            Xd, yd = np.asarray(doc["dummy_features"], dtype=np.float64), np.asarray(doc["dummy_labels"])
-            if doc.get("partitions"):
-                # a collection without labels: a partition without a public dummy takes its public anchor
-                # rows as dummies (public data either way; every partition has anchor rows)
-                ya = np.asarray(doc["labels"])
-                take = np.isin(ya, np.setdiff1d(frames.classes_, yd))
-                if take.any():
-                    Xd = np.vstack([Xd.reshape(-1, frames.n_features_in_),
-                                    np.asarray(doc["features"], dtype=np.float64)[take]])
-                    yd = np.concatenate([yd.astype(np.int64), ya[take].astype(np.int64)])
-            fr = doc.get("frame") or {}
-            cached = PublicDocument(run_id=run_id, frames=frames, dummy_features=Xd, dummy_labels=yd,
-                                    anchor_features=np.asarray(doc["features"], dtype=np.float64),
-                                    anchor_labels=np.asarray(doc["labels"]), product_codes=fr.get("product_codes"),
-                                    public_cells=fr.get("public_cells"), class_rows=fr.get("class_rows") or {},
-                                    public_locations=fr.get("public_locations"),
-                                    partitions=doc.get("partitions"))
+            with malformed_answer(f"collection {name!r}'s anchor document"):
+                frames_doc = doc.get("class_frames") or (doc.get("frame") or {}).get("class_frames")
+                if not frames_doc:
+                    raise InvalidInputError(f"collection {name!r} publishes no class frames (its active run predates "
+                                            "them); run an embedding job, or use protocol='privatemail_paper'.")
+                frames = ClassFrames.from_dict(frames_doc)
+                Xd, yd = np.asarray(doc["dummy_features"], dtype=np.float64), np.asarray(doc["dummy_labels"])
+                if doc.get("partitions"):
+                    # a collection without labels: a partition without a public dummy takes its public anchor
+                    # rows as dummies (public data either way; every partition has anchor rows)
+                    ya = np.asarray(doc["labels"])
+                    take = np.isin(ya, np.setdiff1d(frames.classes_, yd))
+                    if take.any():
+                        Xd = np.vstack([Xd.reshape(-1, frames.n_features_in_),
+                                        np.asarray(doc["features"], dtype=np.float64)[take]])
+                        yd = np.concatenate([yd.astype(np.int64), ya[take].astype(np.int64)])
+                fr = doc.get("frame") or {}
+                cached = PublicDocument(run_id=run_id, frames=frames, dummy_features=Xd, dummy_labels=yd,
+                                        anchor_features=np.asarray(doc["features"], dtype=np.float64),
+                                        anchor_labels=np.asarray(doc["labels"]), product_codes=fr.get("product_codes"),
+                                        public_cells=fr.get("public_cells"), class_rows=fr.get("class_rows") or {},
+                                        public_locations=fr.get("public_locations"),
+                                        partitions=doc.get("partitions"))
             self._public[name] = cached
         clf = self._label_classifier(name) if label_free else None
         return PrivateKNN(cached.frames, cached.dummy_features, cached.dummy_labels, epsilon, delta,
                           shortlist=shortlist or DEFAULT_SHORTLIST, classifier=clf,
                           collection=name, accountant=self._account(name))
+
+    def _anchor_of_run(self, name: str, run_id) -> dict:
+        """The collection's anchor document for the run ``run_id`` (the one the query started on):
+        refused when it names another run, or when this client already downloaded the collection's
+        anchor document :data:`ANCHOR_DOWNLOADS` times in the last :data:`ANCHOR_WINDOW_S` seconds."""
+        log = self.__dict__.setdefault("_anchor_downloads", {}).setdefault(name, deque())
+        now = time.monotonic()
+        while log and now - log[0] > ANCHOR_WINDOW_S:
+            log.popleft()
+        if len(log) >= ANCHOR_DOWNLOADS:
+            raise RunChangedError(f"collection {name!r} changed its active run {len(log)} times in "
+                                  f"{ANCHOR_WINDOW_S:g} s (now run {run_id!r}); this client downloads its anchor "
+                                  f"document at most {ANCHOR_DOWNLOADS} times per {ANCHOR_WINDOW_S:g} s. A run "
+                                  "changes when an embedding job finishes: retry in a minute, and ask the service's "
+                                  "operator if it keeps happening.")
+        log.append(now)
+        doc = self.anchor_document(name)
+        self._check_run(name, doc, run_id)
+        return doc
+
+    def _check_run(self, name: str, doc, run_id=None) -> None:
+        """Refuse an anchor document or an answer ``doc`` that names another run than ``run_id``
+        (None: the active run the current query started on, as :meth:`collection` said once for
+        the query, else the run of the public documents its request was built from) -- one
+        :class:`~pm_vector.errors.RunChangedError`, nothing of it used. Asks the server nothing."""
+        if run_id is None:
+            coll = self._query_get(f"/collections/{name}")
+            if coll is not None:
+                run_id = coll.get("active_run_id")
+            else:
+                runs = {d.run_id for d in (self._public.get(name), self._frames.get(name)) if d is not None}
+                run_id = runs.pop() if len(runs) == 1 else None
+        got = None
+        if isinstance(doc, dict):  # an answer says run_id; an anchor document in its frame
+            got = doc.get("run_id")
+            if got is None and isinstance(doc.get("frame"), dict):
+                got = doc["frame"].get("run_id")
+        if run_id is not None and got is not None and got != run_id:
+            raise RunChangedError(f"collection {name!r} changed its active run in the middle of a query (run "
+                                  f"{str(run_id)[:40]} when it started, {str(got)[:40]} now); nothing of the answer "
+                                  "was used. Ask again.")
+
+    def _resolve_cap(self, name: str, body: dict) -> int:
+        """The byte cap of the answer to the resolve ``body``
+        (:func:`~pm_vector.client.transport.answer_cap` of its rows, ``k'``, code prefix, the raw
+        features' width when it asks for them, and the collection's payload bound when published)."""
+        from .transport import answer_cap
+
+        features = body.get("answer") == "features" or bool(body.get("include_features"))
+        d = None
+        if features:
+            pub, fr = self._public.get(name), self._frames.get(name)
+            d = (pub.anchor_features.shape[1] if pub is not None else
+                 fr.anchor.features.shape[1] if fr is not None else 4096)
+        bound = (self._query_get(f"/collections/{name}") or {}).get("max_payload_bytes")
+        bound = bound if isinstance(bound, int) and not isinstance(bound, bool) and 0 <= bound <= 65_536 else None
+        return answer_cap(body["request"], int(body.get("k") or 1), code_bytes=body.get("code_bytes"),
+                          n_features=d, payload_bytes=bound)
 
     def _label_classifier(self, name: str):
         """What picks the row of a query without a label, cached per run: for a collection without

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..errors import InvalidInputError, PMVectorError
+from ..protocol.anchor import FRAME_PARAM_BOUNDS
 
 TABLE = "pm_vector_service.jobs"
 #: first key of the advisory lock a live service process holds on its owner id (the second is
@@ -32,9 +33,7 @@ FINISHED = ("succeeded", "failed", "interrupted")
 
 #: (low, high) of the numeric AnchorFrame parameters a job may ask for; n_components' low end is a
 #: service setting (job_min_components)
-BOUNDS: dict[str, tuple[float, float]] = {
-    "n_components": (1, 256), "n_iter": (1, 50), "n_extend_iter": (1, 100), "n_neighbors": (1, 200),
-    "alpha": (0.0, 1.0), "label_sigma": (1e-6, 1e6), "sigma": (1e-6, 1e6)}
+BOUNDS: dict[str, tuple[float, float]] = FRAME_PARAM_BOUNDS  # one home: the client refuses a run outside them
 
 
 class JobQueueFullError(PMVectorError):

@@ -94,15 +94,14 @@ def test_the_origin_is_normalised_as_the_user_configured_it():
 def test_an_earlier_clients_entries_fold_into_their_servers_origin(tmp_path):
     """Entries kept per published collection id, labelled ``name@base_url``: those of one server
     move into its origin entry (spends added, its own budget kept); others stay; once only."""
-    b = PrivacyBudget(tmp_path / "l.json")
     earlier = [("uuid:aaa", "digits@http://127.0.0.1:8000", 2.0), ("uuid:bbb", "x@http://localhost:8000/", 3.0),
                ("uuid:ccc", "digits@http://10.0.0.1:8000", 4.0), ("digits", None, 5.0)]
-    for key, label, eps in earlier:
-        b.spend(key, eps, 1e-5)
-        if label:
-            data = json.loads((tmp_path / "l.json").read_text())
-            data.setdefault("names", {})[key] = label
-            (tmp_path / "l.json").write_text(json.dumps(data))
+    entry = lambda e: {"version": 1, "epsilon_budget": None, "delta_budget": None,  # noqa: E731
+                       "delta_slack": None, "spends": [{"epsilon": e, "delta": 1e-5, "label": None}]}
+    (tmp_path / "l.json").write_text(json.dumps({   # the JSON ledger an earlier client wrote
+        "version": 1, "collections": {key: entry(eps) for key, _, eps in earlier},
+        "names": {key: label for key, label, _ in earlier if label}}))
+    b = PrivacyBudget(tmp_path / "l.json")
     key = origin_key("http://localhost:8000")
     b.set_budget(key, 30.0)
     assert b.fold(key, server_origin("http://localhost:8000"), label="http://localhost:8000") == 2
@@ -156,3 +155,82 @@ def test_private_knn_charges_before_any_noise(digits_split, tmp_path):
     with pytest.raises(BudgetExceededError):
         PrivateKNN(frames, Xd, yd, 4.0).request(Xq[2], int(yq[2]))
     assert PrivacyBudget().path.is_relative_to(tmp_path)
+
+
+def _legacy_ledger(path, key, spends):
+    path.write_text(json.dumps({"version": 1, "collections": {key: {
+        "version": 1, "epsilon_budget": None, "delta_budget": None, "delta_slack": None,
+        "spends": [{"epsilon": e, "delta": 1e-6, "label": "old"} for e in spends]}}, "names": {key: "a server"}}))
+
+
+def test_the_ledger_appends_one_row_per_spend_to_an_sqlite_store(tmp_path):
+    """Nothing is rewritten on a spend: one row appended to an SQLite database in WAL mode."""
+    import sqlite3
+
+    b = PrivacyBudget(tmp_path / "l.json", default_epsilon=1e6)
+    for i in range(50):
+        b.spend("k", 0.5, 1e-9, label=f"q{i}")
+    assert b.store == tmp_path / "l.sqlite3" and not (tmp_path / "l.json").exists()
+    db = sqlite3.connect(b.store)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("SELECT count(*), sum(epsilon) FROM spends WHERE key = 'k'").fetchone() == (50, 25.0)
+    db.close()
+    st = b.status("k")
+    assert st["releases"] == 50 and st["epsilon_spent"] == pytest.approx(25.0) and st["path"] == str(b.store)
+
+
+def test_a_json_ledger_is_carried_over_once_on_first_use(tmp_path):
+    path = tmp_path / "budget.json"
+    _legacy_ledger(path, "origin:http://localhost:80", [4.0, 3.0])
+    b = PrivacyBudget(path)
+    st = b.status("origin:http://localhost:80")
+    assert st["releases"] == 2 and st["epsilon_spent"] == pytest.approx(7.0) and st["name"] == "a server"
+    assert not path.exists() and (tmp_path / "budget.json.migrated").exists()
+    with pytest.raises(BudgetExceededError):  # 7 + 4 > the default 10
+        PrivacyBudget(path).spend("origin:http://localhost:80", 4.0, 1e-6)
+    assert PrivacyBudget(path).status("origin:http://localhost:80")["releases"] == 2  # carried over once
+    exported = PrivacyBudget(path).export()
+    assert [s["epsilon"] for s in exported["collections"]["origin:http://localhost:80"]["spends"]] == [4.0, 3.0]
+    # a JSON ledger at a path without the .json suffix is carried over into that very path
+    other = tmp_path / "ledger"
+    _legacy_ledger(other, "k", [1.5])
+    assert PrivacyBudget(other).status("k")["epsilon_spent"] == pytest.approx(1.5)
+    assert other.read_bytes()[:15] == b"SQLite format 3"
+
+
+def test_a_withdrawn_spend_no_longer_counts(tmp_path):
+    for b in (PrivacyBudget(tmp_path / "w.json"), MemoryBudget()):
+        b.spend("k", 1.0, 1e-6)
+        with b.recording() as ids:
+            b.spend("k", 2.0, 1e-6)
+            b.account("k").spend(3.0, 1e-6)
+        assert len(ids) == 2 and b.status("k")["epsilon_spent"] == pytest.approx(6.0)
+        assert b.withdraw(ids) == 2 and b.withdraw(ids) == 0
+        st = b.status("k")
+        assert st["releases"] == 1 and st["epsilon_spent"] == pytest.approx(1.0)
+        assert len(b.export()["collections"]["k"]["spends"]) == 1
+
+
+def _spender(path: str, attempts: int) -> int:
+    b = PrivacyBudget(path, default_epsilon=10.0)
+    n = 0
+    for _ in range(attempts):
+        try:
+            b.spend("origin:http://localhost:8000", 1.0, 1e-6)
+            n += 1
+        except BudgetExceededError:
+            pass
+    return n
+
+
+def test_several_processes_never_spend_past_the_budget(tmp_path):
+    """Four processes racing to spend eps 1 twenty times each from one eps-10 entry: exactly ten
+    releases recorded in all, each by one process."""
+    import multiprocessing
+
+    path = tmp_path / "shared.json"
+    _legacy_ledger(path, "origin:http://localhost:8000", [])  # carried over by whichever process is first
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        counts = pool.starmap(_spender, [(str(path), 20)] * 4)
+    st = PrivacyBudget(path, default_epsilon=10.0).status("origin:http://localhost:8000")
+    assert sum(counts) == 10 and st["releases"] == 10 and st["epsilon_spent"] == pytest.approx(10.0)

@@ -2,8 +2,9 @@
 
 A malicious server is played by a real HTTP server on loopback in front of the real service: it
 forwards every call and, when rotating, answers each with a fresh ``collection_uuid`` / ``uuid``
-and ``active_run_id`` / ``run_id``. Through the default budget (eps 10) it gets exactly as many
-eps-1 queries as an honest server (10), with one Client or a new Client per query; dropping and
+and ``active_run_id`` / ``run_id``. Through the default budget (eps 10) it gets no more eps-1
+queries than an honest server (10), with one Client or a new Client per query (its run changing
+under every query, it gets none: :class:`~pm_vector.errors.RunChangedError`); dropping and
 re-creating a collection on the real service (a new collection id) does not reset it either.
 ``pytest -s`` prints the counts.
 """
@@ -20,7 +21,7 @@ import pytest
 
 from pm_vector.client.budget import DEFAULT_EPSILON_BUDGET, PrivacyBudget
 from pm_vector.client.http import Client
-from pm_vector.errors import BudgetExceededError
+from pm_vector.errors import BudgetExceededError, RunChangedError
 
 ATTEMPTS = 25
 IDS = {"collection_uuid": lambda: str(uuid.uuid4()), "uuid": lambda: str(uuid.uuid4()),
@@ -114,7 +115,7 @@ def _answered(url, key, name, split, ledger, *, client_per_query: bool, attempts
             try:
                 c.query(name, Xq[i], int(yq[i]), epsilon=1.0, shortlist=16)
                 answered += 1
-            except BudgetExceededError:
+            except (BudgetExceededError, RunChangedError):  # a run changing under a query is refused
                 pass
     finally:
         if c is not None:
@@ -138,7 +139,8 @@ def test_a_server_rotating_its_ids_gets_no_more_queries_than_an_honest_one(servi
     print(f"\n[{'new client per query' if client_per_query else 'one client'}] eps-1 queries answered through "
           f"the default eps-10 budget, of {ATTEMPTS}: honest server {honest}, server rotating "
           f"collection_uuid/active_run_id on every call {rotating}")
-    assert honest == 10 and rotating == honest
+    # a rotating server's run changes under every query: refused before anything is charged or sent
+    assert honest == 10 and rotating <= honest
 
 
 def test_dropping_and_recreating_the_collection_opens_no_fresh_budget(service, svc_key, svc_split, tmp_path):

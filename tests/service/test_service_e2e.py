@@ -149,7 +149,7 @@ def test_over_budget_refused_before_anything_is_sent(service, svc_collection, sv
     with pytest.raises(BudgetExceededError):
         again.spend(key, 1.0, 1e-5)
     assert again.spend(key, 0.5, 1e-5)[0] == pytest.approx(1.5)
-    data = json.loads(path.read_text())
+    data = PrivacyBudget(path).export()  # the ledger in its JSON form
     assert data["version"] == 1 and list(data["collections"]) == [key] and len(data["collections"][key]["spends"]) == 2
     assert not list(tmp_path.glob(".budget-*"))  # no temporary files left behind
 

@@ -1,0 +1,163 @@
+"""The location release in PostgreSQL (migration 0015): the embedding job publishes the location
+cells (fit on the public anchor only) and per-(level, cell) hub counts; resolve() answers a
+LocationRequest as the in-memory ranking (:func:`pm_vector.shortlist.location_list` on the rows the
+job computed), the SQL function ranks alike, the answer is a public function of the report (the
+cache serves the same bytes), bad requests are refused clearly and log nothing, and embed
+--new-items extends the rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="module")
+def lserved(pm_home):
+    import pm_vector.db as db
+    from pm_vector.datasets import load_dataset, split_dataset
+    from pm_vector.db.resolve.resolution import public_anchor
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
+    from pm_vector.manifold.cells import PublicCells
+    from pm_vector.protocol.published_codes import unpack
+
+    ds = load_dataset("digits")
+    sp = split_dataset(ds, 800, 300, 150, 100, seed=0)
+    name = "locations_served"
+    db.drop_collection(name, missing_ok=True)
+    db.create_collection(name, ds.dim, ds.classes.tolist())
+    Xs, ys = sp.server
+    ids = db.ingest(name, Xs, ys, payloads=[{"n": i} for i in range(len(ys))])["item_ids"]
+    db.register_anchor_set(name, *sp.anchor)
+    db.register_anchor_set(name, *sp.dummy, role="dummy")
+    db.run_embedding_job(name, {"n_components": 8}, 3, embed_fn=anchor_frame_embed_fn)
+    info = public_anchor(name)[1]
+    cells = PublicCells.from_dict(info["public_locations"])
+    pc = unpack(info["product_codes"], info["class_rows"]["codes"]["digest"])
+    yield {"name": name, "split": sp, "ids": np.asarray(ids), "cells": cells, "pc": pc, "info": info}
+    db.drop_collection(name, missing_ok=True)
+
+
+def _request(served, eps, x, **plan):
+    from pm_vector.client.location import PrivateLocationKNN
+    from pm_vector.privacy import secure_generator
+
+    c = PrivateLocationKNN(served["cells"], eps, n_items=len(served["ids"]), stage_bytes=served["pc"].stage_bytes_,
+                           collection=served["name"], **plan)
+    return c._inject_generator(secure_generator(7)).request(x)
+
+
+def test_the_job_publishes_location_cells_fit_on_the_public_anchor(lserved, conn):
+    from pm_vector.manifold.cells import fit_location_cells
+
+    doc = lserved["info"]["class_rows"]["locations"]
+    Xa = np.asarray(lserved["split"].anchor[0], np.float32).astype(np.float64)
+    assert doc["status"] == "ready" and doc["digest"] == lserved["cells"].digest()
+    assert lserved["cells"].classes_.tolist() == [0] and doc["levels"] == list(lserved["cells"].levels_)
+    assert fit_location_cells(Xa).digest() == doc["digest"]  # a function of the public anchor alone
+    rid = lserved["info"]["run_id"]
+    n = conn.execute(f"SELECT count(*), max(cardinality(item_ids)) FROM pm_vector.run_{rid}_locations "
+                     "WHERE level = 0").fetchone()
+    assert n == (1, len(lserved["ids"]))  # the top hubs row ranks every item
+
+
+@pytest.mark.parametrize("eps", [1.0, 8.0, float("inf")])
+def test_resolve_answers_the_in_memory_ranking_and_sql_alike(lserved, conn, eps):
+    from pm_vector.db.resolve.resolution import resolve
+    from pm_vector.privacy.location import location_weight
+    from pm_vector.shortlist import location_list
+
+    rid = lserved["info"]["run_id"]
+    Xq = lserved["split"].query[0]
+    for i in range(4):
+        req = _request(lserved, eps, Xq[i], max_bytes=20_000)
+        rows = {(lv, c): (it, hb, ch) for lv, c, it, hb, ch in conn.execute(
+            f"SELECT level, cell, item_ids, hubs, chubs FROM pm_vector.run_{rid}_locations "
+            "WHERE (level, cell) IN ((0, 0), (%s, %s))", [req.level, req.report]).fetchall()}
+        want, _ = location_list(*rows[(req.level, req.report)], rows[(0, 0)][0], rows[(0, 0)][2],
+                                location_weight(eps), req.candidates)
+        ans = resolve(lserved["name"], req, log=False)
+        got = np.asarray(ans["item_ids"], np.int64)
+        assert got.tolist() == want.tolist() and got.size == min(req.candidates, len(lserved["ids"]))
+        assert len(ans["codes_data"]) == got.size * req.code_bytes
+        # the stored codes' prefixes, in rank order
+        codes = {int(a): bytes(b) for a, b in conn.execute(
+            f"SELECT item_id, code FROM pm_vector.run_{rid}_codes WHERE item_id = ANY(%s)", [got.tolist()])}
+        assert ans["codes_data"] == b"".join(codes[int(v)][:req.code_bytes] for v in got)
+        assert ans["payloads"] is not None and len(ans["payloads"]) == got.size
+        sql = [r[0] for r in conn.execute("SELECT item_id FROM pm_vector.pm_location_shortlist(%s, %s, %s, %s, %s)",
+                                          [lserved["name"], req.level, req.report, eps, req.candidates])]
+        assert sql == want.tolist()
+
+
+def test_the_answer_is_a_public_function_of_the_report(lserved):
+    """Two different queries that report the same cell get byte-identical answers (the second from
+    the cache), and nothing of either query but the report reaches the server."""
+    from pm_vector.db.resolve.location_resolution import CACHE
+    from pm_vector.db.resolve.resolution import resolve
+    from pm_vector.protocol.location import LocationRequest
+
+    Xq = lserved["split"].query[0]
+    a = _request(lserved, 2.0, Xq[0], max_bytes=20_000)
+    b = LocationRequest.from_dict({**_request(lserved, 2.0, Xq[5], max_bytes=20_000).to_dict(), "report": a.report})
+    CACHE.clear()
+    ra, rb = resolve(lserved["name"], a, log=False), resolve(lserved["name"], b, log=False)
+    assert not ra["cached"] and rb["cached"]
+    assert ra["item_ids"].tolist() == rb["item_ids"].tolist() and ra["codes_data"] == rb["codes_data"]
+
+
+def test_bad_location_requests_are_refused_clearly_and_nothing_is_logged(lserved, conn):
+    from pm_vector.db.errors import CellsDigestMismatchError
+    from pm_vector.db.resolve.resolution import resolve
+    from pm_vector.errors import InvalidInputError, RequestError
+    from pm_vector.protocol.location import LocationRequest
+
+    name = lserved["name"]
+    before = conn.execute("SELECT count(*) FROM pm_vector.request_log").fetchone()[0]
+    req = _request(lserved, 4.0, lserved["split"].query[0][0]).to_dict()
+    with pytest.raises(CellsDigestMismatchError, match="fetch the current public anchor"):
+        resolve(name, {**req, "locations_digest": "0" * 64})
+    with pytest.raises(RequestError, match="published levels"):
+        resolve(name, {**req, "level": 3, "report": 0})
+    with pytest.raises(RequestError, match="published stage widths"):
+        resolve(name, {**req, "code_bytes": 17})
+    for bad in ({"report": req["level"]}, {"candidates": 0}, {"candidates": 1 << 17}, {"delta": 1e-5},
+                {"release": "cells"}, {"epsilon": -1}, {"extra": 1}):
+        with pytest.raises(InvalidInputError):
+            resolve(name, {**req, **bad})
+    with pytest.raises(InvalidInputError):
+        LocationRequest.from_dict({**req, "report": True})
+    assert conn.execute("SELECT count(*) FROM pm_vector.request_log").fetchone()[0] == before
+
+
+def test_new_items_extend_the_location_rows(db, cname, conn):
+    from dbtest_helpers import make_embed_fn, make_extend_fn
+
+    from pm_vector.db.resolve.resolution import public_anchor, resolve
+
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 3, 700)
+    X = rng.normal(size=(700, 6)) + 2.0 * np.eye(6)[y]
+    X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
+    db.create_collection(cname, 6, [0, 1, 2])
+    db.ingest(cname, X[:600], y[:600])
+    db.register_anchor_set(cname, X[:90], y[:90])
+    db.register_anchor_set(cname, X[90:120], y[90:120], role="dummy")
+    rid = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"]
+    new = np.asarray(db.ingest(cname, X[600:], y[600:])["item_ids"])
+    db.embed_new_items(cname, make_extend_fn())
+    # every level's rows count every item once (itself) and its 32 neighbours' lists: new ones included
+    for lv, total in conn.execute(f"SELECT level, sum((SELECT sum(h) FROM unnest(hubs) h)) FROM "
+                                  f"pm_vector.run_{rid}_locations WHERE level > 0 GROUP BY level").fetchall():
+        assert total >= 600 * 33 + 100 * 33 - 100  # the new items' lists and themselves (rows cut nothing here)
+    info = public_anchor(cname)[1]
+    from pm_vector.client.location import PrivateLocationKNN
+    from pm_vector.manifold.cells import PublicCells
+    from pm_vector.privacy import secure_generator
+
+    cells = PublicCells.from_dict(info["public_locations"])
+    c = PrivateLocationKNN(cells, 16.0, n_items=700, stage_bytes=(16, 32), collection=cname, max_bytes=10_000)
+    got = set()
+    for i in range(600, 700, 10):
+        req = c._inject_generator(secure_generator(i)).request(X[i].astype(np.float64))
+        got |= set(np.asarray(resolve(cname, req, log=False)["item_ids"]).tolist())
+    assert got & set(new.tolist())  # new items reach the answers
