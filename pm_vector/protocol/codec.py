@@ -39,6 +39,7 @@ numbers): a validator written for JSON then applies unchanged to msgpack.
 from __future__ import annotations
 
 import base64
+import re
 import datetime as _dt
 import struct
 from typing import Any
@@ -178,9 +179,71 @@ def float_arrays(doc: Any) -> Any:
 
 # ----------------------------------------------------------------------------- decode
 
+#: the plain values of a document (exact types: msgpack and JSON decoders make no subclasses)
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 class _Bounds:
-    def __init__(self, max_elements: int | None, max_ndim: int):
+    """The hooks of one msgpack decode: arrays (the extension) checked and built, and every map
+    and list checked as msgpack completes it (innermost first), so that the document is read
+    once: its nesting, key and value types, and the number of containers and values, with
+    :class:`TooLargeError` as soon as a count passes its bound."""
+
+    def __init__(self, max_elements: int | None, max_ndim: int, max_depth: int = MAX_DEPTH,
+                 allow_binary: bool = True, lists: bool = False, max_containers: int | None = None,
+                 max_values: int | None = None):
         self.max_elements, self.max_ndim = max_elements, max_ndim
+        self.max_depth, self.allow_binary, self.lists = max_depth, allow_binary, lists
+        self.max_containers, self.max_values = max_containers, max_values
+        self.containers = self.values = 0
+        self.heights: dict[int, int] = {}  # id of a finished container (alive in the document) -> levels
+
+    def _count(self, containers: int, values: int) -> None:
+        self.containers += containers
+        self.values += values
+        if self.max_containers is not None and self.containers > self.max_containers:
+            raise TooLargeError(f"the document holds more than {self.max_containers:,} maps and lists; no request "
+                                "of this protocol holds that many.")
+        if self.max_values is not None and self.values > self.max_values:
+            raise TooLargeError(f"the document holds more than {self.max_values:,} values; no request of this "
+                                "protocol holds that many.")
+
+    def _height(self, obj, children) -> int:
+        h = 0
+        for c in children:
+            t = type(c)
+            if t in _LEAVES:
+                continue
+            if t is dict or t is list or t is np.ndarray:
+                h = max(h, self.heights.get(id(c), 1))
+            else:
+                self.leaf(c)
+        h += 1
+        if h > self.max_depth:
+            raise InvalidInputError(f"the document nests deeper than {self.max_depth} levels.")
+        self.heights[id(obj)] = h
+        return h
+
+    def leaf(self, v) -> None:
+        """A value that is neither a container nor a plain scalar: ``bytes`` where allowed."""
+        if type(v) is bytes:
+            if not self.allow_binary:
+                raise InvalidInputError("binary data (msgpack bin) is not part of this document.")
+        elif type(v) not in _LEAVES and type(v) not in (dict, list, np.ndarray):
+            raise InvalidInputError(f"a value of msgpack type {type(v).__name__} is not part of the protocol.")
+
+    def list_hook(self, lst: list):
+        self._count(1, len(lst))
+        self._height(lst, lst)
+        return lst
+
+    def object_hook(self, d: dict):
+        self._count(1, len(d))
+        for k in d:
+            if type(k) is not str:
+                raise InvalidInputError("a map key is not a string (only string keys are part of the protocol).")
+        self._height(d, d.values())
+        return d
 
     def ext_hook(self, code: int, data: bytes):
         if code != ARRAY_EXT:
@@ -193,6 +256,8 @@ class _Bounds:
             raise InvalidInputError(f"array dtype code {dt} is unknown (known: {sorted(DTYPES)}).")
         if not 1 <= nd <= self.max_ndim:
             raise InvalidInputError(f"a msgpack array has {nd} dimensions; 1 to {self.max_ndim} are allowed here.")
+        if nd > self.max_depth:
+            raise InvalidInputError(f"the document nests deeper than {self.max_depth} levels.")
         if len(data) < 2 + 4 * nd:
             raise InvalidInputError("a msgpack array extension's shape is truncated.")
         shape = struct.unpack(f"<{nd}I", data[2:2 + 4 * nd])
@@ -207,46 +272,66 @@ class _Bounds:
         if len(body) != n * dtype.itemsize:
             raise InvalidInputError(f"a msgpack array's data ({len(body)} bytes) does not match its shape {shape} "
                                     f"and dtype {dtype.name} ({n * dtype.itemsize} bytes).")
-        return np.frombuffer(body, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+        # as lists, an (r, c) array is r + 1 lists holding r + r * c values: count what it becomes
+        level, containers, values = 1, 0, 0
+        for s in shape:
+            containers += level
+            level *= s
+            values += level
+        self._count(containers if self.lists else 1, values if self.lists else n)
+        a = np.frombuffer(body, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+        out = a.tolist() if self.lists else a
+        self.heights[id(out)] = nd
+        return out
 
 
-_SCALARS = (str, int, float, bool, type(None))
-
-
-def _walk(doc: Any, max_depth: int, allow_binary: bool, lists: bool) -> Any:
-    """Check nesting, key and value types; with ``lists`` arrays become nested lists."""
-    def go(v, depth):
-        if isinstance(v, _SCALARS):
-            return v
-        if depth >= max_depth:
-            raise InvalidInputError(f"the document nests deeper than {max_depth} levels.")
-        if isinstance(v, dict):
-            for k in v:
-                if not isinstance(k, str):
-                    raise InvalidInputError("a map key is not a string (only string keys are part of the protocol).")
-            return {k: go(x, depth + 1) for k, x in v.items()}
-        if isinstance(v, list):
-            return [go(x, depth + 1) for x in v]
-        if isinstance(v, np.ndarray):
-            if depth + v.ndim > max_depth:
+def _check_tree(doc: Any, max_depth: int) -> None:
+    """Nesting of a decoded JSON document (no copy: JSON holds no keys but strings, no binary)."""
+    stack = [(doc, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (dict, list)):
+            if depth >= max_depth:
                 raise InvalidInputError(f"the document nests deeper than {max_depth} levels.")
-            return v.tolist() if lists else v
-        if isinstance(v, bytes):
-            if not allow_binary:
-                raise InvalidInputError("binary data (msgpack bin) is not part of this document.")
-            return v
-        raise InvalidInputError(f"a value of msgpack type {type(v).__name__} is not part of the protocol.")
+            for x in (v.values() if isinstance(v, dict) else v):
+                if isinstance(x, (dict, list)):
+                    stack.append((x, depth + 1))
 
-    return go(doc, 0)
+
+def json_counts(body: bytes, max_containers: int | None, max_values: int | None) -> None:
+    """Refuse (:class:`TooLargeError`) a JSON body that may hold more than ``max_containers``
+    objects and arrays or more than ``max_values`` values, before it is parsed: each ``{`` or
+    ``[`` may open one, and values are at most the commas and openings plus one (brackets and
+    commas inside strings count too, which only errs on the side of refusing; no request of
+    this protocol is near the bounds)."""
+    if max_containers is not None:
+        n = body.count(b"[") + body.count(b"{")
+        if n > max_containers:
+            raise TooLargeError(f"the document may hold {n:,} objects and arrays; no request of this protocol "
+                                f"holds more than {max_containers:,}.")
+    if max_values is not None:
+        n = body.count(b",") + 1
+        if n > max_values:
+            raise TooLargeError(f"the document may hold {n:,} values; no request of this protocol holds more "
+                                f"than {max_values:,}.")
 
 
 def decode(body: bytes, media_type: str = JSON, *, max_bytes: int | None = None, max_depth: int = MAX_DEPTH,
            max_elements: int | None = None, max_ndim: int = MAX_NDIM, allow_binary: bool = True,
-           arrays: str = "numpy") -> Any:
+           arrays: str = "numpy", max_list_len: int | None = None, max_map_len: int | None = None,
+           max_str_len: int | None = None, max_containers: int | None = None,
+           max_values: int | None = None) -> Any:
     """The document in ``body`` (see the module's doc for the bounds); a malformed body is an
     :class:`InvalidInputError`, one over the bounds a :class:`TooLargeError`. ``arrays``:
     ``"numpy"`` (msgpack arrays as numpy arrays) or ``"lists"`` (as nested lists, the document a
-    JSON body of the same values gives). JSON bodies: RFC 8259 (no NaN or Infinity literals)."""
+    JSON body of the same values gives). JSON bodies: RFC 8259 (no NaN or Infinity literals).
+
+    Element bounds (None: the body's length): ``max_list_len`` / ``max_map_len`` /
+    ``max_str_len`` the longest list, map and string (msgpack refuses a longer declared length
+    before allocating it); ``max_containers`` the maps and lists of the whole document (an array
+    extension counts as one, or as the lists it becomes with ``arrays="lists"``) and
+    ``max_values`` their elements. A msgpack document is read once, its checks made as each
+    container completes; a JSON body is counted before it is parsed (:func:`json_counts`)."""
     if arrays not in ("numpy", "lists"):
         raise ValueError("arrays must be 'numpy' or 'lists'")
     body = bytes(body)
@@ -257,27 +342,43 @@ def decode(body: bytes, media_type: str = JSON, *, max_bytes: int | None = None,
     if media_type == MSGPACK:
         import msgpack
 
-        bounds = _Bounds(max_elements, min(int(max_ndim), MAX_NDIM))
+        bounds = _Bounds(max_elements, min(int(max_ndim), MAX_NDIM), max_depth, allow_binary, arrays == "lists",
+                         max_containers, max_values)
         n = len(body)  # no declared length may exceed the body itself
+
+        def cap(v):
+            return n if v is None else max(0, min(int(v), n))
+
         try:
-            doc = msgpack.unpackb(body, ext_hook=bounds.ext_hook, raw=False, strict_map_key=True, use_list=True,
-                                  timestamp=0, max_str_len=n, max_bin_len=n, max_array_len=n,
-                                  max_map_len=n, max_ext_len=n)
+            doc = msgpack.unpackb(body, ext_hook=bounds.ext_hook, list_hook=bounds.list_hook,
+                                  object_hook=bounds.object_hook, raw=False, strict_map_key=True, use_list=True,
+                                  timestamp=0, max_str_len=cap(max_str_len), max_bin_len=n,
+                                  max_array_len=cap(max_list_len), max_map_len=cap(max_map_len), max_ext_len=n)
         except InvalidInputError:
             raise
         except msgpack.exceptions.StackError:
             raise InvalidInputError(f"the document nests deeper than {max_depth} levels.") from None
-        except (ValueError, msgpack.exceptions.ExtraData, msgpack.exceptions.FormatError, TypeError,
+        except ValueError as e:
+            m = re.fullmatch(r"(\d+) exceeds max_\w+_len\((\d+)\)", str(e))
+            if m and int(m[2]) < n and int(m[1]) <= n:
+                # a declared length within the body but over its bound: refused before allocation
+                raise TooLargeError(f"the document holds a list, map or string longer than this decoder "
+                                    f"accepts ({e}).") from None
+            raise InvalidInputError(f"the body is not valid msgpack ({e or type(e).__name__}).") from None
+        except (msgpack.exceptions.ExtraData, msgpack.exceptions.FormatError, TypeError,
                 UnicodeDecodeError, OverflowError) as e:
             why = str(e) or type(e).__name__
             raise InvalidInputError(f"the body is not valid msgpack ({why}).") from None
-        return _walk(doc, max_depth, allow_binary, arrays == "lists")
+        bounds.leaf(doc)
+        return doc
     if media_type == JSON:
         import orjson
 
+        json_counts(body, max_containers, max_values)
         try:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError as e:
             raise InvalidInputError(f"the body is not valid JSON ({e}).") from None
-        return _walk(doc, max_depth, allow_binary, False)
+        _check_tree(doc, max_depth)
+        return doc
     raise InvalidInputError(f"media type {media_type!r} is not served; use one of {list(MEDIA_TYPES)}.")
