@@ -183,12 +183,12 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     app.state.prune_once = prune_once
     # added last = runs first: the key is checked before the body limit or anything reads the body;
     # the catch-all is innermost, so that no error reaches Starlette's (which drops the connection)
-    # (order of the others: body limit, large-request gate, body timeout -- the timeout counts once
-    # a request holds its slot)
+    # (order of the others: body limit, body timeout, large-request gate -- the gate reads a large
+    # body under the limit and the timeout, then waits for its slot)
     app.add_middleware(CatchAllMiddleware)
-    app.add_middleware(BodyTimeoutMiddleware, timeout_s=settings.body_timeout_s)
     app.add_middleware(LargeRequestGate, threshold_bytes=settings.large_request_bytes,
                        slots=settings.max_large_requests)
+    app.add_middleware(BodyTimeoutMiddleware, timeout_s=settings.body_timeout_s)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware, settings=settings, state=state, limiter=RateLimiter(settings.rate_per_minute),
                        failures=FailedAuthLimiter(settings.auth_failures_per_minute))

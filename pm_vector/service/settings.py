@@ -20,7 +20,9 @@ refused key is refused from memory, default 5; 0 = off),
 ``pm_vector_query``; empty: none), ``PM_VECTOR_SERVICE_ALLOW_SEEDED_REQUESTS`` (answer requests
 marked ``seeded``, whose noise a seed determines: for tests only; default ``0``, refused with a
 403), ``PM_VECTOR_SERVICE_BODY_TIMEOUT_S`` (seconds a request's
-whole body may take to arrive, default 10; then 408), ``PM_VECTOR_SERVICE_MAX_LARGE_REQUESTS`` /
+whole body may take to arrive, default 10; then 408), ``PM_VECTOR_SERVICE_HEADER_TIMEOUT_S`` (seconds a
+request's header lines may take, from the connection's opening or the request's first byte,
+default 10; then 408 and the connection is closed), ``PM_VECTOR_SERVICE_MAX_LARGE_REQUESTS`` /
 ``PM_VECTOR_SERVICE_LARGE_REQUEST_BYTES`` (at most 2 requests with a body over 1 MiB run at once;
 the others wait). Booleans are ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``; anything
 else is refused.
@@ -81,6 +83,8 @@ class ServiceSettings:
     allow_seeded_requests: bool = False
     #: seconds a request's whole body may take to arrive once the service reads it (then 408)
     body_timeout_s: int = 10
+    #: seconds a request's header block may take to arrive (then 408 and the connection closes)
+    header_timeout_s: int = 10
     #: at most this many requests with a body over large_request_bytes run at once (the others
     #: wait): each holds a parsed copy of its body, so this bounds the service's peak memory
     max_large_requests: int = 2
@@ -95,7 +99,7 @@ class ServiceSettings:
                 raise InvalidInputError(f"service setting {f.name} must be true or false, got {v!r}.")
         for name in ("max_rows", "max_dim", "max_body_bytes", "max_k", "max_shortlist", "max_ids", "pool_max",
                      "job_workers", "max_result_cells", "job_min_components", "max_queued_jobs", "prune_interval_s",
-                     "body_timeout_s", "max_large_requests", "large_request_bytes"):
+                     "body_timeout_s", "header_timeout_s", "max_large_requests", "large_request_bytes"):
             if getattr(self, name) < 1:
                 raise InvalidInputError(f"service setting {name} must be >= 1, got {getattr(self, name)}.")
         for name in ("rate_per_minute", "request_log_retention_days", "max_replica_lag_bytes",
@@ -145,4 +149,4 @@ class ServiceSettings:
                 "auth_failures_per_minute": self.auth_failures_per_minute,
                 "job_min_components": self.job_min_components, "max_queued_jobs": self.max_queued_jobs,
                 "request_log_retention_days": self.request_log_retention_days,
-                "body_timeout_s": self.body_timeout_s}
+                "body_timeout_s": self.body_timeout_s, "header_timeout_s": self.header_timeout_s}
