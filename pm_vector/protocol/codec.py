@@ -31,7 +31,11 @@ extension type other than :data:`ARRAY_EXT` (msgpack's own timestamp type -1 inc
 unknown dtype code, an ``ndim`` outside ``1..max_ndim``, a shape that does not match the data,
 a map key that is not a string, ``bin`` data where ``allow_binary`` is false, or a nesting deeper
 than ``max_depth`` are an :class:`~pm_vector.errors.InvalidInputError` that says which; an array
-of more than ``max_elements`` elements is a :class:`TooLargeError`. ``arrays="lists"`` returns
+of more than ``max_elements`` elements is a :class:`TooLargeError`, and so is a document over
+its element bounds (``max_list_len``, ``max_map_len``, ``max_str_len``, ``max_containers``,
+``max_values``: a peer's 16 MiB of one-byte empty maps would otherwise become 16 million Python
+dicts). A msgpack document is read once: msgpack's hooks check each map, list and array as it
+completes. ``arrays="lists"`` returns
 the document a JSON body of the same values would give (arrays as nested lists of Python
 numbers): a validator written for JSON then applies unchanged to msgpack.
 """
