@@ -131,9 +131,30 @@ def _prepare(v: Any) -> Any:
     return v
 
 
+def _wide_int(v: int) -> float:
+    """An integer beyond 64 bits as the nearest float: what jsonb gives back for a float such as
+    ``1e300`` (an integer of 301 digits) travels as the number that was stored."""
+    try:
+        return float(v)
+    except OverflowError:
+        raise TypeError(f"an integer of {len(str(abs(v)))} digits does not travel") from None
+
+
+def _wide_ints(doc: Any) -> Any:
+    if isinstance(doc, dict):
+        return {k: _wide_ints(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [_wide_ints(v) for v in doc]
+    if isinstance(doc, int) and not isinstance(doc, bool) and not -2 ** 63 <= doc < 2 ** 64:
+        return _wide_int(doc)
+    return doc
+
+
 def _default(v: Any):
     if isinstance(v, np.ndarray):
         return _array_ext(v)
+    if isinstance(v, int) and not isinstance(v, bool):  # msgpack holds 64 bits
+        return _wide_int(v)
     return _scalar(v)
 
 
@@ -149,7 +170,8 @@ def _json_default(v: Any):
 
 def encode(doc: Any, media_type: str = JSON) -> bytes:
     """The bytes of ``doc`` in ``media_type`` (:data:`JSON` or :data:`MSGPACK`); a value that is
-    not part of a document is a :class:`TypeError`."""
+    not part of a document is a :class:`TypeError`. An integer beyond 64 bits travels as the
+    nearest float (jsonb gives a stored ``1e300`` back as an integer of 301 digits)."""
     if media_type == MSGPACK:
         import msgpack
 
@@ -158,8 +180,14 @@ def encode(doc: Any, media_type: str = JSON) -> bytes:
     if media_type == JSON:
         import orjson
 
+        opts = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
         try:
-            return orjson.dumps(doc, default=_json_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+            return orjson.dumps(doc, default=_json_default, option=opts)
+        except orjson.JSONEncodeError as e:
+            if "64-bit" not in str(e):
+                raise TypeError(str(e)) from None
+        try:  # an integer beyond 64 bits somewhere (e.g. a payload stored before ingest refused them)
+            return orjson.dumps(_wide_ints(doc), default=_json_default, option=opts)
         except orjson.JSONEncodeError as e:
             raise TypeError(str(e)) from None
     raise InvalidInputError(f"media type {media_type!r} is not served; use one of {list(MEDIA_TYPES)}.")

@@ -65,3 +65,26 @@ def test_a_name_with_a_trailing_newline_is_refused_alike_in_python_and_http(serv
     r = httpx.get(f"{service.url}/collections/{svc_collection}%0A", timeout=30,
                   headers={"Authorization": f"Bearer {svc_key['key']}"})
     assert r.status_code == 404
+
+
+def test_a_payload_stored_before_the_ingest_check_is_still_served(service, svc_admin_key, odd_payloads):
+    """A payload stored before ingest refused numbers beyond 64 bits (jsonb gives ``1e300`` back
+    as an integer of 301 digits) is answered, as the float it was, not with a 500."""
+    from pm_vector import db
+
+    name, ids = odd_payloads
+    with db.connect() as conn:
+        conn.execute("UPDATE pm_vector.items SET payload = '[1e300, 1e19, 2]'::jsonb WHERE id = %s", [ids[3]])
+        conn.commit()
+    try:
+        for media in (codec.JSON, codec.MSGPACK):
+            r = httpx.post(f"{service.url}/collections/{name}/items", timeout=30,
+                           content=codec.encode({"ids": [ids[3]]}, media),
+                           headers={"Authorization": f"Bearer {svc_admin_key['key']}", "Content-Type": media,
+                                    "Accept": media})
+            assert r.status_code == 200, r.text
+            assert codec.decode(r.content, media)["payloads"] == [[1e300, 10 ** 19, 2]]
+    finally:
+        with db.connect() as conn:
+            conn.execute("UPDATE pm_vector.items SET payload = NULL WHERE id = %s", [ids[3]])
+            conn.commit()
