@@ -92,6 +92,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     from .jobs import JobManager
 
     settings = settings or ServiceSettings.from_env()
+    # failed authentications per address: this process's, and those the others announce (keycache.py)
+    failures = FailedAuthLimiter(settings.auth_failures_per_minute)
     configure_malloc()  # large requests' arrays go back to the system when freed (service/memory.py)
     # the state the routers share (service/deps.py's StateDep); at most pool_max resolves at once
     state: dict[str, Any] = {"pool": pool, "jobs": None, "query_role": None, "router": None, "read_pools": {},
@@ -157,8 +159,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         if settings.auth and getattr(state["pool"], "url", None):
             from .keycache import KeyCache
 
-            state["keycache"] = await run_in_threadpool(KeyCache(state["pool"].url,
-                                                                 failed_ttl=settings.failed_key_ttl_s).start)
+            cache = KeyCache(state["pool"].url, failed_ttl=settings.failed_key_ttl_s, on_auth_failure=failures.fail)
+            state["keycache"] = await run_in_threadpool(cache.start)
         task = asyncio.create_task(pruner()) if settings.request_log_retention_days > 0 else None
         try:
             yield
@@ -191,7 +193,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     app.add_middleware(BodyTimeoutMiddleware, timeout_s=settings.body_timeout_s)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware, settings=settings, state=state, limiter=RateLimiter(settings.rate_per_minute),
-                       failures=FailedAuthLimiter(settings.auth_failures_per_minute))
+                       failures=failures)
 
     install_error_handlers(app, log)
     # one router per resource (service/routers/), in the order of the OpenAPI document's paths

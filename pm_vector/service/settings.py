@@ -9,9 +9,8 @@ required, the default; ``0`` only for a local demo), ``PM_VECTOR_SERVICE_HOST`` 
 ``PM_VECTOR_SERVICE_PORT`` (default 127.0.0.1 / 8000), ``PM_VECTOR_SERVICE_RATE_PER_MINUTE``
 (requests per key per minute, default 60,000; 0 = no limit; a key may carry its own),
 ``PM_VECTOR_SERVICE_AUTH_FAILURES_PER_MINUTE`` (failed authentications per client address per
-minute before 429, default 30; 0 = no limit; counted in each service process's memory, so N
-processes behind one address give an address up to N x this many: divide by N, or limit at the
-proxy in front), ``PM_VECTOR_SERVICE_FAILED_KEY_TTL_S`` (seconds a
+minute before 429, default 30; 0 = no limit; shared by the service processes of one database
+through the key cache's NOTIFY channel, each counting alone while its listener is down), ``PM_VECTOR_SERVICE_FAILED_KEY_TTL_S`` (seconds a
 refused key is refused from memory, default 5; 0 = off),
 ``PM_VECTOR_SERVICE_MAX_RESULT_CELLS`` (rows x k of one answer, default 50,000),
 ``PM_VECTOR_SERVICE_JOB_MIN_COMPONENTS`` (smallest n_components a job may ask for, default 4),
@@ -61,7 +60,7 @@ class ServiceSettings:
     #: per key, unless the key carries its own; 0 = no limit
     rate_per_minute: int = 60000
     #: failed authentications per client address per minute; beyond it 429 before any key
-    #: lookup (0 = no limit). Per service process: N processes allow N x this many
+    #: lookup (0 = no limit); the service processes of one database share the count (keycache.py)
     auth_failures_per_minute: int = 30
     #: seconds a key the database refused is refused from memory (0 = always looked up)
     failed_key_ttl_s: int = 5
