@@ -96,7 +96,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     failures = FailedAuthLimiter(settings.auth_failures_per_minute)
     configure_malloc()  # large requests' arrays go back to the system when freed (service/memory.py)
     # the state the routers share (service/deps.py's StateDep); at most pool_max resolves at once
-    state: dict[str, Any] = {"pool": pool, "jobs": None, "query_role": None, "router": None, "read_pools": {},
+    state: dict[str, Any] = {"pool": pool, "jobs": None, "query_role": None, "query_pool": None, "router": None,
+                             "read_pools": {},
                              "resolve_slots": threading.BoundedSemaphore(max(1, settings.pool_max)),
                              "read_pools_lock": threading.Lock()}
     log = logging.getLogger("pm_vector.service")
@@ -155,6 +156,11 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         if not ok and settings.query_db_role:
             log.warning("PostgreSQL role %r not usable: query keys resolve as the service user",
                         settings.query_db_role)
+        if settings.query_db_url:  # query keys' own login role and pool: no SET ROLE to escape
+            from .db import ServicePool
+
+            state["query_pool"] = await run_in_threadpool(ServicePool, settings.query_db_url, min_size=0,
+                                                          max_size=settings.pool_max)
         state["router"] = _read_router(settings, state["pool"])
         if settings.auth and getattr(state["pool"], "url", None):
             from .keycache import KeyCache
@@ -172,6 +178,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
             state["jobs"].shutdown()
             for p in state["read_pools"].values():
                 p.close()
+            if state.get("query_pool") is not None:
+                state.pop("query_pool").close()
             if own:
                 state["pool"].close()
 
