@@ -11,7 +11,9 @@
 
 Read from ``sql/0013_cells.sql``; 0011's ``pm_drop_run_tables`` is kept as
 ``pm_drop_run_tables_0011`` (the new one calls it). The downgrade runs ``sql/0013_cells_drop.sql``
-and renames it back.
+and renames it back. An upgrade after such a downgrade marks the runs whose cells it dropped
+(``class_rows -> 'cells' -> 'status'`` = ``dropped``, with the fix in ``error``): their cell
+requests are refused with that message until a new embedding job.
 
 Revision ID: 0013_cells
 Revises: 0012_key_changes
@@ -32,6 +34,10 @@ branch_labels = None
 depends_on = None
 
 S = "pm_vector"
+#: a run's cells status after a downgrade below 0013 and an upgrade (pm_vector.db.postgres.migrate
+#: reports the collections whose active run is in it)
+DROPPED = ("its cells were dropped by a schema downgrade below migration 0013; a new embedding job "
+           "(pm-vector embed COLLECTION) builds them again")
 
 
 def upgrade() -> None:
@@ -40,6 +46,13 @@ def upgrade() -> None:
     op.execute("ALTER FUNCTION pm_vector.pm_drop_run_tables(bigint) RENAME TO pm_drop_run_tables_0011")
     driver = op.get_bind().connection.driver_connection
     execute_sql_file(driver, "0013_cells.sql")
+    # after a downgrade below 0013 and back, a run's class_rows still says its cells are ready, but the
+    # downgrade dropped its cells table and public_cells: say instead that a new embedding job is needed
+    # (a cell request then gets that message -- 503 from the service -- not a missing table)
+    op.execute(sa.text(
+        "UPDATE pm_vector.embedding_runs SET class_rows = jsonb_set(class_rows, '{cells}', jsonb_build_object("
+        "'status', 'dropped', 'error', :why)) WHERE class_rows -> 'cells' ->> 'status' = 'ready'").bindparams(
+        why=DROPPED))
 
 
 def downgrade() -> None:

@@ -26,4 +26,7 @@ _register_service(app)
 
 
 def main() -> None:
-    app()
+    """``pm-vector``: every failure prints ``error: ...`` and what to do (cli/failures.py)."""
+    from .failures import run
+
+    run(app)

@@ -44,7 +44,8 @@ def outage(
     t.add_row("resolve 200 before the outage: median / max (ms)", f"{b['median_ms']} / {b['max_ms']}")
     for kind in ("resolve", "health"):
         o = result["outage_503"][kind]
-        t.add_row(f"{kind} 503 during the outage: n, median / max (ms)", f"{o['n']}, {o['median_ms']} / {o['max_ms']}")
+        t.add_row(f"{kind} 503 during the outage: n, median / p90 / max (ms)",
+                  f"{o['n']}, {o['median_ms']} / {o.get('p90_ms')} / {o['max_ms']}")
     t.add_row("other statuses during the outage", ", ".join(result["outage_other_statuses"]) or "none")
     t.add_row("database accepts connections -> first resolve 200 (s)", str(result["first_200_after_accept_s"]))
     a = result["after_first_200"]

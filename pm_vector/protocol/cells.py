@@ -97,7 +97,10 @@ class CellRequest:
         if unknown:
             raise InvalidInputError(f"unknown cell request field(s) {unknown}; a cell request has "
                                     f"{list(cls._NEED)} and optionally {list(cls._OPTIONAL)}.")
-        return cls(**{k: d[k] for k in cls._NEED + cls._OPTIONAL if k in d})
+        try:
+            return cls(**{k: d[k] for k in cls._NEED + cls._OPTIONAL if k in d})
+        except (TypeError, ValueError, OverflowError) as exc:  # a field of another type than the schema's
+            raise InvalidInputError(f"invalid cell request: a field has the wrong type ({exc}).") from None
 
     @classmethod
     def from_json(cls, s: str) -> "CellRequest":

@@ -116,8 +116,16 @@ class QueryRequest:
             rows = None
         if rows is None or rows.dtype.kind not in "iuf":  # no strings, booleans or ragged rows
             raise InvalidInputError("rows must be a list of equal-length lists of numbers.")
-        return cls(rows=rows, classes=list(d["classes"]), epsilon=d["epsilon"], delta=d["delta"],
-                   noise_scale=d["noise_scale"], sigmas=list(d["sigmas"]), frames_digest=str(d["frames_digest"]),
-                   shortlist=d.get("shortlist", DEFAULT_SHORTLIST), seeded=d.get("seeded", False),
-                   collection=d.get("collection"), noise=d.get("noise"), grid=d.get("grid"),
-                   release=d.get("release", "gaussian"))
+        for k in ("classes", "sigmas"):
+            if not isinstance(d[k], (list, tuple, np.ndarray)):
+                raise InvalidInputError(f"{k} must be a list (one entry per row).")
+        if not isinstance(d["frames_digest"], str):
+            raise InvalidInputError("frames_digest must be the 32-character digest of the published frames.")
+        try:
+            return cls(rows=rows, classes=list(d["classes"]), epsilon=d["epsilon"], delta=d["delta"],
+                       noise_scale=d["noise_scale"], sigmas=list(d["sigmas"]), frames_digest=d["frames_digest"],
+                       shortlist=d.get("shortlist", DEFAULT_SHORTLIST), seeded=d.get("seeded", False),
+                       collection=d.get("collection"), noise=d.get("noise"), grid=d.get("grid"),
+                       release=d.get("release", "gaussian"))
+        except (TypeError, ValueError, OverflowError) as exc:  # a field of another type than the schema's
+            raise InvalidInputError(f"invalid pm_vector request: a field has the wrong type ({exc}).") from None

@@ -92,9 +92,12 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     from .jobs import JobManager
 
     settings = settings or ServiceSettings.from_env()
+    # failed authentications per address: this process's, and those the others announce (keycache.py)
+    failures = FailedAuthLimiter(settings.auth_failures_per_minute)
     configure_malloc()  # large requests' arrays go back to the system when freed (service/memory.py)
     # the state the routers share (service/deps.py's StateDep); at most pool_max resolves at once
-    state: dict[str, Any] = {"pool": pool, "jobs": None, "query_role": None, "router": None, "read_pools": {},
+    state: dict[str, Any] = {"pool": pool, "jobs": None, "query_role": None, "query_pool": None, "router": None,
+                             "read_pools": {},
                              "resolve_slots": threading.BoundedSemaphore(max(1, settings.pool_max)),
                              "read_pools_lock": threading.Lock()}
     log = logging.getLogger("pm_vector.service")
@@ -153,12 +156,17 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         if not ok and settings.query_db_role:
             log.warning("PostgreSQL role %r not usable: query keys resolve as the service user",
                         settings.query_db_role)
+        if settings.query_db_url:  # query keys' own login role and pool: no SET ROLE to escape
+            from .db import ServicePool
+
+            state["query_pool"] = await run_in_threadpool(ServicePool, settings.query_db_url, min_size=0,
+                                                          max_size=settings.pool_max)
         state["router"] = _read_router(settings, state["pool"])
         if settings.auth and getattr(state["pool"], "url", None):
             from .keycache import KeyCache
 
-            state["keycache"] = await run_in_threadpool(KeyCache(state["pool"].url,
-                                                                 failed_ttl=settings.failed_key_ttl_s).start)
+            cache = KeyCache(state["pool"].url, failed_ttl=settings.failed_key_ttl_s, on_auth_failure=failures.fail)
+            state["keycache"] = await run_in_threadpool(cache.start)
         task = asyncio.create_task(pruner()) if settings.request_log_retention_days > 0 else None
         try:
             yield
@@ -170,6 +178,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
             state["jobs"].shutdown()
             for p in state["read_pools"].values():
                 p.close()
+            if state.get("query_pool") is not None:
+                state.pop("query_pool").close()
             if own:
                 state["pool"].close()
 
@@ -183,15 +193,15 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     app.state.prune_once = prune_once
     # added last = runs first: the key is checked before the body limit or anything reads the body;
     # the catch-all is innermost, so that no error reaches Starlette's (which drops the connection)
-    # (order of the others: body limit, large-request gate, body timeout -- the timeout counts once
-    # a request holds its slot)
+    # (order of the others: body limit, body timeout, large-request gate -- the gate reads a large
+    # body under the limit and the timeout, then waits for its slot)
     app.add_middleware(CatchAllMiddleware)
-    app.add_middleware(BodyTimeoutMiddleware, timeout_s=settings.body_timeout_s)
     app.add_middleware(LargeRequestGate, threshold_bytes=settings.large_request_bytes,
                        slots=settings.max_large_requests)
+    app.add_middleware(BodyTimeoutMiddleware, timeout_s=settings.body_timeout_s)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware, settings=settings, state=state, limiter=RateLimiter(settings.rate_per_minute),
-                       failures=FailedAuthLimiter(settings.auth_failures_per_minute))
+                       failures=failures)
 
     install_error_handlers(app, log)
     # one router per resource (service/routers/), in the order of the OpenAPI document's paths

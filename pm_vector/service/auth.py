@@ -197,8 +197,9 @@ class FailedAuthLimiter:
     """Failed authentications per client address: a token bucket of ``per_minute`` failures
     (bursts up to ``per_minute``), refilled continuously. :meth:`wait` says whether an address
     is over it (checked before any key lookup: a blocked address costs the database nothing),
-    :meth:`fail` counts one failure. In memory, per service process; at most ``max_addresses``
-    addresses are tracked (least recently failed out)."""
+    :meth:`fail` counts one failure. In memory, per service process, which also counts the
+    failures the other processes announce (:mod:`pm_vector.service.keycache`); at most
+    ``max_addresses`` addresses are tracked (least recently failed out)."""
 
     def __init__(self, per_minute: int, max_addresses: int = 65_536):
         import threading

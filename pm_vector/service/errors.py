@@ -39,6 +39,8 @@ def _status_of(exc: PMVectorError) -> tuple[int, str]:
         return 429, "job_queue_full"
     if isinstance(exc, dbe.RawFeaturesNotAllowedError):
         return 403, "raw_features_not_allowed"
+    if isinstance(exc, dbe.CellsUnavailableError):  # the run lacks its cells: an operator's job restores them
+        return 503, "cells_unavailable"
     if isinstance(exc, dbe.ShardUnavailableError):  # names the shard; nothing written: retry later
         return 503, "shard_unavailable"
     if isinstance(exc, dbe.DatabaseConfigError):

@@ -22,6 +22,11 @@ notification, not kept when a change raced with the lookup -- and
 of migration 0012 fires on UPDATE and DELETE only), so a key created or un-revoked is accepted at
 once. A key INSERTed by hand in SQL is refused for at most ``failed_ttl`` seconds if a client
 tried it before it existed.
+
+The same connection listens on :data:`FAILURE_CHANNEL`: each service process announces the client
+address of every failed authentication there (:meth:`KeyCache.announce_failure`), and every other
+process counts it in its own per-address limit (``on_auth_failure``), so that N processes give an
+address the limit once, not N times (while the listener is down each process counts alone).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from .auth import KEY_CHANNEL as CHANNEL
 
 log = logging.getLogger("pm_vector.service")
 
+#: failed authentications, announced by every service process to the others ("<token> <address>")
+FAILURE_CHANNEL = "pm_vector_auth_failures"
 #: the listening session's application_name (pg_stat_activity)
 APPLICATION_NAME = "pm_vector key cache"
 
@@ -46,8 +53,13 @@ class KeyCache:
     begins listening, ``close()`` ends it."""
 
     def __init__(self, url: str, *, ttl: float = 60.0, reconnect_s: float = 1.0, failed_ttl: float = 5.0,
-                 max_failed: int = 10_000):
+                 max_failed: int = 10_000, on_auth_failure=None):
+        import uuid
+
         self.url, self.ttl, self.reconnect_s = url, float(ttl), float(reconnect_s)
+        #: called with a client address another service process refused (:data:`FAILURE_CHANNEL`)
+        self.on_auth_failure = on_auth_failure
+        self.token = uuid.uuid4().hex  # this process's failures come back on the channel: not counted twice
         self.failed_ttl, self.max_failed = float(failed_ttl), int(max_failed)
         self._lock = threading.Lock()
         self._entries: dict[str, tuple[dict[str, Any], float]] = {}
@@ -138,11 +150,16 @@ class KeyCache:
                                      application_name=APPLICATION_NAME) as conn:
                     self._conn = conn
                     conn.execute(f"LISTEN {CHANNEL}")
+                    if self.on_auth_failure is not None:
+                        conn.execute(f"LISTEN {FAILURE_CHANNEL}")
                     self._forget(listening=True)  # only what is verified from now on is kept
                     warned = False
                     while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=1.0):
-                            self._forget()
+                        for n in conn.notifies(timeout=1.0):
+                            if n.channel == FAILURE_CHANNEL:
+                                self._failure_heard(n.payload)
+                            else:
+                                self._forget()
                         conn.execute("SELECT 1")  # a dead server is noticed within a second
             except Exception as exc:  # noqa: BLE001 - any failure: off until listening again
                 if not self._stop.is_set():  # once per outage, not once per retry
@@ -154,6 +171,20 @@ class KeyCache:
                 self._conn = None
                 self._forget(listening=False)
             self._stop.wait(self.reconnect_s)
+
+    # -- failed authentications, shared by the service processes of one database
+    def _failure_heard(self, payload: str) -> None:
+        token, _, address = (payload or "").partition(" ")
+        if token != self.token and address and self.on_auth_failure is not None:
+            try:
+                self.on_auth_failure(address)
+            except Exception:  # noqa: BLE001 - a limiter's failure must not stop the listener
+                log.exception("failed-authentication notice not counted")
+
+    def announce_failure(self, conn, address: str) -> None:
+        """Tell the other service processes that ``address`` failed to authenticate (on ``conn``,
+        a pooled connection; they count it in their limiter)."""
+        conn.execute("SELECT pg_notify(%s, %s)", [FAILURE_CHANNEL, f"{self.token} {address[:200]}"])
 
     def close(self) -> None:
         self._stop.set()

@@ -7,7 +7,8 @@ answer is written in (:mod:`pm_vector.protocol.codec` holds the two layouts).
   same values gives (arrays become lists of numbers) and goes through the same validation
   (:mod:`pm_vector.service.validation`: strict schema, size caps); the decoder is bounded first:
   no nesting deeper than :data:`~pm_vector.protocol.codec.MAX_DEPTH`, arrays of at most two
-  dimensions and of at most ``max_rows x max_dim`` elements (413 above), no ``bin`` data, no
+  dimensions and of at most ``max_rows x max_dim`` elements, no more maps, lists and values than
+  the largest request holds (:func:`element_bounds`; 413 above), no ``bin`` data, no
   extension type but arrays. A malformed msgpack body is 400 ``malformed_msgpack``.
 * **Answers** of the endpoints that serve documents (``/collections``, ``/collections/{name}``,
   its ``/anchor``, ``/items``, ``/resolve``, ``/kahm/models`` and ``/kahm/distances``: the
@@ -60,17 +61,40 @@ async def require_body_type(request: Request) -> None:
     body_type(request)
 
 
+#: keys of the largest map of any request (a paper request's fields; its params.frame has 10)
+MAX_MAP_KEYS = 64
+#: maps and lists a request holds besides its matrix rows (the body, the request, params, ...)
+_FEW = 64
+
+
+def element_bounds(settings) -> dict[str, int]:
+    """The element bounds of a request body (:func:`pm_vector.protocol.codec.decode`), from the
+    largest request the settings allow: a list at most as long as the longest list of any
+    request (rows, a row, ids), a map of at most :data:`MAX_MAP_KEYS` keys, at most one list per
+    row (and a few more) and one value per matrix cell and id (and a few more)."""
+    longest = max(settings.max_rows, settings.max_dim, settings.max_ids)
+    return {"max_list_len": longest, "max_map_len": MAX_MAP_KEYS, "max_containers": settings.max_rows + _FEW,
+            "max_values": settings.max_rows * (settings.max_dim + 1) + settings.max_ids + 4 * _FEW}
+
+
 def read_body(media: str, body: bytes, settings) -> Any:
     """The document of a request body in ``media`` (:func:`body_type`), as a JSON body of the same
     values would give it (arrays of a msgpack body as lists of numbers), bounded by ``settings``
-    (see the module's doc)."""
+    (see the module's doc and :func:`element_bounds`: a body over them is 413 before it is
+    parsed, a JSON one, or as soon as the count passes, a msgpack one)."""
+    bounds = element_bounds(settings)
     if media == codec.JSON:
+        try:
+            codec.json_counts(body, bounds["max_containers"], bounds["max_values"])
+        except codec.TooLargeError as exc:
+            raise ApiError(413, "payload_too_large", str(exc)) from None
         return parse_json(body)
     if not body:
         raise ApiError(400, "malformed_msgpack", "the request body is empty; send a msgpack map.")
     try:
         return codec.decode(body, codec.MSGPACK, max_bytes=settings.max_body_bytes, max_ndim=2,
-                            max_elements=settings.max_rows * settings.max_dim, allow_binary=False, arrays="lists")
+                            max_elements=settings.max_rows * settings.max_dim, allow_binary=False, arrays="lists",
+                            **bounds)
     except codec.TooLargeError as exc:
         raise ApiError(413, "payload_too_large", str(exc)) from None
     except InvalidInputError as exc:

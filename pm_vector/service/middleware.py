@@ -112,7 +112,7 @@ class AuthMiddleware:
         if rec is None:
             self._check_failures(address)  # 429 before any lookup once the address is over its limit
             if not well_formed(key) or (digest is not None and cache.failed(digest)):
-                self._fail(address)
+                await self._fail(address)
                 raise unauthorized
         generation = cache.generation() if cache is not None and rec is None else 0
 
@@ -137,7 +137,7 @@ class AuthMiddleware:
             raise ApiError(500, "internal_error", f"internal error ({type(exc).__name__}) while checking the key; "
                                                   "the server log has details.") from None
         if rec is None:
-            self._fail(address)
+            await self._fail(address)
             raise unauthorized
         if self.limiter is not None:
             wait = self.limiter.take(rec["id"], rec.get("rate_per_minute"))
@@ -158,9 +158,25 @@ class AuthMiddleware:
                            f"address; retry after {math.ceil(wait)} s with a valid API key.",
                            {"Retry-After": str(max(1, math.ceil(wait)))})
 
-    def _fail(self, address: str) -> None:
-        if self.failures is not None:
-            self.failures.fail(address)
+    async def _fail(self, address: str) -> None:
+        """Count a failed authentication here, and announce it to the other service processes
+        (the key cache's channel: they count it too)."""
+        if self.failures is None or self.failures.per_minute <= 0:
+            return
+        self.failures.fail(address)
+        cache, pool = self.state.get("keycache"), self.state.get("pool")
+        if cache is None or pool is None:
+            return
+        from fastapi.concurrency import run_in_threadpool
+
+        def announce():
+            with pool.connection() as conn:
+                cache.announce_failure(conn, address)
+
+        try:
+            await run_in_threadpool(announce)
+        except Exception:  # noqa: BLE001 - the local count stands; the others miss one failure
+            pass
 
 
 class CatchAllMiddleware:

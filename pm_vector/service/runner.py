@@ -16,11 +16,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _config(app, host: str, port: int, log_level: str):
+def _config(app, host: str, port: int, log_level: str, header_timeout_s: float = 10.0):
     import uvicorn
 
+    from .header_timeout import protocol_class
+
+    # uvicorn's h11 protocol with a header-read timeout (service/header_timeout.py)
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on",
-                          timeout_keep_alive=30, backlog=2048)
+                          timeout_keep_alive=30, backlog=2048, http=protocol_class(header_timeout_s))
 
 
 def serve(settings: ServiceSettings, *, log_level: str = "info") -> None:
@@ -29,7 +32,8 @@ def serve(settings: ServiceSettings, *, log_level: str = "info") -> None:
 
     from .app import create_app
 
-    uvicorn.Server(_config(create_app(settings), settings.host, settings.port, log_level)).run()
+    uvicorn.Server(_config(create_app(settings), settings.host, settings.port, log_level,
+                           settings.header_timeout_s)).run()
 
 
 class ServiceThread:
@@ -44,7 +48,8 @@ class ServiceThread:
         self.settings = (settings or ServiceSettings.from_env()).with_(host="127.0.0.1")
         self.port = port or free_port()
         self.app = create_app(self.settings, pool=pool)
-        self.server = uvicorn.Server(_config(self.app, "127.0.0.1", self.port, log_level))
+        self.server = uvicorn.Server(_config(self.app, "127.0.0.1", self.port, log_level,
+                                             self.settings.header_timeout_s))
         self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # not the main thread
         self.thread = threading.Thread(target=self.server.run, name="pm_vector_service", daemon=True)
 

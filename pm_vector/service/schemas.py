@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import BaseModel, Field, conint
+from pydantic import BaseModel, Field, StrictBool, StrictInt, conint
 
-#: a PostgreSQL bigint
-Int64 = conint(ge=-(2 ** 63), le=2 ** 63 - 1)
+#: a PostgreSQL bigint, strictly an integer ("1", true and 1.0 are refused)
+Int64 = conint(strict=True, ge=-(2 ** 63), le=2 ** 63 - 1)
 
 
 class ErrorBody(BaseModel):
@@ -115,14 +115,14 @@ class AnchorDocument(BaseModel):
 
 class ItemsBody(BaseModel):
     ids: list[Int64]
-    include_features: bool = False
+    include_features: StrictBool = False
     model_config = {"extra": "forbid"}
 
 
 class JobBody(BaseModel):
     params: dict[str, Any] = Field(default_factory=lambda: {"n_components": 8},
                                    description="AnchorFrame keyword arguments.")
-    seed: int = Field(0, description="The run's public seed (0..2**63-1).")
+    seed: StrictInt = Field(0, description="The run's public seed (0..2**63-1).")
     model_config = {"extra": "forbid"}
 
 

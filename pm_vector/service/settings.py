@@ -9,7 +9,8 @@ required, the default; ``0`` only for a local demo), ``PM_VECTOR_SERVICE_HOST`` 
 ``PM_VECTOR_SERVICE_PORT`` (default 127.0.0.1 / 8000), ``PM_VECTOR_SERVICE_RATE_PER_MINUTE``
 (requests per key per minute, default 60,000; 0 = no limit; a key may carry its own),
 ``PM_VECTOR_SERVICE_AUTH_FAILURES_PER_MINUTE`` (failed authentications per client address per
-minute before 429, default 30; 0 = no limit), ``PM_VECTOR_SERVICE_FAILED_KEY_TTL_S`` (seconds a
+minute before 429, default 30; 0 = no limit; shared by the service processes of one database
+through the key cache's NOTIFY channel, each counting alone while its listener is down), ``PM_VECTOR_SERVICE_FAILED_KEY_TTL_S`` (seconds a
 refused key is refused from memory, default 5; 0 = off),
 ``PM_VECTOR_SERVICE_MAX_RESULT_CELLS`` (rows x k of one answer, default 50,000),
 ``PM_VECTOR_SERVICE_JOB_MIN_COMPONENTS`` (smallest n_components a job may ask for, default 4),
@@ -19,8 +20,12 @@ refused key is refused from memory, default 5; 0 = off),
 ``PM_VECTOR_SERVICE_QUERY_DB_ROLE`` (the PostgreSQL role a query key's resolve runs as, default
 ``pm_vector_query``; empty: none), ``PM_VECTOR_SERVICE_ALLOW_SEEDED_REQUESTS`` (answer requests
 marked ``seeded``, whose noise a seed determines: for tests only; default ``0``, refused with a
-403), ``PM_VECTOR_SERVICE_BODY_TIMEOUT_S`` (seconds a request's
-whole body may take to arrive, default 10; then 408), ``PM_VECTOR_SERVICE_MAX_LARGE_REQUESTS`` /
+403), ``PM_VECTOR_SERVICE_QUERY_DB_URL`` (a URL logging in as a member of the query role: query
+keys' resolves then use a pool of their own, whose sessions cannot leave that role; default
+empty: ``SET ROLE`` on the shared pool), ``PM_VECTOR_SERVICE_BODY_TIMEOUT_S`` (seconds a request's
+whole body may take to arrive, default 10; then 408), ``PM_VECTOR_SERVICE_HEADER_TIMEOUT_S`` (seconds a
+request's header lines may take, from the connection's opening or the request's first byte,
+default 10; then 408 and the connection is closed), ``PM_VECTOR_SERVICE_MAX_LARGE_REQUESTS`` /
 ``PM_VECTOR_SERVICE_LARGE_REQUEST_BYTES`` (at most 2 requests with a body over 1 MiB run at once;
 the others wait). Booleans are ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``; anything
 else is refused.
@@ -57,7 +62,7 @@ class ServiceSettings:
     #: per key, unless the key carries its own; 0 = no limit
     rate_per_minute: int = 60000
     #: failed authentications per client address per minute; beyond it 429 before any key
-    #: lookup (0 = no limit)
+    #: lookup (0 = no limit); the service processes of one database share the count (keycache.py)
     auth_failures_per_minute: int = 30
     #: seconds a key the database refused is refused from memory (0 = always looked up)
     failed_key_ttl_s: int = 5
@@ -72,6 +77,10 @@ class ServiceSettings:
     #: PostgreSQL role a query key's resolve runs as (migration 0006: read + request-log insert
     #: only); "" or a role the service user cannot take: no switch
     query_db_role: str = "pm_vector_query"
+    #: a PostgreSQL URL that logs in as a role with the query role's privileges (e.g. a member of
+    #: pm_vector_query); when set, query keys' resolves use a pool of their own on it, whose
+    #: sessions cannot leave that role (SET ROLE can be reset); "" = SET ROLE on the shared pool
+    query_db_url: str = ""
     #: streaming replicas that answer resolves (comma-separated URLs; with a local cluster running
     #: and none given, its replicas); writes and the request log go to the primary
     read_urls: str = ""
@@ -81,6 +90,8 @@ class ServiceSettings:
     allow_seeded_requests: bool = False
     #: seconds a request's whole body may take to arrive once the service reads it (then 408)
     body_timeout_s: int = 10
+    #: seconds a request's header block may take to arrive (then 408 and the connection closes)
+    header_timeout_s: int = 10
     #: at most this many requests with a body over large_request_bytes run at once (the others
     #: wait): each holds a parsed copy of its body, so this bounds the service's peak memory
     max_large_requests: int = 2
@@ -95,7 +106,7 @@ class ServiceSettings:
                 raise InvalidInputError(f"service setting {f.name} must be true or false, got {v!r}.")
         for name in ("max_rows", "max_dim", "max_body_bytes", "max_k", "max_shortlist", "max_ids", "pool_max",
                      "job_workers", "max_result_cells", "job_min_components", "max_queued_jobs", "prune_interval_s",
-                     "body_timeout_s", "max_large_requests", "large_request_bytes"):
+                     "body_timeout_s", "header_timeout_s", "max_large_requests", "large_request_bytes"):
             if getattr(self, name) < 1:
                 raise InvalidInputError(f"service setting {name} must be >= 1, got {getattr(self, name)}.")
         for name in ("rate_per_minute", "request_log_retention_days", "max_replica_lag_bytes",
@@ -145,4 +156,4 @@ class ServiceSettings:
                 "auth_failures_per_minute": self.auth_failures_per_minute,
                 "job_min_components": self.job_min_components, "max_queued_jobs": self.max_queued_jobs,
                 "request_log_retention_days": self.request_log_retention_days,
-                "body_timeout_s": self.body_timeout_s}
+                "body_timeout_s": self.body_timeout_s, "header_timeout_s": self.header_timeout_s}

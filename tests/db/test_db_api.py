@@ -34,6 +34,7 @@ def test_create_info_list_drop(db, cname):
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(name="bad name", dim=4, labels=[0]), "invalid collection name"),
+    (dict(name="tr\n", dim=4, labels=[0]), "invalid collection name"),  # re.match with $ accepted it
     (dict(name="ok", dim=0, labels=[0]), "dim must be"),
     (dict(name="ok", dim=16001, labels=[0]), "dim must be"),
     (dict(name="ok", dim=4, labels=[]), "at least one"),

@@ -105,3 +105,67 @@ def test_bound_lowered_while_an_ingest_runs(db, cname, conn):
     st = conn.execute("SELECT status FROM pm_vector.ingests g JOIN pm_vector.collections c ON c.id = g.collection_id "
                       "WHERE c.name = %s", [cname]).fetchall()
     assert st == [("failed",)]
+
+
+def _nested(depth: int):
+    v: object = 1
+    for _ in range(depth):
+        v = [v]
+    return v
+
+
+def test_depth_bound_names_the_row_and_writes_nothing(db, cname, conn):
+    """A payload nested deeper than 16 levels (every answer would nest past the client decoder's
+    32 and every query would fail) is refused at ingest, naming its row; 16 levels are stored."""
+    from pm_vector.db.store.payloads import MAX_PAYLOAD_DEPTH
+
+    assert MAX_PAYLOAD_DEPTH == 16
+    db.create_collection(cname, 5, [0, 1, 2], max_payload_bytes=65_536)
+    X, y = data(3, 5)
+    for deep in (_nested(17), _nested(120), {"a": _nested(16)}):
+        with pytest.raises(InvalidInputError, match=r"payloads\[1\] nests deeper than 16 levels"):
+            db.ingest(cname, X, y, payloads=[None, deep, None])
+    with pytest.raises(InvalidInputError, match=r"payloads\[0\] nests deeper"):  # no RecursionError either
+        db.ingest(cname, X[:1], y[:1], payloads=[_nested(100_000)])
+    assert _rows(conn, cname) == (0, 0)
+    ids = db.ingest(cname, X[:1], y[:1], payloads=[_nested(16)])["item_ids"]
+    assert db.fetch_items(cname, ids.tolist())["payloads"] == [_nested(16)]
+
+
+@pytest.mark.parametrize("bad, why", [("a\ud800b", "lone surrogate"), ("a\x00b", "NUL character"),
+                                      ({"k\x00": 1}, "NUL character"), ({"\udfff": 1}, "lone surrogate"),
+                                      ([1e300], "301 digits"), (2 ** 64, "beyond 64 bits"),
+                                      ({1: "x"}, "not a string"), ([float("nan")], "NaN")])
+def test_values_jsonb_cannot_store_or_no_answer_can_carry_are_refused(db, cname, conn, bad, why):
+    db.create_collection(cname, 5, [0, 1, 2], max_payload_bytes=65_536)
+    X, y = data(2, 5)
+    with pytest.raises(InvalidInputError, match=r"payloads\[1\]") as ei:
+        db.ingest(cname, X, y, payloads=[None, bad])
+    assert why in str(ei.value) and "Nothing was written" in str(ei.value)
+    assert _rows(conn, cname) == (0, 0)
+
+
+def test_the_bound_counts_what_is_stored(db, cname, conn):
+    """``[1e300] x 10`` is 69 bytes as written but 3,030 in jsonb; stored numbers come back in the
+    database's notation, and what is counted is their compact JSON."""
+    from pm_vector.db.store.payloads import stored_form
+
+    assert payload_bytes([1e18] * 10) == len(json.dumps([10 ** 18] * 10, separators=(",", ":")))
+    assert stored_form([1e18, 1.5e-05, 2.5]) == [10 ** 18, 0.000015, 2.5]
+    with pytest.raises(InvalidInputError, match="301 digits"):
+        payload_bytes([1e300] * 10)
+    db.create_collection(cname, 5, [0, 1, 2], max_payload_bytes=100)
+    X, y = data(2, 5)
+    assert len(json.dumps([1.5e-30] * 10, separators=(",", ":"))) == 81
+    (pg,) = conn.execute("SELECT %s::jsonb::text", [json.dumps([1.5e-30] * 10)]).fetchone()
+    assert len(pg.replace(", ", ",")) == 341 == payload_bytes([1.5e-30] * 10)  # as PostgreSQL writes it
+    (pg,) = conn.execute("SELECT %s::jsonb::text", [json.dumps([1e300] * 10)]).fetchone()
+    assert len(pg) == 3030  # the issue's figure
+    with pytest.raises(InvalidInputError, match=r"payloads\[0\] is 341 bytes"):  # 81 bytes as written
+        db.ingest(cname, X[:1], y[:1], payloads=[[1.5e-30] * 10])
+    ids = db.ingest(cname, X, y, payloads=[[1e18] * 4, {"x": 1e-05}])["item_ids"]
+    got = db.fetch_items(cname, ids.tolist())["payloads"]
+    assert got == [[10 ** 18] * 4, {"x": 1e-05}]
+    (stored,) = conn.execute("SELECT max(octet_length(payload::text)) FROM pm_vector.items i JOIN "
+                             "pm_vector.collections c ON c.id = i.collection_id WHERE c.name = %s", [cname]).fetchone()
+    assert stored <= 100

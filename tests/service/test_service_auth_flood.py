@@ -128,3 +128,23 @@ def test_failed_auth_limiter_refills():
     lim.fail("c", now=0.0)  # bounded: the least recently failed address is dropped
     assert len(lim._buckets) == 2 and "a" not in lim._buckets
     assert FailedAuthLimiter(0).wait("a") == 0.0  # 0: no limit
+
+
+def test_the_limit_is_shared_by_the_service_processes(guarded, svc_home):
+    """Two service processes of one database (two apps, each with its own limiter and key
+    cache): failures from an address at one count at the other, through the key cache's
+    channel. Before, the second gave the same address another LIMIT x 401."""
+    from pm_vector.service.runner import ServiceThread
+    from pm_vector.service.settings import ServiceSettings
+
+    svc, _ = guarded
+    st = ServiceSettings(pool_max=2, auth_failures_per_minute=LIMIT, failed_key_ttl_s=5)
+    with ServiceThread(st) as second, _from("127.0.0.21") as c:
+        assert second.app.state.service_state["keycache"].listening
+        first = [c.get(svc.url + "/collections", headers={"X-API-Key": _fake()}).status_code for _ in range(LIMIT)]
+        assert first == [401] * LIMIT
+        time.sleep(0.5)  # the announcements arrive within milliseconds
+        codes = [c.get(second.url + "/collections", headers={"X-API-Key": _fake()}).status_code for _ in range(LIMIT)]
+        print(f"\nthe second process, after {LIMIT} failures at the first: {codes.count(401)} x 401, "
+              f"{codes.count(429)} x 429")
+        assert codes.count(401) <= 2, codes  # (a token may refill meanwhile)

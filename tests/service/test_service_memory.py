@@ -30,12 +30,61 @@ def test_gate_lets_at_most_slots_large_requests_run():
         big = {"type": "http", "method": "POST", "headers": [(b"content-length", b"5000")]}
         chunked = {"type": "http", "method": "POST", "headers": [(b"transfer-encoding", b"chunked")]}
         small = {"type": "http", "method": "POST", "headers": [(b"content-length", b"10")]}
-        await asyncio.gather(*[gate(s, None, None) for s in [big] * 6 + [chunked] * 2])
+        async def receive():
+            return {"type": "http.request", "body": b"x", "more_body": False}
+
+        # each from its own address: one owner's bodies are limited on their own (the next test)
+        await asyncio.gather(*[gate({**s, "client": (f"10.0.0.{i}", 1)}, receive, None)
+                               for i, s in enumerate([big] * 6 + [chunked] * 2)])
         assert peak == 2 and gate.max_running == 2
         await asyncio.gather(*[gate(small, None, None) for _ in range(6)])  # small bodies are not held back
         return peak
 
     assert asyncio.run(main()) == 6
+
+
+def test_a_slow_body_holds_no_slot_and_one_key_holds_at_most_its_share():
+    """Issue 25, item 10: four requests of one key that declare a large body and send one byte
+    held both slots, and another key's large request waited 19-20 s. Now a slot is taken once
+    the body has arrived, and one key has at most ``slots`` large bodies arriving at once."""
+    handled = []
+
+    async def app(scope, receive, send):
+        m = await receive()
+        handled.append((scope["state"]["api_key"]["id"], m["body"]))
+
+    async def main():
+        gate = LargeRequestGate(app, threshold_bytes=100, slots=2)
+        never = asyncio.Event()
+        started = []
+
+        def scope(key_id):
+            return {"type": "http", "method": "POST", "headers": [(b"content-length", b"5000")],
+                    "state": {"api_key": {"id": key_id}}, "client": ("10.0.0.1", 1)}
+
+        async def slow_receive():  # one byte, then nothing
+            started.append(1)
+            if len(started) > 100:
+                raise AssertionError("unreachable")
+            await never.wait()
+
+        async def fast_receive():
+            return {"type": "http.request", "body": b"y" * 5000, "more_body": False}
+
+        slow = [asyncio.create_task(gate(scope(1), slow_receive, None)) for _ in range(4)]
+        await asyncio.sleep(0.05)
+        assert len(started) == 2  # key 1's other two bodies wait, unread
+        t0 = asyncio.get_running_loop().time()
+        await asyncio.wait_for(gate(scope(2), fast_receive, None), 1.0)  # another key is not held back
+        took = asyncio.get_running_loop().time() - t0
+        assert handled == [(2, b"y" * 5000)] and took < 0.5
+        assert gate.max_running == 1  # the slow bodies never took a slot
+        for t in slow:
+            t.cancel()
+        await asyncio.gather(*slow, return_exceptions=True)
+        assert gate._reading == {}  # nothing left behind per key
+
+    asyncio.run(main())
 
 
 def test_settings_of_the_gate_are_validated():

@@ -117,7 +117,17 @@ def upgrade_to_head(url: str) -> dict[str, Any]:
     command.upgrade(alembic_config(url), "head")
     with psycopg.connect(libpq_url(url), autocommit=True, connect_timeout=10) as conn:
         after = current_revision(conn)
-    return {"from_revision": before, "to_revision": after}
+        out: dict[str, Any] = {"from_revision": before, "to_revision": after}
+        # runs whose public parts an earlier downgrade dropped (migration 0013): their collections need a job
+        stale = [r[0] for r in conn.execute(
+            "SELECT c.name FROM pm_vector.collections c JOIN pm_vector.embedding_runs r ON r.id = c.active_run_id "
+            "WHERE r.class_rows -> 'cells' ->> 'status' = 'dropped' ORDER BY c.name")] if after else []
+    if stale:
+        out["needs_new_job"] = stale
+        out["note"] = (f"the active run of {len(stale)} collection(s) lost its cells in an earlier schema downgrade; "
+                       "their cell requests are refused (503) until a new embedding job: pm-vector embed "
+                       + ", pm-vector embed ".join(stale[:5]) + (" ..." if len(stale) > 5 else ""))
+    return out
 
 
 _PLACEHOLDER = re.compile(r"@vector_schema@")

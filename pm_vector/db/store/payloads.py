@@ -5,9 +5,12 @@ A payload is a small JSON value stored with an item and returned with *every* ca
 would name its real row; see the README, "Payloads"). Every candidate's payload travels in every
 answer, so an answer grows by up to ``C x k' x max_payload_bytes``: the bound keeps it small.
 
-The size of a payload is the number of UTF-8 bytes of its **compact JSON** text:
-``json.dumps(v, separators=(",", ":"), ensure_ascii=False, allow_nan=False)`` (``None``: no
-payload, 0 bytes). The bound is a collection setting (``settings["max_payload_bytes"]``): set by
+The size of a payload is the number of UTF-8 bytes of the **compact JSON** text of the value as
+it is stored (:func:`stored_text`: jsonb writes numbers in plain decimal notation, so ``1e300``
+counts its 301 digits): ``json.dumps(stored, separators=(",", ":"), ensure_ascii=False)``
+(``None``: no payload, 0 bytes). What jsonb cannot store or no answer can carry is refused at
+ingest, naming the row: a nesting deeper than :data:`MAX_PAYLOAD_DEPTH`, a NUL character or a
+lone surrogate, NaN or infinity, a key that is not a string, a number stored beyond 64 bits. The bound is a collection setting (``settings["max_payload_bytes"]``): set by
 :func:`~pm_vector.db.create_collection` (default :data:`DEFAULT_MAX_PAYLOAD_BYTES`; a collection
 created without it has the default) and changed by an admin with :func:`set_max_payload_bytes`
 (``pm-vector db payload-limit``). Every ingest (:func:`pm_vector.db.ingest`, ``pm-vector ingest``)
@@ -19,6 +22,7 @@ the new bound.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Mapping
 
 import numpy as np
@@ -32,17 +36,97 @@ DEFAULT_MAX_PAYLOAD_BYTES = 256
 MAX_MAX_PAYLOAD_BYTES = 65_536
 
 
+#: deepest nesting of a payload (lists and objects); an answer nests it a few levels deeper, and
+#: a client's decoder refuses documents deeper than 32 (pm_vector.protocol.codec.MAX_DEPTH)
+MAX_PAYLOAD_DEPTH = 16
+#: the integers every answer carries (a PostgreSQL bigint: every msgpack and JSON reader holds it)
+_INT_MIN, _INT_MAX = -2 ** 63, 2 ** 63 - 1
+
+
+def _depth_of(value: Any, what: str) -> None:
+    """Refuse a payload nested deeper than :data:`MAX_PAYLOAD_DEPTH` (iteratively: no recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list, tuple)):
+            if d >= MAX_PAYLOAD_DEPTH:
+                raise InvalidInputError(f"{what} nests deeper than {MAX_PAYLOAD_DEPTH} levels of lists and objects; "
+                                        "flatten it. Nothing was written.")
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+
+
+def _text(s: str, what: str) -> str:
+    if "\x00" in s:
+        raise InvalidInputError(f"{what} holds a NUL character (\\u0000), which PostgreSQL's jsonb cannot store; "
+                                "remove it. Nothing was written.")
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"{what} holds a lone surrogate (e.g. \\ud800), which is not a Unicode character "
+                                "and cannot be stored; send valid text. Nothing was written.") from None
+    return s
+
+
+def stored_text(value: Any, what: str = "payload") -> str:
+    """The compact JSON text of ``value`` as PostgreSQL's jsonb stores it and gives it back:
+    numbers in the database's plain decimal notation (``1e300`` is an integer of 301 digits,
+    ``1.5e-05`` is ``0.000015``), tuples as lists. Raises InvalidInputError for what jsonb cannot
+    store or what no answer can carry: a nesting deeper than :data:`MAX_PAYLOAD_DEPTH`, a NUL
+    character or a lone surrogate, NaN or infinity, a non-string key, an integer beyond 64 bits
+    (once stored), or a value that is not JSON."""
+    from decimal import Decimal
+
+    _depth_of(value, what)
+
+    def integer(n: int, v) -> str:
+        if not _INT_MIN <= n <= _INT_MAX:
+            raise InvalidInputError(f"{what} holds the number {str(v)[:24]}, which PostgreSQL stores as an integer "
+                                    f"of {len(str(abs(n)))} digits: beyond 64 bits, no answer can carry it; send a "
+                                    "smaller number (or a string). Nothing was written.")
+        return str(n)
+
+    def go(v) -> str:
+        if v is None:
+            return "null"
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return json.dumps(_text(v, what), ensure_ascii=False)
+        if isinstance(v, int):
+            return integer(int(v), v)
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                raise InvalidInputError(f"{what} holds NaN or infinity, which JSON cannot hold. Nothing was written.")
+            t = format(Decimal(repr(v)), "f")  # numeric's output: plain notation, the input's digits
+            return t if "." in t else integer(int(t), v)
+        if isinstance(v, dict):
+            parts = []
+            for k, x in v.items():
+                if not isinstance(k, str):
+                    raise InvalidInputError(f"{what} has a key {str(k)[:24]!r} that is not a string; JSON object "
+                                            "keys are strings. Nothing was written.")
+                parts.append(json.dumps(_text(k, what), ensure_ascii=False) + ":" + go(x))
+            return "{" + ",".join(parts) + "}"
+        if isinstance(v, (list, tuple)):
+            return "[" + ",".join(go(x) for x in v) + "]"
+        raise InvalidInputError(f"{what} is not JSON-serialisable (a {type(v).__name__}); use dicts, lists, str, "
+                                "int, float, bool, None.")
+
+    return go(value)
+
+
+def stored_form(value: Any, what: str = "payload") -> Any:
+    """``value`` as the database gives it back (:func:`stored_text`)."""
+    return json.loads(stored_text(value, what))
+
+
 def payload_bytes(value: Any, what: str = "payload") -> int:
-    """Bytes of ``value``'s compact JSON text (UTF-8); 0 for None. Raises InvalidInputError if it
-    is not JSON (NaN/inf included)."""
+    """Bytes of the compact JSON text (UTF-8) of ``value`` as it is stored (:func:`stored_text`:
+    numbers in the database's notation); 0 for None. Raises InvalidInputError for a value that
+    cannot be stored or carried (see :func:`stored_text`)."""
     if value is None:
         return 0
-    try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"{what} is not JSON-serialisable ({exc}); use dicts, lists, str, int, float, "
-                                "bool, None.") from exc
-    return len(text.encode("utf-8"))
+    return len(stored_text(value, what).encode("utf-8"))
 
 
 def check_limit(value: Any, what: str = SETTINGS_KEY) -> int:

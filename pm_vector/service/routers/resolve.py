@@ -1,9 +1,10 @@
 """``POST /collections/{name}/resolve``: a private request in, per-row candidates out.
 
 A query key's request runs as the service's query database role (``state["query_role"]``: read
-and request-log insert only); a class-rows or cell request is read on a replica in rotation when
-there is one (``state["router"]``), its log written on the primary; at most ``pool_max`` resolves
-run at once (``state["resolve_slots"]``)."""
+and request-log insert only; with ``query_db_url``, on a pool of its own that logs in as such a
+role, ``state["query_pool"]``, on the primary); a class-rows or cell request is read on a replica
+in rotation when there is one (``state["router"]``), its log written on the primary; at most
+``pool_max`` resolves run at once (``state["resolve_slots"]``)."""
 
 from __future__ import annotations
 
@@ -64,11 +65,14 @@ def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None, sett
     from ..documents import resolve_document
 
     db_role = state.get("query_role") if key_role == "query" else None
+    own = state.get("query_pool") if key_role == "query" else None  # its own login role: nothing to SET
     import psycopg
 
     try:
-        with state["resolve_slots"], state["pool"].connection_as(db_role) as conn:
-            res = _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings, state)
+        with state["resolve_slots"], (own.connection() if own is not None else
+                                      state["pool"].connection_as(db_role)) as conn:
+            res = None if own is not None else _resolve_on_replica(name, req, k, inc, answer, db_role, conn,
+                                                                   settings, state)
             if res is None:
                 res = resolve_document(name, req, k=k, include_features=inc, conn=conn,
                                        max_query_rows=min(settings.max_rows, MAX_QUERY_ROWS), answer=answer)
