@@ -38,6 +38,13 @@ def upgrade() -> None:
     op.execute("ALTER FUNCTION pm_vector.pm_drop_run_tables(bigint) RENAME TO pm_drop_run_tables_0013")
     driver = op.get_bind().connection.driver_connection
     execute_sql_file(driver, "0015_locations.sql")
+    # a round trip below 0015 dropped the runs' location tables: those runs say so (a location
+    # request gets a clear 503 naming the fix, a new embedding job) instead of a missing table
+    op.execute("UPDATE pm_vector.embedding_runs SET class_rows = jsonb_set(class_rows, '{locations}', "
+               "jsonb_build_object('status', 'unavailable', 'error', 'its location rows were dropped by a "
+               "migration downgrade; run a new embedding job')) "
+               "WHERE class_rows -> 'locations' ->> 'status' = 'ready' "
+               "AND to_regclass(format('pm_vector.%I', 'run_' || id || '_locations')) IS NULL")
 
 
 def downgrade() -> None:
