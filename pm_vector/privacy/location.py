@@ -183,6 +183,10 @@ MAX_CANDIDATES = 65_536
 #: recall needs many candidates (narrow codes); as eps grows the location is sure and wide codes win,
 #: the more so on a small collection (a cell's neighbourhood holds fewer items)
 S_FLOOR, S_SIZE, S_SCALE, S_SCALE_SIZE, S_RATE = 230.0, 0.22, 780.0, 0.13, 0.48
+#: and at least ``S_COVER N e^-eps``: a pure-eps report puts at most e^eps times the prior on any
+#: location, so while eps is small recall follows the share of the collection an answer covers
+#: (README "Where the limit binds"); wider codes only once that share is held
+S_COVER = 0.5
 #: the level's target, ``M*(eps, N, S) = M_SCALE e^(M_RATE eps + M_CURVE eps^2) (N / (8 S))^M_SIZE``
 #: (measured: the best level grows slowly with eps up to 4, then fast, and with the items per candidate)
 M_SCALE, M_RATE, M_CURVE, M_SIZE = 2.2, 0.3, 0.02, 0.25
@@ -212,11 +216,15 @@ def candidates_within(max_bytes: int, code_bytes: int, n_items: int, payload_byt
 
 
 def target_candidates(epsilon: float, n_items: int) -> float:
-    """``S*(eps, N)``: the candidates a wider code must leave (module constants)."""
+    """``S*(eps, N)``: the candidates a wider code must leave (module constants): the larger of the
+    measured need and the coverage term ``S_COVER N e^-eps``."""
     e = _check_epsilon(epsilon)
     n = int(n_items) / 1e4
     floor = S_FLOOR * n ** S_SIZE
-    return floor if math.isinf(e) else floor + S_SCALE * n ** S_SCALE_SIZE * math.exp(min(-S_RATE * (e - 4.0), 700.0))
+    if math.isinf(e):
+        return floor
+    return max(floor + S_SCALE * n ** S_SCALE_SIZE * math.exp(min(-S_RATE * (e - 4.0), 700.0)),
+               S_COVER * int(n_items) * math.exp(-e))
 
 
 def target_level(epsilon: float, n_items: int, candidates: int) -> float:
