@@ -68,6 +68,7 @@ from .budget import LedgerAccount, PrivacyBudget, origin_key, server_origin
 from .privatemail import PrivateMail, request_charge
 from .public_documents import RELEASES  # noqa: F401  (its old home)
 from .public_documents import PublicDocument, PublicDocuments, VerifiedFrame
+from ..protocol.answers import check_rows_answer
 from .rerank import rank
 from .transport import WIRES, ServiceError, Transport, wire_bytes  # noqa: F401  (wire_bytes: its old home)
 
@@ -390,7 +391,6 @@ class Client(Transport, PublicDocuments):
                rerank=True, answer="compact", release="auto", n_cells=None, max_bytes=None, options=None,
                rng=None) -> dict[str, Any]:
         """:meth:`query`; ``rng``: see :meth:`_build_request` (tests only)."""
-        from ..protocol.published_codes import row_codes
 
         if answer not in ("compact", "features"):
             raise InvalidInputError(f"answer must be 'compact' or 'features', not {answer!r}.")
@@ -425,6 +425,7 @@ class Client(Transport, PublicDocuments):
         mode = None if not rerank else ("codes" if pc is not None else
                                          ("features" if body_answer.get("answer") == "features"
                                           or body_answer.get("include_features") else None))
+        q_raw = np.asarray(features, dtype=np.float64).ravel()
         t0 = time.perf_counter()
         req, secret = self._build_request(name, features, label, epsilon=epsilon, delta=delta, protocol=protocol,
                                           shortlist=shortlist, release=release, n_cells=n_cells, options=options,
@@ -437,25 +438,33 @@ class Client(Transport, PublicDocuments):
                                              max_bytes=self._resolve_cap(name, body))
         self._check_run(name, res)
         t2 = time.perf_counter()
-        # nothing below talks to the server: the answer is all the client uses
-        row = dict(secret.pick(res["rows"]))
-        row["item_ids"] = [int(v) for v in np.asarray(row.get("item_ids", []), dtype=np.int64).ravel()]
-        n = len(row["item_ids"])
+        # nothing below talks to the server: the answer is all the client uses. The WHOLE answer is
+        # checked before the secret picks its row (an error must not depend on which row is real)
         if pc is not None:
             meta = res.get("codes") or {}
             if meta.get("digest") != pc.digest() or meta.get("bytes") != b:
                 raise AlignmentError(f"the answer's codes ({meta.get('bytes')!r} bytes, digest "
                                      f"{str(meta.get('digest'))[:16]!r}...) are not the {b}-byte prefix of the codes "
                                      f"collection {name!r} publishes; refusing to re-rank by them.")
-            row["codes"] = row_codes(row.get("codes"), n, b)
+        rows = res.get("rows")
+        if protocol == "pm_vector":
+            kp = int(getattr(req, "shortlist", 0) or shortlist or 1000)
+            rows = check_rows_answer(rows, n_rows=int(req.n_rows), k_prime=kp, code_bytes=b if pc is not None else None,
+                                     n_features=len(q_raw) if mode == "features" else None)
+        row = dict(secret.pick(rows))
+        row["item_ids"] = [int(v) for v in np.asarray(row.get("item_ids", []), dtype=np.int64).ravel()]
+        n = len(row["item_ids"])
         reranked: str | bool = False
-        q = np.asarray(features, dtype=np.float64).ravel()
-        q = q / max(float(np.linalg.norm(q)), 1e-12)
+        q = q_raw / max(float(np.linalg.norm(q_raw)), 1e-12)
         order = d = None
         if mode == "features" and row.get("features") is not None and len(row["features"]):
             order, d = rank(q, row["features"])
         elif mode == "codes" and n:
-            order, d = rank(q, codes=row["codes"], product_codes=pc)
+            # on k' codes whatever the row holds (zeros after its n): the time does not tell the row
+            padded = np.zeros((max(n, int(getattr(req, "shortlist", n) or n)), b), np.uint8)
+            padded[:n] = row["codes"]
+            order, d = rank(q, codes=padded, product_codes=pc)
+            order, d = order[order < n], d[:n]
         if d is not None:
             for key2 in ("item_ids", "external_ids", "labels", "features", "scores", "payloads",
                          "predicted", "class_scores"):
