@@ -22,6 +22,9 @@ def plot(result: dict, path) -> None:
     fig, all_axes = plt.subplots(1, 3, figsize=(19, 6.2))
     axes = all_axes[:2]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    # the location release has one row per byte budget: one line per budget in the epsilon panels
+    rows = [dict(r, method=f"{r['method']} {r['max_bytes'] / 1e3:g} kB") if r["method"] == "pm_vector_location"
+            else r for r in rows]
     methods = [m for m in dict.fromkeys(r["method"] for r in rows)]
 
     def rows_of(m):
@@ -72,6 +75,8 @@ def plot(result: dict, path) -> None:
         pts = [(r["bytes_per_request"], r[metric], r["epsilon"]) for r in mr]
         if not pts:
             continue
+        if m.startswith("pm_vector_location"):
+            continue  # drawn below: one curve per epsilon across the budgets
         bw.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=col, linestyle="none", label=m)
         for b, v, e in pts:
             if m in ("pm_vector_compact", "pm_vector_raw", "download_lists", "download_codes") or e is None:
@@ -82,6 +87,13 @@ def plot(result: dict, path) -> None:
                     tag = f"codes {next((r.get('code_bytes') for r in mr if r['bytes_per_request'] == b), '?')} B"
                 bw.annotate(tag, (b, v),
                             textcoords="offset points", xytext=(5, 2), fontsize=7, color=col)
+    loc = [r for r in result["results"] if r["method"] == "pm_vector_location"]
+    for j, e in enumerate(dict.fromkeys(r["epsilon"] for r in loc)):
+        pts = sorted((r["bytes_per_request"], r[metric]) for r in loc if r["epsilon"] == e)
+        bw.plot([p[0] for p in pts], [p[1] for p in pts], marker="s", color=colors[j % len(colors)], linewidth=2,
+                label=f"pm_vector_location eps {e}")
+        bw.annotate(f"location eps {e}", pts[-1], textcoords="offset points", xytext=(5, -8), fontsize=7,
+                    color=colors[j % len(colors)])
     bw.set_xscale("log")
     bw.axvline(result["collection_bytes"], color="grey", linewidth=0.8, linestyle=":")
     bw.set_ylim(-0.02, 1.02)
