@@ -314,7 +314,7 @@ class Client(Transport, PublicDocuments):
         if options:
             raise InvalidInputError(f"{sorted(options)} are options of protocol='privatemail_paper', not of the "
                                     "pm_vector protocol.")
-        used = self.choose_release(name, epsilon, release)
+        used = self.choose_release(name, epsilon, release, class_rows=shortlist is not None or n_cells is not None)
         if used == "location":
             if n_cells is not None or shortlist is not None:
                 raise InvalidInputError("n_cells and shortlist apply to the class-rows releases; the location release's "
@@ -396,7 +396,8 @@ class Client(Transport, PublicDocuments):
             raise InvalidInputError(f"answer must be 'compact' or 'features', not {answer!r}.")
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 1000:
             raise InvalidInputError(f"k must be an integer in 1..1000; got {k!r:.40}.")
-        if protocol == "pm_vector" and answer == "compact" and self.choose_release(name, epsilon, release) == "location":
+        if protocol == "pm_vector" and answer == "compact" and self.choose_release(
+                name, epsilon, release, class_rows=shortlist is not None or n_cells is not None) == "location":
             if n_cells is not None or shortlist is not None:
                 raise InvalidInputError("n_cells and shortlist apply to the class-rows releases; the location release's "
                                         "plan follows the byte budget (max_bytes).")

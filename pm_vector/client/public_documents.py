@@ -306,11 +306,13 @@ class PublicDocuments:
         return PrivateLocationKNN(cells, epsilon, n_items=n_items, stage_bytes=tuple(pc.stage_bytes_),
                                   max_bytes=max_bytes, collection=name, accountant=self._account(name), **plan)
 
-    def choose_release(self, name: str, epsilon: float, release: str = "auto") -> str:
+    def choose_release(self, name: str, epsilon: float, release: str = "auto", *, class_rows: bool = False) -> str:
         """``"location"``, ``"cells"`` or ``"gaussian"``: ``release`` itself, or for ``"auto"`` the public
         default rule (:func:`pm_vector.privacy.cells.release_for_epsilon`): the location release (one
         report over the whole collection) below eps 512 when the collection serves it, else the cell
-        release, the Gaussian from eps 512 or when neither is served."""
+        release, the Gaussian from eps 512 or when neither is served. ``class_rows``: the caller gave a
+        class-rows option (``shortlist``, ``n_cells``): ``"auto"`` then chooses among the class-rows
+        releases only."""
         from ..privacy.cells import release_for_epsilon
 
         if release not in RELEASES:
@@ -319,7 +321,7 @@ class PublicDocuments:
             return release
         if release_for_epsilon(epsilon) == "gaussian":
             return "gaussian"
-        if self.location_cells(name) is not None and self.product_codes(name) is not None:
+        if not class_rows and self.location_cells(name) is not None and self.product_codes(name) is not None:
             return "location"
         return "cells" if self.public_cells(name) is not None else "gaussian"
 
@@ -347,7 +349,7 @@ class PublicDocuments:
             raise InvalidInputError(f"collection {name!r} publishes no product codes (its active run predates them, "
                                     "or its anchor set is too small to fit them); ask for answer='features' where the "
                                     "collection allows raw features, or run a new embedding job.")
-        used = self.choose_release(name, epsilon, release)
+        used = self.choose_release(name, epsilon, release, class_rows=True)  # the location path returned before
         pub = self._public[name]
         n_rows = len(pub.class_rows.get("classes") or pub.frames.classes_)
         kp, b = compact_answer_shape(n_rows, used, float(epsilon), tuple(pc.stage_bytes_))
