@@ -330,6 +330,13 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
             raise EmbeddingJobError(
                 f"run {run_id} is no longer 'running' (status {st[0] if st else 'deleted'}); another process "
                 "declared it abandoned, so it is not switched to.", run_id)
+        # items deleted since the load (delete_items holds the collection row as the switch does, so
+        # none can be deleted between this and the commit): they leave the new run before it serves
+        from . import erase as _erase
+
+        n_erased = _erase.apply_pending(conn, run_id, items)
+        if n_erased:  # (recorded only when it happened)
+            timings["erased_at_switch"] = n_erased
         timings["switch_s"] = time.perf_counter() - t
         conn.execute("UPDATE pm_vector.embedding_runs SET status = 'succeeded', finished_at = now(), timings = %s "
                      "WHERE id = %s", [Jsonb({k_: round(v, 6) for k_, v in timings.items()}), run_id])
@@ -466,11 +473,17 @@ def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: Job
                               lambda d, tot: report("write", d, tot), commit=False)
             if has_cr:  # one class-rows extension at a time per run
                 conn.execute("SELECT pg_advisory_xact_lock(pm_vector.pm_lock_key(3, %s))", [run_id])
+            # (an item deleted since the load is not added: delete_items waits for this lock or ran before it)
             inserted = np.array([r[0] for r in conn.execute(
                 f"INSERT INTO pm_vector.run_{int(run_id)}_items (item_id, embedding) "
-                "SELECT item_id, embedding FROM pm_new_emb ON CONFLICT (item_id) DO NOTHING "
-                "RETURNING item_id").fetchall()], dtype=np.int64)
+                "SELECT e.item_id, e.embedding FROM pm_new_emb e WHERE EXISTS (SELECT 1 FROM pm_vector.items i "
+                "WHERE i.id = e.item_id) ON CONFLICT (item_id) DO NOTHING RETURNING item_id").fetchall()], dtype=np.int64)
             if has_cr and inserted.size:
+                still = np.array([r[0] for r in conn.execute(
+                    f"SELECT item_id FROM pm_vector.run_{int(run_id)}_items WHERE item_id = ANY(%s)",
+                    [old_items["id"].tolist()]).fetchall()], dtype=np.int64)
+                kept = np.isin(old_items["id"], still)
+                old_items = {k_: v[kept] for k_, v in old_items.items()}
                 cr_doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s",
                                       [run_id]).fetchone()[0]
                 keep = np.isin(new["id"], inserted)

@@ -265,6 +265,8 @@ class KAHMModel(Base):
     timings: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     worker: Mapped[Optional[dict[str, Any]]] = mapped_column(JSONB)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+    # migration 0015: set when delete_items erased an item this raw model may hold (it stops serving)
+    erased_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime(timezone=True))
 
 
 class KAHMItemScore(Base):
