@@ -230,27 +230,43 @@ def _erase_cells(conn, place: Place, plan: Plan) -> None:
             del row[i]
         if len(row) != before:
             touched.add(key)
-    classes = {k[1] for k in touched}
-    for c in classes:  # level 0 is the first MAX_K_PRIME of the whole counts when the class keeps them
+    for c in {k[1] for k in touched}:  # level 0 is the first MAX_K_PRIME of the whole counts when the class keeps them
         whole = new_rows.get((-1, c, 0))
         if whole is not None:
             top = sorted(whole.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_K_PRIME]
             new_rows[(0, c, 0)] = dict(top)
-    out = []
+            touched.add((0, c, 0))
+    # the items whose class count changed: a row listing one is written again (its chubs follow)
+    moved: dict[int, set] = {}
+    for (level, label, _cell, item) in plan.cell_delta:
+        if level == 0:
+            moved.setdefault(label, set()).add(item)
     for key, row in new_rows.items():
-        if key[1] not in classes:
-            continue
+        if key not in touched and key[1] in moved and not moved[key[1]].isdisjoint(row):
+            touched.add(key)
+    if not touched:
+        return
+    from .cells import CellsData, _copy
+
+    keys = sorted(touched)
+    lv, lab, cel, ids_, hubs_, chubs_ = [], [], [], [], [], []
+    for key in keys:
         level, c, cell = key
+        row = new_rows[key]
         class_counts = new_rows.get((-1, c, 0)) or new_rows.get((0, c, 0)) or {}
         items = sorted(row.items(), key=(lambda kv: (-kv[1], kv[0])) if level <= 0 else (lambda kv: kv[0]))
-        out.append((level, c, cell, [i for i, _ in items], [h for _, h in items],
-                    [class_counts.get(i, 0.0) for i, _ in items]))
-    if not out:
-        return
-    conn.execute(f"DELETE FROM {t} WHERE label = ANY(%s)", [sorted(classes)])
-    with conn.cursor() as cur:
-        cur.executemany(f"INSERT INTO {t} (level, label, cell, item_ids, hubs, chubs) "
-                        "VALUES (%s, %s, %s, %s::bigint[], %s::float8[], %s::float8[])", out)
+        lv.append(level)
+        lab.append(c)
+        cel.append(cell)
+        ids_.append(np.array([i for i, _ in items], np.int64))
+        hubs_.append(np.array([h for _, h in items], np.float64))
+        chubs_.append(np.array([class_counts.get(i, 0.0) for i, _ in items], np.float64))
+    k = np.array(keys, dtype=np.int64).reshape(-1, 3)
+    conn.execute(f"DELETE FROM {t} WHERE (level, label, cell) IN (SELECT * FROM unnest(%s::int[], %s::bigint[], "
+                 "%s::int[]))", [k[:, 0].tolist(), k[:, 1].tolist(), k[:, 2].tolist()])
+    data = CellsData(cells=None, graph_degree=0, levels=np.asarray(lv, np.int32), labels=np.asarray(lab, np.int64),
+                     cell=np.asarray(cel, np.int32), item_ids=ids_, hubs=hubs_, chubs=chubs_)
+    _copy(conn, t, data, np.ones(len(keys), bool), commit=False)
 
 
 @dataclass(frozen=True)
