@@ -64,3 +64,49 @@ def delete(name: str = typer.Argument(..., help="The collection."),
     typer.echo(f"deleted {out['deleted']} item(s) of {name!r} in {out['seconds']} s; runs erased: "
                f"{out['runs'] or 'none'}" + (f"; raw KAHM models to refit: {out['kahm_refit_needed']}"
                                              if out["kahm_refit_needed"] else ""))
+
+
+@items_app.command("update")
+def update(name: str = typer.Argument(..., help="The collection."),
+           item_id: Optional[int] = typer.Option(None, "--id", help="The item id."),
+           external_id: Optional[str] = typer.Option(None, "--external-id", help="The item's external id."),
+           features: Optional[Path] = typer.Option(None, "--features", help="A .npy file of the new features "
+                                                   "(one row, or a 1-d vector)."),
+           label: Optional[int] = typer.Option(None, "--label", help="The new label."),
+           payload: Optional[str] = typer.Option(None, "--payload", help="The new payload (JSON; 'null' clears it)."),
+           as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")):
+    """Update one item in one transaction: a payload-only change touches no run data; a new feature
+    vector or label erases the old item everywhere and places a new one (same external id) in the
+    active run, as `embed --new-items` does.
+
+    Example: pm-vector items update docs --external-id doc-17 --payload '{"title": "fixed"}'
+    """
+    import json
+
+    import numpy as np
+
+    from ..db.store.update import _UNSET, update_items
+    from .ingest import _read_table
+
+    if (item_id is None) == (external_id is None):
+        _fail("give exactly one of --id N and --external-id S.")
+    X = None
+    if features is not None:
+        X = np.atleast_2d(np.asarray(_read_table(features, "features"), dtype=np.float64))
+    pay = _UNSET
+    if payload is not None:
+        try:
+            pay = [json.loads(payload)]
+        except ValueError as e:
+            _fail(f"--payload is not JSON ({e}); quote it, e.g. --payload '{{\"title\": \"x\"}}'.")
+    try:
+        out = update_items(name, item_ids=None if item_id is None else [item_id],
+                           external_ids=None if external_id is None else [external_id], features=X,
+                           labels=None if label is None else [label], payloads=pay)
+    except PMVectorError as e:
+        _fail(str(e))
+    if as_json:
+        _echo_json(out)
+        return
+    (old, new), = out["item_ids"].items()
+    typer.echo(f"updated item {old} of {name!r}" + (f" (now item {new})" if new != old else "") + f" in {out['seconds']} s")

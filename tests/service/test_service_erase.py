@@ -67,3 +67,19 @@ def test_cli_items_delete(small, tmp_path):
     assert json.loads(r.stdout)["deleted"] == 2
     r = runner.invoke(app, ["items", "delete", small, "--ids", str(f)])
     assert r.exit_code == 2 and "nothing was deleted" in r.output and "Traceback" not in r.output
+
+
+def test_cli_items_update(small, tmp_path):
+    from pm_vector import db
+    from pm_vector.cli import app
+    from pm_vector.db import connect
+
+    runner = CliRunner()
+    with connect() as c:
+        iid, ext = c.execute("SELECT i.id, i.external_id FROM pm_vector.items i JOIN pm_vector.collections co ON "
+                             "co.id = i.collection_id WHERE co.name = %s ORDER BY i.id LIMIT 1", [small]).fetchone()
+    r = runner.invoke(app, ["items", "update", small, "--external-id", ext, "--payload", "{bad"])
+    assert r.exit_code == 2 and "not JSON" in r.output
+    r = runner.invoke(app, ["items", "update", small, "--external-id", ext, "--payload", '{"t": 1}', "--json"])
+    assert r.exit_code == 0, r.output
+    assert db.fetch_items(small, [iid])["payloads"] == [{"t": 1}]

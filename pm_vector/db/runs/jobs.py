@@ -407,7 +407,7 @@ def _abort(conn, run_id: int, exc: BaseException) -> None:
 # ----------------------------------------------------------------------------- new items
 
 def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: JobProgress | None = None,
-                    write_batch_size: int = 20_000) -> dict[str, Any]:
+                    write_batch_size: int = 20_000, conn=None) -> dict[str, Any]:
     """Embed items ingested after the active run was built into that run (out-of-sample extension).
 
     ``embed_fn_extend(anchor_X, anchor_y, anchor_embedding, new_X, new_y, params, seed) -> (m, k)``
@@ -417,87 +417,98 @@ def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: Job
     When the run has class rows, the same transaction adds the new items to its prior, graph
     and hubs (:func:`pm_vector.db.runs.class_rows.extend`: each new item gets its own neighbour list;
     existing items' lists are not recomputed -- an approximation until the next full job).
-    Returns ``{"run_id", "n_new"}``.
+    Returns ``{"run_id", "n_new"}``. ``conn``: work in the caller's open transaction (which commits;
+    :func:`pm_vector.db.store.update.update_items` places an updated item so) instead of its own.
     """
+    report = progress or _noop
+    if conn is not None:
+        return _embed_new(conn, False, collection, embed_fn_extend, report, write_batch_size)
+    with connect(watch_client=True) as own:
+        return _embed_new(own, True, collection, embed_fn_extend, report, write_batch_size)
+
+
+def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, report, write_batch_size: int):
     import psycopg
     from psycopg.types.json import Jsonb
 
     from . import class_rows as _cr
 
-    report = progress or _noop
-    with connect(watch_client=True) as conn:
-        coll = _collection_row(conn, collection)
-        run_id = coll["active_run_id"]
-        if run_id is None:
-            raise NoActiveRunError(
-                f"collection {collection!r} has no active embedding run; run_embedding_job() builds one "
-                "(it embeds all items).")
-        run = conn.execute("SELECT params, seed, anchor_set_id, embedding_dim, class_frames, class_rows "
-                           "FROM pm_vector.embedding_runs WHERE id = %s", [run_id]).fetchone()
-        params, seed, anchor_set_id, k, frames_doc, cr_doc = run
-        has_cr = bool(cr_doc) and cr_doc.get("status") == "ready" and frames_doc is not None
-        report("load", 0, 1)
-        new = _load_items(conn, coll, missing_from_run=run_id)
-        m = new["id"].shape[0]
-        if m == 0:
+    coll = _collection_row(conn, collection)
+    run_id = coll["active_run_id"]
+    if run_id is None:
+        raise NoActiveRunError(
+            f"collection {collection!r} has no active embedding run; run_embedding_job() builds one "
+            "(it embeds all items).")
+    run = conn.execute("SELECT params, seed, anchor_set_id, embedding_dim, class_frames, class_rows "
+                       "FROM pm_vector.embedding_runs WHERE id = %s", [run_id]).fetchone()
+    params, seed, anchor_set_id, k, frames_doc, cr_doc = run
+    has_cr = bool(cr_doc) and cr_doc.get("status") == "ready" and frames_doc is not None
+    report("load", 0, 1)
+    new = _load_items(conn, coll, missing_from_run=run_id)
+    m = new["id"].shape[0]
+    if m == 0:
+        if own:
             conn.rollback()
-            report("load", 1, 1)
-            return {"run_id": int(run_id), "n_new": 0}
-        anchors = _load_anchor_set(conn, coll, "anchor", anchor_set_id)
-        buf = _binary.copy_out(conn, f"SELECT position, embedding FROM pm_vector.run_{int(run_id)}_anchors "
-                                     "ORDER BY position")
-        a_emb = _binary.decode([("position", "int4", 0), ("embedding", _vtype(k), k)], buf)["embedding"]
-        old_items = _load_items(conn, coll, in_run=run_id) if has_cr else None
-        conn.rollback()
         report("load", 1, 1)
+        return {"run_id": int(run_id), "n_new": 0}
+    anchors = _load_anchor_set(conn, coll, "anchor", anchor_set_id)
+    buf = _binary.copy_out(conn, f"SELECT position, embedding FROM pm_vector.run_{int(run_id)}_anchors "
+                                 "ORDER BY position")
+    a_emb = _binary.decode([("position", "int4", 0), ("embedding", _vtype(k), k)], buf)["embedding"]
+    old_items = _load_items(conn, coll, in_run=run_id) if has_cr else None
+    if own:
+        conn.rollback()
+    report("load", 1, 1)
 
-        report("embed", 0, 1)
-        try:
-            e = embed_fn_extend(anchors.features, anchors.labels, a_emb, new["features"], new["label"],
-                                dict(params or {}), int(seed))
-        except PMVectorError as exc:
-            raise EmbeddingJobError(f"the extension function failed: {exc}", run_id) from exc
-        emb = _embedding_matrix(e, m, "new item embedding", k)
-        report("embed", 1, 1)
+    report("embed", 0, 1)
+    try:
+        e = embed_fn_extend(anchors.features, anchors.labels, a_emb, new["features"], new["label"],
+                            dict(params or {}), int(seed))
+    except PMVectorError as exc:
+        raise EmbeddingJobError(f"the extension function failed: {exc}", run_id) from exc
+    emb = _embedding_matrix(e, m, "new item embedding", k)
+    report("embed", 1, 1)
 
-        report("write", 0, m)
-        try:
-            row = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s FOR SHARE",
-                               [coll["id"]]).fetchone()
-            if row is None or row[0] != run_id:
-                raise EmbeddingJobError(
-                    f"the active run of collection {collection!r} changed while new items were embedded; "
-                    "call embed_new_items() again.", run_id)
-            conn.execute(f"CREATE TEMP TABLE pm_new_emb (LIKE pm_vector.run_{int(run_id)}_items) ON COMMIT DROP")
-            _write_embeddings(conn, "pm_new_emb", "item_id", "int8", new["id"], emb, int(write_batch_size),
-                              lambda d, tot: report("write", d, tot), commit=False)
-            if has_cr:  # one class-rows extension at a time per run
-                conn.execute("SELECT pg_advisory_xact_lock(pm_vector.pm_lock_key(3, %s))", [run_id])
-            # (an item deleted since the load is not added: delete_items waits for this lock or ran before it)
-            inserted = np.array([r[0] for r in conn.execute(
-                f"INSERT INTO pm_vector.run_{int(run_id)}_items (item_id, embedding) "
-                "SELECT e.item_id, e.embedding FROM pm_new_emb e WHERE EXISTS (SELECT 1 FROM pm_vector.items i "
-                "WHERE i.id = e.item_id) ON CONFLICT (item_id) DO NOTHING RETURNING item_id").fetchall()], dtype=np.int64)
-            if has_cr and inserted.size:
-                still = np.array([r[0] for r in conn.execute(
-                    f"SELECT item_id FROM pm_vector.run_{int(run_id)}_items WHERE item_id = ANY(%s)",
-                    [old_items["id"].tolist()]).fetchall()], dtype=np.int64)
-                kept = np.isin(old_items["id"], still)
-                old_items = {k_: v[kept] for k_, v in old_items.items()}
-                cr_doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s",
-                                      [run_id]).fetchone()[0]
-                keep = np.isin(new["id"], inserted)
-                all_ids = np.concatenate([old_items["id"], new["id"][keep]])
-                all_X = np.concatenate([old_items["features"], new["features"][keep]])
-                order = np.argsort(all_ids, kind="stable")
-                doc2 = _cr.extend(conn, run_id, frames_doc, cr_doc, all_ids[order], all_X[order], new["id"][keep],
-                                  new["features"][keep], new["label"][keep])
-                conn.execute("UPDATE pm_vector.embedding_runs SET class_rows = %s WHERE id = %s",
-                             [Jsonb(doc2), run_id])
+    report("write", 0, m)
+    try:
+        row = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s FOR SHARE",
+                           [coll["id"]]).fetchone()
+        if row is None or row[0] != run_id:
+            raise EmbeddingJobError(
+                f"the active run of collection {collection!r} changed while new items were embedded; "
+                "call embed_new_items() again.", run_id)
+        conn.execute(f"CREATE TEMP TABLE pm_new_emb (LIKE pm_vector.run_{int(run_id)}_items) ON COMMIT DROP")
+        _write_embeddings(conn, "pm_new_emb", "item_id", "int8", new["id"], emb, int(write_batch_size),
+                          lambda d, tot: report("write", d, tot), commit=False)
+        if has_cr:  # one class-rows extension at a time per run
+            conn.execute("SELECT pg_advisory_xact_lock(pm_vector.pm_lock_key(3, %s))", [run_id])
+        # (an item deleted since the load is not added: delete_items waits for this lock or ran before it)
+        inserted = np.array([r[0] for r in conn.execute(
+            f"INSERT INTO pm_vector.run_{int(run_id)}_items (item_id, embedding) "
+            "SELECT e.item_id, e.embedding FROM pm_new_emb e WHERE EXISTS (SELECT 1 FROM pm_vector.items i "
+            "WHERE i.id = e.item_id) ON CONFLICT (item_id) DO NOTHING RETURNING item_id").fetchall()], dtype=np.int64)
+        if has_cr and inserted.size:
+            still = np.array([r[0] for r in conn.execute(
+                f"SELECT item_id FROM pm_vector.run_{int(run_id)}_items WHERE item_id = ANY(%s)",
+                [old_items["id"].tolist()]).fetchall()], dtype=np.int64)
+            kept = np.isin(old_items["id"], still)
+            old_items = {k_: v[kept] for k_, v in old_items.items()}
+            cr_doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s",
+                                  [run_id]).fetchone()[0]
+            keep = np.isin(new["id"], inserted)
+            all_ids = np.concatenate([old_items["id"], new["id"][keep]])
+            all_X = np.concatenate([old_items["features"], new["features"][keep]])
+            order = np.argsort(all_ids, kind="stable")
+            doc2 = _cr.extend(conn, run_id, frames_doc, cr_doc, all_ids[order], all_X[order], new["id"][keep],
+                              new["features"][keep], new["label"][keep])
+            conn.execute("UPDATE pm_vector.embedding_runs SET class_rows = %s WHERE id = %s",
+                         [Jsonb(doc2), run_id])
+        if own:
             conn.commit()
-        except psycopg.Error as exc:
+    except psycopg.Error as exc:
+        if own:
             conn.rollback()
-            raise EmbeddingJobError(f"writing the new items' embeddings failed: {exc}", run_id) from exc
+        raise EmbeddingJobError(f"writing the new items' embeddings failed: {exc}", run_id) from exc
     return {"run_id": int(run_id), "n_new": int(m)}
 
 
