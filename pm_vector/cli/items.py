@@ -110,3 +110,49 @@ def update(name: str = typer.Argument(..., help="The collection."),
         return
     (old, new), = out["item_ids"].items()
     typer.echo(f"updated item {old} of {name!r}" + (f" (now item {new})" if new != old else "") + f" in {out['seconds']} s")
+
+
+def attach(name: str = typer.Argument(..., help="The new collection's name."),
+           table: str = typer.Option(..., "--table", help="The table, e.g. public.documents."),
+           id_column: str = typer.Option(..., "--id-column", help="Its key column."),
+           vector_column: str = typer.Option(..., "--vector-column", help="Its vector(n) column."),
+           label_column: Optional[str] = typer.Option(None, "--label-column", help="Its integer label column."),
+           payload_column: list[str] = typer.Option([], "--payload-column", help="A column returned as payload "
+                                                    "(repeat for more)."),
+           as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")):
+    """Make a collection from a table you already have: pm_vector reads the vectors from it (no copy)
+    and triggers queue its changes for `pm-vector sync`. Then register an anchor set and embed.
+
+    Example: pm-vector attach docs --table public.documents --id-column id --vector-column embedding
+    """
+    from ..db.store.attach import attach_table
+
+    try:
+        out = attach_table(name, table, id_column, vector_column, label_column, payload_column)
+    except PMVectorError as e:
+        _fail(str(e))
+    if as_json:
+        _echo_json(out)
+        return
+    typer.echo(f"attached {table} as {name!r}: {out['items']} rows, {out['skipped']} skipped (NULL vector, other "
+               f"dimension or label), dim {out['dim']}, labels {out['labels']}")
+
+
+def sync(name: str = typer.Argument(..., help="The attached collection."),
+         as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")):
+    """Apply the queued changes of an attached table (in order, exactly once; a killed sync resumes).
+
+    Example: pm-vector sync docs
+    """
+    from ..db.store.attach import sync as _sync
+
+    try:
+        out = _sync(name)
+    except PMVectorError as e:
+        _fail(str(e))
+    if as_json:
+        _echo_json(out)
+        return
+    typer.echo(f"{out['applied']} change(s): {out['inserted']} new, {out['replaced']} replaced, {out['deleted']} "
+               f"deleted, {out['payloads']} payload(s); {len(out['skipped'])} skipped" +
+               "".join(f"\n  skipped {k}: {r}" for k, r in out["skipped"][:20]))

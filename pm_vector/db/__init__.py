@@ -35,6 +35,8 @@ Data (see :mod:`pm_vector.db.store.api`, :mod:`pm_vector.db.runs.jobs`)::
     delete_items(collection, item_ids=... | external_ids=..., missing_ok=False) -> dict
                                            (erasure from every run table, :mod:`pm_vector.db.store.erase`)
     update_items(collection, item_ids=... | external_ids=..., features=, labels=, payloads=) -> dict
+    attach_table(name, table=, id_column=, vector_column=, label_column=None, payload_columns=()) -> dict
+    sync(name) -> dict                     (a user's table as the collection, :mod:`pm_vector.db.store.attach`)
     run_embedding_job(collection, params, seed, progress=None, *, embed_fn) -> dict
     embed_new_items(collection, embed_fn_extend) -> dict
     run_info(run_id) -> dict               list_runs(collection=None) -> list[dict]
@@ -106,14 +108,15 @@ from .runs.jobs import cleanup_stale_runs, embed_new_items, list_runs, run_embed
 from .store.payloads import set_max_payload_bytes
 from .store.erase import ItemNotFoundError, delete_items
 from .store.update import update_items
+from .store.attach import attach_table, sync
 from .postgres import database_url, start, status, stop, upgrade
 
 __all__ = [
-    "AnchorSet", "cleanup", "cleanup_stale_runs", "collection_info", "connect", "create_collection",
+    "AnchorSet", "attach_table", "cleanup", "cleanup_stale_runs", "collection_info", "connect", "create_collection",
     "database_url", "delete_items", "drop_collection", "embed_new_items", "fetch_items", "get_anchor_set", "get_engine",
     "ingest", "knn", "knn_batch", "list_collections", "list_requests", "list_runs", "log_request",
     "register_anchor_set", "run_embedding_job", "run_info", "session_scope", "set_max_payload_bytes", "start",
-    "status", "stop", "update_items", "upgrade",
+    "status", "stop", "sync", "update_items", "upgrade",
     "ClassRowsUnavailableError", "CollectionExistsError", "CollectionNotFoundError", "DatabaseConfigError",
     "DatabaseError",
     "DimensionMismatchError", "DuplicateExternalIdError", "EmbeddedServerError", "EmbeddingJobError",

@@ -95,7 +95,8 @@ def plan(conn, run_id: int, doc: Mapping[str, Any] | None, ids, labels, X, erase
             continue
         # refilled list: the old entries that remain and the nearest remaining items, by distance
         rem = row[~gone[row]]
-        cand = np.unique(np.concatenate([[pos[int(i)] for i in old if int(i) not in erased_set], rem]).astype(np.int64))
+        cand = np.unique(np.concatenate([[pos[int(i)] for i in old if int(i) not in erased_set and int(i) in pos],
+                                          rem]).astype(np.int64))
         dist = ((np.asarray(X[cand], dtype=np.float64) - np.asarray(X[qi], dtype=np.float64)) ** 2).sum(1)
         new = ids[cand[np.lexsort((cand, dist))][:g]]
         p.new_lists[j] = new

@@ -117,9 +117,13 @@ def _load_items(conn, coll: Mapping[str, Any], missing_from_run: int | None = No
     """ids, labels, features (float32) of the collection's items by binary COPY, ordered by id; with
     ``missing_from_run``, only items that have no embedding in that run; with ``in_run``, only
     items that have one."""
+    from ..store._source import feature_sql
+
     ftype = coll["feature_type"]
-    col = "features" if ftype == "vector" else "features_half"
-    q = f"SELECT i.id, i.label, i.{col} FROM pm_vector.items i WHERE i.collection_id = {int(coll['id'])}"
+    from ..store._source import feature_filter
+
+    q = (f"SELECT i.id, i.label, {feature_sql(coll)} FROM pm_vector.items i WHERE i.collection_id = {int(coll['id'])}"
+         + feature_filter(coll))
     if missing_from_run is not None:
         q += (f" AND NOT EXISTS (SELECT 1 FROM pm_vector.run_{int(missing_from_run)}_items e "
               "WHERE e.item_id = i.id)")
