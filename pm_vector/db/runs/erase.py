@@ -156,24 +156,30 @@ def _erase_prior(conn, place: Place, plan: Plan) -> None:
     ids, labels = a["item_id"], a["label"]
     nbrs, nhub = a["nbrs"].reshape(-1, g).copy(), a["nhub"].reshape(-1, g).copy()
     changed = np.zeros(ids.shape[0], bool)
-    for r, i in enumerate(ids):
-        lst = plan.new_lists.get(int(i))
-        if lst is not None:
-            nbrs[r] = lst[:g]
-            changed[r] = True
+    for r in np.flatnonzero(np.isin(ids, np.fromiter(plan.new_lists, np.int64, len(plan.new_lists)))):
+        nbrs[r] = plan.new_lists[int(ids[r])][:g]
+        changed[r] = True
     # nhub follows the hub counts: current (stored) counts + the erasure's changes; new entries read theirs
     delta = plan.hub_delta
-    if delta or changed.any():
-        hub_now = _hubs_of(conn, place, np.concatenate([nbrs[changed].ravel(), [0]])) if changed.any() else {}
-        for r in range(ids.shape[0]):
+    if changed.any():
+        hub_now = _hubs_of(conn, place, nbrs[changed].ravel())
+        for r in np.flatnonzero(changed):
             c = int(labels[r])
-            if changed[r]:
-                new = np.array([hub_now.get((c, int(j)), 0.0) + delta.get((c, int(j)), 0.0) for j in nbrs[r]])
-            else:
-                new = nhub[r] + np.array([delta.get((c, int(j)), 0.0) for j in nbrs[r]])
-            if not np.array_equal(new, nhub[r]):
-                nhub[r] = new
-                changed[r] = True
+            nhub[r] = [hub_now.get((c, int(j)), 0.0) + delta.get((c, int(j)), 0.0) for j in nbrs[r]]
+    if delta:  # the other rows: + the change of each listed item's count in the row's class (vectorised)
+        dk = np.array([(c, i) for c, i in delta], dtype=np.int64).reshape(-1, 2)
+        dv = np.array(list(delta.values()), dtype=np.float64)
+        cs = np.unique(np.concatenate([labels, dk[:, 0]]))  # labels by position (few): ids below 2^44
+        key = lambda c, i: np.searchsorted(cs, c).astype(np.int64) * np.int64(1 << 44) + i  # noqa: E731
+        order = np.argsort(key(dk[:, 0], dk[:, 1]))
+        sk, sv = key(dk[:, 0], dk[:, 1])[order], dv[order]
+        q = key(np.repeat(labels, g).reshape(-1, g), nbrs)
+        pos = np.clip(np.searchsorted(sk, q), 0, max(sk.size - 1, 0))
+        hit = (sk.size > 0) & (sk[pos] == q)
+        rows = ~changed & hit.any(axis=1)
+        add = np.where(hit, sv[pos], 0.0)
+        nhub[rows] += add[rows]
+        changed |= rows
     gone = np.isin(ids, plan.erased)
     changed &= ~gone
     drop = ids[gone | changed]

@@ -64,7 +64,15 @@ def plan(conn, run_id: int, doc: Mapping[str, Any] | None, ids, labels, X, erase
     # enough neighbours that each keeps max(g, gc) entries once the erased ones are left out
     q = np.array([pos[j] for j in sorted(erased_set)] + [pos[j] for j in affected], dtype=np.int64)
     kk = min(ids.shape[0], max(g, gc) + 1 + min(max(g, gc), len(erased_set)))
-    found = knn_search(X[q], X, kk) if q.size and kk >= 1 else np.zeros((0, 0), np.int64)
+    if not q.size or kk < 1:
+        found = np.zeros((0, 0), np.int64)
+    elif ids.shape[0] <= int(doc.get("graph_exact_max_items", 50_000)):
+        found = knn_search(X[q], X, kk)  # the job's exact graph: the same search (float64, ties by position)
+    else:  # the job's graph is approximate there (float32): an exact float32 search, as fast as faiss is
+        import faiss
+
+        X32 = np.ascontiguousarray(X, dtype=np.float32)
+        found = faiss.knn(X32[q], X32, kk)[1].astype(np.int64)
     hd: dict = {}
     cd: dict = {}
 
