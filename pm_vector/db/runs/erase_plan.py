@@ -58,6 +58,9 @@ def plan(conn, run_id: int, doc: Mapping[str, Any] | None, ids, labels, X, erase
     erased_set = set(int(i) for i in ids[gone])
     pos = {int(i): k for k, i in enumerate(ids)}
     affected = sorted(j for j, lst in lists.items() if j not in erased_set and erased_set & set(int(x) for x in lst))
+    missing = [j for j in sorted(erased_set) + affected if j not in pos]
+    if missing:  # every item of the run must come with the features it was built from
+        raise RuntimeError(f"run {int(run_id)}: the features of items {missing[:5]} are not readable; nothing was erased")
     cells_ready = (doc.get("cells") or {}).get("status") == "ready" and cells_doc is not None
     gc = int((doc.get("cells") or {}).get("graph_degree") or 0) if cells_ready else 0
     # one exact search of the erased and affected items over the run's items before the erasure:

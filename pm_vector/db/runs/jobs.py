@@ -573,13 +573,26 @@ def anchor_frame_embed_fn(anchor_X, anchor_y, item_X, item_y, params, seed, prog
     return frame.anchor_embedding_, frame.extend(item_X, item_y, progress=progress)
 
 
+#: frames rebuilt by anchor_frame_extend_fn, by (anchor set digest, params, seed): public data only
+_frames: dict = {}
+
+
 def anchor_frame_extend_fn(anchor_X, anchor_y, anchor_embedding, new_X, new_y, params, seed):
     """``embed_fn_extend`` for :func:`embed_new_items` matching :func:`anchor_frame_embed_fn`.
 
     Rebuilds the run's frame from its anchors, parameters and seed (deterministic), checks it
     reproduces the stored anchor embedding, and extends it to the new items.
     """
-    frame = _anchor_frame(anchor_X, anchor_y, params, seed)
+    import hashlib
+
+    key = (hashlib.sha256(np.ascontiguousarray(anchor_X).tobytes() + np.ascontiguousarray(anchor_y).tobytes())
+           .hexdigest(), json.dumps(dict(params), sort_keys=True, default=str), int(seed))
+    frame = _frames.get(key)
+    if frame is None:  # (a sync or an update places a few items at a time: the frame is fit once per run)
+        frame = _anchor_frame(anchor_X, anchor_y, params, seed)
+        if len(_frames) >= 4:
+            _frames.pop(next(iter(_frames)))
+        _frames[key] = frame
     ref = np.asarray(anchor_embedding, dtype=np.float64)
     scale = max(1.0, float(np.abs(ref).max()))
     if frame.anchor_embedding_.shape != ref.shape or np.abs(frame.anchor_embedding_ - ref).max() > 1e-4 * scale:

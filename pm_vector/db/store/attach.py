@@ -106,13 +106,17 @@ def pending(collection: str) -> int:
 
 def sync(collection: str, *, batch: int = SYNC_BATCH, embed_fn_extend=None, max_batches: int | None = None
          ) -> dict[str, Any]:
-    """Apply the queued changes of an attached collection, in order, ``batch`` at a time, each batch
-    one transaction (module doc). Returns the counts and the skipped rows (``[(key, reason)]``)."""
+    """Apply the changes queued before the call, in order, ``batch`` at a time, each batch one
+    transaction (module doc). Returns the counts and the skipped rows (``[(key, reason)]``)."""
     total = {"collection": collection, "applied": 0, "inserted": 0, "replaced": 0, "deleted": 0, "payloads": 0,
              "skipped": [], "batches": 0}
     t = time.perf_counter()
-    while max_batches is None or total["batches"] < max_batches:
-        done = _sync_batch(collection, int(batch), embed_fn_extend)
+    with connect() as conn:  # the changes queued before this call: a sync ends under a steady stream
+        coll = _collection_row(conn, collection)
+        upto = conn.execute("SELECT max(seq) FROM pm_vector.attach_changes WHERE collection_id = %s",
+                            [coll["id"]]).fetchone()[0]
+    while upto is not None and (max_batches is None or total["batches"] < max_batches):
+        done = _sync_batch(collection, int(batch), embed_fn_extend, int(upto))
         if done is None:
             break
         total["batches"] += 1
@@ -123,7 +127,7 @@ def sync(collection: str, *, batch: int = SYNC_BATCH, embed_fn_extend=None, max_
     return total
 
 
-def _sync_batch(collection: str, batch: int, embed_fn_extend) -> dict[str, Any] | None:
+def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int) -> dict[str, Any] | None:
     from psycopg.types.json import Jsonb
 
     from ..runs import erase as _erase
@@ -137,7 +141,7 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend) -> dict[str, Any] 
         if not att:
             raise InvalidInputError(f"collection {collection!r} is not attached to a table (pm-vector attach).")
         rows = conn.execute("SELECT seq, op, key, old_vector FROM pm_vector.attach_changes WHERE collection_id = %s "
-                            "ORDER BY seq LIMIT %s", [coll["id"], batch]).fetchall()
+                            "AND seq <= %s ORDER BY seq LIMIT %s", [coll["id"], upto, batch]).fetchall()
         if not rows:
             conn.rollback()
             return None
@@ -187,16 +191,30 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend) -> dict[str, Any] 
                 payloads.append((s[3], item[0]))
         gone = np.array(sorted(int(i) for i in erase), dtype=np.int64)
         if gone.size:
-            def load(rid, _gone=gone):  # the run's items; the erased ones with the vectors they were built from
+            def load(rid, _gone=gone):
+                """The run's items before the erasure, each with the vector it was built from: the table's
+                now, or -- for a row changed or gone since -- the first vector queued for it (old_vector)."""
                 have = _load_items(conn, coll, in_run=rid)
                 feats = np.asarray(have["features"], np.float32).copy()
                 pos = {int(i): k for k, i in enumerate(have["id"])}
-                miss = []
-                for i in (int(x) for x in _gone if int(x) in old_vec):
-                    vec = np.asarray(old_vec[i].strip("[]").split(","), dtype=np.float32)
+                run_ids = [r[0] for r in conn.execute(f"SELECT item_id FROM pm_vector.run_{int(rid)}_items").fetchall()]
+                lost = [i for i in run_ids if i not in pos]
+                queued = dict(old_vec)
+                if lost:
+                    for i, v in conn.execute(
+                            "SELECT DISTINCT ON (it.id) it.id, c.old_vector FROM pm_vector.items it JOIN "
+                            "pm_vector.attach_changes c ON c.collection_id = it.collection_id AND c.key = it.external_id "
+                            "WHERE it.id = ANY(%s) AND c.old_vector IS NOT NULL ORDER BY it.id, c.seq", [lost]).fetchall():
+                        queued.setdefault(int(i), v)
+                miss, erased, lost_set = [], set(int(x) for x in _gone), set(lost)
+                for i, v in queued.items():
+                    vec = np.asarray(v.strip("[]").split(","), dtype=np.float32)
+                    if vec.shape[0] != int(coll["feature_dim"]):
+                        continue
                     if i in pos:
-                        feats[pos[i]] = vec
-                    else:
+                        if i in erased:
+                            feats[pos[i]] = vec
+                    elif i in lost_set:
                         miss.append((i, vec))
                 if not miss:
                     return {"id": have["id"], "label": have["label"], "features": feats}
@@ -206,7 +224,8 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend) -> dict[str, Any] 
                 order = np.argsort(ids, kind="stable")
                 return {"id": ids[order],
                         "label": np.concatenate([have["label"], np.array([labs[i] for i, _ in miss], np.int64)])[order],
-                        "features": np.concatenate([feats, np.stack([v for _, v in miss])])[order]}
+                        "features": np.concatenate([feats.reshape(-1, coll["feature_dim"]),
+                                                    np.stack([v for _, v in miss])])[order]}
 
             _erase.erase_in_runs(conn, gone, _runs_with_tables(conn, coll["id"]), load)
             _erase_kahm(conn, coll, gone)
