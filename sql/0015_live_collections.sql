@@ -62,8 +62,8 @@ BEGIN
       OR NOT (n.label = ANY (c.labels))
    LIMIT 1;
   IF FOUND THEN
-    IF bad.bare AND NOT bad.attached THEN
-      RAISE EXCEPTION USING ERRCODE = 'PM012',
+    IF bad.bare AND NOT bad.attached THEN  -- (the check constraint's error before 0015: a CheckViolation)
+      RAISE EXCEPTION USING ERRCODE = 'check_violation',
         MESSAGE = format('an item of collection %L has no features', bad.name);
     ELSIF NOT bad.bare AND bad.attached THEN
       RAISE EXCEPTION USING ERRCODE = 'PM012',

@@ -86,6 +86,8 @@ def test_attach_reads_the_table_and_sync_applies_its_changes_once(db, cname, con
     for q in reqs:
         assert not gone & {i for r in resolve(cname, q, log=False)["rows"] for i in r["item_ids"]}
     assert db.sync(cname)["applied"] == 0  # exactly once: the queue is empty
+    with pytest.raises(Exception, match="attached to table"):  # the table is the truth: change it there
+        db.delete_items(cname, external_ids=["8"])
     db.drop_collection(cname)  # its triggers go with it: the table's writes queue nothing more
     conn.execute(f"INSERT INTO public.{t} VALUES (3001, %s::vector, 2, 'after')", [_vec(X[1])])
     assert conn.execute("SELECT count(*) FROM pm_vector.attach_changes").fetchone()[0] == 0

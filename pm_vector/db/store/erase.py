@@ -65,6 +65,14 @@ def _resolve(conn, coll, kind: str, vals: list, missing_ok: bool) -> np.ndarray:
     return np.array(sorted(r[0] for r in rows), dtype=np.int64)
 
 
+def _not_attached(coll, what: str) -> None:
+    att = (coll["settings"] or {}).get("attached")
+    if att:
+        raise InvalidInputError(
+            f"collection {coll['name']!r} is attached to table {att['table']}: {what} the rows there, and "
+            f"`pm-vector sync {coll['name']}` (pm_vector.db.sync) applies the change everywhere. Nothing was changed.")
+
+
 def _runs_with_tables(conn, coll_id: int) -> list[tuple]:
     return conn.execute(
         "SELECT id, class_rows, public_cells FROM pm_vector.embedding_runs WHERE collection_id = %s "
@@ -84,6 +92,7 @@ def delete_items(collection: str, *, item_ids=None, external_ids=None, missing_o
     t = time.perf_counter()
     with connect(watch_client=True) as conn:
         coll = _collection_row(conn, collection, lock="FOR NO KEY UPDATE")
+        _not_attached(coll, "delete")
         ids = _resolve(conn, coll, kind, vals, missing_ok)
         out = {"collection": collection, "deleted": int(ids.size), "item_ids": ids.tolist(), "runs": [],
                "kahm_refit_needed": []}

@@ -25,7 +25,7 @@ from ...errors import InvalidInputError
 from ..postgres import connect
 from ._common import _collection_row
 from ._validate import _features, _labels
-from .erase import _ids, _resolve, _runs_with_tables, _erase_kahm
+from .erase import _erase_kahm, _ids, _not_attached, _resolve, _runs_with_tables
 from .payloads import check_payloads, limit_of
 
 _UNSET = object()
@@ -51,6 +51,7 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
     n = len(given)
     with connect(watch_client=True) as conn:
         coll = _collection_row(conn, collection, lock="FOR NO KEY UPDATE")
+        _not_attached(coll, "update")
         X = None if features is None else _features(features, coll, "features")
         if X is not None and X.shape[0] != n:
             raise InvalidInputError(f"features has {X.shape[0]} rows for {n} ids.")
