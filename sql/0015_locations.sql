@@ -27,6 +27,19 @@
 --       their h(i); and a row (level 0, cell 0) of the items by h desc, then id (the top hubs).
 --   Kept on the coordinator of a sharded run, beside the run's codes.
 
+-- Qualified name of a run's table: kind 'items', 'anchors', 'prior', 'neighbors', 'hubs', 'codes',
+-- 'cells' or 'locations'.
+CREATE OR REPLACE FUNCTION pm_vector.pm_run_table(run_id bigint, kind text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+  IF kind NOT IN ('items', 'anchors', 'prior', 'neighbors', 'hubs', 'codes', 'cells', 'locations') THEN
+    RAISE EXCEPTION USING ERRCODE = 'PM004',
+      MESSAGE = format('kind must be items, anchors, prior, neighbors, hubs, codes, cells or locations, not %L', kind);
+  END IF;
+  RETURN 'pm_vector.' || quote_ident('run_' || run_id || '_' || kind);
+END $$;
+
 CREATE OR REPLACE FUNCTION pm_vector.pm_create_locations_table(p_run_id bigint) RETURNS void
 LANGUAGE plpgsql
 AS $$

@@ -14,3 +14,14 @@ DROP FUNCTION IF EXISTS pm_vector.pm_location_shortlist(text, integer, integer, 
 DROP FUNCTION IF EXISTS pm_vector.pm_location_shortlist_core(bigint, integer, integer, float8, integer);
 DROP FUNCTION IF EXISTS pm_vector.pm_create_locations_table(bigint);
 DROP FUNCTION IF EXISTS pm_vector.pm_drop_run_tables(bigint);
+
+CREATE OR REPLACE FUNCTION pm_vector.pm_run_table(run_id bigint, kind text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+  IF kind NOT IN ('items', 'anchors', 'prior', 'neighbors', 'hubs', 'codes', 'cells') THEN
+    RAISE EXCEPTION USING ERRCODE = 'PM004',
+      MESSAGE = format('kind must be items, anchors, prior, neighbors, hubs, codes or cells, not %L', kind);
+  END IF;
+  RETURN 'pm_vector.' || quote_ident('run_' || run_id || '_' || kind);
+END $$;

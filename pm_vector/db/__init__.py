@@ -32,6 +32,11 @@ Data (see :mod:`pm_vector.db.store.api`, :mod:`pm_vector.db.runs.jobs`)::
     register_anchor_set(collection, features, labels, role="anchor"|"dummy") -> dict
     get_anchor_set(collection, role="anchor") -> AnchorSet
     fetch_items(collection, item_ids, include_features=False) -> dict
+    delete_items(collection, item_ids=... | external_ids=..., missing_ok=False) -> dict
+                                           (erasure from every run table, :mod:`pm_vector.db.store.erase`)
+    update_items(collection, item_ids=... | external_ids=..., features=, labels=, payloads=) -> dict
+    attach_table(name, table=, id_column=, vector_column=, label_column=None, payload_columns=()) -> dict
+    sync(name) -> dict                     (a user's table as the collection, :mod:`pm_vector.db.store.attach`)
     run_embedding_job(collection, params, seed, progress=None, *, embed_fn) -> dict
     embed_new_items(collection, embed_fn_extend) -> dict
     run_info(run_id) -> dict               list_runs(collection=None) -> list[dict]
@@ -101,17 +106,21 @@ from .errors import (
 )
 from .runs.jobs import cleanup_stale_runs, embed_new_items, list_runs, run_embedding_job, run_info
 from .store.payloads import set_max_payload_bytes
+from .store.erase import ItemNotFoundError, delete_items
+from .store.update import update_items
+from .store.attach import attach_table, sync
 from .postgres import database_url, start, status, stop, upgrade
 
 __all__ = [
-    "AnchorSet", "cleanup", "cleanup_stale_runs", "collection_info", "connect", "create_collection",
-    "database_url", "drop_collection", "embed_new_items", "fetch_items", "get_anchor_set", "get_engine",
+    "AnchorSet", "attach_table", "cleanup", "cleanup_stale_runs", "collection_info", "connect", "create_collection",
+    "database_url", "delete_items", "drop_collection", "embed_new_items", "fetch_items", "get_anchor_set", "get_engine",
     "ingest", "knn", "knn_batch", "list_collections", "list_requests", "list_runs", "log_request",
     "register_anchor_set", "run_embedding_job", "run_info", "session_scope", "set_max_payload_bytes", "start",
-    "status", "stop", "upgrade",
+    "status", "stop", "sync", "update_items", "upgrade",
     "ClassRowsUnavailableError", "CollectionExistsError", "CollectionNotFoundError", "DatabaseConfigError",
     "DatabaseError",
     "DimensionMismatchError", "DuplicateExternalIdError", "EmbeddedServerError", "EmbeddingJobError",
+    "ItemNotFoundError",
     "NoActiveRunError", "NoAnchorSetError", "PgvectorMissingError", "PgvectorVersionError",
     "RawFeaturesNotAllowedError", "RunNotFoundError", "SchemaNotReadyError", "UnknownLabelError",
 ]

@@ -121,6 +121,11 @@ class NoKAHMModelError(DatabaseError, LookupError):
     """The collection has no stored KAHM model (or not the one asked for)."""
 
 
+class KAHMRefitNeededError(NoKAHMModelError):
+    """The collection's current KAHM model is a raw model that may hold an erased (deleted) item among
+    its training rows: its outputs are refused until it is refit (``pm-vector kahm fit``)."""
+
+
 class RawKAHMDistancesNotAllowedError(RawFeaturesNotAllowedError):
     """Distances of a raw (non-private) KAHM model were asked for and the collection has not opted
     in (``settings["kahm"]["raw_distances"]``): they separate members from non-members."""

@@ -66,7 +66,7 @@ from .body_timeout import BodyTimeoutMiddleware
 from .errors import install_error_handlers
 from .memory import LargeRequestGate, configure_malloc
 from .middleware import AuthMiddleware, BodyLimitMiddleware, CatchAllMiddleware
-from .routers import anchor, collections, health, items, jobs, kahm, keys, resolve
+from .routers import anchor, collections, erase, health, items, jobs, kahm, keys, resolve
 from .settings import ServiceSettings
 
 
@@ -205,7 +205,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
 
     install_error_handlers(app, log)
     # one router per resource (service/routers/), in the order of the OpenAPI document's paths
-    for module in (health, collections, anchor, items, jobs, keys, resolve, kahm):
+    for module in (health, collections, anchor, items, erase, jobs, keys, resolve, kahm):
         app.include_router(module.router)
 
     # make the self-parsed bodies part of the schema although the endpoints parse them themselves
@@ -217,6 +217,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         s = _orig_openapi()
         comps = s.setdefault("components", {}).setdefault("schemas", {})
         for m in (schemas.ResolveBody, schemas.PrivateMailRequestBody, schemas.DistancesBody, schemas.ItemsBody,
+                  schemas.DeleteItemsBody,
                   schemas.JobBody):
             js = m.model_json_schema(ref_template="#/components/schemas/{model}")
             for k, v in js.pop("$defs", {}).items():

@@ -20,7 +20,9 @@ from .validation import RETRY_AFTER_S, ApiError, _database_down, _err
 def _status_of(exc: PMVectorError) -> tuple[int, str]:
     from ..db import errors as dbe
 
-    if isinstance(exc, (dbe.CollectionNotFoundError, dbe.RunNotFoundError, dbe.NoAnchorSetError)):
+    from ..db.store.erase import ItemNotFoundError
+
+    if isinstance(exc, (dbe.CollectionNotFoundError, dbe.RunNotFoundError, dbe.NoAnchorSetError, ItemNotFoundError)):
         return 404, "not_found"
     if isinstance(exc, dbe.NoActiveRunError):
         return 409, "no_active_run"

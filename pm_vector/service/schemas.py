@@ -143,3 +143,13 @@ class Job(BaseModel):
     created_at: float
     started_at: Optional[float] = None
     finished_at: Optional[float] = None
+
+
+class DeleteItemsBody(BaseModel):
+    """Exactly one of ``ids`` (item ids) and ``external_ids``."""
+
+    ids: Optional[list[Int64]] = None
+    external_ids: Optional[list[str]] = None
+    missing_ok: bool = Field(False, description="Delete the ids that exist and skip the others (else 404, "
+                                                "nothing deleted).")
+    model_config = {"extra": "forbid"}

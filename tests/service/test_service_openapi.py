@@ -19,6 +19,8 @@ EXPECTED = {
                                             ["200", *_COMMON]),
     ("POST", "/collections/{name}/items"): ("items_collections__name__items_post", ["collections"], "ItemsBody",
                                             ["200", *_COMMON]),
+    ("POST", "/collections/{name}/items/delete"): ("delete_collections__name__items_delete_post", ["collections"],
+                                                   "DeleteItemsBody", ["200", *_COMMON]),
     ("POST", "/collections/{name}/jobs"): ("start_job_collections__name__jobs_post", ["jobs"], "JobBody",
                                            ["202", *_COMMON]),
     ("GET", "/jobs"): ("list_jobs_jobs_get", ["jobs"], None, ["200", *_COMMON]),
@@ -56,7 +58,7 @@ def test_paths_operation_ids_and_bodies(app):
         assert seen[key] == (want[0], want[1], want[2], sorted(want[3])), key
     # the self-parsed bodies are documented in full, with the schemas they refer to
     comps = spec["components"]["schemas"]
-    for name in ("ResolveBody", "PrivateMailRequestBody", "DistancesBody", "ItemsBody", "JobBody"):
+    for name in ("ResolveBody", "PrivateMailRequestBody", "DistancesBody", "ItemsBody", "DeleteItemsBody", "JobBody"):
         assert comps[name]["type"] == "object" and comps[name]["properties"], name
     for path, ops in spec["paths"].items():  # every reference resolves
         for op in ops.values():

@@ -204,7 +204,7 @@ def _model_from_bytes(blob: bytes):
 def _model_row(conn, coll, model_id: int | None, *, with_blob: bool = False) -> dict[str, Any]:
     from psycopg.rows import dict_row
 
-    cols = "id, kind, classes, n_features, n_items, params, privacy, created_at" + (", model" if with_blob else "")
+    cols = "id, kind, classes, n_features, n_items, params, privacy, created_at, erased_at" + (", model" if with_blob else "")
     with conn.cursor(row_factory=dict_row) as cur:
         if model_id is None:
             cur.execute(f"SELECT {cols} FROM pm_vector.kahm_models WHERE collection_id = %s ORDER BY id DESC LIMIT 1",
@@ -213,6 +213,13 @@ def _model_row(conn, coll, model_id: int | None, *, with_blob: bool = False) -> 
             cur.execute(f"SELECT {cols} FROM pm_vector.kahm_models WHERE collection_id = %s AND id = %s",
                         [coll["id"], int(model_id)])
         row = cur.fetchone()
+    if row is not None and row["kind"] == "raw" and row["erased_at"] is not None:
+        from ..errors import KAHMRefitNeededError
+
+        raise KAHMRefitNeededError(
+            f"KAHM model {row['id']} of collection {coll['name']!r} is a raw model fit before items were deleted "
+            f"(erased at {row['erased_at'].isoformat()}): it may hold them, so its outputs are refused. Refit it with "
+            f"`pm-vector kahm fit {coll['name']}` (noisy and fabricated models keep serving).")
     if row is None:
         which = f"KAHM model {model_id}" if model_id is not None else "KAHM model"
         raise NoKAHMModelError(f"collection {coll['name']!r} has no {which}; fit one with "

@@ -23,12 +23,14 @@ def item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: in
     i.label, i.payload``, and the extra columns: features, the first ``code_bytes`` bytes of its
     code (the whole code when None), its stored KAHM class scores, each when asked): LATERAL by
     primary key, OFFSET 0, one index lookup per candidate."""
+    from ..store._source import feature_sql
+
     col = "features" if coll["feature_type"] == "vector" else "features_half"
     cols = ((f", i.{col}" if include_features else "") +
             (", cd.code" if codes_run_id is not None else "") +
             (", sc.predicted, sc.scores" if kahm_model_id is not None else ""))
     joins = (" LEFT JOIN LATERAL (SELECT it.external_id, it.label, it.payload" +
-             (f", it.{col}" if include_features else "") +
+             (f", {feature_sql(coll, 'it')} AS {col}" if include_features else "") +
              " FROM pm_vector.items AS it WHERE it.id = s.item_id OFFSET 0) AS i ON true" +
              (" LEFT JOIN LATERAL (SELECT " + ("c.code" if code_bytes is None else
                                               f"substr(c.code, 1, {int(code_bytes)}) AS code") +

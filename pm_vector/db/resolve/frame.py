@@ -86,10 +86,12 @@ _CACHE_MAX = 64
 _META_SQL = (
     "SELECT c.id, c.name, c.feature_dim, c.feature_type, c.metric, c.labels, c.settings, c.active_run_id, "
     "r.anchor_set_id, r.params, r.seed, r.embedding_dim, r.created_at AS run_created_at, r.class_rows, "
-    "m.id AS kahm_model_id, m.classes AS kahm_classes, m.kind AS kahm_kind "
+    # (a raw model that an erasure took out of service serves no scores: None, as without a model)
+    "CASE WHEN m.kind = 'raw' AND m.erased_at IS NOT NULL THEN NULL ELSE m.id END AS kahm_model_id, "
+    "m.classes AS kahm_classes, m.kind AS kahm_kind "
     "FROM pm_vector.collections c LEFT JOIN pm_vector.embedding_runs r ON r.id = c.active_run_id "
     # the current KAHM model (newest), whose stored item scores come back with resolved rows
-    "LEFT JOIN LATERAL (SELECT k.id, k.classes, k.kind FROM pm_vector.kahm_models k WHERE k.collection_id = c.id "
+    "LEFT JOIN LATERAL (SELECT k.id, k.classes, k.kind, k.erased_at FROM pm_vector.kahm_models k WHERE k.collection_id = c.id "
     "ORDER BY k.id DESC LIMIT 1) m ON true "
     "WHERE c.name = %s")
 

@@ -121,6 +121,8 @@ def _check_against_run(rf: RunFrame, ids, dim: int, n_query_rows: int, max_query
 
 
 def _knn_statement(coll: Mapping[str, Any], include_features: bool, kahm_model_id: int | None = None) -> str:
+    from ..store._source import feature_sql
+
     col = "features" if coll["feature_type"] == "vector" else "features_half"
     feat = f", i.{col}" if include_features else ""
     scores = ", sc.predicted, sc.scores" if kahm_model_id is not None else ""
@@ -128,7 +130,8 @@ def _knn_statement(coll: Mapping[str, Any], include_features: bool, kahm_model_i
     # row, whatever the planner thinks of the function's size (it would hash-join a seq scan of items)
     return ("SELECT b.query_index, b.rank, b.item_id, b.external_id, b.label, b.distance, i.payload" + feat + scores +
             " FROM pm_vector.pm_knn_batch(%s, %s::vector[], %s, %s) AS b"
-            " CROSS JOIN LATERAL (SELECT it.payload" + (f", it.{col}" if include_features else "") +
+            " CROSS JOIN LATERAL (SELECT it.payload" + (f", {feature_sql(coll, 'it')} AS {col}" if include_features
+                                                        else "") +
             " FROM pm_vector.items AS it WHERE it.id = b.item_id OFFSET 0) AS i" +
             (" LEFT JOIN LATERAL (SELECT s.predicted, s.scores FROM pm_vector.kahm_item_scores AS s"
              f" WHERE s.model_id = {int(kahm_model_id)} AND s.item_id = b.item_id OFFSET 0) AS sc ON true"

@@ -117,9 +117,13 @@ def _load_items(conn, coll: Mapping[str, Any], missing_from_run: int | None = No
     """ids, labels, features (float32) of the collection's items by binary COPY, ordered by id; with
     ``missing_from_run``, only items that have no embedding in that run; with ``in_run``, only
     items that have one."""
+    from ..store._source import feature_sql
+
     ftype = coll["feature_type"]
-    col = "features" if ftype == "vector" else "features_half"
-    q = f"SELECT i.id, i.label, i.{col} FROM pm_vector.items i WHERE i.collection_id = {int(coll['id'])}"
+    from ..store._source import feature_filter
+
+    q = (f"SELECT i.id, i.label, {feature_sql(coll)} FROM pm_vector.items i WHERE i.collection_id = {int(coll['id'])}"
+         + feature_filter(coll))
     if missing_from_run is not None:
         q += (f" AND NOT EXISTS (SELECT 1 FROM pm_vector.run_{int(missing_from_run)}_items e "
               "WHERE e.item_id = i.id)")
@@ -330,6 +334,13 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
             raise EmbeddingJobError(
                 f"run {run_id} is no longer 'running' (status {st[0] if st else 'deleted'}); another process "
                 "declared it abandoned, so it is not switched to.", run_id)
+        # items deleted since the load (delete_items holds the collection row as the switch does, so
+        # none can be deleted between this and the commit): they leave the new run before it serves
+        from . import erase as _erase
+
+        n_erased = _erase.apply_pending(conn, run_id, items)
+        if n_erased:  # (recorded only when it happened)
+            timings["erased_at_switch"] = n_erased
         timings["switch_s"] = time.perf_counter() - t
         conn.execute("UPDATE pm_vector.embedding_runs SET status = 'succeeded', finished_at = now(), timings = %s "
                      "WHERE id = %s", [Jsonb({k_: round(v, 6) for k_, v in timings.items()}), run_id])
@@ -400,7 +411,7 @@ def _abort(conn, run_id: int, exc: BaseException) -> None:
 # ----------------------------------------------------------------------------- new items
 
 def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: JobProgress | None = None,
-                    write_batch_size: int = 20_000) -> dict[str, Any]:
+                    write_batch_size: int = 20_000, conn=None) -> dict[str, Any]:
     """Embed items ingested after the active run was built into that run (out-of-sample extension).
 
     ``embed_fn_extend(anchor_X, anchor_y, anchor_embedding, new_X, new_y, params, seed) -> (m, k)``
@@ -410,81 +421,98 @@ def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: Job
     When the run has class rows, the same transaction adds the new items to its prior, graph
     and hubs (:func:`pm_vector.db.runs.class_rows.extend`: each new item gets its own neighbour list;
     existing items' lists are not recomputed -- an approximation until the next full job).
-    Returns ``{"run_id", "n_new"}``.
+    Returns ``{"run_id", "n_new"}``. ``conn``: work in the caller's open transaction (which commits;
+    :func:`pm_vector.db.store.update.update_items` places an updated item so) instead of its own.
     """
+    report = progress or _noop
+    if conn is not None:
+        return _embed_new(conn, False, collection, embed_fn_extend, report, write_batch_size)
+    with connect(watch_client=True) as own:
+        return _embed_new(own, True, collection, embed_fn_extend, report, write_batch_size)
+
+
+def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, report, write_batch_size: int):
     import psycopg
     from psycopg.types.json import Jsonb
 
     from . import class_rows as _cr
 
-    report = progress or _noop
-    with connect(watch_client=True) as conn:
-        coll = _collection_row(conn, collection)
-        run_id = coll["active_run_id"]
-        if run_id is None:
-            raise NoActiveRunError(
-                f"collection {collection!r} has no active embedding run; run_embedding_job() builds one "
-                "(it embeds all items).")
-        run = conn.execute("SELECT params, seed, anchor_set_id, embedding_dim, class_frames, class_rows "
-                           "FROM pm_vector.embedding_runs WHERE id = %s", [run_id]).fetchone()
-        params, seed, anchor_set_id, k, frames_doc, cr_doc = run
-        has_cr = bool(cr_doc) and cr_doc.get("status") == "ready" and frames_doc is not None
-        report("load", 0, 1)
-        new = _load_items(conn, coll, missing_from_run=run_id)
-        m = new["id"].shape[0]
-        if m == 0:
+    coll = _collection_row(conn, collection)
+    run_id = coll["active_run_id"]
+    if run_id is None:
+        raise NoActiveRunError(
+            f"collection {collection!r} has no active embedding run; run_embedding_job() builds one "
+            "(it embeds all items).")
+    run = conn.execute("SELECT params, seed, anchor_set_id, embedding_dim, class_frames, class_rows "
+                       "FROM pm_vector.embedding_runs WHERE id = %s", [run_id]).fetchone()
+    params, seed, anchor_set_id, k, frames_doc, cr_doc = run
+    has_cr = bool(cr_doc) and cr_doc.get("status") == "ready" and frames_doc is not None
+    report("load", 0, 1)
+    new = _load_items(conn, coll, missing_from_run=run_id)
+    m = new["id"].shape[0]
+    if m == 0:
+        if own:
             conn.rollback()
-            report("load", 1, 1)
-            return {"run_id": int(run_id), "n_new": 0}
-        anchors = _load_anchor_set(conn, coll, "anchor", anchor_set_id)
-        buf = _binary.copy_out(conn, f"SELECT position, embedding FROM pm_vector.run_{int(run_id)}_anchors "
-                                     "ORDER BY position")
-        a_emb = _binary.decode([("position", "int4", 0), ("embedding", _vtype(k), k)], buf)["embedding"]
-        old_items = _load_items(conn, coll, in_run=run_id) if has_cr else None
-        conn.rollback()
         report("load", 1, 1)
+        return {"run_id": int(run_id), "n_new": 0}
+    anchors = _load_anchor_set(conn, coll, "anchor", anchor_set_id)
+    buf = _binary.copy_out(conn, f"SELECT position, embedding FROM pm_vector.run_{int(run_id)}_anchors "
+                                 "ORDER BY position")
+    a_emb = _binary.decode([("position", "int4", 0), ("embedding", _vtype(k), k)], buf)["embedding"]
+    old_items = _load_items(conn, coll, in_run=run_id) if has_cr else None
+    if own:
+        conn.rollback()
+    report("load", 1, 1)
 
-        report("embed", 0, 1)
-        try:
-            e = embed_fn_extend(anchors.features, anchors.labels, a_emb, new["features"], new["label"],
-                                dict(params or {}), int(seed))
-        except PMVectorError as exc:
-            raise EmbeddingJobError(f"the extension function failed: {exc}", run_id) from exc
-        emb = _embedding_matrix(e, m, "new item embedding", k)
-        report("embed", 1, 1)
+    report("embed", 0, 1)
+    try:
+        e = embed_fn_extend(anchors.features, anchors.labels, a_emb, new["features"], new["label"],
+                            dict(params or {}), int(seed))
+    except PMVectorError as exc:
+        raise EmbeddingJobError(f"the extension function failed: {exc}", run_id) from exc
+    emb = _embedding_matrix(e, m, "new item embedding", k)
+    report("embed", 1, 1)
 
-        report("write", 0, m)
-        try:
-            row = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s FOR SHARE",
-                               [coll["id"]]).fetchone()
-            if row is None or row[0] != run_id:
-                raise EmbeddingJobError(
-                    f"the active run of collection {collection!r} changed while new items were embedded; "
-                    "call embed_new_items() again.", run_id)
-            conn.execute(f"CREATE TEMP TABLE pm_new_emb (LIKE pm_vector.run_{int(run_id)}_items) ON COMMIT DROP")
-            _write_embeddings(conn, "pm_new_emb", "item_id", "int8", new["id"], emb, int(write_batch_size),
-                              lambda d, tot: report("write", d, tot), commit=False)
-            if has_cr:  # one class-rows extension at a time per run
-                conn.execute("SELECT pg_advisory_xact_lock(pm_vector.pm_lock_key(3, %s))", [run_id])
-            inserted = np.array([r[0] for r in conn.execute(
-                f"INSERT INTO pm_vector.run_{int(run_id)}_items (item_id, embedding) "
-                "SELECT item_id, embedding FROM pm_new_emb ON CONFLICT (item_id) DO NOTHING "
-                "RETURNING item_id").fetchall()], dtype=np.int64)
-            if has_cr and inserted.size:
-                cr_doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s",
-                                      [run_id]).fetchone()[0]
-                keep = np.isin(new["id"], inserted)
-                all_ids = np.concatenate([old_items["id"], new["id"][keep]])
-                all_X = np.concatenate([old_items["features"], new["features"][keep]])
-                order = np.argsort(all_ids, kind="stable")
-                doc2 = _cr.extend(conn, run_id, frames_doc, cr_doc, all_ids[order], all_X[order], new["id"][keep],
-                                  new["features"][keep], new["label"][keep])
-                conn.execute("UPDATE pm_vector.embedding_runs SET class_rows = %s WHERE id = %s",
-                             [Jsonb(doc2), run_id])
+    report("write", 0, m)
+    try:
+        row = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s FOR SHARE",
+                           [coll["id"]]).fetchone()
+        if row is None or row[0] != run_id:
+            raise EmbeddingJobError(
+                f"the active run of collection {collection!r} changed while new items were embedded; "
+                "call embed_new_items() again.", run_id)
+        conn.execute(f"CREATE TEMP TABLE pm_new_emb (LIKE pm_vector.run_{int(run_id)}_items) ON COMMIT DROP")
+        _write_embeddings(conn, "pm_new_emb", "item_id", "int8", new["id"], emb, int(write_batch_size),
+                          lambda d, tot: report("write", d, tot), commit=False)
+        if has_cr:  # one class-rows extension at a time per run
+            conn.execute("SELECT pg_advisory_xact_lock(pm_vector.pm_lock_key(3, %s))", [run_id])
+        # (an item deleted since the load is not added: delete_items waits for this lock or ran before it)
+        inserted = np.array([r[0] for r in conn.execute(
+            f"INSERT INTO pm_vector.run_{int(run_id)}_items (item_id, embedding) "
+            "SELECT e.item_id, e.embedding FROM pm_new_emb e WHERE EXISTS (SELECT 1 FROM pm_vector.items i "
+            "WHERE i.id = e.item_id) ON CONFLICT (item_id) DO NOTHING RETURNING item_id").fetchall()], dtype=np.int64)
+        if has_cr and inserted.size:
+            still = np.array([r[0] for r in conn.execute(
+                f"SELECT item_id FROM pm_vector.run_{int(run_id)}_items WHERE item_id = ANY(%s)",
+                [old_items["id"].tolist()]).fetchall()], dtype=np.int64)
+            kept = np.isin(old_items["id"], still)
+            old_items = {k_: v[kept] for k_, v in old_items.items()}
+            cr_doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s",
+                                  [run_id]).fetchone()[0]
+            keep = np.isin(new["id"], inserted)
+            all_ids = np.concatenate([old_items["id"], new["id"][keep]])
+            all_X = np.concatenate([old_items["features"], new["features"][keep]])
+            order = np.argsort(all_ids, kind="stable")
+            doc2 = _cr.extend(conn, run_id, frames_doc, cr_doc, all_ids[order], all_X[order], new["id"][keep],
+                              new["features"][keep], new["label"][keep])
+            conn.execute("UPDATE pm_vector.embedding_runs SET class_rows = %s WHERE id = %s",
+                         [Jsonb(doc2), run_id])
+        if own:
             conn.commit()
-        except psycopg.Error as exc:
+    except psycopg.Error as exc:
+        if own:
             conn.rollback()
-            raise EmbeddingJobError(f"writing the new items' embeddings failed: {exc}", run_id) from exc
+        raise EmbeddingJobError(f"writing the new items' embeddings failed: {exc}", run_id) from exc
     return {"run_id": int(run_id), "n_new": int(m)}
 
 
@@ -545,13 +573,26 @@ def anchor_frame_embed_fn(anchor_X, anchor_y, item_X, item_y, params, seed, prog
     return frame.anchor_embedding_, frame.extend(item_X, item_y, progress=progress)
 
 
+#: frames rebuilt by anchor_frame_extend_fn, by (anchor set digest, params, seed): public data only
+_frames: dict = {}
+
+
 def anchor_frame_extend_fn(anchor_X, anchor_y, anchor_embedding, new_X, new_y, params, seed):
     """``embed_fn_extend`` for :func:`embed_new_items` matching :func:`anchor_frame_embed_fn`.
 
     Rebuilds the run's frame from its anchors, parameters and seed (deterministic), checks it
     reproduces the stored anchor embedding, and extends it to the new items.
     """
-    frame = _anchor_frame(anchor_X, anchor_y, params, seed)
+    import hashlib
+
+    key = (hashlib.sha256(np.ascontiguousarray(anchor_X).tobytes() + np.ascontiguousarray(anchor_y).tobytes())
+           .hexdigest(), json.dumps(dict(params), sort_keys=True, default=str), int(seed))
+    frame = _frames.get(key)
+    if frame is None:  # (a sync or an update places a few items at a time: the frame is fit once per run)
+        frame = _anchor_frame(anchor_X, anchor_y, params, seed)
+        if len(_frames) >= 4:
+            _frames.pop(next(iter(_frames)))
+        _frames[key] = frame
     ref = np.asarray(anchor_embedding, dtype=np.float64)
     scale = max(1.0, float(np.abs(ref).max()))
     if frame.anchor_embedding_.shape != ref.shape or np.abs(frame.anchor_embedding_ - ref).max() > 1e-4 * scale:

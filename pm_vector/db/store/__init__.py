@@ -15,6 +15,7 @@ Modules:
 * :mod:`~pm_vector.db.store.payloads` -- per-item payloads and their bound ``max_payload_bytes``;
 * :mod:`~pm_vector.db.store.partitioned` -- collections without labels (public partitions);
 * :mod:`~pm_vector.db.store.retention` -- pruning the request log;
+* :mod:`~pm_vector.db.store.erase` -- ``delete_items`` (the erasure); :mod:`~pm_vector.db.store.update` -- ``update_items``;
 * :mod:`~pm_vector.db.store.maintenance` -- ``cleanup``: stale runs, orphan tables, the log;
 * :mod:`~pm_vector.db.store.models` -- the SQLAlchemy models of the schema (the storage design);
 * ``_common``, ``_validate``, ``_names`` -- the collection row, input checks, collection names.

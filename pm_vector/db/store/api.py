@@ -27,10 +27,11 @@ def _load_items(conn, coll: Mapping[str, Any], where: str = "", params: Sequence
     """ids, labels, features (float32) of a collection's items by binary COPY, ordered by id."""
     from psycopg import sql
 
+    from ._source import feature_filter, feature_sql
+
     ftype = coll["feature_type"]
-    col = "features" if ftype == "vector" else "features_half"
-    q = sql.SQL("SELECT i.id, i.label, i.{} FROM pm_vector.items i WHERE i.collection_id = {} {} ORDER BY i.id").format(
-        sql.Identifier(col), sql.Literal(int(coll["id"])), sql.SQL(where))
+    q = sql.SQL("SELECT i.id, i.label, {} FROM pm_vector.items i WHERE i.collection_id = {}{} {} ORDER BY i.id").format(
+        sql.SQL(feature_sql(coll)), sql.Literal(int(coll["id"])), sql.SQL(feature_filter(coll)), sql.SQL(where))
     query = q.as_string(conn)
     if params:
         query = sql.SQL(query).format(*[sql.Literal(p) for p in params]).as_string(conn)
@@ -50,8 +51,9 @@ def fetch_items(collection: str, item_ids: Sequence[int], *, include_features: b
             raise RawFeaturesNotAllowedError(
                 f"collection {collection!r} does not allow returning raw features to clients (its setting "
                 "allow_raw_features is false); create it with allow_raw_features=True to permit it.")
-        col = "features" if coll["feature_type"] == "vector" else "features_half"
-        feat = f", i.{col}" if include_features else ""
+        from ._source import feature_sql
+
+        feat = f", {feature_sql(coll)}" if include_features else ""
         rows = conn.execute(
             f"SELECT i.id, i.external_id, i.label, i.payload{feat} FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(id, o) "
             "LEFT JOIN pm_vector.items i ON i.id = u.id AND i.collection_id = %s ORDER BY u.o",

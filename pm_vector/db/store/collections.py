@@ -111,6 +111,8 @@ def drop_collection(name: str, *, missing_ok: bool = False) -> dict[str, Any]:
         conn.execute("UPDATE pm_vector.collections SET active_run_id = NULL WHERE id = %s", [cid])
         for rid in runs:
             conn.execute("SELECT pm_vector.pm_drop_run_tables(%s)", [rid])
+        if (coll["settings"] or {}).get("attached"):  # its capture triggers on the user's table go too
+            conn.execute("SELECT pm_vector.pm_detach_table(%s)", [name])
         conn.execute("DELETE FROM pm_vector.collections WHERE id = %s", [cid])
         conn.commit()
     return {"name": name, "dropped": True, "n_items": int(n_items), "n_runs": len(runs)}

@@ -127,7 +127,8 @@ class Item(Base):
     __tablename__ = "items"
     __table_args__ = (
         UniqueConstraint("collection_id", "external_id", name="uq_items_collection_external_id"),
-        CheckConstraint("num_nonnulls(features, features_half) = 1", name="ck_items_one_feature_column"),
+        # <= 1 since migration 0015: an attached collection's items keep no features (the user's table has them)
+        CheckConstraint("num_nonnulls(features, features_half) <= 1", name="ck_items_one_feature_column"),
         Index("ix_items_collection_id", "collection_id", "id"),
     )
 
@@ -266,6 +267,28 @@ class KAHMModel(Base):
     timings: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     worker: Mapped[Optional[dict[str, Any]]] = mapped_column(JSONB)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+    # migration 0015: set when delete_items erased an item this raw model may hold (it stops serving)
+    erased_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime(timezone=True))
+
+
+class AttachChange(Base):
+    """A change of an attached table's row, queued by its trigger (migration 0015), applied once by
+    ``pm-vector sync`` (:mod:`pm_vector.db.store.attach`): op ``I`` insert, ``U`` vector / label
+    update, ``P`` other columns, ``D`` delete; ``key`` the row's id column as text."""
+
+    __tablename__ = "attach_changes"
+    __table_args__ = (
+        CheckConstraint("op IN ('I', 'U', 'P', 'D')", name="attach_changes_op_check"),
+        Index("ix_attach_changes_collection_seq", "collection_id", "seq"),
+    )
+
+    seq: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    collection_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey(f"{SCHEMA}.collections.id", ondelete="CASCADE", name="attach_changes_collection_id_fkey"))
+    op: Mapped[str] = mapped_column(Text)
+    key: Mapped[str] = mapped_column(Text)
+    old_vector: Mapped[Optional[str]] = mapped_column(Text)  # the row's vector before an update / delete
+    queued_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=text("clock_timestamp()"))
 
 
 class KAHMItemScore(Base):

@@ -1,0 +1,183 @@
+"""The attached-table benchmark: a user's table of ``items`` rows with a ``vector(dim)`` column.
+
+``python -m pm_vector.bench.attach_bench --items 100000 --dim 128 --rate 100 --seconds 60``
+
+* ``attach_s``, ``job_s``, ``first_answer_s``: from ``attach_table`` to the first private answer
+  (the anchor set registered in between, the default job);
+* ``sizes``: the user's table and pm_vector's items rows of the collection (no feature column set);
+* then ``rate`` changes a second (inserts, vector updates, payload updates and deletes, mixed) for
+  ``seconds`` seconds, committed one by one by a writer thread, while a sync loop applies the queue
+  and private queries are answered: ``delay_s`` p50 / p99 from each change's commit to the commit of
+  the sync that applied it (the first sync that started after it); ``errors``; and the count check
+  (items = valid rows of the table, queue empty, no external id twice).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+import uuid
+
+import numpy as np
+
+
+def run(items: int = 100_000, dim: int = 128, rate: float = 100.0, seconds: float = 60.0, seed: int = 0,
+        say=lambda m: None) -> dict:
+    import pm_vector.db as db
+
+    from ..client.query import PrivateKNN
+    from ..db.resolve.resolution import class_frames, resolve
+    from ..db.store.attach import pending
+    from ..db.runs.jobs import anchor_frame_embed_fn
+    from ..privacy import secure_generator
+    from .latency import N_FINE, clustered
+
+    classes = 10
+    tag = uuid.uuid4().hex[:8]
+    table, name = f"public.bench_docs_{tag}", f"bench_attach_{tag}"
+    X, y = clustered(items + 20_000, dim, N_FINE, seed=seed + 2)
+    y = y // (N_FINE // classes)
+    vec = lambda v: "[" + ",".join(f"{x:.6f}" for x in v) + "]"  # noqa: E731
+    out: dict = {"items": items, "dim": dim, "rate": rate, "seconds": seconds}
+    conn = db.connect(autocommit=True)
+    try:
+        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, embedding vector({dim}), category int, title text)")
+        with conn.cursor().copy(f"COPY {table} (id, embedding, category, title) FROM STDIN") as cp:
+            for i in range(items):
+                cp.write_row((i + 1, vec(X[i]), int(y[i]), f"doc {i + 1}"))
+        say("attach")
+        t0 = time.perf_counter()
+        att = db.attach_table(name, table=table, id_column="id", vector_column="embedding", label_column="category",
+                              payload_columns=["title"])
+        out["attach_s"] = round(time.perf_counter() - t0, 2)
+        Xa, ya = clustered(1000, dim, N_FINE, seed=seed + 1)
+        db.register_anchor_set(name, Xa, ya // (N_FINE // classes))
+        db.register_anchor_set(name, Xa[:300], ya[:300] // (N_FINE // classes), role="dummy")
+        say("job")
+        t = time.perf_counter()
+        db.run_embedding_job(name, {"n_components": 16}, seed, embed_fn=anchor_frame_embed_fn)
+        out["job_s"] = round(time.perf_counter() - t, 1)
+        frames = class_frames(name)
+        client = PrivateKNN(frames, Xa[:300].astype(np.float64), ya[:300] // (N_FINE // classes), epsilon=4.0,
+                            collection=name)._inject_generator(secure_generator(seed))
+        resolve(name, client.request(X[0].astype(np.float64), int(y[0]))[0], log=False)
+        out["first_answer_s"] = round(time.perf_counter() - t0, 1)
+        out["attached_rows"], out["skipped_rows"] = att["items"], att["skipped"]
+        out["sizes_mb"] = {
+            "user_table": round(conn.execute("SELECT pg_total_relation_size(%s::regclass)", [table]).fetchone()[0]
+                                / 2**20, 1),
+            "pm_vector_items_rows": round(conn.execute(
+                "SELECT sum(pg_column_size(i.*)) FROM pm_vector.items i JOIN pm_vector.collections c ON "
+                "c.id = i.collection_id WHERE c.name = %s", [name]).fetchone()[0] / 2**20, 1),
+            "features_stored_by_pm_vector": int(conn.execute(
+                "SELECT count(*) FROM pm_vector.items i JOIN pm_vector.collections c ON c.id = i.collection_id "
+                "WHERE c.name = %s AND num_nonnulls(i.features, i.features_half) > 0", [name]).fetchone()[0])}
+        # the change stream
+        say("changes")
+        commits: list[tuple[float, str]] = []
+        syncs: list[tuple[float, float]] = []  # (start, end) of each sync
+        errors: list[str] = []
+        stop = threading.Event()
+        rng = np.random.default_rng(seed + 5)
+
+        def writer():
+            w = db.connect(autocommit=True)
+            nxt, live = items, set(range(1, items + 1))
+            live_list = list(live)
+            t_start = time.perf_counter()
+            k = 0
+            while time.perf_counter() - t_start < seconds:
+                due = t_start + k / rate
+                if time.perf_counter() < due:
+                    time.sleep(due - time.perf_counter())
+                k += 1
+                r = rng.random()
+                try:
+                    if r < 0.3:
+                        w.execute(f"INSERT INTO {table} VALUES (%s, %s::vector, %s, 'new')",
+                                  [nxt + 1, vec(X[nxt]), int(y[nxt])])
+                        nxt += 1
+                        live_list.append(nxt)
+                    elif r < 0.6:
+                        i = live_list[int(rng.integers(len(live_list)))]
+                        w.execute(f"UPDATE {table} SET embedding = %s::vector WHERE id = %s",
+                                  [vec(X[int(rng.integers(items))]), i])
+                    elif r < 0.8:
+                        i = live_list[int(rng.integers(len(live_list)))]
+                        w.execute(f"UPDATE {table} SET title = 'edited' WHERE id = %s", [i])
+                    else:
+                        j = int(rng.integers(len(live_list)))
+                        i = live_list.pop(j)
+                        w.execute(f"DELETE FROM {table} WHERE id = %s", [i])
+                    commits.append((time.perf_counter(), "ok"))
+                except Exception as exc:  # noqa: BLE001 - counted
+                    errors.append(f"write: {exc}")
+            w.close()
+            stop.set()
+
+        def querier():
+            while not stop.is_set():
+                try:
+                    i = int(rng.integers(items))
+                    resolve(name, client.request(X[i].astype(np.float64), int(y[i]))[0], log=False)
+                except Exception as exc:  # noqa: BLE001 - counted
+                    errors.append(f"query: {exc}")
+                time.sleep(0.05)
+
+        th = [threading.Thread(target=writer), threading.Thread(target=querier)]
+        for x in th:
+            x.start()
+        n_applied = 0
+        while not stop.is_set() or pending(name):
+            s = time.perf_counter()
+            try:
+                n_applied += db.sync(name)["applied"]
+            except Exception as exc:  # noqa: BLE001 - counted
+                errors.append(f"sync: {exc}")
+            syncs.append((s, time.perf_counter()))
+            if time.perf_counter() - s < 0.2:
+                time.sleep(0.2)
+        for x in th:
+            x.join()
+        delays = []
+        for c, _ in commits:
+            end = next((e for s, e in syncs if s > c), None)
+            if end is not None:
+                delays.append(end - c)
+        out["changes"] = len(commits)
+        out["applied"] = n_applied
+        out["syncs"] = len(syncs)
+        out["delay_s"] = ({"p50": round(float(np.percentile(delays, 50)), 2),
+                           "p99": round(float(np.percentile(delays, 99)), 2), "max": round(max(delays), 2)}
+                          if delays else None)
+        out["errors"] = len(errors)
+        out["error_samples"] = errors[:3]
+        valid = conn.execute(f"SELECT count(*) FROM {table} WHERE embedding IS NOT NULL").fetchone()[0]
+        have, distinct = conn.execute(
+            "SELECT count(*), count(DISTINCT external_id) FROM pm_vector.items i JOIN pm_vector.collections c "
+            "ON c.id = i.collection_id WHERE c.name = %s", [name]).fetchone()
+        out["count_check"] = {"table_rows": int(valid), "items": int(have), "distinct_keys": int(distinct),
+                              "queue_left": pending(name), "applied_equals_changes":
+                              n_applied == len(commits)}
+    finally:
+        db.drop_collection(name, missing_ok=True)
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--items", type=int, default=100_000)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--rate", type=float, default=100.0)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    a = ap.parse_args()
+    print(json.dumps(run(a.items, a.dim, a.rate, a.seconds, say=lambda m: print(m, file=sys.stderr, flush=True))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""The erasure benchmark: delete a share of a collection in one call, then check exhaustively that
+no published list and no answer holds a deleted id.
+
+``python -m pm_vector.bench.erase_bench --items 100000 --dim 128 --fraction 0.01 [--shards-ok]``
+
+Data: :func:`pm_vector.bench.latency.clustered` (the ``bench scale`` generator), 10 classes, 1,000
+public anchors, the default job (AnchorFrame, 16 components). Then:
+
+* ``delete_s``: one :func:`pm_vector.db.delete_items` call deleting ``fraction`` of the items
+  (chosen at random);
+* ``tables``: deleted ids found in each table of the active run (items, codes, prior rows and their
+  ``nbrs``, neighbour pairs, hub counts, every cell row at every level) -- all must be 0;
+* ``answers``: cell requests for EVERY (level, cell) of every class at eps 1, 4, 16 and inf
+  (noise-free), k' = 1000, and class-rows requests of random items at eps 1, 4, 16: deleted ids
+  found (must be 0) and answers with fewer than k' candidates in a row of a class that has k'
+  items (must be 0);
+* ``graph_recall``: the share of the 16 exact nearest remaining items of 1,000 random remaining
+  items that their stored lists hold, after the erasure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+
+import numpy as np
+
+
+def _table_hits(conn, rid: int, gone: list[int]) -> dict[str, int]:
+    t = f"pm_vector.run_{rid}_"
+    q = {
+        "items": f"SELECT count(*) FROM {t}items WHERE item_id = ANY(%(g)s::bigint[])",
+        "codes": f"SELECT count(*) FROM {t}codes WHERE item_id = ANY(%(g)s::bigint[])",
+        "prior": f"SELECT count(*) FROM {t}prior WHERE item_id = ANY(%(g)s::bigint[]) OR nbrs && %(g)s::bigint[]",
+        "neighbors": f"SELECT count(*) FROM {t}neighbors WHERE item_id = ANY(%(g)s::bigint[]) OR neighbor_id = ANY(%(g)s::bigint[])",
+        "hubs": f"SELECT count(*) FROM {t}hubs WHERE item_id = ANY(%(g)s::bigint[])",
+        "cells": f"SELECT count(*) FROM {t}cells WHERE item_ids && %(g)s::bigint[]",
+    }
+    return {k: int(conn.execute(v, {"g": gone}).fetchone()[0]) for k, v in q.items()}
+
+
+def run(items: int = 100_000, dim: int = 128, fraction: float = 0.01, seed: int = 0, n_row_requests: int = 30,
+        say=lambda m: None) -> dict:
+    import pm_vector.db as db
+
+    from ..client.query import PrivateKNN
+    from ..db.resolve.resolution import class_frames, public_anchor, resolve
+    from ..db.runs.jobs import anchor_frame_embed_fn
+    from ..manifold.cells import PublicCells
+    from ..neighbors import knn_search
+    from ..privacy import secure_generator
+    from ..protocol.cells import CellRequest
+    from .latency import N_FINE, clustered
+
+    name = f"bench_erase_{uuid.uuid4().hex[:8]}"
+    classes = 10
+    out: dict = {"items": items, "dim": dim, "fraction": fraction}
+    try:
+        db.create_collection(name, dim, list(range(classes)), keep_previous_runs=0)
+        X, y = clustered(items, dim, N_FINE, seed=seed + 2)
+        y = y // (N_FINE // classes)
+        ids = np.asarray(db.ingest(name, X, y, batch_size=50_000)["item_ids"])
+        Xa, ya = clustered(1000, dim, N_FINE, seed=seed + 1)
+        db.register_anchor_set(name, Xa, ya // (N_FINE // classes))
+        db.register_anchor_set(name, Xa[:300], ya[:300] // (N_FINE // classes), role="dummy")
+        say("job")
+        t = time.perf_counter()
+        rid = db.run_embedding_job(name, {"n_components": 16}, seed, embed_fn=anchor_frame_embed_fn)["run_id"]
+        out["job_s"] = round(time.perf_counter() - t, 1)
+        rng = np.random.default_rng(seed + 3)
+        gone = np.sort(rng.choice(ids, int(round(fraction * items)), replace=False))
+        say(f"delete {gone.size}")
+        t = time.perf_counter()
+        res = db.delete_items(name, item_ids=gone.tolist())
+        out["delete_s"] = round(time.perf_counter() - t, 2)
+        out["deleted"] = res["deleted"]
+        gl = gone.tolist()
+        gset = set(gl)
+        with db.connect() as conn:
+            out["tables"] = _table_hits(conn, rid, gl)
+            out["table_sizes"] = {"cells_rows": conn.execute(f"SELECT count(*) FROM pm_vector.run_{rid}_cells")
+                                  .fetchone()[0]}
+        say("answers")
+        cells = PublicCells.from_dict(public_anchor(name)[1]["public_cells"])
+        keep = ~np.isin(ids, gone)
+        sizes = np.bincount(y[keep], minlength=classes)
+        hits = short = n_req = 0
+        for eps in (1.0, 4.0, 16.0, float("inf")):
+            for K in cells.levels_:
+                for r in range(int(K)):
+                    req = CellRequest(reports=[r] * len(cells.classes_), n_cells=int(K), epsilon=eps,
+                                      cells_digest=cells.digest(), shortlist=1000, collection=name)
+                    rows = resolve(name, req, log=False)["rows"]
+                    n_req += 1
+                    for c, row in zip(cells.classes_, rows):
+                        hits += len(gset.intersection(row["item_ids"]))
+                        short += len(row["item_ids"]) < min(1000, int(sizes[int(c)]))
+        out["cell_requests"] = n_req
+        frames = class_frames(name)
+        Xd, yd = clustered(300, dim, N_FINE, seed=seed + 1)
+        for eps in (1.0, 4.0, 16.0):
+            c = PrivateKNN(frames, Xd.astype(np.float64), yd // (N_FINE // classes), epsilon=eps, shortlist=1000,
+                           collection=name)._inject_generator(secure_generator(seed))
+            for i in rng.choice(np.flatnonzero(keep), n_row_requests, replace=False):
+                rows = resolve(name, c.request(X[i].astype(np.float64), int(y[i]))[0], log=False)["rows"]
+                n_req += 1
+                for row in rows:
+                    hits += len(gset.intersection(row["item_ids"]))
+                    short += len(row["item_ids"]) < 1000
+        out["answers"] = {"requests": n_req, "deleted_ids_found": hits, "short_rows": short}
+        say("graph recall")
+        rem = np.flatnonzero(keep)
+        sample = rng.choice(rem, 1000, replace=False)
+        exact = knn_search(X[sample], X[rem], 17)
+        with db.connect() as conn:
+            stored = dict(conn.execute(f"SELECT item_id, nbrs FROM pm_vector.run_{rid}_prior WHERE item_id = ANY(%s)",
+                                       [ids[sample].tolist()]).fetchall())
+        rec = []
+        for s, row in zip(sample, exact):
+            want = set([int(i) for i in ids[rem[row]] if int(i) != int(ids[s])][:16])
+            rec.append(len(want & set(stored[int(ids[s])])) / len(want))
+        out["graph_recall_after"] = round(float(np.mean(rec)), 4)
+    finally:
+        db.drop_collection(name, missing_ok=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--items", type=int, default=100_000)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--fraction", type=float, default=0.01)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    print(json.dumps(run(a.items, a.dim, a.fraction, a.seed, say=lambda m: print(m, file=sys.stderr, flush=True))))
+
+
+if __name__ == "__main__":
+    main()

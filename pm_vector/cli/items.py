@@ -1,0 +1,158 @@
+"""``pm-vector items delete|update``: delete items (their erasure reaches every run table) and change
+an item's features, label or payload, by id or external id."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import PMVectorError
+from ._service_common import _echo_json, _fail
+
+items_app = typer.Typer(help="Delete or update items of a collection (erasure reaches every run table).",
+                        no_args_is_help=True)
+
+
+def _read_ids(path: Path, integers: bool) -> list:
+    """One id a line (blank lines skipped): integers for --ids, strings for --external-ids."""
+    if not path.is_file():
+        _fail(f"{path}: no such file.")
+    try:
+        lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
+    except (OSError, UnicodeDecodeError) as e:
+        _fail(f"{path}: not a readable UTF-8 text file ({e}); write one id a line.")
+    vals = [ln for ln in lines if ln]
+    if not vals:
+        _fail(f"{path}: holds no id; write one id a line.")
+    if integers:
+        bad = [v for v in vals if not v.isdigit()]
+        if bad:
+            _fail(f"{path}: {len(bad)} line(s) are not item ids (positive integers), first {bad[0]!r}; "
+                  "use --external-ids for your own ids.")
+        return [int(v) for v in vals]
+    return vals
+
+
+@items_app.command("delete")
+def delete(name: str = typer.Argument(..., help="The collection."),
+           ids: Optional[Path] = typer.Option(None, "--ids", help="A text file of item ids, one a line."),
+           external_ids: Optional[Path] = typer.Option(None, "--external-ids",
+                                                       help="A text file of external ids, one a line."),
+           missing_ok: bool = typer.Option(False, "--missing-ok", help="Delete the ids that exist, skip the others."),
+           as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")):
+    """Delete items and every row derived from them (active run, kept runs, shards, KAHM scores), in
+    one transaction. Raw KAHM models fit on them stop serving until refit.
+
+    Example: pm-vector items delete docs --external-ids erase.txt
+    """
+    from ..db.store.erase import delete_items
+
+    if (ids is None) == (external_ids is None):
+        _fail("give exactly one of --ids FILE and --external-ids FILE.")
+    try:
+        if ids is not None:
+            out = delete_items(name, item_ids=_read_ids(ids, True), missing_ok=missing_ok)
+        else:
+            out = delete_items(name, external_ids=_read_ids(external_ids, False), missing_ok=missing_ok)
+    except PMVectorError as e:
+        _fail(str(e))
+    if as_json:
+        _echo_json(out)
+        return
+    typer.echo(f"deleted {out['deleted']} item(s) of {name!r} in {out['seconds']} s; runs erased: "
+               f"{out['runs'] or 'none'}" + (f"; raw KAHM models to refit: {out['kahm_refit_needed']}"
+                                             if out["kahm_refit_needed"] else ""))
+
+
+@items_app.command("update")
+def update(name: str = typer.Argument(..., help="The collection."),
+           item_id: Optional[int] = typer.Option(None, "--id", help="The item id."),
+           external_id: Optional[str] = typer.Option(None, "--external-id", help="The item's external id."),
+           features: Optional[Path] = typer.Option(None, "--features", help="A .npy file of the new features "
+                                                   "(one row, or a 1-d vector)."),
+           label: Optional[int] = typer.Option(None, "--label", help="The new label."),
+           payload: Optional[str] = typer.Option(None, "--payload", help="The new payload (JSON; 'null' clears it)."),
+           as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")):
+    """Update one item in one transaction: a payload-only change touches no run data; a new feature
+    vector or label erases the old item everywhere and places a new one (same external id) in the
+    active run, as `embed --new-items` does.
+
+    Example: pm-vector items update docs --external-id doc-17 --payload '{"title": "fixed"}'
+    """
+    import json
+
+    import numpy as np
+
+    from ..db.store.update import _UNSET, update_items
+    from .ingest import _read_table
+
+    if (item_id is None) == (external_id is None):
+        _fail("give exactly one of --id N and --external-id S.")
+    X = None
+    if features is not None:
+        X = np.atleast_2d(np.asarray(_read_table(features, "features"), dtype=np.float64))
+    pay = _UNSET
+    if payload is not None:
+        try:
+            pay = [json.loads(payload)]
+        except ValueError as e:
+            _fail(f"--payload is not JSON ({e}); quote it, e.g. --payload '{{\"title\": \"x\"}}'.")
+    try:
+        out = update_items(name, item_ids=None if item_id is None else [item_id],
+                           external_ids=None if external_id is None else [external_id], features=X,
+                           labels=None if label is None else [label], payloads=pay)
+    except PMVectorError as e:
+        _fail(str(e))
+    if as_json:
+        _echo_json(out)
+        return
+    (old, new), = out["item_ids"].items()
+    typer.echo(f"updated item {old} of {name!r}" + (f" (now item {new})" if new != old else "") + f" in {out['seconds']} s")
+
+
+def attach(name: str = typer.Argument(..., help="The new collection's name."),
+           table: str = typer.Option(..., "--table", help="The table, e.g. public.documents."),
+           id_column: str = typer.Option(..., "--id-column", help="Its key column."),
+           vector_column: str = typer.Option(..., "--vector-column", help="Its vector(n) column."),
+           label_column: Optional[str] = typer.Option(None, "--label-column", help="Its integer label column."),
+           payload_column: list[str] = typer.Option([], "--payload-column", help="A column returned as payload "
+                                                    "(repeat for more)."),
+           as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")):
+    """Make a collection from a table you already have: pm_vector reads the vectors from it (no copy)
+    and triggers queue its changes for `pm-vector sync`. Then register an anchor set and embed.
+
+    Example: pm-vector attach docs --table public.documents --id-column id --vector-column embedding
+    """
+    from ..db.store.attach import attach_table
+
+    try:
+        out = attach_table(name, table, id_column, vector_column, label_column, payload_column)
+    except PMVectorError as e:
+        _fail(str(e))
+    if as_json:
+        _echo_json(out)
+        return
+    typer.echo(f"attached {table} as {name!r}: {out['items']} rows, {out['skipped']} skipped (NULL vector, other "
+               f"dimension or label), dim {out['dim']}, labels {out['labels']}")
+
+
+def sync(name: str = typer.Argument(..., help="The attached collection."),
+         as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")):
+    """Apply the queued changes of an attached table (in order, exactly once; a killed sync resumes).
+
+    Example: pm-vector sync docs
+    """
+    from ..db.store.attach import sync as _sync
+
+    try:
+        out = _sync(name)
+    except PMVectorError as e:
+        _fail(str(e))
+    if as_json:
+        _echo_json(out)
+        return
+    typer.echo(f"{out['applied']} change(s): {out['inserted']} new, {out['replaced']} replaced, {out['deleted']} "
+               f"deleted, {out['payloads']} payload(s); {len(out['skipped'])} skipped" +
+               "".join(f"\n  skipped {k}: {r}" for k, r in out["skipped"][:20]))

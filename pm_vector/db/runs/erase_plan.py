@@ -1,0 +1,139 @@
+"""The erasure plan of one run: what erasing items changes in its neighbour lists, hub counts and
+per-cell counts (:func:`plan`), computed once from the run's items before the erasure and applied to
+each table by :mod:`pm_vector.db.runs.erase`.
+
+The erased and the affected items (those whose stored class-rows list holds an erased one) are
+searched in ONE exact k-NN over the run's items before the erasure, deep enough that each keeps
+``max(graph_degree, cells graph_degree)`` entries once the erased ones are left out. An affected
+item's new list is its remaining old entries and the nearest remaining items, by distance, first
+``graph_degree``; the hub counts change by (new list - old list) for affected items and lose the
+erased items' lists; the per-cell counts lose the erased items' cell-release lists and gain the
+affected items' new entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+
+@dataclass
+class Plan:
+    """What an erasure changes in one run (positions are into ``ids``, the run's items before it)."""
+
+    run_id: int
+    doc: dict  # the run's class_rows document (may be {} for a run without class rows)
+    ids: np.ndarray  # (N,) run item ids before the erasure, ascending
+    labels: np.ndarray  # (N,)
+    gone: np.ndarray  # (N,) bool: erased
+    new_lists: dict = field(default_factory=dict)  # item id -> new class-rows neighbour list (ids, nearest first)
+    hub_delta: dict = field(default_factory=dict)  # (label, item id) -> change of hub_c(item)
+    cell_delta: dict = field(default_factory=dict)  # (level, label, cell, item id) -> change (level 0: h_c)
+
+    @property
+    def erased(self) -> np.ndarray:
+        return self.ids[self.gone]
+
+
+def plan(conn, run_id: int, doc: Mapping[str, Any] | None, ids, labels, X, erased, *,
+         neighbor_lists: Mapping[int, np.ndarray] | None = None, cells_doc: Any = None) -> Plan:
+    """The erasure plan of one run: ``ids``/``labels``/``X`` the run's items BEFORE the erasure
+    (ascending ids), ``erased`` the ids that leave. ``neighbor_lists``: the run's stored class-rows
+    lists of the erased items and of the items whose list holds one (read by :func:`stored_lists`)."""
+    from ...neighbors import knn_search
+
+    ids = np.asarray(ids, dtype=np.int64)
+    labels = np.asarray(labels, dtype=np.int64)
+    gone = np.isin(ids, np.asarray(erased, dtype=np.int64))
+    p = Plan(run_id=int(run_id), doc=dict(doc or {}), ids=ids, labels=labels, gone=gone)
+    if not gone.any() or not _ready(doc):
+        return p
+    X = np.asarray(X)
+    keep = np.flatnonzero(~gone)
+    classes = set(int(c) for c in doc["classes"])
+    g = int(doc.get("graph_degree_effective", doc["graph_degree"]))
+    lists = dict(neighbor_lists or {})
+    erased_set = set(int(i) for i in ids[gone])
+    pos = {int(i): k for k, i in enumerate(ids)}
+    affected = sorted(j for j, lst in lists.items() if j not in erased_set and erased_set & set(int(x) for x in lst))
+    missing = [j for j in sorted(erased_set) + affected if j not in pos]
+    if missing:  # every item of the run must come with the features it was built from
+        raise RuntimeError(f"run {int(run_id)}: the features of items {missing[:5]} are not readable; nothing was erased")
+    cells_ready = (doc.get("cells") or {}).get("status") == "ready" and cells_doc is not None
+    gc = int((doc.get("cells") or {}).get("graph_degree") or 0) if cells_ready else 0
+    # one exact search of the erased and affected items over the run's items before the erasure:
+    # enough neighbours that each keeps max(g, gc) entries once the erased ones are left out
+    q = np.array([pos[j] for j in sorted(erased_set)] + [pos[j] for j in affected], dtype=np.int64)
+    kk = min(ids.shape[0], max(g, gc) + 1 + min(max(g, gc), len(erased_set)))
+    if not q.size or kk < 1:
+        found = np.zeros((0, 0), np.int64)
+    elif ids.shape[0] <= int(doc.get("graph_exact_max_items", 50_000)):
+        found = knn_search(X[q], X, kk)  # the job's exact graph: the same search (float64, ties by position)
+    else:  # the job's graph is approximate there (float32): an exact float32 search, as fast as faiss is
+        import faiss
+
+        X32 = np.ascontiguousarray(X, dtype=np.float32)
+        found = faiss.knn(X32[q], X32, kk)[1].astype(np.int64)
+    hd: dict = {}
+    cd: dict = {}
+
+    def add(dct, key, v):
+        dct[key] = dct.get(key, 0.0) + v
+        if dct[key] == 0.0:
+            del dct[key]
+
+    cells_of = {}
+    if cells_ready:
+        ci = cells_doc.class_index(labels[q])
+        for K in cells_doc.levels_:
+            cells_of[int(K)] = dict(zip(q.tolist(), np.where(ci >= 0, cells_doc.assign(
+                np.asarray(X[q], dtype=np.float64), np.maximum(ci, 0), int(K)), -1).tolist()))
+        cell_classes = set(int(c) for c in cells_doc.classes_)
+    for r, qi in enumerate(q.tolist()):
+        j = int(ids[qi])
+        c = int(labels[qi])
+        row = found[r][found[r] != qi]
+        old = np.asarray(lists.get(j, ids[row[:g]]), dtype=np.int64)
+        if j in erased_set:
+            if c in classes:
+                for i in old:
+                    add(hd, (c, int(i)), -1.0)
+            if cells_ready and c in cell_classes:
+                for i in ids[row[:gc]]:
+                    _cell_edge(add, cd, cells_of, qi, c, int(i), -1.0)
+            continue
+        # refilled list: the old entries that remain and the nearest remaining items, by distance
+        rem = row[~gone[row]]
+        cand = np.unique(np.concatenate([[pos[int(i)] for i in old if int(i) not in erased_set and int(i) in pos],
+                                          rem]).astype(np.int64))
+        dist = ((np.asarray(X[cand], dtype=np.float64) - np.asarray(X[qi], dtype=np.float64)) ** 2).sum(1)
+        new = ids[cand[np.lexsort((cand, dist))][:g]]
+        p.new_lists[j] = new
+        if c in classes:
+            for i in old:
+                add(hd, (c, int(i)), -1.0)
+            for i in new:
+                add(hd, (c, int(i)), 1.0)
+        if cells_ready and c in cell_classes:  # the cell list's new entries (its erased ones leave below)
+            old_c, new_c = set(ids[row[:gc]].tolist()), ids[rem[:gc]].tolist()
+            for i in new_c:
+                if i not in old_c:
+                    _cell_edge(add, cd, cells_of, qi, c, int(i), 1.0)
+    p.hub_delta, p.cell_delta = hd, cd
+    del keep
+    return p
+
+
+def _cell_edge(add, cd, cells_of, qi, c, i, v) -> None:
+    add(cd, (0, c, 0, i), v)
+    for K, m in cells_of.items():
+        if m.get(qi, -1) >= 0:
+            add(cd, (K, c, int(m[qi]), i), v)
+
+
+def _ready(doc) -> bool:
+    return bool(doc) and doc.get("status") == "ready"
+
+

@@ -1,0 +1,251 @@
+"""A user's own table as a collection: ``attach_table`` and ``sync``.
+
+``attach_table(name, table="public.documents", id_column="id", vector_column="embedding",
+label_column=None, payload_columns=())`` (also ``pm-vector attach`` and, in SQL,
+``SELECT pm_vector.pm_attach_table('docs', 'public.documents', 'id', 'embedding')``) makes
+collection ``name`` from the table: its items rows keep the key (``external_id``), the label and
+the payload columns (JSON), and NO features -- every reader of raw features reads the table's
+vector column by key (:mod:`pm_vector.db.store._source`). The run tables (embeddings, codes, lists)
+stay in pm_vector's schema. Rows whose vector is NULL or of another dimension are skipped and
+counted (pgvector refuses NaN and infinite values on input, so a stored vector is finite).
+
+Changes: statement-level triggers on the table queue every insert, update and delete in
+``pm_vector.attach_changes`` (in the writer's transaction: a change is queued exactly when it
+commits). :func:`sync` (``pm-vector sync NAME``) applies the queue in order, in batches, each ONE
+transaction that also deletes the queue rows it applied: exactly once, and a sync killed at any
+point leaves the old state and its queue for the next sync to resume. Per key, the batch's net
+effect: a row gone or no longer valid erases its item (:mod:`pm_vector.db.store.erase`'s erasure:
+every run table); a new row, or a changed vector or label, replaces the item (erase the old, insert
+the new, placed in the active run as ``embed --new-items`` does); a change of other columns updates
+the payload only. Skipped rows are reported with their reason.
+
+Privileges: the role pm_vector connects as needs ``SELECT`` and ``TRIGGER`` on the table (or owns
+it); the table's writers need nothing on pm_vector's schema (the capture function is ``SECURITY
+DEFINER``).
+
+SQLAlchemy: ``attach_table("docs", column=Document.embedding, label=Document.category,
+payload=[Document.title])`` reads the table and columns from the mapped attributes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from ...errors import InvalidInputError
+from ..errors import translate_sql_error
+from ..postgres import connect
+from ._common import _collection_row
+
+#: queue rows one sync transaction applies
+SYNC_BATCH = 5_000
+
+
+def _column_of(attr) -> tuple[str, str]:
+    """``(qualified table, column)`` of a SQLAlchemy mapped attribute or Column."""
+    col = getattr(attr, "expression", attr)
+    table = getattr(col, "table", None)
+    if table is None or not getattr(col, "name", None):
+        raise InvalidInputError(f"{attr!r} is not a mapped column (e.g. Document.embedding).")
+    schema = getattr(table, "schema", None)
+    return (f'"{schema}"."{table.name}"' if schema else f'"{table.name}"'), col.name
+
+
+def attach_table(name: str, table: str | None = None, id_column: str | None = None,
+                 vector_column: str | None = None, label_column: str | None = None,
+                 payload_columns: Sequence[str] = (), *, labels: Sequence[int] | None = None, dim: int | None = None,
+                 column=None, label=None, payload=(), id=None) -> dict[str, Any]:
+    """Make collection ``name`` from a table of the database (module doc). Either the names
+    (``table``, ``id_column``, ``vector_column``, ``label_column``, ``payload_columns``) or SQLAlchemy
+    attributes (``column``, ``label``, ``payload``, ``id``: default the table's primary key).
+    ``labels``: the label set (default: the distinct labels of the table; one label 0 without a
+    label column). ``dim``: needed when the column is a ``vector`` without dimension (rows of another
+    dimension are then skipped). Returns ``{"collection", "items", "skipped", "dim", "labels", "seconds"}``."""
+    if column is not None:
+        table, vector_column = _column_of(column)
+        if label is not None:
+            label_column = _column_of(label)[1]
+        payload_columns = [_column_of(p)[1] for p in payload]
+        if id is not None:
+            id_column = _column_of(id)[1]
+        else:
+            pk = list(getattr(getattr(column, "expression", column).table, "primary_key", []))
+            if len(pk) != 1:
+                raise InvalidInputError("the table needs a one-column primary key, or pass id=Document.id.")
+            id_column = pk[0].name
+    if not (isinstance(table, str) and isinstance(id_column, str) and isinstance(vector_column, str)):
+        raise InvalidInputError("give table, id_column and vector_column (or column=Document.embedding).")
+    payload_columns = [str(c) for c in payload_columns]
+    t = time.perf_counter()
+    with connect() as conn:
+        try:
+            out = conn.execute("SELECT pm_vector.pm_attach_table(%s, %s::regclass, %s, %s, %s, %s::text[], %s::bigint[], %s)",
+                               [name, table, id_column, vector_column, label_column, payload_columns,
+                                None if labels is None else [int(v) for v in labels],
+                                None if dim is None else int(dim)]).fetchone()[0]
+            conn.commit()
+        except Exception as exc:  # noqa: BLE001 - SQL errors become pm_vector's
+            conn.rollback()
+            err = translate_sql_error(exc)
+            if err is exc:
+                raise
+            raise err from exc
+    out["seconds"] = round(time.perf_counter() - t, 3)
+    return out
+
+
+def pending(collection: str) -> int:
+    """Changes queued and not yet applied."""
+    with connect() as conn:
+        coll = _collection_row(conn, collection)
+        return int(conn.execute("SELECT count(*) FROM pm_vector.attach_changes WHERE collection_id = %s",
+                                [coll["id"]]).fetchone()[0])
+
+
+def sync(collection: str, *, batch: int = SYNC_BATCH, embed_fn_extend=None, max_batches: int | None = None
+         ) -> dict[str, Any]:
+    """Apply the changes queued before the call, in order, ``batch`` at a time, each batch one
+    transaction (module doc). Returns the counts and the skipped rows (``[(key, reason)]``)."""
+    total = {"collection": collection, "applied": 0, "inserted": 0, "replaced": 0, "deleted": 0, "payloads": 0,
+             "skipped": [], "batches": 0}
+    t = time.perf_counter()
+    with connect() as conn:  # the changes queued before this call: a sync ends under a steady stream
+        coll = _collection_row(conn, collection)
+        upto = conn.execute("SELECT max(seq) FROM pm_vector.attach_changes WHERE collection_id = %s",
+                            [coll["id"]]).fetchone()[0]
+    while upto is not None and (max_batches is None or total["batches"] < max_batches):
+        done = _sync_batch(collection, int(batch), embed_fn_extend, int(upto))
+        if done is None:
+            break
+        total["batches"] += 1
+        for k in ("applied", "inserted", "replaced", "deleted", "payloads"):
+            total[k] += done[k]
+        total["skipped"] += done["skipped"]
+    total["seconds"] = round(time.perf_counter() - t, 3)
+    return total
+
+
+def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int) -> dict[str, Any] | None:
+    from psycopg.types.json import Jsonb
+
+    from ..runs import erase as _erase
+    from ..runs.jobs import _load_items, anchor_frame_extend_fn, embed_new_items
+    from ._source import _ident
+    from .erase import _erase_kahm, _runs_with_tables
+
+    with connect(watch_client=True) as conn:
+        coll = _collection_row(conn, collection, lock="FOR NO KEY UPDATE")
+        att = (coll["settings"] or {}).get("attached")
+        if not att:
+            raise InvalidInputError(f"collection {collection!r} is not attached to a table (pm-vector attach).")
+        rows = conn.execute("SELECT seq, op, key, old_vector FROM pm_vector.attach_changes WHERE collection_id = %s "
+                            "AND seq <= %s ORDER BY seq LIMIT %s", [coll["id"], upto, batch]).fetchall()
+        if not rows:
+            conn.rollback()
+            return None
+        last = rows[-1][0]
+        ops: dict[str, list] = {}
+        for _seq, op, key, old in rows:
+            ops.setdefault(key, []).append((op, old))
+        keys = sorted(ops)
+        lab = f"s.{_ident(att['label_column'])}::bigint" if att.get("label_column") else "0::bigint"
+        pcols = att.get("payload_columns") or []
+        pay = ("jsonb_build_object(" + ", ".join(f"'{c}', s.{_ident(c)}" for c in pcols) + ")") if pcols else "NULL::jsonb"
+        v = f"s.{_ident(att['vector_column'])}"
+        src = {r[0]: r[1:] for r in conn.execute(
+            f"SELECT s.{_ident(att['id_column'])}::text, {v} IS NULL, CASE WHEN {v} IS NULL THEN NULL ELSE "
+            f"vector_dims({v}) END, {lab}, {pay} FROM {att['table']} AS s "
+            f"WHERE s.{_ident(att['id_column'])} = ANY(%s::{att['id_type']}[])", [keys]).fetchall()}
+        items = {r[0]: (r[1], r[2]) for r in conn.execute(
+            "SELECT external_id, id, label FROM pm_vector.items WHERE collection_id = %s AND external_id = ANY(%s)",
+            [coll["id"], keys]).fetchall()}
+        allowed = set(int(x) for x in coll["labels"])
+        erase, insert, payloads, skipped = [], [], [], []
+        old_vec: dict[int, str] = {}
+        for key in keys:
+            s = src.get(key)
+            reason = None
+            if s is not None:
+                isnull, dims, label, _p = s
+                if isnull:
+                    reason = "vector is NULL"
+                elif dims != coll["feature_dim"]:
+                    reason = f"vector has {dims} dimensions, the collection {coll['feature_dim']}"
+                elif label is None or int(label) not in allowed:
+                    reason = f"label {label} is not in the collection's label set"
+            if reason is not None:
+                skipped.append((key, reason))
+            valid = s is not None and reason is None
+            item = items.get(key)
+            replace = any(op in ("I", "U", "D") for op, _ in ops[key])
+            if item is not None and (not valid or replace):
+                erase.append(item[0])
+                first_old = next((o for _op, o in ops[key] if o is not None), None)
+                if first_old is not None:
+                    old_vec[int(item[0])] = first_old
+            if valid and (item is None or replace):
+                insert.append((key, int(s[2]), s[3]))
+            elif valid and item is not None:
+                payloads.append((s[3], item[0]))
+        gone = np.array(sorted(int(i) for i in erase), dtype=np.int64)
+        if gone.size:
+            def load(rid, _gone=gone):
+                """The run's items before the erasure, each with the vector it was built from: the table's
+                now, or -- for a row changed or gone since -- the first vector queued for it (old_vector)."""
+                have = _load_items(conn, coll, in_run=rid)
+                feats = np.asarray(have["features"], np.float32).copy()
+                pos = {int(i): k for k, i in enumerate(have["id"])}
+                run_ids = [r[0] for r in conn.execute(f"SELECT item_id FROM pm_vector.run_{int(rid)}_items").fetchall()]
+                lost = [i for i in run_ids if i not in pos]
+                queued = dict(old_vec)
+                if lost:
+                    for i, v in conn.execute(
+                            "SELECT DISTINCT ON (it.id) it.id, c.old_vector FROM pm_vector.items it JOIN "
+                            "pm_vector.attach_changes c ON c.collection_id = it.collection_id AND c.key = it.external_id "
+                            "WHERE it.id = ANY(%s) AND c.old_vector IS NOT NULL ORDER BY it.id, c.seq", [lost]).fetchall():
+                        queued.setdefault(int(i), v)
+                miss, erased, lost_set = [], set(int(x) for x in _gone), set(lost)
+                for i, v in queued.items():
+                    vec = np.asarray(v.strip("[]").split(","), dtype=np.float32)
+                    if vec.shape[0] != int(coll["feature_dim"]):
+                        continue
+                    if i in pos:
+                        if i in erased:
+                            feats[pos[i]] = vec
+                    elif i in lost_set:
+                        miss.append((i, vec))
+                if not miss:
+                    return {"id": have["id"], "label": have["label"], "features": feats}
+                labs = dict(conn.execute("SELECT id, label FROM pm_vector.items WHERE id = ANY(%s)",
+                                         [[i for i, _ in miss]]).fetchall())
+                ids = np.concatenate([have["id"], np.array([i for i, _ in miss], np.int64)])
+                order = np.argsort(ids, kind="stable")
+                return {"id": ids[order],
+                        "label": np.concatenate([have["label"], np.array([labs[i] for i, _ in miss], np.int64)])[order],
+                        "features": np.concatenate([feats.reshape(-1, coll["feature_dim"]),
+                                                    np.stack([v for _, v in miss])])[order]}
+
+            _erase.erase_in_runs(conn, gone, _runs_with_tables(conn, coll["id"]), load)
+            _erase_kahm(conn, coll, gone)
+            conn.execute("DELETE FROM pm_vector.items WHERE id = ANY(%s)", [gone.tolist()])
+        if insert:
+            with conn.cursor() as cur:
+                cur.executemany("INSERT INTO pm_vector.items (collection_id, external_id, label, payload) "
+                                "VALUES (%s, %s, %s, %s)",
+                                [(coll["id"], k, lab_, None if p is None else Jsonb(p)) for k, lab_, p in insert])
+        if payloads:
+            with conn.cursor() as cur:
+                cur.executemany("UPDATE pm_vector.items SET payload = %s WHERE id = %s",
+                                [(None if p is None else Jsonb(p), i) for p, i in payloads])
+        if insert and coll["active_run_id"] is not None:
+            doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s",
+                               [coll["active_run_id"]]).fetchone()[0] or {}
+            if not doc.get("shards"):  # a sharded run takes new items with the next full job
+                embed_new_items(collection, embed_fn_extend or anchor_frame_extend_fn, conn=conn)
+        conn.execute("DELETE FROM pm_vector.attach_changes WHERE collection_id = %s AND seq <= %s", [coll["id"], last])
+        conn.commit()
+    n_replaced = sum(1 for k, _l, _p in insert if k in items)
+    return {"applied": len(rows), "inserted": len(insert) - n_replaced, "replaced": n_replaced,
+            "deleted": int(gone.size) - n_replaced, "payloads": len(payloads), "skipped": skipped}

@@ -1,0 +1,121 @@
+"""Deleting items: ``delete_items(collection, item_ids=... | external_ids=...)``.
+
+ONE transaction removes the items and every row derived from them: in the active run and in every
+run kept for switching back (:func:`pm_vector.db.runs.erase.erase_from_run`, which walks the single
+registry of the run's tables, here and on the run's shards), the stored KAHM class scores, and the
+items themselves; raw KAHM models that may have been fit on a deleted item are marked
+``erased_at`` and stop serving until they are refit (noisy and fabricated models keep serving).
+
+Concurrency: the transaction holds the collection row ``FOR NO KEY UPDATE``, as an embedding job's
+switch and ``embed --new-items`` do (``FOR SHARE``), so a delete and a switch are ordered: a job
+that switches after the delete erases the deleted items from its new run in its switch
+transaction (:func:`pm_vector.db.runs.erase.apply_pending`); a job that switched before is an active run the delete walks.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidInputError
+from ..errors import DatabaseError
+from ..postgres import connect
+from ._common import _collection_row
+
+#: ids one call may delete (the run tables are rewritten in one transaction)
+MAX_DELETE = 1_000_000
+
+
+class ItemNotFoundError(DatabaseError, LookupError):
+    """Some of the ids to delete or update are not items of the collection (nothing was changed)."""
+
+
+def _ids(item_ids, external_ids) -> tuple[str, list]:
+    if (item_ids is None) == (external_ids is None):
+        raise InvalidInputError("give exactly one of item_ids and external_ids.")
+    if item_ids is not None:
+        vals = list(item_ids) if not isinstance(item_ids, (str, bytes)) else None
+        if vals is None or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in vals):
+            raise InvalidInputError("item_ids must be a list of integers.")
+        vals = [int(v) for v in vals]
+        if any(not 1 <= v < 2**63 for v in vals):
+            raise InvalidInputError("item_ids must be positive 64-bit integers.")
+        kind = "id"
+    else:
+        vals = list(external_ids) if not isinstance(external_ids, (str, bytes)) else None
+        if vals is None or any(not isinstance(v, str) or not v or len(v) > 1000 for v in vals):
+            raise InvalidInputError("external_ids must be a list of non-empty strings (at most 1,000 characters).")
+        kind = "external_id"
+    if len(vals) > MAX_DELETE:
+        raise InvalidInputError(f"{len(vals):,} ids; at most {MAX_DELETE:,} per call.")
+    return kind, sorted(set(vals))
+
+
+def _resolve(conn, coll, kind: str, vals: list, missing_ok: bool) -> np.ndarray:
+    rows = conn.execute(f"SELECT id, {kind} FROM pm_vector.items WHERE collection_id = %s AND {kind} = ANY(%s)",
+                        [coll["id"], vals]).fetchall()
+    found = {r[1] for r in rows}
+    missing = [v for v in vals if v not in found]
+    if missing and not missing_ok:
+        raise ItemNotFoundError(
+            f"{len(missing):,} of the {len(vals):,} {kind}s are not items of collection {coll['name']!r} "
+            f"(first: {missing[:5]}); nothing was deleted. Pass missing_ok=True (--missing-ok) to delete the others.")
+    return np.array(sorted(r[0] for r in rows), dtype=np.int64)
+
+
+def _not_attached(coll, what: str) -> None:
+    att = (coll["settings"] or {}).get("attached")
+    if att:
+        raise InvalidInputError(
+            f"collection {coll['name']!r} is attached to table {att['table']}: {what} the rows there, and "
+            f"`pm-vector sync {coll['name']}` (pm_vector.db.sync) applies the change everywhere. Nothing was changed.")
+
+
+def _runs_with_tables(conn, coll_id: int) -> list[tuple]:
+    return conn.execute(
+        "SELECT id, class_rows, public_cells FROM pm_vector.embedding_runs WHERE collection_id = %s "
+        "AND status = 'succeeded' AND to_regclass(pm_vector.pm_run_table(id, 'items')) IS NOT NULL ORDER BY id",
+        [coll_id]).fetchall()
+
+
+def delete_items(collection: str, *, item_ids=None, external_ids=None, missing_ok: bool = False) -> dict[str, Any]:
+    """Delete items by ``item_ids`` or ``external_ids`` (exactly one) and everything derived from them,
+    in ONE transaction (module doc). Unknown ids raise :class:`ItemNotFoundError` and delete nothing,
+    unless ``missing_ok``. Returns ``{"collection", "deleted", "item_ids", "runs", "kahm_refit_needed",
+    "seconds"}``."""
+    from ..runs import erase as _erase
+    from ..runs.jobs import _load_items
+
+    kind, vals = _ids(item_ids, external_ids)
+    t = time.perf_counter()
+    with connect(watch_client=True) as conn:
+        coll = _collection_row(conn, collection, lock="FOR NO KEY UPDATE")
+        _not_attached(coll, "delete")
+        ids = _resolve(conn, coll, kind, vals, missing_ok)
+        out = {"collection": collection, "deleted": int(ids.size), "item_ids": ids.tolist(), "runs": [],
+               "kahm_refit_needed": []}
+        if ids.size == 0:
+            conn.rollback()
+            out["seconds"] = round(time.perf_counter() - t, 3)
+            return out
+        out["runs"] = _erase.erase_in_runs(conn, ids, _runs_with_tables(conn, coll["id"]),
+                                           lambda rid: _load_items(conn, coll, in_run=rid))
+        out["kahm_refit_needed"] = _erase_kahm(conn, coll, ids)
+        conn.execute("DELETE FROM pm_vector.items WHERE collection_id = %s AND id = ANY(%s)", [coll["id"], ids.tolist()])
+        conn.commit()
+    out["seconds"] = round(time.perf_counter() - t, 3)
+    return out
+
+
+def _erase_kahm(conn, coll, ids: np.ndarray) -> list[int]:
+    """The deleted items' stored class scores go; raw models fit after the first of them was stored
+    (which may hold it among their training rows) are marked ``erased_at``: they stop serving."""
+    conn.execute("DELETE FROM pm_vector.kahm_item_scores s USING pm_vector.kahm_models m WHERE m.id = s.model_id "
+                 "AND m.collection_id = %s AND s.item_id = ANY(%s)", [coll["id"], ids.tolist()])
+    rows = conn.execute(
+        "UPDATE pm_vector.kahm_models SET erased_at = now() WHERE collection_id = %s AND kind = 'raw' "
+        "AND erased_at IS NULL AND created_at >= (SELECT min(created_at) FROM pm_vector.items WHERE id = ANY(%s)) "
+        "RETURNING id", [coll["id"], ids.tolist()]).fetchall()
+    return sorted(int(r[0]) for r in rows)

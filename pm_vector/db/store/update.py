@@ -1,0 +1,121 @@
+"""Updating items: ``update_items(collection, item_ids=... | external_ids=..., features=, labels=, payloads=)``.
+
+ONE transaction (the collection row held ``FOR NO KEY UPDATE``, as :mod:`pm_vector.db.store.erase`):
+
+* a **payload-only** change rewrites ``items.payload`` and touches no run data (the payload is
+  joined to answers by item id; the run tables never hold it);
+* a **feature or label** change is a delete and an insert under the same external id: the old
+  item is erased from every run table (:func:`pm_vector.db.runs.erase.erase_in_runs`), a new item
+  (a new item id) takes its external id, payload (or the new one) and the new features / label,
+  and is placed in the active run as ``embed --new-items`` places new items
+  (:func:`pm_vector.db.runs.jobs.embed_new_items` in this transaction; ``embed_fn_extend``, the
+  AnchorFrame extension by default). A sharded active run cannot take new items incrementally:
+  the new item then waits for the next full job (``placed`` false), as ``embed --new-items``
+  says there.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidInputError
+from ..postgres import connect
+from ._common import _collection_row
+from ._validate import _features, _labels
+from .erase import _erase_kahm, _ids, _not_attached, _resolve, _runs_with_tables
+from .payloads import check_payloads, limit_of
+
+_UNSET = object()
+
+
+def update_items(collection: str, *, item_ids=None, external_ids=None, features=None, labels=None,
+                 payloads: Any = _UNSET, embed_fn_extend=None) -> dict[str, Any]:
+    """Change the features, labels and/or payloads of items given by ``item_ids`` or ``external_ids``
+    (one row of ``features`` / ``labels`` / ``payloads`` per id, in the order given), in one
+    transaction (module doc). Unknown ids raise :class:`~pm_vector.db.store.erase.ItemNotFoundError`
+    and change nothing. Returns ``{"collection", "updated", "item_ids" (old -> new), "placed",
+    "seconds"}``."""
+    from ..runs import erase as _erase
+    from ..runs.jobs import _load_items, anchor_frame_extend_fn, embed_new_items
+
+    kind, vals = _ids(item_ids, external_ids)
+    given = list(item_ids if item_ids is not None else external_ids)
+    if len(vals) != len(given):
+        raise InvalidInputError("each item may be updated once per call (the ids repeat).")
+    if features is None and labels is None and payloads is _UNSET:
+        raise InvalidInputError("nothing to update: give features, labels and/or payloads.")
+    t = time.perf_counter()
+    n = len(given)
+    with connect(watch_client=True) as conn:
+        coll = _collection_row(conn, collection, lock="FOR NO KEY UPDATE")
+        _not_attached(coll, "update")
+        X = None if features is None else _features(features, coll, "features")
+        if X is not None and X.shape[0] != n:
+            raise InvalidInputError(f"features has {X.shape[0]} rows for {n} ids.")
+        y = None if labels is None else _labels(labels, n, coll, "labels")
+        P = None
+        if payloads is not _UNSET:
+            P, _ = check_payloads(payloads, n, limit_of(coll), collection)
+        ids_sorted = _resolve(conn, coll, kind, vals, False)
+        # the ids in the caller's order
+        rows = conn.execute(f"SELECT {kind}, id, external_id, label, payload FROM pm_vector.items "
+                            f"WHERE collection_id = %s AND id = ANY(%s)", [coll["id"], ids_sorted.tolist()]).fetchall()
+        by = {r[0]: r[1:] for r in rows}
+        old = [by[v] for v in given]
+        out = {"collection": collection, "updated": n, "item_ids": {}, "placed": None}
+        if X is None and y is None:  # payload only: no run data changes
+            from psycopg.types.json import Jsonb
+
+            with conn.cursor() as cur:
+                cur.executemany("UPDATE pm_vector.items SET payload = %s WHERE id = %s",
+                                [(None if p is None else Jsonb(p), o[0]) for p, o in zip(P, old)])
+            conn.commit()
+            out["item_ids"] = {int(o[0]): int(o[0]) for o in old}
+            out["seconds"] = round(time.perf_counter() - t, 3)
+            return out
+        # a feature / label change: the old items leave every run table, new ones take their place
+        old_ids = np.array(sorted(int(o[0]) for o in old), dtype=np.int64)
+        if X is None:
+            col = "features" if coll["feature_type"] == "vector" else "features_half"
+            f = dict(conn.execute(f"SELECT id, {col}::real[] FROM pm_vector.items WHERE id = ANY(%s)",
+                                  [old_ids.tolist()]).fetchall())
+            X = np.array([f[int(o[0])] for o in old], dtype=np.float32)
+        _erase.erase_in_runs(conn, old_ids, _runs_with_tables(conn, coll["id"]),
+                             lambda rid: _load_items(conn, coll, in_run=rid))
+        _erase_kahm(conn, coll, old_ids)
+        conn.execute("DELETE FROM pm_vector.items WHERE id = ANY(%s)", [old_ids.tolist()])
+        new_ids = _insert(conn, coll, old, X, y, P)
+        out["item_ids"] = {int(o[0]): int(nid) for o, nid in zip(old, new_ids)}
+        if coll["active_run_id"] is not None:
+            doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s",
+                               [coll["active_run_id"]]).fetchone()[0] or {}
+            if doc.get("shards"):
+                out["placed"] = False  # a sharded run takes new items with the next full job
+            else:
+                embed_new_items(collection, embed_fn_extend or anchor_frame_extend_fn, conn=conn)
+                out["placed"] = True
+        conn.commit()
+    out["seconds"] = round(time.perf_counter() - t, 3)
+    return out
+
+
+def _insert(conn, coll, old, X: np.ndarray, y, P) -> list[int]:
+    """The new items (one per ``old`` row: its external id, its label unless ``y``, its payload unless ``P``)."""
+    from psycopg.types.json import Jsonb
+
+    col = "features" if coll["feature_type"] == "vector" else "features_half"
+    cast = "vector" if col == "features" else "halfvec"
+    out = []
+    for k, o in enumerate(old):
+        _, ext, label, payload = o
+        lab = int(label) if y is None else int(y[k])
+        pay = payload if P is None else P[k]
+        vec = "[" + ",".join(repr(float(v)) for v in X[k]) + "]"
+        out.append(conn.execute(
+            f"INSERT INTO pm_vector.items (collection_id, external_id, label, {col}, payload) "
+            f"VALUES (%s, %s, %s, %s::{cast}, %s) RETURNING id",
+            [coll["id"], ext, lab, vec, None if pay is None else Jsonb(pay)]).fetchone()[0])
+    return out
