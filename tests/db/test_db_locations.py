@@ -161,3 +161,39 @@ def test_new_items_extend_the_location_rows(db, cname, conn):
         req = c._inject_generator(secure_generator(i)).request(X[i].astype(np.float64))
         got |= set(np.asarray(resolve(cname, req, log=False)["item_ids"]).tolist())
     assert got & set(new.tolist())  # new items reach the answers
+
+
+def test_a_delete_leaves_every_location_row_and_answer(db, cname, conn):
+    """Erasure reaches the location rows: no row holds a deleted id, and no answer at any level and
+    report lists one; the answers keep their size (the ranking refills them)."""
+    from dbtest_helpers import make_embed_fn
+
+    from pm_vector.db.resolve.resolution import public_anchor, resolve
+    from pm_vector.client.location import PrivateLocationKNN
+    from pm_vector.manifold.cells import PublicCells
+    from pm_vector.protocol.location import LocationRequest
+
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, 3, 500)
+    X = rng.normal(size=(500, 6)) + 2.0 * np.eye(6)[y]
+    X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
+    db.create_collection(cname, 6, [0, 1, 2])
+    ids = np.asarray(db.ingest(cname, X[:400], y[:400])["item_ids"])
+    db.register_anchor_set(cname, X[400:480], y[400:480])
+    db.register_anchor_set(cname, X[480:], y[480:], role="dummy")
+    rid = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"]
+    gone = ids[::10]
+    db.delete_items(cname, item_ids=gone.tolist())
+    left = conn.execute(f"SELECT count(*) FROM pm_vector.run_{rid}_locations WHERE item_ids && %s::bigint[]",
+                        [gone.tolist()]).fetchone()[0]
+    assert left == 0
+    info = public_anchor(cname)[1]
+    cells = PublicCells.from_dict(info["public_locations"])
+    req = PrivateLocationKNN(cells, 8.0, n_items=400 - gone.size, stage_bytes=(16, 32), collection=cname,
+                             max_bytes=5_000)._inject_generator(np.random.default_rng(0)).request(X[0].astype(float))
+    for M in cells.levels_[:4]:
+        for r in range(M):
+            q = LocationRequest.from_dict({**req.to_dict(), "level": int(M), "report": r})
+            got = np.asarray(resolve(cname, q, log=False)["item_ids"], np.int64)
+            assert not set(got.tolist()) & set(gone.tolist())
+            assert got.size == min(q.candidates, 400 - gone.size)

@@ -258,7 +258,6 @@ def _erase_cells(conn, place: Place, plan: Plan) -> None:
     _copy(conn, t, data, np.ones(len(keys), bool), commit=False)
 
 
-@dataclass(frozen=True)
 def _erase_locations(conn, place: Place, plan: Plan) -> None:
     """Location rows (:mod:`pm_vector.db.runs.locations`): the erased items leave every row (their
     counts with them); an answer is ranked from the remaining entries and the top hubs at each
@@ -273,6 +272,7 @@ def _erase_locations(conn, place: Place, plan: Plan) -> None:
         [plan.erased.tolist(), plan.erased.tolist()])
 
 
+@dataclass(frozen=True)
 class RunTable:
     """A per-run table holding items: its kind (``run_<id>_<kind>``), where a sharded run keeps it,
     and how the erased items leave it."""
