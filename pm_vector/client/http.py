@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AlignmentError, InvalidInputError
+from ..errors import AlignmentError, InvalidInputError, MalformedAnswerError
 from ..privacy.rng import secure_generator
 from ..protocol.codec import JSON, MSGPACK
 from ..protocol.frame import FRAME_TOLERANCE  # noqa: F401  (its old home)
@@ -450,8 +450,12 @@ class Client(Transport, PublicDocuments):
         rows = res.get("rows")
         if protocol == "pm_vector":
             kp = int(getattr(req, "shortlist", 0) or shortlist or 1000)
-            rows = check_rows_answer(rows, n_rows=int(req.n_rows), k_prime=kp, code_bytes=b if pc is not None else None,
-                                     n_features=len(q_raw) if mode == "features" else None)
+            try:
+                rows = check_rows_answer(rows, n_rows=int(req.n_rows), k_prime=kp,
+                                         code_bytes=b if pc is not None else None,
+                                         n_features=len(q_raw) if mode == "features" else None)
+            except InvalidInputError as exc:  # the answer's fault, whatever the real row
+                raise MalformedAnswerError(f"the answer is malformed: {exc}") from None
         row = dict(secret.pick(rows))
         row["item_ids"] = [int(v) for v in np.asarray(row.get("item_ids", []), dtype=np.int64).ravel()]
         n = len(row["item_ids"])

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .._validation import as_matrix, normalize_rows
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, MalformedAnswerError
 from ..manifold.cells import PublicCells
 from ..privacy.location import LocationRandomizedResponse, plan as location_plan
 from ..privacy.rng import secure_generator
@@ -125,8 +125,11 @@ def query_location(self, name, features, label=None, *, epsilon, k, rerank, max_
     self._check_run(name, res)
     t2 = time.perf_counter()
     # nothing below talks to the server: the answer is all the client uses, checked whole first
-    ids, codes, payloads = check_location_answer(res, req, n_items=int(pub.class_rows["n_items"]),
-                                                 codes_digest=pc.digest(), run_id=pub.run_id)
+    try:
+        ids, codes, payloads = check_location_answer(res, req, n_items=int(pub.class_rows["n_items"]),
+                                                     codes_digest=pc.digest(), run_id=pub.run_id)
+    except InvalidInputError as exc:
+        raise MalformedAnswerError(f"the answer is malformed: {exc}") from None
     q = np.asarray(features, dtype=np.float64).ravel()
     q = q / max(float(np.linalg.norm(q)), 1e-12)
     order, d = rank(q, codes=codes, product_codes=pc) if rerank else (np.arange(ids.size), np.zeros(ids.size))

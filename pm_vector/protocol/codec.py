@@ -426,22 +426,6 @@ def decode(body: bytes, media_type: str = JSON, *, max_bytes: int | None = None,
 
 # ----------------------------------------------------------------------------- decode, a client's answer
 
-class _Containers:
-    """Counts the lists and maps msgpack builds (its ``list_hook`` / ``object_hook``) and stops
-    the decoder at ``limit``: what a body of tiny containers (one byte each, about 60 bytes of
-    Python objects each) may build is bounded before it is built."""
-
-    def __init__(self, limit: int):
-        self.limit, self.n = int(limit), 0
-
-    def __call__(self, obj):
-        self.n += 1
-        if self.n > self.limit:
-            raise TooLargeError(f"the document holds more than {self.limit:,} lists and maps; at most "
-                                f"{self.limit:,} are accepted here.")
-        return obj
-
-
 def decode_bounded(body: bytes, media_type: str, *, max_bytes: int, max_containers: int, max_items: int,
                    max_elements: int, max_depth: int = MAX_DEPTH, arrays: str = "numpy") -> Any:
     """:func:`decode` for a body from a peer that may be hostile, with every allocation bounded
@@ -450,33 +434,5 @@ def decode_bounded(body: bytes, media_type: str, *, max_bytes: int, max_containe
     elements in any one array, ``max_depth`` levels. A JSON body is refused from a count of its
     ``[`` and ``{`` bytes (an upper bound of its containers) before it is parsed. Over a bound:
     :class:`TooLargeError`; malformed: :class:`~pm_vector.errors.InvalidInputError`."""
-    body = bytes(body)
-    if len(body) > max_bytes:
-        raise TooLargeError(f"the body has {len(body):,} bytes; at most {max_bytes:,} are accepted.")
-    if not body:
-        raise InvalidInputError("the body is empty.")
-    if media_type == JSON:
-        if body.count(b"[") + body.count(b"{") > max_containers:
-            raise TooLargeError(f"the document holds more than {max_containers:,} lists and maps; at most "
-                                f"{max_containers:,} are accepted here.")
-        return decode(body, JSON, max_bytes=max_bytes, max_depth=max_depth, max_elements=max_elements, arrays=arrays)
-    if media_type != MSGPACK:
-        raise InvalidInputError(f"media type {media_type!r} is not served; use one of {list(MEDIA_TYPES)}.")
-    import msgpack
-
-    bounds = _Bounds(max_elements, MAX_NDIM)
-    hook = _Containers(max_containers)
-    n = min(len(body), int(max_items))
-    try:
-        doc = msgpack.unpackb(body, ext_hook=bounds.ext_hook, list_hook=hook, object_hook=hook, raw=False,
-                              strict_map_key=True, use_list=True, timestamp=0, max_str_len=len(body),
-                              max_bin_len=len(body), max_array_len=n, max_map_len=n, max_ext_len=len(body))
-    except InvalidInputError:
-        raise
-    except msgpack.exceptions.StackError:
-        raise InvalidInputError(f"the document nests deeper than {max_depth} levels.") from None
-    except (ValueError, msgpack.exceptions.ExtraData, msgpack.exceptions.FormatError, TypeError,
-            UnicodeDecodeError, OverflowError) as e:
-        why = str(e) or type(e).__name__
-        raise InvalidInputError(f"the body is not valid msgpack ({why}).") from None
-    return _walk(doc, max_depth, True, arrays == "lists")
+    return decode(body, media_type, max_bytes=max_bytes, max_depth=max_depth, max_elements=max_elements,
+                  arrays=arrays, max_list_len=max_items, max_map_len=max_items, max_containers=max_containers)
