@@ -43,8 +43,8 @@ def test_every_method_at_every_epsilon(result):
         elif m != "partition_only":  # a labelled collection has label_only instead
             assert {(m, 1.0), (m, 16.0), (m, "inf")} <= got
     assert not any(m == "partition_only" for m, _ in got)
-    # one row per level for download_lists, per code stage (32 and 64 bytes) for download_codes
-    assert len(result["results"]) == (len(METHODS) - 6) * 3 + 3 + len(levels) + 2
+    # one row per level for download_lists, per code stage (16 of 16 bytes) for download_codes
+    assert len(result["results"]) == (len(METHODS) - 6) * 3 + 3 + len(levels) + 16
     assert "privatemail_paper" not in DEFAULT_METHODS and "pm_vector_cells" in DEFAULT_METHODS
     for key in ("dataset", "split", "k", "shortlist", "delta", "seed", "class_ceiling", "collection_bytes", "results"):
         assert key in result
@@ -164,11 +164,11 @@ def test_the_compact_answer_has_the_rule_s_shape_and_fits_the_budget(result):
 
 def test_download_codes_is_every_code_and_the_codebooks(result):
     dc = {r["code_bytes"]: r for r in result["results"] if r["method"] == "download_codes"}
-    assert sorted(dc) == [32, 64]
+    assert sorted(dc) == list(range(16, 257, 16))
     for b, r in dc.items():
         assert r["epsilon"] == 0.0 and r["delta"] == 0.0
         # 1,000 items' uint32 ids and codes, plus the codebooks (mean, rotation, centroids: float32)
-        books = 4 * (64 + 64 * 64 + (b // 32) * 32 * 256 * 2)
+        books = 4 * (64 + 64 * 64 + (b // 16) * 256 * 64)
         assert 1000 * (4 + b) + books < r["bytes_per_request"] < 1000 * (4 + b) + books + 1000
     assert dc[64]["nn_recall_at_8"] > dc[32]["nn_recall_at_8"]
     # the crossover: how many compact requests cost one download
@@ -252,3 +252,17 @@ def test_expected_recall_is_the_mean_over_reports(split):
 def result_labels(result):
     counts = result["split"]["class_counts"]["query"]
     return np.repeat(np.arange(len(counts)), [counts[c] for c in counts])
+
+
+def test_the_location_release_within_its_budget_and_its_exact_expectation(result):
+    """pm_vector_location: one row per epsilon (the default budget), the answer within it, the
+    realised recall near the exact expectation, and recall growing with eps."""
+    loc = rows(result, "pm_vector_location")
+    assert set(loc) == {1.0, 16.0, "inf"}
+    for e, r in loc.items():
+        assert r["delta"] == (None if e == "inf" else 0.0) and r["release"] == "location"
+        assert r["bytes_per_request"] <= r["max_bytes"] == 50_000
+        assert abs(r["nn_recall_at_8"] - r["expected_nn_recall_at_8"]) < 0.08
+        assert r["expected_nn_recall_at_8"] > 0.5  # digits: 1,000 items, far above chance (8 / 1,000)
+    # the noise-free endpoint of the same plan: its true cell's answer
+    assert loc["inf"]["expected_nn_recall_at_8"] == pytest.approx(loc["inf"]["true_cell_nn_recall"])

@@ -131,7 +131,8 @@ def privacy(
             fail("--partitions applies to a collection without labels (--features without --labels, or --unlabeled).")
         cfg = BenchConfig(epsilons=eps, delta=delta, k=k, shortlist=shortlist or kp_default, seed=seed, methods=chosen,
                           max_prior=max_prior, graph_degree=graph_degree, n_cells=cells, code_bytes=code_bytes,
-                          code_stages=code_bytes // 16 if code_bytes % 16 == 0 else 1,
+                          code_stages=(code_bytes // 16 if code_bytes % 16 == 0 and code_bytes >= 32 else
+                                       2 if code_bytes % 2 == 0 and code_bytes >= 16 else 1),
                           max_bytes=_ints(max_bytes, "--max-bytes"),
                           partitions=(partitions or DEFAULT_PARTITIONS) if unlabelled else None)
         err.print(f"dataset {ds.name}: {ds.n_items} items, {ds.dim} dims, "

@@ -91,7 +91,7 @@ def test_every_releasing_path_charges(service, svc_collection, svc_key, svc_spli
     with Client(service.url, svc_key["key"], budget=budget) as c:
         key = c.budget_key()
         spent = lambda: budget.status(key)["epsilon_spent"]
-        req, _ = c.build_request(svc_collection, Xq[0], int(yq[0]), epsilon=1.0, shortlist=16)
+        req, _ = c.build_request(svc_collection, Xq[0], int(yq[0]), epsilon=1.0, shortlist=16, release="gaussian")
         assert spent() == pytest.approx(1.0)
         c.resolve(svc_collection, req)  # built (and charged) here: not charged again
         assert spent() == pytest.approx(1.0)

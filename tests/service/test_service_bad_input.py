@@ -23,7 +23,7 @@ def valid(service, svc_collection, svc_key, svc_split):
 def valid_rows(service, svc_collection, svc_key, svc_split):
     with Client(service.url, svc_key["key"], budget=MemoryBudget()) as c:
         req, _ = c.build_request(svc_collection, svc_split.query[0][0], int(svc_split.query[1][0]), epsilon=1.0,
-                                 shortlist=16)
+                                 shortlist=16, release="gaussian")
     return req.to_dict()
 
 

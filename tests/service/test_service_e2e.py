@@ -250,7 +250,7 @@ def test_concurrent_requests_share_the_pool(service, svc_collection, svc_key, sv
 
     with Client(service.url, svc_key["key"]) as c:
         reqs = [c.build_request(svc_collection, svc_split.query[0][i], int(svc_split.query[1][i]),
-                                epsilon=1.0)[0].to_dict() for i in range(4)]
+                                epsilon=1.0, release="gaussian")[0].to_dict() for i in range(4)]
     before = requests_logged(svc_collection)
 
     def one(i):
@@ -288,7 +288,7 @@ def test_query_without_raw_features_reranks_by_published_codes(seeded_service, s
         ext = np.array([f"{svc_split.dataset.name}-{int(i)}" for i in svc_split.server_idx])
         ext_of = dict(zip(np.asarray(prep["item_ids"]).tolist(), ext.tolist()))
         # the codes fit in memory on the public anchor alone: the published ones
-        mem_pc = ProductCodes(64, 2).fit(np.asarray(svc_split.anchor[0], np.float32).astype(np.float64))
+        mem_pc = ProductCodes(256, 16).fit(np.asarray(svc_split.anchor[0], np.float32).astype(np.float64))
         with Client(seeded_service.url, svc_key["key"]) as c:
             doc = c.anchor_document(name)
             assert doc["frame"]["class_rows"]["codes"]["digest"] == mem_pc.digest()

@@ -34,7 +34,7 @@ def rows_body(service, svc_collection, svc_key, svc_split):
 
     with Client(service.url, svc_key["key"], budget=MemoryBudget(default_epsilon=100.0)) as c:
         req, _ = c.build_request(svc_collection, svc_split.query[0][0], int(svc_split.query[1][0]), epsilon=1.0,
-                                 shortlist=16)
+                                 shortlist=16, release="gaussian")
     return {"request": req.to_dict(), "k": 8}
 
 

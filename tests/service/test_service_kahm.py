@@ -118,7 +118,7 @@ def test_a_private_models_class_scores_need_no_opt_in(service, svc_key, split):
         db.run_embedding_job(name, {"n_components": 8}, 0, embed_fn=anchor_frame_embed_fn)
         Xq, yq = split.query
         with Client(service.url, svc_key["key"]) as c:
-            req, _ = c.build_request(name, Xq[0], int(yq[0]), epsilon=1.0, shortlist=5)
+            req, _ = c.build_request(name, Xq[0], int(yq[0]), epsilon=1.0, shortlist=5, release="gaussian")
             noisy = fit_kahm_models(name, kind="noisy", epsilon=4.0, value_range=(-1.0, 1.0), n_components=6)
             assert c.resolve(name, req).get("kahm") is None  # the default compact answer carries ids and codes only
             res = c.resolve(name, req, answer="full")  # class scores come with full answers

@@ -116,7 +116,7 @@ def test_parallel_large_requests_all_answered_with_one_slot(svc_home, svc_collec
     with ServiceThread(st) as svc:
         with Client(svc.url, svc_key["key"]) as c:
             body = json.dumps({"request": c.build_request(svc_collection, Xq[0], int(yq[0]), epsilon=1.0,
-                                                          shortlist=16)[0].to_dict(), "k": 8})
+                                                          shortlist=16, release="gaussian")[0].to_dict(), "k": 8})
         assert len(body) > 1000
         h = {"Authorization": f"Bearer {svc_key['key']}", "Content-Type": "application/json"}
         with ThreadPoolExecutor(8) as ex:
