@@ -67,7 +67,7 @@ class ServiceSettings:
     #: seconds a key the database refused is refused from memory (0 = always looked up)
     failed_key_ttl_s: int = 5
     #: rows x k (or x k') of one answer: bounds the response size
-    max_result_cells: int = 65536  # a location answer of the most candidates (protocol.location.MAX_CANDIDATES)
+    max_result_cells: int = 50000
     #: smallest n_components of a job: one key must not degrade every client's precision
     job_min_components: int = 4
     max_queued_jobs: int = 8

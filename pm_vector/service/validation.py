@@ -173,7 +173,8 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
         if lr.collection not in (None, name):
             raise ApiError(422, "invalid_input", f"the request was built for collection {lr.collection!r:.60}, "
                                                  f"not {name!r}.")
-        check_cells(1, lr.candidates, settings)
+        # one list of at most protocol.location.MAX_CANDIDATES candidates (the request type's bound):
+        # its size is what the client's byte budget chose, not rows x k
         return lr, k, False, opts
     if r.get("format") == QUERY_FORMAT:
         q = check_query_request(r, settings, name)

@@ -331,7 +331,7 @@ def test_query_without_raw_features_reranks_by_published_codes(seeded_service, s
             # the raw endpoint: the default answer is compact, every row alike, no raw features
             req, _ = c.build_request(name, Xq[0], int(yq[0]), epsilon=4.0, shortlist=32, release="gaussian")
             raw = c._call("POST", f"/collections/{name}/resolve", {"request": req.to_dict()})
-            assert raw["answer"] == "compact" and raw["codes"]["bytes"] == 64
+            assert raw["answer"] == "compact" and raw["codes"]["bytes"] == 256  # the whole code unless asked
             for row in raw["rows"]:
                 assert set(row) == {"row", "item_ids", "codes"}  # no payloads stored: ids and codes only
                 assert np.asarray(row["codes"]).shape == (32, 64) and len(row["item_ids"]) == 32
