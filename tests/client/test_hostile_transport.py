@@ -35,7 +35,7 @@ def test_a_msgpack_body_of_empty_lists_is_refused_by_its_object_bound():
     body = _empty_lists(16 << 20)  # 16 MiB
     with Hostile(lambda h: send(h, 200, body, content_type=MSGPACK)) as h, _client(h.url) as c:
         t0 = time.perf_counter()
-        with pytest.raises(MalformedAnswerError, match="lists and maps"):
+        with pytest.raises(MalformedAnswerError, match="maps and lists|lists and maps"):
             c.collection("x")
         took = time.perf_counter() - t0
     print(f"\n16 MiB msgpack of empty lists refused in {took:.2f} s")
