@@ -419,7 +419,8 @@ class Client(Transport, PublicDocuments):
             self.private_knn(name, epsilon=1.0)  # the public document (cached per run)
             release, shortlist, b, pc = self._compact_shape(name, epsilon, release, shortlist)
             body_answer = {"answer": "compact", "code_bytes": b}
-        elif protocol == "pm_vector":
+        elif protocol == "pm_vector":  # raw features: a class-rows release (a location answer carries codes)
+            release = self.choose_release(name, epsilon, release, class_rows=True)
             body_answer = {"answer": "features"}
         else:
             body_answer = {"include_features": bool(rerank and allow_raw)}

@@ -334,7 +334,7 @@ def test_query_without_raw_features_reranks_by_published_codes(seeded_service, s
             assert raw["answer"] == "compact" and raw["codes"]["bytes"] == 256  # the whole code unless asked
             for row in raw["rows"]:
                 assert set(row) == {"row", "item_ids", "codes"}  # no payloads stored: ids and codes only
-                assert np.asarray(row["codes"]).shape == (32, 64) and len(row["item_ids"]) == 32
+                assert np.asarray(row["codes"]).shape == (32, 256) and len(row["item_ids"]) == 32
             short = c._call("POST", f"/collections/{name}/resolve", {"request": req.to_dict(), "code_bytes": 32})
             for row, srow in zip(raw["rows"], short["rows"]):
                 assert np.asarray(srow["codes"]).tolist() == np.asarray(row["codes"])[:, :32].tolist()
