@@ -339,8 +339,8 @@ def test_query_without_raw_features_reranks_by_published_codes(seeded_service, s
             for row, srow in zip(raw["rows"], short["rows"]):
                 assert np.asarray(srow["codes"]).tolist() == np.asarray(row["codes"])[:, :32].tolist()
             # a prefix that is not a stage width, and features on a collection without them, are refused
-            for body, status, msg in (({"code_bytes": 48}, 422, r"published stage widths \[32, 64\]"),
-                                      ({"code_bytes": 65}, 422, "code_bytes must be an integer in 8..64"),
+            for body, status, msg in (({"code_bytes": 40}, 422, r"published stage widths \[16, 32, 48"),
+                                      ({"code_bytes": 257}, 422, "code_bytes must be an integer in 8..256"),
                                       ({"answer": "features"}, 403, "allow_raw_features"),
                                       ({"answer": "compact", "include_features": True}, 422, "carries none"),
                                       ({"answer": "bogus"}, 422, "answer must be one of")):
