@@ -134,6 +134,25 @@ def default_path() -> Path:
     return _settings().ledger_path
 
 
+def _wal(db: sqlite3.Connection) -> None:
+    """Put the ledger in WAL mode (persistent in the file) unless it already is.
+
+    Switching a fresh file to WAL takes an exclusive lock, and SQLite answers ``database is
+    locked`` at once, without its busy handler, when another process is opening the same fresh
+    file: so the switch is retried until :data:`LOCK_TIMEOUT_S`. A file already in WAL mode
+    takes no lock here."""
+    deadline = time.monotonic() + LOCK_TIMEOUT_S
+    while True:
+        try:
+            if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005 + 0.02 * (time.monotonic() % 1.0))
+
+
 class PrivacyBudget:
     """Per-key (per-server) (epsilon, delta) ledger on disk, with a default budget (module doc).
 
@@ -178,7 +197,7 @@ class PrivacyBudget:
         legacy = self._legacy()
         db = sqlite3.connect(str(self.store), timeout=LOCK_TIMEOUT_S, isolation_level=None)
         try:
-            db.execute("PRAGMA journal_mode=WAL")
+            _wal(db)
             db.execute("PRAGMA synchronous=FULL")  # a spend is on disk before its noise is drawn
             if not getattr(self, "_schema_ok", False):
                 db.executescript(_SCHEMA)
