@@ -69,6 +69,8 @@ from .middleware import AuthMiddleware, BodyLimitMiddleware, CatchAllMiddleware
 from .routers import anchor, collections, erase, health, items, jobs, kahm, keys, resolve
 from .settings import ServiceSettings
 
+log = logging.getLogger("pm_vector.service")
+
 
 def _read_router(settings: ServiceSettings, pool):
     """The replicas resolves are read on: ``settings.read_urls``, else a running local cluster's."""
@@ -86,6 +88,34 @@ def _read_router(settings: ServiceSettings, pool):
     return ReadRouter(primary, urls, max_lag_bytes=settings.max_replica_lag_bytes)
 
 
+def _query_pool(settings: ServiceSettings, state: dict[str, Any]):
+    """(login, pool) of query keys' resolves: the pool logs in as a member of the query role, so
+    no SQL on it can become the service user; (None, None) when there is no such login (the
+    migrating user could not create roles, or the database refused the login: warned, and query
+    keys use ``SET ROLE`` on the shared pool)."""
+    from .db import ServicePool, query_login, with_login
+
+    if not settings.query_db_url and not state.get("query_role"):
+        return None, None
+    try:
+        login = query_login(state["pool"], settings.query_db_url)
+        if settings.query_db_url:
+            url = settings.query_db_url
+        elif login is None:
+            log.warning("no query login role (the migrating user may not create roles): query keys resolve "
+                        "under SET ROLE %s, which SQL can reset", settings.query_db_role)
+            return None, None
+        else:
+            url = with_login(state["pool"].url, *login)
+        return login, ServicePool(url, min_size=0, max_size=settings.pool_max)
+    except Exception as exc:  # noqa: BLE001 - refused login, pg_hba, a fake pool: fall back, say so
+        if settings.query_db_url:
+            raise
+        log.warning("query keys' login role could not connect (%s): they resolve under SET ROLE %s",
+                    type(exc).__name__, settings.query_db_role)
+        return None, None
+
+
 def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI:
     """The application. ``pool``: a :class:`~pm_vector.service.db.ServicePool` (made at start-up if None)."""
     from .auth import FailedAuthLimiter, RateLimiter
@@ -96,11 +126,10 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     failures = FailedAuthLimiter(settings.auth_failures_per_minute)
     configure_malloc()  # large requests' arrays go back to the system when freed (service/memory.py)
     # the state the routers share (service/deps.py's StateDep); at most pool_max resolves at once
-    state: dict[str, Any] = {"pool": pool, "jobs": None, "query_role": None, "query_pool": None, "router": None,
+    state: dict[str, Any] = {"pool": pool, "jobs": None, "query_role": None, "query_pool": None, "query_login": None, "router": None,
                              "read_pools": {},
                              "resolve_slots": threading.BoundedSemaphore(max(1, settings.pool_max)),
                              "read_pools_lock": threading.Lock()}
-    log = logging.getLogger("pm_vector.service")
 
     def prune_once() -> int:
         from ..db.store.retention import prune_request_log
@@ -156,11 +185,8 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
         if not ok and settings.query_db_role:
             log.warning("PostgreSQL role %r not usable: query keys resolve as the service user",
                         settings.query_db_role)
-        if settings.query_db_url:  # query keys' own login role and pool: no SET ROLE to escape
-            from .db import ServicePool
-
-            state["query_pool"] = await run_in_threadpool(ServicePool, settings.query_db_url, min_size=0,
-                                                          max_size=settings.pool_max)
+        # query keys' own login role and pool (migration 0017, or query_db_url): no SET ROLE to escape
+        state["query_login"], state["query_pool"] = await run_in_threadpool(_query_pool, settings, state)
         state["router"] = _read_router(settings, state["pool"])
         if settings.auth and getattr(state["pool"], "url", None):
             from .keycache import KeyCache

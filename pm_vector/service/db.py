@@ -231,3 +231,30 @@ class ServicePool:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+
+
+def with_login(url: str, user: str, password: str | None) -> str:
+    """``url`` (``postgresql://…``) logging in as ``user`` (with ``password``): same host, port,
+    database and parameters."""
+    from urllib.parse import quote, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    cred = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
+    return urlunsplit(parts._replace(netloc=f"{cred}@{host}"))
+
+
+def query_login(pool: ServicePool, query_db_url: str = "") -> tuple[str, str | None] | None:
+    """The login (user, password) of query keys' own pool: the one ``query_db_url`` gives, else the
+    login role migration 0017 made for this database (``pm_vector_service.query_login``), else None
+    (the migrating user could not create roles: query keys use ``SET ROLE``)."""
+    if query_db_url:
+        from urllib.parse import unquote, urlsplit
+
+        parts = urlsplit(query_db_url)
+        return (unquote(parts.username), unquote(parts.password) if parts.password else None) \
+            if parts.username else None
+    with pool.connection() as conn:
+        row = conn.execute("SELECT role_name, password FROM pm_vector_service.query_login").fetchone()
+        conn.commit()
+    return (row[0], row[1]) if row else None

@@ -22,7 +22,7 @@ refused key is refused from memory, default 5; 0 = off),
 marked ``seeded``, whose noise a seed determines: for tests only; default ``0``, refused with a
 403), ``PM_VECTOR_SERVICE_QUERY_DB_URL`` (a URL logging in as a member of the query role: query
 keys' resolves then use a pool of their own, whose sessions cannot leave that role; default
-empty: ``SET ROLE`` on the shared pool), ``PM_VECTOR_SERVICE_BODY_TIMEOUT_S`` (seconds a request's
+empty: the login role of migration 0017, else ``SET ROLE`` on the shared pool), ``PM_VECTOR_SERVICE_BODY_TIMEOUT_S`` (seconds a request's
 whole body may take to arrive, default 10; then 408), ``PM_VECTOR_SERVICE_HEADER_TIMEOUT_S`` (seconds a
 request's header lines may take, from the connection's opening or the request's first byte,
 default 10; then 408 and the connection is closed), ``PM_VECTOR_SERVICE_MAX_LARGE_REQUESTS`` /
@@ -78,8 +78,9 @@ class ServiceSettings:
     #: only); "" or a role the service user cannot take: no switch
     query_db_role: str = "pm_vector_query"
     #: a PostgreSQL URL that logs in as a role with the query role's privileges (e.g. a member of
-    #: pm_vector_query); when set, query keys' resolves use a pool of their own on it, whose
-    #: sessions cannot leave that role (SET ROLE can be reset); "" = SET ROLE on the shared pool
+    #: pm_vector_query); query keys' resolves use a pool of their own on it, whose sessions
+    #: cannot leave that role; "" = the login role migration 0017 made for this database (when it
+    #: could not: SET ROLE on the shared pool, which SQL can reset; warned at start-up)
     query_db_url: str = ""
     #: streaming replicas that answer resolves (comma-separated URLs; with a local cluster running
     #: and none given, its replicas); writes and the request log go to the primary

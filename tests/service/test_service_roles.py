@@ -45,7 +45,13 @@ def test_query_key_is_refused_admin_endpoints(service, svc_collection, keys):
         assert r.status_code == 200
         listed = {k["id"]: k for k in r.json()["keys"]}
         assert listed[keys["query"]["id"]]["role"] == "query" and "key" not in listed[keys["query"]["id"]]
-        assert c.post(f"/collections/{svc_collection}/items", headers=a, json={"ids": [1]}).status_code in (200, 404)
+        from pm_vector.db.postgres import connection
+
+        with connection() as conn:  # the collection's first item (ids come from one shared sequence)
+            first = conn.execute("SELECT min(i.id) FROM pm_vector.items i JOIN pm_vector.collections c "
+                                 "ON c.id = i.collection_id WHERE c.name = %s", [svc_collection]).fetchone()[0]
+        r = c.post(f"/collections/{svc_collection}/items", headers=a, json={"ids": [int(first)]})
+        assert r.status_code == 200 and r.json()["item_ids"] == [first], r.text
 
 
 def test_scoped_key_sees_only_its_collections(service, svc_collection, keys):

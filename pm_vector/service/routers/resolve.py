@@ -1,9 +1,11 @@
 """``POST /collections/{name}/resolve``: a private request in, per-row candidates out.
 
-A query key's request runs as the service's query database role (``state["query_role"]``: read
-and request-log insert only; with ``query_db_url``, on a pool of its own that logs in as such a
-role, ``state["query_pool"]``, on the primary); a class-rows or cell request is read on a replica
-in rotation when there is one (``state["router"]``), its log written on the primary; at most
+A query key's request runs on a pool of its own that logs in as a member of the query database
+role (``state["query_pool"]``, login ``state["query_login"]``: migration 0017's role or
+``query_db_url``; read and request-log insert only), else under ``SET ROLE`` of that role on the
+shared pool (``state["query_role"]``); a class-rows, cell or location request is read on a replica
+in rotation when there is one (``state["router"]``, logging in the same way), its log written on
+the primary; at most
 ``pool_max`` resolves run at once (``state["resolve_slots"]``)."""
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ router = APIRouter()
 log = logging.getLogger("pm_vector.service")
 
 
-def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: ServiceSettings, state: dict[str, Any]):
+def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: ServiceSettings, state: dict[str, Any],
+                        login: tuple[str, str | None] | None = None):
     """The answer read on a replica in rotation (log written on ``conn``), or None: read on the
-    primary (no replica, a paper request, or the replica failed: it leaves the rotation)."""
+    primary (no replica, a paper request, or the replica failed: it leaves the rotation).
+    ``login``: read on a pool that logs in as this (user, password), not under ``SET ROLE``."""
     from ...protocol.cells import CellRequest
     from ...protocol.class_rows import QueryRequest
     from ...protocol.location import LocationRequest
@@ -42,15 +46,16 @@ def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: Serv
 
     from ...db.errors import DatabaseConfigError
     from ...db.postgres import redact
-    from ..db import ServicePool
+    from ..db import ServicePool, with_login
     from ..documents import resolve_document
 
+    purl = with_login(url, *login) if login else url
     try:
-        with state["read_pools_lock"]:  # one pool per replica, made on its first read
-            pool = state["read_pools"].get(url)
+        with state["read_pools_lock"]:  # one pool per replica and login, made on its first read
+            pool = state["read_pools"].get(purl)
             if pool is None:
-                pool = state["read_pools"][url] = ServicePool(url, min_size=0, max_size=settings.pool_max)
-        with pool.connection_as(db_role) as rconn:
+                pool = state["read_pools"][purl] = ServicePool(purl, min_size=0, max_size=settings.pool_max)
+        with pool.connection_as(None if login else db_role) as rconn:
             return resolve_document(name, req, k=k, include_features=inc, conn=conn, read_conn=rconn,
                                     max_query_rows=min(settings.max_rows, MAX_QUERY_ROWS), answer=answer)
     except (psycopg.OperationalError, DatabaseConfigError) as exc:
@@ -71,8 +76,9 @@ def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None, sett
     try:
         with state["resolve_slots"], (own.connection() if own is not None else
                                       state["pool"].connection_as(db_role)) as conn:
-            res = None if own is not None else _resolve_on_replica(name, req, k, inc, answer, db_role, conn,
-                                                                   settings, state)
+            login = state.get("query_login") if own is not None else None
+            res = None if own is not None and login is None else \
+                _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings, state, login=login)
             if res is None:
                 res = resolve_document(name, req, k=k, include_features=inc, conn=conn,
                                        max_query_rows=min(settings.max_rows, MAX_QUERY_ROWS), answer=answer)
