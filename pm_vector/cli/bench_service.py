@@ -1,5 +1,6 @@
-"""``pm-vector bench outage`` and ``pm-vector bench memory``: the HTTP service under a database
-outage and under large requests (table and JSON)."""
+"""``pm-vector bench outage``, ``bench memory`` and ``bench hostile``: the HTTP service under a
+database outage and under large requests, and the client under a malicious server's answers
+(table and JSON)."""
 
 from __future__ import annotations
 
@@ -91,4 +92,46 @@ def memory(
     t.add_row(f"{idle_s:g} s idle", f"{result['rss_after_idle_mb']:.0f}")
     t.add_row("max", f"{result['rss_max_mb']:.0f}")
     Console().print(t)
+    typer.echo(json.dumps(result))
+
+
+@bench_app.command("hostile")
+def hostile(
+    queries: int = typer.Option(60, help="Queries sent (each its own release)."),
+    candidates: int = typer.Option(300_000, help="Candidates the malicious server puts in the tampered row."),
+    row: int = typer.Option(3, help="The tampered row when it is not the real one (a cell of the cell release)."),
+    epsilon: float = typer.Option(40.0, help="The release's eps (large: the real row is the nearest cell)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+):
+    """Does a malicious server's oversized row time the client by its secret row?
+
+    In a private PM_VECTOR_HOME: a digits collection, the real service on loopback, and a client
+    whose transport puts --candidates candidates in one row of every cell answer: the real row
+    for every other query, row --row for the rest. The queries' wall times by group, and the
+    ratio of the medians.
+
+    Example: pm-vector bench hostile --queries 60 --candidates 300000 --json
+    """
+    from ..bench.hostile import HostileConfig, run
+
+    try:
+        cfg = HostileConfig(queries=queries, candidates=candidates, row=row, epsilon=epsilon)
+    except ValueError as e:
+        fail(str(e))
+    result = _run_printing(lambda progress: run(cfg, progress), as_json)
+    if result is None:
+        return
+    t = Table(title=f"hostile: {candidates:,} candidates in one row of {result['tampered_answers']} answers, "
+                    f"eps {epsilon:g}")
+    t.add_column("the tampered row is", justify="left")
+    for c in ("queries", "median (s)", "q1 (s)", "q3 (s)", "max (s)"):
+        t.add_column(c, justify="right")
+    for name, g in (("the real row", result["real_row"]), ("another row", result["other_rows"])):
+        t.add_row(name, str(g["n"]), *(str(g.get(k, "")) for k in ("median_s", "q1_s", "q3_s", "max_s")))
+    Console().print(t)
+    err = Console(stderr=True)
+    err.print(f"median ratio (real / other): {result['median_ratio']} (before the whole-answer check: 4.64 s / "
+              "0.84 s = 5.5)")
+    for text, n in result["outcomes"].items():
+        err.print(f"{n} x {text[:160]}")
     typer.echo(json.dumps(result))

@@ -44,3 +44,20 @@ def test_one_bad_row_is_refused_whatever_the_real_row(service, svc_collection, s
             rows_seen.add(cells.nearest_cell(Xq[i] / np.linalg.norm(Xq[i]))[0])
     assert len(rows_seen) > 1  # several real rows, among them rows other than 3
     assert len(set(errors)) == 1, set(errors)  # one refusal, the same text, whatever the real row
+
+
+def test_bench_hostile_refuses_every_tampered_answer_alike():
+    """``pm-vector bench hostile`` (the timing attack of a row the malicious server makes huge):
+    every answer tampered, half in the real row, one refusal text for all."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from pm_vector.cli import app
+
+    r = CliRunner().invoke(app, ["bench", "hostile", "--queries", "4", "--candidates", "3000", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output.strip().splitlines()[-1])
+    assert out["tampered_answers"] == 4 and out["real_row"]["n"] == 2 and out["other_rows"]["n"] == 2
+    assert list(out["outcomes"].values()) == [4] and out["outcomes"] != {"answered": 4}
+    assert out["median_ratio"] > 0
