@@ -14,8 +14,15 @@ public anchors, the default job (AnchorFrame, 16 components). Then:
   (noise-free), k' = 1000, and class-rows requests of random items at eps 1, 4, 16: deleted ids
   found (must be 0) and answers with fewer than k' candidates in a row of a class that has k'
   items (must be 0);
+* ``location``: location requests (the default release) for EVERY (level, cell) at eps 1, 4, 16
+  and inf, each with the plan's candidates and code width: deleted ids found (must be 0) and
+  answers shorter than ``min(S, N - deleted)`` (must be 0); ``tables`` counts the location rows;
 * ``graph_recall``: the share of the 16 exact nearest remaining items of 1,000 random remaining
-  items that their stored lists hold, after the erasure.
+  items that their stored lists hold, after the erasure;
+* ``nn_recall``: nn_recall@8 of the default release (location report, the answer's codes
+  re-ranked) on ``n_queries`` held-out queries at eps 1, 4, 16 and inf, after the erasure and on a
+  collection of the remaining items only given a full job (same anchors, same seed: the same
+  public cells and codebooks, so each query draws the same report in both), side by side.
 """
 
 from __future__ import annotations
@@ -38,12 +45,73 @@ def _table_hits(conn, rid: int, gone: list[int]) -> dict[str, int]:
         "neighbors": f"SELECT count(*) FROM {t}neighbors WHERE item_id = ANY(%(g)s::bigint[]) OR neighbor_id = ANY(%(g)s::bigint[])",
         "hubs": f"SELECT count(*) FROM {t}hubs WHERE item_id = ANY(%(g)s::bigint[])",
         "cells": f"SELECT count(*) FROM {t}cells WHERE item_ids && %(g)s::bigint[]",
+        "locations": f"SELECT count(*) FROM {t}locations WHERE item_ids && %(g)s::bigint[]",
     }
     return {k: int(conn.execute(v, {"g": gone}).fetchone()[0]) for k, v in q.items()}
 
 
+EPSILONS = (1.0, 4.0, 16.0, float("inf"))
+
+
+def _location_client(name: str, eps: float, seed: int):
+    from ..client.location import PrivateLocationKNN
+    from ..db.resolve.resolution import public_anchor
+    from ..manifold.cells import PublicCells
+    from ..privacy import secure_generator
+    from ..protocol.published_codes import unpack
+
+    _, info = public_anchor(name)
+    pc = unpack(info["product_codes"], info["class_rows"]["codes"]["digest"])
+    c = PrivateLocationKNN(PublicCells.from_dict(info["public_locations"]), eps,
+                           n_items=int(info["class_rows"]["n_items"]), stage_bytes=pc.stage_bytes_, collection=name)
+    return c._inject_generator(secure_generator(seed)), pc
+
+
+def _location_sweep(name: str, gone: set[int], seed: int) -> dict:
+    """Every (level, cell) at every eps of :data:`EPSILONS`: deleted ids and short answers."""
+    from ..db.resolve.resolution import resolve
+    from ..protocol.location import LocationRequest
+
+    hits = short = n = 0
+    for eps in EPSILONS:
+        c, _ = _location_client(name, eps, seed)
+        p = c.plan_
+        want = min(p.candidates, c.n_items)
+        for K in c.cells.levels_:
+            for r in range(int(K)):
+                req = LocationRequest(report=r, level=int(K), epsilon=eps, locations_digest=c.digest,
+                                      candidates=p.candidates, code_bytes=p.code_bytes, collection=name, seeded=True)
+                ids = resolve(name, req, log=False)["item_ids"]
+                n += 1
+                hits += len(gone.intersection(int(i) for i in ids))
+                short += len(ids) < want
+    return {"requests": n, "deleted_ids_found": hits, "short_answers": short}
+
+
+def _nn_recall(name: str, Xq: np.ndarray, truth: list[set[int]], seed: int, k: int = 8) -> dict[str, float]:
+    """nn_recall@k of the default release: one seeded report per query, the answer re-ranked by its
+    codes (``truth``: each query's exact k nearest ids in this collection)."""
+    from ..client.rerank import rank
+    from ..db.resolve.resolution import resolve
+    from ..protocol.published_codes import row_codes
+
+    out = {}
+    for eps in EPSILONS:
+        c, pc = _location_client(name, eps, seed)
+        rec = []
+        for q, want in zip(Xq, truth):
+            res = resolve(name, c.request(q), log=False)
+            ids = np.asarray(res["item_ids"], np.int64)
+            codes = row_codes(res["codes_data"], ids.size, c.plan_.code_bytes)
+            qn = q / max(float(np.linalg.norm(q)), 1e-12)
+            order, _ = rank(qn, codes=codes, product_codes=pc)
+            rec.append(len(want & set(ids[order[:k]].tolist())) / k)
+        out[str(eps)] = round(float(np.mean(rec)), 4)
+    return out
+
+
 def run(items: int = 100_000, dim: int = 128, fraction: float = 0.01, seed: int = 0, n_row_requests: int = 30,
-        say=lambda m: None) -> dict:
+        n_queries: int = 300, fresh: bool = True, say=lambda m: None) -> dict:
     import pm_vector.db as db
 
     from ..client.query import PrivateKNN
@@ -56,6 +124,7 @@ def run(items: int = 100_000, dim: int = 128, fraction: float = 0.01, seed: int 
     from .latency import N_FINE, clustered
 
     name = f"bench_erase_{uuid.uuid4().hex[:8]}"
+    fresh_name = name + "_fresh"
     classes = 10
     out: dict = {"items": items, "dim": dim, "fraction": fraction}
     try:
@@ -123,8 +192,27 @@ def run(items: int = 100_000, dim: int = 128, fraction: float = 0.01, seed: int 
             want = set([int(i) for i in ids[rem[row]] if int(i) != int(ids[s])][:16])
             rec.append(len(want & set(stored[int(ids[s])])) / len(want))
         out["graph_recall_after"] = round(float(np.mean(rec)), 4)
+        say("location answers at every level and cell")
+        out["location"] = _location_sweep(name, gset, seed)
+        say("nn_recall after the erasure")
+        Xq, _ = clustered(n_queries, dim, N_FINE, seed=seed + 4)
+        exact = knn_search(Xq, X[rem], 8)
+        out["nn_recall"] = {"after_delete": _nn_recall(name, Xq, [set(ids[rem[r]].tolist()) for r in exact], seed)}
+        if fresh:
+            say("a full job on the remaining items only")
+            db.create_collection(fresh_name, dim, list(range(classes)), keep_previous_runs=0)
+            ids2 = np.asarray(db.ingest(fresh_name, X[rem], y[rem], batch_size=50_000)["item_ids"])
+            db.register_anchor_set(fresh_name, Xa, ya // (N_FINE // classes))
+            db.register_anchor_set(fresh_name, Xa[:300], ya[:300] // (N_FINE // classes), role="dummy")
+            t = time.perf_counter()
+            db.run_embedding_job(fresh_name, {"n_components": 16}, seed, embed_fn=anchor_frame_embed_fn)
+            out["fresh_job_s"] = round(time.perf_counter() - t, 1)
+            out["nn_recall"]["fresh_job"] = _nn_recall(fresh_name, Xq, [set(ids2[r].tolist()) for r in exact], seed)
+            a, b = out["nn_recall"]["after_delete"], out["nn_recall"]["fresh_job"]
+            out["nn_recall"]["difference"] = {e: round(a[e] - b[e], 4) for e in a}
     finally:
         db.drop_collection(name, missing_ok=True)
+        db.drop_collection(fresh_name, missing_ok=True)
     return out
 
 
@@ -134,8 +222,11 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--fraction", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--queries", type=int, default=300, help="held-out queries of the nn_recall comparison")
+    ap.add_argument("--no-fresh", action="store_true", help="skip the full job on the remaining items")
     a = ap.parse_args()
-    print(json.dumps(run(a.items, a.dim, a.fraction, a.seed, say=lambda m: print(m, file=sys.stderr, flush=True))))
+    print(json.dumps(run(a.items, a.dim, a.fraction, a.seed, n_queries=a.queries, fresh=not a.no_fresh,
+                         say=lambda m: print(m, file=sys.stderr, flush=True))))
 
 
 if __name__ == "__main__":
