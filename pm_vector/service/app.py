@@ -149,6 +149,28 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
                             settings.prune_interval_s)
             await asyncio.sleep(settings.prune_interval_s)
 
+    def sync_once() -> dict[str, Any]:
+        from ..db.store.attach import sync_pending
+
+        # the service's database (the default URL, as sync's own connections); a pool without a
+        # database URL (tests' fakes) has no queue to drain
+        return sync_pending() if getattr(state["pool"], "url", None) else {}
+
+    async def syncer():
+        # attached tables' changes reach the answers within about sync_interval_s plus a sync's time
+        while True:
+            await asyncio.sleep(settings.sync_interval_s)
+            try:
+                done = await run_in_threadpool(sync_once)
+                for name, n in done.items():
+                    if isinstance(n, str):
+                        log.warning("sync of %s failed (%s); its queue waits for the next pass", name, n)
+                    elif n:
+                        log.info("synced %d change(s) of %s", n, name)
+            except Exception as exc:  # noqa: BLE001 - a database outage must not stop the loop
+                log.warning("attached-table sync failed (%s); retrying in %d s", type(exc).__name__,
+                            settings.sync_interval_s)
+
     @asynccontextmanager
     async def lifespan(app):
         own = False
@@ -193,11 +215,12 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
 
             cache = KeyCache(state["pool"].url, failed_ttl=settings.failed_key_ttl_s, on_auth_failure=failures.fail)
             state["keycache"] = await run_in_threadpool(cache.start)
-        task = asyncio.create_task(pruner()) if settings.request_log_retention_days > 0 else None
+        tasks = [asyncio.create_task(loop()) for loop, on in ((pruner, settings.request_log_retention_days > 0),
+                                                              (syncer, settings.sync_interval_s > 0)) if on]
         try:
             yield
         finally:
-            if task is not None:
+            for task in tasks:
                 task.cancel()
             if state.get("keycache") is not None:
                 await run_in_threadpool(state.pop("keycache").close)

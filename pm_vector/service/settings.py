@@ -17,6 +17,8 @@ refused key is refused from memory, default 5; 0 = off),
 ``PM_VECTOR_SERVICE_MAX_QUEUED_JOBS`` (queued + running, default 8),
 ``PM_VECTOR_SERVICE_REQUEST_LOG_RETENTION_DAYS`` (default 30; 0 = keep forever) and
 ``PM_VECTOR_SERVICE_PRUNE_INTERVAL_S`` (how often the service prunes the log, default 3,600),
+``PM_VECTOR_SERVICE_SYNC_INTERVAL_S`` (seconds between the worker's passes over attached tables'
+change queues, default 2; 0 = off),
 ``PM_VECTOR_SERVICE_QUERY_DB_ROLE`` (the PostgreSQL role a query key's resolve runs as, default
 ``pm_vector_query``; empty: none), ``PM_VECTOR_SERVICE_ALLOW_SEEDED_REQUESTS`` (answer requests
 marked ``seeded``, whose noise a seed determines: for tests only; default ``0``, refused with a
@@ -74,6 +76,9 @@ class ServiceSettings:
     #: request-log rows older than this are pruned (with those of dropped collections); 0 = keep
     request_log_retention_days: int = 30
     prune_interval_s: int = 3600
+    #: seconds between the worker's passes over attached tables' change queues (pm_vector.db.sync
+    #: of every collection with queued changes); 0 = off (then run `pm-vector sync` yourself)
+    sync_interval_s: int = 2
     #: PostgreSQL role a query key's resolve runs as (migration 0006: read + request-log insert
     #: only); "" or a role the service user cannot take: no switch
     query_db_role: str = "pm_vector_query"
@@ -110,7 +115,7 @@ class ServiceSettings:
                      "body_timeout_s", "header_timeout_s", "max_large_requests", "large_request_bytes"):
             if getattr(self, name) < 1:
                 raise InvalidInputError(f"service setting {name} must be >= 1, got {getattr(self, name)}.")
-        for name in ("rate_per_minute", "request_log_retention_days", "max_replica_lag_bytes",
+        for name in ("rate_per_minute", "request_log_retention_days", "sync_interval_s", "max_replica_lag_bytes",
                      "auth_failures_per_minute", "failed_key_ttl_s"):
             if getattr(self, name) < 0:
                 raise InvalidInputError(f"service setting {name} must be >= 0 (0: off), got {getattr(self, name)}.")

@@ -11,7 +11,8 @@ counted (pgvector refuses NaN and infinite values on input, so a stored vector i
 
 Changes: statement-level triggers on the table queue every insert, update and delete in
 ``pm_vector.attach_changes`` (in the writer's transaction: a change is queued exactly when it
-commits). :func:`sync` (``pm-vector sync NAME``) applies the queue in order, in batches, each ONE
+commits). :func:`sync` (``pm-vector sync NAME``; the service's worker runs :func:`sync_pending`
+every ``sync_interval_s``) applies the queue in order, in batches, each ONE
 transaction that also deletes the queue rows it applied: exactly once, and a sync killed at any
 point leaves the old state and its queue for the next sync to resume. Per key, the batch's net
 effect: a row gone or no longer valid erases its item (:mod:`pm_vector.db.store.erase`'s erasure:
@@ -125,6 +126,26 @@ def sync(collection: str, *, batch: int = SYNC_BATCH, embed_fn_extend=None, max_
         total["skipped"] += done["skipped"]
     total["seconds"] = round(time.perf_counter() - t, 3)
     return total
+
+
+def sync_pending() -> dict[str, Any]:
+    """:func:`sync` every attached collection that has queued changes (what the service's worker
+    runs every ``sync_interval_s``). Returns ``{name: changes applied}``, and for a collection
+    whose sync failed ``{name: "the error's type"}`` (its queue stays for the next pass).
+
+    Several processes may run it at once: a batch locks its collection's row, and a batch that
+    finds its changes already applied by another process applies nothing."""
+    with connect() as conn:
+        names = [r[0] for r in conn.execute(
+            "SELECT c.name FROM pm_vector.collections c WHERE EXISTS (SELECT 1 FROM pm_vector.attach_changes a "
+            "WHERE a.collection_id = c.id) ORDER BY c.name").fetchall()]
+    out: dict[str, Any] = {}
+    for name in names:
+        try:
+            out[name] = sync(name)["applied"]
+        except Exception as exc:  # noqa: BLE001 - one collection's failure must not stop the others
+            out[name] = type(exc).__name__
+    return out
 
 
 def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int) -> dict[str, Any] | None:
