@@ -3,8 +3,9 @@ no published list and no answer holds a deleted id.
 
 ``python -m pm_vector.bench.erase_bench --items 100000 --dim 128 --fraction 0.01 [--shards-ok]``
 
-Data: :func:`pm_vector.bench.latency.clustered` (the ``bench scale`` generator), 10 classes, 1,000
-public anchors, the default job (AnchorFrame, 16 components). Then:
+Data: :func:`pm_vector.bench.latency.clustered` (the ``bench scale`` generator), 10 classes; the
+items, 1,000 public anchors and the held-out queries are one draw of the same clusters; the default
+job (AnchorFrame, 16 components). Then:
 
 * ``delete_s``: one :func:`pm_vector.db.delete_items` call deleting ``fraction`` of the items
   (chosen at random);
@@ -129,12 +130,16 @@ def run(items: int = 100_000, dim: int = 128, fraction: float = 0.01, seed: int 
     out: dict = {"items": items, "dim": dim, "fraction": fraction}
     try:
         db.create_collection(name, dim, list(range(classes)), keep_previous_runs=0)
-        X, y = clustered(items, dim, N_FINE, seed=seed + 2)
-        y = y // (N_FINE // classes)
+        # one population: the items, the public anchor and the held-out queries are drawn from the
+        # same clusters (an anchor or queries of other clusters would measure nothing)
+        XX, yy = clustered(items + 1000 + n_queries, dim, N_FINE, seed=seed + 2)
+        yy = yy // (N_FINE // classes)
+        X, y = XX[:items], yy[:items]
+        Xa, ya = XX[items:items + 1000], yy[items:items + 1000]
+        Xq = XX[items + 1000:]
         ids = np.asarray(db.ingest(name, X, y, batch_size=50_000)["item_ids"])
-        Xa, ya = clustered(1000, dim, N_FINE, seed=seed + 1)
-        db.register_anchor_set(name, Xa, ya // (N_FINE // classes))
-        db.register_anchor_set(name, Xa[:300], ya[:300] // (N_FINE // classes), role="dummy")
+        db.register_anchor_set(name, Xa, ya)
+        db.register_anchor_set(name, Xa[:300], ya[:300], role="dummy")
         say("job")
         t = time.perf_counter()
         rid = db.run_embedding_job(name, {"n_components": 16}, seed, embed_fn=anchor_frame_embed_fn)["run_id"]
@@ -169,9 +174,9 @@ def run(items: int = 100_000, dim: int = 128, fraction: float = 0.01, seed: int 
                         short += len(row["item_ids"]) < min(1000, int(sizes[int(c)]))
         out["cell_requests"] = n_req
         frames = class_frames(name)
-        Xd, yd = clustered(300, dim, N_FINE, seed=seed + 1)
+        Xd, yd = Xa[:300], ya[:300]
         for eps in (1.0, 4.0, 16.0):
-            c = PrivateKNN(frames, Xd.astype(np.float64), yd // (N_FINE // classes), epsilon=eps, shortlist=1000,
+            c = PrivateKNN(frames, Xd.astype(np.float64), yd, epsilon=eps, shortlist=1000,
                            collection=name)._inject_generator(secure_generator(seed))
             for i in rng.choice(np.flatnonzero(keep), n_row_requests, replace=False):
                 rows = resolve(name, c.request(X[i].astype(np.float64), int(y[i]))[0], log=False)["rows"]
@@ -195,15 +200,14 @@ def run(items: int = 100_000, dim: int = 128, fraction: float = 0.01, seed: int 
         say("location answers at every level and cell")
         out["location"] = _location_sweep(name, gset, seed)
         say("nn_recall after the erasure")
-        Xq, _ = clustered(n_queries, dim, N_FINE, seed=seed + 4)
         exact = knn_search(Xq, X[rem], 8)
         out["nn_recall"] = {"after_delete": _nn_recall(name, Xq, [set(ids[rem[r]].tolist()) for r in exact], seed)}
         if fresh:
             say("a full job on the remaining items only")
             db.create_collection(fresh_name, dim, list(range(classes)), keep_previous_runs=0)
             ids2 = np.asarray(db.ingest(fresh_name, X[rem], y[rem], batch_size=50_000)["item_ids"])
-            db.register_anchor_set(fresh_name, Xa, ya // (N_FINE // classes))
-            db.register_anchor_set(fresh_name, Xa[:300], ya[:300] // (N_FINE // classes), role="dummy")
+            db.register_anchor_set(fresh_name, Xa, ya)
+            db.register_anchor_set(fresh_name, Xa[:300], ya[:300], role="dummy")
             t = time.perf_counter()
             db.run_embedding_job(fresh_name, {"n_components": 16}, seed, embed_fn=anchor_frame_embed_fn)
             out["fresh_job_s"] = round(time.perf_counter() - t, 1)
