@@ -152,9 +152,14 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     def sync_once() -> dict[str, Any]:
         from ..db.store.attach import sync_pending
 
-        # the service's database (the default URL, as sync's own connections); a pool without a
-        # database URL (tests' fakes) has no queue to drain
-        return sync_pending() if getattr(state["pool"], "url", None) else {}
+        # on the pool's database URL: a sync never starts the embedded server (an outage stays an
+        # outage); nothing while the pool knows the database is down, or for a pool without a URL
+        pool = state["pool"]
+        url = getattr(pool, "url", None)
+        health = getattr(pool, "health", None)
+        if not url or (health is not None and health.reason() is not None):
+            return {}
+        return sync_pending(url)
 
     async def syncer():
         # attached tables' changes reach the answers within about sync_interval_s plus a sync's time

@@ -105,19 +105,21 @@ def pending(collection: str) -> int:
                                 [coll["id"]]).fetchone()[0])
 
 
-def sync(collection: str, *, batch: int = SYNC_BATCH, embed_fn_extend=None, max_batches: int | None = None
-         ) -> dict[str, Any]:
+def sync(collection: str, *, batch: int = SYNC_BATCH, embed_fn_extend=None, max_batches: int | None = None,
+         url: str | None = None) -> dict[str, Any]:
     """Apply the changes queued before the call, in order, ``batch`` at a time, each batch one
-    transaction (module doc). Returns the counts and the skipped rows (``[(key, reason)]``)."""
+    transaction (module doc). Returns the counts and the skipped rows (``[(key, reason)]``).
+    ``url``: the database (None: pm_vector's, starting the embedded server if it is the mode; the
+    service's worker gives its pool's, so that it never starts a server)."""
     total = {"collection": collection, "applied": 0, "inserted": 0, "replaced": 0, "deleted": 0, "payloads": 0,
              "skipped": [], "batches": 0}
     t = time.perf_counter()
-    with connect() as conn:  # the changes queued before this call: a sync ends under a steady stream
+    with connect(url) as conn:  # the changes queued before this call: a sync ends under a steady stream
         coll = _collection_row(conn, collection)
         upto = conn.execute("SELECT max(seq) FROM pm_vector.attach_changes WHERE collection_id = %s",
                             [coll["id"]]).fetchone()[0]
     while upto is not None and (max_batches is None or total["batches"] < max_batches):
-        done = _sync_batch(collection, int(batch), embed_fn_extend, int(upto))
+        done = _sync_batch(collection, int(batch), embed_fn_extend, int(upto), url)
         if done is None:
             break
         total["batches"] += 1
@@ -128,27 +130,29 @@ def sync(collection: str, *, batch: int = SYNC_BATCH, embed_fn_extend=None, max_
     return total
 
 
-def sync_pending() -> dict[str, Any]:
+def sync_pending(url: str | None = None) -> dict[str, Any]:
     """:func:`sync` every attached collection that has queued changes (what the service's worker
-    runs every ``sync_interval_s``). Returns ``{name: changes applied}``, and for a collection
-    whose sync failed ``{name: "the error's type"}`` (its queue stays for the next pass).
+    runs every ``sync_interval_s``, with its pool's ``url``: it never starts a server). Returns
+    ``{name: changes applied}``, and for a collection whose sync failed ``{name: "the error's
+    type"}`` (its queue stays for the next pass).
 
     Several processes may run it at once: a batch locks its collection's row, and a batch that
     finds its changes already applied by another process applies nothing."""
-    with connect() as conn:
+    with connect(url) as conn:
         names = [r[0] for r in conn.execute(
             "SELECT c.name FROM pm_vector.collections c WHERE EXISTS (SELECT 1 FROM pm_vector.attach_changes a "
             "WHERE a.collection_id = c.id) ORDER BY c.name").fetchall()]
     out: dict[str, Any] = {}
     for name in names:
         try:
-            out[name] = sync(name)["applied"]
+            out[name] = sync(name, url=url)["applied"]
         except Exception as exc:  # noqa: BLE001 - one collection's failure must not stop the others
             out[name] = type(exc).__name__
     return out
 
 
-def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int) -> dict[str, Any] | None:
+def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: str | None = None
+                ) -> dict[str, Any] | None:
     from psycopg.types.json import Jsonb
 
     from ..runs import erase as _erase
@@ -156,7 +160,7 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int) -> dict
     from ._source import _ident
     from .erase import _erase_kahm, _runs_with_tables
 
-    with connect(watch_client=True) as conn:
+    with connect(url, watch_client=True) as conn:
         coll = _collection_row(conn, collection, lock="FOR NO KEY UPDATE")
         att = (coll["settings"] or {}).get("attached")
         if not att:
