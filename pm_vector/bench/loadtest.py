@@ -140,6 +140,7 @@ async def _drive(urls: list[str] | str, api_key: str, name: str, bodies: list[by
 
     lat: list[float] = []
     errors: dict[str, int] = {}
+    answer_bytes: list[int] = []
     sent = 0
     deadline = time.perf_counter() + duration
     # the default client's wire: msgpack both ways
@@ -162,10 +163,11 @@ async def _drive(urls: list[str] | str, api_key: str, name: str, bodies: list[by
                 t = time.perf_counter()
                 try:
                     async with client.post(f"/collections/{name}/resolve", data=body) as r:
-                        await r.read()
+                        got = await r.read()
                         dt = (time.perf_counter() - t) * 1000
                         if r.status == 200:
                             lat.append(dt)
+                            answer_bytes.append(len(got))
                         else:
                             errors[str(r.status)] = errors.get(str(r.status), 0) + 1
                 except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -178,7 +180,8 @@ async def _drive(urls: list[str] | str, api_key: str, name: str, bodies: list[by
     return {"requests": sent, "ok": len(lat), "errors": sum(errors.values()), "error_kinds": errors,
             "seconds": wall, "throughput_rps": len(lat) / wall if wall > 0 else 0.0,
             "p50_ms": float(np.nanpercentile(a, 50)), "p95_ms": float(np.nanpercentile(a, 95)),
-            "max_ms": float(np.nanmax(a))}
+            "max_ms": float(np.nanmax(a)),
+            "answer_kib": float(np.median(answer_bytes)) / 1024 if answer_bytes else float("nan")}
 
 
 def _run_async(coro):

@@ -195,12 +195,13 @@ def load(
         return
     t = Table(title=f"load test: {concurrency} concurrent clients, <= {requests} requests / {duration:g} s per C "
                     f"({os.cpu_count()} CPUs)")
-    for c in ("C", "rows/request", "requests", "ok", "errors", "req/s", "p50 ms", "p95 ms", "server CPU ms/req",
+    for c in ("C", "release", "answer KiB", "requests", "ok", "errors", "req/s", "p50 ms", "p95 ms", "server CPU ms/req",
               "db CPU ms/req", "generator CPU ms/req"):
         t.add_column(c, justify="right")
     cpu = (lambda v: "-" if v is None else f"{v:.2f}")
     for r in res["results"]:
-        t.add_row(str(r["classes"]), str(r["rows_per_request"]), str(r["requests"]), str(r["ok"]), str(r["errors"]),
+        t.add_row(str(r["classes"]), str(r["release"]), f"{r['answer_kib']:.1f}", str(r["requests"]), str(r["ok"]),
+                  str(r["errors"]),
                   f"{r['throughput_rps']:.1f}", f"{r['p50_ms']:.1f}", f"{r['p95_ms']:.1f}",
                   cpu(r.get("server_cpu_ms_per_request")), cpu(r.get("db_cpu_ms_per_request")),
                   cpu(r.get("generator_cpu_ms_per_request")))

@@ -21,7 +21,7 @@ def _config(app, host: str, port: int, log_level: str, header_timeout_s: float =
 
     from .header_timeout import protocol_class
 
-    # uvicorn's h11 protocol with a header-read timeout (service/header_timeout.py)
+    # uvicorn's httptools protocol with a header-read timeout (service/header_timeout.py)
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on",
                           timeout_keep_alive=30, backlog=2048, http=protocol_class(header_timeout_s))
 

@@ -197,3 +197,47 @@ def test_a_delete_leaves_every_location_row_and_answer(db, cname, conn):
             got = np.asarray(resolve(cname, q, log=False)["item_ids"], np.int64)
             assert not set(got.tolist()) & set(gone.tolist())
             assert got.size == min(q.candidates, 400 - gone.size)
+
+
+def test_a_repeated_request_takes_one_statement_and_sees_every_change_of_the_run(db, cname, conn):
+    """A request this process has answered before is logged in one statement and answered from the
+    cache; once the run's document changes (here: a delete), the next request takes the full path
+    and its answer holds no deleted item. Every answer is logged exactly once."""
+    from dbtest_helpers import make_embed_fn
+
+    from pm_vector.client.location import PrivateLocationKNN
+    from pm_vector.db.postgres import connect
+    from pm_vector.db.resolve.resolution import public_anchor, resolve
+    from pm_vector.manifold.cells import PublicCells
+
+    rng = np.random.default_rng(6)
+    y = rng.integers(0, 3, 400)
+    X = rng.normal(size=(400, 6)) + 2.0 * np.eye(6)[y]
+    X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
+    db.create_collection(cname, 6, [0, 1, 2])
+    db.ingest(cname, X[:300], y[:300])
+    db.register_anchor_set(cname, X[300:380], y[300:380])
+    db.register_anchor_set(cname, X[380:], y[380:], role="dummy")
+    db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())
+    info = public_anchor(cname)[1]
+    cells = PublicCells.from_dict(info["public_locations"])
+    req = PrivateLocationKNN(cells, 8.0, n_items=300, stage_bytes=(16, 32), collection=cname,
+                             max_bytes=3_000)._inject_generator(np.random.default_rng(1)).request(X[0].astype(float))
+
+    def logged():
+        return conn.execute("SELECT count(*) FROM pm_vector.request_log WHERE collection_name = %s",
+                            [cname]).fetchone()[0]
+
+    with connect() as pooled:  # a connection kept between requests, as the service's pool does
+        first = resolve(cname, req, conn=pooled)
+        again = resolve(cname, req, conn=pooled)
+        assert "shortlist" in first["timings_ms"] and "shortlist" not in again["timings_ms"]  # one statement
+        assert again["cached"] and np.array_equal(first["item_ids"], again["item_ids"])
+        assert again["codes_data"] == first["codes_data"] and again["request_log_id"] > first["request_log_id"]
+        assert logged() == 2
+        gone = np.asarray(first["item_ids"], np.int64)[:3].tolist()
+        db.delete_items(cname, item_ids=gone)
+        after = resolve(cname, req, conn=pooled)
+        assert "shortlist" in after["timings_ms"] and not set(np.asarray(after["item_ids"]).tolist()) & set(gone)
+        assert logged() == 3
+        assert "shortlist" not in resolve(cname, req, conn=pooled)["timings_ms"] and logged() == 4

@@ -86,6 +86,8 @@ _CACHE_MAX = 64
 _META_SQL = (
     "SELECT c.id, c.name, c.feature_dim, c.feature_type, c.metric, c.labels, c.settings, c.active_run_id, "
     "r.anchor_set_id, r.params, r.seed, r.embedding_dim, r.created_at AS run_created_at, r.class_rows, "
+    # the run row's version: any change of its class_rows document is a new tuple, a new xmin
+    "r.xmin::text AS run_xmin, "
     # (a raw model that an erasure took out of service serves no scores: None, as without a model)
     "CASE WHEN m.kind = 'raw' AND m.erased_at IS NOT NULL THEN NULL ELSE m.id END AS kahm_model_id, "
     "m.classes AS kahm_classes, m.kind AS kahm_kind "
