@@ -155,6 +155,14 @@ class _CountingConn:
     def __getattr__(self, name):
         return getattr(self._conn, name)
 
+    @property
+    def autocommit(self) -> bool:
+        return self._conn.autocommit
+
+    @autocommit.setter
+    def autocommit(self, value: bool) -> None:
+        self._conn.autocommit = value
+
 
 def _answer_shape(cfg: LatencyConfig, n_rows: int, info) -> dict[str, tuple[int, int | None]]:
     """Per release, the timed answer's ``(k', code prefix bytes)``: the default compact answer's by

@@ -193,7 +193,11 @@ def _resolve_known(collection: str, req: LocationRequest, raw: str | None, conn,
         log_id = conn.execute(_KNOWN_LOG_SQL, [raw if raw is not None else _dumps(req.to_dict()), n, received,
                                                (time.perf_counter() - t0) * 1e3, collection,
                                                int(meta["run"]["id"]), xmin]).fetchone()[0]
+        if conn.info.transaction_status != 0:  # a proxy that kept its own transaction: end it here
+            conn.commit()
     except Exception as exc:
+        if conn.info.transaction_status != 0:
+            conn.rollback()
         err = translate_sql_error(exc)
         if err is not exc:
             raise err from None
