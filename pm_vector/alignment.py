@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from .errors import AlignmentError, InvalidInputError
 
 if TYPE_CHECKING:
-    from .client.request import PrivateMailRequest
+    from .protocol.paper import PrivateMailRequest
 
 
 class UmeyamaAlignment:

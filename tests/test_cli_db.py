@@ -107,8 +107,8 @@ def test_embed_and_embed_new_items(home):
         out = _json(["embed", name, "--new-items", "--json"])
         assert out == {"run_id": info["run_id"], "n_new": 20}
         # the new items are coded with the run's published product codes
-        from pm_vector.client.published_codes import unpack
         from pm_vector.db.resolve.resolution import public_anchor
+        from pm_vector.protocol.published_codes import unpack
 
         pinfo = public_anchor(name)[1]
         pc = unpack(pinfo["product_codes"], pinfo["class_rows"]["codes"]["digest"])

@@ -4,10 +4,17 @@
 through :mod:`pm_vector.client` (the server does not depend on the client package), and
 ``pm_vector.protocol`` imports neither side. The import graph is
 :func:`tests.test_import_cycles.import_graph`: every import statement, lazy ones inside functions
-included.
+and those under ``if TYPE_CHECKING:`` included.
+
+The server's check follows every module ``db`` and ``service`` reach, not only their own
+imports: a shared module outside both (``pm_vector.alignment``, say) that imports the client puts
+the server above the client as surely as a direct import does. Reaching a module also runs its
+packages' ``__init__`` files, so they are followed too.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 from test_import_cycles import PACKAGE, import_graph
 
@@ -18,11 +25,52 @@ def _imports_of(graph, under: str, forbidden: str) -> list[str]:
                   for t in ts if t == forbidden or t.startswith(forbidden + "."))
 
 
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _reached(graph, froms: tuple[str, ...], forbidden: str) -> list[str]:
+    """Every module of ``forbidden`` that the modules under ``froms`` reach, each with one
+    shortest chain of imports to it (breadth first; a module's packages count as reached with it,
+    since Python runs their ``__init__`` first; the search does not continue inside ``forbidden``)."""
+
+    def successors(m: str) -> set[str]:
+        parts = m.split(".")
+        parents = {".".join(parts[:i]) for i in range(1, len(parts))}
+        return set(graph.get(m, ())) | {p for p in parents if p in graph}
+
+    starts = sorted(m for m in graph if any(_within(m, f) for f in froms))
+    prev: dict[str, str | None] = dict.fromkeys(starts)
+    queue = deque(starts)
+    while queue:
+        v = queue.popleft()
+        if _within(v, forbidden):
+            continue
+        for w in sorted(successors(v)):
+            if w not in prev:
+                prev[w] = v
+                queue.append(w)
+    out = []
+    for m in sorted(m for m in prev if _within(m, forbidden) and prev[m] is not None):
+        chain = [m]
+        while prev[chain[-1]] is not None:
+            chain.append(prev[chain[-1]])
+        out.append(" -> ".join(reversed(chain)))
+    return out
+
+
 def test_db_and_service_do_not_import_the_client():
     g = import_graph()
     bad = (_imports_of(g, f"{PACKAGE}.db", f"{PACKAGE}.client")
            + _imports_of(g, f"{PACKAGE}.service", f"{PACKAGE}.client"))
     assert bad == [], "the server imports the client package (use pm_vector.protocol):\n" + "\n".join(bad)
+
+
+def test_nothing_db_and_service_reach_imports_the_client():
+    g = import_graph()
+    bad = _reached(g, (f"{PACKAGE}.db", f"{PACKAGE}.service"), f"{PACKAGE}.client")
+    assert bad == [], ("the server reaches the client package through a module it imports "
+                       "(import from pm_vector.protocol):\n" + "\n".join(bad))
 
 
 def test_the_programs_that_drive_a_client_sit_above_both_sides():
@@ -55,6 +103,31 @@ def test_the_check_sees_a_lazy_import(tmp_path):
     (pkg / "db" / "lazy.py").write_text("def f():\n    from ..client.query import X\n    return X\n")
     g = import_graph(tmp_path)
     assert _imports_of(g, f"{PACKAGE}.db", f"{PACKAGE}.client") == [f"{PACKAGE}.db.lazy -> {PACKAGE}.client.query"]
+
+
+def test_the_check_follows_what_the_server_reaches(tmp_path):
+    # db imports a shared module lazily, which imports the client only for types: the server
+    # reaches the client all the same (the chain stops at the first client module)
+    pkg = tmp_path / PACKAGE
+    for d in ("db", "service", "client", "protocol"):
+        (pkg / d).mkdir(parents=True)
+        (pkg / d / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "client" / "__init__.py").write_text("from .request import R\n")
+    (pkg / "client" / "request.py").write_text("from ..protocol.paper import R\n")
+    (pkg / "protocol" / "paper.py").write_text("R = 1\n")
+    (pkg / "shared.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                                   "    from .client.request import R\n")
+    (pkg / "fine.py").write_text("from .protocol.paper import R\n")
+    (pkg / "db" / "lazy.py").write_text("def f():\n    from ..shared import R\n    return R\n")
+    (pkg / "service" / "ok.py").write_text("from .. import fine\n")
+    g = import_graph(tmp_path)
+    assert _imports_of(g, f"{PACKAGE}.db", f"{PACKAGE}.client") == []  # its own imports are clean
+    chain = f"{PACKAGE}.db.lazy -> {PACKAGE}.shared -> {PACKAGE}.client.request"
+    assert _reached(g, (f"{PACKAGE}.db", f"{PACKAGE}.service"), f"{PACKAGE}.client") == [chain]
+    (pkg / "shared.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                                   "    from .protocol.paper import R\n")
+    assert _reached(import_graph(tmp_path), (f"{PACKAGE}.db", f"{PACKAGE}.service"), f"{PACKAGE}.client") == []
 
 
 def test_one_limit_for_k_prime_and_query_rows():

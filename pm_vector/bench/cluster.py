@@ -1,7 +1,7 @@
 """`pm-vector bench cluster`: one node against a local cluster (shards + a replica), side by side.
 
 In a private ``PM_VECTOR_HOME`` the benchmark starts a local cluster (a coordinator, ``shards``
-shards, ``replicas`` replicas: :mod:`pm_vector.db.cluster`) and, as the single node, a second
+shards, ``replicas`` replicas: :mod:`pm_vector.db.postgres.cluster`) and, as the single node, a second
 database ``pm_single`` on the coordinator's server with no shard registered. For each request
 size C in ``rows`` it loads the same synthetic collection (``items`` unit-norm rows in C
 classes, :func:`pm_vector.bench.latency.clustered`) into both and measures, per configuration:
@@ -61,10 +61,10 @@ def _pct(v, q) -> float:
 
 
 def _use(url: str) -> None:
-    from ..db import engine
+    from ..db.postgres import dispose_engines
 
     os.environ["PM_VECTOR_DATABASE_URL"] = url
-    engine.dispose_engines()
+    dispose_engines()
 
 
 def _agreement(a: list, b: list) -> dict[str, float]:

@@ -75,11 +75,12 @@ def kill_postmaster(pgdata: Path, wait: float = 10.0) -> int:
 
 def kill_embedded_server(wait: float = 10.0) -> int:
     """:func:`kill_postmaster` of the embedded server of ``PM_VECTOR_HOME``."""
-    from ..db import server
+    from ..db.postgres import status
+    from ..db.postgres.config import pgdata_dir
 
-    if not server.status()["pid"]:
+    if not status()["pid"]:
         raise RuntimeError("the embedded server is not running")
-    return kill_postmaster(server.pgdata_dir(), wait)
+    return kill_postmaster(pgdata_dir(), wait)
 
 
 class Prober:

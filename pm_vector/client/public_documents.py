@@ -328,7 +328,7 @@ class PublicDocuments:
     def product_codes(self, name: str):
         """The :class:`~pm_vector.manifold.codes.ProductCodes` the collection's active run publishes (from
         the public anchor document, cached per run), checked against the digest the run publishes
-        (:func:`pm_vector.client.published_codes.unpack`); None when the run publishes none."""
+        (:func:`pm_vector.protocol.published_codes.unpack`); None when the run publishes none."""
         from ..protocol.published_codes import unpack
 
         cached = self._current_document(name)

@@ -194,21 +194,21 @@ def test_compact_answers_on_the_cluster_equal_a_single_node(both):
     """The codes table lives on the coordinator, where the candidates are joined with their items: a
     sharded run's compact answer (ids and code prefixes) is the single node's, and every code is the
     published codes' encoding of the item's features."""
-    from pm_vector.client.published_codes import unpack
-    from pm_vector.db import engine
+    from pm_vector.db.postgres import dispose_engines
     from pm_vector.db.resolve.resolution import public_anchor, resolve
+    from pm_vector.protocol.published_codes import unpack
 
     reqs = _requests(both, 4.0, n=3)
     got = [resolve("cl_digits", r, compact=True, code_bytes=32, log=False) for r in reqs]
     info = public_anchor("cl_digits")[1]
     pc = unpack(info["product_codes"], info["class_rows"]["codes"]["digest"])
     os.environ["PM_VECTOR_DATABASE_URL"] = both["single"]
-    engine.dispose_engines()
+    dispose_engines()
     try:
         want = [resolve("cl_digits", r, compact=True, code_bytes=32, log=False) for r in reqs]
     finally:
         os.environ.pop("PM_VECTOR_DATABASE_URL", None)
-        engine.dispose_engines()
+        dispose_engines()
     Xs = np.asarray(both["split"].server[0], np.float32).astype(np.float64)
     with psycopg.connect(both["coord"]) as c:
         pos = {int(i): int(e[1:]) for i, e in c.execute(

@@ -370,7 +370,7 @@ def test_cut_rows_answer_as_the_whole_rows_and_new_items_keep_the_whole_counts(d
     from dbtest_helpers import make_embed_fn, make_extend_fn
 
     import pm_vector.db.runs.cells as dbcells
-    from pm_vector.db.resolution import public_anchor, resolve
+    from pm_vector.db.resolve.resolution import public_anchor, resolve
     from pm_vector.manifold.cells import PublicCells
     from pm_vector.shortlist import CellShortlist
 

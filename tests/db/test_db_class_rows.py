@@ -519,7 +519,7 @@ def test_embed_new_items_extends_prior_graph_and_hubs(db, cname, conn):
     np.testing.assert_allclose(coords, class_frames(cname).clipped(X[j:j + 1].astype(np.float64), [y[j]])[0],
                                atol=1e-12)
     # ... and its code: the run's published product codes (fit on the 60 anchor rows alone) of its features
-    from pm_vector.client.published_codes import unpack
+    from pm_vector.protocol.published_codes import unpack
 
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
     assert doc["codes"]["status"] == "ready" and doc["codes"]["stage_bytes"] == list(range(16, 257, 16))
@@ -562,7 +562,7 @@ def test_codes_round_trip_through_the_database(served, conn):
     """The job fits the product codes on the public anchor alone, stores every item's code (bytea)
     equal to ProductCodes.encode of its features, publishes the codes with the anchor under a
     digest; a compact answer's codes decode to the items' reconstructions, every row alike."""
-    from pm_vector.client.published_codes import unpack
+    from pm_vector.protocol.published_codes import unpack
     from pm_vector.db.resolve.resolution import public_anchor, resolve
     from pm_vector.errors import RequestError
     from pm_vector.manifold.codes import ProductCodes
@@ -615,7 +615,7 @@ def test_rerank_by_codes_recall_is_close_to_raw_features(served, conn):
     """nn_recall@8 of the real row's k'=64 candidates re-ranked by their product codes (64 B and
     the 32 B stage prefix, asymmetric distances) vs by raw features, on the same answers (digits
     800/300/150/100)."""
-    from pm_vector.client.published_codes import unpack
+    from pm_vector.protocol.published_codes import unpack
     from pm_vector.client.query import PrivateKNN
     from pm_vector.db.resolve.resolution import public_anchor, resolve
 

@@ -17,8 +17,8 @@ Modules:
 * :mod:`~pm_vector.db.resolve.answer` -- what both class-level resolves share: item joins, the
   connection's adapters, the request log written on the primary.
 
-Importing this package loads the client's request types (and through them numpy and the
-manifold code); :mod:`pm_vector.db` itself does not import it.
+Importing this package loads the wire protocol's request types (:mod:`pm_vector.protocol`; and
+through them numpy and the manifold code); :mod:`pm_vector.db` itself does not import it.
 """
 
 from .frame import class_frames, client_frame, public_anchor

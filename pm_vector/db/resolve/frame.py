@@ -213,7 +213,7 @@ def public_anchor(collection: str):
     run's ``ClassFrames.to_dict()``, or None), ``class_rows`` (its parameters, class order,
     class sizes, frames digest and ``codes``: the codes' stage widths and digest) and
     ``product_codes`` (the published :class:`~pm_vector.manifold.codes.ProductCodes` of the
-    items' codes, fit on the public anchor set only, as :func:`pm_vector.client.published_codes.pack`
+    items' codes, fit on the public anchor set only, as :func:`pm_vector.protocol.published_codes.pack`
     writes it; None when the run has none): a client re-ranks a compact answer's candidates by
     their asymmetric distances to its query; and
     ``public_cells`` (the run's :class:`~pm_vector.manifold.cells.PublicCells` document, fit on the

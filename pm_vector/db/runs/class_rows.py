@@ -20,7 +20,7 @@ embeds):
   item in ``code_stages`` stages (collection setting ``settings["class_rows"]``, default 256 B in 16 stages of 16: the widths the
   location release chooses from; the class-rows answers take the 32- and 64-byte prefixes; formerly 64 B in
   2 stages of 32: the widths a compact answer may carry), fit on the public anchor set only
-  (public data; published with the public anchor, :mod:`pm_vector.client.published_codes`, and
+  (public data; published with the public anchor, :mod:`pm_vector.protocol.published_codes`, and
   digested in the run's document, ``class_rows["codes"]``) and every item's code: what a compact
   answer carries of each candidate, and what a client re-ranks its real row by. An anchor set
   the codes cannot be fit on (fewer rows than a sub-quantiser's 256 centroids) leaves the run

@@ -1,0 +1,79 @@
+"""The old module paths are gone: no module of pm_vector only re-exports another's names.
+
+The compatibility modules kept for one release (``pm_vector.db.server``, ``.engine``, ``.cluster``,
+``.migrate``, ``.recovery``, ``.replicas``, ``.kahm_common``, ``.resolution``;
+``pm_vector.client.wire``, ``.published_codes``) were removed; :data:`MOVED` says where their
+names live now. The package faces (``pm_vector.db``, ``pm_vector.client``) keep their public
+names, imported from the real homes.
+"""
+
+import ast
+import importlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+import pm_vector
+
+MOVED = {
+    "pm_vector.db.server": ("pm_vector.db.postgres.config", ["home", "pgdata_dir", "external_url", "mode", "libpq_url",
+                                                             "sqlalchemy_url", "redact", "EMBEDDED_DATABASE", "ENV_URL"]),
+    "pm_vector.db.engine": ("pm_vector.db.postgres.engine", ["connect", "connection", "get_engine", "session_scope",
+                                                             "dispose_engines", "forget_checks"]),
+    "pm_vector.db.migrate": ("pm_vector.db.postgres.migrate", ["execute_sql_file", "head_revision", "current_revision",
+                                                               "upgrade_to_head", "alembic_config", "sql_dir",
+                                                               "migrations_dir", "MIGRATION_LOCK_KEY"]),
+    "pm_vector.db.cluster": ("pm_vector.db.postgres.cluster", ["start", "status", "topology", "coordinator_url",
+                                                               "replica_urls", "replica_lag_bytes",
+                                                               "standalone_database", "register_shard"]),
+    "pm_vector.db.recovery": ("pm_vector.db.postgres.recovery", ["postmaster_state", "wait_until_ready", "log_tail",
+                                                                 "log_progress", "quiet_pg_ctl_timeout"]),
+    "pm_vector.db.replicas": ("pm_vector.db.postgres.replicas", ["ReadRouter"]),
+    "pm_vector.db.kahm_common": ("pm_vector.db.kahm.store", ["model_outputs_allowed", "raw_distances_allowed",
+                                                             "NoKAHMModelError", "KINDS"]),
+    "pm_vector.db.resolution": ("pm_vector.db.resolve.resolution", ["resolve", "explain_resolution", "public_anchor",
+                                                                    "client_frame", "class_frames",
+                                                                    "post_process_release", "resolve_paper",
+                                                                    "explain_paper"]),
+    "pm_vector.client.wire": ("pm_vector.protocol.bounds", ["MAX_K_PRIME", "MAX_QUERY_ROWS", "MAX_POST_ITER"]),
+    "pm_vector.client.published_codes": ("pm_vector.protocol.published_codes", ["MAX_ELEMENTS", "pack", "row_codes",
+                                                                                "summary", "unpack"]),
+}
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_the_old_path_is_gone_and_its_names_live_in_the_new_home(old):
+    assert importlib.util.find_spec(old) is None, f"{old} is back: import from {MOVED[old][0]}"
+    new, names = MOVED[old]
+    n = importlib.import_module(new)
+    assert [name for name in names if not hasattr(n, name)] == []
+
+
+def test_no_module_only_re_exports():
+    # a module (not a package face) whose body is only imports (and __all__) is a shim
+    shims = []
+    for f in sorted(Path(pm_vector.__file__).parent.rglob("*.py")):
+        if f.name == "__init__.py":
+            continue
+        body = [n for n in ast.parse(f.read_text(encoding="utf-8")).body
+                if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        if all(isinstance(n, (ast.Import, ast.ImportFrom))
+               or (isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets] == ["__all__"])
+               for n in body):
+            shims.append(str(f))
+    assert shims == []
+
+
+@pytest.mark.parametrize("face", ["pm_vector.db", "pm_vector.client"])
+def test_the_package_faces_keep_their_public_names(face):
+    mod = importlib.import_module(face)
+    assert [name for name in mod.__all__ if not hasattr(mod, name)] == []
+
+
+def test_the_db_face_stops_and_upgrades_through_the_postgres_face():
+    import pm_vector.db as db
+    from pm_vector.db import postgres
+
+    assert db.stop is postgres.stop and db.upgrade is postgres.upgrade  # they clear the engines
+    assert db.database_url is postgres.database_url and db.connect is postgres.connect
