@@ -266,3 +266,8 @@ def test_the_location_release_within_its_budget_and_its_exact_expectation(result
         assert r["expected_nn_recall_at_8"] > 0.5  # digits: 1,000 items, far above chance (8 / 1,000)
     # the noise-free endpoint of the same plan: its true cell's answer
     assert loc["inf"]["expected_nn_recall_at_8"] == pytest.approx(loc["inf"]["true_cell_nn_recall"])
+    # the same answers re-ranked by raw features: what the codes cost (never less than the codes give
+    # on these digits, and exactly the answer's share of the true 8 nearest, so at most 1)
+    for r in loc.values():
+        raw = r["expected_nn_recall_at_8_raw_rerank"]
+        assert r["expected_nn_recall_at_8"] - 0.01 <= raw <= 1.0

@@ -7,7 +7,10 @@ seeded: a benchmark, not a release), answered by the server's ranking
 (:func:`pm_vector.shortlist.location_list` on the rows :func:`pm_vector.db.runs.locations.build`
 computes, the same rows the embedding job stores) and re-ranked by the published codes' prefix.
 Every row also has ``expected_nn_recall_at_k``: the exact expectation over the release's randomness
-(every possible report weighted by its exact probability), which is what the headline figures quote.
+(every possible report weighted by its exact probability), which is what the headline figures quote,
+and ``expected_nn_recall_at_k_raw_rerank``: the same answers re-ranked by raw features instead of
+the codes (collections of up to :data:`RAW_RERANK_MAX_ITEMS` items; else None): the gap between the
+two is what the codes cost, the rest what the location and the list cost.
 """
 
 from __future__ import annotations
@@ -73,6 +76,21 @@ def _ranks(ctx, width: int) -> np.ndarray:
     return ctx.get(f"code ranks {width}", build)
 
 
+#: the raw-feature re-rank of the same lists (what the codes cost) is computed up to this many items
+RAW_RERANK_MAX_ITEMS = 200_000
+
+
+def _raw_ranks(ctx) -> np.ndarray:
+    """``(q, N)`` int32: every item's rank by exact distance to each query (raw features)."""
+    def build():
+        Q = np.asarray(ctx.Xq, np.float64)
+        X = np.asarray(ctx.Xs, np.float64)
+        d = -2.0 * Q @ X.T + (X * X).sum(1)[None, :]
+        return np.argsort(np.argsort(d, axis=1, kind="stable"), axis=1).astype(np.int32)
+
+    return ctx.get("raw ranks", build)
+
+
 def _hits(lists: list[np.ndarray], ranks: np.ndarray, truth: np.ndarray, k: int) -> np.ndarray:
     """``(M, q)``: for every list and query, the true k nearest among the list's top k by code rank."""
     q, N = ranks.shape
@@ -105,6 +123,10 @@ def run_location(ctx, eps: float, max_bytes: int, seed: int):
     pr, qr = client.mechanism.p_, client.mechanism.q_
     idx = np.arange(len(ctx.Xq))
     expected = float(np.mean(pr * hits[true_cell, idx] + qr * (hits.sum(0) - hits[true_cell, idx])))
+    raw_expected = None
+    if len(ctx.Xs) <= RAW_RERANK_MAX_ITEMS:  # the same answers re-ranked by raw features: what the codes cost
+        rh = _hits(lists, _raw_ranks(ctx), ctx.true_idx, k)
+        raw_expected = float(np.mean(pr * rh[true_cell, idx] + qr * (rh.sum(0) - rh[true_cell, idx])))
     retrieved, cands, req_bytes = [], [], 0
     for i, x in enumerate(ctx.Xq):
         req = client.request(x)
@@ -119,7 +141,8 @@ def run_location(ctx, eps: float, max_bytes: int, seed: int):
               "codes": {"bytes": p.code_bytes, "digest": pc.digest()}}
     extra = {"release": "location", "level": p.level, "candidates": p.candidates, "code_bytes": p.code_bytes,
              "max_bytes": int(max_bytes), f"expected_nn_recall_at_{k}": expected,
-             "true_cell_nn_recall": float(np.mean(hits[true_cell, idx]))}
+             "true_cell_nn_recall": float(np.mean(hits[true_cell, idx])),
+             f"expected_nn_recall_at_{k}_raw_rerank": raw_expected}
     if not math.isinf(eps):
         extra["rr_p"] = round(pr, 6)
     return cands, np.stack(retrieved), req_bytes / len(ctx.Xq), float(wire_bytes(answer)), extra
