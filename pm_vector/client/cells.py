@@ -14,8 +14,8 @@ sampler are in :mod:`pm_vector.privacy.cells`. Which row is real (``row``):
 
 * ``"nearest"`` (default): the query's nearest public centroid over **every** class at the
   request's level gives both the row (that centroid's class) and the cell. It needs no label and
-  measured best (Fashion-MNIST, k' = 128, expected nn_recall@8 at eps 1 / 2 / 4: 0.368 / 0.470 /
-  0.653 against 0.351 / 0.449 / 0.623 by the query's label).
+  measured better than the label's class (the figures and their command: docs/benchmarks.md,
+  "Figures behind design choices in the code").
 * ``"label"``: the given label's class (or ``classifier``'s), the cell nearest in that class.
 
 Either is a function of the query (features and label), so the guarantee is the same.

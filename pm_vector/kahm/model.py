@@ -395,8 +395,8 @@ def _single_threaded_kernels():
     """torch and the BLAS/LAPACK libraries on one thread each (process-wide, restored after).
 
     Used while independent fits run side by side on a thread pool: one single-threaded solve per
-    core beats nested OpenMP teams, which spin and thrash on a busy 2-core machine (measured
-    here: 7x slower for 400 x 400 problems)."""
+    core beats nested OpenMP teams, which spin and thrash on a busy machine (measured in
+    docs/benchmarks.md, "Figures behind design choices in the code")."""
     from threadpoolctl import threadpool_limits
     n = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -30,9 +30,10 @@ MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 
 def _loads(text: str):
-    """JSON text -> Python objects: orjson when installed (about 8x faster on a request's
-    thousands of floats), else the standard library; NaN/Infinity tokens (which orjson
-    refuses as invalid JSON) go to the standard library, so that they get the precise error."""
+    """JSON text -> Python objects: orjson when installed (faster on a request's thousands of
+    floats; measured in docs/benchmarks.md, "Figures behind design choices in the code"), else
+    the standard library; NaN/Infinity tokens (which orjson refuses as invalid JSON) go to the
+    standard library, so that they get the precise error."""
     try:
         import orjson
     except ImportError:
@@ -55,8 +56,9 @@ _blas = None
 
 
 def _one_blas_thread():
-    """A context limiting BLAS to one thread: the alignment's small SVD and products are ~20x
-    slower with OpenBLAS threads spinning on a busy machine (measured 60 ms vs 3 ms)."""
+    """A context limiting BLAS to one thread: the alignment's small SVD and products are much
+    slower with OpenBLAS threads spinning on a busy machine (measured in
+    docs/benchmarks.md, "Figures behind design choices in the code")."""
     global _blas
     try:
         if _blas is None:
