@@ -195,7 +195,7 @@ def run(cfg: OutageConfig, progress: Callable[[str], None] | None = None) -> dic
             with Client(svc.url, key) as c:
                 req = c.build_request("outage", Xq[0], int(yq[0]), epsilon=1.0, shortlist=16)[0]
             body = json.dumps({"request": req.to_dict(), "k": 8})
-            url = svc.app.state.service_state["pool"].url
+            url = svc.app.state.service_state.pool.url
             prober = Prober(svc.url, "outage", key, body, interval=cfg.interval, health_every=cfg.health_every,
                             timeout=cfg.request_timeout).start()
             try:

@@ -1,4 +1,5 @@
-"""The service's database access: one psycopg ConnectionPool per app, pgvector registered.
+"""The service's database access: one psycopg ConnectionPool per app, each connection set up by
+:func:`pm_vector.db.postgres.configure` (as every connection pm_vector opens).
 
 :func:`pm_vector.db.postgres.connect` opens a fresh connection per call, which costs a TCP/TLS
 handshake and a backend start-up per request; the service instead borrows connections from a
@@ -15,21 +16,13 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from ..db.errors import DatabaseConfigError
-from .validation import _database_down
+from .errors import database_down
 
 
 def _reset(conn) -> None:
     import time
 
     conn._pm_returned = time.monotonic()  # for _check
-
-
-def _configure(conn) -> None:
-    from pgvector.psycopg import register_vector
-
-    register_vector(conn)
-    if not conn.autocommit:
-        conn.commit()
 
 
 def _session_as(conn, role: str | None) -> None:
@@ -110,10 +103,12 @@ class ServicePool:
     def _open_pool(self, timeout: float):
         from psycopg_pool import ConnectionPool
 
+        from ..db.postgres import configure
+
         # no check= here: _borrow checks each connection itself, so that a failed check asks the
         # health monitor at once instead of psycopg_pool's retry back-off (1 s and more)
         pool = ConnectionPool(self.url, min_size=self.min_size, max_size=self.max_size, timeout=GETCONN_TIMEOUT,
-                              configure=_configure, reset=_reset, open=False, name="pm_vector_service",
+                              configure=configure, reset=_reset, open=False, name="pm_vector_service",
                               kwargs={"connect_timeout": 5})
         pool.open(wait=True, timeout=timeout)
         return pool
@@ -153,7 +148,7 @@ class ServicePool:
             try:
                 conn = pool.getconn(timeout=max(0.001, deadline - time.monotonic()))
             except Exception as exc:
-                if _database_down(exc):
+                if database_down(exc):
                     self.health.report_failure()
                 raise
             try:
@@ -174,7 +169,7 @@ class ServicePool:
             with conn:
                 yield conn
         except Exception as exc:
-            if _database_down(exc):
+            if database_down(exc):
                 self.health.report_failure()
             raise
         finally:

@@ -3,15 +3,13 @@
 As in FastAPI's full-stack template, an endpoint states what it needs by parameter type and the
 route's ``dependencies`` list, and this module provides it:
 
-* the service's settings (:data:`SettingsDep`) and its state (:data:`StateDep`: the dict
-  :func:`~pm_vector.service.app.create_app` keeps -- ``pool``, ``jobs``, ``query_role``,
-  ``router``, ``read_pools``, ``keycache``, ``resolve_slots``, ``read_pools_lock``; also
-  ``app.state.service_state``);
-* the API key the authentication middleware found (:func:`key_of`; None while auth is off) and
-  the checks on it: :func:`require_admin` (403 for a key of another role) and
-  :func:`require_scope` (404 for a collection outside the key's scope, as if it did not exist);
-* whether the database answers (:func:`database_problem`, for ``/health``; while it does not,
-  every other endpoint that touches it is answered 503 by :mod:`pm_vector.service.errors`);
+* the service's settings (:data:`SettingsDep`), its state (:data:`StateDep`, a
+  :class:`~pm_vector.service.state.ServiceState`; also ``app.state.service_state``) and the
+  shared connection pool (:data:`PoolDep`);
+* the caller's API key record, as the authentication middleware found it (:data:`CallerDep`;
+  None while auth is off) and the checks on it: :func:`require_admin` (403 for a key of
+  another role) and :func:`require_scope` (404 for a collection outside the key's scope, as if
+  it did not exist);
 * the media-type checks of :mod:`pm_vector.service.media` as route dependencies
   (:data:`JSON_BODY`: 415 before a body is read; :data:`NEG`: 406 before any work), and
   :func:`parse_model`, a body read in its media type and checked against a schema (422).
@@ -27,9 +25,11 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from .auth import in_scope
+from .db import ServicePool
+from .errors import ApiError
 from .media import negotiate, read_body, require_body_type
 from .settings import ServiceSettings
-from .validation import ApiError
+from .state import ServiceState
 
 
 # async: plain look-ups and checks run on the event loop (a def dependency costs a hop to a worker thread)
@@ -38,41 +38,48 @@ async def get_settings(request: Request) -> ServiceSettings:
     return request.app.state.settings
 
 
-async def get_state(request: Request) -> dict[str, Any]:
-    """The application's state (the module's doc lists its keys)."""
+async def get_state(request: Request) -> ServiceState:
+    """The application's state."""
     return request.app.state.service_state
 
 
 SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
-StateDep = Annotated[dict[str, Any], Depends(get_state)]
+StateDep = Annotated[ServiceState, Depends(get_state)]
 
 
-def key_of(request: Request) -> dict[str, Any] | None:
-    """The API key's record the authentication middleware found (None: auth is off)."""
+async def get_pool(state: StateDep) -> ServicePool:
+    """The shared connection pool (the service user's sessions)."""
+    return state.pool
+
+
+#: an API key's record (``id``, ``name``, ``role``, ``collections``, ``rate_per_minute``, ...)
+KeyRecord = dict[str, Any]
+
+
+async def get_caller(request: Request) -> KeyRecord | None:
+    """The caller's API key record, as the authentication middleware found it (None: auth is off)."""
     return getattr(request.state, "api_key", None)
 
 
-async def require_admin(request: Request) -> None:
+PoolDep = Annotated[ServicePool, Depends(get_pool)]
+CallerDep = Annotated[KeyRecord | None, Depends(get_caller)]
+
+
+async def require_admin(caller: CallerDep) -> None:
     """403 unless the key's role is ``admin`` (or auth is off)."""
-    rec = key_of(request)
-    if rec is not None and rec.get("role") != "admin":
-        raise ApiError(403, "forbidden", f"this key's role is {rec.get('role')!r}: it may read collections and "
+    if caller is not None and caller.get("role") != "admin":
+        raise ApiError(403, "forbidden", f"this key's role is {caller.get('role')!r}: it may read collections and "
                                          "anchors and resolve requests; this needs an admin key "
                                          "(`pm-vector keys create --role admin`).")
 
 
-async def require_scope(name: str, request: Request) -> None:
+async def require_scope(name: str, caller: CallerDep) -> None:
     """404 for a malformed collection name or one outside the key's scope (out of scope looks absent)."""
     from ..db.store._names import _NAME
 
-    if not _NAME.fullmatch(name) or not in_scope(key_of(request), name):
+    if not _NAME.fullmatch(name) or not in_scope(caller, name):
         raise ApiError(404, "not_found", f"no collection {name!r} (for this key); `GET /collections` lists "
                                          "the ones it may use.")
-
-
-def database_problem(state: dict[str, Any]) -> str | None:
-    """Why the database does not answer (None: it does), from the pool's ping."""
-    return state["pool"].ping() if state["pool"] is not None else "no connection pool"
 
 
 def parse_model(cls, media: str, body: bytes, settings: ServiceSettings):

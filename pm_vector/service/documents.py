@@ -1,7 +1,9 @@
 """The JSON documents the service serves: the public anchor document and resolve answers.
 
-The server's resolve itself is :func:`pm_vector.db.resolve.resolution.resolve`; this module only turns
-its answers (and the public anchor) into JSON-safe data.
+The server's resolve itself is :func:`pm_vector.db.resolve.resolution.resolve`, and what the anchor
+document reads is in :mod:`pm_vector.db.store` (:func:`~pm_vector.db.store.collections.collection_uuid`,
+:func:`~pm_vector.db.store.partitioned.public_partitions`); this module runs no SQL, it only turns
+the answers (and the public anchor) into JSON-safe data.
 """
 
 from __future__ import annotations
@@ -45,37 +47,13 @@ def public_anchor(collection: str):
     return pa, frame
 
 
-def public_partitions(collection: str) -> dict[str, Any] | None:
-    """The public partitions of a collection without labels (``PublicPartitions.to_dict()``: the
-    centroids fit on its public anchor), or None (a labelled collection, or none fit yet)."""
-    from ..db.postgres import connect
-    from ..db.store.partitioned import SETTINGS_KEY
-
-    with connect() as conn:
-        row = conn.execute("SELECT settings -> %s -> 'public' FROM pm_vector.collections WHERE name = %s",
-                           [SETTINGS_KEY, collection]).fetchone()
-    return None if row is None else row[0]
-
-
-def collection_uuid(collection: str) -> str | None:
-    """The collection's stable, random id (migration 0007) as text; None for an unknown name.
-
-    Information for clients (it names the collection as this server knows it, and changes when the
-    collection is dropped and re-created); it never selects a client's privacy budget, which is
-    keyed by the server's origin as the client configured it
-    (:meth:`pm_vector.client.http.Client.budget_key`)."""
-    from ..db.postgres import connect
-
-    with connect() as conn:
-        row = conn.execute("SELECT uuid::text FROM pm_vector.collections WHERE name = %s", [collection]).fetchone()
-    return None if row is None else row[0]
-
-
 def anchor_document(collection: str) -> dict[str, Any]:
     """The public anchor as the API serves it, with ``collection_uuid`` (information; not a budget
     key): features, labels, the anchor embedding and every matrix of the frame (class frames,
     cells, codebooks) as numpy arrays of the same values, which :mod:`pm_vector.protocol.codec`
     writes as arrays in msgpack and as lists in JSON."""
+    from ..db.store.collections import collection_uuid
+    from ..db.store.partitioned import public_partitions
     from ..protocol.codec import float_arrays
 
     pa, frame = public_anchor(collection)

@@ -1,7 +1,10 @@
-"""How the service answers errors: every refusal is JSON ``{"error", "message"}`` with its
-status (:func:`_status_of` maps pm_vector's exceptions), a database that cannot be reached is a
-503 with ``Retry-After``, and anything unexpected a logged 500 in JSON (the app module's doc
-lists the statuses)."""
+"""How the service answers errors: every refusal is an :class:`ApiError` and goes out as JSON
+``{"error", "message"}`` with its status (:func:`error_response`; :func:`_status_of` maps
+pm_vector's exceptions), a database that cannot be reached (:func:`database_down`) is a 503 with
+``Retry-After`` (:func:`database_unavailable`), and anything unexpected a logged 500 in JSON
+(the app module's doc lists the statuses). :func:`install_error_handlers` puts the handlers on
+the application; the middleware (:mod:`pm_vector.service.middleware`) answers with the same
+helpers before the application runs."""
 
 from __future__ import annotations
 
@@ -14,7 +17,50 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (AlignmentError, BudgetExceededError, FrameMismatchError, InvalidInputError, PMVectorError,
                       PrivacyParameterError)
-from .validation import RETRY_AFTER_S, ApiError, _database_down, _err
+
+#: seconds a client is told to wait when the database is unreachable
+RETRY_AFTER_S = 5
+
+
+class ApiError(Exception):
+    """A refusal: ``status`` (4xx, or 5xx for what the operator must fix), ``error`` (a
+    machine-readable kind), ``message`` (what to do about it) and extra response ``headers``."""
+
+    def __init__(self, status: int, error: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.error, self.message, self.headers = status, error, message, headers
+
+
+def error_response(status: int, error: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The JSON answer ``{"error", "message"}`` of a refusal (also an ASGI app: the middleware
+    send it themselves)."""
+    return JSONResponse({"error": error, "message": message}, status_code=status, headers=headers)
+
+
+def database_down(exc: BaseException) -> bool:
+    """Is ``exc`` (or what caused it) the database being unreachable: a lost or refused
+    connection, a server shutting down, no pooled connection in time?"""
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, (psycopg.OperationalError, PoolTimeout)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+def database_unavailable() -> ApiError:
+    """The 503 of a database that cannot be reached, with ``Retry-After``."""
+    return ApiError(503, "database_unavailable", "the database is unreachable right now; retry after "
+                    f"{RETRY_AFTER_S} s (the service reconnects by itself).", {"Retry-After": str(RETRY_AFTER_S)})
+
+
+def api_error_response(exc: ApiError) -> JSONResponse:
+    """The JSON answer of ``exc``."""
+    return error_response(exc.status, exc.error, exc.message, exc.headers)
 
 
 def _status_of(exc: PMVectorError) -> tuple[int, str]:
@@ -56,24 +102,19 @@ def _status_of(exc: PMVectorError) -> tuple[int, str]:
     return 400, "bad_request"
 
 
-def _unavailable() -> JSONResponse:
-    return _err(503, "database_unavailable", "the database is unreachable right now; retry after "
-                f"{RETRY_AFTER_S} s (the service reconnects by itself).", {"Retry-After": str(RETRY_AFTER_S)})
-
-
 def install_error_handlers(app: FastAPI, log: logging.Logger) -> None:
     """Register the service's exception handlers on ``app``."""
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):
-        return _err(exc.status, exc.error, exc.message, exc.headers)
+        return api_error_response(exc)
 
     @app.exception_handler(PMVectorError)
     async def _pm_error(request: Request, exc: PMVectorError):
-        if _database_down(exc):
-            return _unavailable()
+        if database_down(exc):
+            return api_error_response(database_unavailable())
         status, kind = _status_of(exc)
-        return _err(status, kind, str(exc), {"Retry-After": "30"} if status in (429, 503) else None)
+        return error_response(status, kind, str(exc), {"Retry-After": "30"} if status in (429, 503) else None)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
@@ -81,27 +122,29 @@ def install_error_handlers(app: FastAPI, log: logging.Logger) -> None:
         bad_json = [e for e in exc.errors() if e.get("type") == "json_invalid"]
         if bad_json:
             why = (bad_json[0].get("ctx") or {}).get("error", "")
-            return _err(400, "malformed_json", f"the request body is not valid JSON ({why}).".replace(" ()", ""))
+            return error_response(400, "malformed_json",
+                                  f"the request body is not valid JSON ({why}).".replace(" ()", ""))
         for e in exc.errors()[:5]:
             loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
             parts.append(f"{loc or 'body'}: {e.get('msg')}")
-        return _err(422, "invalid_input", ("; ".join(parts) or "invalid request body") +
-                    " (send a JSON object with Content-Type: application/json).")
+        return error_response(422, "invalid_input", ("; ".join(parts) or "invalid request body") +
+                              " (send a JSON object with Content-Type: application/json).")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "error")
-        return _err(exc.status_code, kind, str(exc.detail))
+        return error_response(exc.status_code, kind, str(exc.detail))
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):
-        if _database_down(exc):
-            return _unavailable()
+        if database_down(exc):
+            return api_error_response(database_unavailable())
         import psycopg
 
         if isinstance(exc, psycopg.DataError):  # a value PostgreSQL cannot hold (NUL, out of range)
-            return _err(422, "invalid_input", "a value in the request is out of range for the database (NUL byte "
-                                              "or integer beyond 64 bits); fix it and send again.")
+            return error_response(422, "invalid_input", "a value in the request is out of range for the database "
+                                  "(NUL byte or integer beyond 64 bits); fix it and send again.")
         log.exception("internal error")
-        return _err(500, "internal_error", f"internal error ({type(exc).__name__}); the server log has details.")
+        return error_response(500, "internal_error",
+                              f"internal error ({type(exc).__name__}); the server log has details.")
 

@@ -7,7 +7,7 @@ uvicorn's httptools protocol (its C parser, what ``uvicorn[standard]`` runs) wit
 from the moment a connection opens, or the first byte of a further request on it arrives, its
 header block must be complete within ``timeout_s``; otherwise the service answers ``408 Request
 Timeout`` (``Connection: close``) and closes the connection. (The body has its own bound,
-:mod:`pm_vector.service.body_timeout`.)
+:mod:`pm_vector.service.middleware.body_timeout`.)
 
 Staying on uvicorn keeps one server for the service, the tests and the demo; the subclass uses
 uvicorn's protocol hooks (``connection_made``, ``connection_lost``) and the parser's callbacks

@@ -31,7 +31,8 @@ from fastapi.responses import Response
 
 from ..errors import InvalidInputError
 from ..protocol import codec
-from .validation import ApiError, parse_json
+from .errors import ApiError
+from .validation import parse_json
 
 #: media types of a request body the service reads
 BODY_TYPES = (codec.JSON, codec.MSGPACK)

@@ -8,44 +8,14 @@ import math
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
 
 from ..protocol import bounds as wire
 from ..protocol.class_rows import DEFAULT_SHORTLIST
 from ..protocol.formats import CELL_FORMAT, LOCATION_FORMAT
 from ..protocol.formats import CLASS_ROWS_FORMAT as QUERY_FORMAT
 from ..errors import InvalidInputError
+from .errors import ApiError
 from .settings import ServiceSettings
-
-#: seconds a client is told to wait when the database is unreachable
-RETRY_AFTER_S = 5
-
-
-def _database_down(exc: BaseException) -> bool:
-    """Is ``exc`` (or what caused it) the database being unreachable: a lost or refused
-    connection, a server shutting down, no pooled connection in time?"""
-    import psycopg
-    from psycopg_pool import PoolTimeout
-
-    seen = 0
-    while exc is not None and seen < 5:
-        if isinstance(exc, (psycopg.OperationalError, PoolTimeout)):
-            return True
-        exc = exc.__cause__ or exc.__context__
-        seen += 1
-    return False
-
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, error: str, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.error, self.message, self.headers = status, error, message, headers
-
-
-def _err(status: int, error: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": error, "message": message}, status_code=status, headers=headers)
-
 
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not allowed (JSON has no NaN/Infinity; the request must be finite numbers)")

@@ -39,14 +39,14 @@ def test_a_flood_of_made_up_keys_gets_429_without_lookups(guarded, svc_home):
     good = create_key("flood good")
     statuses = []
     with _from("127.0.0.11") as c:
-        before = state["key_lookups"]
+        before = state.key_lookups
         for _ in range(300):
             r = c.get(svc.url + "/collections", headers={"Authorization": f"Bearer {_fake()}"})
             statuses.append(r.status_code)
             if r.status_code == 429:
                 assert r.json()["error"] == "too_many_failed_authentications"
                 assert int(r.headers["Retry-After"]) >= 1
-        lookups = state["key_lookups"] - before
+        lookups = state.key_lookups - before
         print(f"\n300 made-up keys from one address: {statuses.count(401)} x 401, {statuses.count(429)} x 429, "
               f"{lookups} key lookups (limit {LIMIT}/min)")
         assert statuses[:LIMIT] == [401] * LIMIT  # the burst: each looked up and refused
@@ -54,15 +54,15 @@ def test_a_flood_of_made_up_keys_gets_429_without_lookups(guarded, svc_home):
         assert lookups == statuses.count(401)  # a 429 costs the database nothing
         # the blocked address: a key not verified lately waits too (no lookup while blocked) ...
         r = c.get(svc.url + "/collections", headers={"X-API-Key": good["key"]})
-        assert r.status_code == 429 and state["key_lookups"] - before == lookups
+        assert r.status_code == 429 and state.key_lookups - before == lookups
     # ... while another address is served at once, and its good key is now verified and cached
     with _from("127.0.0.12") as other:
         assert other.get(svc.url + "/collections", headers={"X-API-Key": good["key"]}).status_code == 200
     # a key the service verified lately still works from the blocked address (no lookup needed)
     with _from("127.0.0.11") as c:
-        n = state["key_lookups"]
+        n = state.key_lookups
         assert c.get(svc.url + "/collections", headers={"X-API-Key": good["key"]}).status_code == 200
-        assert state["key_lookups"] == n
+        assert state.key_lookups == n
         assert c.get(svc.url + "/collections", headers={"X-API-Key": _fake()}).status_code == 429
 
 
@@ -70,14 +70,14 @@ def test_a_repeated_bad_key_is_looked_up_once(guarded):
     from pm_vector.service.auth import hash_key
 
     svc, state = guarded
-    cache = state["keycache"]
+    cache = state.keycache
     assert cache is not None and cache.listening
     bad = _fake()
     with _from("127.0.0.13") as c:
-        before = state["key_lookups"]
+        before = state.key_lookups
         codes = [c.get(svc.url + "/collections", headers={"X-API-Key": bad}).status_code for _ in range(10)]
         assert codes == [401] * 10
-        assert state["key_lookups"] - before == 1  # then refused from memory
+        assert state.key_lookups - before == 1  # then refused from memory
         assert cache.failed(hash_key(bad))
 
 
@@ -88,7 +88,7 @@ def test_key_changes_clear_the_negative_cache(guarded, svc_home):
     from pm_vector.service.auth import create_key, hash_key, revoke_key
 
     svc, state = guarded
-    cache = state["keycache"]
+    cache = state.keycache
     k = create_key("revoked then restored")
     revoke_key(k["id"])
     with _from("127.0.0.14") as c:
@@ -140,7 +140,7 @@ def test_the_limit_is_shared_by_the_service_processes(guarded, svc_home):
     svc, _ = guarded
     st = ServiceSettings(pool_max=2, auth_failures_per_minute=LIMIT, failed_key_ttl_s=5)
     with ServiceThread(st) as second, _from("127.0.0.21") as c:
-        assert second.app.state.service_state["keycache"].listening
+        assert second.app.state.service_state.keycache.listening
         first = [c.get(svc.url + "/collections", headers={"X-API-Key": _fake()}).status_code for _ in range(LIMIT)]
         assert first == [401] * LIMIT
         time.sleep(0.5)  # the announcements arrive within milliseconds

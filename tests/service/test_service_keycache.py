@@ -27,7 +27,7 @@ def keyed_service(svc_home):
     from pm_vector.service.settings import ServiceSettings
 
     with ServiceThread(ServiceSettings(pool_max=2)) as svc:
-        yield svc, svc.app.state.service_state["keycache"]
+        yield svc, svc.app.state.service_state.keycache
 
 
 def test_a_key_revoked_in_sql_is_refused_at_once(keyed_service):

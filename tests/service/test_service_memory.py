@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from pm_vector.service import memory
-from pm_vector.service.memory import LargeRequestGate
+from pm_vector.service.middleware.large_requests import LargeRequestGate
 from pm_vector.service.settings import ServiceSettings
 
 

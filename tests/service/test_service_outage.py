@@ -38,7 +38,7 @@ def test_database_outage_gives_fast_503_and_recovers_within_2s(service, svc_coll
 
     with db.connect(autocommit=True) as conn:
         conn.execute("CHECKPOINT")
-    db_url = service.app.state.service_state["pool"].url
+    db_url = service.app.state.service_state.pool.url
     prober = Prober(service.url, svc_collection, svc_key["key"], body, interval=0.05, health_every=4).start()
     restarted = False
     try:

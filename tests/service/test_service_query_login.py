@@ -40,7 +40,7 @@ def test_query_keys_resolve_on_their_own_login_role(query_login, svc_collection,
     Xq, yq = svc_split.query
     with ServiceThread(st) as svc:
         state = svc.app.state.service_state
-        qpool = state["query_pool"]
+        qpool = state.query_pool
         before = qpool.stats().get("requests_num", 0)
         with Client(svc.url, svc_key["key"], budget=PrivacyBudget(tmp_path / "l.json", default_epsilon=100.0)) as c:
             req, _ = c.build_request(svc_collection, Xq[0], int(yq[0]), epsilon=2.0, shortlist=16)
@@ -51,7 +51,7 @@ def test_query_keys_resolve_on_their_own_login_role(query_login, svc_collection,
             assert conn.execute("SELECT current_user").fetchone()[0] == role
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute("UPDATE pm_vector.collections SET updated_at = now()")
-        with state["pool"].connection_as("pm_vector_query") as conn:  # the default: SET ROLE, which resets
+        with state.pool.connection_as("pm_vector_query") as conn:  # the default: SET ROLE, which resets
             conn.execute("RESET ROLE")
             assert conn.execute("SELECT current_user").fetchone()[0] != "pm_vector_query"
 
@@ -67,7 +67,7 @@ def test_query_keys_have_their_own_login_role_by_default(svc_collection, svc_key
     Xq, yq = svc_split.query
     with ServiceThread(st) as svc:
         state = svc.app.state.service_state
-        qpool, login = state["query_pool"], state["query_login"]
+        qpool, login = state.query_pool, state.query_login
         assert qpool is not None and login is not None and login[0].startswith("pm_vector_query_")
         before = qpool.stats().get("requests_num", 0)
         with Client(svc.url, svc_key["key"], budget=PrivacyBudget(tmp_path / "l.json", default_epsilon=100.0)) as c:

@@ -151,8 +151,8 @@ def test_query_keys_resolve_as_a_read_only_database_role(service, svc_home):
     import psycopg
 
     st = service.app.state.service_state
-    assert st["query_role"] == "pm_vector_query"
-    with st["pool"].connection_as(st["query_role"]) as conn:
+    assert st.query_role == "pm_vector_query"
+    with st.pool.connection_as(st.query_role) as conn:
         assert conn.execute("SELECT current_user").fetchone()[0] == "pm_vector_query"
         conn.execute("SELECT count(*) FROM pm_vector.items").fetchone()
         conn.rollback()
@@ -162,8 +162,8 @@ def test_query_keys_resolve_as_a_read_only_database_role(service, svc_home):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(stmt)
             conn.rollback()
-    for _ in range(st["pool"].stats().get("pool_size", 1) + 1):  # every pooled session is the service user again
-        with st["pool"].connection() as conn:
+    for _ in range(st.pool.stats().get("pool_size", 1) + 1):  # every pooled session is the service user again
+        with st.pool.connection() as conn:
             assert conn.execute("SELECT current_user").fetchone()[0] != "pm_vector_query"
 
 

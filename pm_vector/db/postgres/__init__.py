@@ -10,7 +10,8 @@ The modules, from the bottom up (each imports only those above it in this list):
     cluster    a local coordinator, shards and streaming replicas on loopback ports
     replicas   ReadRouter: resolves spread over the replicas that keep up
     server     which server: external, the local cluster, or the embedded one
-    engine     psycopg connections and SQLAlchemy engines, pgvector registered
+    adapt      configure(conn): the one setup of every connection (pgvector, JSON, int8 arrays)
+    engine     psycopg connections and SQLAlchemy engines, each set up by configure
 
 This face is what the rest of pm_vector uses. :func:`stop`, :func:`stop_cluster` and
 :func:`upgrade` clear the engine's pools and checks around the server's own functions, so that
@@ -21,6 +22,7 @@ from typing import Any
 
 from . import cluster
 from . import server as _server
+from .adapt import configure
 from .config import EMBEDDED_DATABASE, DatabaseSettings, external_url, libpq_url, mode, redact, settings, sqlalchemy_url
 from .engine import connect, connection, dispose_engines, forget_checks, get_engine, session_scope
 from .migrate import current_revision, head_revision, upgrade_to_head
@@ -49,7 +51,8 @@ def upgrade() -> dict[str, Any]:
 
 
 __all__ = [
-    "DatabaseSettings", "EMBEDDED_DATABASE", "check_pgvector_version", "cluster", "connect", "connection", "current_revision",
+    "DatabaseSettings", "EMBEDDED_DATABASE", "check_pgvector_version", "cluster", "configure", "connect", "connection",
+    "current_revision",
     "database_url", "dispose_engines", "ensure_pgvector", "external_url", "forget_checks", "get_engine",
     "head_revision", "libpq_url", "mode", "redact", "session_scope", "settings", "sqlalchemy_url", "start",
     "status", "stop", "stop_cluster", "upgrade", "upgrade_to_head", "url_for_migrations",

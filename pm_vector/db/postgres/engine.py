@@ -1,7 +1,8 @@
 """Connections: psycopg connections and SQLAlchemy engines/sessions, with pgvector registered.
 
-Every connection handed out here has ``pgvector.psycopg.register_vector`` applied (numpy
-arrays and :class:`pgvector.Vector` go in and out as ``vector``; ``HalfVector`` as ``halfvec``).
+Every connection handed out here is set up by :func:`pm_vector.db.postgres.adapt.configure`
+(numpy arrays and :class:`pgvector.Vector` go in and out as ``vector``; ``HalfVector`` as
+``halfvec``; JSON read by orjson).
 The first connection to a URL in a process checks pgvector (>= 0.7) and that the schema is at
 the newest migration, and raises :class:`SchemaNotReadyError` naming ``pm-vector db upgrade``
 otherwise.
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from ..errors import DatabaseConfigError, SchemaNotReadyError
+from .adapt import configure
 from .config import libpq_url, redact, sqlalchemy_url
 from .pgvector import ensure_pgvector
 from .server import database_url
@@ -59,12 +61,6 @@ def _check_ready(conn, url: str) -> None:
         _checked.add(url)
 
 
-def _register(conn) -> None:
-    from pgvector.psycopg import register_vector
-
-    register_vector(conn)
-
-
 #: ``client_connection_check_interval`` of worker connections (ms): a backend busy on a long
 #: statement (an HNSW build, a big DELETE) notices within this time that its client died and
 #: aborts, instead of finishing the statement (~25 s for an index) while holding the run's lock.
@@ -72,7 +68,7 @@ WATCH_CLIENT_MS = 1000
 
 
 def connect(url: str | None = None, *, autocommit: bool = False, check: bool = True, watch_client: bool = False):
-    """A new psycopg connection (caller closes it), pgvector registered.
+    """A new psycopg connection (caller closes it), set up by :func:`~pm_vector.db.postgres.adapt.configure`.
 
     ``url`` defaults to :func:`pm_vector.db.postgres.server.database_url` (which starts and migrates
     the embedded server if that is the mode). ``watch_client``: set
@@ -91,7 +87,7 @@ def connect(url: str | None = None, *, autocommit: bool = False, check: bool = T
     try:
         if check:
             _check_ready(conn, url)
-        _register(conn)
+        configure(conn)
         if watch_client and conn.info.server_version >= 140000:  # the setting came with PostgreSQL 14
             # session-level (is_local false) and committed, so a later rollback keeps it
             conn.execute("SELECT set_config('client_connection_check_interval', %s, false)", [str(WATCH_CLIENT_MS)])
@@ -135,10 +131,7 @@ def get_engine(url: str | None = None):
 
     @event.listens_for(eng, "connect")
     def _on_connect(dbapi_connection, connection_record):  # noqa: ARG001
-        _register(dbapi_connection)
-        # register_vector runs queries; leave the connection idle for SQLAlchemy
-        if not dbapi_connection.autocommit:
-            dbapi_connection.rollback()
+        configure(dbapi_connection)  # leaves the connection idle for SQLAlchemy
 
     with _lock:
         _engines.setdefault(url, eng)

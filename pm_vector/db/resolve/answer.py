@@ -1,6 +1,6 @@
 """What both resolves of a class-level request share once they have their ranked candidates: the
-item joins of the answer statement, the connection's adapters, and the request log written on
-the primary.
+item joins of the answer statement and the request log written on the primary (the connection's
+adapters are :func:`pm_vector.db.postgres.adapt.configure`'s).
 
 A leaf below :mod:`pm_vector.db.resolve.resolution` (class-rows requests) and
 :mod:`pm_vector.db.resolve.cell_resolution` (cell requests): the first dispatches cell requests
@@ -11,10 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import numpy as np
-from psycopg.types.json import set_json_loads
-
-from .requests import _loads, finish
+from .requests import finish
 
 
 def item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: int | None,
@@ -54,41 +51,6 @@ def compact_columns(code_bytes: int, order: str) -> str:
     return (f"string_agg(int8send(s.item_id), ''::bytea ORDER BY {order}), "
             f"string_agg(coalesce(cd.code, {zero}), ''::bytea ORDER BY {order}), "
             f"jsonb_agg(i.payload ORDER BY {order})")
-
-
-class Int8Array:
-    """int64 ids sent as a binary ``bigint[]`` built by numpy (psycopg's list dumper makes a
-    Python int per id)."""
-
-    def __init__(self, values: np.ndarray):
-        self.values = values
-
-    def binary(self) -> bytes:
-        n = int(self.values.size)
-        body = np.empty(n, dtype=[("len", ">i4"), ("v", ">i8")])
-        body["len"] = 8
-        body["v"] = self.values
-        return np.array([1, 0, 20, n, 1], dtype=">i4").tobytes() + body.tobytes()  # 1-d, no NULLs, int8
-
-
-def prepare_connection(conn) -> None:
-    """Once per connection: orjson parses the candidates' payloads (faster than json, the
-    same values) and :class:`Int8Array` parameters go out in binary."""
-    if getattr(conn, "_pm_resolve_ready", False):
-        return
-    from psycopg.adapt import Dumper
-    from psycopg.pq import Format
-
-    class _Int8ArrayDumper(Dumper):
-        format = Format.BINARY
-        oid = 1016  # bigint[]
-
-        def dump(self, obj):
-            return obj.binary()
-
-    set_json_loads(_loads, conn)
-    conn.adapters.register_dumper(Int8Array, _Int8ArrayDumper)
-    conn._pm_resolve_ready = True
 
 
 def log_on_primary(conn, collection: str, req, raw, **kw) -> int | None:

@@ -29,7 +29,8 @@ from ...protocol.cells import CellRequest
 from ...protocol.formats import CELL_FORMAT
 from ...errors import RequestError
 from ..errors import CellsDigestMismatchError, CellsUnavailableError  # noqa: F401  (CellsUnavailable: PM009 in SQL)
-from .answer import compact_columns, item_joins, log_on_primary, prepare_connection
+from ..postgres.adapt import configure
+from .answer import compact_columns, item_joins, log_on_primary
 from .requests import finish, run_snapshot, statement_answer
 
 
@@ -115,7 +116,7 @@ def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_fe
         kahm_id = coll.get("kahm_model_id") if class_scores and not compact else None
         timings["lookup"] = (time.perf_counter() - t) * 1e3
         t = time.perf_counter()
-        prepare_connection(rconn)
+        configure(rconn)
         extra = {"feature_dim": int(coll["feature_dim"]) if include_features else None,
                  "code_dim": code_dim, "kahm": kahm_id is not None}
         sql = statement(coll, include_features, bool(doc.get("shards")),

@@ -41,7 +41,8 @@ from ...errors import RequestError
 from ...protocol.formats import LOCATION_FORMAT
 from ...protocol.location import LocationRequest
 from ..errors import CellsDigestMismatchError, CellsUnavailableError
-from .answer import Int8Array, log_on_primary, prepare_connection
+from ..postgres.adapt import Int8Array, configure
+from .answer import log_on_primary
 from .requests import _dumps, check_codes, finish, run_snapshot
 
 #: bytes of answers one process keeps (the least recently used go first)
@@ -242,7 +243,7 @@ def resolve_location(collection: str, req: LocationRequest, raw: str | None, *, 
         body = cache.get(key)
         cached = body is not None
         if body is None:
-            prepare_connection(rconn)
+            configure(rconn)
             body = _build(rconn, run_id, req, b)
             size = len(body["codes_data"]) + body["item_ids"].nbytes + 64 * len(body["payloads"] or ())
             cache.put(key, body, size)

@@ -16,6 +16,7 @@ from typing import Mapping
 import numpy as np
 
 from ...errors import InvalidInputError, RequestError
+from ..postgres.adapt import json_loads
 from ...protocol import bounds
 from ...protocol.bounds import MAX_K_PRIME, MAX_QUERY_ROWS
 from ...protocol.cells import CellRequest
@@ -27,21 +28,6 @@ from ...protocol.paper import PrivateMailRequest, ReleaseRequest
 MAX_K = MAX_K_PRIME
 #: request JSON text larger than this is refused before parsing
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
-
-
-def _loads(text: str):
-    """JSON text -> Python objects: orjson when installed (faster on a request's thousands of
-    floats; measured in docs/benchmarks.md, "Figures behind design choices in the code"), else
-    the standard library; NaN/Infinity tokens (which orjson refuses as invalid JSON) go to the
-    standard library, so that they get the precise error."""
-    try:
-        import orjson
-    except ImportError:
-        return json.loads(text)
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
 
 
 def _dumps(obj) -> str:
@@ -89,7 +75,7 @@ def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
         if len(request) > MAX_REQUEST_BYTES:
             raise RequestError(f"the request is {len(request)} characters long; at most {MAX_REQUEST_BYTES}.")
         try:
-            request = _loads(request)
+            request = json_loads(request)
         except json.JSONDecodeError as exc:
             raise RequestError(f"the request is not valid JSON: {exc}.") from None
     if not isinstance(request, Mapping):

@@ -69,7 +69,8 @@ from ...protocol.class_rows import QueryRequest
 from ...protocol.formats import CLASS_ROWS_FORMAT
 from ...errors import InvalidInputError, RequestError
 from . import run_graph
-from .answer import Int8Array, compact_columns, item_joins, log_on_primary, prepare_connection
+from ..postgres.adapt import Int8Array, configure
+from .answer import compact_columns, item_joins, log_on_primary
 from ..postgres import connect
 from ..errors import ClassRowsUnavailableError, DimensionMismatchError, FramesDigestMismatchError
 from .frame import _run_row, class_frames, client_frame, public_anchor  # noqa: F401  (the public-anchor API)
@@ -369,7 +370,7 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
 
         t = time.perf_counter()
         joins = {"codes_run_id": run_id if want_codes else None, "kahm_model_id": kahm_id, "code_bytes": code_dim}
-        prepare_connection(rconn)
+        configure(rconn)
         extra = {"feature_dim": int(coll["feature_dim"]) if include_features else None,
                  "code_dim": code_dim, "kahm": kahm_id is not None}
         if run_graph.supports(rconn, meta) and compact:
@@ -438,7 +439,7 @@ def _explain_class_rows(collection: str, req: QueryRequest, include_features: bo
                 out["prior_knn"] = [r[0] for r in conn.execute(
                     "EXPLAIN " + run_graph.prior_knn_statement(graph.run_id, int(doc["n_components"]), mp),
                     [[rows[i] for i in search], [labels[i] for i in search]]).fetchall()] if search else []
-            prepare_connection(conn)
+            configure(conn)
             _, ids, _ = _scored_candidates(conn, meta, doc, req, kp, {})
             out["statement"] = [r[0] for r in conn.execute(
                 "EXPLAIN " + _items_statement(meta["coll"], include_features, **joins), [Int8Array(ids)]).fetchall()]

@@ -91,6 +91,18 @@ def list_collections() -> list[dict[str, Any]]:
     return [_info_dict(r) for r in rows]
 
 
+def collection_uuid(name: str) -> str | None:
+    """The collection's stable, random id (migration 0007) as text; None for an unknown name.
+
+    Information for clients (it names the collection as this server knows it, and changes when the
+    collection is dropped and re-created); it never selects a client's privacy budget, which is
+    keyed by the server's origin as the client configured it
+    (:meth:`pm_vector.client.http.Client.budget_key`)."""
+    with connect() as conn:
+        row = conn.execute("SELECT uuid::text FROM pm_vector.collections WHERE name = %s", [name]).fetchone()
+    return None if row is None else row[0]
+
+
 def drop_collection(name: str, *, missing_ok: bool = False) -> dict[str, Any]:
     """Delete a collection with its items, anchor sets, runs (and their tables); one transaction.
 

@@ -42,6 +42,17 @@ def creation(labels, partitions: int | None) -> tuple[Any, dict[str, Any] | None
     return list(range(int(c))), {"n_partitions": int(c), "public": None}
 
 
+def public_partitions(collection: str) -> dict[str, Any] | None:
+    """The stored public partitions of a collection without labels (``PublicPartitions.to_dict()``:
+    the centroids fit on its public anchor), or None (a labelled collection, or none fit yet)."""
+    from ..postgres import connect
+
+    with connect() as conn:
+        row = conn.execute("SELECT settings -> %s -> 'public' FROM pm_vector.collections WHERE name = %s",
+                           [SETTINGS_KEY, collection]).fetchone()
+    return None if row is None else row[0]
+
+
 def is_partitioned(coll: Mapping[str, Any]) -> bool:
     return SETTINGS_KEY in (coll.get("settings") or {})
 

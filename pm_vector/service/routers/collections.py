@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from ..auth import in_scope
-from ..deps import AUTH, NEG, key_of
+from ..deps import AUTH, NEG, CallerDep
 from ..media import respond
 
 router = APIRouter()
@@ -25,13 +25,12 @@ def _public_collection(c: dict[str, Any]) -> dict[str, Any]:
 
 
 @router.get("/collections", dependencies=NEG, tags=["collections"])
-def collections(request: Request):
+def collections(request: Request, caller: CallerDep):
     """The collections this key may use."""
     from ... import db
 
-    rec = key_of(request)
     return respond(request, {"collections": [_public_collection(c) for c in db.list_collections()
-                                             if in_scope(rec, c["name"])]})
+                                             if in_scope(caller, c["name"])]})
 
 
 @router.get("/collections/{name}", dependencies=AUTH + NEG, tags=["collections"])

@@ -7,8 +7,8 @@ from fastapi.responses import JSONResponse
 
 from ... import __version__ as _version
 from .. import schemas
-from ..deps import SettingsDep, StateDep, database_problem
-from ..validation import RETRY_AFTER_S
+from ..deps import SettingsDep, StateDep
+from ..errors import RETRY_AFTER_S
 
 router = APIRouter()
 
@@ -19,7 +19,7 @@ def health(settings: SettingsDep, state: StateDep):
     """Liveness, version, limits and whether the database answers (no key needed): 200 with
     ``database: "ok"``, or 503 with ``status: "degraded"``, ``database: "unreachable"`` and
     Retry-After while it does not."""
-    why = database_problem(state)
+    why = state.database_problem()
     body = {"status": "ok" if why is None else "degraded", "version": _version,
             "database": "ok" if why is None else "unreachable", "limits": settings.public()}
     if why is None:

@@ -7,9 +7,9 @@ from fastapi.concurrency import run_in_threadpool
 
 from .. import schemas
 from ..deps import ADMIN_SCOPED, JSON_BODY, NEG, SettingsDep, parse_model
+from ..errors import ApiError
 from ..media import body_schema, body_type, respond
 from ..settings import ServiceSettings
-from ..validation import ApiError
 
 router = APIRouter()
 

@@ -12,6 +12,7 @@ from .. import schemas
 from ..deps import AUTH, JSON_BODY, NEG, SettingsDep, StateDep
 from ..media import body_schema, body_type, read_body, respond
 from ..settings import ServiceSettings
+from ..state import ServiceState
 from ..validation import check_distances_body
 
 router = APIRouter()
@@ -28,12 +29,12 @@ def kahm_models(name: str, request: Request):
 
 
 def _distances_sync(name: str, media: str, body: bytes, settings: ServiceSettings,
-                    state: dict[str, Any]) -> dict[str, Any]:
+                    state: ServiceState) -> dict[str, Any]:
     X, mid = check_distances_body(read_body(media, body, settings), settings)
     from ...db.kahm import party_distances
     from ..documents import _plain
 
-    with state["resolve_slots"]:
+    with state.resolve_slots:
         return _plain(party_distances(name, X, model_id=mid))
 
 

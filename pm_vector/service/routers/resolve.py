@@ -1,12 +1,12 @@
 """``POST /collections/{name}/resolve``: a private request in, per-row candidates out.
 
 A query key's request runs on a pool of its own that logs in as a member of the query database
-role (``state["query_pool"]``, login ``state["query_login"]``: migration 0017's role or
+role (``state.query_pool``, login ``state.query_login``: migration 0017's role or
 ``query_db_url``; read and request-log insert only), else under ``SET ROLE`` of that role on the
-shared pool (``state["query_role"]``); a class-rows, cell or location request is read on a replica
-in rotation when there is one (``state["router"]``, logging in the same way), its log written on
-the primary; at most
-``pool_max`` resolves run at once (``state["resolve_slots"]``)."""
+shared pool (``state.query_role``); a class-rows, cell or location request is read on a replica
+in rotation when there is one (``state.router``, logging in the same way), its log written on
+the primary; at most ``pool_max`` resolves run at once (``state.resolve_slots``); ``state`` is the
+:class:`~pm_vector.service.state.ServiceState`."""
 
 from __future__ import annotations
 
@@ -18,16 +18,18 @@ from fastapi.concurrency import run_in_threadpool
 
 from ...protocol.bounds import MAX_QUERY_ROWS
 from .. import schemas
-from ..deps import AUTH, JSON_BODY, NEG, SettingsDep, StateDep, key_of
+from ..deps import AUTH, JSON_BODY, NEG, CallerDep, SettingsDep, StateDep
+from ..errors import ApiError
 from ..media import body_schema, body_type, read_body, respond
 from ..settings import ServiceSettings
-from ..validation import ApiError, check_resolve_body
+from ..state import ServiceState
+from ..validation import check_resolve_body
 
 router = APIRouter()
 log = logging.getLogger("pm_vector.service")
 
 
-def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: ServiceSettings, state: dict[str, Any],
+def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: ServiceSettings, state: ServiceState,
                         login: tuple[str, str | None] | None = None):
     """The answer read on a replica in rotation (log written on ``conn``), or None: read on the
     primary (no replica, a paper request, or the replica failed: it leaves the rotation).
@@ -36,7 +38,7 @@ def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: Serv
     from ...protocol.class_rows import QueryRequest
     from ...protocol.location import LocationRequest
 
-    router = state["router"]
+    router = state.router
     if router is None or not isinstance(req, (QueryRequest, CellRequest, LocationRequest)):  # the paper's: on the primary
         return None
     url = router.pick()
@@ -46,15 +48,12 @@ def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: Serv
 
     from ...db.errors import DatabaseConfigError
     from ...db.postgres import redact
-    from ..db import ServicePool, with_login
+    from ..db import with_login
     from ..documents import resolve_document
 
     purl = with_login(url, *login) if login else url
     try:
-        with state["read_pools_lock"]:  # one pool per replica and login, made on its first read
-            pool = state["read_pools"].get(purl)
-            if pool is None:
-                pool = state["read_pools"][purl] = ServicePool(purl, min_size=0, max_size=settings.pool_max)
+        pool = state.read_pool(purl, settings.pool_max)  # one per replica and login, made on its first read
         with pool.connection_as(None if login else db_role) as rconn:
             return resolve_document(name, req, k=k, include_features=inc, conn=conn, read_conn=rconn,
                                     max_query_rows=min(settings.max_rows, MAX_QUERY_ROWS), answer=answer)
@@ -65,18 +64,18 @@ def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: Serv
 
 
 def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None, settings: ServiceSettings,
-                  state: dict[str, Any]) -> dict[str, Any]:
+                  state: ServiceState) -> dict[str, Any]:
     req, k, inc, answer = check_resolve_body(read_body(media, body, settings), settings, name)
     from ..documents import resolve_document
 
-    db_role = state.get("query_role") if key_role == "query" else None
-    own = state.get("query_pool") if key_role == "query" else None  # its own login role: nothing to SET
+    db_role = state.query_role if key_role == "query" else None
+    own = state.query_pool if key_role == "query" else None  # its own login role: nothing to SET
     import psycopg
 
     try:
-        with state["resolve_slots"], (own.connection() if own is not None else
-                                      state["pool"].connection_as(db_role)) as conn:
-            login = state.get("query_login") if own is not None else None
+        with state.resolve_slots, (own.connection() if own is not None else
+                                   state.pool.connection_as(db_role)) as conn:
+            login = state.query_login if own is not None else None
             res = None if own is not None and login is None else \
                 _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings, state, login=login)
             if res is None:
@@ -94,7 +93,7 @@ def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None, sett
 
 @router.post("/collections/{name}/resolve", dependencies=AUTH + JSON_BODY + NEG,
              response_model=schemas.ResolveResponse, tags=["resolve"], openapi_extra=body_schema("ResolveBody"))
-async def resolve_endpoint(name: str, request: Request, settings: SettingsDep, state: StateDep):
+async def resolve_endpoint(name: str, request: Request, settings: SettingsDep, state: StateDep, caller: CallerDep):
     """Resolve a request: one entry of ``rows`` per request row; only the client knows which row is real.
 
     The body is ``{"request": QueryRequest / CellRequest / PrivateMailRequest .to_dict(), "k": 8,
@@ -104,7 +103,6 @@ async def resolve_endpoint(name: str, request: Request, settings: SettingsDep, s
     full rows with raw features (collections that allow them; ``"include_features": true`` says the
     same)."""
     body = await request.body()
-    rec = key_of(request)
-    res = await run_in_threadpool(_resolve_sync, name, body_type(request), body, rec and rec.get("role"),
+    res = await run_in_threadpool(_resolve_sync, name, body_type(request), body, caller and caller.get("role"),
                                   settings, state)
     return respond(request, res)

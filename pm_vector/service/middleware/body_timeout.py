@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
-from .validation import ApiError, _err
+from ..errors import ApiError, api_error_response
+from .send import tracking_send
 
 
 class BodyTimeoutMiddleware:
@@ -50,17 +51,10 @@ class BodyTimeoutMiddleware:
                 complete = True
             return m
 
-        started = False
-
-        async def tracking_send(m):
-            nonlocal started
-            if m["type"] == "http.response.start":
-                started = True
-            await send(m)
-
+        tracked = tracking_send(send)
         try:
-            await self.app(scope, timed_receive, tracking_send)
+            await self.app(scope, timed_receive, tracked)
         except ApiError as exc:
-            if not timed_out or started:
+            if not timed_out or tracked.started:
                 raise
-            await _err(exc.status, exc.error, exc.message, exc.headers)(scope, receive, send)
+            await api_error_response(exc)(scope, receive, send)

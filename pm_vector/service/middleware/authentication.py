@@ -1,58 +1,13 @@
-"""ASGI middleware of the service: the body-size limit, and authentication + rate limiting before
-any body is read."""
+"""Authentication and rate limiting, from the headers, before anything reads the body."""
 
 from __future__ import annotations
 
-from .validation import RETRY_AFTER_S, ApiError, _database_down, _err
+from typing import TYPE_CHECKING
 
-class BodyLimitMiddleware:
-    """Refuse request bodies over ``max_bytes`` with 413 before the app reads them (Content-Length)
-    or as soon as the streamed body passes the limit (chunked)."""
+from ..errors import ApiError, api_error_response, database_down, database_unavailable, error_response
 
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, int(max_bytes)
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        msg = (f"request body is larger than this server's limit of {self.max_bytes:,} bytes; send fewer rows "
-               "or ask the operator to raise PM_VECTOR_SERVICE_MAX_BODY_BYTES.")
-        for name, value in scope.get("headers") or []:
-            if name == b"content-length":
-                try:
-                    n = int(value)
-                except ValueError:
-                    return await _err(400, "bad_request", "invalid Content-Length header.")(scope, receive, send)
-                if n > self.max_bytes:
-                    return await _err(413, "payload_too_large", msg)(scope, receive, send)
-        seen = 0
-        too_big = False
-
-        async def limited():
-            nonlocal seen, too_big
-            m = await receive()
-            if m["type"] == "http.request":
-                seen += len(m.get("body", b""))
-                if seen > self.max_bytes:
-                    too_big = True
-                    raise ApiError(413, "payload_too_large", msg)
-            return m
-
-        started = False
-
-        async def tracking_send(m):
-            nonlocal started
-            if m["type"] == "http.response.start":
-                started = True
-            await send(m)
-
-        try:
-            await self.app(scope, limited, tracking_send)
-        except ApiError as exc:
-            if not too_big or started:
-                raise
-            await _err(exc.status, exc.error, exc.message)(scope, receive, send)
-
+if TYPE_CHECKING:
+    from ..state import ServiceState
 
 
 #: paths anyone may read (no key): liveness and the API's description
@@ -67,20 +22,20 @@ class AuthMiddleware:
     Failed authentications are limited per client address (``failures``, a
     :class:`~pm_vector.service.auth.FailedAuthLimiter`): over the limit, a key the key cache does
     not hold gets 429 with Retry-After before any lookup; a key the database refused a moment ago
-    is refused from the key cache's negative entries, without a lookup. ``state["key_lookups"]``
+    is refused from the key cache's negative entries, without a lookup. ``state.key_lookups``
     counts the lookups made."""
 
-    def __init__(self, app, settings, state: dict, limiter, failures=None):
+    def __init__(self, app, settings, state: ServiceState, limiter, failures=None):
         self.app, self.settings, self.state, self.limiter = app, settings, state, limiter
         self.failures = failures
-        state.setdefault("key_lookups", 0)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope.get("path") or ""
         if "\x00" in path:  # psycopg refuses NUL in text: no name can hold one
-            return await _err(404, "not_found", "no such resource (the path holds a NUL byte).")(scope, receive, send)
+            nul = error_response(404, "not_found", "no such resource (the path holds a NUL byte).")
+            return await nul(scope, receive, send)
         st = scope.setdefault("state", {})
         st["api_key"] = None
         if not self.settings.auth or path in PUBLIC_PATHS:
@@ -88,14 +43,14 @@ class AuthMiddleware:
         try:
             rec = await self._authenticate(scope)
         except ApiError as exc:
-            return await _err(exc.status, exc.error, exc.message, exc.headers)(scope, receive, send)
+            return await api_error_response(exc)(scope, receive, send)
         st["api_key"] = rec
         return await self.app(scope, receive, send)
 
     async def _authenticate(self, scope) -> dict:
         from fastapi.concurrency import run_in_threadpool
 
-        from .auth import hash_key, verify_key, well_formed
+        from ..auth import hash_key, verify_key, well_formed
 
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
         h = headers.get("authorization") or ""
@@ -105,8 +60,8 @@ class AuthMiddleware:
         if not key:
             unauthorized = ApiError(401, "unauthorized", "no API key; send `Authorization: Bearer <key>` (create one "
                                     "with `pm-vector keys create --name NAME`).", {"WWW-Authenticate": "Bearer"})
-        pool = self.state.get("pool")
-        cache = self.state.get("keycache")
+        pool = self.state.pool
+        cache = self.state.keycache
         digest = hash_key(key) if cache is not None and key else None
         rec = cache.lookup(digest) if digest is not None else None
         if rec is None:
@@ -122,7 +77,7 @@ class AuthMiddleware:
 
         try:
             if rec is None:
-                self.state["key_lookups"] += 1  # on the event loop: an exact count
+                self.state.key_lookups += 1  # on the event loop: an exact count
                 rec = await run_in_threadpool(verify)
                 if cache is not None:
                     if rec is not None:
@@ -130,10 +85,8 @@ class AuthMiddleware:
                     else:
                         cache.store_failed(digest, generation)
         except Exception as exc:  # noqa: BLE001 - a database down is a 503, anything else a 500 in JSON
-            if _database_down(exc):
-                raise ApiError(503, "database_unavailable", "the database is unreachable right now; retry after "
-                               f"{RETRY_AFTER_S} s (the service reconnects by itself).",
-                               {"Retry-After": str(RETRY_AFTER_S)}) from None
+            if database_down(exc):
+                raise database_unavailable() from None
             raise ApiError(500, "internal_error", f"internal error ({type(exc).__name__}) while checking the key; "
                                                   "the server log has details.") from None
         if rec is None:
@@ -164,7 +117,7 @@ class AuthMiddleware:
         if self.failures is None or self.failures.per_minute <= 0:
             return
         self.failures.fail(address)
-        cache, pool = self.state.get("keycache"), self.state.get("pool")
+        cache, pool = self.state.keycache, self.state.pool
         if cache is None or pool is None:
             return
         from fastapi.concurrency import run_in_threadpool
@@ -177,50 +130,3 @@ class AuthMiddleware:
             await run_in_threadpool(announce)
         except Exception:  # noqa: BLE001 - the local count stands; the others miss one failure
             pass
-
-
-class CatchAllMiddleware:
-    """Answer any exception the app's handlers left unhandled as JSON, without re-raising it.
-
-    Starlette's handler for ``Exception`` runs in its outermost middleware, which sends the answer
-    and then re-raises: uvicorn then drops the keep-alive connection and the client's next request
-    on it is reset. Installed innermost, this answers first: 503 with Retry-After while the
-    database is down, 422 for a value PostgreSQL cannot hold (a NUL byte, an integer beyond 64
-    bits), else 500 (logged)."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        started = False
-
-        async def tracking_send(m):
-            nonlocal started
-            if m["type"] == "http.response.start":
-                started = True
-            await send(m)
-
-        try:
-            await self.app(scope, receive, tracking_send)
-        except Exception as exc:  # noqa: BLE001 - every failure gets an answer, the connection stays usable
-            if started:
-                raise
-            import logging
-
-            import psycopg
-
-            if _database_down(exc):
-                resp = _err(503, "database_unavailable", "the database is unreachable right now; retry after "
-                            f"{RETRY_AFTER_S} s (the service reconnects by itself).",
-                            {"Retry-After": str(RETRY_AFTER_S)})
-            elif isinstance(exc, (psycopg.DataError, RecursionError)):
-                resp = _err(422, "invalid_input", "a value in the request cannot be stored or read (a NUL byte, "
-                                                  "an integer beyond 64 bits, or nesting too deep); fix it and send "
-                                                  "again.")
-            else:
-                logging.getLogger("pm_vector.service").exception("internal error")
-                resp = _err(500, "internal_error", f"internal error ({type(exc).__name__}); the server log has "
-                                                   "details.")
-            await resp(scope, receive, send)

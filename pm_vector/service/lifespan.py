@@ -1,0 +1,207 @@
+"""The service's start-up and shut-down (:func:`lifespan`): what fills the
+:class:`~pm_vector.service.state.ServiceState` and what runs beside the requests.
+
+Start-up, in order: the shared connection pool (unless the application was given one), the job
+manager (jobs of a stopped service marked interrupted, stale runs cleaned up), the database role
+of query keys and their own login pool, the read replicas' router, the key cache (auth on), and
+the two background loops: request-log pruning (:func:`prune_once`) and the sync of attached
+tables (:func:`sync_once`). Shut-down undoes them in reverse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi.concurrency import run_in_threadpool
+
+from .settings import ServiceSettings
+from .state import ServiceState
+
+log = logging.getLogger("pm_vector.service")
+
+
+def _read_router(settings: ServiceSettings, pool):
+    """The replicas resolves are read on: ``settings.read_urls``, else a running local cluster's."""
+    from ..db.postgres.replicas import ReadRouter
+
+    urls = [u.strip() for u in settings.read_urls.split(",") if u.strip()]
+    if not urls:
+        from ..db.postgres import cluster, server
+
+        if server.external_url() is None and cluster.topology() is not None:
+            urls = cluster.replica_urls()
+    primary = getattr(pool, "url", None)
+    if not urls or primary is None:
+        return None
+    return ReadRouter(primary, urls, max_lag_bytes=settings.max_replica_lag_bytes)
+
+
+def _query_role(settings: ServiceSettings, state: ServiceState) -> str | None:
+    """The role a query key's resolve runs as (read + request-log insert only), or None: the
+    shared pool's sessions cannot ``SET ROLE`` to it (warned)."""
+    try:
+        ok = state.pool.usable_role(settings.query_db_role)
+    except Exception:  # noqa: BLE001 - a pool without it (tests' fakes) or a database down: no switch
+        ok = False
+    if not ok and settings.query_db_role:
+        log.warning("PostgreSQL role %r not usable: query keys resolve as the service user", settings.query_db_role)
+    return settings.query_db_role if ok else None
+
+
+def _query_pool(settings: ServiceSettings, state: ServiceState):
+    """(login, pool) of query keys' resolves: the pool logs in as a member of the query role, so
+    no SQL on it can become the service user; (None, None) when there is no such login (the
+    migrating user could not create roles, or the database refused the login: warned, and query
+    keys use ``SET ROLE`` on the shared pool)."""
+    from .db import ServicePool, query_login, with_login
+
+    if not settings.query_db_url and not state.query_role:
+        return None, None
+    try:
+        login = query_login(state.pool, settings.query_db_url)
+        if settings.query_db_url:
+            url = settings.query_db_url
+        elif login is None:
+            log.warning("no query login role (the migrating user may not create roles): query keys resolve "
+                        "under SET ROLE %s, which SQL can reset", settings.query_db_role)
+            return None, None
+        else:
+            url = with_login(state.pool.url, *login)
+        return login, ServicePool(url, min_size=0, max_size=settings.pool_max)
+    except Exception as exc:  # noqa: BLE001 - refused login, pg_hba, a fake pool: fall back, say so
+        if settings.query_db_url:
+            raise
+        log.warning("query keys' login role could not connect (%s): they resolve under SET ROLE %s",
+                    type(exc).__name__, settings.query_db_role)
+        return None, None
+
+
+def _make_jobs(settings: ServiceSettings, state: ServiceState):
+    """The job manager; jobs a stopped service left are marked interrupted, and the runs they
+    left 'running' failed."""
+    import psycopg
+
+    from .jobs import JobManager
+
+    url = getattr(state.pool, "url", None)
+    jm = JobManager(state.pool.connection, settings.job_workers, settings.max_queued_jobs,
+                    lock_connection=(lambda: psycopg.connect(url, autocommit=True)) if url else None)
+    n = jm.recover()
+    if n:
+        log.warning("%d job(s) of a stopped service marked interrupted", n)
+    try:  # and the runs such jobs left 'running' (no session holds their lock) become failed
+        from ..db.store._common import cleanup_stale_runs
+
+        cleanup_stale_runs()
+    except Exception as exc:  # noqa: BLE001 - best effort; `pm-vector db cleanup` does it too
+        log.warning("stale-run cleanup at start-up failed (%s)", type(exc).__name__)
+    return jm
+
+
+def prune_once(settings: ServiceSettings, state: ServiceState) -> int:
+    """Delete the request-log rows older than the retention; returns how many."""
+    from ..db.store.retention import prune_request_log
+
+    with state.pool.connection() as conn:
+        return prune_request_log(conn, older_than=dt.timedelta(days=settings.request_log_retention_days))
+
+
+async def _pruner(settings: ServiceSettings, state: ServiceState) -> None:
+    # a service that answers requests must not grow its log without bound
+    while True:
+        try:
+            n = await run_in_threadpool(prune_once, settings, state)
+            if n:
+                log.info("pruned %d request-log row(s)", n)
+        except Exception as exc:  # noqa: BLE001 - a database outage must not stop the loop
+            log.warning("request-log prune failed (%s); retrying in %d s", type(exc).__name__,
+                        settings.prune_interval_s)
+        await asyncio.sleep(settings.prune_interval_s)
+
+
+def sync_once(state: ServiceState) -> dict[str, Any]:
+    """One pass of the attached tables' sync: ``{collection: changes synced, or why it failed}``."""
+    from ..db.store.attach import sync_pending
+
+    # on the pool's database URL: a sync never starts the embedded server (an outage stays an
+    # outage); nothing while the pool knows the database is down, or for a pool without a URL
+    url = getattr(state.pool, "url", None)
+    health = getattr(state.pool, "health", None)
+    if not url or (health is not None and health.reason() is not None):
+        return {}
+    return sync_pending(url)
+
+
+async def _syncer(settings: ServiceSettings, state: ServiceState) -> None:
+    # attached tables' changes reach the answers within about sync_interval_s plus a sync's time
+    while True:
+        await asyncio.sleep(settings.sync_interval_s)
+        try:
+            done = await run_in_threadpool(sync_once, state)
+            for name, n in done.items():
+                if isinstance(n, str):
+                    log.warning("sync of %s failed (%s); its queue waits for the next pass", name, n)
+                elif n:
+                    log.info("synced %d change(s) of %s", n, name)
+        except Exception as exc:  # noqa: BLE001 - a database outage must not stop the loop
+            log.warning("attached-table sync failed (%s); retrying in %d s", type(exc).__name__,
+                        settings.sync_interval_s)
+
+
+async def _start(app, settings: ServiceSettings, state: ServiceState, failures) -> bool:
+    """Fill ``state`` (module doc); returns whether the pool was made here (and is closed here)."""
+    own = state.pool is None
+    if own:
+        from .db import ServicePool
+
+        state.pool = await run_in_threadpool(ServicePool, min_size=settings.pool_min, max_size=settings.pool_max)
+    state.jobs = app.state.jobs = await run_in_threadpool(_make_jobs, settings, state)
+    state.query_role = await run_in_threadpool(_query_role, settings, state)
+    # query keys' own login role and pool (migration 0017, or query_db_url): no SET ROLE to escape
+    state.query_login, state.query_pool = await run_in_threadpool(_query_pool, settings, state)
+    state.router = _read_router(settings, state.pool)
+    if settings.auth and getattr(state.pool, "url", None):
+        from .keycache import KeyCache
+
+        cache = KeyCache(state.pool.url, failed_ttl=settings.failed_key_ttl_s, on_auth_failure=failures.fail)
+        state.keycache = await run_in_threadpool(cache.start)
+    return own
+
+
+async def _stop(state: ServiceState, own: bool) -> None:
+    if state.keycache is not None:
+        cache, state.keycache = state.keycache, None
+        await run_in_threadpool(cache.close)
+    state.jobs.shutdown()
+    for p in state.read_pools.values():
+        p.close()
+    if state.query_pool is not None:
+        pool, state.query_pool = state.query_pool, None
+        pool.close()
+    if own:
+        state.pool.close()
+
+
+def lifespan(settings: ServiceSettings, state: ServiceState, failures):
+    """The application's lifespan: start-up fills ``state``, the background loops run while it
+    serves, shut-down closes what start-up opened. ``failures``: the
+    :class:`~pm_vector.service.auth.FailedAuthLimiter` the key cache reports other processes'
+    failed authentications to."""
+
+    @asynccontextmanager
+    async def run(app):
+        own = await _start(app, settings, state, failures)
+        loops = ((_pruner, settings.request_log_retention_days > 0), (_syncer, settings.sync_interval_s > 0))
+        tasks = [asyncio.create_task(loop(settings, state)) for loop, on in loops if on]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await _stop(state, own)
+
+    return run
