@@ -84,6 +84,34 @@ def _pm_vector_queries(name, Xq, yq, ys, ids, true_idx, client_epsilon, delta, k
             "shortlist": int(k_prime)}
 
 
+def _anchor_configs(units, value_ranges, anchor_epsilons) -> list[tuple]:
+    """The anchor sets compared: the public one, then a fabricated one per unit, value range (the
+    row unit has none) and epsilon, as ``(kind, unit, epsilon, value range)``."""
+    configs = [("public", None, None, None)]
+    for unit in units:
+        vrs = [None] if unit == "row" else [tuple(map(float, vr)) for vr in value_ranges]
+        configs += [("fabricated", unit, float(e), vr) for vr in vrs for e in anchor_epsilons]
+    return configs
+
+
+def _register_anchors(name: str, kind: str, sp, per_class: tuple, eps, unit, vr, *, clip_norm: float, delta: float,
+                      smoothing_steps, noise_seed) -> dict | None:
+    """The collection's anchor set and dummy pool: the split's public ones, or fabricated from its items
+    with differential privacy; returns the fabricated set's provenance (None for the public one)."""
+    from .. import db
+    from ..db.kahm import roles as dk
+
+    if kind == "public":
+        db.register_anchor_set(name, *sp.anchor, role="anchor", description="public anchor")
+        db.register_anchor_set(name, *sp.dummy, role="dummy", description="public dummy pool")
+        return None
+    a, d, src = per_class
+    return dk.fabricate_anchor_set(name, eps, unit=unit, clip_norm=clip_norm, value_range=vr,
+                                   delta=delta, anchors_per_class=a,
+                                   dummies_per_class=d, source_per_class=src,
+                                   smoothing_steps=smoothing_steps, noise_seed=noise_seed)["provenance"]
+
+
 def run_anchor_benchmark(datasets: Iterable[str] = ("digits", "fashion-mnist"), *,
                          anchor_epsilons: Iterable[float] = (1.0, 4.0, 16.0, 64.0),
                          units: Iterable[str] = ("row",), clip_norm: float = 1.0,
@@ -98,7 +126,6 @@ def run_anchor_benchmark(datasets: Iterable[str] = ("digits", "fashion-mnist"), 
     from .. import db
     from .privacy_bench import BenchConfig
     from ..datasets import load_dataset, split_dataset
-    from ..db.kahm import roles as dk
     from ..db.runs.jobs import anchor_frame_embed_fn
     from ..neighbors import knn_search
 
@@ -127,22 +154,10 @@ def run_anchor_benchmark(datasets: Iterable[str] = ("digits", "fashion-mnist"), 
                              description=f"{dsname} (bench kahm --part anchor)")
         try:
             ids = np.asarray(db.ingest(name, Xs, ys)["item_ids"])
-            configs = [("public", None, None, None)]
-            for unit in units:
-                vrs = [None] if unit == "row" else [tuple(map(float, vr)) for vr in value_ranges]
-                configs += [("fabricated", unit, float(e), vr) for vr in vrs for e in anchor_epsilons]
-            for kind, unit, eps, vr in configs:
+            for kind, unit, eps, vr in _anchor_configs(units, value_ranges, anchor_epsilons):
                 t = time.perf_counter()
-                prov = None
-                if kind == "public":
-                    db.register_anchor_set(name, *sp.anchor, role="anchor", description="public anchor")
-                    db.register_anchor_set(name, *sp.dummy, role="dummy", description="public dummy pool")
-                else:
-                    a, d, src = per_class
-                    prov = dk.fabricate_anchor_set(name, eps, unit=unit, clip_norm=clip_norm, value_range=vr,
-                                                   delta=delta, anchors_per_class=a,
-                                                   dummies_per_class=d, source_per_class=src,
-                                                   smoothing_steps=smoothing_steps, noise_seed=noise_seed)["provenance"]
+                prov = _register_anchors(name, kind, sp, per_class, eps, unit, vr, clip_norm=clip_norm, delta=delta,
+                                         smoothing_steps=smoothing_steps, noise_seed=noise_seed)
                 fab_s = time.perf_counter() - t
                 t = time.perf_counter()
                 db.run_embedding_job(name, {"n_components": cfg.n_components}, cfg.seed, embed_fn=anchor_frame_embed_fn)

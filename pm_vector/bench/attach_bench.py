@@ -24,13 +24,130 @@ import uuid
 import numpy as np
 
 
+def _sizes_mb(conn, table: str, name: str) -> dict:
+    """The user's table and pm_vector's item rows (MB), and how many items' features pm_vector stores."""
+    return {
+        "user_table": round(conn.execute("SELECT pg_total_relation_size(%s::regclass)", [table]).fetchone()[0]
+                            / 2**20, 1),
+        "pm_vector_items_rows": round(conn.execute(
+            "SELECT sum(pg_column_size(i.*)) FROM pm_vector.items i JOIN pm_vector.collections c ON "
+            "c.id = i.collection_id WHERE c.name = %s", [name]).fetchone()[0] / 2**20, 1),
+        "features_stored_by_pm_vector": int(conn.execute(
+            "SELECT count(*) FROM pm_vector.items i JOIN pm_vector.collections c ON c.id = i.collection_id "
+            "WHERE c.name = %s AND num_nonnulls(i.features, i.features_half) > 0", [name]).fetchone()[0])}
+
+
+def _change_stream(name: str, table: str, X, y, items: int, rate: float, seconds: float, client, rng, vec):
+    """For ``seconds``: a writer changing the user's table at ``rate`` changes/s (inserts, embedding
+    and title updates, deletes), a querier resolving requests, and this thread syncing the collection
+    until the writer stops and nothing is pending. Returns (the commits, the syncs' (start, end), the
+    errors, the changes applied)."""
+    import pm_vector.db as db
+
+    from ..db.resolve.resolution import resolve
+    from ..db.store.attach import pending
+
+    commits: list[tuple[float, str]] = []
+    syncs: list[tuple[float, float]] = []  # (start, end) of each sync
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def writer():
+        w = db.connect(autocommit=True)
+        nxt, live = items, set(range(1, items + 1))
+        live_list = list(live)
+        t_start = time.perf_counter()
+        k = 0
+        while time.perf_counter() - t_start < seconds:
+            due = t_start + k / rate
+            if time.perf_counter() < due:
+                time.sleep(due - time.perf_counter())
+            k += 1
+            r = rng.random()
+            try:
+                if r < 0.3:
+                    w.execute(f"INSERT INTO {table} VALUES (%s, %s::vector, %s, 'new')",
+                              [nxt + 1, vec(X[nxt]), int(y[nxt])])
+                    nxt += 1
+                    live_list.append(nxt)
+                elif r < 0.6:
+                    i = live_list[int(rng.integers(len(live_list)))]
+                    w.execute(f"UPDATE {table} SET embedding = %s::vector WHERE id = %s",
+                              [vec(X[int(rng.integers(items))]), i])
+                elif r < 0.8:
+                    i = live_list[int(rng.integers(len(live_list)))]
+                    w.execute(f"UPDATE {table} SET title = 'edited' WHERE id = %s", [i])
+                else:
+                    j = int(rng.integers(len(live_list)))
+                    i = live_list.pop(j)
+                    w.execute(f"DELETE FROM {table} WHERE id = %s", [i])
+                commits.append((time.perf_counter(), "ok"))
+            except Exception as exc:  # noqa: BLE001 - counted
+                errors.append(f"write: {exc}")
+        w.close()
+        stop.set()
+
+    def querier():
+        while not stop.is_set():
+            try:
+                i = int(rng.integers(items))
+                resolve(name, client.request(X[i].astype(np.float64), int(y[i]))[0], log=False)
+            except Exception as exc:  # noqa: BLE001 - counted
+                errors.append(f"query: {exc}")
+            time.sleep(0.05)
+
+    th = [threading.Thread(target=writer), threading.Thread(target=querier)]
+    for x in th:
+        x.start()
+    n_applied = 0
+    while not stop.is_set() or pending(name):
+        s = time.perf_counter()
+        try:
+            n_applied += db.sync(name)["applied"]
+        except Exception as exc:  # noqa: BLE001 - counted
+            errors.append(f"sync: {exc}")
+        syncs.append((s, time.perf_counter()))
+        if time.perf_counter() - s < 0.2:
+            time.sleep(0.2)
+    for x in th:
+        x.join()
+    return commits, syncs, errors, n_applied
+
+
+def _summarise_changes(out: dict, conn, name: str, table: str, commits: list, syncs: list, errors: list,
+                       n_applied: int) -> None:
+    """The change stream's figures: changes, syncs, each change's delay to the end of the first sync
+    that started after it, errors, and the count check of the table against the collection."""
+    from ..db.store.attach import pending
+
+    delays = []
+    for c, _ in commits:
+        end = next((e for s, e in syncs if s > c), None)
+        if end is not None:
+            delays.append(end - c)
+    out["changes"] = len(commits)
+    out["applied"] = n_applied
+    out["syncs"] = len(syncs)
+    out["delay_s"] = ({"p50": round(float(np.percentile(delays, 50)), 2),
+                       "p99": round(float(np.percentile(delays, 99)), 2), "max": round(max(delays), 2)}
+                      if delays else None)
+    out["errors"] = len(errors)
+    out["error_samples"] = errors[:3]
+    valid = conn.execute(f"SELECT count(*) FROM {table} WHERE embedding IS NOT NULL").fetchone()[0]
+    have, distinct = conn.execute(
+        "SELECT count(*), count(DISTINCT external_id) FROM pm_vector.items i JOIN pm_vector.collections c "
+        "ON c.id = i.collection_id WHERE c.name = %s", [name]).fetchone()
+    out["count_check"] = {"table_rows": int(valid), "items": int(have), "distinct_keys": int(distinct),
+                          "queue_left": pending(name), "applied_equals_changes":
+                          n_applied == len(commits)}
+
+
 def run(items: int = 100_000, dim: int = 128, rate: float = 100.0, seconds: float = 60.0, seed: int = 0,
         say=lambda m: None) -> dict:
     import pm_vector.db as db
 
     from ..client.query import PrivateKNN
     from ..db.resolve.resolution import class_frames, resolve
-    from ..db.store.attach import pending
     from ..db.runs.jobs import anchor_frame_embed_fn
     from ..privacy import secure_generator
     from .latency import N_FINE, clustered
@@ -66,102 +183,12 @@ def run(items: int = 100_000, dim: int = 128, rate: float = 100.0, seconds: floa
         resolve(name, client.request(X[0].astype(np.float64), int(y[0]))[0], log=False)
         out["first_answer_s"] = round(time.perf_counter() - t0, 1)
         out["attached_rows"], out["skipped_rows"] = att["items"], att["skipped"]
-        out["sizes_mb"] = {
-            "user_table": round(conn.execute("SELECT pg_total_relation_size(%s::regclass)", [table]).fetchone()[0]
-                                / 2**20, 1),
-            "pm_vector_items_rows": round(conn.execute(
-                "SELECT sum(pg_column_size(i.*)) FROM pm_vector.items i JOIN pm_vector.collections c ON "
-                "c.id = i.collection_id WHERE c.name = %s", [name]).fetchone()[0] / 2**20, 1),
-            "features_stored_by_pm_vector": int(conn.execute(
-                "SELECT count(*) FROM pm_vector.items i JOIN pm_vector.collections c ON c.id = i.collection_id "
-                "WHERE c.name = %s AND num_nonnulls(i.features, i.features_half) > 0", [name]).fetchone()[0])}
+        out["sizes_mb"] = _sizes_mb(conn, table, name)
         # the change stream
         say("changes")
-        commits: list[tuple[float, str]] = []
-        syncs: list[tuple[float, float]] = []  # (start, end) of each sync
-        errors: list[str] = []
-        stop = threading.Event()
         rng = np.random.default_rng(seed + 5)
-
-        def writer():
-            w = db.connect(autocommit=True)
-            nxt, live = items, set(range(1, items + 1))
-            live_list = list(live)
-            t_start = time.perf_counter()
-            k = 0
-            while time.perf_counter() - t_start < seconds:
-                due = t_start + k / rate
-                if time.perf_counter() < due:
-                    time.sleep(due - time.perf_counter())
-                k += 1
-                r = rng.random()
-                try:
-                    if r < 0.3:
-                        w.execute(f"INSERT INTO {table} VALUES (%s, %s::vector, %s, 'new')",
-                                  [nxt + 1, vec(X[nxt]), int(y[nxt])])
-                        nxt += 1
-                        live_list.append(nxt)
-                    elif r < 0.6:
-                        i = live_list[int(rng.integers(len(live_list)))]
-                        w.execute(f"UPDATE {table} SET embedding = %s::vector WHERE id = %s",
-                                  [vec(X[int(rng.integers(items))]), i])
-                    elif r < 0.8:
-                        i = live_list[int(rng.integers(len(live_list)))]
-                        w.execute(f"UPDATE {table} SET title = 'edited' WHERE id = %s", [i])
-                    else:
-                        j = int(rng.integers(len(live_list)))
-                        i = live_list.pop(j)
-                        w.execute(f"DELETE FROM {table} WHERE id = %s", [i])
-                    commits.append((time.perf_counter(), "ok"))
-                except Exception as exc:  # noqa: BLE001 - counted
-                    errors.append(f"write: {exc}")
-            w.close()
-            stop.set()
-
-        def querier():
-            while not stop.is_set():
-                try:
-                    i = int(rng.integers(items))
-                    resolve(name, client.request(X[i].astype(np.float64), int(y[i]))[0], log=False)
-                except Exception as exc:  # noqa: BLE001 - counted
-                    errors.append(f"query: {exc}")
-                time.sleep(0.05)
-
-        th = [threading.Thread(target=writer), threading.Thread(target=querier)]
-        for x in th:
-            x.start()
-        n_applied = 0
-        while not stop.is_set() or pending(name):
-            s = time.perf_counter()
-            try:
-                n_applied += db.sync(name)["applied"]
-            except Exception as exc:  # noqa: BLE001 - counted
-                errors.append(f"sync: {exc}")
-            syncs.append((s, time.perf_counter()))
-            if time.perf_counter() - s < 0.2:
-                time.sleep(0.2)
-        for x in th:
-            x.join()
-        delays = []
-        for c, _ in commits:
-            end = next((e for s, e in syncs if s > c), None)
-            if end is not None:
-                delays.append(end - c)
-        out["changes"] = len(commits)
-        out["applied"] = n_applied
-        out["syncs"] = len(syncs)
-        out["delay_s"] = ({"p50": round(float(np.percentile(delays, 50)), 2),
-                           "p99": round(float(np.percentile(delays, 99)), 2), "max": round(max(delays), 2)}
-                          if delays else None)
-        out["errors"] = len(errors)
-        out["error_samples"] = errors[:3]
-        valid = conn.execute(f"SELECT count(*) FROM {table} WHERE embedding IS NOT NULL").fetchone()[0]
-        have, distinct = conn.execute(
-            "SELECT count(*), count(DISTINCT external_id) FROM pm_vector.items i JOIN pm_vector.collections c "
-            "ON c.id = i.collection_id WHERE c.name = %s", [name]).fetchone()
-        out["count_check"] = {"table_rows": int(valid), "items": int(have), "distinct_keys": int(distinct),
-                              "queue_left": pending(name), "applied_equals_changes":
-                              n_applied == len(commits)}
+        commits, syncs, errors, n_applied = _change_stream(name, table, X, y, items, rate, seconds, client, rng, vec)
+        _summarise_changes(out, conn, name, table, commits, syncs, errors, n_applied)
     finally:
         db.drop_collection(name, missing_ok=True)
         conn.execute(f"DROP TABLE IF EXISTS {table}")

@@ -83,19 +83,165 @@ def _timed(fn) -> float:
     return (time.perf_counter() - t) * 1e3
 
 
-def run(cfg: ClusterBenchConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def _data(cfg: ClusterBenchConfig, n_query: int):
+    """The benchmark's features and fine labels, and the positions of its items, anchors, dummies
+    (4 of every fine class) and queries."""
+    from .latency import clustered
+
+    n_fine = max(cfg.rows)
+    total = cfg.items + cfg.anchors + 4 * n_fine + n_query
+    X, y_fine = clustered(total, cfg.dim, n_fine, seed=cfg.seed)
+    perm = np.random.default_rng(cfg.seed).permutation(total)
+    # 4 public dummies of every fine class (a request needs a dummy of every class), the rest split
+    dummy = np.concatenate([perm[y_fine[perm] == c][:4] for c in range(n_fine)])
+    rest = perm[~np.isin(perm, dummy)]
+    items, anchors, queries = np.split(rest, np.cumsum([cfg.items, cfg.anchors]))
+    return X, y_fine, n_fine, [items, anchors, dummy, queries]
+
+
+def _build_and_resolve(cfg: ClusterBenchConfig, name: str, C: int, which: str, url: str, rec: dict,
+                       data: tuple, n_query: int, say) -> tuple[dict, dict, list, list]:
+    """On one deployment (``which``: single or cluster): the collection built (ingest, anchors,
+    embedding job), the client's requests, and their timed resolves. Returns (the job, the run's
+    class rows document, the requests, every request's answered lists)."""
     import psycopg
 
     import pm_vector.db as db
     from ..client.query import PrivateKNN
-    from ..db import postgres
-    from ..db.postgres import cluster
     from ..db.runs.jobs import anchor_frame_embed_fn
     from ..db.resolve.resolution import resolve
     from ..manifold.class_frames import ClassFrames
     from ..privacy import secure_generator
+
+    Xs, ys, Xa, ya, Xd, yd, Xq, yq = data
+    _use(url)
+    db.drop_collection(name, missing_ok=True)
+    db.create_collection(name, cfg.dim, list(range(C)), allow_raw_features=True)
+    say(f"C={C} {which}: ingest {cfg.items} rows")
+    t = time.perf_counter()
+    db.ingest(name, Xs, ys, external_ids=[f"s{i}" for i in range(len(ys))])
+    ingest_s = time.perf_counter() - t
+    db.register_anchor_set(name, Xa, ya)
+    db.register_anchor_set(name, Xd, yd, role="dummy")
+    say(f"C={C} {which}: embedding job")
+    t = time.perf_counter()
+    job = db.run_embedding_job(name, {"n_components": cfg.n_components}, cfg.seed,
+                               embed_fn=anchor_frame_embed_fn)
+    embed_s = time.perf_counter() - t
+    rec.setdefault("ingest_rows_per_s", []).append(round(cfg.items / ingest_s, 1))
+    rec.setdefault("embed_seconds", []).append(round(embed_s, 3))
+    with psycopg.connect(url) as c:
+        frames_doc, cr = c.execute("SELECT class_frames, class_rows FROM pm_vector.embedding_runs "
+                                   "WHERE id = %s", [job["run_id"]]).fetchone()
+    client = PrivateKNN(ClassFrames.from_dict(frames_doc), Xd.astype(np.float64), yd, cfg.epsilon,
+                        cfg.delta, shortlist=cfg.shortlist, collection=name)
+    client._inject_generator(secure_generator(cfg.seed + C))
+    reqs = [client.request(Xq[i].astype(np.float64), int(yq[i]))[0] for i in range(n_query)]
+    say(f"C={C} {which}: {n_query} resolves")
+    ms, lists = [], []
+    with db.connect() as conn:
+        for i, req in enumerate(reqs):
+            t = time.perf_counter()
+            res = resolve(name, req, k=8, conn=conn)
+            if i >= cfg.warmup:
+                ms.append((time.perf_counter() - t) * 1e3)
+            lists.append([r["external_ids"] for r in res["rows"]])
+    rec["resolve"].append({"rows": C, "p50_ms": _pct(ms, 50), "p95_ms": _pct(ms, 95)})
+    return job, cr, reqs, lists
+
+
+def _rebuilt_answers(name: str, job: dict, reqs: list) -> list:
+    """The same node, its class HNSW indexes rebuilt: the requests' answered lists again (what an
+    approximate index alone changes)."""
+    import pm_vector.db as db
+    from ..db.resolve.resolution import resolve
+
+    with db.connect(autocommit=True) as ac:  # REINDEX of a partitioned table: no transaction
+        ac.execute(f"REINDEX TABLE pm_vector.run_{int(job['run_id'])}_prior")
+    with db.connect() as conn:
+        return [[r["external_ids"] for r in resolve(name, req, k=8, conn=conn, log=False)["rows"]]
+                for req in reqs]
+
+
+def _fanout(cfg: ClusterBenchConfig, name: str, C: int, coord: str, replicas: list, shard_urls: dict, job: dict,
+            cr: dict, reqs: list, rec: dict) -> None:
+    """On the cluster: the shortlist statement timed on the coordinator, on the first replica (once
+    it has caught up) and, its core, on every shard; records the fan-out overhead (the coordinator's
+    median minus the slowest shard's)."""
+    import psycopg
+
+    from ..db.postgres import cluster
+
+    stmt = ("SELECT count(*) FROM pm_vector.pm_shortlist(%s, %s::float8[], %s::float8[], %s)")
+    args = [[name, r.rows.tolist(), list(r.sigmas), cfg.shortlist] for r in reqs]
+    with psycopg.connect(coord) as c:
+        coord_ms = [_timed(lambda a=a: c.execute(stmt, a).fetchone()) for a in args][cfg.warmup:]
+        lsn = c.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+    if replicas:
+        deadline = time.monotonic() + 60
+        while cluster.replica_lag_bytes(replicas[0], lsn) not in (0,) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with psycopg.connect(replicas[0]) as r:
+            rep_ms = [_timed(lambda a=a: r.execute(stmt, a).fetchone()) for a in args][cfg.warmup:]
+        rec["replica_shortlist"].append({"rows": C, "p50_ms": _pct(rep_ms, 50), "p95_ms": _pct(rep_ms, 95)})
+    place = cr["shards"]
+    shard_ms: dict[str, list[float]] = {}
+    for s, ks in place.items():
+        pos = list(ks)
+        core = ("SELECT count(*) FROM pm_vector.pm_shortlist_core(%s, %s, %s::float8[], %s::float8[], "
+                "%s::bigint[], %s::bigint[], %s, %s)")
+        with psycopg.connect(shard_urls[s]) as sc:
+            shard_ms[s] = [_timed(lambda r=r: sc.execute(core, [
+                job["run_id"], cr["n_components"], r.rows[pos].tolist(), [r.sigmas[k] for k in pos],
+                [cr["classes"][k] for k in pos], [cr["class_sizes"][k] for k in pos], cfg.shortlist,
+                cr["max_prior"]]).fetchone()) for r in reqs][cfg.warmup:]
+    slowest = max(statistics.median(v) for v in shard_ms.values())
+    rec["fanout"].append({"rows": C, "coordinator_shortlist_p50_ms": _pct(coord_ms, 50),
+                          "slowest_shard_p50_ms": round(slowest, 3),
+                          "overhead_ms": round(statistics.median(coord_ms) - slowest, 3)})
+    rec["per_shard_scan_ms"].append({"rows": C, **{s: _pct(v, 50) for s, v in shard_ms.items()}})
+
+
+def _record_agreement(out: dict, answers: dict, C: int, ys: np.ndarray, cr: dict) -> None:
+    """Whether the cluster answered as the single node, and how closely (also the single node against
+    itself with its indexes rebuilt)."""
+    same = answers[("single", C)] == answers[("cluster", C)]
+    out["same_answers"] = out["same_answers"] and same
+    out.setdefault("same_answers_by_rows", {})[str(C)] = same
+    out.setdefault("agreement", {})[str(C)] = {
+        "cluster_vs_single": _agreement(answers[("single", C)], answers[("cluster", C)]),
+        "single_rebuilt_vs_single": _agreement(answers[("single", C)], answers[("rebuilt", C)]),
+        "largest_class": int(np.bincount(ys).max()), "max_prior": int(cr["max_prior"])}
+
+
+def _summarise(out: dict, per: dict) -> None:
+    """The per-deployment rows (ingest, embed, resolve, fan-out), the per-shard projection and the
+    machine note, into ``out``."""
+    for which in ("single", "cluster"):
+        rec = per[which]
+        row = {"shards": rec["shards"], "replicas": rec["replicas"],
+               "ingest_rows_per_s": statistics.median(rec["ingest_rows_per_s"]),
+               "embed_seconds": round(sum(rec["embed_seconds"]), 3), "resolve": rec["resolve"],
+               "fanout_overhead_ms": (None if which == "single"
+                                      else round(statistics.median(f["overhead_ms"] for f in rec["fanout"]), 3))}
+        if which == "cluster":
+            row.update({"fanout": rec["fanout"], "per_shard_scan_ms": rec["per_shard_scan_ms"],
+                        "replica_shortlist": rec["replica_shortlist"]})
+        out["configs"].append(row)
+    sp = out["configs"][1]["per_shard_scan_ms"]
+    out["projection"] = {
+        str(r["rows"]): {"per_shard_scan_ms": {k: v for k, v in r.items() if k != "rows"},
+                         "note": "with one machine per shard, a request's shard time is the slowest shard's, "
+                                 "plus the coordinator's fan-out overhead"}
+        for r in sp}
+    out["machine"] = {"cpus": os.cpu_count(),
+                      "note": "every node runs on this machine: shards compete for the same cores"}
+
+
+def run(cfg: ClusterBenchConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    from ..db import postgres
+    from ..db.postgres import cluster
     from ._home import private_home
-    from .latency import clustered
 
     say = progress or (lambda s: None)
     out: dict[str, Any] = {"config": asdict(cfg), "same_answers": True, "configs": []}
@@ -107,15 +253,7 @@ def run(cfg: ClusterBenchConfig, progress: Callable[[str], None] | None = None) 
         replicas = cluster.replica_urls()
         shard_urls = {n["name"]: n["url"] for n in st["nodes"] if n["role"] == "shard"}
         n_query = cfg.repeats + cfg.warmup
-        n_fine = max(cfg.rows)
-        total = cfg.items + cfg.anchors + 4 * n_fine + n_query
-        X, y_fine = clustered(total, cfg.dim, n_fine, seed=cfg.seed)
-        perm = np.random.default_rng(cfg.seed).permutation(total)
-        # 4 public dummies of every fine class (a request needs a dummy of every class), the rest split
-        dummy = np.concatenate([perm[y_fine[perm] == c][:4] for c in range(n_fine)])
-        rest = perm[~np.isin(perm, dummy)]
-        items, anchors, queries = np.split(rest, np.cumsum([cfg.items, cfg.anchors]))
-        parts = [items, anchors, dummy, queries]
+        X, y_fine, n_fine, parts = _data(cfg, n_query)
         Xs, Xa, Xd, Xq = (X[p] for p in parts)
         per = {"single": {"shards": 1, "replicas": 0, "resolve": []},
                "cluster": {"shards": cfg.shards, "replicas": len(replicas), "resolve": [], "replica_shortlist": [],
@@ -128,104 +266,15 @@ def run(cfg: ClusterBenchConfig, progress: Callable[[str], None] | None = None) 
             ys, ya, yd, yq = (lab[p] for p in parts)
             name = f"bench_cluster_{C}"
             for which, url in (("single", single), ("cluster", coord)):
-                _use(url)
                 rec = per[which]
-                db.drop_collection(name, missing_ok=True)
-                db.create_collection(name, cfg.dim, list(range(C)), allow_raw_features=True)
-                say(f"C={C} {which}: ingest {cfg.items} rows")
-                t = time.perf_counter()
-                db.ingest(name, Xs, ys, external_ids=[f"s{i}" for i in range(len(ys))])
-                ingest_s = time.perf_counter() - t
-                db.register_anchor_set(name, Xa, ya)
-                db.register_anchor_set(name, Xd, yd, role="dummy")
-                say(f"C={C} {which}: embedding job")
-                t = time.perf_counter()
-                job = db.run_embedding_job(name, {"n_components": cfg.n_components}, cfg.seed,
-                                           embed_fn=anchor_frame_embed_fn)
-                embed_s = time.perf_counter() - t
-                rec.setdefault("ingest_rows_per_s", []).append(round(cfg.items / ingest_s, 1))
-                rec.setdefault("embed_seconds", []).append(round(embed_s, 3))
-                with psycopg.connect(url) as c:
-                    frames_doc, cr = c.execute("SELECT class_frames, class_rows FROM pm_vector.embedding_runs "
-                                               "WHERE id = %s", [job["run_id"]]).fetchone()
-                client = PrivateKNN(ClassFrames.from_dict(frames_doc), Xd.astype(np.float64), yd, cfg.epsilon,
-                                    cfg.delta, shortlist=cfg.shortlist, collection=name)
-                client._inject_generator(secure_generator(cfg.seed + C))
-                reqs = [client.request(Xq[i].astype(np.float64), int(yq[i]))[0] for i in range(n_query)]
-                say(f"C={C} {which}: {n_query} resolves")
-                ms, lists = [], []
-                with db.connect() as conn:
-                    for i, req in enumerate(reqs):
-                        t = time.perf_counter()
-                        res = resolve(name, req, k=8, conn=conn)
-                        if i >= cfg.warmup:
-                            ms.append((time.perf_counter() - t) * 1e3)
-                        lists.append([r["external_ids"] for r in res["rows"]])
-                answers[(which, C)] = lists
-                rec["resolve"].append({"rows": C, "p50_ms": _pct(ms, 50), "p95_ms": _pct(ms, 95)})
+                job, cr, reqs, answers[(which, C)] = _build_and_resolve(
+                    cfg, name, C, which, url, rec, (Xs, ys, Xa, ya, Xd, yd, Xq, yq), n_query, say)
                 if which == "single":
-                    # the same node, its class HNSW indexes rebuilt: what an approximate index alone changes
                     say(f"C={C} single: prior indexes rebuilt, the same requests again")
-                    with db.connect(autocommit=True) as ac:  # REINDEX of a partitioned table: no transaction
-                        ac.execute(f"REINDEX TABLE pm_vector.run_{int(job['run_id'])}_prior")
-                    with db.connect() as conn:
-                        answers[("rebuilt", C)] = [[r["external_ids"] for r in resolve(name, req, k=8, conn=conn,
-                                                                                      log=False)["rows"]]
-                                                   for req in reqs]
+                    answers[("rebuilt", C)] = _rebuilt_answers(name, job, reqs)
                 if which != "cluster":
                     continue
-                stmt = ("SELECT count(*) FROM pm_vector.pm_shortlist(%s, %s::float8[], %s::float8[], %s)")
-                args = [[name, r.rows.tolist(), list(r.sigmas), cfg.shortlist] for r in reqs]
-                with psycopg.connect(coord) as c:
-                    coord_ms = [_timed(lambda a=a: c.execute(stmt, a).fetchone()) for a in args][cfg.warmup:]
-                    lsn = c.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
-                if replicas:
-                    deadline = time.monotonic() + 60
-                    while cluster.replica_lag_bytes(replicas[0], lsn) not in (0,) and time.monotonic() < deadline:
-                        time.sleep(0.1)
-                    with psycopg.connect(replicas[0]) as r:
-                        rep_ms = [_timed(lambda a=a: r.execute(stmt, a).fetchone()) for a in args][cfg.warmup:]
-                    rec["replica_shortlist"].append({"rows": C, "p50_ms": _pct(rep_ms, 50), "p95_ms": _pct(rep_ms, 95)})
-                place = cr["shards"]
-                shard_ms: dict[str, list[float]] = {}
-                for s, ks in place.items():
-                    pos = list(ks)
-                    core = ("SELECT count(*) FROM pm_vector.pm_shortlist_core(%s, %s, %s::float8[], %s::float8[], "
-                            "%s::bigint[], %s::bigint[], %s, %s)")
-                    with psycopg.connect(shard_urls[s]) as sc:
-                        shard_ms[s] = [_timed(lambda r=r: sc.execute(core, [
-                            job["run_id"], cr["n_components"], r.rows[pos].tolist(), [r.sigmas[k] for k in pos],
-                            [cr["classes"][k] for k in pos], [cr["class_sizes"][k] for k in pos], cfg.shortlist,
-                            cr["max_prior"]]).fetchone()) for r in reqs][cfg.warmup:]
-                slowest = max(statistics.median(v) for v in shard_ms.values())
-                rec["fanout"].append({"rows": C, "coordinator_shortlist_p50_ms": _pct(coord_ms, 50),
-                                      "slowest_shard_p50_ms": round(slowest, 3),
-                                      "overhead_ms": round(statistics.median(coord_ms) - slowest, 3)})
-                rec["per_shard_scan_ms"].append({"rows": C, **{s: _pct(v, 50) for s, v in shard_ms.items()}})
-            same = answers[("single", C)] == answers[("cluster", C)]
-            out["same_answers"] = out["same_answers"] and same
-            out.setdefault("same_answers_by_rows", {})[str(C)] = same
-            out.setdefault("agreement", {})[str(C)] = {
-                "cluster_vs_single": _agreement(answers[("single", C)], answers[("cluster", C)]),
-                "single_rebuilt_vs_single": _agreement(answers[("single", C)], answers[("rebuilt", C)]),
-                "largest_class": int(np.bincount(ys).max()), "max_prior": int(cr["max_prior"])}
-        for which in ("single", "cluster"):
-            rec = per[which]
-            row = {"shards": rec["shards"], "replicas": rec["replicas"],
-                   "ingest_rows_per_s": statistics.median(rec["ingest_rows_per_s"]),
-                   "embed_seconds": round(sum(rec["embed_seconds"]), 3), "resolve": rec["resolve"],
-                   "fanout_overhead_ms": (None if which == "single"
-                                          else round(statistics.median(f["overhead_ms"] for f in rec["fanout"]), 3))}
-            if which == "cluster":
-                row.update({"fanout": rec["fanout"], "per_shard_scan_ms": rec["per_shard_scan_ms"],
-                            "replica_shortlist": rec["replica_shortlist"]})
-            out["configs"].append(row)
-        sp = out["configs"][1]["per_shard_scan_ms"]
-        out["projection"] = {
-            str(r["rows"]): {"per_shard_scan_ms": {k: v for k, v in r.items() if k != "rows"},
-                             "note": "with one machine per shard, a request's shard time is the slowest shard's, "
-                                     "plus the coordinator's fan-out overhead"}
-            for r in sp}
-        out["machine"] = {"cpus": os.cpu_count(),
-                          "note": "every node runs on this machine: shards compete for the same cores"}
+                _fanout(cfg, name, C, coord, replicas, shard_urls, job, cr, reqs, rec)
+            _record_agreement(out, answers, C, ys, cr)
+        _summarise(out, per)
         return out

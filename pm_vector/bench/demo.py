@@ -58,6 +58,73 @@ def prepare_collection(name: str, split, *, allow_raw_features: bool = False,
             "item_ids": ing["item_ids"]}
 
 
+def _exact(ds, split, prep: dict):
+    """The non-private reference: exact k-NN on the raw features. Returns (the queries, their labels,
+    the items' labels, the exact neighbours' positions, the items' external ids, item id -> position,
+    the non-private figures)."""
+    from .metrics import precision_at_k, recall_at_k
+    from ..neighbors import knn_search
+
+    Xq, yq = split.query
+    Xs, ys = split.server
+    idx = knn_search(Xq, Xs, K)
+    ext = np.array([f"{ds.name}-{int(i)}" for i in split.server_idx])
+    where = {int(v): j for j, v in enumerate(prep["item_ids"])}
+    nonpriv = {"nn_recall_at_8": 1.0, "recall_at_8": recall_at_k(ys[idx], yq, K),
+               "precision_at_8": precision_at_k(ys[idx], yq, K)}
+    return Xq, yq, ys, idx, ext, where, nonpriv
+
+
+def _run_job(client, name: str, seed: int, prog) -> float:
+    """The embedding job, started through the service and followed to its end; returns its seconds."""
+    job = client.start_job(name, {"n_components": 8}, seed=seed)
+    t_job = time.perf_counter()
+
+    def follow(j):
+        if j.get("stage"):
+            prog(f"job: {j['stage']}", j.get("done", 0), max(1, j.get("total", 1)))
+
+    client.wait_job(job["job_id"], progress=follow, poll=0.1)
+    return time.perf_counter() - t_job
+
+
+def _queries_at(client, name: str, eps: float, delta: float, Xq, yq, ys, where: dict, ext, idx, prog, done: int,
+                total: int) -> tuple[dict, list, int]:
+    """Every query at one epsilon through the client (the default release and answer); returns (the
+    result row: recall, precision, bytes, latency, the releases used), the answered external ids per
+    query, and the queries done so far."""
+    from .metrics import precision_at_k, recall_at_k
+
+    labels, lat, srv, nn, sent, got, answers, used = [], [], [], [], [], [], [], set()
+    for i in range(len(yq)):
+        # the default release and answer: one location report, its plan by the public rule
+        r = client.query(name, Xq[i], int(yq[i]), epsilon=float(eps), delta=delta, k=K)
+        # the compact answer carries ids: the demo knows its items' labels and external ids
+        pos = [where[int(v)] for v in r["item_ids"]]
+        labels.append(ys[pos])
+        used.add(f"location M={r['level']}, {r['candidates']}x{r['code_bytes']} B"
+                 if r["release"] == "location" else
+                 f"{r['release']} K={r['n_cells']}" if r.get("n_cells") else r["release"])
+        answers.append(ext[pos].tolist())
+        nn.append(len(set(answers[-1]) & set(ext[idx[i]].tolist())) / K)
+        lat.append(r["timing"]["total_ms"])
+        srv.append(r["timing"]["resolve_ms"])
+        sent.append(r["bytes_sent"])
+        got.append(r["bytes_received"])
+        done += 1
+        prog(f"queries eps={eps:g}", done, total)
+    L = np.asarray(labels)
+    row = {"epsilon": float(eps), "release": ", ".join(sorted(used)),
+           "nn_recall_at_8": float(np.mean(nn)),
+           "recall_at_8": recall_at_k(L, yq, K), "precision_at_8": precision_at_k(L, yq, K),
+           "distinct_lists_per_class": _distinct_per_class(answers, yq),
+           "bytes_per_request": float(np.median(np.add(sent, got))),
+           "query_p50_ms": float(np.percentile(lat, 50)),
+           "query_p95_ms": float(np.percentile(lat, 95)),
+           "resolve_p50_ms": float(np.percentile(srv, 50)), "n_queries": int(len(yq))}
+    return row, answers, done
+
+
 def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: int | None = None, seed: int = 0,
              delta: float = 1e-5, keep: bool = False, progress=None, log: Callable[[str], None] | None = None,
              wire: str = "msgpack") -> dict[str, Any]:
@@ -69,11 +136,9 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
 
     ``progress(task, done, total)`` reports steps; ``keep``: leave the collection in the database."""
     from .. import db
-    from .metrics import precision_at_k, recall_at_k
     from ..client.budget import PrivacyBudget
     from ..client.http import Client
     from ..datasets import load_dataset, split_dataset
-    from ..neighbors import knn_search
     from ..service.auth import create_key, revoke_key
     from ..service.runner import ServiceThread
     from ..service.settings import ServiceSettings
@@ -105,55 +170,16 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
             budget = PrivacyBudget(f"{tmp}/budget.json", default_epsilon=n_q * float(sum(epsilons)) * (1 + 1e-9),
                                    default_delta=min(0.999, n_q * len(epsilons) * float(delta) * (1 + 1e-9)))
             with Client(svc.url, key["key"], budget=budget, wire=wire) as client:
-                job = client.start_job(name, {"n_components": 8}, seed=seed)
-                t_job = time.perf_counter()
-
-                def follow(j):
-                    if j.get("stage"):
-                        prog(f"job: {j['stage']}", j.get("done", 0), max(1, j.get("total", 1)))
-
-                client.wait_job(job["job_id"], progress=follow, poll=0.1)
-                job_s = time.perf_counter() - t_job
-                Xq, yq = split.query
-                # non-private: exact k-NN on the raw features
-                Xs, ys = split.server
-                idx = knn_search(Xq, Xs, K)
-                ext = np.array([f"{ds.name}-{int(i)}" for i in split.server_idx])
-                where = {int(v): j for j, v in enumerate(prep["item_ids"])}
-                nonpriv = {"nn_recall_at_8": 1.0, "recall_at_8": recall_at_k(ys[idx], yq, K),
-                           "precision_at_8": precision_at_k(ys[idx], yq, K)}
+                job_s = _run_job(client, name, seed, prog)
+                Xq, yq, ys, idx, ext, where, nonpriv = _exact(ds, split, prep)
                 results = []
                 total = len(epsilons) * len(yq)
                 done = 0
                 examples = None
                 for eps in epsilons:
-                    labels, lat, srv, nn, sent, got, answers, used = [], [], [], [], [], [], [], set()
-                    for i in range(len(yq)):
-                        # the default release and answer: one location report, its plan by the public rule
-                        r = client.query(name, Xq[i], int(yq[i]), epsilon=float(eps), delta=delta, k=K)
-                        # the compact answer carries ids: the demo knows its items' labels and external ids
-                        pos = [where[int(v)] for v in r["item_ids"]]
-                        labels.append(ys[pos])
-                        used.add(f"location M={r['level']}, {r['candidates']}x{r['code_bytes']} B"
-                                 if r["release"] == "location" else
-                                 f"{r['release']} K={r['n_cells']}" if r.get("n_cells") else r["release"])
-                        answers.append(ext[pos].tolist())
-                        nn.append(len(set(answers[-1]) & set(ext[idx[i]].tolist())) / K)
-                        lat.append(r["timing"]["total_ms"])
-                        srv.append(r["timing"]["resolve_ms"])
-                        sent.append(r["bytes_sent"])
-                        got.append(r["bytes_received"])
-                        done += 1
-                        prog(f"queries eps={eps:g}", done, total)
-                    L = np.asarray(labels)
-                    results.append({"epsilon": float(eps), "release": ", ".join(sorted(used)),
-                                    "nn_recall_at_8": float(np.mean(nn)),
-                                    "recall_at_8": recall_at_k(L, yq, K), "precision_at_8": precision_at_k(L, yq, K),
-                                    "distinct_lists_per_class": _distinct_per_class(answers, yq),
-                                    "bytes_per_request": float(np.median(np.add(sent, got))),
-                                    "query_p50_ms": float(np.percentile(lat, 50)),
-                                    "query_p95_ms": float(np.percentile(lat, 95)),
-                                    "resolve_p50_ms": float(np.percentile(srv, 50)), "n_queries": int(len(yq))})
+                    row, answers, done = _queries_at(client, name, float(eps), delta, Xq, yq, ys, where, ext, idx,
+                                                     prog, done, total)
+                    results.append(row)
                     same = [i for i in range(len(yq)) if yq[i] == yq[0]]
                     if len(same) >= 2:
                         examples = {"epsilon": float(eps), "label": int(yq[0]),

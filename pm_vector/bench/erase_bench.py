@@ -111,17 +111,88 @@ def _nn_recall(name: str, Xq: np.ndarray, truth: list[set[int]], seed: int, k: i
     return out
 
 
+def _answers_after(out: dict, name: str, X, y, Xd, yd, keep, gset: set, classes: int, n_row_requests: int,
+                   seed: int, rng) -> None:
+    """After the delete: every cell request of every level and report, and ``n_row_requests``
+    class-rows requests per epsilon; records how many deleted ids came back and how many rows were
+    short (``out["cell_requests"]``, ``out["answers"]``)."""
+    from ..client.query import PrivateKNN
+    from ..db.resolve.resolution import class_frames, public_anchor, resolve
+    from ..manifold.cells import PublicCells
+    from ..privacy import secure_generator
+    from ..protocol.cells import CellRequest
+
+    cells = PublicCells.from_dict(public_anchor(name)[1]["public_cells"])
+    sizes = np.bincount(y[keep], minlength=classes)
+    hits = short = n_req = 0
+    for eps in (1.0, 4.0, 16.0, float("inf")):
+        for K in cells.levels_:
+            for r in range(int(K)):
+                req = CellRequest(reports=[r] * len(cells.classes_), n_cells=int(K), epsilon=eps,
+                                  cells_digest=cells.digest(), shortlist=1000, collection=name)
+                rows = resolve(name, req, log=False)["rows"]
+                n_req += 1
+                for c, row in zip(cells.classes_, rows):
+                    hits += len(gset.intersection(row["item_ids"]))
+                    short += len(row["item_ids"]) < min(1000, int(sizes[int(c)]))
+    out["cell_requests"] = n_req
+    frames = class_frames(name)
+    for eps in (1.0, 4.0, 16.0):
+        c = PrivateKNN(frames, Xd.astype(np.float64), yd, epsilon=eps, shortlist=1000,
+                       collection=name)._inject_generator(secure_generator(seed))
+        for i in rng.choice(np.flatnonzero(keep), n_row_requests, replace=False):
+            rows = resolve(name, c.request(X[i].astype(np.float64), int(y[i]))[0], log=False)["rows"]
+            n_req += 1
+            for row in rows:
+                hits += len(gset.intersection(row["item_ids"]))
+                short += len(row["item_ids"]) < 1000
+    out["answers"] = {"requests": n_req, "deleted_ids_found": hits, "short_rows": short}
+
+
+def _graph_recall(rid: int, ids, X, rem, rng) -> float:
+    """The run's stored neighbour lists against the exact 16 nearest remaining items, on 1,000
+    sampled remaining items: the mean recall."""
+    import pm_vector.db as db
+
+    from ..neighbors import knn_search
+
+    sample = rng.choice(rem, 1000, replace=False)
+    exact = knn_search(X[sample], X[rem], 17)
+    with db.connect() as conn:
+        stored = dict(conn.execute(f"SELECT item_id, nbrs FROM pm_vector.run_{rid}_prior WHERE item_id = ANY(%s)",
+                                   [ids[sample].tolist()]).fetchall())
+    rec = []
+    for s, row in zip(sample, exact):
+        want = set([int(i) for i in ids[rem[row]] if int(i) != int(ids[s])][:16])
+        rec.append(len(want & set(stored[int(ids[s])])) / len(want))
+    return round(float(np.mean(rec)), 4)
+
+
+def _fresh_job(out: dict, fresh_name: str, dim: int, classes: int, X, y, Xa, ya, Xq, exact, seed: int) -> None:
+    """A full job on the remaining items only, in a new collection: its nn_recall, and the
+    difference from the erased run's (``out["nn_recall"]``)."""
+    import pm_vector.db as db
+
+    from ..db.runs.jobs import anchor_frame_embed_fn
+
+    db.create_collection(fresh_name, dim, list(range(classes)), keep_previous_runs=0)
+    ids2 = np.asarray(db.ingest(fresh_name, X, y, batch_size=50_000)["item_ids"])
+    db.register_anchor_set(fresh_name, Xa, ya)
+    db.register_anchor_set(fresh_name, Xa[:300], ya[:300], role="dummy")
+    t = time.perf_counter()
+    db.run_embedding_job(fresh_name, {"n_components": 16}, seed, embed_fn=anchor_frame_embed_fn)
+    out["fresh_job_s"] = round(time.perf_counter() - t, 1)
+    out["nn_recall"]["fresh_job"] = _nn_recall(fresh_name, Xq, [set(ids2[r].tolist()) for r in exact], seed)
+    a, b = out["nn_recall"]["after_delete"], out["nn_recall"]["fresh_job"]
+    out["nn_recall"]["difference"] = {e: round(a[e] - b[e], 4) for e in a}
+
+
 def run(items: int = 100_000, dim: int = 128, fraction: float = 0.01, seed: int = 0, n_row_requests: int = 30,
         n_queries: int = 300, fresh: bool = True, say=lambda m: None) -> dict:
     import pm_vector.db as db
 
-    from ..client.query import PrivateKNN
-    from ..db.resolve.resolution import class_frames, public_anchor, resolve
     from ..db.runs.jobs import anchor_frame_embed_fn
-    from ..manifold.cells import PublicCells
     from ..neighbors import knn_search
-    from ..privacy import secure_generator
-    from ..protocol.cells import CellRequest
     from .latency import N_FINE, clustered
 
     name = f"bench_erase_{uuid.uuid4().hex[:8]}"
@@ -158,45 +229,11 @@ def run(items: int = 100_000, dim: int = 128, fraction: float = 0.01, seed: int 
             out["table_sizes"] = {"cells_rows": conn.execute(f"SELECT count(*) FROM pm_vector.run_{rid}_cells")
                                   .fetchone()[0]}
         say("answers")
-        cells = PublicCells.from_dict(public_anchor(name)[1]["public_cells"])
         keep = ~np.isin(ids, gone)
-        sizes = np.bincount(y[keep], minlength=classes)
-        hits = short = n_req = 0
-        for eps in (1.0, 4.0, 16.0, float("inf")):
-            for K in cells.levels_:
-                for r in range(int(K)):
-                    req = CellRequest(reports=[r] * len(cells.classes_), n_cells=int(K), epsilon=eps,
-                                      cells_digest=cells.digest(), shortlist=1000, collection=name)
-                    rows = resolve(name, req, log=False)["rows"]
-                    n_req += 1
-                    for c, row in zip(cells.classes_, rows):
-                        hits += len(gset.intersection(row["item_ids"]))
-                        short += len(row["item_ids"]) < min(1000, int(sizes[int(c)]))
-        out["cell_requests"] = n_req
-        frames = class_frames(name)
-        Xd, yd = Xa[:300], ya[:300]
-        for eps in (1.0, 4.0, 16.0):
-            c = PrivateKNN(frames, Xd.astype(np.float64), yd, epsilon=eps, shortlist=1000,
-                           collection=name)._inject_generator(secure_generator(seed))
-            for i in rng.choice(np.flatnonzero(keep), n_row_requests, replace=False):
-                rows = resolve(name, c.request(X[i].astype(np.float64), int(y[i]))[0], log=False)["rows"]
-                n_req += 1
-                for row in rows:
-                    hits += len(gset.intersection(row["item_ids"]))
-                    short += len(row["item_ids"]) < 1000
-        out["answers"] = {"requests": n_req, "deleted_ids_found": hits, "short_rows": short}
+        _answers_after(out, name, X, y, Xa[:300], ya[:300], keep, gset, classes, n_row_requests, seed, rng)
         say("graph recall")
         rem = np.flatnonzero(keep)
-        sample = rng.choice(rem, 1000, replace=False)
-        exact = knn_search(X[sample], X[rem], 17)
-        with db.connect() as conn:
-            stored = dict(conn.execute(f"SELECT item_id, nbrs FROM pm_vector.run_{rid}_prior WHERE item_id = ANY(%s)",
-                                       [ids[sample].tolist()]).fetchall())
-        rec = []
-        for s, row in zip(sample, exact):
-            want = set([int(i) for i in ids[rem[row]] if int(i) != int(ids[s])][:16])
-            rec.append(len(want & set(stored[int(ids[s])])) / len(want))
-        out["graph_recall_after"] = round(float(np.mean(rec)), 4)
+        out["graph_recall_after"] = _graph_recall(rid, ids, X, rem, rng)
         say("location answers at every level and cell")
         out["location"] = _location_sweep(name, gset, seed)
         say("nn_recall after the erasure")
@@ -204,16 +241,7 @@ def run(items: int = 100_000, dim: int = 128, fraction: float = 0.01, seed: int 
         out["nn_recall"] = {"after_delete": _nn_recall(name, Xq, [set(ids[rem[r]].tolist()) for r in exact], seed)}
         if fresh:
             say("a full job on the remaining items only")
-            db.create_collection(fresh_name, dim, list(range(classes)), keep_previous_runs=0)
-            ids2 = np.asarray(db.ingest(fresh_name, X[rem], y[rem], batch_size=50_000)["item_ids"])
-            db.register_anchor_set(fresh_name, Xa, ya)
-            db.register_anchor_set(fresh_name, Xa[:300], ya[:300], role="dummy")
-            t = time.perf_counter()
-            db.run_embedding_job(fresh_name, {"n_components": 16}, seed, embed_fn=anchor_frame_embed_fn)
-            out["fresh_job_s"] = round(time.perf_counter() - t, 1)
-            out["nn_recall"]["fresh_job"] = _nn_recall(fresh_name, Xq, [set(ids2[r].tolist()) for r in exact], seed)
-            a, b = out["nn_recall"]["after_delete"], out["nn_recall"]["fresh_job"]
-            out["nn_recall"]["difference"] = {e: round(a[e] - b[e], 4) for e in a}
+            _fresh_job(out, fresh_name, dim, classes, X[rem], y[rem], Xa, ya, Xq, exact, seed)
     finally:
         db.drop_collection(name, missing_ok=True)
         db.drop_collection(fresh_name, missing_ok=True)

@@ -61,6 +61,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ..shortlist import MAX_PRIOR
+from .latency_clients import Requests, client_requests
 
 N_FINE = 100
 
@@ -164,20 +165,6 @@ class _CountingConn:
         self._conn.autocommit = value
 
 
-def _answer_shape(cfg: LatencyConfig, n_rows: int, info) -> dict[str, tuple[int, int | None]]:
-    """Per release, the timed answer's ``(k', code prefix bytes)``: the default compact answer's by
-    the public rule (:func:`~pm_vector.manifold.codes.compact_answer_shape` of the run's published
-    stages), or ``(shortlist, None)`` for ``answer="full"`` or a run without codes."""
-    from ..manifold.codes import compact_answer_shape
-
-    codes = ((info.get("class_rows") or {}).get("codes") or {})
-    if cfg.answer == "full" or codes.get("status") != "ready":
-        return {r: (int(cfg.shortlist), None) for r in ("cells", "gaussian")}
-    stages = tuple(int(b) for b in codes["stage_bytes"])
-    return {r: tuple(int(v) for v in compact_answer_shape(int(n_rows), r, float(cfg.epsilon), stages))
-            for r in ("cells", "gaussian")}
-
-
 def _labels_for(rows: int, y_fine: np.ndarray, n_classes: int) -> np.ndarray:
     if rows == n_classes:
         return y_fine
@@ -187,25 +174,204 @@ def _labels_for(rows: int, y_fine: np.ndarray, n_classes: int) -> np.ndarray:
                             f"the data has {n_classes} (C must divide it).")
 
 
-def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run the benchmark; returns the JSON-able result (see the module doc)."""
-    import pm_vector.db as db
-    from psycopg import sql
-
-    from ..client import PrivateMail
-    from ..client.query import PrivateKNN
-    from ..db.runs.jobs import anchor_frame_embed_fn, index_build_mem_mb
-    from ..manifold.class_frames import ClassFrames
-    from ..privacy import secure_generator
-    from ..db.resolve.resolution import client_frame, public_anchor, resolve
-
-    say = progress or (lambda _m: None)
+def _check_config(cfg: LatencyConfig) -> None:
+    """Refuse a configuration the benchmark cannot run, before anything is built."""
     if cfg.items < 1 or cfg.anchors < 2 or cfg.repeats < 1 or not cfg.rows:
         raise InvalidInputError("items, repeats must be >= 1, anchors >= 2, and rows non-empty.")
     if cfg.release not in ("location", "gaussian", "cells", "both", "all"):
         raise InvalidInputError(f"release must be location, gaussian, cells, both or all, got {cfg.release!r}.")
     if cfg.answer not in ("compact", "full"):
         raise InvalidInputError(f"answer must be compact or full, got {cfg.answer!r}.")
+
+
+def _build_collection(db, name: str, C: int, d: int, split, n_classes: int, cfg: LatencyConfig) -> float:
+    """Create the C-class collection ``name`` with the items, anchors and dummies; returns the seconds taken."""
+    Xs, ys = split.server
+    Xa, ya = split.anchor
+    Xd, yd = split.dummy
+    labels = np.arange(C)
+    t = time.perf_counter()
+    db.create_collection(name, d, labels.tolist(), settings={"class_rows": {
+        "graph_degree": int(cfg.graph_degree), "max_prior": int(cfg.max_prior)}})
+    db.ingest(name, Xs, _labels_for(C, ys, n_classes), external_ids=[f"s{i}" for i in range(len(ys))],
+              payloads=[{"i": i} for i in range(len(ys))], batch_size=50_000)
+    db.register_anchor_set(name, Xa, _labels_for(C, ya, n_classes))
+    db.register_anchor_set(name, Xd, _labels_for(C, yd, n_classes), role="dummy")
+    return time.perf_counter() - t
+
+
+def _build_raw_index(db, conn, ident, name: str, d: int, n_items: int, q0: np.ndarray, k: int,
+                     setup: dict) -> tuple[str, bool]:
+    """(c)'s table: the items' raw features copied out of ``name`` with an HNSW index, as a plain
+    pgvector user has them. Records the copy and index times in ``setup``; returns the plain k-NN
+    statement and whether its plan uses the index."""
+    from psycopg import sql
+
+    from ..db.runs.jobs import index_build_mem_mb
+
+    t = time.perf_counter()
+    cid = db.collection_info(name)["id"]
+    conn.execute(sql.SQL("CREATE TABLE {} AS SELECT id, external_id, label, payload, features::vector({}) "
+                         "AS features FROM pm_vector.items WHERE collection_id = {}").format(
+        ident, sql.Literal(d), sql.Literal(cid)))
+    conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (id)").format(ident))
+    setup["raw_copy_s"] = round(time.perf_counter() - t, 3)
+    t = time.perf_counter()
+    # room for the 1,000,000-item graph (a fixed 1 GB did not hold it: the build went on on disk)
+    conn.execute(f"SET maintenance_work_mem = '{index_build_mem_mb(n_items, d)}MB'")
+    conn.execute(sql.SQL("CREATE INDEX ON {} USING hnsw (features vector_l2_ops)").format(ident))
+    conn.execute(sql.SQL("ANALYZE {}").format(ident))
+    setup["raw_index_s"] = round(time.perf_counter() - t, 3)
+    plain_sql = sql.SQL("SELECT id, external_id, label, payload, features <-> %s AS distance FROM {} "
+                        "ORDER BY features <-> %s LIMIT %s").format(ident).as_string(conn)
+    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + plain_sql, [q0, q0, k]).fetchall())
+    return plain_sql, "Index Scan using" in plan and "Order By: (features <-> " in plan
+
+
+def _resolve_vs_plain(db, cfg: LatencyConfig, name: str, C: int, conn, plain_sql: str, r: Requests,
+                      Xq: np.ndarray, yq_c: np.ndarray, n_query: int) -> dict[str, Any]:
+    """The timed loop: every request resolved on a kept connection, interleaved with the C plain
+    queries (k items, then k' items), so that both see the same machine load. Returns the times
+    and resolve parts after the warm-up, the hits and the statements counted per request."""
+    from ..db.resolve.resolution import resolve
+
+    shape = r.shape
+    rconn = _CountingConn(db.connect())
+    kconn = db.connect(autocommit=True)  # (c'): ef_search k', so that the index returns k' rows
+    kconn.execute(f"SET hnsw.ef_search = {max(40, int(cfg.shortlist))}")
+    resolve_ms, parts, plain_ms, hits, pmv_ms, pmv_parts, plain_kp_ms = [], [], [], [], [], [], []
+    cell_ms, cell_parts, loc_ms, loc_parts, loc_miss_ms = [], [], [], [], []
+    try:
+        # interleaved, so that both see the same machine load
+        for i in range(n_query):
+            t = time.perf_counter()
+            res = resolve(name, r.reqs[i], k=cfg.k, conn=rconn)
+            dt_res = (time.perf_counter() - t) * 1e3
+            real = r.secrets[i].pick(res["rows"])
+            t = time.perf_counter()
+            for j in range(C):  # C plain queries: the real query and C - 1 others, one statement each
+                q = Xq[(i + j) % n_query]
+                conn.execute(plain_sql, [q, q, cfg.k], prepare=True).fetchall()
+            dt_plain = (time.perf_counter() - t) * 1e3
+            t = time.perf_counter()
+            for j in range(C):  # (c'): k' items each
+                q = Xq[(i + j) % n_query]
+                kconn.execute(plain_sql, [q, q, int(cfg.shortlist)], prepare=True).fetchall()
+            if i >= cfg.warmup:
+                plain_kp_ms.append((time.perf_counter() - t) * 1e3)
+            if r.pmv is not None:
+                t = time.perf_counter()
+                pres = resolve(name, r.pmv_reqs[i], conn=rconn, code_bytes=shape["gaussian"][1],
+                               compact=shape["gaussian"][1] is not None)
+                if i >= cfg.warmup:
+                    pmv_ms.append((time.perf_counter() - t) * 1e3)
+                    pmv_parts.append(pres["timings_ms"])
+            if r.loc_client is not None:
+                t = time.perf_counter()
+                lres = resolve(name, r.loc_reqs[i], conn=rconn)
+                dt_loc = (time.perf_counter() - t) * 1e3
+                if not lres["cached"]:
+                    loc_miss_ms.append(dt_loc)
+                if i >= cfg.warmup:
+                    loc_ms.append(dt_loc)
+                    loc_parts.append(lres["timings_ms"])
+            if r.cells_client is not None:
+                t = time.perf_counter()
+                cres = resolve(name, r.cell_reqs[i], conn=rconn, code_bytes=shape["cells"][1],
+                               compact=shape["cells"][1] is not None)
+                if i >= cfg.warmup:
+                    cell_ms.append((time.perf_counter() - t) * 1e3)
+                    cell_parts.append(cres["timings_ms"])
+            if i >= cfg.warmup:
+                resolve_ms.append(dt_res)
+                plain_ms.append(dt_plain)
+                parts.append(res["timings_ms"])
+                hits.append(np.mean(np.asarray(real["labels"]) == yq_c[i]))
+        from ..db.resolve import run_graph as _run_graph
+
+        return {
+            "resolve_ms": resolve_ms, "parts": parts, "plain_ms": plain_ms, "hits": hits,
+            "pmv_ms": pmv_ms, "pmv_parts": pmv_parts, "plain_kp_ms": plain_kp_ms,
+            "cell_ms": cell_ms, "cell_parts": cell_parts,
+            "loc_ms": loc_ms, "loc_parts": loc_parts, "loc_miss_ms": loc_miss_ms,
+            "run_graph_mb": _run_graph.cached_bytes() / 2**20,  # the run's graph this process holds
+            "knn_per_request": rconn.knn_statements / n_query,
+            "shortlist_per_request": rconn.shortlist_statements / n_query,
+            "prior_knn_per_request": rconn.prior_knn_statements / n_query,
+            "cell_statements_per_request": rconn.cell_statements / n_query,
+        }
+    finally:
+        rconn.close()
+        kconn.close()
+
+
+def _parts_p50(parts: list[dict]) -> dict[str, float]:
+    """The median of every resolve part (the keys of the first request's timings, but the total)."""
+    return {kk: round(_pct([p[kk] for p in parts if kk in p], 50), 3)
+            for kk in (parts[0] if parts else {}) if kk != "total"}
+
+
+def _summary(cfg: LatencyConfig, C: int, r: Requests, m: dict[str, Any], ingest_s: float,
+             job: dict) -> dict[str, Any]:
+    """One request size's result row: percentiles, ratios against plain pgvector, parts and setup."""
+    shape = r.shape
+    resolve_ms, plain_ms, plain_kp_ms = m["resolve_ms"], m["plain_ms"], m["plain_kp_ms"]
+    pmv_ms, cell_ms, loc_ms, loc_miss_ms = m["pmv_ms"], m["cell_ms"], m["loc_ms"], m["loc_miss_ms"]
+    loc_client = r.loc_client
+    r_p50, p_p50 = _pct(resolve_ms, 50), _pct(plain_ms, 50)
+    return {
+        "rows": C, "client_p50_ms": round(_pct(r.client_ms, 50), 3), "client_p95_ms": round(_pct(r.client_ms, 95), 3),
+        "resolve_p50_ms": round(r_p50, 3), "resolve_p95_ms": round(_pct(resolve_ms, 95), 3),
+        "plain_p50_ms": round(p_p50, 3), "plain_p95_ms": round(_pct(plain_ms, 95), 3),
+        "plain_kprime_p50_ms": round(_pct(plain_kp_ms, 50), 3),
+        "ratio": round(r_p50 / p_p50, 3),
+        "resolve_parts_p50_ms": {kk: round(_pct([p[kk] for p in m["parts"] if kk in p], 50), 3)
+                                 for kk in m["parts"][0] if kk != "total"},
+        "knn_statements_per_request": m["knn_per_request"],
+        "precision_at_k": round(float(np.mean(m["hits"])), 4), "repeats": len(resolve_ms),
+        "pm_vector": None if r.pmv is None else {
+            "shortlist": shape["gaussian"][0], "answer": cfg.answer, "code_bytes": shape["gaussian"][1],
+            "client_p50_ms": round(_pct(r.pmv_client_ms, 50), 3),
+            "resolve_p50_ms": round(_pct(pmv_ms, 50), 3), "resolve_p95_ms": round(_pct(pmv_ms, 95), 3),
+            "ratio": round(_pct(pmv_ms, 50) / p_p50, 3),
+            "ratio_kprime": round(_pct(pmv_ms, 50) / _pct(plain_kp_ms, 50), 3), "max_prior": int(cfg.max_prior),
+            "resolve_parts_p50_ms": _parts_p50(m["pmv_parts"]),
+            "shortlist_statements_per_request": m["shortlist_per_request"],
+            "run_graph_mb": round(m["run_graph_mb"], 1),
+            "prior_knn_statements_per_request": m["prior_knn_per_request"]},
+        "cells": None if r.cells_client is None else {
+            "shortlist": shape["cells"][0], "answer": cfg.answer, "code_bytes": shape["cells"][1],
+            "n_cells": int(r.cells_client.n_cells),
+            "client_p50_ms": round(_pct(r.cell_client_ms, 50), 3),
+            "resolve_p50_ms": round(_pct(cell_ms, 50), 3), "resolve_p95_ms": round(_pct(cell_ms, 95), 3),
+            "ratio": round(_pct(cell_ms, 50) / p_p50, 3),
+            "ratio_kprime": round(_pct(cell_ms, 50) / _pct(plain_kp_ms, 50), 3),
+            "resolve_parts_p50_ms": _parts_p50(m["cell_parts"]),
+            "statements_per_request": m["cell_statements_per_request"]},
+        "location": None if loc_client is None else {
+            "level": loc_client.plan_.level, "candidates": loc_client.plan_.candidates,
+            "code_bytes": loc_client.plan_.code_bytes, "max_bytes": loc_client.plan_.max_bytes,
+            "client_p50_ms": round(_pct(r.loc_client_ms, 50), 3),
+            "resolve_p50_ms": round(_pct(loc_ms, 50), 3), "resolve_p95_ms": round(_pct(loc_ms, 95), 3),
+            # a report's first answer is built (then cached: a public function of the report)
+            "answers_built": len(loc_miss_ms),
+            "build_p50_ms": round(_pct(loc_miss_ms, 50), 3) if loc_miss_ms else None,
+            "ratio": round(_pct(loc_ms, 50) / p_p50, 3),
+            "resolve_parts_p50_ms": _parts_p50(m["loc_parts"])},
+        "setup": {"ingest_s": round(ingest_s, 3), "job_s": job.get("duration"), "job_timings": job.get("timings")},
+    }
+
+
+def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the benchmark; returns the JSON-able result (see the module doc)."""
+    import pm_vector.db as db
+    from psycopg import sql
+
+    from ..db.runs.jobs import anchor_frame_embed_fn
+    from ..db.resolve.resolution import client_frame, public_anchor
+
+    say = progress or (lambda _m: None)
+    _check_config(cfg)
     t_start = time.perf_counter()
     load_before = os.getloadavg()
     n_query = cfg.repeats + cfg.warmup
@@ -215,8 +381,7 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
     for C in cfg.rows:
         _labels_for(int(C), ds.classes, n_classes)  # refuse impossible C before building anything
     Xs, ys = split.server
-    Xa, ya = split.anchor
-    Xd, yd = split.dummy
+    Xa, _ = split.anchor
     Xq, yq = split.query
     pick = np.random.default_rng(cfg.seed + 11).permutation(len(yq))[:n_query]
     Xq, yq = Xq[pick], yq[pick]
@@ -236,37 +401,11 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
             C = int(C)
             name = f"bench_latency_{tag}_c{C}"
             names.append(name)
-            labels = np.arange(C)
             say(f"C={C}: collection")
-            t = time.perf_counter()
-            db.create_collection(name, d, labels.tolist(), settings={"class_rows": {
-                "graph_degree": int(cfg.graph_degree), "max_prior": int(cfg.max_prior)}})
-            db.ingest(name, Xs, _labels_for(C, ys, n_classes), external_ids=[f"s{i}" for i in range(len(ys))],
-                      payloads=[{"i": i} for i in range(len(ys))], batch_size=50_000)
-            db.register_anchor_set(name, Xa, _labels_for(C, ya, n_classes))
-            db.register_anchor_set(name, Xd, _labels_for(C, yd, n_classes), role="dummy")
-            ingest_s = time.perf_counter() - t
+            ingest_s = _build_collection(db, name, C, d, split, n_classes, cfg)
             if plain_sql is None:
-                # (c)'s table: the same items' raw features with an HNSW index, as a plain pgvector user has them
                 say("raw-feature HNSW index")
-                t = time.perf_counter()
-                cid = db.collection_info(name)["id"]
-                conn.execute(sql.SQL("CREATE TABLE {} AS SELECT id, external_id, label, payload, features::vector({}) "
-                                     "AS features FROM pm_vector.items WHERE collection_id = {}").format(
-                    ident, sql.Literal(d), sql.Literal(cid)))
-                conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (id)").format(ident))
-                setup["raw_copy_s"] = round(time.perf_counter() - t, 3)
-                t = time.perf_counter()
-                # room for the 1,000,000-item graph (a fixed 1 GB did not hold it: the build went on on disk)
-                conn.execute(f"SET maintenance_work_mem = '{index_build_mem_mb(len(ys), d)}MB'")
-                conn.execute(sql.SQL("CREATE INDEX ON {} USING hnsw (features vector_l2_ops)").format(ident))
-                conn.execute(sql.SQL("ANALYZE {}").format(ident))
-                setup["raw_index_s"] = round(time.perf_counter() - t, 3)
-                plain_sql = sql.SQL("SELECT id, external_id, label, payload, features <-> %s AS distance FROM {} "
-                                    "ORDER BY features <-> %s LIMIT %s").format(ident).as_string(conn)
-                plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + plain_sql,
-                                                            [Xq[0], Xq[0], cfg.k]).fetchall())
-                plain_uses_index = "Index Scan using" in plan and "Order By: (features <-> " in plan
+                plain_sql, plain_uses_index = _build_raw_index(db, conn, ident, name, d, len(ys), Xq[0], cfg.k, setup)
             say(f"C={C}: embedding job")
             job = db.run_embedding_job(name, {"n_components": cfg.n_components}, cfg.seed,
                                        embed_fn=anchor_frame_embed_fn)
@@ -275,171 +414,11 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
             yq_c = _labels_for(C, yq, n_classes)
 
             say(f"C={C}: client requests")
-            client = PrivateMail(frame, epsilon=cfg.epsilon, delta=cfg.delta, _rng=cfg.seed + 7)
-            client_ms, reqs, secrets = [], [], []
-            for i in range(n_query):
-                t = time.perf_counter()
-                req, sec = client.request(Xq[i], int(yq_c[i]), pa, collection=name)
-                client_ms.append((time.perf_counter() - t) * 1e3)
-                reqs.append(req.to_json())
-                secrets.append(sec)
-            client_ms = client_ms[cfg.warmup:]
-
-            frames_doc = info.get("class_frames")
-            pmv = cells_client = None
-            shape = _answer_shape(cfg, C, info)  # release -> (k', code prefix bytes or None)
-            loc_client = None
-            if info.get("public_locations") and cfg.release in ("location", "all"):
-                from ..client.location import PrivateLocationKNN
-                from ..manifold.cells import PublicCells
-                from ..protocol.published_codes import unpack
-
-                pc = unpack(info["product_codes"], info["class_rows"]["codes"]["digest"])
-                loc_client = PrivateLocationKNN(PublicCells.from_dict(info["public_locations"]), cfg.epsilon,
-                                                n_items=len(ys), stage_bytes=pc.stage_bytes_, collection=name)
-                loc_client._inject_generator(secure_generator(cfg.seed + 19))
-                loc_client_ms, loc_reqs = [], []
-                for i in range(n_query):
-                    t = time.perf_counter()
-                    loc_reqs.append(loc_client.request(Xq[i]).to_json())
-                    loc_client_ms.append((time.perf_counter() - t) * 1e3)
-                loc_client_ms = loc_client_ms[cfg.warmup:]
-            if info.get("public_cells") and cfg.release in ("cells", "both", "all"):
-                from ..client.cells import PrivateCellKNN
-                from ..manifold.cells import PublicCells
-
-                from ..privacy.cells import max_cells_for
-
-                cells_client = PrivateCellKNN(PublicCells.from_dict(info["public_cells"]), cfg.epsilon,
-                                              shortlist=shape["cells"][0], collection=name,
-                                              max_cells=max_cells_for(len(ys), C, shape["cells"][0]))
-                cells_client._inject_generator(secure_generator(cfg.seed + 17))
-                cell_client_ms, cell_reqs = [], []
-                for i in range(n_query):
-                    t = time.perf_counter()
-                    req, _ = cells_client.request(Xq[i], int(yq_c[i]))
-                    cell_client_ms.append((time.perf_counter() - t) * 1e3)
-                    cell_reqs.append(req.to_json())
-                cell_client_ms = cell_client_ms[cfg.warmup:]
-            if frames_doc and cfg.release in ("gaussian", "both", "all"):
-                pmv = PrivateKNN(ClassFrames.from_dict(frames_doc), pa.dummy_features, pa.dummy_labels, cfg.epsilon,
-                                 cfg.delta, shortlist=shape["gaussian"][0], collection=name)
-                pmv._inject_generator(secure_generator(cfg.seed + 13))
-                pmv_client_ms, pmv_reqs = [], []
-                for i in range(n_query):
-                    t = time.perf_counter()
-                    req, _ = pmv.request(Xq[i], int(yq_c[i]))
-                    pmv_client_ms.append((time.perf_counter() - t) * 1e3)
-                    pmv_reqs.append(req.to_json())
-                pmv_client_ms = pmv_client_ms[cfg.warmup:]
+            reqs = client_requests(cfg, name, C, len(ys), pa, info, frame, Xq, yq_c, n_query)
 
             say(f"C={C}: resolve vs plain")
-            rconn = _CountingConn(db.connect())
-            kconn = db.connect(autocommit=True)  # (c'): ef_search k', so that the index returns k' rows
-            kconn.execute(f"SET hnsw.ef_search = {max(40, int(cfg.shortlist))}")
-            resolve_ms, parts, plain_ms, hits, pmv_ms, pmv_parts, plain_kp_ms = [], [], [], [], [], [], []
-            cell_ms, cell_parts, loc_ms, loc_parts, loc_miss_ms = [], [], [], [], []
-            try:
-                # interleaved, so that both see the same machine load
-                for i in range(n_query):
-                    t = time.perf_counter()
-                    res = resolve(name, reqs[i], k=cfg.k, conn=rconn)
-                    dt_res = (time.perf_counter() - t) * 1e3
-                    real = secrets[i].pick(res["rows"])
-                    t = time.perf_counter()
-                    for j in range(C):  # C plain queries: the real query and C - 1 others, one statement each
-                        q = Xq[(i + j) % n_query]
-                        conn.execute(plain_sql, [q, q, cfg.k], prepare=True).fetchall()
-                    dt_plain = (time.perf_counter() - t) * 1e3
-                    t = time.perf_counter()
-                    for j in range(C):  # (c'): k' items each
-                        q = Xq[(i + j) % n_query]
-                        kconn.execute(plain_sql, [q, q, int(cfg.shortlist)], prepare=True).fetchall()
-                    if i >= cfg.warmup:
-                        plain_kp_ms.append((time.perf_counter() - t) * 1e3)
-                    if pmv is not None:
-                        t = time.perf_counter()
-                        pres = resolve(name, pmv_reqs[i], conn=rconn, code_bytes=shape["gaussian"][1],
-                                       compact=shape["gaussian"][1] is not None)
-                        if i >= cfg.warmup:
-                            pmv_ms.append((time.perf_counter() - t) * 1e3)
-                            pmv_parts.append(pres["timings_ms"])
-                    if loc_client is not None:
-                        t = time.perf_counter()
-                        lres = resolve(name, loc_reqs[i], conn=rconn)
-                        dt_loc = (time.perf_counter() - t) * 1e3
-                        if not lres["cached"]:
-                            loc_miss_ms.append(dt_loc)
-                        if i >= cfg.warmup:
-                            loc_ms.append(dt_loc)
-                            loc_parts.append(lres["timings_ms"])
-                    if cells_client is not None:
-                        t = time.perf_counter()
-                        cres = resolve(name, cell_reqs[i], conn=rconn, code_bytes=shape["cells"][1],
-                                       compact=shape["cells"][1] is not None)
-                        if i >= cfg.warmup:
-                            cell_ms.append((time.perf_counter() - t) * 1e3)
-                            cell_parts.append(cres["timings_ms"])
-                    if i >= cfg.warmup:
-                        resolve_ms.append(dt_res)
-                        plain_ms.append(dt_plain)
-                        parts.append(res["timings_ms"])
-                        hits.append(np.mean(np.asarray(real["labels"]) == yq_c[i]))
-                from ..db.resolve import run_graph as _run_graph
-
-                run_graph_mb = _run_graph.cached_bytes() / 2**20  # the run's graph this process holds
-                knn_per_request = rconn.knn_statements / n_query
-                shortlist_per_request = rconn.shortlist_statements / n_query
-                prior_knn_per_request = rconn.prior_knn_statements / n_query
-                cell_statements_per_request = rconn.cell_statements / n_query
-            finally:
-                rconn.close()
-                kconn.close()
-            r_p50, p_p50 = _pct(resolve_ms, 50), _pct(plain_ms, 50)
-            results.append({
-                "rows": C, "client_p50_ms": round(_pct(client_ms, 50), 3), "client_p95_ms": round(_pct(client_ms, 95), 3),
-                "resolve_p50_ms": round(r_p50, 3), "resolve_p95_ms": round(_pct(resolve_ms, 95), 3),
-                "plain_p50_ms": round(p_p50, 3), "plain_p95_ms": round(_pct(plain_ms, 95), 3),
-                "plain_kprime_p50_ms": round(_pct(plain_kp_ms, 50), 3),
-                "ratio": round(r_p50 / p_p50, 3),
-                "resolve_parts_p50_ms": {kk: round(_pct([p[kk] for p in parts if kk in p], 50), 3)
-                                         for kk in parts[0] if kk != "total"},
-                "knn_statements_per_request": knn_per_request,
-                "precision_at_k": round(float(np.mean(hits)), 4), "repeats": len(resolve_ms),
-                "pm_vector": None if pmv is None else {
-                    "shortlist": shape["gaussian"][0], "answer": cfg.answer, "code_bytes": shape["gaussian"][1],
-                    "client_p50_ms": round(_pct(pmv_client_ms, 50), 3),
-                    "resolve_p50_ms": round(_pct(pmv_ms, 50), 3), "resolve_p95_ms": round(_pct(pmv_ms, 95), 3),
-                    "ratio": round(_pct(pmv_ms, 50) / p_p50, 3),
-                    "ratio_kprime": round(_pct(pmv_ms, 50) / _pct(plain_kp_ms, 50), 3), "max_prior": int(cfg.max_prior),
-                    "resolve_parts_p50_ms": {kk: round(_pct([p[kk] for p in pmv_parts if kk in p], 50), 3)
-                                             for kk in (pmv_parts[0] if pmv_parts else {}) if kk != "total"},
-                    "shortlist_statements_per_request": shortlist_per_request,
-                    "run_graph_mb": round(run_graph_mb, 1),
-                    "prior_knn_statements_per_request": prior_knn_per_request},
-                "cells": None if cells_client is None else {
-                    "shortlist": shape["cells"][0], "answer": cfg.answer, "code_bytes": shape["cells"][1],
-                    "n_cells": int(cells_client.n_cells),
-                    "client_p50_ms": round(_pct(cell_client_ms, 50), 3),
-                    "resolve_p50_ms": round(_pct(cell_ms, 50), 3), "resolve_p95_ms": round(_pct(cell_ms, 95), 3),
-                    "ratio": round(_pct(cell_ms, 50) / p_p50, 3),
-                    "ratio_kprime": round(_pct(cell_ms, 50) / _pct(plain_kp_ms, 50), 3),
-                    "resolve_parts_p50_ms": {kk: round(_pct([p[kk] for p in cell_parts if kk in p], 50), 3)
-                                             for kk in (cell_parts[0] if cell_parts else {}) if kk != "total"},
-                    "statements_per_request": cell_statements_per_request},
-                "location": None if loc_client is None else {
-                    "level": loc_client.plan_.level, "candidates": loc_client.plan_.candidates,
-                    "code_bytes": loc_client.plan_.code_bytes, "max_bytes": loc_client.plan_.max_bytes,
-                    "client_p50_ms": round(_pct(loc_client_ms, 50), 3),
-                    "resolve_p50_ms": round(_pct(loc_ms, 50), 3), "resolve_p95_ms": round(_pct(loc_ms, 95), 3),
-                    # a report's first answer is built (then cached: a public function of the report)
-                    "answers_built": len(loc_miss_ms),
-                    "build_p50_ms": round(_pct(loc_miss_ms, 50), 3) if loc_miss_ms else None,
-                    "ratio": round(_pct(loc_ms, 50) / p_p50, 3),
-                    "resolve_parts_p50_ms": {kk: round(_pct([p[kk] for p in loc_parts if kk in p], 50), 3)
-                                             for kk in (loc_parts[0] if loc_parts else {}) if kk != "total"}},
-                "setup": {"ingest_s": round(ingest_s, 3), "job_s": job.get("duration"), "job_timings": job.get("timings")},
-            })
+            measured = _resolve_vs_plain(db, cfg, name, C, conn, plain_sql, reqs, Xq, yq_c, n_query)
+            results.append(_summary(cfg, C, reqs, measured, ingest_s, job))
             db.drop_collection(name, missing_ok=True)
     finally:
         for name in names:

@@ -231,6 +231,32 @@ class _Subprocess:
                 self.proc.wait(5)
 
 
+def _check_load_args(concurrency, requests, duration, n_distinct, url, workers) -> None:
+    """Refuse a load test that cannot run, or that targets a service off this machine."""
+    if int(requests) < 1 or float(duration) <= 0 or int(concurrency) < 1 or int(n_distinct) < 1:
+        raise ValueError("requests, duration, concurrency and n_distinct must be positive.")
+    if isinstance(workers, bool) or int(workers) < 1 or int(workers) > 16:
+        raise ValueError(f"workers must be an integer in 1..16, got {workers!r}.")
+    if url is not None and (urlparse(url).hostname or "") not in LOOPBACK:
+        raise ValueError(f"the load test only targets loopback services (127.0.0.1/localhost), not {url!r}.")
+
+
+def _drive_metered(urls: list, api_key, name: str, bodies: list, concurrency: int, requests: int, duration: float,
+                   svcs: list, postmaster) -> dict[str, Any]:
+    """One collection's load, with the CPU time of the service processes, the database's backends and
+    this generator metered around it; returns the drive's figures with the CPU report."""
+    server_cpu = _CPU([s_.proc.pid for s_ in svcs])
+    db_cpu = _CPU(children_of=postmaster) if postmaster else None
+    gen_cpu = _CPU([os.getpid()])
+    for c_ in (server_cpu, db_cpu, gen_cpu):
+        if c_ is not None:
+            c_.start()
+    r = _run_async(_drive(urls, api_key, name, bodies, concurrency, requests, duration))
+    r.update(_cpu_report(r, server_cpu.stop() if svcs else None, db_cpu.stop() if db_cpu else None,
+                         gen_cpu.stop()))
+    return r
+
+
 def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, duration: float = 30.0,
              n_distinct: int = 16, epsilon: float = 1.0, url: str | None = None, api_key: str | None = None,
              pool_max: int = 8, seed: int = 0, keep: bool = False, log: Callable[[str], None] | None = None,
@@ -243,12 +269,7 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
     from ..service.auth import create_key, revoke_key
 
     say = log or (lambda s: None)
-    if int(requests) < 1 or float(duration) <= 0 or int(concurrency) < 1 or int(n_distinct) < 1:
-        raise ValueError("requests, duration, concurrency and n_distinct must be positive.")
-    if isinstance(workers, bool) or int(workers) < 1 or int(workers) > 16:
-        raise ValueError(f"workers must be an integer in 1..16, got {workers!r}.")
-    if url is not None and (urlparse(url).hostname or "") not in LOOPBACK:
-        raise ValueError(f"the load test only targets loopback services (127.0.0.1/localhost), not {url!r}.")
+    _check_load_args(concurrency, requests, duration, n_distinct, url, workers)
     db.start()
     key = None
     svcs: list[_Subprocess] = []
@@ -290,15 +311,8 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
                 before = len(db.list_requests(name, limit=100000))
                 say(f"C={C}: {n_distinct} requests built in {build_s:.1f} s ({len(bodies[0]) / 1024:.0f} KiB each); "
                     f"{concurrency} clients, at most {requests} requests / {duration:g} s")
-                server_cpu = _CPU([s_.proc.pid for s_ in svcs])
-                db_cpu = _CPU(children_of=postmaster) if postmaster else None
-                gen_cpu = _CPU([os.getpid()])
-                for c_ in (server_cpu, db_cpu, gen_cpu):
-                    if c_ is not None:
-                        c_.start()
-                r = _run_async(_drive(urls, api_key, name, bodies, int(concurrency), int(requests), float(duration)))
-                r.update(_cpu_report(r, server_cpu.stop() if svcs else None, db_cpu.stop() if db_cpu else None,
-                                     gen_cpu.stop()))
+                r = _drive_metered(urls, api_key, name, bodies, int(concurrency), int(requests), float(duration),
+                                   svcs, postmaster)
                 logged = len(db.list_requests(name, limit=100000)) - before
                 r.update({"classes": C, "collection": name, "release": req.release,
                           "rows_per_request": getattr(req, "n_rows", C),

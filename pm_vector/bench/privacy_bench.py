@@ -189,38 +189,32 @@ def epsilon_json(eps):
 
 # ----------------------------------------------------------------------------- the run
 
-def run(split, cfg: BenchConfig, progress=None) -> dict:
-    """Run the chosen methods on a :class:`~pm_vector.datasets.Split`; return the JSON-able result.
-
-    ``progress(message)`` receives one line per finished method and epsilon.
-    """
-    t0 = time.perf_counter()
-    k, kp = int(cfg.k), int(cfg.shortlist)
-    methods = parse_methods(",".join(cfg.methods))
-    # the label ablation has the name of what the rows stand for; a classifier has nothing to pick
-    # when the rows are public partitions (the client computes its partition)
-    drop = ("label_only", "pm_vector_label_free") if cfg.partitions is not None else ("partition_only",)
-    methods = tuple(m for m in methods if m not in drop)
-    ctx = pm._Context(split, cfg, progress)
-    Xs, ys, Xq, yq = ctx.Xs, ctx.ys, ctx.Xq, ctx.yq
+def _check_run(cfg: BenchConfig, k: int, kp: int, n_items: int) -> None:
+    """Refuse k, the shortlist k' and the epsilons the benchmark cannot run with."""
     if not 1 <= k <= kp:
         raise InvalidInputError(f"k ({k}) must be between 1 and the shortlist k' ({kp}).")
-    if kp > len(ys):
-        raise InvalidInputError(f"the shortlist k' ({kp}) exceeds the {len(ys)} server items.")
+    if kp > n_items:
+        raise InvalidInputError(f"the shortlist k' ({kp}) exceeds the {n_items} server items.")
     for e in cfg.epsilons:
         if not (e > 0):
             raise InvalidInputError(f"epsilons must be positive (or inf); got {e!r}.")
-    coll = collection_bytes(len(ys), ctx.dim)
 
-    t = time.perf_counter()
-    true_idx = RawKNN().fit(Xs, ys).search(Xq, k)
-    ctx.true_idx = true_idx
-    raw_seconds = time.perf_counter() - t
-    class_ceiling = float(precision_at_k(ys[true_idx], yq))
-    results = []
 
-    def record(method, eps, retrieved, req_bytes, rows, seconds, extra=None, answer_k=kp, candidates=None,
-               resp=None):
+class _Recorder:
+    """``record(method, eps, retrieved, ...)``: one result row (recall, precision, bytes, distinct
+    lists) appended to ``results``, and its progress line."""
+
+    def __init__(self, ctx, cfg: BenchConfig, k: int, kp: int, true_idx, coll: float, progress):
+        self.ctx, self.cfg, self.k, self.kp, self.true_idx, self.coll = ctx, cfg, k, kp, true_idx, coll
+        self.progress = progress
+        self.results: list[dict] = []
+
+    def __call__(self, method, eps, retrieved, req_bytes, rows, seconds, extra=None, answer_k=None, candidates=None,
+                 resp=None):
+        ctx, cfg, k, true_idx, progress = self.ctx, self.cfg, self.k, self.true_idx, self.progress
+        ys, yq = ctx.ys, ctx.yq
+        if answer_k is None:
+            answer_k = self.kp
         if resp is None:  # an answer of every row's k' candidates with raw float32 features
             resp = wire_answer_bytes(rows, answer_k, dim=ctx.dim)
         total = float(req_bytes + resp)
@@ -229,14 +223,14 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
                f"precision_at_{k}": precision_at_k(ys[retrieved], yq),
                f"recall_at_{k}": recall_at_k(ys[retrieved], yq),
                "bytes_per_request": total, "request_bytes": float(req_bytes), "response_bytes": float(resp),
-               "bytes_share_of_collection": total / coll,
+               "bytes_share_of_collection": total / self.coll,
                "distinct_lists_per_class": distinct_lists_per_class(retrieved, yq),
                # the same on the server's k' answer (before the client's re-rank): how much the answer
                # depends on the query beyond its class
                "distinct_candidate_lists_per_class": distinct_lists_per_class(
                    retrieved if candidates is None else candidates, yq),
                "seconds": round(seconds, 3), **(extra or {})}
-        results.append(row)
+        self.results.append(row)
         if progress:
             e = "-" if eps is None else f"{eps:g}"
             exp = row.get(f"expected_nn_recall_at_{k}")
@@ -244,6 +238,34 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
                      f"{'' if exp is None else f' (expected {exp:.3f})'}, precision@{k} "
                      f"{row[f'precision_at_{k}']:.3f}, {total / 1e3:,.1f} kB ({seconds:.1f}s)")
 
+
+def _run_baseline(ctx, method: str, k: int, raw_seconds: float, record: _Recorder) -> bool:
+    """The methods that take no epsilon and cannot fail (raw k-NN, the label / partition hubs, the
+    download of everything): recorded; returns whether ``method`` was one of them."""
+    Xs, ys, Xq = ctx.Xs, ctx.ys, ctx.Xq
+    if method == "raw_knn":
+        # the raw query (float32) goes out; the k nearest come back
+        record("raw_knn", None, ctx.true_idx, wire_request_bytes(ctx.dim), 1, raw_seconds, answer_k=k)
+        return True
+    if method in ("label_only", "partition_only"):
+        t = time.perf_counter()
+        cand = cell_methods.class_hubs(ctx)
+        record(method, None, pm._rerank(Xq, Xs, cand, k), wire_request_bytes(0, n_ids=1), 1,
+               time.perf_counter() - t, {"release": "label"}, candidates=cand)
+        return True
+    if method == "download_all":
+        t = time.perf_counter()
+        retrieved = RawKNN().fit(Xs, ys).search(Xq, k)  # local exact search over the downloaded collection
+        record("download_all", None, retrieved, 0, 1, time.perf_counter() - t, answer_k=len(ys))
+        return True
+    return False
+
+
+def _run_method(ctx, cfg: BenchConfig, method: str, k: int, kp: int, record: _Recorder, state: dict) -> None:
+    """One method that may fail (:class:`PMVectorError`: the caller skips it), at every epsilon
+    (and every byte budget for the location release); the label-free classifier's accuracy goes
+    to ``state["label_free_info"]``."""
+    Xs, Xq, yq = ctx.Xs, ctx.Xq, ctx.yq
     runners = {
         "pm_vector_raw": lambda e: pm._default(ctx, e, "labelled"),
         "pm_vector_cells": lambda e: pm._cells(ctx, e, "labelled"),
@@ -255,79 +277,59 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
         "dp_random_projection": lambda e: pm._dp_projection(ctx, e, DPRandomProjection),
         "dp_pca": lambda e: pm._dp_projection(ctx, e, DPPCA),
     }
-    label_free_info = None
-    skipped = {}
-    for method in methods:
-        if method == "raw_knn":
-            # the raw query (float32) goes out; the k nearest come back
-            record("raw_knn", None, true_idx, wire_request_bytes(ctx.dim), 1, raw_seconds, answer_k=k)
-            continue
-        if method in ("label_only", "partition_only"):
+    if method == "download_codes":
+        t = time.perf_counter()
+        for retrieved, nbytes, extra in pm.download_codes(ctx):
+            record("download_codes", 0.0, retrieved, 0, 0, time.perf_counter() - t, extra, resp=nbytes)
             t = time.perf_counter()
-            cand = cell_methods.class_hubs(ctx)
-            record(method, None, pm._rerank(Xq, Xs, cand, k), wire_request_bytes(0, n_ids=1), 1,
-                   time.perf_counter() - t, {"release": "label"}, candidates=cand)
-            continue
-        if method == "download_all":
+        return
+    if method == "download_lists":
+        levels = sorted({int(r["n_cells"]) for r in record.results
+                         if r.get("release") == "cells" and r["method"] != "pm_vector_compact"} or
+                        {cell_methods.level_for(ctx, e) for e in cfg.epsilons})
+        for K in levels:
             t = time.perf_counter()
-            retrieved = RawKNN().fit(Xs, ys).search(Xq, k)  # local exact search over the downloaded collection
-            record("download_all", None, retrieved, 0, 1, time.perf_counter() - t, answer_k=len(ys))
+            cand, table_bytes, extra = cell_methods.download_lists(ctx, K, ctx.dim)
+            record("download_lists", 0.0, pm._rerank(Xq, Xs, cand, k), 0, 0, time.perf_counter() - t, extra,
+                   candidates=cand, resp=table_bytes)
+        return
+    if method == "pm_vector_label_free":
+        t = time.perf_counter()
+        acc = float(np.mean(ctx.predicted == yq))
+        state["label_free_info"] = {"classifier": "KAHMClassifier (fit on the public anchor)", "accuracy": acc,
+                                    "fit_and_predict_seconds": round(time.perf_counter() - t, 3)}
+    for eps in cfg.epsilons:
+        t = time.perf_counter()
+        if method == "pm_vector_location":
+            for mb in cfg.max_bytes:
+                t = time.perf_counter()
+                cand, retrieved, req_bytes, resp, extra = location_methods.run_location(
+                    ctx, eps, mb, pm._seed(cfg, method, eps))
+                record(method, eps, retrieved, req_bytes, 1, time.perf_counter() - t, extra, resp=resp,
+                       candidates=np.stack([c[:k] for c in cand]) if all(c.size >= k for c in cand)
+                       else None)
             continue
-        try:
-            if method == "download_codes":
-                t = time.perf_counter()
-                for retrieved, nbytes, extra in pm.download_codes(ctx):
-                    record("download_codes", 0.0, retrieved, 0, 0, time.perf_counter() - t, extra, resp=nbytes)
-                    t = time.perf_counter()
-                continue
-            if method == "download_lists":
-                levels = sorted({int(r["n_cells"]) for r in results
-                                 if r.get("release") == "cells" and r["method"] != "pm_vector_compact"} or
-                                {cell_methods.level_for(ctx, e) for e in cfg.epsilons})
-                for K in levels:
-                    t = time.perf_counter()
-                    cand, table_bytes, extra = cell_methods.download_lists(ctx, K, ctx.dim)
-                    record("download_lists", 0.0, pm._rerank(Xq, Xs, cand, k), 0, 0, time.perf_counter() - t, extra,
-                           candidates=cand, resp=table_bytes)
-                continue
-            if method == "pm_vector_label_free":
-                t = time.perf_counter()
-                acc = float(np.mean(ctx.predicted == yq))
-                label_free_info = {"classifier": "KAHMClassifier (fit on the public anchor)", "accuracy": acc,
-                                   "fit_and_predict_seconds": round(time.perf_counter() - t, 3)}
-            for eps in cfg.epsilons:
-                t = time.perf_counter()
-                if method == "pm_vector_location":
-                    for mb in cfg.max_bytes:
-                        t = time.perf_counter()
-                        cand, retrieved, req_bytes, resp, extra = location_methods.run_location(
-                            ctx, eps, mb, pm._seed(cfg, method, eps))
-                        record(method, eps, retrieved, req_bytes, 1, time.perf_counter() - t, extra, resp=resp,
-                               candidates=np.stack([c[:k] for c in cand]) if all(c.size >= k for c in cand)
-                               else None)
-                    continue
-                if method == "pm_vector_compact":
-                    cand, retrieved, req_bytes, resp, extra = pm.compact(ctx, eps)
-                    record(method, eps, retrieved, req_bytes, ctx.C, time.perf_counter() - t, extra,
-                           candidates=cand, resp=resp)
-                    continue
-                cand, req_bytes, rows, extra = runners[method](eps)
-                cand = np.asarray(cand, dtype=np.int64)
-                if cand.shape != (len(yq), kp):
-                    raise RuntimeError(f"{method} returned candidates of shape {cand.shape}, expected "
-                                       f"{(len(yq), kp)}")
-                if method == "pm_vector_label_free":
-                    extra = {**extra, "classifier_accuracy": label_free_info["accuracy"]}
-                record(method, eps, pm._rerank(Xq, Xs, cand, k), req_bytes, rows, time.perf_counter() - t, extra,
-                       candidates=cand)
-        except PMVectorError as exc:
-            # one method that cannot run on this data (e.g. a class too small for its KAHM subspace)
-            # is skipped with its reason; every other method's figures are kept
-            skipped[method] = str(exc)
-            results[:] = [r for r in results if r["method"] != method]
-            if progress:
-                progress(f"{method} skipped: {exc}")
+        if method == "pm_vector_compact":
+            cand, retrieved, req_bytes, resp, extra = pm.compact(ctx, eps)
+            record(method, eps, retrieved, req_bytes, ctx.C, time.perf_counter() - t, extra,
+                   candidates=cand, resp=resp)
+            continue
+        cand, req_bytes, rows, extra = runners[method](eps)
+        cand = np.asarray(cand, dtype=np.int64)
+        if cand.shape != (len(yq), kp):
+            raise RuntimeError(f"{method} returned candidates of shape {cand.shape}, expected "
+                               f"{(len(yq), kp)}")
+        if method == "pm_vector_label_free":
+            extra = {**extra, "classifier_accuracy": state["label_free_info"]["accuracy"]}
+        record(method, eps, pm._rerank(Xq, Xs, cand, k), req_bytes, rows, time.perf_counter() - t, extra,
+               candidates=cand)
 
+
+def _summary(split, cfg: BenchConfig, ctx, methods: tuple, k: int, kp: int, coll: float, class_ceiling: float,
+             results: list, t0: float, label_free_info, skipped: dict) -> dict:
+    """The JSON-able result: the run's description and configuration, the rows, the crossover of the
+    download baselines, what was skipped and the cell levels."""
+    ys = ctx.ys
     freq = np.array([np.mean(ys == c) for c in np.unique(ys)])
     out = {"dataset": split.dataset.name, "split": split.describe(), "k": k, "shortlist": kp, "delta": cfg.delta,
            "seed": cfg.seed, "epsilons": [epsilon_json(e) for e in cfg.epsilons], "methods": list(methods),
@@ -354,6 +356,48 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
         except PMVectorError:
             pass
     return out
+
+
+def run(split, cfg: BenchConfig, progress=None) -> dict:
+    """Run the chosen methods on a :class:`~pm_vector.datasets.Split`; return the JSON-able result.
+
+    ``progress(message)`` receives one line per finished method and epsilon.
+    """
+    t0 = time.perf_counter()
+    k, kp = int(cfg.k), int(cfg.shortlist)
+    methods = parse_methods(",".join(cfg.methods))
+    # the label ablation has the name of what the rows stand for; a classifier has nothing to pick
+    # when the rows are public partitions (the client computes its partition)
+    drop = ("label_only", "pm_vector_label_free") if cfg.partitions is not None else ("partition_only",)
+    methods = tuple(m for m in methods if m not in drop)
+    ctx = pm._Context(split, cfg, progress)
+    Xs, ys, Xq, yq = ctx.Xs, ctx.ys, ctx.Xq, ctx.yq
+    _check_run(cfg, k, kp, len(ys))
+    coll = collection_bytes(len(ys), ctx.dim)
+
+    t = time.perf_counter()
+    true_idx = RawKNN().fit(Xs, ys).search(Xq, k)
+    ctx.true_idx = true_idx
+    raw_seconds = time.perf_counter() - t
+    class_ceiling = float(precision_at_k(ys[true_idx], yq))
+    record = _Recorder(ctx, cfg, k, kp, true_idx, coll, progress)
+    results = record.results
+    state: dict = {"label_free_info": None}
+    skipped = {}
+    for method in methods:
+        if _run_baseline(ctx, method, k, raw_seconds, record):
+            continue
+        try:
+            _run_method(ctx, cfg, method, k, kp, record, state)
+        except PMVectorError as exc:
+            # one method that cannot run on this data (e.g. a class too small for its KAHM subspace)
+            # is skipped with its reason; every other method's figures are kept
+            skipped[method] = str(exc)
+            results[:] = [r for r in results if r["method"] != method]
+            if progress:
+                progress(f"{method} skipped: {exc}")
+    return _summary(split, cfg, ctx, methods, k, kp, coll, class_ceiling, results, t0, state["label_free_info"],
+                    skipped)
 
 
 def _crossover(out: dict) -> None:

@@ -31,6 +31,73 @@ def fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
+def _privacy_options(epsilons: str, methods: str | None, plot: Path | None, code_bytes: int) -> tuple:
+    """``bench privacy``'s options checked as typer parameters: returns (the epsilons, the methods)."""
+    from ..bench.privacy_bench import parse_epsilons, parse_methods
+
+    try:
+        eps = parse_epsilons(epsilons)
+    except PMVectorError as e:
+        raise typer.BadParameter(str(e), param_hint="--epsilons") from None
+    try:
+        chosen = parse_methods(methods)
+    except PMVectorError as e:
+        raise typer.BadParameter(str(e), param_hint="--methods") from None
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise typer.BadParameter(f"the plot is written as PNG; give a .png file name (got {str(plot)!r}).",
+                                 param_hint="--plot")
+    from ..manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES
+
+    if not MIN_CODE_BYTES <= code_bytes <= MAX_CODE_BYTES:
+        raise typer.BadParameter(f"the code size must be {MIN_CODE_BYTES} to {MAX_CODE_BYTES} bytes; got {code_bytes}.",
+                                 param_hint="--code-bytes")
+    return eps, chosen
+
+
+def _privacy_config(eps, delta: float, k: int, shortlist: int, seed: int, chosen, max_prior: int, graph_degree: int,
+                    cells: int | None, code_bytes: int, max_bytes: str, partitions: int | None, unlabelled: bool):
+    """``bench privacy``'s :class:`~pm_vector.bench.privacy_bench.BenchConfig` from its options (the
+    code's stages from its size: 16-byte stages when a multiple of 16; without labels, public
+    partitions, 10 by default)."""
+    from ..bench.privacy_bench import BenchConfig
+    from ..manifold.partitions import DEFAULT_PARTITIONS
+
+    return BenchConfig(epsilons=eps, delta=delta, k=k, shortlist=shortlist, seed=seed, methods=chosen,
+                       max_prior=max_prior, graph_degree=graph_degree, n_cells=cells, code_bytes=code_bytes,
+                       code_stages=(code_bytes // 16 if code_bytes % 16 == 0 and code_bytes >= 32 else
+                                    2 if code_bytes % 2 == 0 and code_bytes >= 16 else 1),
+                       max_bytes=_ints(max_bytes, "--max-bytes"),
+                       partitions=(partitions or DEFAULT_PARTITIONS) if unlabelled else None)
+
+
+def _privacy_split(dataset: str, features: Path | None, labels: Path | None, max_items: int | None, seed: int,
+                   given: tuple) -> tuple:
+    """``bench privacy``'s data: the built-in dataset or the user's files (subsampled), split into
+    server / anchor / dummy / query parts (the sizes ``given``, else the dataset's defaults, else
+    shares of its items). Returns (dataset, sizes, split, the default shortlist k')."""
+    from ..bench.privacy_bench import DEFAULT_SHORTLIST
+    from ..datasets import load_arrays, load_dataset, split_dataset, subsample
+
+    if features is not None or labels is not None:
+        if features is None:
+            fail("--labels needs --features (the features file the labels belong to).")
+        ds = load_arrays(features, labels)
+        if max_items is not None:
+            ds = subsample(ds, max_items, seed)
+        sizes = None
+        kp_default = 32
+    else:
+        ds = load_dataset(dataset, max_items=max_items, seed=seed)
+        sizes = DEFAULT_SIZES.get(dataset)
+        kp_default = DEFAULT_SHORTLIST.get(dataset, 32)
+    if sizes is None:
+        n = ds.n_items
+        sizes = (int(n * 0.6), max(ds.n_classes * 3, int(n * 0.15)), max(ds.n_classes, int(n * 0.05)),
+                 min(500, int(n * 0.15)))
+    sizes = tuple(g if g is not None else d for g, d in zip(given, sizes))
+    return ds, sizes, split_dataset(ds, *sizes, seed=seed), kp_default
+
+
 @bench_app.command("privacy")
 def privacy(
     dataset: str = typer.Option("digits", help="Built-in dataset: digits, fashion-mnist (10,000 server items) or "
@@ -83,58 +150,19 @@ def privacy(
     """
     import time
 
-    from ..bench.privacy_bench import DEFAULT_SHORTLIST, BenchConfig, parse_epsilons, parse_methods, plot as draw
-    from ..bench.privacy_bench import run
-    from ..datasets import load_arrays, load_dataset, split_dataset, subsample
-    from ..manifold.partitions import DEFAULT_PARTITIONS
+    from ..bench.privacy_bench import plot as draw, run
 
-    try:
-        eps = parse_epsilons(epsilons)
-    except PMVectorError as e:
-        raise typer.BadParameter(str(e), param_hint="--epsilons") from None
-    try:
-        chosen = parse_methods(methods)
-    except PMVectorError as e:
-        raise typer.BadParameter(str(e), param_hint="--methods") from None
-    if plot is not None and plot.suffix.lower() != ".png":
-        raise typer.BadParameter(f"the plot is written as PNG; give a .png file name (got {str(plot)!r}).",
-                                 param_hint="--plot")
-    from ..manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES
-
-    if not MIN_CODE_BYTES <= code_bytes <= MAX_CODE_BYTES:
-        raise typer.BadParameter(f"the code size must be {MIN_CODE_BYTES} to {MAX_CODE_BYTES} bytes; got {code_bytes}.",
-                                 param_hint="--code-bytes")
+    eps, chosen = _privacy_options(epsilons, methods, plot, code_bytes)
     try:
         if partitions is not None and partitions < 2:
             fail("--partitions must be at least 2.")
-        if features is not None or labels is not None:
-            if features is None:
-                fail("--labels needs --features (the features file the labels belong to).")
-            ds = load_arrays(features, labels)
-            if max_items is not None:
-                ds = subsample(ds, max_items, seed)
-            sizes = None
-            kp_default = 32
-        else:
-            ds = load_dataset(dataset, max_items=max_items, seed=seed)
-            sizes = DEFAULT_SIZES.get(dataset)
-            kp_default = DEFAULT_SHORTLIST.get(dataset, 32)
-        if sizes is None:
-            n = ds.n_items
-            sizes = (int(n * 0.6), max(ds.n_classes * 3, int(n * 0.15)), max(ds.n_classes, int(n * 0.05)),
-                     min(500, int(n * 0.15)))
-        given = (n_server, n_anchor, n_dummy, n_query)
-        sizes = tuple(g if g is not None else d for g, d in zip(given, sizes))
-        split = split_dataset(ds, *sizes, seed=seed)
+        ds, sizes, split, kp_default = _privacy_split(dataset, features, labels, max_items, seed,
+                                                      (n_server, n_anchor, n_dummy, n_query))
         unlabelled = unlabeled or (features is not None and labels is None)
         if partitions is not None and not unlabelled:
             fail("--partitions applies to a collection without labels (--features without --labels, or --unlabeled).")
-        cfg = BenchConfig(epsilons=eps, delta=delta, k=k, shortlist=shortlist or kp_default, seed=seed, methods=chosen,
-                          max_prior=max_prior, graph_degree=graph_degree, n_cells=cells, code_bytes=code_bytes,
-                          code_stages=(code_bytes // 16 if code_bytes % 16 == 0 and code_bytes >= 32 else
-                                       2 if code_bytes % 2 == 0 and code_bytes >= 16 else 1),
-                          max_bytes=_ints(max_bytes, "--max-bytes"),
-                          partitions=(partitions or DEFAULT_PARTITIONS) if unlabelled else None)
+        cfg = _privacy_config(eps, delta, k, shortlist or kp_default, seed, chosen, max_prior, graph_degree, cells,
+                              code_bytes, max_bytes, partitions, unlabelled)
         err.print(f"dataset {ds.name}: {ds.n_items} items, {ds.dim} dims, "
                   f"{f'{cfg.partitions} public partitions (no labels)' if cfg.partitions else f'{ds.n_classes} classes'}"
                   "; split "

@@ -74,6 +74,52 @@ def _real_array(a, path: Path, what: str):
     _fail(f"{path}: --{what} has dtype {a.dtype}, not real numbers; save a float or integer array.")
 
 
+def _checked_rows(X, y, normalize: bool):
+    """The features as float64 rows (unit norm with ``normalize``) and the labels flat, refused (with
+    nothing written) when their shapes disagree, a value is not finite or a row is all zeros."""
+    import numpy as np
+
+    X = np.asarray(X, dtype=np.float64)
+    y = None if y is None else np.asarray(y).ravel()
+    if X.ndim != 2 or (y is not None and X.shape[0] != y.shape[0]):
+        _fail(f"features have shape {X.shape} and labels {None if y is None else y.shape}: need (n, d) and "
+              "(n,).")
+    if not np.all(np.isfinite(X)):
+        _fail(f"features row {int(np.argwhere(~np.isfinite(X))[0][0])} has NaN or infinite values; clean or "
+              "drop those rows. Nothing was written.")
+    if normalize:
+        n = np.linalg.norm(X, axis=1, keepdims=True)
+        if np.any(n == 0):
+            _fail(f"row {int(np.flatnonzero(n == 0)[0])} is all zeros and cannot be normalised.")
+        X = X / n
+    return X, y
+
+
+def _create_kwargs(y, allow_raw_features: bool, max_payload_bytes: int | None, partitions: int | None) -> dict:
+    """With ``--create``: the new collection's arguments (its labels: the distinct labels given; without
+    labels, its public partitions)."""
+    import numpy as np
+
+    from .._validation import as_labels
+
+    create_kw = {"labels": None if y is None else np.unique(as_labels(y, y.shape[0], "labels")).tolist(),
+                 "allow_raw_features": allow_raw_features, "max_payload_bytes": max_payload_bytes}
+    if y is None:
+        create_kw["partitions"] = partitions
+    return create_kw
+
+
+def _read_payloads(payloads: Path, n_rows: int) -> list:
+    """The payloads file (JSON lines), one value per feature row."""
+    from ..db.store.payloads import read_jsonl
+
+    pay = read_jsonl(payloads)
+    if len(pay) != n_rows:
+        _fail(f"{payloads}: {len(pay)} line(s) for {n_rows} feature row(s); give one JSON value per row. "
+              "Nothing was written.")
+    return pay
+
+
 def ingest(
     collection: str = typer.Argument(..., help="Collection name."),
     features: Path = typer.Option(..., help="Features: .npy (rows x dims) or .parquet (needs pyarrow)."),
@@ -104,8 +150,6 @@ def ingest(
 
     With payloads: pm-vector ingest mycoll --features X.npy --labels y.npy --payloads P.jsonl
     """
-    import numpy as np
-
     from .. import db
 
     if role not in ("items", "anchor", "dummy"):
@@ -119,36 +163,14 @@ def ingest(
     if max_payload_bytes is not None and not create:
         _fail("--max-payload-bytes goes with --create (an admin changes it later: pm-vector db payload-limit).")
     try:
-        X = np.asarray(X, dtype=np.float64)
-        y = None if y is None else np.asarray(y).ravel()
-        if X.ndim != 2 or (y is not None and X.shape[0] != y.shape[0]):
-            _fail(f"features have shape {X.shape} and labels {None if y is None else y.shape}: need (n, d) and "
-                  "(n,).")
-        if not np.all(np.isfinite(X)):
-            _fail(f"features row {int(np.argwhere(~np.isfinite(X))[0][0])} has NaN or infinite values; clean or "
-                  "drop those rows. Nothing was written.")
-        if normalize:
-            n = np.linalg.norm(X, axis=1, keepdims=True)
-            if np.any(n == 0):
-                _fail(f"row {int(np.flatnonzero(n == 0)[0])} is all zeros and cannot be normalised.")
-            X = X / n
+        X, y = _checked_rows(X, y, normalize)
         out: dict = {}
         create_kw = None
         if create:
-            from .._validation import as_labels
-
-            create_kw = {"labels": None if y is None else np.unique(as_labels(y, y.shape[0], "labels")).tolist(),
-                         "allow_raw_features": allow_raw_features, "max_payload_bytes": max_payload_bytes}
-            if y is None:
-                create_kw["partitions"] = partitions
+            create_kw = _create_kwargs(y, allow_raw_features, max_payload_bytes, partitions)
         pay = None
         if payloads is not None:
-            from ..db.store.payloads import read_jsonl
-
-            pay = read_jsonl(payloads)
-            if len(pay) != X.shape[0]:
-                _fail(f"{payloads}: {len(pay)} line(s) for {X.shape[0]} feature row(s); give one JSON value per row. "
-                      "Nothing was written.")
+            pay = _read_payloads(payloads, X.shape[0])
         with _progress(disable=as_json or not sys.stderr.isatty()) as bar:
             task = bar.add_task(f"ingest {role}", total=X.shape[0])
             if role == "items":

@@ -59,6 +59,28 @@ def serve(
 
 # ----------------------------------------------------------------------------- query
 
+def _print_answer(res: dict, collection: str, k: int, epsilon: float, delta: float, protocol: str, url: str) -> None:
+    """A query's answer as a table (rank, item, its external id, label and payload, distance), then
+    what was spent and sent."""
+    how = res.get("release") or protocol
+    how += f", K={res['n_cells']}" if res.get("n_cells") and how != "location" else ""
+    if how == "location":
+        how += f" M={res['level']}, {res['candidates']} x {res['code_bytes']} B, {res['bytes_per_request']:,} B"
+    t = Table(title=f"{collection}: {k} nearest ({how}; eps={epsilon:g}, delta={res.get('delta', delta):g})")
+    cols = [c for c in ("external_ids", "labels", "payloads") if res.get(c) is not None]
+    for c in ("rank", "item_id", *[c[:-1] for c in cols], "distance"):
+        t.add_column(c, justify="right")
+    dist = res.get("distances") or [None] * len(res["item_ids"])
+    for i, iid in enumerate(res["item_ids"]):
+        t.add_row(str(i + 1), str(iid), *[str(res[c][i]) for c in cols], "-" if dist[i] is None else f"{dist[i]:.4f}")
+    Console().print(t)
+    b = res.get("budget") or {}
+    err.print(f"spent so far on {b.get('name') or url}: eps={b.get('epsilon_spent', 0):.4g} of "
+              f"{b.get('epsilon_budget')}; {res['timing']['total_ms']:.0f} ms; "
+              f"{res['bytes_sent']:,} bytes sent, {res['bytes_received']:,} received; re-ranked by "
+              f"{res.get('reranked') or 'nothing'}")
+
+
 def query(
     collection: str = typer.Argument(..., help="Collection name."),
     features: Path = typer.Option(..., help="Query features: .npy with one row (or several: pick with --row)."),
@@ -137,23 +159,7 @@ def query(
     if as_json:
         _echo_json(res)
         return
-    how = res.get("release") or protocol
-    how += f", K={res['n_cells']}" if res.get("n_cells") and how != "location" else ""
-    if how == "location":
-        how += f" M={res['level']}, {res['candidates']} x {res['code_bytes']} B, {res['bytes_per_request']:,} B"
-    t = Table(title=f"{collection}: {k} nearest ({how}; eps={epsilon:g}, delta={res.get('delta', delta):g})")
-    cols = [c for c in ("external_ids", "labels", "payloads") if res.get(c) is not None]
-    for c in ("rank", "item_id", *[c[:-1] for c in cols], "distance"):
-        t.add_column(c, justify="right")
-    dist = res.get("distances") or [None] * len(res["item_ids"])
-    for i, iid in enumerate(res["item_ids"]):
-        t.add_row(str(i + 1), str(iid), *[str(res[c][i]) for c in cols], "-" if dist[i] is None else f"{dist[i]:.4f}")
-    Console().print(t)
-    b = res.get("budget") or {}
-    err.print(f"spent so far on {b.get('name') or url}: eps={b.get('epsilon_spent', 0):.4g} of "
-              f"{b.get('epsilon_budget')}; {res['timing']['total_ms']:.0f} ms; "
-              f"{res['bytes_sent']:,} bytes sent, {res['bytes_received']:,} received; re-ranked by "
-              f"{res.get('reranked') or 'nothing'}")
+    _print_answer(res, collection, k, epsilon, delta, protocol, url)
 
 
 # ----------------------------------------------------------------------------- bench load

@@ -69,7 +69,7 @@ from .privatemail import PrivateMail, request_charge
 from .public_documents import RELEASES  # noqa: F401  (its old home)
 from .public_documents import PublicDocument, PublicDocuments, VerifiedFrame
 from ..protocol.answers import check_rows_answer
-from .rerank import rank
+from .rerank import rerank_row
 from .transport import WIRES, ServiceError, Transport, wire_bytes  # noqa: F401  (wire_bytes: its old home)
 
 
@@ -97,6 +97,28 @@ def _check_options(options: dict[str, Any]) -> None:
     if unknown:
         raise TypeError(f"unexpected keyword(s) {unknown}; protocol='privatemail_paper' takes "
                         f"{list(PAPER_OPTIONS)}.")
+
+
+def _checked_answer(res: dict, name: str, req, protocol: str, shortlist, pc, b, mode, n_features: int):
+    """The WHOLE answer checked before the secret picks its row (an error must not depend on which
+    row is real): its codes are the published codes' ``b``-byte prefix, and every row well formed.
+    Returns the rows."""
+    if pc is not None:
+        meta = res.get("codes") or {}
+        if meta.get("digest") != pc.digest() or meta.get("bytes") != b:
+            raise AlignmentError(f"the answer's codes ({meta.get('bytes')!r} bytes, digest "
+                                 f"{str(meta.get('digest'))[:16]!r}...) are not the {b}-byte prefix of the codes "
+                                 f"collection {name!r} publishes; refusing to re-rank by them.")
+    rows = res.get("rows")
+    if protocol == "pm_vector":
+        kp = int(getattr(req, "shortlist", 0) or shortlist or 1000)
+        try:
+            rows = check_rows_answer(rows, n_rows=int(req.n_rows), k_prime=kp,
+                                     code_bytes=b if pc is not None else None,
+                                     n_features=n_features if mode == "features" else None)
+        except InvalidInputError as exc:  # the answer's fault, whatever the real row
+            raise MalformedAnswerError(f"the answer is malformed: {exc}") from None
+    return rows
 
 
 class Client(Transport, PublicDocuments):
@@ -442,44 +464,10 @@ class Client(Transport, PublicDocuments):
         t2 = time.perf_counter()
         # nothing below talks to the server: the answer is all the client uses. The WHOLE answer is
         # checked before the secret picks its row (an error must not depend on which row is real)
-        if pc is not None:
-            meta = res.get("codes") or {}
-            if meta.get("digest") != pc.digest() or meta.get("bytes") != b:
-                raise AlignmentError(f"the answer's codes ({meta.get('bytes')!r} bytes, digest "
-                                     f"{str(meta.get('digest'))[:16]!r}...) are not the {b}-byte prefix of the codes "
-                                     f"collection {name!r} publishes; refusing to re-rank by them.")
-        rows = res.get("rows")
-        if protocol == "pm_vector":
-            kp = int(getattr(req, "shortlist", 0) or shortlist or 1000)
-            try:
-                rows = check_rows_answer(rows, n_rows=int(req.n_rows), k_prime=kp,
-                                         code_bytes=b if pc is not None else None,
-                                         n_features=len(q_raw) if mode == "features" else None)
-            except InvalidInputError as exc:  # the answer's fault, whatever the real row
-                raise MalformedAnswerError(f"the answer is malformed: {exc}") from None
+        rows = _checked_answer(res, name, req, protocol, shortlist, pc, b, mode, len(q_raw))
         row = dict(secret.pick(rows))
         row["item_ids"] = [int(v) for v in np.asarray(row.get("item_ids", []), dtype=np.int64).ravel()]
-        n = len(row["item_ids"])
-        reranked: str | bool = False
-        q = q_raw / max(float(np.linalg.norm(q_raw)), 1e-12)
-        order = d = None
-        if mode == "features" and row.get("features") is not None and len(row["features"]):
-            order, d = rank(q, row["features"])
-        elif mode == "codes" and n:
-            # on k' codes whatever the row holds (zeros after its n): the time does not tell the row
-            padded = np.zeros((max(n, int(getattr(req, "shortlist", n) or n)), b), np.uint8)
-            padded[:n] = row["codes"]
-            order, d = rank(q, codes=padded, product_codes=pc)
-            order, d = order[order < n], d[:n]
-        if d is not None:
-            for key2 in ("item_ids", "external_ids", "labels", "features", "scores", "payloads",
-                         "predicted", "class_scores"):
-                if row.get(key2) is not None:
-                    row[key2] = [row[key2][i] for i in order]
-            row["distances"] = d[order].tolist()
-            reranked = mode
-        row.pop("features", None)
-        row.pop("codes", None)
+        reranked = rerank_row(row, q_raw, mode, req, pc, b)
         if protocol == "pm_vector":
             for key2 in ("item_ids", "external_ids", "labels", "scores", "payloads", "distances", "predicted",
                          "class_scores"):

@@ -3,9 +3,9 @@ distance to the client's own query, by raw features or by published product code
 
 Used by :func:`rerank` (positions), :meth:`PrivateKNN.rerank <pm_vector.client.query.PrivateKNN.rerank>`
 and :meth:`~pm_vector.client.query.PrivateKNN.rerank_codes` (ids), and
-:meth:`Client.query <pm_vector.client.http.Client.query>` (the answer's row, re-ordered). The
-server never sees the query's features: this runs on the client, after the answer, and sends
-nothing.
+:meth:`Client.query <pm_vector.client.http.Client.query>` (the answer's row, re-ordered by
+:func:`rerank_row`). The server never sees the query's features: this runs on the client, after
+the answer, and sends nothing.
 """
 
 from __future__ import annotations
@@ -70,3 +70,32 @@ def rerank_ids(query, candidate_ids, candidate_features=None, k: int = 8, *, cod
     if ids.shape[0] == 0:
         return ids[:0]
     return ids[rank(query, candidate_features, codes=codes, product_codes=product_codes)[0][: int(k)]]
+
+
+def rerank_row(row: dict, q_raw: np.ndarray, mode, req, pc, b) -> str | bool:
+    """:meth:`Client.query <pm_vector.client.http.Client.query>`'s real row (an answer's row dict)
+    re-ranked by :func:`rank`, in place, with its distances (``mode``: by the candidates' raw
+    features or their codes, ``b`` bytes of the product codes ``pc``); the features and codes
+    dropped. Returns how it was re-ranked (``mode``), or False."""
+    n = len(row["item_ids"])
+    reranked: str | bool = False
+    q = q_raw / max(float(np.linalg.norm(q_raw)), 1e-12)
+    order = d = None
+    if mode == "features" and row.get("features") is not None and len(row["features"]):
+        order, d = rank(q, row["features"])
+    elif mode == "codes" and n:
+        # on k' codes whatever the row holds (zeros after its n): the time does not tell the row
+        padded = np.zeros((max(n, int(getattr(req, "shortlist", n) or n)), b), np.uint8)
+        padded[:n] = row["codes"]
+        order, d = rank(q, codes=padded, product_codes=pc)
+        order, d = order[order < n], d[:n]
+    if d is not None:
+        for key2 in ("item_ids", "external_ids", "labels", "features", "scores", "payloads",
+                     "predicted", "class_scores"):
+            if row.get(key2) is not None:
+                row[key2] = [row[key2][i] for i in order]
+        row["distances"] = d[order].tolist()
+        reranked = mode
+    row.pop("features", None)
+    row.pop("codes", None)
+    return reranked

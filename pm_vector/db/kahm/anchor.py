@@ -38,6 +38,80 @@ def _anchor_privacy(epsilon, delta, unit, clip_norm, value_range, grid, p: int) 
             "outside_guarantee": "labels, per-class counts and which items were sampled (public seed over item ids)"}
 
 
+def _source_size(source_per_class: int | None, per: int, n: int, p: int) -> int:
+    """The source rows drawn per class (default: the anchor and dummy rows of a class), refused when
+    too few for the rows asked or for ``n`` components, or ``n`` above the ``p`` features."""
+    src = per if source_per_class is None else _positive_int("source_per_class", source_per_class)
+    if src < per:
+        raise InvalidInputError(f"source_per_class={src} is below anchors_per_class + dummies_per_class = {per}.")
+    if n >= src:
+        raise InvalidInputError(f"n_components={n} needs at least n+1 = {n + 1} source rows per class; got {src}.")
+    if n > p:
+        raise InvalidInputError(f"n_components={n} exceeds the collection's {p} features.")
+    return src
+
+
+def _fabricate_rows(X: np.ndarray, y: np.ndarray, prov: dict, *, n: int, noise_seed, unit: str, src: int,
+                    max_smoothing_steps: int, steps, n_jobs: int) -> tuple:
+    """The DP release and KAHM fabrication of the source rows (:func:`pm_vector.kahm.fabricate_anchor`
+    with the calibration ``prov``); returns (the fabricated rows, their labels, the fabrication
+    warnings caught)."""
+    import warnings
+
+    from ...kahm import FabricationWarning, fabricate_anchor
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FabricationWarning)
+        Xf, yf = fabricate_anchor(X, y, prov["epsilon"], n=n, seed=noise_seed, delta=prov["delta"], unit=unit,
+                                  clip_norm=prov.get("clip_norm", 1.0), sensitivity=prov.get("sensitivity", 1.0),
+                                  grid=prov["grid"], branch_size=max(src, 1000),
+                                  max_smoothing_steps=max_smoothing_steps, smoothing_steps=steps, n_jobs=n_jobs)
+    return Xf, yf, caught
+
+
+def _unit_rows(Xf: np.ndarray) -> np.ndarray:
+    """The fabricated rows normalised to unit norm, refused when one is not finite or zero."""
+    if not np.all(np.isfinite(Xf)):
+        raise DatabaseError("the fabricated anchor has non-finite rows (the KAHM image is undefined for this "
+                            "data); rescale the features or raise epsilon. Nothing was registered.")
+    # the protocol's public anchor has unit-norm rows (PrivateMail's sensitivity bound assumes it):
+    # normalising is post-processing of the DP release
+    norms = np.linalg.norm(Xf, axis=1)
+    if np.any(norms < 1e-12):
+        raise DatabaseError("a fabricated anchor row is zero and cannot be normalised; raise epsilon or the "
+                            "per-class sizes. Nothing was registered.")
+    return Xf / norms[:, None]
+
+
+def _anchor_and_dummy_rows(yf: np.ndarray, classes, rng, a: int, per: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per class, ``per`` of its fabricated rows in a random order (public seed): the first ``a`` for
+    the anchor, the rest for the dummy pool. Returns (anchor positions, dummy positions)."""
+    anchor_rows, dummy_rows = [], []
+    for c in classes:
+        idx = np.flatnonzero(yf == c)
+        idx = idx[rng.permutation(idx.size)]
+        anchor_rows.append(idx[:a])
+        dummy_rows.append(idx[a:per])
+    return np.concatenate(anchor_rows), np.concatenate(dummy_rows)
+
+
+def _provenance(prov: dict, steps, *, n: int, a: int, dmy: int, src: int, n_source: int, classes, sample_seed: int,
+                noise_seed) -> dict:
+    """The fabricated set's provenance: the release's calibration ``prov``, then how the rows were
+    fabricated and post-processed, the sizes and the seeds."""
+    return {
+        **prov,
+        "fabrication": "KAHM fabricated data (Definitions 13-14, Remark 4) of the noisy rows",
+        "post_processing": "k-means, smoothing and KAHM images of the noisy rows; rows normalised to unit norm "
+                           "(the protocol's anchor rows must be unit-norm)",
+        "smoothing": _smoothing_record(steps),
+        "n_components": n, "anchors_per_class": a, "dummies_per_class": dmy, "source_per_class": src,
+        "source_items": n_source,
+        "classes": classes.tolist(), "sample_seed": int(sample_seed),
+        "noise_seed": "cryptographically seeded" if noise_seed is None else "fixed test seed (NOT private)",
+    }
+
+
 def fabricate_anchor_set(collection: str, epsilon: float, *, unit: str = "row", clip_norm: float = 1.0,
                          value_range=None, delta: float = 1e-5, grid: float | None = None,
                          anchors_per_class: int = 100, dummies_per_class: int = 20,
@@ -71,8 +145,6 @@ def fabricate_anchor_set(collection: str, epsilon: float, *, unit: str = "row", 
     download it as the public anchor. Returns ``{"anchor": {...}, "dummy": {...}, "provenance": {...},
     "seconds": ...}``; the provenance leads with ``per_item_epsilon``.
     """
-    from ...kahm import fabricate_anchor
-
     report = progress or _noop
     a = _positive_int("anchors_per_class", anchors_per_class)
     dmy = _positive_int("dummies_per_class", dummies_per_class, 0)
@@ -87,13 +159,7 @@ def fabricate_anchor_set(collection: str, epsilon: float, *, unit: str = "row", 
     p = int(coll["feature_dim"])
     prov = _anchor_privacy(epsilon, delta, unit, clip_norm, value_range, grid, p)
     per = a + dmy
-    src = per if source_per_class is None else _positive_int("source_per_class", source_per_class)
-    if src < per:
-        raise InvalidInputError(f"source_per_class={src} is below anchors_per_class + dummies_per_class = {per}.")
-    if n >= src:
-        raise InvalidInputError(f"n_components={n} needs at least n+1 = {n + 1} source rows per class; got {src}.")
-    if n > p:
-        raise InvalidInputError(f"n_components={n} exceeds the collection's {p} features.")
+    src = _source_size(source_per_class, per, n, p)
     classes = _class_counts_check(coll, items["label"], src, "fabricating the anchor")
     rng = np.random.default_rng(sample_seed)  # public bookkeeping, not a privacy mechanism
     pick = np.concatenate([rng.choice(np.flatnonzero(items["label"] == c), src, replace=False) for c in classes])
@@ -102,45 +168,13 @@ def fabricate_anchor_set(collection: str, epsilon: float, *, unit: str = "row", 
         X = np.clip(X, *prov["value_range"])
     y = items["label"][pick]
     report("fabricate", 0, 1)
-    import warnings
-
-    from ...kahm import FabricationWarning
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", FabricationWarning)
-        Xf, yf = fabricate_anchor(X, y, prov["epsilon"], n=n, seed=noise_seed, delta=prov["delta"], unit=unit,
-                                  clip_norm=prov.get("clip_norm", 1.0), sensitivity=prov.get("sensitivity", 1.0),
-                                  grid=prov["grid"], branch_size=max(src, 1000),
-                                  max_smoothing_steps=max_smoothing_steps, smoothing_steps=steps, n_jobs=n_jobs)
+    Xf, yf, caught = _fabricate_rows(X, y, prov, n=n, noise_seed=noise_seed, unit=unit, src=src,
+                                     max_smoothing_steps=max_smoothing_steps, steps=steps, n_jobs=n_jobs)
     report("fabricate", 1, 1)
-    if not np.all(np.isfinite(Xf)):
-        raise DatabaseError("the fabricated anchor has non-finite rows (the KAHM image is undefined for this "
-                            "data); rescale the features or raise epsilon. Nothing was registered.")
-    # the protocol's public anchor has unit-norm rows (PrivateMail's sensitivity bound assumes it):
-    # normalising is post-processing of the DP release
-    norms = np.linalg.norm(Xf, axis=1)
-    if np.any(norms < 1e-12):
-        raise DatabaseError("a fabricated anchor row is zero and cannot be normalised; raise epsilon or the "
-                            "per-class sizes. Nothing was registered.")
-    Xf = Xf / norms[:, None]
-    anchor_rows, dummy_rows = [], []
-    for c in classes:
-        idx = np.flatnonzero(yf == c)
-        idx = idx[rng.permutation(idx.size)]
-        anchor_rows.append(idx[:a])
-        dummy_rows.append(idx[a:per])
-    ia, idm = np.concatenate(anchor_rows), np.concatenate(dummy_rows)
-    prov = {
-        **prov,
-        "fabrication": "KAHM fabricated data (Definitions 13-14, Remark 4) of the noisy rows",
-        "post_processing": "k-means, smoothing and KAHM images of the noisy rows; rows normalised to unit norm "
-                           "(the protocol's anchor rows must be unit-norm)",
-        "smoothing": _smoothing_record(steps),
-        "n_components": n, "anchors_per_class": a, "dummies_per_class": dmy, "source_per_class": src,
-        "source_items": int(pick.size),
-        "classes": classes.tolist(), "sample_seed": int(sample_seed),
-        "noise_seed": "cryptographically seeded" if noise_seed is None else "fixed test seed (NOT private)",
-    }
+    Xf = _unit_rows(Xf)
+    ia, idm = _anchor_and_dummy_rows(yf, classes, rng, a, per)
+    prov = _provenance(prov, steps, n=n, a=a, dmy=dmy, src=src, n_source=int(pick.size), classes=classes,
+                       sample_seed=sample_seed, noise_seed=noise_seed)
     desc = description or (f"DP fabricated anchor (KAHM, epsilon={prov['per_item_epsilon']:g} per item, "
                            f"unit {unit})")
     from ..store.anchors import register_anchor_sets

@@ -63,29 +63,11 @@ def _split(idx, labels, seed, **kw):
                                 "change holdout_fraction.") from None
 
 
-def run_membership_audit(collection: str, epsilon: float | None = None, *, value_range=None, delta: float = 1e-5,
-                         n_repeats: int = 3, holdout_fraction: float = 0.3, max_items: int | None = 5000,
-                         n_components: int = 20, n_layers: int | None = None, branch_size: int = 1000,
-                         smoothing_steps: int | None = DEFAULT_SMOOTHING_STEPS, noise: str = "grid",
-                         split_seed: int = 0, noise_seed: int | None = None, n_jobs: int = -1,
-                         progress: ProgressFn | None = None) -> dict[str, Any]:
-    """Membership-inference audit (see the module docstring); stored in ``pm_vector.kahm_audits``.
-
-    ``epsilon=None``: the deployed configuration (the collection's current model; the size
-    arguments are then taken from it). Otherwise raw, noisy and fabricated models at ``epsilon``
-    (per element, public ``value_range``). ``n_repeats`` splits (public seeds ``split_seed + i``)
-    each with its own noise draw. Returns the report with ``audit_id``.
-    """
-    from ...kahm.membership import (clopper_pearson, membership_auc, membership_inference_score, scale_free,
-                                    tpr_at_fpr)
-
-    report = progress or _noop
-    reps = _positive_int("n_repeats", n_repeats)
-    if isinstance(holdout_fraction, bool) or not isinstance(holdout_fraction, (int, float)) \
-            or not 0.05 <= float(holdout_fraction) <= 0.95:
-        raise InvalidInputError(f"holdout_fraction must be in [0.05, 0.95]; got {holdout_fraction!r}.")
-    if max_items is not None:
-        _positive_int("max_items", max_items, 2)
+def _audit_configuration(collection: str, epsilon, value_range, delta, noise, n_components, n_layers, branch_size,
+                         smoothing_steps) -> tuple:
+    """What is audited: the deployed model's configuration (``epsilon=None``), or the raw, noisy and
+    fabricated models at ``epsilon`` with the sizes given. Returns (the privacy calibration or None,
+    the kinds, n_components, layers, branch size, smoothing steps, the configuration record)."""
     if epsilon is None:
         if value_range is not None:
             raise InvalidInputError("value_range goes with epsilon; without epsilon the deployed model's is audited.")
@@ -101,6 +83,74 @@ def run_membership_audit(collection: str, epsilon: float | None = None, *, value
         bs = _positive_int("branch_size", branch_size)
         steps = _steps(smoothing_steps)
         configuration = {"source": "given"}
+    return priv, kinds, n, L, bs, steps, configuration
+
+
+def _score(st: dict[str, list], model, X: np.ndarray, y: np.ndarray, tr: np.ndarray, ho: np.ndarray) -> None:
+    """One fitted model's membership scores on its training and held-out items, appended to ``st``:
+    AUC, MIS (scale-free; None when a distance is not finite), accuracy, and TPR at each FPR."""
+    from ...kahm.membership import membership_auc, membership_inference_score, scale_free, tpr_at_fpr
+
+    d_tr = np.asarray(model.min_distance(X[tr]), dtype=np.float64)  # float32 models: 1e300 must fit
+    d_ho = np.asarray(model.min_distance(X[ho]), dtype=np.float64)
+    st["auc"].append(membership_auc(np.nan_to_num(d_tr, nan=np.inf, posinf=1e300),
+                                    np.nan_to_num(d_ho, nan=np.inf, posinf=1e300)))
+    fin = np.isfinite(d_tr).all() and np.isfinite(d_ho).all()
+    st["mis"].append(membership_inference_score(*scale_free(d_tr, d_ho)) if fin else None)
+    st["acc"].append(float(np.mean(model.predict(X[ho]) == y[ho])))
+    d_tr, d_ho = np.nan_to_num(d_tr, nan=np.inf), np.nan_to_num(d_ho, nan=np.inf)
+    st["tp"].append([tpr_at_fpr(d_tr, d_ho, f)[:2] for f in FPRS])
+    st["fp"].append([tpr_at_fpr(d_tr, d_ho, f)[2:] for f in FPRS])
+
+
+def _summarise_kinds(out: dict[str, Any], per: dict, kinds: list) -> None:
+    """Per kind, over the repeats: mean AUC (and range), MIS, accuracy, TPR at each FPR with its
+    Clopper-Pearson interval; and how much fabrication reduces MIS."""
+    from ...kahm.membership import clopper_pearson
+
+    for kind, st in per.items():
+        tag = _TAG[kind]
+        mis = [m for m in st["mis"] if m is not None]
+        out[f"auc_{tag}"] = float(np.mean(st["auc"]))
+        out[f"auc_{tag}_range"] = [float(np.min(st["auc"])), float(np.max(st["auc"]))]
+        out[f"mis_{tag}"] = float(np.mean(mis)) if mis else None
+        out[f"accuracy_{tag}"] = float(np.mean(st["acc"]))
+        for i, f in enumerate(FPRS):
+            k = sum(t[i][0] for t in st["tp"])
+            m = sum(t[i][1] for t in st["tp"])
+            fp = sum(t[i][0] for t in st["fp"])
+            nh = sum(t[i][1] for t in st["fp"])
+            lo, hi = clopper_pearson(k, m)
+            out[f"tpr_at_fpr_{f:g}_{tag}"] = {"tpr": k / m, "ci95": [lo, hi], "true_positives": k, "members": m,
+                                              "false_positives": fp, "non_members": nh}
+    if "fab" in (_TAG[k] for k in kinds) and out.get("mis_raw") and out.get("mis_fab") is not None:
+        out["mis_reduction"] = 1.0 - out["mis_fab"] / out["mis_raw"]  # both scale-free: same unit
+        if out.get("mis_noisy"):
+            out["mis_reduction_vs_noisy"] = 1.0 - out["mis_fab"] / out["mis_noisy"]
+
+
+def run_membership_audit(collection: str, epsilon: float | None = None, *, value_range=None, delta: float = 1e-5,
+                         n_repeats: int = 3, holdout_fraction: float = 0.3, max_items: int | None = 5000,
+                         n_components: int = 20, n_layers: int | None = None, branch_size: int = 1000,
+                         smoothing_steps: int | None = DEFAULT_SMOOTHING_STEPS, noise: str = "grid",
+                         split_seed: int = 0, noise_seed: int | None = None, n_jobs: int = -1,
+                         progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Membership-inference audit (see the module docstring); stored in ``pm_vector.kahm_audits``.
+
+    ``epsilon=None``: the deployed configuration (the collection's current model; the size
+    arguments are then taken from it). Otherwise raw, noisy and fabricated models at ``epsilon``
+    (per element, public ``value_range``). ``n_repeats`` splits (public seeds ``split_seed + i``)
+    each with its own noise draw. Returns the report with ``audit_id``.
+    """
+    report = progress or _noop
+    reps = _positive_int("n_repeats", n_repeats)
+    if isinstance(holdout_fraction, bool) or not isinstance(holdout_fraction, (int, float)) \
+            or not 0.05 <= float(holdout_fraction) <= 0.95:
+        raise InvalidInputError(f"holdout_fraction must be in [0.05, 0.95]; got {holdout_fraction!r}.")
+    if max_items is not None:
+        _positive_int("max_items", max_items, 2)
+    priv, kinds, n, L, bs, steps, configuration = _audit_configuration(
+        collection, epsilon, value_range, delta, noise, n_components, n_layers, branch_size, smoothing_steps)
     report("load", 0, 1)
     coll, items = _load(collection)
     report("load", 1, 1)
@@ -126,39 +176,11 @@ def run_membership_audit(collection: str, epsilon: float | None = None, *, value
             seed = None if noise_seed is None else int(noise_seed) + r  # a fresh noise draw per repeat
             model = _make_model(kind, priv, n, L, bs, steps if kind == "fabricated" else None, seed, n_jobs)
             model.fit((X if kind == "raw" else Xc)[tr], y[tr])
-            d_tr = np.asarray(model.min_distance(X[tr]), dtype=np.float64)  # float32 models: 1e300 must fit
-            d_ho = np.asarray(model.min_distance(X[ho]), dtype=np.float64)
-            st = per[kind]
-            st["auc"].append(membership_auc(np.nan_to_num(d_tr, nan=np.inf, posinf=1e300),
-                                            np.nan_to_num(d_ho, nan=np.inf, posinf=1e300)))
-            fin = np.isfinite(d_tr).all() and np.isfinite(d_ho).all()
-            st["mis"].append(membership_inference_score(*scale_free(d_tr, d_ho)) if fin else None)
-            st["acc"].append(float(np.mean(model.predict(X[ho]) == y[ho])))
-            d_tr, d_ho = np.nan_to_num(d_tr, nan=np.inf), np.nan_to_num(d_ho, nan=np.inf)
-            st["tp"].append([tpr_at_fpr(d_tr, d_ho, f)[:2] for f in FPRS])
-            st["fp"].append([tpr_at_fpr(d_tr, d_ho, f)[2:] for f in FPRS])
+            _score(per[kind], model, X, y, tr, ho)
     report("fit", total, total)
     out: dict[str, Any] = {"n_train": int(tr.size), "n_holdout": int(ho.size), "n_repeats": reps,
                            "kinds": kinds, "configuration": configuration}
-    for kind, st in per.items():
-        tag = _TAG[kind]
-        mis = [m for m in st["mis"] if m is not None]
-        out[f"auc_{tag}"] = float(np.mean(st["auc"]))
-        out[f"auc_{tag}_range"] = [float(np.min(st["auc"])), float(np.max(st["auc"]))]
-        out[f"mis_{tag}"] = float(np.mean(mis)) if mis else None
-        out[f"accuracy_{tag}"] = float(np.mean(st["acc"]))
-        for i, f in enumerate(FPRS):
-            k = sum(t[i][0] for t in st["tp"])
-            m = sum(t[i][1] for t in st["tp"])
-            fp = sum(t[i][0] for t in st["fp"])
-            nh = sum(t[i][1] for t in st["fp"])
-            lo, hi = clopper_pearson(k, m)
-            out[f"tpr_at_fpr_{f:g}_{tag}"] = {"tpr": k / m, "ci95": [lo, hi], "true_positives": k, "members": m,
-                                              "false_positives": fp, "non_members": nh}
-    if "fab" in (_TAG[k] for k in kinds) and out.get("mis_raw") and out.get("mis_fab") is not None:
-        out["mis_reduction"] = 1.0 - out["mis_fab"] / out["mis_raw"]  # both scale-free: same unit
-        if out.get("mis_noisy"):
-            out["mis_reduction_vs_noisy"] = 1.0 - out["mis_fab"] / out["mis_noisy"]
+    _summarise_kinds(out, per, kinds)
     out["seconds"] = round(time.perf_counter() - t0, 3)
     params = {"holdout_fraction": float(holdout_fraction), "max_items": max_items, "n_components": n,
               "n_layers": L, "branch_size": bs, "smoothing_steps": steps, "split_seed": int(split_seed),

@@ -91,6 +91,58 @@ def _write_scores(conn, model_id: int, item_ids: np.ndarray, predicted: np.ndarr
                 cp.write_row((model_id, i, p_, s))
 
 
+def _kind_privacy(kind: str, epsilon, delta: float, value_range, noise: str) -> dict | None:
+    """The private kinds' calibration (they need ``epsilon``), None for the raw kind (which takes none)."""
+    if kind != "raw":
+        if epsilon is None:
+            raise InvalidInputError(f"kind={kind!r} is differentially private: give epsilon (and value_range).")
+        return _privacy(epsilon, delta, value_range, noise)
+    if epsilon is not None:
+        raise InvalidInputError("epsilon is for the private kinds ('noisy', 'fabricated'); kind='raw' adds no noise.")
+    return None
+
+
+def _privacy_record(priv: dict | None, kind: str, p: int, noise_seed, smoothing_steps) -> dict:
+    """The model's stored privacy record: the calibration with its row-level cost over ``p`` features
+    and the noise seed's nature, or, for the raw kind, what lies outside any guarantee."""
+    if priv is None:
+        return {"unit": "none", "epsilon": None,
+                "outside_guarantee": "everything: the raw model is fitted on the items as stored (no noise); its "
+                                     "distances are not served over HTTP unless the collection opts in "
+                                     "(settings['kahm']['raw_distances'])"}
+    priv = {**priv, "noise_seed": "cryptographically seeded" if noise_seed is None else
+            "fixed test seed (NOT private)", "row_epsilon": priv["epsilon"] * p,
+            "row_delta": min(1.0, priv["delta"] * p)}
+    if kind == "fabricated":
+        priv["smoothing"] = _smoothing_record(smoothing_steps)
+        if smoothing_steps is None:
+            priv["outside_guarantee"] += "; the stopping rule's threshold r (from the original rows)"
+    return priv
+
+
+def _write_model(collection: str, coll, kind: str, params: dict, priv: dict, model, items, blob: bytes,
+                 timings: dict, pred, scores, keep: int) -> int:
+    """In one transaction: the model row and every item's class scores, and the older models beyond
+    ``keep`` deleted (refused if the collection was re-created meanwhile). Returns the model's id."""
+    from psycopg.types.json import Jsonb
+
+    with _transaction() as conn:
+        c2 = _collection_row(conn, collection, lock="FOR SHARE")
+        if c2["id"] != coll["id"]:
+            raise DatabaseError(f"collection {collection!r} was dropped and re-created while the job ran.")
+        mid = conn.execute(
+            "INSERT INTO pm_vector.kahm_models (collection_id, kind, params, privacy, classes, n_features, "
+            "n_items, model, timings, worker) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+            [coll["id"], kind, Jsonb(params), Jsonb(priv),
+             [int(c) for c in model.classes_], int(model.n_features_in_), int(items["id"].shape[0]), blob,
+             Jsonb({k: round(v, 4) for k, v in timings.items()}), Jsonb(_worker())]).fetchone()[0]
+        _write_scores(conn, mid, items["id"], pred, scores)
+        conn.execute("DELETE FROM pm_vector.kahm_models WHERE collection_id = %s AND id < %s AND id NOT IN "
+                     "(SELECT id FROM pm_vector.kahm_models WHERE collection_id = %s AND id < %s "
+                     "ORDER BY id DESC LIMIT %s)", [coll["id"], mid, coll["id"], mid, keep])
+    return mid
+
+
 def fit_kahm_models(collection: str, *, kind: str = "raw", epsilon: float | None = None, delta: float = 1e-5,
                     value_range=None, n_components: int = 20, n_layers: int | None = None, branch_size: int = 1000,
                     smoothing_steps: int | None = DEFAULT_SMOOTHING_STEPS, noise: str = "grid",
@@ -116,13 +168,7 @@ def fit_kahm_models(collection: str, *, kind: str = "raw", epsilon: float | None
     report = progress or _noop
     if kind not in KINDS:
         raise InvalidInputError(f"kind must be one of {KINDS}; got {kind!r}.")
-    priv = None
-    if kind != "raw":
-        if epsilon is None:
-            raise InvalidInputError(f"kind={kind!r} is differentially private: give epsilon (and value_range).")
-        priv = _privacy(epsilon, delta, value_range, noise)
-    elif epsilon is not None:
-        raise InvalidInputError("epsilon is for the private kinds ('noisy', 'fabricated'); kind='raw' adds no noise.")
+    priv = _kind_privacy(kind, epsilon, delta, value_range, noise)
     n = _positive_int("n_components", n_components)
     L = min(5, n) if n_layers is None else _positive_int("n_layers", n_layers)  # default: 5 layers, at most n
     bs = _positive_int("branch_size", branch_size)
@@ -159,38 +205,10 @@ def fit_kahm_models(collection: str, *, kind: str = "raw", epsilon: float | None
     params = {"n_components": n, "n_layers": L, "branch_size": bs, "dtype": dtype}
     if kind == "fabricated":
         params["smoothing_steps"] = smoothing_steps
-    if priv is None:
-        priv = {"unit": "none", "epsilon": None,
-                "outside_guarantee": "everything: the raw model is fitted on the items as stored (no noise); its "
-                                     "distances are not served over HTTP unless the collection opts in "
-                                     "(settings['kahm']['raw_distances'])"}
-    else:
-        p = int(coll["feature_dim"])
-        priv = {**priv, "noise_seed": "cryptographically seeded" if noise_seed is None else
-                "fixed test seed (NOT private)", "row_epsilon": priv["epsilon"] * p,
-                "row_delta": min(1.0, priv["delta"] * p)}
-        if kind == "fabricated":
-            priv["smoothing"] = _smoothing_record(smoothing_steps)
-            if smoothing_steps is None:
-                priv["outside_guarantee"] += "; the stopping rule's threshold r (from the original rows)"
+    priv = _privacy_record(priv, kind, int(coll["feature_dim"]), noise_seed, smoothing_steps)
     t = time.perf_counter()
     report("write", 0, 1)
-    from psycopg.types.json import Jsonb
-
-    with _transaction() as conn:
-        c2 = _collection_row(conn, collection, lock="FOR SHARE")
-        if c2["id"] != coll["id"]:
-            raise DatabaseError(f"collection {collection!r} was dropped and re-created while the job ran.")
-        mid = conn.execute(
-            "INSERT INTO pm_vector.kahm_models (collection_id, kind, params, privacy, classes, n_features, "
-            "n_items, model, timings, worker) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-            [coll["id"], kind, Jsonb(params), Jsonb(priv),
-             [int(c) for c in model.classes_], int(model.n_features_in_), int(items["id"].shape[0]), blob,
-             Jsonb({k: round(v, 4) for k, v in timings.items()}), Jsonb(_worker())]).fetchone()[0]
-        _write_scores(conn, mid, items["id"], pred, scores)
-        conn.execute("DELETE FROM pm_vector.kahm_models WHERE collection_id = %s AND id < %s AND id NOT IN "
-                     "(SELECT id FROM pm_vector.kahm_models WHERE collection_id = %s AND id < %s "
-                     "ORDER BY id DESC LIMIT %s)", [coll["id"], mid, coll["id"], mid, keep])
+    mid = _write_model(collection, coll, kind, params, priv, model, items, blob, timings, pred, scores, keep)
     report("write", 1, 1)
     timings["write_s"] = time.perf_counter() - t
     model.model_id_ = int(mid)  # as load_kahm_model() sets it: the cached model must carry its id too

@@ -330,6 +330,40 @@ def _scored_candidates(rconn, meta: Mapping[str, Any], doc: Mapping[str, Any], r
     return np.concatenate(r_of), np.concatenate(r_ids), np.concatenate(r_score)
 
 
+def _fetch_rows(rconn, meta: dict, doc, req: QueryRequest, kp: int, collection: str, include_features: bool,
+                compact: bool, joins: dict, extra: dict, timings: dict[str, float], t: float) -> tuple:
+    """The class-rows answer's rows, in the request's snapshot: ranked on the run's graph then joined
+    with the items by one statement (compact or full), or, for sharded and older runs, ranked and
+    joined by ``pm_vector.pm_shortlist``. Returns (the rows, the candidates found, when the fetch
+    started)."""
+    coll, code_dim = meta["coll"], extra["code_dim"]
+    if run_graph.supports(rconn, meta) and compact:
+        row_of, ids, _ = _scored_candidates(rconn, meta, doc, req, kp, timings)
+        t_fetch = time.perf_counter()
+        groups = rconn.execute(_items_statement(coll, False, compact=True, **joins),
+                               [Int8Array(ids), row_of.astype(np.int32).tolist()], binary=True,
+                               prepare=True).fetchall()
+        out_rows = compact_groups(req.n_rows, groups, code_dim)
+        n_found = int(ids.size)
+    elif run_graph.supports(rconn, meta):
+        row_of, ids, scores = _scored_candidates(rconn, meta, doc, req, kp, timings)
+        t_fetch = time.perf_counter()
+        items = rconn.execute(_items_statement(coll, include_features, **joins), [Int8Array(ids)],
+                              binary=True, prepare=True).fetchall()
+        cols = list(zip(*items)) if items else [()] * (3 + (extra["feature_dim"] is not None) +
+                                                       (extra["code_dim"] is not None) + 2 * extra["kahm"])
+        out_rows = assemble_answer(req.n_rows, row_of, ids.tolist(), cols[0], cols[1], scores.tolist(), cols[2],
+                                   cols[3:], "scores", **extra)
+        n_found = int(ids.size)
+    else:  # sharded runs, runs built before migration 0009: ranked by pm_shortlist in the database
+        t_fetch = t
+        rows = rconn.execute(_shortlist_statement(coll, include_features, compact=compact, **joins),
+                             [collection, np.asarray(req.rows, dtype=np.float64).tolist(),
+                              [float(v) for v in req.sigmas], kp], binary=True).fetchall()
+        out_rows, n_found = statement_answer(rows, req.n_rows, compact, **extra)
+    return out_rows, n_found, t_fetch
+
+
 def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, include_features: bool, *, conn,
                         max_query_rows: int, k_prime, log: bool, received, t0: float,
                         timings: dict[str, float], code_bytes: int | None = None, compact: bool = False,
@@ -373,30 +407,8 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
         configure(rconn)
         extra = {"feature_dim": int(coll["feature_dim"]) if include_features else None,
                  "code_dim": code_dim, "kahm": kahm_id is not None}
-        if run_graph.supports(rconn, meta) and compact:
-            row_of, ids, _ = _scored_candidates(rconn, meta, doc, req, kp, timings)
-            t_fetch = time.perf_counter()
-            groups = rconn.execute(_items_statement(coll, False, compact=True, **joins),
-                                   [Int8Array(ids), row_of.astype(np.int32).tolist()], binary=True,
-                                   prepare=True).fetchall()
-            out_rows = compact_groups(req.n_rows, groups, code_dim)
-            n_found = int(ids.size)
-        elif run_graph.supports(rconn, meta):
-            row_of, ids, scores = _scored_candidates(rconn, meta, doc, req, kp, timings)
-            t_fetch = time.perf_counter()
-            items = rconn.execute(_items_statement(coll, include_features, **joins), [Int8Array(ids)],
-                                  binary=True, prepare=True).fetchall()
-            cols = list(zip(*items)) if items else [()] * (3 + (extra["feature_dim"] is not None) +
-                                                           (extra["code_dim"] is not None) + 2 * extra["kahm"])
-            out_rows = assemble_answer(req.n_rows, row_of, ids.tolist(), cols[0], cols[1], scores.tolist(), cols[2],
-                                       cols[3:], "scores", **extra)
-            n_found = int(ids.size)
-        else:  # sharded runs, runs built before migration 0009: ranked by pm_shortlist in the database
-            t_fetch = t
-            rows = rconn.execute(_shortlist_statement(coll, include_features, compact=compact, **joins),
-                                 [collection, np.asarray(req.rows, dtype=np.float64).tolist(),
-                                  [float(v) for v in req.sigmas], kp], binary=True).fetchall()
-            out_rows, n_found = statement_answer(rows, req.n_rows, compact, **extra)
+        out_rows, n_found, t_fetch = _fetch_rows(rconn, meta, doc, req, kp, collection, include_features, compact,
+                                                 joins, extra, timings, t)
         timings["fetch"] = (time.perf_counter() - t_fetch) * 1e3
         timings["shortlist"] = (time.perf_counter() - t) * 1e3
         if read_conn is None:

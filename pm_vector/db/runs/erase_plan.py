@@ -37,13 +37,38 @@ class Plan:
         return self.ids[self.gone]
 
 
+def _exact_neighbours(X, q: np.ndarray, kk: int, exact_graph: bool) -> np.ndarray:
+    """The ``kk`` nearest positions of the rows ``q`` over all of ``X``, searched as the job built the
+    graph: float64 with ties by position where its graph is exact, else an exact float32 search."""
+    from ...neighbors import knn_search
+
+    if not q.size or kk < 1:
+        return np.zeros((0, 0), np.int64)
+    if exact_graph:
+        return knn_search(X[q], X, kk)  # the job's exact graph: the same search (float64, ties by position)
+    # the job's graph is approximate there (float32): an exact float32 search, as fast as faiss is
+    import faiss
+
+    X32 = np.ascontiguousarray(X, dtype=np.float32)
+    return faiss.knn(X32[q], X32, kk)[1].astype(np.int64)
+
+
+def _cells_of(cells_doc, labels: np.ndarray, X, q: np.ndarray) -> dict[int, dict[int, int]]:
+    """Per published level K: position -> the public cell of its class that holds it (-1: its class
+    has no cells), for the rows ``q``."""
+    cells_of = {}
+    ci = cells_doc.class_index(labels[q])
+    for K in cells_doc.levels_:
+        cells_of[int(K)] = dict(zip(q.tolist(), np.where(ci >= 0, cells_doc.assign(
+            np.asarray(X[q], dtype=np.float64), np.maximum(ci, 0), int(K)), -1).tolist()))
+    return cells_of
+
+
 def plan(conn, run_id: int, doc: Mapping[str, Any] | None, ids, labels, X, erased, *,
          neighbor_lists: Mapping[int, np.ndarray] | None = None, cells_doc: Any = None) -> Plan:
     """The erasure plan of one run: ``ids``/``labels``/``X`` the run's items BEFORE the erasure
     (ascending ids), ``erased`` the ids that leave. ``neighbor_lists``: the run's stored class-rows
     lists of the erased items and of the items whose list holds one (read by :func:`stored_lists`)."""
-    from ...neighbors import knn_search
-
     ids = np.asarray(ids, dtype=np.int64)
     labels = np.asarray(labels, dtype=np.int64)
     gone = np.isin(ids, np.asarray(erased, dtype=np.int64))
@@ -67,15 +92,7 @@ def plan(conn, run_id: int, doc: Mapping[str, Any] | None, ids, labels, X, erase
     # enough neighbours that each keeps max(g, gc) entries once the erased ones are left out
     q = np.array([pos[j] for j in sorted(erased_set)] + [pos[j] for j in affected], dtype=np.int64)
     kk = min(ids.shape[0], max(g, gc) + 1 + min(max(g, gc), len(erased_set)))
-    if not q.size or kk < 1:
-        found = np.zeros((0, 0), np.int64)
-    elif ids.shape[0] <= int(doc.get("graph_exact_max_items", 50_000)):
-        found = knn_search(X[q], X, kk)  # the job's exact graph: the same search (float64, ties by position)
-    else:  # the job's graph is approximate there (float32): an exact float32 search, as fast as faiss is
-        import faiss
-
-        X32 = np.ascontiguousarray(X, dtype=np.float32)
-        found = faiss.knn(X32[q], X32, kk)[1].astype(np.int64)
+    found = _exact_neighbours(X, q, kk, ids.shape[0] <= int(doc.get("graph_exact_max_items", 50_000)))
     hd: dict = {}
     cd: dict = {}
 
@@ -86,10 +103,7 @@ def plan(conn, run_id: int, doc: Mapping[str, Any] | None, ids, labels, X, erase
 
     cells_of = {}
     if cells_ready:
-        ci = cells_doc.class_index(labels[q])
-        for K in cells_doc.levels_:
-            cells_of[int(K)] = dict(zip(q.tolist(), np.where(ci >= 0, cells_doc.assign(
-                np.asarray(X[q], dtype=np.float64), np.maximum(ci, 0), int(K)), -1).tolist()))
+        cells_of = _cells_of(cells_doc, labels, X, q)
         cell_classes = set(int(c) for c in cells_doc.classes_)
     for r, qi in enumerate(q.tolist()):
         j = int(ids[qi])

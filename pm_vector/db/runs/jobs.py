@@ -205,23 +205,9 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
     them). On failure raises :class:`EmbeddingJobError` (``.run_id`` set) after marking the
     run ``failed`` and dropping its tables; the previous active run keeps serving.
     """
-    import psycopg
-    from psycopg.types.json import Json, Jsonb
+    from psycopg.types.json import Jsonb
 
-    if not isinstance(params, Mapping):
-        raise InvalidInputError(f"params must be a mapping (JSON object), got {type(params).__name__}.")
-    try:
-        params_json = json.loads(json.dumps(dict(params), allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"params must be JSON-serialisable ({exc}).") from None
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not -2**63 <= int(seed) < 2**63:
-        raise InvalidInputError(f"seed must be a 64-bit integer, got {seed!r}.")
-    seed = int(seed)
-    if not callable(embed_fn):
-        raise InvalidInputError("embed_fn must be callable: embed_fn(anchor_X, anchor_y, item_X, item_y, params, "
-                                "seed, progress) -> (anchor_embedding, item_embedding).")
-    if int(write_batch_size) < 1:
-        raise InvalidInputError("write_batch_size must be positive.")
+    params_json, seed = _check_job_args(params, seed, embed_fn, write_batch_size)
     report = progress or _noop
 
     from . import class_rows as _cr
@@ -244,109 +230,13 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
         conn.execute("SELECT pg_advisory_lock(pm_vector.pm_lock_key(%s, %s))", [RUN_LOCK_KIND, run_id])
         conn.commit()
 
-        # -- load
-        t = time.perf_counter()
-        report("load", 0, 1)
-        items = _load_items(conn, coll)  # a snapshot: an ingest is one transaction, so only finished ones
-        conn.rollback()
-        n = items["id"].shape[0]
-        if n == 0:
-            raise EmbeddingJobError(f"collection {collection!r} has no items to embed; ingest() some first.", run_id)
-        report("load", 1, 1)
-        timings["load_s"] = time.perf_counter() - t
-
-        # -- embed
-        t = time.perf_counter()
-        report("embed", 0, 1)
-        try:
-            out = embed_fn(anchors.features, anchors.labels, items["features"], items["label"], dict(params_json),
-                           seed, lambda done, total: report("embed", int(done), int(total)))
-        except PMVectorError as exc:
-            raise EmbeddingJobError(f"the embedding function failed: {exc}", run_id) from exc
-        if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise EmbeddingJobError("embed_fn must return (anchor_embedding, item_embedding).", run_id)
-        a_emb = _embedding_matrix(out[0], len(anchors), "anchor_embedding")
-        i_emb = _embedding_matrix(out[1], n, "item_embedding", a_emb.shape[1])
-        k = a_emb.shape[1]
-        report("embed", 1, 1)
-        timings["embed_s"] = time.perf_counter() - t
-
-        # -- write
-        t = time.perf_counter()
-        conn.execute("UPDATE pm_vector.embedding_runs SET embedding_dim = %s, n_items = %s, n_anchors = %s "
-                     "WHERE id = %s", [k, n, len(anchors), run_id])
-        conn.execute("SELECT pm_vector.pm_create_run_tables(%s)", [run_id])
-        conn.commit()
-        report("write", 0, n)
-        _write_embeddings(conn, f"pm_vector.run_{run_id}_anchors", "position", "int4",
-                          np.arange(len(anchors), dtype=np.int32), a_emb, int(write_batch_size), None)
-        _write_embeddings(conn, f"pm_vector.run_{run_id}_items", "item_id", "int8", items["id"], i_emb,
-                          int(write_batch_size), lambda d, tot: report("write", d, tot))
-        timings["write_s"] = time.perf_counter() - t
-
-        # -- class rows: frames on the public anchor set, prior, raw-feature graph, hubs (own tables,
-        #    written like the embeddings: nothing points at this run before the switch)
-        t = time.perf_counter()
-        report("class_rows", 0, 1)
-        try:
-            cr_data = _cr.build(anchors.features, anchors.labels, items["id"], items["features"], items["label"],
-                                cr_params)
-        except InvalidInputError as exc:
-            cr_data = None
-            cr_doc, frames_doc = _cr.unavailable(cr_params, str(exc)), None
-        if cr_data is not None:
-            _cr.write(conn, run_id, cr_data, int(write_batch_size))
-            cr_doc, frames_doc = cr_data.doc(), cr_data.frames.to_dict()
-            timings.update({f"class_rows.{k_}": v for k_, v in cr_data.timings.items()})
-        conn.execute("UPDATE pm_vector.embedding_runs SET class_frames = %s, class_rows = %s WHERE id = %s",
-                     [None if frames_doc is None else Json(frames_doc), Jsonb(cr_doc), run_id])
-        conn.commit()
-        report("class_rows", 1, 1)
-        timings["class_rows_s"] = time.perf_counter() - t
-
-        # -- index
-        t = time.perf_counter()
-        report("index", 0, 1)
-        conn.execute("SELECT set_config('maintenance_work_mem', %s, true)",
-                     [maintenance_work_mem or f"{index_build_mem_mb(n, k)}MB"])
-        conn.execute("SELECT pm_vector.pm_build_run_indexes(%s, %s, %s)",
-                     [run_id, int(settings.get("hnsw_m", 16)), int(settings.get("hnsw_ef_construction", 64))])
-        timings["index.run_s"] = time.perf_counter() - t
-        if cr_data is not None:
-            _cr.build_indexes(conn, run_id, int(settings.get("hnsw_m", 16)),
-                              int(settings.get("hnsw_ef_construction", 64)))
-        conn.commit()
-        report("index", 1, 1)
-        timings["index_s"] = time.perf_counter() - t
-
-        # -- switch (one transaction)
-        t = time.perf_counter()
-        report("switch", 0, 1)
-        # NO KEY UPDATE, not UPDATE: an ingest in progress (one transaction) holds KEY SHARE on
-        # the row through its foreign key, and the switch must not wait for it
-        row = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s FOR NO KEY UPDATE",
-                           [coll["id"]]).fetchone()
-        if row is None:
-            raise EmbeddingJobError(f"collection {collection!r} was dropped while the job ran.", run_id)
-        previous = row[0]
-        st = conn.execute("SELECT status FROM pm_vector.embedding_runs WHERE id = %s FOR UPDATE", [run_id]).fetchone()
-        if st is None or st[0] != "running":
-            raise EmbeddingJobError(
-                f"run {run_id} is no longer 'running' (status {st[0] if st else 'deleted'}); another process "
-                "declared it abandoned, so it is not switched to.", run_id)
-        # items deleted since the load (delete_items holds the collection row as the switch does, so
-        # none can be deleted between this and the commit): they leave the new run before it serves
-        from . import erase as _erase
-
-        n_erased = _erase.apply_pending(conn, run_id, items)
-        if n_erased:  # (recorded only when it happened)
-            timings["erased_at_switch"] = n_erased
-        timings["switch_s"] = time.perf_counter() - t
-        conn.execute("UPDATE pm_vector.embedding_runs SET status = 'succeeded', finished_at = now(), timings = %s "
-                     "WHERE id = %s", [Jsonb({k_: round(v, 6) for k_, v in timings.items()}), run_id])
-        conn.execute("UPDATE pm_vector.collections SET active_run_id = %s WHERE id = %s", [run_id, coll["id"]])
-        conn.commit()
-        report("switch", 1, 1)
+        items = _job_load(conn, coll, collection, run_id, report, timings)
+        a_emb, i_emb = _job_embed(embed_fn, anchors, items, params_json, seed, run_id, report, timings)
+        _job_write(conn, run_id, anchors, items, a_emb, i_emb, int(write_batch_size), report, timings)
+        cr_data = _job_class_rows(conn, run_id, anchors, items, cr_params, int(write_batch_size), report, timings)
+        _job_index(conn, run_id, settings, items["id"].shape[0], a_emb.shape[1], cr_data, maintenance_work_mem,
+                   report, timings)
+        previous = _job_switch(conn, collection, coll, run_id, items, report, timings)
     except BaseException as exc:
         if run_id is None:  # nothing written yet
             err = translate_sql_error(exc)
@@ -366,15 +256,190 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
                                 f"{err.__class__.__name__}: {err}; the previous active run keeps serving.",
                                 run_id) from exc
     finally:
-        if conn is not None and not conn.closed:
-            try:
-                if run_id is not None:
-                    conn.rollback()
-                    conn.execute("SELECT pg_advisory_unlock(pm_vector.pm_lock_key(%s, %s))", [RUN_LOCK_KIND, run_id])
-                    conn.commit()
-            except psycopg.Error:
-                pass
-            conn.close()
+        _close_job_conn(conn, run_id)
+
+    missing = _retire_and_count_missing(coll, settings, run_id)
+    info = run_info(run_id)
+    info["previous_run_id"] = previous
+    info["items_missing"] = int(missing)
+    return info
+
+
+def _close_job_conn(conn, run_id: int | None) -> None:
+    """The job connection, unless :func:`_abort` closed it: the run's advisory lock released (best
+    effort: closing the session releases it anyway), then closed."""
+    import psycopg
+
+    if conn is not None and not conn.closed:
+        try:
+            if run_id is not None:
+                conn.rollback()
+                conn.execute("SELECT pg_advisory_unlock(pm_vector.pm_lock_key(%s, %s))", [RUN_LOCK_KIND, run_id])
+                conn.commit()
+        except psycopg.Error:
+            pass
+        conn.close()
+
+
+def _check_job_args(params, seed, embed_fn, write_batch_size) -> tuple[dict, int]:
+    """Refuse bad arguments of :func:`run_embedding_job` before anything runs; returns (the params as
+    JSON, the seed as int)."""
+    if not isinstance(params, Mapping):
+        raise InvalidInputError(f"params must be a mapping (JSON object), got {type(params).__name__}.")
+    try:
+        params_json = json.loads(json.dumps(dict(params), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"params must be JSON-serialisable ({exc}).") from None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not -2**63 <= int(seed) < 2**63:
+        raise InvalidInputError(f"seed must be a 64-bit integer, got {seed!r}.")
+    seed = int(seed)
+    if not callable(embed_fn):
+        raise InvalidInputError("embed_fn must be callable: embed_fn(anchor_X, anchor_y, item_X, item_y, params, "
+                                "seed, progress) -> (anchor_embedding, item_embedding).")
+    if int(write_batch_size) < 1:
+        raise InvalidInputError("write_batch_size must be positive.")
+    return params_json, seed
+
+
+def _job_load(conn, coll, collection: str, run_id: int, report, timings: dict) -> dict[str, np.ndarray]:
+    """The job's load phase: a snapshot of the collection's items (ids, labels, features)."""
+    t = time.perf_counter()
+    report("load", 0, 1)
+    items = _load_items(conn, coll)  # a snapshot: an ingest is one transaction, so only finished ones
+    conn.rollback()
+    n = items["id"].shape[0]
+    if n == 0:
+        raise EmbeddingJobError(f"collection {collection!r} has no items to embed; ingest() some first.", run_id)
+    report("load", 1, 1)
+    timings["load_s"] = time.perf_counter() - t
+    return items
+
+
+def _job_embed(embed_fn: EmbedFn, anchors, items, params_json: dict, seed: int, run_id: int, report,
+               timings: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The job's embed phase: ``embed_fn`` on the anchors and items, its output checked; returns
+    (anchor embedding, item embedding) as float32."""
+    t = time.perf_counter()
+    report("embed", 0, 1)
+    try:
+        out = embed_fn(anchors.features, anchors.labels, items["features"], items["label"], dict(params_json),
+                       seed, lambda done, total: report("embed", int(done), int(total)))
+    except PMVectorError as exc:
+        raise EmbeddingJobError(f"the embedding function failed: {exc}", run_id) from exc
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise EmbeddingJobError("embed_fn must return (anchor_embedding, item_embedding).", run_id)
+    a_emb = _embedding_matrix(out[0], len(anchors), "anchor_embedding")
+    i_emb = _embedding_matrix(out[1], items["id"].shape[0], "item_embedding", a_emb.shape[1])
+    report("embed", 1, 1)
+    timings["embed_s"] = time.perf_counter() - t
+    return a_emb, i_emb
+
+
+def _job_write(conn, run_id: int, anchors, items, a_emb: np.ndarray, i_emb: np.ndarray, batch: int, report,
+               timings: dict) -> None:
+    """The job's write phase: the run's tables created, the anchors' and items' embeddings copied in
+    (committed batch by batch: nothing points at this run before the switch)."""
+    n, k = i_emb.shape[0], a_emb.shape[1]
+    t = time.perf_counter()
+    conn.execute("UPDATE pm_vector.embedding_runs SET embedding_dim = %s, n_items = %s, n_anchors = %s "
+                 "WHERE id = %s", [k, n, len(anchors), run_id])
+    conn.execute("SELECT pm_vector.pm_create_run_tables(%s)", [run_id])
+    conn.commit()
+    report("write", 0, n)
+    _write_embeddings(conn, f"pm_vector.run_{run_id}_anchors", "position", "int4",
+                      np.arange(len(anchors), dtype=np.int32), a_emb, batch, None)
+    _write_embeddings(conn, f"pm_vector.run_{run_id}_items", "item_id", "int8", items["id"], i_emb,
+                      batch, lambda d, tot: report("write", d, tot))
+    timings["write_s"] = time.perf_counter() - t
+
+
+def _job_class_rows(conn, run_id: int, anchors, items, cr_params, batch: int, report, timings: dict):
+    """The job's class-rows phase: frames on the public anchor set, prior, raw-feature graph, hubs (own
+    tables, written like the embeddings: nothing points at this run before the switch), and the
+    run row's class-rows document. Returns the built class rows, or None when they are unavailable."""
+    from psycopg.types.json import Json, Jsonb
+
+    from . import class_rows as _cr
+
+    t = time.perf_counter()
+    report("class_rows", 0, 1)
+    try:
+        cr_data = _cr.build(anchors.features, anchors.labels, items["id"], items["features"], items["label"],
+                            cr_params)
+    except InvalidInputError as exc:
+        cr_data = None
+        cr_doc, frames_doc = _cr.unavailable(cr_params, str(exc)), None
+    if cr_data is not None:
+        _cr.write(conn, run_id, cr_data, batch)
+        cr_doc, frames_doc = cr_data.doc(), cr_data.frames.to_dict()
+        timings.update({f"class_rows.{k_}": v for k_, v in cr_data.timings.items()})
+    conn.execute("UPDATE pm_vector.embedding_runs SET class_frames = %s, class_rows = %s WHERE id = %s",
+                 [None if frames_doc is None else Json(frames_doc), Jsonb(cr_doc), run_id])
+    conn.commit()
+    report("class_rows", 1, 1)
+    timings["class_rows_s"] = time.perf_counter() - t
+    return cr_data
+
+
+def _job_index(conn, run_id: int, settings, n: int, k: int, cr_data, maintenance_work_mem: str | None, report,
+               timings: dict) -> None:
+    """The job's index phase: the run's HNSW indexes (and its class rows'), in one transaction."""
+    from . import class_rows as _cr
+
+    t = time.perf_counter()
+    report("index", 0, 1)
+    conn.execute("SELECT set_config('maintenance_work_mem', %s, true)",
+                 [maintenance_work_mem or f"{index_build_mem_mb(n, k)}MB"])
+    conn.execute("SELECT pm_vector.pm_build_run_indexes(%s, %s, %s)",
+                 [run_id, int(settings.get("hnsw_m", 16)), int(settings.get("hnsw_ef_construction", 64))])
+    timings["index.run_s"] = time.perf_counter() - t
+    if cr_data is not None:
+        _cr.build_indexes(conn, run_id, int(settings.get("hnsw_m", 16)),
+                          int(settings.get("hnsw_ef_construction", 64)))
+    conn.commit()
+    report("index", 1, 1)
+    timings["index_s"] = time.perf_counter() - t
+
+
+def _job_switch(conn, collection: str, coll, run_id: int, items, report, timings: dict):
+    """The job's switch, one transaction: items deleted since the load leave the run, the run is marked
+    succeeded and becomes the collection's active run. Returns the previous active run's id."""
+    from psycopg.types.json import Jsonb
+
+    t = time.perf_counter()
+    report("switch", 0, 1)
+    # NO KEY UPDATE, not UPDATE: an ingest in progress (one transaction) holds KEY SHARE on
+    # the row through its foreign key, and the switch must not wait for it
+    row = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s FOR NO KEY UPDATE",
+                       [coll["id"]]).fetchone()
+    if row is None:
+        raise EmbeddingJobError(f"collection {collection!r} was dropped while the job ran.", run_id)
+    previous = row[0]
+    st = conn.execute("SELECT status FROM pm_vector.embedding_runs WHERE id = %s FOR UPDATE", [run_id]).fetchone()
+    if st is None or st[0] != "running":
+        raise EmbeddingJobError(
+            f"run {run_id} is no longer 'running' (status {st[0] if st else 'deleted'}); another process "
+            "declared it abandoned, so it is not switched to.", run_id)
+    # items deleted since the load (delete_items holds the collection row as the switch does, so
+    # none can be deleted between this and the commit): they leave the new run before it serves
+    from . import erase as _erase
+
+    n_erased = _erase.apply_pending(conn, run_id, items)
+    if n_erased:  # (recorded only when it happened)
+        timings["erased_at_switch"] = n_erased
+    timings["switch_s"] = time.perf_counter() - t
+    conn.execute("UPDATE pm_vector.embedding_runs SET status = 'succeeded', finished_at = now(), timings = %s "
+                 "WHERE id = %s", [Jsonb({k_: round(v, 6) for k_, v in timings.items()}), run_id])
+    conn.execute("UPDATE pm_vector.collections SET active_run_id = %s WHERE id = %s", [run_id, coll["id"]])
+    conn.commit()
+    report("switch", 1, 1)
+    return previous
+
+
+def _retire_and_count_missing(coll, settings, run_id: int) -> int:
+    """After the switch, on a fresh connection: retire old runs (best effort) and count the items
+    ingested while the job ran, which the new run does not contain."""
+    import psycopg
 
     with connect() as c2:
         try:  # best effort: a run whose tables could not be dropped now is dropped by a later job
@@ -384,10 +449,7 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
         missing = c2.execute(
             f"SELECT count(*) FROM pm_vector.items i WHERE i.collection_id = %s AND NOT EXISTS "
             f"(SELECT 1 FROM pm_vector.run_{int(run_id)}_items e WHERE e.item_id = i.id)", [coll["id"]]).fetchone()[0]
-    info = run_info(run_id)
-    info["previous_run_id"] = previous
-    info["items_missing"] = int(missing)
-    return info
+    return missing
 
 
 def _abort(conn, run_id: int, exc: BaseException) -> None:
@@ -433,9 +495,6 @@ def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: Job
 
 def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, report, write_batch_size: int):
     import psycopg
-    from psycopg.types.json import Jsonb
-
-    from . import class_rows as _cr
 
     coll = _collection_row(conn, collection)
     run_id = coll["active_run_id"]
@@ -492,21 +551,7 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
             "SELECT e.item_id, e.embedding FROM pm_new_emb e WHERE EXISTS (SELECT 1 FROM pm_vector.items i "
             "WHERE i.id = e.item_id) ON CONFLICT (item_id) DO NOTHING RETURNING item_id").fetchall()], dtype=np.int64)
         if has_cr and inserted.size:
-            still = np.array([r[0] for r in conn.execute(
-                f"SELECT item_id FROM pm_vector.run_{int(run_id)}_items WHERE item_id = ANY(%s)",
-                [old_items["id"].tolist()]).fetchall()], dtype=np.int64)
-            kept = np.isin(old_items["id"], still)
-            old_items = {k_: v[kept] for k_, v in old_items.items()}
-            cr_doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s",
-                                  [run_id]).fetchone()[0]
-            keep = np.isin(new["id"], inserted)
-            all_ids = np.concatenate([old_items["id"], new["id"][keep]])
-            all_X = np.concatenate([old_items["features"], new["features"][keep]])
-            order = np.argsort(all_ids, kind="stable")
-            doc2 = _cr.extend(conn, run_id, frames_doc, cr_doc, all_ids[order], all_X[order], new["id"][keep],
-                              new["features"][keep], new["label"][keep])
-            conn.execute("UPDATE pm_vector.embedding_runs SET class_rows = %s WHERE id = %s",
-                         [Jsonb(doc2), run_id])
+            _extend_class_rows(conn, run_id, frames_doc, old_items, new, inserted)
         if own:
             conn.commit()
     except psycopg.Error as exc:
@@ -514,6 +559,30 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
             conn.rollback()
         raise EmbeddingJobError(f"writing the new items' embeddings failed: {exc}", run_id) from exc
     return {"run_id": int(run_id), "n_new": int(m)}
+
+
+def _extend_class_rows(conn, run_id: int, frames_doc, old_items: dict, new: dict, inserted: np.ndarray) -> None:
+    """In the caller's transaction: the run's class rows extended by the new items just inserted
+    (against the run's items still there), and the run row's class-rows document updated."""
+    from psycopg.types.json import Jsonb
+
+    from . import class_rows as _cr
+
+    still = np.array([r[0] for r in conn.execute(
+        f"SELECT item_id FROM pm_vector.run_{int(run_id)}_items WHERE item_id = ANY(%s)",
+        [old_items["id"].tolist()]).fetchall()], dtype=np.int64)
+    kept = np.isin(old_items["id"], still)
+    old_items = {k_: v[kept] for k_, v in old_items.items()}
+    cr_doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s",
+                          [run_id]).fetchone()[0]
+    keep = np.isin(new["id"], inserted)
+    all_ids = np.concatenate([old_items["id"], new["id"][keep]])
+    all_X = np.concatenate([old_items["features"], new["features"][keep]])
+    order = np.argsort(all_ids, kind="stable")
+    doc2 = _cr.extend(conn, run_id, frames_doc, cr_doc, all_ids[order], all_X[order], new["id"][keep],
+                      new["features"][keep], new["label"][keep])
+    conn.execute("UPDATE pm_vector.embedding_runs SET class_rows = %s WHERE id = %s",
+                 [Jsonb(doc2), run_id])
 
 
 # ----------------------------------------------------------------------------- run info

@@ -151,13 +151,105 @@ def sync_pending(url: str | None = None) -> dict[str, Any]:
     return out
 
 
+def _source_rows(conn, att: dict, keys: list) -> dict:
+    """The user's table's rows of the changed keys: key -> (vector is NULL, its dimensions, label,
+    payload)."""
+    from ._source import _ident
+
+    lab = f"s.{_ident(att['label_column'])}::bigint" if att.get("label_column") else "0::bigint"
+    pcols = att.get("payload_columns") or []
+    pay = ("jsonb_build_object(" + ", ".join(f"'{c}', s.{_ident(c)}" for c in pcols) + ")") if pcols else "NULL::jsonb"
+    v = f"s.{_ident(att['vector_column'])}"
+    return {r[0]: r[1:] for r in conn.execute(
+        f"SELECT s.{_ident(att['id_column'])}::text, {v} IS NULL, CASE WHEN {v} IS NULL THEN NULL ELSE "
+        f"vector_dims({v}) END, {lab}, {pay} FROM {att['table']} AS s "
+        f"WHERE s.{_ident(att['id_column'])} = ANY(%s::{att['id_type']}[])", [keys]).fetchall()}
+
+
+def _classify_changes(coll, keys: list, ops: dict, src: dict, items: dict) -> tuple:
+    """Per changed key, what the batch does: the items to erase (with the first vector queued for
+    each), the rows to insert, the payloads to update, the rows skipped and why. Returns (erase,
+    insert, payloads, skipped, item id -> old vector)."""
+    allowed = set(int(x) for x in coll["labels"])
+    erase, insert, payloads, skipped = [], [], [], []
+    old_vec: dict[int, str] = {}
+    for key in keys:
+        s = src.get(key)
+        reason = None
+        if s is not None:
+            isnull, dims, label, _p = s
+            if isnull:
+                reason = "vector is NULL"
+            elif dims != coll["feature_dim"]:
+                reason = f"vector has {dims} dimensions, the collection {coll['feature_dim']}"
+            elif label is None or int(label) not in allowed:
+                reason = f"label {label} is not in the collection's label set"
+        if reason is not None:
+            skipped.append((key, reason))
+        valid = s is not None and reason is None
+        item = items.get(key)
+        replace = any(op in ("I", "U", "D") for op, _ in ops[key])
+        if item is not None and (not valid or replace):
+            erase.append(item[0])
+            first_old = next((o for _op, o in ops[key] if o is not None), None)
+            if first_old is not None:
+                old_vec[int(item[0])] = first_old
+        if valid and (item is None or replace):
+            insert.append((key, int(s[2]), s[3]))
+        elif valid and item is not None:
+            payloads.append((s[3], item[0]))
+    return erase, insert, payloads, skipped, old_vec
+
+
+def _items_before_erasure(conn, coll, gone: np.ndarray, old_vec: dict):
+    """``load(run_id)`` for :func:`~pm_vector.db.runs.erase.erase_in_runs`."""
+    from ..runs.jobs import _load_items
+
+    def load(rid, _gone=gone):
+        """The run's items before the erasure, each with the vector it was built from: the table's
+        now, or -- for a row changed or gone since -- the first vector queued for it (old_vector)."""
+        have = _load_items(conn, coll, in_run=rid)
+        feats = np.asarray(have["features"], np.float32).copy()
+        pos = {int(i): k for k, i in enumerate(have["id"])}
+        run_ids = [r[0] for r in conn.execute(f"SELECT item_id FROM pm_vector.run_{int(rid)}_items").fetchall()]
+        lost = [i for i in run_ids if i not in pos]
+        queued = dict(old_vec)
+        if lost:
+            for i, v in conn.execute(
+                    "SELECT DISTINCT ON (it.id) it.id, c.old_vector FROM pm_vector.items it JOIN "
+                    "pm_vector.attach_changes c ON c.collection_id = it.collection_id AND c.key = it.external_id "
+                    "WHERE it.id = ANY(%s) AND c.old_vector IS NOT NULL ORDER BY it.id, c.seq", [lost]).fetchall():
+                queued.setdefault(int(i), v)
+        miss, erased, lost_set = [], set(int(x) for x in _gone), set(lost)
+        for i, v in queued.items():
+            vec = np.asarray(v.strip("[]").split(","), dtype=np.float32)
+            if vec.shape[0] != int(coll["feature_dim"]):
+                continue
+            if i in pos:
+                if i in erased:
+                    feats[pos[i]] = vec
+            elif i in lost_set:
+                miss.append((i, vec))
+        if not miss:
+            return {"id": have["id"], "label": have["label"], "features": feats}
+        labs = dict(conn.execute("SELECT id, label FROM pm_vector.items WHERE id = ANY(%s)",
+                                 [[i for i, _ in miss]]).fetchall())
+        ids = np.concatenate([have["id"], np.array([i for i, _ in miss], np.int64)])
+        order = np.argsort(ids, kind="stable")
+        return {"id": ids[order],
+                "label": np.concatenate([have["label"], np.array([labs[i] for i, _ in miss], np.int64)])[order],
+                "features": np.concatenate([feats.reshape(-1, coll["feature_dim"]),
+                                            np.stack([v for _, v in miss])])[order]}
+
+    return load
+
+
 def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: str | None = None
                 ) -> dict[str, Any] | None:
     from psycopg.types.json import Jsonb
 
     from ..runs import erase as _erase
-    from ..runs.jobs import _load_items, anchor_frame_extend_fn, embed_new_items
-    from ._source import _ident
+    from ..runs.jobs import anchor_frame_extend_fn, embed_new_items
     from .erase import _erase_kahm, _runs_with_tables
 
     with connect(url, watch_client=True) as conn:
@@ -175,84 +267,15 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
         for _seq, op, key, old in rows:
             ops.setdefault(key, []).append((op, old))
         keys = sorted(ops)
-        lab = f"s.{_ident(att['label_column'])}::bigint" if att.get("label_column") else "0::bigint"
-        pcols = att.get("payload_columns") or []
-        pay = ("jsonb_build_object(" + ", ".join(f"'{c}', s.{_ident(c)}" for c in pcols) + ")") if pcols else "NULL::jsonb"
-        v = f"s.{_ident(att['vector_column'])}"
-        src = {r[0]: r[1:] for r in conn.execute(
-            f"SELECT s.{_ident(att['id_column'])}::text, {v} IS NULL, CASE WHEN {v} IS NULL THEN NULL ELSE "
-            f"vector_dims({v}) END, {lab}, {pay} FROM {att['table']} AS s "
-            f"WHERE s.{_ident(att['id_column'])} = ANY(%s::{att['id_type']}[])", [keys]).fetchall()}
+        src = _source_rows(conn, att, keys)
         items = {r[0]: (r[1], r[2]) for r in conn.execute(
             "SELECT external_id, id, label FROM pm_vector.items WHERE collection_id = %s AND external_id = ANY(%s)",
             [coll["id"], keys]).fetchall()}
-        allowed = set(int(x) for x in coll["labels"])
-        erase, insert, payloads, skipped = [], [], [], []
-        old_vec: dict[int, str] = {}
-        for key in keys:
-            s = src.get(key)
-            reason = None
-            if s is not None:
-                isnull, dims, label, _p = s
-                if isnull:
-                    reason = "vector is NULL"
-                elif dims != coll["feature_dim"]:
-                    reason = f"vector has {dims} dimensions, the collection {coll['feature_dim']}"
-                elif label is None or int(label) not in allowed:
-                    reason = f"label {label} is not in the collection's label set"
-            if reason is not None:
-                skipped.append((key, reason))
-            valid = s is not None and reason is None
-            item = items.get(key)
-            replace = any(op in ("I", "U", "D") for op, _ in ops[key])
-            if item is not None and (not valid or replace):
-                erase.append(item[0])
-                first_old = next((o for _op, o in ops[key] if o is not None), None)
-                if first_old is not None:
-                    old_vec[int(item[0])] = first_old
-            if valid and (item is None or replace):
-                insert.append((key, int(s[2]), s[3]))
-            elif valid and item is not None:
-                payloads.append((s[3], item[0]))
+        erase, insert, payloads, skipped, old_vec = _classify_changes(coll, keys, ops, src, items)
         gone = np.array(sorted(int(i) for i in erase), dtype=np.int64)
         if gone.size:
-            def load(rid, _gone=gone):
-                """The run's items before the erasure, each with the vector it was built from: the table's
-                now, or -- for a row changed or gone since -- the first vector queued for it (old_vector)."""
-                have = _load_items(conn, coll, in_run=rid)
-                feats = np.asarray(have["features"], np.float32).copy()
-                pos = {int(i): k for k, i in enumerate(have["id"])}
-                run_ids = [r[0] for r in conn.execute(f"SELECT item_id FROM pm_vector.run_{int(rid)}_items").fetchall()]
-                lost = [i for i in run_ids if i not in pos]
-                queued = dict(old_vec)
-                if lost:
-                    for i, v in conn.execute(
-                            "SELECT DISTINCT ON (it.id) it.id, c.old_vector FROM pm_vector.items it JOIN "
-                            "pm_vector.attach_changes c ON c.collection_id = it.collection_id AND c.key = it.external_id "
-                            "WHERE it.id = ANY(%s) AND c.old_vector IS NOT NULL ORDER BY it.id, c.seq", [lost]).fetchall():
-                        queued.setdefault(int(i), v)
-                miss, erased, lost_set = [], set(int(x) for x in _gone), set(lost)
-                for i, v in queued.items():
-                    vec = np.asarray(v.strip("[]").split(","), dtype=np.float32)
-                    if vec.shape[0] != int(coll["feature_dim"]):
-                        continue
-                    if i in pos:
-                        if i in erased:
-                            feats[pos[i]] = vec
-                    elif i in lost_set:
-                        miss.append((i, vec))
-                if not miss:
-                    return {"id": have["id"], "label": have["label"], "features": feats}
-                labs = dict(conn.execute("SELECT id, label FROM pm_vector.items WHERE id = ANY(%s)",
-                                         [[i for i, _ in miss]]).fetchall())
-                ids = np.concatenate([have["id"], np.array([i for i, _ in miss], np.int64)])
-                order = np.argsort(ids, kind="stable")
-                return {"id": ids[order],
-                        "label": np.concatenate([have["label"], np.array([labs[i] for i, _ in miss], np.int64)])[order],
-                        "features": np.concatenate([feats.reshape(-1, coll["feature_dim"]),
-                                                    np.stack([v for _, v in miss])])[order]}
-
-            _erase.erase_in_runs(conn, gone, _runs_with_tables(conn, coll["id"]), load)
+            _erase.erase_in_runs(conn, gone, _runs_with_tables(conn, coll["id"]),
+                                 _items_before_erasure(conn, coll, gone, old_vec))
             _erase_kahm(conn, coll, gone)
             conn.execute("DELETE FROM pm_vector.items WHERE id = ANY(%s)", [gone.tolist()])
         if insert:
