@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 
 @pytest.fixture
-def small(svc_home, svc_split):
+def small(pm_home, svc_split):
     from pm_vector import db
     from pm_vector.bench.demo import prepare_collection
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn

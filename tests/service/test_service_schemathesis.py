@@ -37,7 +37,7 @@ def _from_msgpack(ctx, response):
 
 
 @pytest.fixture(scope="module")
-def fuzz_service(svc_home, svc_collection):
+def fuzz_service(pm_home, svc_collection):
     from pm_vector.service.runner import ServiceThread
     from pm_vector.service.settings import ServiceSettings
 
