@@ -62,6 +62,7 @@ def test_help_has_examples():
         assert r.exit_code == 0 and "Example" in r.stdout, cmd
 
 
+@pytest.mark.slow
 def test_embed_and_embed_new_items(home):
     import pm_vector.db as db
     from pm_vector.bench.latency import clustered
@@ -104,6 +105,7 @@ def test_embed_and_embed_new_items(home):
         db.drop_collection(name, missing_ok=True)
 
 
+@pytest.mark.slow
 def test_bench_latency_and_scale_small(home):
     import pm_vector.db as db
 
