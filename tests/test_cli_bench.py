@@ -1,6 +1,7 @@
 import json
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from pm_vector.cli import app
@@ -101,6 +102,7 @@ def test_bench_privacy_code_bytes():
     assert "256" in out["skipped"]["pm_vector_compact"] and [x["method"] for x in out["results"]] == ["raw_knn"]
 
 
+@pytest.mark.slow
 def test_bench_kahm_privacy_json_shape():
     r = runner.invoke(app, ["bench", "kahm", "--part", "privacy", "--datasets", "digits", "--max-items", "600",
                             "--noise-seed", "1", "--json"])

@@ -1,8 +1,7 @@
 """``pm-vector db ...``, ``pm-vector embed`` and ``pm-vector bench latency|scale`` on a real embedded server.
 
-Uses the database tests' server when it runs in the same session (tests/db/conftest.py sets
-PM_VECTOR_HOME and PM_VECTOR_EMBEDDED_FAST=1), else starts a private one in a temporary
-PM_VECTOR_HOME and stops it at the end.
+On the session's embedded server (``pm_home``, tests/conftest.py), shared with tests/db and
+tests/service.
 """
 
 from __future__ import annotations
@@ -21,31 +20,9 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    from pm_vector.db import postgres
-
-    if os.environ.get("PM_VECTOR_EMBEDDED_FAST") == "1" and os.environ.get("PM_VECTOR_HOME") \
-            and not os.environ.get("PM_VECTOR_DATABASE_URL") and postgres.status()["running"]:
-        yield os.environ["PM_VECTOR_HOME"]  # the session's database test server
-        return
-    keys = ("PM_VECTOR_HOME", "PM_VECTOR_DATABASE_URL", "PM_VECTOR_EMBEDDED_FAST")
-    saved = {k: os.environ.get(k) for k in keys}
-    h = tmp_path_factory.mktemp("clihome")
-    os.environ["PM_VECTOR_HOME"] = str(h)
-    os.environ.pop("PM_VECTOR_DATABASE_URL", None)
-    os.environ["PM_VECTOR_EMBEDDED_FAST"] = "1"
-    try:
-        postgres.start()
-        yield str(h)
-    finally:
-        postgres.dispose_engines()
-        os.environ["PM_VECTOR_HOME"] = str(h)
-        postgres.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+def home(pm_home):
+    """The session's embedded server (tests/conftest.py)."""
+    return str(pm_home)
 
 
 def _json(args):
@@ -85,6 +62,7 @@ def test_help_has_examples():
         assert r.exit_code == 0 and "Example" in r.stdout, cmd
 
 
+@pytest.mark.slow
 def test_embed_and_embed_new_items(home):
     import pm_vector.db as db
     from pm_vector.bench.latency import clustered
@@ -127,6 +105,7 @@ def test_embed_and_embed_new_items(home):
         db.drop_collection(name, missing_ok=True)
 
 
+@pytest.mark.slow
 def test_bench_latency_and_scale_small(home):
     import pm_vector.db as db
 

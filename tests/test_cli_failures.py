@@ -12,12 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pmtest_embedded import embedded_home  # noqa: F401  (tests/pmtest_embedded.py)
-
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    yield from embedded_home(tmp_path_factory, "pmclifail")
+def home(pm_home):
+    """The session's embedded server (tests/conftest.py)."""
+    return pm_home
 
 
 def _cli(args, tmp_path: Path, **env) -> subprocess.CompletedProcess:

@@ -1,14 +1,13 @@
 """``pm-vector kahm ...`` on a real embedded server: fit/models/classify/new items, the DP anchor
 (+ embedding), federation, the membership audit, and bad input (clear message, exit != 0, no traceback).
 
-Uses the session's running test server when there is one (as tests/test_cli_db.py does), else a
-private embedded server in a temporary PM_VECTOR_HOME.
+On the session's embedded server (``pm_home``, tests/conftest.py), shared with tests/db and
+tests/service.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import uuid
 
 import numpy as np
@@ -16,21 +15,15 @@ import pytest
 from typer.testing import CliRunner
 
 from pm_vector.cli import app
-from pmtest_embedded import embedded_home
 
 runner = CliRunner()
 N_COMP = ["--n-components", "8"]
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    from pm_vector.db import postgres
-
-    if os.environ.get("PM_VECTOR_EMBEDDED_FAST") == "1" and os.environ.get("PM_VECTOR_HOME") \
-            and not os.environ.get("PM_VECTOR_DATABASE_URL") and postgres.status()["running"]:
-        yield os.environ["PM_VECTOR_HOME"]
-        return
-    yield from embedded_home(tmp_path_factory, "kahmclihome")
+def home(pm_home):
+    """The session's embedded server (tests/conftest.py)."""
+    return str(pm_home)
 
 
 @pytest.fixture(scope="module")

@@ -102,6 +102,7 @@ def test_label_free_and_reference(result):
     assert ref[16.0]["noise_sigmas"][0] < ref[1.0]["noise_sigmas"][0]
 
 
+@pytest.mark.slow
 def test_reproducible(split):
     cfg = BenchConfig(epsilons=(4.0,), k=K, shortlist=KP, seed=3, methods=("pm_vector_compact", "pm_vector",
                                                                           "pm_vector_cells", "reference_ldp"))

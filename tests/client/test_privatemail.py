@@ -112,6 +112,7 @@ def _attack_rates(frame, anchor, Xq, yq, eps, n=250, noise_factor=1.0):
 
 
 @pytest.mark.parametrize("eps", [1.0, 1e6])
+@pytest.mark.slow
 def test_the_real_row_cannot_be_picked_out(small, digits_split, eps):
     from pm_vector.client.privatemail import paper_protocol_guarantee
 

@@ -1,22 +1,11 @@
-"""Fixtures of the database tests: one private embedded PostgreSQL + pgvector for the session.
-
-The server lives in a temporary PM_VECTOR_HOME (PM_VECTOR_EMBEDDED_FAST=1: initdb --no-sync,
-fsync off) and is stopped at the end. PM_VECTOR_DATABASE_URL is unset for the session.
-"""
+"""Fixtures of the database tests, on the session's embedded PostgreSQL + pgvector (``pm_home``,
+tests/conftest.py: one server per test run, shared with tests/service and the CLI tests)."""
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
-
-from pmtest_embedded import ENV_KEYS, embedded_home  # noqa: F401  (tests/pmtest_embedded.py)
-
-
-@pytest.fixture(scope="session")
-def pm_home(tmp_path_factory):
-    yield from embedded_home(tmp_path_factory, "pmhome")
 
 
 @pytest.fixture

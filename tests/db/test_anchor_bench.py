@@ -5,6 +5,7 @@ import json
 import pytest
 
 
+@pytest.mark.slow
 def test_anchor_benchmark_compares_public_and_fabricated_anchors(db):
     from pm_vector.bench.anchor_bench import run_anchor_benchmark
 
@@ -47,6 +48,7 @@ def test_federation_benchmark_matches_the_centralised_classifier(db):
     assert not [c for c in db.list_collections() if c["name"].startswith("bench_fed_")]
 
 
+@pytest.mark.slow
 def test_scores_benchmark_reports_both_latencies(db):
     from pm_vector.bench.kahm_roles_bench import run_scores_benchmark
 

@@ -45,6 +45,7 @@ def _ids_of(conn, name):
         "WHERE c.name = %s", [name]).fetchall()}
 
 
+@pytest.mark.slow
 def test_attach_reads_the_table_and_sync_applies_its_changes_once(db, cname, conn, user_table):
     from dbtest_helpers import make_extend_fn
 

@@ -309,6 +309,7 @@ def _extended_shortlist(cells, n_old, X, y, g=32):
     return cs
 
 
+@pytest.mark.slow
 def test_new_items_extend_the_cells_on_the_runs_graph(db, cname, conn):
     from dbtest_helpers import make_embed_fn, make_extend_fn
 

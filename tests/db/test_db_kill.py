@@ -62,6 +62,7 @@ def _wait_worker_gone(db, run_id: int, timeout: float = 15.0) -> None:
 
 
 @pytest.mark.parametrize("stage", ["write", "index"])
+@pytest.mark.slow
 def test_sigkilled_job_leaves_previous_run_serving(db, cname, conn, stage):
     db.create_collection(cname, 6, [0, 1, 2])
     X, y = data(1000, 6, seed=4)
@@ -108,6 +109,7 @@ def test_sigkilled_job_leaves_previous_run_serving(db, cname, conn, stage):
     assert nxt["previous_run_id"] == first and db.collection_info(cname)["active_run_id"] == nxt["run_id"]
 
 
+@pytest.mark.slow
 def test_next_job_cleans_up_a_killed_one(db, cname):
     """No explicit cleanup call: the next job detects the stale run itself."""
     db.create_collection(cname, 6, [0, 1, 2])
@@ -182,6 +184,7 @@ db.run_embedding_job(sys.argv[1], {"k": 16}, 1, embed_fn=embed)
 """
 
 
+@pytest.mark.slow
 def test_sigkilled_job_backend_stops_building_the_index_within_seconds(db, cname, conn):
     """client_connection_check_interval on the job's connection: the backend of a killed job
     aborts its HNSW build (and lets go of the run's lock) instead of finishing it."""

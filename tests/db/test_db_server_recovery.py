@@ -77,6 +77,7 @@ def _as_server_user(cmd: list[str]) -> None:
                    user=_system_user())
 
 
+@pytest.mark.slow
 def test_start_waits_for_a_recovery_longer_than_pg_ctls_wait(home, tmp_path):
     """A copy of the server (a base backup without its WAL, in standby mode) replays nothing until
     its WAL arrives: it stays "starting" and answers "the database system is starting up". The WAL

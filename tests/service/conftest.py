@@ -1,19 +1,12 @@
-"""Fixtures of the service tests: a private embedded PostgreSQL (as in tests/db/conftest.py),
-one embedded digits collection, an API key and the real service on loopback (uvicorn thread)."""
+"""Fixtures of the service tests, on the session's embedded PostgreSQL (``pm_home``,
+tests/conftest.py, shared with tests/db): one embedded digits collection, an API key and the real
+service on loopback (uvicorn thread)."""
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
-
-from pmtest_embedded import ENV_KEYS, embedded_home  # noqa: F401  (tests/pmtest_embedded.py)
-
-
-@pytest.fixture(scope="session")
-def svc_home(tmp_path_factory):
-    yield from embedded_home(tmp_path_factory, "pmsvchome")
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +17,7 @@ def svc_split():
 
 
 @pytest.fixture(scope="session")
-def svc_collection(svc_home, svc_split):
+def svc_collection(pm_home, svc_split):
     """An embedded digits collection that allows raw features (for re-ranking)."""
     from pm_vector import db
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn
@@ -38,21 +31,21 @@ def svc_collection(svc_home, svc_split):
 
 
 @pytest.fixture(scope="session")
-def svc_key(svc_home):
+def svc_key(pm_home):
     from pm_vector.service.auth import create_key
 
     return create_key("tests")
 
 
 @pytest.fixture(scope="session")
-def svc_admin_key(svc_home):
+def svc_admin_key(pm_home):
     from pm_vector.service.auth import create_key
 
     return create_key("tests admin", role="admin")
 
 
 @pytest.fixture(scope="session")
-def service(svc_home):
+def service(pm_home):
     """The real service (uvicorn in a thread on 127.0.0.1, free port); small limits for the tests."""
     from pm_vector.service.runner import ServiceThread
     from pm_vector.service.settings import ServiceSettings
@@ -63,7 +56,7 @@ def service(svc_home):
 
 
 @pytest.fixture(scope="session")
-def seeded_service(svc_home):
+def seeded_service(pm_home):
     """The real service as ``service`` but with ``allow_seeded_requests`` on: for the tests whose
     requests are seeded (repeatable noise; refused by a service's default settings)."""
     from pm_vector.service.runner import ServiceThread
@@ -86,7 +79,7 @@ def _own_default_ledger(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def requests_logged(svc_home):
+def requests_logged(pm_home):
     """``requests_logged(name)``: how many requests the server has logged for a collection."""
     from pm_vector import db
 

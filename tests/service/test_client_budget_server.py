@@ -124,6 +124,7 @@ def _answered(url, key, name, split, ledger, *, client_per_query: bool, attempts
 
 
 @pytest.mark.parametrize("client_per_query", [False, True], ids=["one client", "a new client per query"])
+@pytest.mark.slow
 def test_a_server_rotating_its_ids_gets_no_more_queries_than_an_honest_one(service, svc_collection, svc_key,
                                                                            svc_split, tmp_path, client_per_query):
     counts = {}

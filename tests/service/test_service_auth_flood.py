@@ -14,7 +14,7 @@ LIMIT = 20
 
 
 @pytest.fixture(scope="module")
-def guarded(svc_home):
+def guarded(pm_home):
     from pm_vector.service.runner import ServiceThread
     from pm_vector.service.settings import ServiceSettings
 
@@ -32,7 +32,7 @@ def _fake() -> str:
     return "pmv_" + secrets.token_urlsafe(32)
 
 
-def test_a_flood_of_made_up_keys_gets_429_without_lookups(guarded, svc_home):
+def test_a_flood_of_made_up_keys_gets_429_without_lookups(guarded, pm_home):
     from pm_vector.service.auth import create_key
 
     svc, state = guarded
@@ -81,7 +81,7 @@ def test_a_repeated_bad_key_is_looked_up_once(guarded):
         assert cache.failed(hash_key(bad))
 
 
-def test_key_changes_clear_the_negative_cache(guarded, svc_home):
+def test_key_changes_clear_the_negative_cache(guarded, pm_home):
     """A refused key that becomes valid (un-revoked by hand) is accepted at once, and creating a key
     forgets every refused key (the negative cache cannot hold a key created after it was tried)."""
     from pm_vector import db
@@ -130,7 +130,7 @@ def test_failed_auth_limiter_refills():
     assert FailedAuthLimiter(0).wait("a") == 0.0  # 0: no limit
 
 
-def test_the_limit_is_shared_by_the_service_processes(guarded, svc_home):
+def test_the_limit_is_shared_by_the_service_processes(guarded, pm_home):
     """Two service processes of one database (two apps, each with its own limiter and key
     cache): failures from an address at one count at the other, through the key cache's
     channel. Before, the second gave the same address another LIMIT x 401."""

@@ -119,7 +119,7 @@ def test_chunked_huge_payload_refused(service, svc_key, svc_collection, requests
 
 
 @pytest.fixture(scope="module")
-def admin_key(svc_home):
+def admin_key(pm_home):
     from pm_vector.service.auth import create_key
 
     return create_key("bad-input admin", role="admin")

@@ -15,7 +15,7 @@ from pm_vector.service.settings import ServiceSettings
 
 
 @pytest.fixture(scope="module")
-def slow_service(svc_home):
+def slow_service(pm_home):
     with ServiceThread(ServiceSettings(body_timeout_s=2, pool_max=2, request_log_retention_days=0)) as svc:
         yield svc
 

@@ -29,7 +29,7 @@ def test_help_has_an_example(cmd):
     assert "Example" in r.output and "pm-vector" in r.output
 
 
-def test_keys_create_list_revoke(svc_home):
+def test_keys_create_list_revoke(pm_home):
     rec = json.loads(_run("keys", "create", "--name", "cli-test", "--json").stdout)
     assert rec["key"].startswith("pmv_") and rec["active"]
     rows = json.loads(_run("keys", "list", "--json").stdout)
@@ -44,7 +44,7 @@ def test_keys_create_list_revoke(svc_home):
     assert r.exit_code == 2 and "name" in r.output
 
 
-def test_ingest_npy_and_parquet_message(svc_home, svc_split, tmp_path):
+def test_ingest_npy_and_parquet_message(pm_home, svc_split, tmp_path):
     from pm_vector import db
 
     X, y = svc_split.server
@@ -99,7 +99,7 @@ def test_query_command(service, svc_collection, svc_key, svc_split, tmp_path, mo
     assert r.exit_code == 2 and "401" in r.output
 
 
-def test_demo_json(svc_home):
+def test_demo_json(pm_home):
     # 6 queries at eps 1, 4 and 16: 126 in all, far over a client's default budget of 10 -- the
     # demo's evaluation ledger is given exactly what the evaluation spends
     res = json.loads(_run("demo", "--json", "--queries", "6", "--epsilons", "1,4,16").stdout)

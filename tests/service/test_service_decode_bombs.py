@@ -52,7 +52,7 @@ def _bodies(size: int) -> dict[str, tuple[str, bytes]]:
 
 
 @pytest.fixture(scope="module")
-def big_service(svc_home):
+def big_service(pm_home):
     from pm_vector.service.runner import ServiceThread
 
     with ServiceThread(ServiceSettings(auth=False, max_body_bytes=16 * MB)) as svc:

@@ -187,13 +187,13 @@ def test_collections_anchor_and_frame(service, svc_collection, admin_key, tmp_pa
 
 
 @pytest.fixture(scope="module")
-def admin_key(svc_home):
+def admin_key(pm_home):
     from pm_vector.service.auth import create_key
 
     return create_key("e2e admin", role="admin")
 
 
-def test_raw_features_only_if_allowed(service, admin_key, svc_home, svc_split):
+def test_raw_features_only_if_allowed(service, admin_key, pm_home, svc_split):
     from pm_vector import db
 
     name = "svc_noraw"
@@ -212,7 +212,7 @@ def test_raw_features_only_if_allowed(service, admin_key, svc_home, svc_split):
         db.drop_collection(name, missing_ok=True)
 
 
-def test_job_through_the_api(service, admin_key, svc_home, svc_split, tmp_path):
+def test_job_through_the_api(service, admin_key, pm_home, svc_split, tmp_path):
     from pm_vector.bench.demo import prepare_collection
 
     name = "svc_job"

@@ -10,7 +10,7 @@ import pytest
 
 
 @pytest.fixture(scope="module")
-def admin_key(svc_home):
+def admin_key(pm_home):
     from pm_vector.service.auth import create_key
 
     return create_key("fuzz admin", role="admin")

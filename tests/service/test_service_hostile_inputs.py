@@ -14,7 +14,7 @@ from pm_vector.protocol import codec
 
 
 @pytest.fixture(scope="module")
-def odd_payloads(svc_home):
+def odd_payloads(pm_home):
     """A collection whose items carry the payloads at the edge of what ingest accepts."""
     from pm_vector import db
     from pm_vector.db.store.payloads import MAX_PAYLOAD_DEPTH

@@ -10,7 +10,7 @@ import pytest
 
 
 @pytest.fixture(scope="module")
-def admin(svc_home):
+def admin(pm_home):
     from pm_vector.service.auth import create_key
 
     return {"Authorization": f"Bearer {create_key('jobs admin', role='admin')['key']}"}
@@ -28,7 +28,7 @@ def _status(conn, job_id):
     return conn.execute("SELECT status FROM pm_vector_service.jobs WHERE job_id = %s", [job_id]).fetchone()[0]
 
 
-def test_restart_shows_jobs_and_marks_dead_ones_interrupted(svc_home, svc_split, admin):
+def test_restart_shows_jobs_and_marks_dead_ones_interrupted(pm_home, svc_split, admin):
     from pm_vector import db
     from pm_vector.db.postgres import connect
     from pm_vector.bench.demo import prepare_collection
@@ -77,7 +77,7 @@ def test_restart_shows_jobs_and_marks_dead_ones_interrupted(svc_home, svc_split,
         db.drop_collection(name, missing_ok=True)
 
 
-def test_job_parameters_and_queue_are_bounded(service, svc_collection, admin, svc_home):
+def test_job_parameters_and_queue_are_bounded(service, svc_collection, admin, pm_home):
     from pm_vector.db.postgres import connect
     from pm_vector.service.jobs import LOCK_SPACE
 

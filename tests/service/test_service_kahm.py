@@ -21,7 +21,7 @@ def split():
 
 
 @pytest.fixture(scope="module")
-def embedded(svc_home, split):
+def embedded(pm_home, split):
     """A small embedded digits collection (raw features allowed), no KAHM model yet."""
     from pm_vector import db
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn
@@ -35,7 +35,7 @@ def embedded(svc_home, split):
 
 
 @pytest.fixture(scope="module")
-def parties(svc_home, split):
+def parties(pm_home, split):
     """Two collections holding different items of the same feature space, each with a KAHM model."""
     from pm_vector import db
     from pm_vector.db.kahm.roles import fit_kahm_models

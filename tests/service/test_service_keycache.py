@@ -22,7 +22,7 @@ def _until(pred, timeout=5.0):
 
 
 @pytest.fixture
-def keyed_service(svc_home):
+def keyed_service(pm_home):
     from pm_vector.service.runner import ServiceThread
     from pm_vector.service.settings import ServiceSettings
 

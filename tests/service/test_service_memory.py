@@ -104,7 +104,7 @@ def test_malloc_settings_apply_on_glibc():
     assert memory.trim() is True
 
 
-def test_parallel_large_requests_all_answered_with_one_slot(svc_home, svc_collection, svc_key, svc_split):
+def test_parallel_large_requests_all_answered_with_one_slot(pm_home, svc_collection, svc_key, svc_split):
     """Eight parallel large resolves through one slot: every one gets its answer (none refused,
     none lost), in turn."""
     from pm_vector.client.http import Client

@@ -16,7 +16,7 @@ from pm_vector.client.budget import PrivacyBudget
 
 
 @pytest.fixture
-def own_database(svc_home, monkeypatch):
+def own_database(pm_home, monkeypatch):
     import psycopg
     from psycopg import sql
 

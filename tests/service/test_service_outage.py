@@ -12,6 +12,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from pm_vector.bench.outage import Prober, kill_embedded_server, summarize, wait_accepting
 from pm_vector.client.http import Client
@@ -20,6 +21,7 @@ from pm_vector.client.http import Client
 OUTAGE_S = 20.0
 
 
+@pytest.mark.slow
 def test_database_outage_gives_fast_503_and_recovers_within_2s(service, svc_collection, svc_key, svc_split):
     from pm_vector.db import postgres
 

@@ -25,7 +25,7 @@ def _payload(i: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def pay_collection(svc_home, svc_split):
+def pay_collection(pm_home, svc_split):
     """A digits collection (no raw features: the default, compact answer) whose items carry payloads;
     returns (name, {item_id: payload})."""
     from pm_vector import db
@@ -92,7 +92,7 @@ def _count(name):
     return db.collection_info(name)["n_items"]
 
 
-def test_cli_ingest_payloads(svc_home, svc_split, tmp_path):
+def test_cli_ingest_payloads(pm_home, svc_split, tmp_path):
     from pm_vector import db
 
     X, y = svc_split.server

@@ -17,7 +17,7 @@ from pm_vector.client.http import Client
 
 
 @pytest.fixture
-def query_login(svc_home):
+def query_login(pm_home):
     from pm_vector.db import postgres
 
     role = "pmq_" + uuid.uuid4().hex[:8]

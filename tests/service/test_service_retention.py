@@ -21,7 +21,7 @@ def _ids(conn):
 
 
 @pytest.fixture
-def two_collections(svc_home):
+def two_collections(pm_home):
     from pm_vector import db
 
     keep, gone = "ret_keep_" + uuid.uuid4().hex[:6], "ret_gone_" + uuid.uuid4().hex[:6]

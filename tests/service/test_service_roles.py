@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 
 @pytest.fixture(scope="module")
-def keys(svc_home, svc_collection):
+def keys(pm_home, svc_collection):
     from pm_vector.service.auth import create_key
 
     return {"query": create_key("roles query"), "admin": create_key("roles admin", role="admin"),
@@ -90,7 +90,7 @@ def test_flood_from_one_key_gets_429_while_another_is_served(service, svc_collec
     assert retry and all(1 <= s <= 60 for s in retry)
 
 
-def test_rate_limiter_refills(svc_home):
+def test_rate_limiter_refills(pm_home):
     from pm_vector.service.auth import RateLimiter
 
     rl = RateLimiter(60, burst=2)
@@ -114,7 +114,7 @@ def test_unauthenticated_body_is_not_read(service, svc_collection):
         assert r.status_code == 401 and time.perf_counter() - t < 10
 
 
-def test_create_key_refuses_bad_roles_and_scopes(svc_home):
+def test_create_key_refuses_bad_roles_and_scopes(pm_home):
     from pm_vector.errors import InvalidInputError
     from pm_vector.service.auth import create_key, list_keys
 
@@ -127,7 +127,7 @@ def test_create_key_refuses_bad_roles_and_scopes(svc_home):
     assert create_key("default role")["role"] == "query"  # least privilege unless asked
 
 
-def test_keys_cli_role_and_collections(svc_home):
+def test_keys_cli_role_and_collections(pm_home):
     from pm_vector.cli import app
     from pm_vector.cli.service import register
 
@@ -146,7 +146,7 @@ def test_keys_cli_role_and_collections(svc_home):
     assert "admin" in out and "query" in out
 
 
-def test_query_keys_resolve_as_a_read_only_database_role(service, svc_home):
+def test_query_keys_resolve_as_a_read_only_database_role(service, pm_home):
     """A query key's resolve runs as pm_vector_query: it may read and log the request, nothing else."""
     import psycopg
 

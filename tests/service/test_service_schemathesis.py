@@ -37,7 +37,7 @@ def _from_msgpack(ctx, response):
 
 
 @pytest.fixture(scope="module")
-def fuzz_service(svc_home, svc_collection):
+def fuzz_service(pm_home, svc_collection):
     from pm_vector.service.runner import ServiceThread
     from pm_vector.service.settings import ServiceSettings
 
@@ -61,6 +61,7 @@ def _operations(url: str):
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+@pytest.mark.slow
 def test_no_5xx_and_answers_match_the_schema(fuzz_service, keys, svc_collection, mode):
     seen: dict[str, set] = {}
     for op in _operations(fuzz_service.url):

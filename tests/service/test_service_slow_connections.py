@@ -16,7 +16,7 @@ from pm_vector.service.settings import ServiceSettings
 
 
 @pytest.fixture(scope="module")
-def svc(svc_home):
+def svc(pm_home):
     st = ServiceSettings(header_timeout_s=1, body_timeout_s=10, pool_max=2, request_log_retention_days=0,
                          max_body_bytes=4 * 1024 * 1024, max_large_requests=2)
     with ServiceThread(st) as s:

@@ -30,7 +30,7 @@ def _wait(cond, timeout=60.0):
     raise AssertionError("the worker did not apply the change in time")
 
 
-def test_the_worker_applies_an_attached_tables_changes(svc_home, svc_split):
+def test_the_worker_applies_an_attached_tables_changes(pm_home, svc_split):
     from pm_vector import db
     from pm_vector.db import postgres
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn

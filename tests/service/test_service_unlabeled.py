@@ -28,7 +28,7 @@ def _nearest(centroids, X):
 
 
 @pytest.fixture(scope="module")
-def unlabeled(svc_home, svc_split):
+def unlabeled(pm_home, svc_split):
     from pm_vector import db
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn
 
@@ -120,7 +120,7 @@ def test_private_query_without_labels(service, unlabeled, svc_key, svc_split, tm
             assert type(c._label_classifier(name)).__name__ == "PublicPartitions"
 
 
-def test_cli_ingest_without_labels(svc_home, svc_split, tmp_path):
+def test_cli_ingest_without_labels(pm_home, svc_split, tmp_path):
     from pm_vector import db
     from pm_vector.cli import app
     from pm_vector.cli.service import register
