@@ -28,11 +28,12 @@ CELL_GRAPH_DEGREE = 32
 #: prior items per row read by distance (index order); the rest enter through the class hub counts.
 #: 512: the statement aggregates C x max_prior x graph_degree contributions, half as many as at 1024,
 #: for nn_recall@8 0.328 / 0.333 / 0.361 / 0.574 at eps 1 / 4 / 16 / 64 on Fashion-MNIST against
-#: 0.329 / 0.343 / 0.361 / 0.572 (README "latency")
+#: 0.329 / 0.343 / 0.361 / 0.572 (docs/benchmarks.md, "Where a resolve spends its time")
 MAX_PRIOR = 512
 #: a retained prior item whose weight exceeds the far weight by less than this adds nothing of its
 #: own (it counts as far, through the hub counts): the statement then aggregates only the items
-#: that move a score by at least this much (see PosteriorShortlist and README "latency")
+#: that move a score by at least this much (see PosteriorShortlist and docs/benchmarks.md, "Where a resolve
+#: spends its time")
 MIN_WEIGHT = 0.0
 
 

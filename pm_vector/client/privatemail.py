@@ -82,7 +82,7 @@ def paper_protocol_guarantee(epsilon: float, delta: float = 1e-5, *, same_class:
 def paper_charge(epsilon: float, delta: float = 1e-5, mechanism: str = "analytic") -> tuple[float, float]:
     """What one paper-protocol request at nominal ``(epsilon, delta)`` is charged: its guarantee
     between two real queries whose class may change (:func:`paper_protocol_guarantee`,
-    ``same_class=False``: e.g. (4.75, 1e-5) at nominal eps 1), the relation the README claims for
+    ``same_class=False``: e.g. (4.75, 1e-5) at nominal eps 1), the relation docs/guide/queries.md claims for
     the client's data. A mechanism that is not the paper's is refused."""
     return paper_protocol_guarantee(float(epsilon), float(delta), same_class=False,
                                     mechanism=bounds.mechanism(mechanism, float(epsilon)))

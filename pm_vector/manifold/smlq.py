@@ -9,7 +9,7 @@ degree 2 that rescaling changes ``v`` by a positive factor, so the MM guarantee 
 step (``v(step(Z)) <= v(Z)``), not across the rescaling -- :attr:`SMLQ.objective_pairs_` keeps
 both values of every step so this can be checked.
 
-Defaults (measured, see README "Choosing the parameters"): unit-norm rows are at typical
+Defaults (measured): unit-norm rows are at typical
 neighbour distance 0.1-0.4, so the paper's ``sigma = 5-6`` makes every kernel weight ~1 and the
 embedding carries no feature information (NOTES 2); ``sigma = 0.3`` does. ``alpha`` is given
 relative to the graphs (``alpha_scale="relative"``): the effective weight is

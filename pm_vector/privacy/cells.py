@@ -136,7 +136,7 @@ class CellRandomizedResponse:
 
 
 # --------------------------------------------------------------------------- public rules
-#: the public rule's target level: K*(eps) = RULE_SCALE * e^(RULE_RATE * eps) (measured, README
+#: the public rule's target level: K*(eps) = RULE_SCALE * e^(RULE_RATE * eps) (measured, docs/benchmarks.md
 #: "Where the limit binds": the best K on Fashion-MNIST and digits is about 3-4 at eps 1 and 2,
 #: 8-12 at eps 4, 32-64 at eps 8 and the finest the collection allows from eps 16)
 RULE_SCALE, RULE_RATE = 2.2, 0.4

@@ -179,13 +179,13 @@ ID_BYTES = 4
 MAX_CANDIDATES = 65_536
 #: the candidates a wider code must leave,
 #: ``S*(eps, N) = S_FLOOR (N / 10^4)^S_SIZE + S_SCALE (N / 10^4)^S_SCALE_SIZE e^(-S_RATE (eps - 4))`` (measured on Fashion-MNIST
-#: at 10,000 and 68,000 items, README "Choosing the release"): at small eps the location is unsure and
+#: at 10,000 and 68,000 items, docs/guide/queries.md, "Choosing the release"): at small eps the location is unsure and
 #: recall needs many candidates (narrow codes); as eps grows the location is sure and wide codes win,
 #: the more so on a small collection (a cell's neighbourhood holds fewer items)
 S_FLOOR, S_SIZE, S_SCALE, S_SCALE_SIZE, S_RATE = 230.0, 0.22, 775.0, 0.13, 0.48
 #: and at least ``min(S_COVER N e^-eps, R / 2)``, R the candidates the budget holds at the narrowest
 #: width: a pure-eps report puts at most e^eps times the prior on any location, so while eps is small
-#: recall follows the share of the collection an answer covers (README "Where the limit binds"); wider
+#: recall follows the share of the collection an answer covers (docs/benchmarks.md, "Where the limit binds"); wider
 #: codes only once that share is held, and never for fewer than half the candidates the budget allows
 #: while it is not (measured: 68,000 items at 350 kB and eps 4, 32-byte codes for 8,840 candidates .57
 #: against 240-byte codes for 1,428 .49)

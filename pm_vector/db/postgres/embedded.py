@@ -42,7 +42,7 @@ LOCK_TIMEOUT_S = 120.0
 #: within them. PostgreSQL's default, 128 MB, holds little of a 10^6-item collection (its items
 #: alone are about 650 MB at 128 dims, their codes 100 MB), so once other queries had passed a
 #: resolve read its 1,300 candidates' pages from the operating system's cache, at about twice the
-#: time (see README, "A million items"). Memory is taken as pages are used, not at start.
+#: time (see docs/benchmarks.md, "A million items"). Memory is taken as pages are used, not at start.
 SHARED_BUFFERS_MIN_MB, SHARED_BUFFERS_MAX_MB = 128, 4096
 
 

@@ -2,7 +2,7 @@
 
 A payload is a small JSON value stored with an item and returned with *every* candidate of
 *every* row of a resolve answer, so a client never fetches its final k items by id (such a fetch
-would name its real row; see the README, "Payloads"). Every candidate's payload travels in every
+would name its real row; see docs/guide/collections.md, "Payloads"). Every candidate's payload travels in every
 answer, so an answer grows by up to ``C x k' x max_payload_bytes``: the bound keeps it small.
 
 The size of a payload is the number of UTF-8 bytes of the **compact JSON** text of the value as

@@ -33,6 +33,6 @@ async def delete(name: str, request: Request, settings: SettingsDep):
     """Delete items by id or external id (admin keys), in one transaction: the items, their rows in the
     active run and the runs kept for switching back (here and on the shards), their KAHM scores; raw
     KAHM models fit on them stop serving until refit. Unknown ids: 404 and nothing deleted, unless
-    ``missing_ok``. The request log, the WAL and backups are outside the erasure (README)."""
+    ``missing_ok``. The request log, the WAL and backups are outside the erasure (docs/operations.md, "What erasure does not reach")."""
     body = await request.body()
     return respond(request, await run_in_threadpool(_delete_sync, name, body_type(request), body, settings))
