@@ -23,7 +23,8 @@ DB_FOLDERS = {"db", "cluster", "service"}
 
 
 def pytest_collection_modifyitems(config, items):
-    """``db`` and ``service`` by folder (``db`` also for any test on the session's server)."""
+    """``db`` and ``service`` by folder (``db`` also for any test on the session's server); the
+    cluster tests are ``slow`` (each module starts several embedded servers of its own)."""
     for item in items:
         try:
             folder = Path(str(item.fspath)).resolve().relative_to(TESTS).parts[0]
@@ -31,6 +32,8 @@ def pytest_collection_modifyitems(config, items):
             continue
         if folder == "service":
             item.add_marker(pytest.mark.service)
+        if folder == "cluster":
+            item.add_marker(pytest.mark.slow)
         if folder in DB_FOLDERS or "pm_home" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.db)
 
