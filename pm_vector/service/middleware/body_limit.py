@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import ApiError, error_response
+from ..errors import ApiError, api_error_response, error_response
 from .send import tracking_send
 
 
@@ -46,4 +46,4 @@ class BodyLimitMiddleware:
         except ApiError as exc:
             if not too_big or tracked.started:
                 raise
-            await error_response(exc.status, exc.error, exc.message)(scope, receive, send)
+            await api_error_response(exc)(scope, receive, send)
