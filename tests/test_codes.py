@@ -154,3 +154,71 @@ def test_every_stage_code_is_the_nearest_centroid_of_its_residual(codes, data):
             assert np.all(chosen <= d2.min(1) + 1e-5 * (1 + d2.min(1)))
         R = R - codes._decode_stage(cen, got)
         col += m
+
+
+# ----------------------------------------------------------------------------- wide tables
+
+@pytest.fixture(scope="module")
+def wide(data):
+    return ProductCodes(16, n_stages=2, widths=(24, 32)).fit(data[0])
+
+
+def test_wide_tables_sit_after_the_residual_stages(wide, data):
+    assert wide.stage_bytes_ == (8, 16) and wide.widths_ == (8, 16, 24, 32) and wide.total_bytes_ == 16 + 24 + 32
+    assert [wide.span(w) for w in wide.widths_] == [(0, 8), (0, 16), (16, 24), (40, 32)]
+    c = wide.encode(data[1])
+    assert c.shape == (300, 72)
+    # the residual part is the residual-only code's; each table codes the item on its own
+    np.testing.assert_array_equal(c[:, :16], ProductCodes(16, n_stages=2).fit(data[0]).encode(data[1]))
+    for w in (24, 32):
+        assert wide.select(c, w).shape == (300, w)
+        assert wide.decode(wide.select(c, w)).shape[0] == 300
+    with pytest.raises(InvalidInputError, match="published widths"):
+        wide.select(c, 20)
+    with pytest.raises(InvalidInputError, match="one of"):
+        wide.decode(c[:, :20])
+
+
+def test_a_wide_tables_distance_is_the_distance_to_its_reconstruction(wide, data):
+    q = data[1][0]
+    c = wide.encode(data[1][1:50])
+    for k, w in enumerate((24, 32)):
+        rot = wide._wide_rotations[k]
+        recon = wide.mean_ + wide.decode(wide.select(c, w)) @ rot  # back in feature space
+        np.testing.assert_allclose(wide.distances(q, wide.select(c, w)), np.linalg.norm(recon - q, axis=1), atol=1e-9)
+        np.testing.assert_allclose(rot.T @ rot, np.eye(D), atol=1e-9)  # every direction once (padding rows zero)
+
+
+def test_a_wide_table_codes_held_out_items_better_than_the_residual_prefix(data):
+    """The reason the tables exist: on items the anchor did not hold, one 32-byte table reconstructs
+    better than two residual stages of 16 (the second over-fits the anchor's residuals)."""
+    rng = np.random.default_rng(3)
+    scale = np.linspace(2.0, 0.2, 64)
+    anchor, items = (_unit(rng.normal(size=(n, 64)) * scale) for n in (300, 400))
+    pc = ProductCodes(32, n_stages=2, widths=(64,)).fit(anchor)
+    c = pc.encode(items)
+    err_res = np.linalg.norm(pc.decode(pc.select(c, 32)) - pc.rotate(items, 32), axis=1).mean()
+    single = ProductCodes(16, n_stages=1, widths=(32,)).fit(anchor)
+    c1 = single.encode(items)
+    err_wide = np.linalg.norm(single.decode(single.select(c1, 32)) - single.rotate(items, 32), axis=1).mean()
+    print(f"held-out reconstruction error at 32 bytes: residual 2 x 16 {err_res:.4f}, one table {err_wide:.4f}")
+    assert err_wide < err_res
+
+
+def test_the_wide_document_round_trips_and_the_first_format_still_reads(wide, codes, data):
+    back = ProductCodes.from_dict(wide.to_dict())
+    assert back.digest() == wide.digest() and back.widths_ == wide.widths_
+    np.testing.assert_array_equal(back.encode(data[1]), wide.encode(data[1]))
+    moved = wide.to_dict()
+    moved["wide_centroids"] = [c.copy() for c in moved["wide_centroids"]]
+    moved["wide_centroids"][0][0, 0, 0] += 1e-3
+    assert ProductCodes.from_dict(moved).digest() != wide.digest()
+    for bad in ({**wide.to_dict(), "widths": [24]}, {**wide.to_dict(), "widths": [24, 40]},
+                {**wide.to_dict(), "wide_centroids": 3}, {**wide.to_dict(), "widths": [8, 32]}):
+        with pytest.raises(InvalidInputError):
+            ProductCodes.from_dict(bad)
+    # a run built before the wide tables published format 1 (no widths): it reads with its old digest
+    v1 = {k: v for k, v in codes.to_dict().items() if k not in ("widths", "wide_centroids")}
+    v1["format"] = "pm_vector.product-codes/1"
+    old = ProductCodes.from_dict(v1)
+    assert old.digest() == codes.digest() and old.widths_ == old.stage_bytes_ == (8, 16)

@@ -64,7 +64,7 @@ def _location_client(name: str, eps: float, seed: int):
     _, info = public_anchor(name)
     pc = unpack(info["product_codes"], info["class_rows"]["codes"]["digest"])
     c = PrivateLocationKNN(PublicCells.from_dict(info["public_locations"]), eps,
-                           n_items=int(info["class_rows"]["n_items"]), stage_bytes=pc.stage_bytes_, collection=name)
+                           n_items=int(info["class_rows"]["n_items"]), widths=pc.widths_, collection=name)
     return c._inject_generator(secure_generator(seed)), pc
 
 

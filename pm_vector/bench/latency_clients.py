@@ -20,7 +20,7 @@ def answer_shape(cfg, n_rows: int, info) -> dict[str, tuple[int, int | None]]:
     codes = ((info.get("class_rows") or {}).get("codes") or {})
     if cfg.answer == "full" or codes.get("status") != "ready":
         return {r: (int(cfg.shortlist), None) for r in ("cells", "gaussian")}
-    stages = tuple(int(b) for b in codes["stage_bytes"])
+    stages = tuple(int(b) for b in codes.get("widths") or codes["stage_bytes"])
     return {r: tuple(int(v) for v in compact_answer_shape(int(n_rows), r, float(cfg.epsilon), stages))
             for r in ("cells", "gaussian")}
 
@@ -77,7 +77,7 @@ def client_requests(cfg, name: str, C: int, n_items: int, pa, info, frame,
 
         pc = unpack(info["product_codes"], info["class_rows"]["codes"]["digest"])
         loc_client = PrivateLocationKNN(PublicCells.from_dict(info["public_locations"]), cfg.epsilon,
-                                        n_items=n_items, stage_bytes=pc.stage_bytes_, collection=name)
+                                        n_items=n_items, widths=pc.widths_, collection=name)
         loc_client._inject_generator(secure_generator(cfg.seed + 19))
         r.loc_client = loc_client
         r.loc_reqs, r.loc_client_ms = _timed(lambda i: loc_client.request(Xq[i]).to_json(), n_query, cfg.warmup)

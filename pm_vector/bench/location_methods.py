@@ -68,8 +68,8 @@ def _ranks(ctx, width: int) -> np.ndarray:
     """``(q, N)`` int32: every item's rank by asymmetric distance to each query at ``width`` bytes."""
     def build():
         _, pc, codes = location_state(ctx)
-        rec = pc.decode(codes[:, :width])
-        R = pc._rotate(ctx.Xq)
+        rec = pc.decode(pc.select(codes, width))
+        R = pc.rotate(ctx.Xq, width)
         d = -2.0 * R @ rec.T + (rec * rec).sum(1)[None, :]
         return np.argsort(np.argsort(d, axis=1, kind="stable"), axis=1).astype(np.int32)
 
@@ -113,7 +113,7 @@ def run_location(ctx, eps: float, max_bytes: int, seed: int):
     data, pc, codes = location_state(ctx)
     k = int(ctx.cfg.k)
     client = PrivateLocationKNN(data.cells, eps, n_items=len(ctx.Xs), max_bytes=int(max_bytes),
-                                stage_bytes=pc.stage_bytes_)
+                                widths=pc.widths_)
     client._inject_generator(secure_generator(seed))
     p = client.plan_
     lists = answer_table(ctx, p.level, eps, p.candidates)

@@ -129,9 +129,11 @@ class BenchConfig:
     dp_alpha: float = 0.5
     #: dp_random_projection / dp_pca
     projection_dim: int = 8
-    #: pm_vector_compact / download_codes: bytes of an item's code (all stages) and its stages
-    code_bytes: int = 256
-    code_stages: int = 16
+    #: pm_vector_compact / download_codes / pm_vector_location: bytes of an item's residual code
+    #: stages, their number, and the widths of the single-stage tables (as an embedding job's defaults)
+    code_bytes: int = 32
+    code_stages: int = 2
+    code_widths: tuple = (64, 96, 128, 160, 192, 256)
     #: pm_vector_location: the byte budgets of one request (a row per budget and epsilon)
     max_bytes: tuple = (50_000,)
     #: pm_vector: prior items weighted one by one per row (the rest through the hub counts)
@@ -338,7 +340,8 @@ def _summary(split, cfg: BenchConfig, ctx, methods: tuple, k: int, kp: int, coll
            "config": {"class_components": cfg.class_components, "clip_quantile": cfg.clip_quantile,
                       "noise_free_components": cfg.noise_free_components, "smlq_components": cfg.n_components,
                       "dp_sigma": cfg.dp_sigma, "dp_alpha": cfg.dp_alpha, "projection_dim": cfg.projection_dim,
-                      "code_bytes": cfg.code_bytes, "code_stages": cfg.code_stages, "max_prior": cfg.max_prior,
+                      "code_bytes": cfg.code_bytes, "code_stages": cfg.code_stages,
+                      "code_widths": list(cfg.code_widths), "max_prior": cfg.max_prior,
                       "graph_degree": cfg.graph_degree, "cell_levels": list(cfg.cell_levels),
                       "cell_graph_degree": cfg.cell_graph_degree,
                       "n_cells": cfg.n_cells, "partitions": cfg.partitions},

@@ -109,7 +109,8 @@ class _Context:
         """``(ProductCodes, item codes (n, code_bytes) uint8)``: the collection's published compact
         codes, fit on the public anchor only."""
         def build():
-            pc = ProductCodes(self.cfg.code_bytes, self.cfg.code_stages).fit(self.Xa)
+            widths = tuple(w for w in self.cfg.code_widths if w <= self.Xa.shape[1])  # as the job: at most d
+            pc = ProductCodes(self.cfg.code_bytes, self.cfg.code_stages, widths).fit(self.Xa)
             return pc, pc.encode(self.Xs)
         return self.get("product codes", build)
 
@@ -240,7 +241,7 @@ def compact(ctx: _Context, eps):
     pc, codes = ctx.codes
     k = int(ctx.cfg.k)
     release = release_for_epsilon(eps)
-    kp, b = compact_answer_shape(ctx.C, release, eps, pc.stage_bytes_)
+    kp, b = compact_answer_shape(ctx.C, release, eps, pc.widths_)
     kp = min(kp, len(ctx.ys))
     cand, req_bytes, rows, extra = _default(ctx, eps, "labelled", kp)
     cand = np.asarray(cand, dtype=np.int64)
@@ -254,18 +255,20 @@ def compact(ctx: _Context, eps):
 
 
 def download_codes(ctx: _Context):
-    """Every item's code (each published stage prefix in turn) and the codebooks downloaded once,
-    searched locally by asymmetric distance: eps 0. Yields ``(retrieved (q, k), bytes, extra)``
-    per prefix; the bytes are the msgpack of the ids (uint32), the codes and the codebook stages
-    the prefix needs."""
+    """Every item's code (each published width in turn) and the codebooks that width needs
+    downloaded once, searched locally by asymmetric distance: eps 0. Yields ``(retrieved (q, k),
+    bytes, extra)`` per width; the bytes are the msgpack of the ids (uint32), the codes and the
+    codebooks (the residual stages a prefix needs, or the one wide table)."""
     pc, codes = ctx.codes
     k = int(ctx.cfg.k)
-    Rq = pc._rotate(ctx.Xq).astype(np.float32)
     books = pc.to_dict()
-    for j, b in enumerate(pc.stage_bytes_):
-        recon = pc.decode(codes[:, :b]).astype(np.float32)  # the same order as ProductCodes.distances
+    for b in pc.widths_:
+        Rq = pc.rotate(ctx.Xq, b).astype(np.float32)
+        recon = pc.decode(pc.select(codes, b)).astype(np.float32)  # the same order as ProductCodes.distances
         retrieved = knn_search(Rq, recon, k)
-        cb = {**books, "centroids": books["centroids"][:j + 1]}
-        doc = {"item_ids": np.zeros(len(ctx.ys), np.uint32), "codes": codes[:, :b], "codebooks": cb}
+        stages = [c for c, w in zip(books["centroids"], pc.stage_bytes_) if w <= b] if b in pc.stage_bytes_ else []
+        wide = [c for c in books["wide_centroids"] if c.shape[0] == b]
+        cb = {**books, "centroids": stages, "wide_centroids": wide}
+        doc = {"item_ids": np.zeros(len(ctx.ys), np.uint32), "codes": pc.select(codes, b), "codebooks": cb}
         # the codebooks are also what a client of compact answers downloads once (with the anchor)
         yield retrieved, float(wire_bytes(doc)), {"code_bytes": b, "codebook_bytes": wire_bytes(cb)}

@@ -31,7 +31,7 @@ def fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
-def _privacy_options(epsilons: str, methods: str | None, plot: Path | None, code_bytes: int) -> tuple:
+def _privacy_options(epsilons: str, methods: str | None, plot: Path | None, code_bytes: int, code_widths: str) -> tuple:
     """``bench privacy``'s options checked as typer parameters: returns (the epsilons, the methods)."""
     from ..bench.privacy_bench import parse_epsilons, parse_methods
 
@@ -51,11 +51,19 @@ def _privacy_options(epsilons: str, methods: str | None, plot: Path | None, code
     if not MIN_CODE_BYTES <= code_bytes <= MAX_CODE_BYTES:
         raise typer.BadParameter(f"the code size must be {MIN_CODE_BYTES} to {MAX_CODE_BYTES} bytes; got {code_bytes}.",
                                  param_hint="--code-bytes")
-    return eps, chosen
+    from ..db.runs.class_rows import params as class_rows_params
+
+    try:
+        widths = tuple(int(w) for w in code_widths.split(",") if w.strip()) if code_widths.strip() else ()
+        class_rows_params(override={"code_bytes": code_bytes, "code_widths": widths})
+    except (ValueError, PMVectorError) as e:
+        raise typer.BadParameter(f"{e}", param_hint="--code-widths") from None
+    return eps, chosen, widths
 
 
 def _privacy_config(eps, delta: float, k: int, shortlist: int, seed: int, chosen, max_prior: int, graph_degree: int,
-                    cells: int | None, code_bytes: int, max_bytes: str, partitions: int | None, unlabelled: bool):
+                    cells: int | None, code_bytes: int, code_widths: tuple, max_bytes: str, partitions: int | None,
+                    unlabelled: bool):
     """``bench privacy``'s :class:`~pm_vector.bench.privacy_bench.BenchConfig` from its options (the
     code's stages from its size: 16-byte stages when a multiple of 16; without labels, public
     partitions, 10 by default)."""
@@ -66,7 +74,7 @@ def _privacy_config(eps, delta: float, k: int, shortlist: int, seed: int, chosen
                        max_prior=max_prior, graph_degree=graph_degree, n_cells=cells, code_bytes=code_bytes,
                        code_stages=(code_bytes // 16 if code_bytes % 16 == 0 and code_bytes >= 32 else
                                     2 if code_bytes % 2 == 0 and code_bytes >= 16 else 1),
-                       max_bytes=_ints(max_bytes, "--max-bytes"),
+                       code_widths=code_widths, max_bytes=_ints(max_bytes, "--max-bytes"),
                        partitions=(partitions or DEFAULT_PARTITIONS) if unlabelled else None)
 
 
@@ -127,9 +135,12 @@ def privacy(
                                 "reference_ldp, privatemail_paper, dp_random_projection, dp_pca, raw_knn, "
                                 "download_codes, download_lists, download_all (default: all but privatemail_paper "
                                 "and the dp_ projections)."),
-    code_bytes: int = typer.Option(256, "--code-bytes", help="bytes of an item's compact code, 8 to 256 (stages of "
-                                   "16 bytes when a multiple of 16: the widths the location release chooses "
-                                   "from; the class-rows answers take the 32- and 64-byte prefixes)."),
+    code_bytes: int = typer.Option(32, "--code-bytes", help="bytes of an item's residual code stages, 8 to 256 "
+                                   "(stages of 16 bytes when a multiple of 16; each stage's prefix is a width)."),
+    code_widths: str = typer.Option("64,96,128,160,192,256", "--code-widths", help="comma-separated widths of the "
+                                    "single-stage code tables (each above --code-bytes, at most 256 and the "
+                                    "feature dimension): with the residual prefixes, the widths the location "
+                                    "release chooses from; the class-rows answers take the 32- and 64-byte widths."),
     max_bytes: str = typer.Option("50000", "--max-bytes", help="pm_vector_location: comma-separated byte budgets "
                                   "of one request on the wire, both ways (one row per budget and epsilon)."),
     n_server: int = typer.Option(None, help="Server items (default per dataset)."),
@@ -152,7 +163,7 @@ def privacy(
 
     from ..bench.privacy_bench import plot as draw, run
 
-    eps, chosen = _privacy_options(epsilons, methods, plot, code_bytes)
+    eps, chosen, widths = _privacy_options(epsilons, methods, plot, code_bytes, code_widths)
     try:
         if partitions is not None and partitions < 2:
             fail("--partitions must be at least 2.")
@@ -162,7 +173,7 @@ def privacy(
         if partitions is not None and not unlabelled:
             fail("--partitions applies to a collection without labels (--features without --labels, or --unlabeled).")
         cfg = _privacy_config(eps, delta, k, shortlist or kp_default, seed, chosen, max_prior, graph_degree, cells,
-                              code_bytes, max_bytes, partitions, unlabelled)
+                              code_bytes, widths, max_bytes, partitions, unlabelled)
         err.print(f"dataset {ds.name}: {ds.n_items} items, {ds.dim} dims, "
                   f"{f'{cfg.partitions} public partitions (no labels)' if cfg.partitions else f'{ds.n_classes} classes'}"
                   "; split "

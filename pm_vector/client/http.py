@@ -382,7 +382,7 @@ class Client(Transport, PublicDocuments):
         pm_vector protocol, ``answer="compact"`` (default): the server answers every class row with
         ``k'`` candidates, their ids and the prefix of ``b`` bytes of their product codes (for
         every row alike); ``(k', b)`` are :func:`~pm_vector.manifold.codes.compact_answer_shape` of
-        the rows, the release, epsilon and the published stage widths (``shortlist``: k' given,
+        the rows, the release, epsilon and the published code widths (``shortlist``: k' given,
         ``b`` still from the rule). The client checks the answer's codes digest against the
         published codes, re-ranks its real row by
         :meth:`~pm_vector.manifold.codes.ProductCodes.distances` (asymmetric: its exact query against

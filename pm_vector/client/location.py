@@ -3,7 +3,7 @@
 ::
 
     client = PrivateLocationKNN(cells, epsilon=4.0, n_items=10_000, max_bytes=50_000,
-                                stage_bytes=codes.stage_bytes_)     # the plan: level, candidates, code width
+                                widths=codes.widths_)               # the plan: level, candidates, code width
     request = client.request(x)                                     # one report, pure eps, charged (eps, 0)
     answer = server_resolve(request)                                # S ids and S codes: one list
     ids, codes, payloads = client.check(answer, ...)                # the WHOLE answer, before x is used
@@ -43,20 +43,20 @@ class PrivateLocationKNN:
 
     ``level``, ``candidates``, ``code_bytes``: the plan; any of them ``None`` takes the public rule
     :func:`~pm_vector.privacy.location.plan` of ``epsilon``, ``n_items`` (the collection's public
-    size), ``max_bytes`` (what one request may cost on the wire, both ways), ``stage_bytes`` (the
+    size), ``max_bytes`` (what one request may cost on the wire, both ways), ``widths`` (the
     published code widths) and ``payload_bytes`` (the bound of one candidate's payload, 0 when the
     collection stores none). ``accountant``: what every unseeded request is charged to; None charges
     the default ledger.
     """
 
-    def __init__(self, cells: PublicCells, epsilon: float = 4.0, *, n_items: int, stage_bytes=(16, 32),
+    def __init__(self, cells: PublicCells, epsilon: float = 4.0, *, n_items: int, widths=(16, 32),
                  max_bytes: int | None = None, level: int | None = None, candidates: int | None = None,
                  code_bytes: int | None = None, payload_bytes: int = 0, collection: str | None = None,
                  accountant=None):
         if cells.classes_.size != 1:
             raise InvalidInputError("location cells are fit on the whole anchor as one class.")
         self.cells = cells
-        self.plan_ = location_plan(epsilon, n_items=n_items, levels=cells.levels_, stage_bytes=stage_bytes,
+        self.plan_ = location_plan(epsilon, n_items=n_items, levels=cells.levels_, widths=widths,
                                    max_bytes=max_bytes, payload_bytes=payload_bytes, level=level,
                                    candidates=candidates, code_bytes=code_bytes)
         self.mechanism = LocationRandomizedResponse(epsilon, self.plan_.level)

@@ -303,7 +303,7 @@ class PublicDocuments:
         n_items = doc.get("n_items")
         if isinstance(n_items, bool) or not isinstance(n_items, int) or not 1 <= n_items <= 1 << 40:
             raise InvalidInputError(f"collection {name!r} publishes no valid item count; run a new embedding job.")
-        return PrivateLocationKNN(cells, epsilon, n_items=n_items, stage_bytes=tuple(pc.stage_bytes_),
+        return PrivateLocationKNN(cells, epsilon, n_items=n_items, widths=tuple(pc.widths_),
                                   max_bytes=max_bytes, collection=name, accountant=self._account(name), **plan)
 
     def choose_release(self, name: str, epsilon: float, release: str = "auto", *, class_rows: bool = False) -> str:
@@ -352,5 +352,5 @@ class PublicDocuments:
         used = self.choose_release(name, epsilon, release, class_rows=True)  # the location path returned before
         pub = self._public[name]
         n_rows = len(pub.class_rows.get("classes") or pub.frames.classes_)
-        kp, b = compact_answer_shape(n_rows, used, float(epsilon), tuple(pc.stage_bytes_))
+        kp, b = compact_answer_shape(n_rows, used, float(epsilon), tuple(pc.widths_))
         return used, int(shortlist) if shortlist is not None else int(kp), int(b), pc

@@ -19,7 +19,9 @@ import numpy as np
 from .._validation import as_matrix
 from ..errors import InvalidInputError
 
-PQ_FORMAT = "pm_vector.product-codes/1"
+PQ_FORMAT = "pm_vector.product-codes/2"
+#: the first format: residual stages only (runs built before the wide tables); still read
+PQ_FORMAT_V1 = "pm_vector.product-codes/1"
 #: the code sizes a collection may choose (bytes per item, every stage together)
 MIN_CODE_BYTES, MAX_CODE_BYTES = 8, 256
 
@@ -45,15 +47,29 @@ class ProductCodes:
     small anchor: 0.547 and 0.707. Keeping only the top 128 principal directions: the same with one
     stage, 0.756 with two. Four stages of 16 bytes: 0.794 at 64 bytes, 0.701 at 32.
 
-    Parameters: ``code_bytes`` (bytes per item, all stages, in ``[8, 64]``, a multiple of
-    ``n_stages``), ``n_stages``. Learned: ``mean_`` ``(d,)``, ``rotation_`` ``(d', d)``
-    (rows: principal directions, permuted round-robin; ``d'`` padded to a multiple of the
-    sub-spaces), ``centroids_`` (one ``(M, 256, d'/M)`` array per stage), ``stage_bytes_``.
+    **Wide tables** (``widths``): a later residual stage is fit on the residuals of the same small
+    anchor, and over-fits it; one product quantiser of ``w`` sub-spaces (``w`` bytes, sub-spaces of
+    ``d / w`` dimensions) generalises better at the same width. Each width of ``widths`` is such a
+    single-stage table of its own, coded after the residual stages: an item's stored code is the
+    residual stages followed by every wide table, and a width ``w`` of the codes is the byte span
+    :meth:`span` of it (a prefix for a residual width). The wide tables share the anchor's mean and
+    principal directions (each deals them round-robin to its own sub-spaces), so they publish only
+    their centroids.
+
+    Parameters: ``code_bytes`` (bytes per item of the residual stages, in ``[8, 256]``, a multiple
+    of ``n_stages``), ``n_stages``, ``widths`` (the wide tables' widths: each in ``(code_bytes,
+    256]``, at most the feature dimension, distinct). Learned: ``mean_`` ``(d,)``, ``rotation_``
+    ``(d', d)`` (rows: principal directions, permuted round-robin; ``d'`` padded to a multiple of
+    the sub-spaces), ``centroids_`` (one ``(M, 256, d'/M)`` array per stage), ``stage_bytes_`` (the
+    residual prefixes), ``wide_`` (one ``(w, 256, d_w/w)`` centroid array per wide table),
+    ``widths_`` (every width the codes serve: the residual prefixes, then the wide tables),
+    ``total_bytes_`` (bytes of an item's stored code).
     """
 
-    def __init__(self, code_bytes: int = 32, n_stages: int = 1):
+    def __init__(self, code_bytes: int = 32, n_stages: int = 1, widths: tuple[int, ...] = ()):
         self.code_bytes = code_bytes
         self.n_stages = n_stages
+        self.widths = widths
 
     def _check_params(self) -> tuple[int, int]:
         b, s = self.code_bytes, self.n_stages
@@ -66,9 +82,19 @@ class ProductCodes:
             raise InvalidInputError(f"n_stages must be >= 1 and divide code_bytes ({b}); got {s}.")
         return int(b), int(s)
 
-    def fit(self, X) -> "ProductCodes":
-        import faiss
+    def _check_widths(self, d: int) -> tuple[int, ...]:
+        b, _ = self._check_params()
+        ws = self.widths
+        if not isinstance(ws, (list, tuple)) or any(isinstance(w, bool) or not isinstance(w, (int, np.integer))
+                                                    for w in ws):
+            raise InvalidInputError(f"widths must be a list of integers; got {ws!r:.80}.")
+        out = tuple(sorted(int(w) for w in ws))
+        if len(set(out)) != len(out) or any(not b < w <= min(MAX_CODE_BYTES, d) for w in out):
+            raise InvalidInputError(f"widths must be distinct integers in ({b}, {min(MAX_CODE_BYTES, d)}] (above the "
+                                    f"residual stages' {b} bytes, at most the {d} feature dimensions); got {list(out)}.")
+        return out
 
+    def fit(self, X) -> "ProductCodes":
         b, s = self._check_params()
         X = as_matrix(X, "anchor features")
         n, d = X.shape
@@ -76,32 +102,48 @@ class ProductCodes:
         if n < 256:
             raise InvalidInputError(f"product codes need at least 256 public anchor rows (256 centroids per "
                                     f"sub-quantiser); the anchor has {n}.")
+        widths = self._check_widths(d)
         self.mean_ = X.mean(0)
         vt = np.linalg.svd(X - self.mean_, full_matrices=True)[2]  # (d, d) orthogonal
         sgn = np.sign(vt[np.arange(d), np.argmax(np.abs(vt), axis=1)])
         vt = vt * np.where(sgn == 0, 1.0, sgn)[:, None]
-        dp = -(-d // m) * m
-        rot = np.zeros((dp, d))
-        order = [j for r in range(m) for j in range(r, dp, m)]  # sub-space r takes components r, r+m, ...
-        for row, j in enumerate(order):
-            if j < d:
-                rot[row] = vt[j]
-        self.rotation_ = rot
+        self.rotation_ = _deal(vt, m)
         R = self._rotate(X).astype(np.float32)
         self.centroids_ = []
         for _ in range(s):
-            pq = faiss.ProductQuantizer(dp, m, 8)
-            pq.cp.min_points_per_centroid = 1  # the public anchor is small; say nothing about it
-            pq.cp.seed = 1234
-            pq.train(np.ascontiguousarray(R))
-            cen = faiss.vector_to_array(pq.centroids).reshape(m, 256, dp // m).astype(np.float64)
+            cen = _train(R, m)
             self.centroids_.append(cen)
             R = R - self._decode_stage(cen, self._encode_stage(self._quantizer(cen), R)).astype(np.float32)
         self.stage_bytes_ = tuple(m * (j + 1) for j in range(s))
+        self._wide_rotations = [_deal(vt, w) for w in widths]
+        self.wide_ = [_train(self._rotate(X, rot).astype(np.float32), w) for w, rot in zip(widths, self._wide_rotations)]
+        self._layout()
         return self
 
-    def _rotate(self, X) -> np.ndarray:
-        return (np.asarray(X, dtype=np.float64) - self.mean_) @ self.rotation_.T
+    def _layout(self) -> None:
+        """``widths_``, ``total_bytes_`` and the byte span of every width (residual prefixes first)."""
+        self._spans = {w: (0, w) for w in self.stage_bytes_}
+        off = self.stage_bytes_[-1]
+        for cen in self.wide_:
+            self._spans[cen.shape[0]] = (off, cen.shape[0])
+            off += cen.shape[0]
+        self.widths_ = tuple(self._spans)
+        self.total_bytes_ = off
+
+    def span(self, width: int) -> tuple[int, int]:
+        """``(offset, width)``: where the ``width``-byte code of an item sits in its stored code."""
+        if width not in self._spans:
+            raise InvalidInputError(f"code width {width!r:.20} is not one of the published widths {list(self.widths_)}.")
+        return self._spans[width]
+
+    def select(self, codes, width: int) -> np.ndarray:
+        """The ``width``-byte codes out of stored codes ``(n, total_bytes_)``."""
+        off, w = self.span(width)
+        return np.asarray(codes, dtype=np.uint8)[:, off:off + w]
+
+    def _rotate(self, X, rotation: np.ndarray | None = None) -> np.ndarray:
+        rot = self.rotation_ if rotation is None else rotation
+        return (np.asarray(X, dtype=np.float64) - self.mean_) @ rot.T
 
     @staticmethod
     def _quantizer(cen: np.ndarray):
@@ -125,12 +167,14 @@ class ProductCodes:
         return np.concatenate([cen[j][codes[:, j]] for j in range(m)], axis=1)
 
     def encode(self, X, batch: int = 65536) -> np.ndarray:
-        """``(n, code_bytes)`` uint8 codes of the rows of ``X`` (every stage, in order)."""
+        """``(n, total_bytes_)`` uint8 stored codes of the rows of ``X`` (every residual stage, in
+        order, then every wide table)."""
         X = as_matrix(X, "features")
         if X.shape[1] != self.mean_.shape[0]:
             raise InvalidInputError(f"features have {X.shape[1]} columns; the codes have {self.mean_.shape[0]}.")
-        out = np.empty((X.shape[0], self.stage_bytes_[-1]), dtype=np.uint8)
+        out = np.empty((X.shape[0], self.total_bytes_), dtype=np.uint8)
         quantizers = [self._quantizer(cen) for cen in self.centroids_]  # once, not per batch
+        wide = [self._quantizer(cen) for cen in self.wide_]
         for a in range(0, X.shape[0], batch):
             R = self._rotate(X[a:a + batch])
             col = 0
@@ -139,14 +183,21 @@ class ProductCodes:
                 out[a:a + batch, col:col + cen.shape[0]] = c
                 R = R - self._decode_stage(cen, c)
                 col += cen.shape[0]
+            for cen, pq, rot in zip(self.wide_, wide, self._wide_rotations):
+                out[a:a + batch, col:col + cen.shape[0]] = self._encode_stage(pq, self._rotate(X[a:a + batch], rot))
+                col += cen.shape[0]
         return out
 
     def decode(self, codes) -> np.ndarray:
-        """The rotated-space reconstruction ``(n, d')`` of codes or of a stage prefix of them."""
+        """The reconstruction ``(n, d')`` of ``width``-byte codes (``width = codes.shape[1]``, one of
+        ``widths_``: a residual prefix or a wide table's codes, as :meth:`select` gives them), in the
+        rotated space of that width (:meth:`distances` compares a query in the same space)."""
         codes = np.asarray(codes, dtype=np.uint8)
-        if codes.ndim != 2 or codes.shape[1] not in self.stage_bytes_:
-            raise InvalidInputError(f"codes must be (n, b) with b one of {list(self.stage_bytes_)}; "
+        if codes.ndim != 2 or codes.shape[1] not in self.widths_:
+            raise InvalidInputError(f"codes must be (n, b) with b one of {list(self.widths_)}; "
                                     f"got shape {codes.shape}.")
+        if codes.shape[1] not in self.stage_bytes_:
+            return self._decode_stage(self.wide_[self.widths_.index(codes.shape[1]) - len(self.stage_bytes_)], codes)
         out = np.zeros((codes.shape[0], self.rotation_.shape[0]))
         col = 0
         for cen in self.centroids_:
@@ -156,24 +207,37 @@ class ProductCodes:
             col += cen.shape[0]
         return out
 
+    def rotate(self, X, width: int) -> np.ndarray:
+        """Rows of ``X`` in the rotated space the ``width``-byte codes decode to."""
+        if width in self.stage_bytes_:
+            return self._rotate(X)
+        self.span(width)
+        return self._rotate(X, self._wide_rotations[self.widths_.index(width) - len(self.stage_bytes_)])
+
     def distances(self, q, codes) -> np.ndarray:
         """Asymmetric distances: ``||rotate(q) - decode(code)||`` for every code (the exact query
         against the coded items; the rotation is orthogonal, so this is the feature-space distance
         to the reconstruction, up to the part of ``q`` outside the anchor's span)."""
-        r = self._rotate(np.asarray(q, dtype=np.float64).reshape(1, -1))
-        return np.linalg.norm(self.decode(codes) - r, axis=1)
+        rec = self.decode(codes)
+        r = self.rotate(np.asarray(q, dtype=np.float64).reshape(1, -1), int(np.shape(codes)[1]))
+        return np.linalg.norm(rec - r, axis=1)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": PQ_FORMAT, "code_bytes": int(self.code_bytes), "n_stages": int(self.n_stages),
+                "widths": [int(c.shape[0]) for c in self.wide_],
                 "mean": self.mean_.astype(np.float32), "rotation": self.rotation_.astype(np.float32),
-                "centroids": [c.astype(np.float32) for c in self.centroids_]}
+                "centroids": [c.astype(np.float32) for c in self.centroids_],
+                "wide_centroids": [c.astype(np.float32) for c in self.wide_]}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ProductCodes":
-        if not isinstance(d, Mapping) or d.get("format") != PQ_FORMAT:
+        if not isinstance(d, Mapping) or d.get("format") not in (PQ_FORMAT, PQ_FORMAT_V1):
             raise InvalidInputError(f"not a product-codes document (format {PQ_FORMAT!r} expected).")
-        p = cls(d.get("code_bytes"), d.get("n_stages"))
+        v1 = d.get("format") == PQ_FORMAT_V1
+        p = cls(d.get("code_bytes"), d.get("n_stages"), () if v1 else d.get("widths"))
         b, s = p._check_params()
+        if not v1 and not isinstance(d.get("wide_centroids"), (list, tuple)):
+            raise InvalidInputError("the product-codes document's wide_centroids must be a list (one array per width).")
         missing = [k for k in ("mean", "rotation", "centroids") if k not in d]
         if missing:
             raise InvalidInputError(f"the product-codes document lacks {', '.join(missing)}.")
@@ -183,27 +247,77 @@ class ProductCodes:
             p.mean_ = np.asarray(d["mean"], dtype=np.float32).astype(np.float64).reshape(-1)
             p.rotation_ = np.asarray(d["rotation"], dtype=np.float32).astype(np.float64)
             p.centroids_ = [np.asarray(c, dtype=np.float32).astype(np.float64) for c in d["centroids"]]
+            p.wide_ = [np.asarray(c, dtype=np.float32).astype(np.float64) for c in ([] if v1 else d["wide_centroids"])]
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(f"the product-codes document holds non-numeric arrays ({exc}).") from None
         m = b // s
         dim = p.mean_.shape[0]
         dp = -(-dim // m) * m
+        widths = p._check_widths(dim)
         if (p.rotation_.shape != (dp, dim) or len(p.centroids_) != s
-                or any(c.shape != (m, 256, dp // m) for c in p.centroids_)):
+                or any(c.shape != (m, 256, dp // m) for c in p.centroids_) or len(p.wide_) != len(widths)
+                or any(c.shape != (w, 256, -(-dim // w)) for c, w in zip(p.wide_, widths))):
             raise InvalidInputError("the product-codes document is inconsistent (shapes).")
-        if not all(np.isfinite(a).all() for a in [p.mean_, p.rotation_, *p.centroids_]):
+        if not all(np.isfinite(a).all() for a in [p.mean_, p.rotation_, *p.centroids_, *p.wide_]):
             raise InvalidInputError("the product-codes document holds NaN or infinite values.")
         p.stage_bytes_ = tuple(m * (j + 1) for j in range(s))
+        if widths:
+            vt = _undeal(p.rotation_, m, dim)
+            p._wide_rotations = [_deal(vt, w) for w in widths]
+        else:
+            p._wide_rotations = []
+        p._layout()
         return p
 
     def digest(self) -> str:
         """sha256 of the published parameters (float32, little-endian, in :meth:`to_dict` order)."""
         import hashlib
 
-        h = hashlib.sha256(f"{PQ_FORMAT}|{int(self.code_bytes)}|{int(self.n_stages)}|".encode())
-        for a in [self.mean_, self.rotation_, *self.centroids_]:
+        if not self.wide_:  # a residual-only code hashes as the first format did: old runs keep their digest
+            h = hashlib.sha256(f"{PQ_FORMAT_V1}|{int(self.code_bytes)}|{int(self.n_stages)}|".encode())
+        else:
+            ws = ",".join(str(c.shape[0]) for c in self.wide_)
+            h = hashlib.sha256(f"{PQ_FORMAT}|{int(self.code_bytes)}|{int(self.n_stages)}|{ws}|".encode())
+        for a in [self.mean_, self.rotation_, *self.centroids_, *self.wide_]:
             h.update(np.ascontiguousarray(a, dtype="<f4").tobytes())
         return h.hexdigest()
+
+
+def _deal(vt: np.ndarray, m: int) -> np.ndarray:
+    """``(d', d)``: the principal directions ``vt`` dealt round-robin to ``m`` sub-spaces (sub-space r
+    takes components r, r + m, ...), ``d'`` padded with zero rows to a multiple of ``m``."""
+    d = vt.shape[1]
+    dp = -(-d // m) * m
+    rot = np.zeros((dp, d))
+    order = [j for r in range(m) for j in range(r, dp, m)]
+    for row, j in enumerate(order):
+        if j < d:
+            rot[row] = vt[j]
+    return rot
+
+
+def _undeal(rot: np.ndarray, m: int, d: int) -> np.ndarray:
+    """The principal directions ``(d, d)`` back from their round-robin dealing :func:`_deal`."""
+    dp = rot.shape[0]
+    vt = np.zeros((d, d))
+    order = [j for r in range(m) for j in range(r, dp, m)]
+    for row, j in enumerate(order):
+        if j < d:
+            vt[j] = rot[row]
+    return vt
+
+
+def _train(R: np.ndarray, m: int) -> np.ndarray:
+    """``(m, 256, d'/m)`` centroids of a faiss ``ProductQuantizer`` of ``m`` 8-bit sub-quantisers
+    trained on the rows of ``R`` ``(n, d')`` (float32)."""
+    import faiss
+
+    dp = R.shape[1]
+    pq = faiss.ProductQuantizer(dp, m, 8)
+    pq.cp.min_points_per_centroid = 1  # the public anchor is small; say nothing about it
+    pq.cp.seed = 1234
+    pq.train(np.ascontiguousarray(R, dtype=np.float32))
+    return faiss.vector_to_array(pq.centroids).reshape(m, 256, dp // m).astype(np.float64)
 
 
 #: what a compact answer's rows may cost on the wire, in bytes: every row's ids, codes and framing.

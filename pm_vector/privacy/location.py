@@ -182,7 +182,7 @@ MAX_CANDIDATES = 65_536
 #: at 10,000 and 68,000 items, docs/guide/queries.md, "Choosing the release"): at small eps the location is unsure and
 #: recall needs many candidates (narrow codes); as eps grows the location is sure and wide codes win,
 #: the more so on a small collection (a cell's neighbourhood holds fewer items)
-S_FLOOR, S_SIZE, S_SCALE, S_SCALE_SIZE, S_RATE = 230.0, 0.22, 775.0, 0.13, 0.48
+S_FLOOR, S_SIZE, S_SCALE, S_SCALE_SIZE, S_RATE = 250.0, 0.22, 775.0, 0.13, 0.48
 #: and at least ``min(S_COVER N e^-eps, R / 2)``, R the candidates the budget holds at the narrowest
 #: width: a pure-eps report puts at most e^eps times the prior on any location, so while eps is small
 #: recall follows the share of the collection an answer covers (docs/benchmarks.md, "Where the limit binds"); wider
@@ -192,7 +192,7 @@ S_FLOOR, S_SIZE, S_SCALE, S_SCALE_SIZE, S_RATE = 230.0, 0.22, 775.0, 0.13, 0.48
 S_COVER = 7.0
 #: the level's target, ``M*(eps, N, S) = M_SCALE e^(M_RATE eps + M_CURVE eps^2) (N / (8 S))^M_SIZE``
 #: (measured: the best level grows slowly with eps up to 4, then fast, and with the items per candidate)
-M_SCALE, M_RATE, M_CURVE, M_SIZE = 2.2, 0.3, 0.02, 0.25
+M_SCALE, M_RATE, M_CURVE, M_SIZE = 2.2, 0.3, 0.025, 0.25
 #: the level's cap, ``M <= M_CELLS N / S``: a finer level has cells of fewer than about S / M_CELLS
 #: items, whose lists are then filled mostly from the neighbouring cells' hubs (measured, 50 kB:
 #: Fashion-MNIST 10,000 items at eps 16, level 1000 .820 against level 256 .838; a 5,000-item
@@ -249,12 +249,12 @@ def target_level(epsilon: float, n_items: int, candidates: int) -> float:
                (int(n_items) / (8.0 * max(1, int(candidates)))) ** M_SIZE)
 
 
-def plan(epsilon, *, n_items: int, levels, stage_bytes, max_bytes: int | None = None, payload_bytes: int = 0,
+def plan(epsilon, *, n_items: int, levels, widths, max_bytes: int | None = None, payload_bytes: int = 0,
          level: int | None = None, candidates: int | None = None, code_bytes: int | None = None) -> LocationPlan:
     """The public plan of a location request (any of ``level``, ``candidates``, ``code_bytes`` given
     is kept; the rest follow the rule):
 
-    * the code width: the widest published width (``stage_bytes``) whose candidates within
+    * the code width: the widest published width (``widths``) whose candidates within
       ``max_bytes`` (:func:`candidates_within`) still reach :func:`target_candidates` (else the
       narrowest);
     * the candidates: as many as fit ``max_bytes`` at that width (at most ``n_items``);
@@ -271,7 +271,7 @@ def plan(epsilon, *, n_items: int, levels, stage_bytes, max_bytes: int | None = 
     if isinstance(mb, bool) or not isinstance(mb, numbers.Integral) or not FIXED_BYTES < int(mb) <= 1 << 34:
         raise InvalidInputError(f"max_bytes must be an integer in ({FIXED_BYTES}, 2^34]; got {mb!r:.40}.")
     mb = int(mb)
-    widths = sorted({int(w) for w in stage_bytes})
+    widths = sorted({int(w) for w in widths})
     lv = sorted({int(k) for k in levels})
     if not widths or widths[0] < 1:
         raise InvalidInputError("the collection publishes no code widths; run a new embedding job.")

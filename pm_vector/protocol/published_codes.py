@@ -4,8 +4,8 @@ The embedding job fits :class:`~pm_vector.manifold.codes.ProductCodes` on the ru
 anchor only and publishes it with the public anchor document (``frame["product_codes"]``,
 :func:`pack`): its arrays are little-endian float32, base64 in the document, so the text is the
 same on either wire encoding and about a third of JSON numbers. The run's ``class_rows``
-document carries :func:`summary`: ``{"code_bytes", "n_stages", "stage_bytes", "digest"}``, and a
-compact answer says which prefix it carries and the digest of the codes it was coded with
+document carries :func:`summary`: ``{"code_bytes", "n_stages", "stage_bytes", "widths", "offsets",
+"digest"}``, and a compact answer says which width it carries and the digest of the codes it was coded with
 (``answer["codes"] = {"bytes", "digest"}``). A client rebuilds the codes with :func:`unpack`,
 which refuses a document that does not hash to the published digest, and reads a row's codes
 with :func:`row_codes` (a uint8 array, raw bytes, base64 text or nested lists: whatever the
@@ -52,15 +52,19 @@ def _unpack_array(d: Any, what: str) -> np.ndarray:
 def pack(pc) -> dict[str, Any]:
     """The published document of fitted :class:`~pm_vector.manifold.codes.ProductCodes`."""
     d = pc.to_dict()
-    return {**{k: v for k, v in d.items() if k not in ("mean", "rotation", "centroids")},
+    return {**{k: v for k, v in d.items() if k not in ("mean", "rotation", "centroids", "wide_centroids")},
             "mean": _pack_array(d["mean"]), "rotation": _pack_array(d["rotation"]),
-            "centroids": [_pack_array(c) for c in d["centroids"]]}
+            "centroids": [_pack_array(c) for c in d["centroids"]],
+            "wide_centroids": [_pack_array(c) for c in d["wide_centroids"]]}
 
 
 def summary(pc) -> dict[str, Any]:
-    """What a run's ``class_rows`` document says of its codes."""
+    """What a run's ``class_rows`` document says of its codes: the residual stages
+    (``stage_bytes``: their prefix widths), every width an answer may carry (``widths``) and where
+    each sits in an item's stored code (``offsets``, bytes), and the digest."""
     return {"code_bytes": int(pc.code_bytes), "n_stages": int(pc.n_stages),
-            "stage_bytes": [int(b) for b in pc.stage_bytes_], "digest": pc.digest()}
+            "stage_bytes": [int(b) for b in pc.stage_bytes_], "widths": [int(w) for w in pc.widths_],
+            "offsets": [int(pc.span(w)[0]) for w in pc.widths_], "digest": pc.digest()}
 
 
 def unpack(doc: Mapping[str, Any], digest: str | None = None):
@@ -70,9 +74,14 @@ def unpack(doc: Mapping[str, Any], digest: str | None = None):
 
     if not isinstance(doc, Mapping) or not isinstance(doc.get("centroids"), list):
         raise InvalidInputError("not a product-codes document (centroids missing).")
+    wide = doc.get("wide_centroids", [])
+    if not isinstance(wide, list):
+        raise InvalidInputError("not a product-codes document (wide_centroids is not a list).")
     d = {**doc, "mean": _unpack_array(doc.get("mean"), "mean"),
          "rotation": _unpack_array(doc.get("rotation"), "rotation"),
-         "centroids": [_unpack_array(c, f"centroids[{j}]") for j, c in enumerate(doc["centroids"])]}
+         "centroids": [_unpack_array(c, f"centroids[{j}]") for j, c in enumerate(doc["centroids"])],
+         **({"wide_centroids": [_unpack_array(c, f"wide_centroids[{j}]") for j, c in enumerate(wide)]}
+            if "wide_centroids" in doc else {})}
     pc = ProductCodes.from_dict(d)
     if digest is not None and pc.digest() != digest:
         raise AlignmentError("the published product codes do not hash to the digest the run publishes; refusing "

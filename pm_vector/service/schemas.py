@@ -48,7 +48,7 @@ class ResolveBody(BaseModel):
                                   "row's candidate ids and product-code prefixes, and payloads when there are "
                                   "any), 'features' (full rows with raw features) or 'full' (full rows without).")
     code_bytes: Optional[int] = Field(None, description="Compact answers: the code prefix, one of the run's "
-                                      "published stage widths (class_rows.codes.stage_bytes); default the whole code.")
+                                      "published code widths (class_rows.codes.widths); default the residual code.")
 
 
 class ResultRow(BaseModel):

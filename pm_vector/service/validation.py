@@ -90,7 +90,7 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
     ``"full"`` for the paper's): ``"compact"`` the ids, code prefixes and payloads of every row's
     candidates; ``"features"`` the full rows with raw features (the collection must allow them;
     ``include_features: true`` says the same); ``"full"`` the full rows without features.
-    ``code_bytes`` (compact answers): the code prefix, one of the run's published stage widths
+    ``code_bytes`` (compact answers): the code width, one of the run's published code widths
     (checked against the run: a 422 saying which), default the whole code."""
     from ..protocol.paper import PrivateMailRequest
     from ..manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES
@@ -117,7 +117,7 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
     if cb is not None and (isinstance(cb, bool) or not isinstance(cb, int)
                            or not MIN_CODE_BYTES <= cb <= MAX_CODE_BYTES):
         raise ApiError(422, "invalid_input", f"code_bytes must be an integer in {MIN_CODE_BYTES}..{MAX_CODE_BYTES} "
-                                             f"(one of the run's published stage widths), got {cb!r}.")
+                                             f"(one of the run's published code widths), got {cb!r}.")
     r = d.get("request")
     if not isinstance(r, dict):
         raise ApiError(422, "invalid_input", "'request' must be a request object (QueryRequest.to_dict(), or "

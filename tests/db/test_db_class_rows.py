@@ -522,7 +522,8 @@ def test_embed_new_items_extends_prior_graph_and_hubs(db, cname, conn):
     from pm_vector.protocol.published_codes import unpack
 
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
-    assert doc["codes"]["status"] == "ready" and doc["codes"]["stage_bytes"] == list(range(16, 257, 16))
+    assert doc["codes"]["status"] == "ready" and doc["codes"]["stage_bytes"] == [16, 32]
+    assert doc["codes"]["widths"] == [16, 32]  # 6-d features: no table of 64 bytes or more
     pc = unpack(conn.execute("SELECT public_projection FROM pm_vector.embedding_runs WHERE id = %s",
                              [rid]).fetchone()[0], doc["codes"]["digest"])
     stored = dict(conn.execute(f"SELECT item_id, code FROM pm_vector.run_{rid}_codes").fetchall())
@@ -569,12 +570,12 @@ def test_codes_round_trip_through_the_database(served, conn):
 
     rid = served["run"]["run_id"]
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
-    assert {k: doc["codes"][k] for k in ("status", "code_bytes", "n_stages", "stage_bytes")} == {
-        "status": "ready", "code_bytes": 256, "n_stages": 16, "stage_bytes": list(range(16, 257, 16))}
+    assert {k: doc["codes"][k] for k in ("status", "code_bytes", "n_stages", "stage_bytes", "widths")} == {
+        "status": "ready", "code_bytes": 32, "n_stages": 2, "stage_bytes": [16, 32], "widths": [16, 32, 64]}
     pa, info = public_anchor(served["name"])
     pc = unpack(info["product_codes"], doc["codes"]["digest"])
     # the published codes are those fit on the public anchor set alone (float32 as stored)
-    ref = ProductCodes(256, 16).fit(np.asarray(served["split"].anchor[0], np.float32).astype(np.float64))
+    ref = ProductCodes(32, 2, (64,)).fit(np.asarray(served["split"].anchor[0], np.float32).astype(np.float64))
     assert ref.digest() == pc.digest() == doc["codes"]["digest"]
     np.testing.assert_allclose(pc.mean_, pa.features.mean(0), atol=1e-6)  # public data only
     with pytest.raises(Exception, match="digest"):  # a document that is not the published one
@@ -590,22 +591,22 @@ def test_codes_round_trip_through_the_database(served, conn):
         assert full["codes"] == {"bytes": 64, "digest": pc.digest()} and full["answer"] == "full"
         for row in full["rows"]:  # EVERY row carries its candidates' codes: those of the features sent with them
             assert row["codes"].shape == (KP, 64) and row["codes"].dtype == np.uint8
-            np.testing.assert_array_equal(row["codes"], pc.encode(row["features"].astype(np.float64))[:, :64])
+            np.testing.assert_array_equal(row["codes"], pc.select(pc.encode(row["features"].astype(np.float64)), 64))
         compact = resolve(served["name"], req, compact=True, log=False)
-        assert compact["answer"] == "compact" and compact["codes"]["bytes"] == 256  # the whole code unless asked
-        short = resolve(served["name"], req, compact=True, code_bytes=32, log=False)
+        assert compact["answer"] == "compact" and compact["codes"]["bytes"] == 32  # the residual code unless asked
+        short = resolve(served["name"], req, compact=True, code_bytes=16, log=False)
         for row, frow, srow in zip(compact["rows"], full["rows"], short["rows"]):
             # ids, codes and (this collection stores some) payloads; nothing else
             assert set(row) == {"row", "item_ids", "codes", "payloads"}
             assert row["item_ids"].dtype == np.uint32 and row["item_ids"].tolist() == frow["item_ids"]
             assert row["payloads"] == frow["payloads"]
             X_rows = served["X"][[pos[int(v)] for v in row["item_ids"]]]
-            np.testing.assert_allclose(pc.decode(row["codes"]), pc.decode(pc.encode(X_rows)), atol=1e-12)
-            np.testing.assert_array_equal(srow["codes"], row["codes"][:, :32])  # a stage prefix
+            np.testing.assert_allclose(pc.decode(row["codes"]), pc.decode(pc.select(pc.encode(X_rows), 32)), atol=1e-12)
+            np.testing.assert_array_equal(srow["codes"], row["codes"][:, :16])  # a stage prefix
         plain = resolve(served["name"], req, log=False)
         assert [r["item_ids"] for r in plain["rows"]] == [r["item_ids"] for r in full["rows"]]
         assert plain["codes"] is None and "codes" not in plain["rows"][0]
-    with pytest.raises(RequestError, match=r"published stage widths \[16, 32, 48"):
+    with pytest.raises(RequestError, match=r"published code widths \[16, 32, 64\]"):
         resolve(served["name"], req, compact=True, code_bytes=40, log=False)
     with pytest.raises(Exception, match="no raw features"):
         resolve(served["name"], req, compact=True, include_features=True, log=False)
@@ -629,10 +630,12 @@ def test_rerank_by_codes_recall_is_close_to_raw_features(served, conn):
             x = np.asarray(Xq[i], np.float32).astype(np.float64)
             res = resolve(served["name"], req, include_features=True, code_bytes=64, log=False)
             real = secret.pick(res["rows"])
+            real32 = secret.pick(resolve(served["name"], req, code_bytes=32, log=False)["rows"])
+            assert real32["item_ids"] == real["item_ids"]
             truth = _true_knn(served, x)
             rf.append(_recall(PrivateKNN.rerank(x, real["item_ids"], real["features"], 8), truth))
             r64.append(_recall(PrivateKNN.rerank_codes(x, real["item_ids"], real["codes"], pc, 8), truth))
-            r32.append(_recall(PrivateKNN.rerank_codes(x, real["item_ids"], real["codes"][:, :32], pc, 8), truth))
+            r32.append(_recall(PrivateKNN.rerank_codes(x, real["item_ids"], real32["codes"], pc, 8), truth))
         rec_f[eps], rec_64[eps], rec_32[eps] = float(np.mean(rf)), float(np.mean(r64)), float(np.mean(r32))
     print("nn_recall@8 re-ranked by features", rec_f, "by 64-B codes", rec_64, "by 32-B prefix", rec_32,
           f"candidate bytes per row: codes {KP * 64} / {KP * 32}, features {KP * 64 * 4} (float32)")
@@ -659,7 +662,7 @@ def test_codes_without_raw_features(served, coded, conn):
     ref = resolve(served["name"], req, compact=True, log=False)
     for row, rrow in zip(res["rows"], ref["rows"]):
         # no raw features; this collection stores no payloads: ids and codes only
-        assert set(row) == {"row", "item_ids", "codes"} and row["codes"].shape == (KP, 256)
+        assert set(row) == {"row", "item_ids", "codes"} and row["codes"].shape == (KP, 32)
         np.testing.assert_array_equal(row["codes"], rrow["codes"])  # the same data: the same codes
     with pytest.raises(Exception, match="apply to class-rows and cell requests"):
         from pm_vector.client import PrivateMail
@@ -726,11 +729,17 @@ def test_code_size_is_a_validated_collection_setting():
     from pm_vector.db.runs.class_rows import params
     from pm_vector.errors import InvalidInputError
 
-    assert {k: params()[k] for k in ("code_bytes", "code_stages")} == {"code_bytes": 256, "code_stages": 16}
+    assert {k: params()[k] for k in ("code_bytes", "code_stages", "code_widths")} == {
+        "code_bytes": 32, "code_stages": 2, "code_widths": (64, 96, 128, 160, 192, 256)}
     assert params({"class_rows": {"code_bytes": 16, "code_stages": 1}})["code_bytes"] == 16
+    assert params({"class_rows": {"code_widths": [128, 64]}})["code_widths"] == (64, 128)
     for bad, msg in (({"code_bytes": 4}, r"code_bytes .* must be in 8\.\.256"),
                      ({"code_bytes": 264}, r"must be in 8\.\.256"),
                      ({"code_bytes": 48, "code_stages": 5}, "positive divisor of code_bytes"),
-                     ({"code_bytes": "64"}, "must be an integer")):
+                     ({"code_bytes": "64"}, "must be an integer"),
+                     ({"code_widths": [32]}, r"code_widths .* in \(32, 256\]"),
+                     ({"code_widths": [64, 64]}, "distinct"),
+                     ({"code_widths": [300]}, r"\(32, 256\]"),
+                     ({"code_widths": "64"}, "code_widths")):
         with pytest.raises(InvalidInputError, match=msg):
             params({"class_rows": bad})

@@ -41,7 +41,7 @@ def _request(served, eps, x, **plan):
     from pm_vector.client.location import PrivateLocationKNN
     from pm_vector.privacy import secure_generator
 
-    c = PrivateLocationKNN(served["cells"], eps, n_items=len(served["ids"]), stage_bytes=served["pc"].stage_bytes_,
+    c = PrivateLocationKNN(served["cells"], eps, n_items=len(served["ids"]), widths=served["pc"].widths_,
                            collection=served["name"], **plan)
     return c._inject_generator(secure_generator(7)).request(x)
 
@@ -79,10 +79,11 @@ def test_resolve_answers_the_in_memory_ranking_and_sql_alike(lserved, conn, eps)
         got = np.asarray(ans["item_ids"], np.int64)
         assert got.tolist() == want.tolist() and got.size == min(req.candidates, len(lserved["ids"]))
         assert len(ans["codes_data"]) == got.size * req.code_bytes
-        # the stored codes' prefixes, in rank order
+        # the plan's width of the stored codes (a residual prefix or a wide table's span), in rank order
         codes = {int(a): bytes(b) for a, b in conn.execute(
             f"SELECT item_id, code FROM pm_vector.run_{rid}_codes WHERE item_id = ANY(%s)", [got.tolist()])}
-        assert ans["codes_data"] == b"".join(codes[int(v)][:req.code_bytes] for v in got)
+        off, w = lserved["pc"].span(req.code_bytes)
+        assert ans["codes_data"] == b"".join(codes[int(v)][off:off + w] for v in got)
         assert ans["payloads"] is not None and len(ans["payloads"]) == got.size
         sql = [r[0] for r in conn.execute("SELECT item_id FROM pm_vector.pm_location_shortlist(%s, %s, %s, %s, %s)",
                                           [lserved["name"], req.level, req.report, eps, req.candidates])]
@@ -118,7 +119,7 @@ def test_bad_location_requests_are_refused_clearly_and_nothing_is_logged(lserved
         resolve(name, {**req, "locations_digest": "0" * 64})
     with pytest.raises(RequestError, match="published levels"):
         resolve(name, {**req, "level": 3, "report": 0})
-    with pytest.raises(RequestError, match="published stage widths"):
+    with pytest.raises(RequestError, match="published code widths"):
         resolve(name, {**req, "code_bytes": 17})
     for bad in ({"report": req["level"]}, {"candidates": 0}, {"candidates": 1 << 17}, {"delta": 1e-5},
                 {"release": "cells"}, {"epsilon": -1}, {"extra": 1}):
@@ -155,7 +156,7 @@ def test_new_items_extend_the_location_rows(db, cname, conn):
     from pm_vector.privacy import secure_generator
 
     cells = PublicCells.from_dict(info["public_locations"])
-    c = PrivateLocationKNN(cells, 16.0, n_items=700, stage_bytes=(16, 32), collection=cname, max_bytes=10_000)
+    c = PrivateLocationKNN(cells, 16.0, n_items=700, widths=(16, 32), collection=cname, max_bytes=10_000)
     got = set()
     for i in range(600, 700, 10):
         req = c._inject_generator(secure_generator(i)).request(X[i].astype(np.float64))
@@ -189,7 +190,7 @@ def test_a_delete_leaves_every_location_row_and_answer(db, cname, conn):
     assert left == 0
     info = public_anchor(cname)[1]
     cells = PublicCells.from_dict(info["public_locations"])
-    req = PrivateLocationKNN(cells, 8.0, n_items=400 - gone.size, stage_bytes=(16, 32), collection=cname,
+    req = PrivateLocationKNN(cells, 8.0, n_items=400 - gone.size, widths=(16, 32), collection=cname,
                              max_bytes=5_000)._inject_generator(np.random.default_rng(0)).request(X[0].astype(float))
     for M in cells.levels_[:4]:
         for r in range(M):
@@ -221,7 +222,7 @@ def test_a_repeated_request_takes_one_statement_and_sees_every_change_of_the_run
     db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())
     info = public_anchor(cname)[1]
     cells = PublicCells.from_dict(info["public_locations"])
-    req = PrivateLocationKNN(cells, 8.0, n_items=300, stage_bytes=(16, 32), collection=cname,
+    req = PrivateLocationKNN(cells, 8.0, n_items=300, widths=(16, 32), collection=cname,
                              max_bytes=3_000)._inject_generator(np.random.default_rng(1)).request(X[0].astype(float))
 
     def logged():

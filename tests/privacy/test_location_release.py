@@ -175,17 +175,17 @@ def test_plan_is_a_function_of_public_numbers_and_fits_the_budget():
         for mb in (8_000, 50_000, 350_000, 5_000_000):
             prev = None
             for e in (1.0, 2.0, 4.0, 8.0, 16.0):
-                p = plan(e, n_items=n, levels=lv, stage_bytes=st, max_bytes=mb)
+                p = plan(e, n_items=n, levels=lv, widths=st, max_bytes=mb)
                 assert p.answer_bytes() <= mb and p.level in lv and p.code_bytes in st
-                assert p == plan(e, n_items=n, levels=lv, stage_bytes=st, max_bytes=mb)
+                assert p == plan(e, n_items=n, levels=lv, widths=st, max_bytes=mb)
                 if prev is not None:  # more eps: never coarser cells, never narrower codes
                     assert p.level >= prev.level and p.code_bytes >= prev.code_bytes
                 prev = p
     assert target_level(1.0, 10_000, 2_000) < target_level(16.0, 10_000, 2_000)
     with pytest.raises(InvalidInputError):
-        plan(4.0, n_items=100, levels=lv, stage_bytes=st, max_bytes=1_000)
+        plan(4.0, n_items=100, levels=lv, widths=st, max_bytes=1_000)
     with pytest.raises(InvalidInputError):
-        plan(4.0, n_items=100, levels=lv, stage_bytes=st, code_bytes=17)
+        plan(4.0, n_items=100, levels=lv, widths=st, code_bytes=17)
 
 
 # --------------------------------------------------------------------------- attacks (the server's view)

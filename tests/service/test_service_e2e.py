@@ -288,7 +288,11 @@ def test_query_without_raw_features_reranks_by_published_codes(seeded_service, s
         ext = np.array([f"{svc_split.dataset.name}-{int(i)}" for i in svc_split.server_idx])
         ext_of = dict(zip(np.asarray(prep["item_ids"]).tolist(), ext.tolist()))
         # the codes fit in memory on the public anchor alone: the published ones
-        mem_pc = ProductCodes(256, 16).fit(np.asarray(svc_split.anchor[0], np.float32).astype(np.float64))
+        from pm_vector.db.runs.class_rows import DEFAULTS
+
+        A = np.asarray(svc_split.anchor[0], np.float32).astype(np.float64)
+        mem_pc = ProductCodes(DEFAULTS["code_bytes"], DEFAULTS["code_stages"],
+                              tuple(w for w in DEFAULTS["code_widths"] if w <= A.shape[1])).fit(A)
         with Client(seeded_service.url, svc_key["key"]) as c:
             doc = c.anchor_document(name)
             assert doc["frame"]["class_rows"]["codes"]["digest"] == mem_pc.digest()
@@ -331,15 +335,15 @@ def test_query_without_raw_features_reranks_by_published_codes(seeded_service, s
             # the raw endpoint: the default answer is compact, every row alike, no raw features
             req, _ = c.build_request(name, Xq[0], int(yq[0]), epsilon=4.0, shortlist=32, release="gaussian")
             raw = c._call("POST", f"/collections/{name}/resolve", {"request": req.to_dict()})
-            assert raw["answer"] == "compact" and raw["codes"]["bytes"] == 256  # the whole code unless asked
+            assert raw["answer"] == "compact" and raw["codes"]["bytes"] == 32  # the residual code unless asked
             for row in raw["rows"]:
                 assert set(row) == {"row", "item_ids", "codes"}  # no payloads stored: ids and codes only
-                assert np.asarray(row["codes"]).shape == (32, 256) and len(row["item_ids"]) == 32
-            short = c._call("POST", f"/collections/{name}/resolve", {"request": req.to_dict(), "code_bytes": 32})
+                assert np.asarray(row["codes"]).shape == (32, 32) and len(row["item_ids"]) == 32
+            short = c._call("POST", f"/collections/{name}/resolve", {"request": req.to_dict(), "code_bytes": 16})
             for row, srow in zip(raw["rows"], short["rows"]):
-                assert np.asarray(srow["codes"]).tolist() == np.asarray(row["codes"])[:, :32].tolist()
+                assert np.asarray(srow["codes"]).tolist() == np.asarray(row["codes"])[:, :16].tolist()
             # a prefix that is not a stage width, and features on a collection without them, are refused
-            for body, status, msg in (({"code_bytes": 40}, 422, r"published stage widths \[16, 32, 48"),
+            for body, status, msg in (({"code_bytes": 40}, 422, r"published code widths \[16, 32, 64"),
                                       ({"code_bytes": 257}, 422, "code_bytes must be an integer in 8..256"),
                                       ({"answer": "features"}, 403, "allow_raw_features"),
                                       ({"answer": "compact", "include_features": True}, 422, "carries none"),
@@ -368,7 +372,7 @@ def test_compact_answer_is_the_default_and_has_no_raw_features(service, svc_coll
         pc = c.product_codes(svc_collection)
         sizes = {}
         for release in ("cells", "gaussian"):
-            kp, b = compact_answer_shape(10, release, 4.0, pc.stage_bytes_)
+            kp, b = compact_answer_shape(10, release, 4.0, pc.widths_)
             got: list = []
             c._http.event_hooks["response"] = [lambda resp: got.append(resp)]
             r = c.query(svc_collection, Xq[0], int(yq[0]), epsilon=4.0, k=8, release=release)

@@ -15,10 +15,10 @@ from .requests import finish
 
 
 def item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: int | None,
-               kahm_model_id: int | None, code_bytes: int | None = None) -> tuple[str, str]:
+               kahm_model_id: int | None, code_bytes: int | None = None, code_offset: int = 0) -> tuple[str, str]:
     """``(extra columns, joins)`` that bring each candidate ``s.item_id``'s item (``i.external_id,
-    i.label, i.payload``, and the extra columns: features, the first ``code_bytes`` bytes of its
-    code (the whole code when None), its stored KAHM class scores, each when asked): LATERAL by
+    i.label, i.payload``, and the extra columns: features, its ``code_bytes``-byte code
+    (from byte ``code_offset`` of the stored code; the whole stored code when None), its stored KAHM class scores, each when asked): LATERAL by
     primary key, OFFSET 0, one index lookup per candidate."""
     from ..store._source import feature_sql
 
@@ -30,7 +30,7 @@ def item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: in
              (f", {feature_sql(coll, 'it')} AS {col}" if include_features else "") +
              " FROM pm_vector.items AS it WHERE it.id = s.item_id OFFSET 0) AS i ON true" +
              (" LEFT JOIN LATERAL (SELECT " + ("c.code" if code_bytes is None else
-                                              f"substr(c.code, 1, {int(code_bytes)}) AS code") +
+                                              f"substr(c.code, {int(code_offset) + 1}, {int(code_bytes)}) AS code") +
               " FROM pm_vector.run_" + str(int(codes_run_id)) + "_codes AS c"
               " WHERE c.item_id = s.item_id OFFSET 0) AS cd ON true" if codes_run_id is not None else "") +
              (" LEFT JOIN LATERAL (SELECT k.predicted, k.scores FROM pm_vector.kahm_item_scores AS k"

@@ -62,7 +62,8 @@ def check_against_run(meta: Mapping[str, Any], req: CellRequest, collection: str
 
 
 def statement(coll: Mapping[str, Any], include_features: bool, sharded: bool, *, codes_run_id: int | None = None,
-              kahm_model_id: int | None = None, code_bytes: int | None = None, compact: bool = False) -> str:
+              kahm_model_id: int | None = None, code_bytes: int | None = None, code_offset: int = 0,
+              compact: bool = False) -> str:
     """The one statement: every row's ranked candidates (``row_index, rank, item_id``), with their
     items: ``row_index, rank, item_id, external_id, label, score, payload[, features][, code]
     [, predicted, scores]``; ``compact`` (with ``codes_run_id`` and ``code_bytes``): one row per
@@ -72,10 +73,10 @@ def statement(coll: Mapping[str, Any], include_features: bool, sharded: bool, *,
            if sharded else
            "pm_vector.pm_cell_shortlist_core(%s, %s, %s::bigint[], %s::integer[], %s::float8, %s)")
     if compact:
-        _, joins = item_joins(coll, False, codes_run_id, None, code_bytes)
+        _, joins = item_joins(coll, False, codes_run_id, None, code_bytes, code_offset)
         return (f"SELECT s.row_index, {compact_columns(code_bytes, 's.rank')}"
                 f" FROM {src} AS s{joins} GROUP BY s.row_index ORDER BY s.row_index")
-    extra, joins = item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes)
+    extra, joins = item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes, code_offset)
     return (f"SELECT s.row_index, s.rank, s.item_id, i.external_id, i.label, s.score, i.payload{extra}"
             f" FROM {src} AS s{joins} ORDER BY s.row_index, s.rank")
 
@@ -103,7 +104,7 @@ def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_fe
     ``"cells"`` and ``n_cells``; a full answer's ``rows[c]``: ``{"row", "item_ids", "external_ids",
     "labels", "scores", "payloads"[, "features"][, "codes"][, "predicted", "class_scores"]}``,
     best first; ``compact``: :func:`pm_vector.db.resolve.requests.compact_rows`."""
-    from .requests import _check_k_prime, check_codes
+    from .requests import _check_k_prime, check_codes, code_offset
 
     kp = _check_k_prime(req.shortlist if k_prime is None else k_prime)
     want_codes = compact or code_bytes is not None
@@ -121,7 +122,7 @@ def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_fe
                  "code_dim": code_dim, "kahm": kahm_id is not None}
         sql = statement(coll, include_features, bool(doc.get("shards")),
                         codes_run_id=run_id if want_codes else None, kahm_model_id=kahm_id, code_bytes=code_dim,
-                        compact=compact)
+                        code_offset=code_offset(doc, code_dim) if want_codes else 0, compact=compact)
         rows = rconn.execute(sql, statement_params(run_id, doc, req, kp), binary=True).fetchall()
         out_rows, n_found = statement_answer(rows, req.n_rows, compact, **extra)
         timings["shortlist"] = (time.perf_counter() - t) * 1e3

@@ -211,7 +211,7 @@ def public_anchor(collection: str):
     ``anchor_embedding`` (``(A, k)``, as stored) -- everything a client needs to rebuild the
     run's frame (:func:`client_frame`) -- and, for class-rows requests, ``class_frames`` (the
     run's ``ClassFrames.to_dict()``, or None), ``class_rows`` (its parameters, class order,
-    class sizes, frames digest and ``codes``: the codes' stage widths and digest) and
+    class sizes, frames digest and ``codes``: the codes' widths and digest) and
     ``product_codes`` (the published :class:`~pm_vector.manifold.codes.ProductCodes` of the
     items' codes, fit on the public anchor set only, as :func:`pm_vector.protocol.published_codes.pack`
     writes it; None when the run has none): a client re-ranks a compact answer's candidates by

@@ -43,7 +43,7 @@ from ...protocol.location import LocationRequest
 from ..errors import CellsDigestMismatchError, CellsUnavailableError
 from ..postgres.adapt import Int8Array, configure
 from .answer import log_on_primary
-from .requests import _dumps, check_codes, finish, run_snapshot
+from .requests import _dumps, check_codes, code_offset, finish, run_snapshot
 
 #: bytes of answers one process keeps (the least recently used go first)
 CACHE_BYTES = 256 << 20
@@ -112,7 +112,7 @@ def check_against_run(meta: Mapping[str, Any], req: LocationRequest, collection:
     return doc
 
 
-def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int) -> dict[str, Any]:
+def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offset: int = 0) -> dict[str, Any]:
     from ...privacy.location import location_weight
     from ...shortlist import location_list
 
@@ -127,7 +127,8 @@ def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int) -> dict[st
                            np.asarray(top[2], np.float64), location_weight(req.epsilon), req.candidates)
     zero = "'\\x" + "00" * int(code_bytes) + "'::bytea"
     got = rconn.execute(
-        f"SELECT string_agg(coalesce(substring(c.code from 1 for {int(code_bytes)}), {zero}), ''::bytea "
+        f"SELECT string_agg(coalesce(substring(c.code from {int(code_offset) + 1} for {int(code_bytes)}), {zero}), "
+        "''::bytea "
         "ORDER BY u.k), jsonb_agg(i.payload ORDER BY u.k), bool_or(i.payload IS NOT NULL) "
         "FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(id, k) "
         "JOIN pm_vector.items AS i ON i.id = u.id "
@@ -244,7 +245,7 @@ def resolve_location(collection: str, req: LocationRequest, raw: str | None, *, 
         cached = body is not None
         if body is None:
             configure(rconn)
-            body = _build(rconn, run_id, req, b)
+            body = _build(rconn, run_id, req, b, code_offset(doc, b))
             size = len(body["codes_data"]) + body["item_ids"].nbytes + 64 * len(body["payloads"] or ())
             cache.put(key, body, size)
         n = int(body["item_ids"].size)

@@ -271,9 +271,10 @@ def assemble_answer(n_rows: int, row_of: np.ndarray, item_ids, external_ids, lab
 
 
 def check_codes(doc: Mapping, collection: str, run_id: int, code_bytes: int | None) -> tuple[int, str]:
-    """``(b, digest)``: the code prefix an answer carries (``code_bytes``, or the whole code when
-    None) after checking that the run publishes codes (ClassRowsUnavailableError) and that ``b``
-    is one of their published stage widths (RequestError saying which are)."""
+    """``(b, digest)``: the code width an answer carries (``code_bytes``, or the widest residual
+    prefix when None) after checking that the run publishes codes (ClassRowsUnavailableError) and
+    that ``b`` is one of their published widths (RequestError saying which are). Where the width
+    sits in an item's stored code: :func:`code_offset`."""
     from ..errors import ClassRowsUnavailableError
 
     meta = doc.get("codes") or {}
@@ -282,13 +283,20 @@ def check_codes(doc: Mapping, collection: str, run_id: int, code_bytes: int | No
         raise ClassRowsUnavailableError(
             f"the active run {run_id} of collection {collection!r} publishes no product codes ({why}); ask for raw "
             "features (answer='features', where the collection allows them) or run a new embedding job.")
-    widths = [int(v) for v in meta["stage_bytes"]]
+    widths = [int(v) for v in meta.get("widths") or meta["stage_bytes"]]
     if code_bytes is None:
-        return widths[-1], str(meta["digest"])
+        return int(meta["stage_bytes"][-1]), str(meta["digest"])
     if isinstance(code_bytes, bool) or not isinstance(code_bytes, (int, np.integer)) or int(code_bytes) not in widths:
-        raise RequestError(f"code_bytes must be one of the published stage widths {widths} of the active run's "
-                           f"codes (a prefix of a code ends where a stage ends); got {code_bytes!r}.")
+        raise RequestError(f"code_bytes must be one of the published code widths {widths} of the active run's "
+                           f"codes; got {code_bytes!r}.")
     return int(code_bytes), str(meta["digest"])
+
+
+def code_offset(doc: Mapping, width: int) -> int:
+    """Where the ``width``-byte code (checked by :func:`check_codes`) starts in an item's stored
+    code, in bytes: 0 for a residual prefix (and every run built before the wide tables)."""
+    meta = doc.get("codes") or {}
+    return int(dict(zip(meta.get("widths") or (), meta.get("offsets") or ())).get(int(width), 0))
 
 
 def compact_rows(rows: list[dict]) -> list[dict]:

@@ -84,6 +84,7 @@ from .requests import (
     _parse,
     assemble_answer,
     check_codes,
+    code_offset,
     compact_groups,
     finish,
     run_snapshot,
@@ -101,7 +102,7 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     format ``"pm_vector.class-rows/1"``) is answered by :func:`_resolve_class_rows` (see there:
     ``k`` is not used, the candidates per row are the request's ``shortlist`` or ``k_prime``;
     ``code_bytes``: every candidate of every row carries that prefix of its product code, one of
-    the run's published stage widths; ``compact``: the compact answer -- per row ``item_ids``
+    the run's published code widths; ``compact``: the compact answer -- per row ``item_ids``
     (uint32 array), ``codes`` ((k', b) uint8, b = ``code_bytes`` or the whole code) and
     ``payloads`` when the answer has any; no features, external ids, labels, scores or class
     scores. Both put ``codes = {"bytes": b, "digest": ...}`` in the answer).
@@ -261,7 +262,7 @@ SQL_SOURCE = ("(SELECT x.row_index, x.rank, x.item_id, x.score "
 
 def _shortlist_statement(coll: Mapping[str, Any], include_features: bool, *, codes_run_id: int | None = None,
                          kahm_model_id: int | None = None, code_bytes: int | None = None,
-                         compact: bool = False) -> str:
+                         code_offset: int = 0, compact: bool = False) -> str:
     """pm_shortlist's candidates with their items: ``row_index, rank, item_id, external_id,
     label, score, payload[, features][, code][, predicted, scores]`` (sharded and older runs).
     ``codes_run_id``: join every candidate's code (its first ``code_bytes``) from that run's
@@ -269,27 +270,27 @@ def _shortlist_statement(coll: Mapping[str, Any], include_features: bool, *, cod
     ``compact``: one row per answer row, ``row_index`` and
     :func:`~pm_vector.db.resolve.answer.compact_columns` by rank."""
     if compact:
-        _, joins = item_joins(coll, False, codes_run_id, None, code_bytes)
+        _, joins = item_joins(coll, False, codes_run_id, None, code_bytes, code_offset)
         return (f"SELECT s.row_index, {compact_columns(code_bytes, 's.rank')}"
                 f" FROM {SQL_SOURCE} AS s{joins} GROUP BY s.row_index ORDER BY s.row_index")
-    extra, joins = item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes)
+    extra, joins = item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes, code_offset)
     return (f"SELECT s.row_index, s.rank, s.item_id, i.external_id, i.label, s.score, i.payload{extra}"
             f" FROM {SQL_SOURCE} AS s{joins} ORDER BY s.row_index, s.rank")
 
 
 def _items_statement(coll: Mapping[str, Any], include_features: bool, *, codes_run_id: int | None = None,
                      kahm_model_id: int | None = None, code_bytes: int | None = None,
-                     compact: bool = False) -> str:
+                     code_offset: int = 0, compact: bool = False) -> str:
     """The items of candidates ranked here (one parameter: their ids, bigint[], in answer order):
     ``external_id, label, payload[, features][, code][, predicted, scores]`` in that order;
     ``compact`` (a second parameter: their 1-based rows, integer[]): one row per answer row,
     ``row_index`` and :func:`~pm_vector.db.resolve.answer.compact_columns` in answer order."""
     if compact:
-        _, joins = item_joins(coll, False, codes_run_id, None, code_bytes)
+        _, joins = item_joins(coll, False, codes_run_id, None, code_bytes, code_offset)
         return (f"SELECT s.row_index, {compact_columns(code_bytes, 's.ord')} FROM unnest(%s::bigint[], "
                 f"%s::integer[]) WITH ORDINALITY AS s(item_id, row_index, ord){joins}"
                 f" GROUP BY s.row_index ORDER BY s.row_index")
-    extra, joins = item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes)
+    extra, joins = item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes, code_offset)
     return (f"SELECT i.external_id, i.label, i.payload{extra} FROM unnest(%s::bigint[]) WITH ORDINALITY "
             f"AS s(item_id, ord){joins} ORDER BY s.ord")
 
@@ -403,7 +404,8 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
         timings["lookup"] = (time.perf_counter() - t) * 1e3
 
         t = time.perf_counter()
-        joins = {"codes_run_id": run_id if want_codes else None, "kahm_model_id": kahm_id, "code_bytes": code_dim}
+        joins = {"codes_run_id": run_id if want_codes else None, "kahm_model_id": kahm_id, "code_bytes": code_dim,
+                 "code_offset": code_offset(doc, code_dim) if want_codes else 0}
         configure(rconn)
         extra = {"feature_dim": int(coll["feature_dim"]) if include_features else None,
                  "code_dim": code_dim, "kahm": kahm_id is not None}

@@ -17,9 +17,11 @@ embeds):
   ``settings["class_rows"]`` or the job's override); the document records ``graph_method``;
 * the **hubs**: ``hub_c(i)`` = number of items ``j`` of class ``c`` with ``i`` in ``N(j)``;
 * the **codes**: :class:`~pm_vector.manifold.codes.ProductCodes` of ``code_bytes`` bytes per
-  item in ``code_stages`` stages (collection setting ``settings["class_rows"]``, default 256 B in 16 stages of 16: the widths the
-  location release chooses from; the class-rows answers take the 32- and 64-byte prefixes; formerly 64 B in
-  2 stages of 32: the widths a compact answer may carry), fit on the public anchor set only
+  item in ``code_stages`` residual stages and one single-stage table per width of ``code_widths``
+  (at most the feature dimension; collection setting ``settings["class_rows"]``, default 32 B in 2
+  stages of 16 and tables of 64, 96, 128, 160, 192 and 256 B: the widths the location release chooses
+  from; the class-rows answers take the 32- and 64-byte widths; formerly 256 B in 16 residual
+  stages of 16, whose later stages over-fit the small anchor), fit on the public anchor set only
   (public data; published with the public anchor, :mod:`pm_vector.protocol.published_codes`, and
   digested in the run's document, ``class_rows["codes"]``) and every item's code: what a compact
   answer carries of each candidate, and what a client re-ranks its real row by. An anchor set
@@ -74,7 +76,7 @@ FORMAT = "pm_vector.class-rows/1"
 DEFAULTS = {"n_components": 4, "clip_quantile": 0.9, "graph_degree": _shortlist.GRAPH_DEGREE,
             "max_prior": _shortlist.MAX_PRIOR, "min_weight": _shortlist.MIN_WEIGHT,
             "graph": "auto", "graph_exact_max_items": _shortlist.EXACT_MAX_ITEMS,
-            "code_bytes": 256, "code_stages": 16}
+            "code_bytes": 32, "code_stages": 2, "code_widths": (64, 96, 128, 160, 192, 256)}
 
 
 def params(settings: Mapping[str, Any] | None = None, override: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -122,6 +124,14 @@ def params(settings: Mapping[str, Any] | None = None, override: Mapping[str, Any
         raise InvalidInputError(f"class-rows parameter code_stages must be a positive divisor of code_bytes ({b}): "
                                 f"every stage has the same width; got {st}.")
     p["code_bytes"], p["code_stages"] = int(b), int(st)
+    ws = p["code_widths"]
+    if (not isinstance(ws, (list, tuple)) or len(ws) > 16
+            or any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) for w in ws)
+            or len(set(ws)) != len(ws) or any(not int(b) < int(w) <= MAX_CODE_BYTES for w in ws)):
+        raise InvalidInputError(f"class-rows parameter code_widths must be a list of at most 16 distinct integers in "
+                                f"({b}, {MAX_CODE_BYTES}] (each a single-stage code table of that many bytes); "
+                                f"got {ws!r:.80}.")
+    p["code_widths"] = tuple(sorted(int(w) for w in ws))
     return p
 
 
@@ -197,7 +207,8 @@ def fit_codes(anchor_X, p: Mapping[str, Any]):
     if 2 <= A.shape[0] < _CENTROIDS:
         A = np.tile(A, (-(-_CENTROIDS // A.shape[0]), 1))
     try:
-        pc = ProductCodes(int(p["code_bytes"]), int(p["code_stages"])).fit(A)
+        widths = tuple(w for w in p.get("code_widths", ()) if w <= A.shape[1])  # a table has at most d sub-spaces
+        pc = ProductCodes(int(p["code_bytes"]), int(p["code_stages"]), widths).fit(A)
         # what is published (float32 parameters) is what codes the items: a client's codes are the stored ones
         return ProductCodes.from_dict(pc.to_dict()), None
     except (InvalidInputError, RuntimeError) as exc:  # faiss: fewer anchor rows than 256 centroids
