@@ -182,7 +182,7 @@ MAX_CANDIDATES = 65_536
 #: at 10,000 and 68,000 items, docs/guide/queries.md, "Choosing the release"): at small eps the location is unsure and
 #: recall needs many candidates (narrow codes); as eps grows the location is sure and wide codes win,
 #: the more so on a small collection (a cell's neighbourhood holds fewer items)
-S_FLOOR, S_SIZE, S_SCALE, S_SCALE_SIZE, S_RATE = 250.0, 0.22, 775.0, 0.13, 0.48
+S_FLOOR, S_SIZE, S_SCALE, S_SCALE_SIZE, S_RATE = 250.0, 0.18, 760.0, 0.13, 0.48
 #: and at least ``min(S_COVER N e^-eps, R / 2)``, R the candidates the budget holds at the narrowest
 #: width: a pure-eps report puts at most e^eps times the prior on any location, so while eps is small
 #: recall follows the share of the collection an answer covers (docs/benchmarks.md, "Where the limit binds"); wider
