@@ -17,9 +17,10 @@ from .requests import finish
 def item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: int | None,
                kahm_model_id: int | None, code_bytes: int | None = None, code_offset: int = 0) -> tuple[str, str]:
     """``(extra columns, joins)`` that bring each candidate ``s.item_id``'s item (``i.external_id,
-    i.label, i.payload``, and the extra columns: features, its ``code_bytes``-byte code
-    (from byte ``code_offset`` of the stored code; the whole stored code when None), its stored KAHM class scores, each when asked): LATERAL by
-    primary key, OFFSET 0, one index lookup per candidate."""
+    i.label, i.payload``, and the extra columns: features, its ``code_bytes``-byte code (from
+    byte ``code_offset`` of the stored code; the whole stored code when None), its stored KAHM
+    class scores, each when asked): LATERAL by primary key, OFFSET 0, one index lookup per
+    candidate."""
     from ..store._source import feature_sql
 
     col = "features" if coll["feature_type"] == "vector" else "features_half"
