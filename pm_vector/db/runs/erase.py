@@ -40,7 +40,7 @@ import numpy as np
 
 from .. import _binary
 from .erase_plan import Plan, _ready, plan
-from .run_copy import copy_hubs, copy_pairs, copy_prior
+from .run_copy import copy_hubs, copy_pairs
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,8 @@ def _shard_classes(plan: Plan, shard: str) -> np.ndarray:
 
 def _hubs_of(conn, place: Place, item_ids) -> dict[tuple[int, int], float]:
     """The stored hub counts ``(label, item id) -> hub`` of these items at ``place``."""
-    rows = conn.execute(f"SELECT label, item_id, hub FROM {place.table('hubs')} WHERE item_id = ANY(%s)",
+    rows = conn.execute(f"SELECT h.label, h.item_id, h.hub FROM {place.table('hubs')} AS h JOIN unnest(%s::bigint[]) "
+                        "AS s(id) ON s.id = h.item_id",  # (a hash join: = ANY of a parameter compares every pair)
                         [sorted(set(int(i) for i in item_ids))]).fetchall()
     return {(int(a), int(b)): float(c) for a, b, c in rows}
 
@@ -142,19 +143,63 @@ def _erase_hubs(conn, place: Place, plan: Plan) -> None:
 
 def _erase_prior(conn, place: Place, plan: Plan) -> None:
     """Prior rows: the erased go; rows whose list was refilled or whose neighbours' hub counts changed
-    are written again (``nbrs`` the refilled list, ``nhub`` the new counts)."""
+    get their new ``nbrs`` (the refilled list) and ``nhub`` (the new counts) by an ``UPDATE`` of those
+    two columns (the frame coordinates and their index stay). Only the rows that may change are read:
+    the erased, the refilled and those listing an item whose hub count changed."""
     t = place.table("prior")
-    d = int(plan.doc["n_components"])
-    n = conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
     g = conn.execute(f"SELECT cardinality(nbrs) FROM {t} LIMIT 1").fetchone()
-    if not n or g is None:
+    if g is None:
         return
-    g = int(g[0])
-    a = _binary.copy_out_columns(conn, f"SELECT item_id, label, coords8, nbrs, nhub FROM {t}",
-                                 [("item_id", "int8", 0), ("label", "int8", 0), ("coords8", "float8[]", d),
-                                  ("nbrs", "int8[]", g), ("nhub", "float8[]", g)], int(n))
+    g = int(g[0] or 0)
+    if g == 0:  # lists of no entries: only the erased rows go
+        conn.execute(f"DELETE FROM {t} WHERE item_id = ANY(%s)", [plan.erased.tolist()])
+        return
+    a = _prior_rows(conn, place, plan, g)
     ids, labels = a["item_id"], a["label"]
     nbrs, nhub = a["nbrs"].reshape(-1, g).copy(), a["nhub"].reshape(-1, g).copy()
+    changed = _prior_changes(conn, place, plan, ids, labels, nbrs, nhub)
+    gone = np.isin(ids, plan.erased)
+    changed &= ~gone
+    for c in np.unique(labels[gone]):
+        conn.execute(f"DELETE FROM {t} WHERE label = %s AND item_id = ANY(%s)", [int(c), ids[gone & (labels == c)].tolist()])
+    if changed.any():
+        tmp = f"pm_erase_prior_{int(plan.run_id)}"
+        conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {tmp} (item_id bigint, label bigint, nbrs bigint[], "
+                     "nhub float8[]) ON COMMIT DROP")
+        conn.execute(f"TRUNCATE {tmp}")
+        _binary.copy_in(conn, f"COPY {tmp} (item_id, label, nbrs, nhub) FROM STDIN (FORMAT BINARY)", _binary.encode(
+            [("item_id", "int8", 0), ("label", "int8", 0), ("nbrs", "int8[]", g), ("nhub", "float8[]", g)],
+            {"item_id": ids[changed], "label": labels[changed], "nbrs": nbrs[changed], "nhub": nhub[changed]}))
+        conn.execute(f"ANALYZE {tmp}")
+        conn.execute(f"UPDATE {t} AS p SET nbrs = n.nbrs, nhub = n.nhub FROM {tmp} AS n "
+                     "WHERE p.label = n.label AND p.item_id = n.item_id")
+
+
+def _prior_rows(conn, place: Place, plan: Plan, g: int) -> dict[str, np.ndarray]:
+    """The prior rows that may change: the erased, the refilled, and those of class c listing an item
+    whose class-c hub count changed (hash joins with temp tables of those pairs, analysed so that
+    the planner knows their sizes)."""
+    t = place.table("prior")
+    want = np.array(sorted(set(int(i) for i in plan.new_lists) | set(int(i) for i in plan.erased)), np.int64)
+    lab = plan.labels[np.searchsorted(plan.ids, want)]
+    listed = np.array(sorted(plan.hub_delta), dtype=np.int64).reshape(-1, 2)
+    for name, (c, i) in (("pm_erase_want", (lab, want)), ("pm_erase_listed", (listed[:, 0], listed[:, 1]))):
+        conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {name} (label bigint, item_id bigint) ON COMMIT DROP")
+        conn.execute(f"TRUNCATE {name}")
+        copy_pairs(conn, name, ("label", "item_id"), c, i, 1 << 30, False)
+        conn.execute(f"ANALYZE {name}")
+    from .prior_rows import listing
+
+    return _binary.copy_out_columns(
+        conn, f"SELECT p.item_id, p.label, p.nbrs, p.nhub FROM {t} AS p WHERE (p.label, p.item_id) IN ("
+        f"SELECT label, item_id FROM pm_erase_want UNION {listing(t.replace('prior', '{kind}'), 'pm_erase_listed')})",
+        [("item_id", "int8", 0), ("label", "int8", 0), ("nbrs", "int8[]", g), ("nhub", "float8[]", g)],
+        want.size + 16 * listed.shape[0])
+
+
+def _prior_changes(conn, place: Place, plan: Plan, ids, labels, nbrs, nhub) -> np.ndarray:
+    """The new ``nbrs``/``nhub`` of the prior rows read (in place); returns which rows changed."""
+    g = nbrs.shape[1]
     changed = np.zeros(ids.shape[0], bool)
     for r in np.flatnonzero(np.isin(ids, np.fromiter(plan.new_lists, np.int64, len(plan.new_lists)))):
         nbrs[r] = plan.new_lists[int(ids[r])][:g]
@@ -180,82 +225,17 @@ def _erase_prior(conn, place: Place, plan: Plan) -> None:
         add = np.where(hit, sv[pos], 0.0)
         nhub[rows] += add[rows]
         changed |= rows
-    gone = np.isin(ids, plan.erased)
-    changed &= ~gone
-    drop = ids[gone | changed]
-    if drop.size:
-        for c in np.unique(labels[gone | changed]):
-            sel = (labels == c) & (gone | changed)
-            conn.execute(f"DELETE FROM {t} WHERE label = %s AND item_id = ANY(%s)", [int(c), ids[sel].tolist()])
-    if changed.any():
-        coords = a["coords8"].reshape(-1, d)[changed]
-        copy_prior(conn, plan.run_id, ids[changed], labels[changed], coords, 1 << 30, False,
-                   nbrs=nbrs[changed], nhub=nhub[changed], table=t)
+    return changed
 
 
 def _erase_cells(conn, place: Place, plan: Plan) -> None:
     """Cell rows: the erased items leave every list; the counts change by the plan; level-0 rows are
-    cut again from the class's whole counts (level -1); ``chubs`` follow the class counts."""
+    cut again from the class's whole counts (level -1); ``chubs`` follow the class counts
+    (:func:`pm_vector.db.runs.cell_counts.apply`: only the rows that change are read and written)."""
     from ...protocol.bounds import MAX_K_PRIME
+    from . import cell_counts
 
-    t = place.table("cells")
-    rows = conn.execute(f"SELECT level, label, cell, item_ids, hubs FROM {t}").fetchall()
-    erased = set(int(i) for i in plan.erased)
-    new_rows: dict[tuple, dict[int, float]] = {}
-    for level, label, cell, ids, hubs in rows:
-        new_rows[(int(level), int(label), int(cell))] = {int(i): float(h) for i, h in zip(ids, hubs)}
-    touched: set = set()
-    for (level, label, cell, item), dv in plan.cell_delta.items():
-        keys = [(level, label, cell)] + ([(-1, label, 0)] if level == 0 else [])
-        for key in keys:
-            row = new_rows.get(key)
-            if row is None:
-                continue
-            row[item] = row.get(item, 0.0) + dv
-            touched.add(key)
-    for key, row in new_rows.items():
-        before = len(row)
-        for i in [i for i, v in row.items() if i in erased or v <= 0]:
-            del row[i]
-        if len(row) != before:
-            touched.add(key)
-    for c in {k[1] for k in touched}:  # level 0 is the first MAX_K_PRIME of the whole counts when the class keeps them
-        whole = new_rows.get((-1, c, 0))
-        if whole is not None:
-            top = sorted(whole.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_K_PRIME]
-            new_rows[(0, c, 0)] = dict(top)
-            touched.add((0, c, 0))
-    # the items whose class count changed: a row listing one is written again (its chubs follow)
-    moved: dict[int, set] = {}
-    for (level, label, _cell, item) in plan.cell_delta:
-        if level == 0:
-            moved.setdefault(label, set()).add(item)
-    for key, row in new_rows.items():
-        if key not in touched and key[1] in moved and not moved[key[1]].isdisjoint(row):
-            touched.add(key)
-    if not touched:
-        return
-    from .cells import CellsData, _copy
-
-    keys = sorted(touched)
-    lv, lab, cel, ids_, hubs_, chubs_ = [], [], [], [], [], []
-    for key in keys:
-        level, c, cell = key
-        row = new_rows[key]
-        class_counts = new_rows.get((-1, c, 0)) or new_rows.get((0, c, 0)) or {}
-        items = sorted(row.items(), key=(lambda kv: (-kv[1], kv[0])) if level <= 0 else (lambda kv: kv[0]))
-        lv.append(level)
-        lab.append(c)
-        cel.append(cell)
-        ids_.append(np.array([i for i, _ in items], np.int64))
-        hubs_.append(np.array([h for _, h in items], np.float64))
-        chubs_.append(np.array([class_counts.get(i, 0.0) for i, _ in items], np.float64))
-    k = np.array(keys, dtype=np.int64).reshape(-1, 3)
-    conn.execute(f"DELETE FROM {t} WHERE (level, label, cell) IN (SELECT * FROM unnest(%s::int[], %s::bigint[], "
-                 "%s::int[]))", [k[:, 0].tolist(), k[:, 1].tolist(), k[:, 2].tolist()])
-    data = CellsData(cells=None, graph_degree=0, levels=np.asarray(lv, np.int32), labels=np.asarray(lab, np.int64),
-                     cell=np.asarray(cel, np.int32), item_ids=ids_, hubs=hubs_, chubs=chubs_)
-    _copy(conn, t, data, np.ones(len(keys), bool), commit=False)
+    cell_counts.apply(conn, place.table("cells"), plan.cell_delta, plan.erased, MAX_K_PRIME)
 
 
 def _erase_locations(conn, place: Place, plan: Plan) -> None:
@@ -263,13 +243,18 @@ def _erase_locations(conn, place: Place, plan: Plan) -> None:
     counts with them); an answer is ranked from the remaining entries and the top hubs at each
     resolve, so a list that lost items is refilled by the same ranking. The counts the erased
     items' own neighbour lists gave to other items stay until the next full job (as ``embed
-    --new-items``, an approximation of the counts, never of who may be listed)."""
-    conn.execute(
-        f"UPDATE {place.table('locations')} AS r SET (item_ids, hubs, chubs) = (SELECT "
-        "coalesce(array_agg(x.id ORDER BY x.k), '{}'), coalesce(array_agg(x.h ORDER BY x.k), '{}'), "
-        "coalesce(array_agg(x.c ORDER BY x.k), '{}') FROM unnest(r.item_ids, r.hubs, r.chubs) WITH ORDINALITY "
-        "AS x(id, h, c, k) WHERE x.id <> ALL(%s::bigint[])) WHERE r.item_ids && %s::bigint[]",
-        [plan.erased.tolist(), plan.erased.tolist()])
+    --new-items``, an approximation of the counts, never of who may be listed). Only the rows
+    listing an erased item are read and written (:mod:`pm_vector.db.runs.array_rows`)."""
+    from . import array_rows
+
+    t = place.table("locations")
+    erased = np.unique(plan.erased)
+    rows = array_rows.read(conn, t, ("level", "cell"), "item_ids && %s::bigint[]", [erased.tolist()],
+                           match=lambda r: bool(array_rows.member(r.item_ids, erased).any()))
+    for r in rows:
+        keep = ~array_rows.member(r.item_ids, erased)
+        r.item_ids, r.hubs, r.chubs = r.item_ids[keep], r.hubs[keep], r.chubs[keep]
+    array_rows.write(conn, t, (("level", "int4"), ("cell", "int4")), rows)
 
 
 @dataclass(frozen=True)
@@ -374,6 +359,10 @@ def erase_from_run(conn, p: Plan) -> dict[str, Any] | None:
         for place in targets:
             if _exists(conn, place, rt.kind):
                 rt.erase(conn, place, p)
+    if shard_places:  # rows held by a deferred write (array_rows.deferred) reach the shards before their tables go
+        from . import array_rows
+
+        array_rows.flush(conn)
     done(conn, p.run_id, doc)
     if not _ready(doc):
         return None
