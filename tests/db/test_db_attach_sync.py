@@ -104,7 +104,7 @@ def test_syncs_keep_the_run_items_and_notice_another_process(db, cname, conn, us
     item_cache._cache.clear()
     item_cache._cache.update(stale)
     doc2 = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
-    assert doc2["graph_version"] > doc["graph_version"] and item_cache.get(conn, rid, doc2) is None
+    assert doc2["graph_version"] > doc.get("graph_version", 0) and item_cache.get(conn, rid, doc2) is None
     conn.rollback()
     nxt = _changes(conn, t, X, y, rng, 25, nxt)
     assert db.sync(cname, embed_fn_extend=make_extend_fn())["applied"] == 25
