@@ -68,7 +68,7 @@ from ... import shortlist as _shortlist
 from ...errors import InvalidInputError
 from ...neighbors import GRAPH_METHODS
 from .. import _binary
-from .prior_rows import REVERSE_INDEX, leave_room_for_updates, listing
+from .prior_rows import REVERSE_INDEX, leave_room_for_updates, refresh_nhub
 from .run_copy import copy_hubs as _copy_hubs, copy_pairs as _copy_pairs, copy_prior as _copy_prior  # noqa: F401
 
 FORMAT = "pm_vector.class-rows/1"
@@ -358,21 +358,6 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
         data.timings["write_locations_s"] = time.perf_counter() - t
 
 
-def _refresh_nhub(conn, run_id: int) -> None:
-    """Recompute ``nhub`` of the prior rows whose neighbours' hub counts changed (those in the temp
-    table ``pm_new_hubs``, new rows included: their lists hold exactly such items), so that it stays
-    ``hub_label(nbrs[k])``; one pass over the prior, in the caller's transaction."""
-    t = f"pm_vector.run_{int(run_id)}_"
-    conn.execute("ANALYZE pm_new_hubs")  # its size, for the join's plan (unknown, a merge join ran 23 s at 100,000 items)
-    # the rows to fix: those of class c whose list (the graph's pairs, by neighbour: REVERSE_INDEX) holds
-    # an item whose class-c count changed
-    conn.execute(f"UPDATE {t}prior AS p SET nhub = ARRAY(SELECT coalesce(h.hub, 0) FROM unnest(p.nbrs) "
-                 f"WITH ORDINALITY AS u(id, k) LEFT JOIN {t}hubs AS h ON h.label = p.label AND h.item_id = u.id "
-                 "ORDER BY u.k) "
-                 f"WHERE (p.label, p.item_id) IN ({listing(t, 'pm_new_hubs')})")
-
-
-
 def build_indexes(conn, run_id: int, m: int = 16, ef_construction: int = 64) -> None:
     from . import sharding
 
@@ -460,8 +445,8 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
             conn.execute(f"INSERT INTO pm_vector.run_{rid}_hubs AS h (label, item_id, hub) "
                          "SELECT label, item_id, hub FROM pm_new_hubs "
                          "ON CONFLICT (label, item_id) DO UPDATE SET hub = h.hub + EXCLUDED.hub")
-            if fast:
-                _refresh_nhub(conn, rid)
+            if fast:  # nhub follows: rows listing a changed item gain the change, the new rows read theirs
+                refresh_nhub(conn, rid, g, new_y[in_prior], new_ids[in_prior])
     new_doc = dict(doc)
     cells_doc = doc.get("cells") or {}
     if cells_doc.get("status") == "ready":  # the new items' cells and counts, on the cell release's graph

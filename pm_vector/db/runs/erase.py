@@ -38,8 +38,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .. import _binary
 from .erase_plan import Plan, _ready, plan
+from .prior_rows import add_hub_changes, read_listing, update_lists
 from .run_copy import copy_hubs, copy_pairs
 
 
@@ -162,17 +162,7 @@ def _erase_prior(conn, place: Place, plan: Plan) -> None:
     changed &= ~gone
     for c in np.unique(labels[gone]):
         conn.execute(f"DELETE FROM {t} WHERE label = %s AND item_id = ANY(%s)", [int(c), ids[gone & (labels == c)].tolist()])
-    if changed.any():
-        tmp = f"pm_erase_prior_{int(plan.run_id)}"
-        conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {tmp} (item_id bigint, label bigint, nbrs bigint[], "
-                     "nhub float8[]) ON COMMIT DROP")
-        conn.execute(f"TRUNCATE {tmp}")
-        _binary.copy_in(conn, f"COPY {tmp} (item_id, label, nbrs, nhub) FROM STDIN (FORMAT BINARY)", _binary.encode(
-            [("item_id", "int8", 0), ("label", "int8", 0), ("nbrs", "int8[]", g), ("nhub", "float8[]", g)],
-            {"item_id": ids[changed], "label": labels[changed], "nbrs": nbrs[changed], "nhub": nhub[changed]}))
-        conn.execute(f"ANALYZE {tmp}")
-        conn.execute(f"UPDATE {t} AS p SET nbrs = n.nbrs, nhub = n.nhub FROM {tmp} AS n "
-                     "WHERE p.label = n.label AND p.item_id = n.item_id")
+    update_lists(conn, t, ids[changed], labels[changed], nbrs[changed], nhub[changed])
 
 
 def _prior_rows(conn, place: Place, plan: Plan, g: int) -> dict[str, np.ndarray]:
@@ -188,13 +178,8 @@ def _prior_rows(conn, place: Place, plan: Plan, g: int) -> dict[str, np.ndarray]
         conn.execute(f"TRUNCATE {name}")
         copy_pairs(conn, name, ("label", "item_id"), c, i, 1 << 30, False)
         conn.execute(f"ANALYZE {name}")
-    from .prior_rows import listing
-
-    return _binary.copy_out_columns(
-        conn, f"SELECT p.item_id, p.label, p.nbrs, p.nhub FROM {t} AS p WHERE (p.label, p.item_id) IN ("
-        f"SELECT label, item_id FROM pm_erase_want UNION {listing(t.replace('prior', '{kind}'), 'pm_erase_listed')})",
-        [("item_id", "int8", 0), ("label", "int8", 0), ("nbrs", "int8[]", g), ("nhub", "float8[]", g)],
-        want.size + 16 * listed.shape[0])
+    return read_listing(conn, t.replace("prior", "{kind}"), "pm_erase_listed", g, "SELECT label, item_id FROM pm_erase_want",
+                        want.size + 16 * listed.shape[0])
 
 
 def _prior_changes(conn, place: Place, plan: Plan, ids, labels, nbrs, nhub) -> np.ndarray:
@@ -211,20 +196,9 @@ def _prior_changes(conn, place: Place, plan: Plan, ids, labels, nbrs, nhub) -> n
         for r in np.flatnonzero(changed):
             c = int(labels[r])
             nhub[r] = [hub_now.get((c, int(j)), 0.0) + delta.get((c, int(j)), 0.0) for j in nbrs[r]]
-    if delta:  # the other rows: + the change of each listed item's count in the row's class (vectorised)
-        dk = np.array([(c, i) for c, i in delta], dtype=np.int64).reshape(-1, 2)
-        dv = np.array(list(delta.values()), dtype=np.float64)
-        cs = np.unique(np.concatenate([labels, dk[:, 0]]))  # labels by position (few): ids below 2^44
-        key = lambda c, i: np.searchsorted(cs, c).astype(np.int64) * np.int64(1 << 44) + i  # noqa: E731
-        order = np.argsort(key(dk[:, 0], dk[:, 1]))
-        sk, sv = key(dk[:, 0], dk[:, 1])[order], dv[order]
-        q = key(np.repeat(labels, g).reshape(-1, g), nbrs)
-        pos = np.clip(np.searchsorted(sk, q), 0, max(sk.size - 1, 0))
-        hit = (sk.size > 0) & (sk[pos] == q)
-        rows = ~changed & hit.any(axis=1)
-        add = np.where(hit, sv[pos], 0.0)
-        nhub[rows] += add[rows]
-        changed |= rows
+    # the other rows: + the change of each listed item's count in the row's class
+    dk = np.array([(c, i) for c, i in delta], dtype=np.int64).reshape(-1, 2)
+    changed |= add_hub_changes(labels, nbrs, nhub, dk, np.array(list(delta.values()), np.float64), changed)
     return changed
 
 
