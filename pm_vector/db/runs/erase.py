@@ -12,8 +12,10 @@ features) and the erased ids:
 * the erased items' rows leave ``items``, ``codes``, ``prior``, ``neighbors``, ``hubs`` and every
   list of ``cells`` (and a shard's fill list ``items``, refilled with the run's next item ids);
 * every neighbour list that held an erased item is **refilled by the same ranking**: the nearest
-  other remaining items by raw features (exact search), so each list keeps ``graph_degree``
-  entries and the prior's ``nbrs`` stay rectangular;
+  other remaining items by raw features (exact search; an attached table's sync above
+  ``graph_exact_max_items`` ranks the candidates the erased neighbours leave:
+  :mod:`pm_vector.db.runs.erase_plan`), so each list keeps ``graph_degree`` entries and the prior's
+  ``nbrs`` stay rectangular;
 * the hub counts lose the erased items' own lists' contributions and follow the refilled lists
   (``hub_c(i)`` = items of class c whose list holds i, over the remaining items), the prior's
   ``nhub`` follow the hub counts;
@@ -348,9 +350,10 @@ def erase_from_run(conn, p: Plan) -> dict[str, Any] | None:
     return new_doc
 
 
-def erase_in_runs(conn, ids: np.ndarray, runs, load: Callable[[int], dict]) -> list[int]:
+def erase_in_runs(conn, ids: np.ndarray, runs, load: Callable[[int], dict], *, quick: bool = False) -> list[int]:
     """Erase ``ids`` from each run ``(run_id, class_rows, public_cells)`` in the caller's transaction.
     ``load(run_id)``: the run's items before the erasure (``id``, ``label``, ``features``, ascending ids).
+    ``quick``: the refill of :func:`pm_vector.db.runs.erase_plan.plan` an attached table's sync uses.
     Returns the runs that held some of them."""
     from psycopg.types.json import Jsonb
 
@@ -370,7 +373,7 @@ def erase_in_runs(conn, ids: np.ndarray, runs, load: Callable[[int], dict]) -> l
 
             cells = PublicCells.from_dict(cells_json)
         p = plan(conn, rid, doc, have["id"], have["label"], have["features"], present,
-                 neighbor_lists=stored_lists(conn, rid, doc, present), cells_doc=cells)
+                 neighbor_lists=stored_lists(conn, rid, doc, present), cells_doc=cells, quick=quick)
         new_doc = erase_from_run(conn, p)
         conn.execute("UPDATE pm_vector.embedding_runs SET n_items = n_items - %s"
                      + (", class_rows = %s" if new_doc is not None else "") + " WHERE id = %s",

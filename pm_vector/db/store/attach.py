@@ -314,7 +314,7 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
         run_items = _RunItems(conn, coll, runs)
         with array_rows.deferred(conn):  # the cell and location rows: read once, written once, by the batch
             if gone.size:
-                _erase.erase_in_runs(conn, gone, runs, run_items.load)
+                _erase.erase_in_runs(conn, gone, runs, run_items.load, quick=True)
                 run_items.erased(gone)
                 _erase_kahm(conn, coll, gone)
                 conn.execute("DELETE FROM pm_vector.items WHERE id = ANY(%s)", [gone.tolist()])
