@@ -82,6 +82,7 @@ def test_syncs_keep_the_run_items_and_notice_another_process(db, cname, conn, us
     from pm_vector.db.runs import item_cache
 
     t, X, y = user_table
+    item_cache.forget()  # (entries of other tests' runs)
     db.attach_table(cname, table=f"public.{t}", id_column="id", vector_column="embedding", label_column="category",
                     payload_columns=["title"], dim=6)
     rid = _served(db, cname, X, y)
@@ -110,7 +111,7 @@ def test_syncs_keep_the_run_items_and_notice_another_process(db, cname, conn, us
     assert db.sync(cname, embed_fn_extend=make_extend_fn())["applied"] == 25
     assert _check(conn, cname, t, rid)  # read again, then cached under the new version
     # an entry that does not hold as many items as the run is not used
-    k = next(iter(item_cache._cache))
+    k = next(k for k in item_cache._cache if k[3] == rid)
     item_cache._cache[k] = item_cache.after(item_cache._cache[k], item_cache._cache[k]["id"][:1])
     doc3 = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
     assert item_cache.get(conn, rid, doc3) is None
