@@ -77,8 +77,9 @@ class ServiceSettings:
     request_log_retention_days: int = 30
     prune_interval_s: int = 3600
     #: seconds between the worker's passes over attached tables' change queues (pm_vector.db.sync
-    #: of every collection with queued changes); 0 = off (then run `pm-vector sync` yourself)
-    sync_interval_s: int = 2
+    #: of every collection with queued changes; a pass over empty queues is one query); 0 = off
+    #: (then run `pm-vector sync` yourself)
+    sync_interval_s: int = 1
     #: PostgreSQL role a query key's resolve runs as (migration 0006: read + request-log insert
     #: only); "" or a role the service user cannot take: no switch
     query_db_role: str = "pm_vector_query"

@@ -54,6 +54,7 @@ import numpy as np
 from ...errors import InvalidInputError
 from .. import _binary
 from ...protocol.bounds import MAX_K_PRIME
+from . import array_rows
 
 #: the cells table's rows are few (classes x sum of levels): one COPY
 _BATCH = 5_000
@@ -227,6 +228,7 @@ def write(conn, run_id: int, data: CellsData, placement: Mapping[str, list] | No
     conn.commit()
     if not placement:
         conn.execute("SELECT pm_vector.pm_create_cells_table(%s)", [rid])
+        array_rows.store_uncompressed(conn, f"pm_vector.run_{rid}_cells")
         conn.commit()
         _copy(conn, f"pm_vector.run_{rid}_cells", data, np.ones(data.labels.shape[0], bool))
         conn.execute(f"ANALYZE pm_vector.run_{rid}_cells")
@@ -249,14 +251,18 @@ def write(conn, run_id: int, data: CellsData, placement: Mapping[str, list] | No
         conn.commit()
 
 
-def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, new_X, new_y) -> None:
+def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, new_X, new_y, *,
+           near: np.ndarray | None = None) -> None:
     """Add new items (of the cells' classes) to the run's cell release, inside the caller's
     transaction: each new item's ``graph_degree`` nearest other items (against every item of the
     run, new ones included: ``all_ids``/``all_X``, ascending ids) are added to its class's hub
     counts (level 0) and to its cell's at every level, and ``chubs`` follows the class hub counts.
-    The neighbour lists of existing items are not recomputed (as for the class rows)."""
+    The neighbour lists of existing items are not recomputed (as for the class rows). ``near``: the
+    new items' nearest positions in ``all_X`` (nearest first, at least ``graph_degree`` + 1 columns)
+    when the caller searched them already."""
     from ...manifold.cells import PublicCells
     from ...neighbors import knn_search
+    from . import cell_counts
 
     rid = int(run_id)
     cells = PublicCells.from_dict(conn.execute("SELECT public_cells FROM pm_vector.embedding_runs WHERE id = %s",
@@ -269,46 +275,20 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
     g = min(int(doc.get("graph_degree") or 0), all_ids.shape[0] - 1)
     if ids.size == 0 or g < 1:
         return
-    found = all_ids[knn_search(X, all_X, g + 1)]
+    found = all_ids[(near[keep] if near is not None else knn_search(X, all_X, g + 1))[:, :g + 1]]
     nb = np.empty((ids.size, g), np.int64)
     for r in range(ids.size):  # drop the item itself, keep g others
         nb[r] = found[r][found[r] != ids[r]][:g]
+    # each new edge j -> i adds 1 to h_c(i) (level 0, and the whole counts at -1 where the class keeps
+    # them) and to h_{c,K,cell_K(j)}(i) at every level; only the rows that change are rewritten
     ci = cells.class_index(y)
-    lv, lab, cel = [np.zeros(y.size, np.int64)], [y], [np.zeros(y.size, np.int64)]
-    for K in cells.levels_:
-        lv.append(np.full(y.size, int(K), np.int64))
-        lab.append(y)
-        cel.append(cells.assign(X, ci, int(K)))
-    cat = np.concatenate
-    conn.execute("CREATE TEMP TABLE pm_new_cells (level integer, label bigint, cell integer, item_id bigint) "
-                 "ON COMMIT DROP")
-    _binary.copy_in(conn, "COPY pm_new_cells (level, label, cell, item_id) FROM STDIN (FORMAT BINARY)",
-                    _binary.encode([("level", "int4", 0), ("label", "int8", 0), ("cell", "int4", 0),
-                                    ("item_id", "int8", 0)],
-                                   {"level": np.repeat(cat(lv), g), "label": np.repeat(cat(lab), g),
-                                    "cell": np.repeat(cat(cel), g), "item_id": np.tile(nb.ravel(), len(lv))}))
-    t = f"pm_vector.run_{rid}_cells"
-    # a class whose whole counts are kept at level -1 (level 0 holds their first MAX_K_PRIME): the
-    # new edges go there too, and level 0 is cut from it again below
-    conn.execute(f"INSERT INTO pm_new_cells SELECT -1, n.label, 0, n.item_id FROM pm_new_cells AS n "
-                 f"WHERE n.level = 0 AND n.label IN (SELECT label FROM {t} WHERE level = -1)")
-    # each touched row: its counts plus the new edges; cells by item id, levels 0 and -1 by (count desc, id)
-    conn.execute(
-        f"UPDATE {t} AS c SET (item_ids, hubs) = (SELECT "
-        "coalesce(array_agg(m.id ORDER BY CASE WHEN c.level <= 0 THEN -m.h ELSE 0 END, m.id), '{}'), "
-        "coalesce(array_agg(m.h ORDER BY CASE WHEN c.level <= 0 THEN -m.h ELSE 0 END, m.id), '{}') "
-        "FROM (SELECT u.id, sum(u.h) AS h FROM ("
-        "  SELECT x.id, x.h FROM unnest(c.item_ids, c.hubs) AS x(id, h) "
-        "  UNION ALL SELECT n.item_id, 1::float8 FROM pm_new_cells AS n "
-        "  WHERE n.level = c.level AND n.label = c.label AND n.cell = c.cell) AS u GROUP BY u.id) AS m) "
-        "WHERE (c.level, c.label, c.cell) IN (SELECT DISTINCT level, label, cell FROM pm_new_cells)")
-    conn.execute(f"UPDATE {t} AS c SET (item_ids, hubs) = (w.item_ids[1:{MAX_K_PRIME}], w.hubs[1:{MAX_K_PRIME}]) "
-                 f"FROM {t} AS w WHERE w.level = -1 AND c.level = 0 AND c.label = w.label "
-                 "AND w.label IN (SELECT DISTINCT label FROM pm_new_cells)")
-    # every row of a touched class: chubs again from the class's hub counts (its level -1 row, else level 0)
-    conn.execute(
-        f"UPDATE {t} AS c SET chubs = ARRAY(SELECT coalesce(z.h, 0) FROM unnest(c.item_ids) WITH ORDINALITY "
-        f"AS u(id, k) LEFT JOIN (SELECT x.id, x.h FROM {t} AS c0, unnest(c0.item_ids, c0.hubs) AS x(id, h) "
-        f"WHERE c0.level = (SELECT min(c1.level) FROM {t} AS c1 WHERE c1.label = c.label AND c1.level <= 0) "
-        "AND c0.label = c.label) AS z ON z.id = u.id ORDER BY u.k) "
-        "WHERE c.label IN (SELECT DISTINCT label FROM pm_new_cells)")
+    delta: dict[tuple, float] = {}
+    cell_at = {int(K): cells.assign(X, ci, int(K)) for K in cells.levels_}
+    for r in range(ids.size):
+        c = int(y[r])
+        for i in nb[r].tolist():
+            delta[(0, c, 0, i)] = delta.get((0, c, 0, i), 0.0) + 1.0
+            for K, cell in cell_at.items():
+                key = (K, c, int(cell[r]), i)
+                delta[key] = delta.get(key, 0.0) + 1.0
+    cell_counts.apply(conn, f"pm_vector.run_{rid}_cells", delta, (), MAX_K_PRIME)

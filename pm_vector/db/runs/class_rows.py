@@ -70,6 +70,7 @@ from ... import shortlist as _shortlist
 from ...errors import InvalidInputError
 from ...neighbors import GRAPH_METHODS
 from .. import _binary
+from .prior_rows import REVERSE_INDEX, leave_room_for_updates, refresh_nhub
 from .run_copy import copy_hubs as _copy_hubs, copy_pairs as _copy_pairs, copy_prior as _copy_prior  # noqa: F401
 
 FORMAT = "pm_vector.class-rows/1"
@@ -334,6 +335,7 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
     else:
         conn.execute("SELECT pm_vector.pm_create_class_rows_tables(%s, %s, %s::bigint[])",
                      [rid, int(data.frames.n_components), classes])
+        leave_room_for_updates(conn, rid)
         conn.commit()
         fast = prior_has_nbrs(conn, rid)  # each prior row carries its neighbour list and their hubs
         _copy_prior(conn, rid, data.prior_ids, data.prior_labels, data.prior_coords, batch, True, progress,
@@ -367,19 +369,6 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
         data.timings["write_locations_s"] = time.perf_counter() - t
 
 
-def _refresh_nhub(conn, run_id: int) -> None:
-    """Recompute ``nhub`` of the prior rows whose neighbours' hub counts changed (those in the temp
-    table ``pm_new_hubs``, new rows included: their lists hold exactly such items), so that it stays
-    ``hub_label(nbrs[k])``; one pass over the prior, in the caller's transaction."""
-    t = f"pm_vector.run_{int(run_id)}_"
-    # the rows to fix: one hash join of every (row, neighbour) pair with the changed (label, item) pairs
-    conn.execute(f"UPDATE {t}prior AS p SET nhub = ARRAY(SELECT coalesce(h.hub, 0) FROM unnest(p.nbrs) "
-                 f"WITH ORDINALITY AS u(id, k) LEFT JOIN {t}hubs AS h ON h.label = p.label AND h.item_id = u.id "
-                 "ORDER BY u.k) "
-                 f"WHERE (p.label, p.item_id) IN (SELECT DISTINCT q.label, q.item_id FROM {t}prior AS q "
-                 "CROSS JOIN LATERAL unnest(q.nbrs) AS v(id) JOIN pm_new_hubs AS n ON n.label = q.label AND n.item_id = v.id)")
-
-
 def build_indexes(conn, run_id: int, m: int = 16, ef_construction: int = 64) -> None:
     from . import sharding
 
@@ -390,6 +379,7 @@ def build_indexes(conn, run_id: int, m: int = 16, ef_construction: int = 64) -> 
     else:
         conn.execute("SELECT pm_vector.pm_build_class_rows_indexes(%s, %s, %s)",
                      [int(run_id), int(m), int(ef_construction)])
+        conn.execute(REVERSE_INDEX.format(rid=int(run_id)))
     if data_has_codes(conn, int(run_id)) and not conn.execute(
             "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass(pm_vector.pm_run_table(%s, 'codes')) "
             "AND indisprimary)", [int(run_id)]).fetchone()[0]:
@@ -430,8 +420,12 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
                               [rid]).fetchone()[0]
         pc = unpack(pc_doc, doc["codes"]["digest"])
         _copy_codes(conn, rid, new_ids, pc.encode(np.asarray(new_X)), 1 << 30, False)
+    # one exact search serves the class rows, the cells and the locations (each reads its first columns)
+    degrees = [g] + [int((doc.get(x) or {}).get("graph_degree") or 0) for x in ("cells", "locations")
+                     if (doc.get(x) or {}).get("status") == "ready"]
+    near = knn_search(new_X, all_X, min(all_ids.shape[0], max(degrees) + 1))
     if g > 0:
-        idx = knn_search(new_X, all_X, g + 1)
+        idx = near[:, :g + 1]
         nb = all_ids[idx]
         # drop the item itself (it is among its own nearest; remove it, keep g others)
         out = np.empty((new_ids.shape[0], g), np.int64)
@@ -462,18 +456,18 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
             conn.execute(f"INSERT INTO pm_vector.run_{rid}_hubs AS h (label, item_id, hub) "
                          "SELECT label, item_id, hub FROM pm_new_hubs "
                          "ON CONFLICT (label, item_id) DO UPDATE SET hub = h.hub + EXCLUDED.hub")
-            if fast:
-                _refresh_nhub(conn, rid)
+            if fast:  # nhub follows: rows listing a changed item gain the change, the new rows read theirs
+                refresh_nhub(conn, rid, g, new_y[in_prior], new_ids[in_prior])
     new_doc = dict(doc)
     cells_doc = doc.get("cells") or {}
     if cells_doc.get("status") == "ready":  # the new items' cells and counts, on the cell release's graph
         from . import cells as _cells
 
-        _cells.extend(conn, rid, cells_doc, all_ids, all_X, new_ids, new_X, new_y)
+        _cells.extend(conn, rid, cells_doc, all_ids, all_X, new_ids, new_X, new_y, near=near)
     if (doc.get("locations") or {}).get("status") == "ready":  # the new items in the location rows
         from . import locations as _loc
 
-        _loc.extend(conn, rid, doc["locations"], all_ids, all_X, new_ids, new_X)
+        _loc.extend(conn, rid, doc["locations"], all_ids, all_X, new_ids, new_X, near=near)
     sizes = list(doc["class_sizes"])
     for k, c in enumerate(doc["classes"]):
         sizes[k] = int(sizes[k]) + int(np.sum(new_y == int(c)))

@@ -12,8 +12,10 @@ features) and the erased ids:
 * the erased items' rows leave ``items``, ``codes``, ``prior``, ``neighbors``, ``hubs`` and every
   list of ``cells`` (and a shard's fill list ``items``, refilled with the run's next item ids);
 * every neighbour list that held an erased item is **refilled by the same ranking**: the nearest
-  other remaining items by raw features (exact search), so each list keeps ``graph_degree``
-  entries and the prior's ``nbrs`` stay rectangular;
+  other remaining items by raw features (exact search; an attached table's sync above
+  ``graph_exact_max_items`` ranks the candidates the erased neighbours leave:
+  :mod:`pm_vector.db.runs.erase_plan`), so each list keeps ``graph_degree`` entries and the prior's
+  ``nbrs`` stay rectangular;
 * the hub counts lose the erased items' own lists' contributions and follow the refilled lists
   (``hub_c(i)`` = items of class c whose list holds i, over the remaining items), the prior's
   ``nhub`` follow the hub counts;
@@ -38,9 +40,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .. import _binary
 from .erase_plan import Plan, _ready, plan
-from .run_copy import copy_hubs, copy_pairs, copy_prior
+from .prior_rows import add_hub_changes, read_listing, update_lists
+from .run_copy import copy_hubs, copy_pairs
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,8 @@ def _shard_classes(plan: Plan, shard: str) -> np.ndarray:
 
 def _hubs_of(conn, place: Place, item_ids) -> dict[tuple[int, int], float]:
     """The stored hub counts ``(label, item id) -> hub`` of these items at ``place``."""
-    rows = conn.execute(f"SELECT label, item_id, hub FROM {place.table('hubs')} WHERE item_id = ANY(%s)",
+    rows = conn.execute(f"SELECT h.label, h.item_id, h.hub FROM {place.table('hubs')} AS h JOIN unnest(%s::bigint[]) "
+                        "AS s(id) ON s.id = h.item_id",  # (a hash join: = ANY of a parameter compares every pair)
                         [sorted(set(int(i) for i in item_ids))]).fetchall()
     return {(int(a), int(b)): float(c) for a, b, c in rows}
 
@@ -142,19 +145,48 @@ def _erase_hubs(conn, place: Place, plan: Plan) -> None:
 
 def _erase_prior(conn, place: Place, plan: Plan) -> None:
     """Prior rows: the erased go; rows whose list was refilled or whose neighbours' hub counts changed
-    are written again (``nbrs`` the refilled list, ``nhub`` the new counts)."""
+    get their new ``nbrs`` (the refilled list) and ``nhub`` (the new counts) by an ``UPDATE`` of those
+    two columns (the frame coordinates and their index stay). Only the rows that may change are read:
+    the erased, the refilled and those listing an item whose hub count changed."""
     t = place.table("prior")
-    d = int(plan.doc["n_components"])
-    n = conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
     g = conn.execute(f"SELECT cardinality(nbrs) FROM {t} LIMIT 1").fetchone()
-    if not n or g is None:
+    if g is None:
         return
-    g = int(g[0])
-    a = _binary.copy_out_columns(conn, f"SELECT item_id, label, coords8, nbrs, nhub FROM {t}",
-                                 [("item_id", "int8", 0), ("label", "int8", 0), ("coords8", "float8[]", d),
-                                  ("nbrs", "int8[]", g), ("nhub", "float8[]", g)], int(n))
+    g = int(g[0] or 0)
+    if g == 0:  # lists of no entries: only the erased rows go
+        conn.execute(f"DELETE FROM {t} WHERE item_id = ANY(%s)", [plan.erased.tolist()])
+        return
+    a = _prior_rows(conn, place, plan, g)
     ids, labels = a["item_id"], a["label"]
     nbrs, nhub = a["nbrs"].reshape(-1, g).copy(), a["nhub"].reshape(-1, g).copy()
+    changed = _prior_changes(conn, place, plan, ids, labels, nbrs, nhub)
+    gone = np.isin(ids, plan.erased)
+    changed &= ~gone
+    for c in np.unique(labels[gone]):
+        conn.execute(f"DELETE FROM {t} WHERE label = %s AND item_id = ANY(%s)", [int(c), ids[gone & (labels == c)].tolist()])
+    update_lists(conn, t, ids[changed], labels[changed], nbrs[changed], nhub[changed])
+
+
+def _prior_rows(conn, place: Place, plan: Plan, g: int) -> dict[str, np.ndarray]:
+    """The prior rows that may change: the erased, the refilled, and those of class c listing an item
+    whose class-c hub count changed (hash joins with temp tables of those pairs, analysed so that
+    the planner knows their sizes)."""
+    t = place.table("prior")
+    want = np.array(sorted(set(int(i) for i in plan.new_lists) | set(int(i) for i in plan.erased)), np.int64)
+    lab = plan.labels[np.searchsorted(plan.ids, want)]
+    listed = np.array(sorted(plan.hub_delta), dtype=np.int64).reshape(-1, 2)
+    for name, (c, i) in (("pm_erase_want", (lab, want)), ("pm_erase_listed", (listed[:, 0], listed[:, 1]))):
+        conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {name} (label bigint, item_id bigint) ON COMMIT DROP")
+        conn.execute(f"TRUNCATE {name}")
+        copy_pairs(conn, name, ("label", "item_id"), c, i, 1 << 30, False)
+        conn.execute(f"ANALYZE {name}")
+    return read_listing(conn, t.replace("prior", "{kind}"), "pm_erase_listed", g, "SELECT label, item_id FROM pm_erase_want",
+                        want.size + 16 * listed.shape[0])
+
+
+def _prior_changes(conn, place: Place, plan: Plan, ids, labels, nbrs, nhub) -> np.ndarray:
+    """The new ``nbrs``/``nhub`` of the prior rows read (in place); returns which rows changed."""
+    g = nbrs.shape[1]
     changed = np.zeros(ids.shape[0], bool)
     for r in np.flatnonzero(np.isin(ids, np.fromiter(plan.new_lists, np.int64, len(plan.new_lists)))):
         nbrs[r] = plan.new_lists[int(ids[r])][:g]
@@ -166,96 +198,20 @@ def _erase_prior(conn, place: Place, plan: Plan) -> None:
         for r in np.flatnonzero(changed):
             c = int(labels[r])
             nhub[r] = [hub_now.get((c, int(j)), 0.0) + delta.get((c, int(j)), 0.0) for j in nbrs[r]]
-    if delta:  # the other rows: + the change of each listed item's count in the row's class (vectorised)
-        dk = np.array([(c, i) for c, i in delta], dtype=np.int64).reshape(-1, 2)
-        dv = np.array(list(delta.values()), dtype=np.float64)
-        cs = np.unique(np.concatenate([labels, dk[:, 0]]))  # labels by position (few): ids below 2^44
-        key = lambda c, i: np.searchsorted(cs, c).astype(np.int64) * np.int64(1 << 44) + i  # noqa: E731
-        order = np.argsort(key(dk[:, 0], dk[:, 1]))
-        sk, sv = key(dk[:, 0], dk[:, 1])[order], dv[order]
-        q = key(np.repeat(labels, g).reshape(-1, g), nbrs)
-        pos = np.clip(np.searchsorted(sk, q), 0, max(sk.size - 1, 0))
-        hit = (sk.size > 0) & (sk[pos] == q)
-        rows = ~changed & hit.any(axis=1)
-        add = np.where(hit, sv[pos], 0.0)
-        nhub[rows] += add[rows]
-        changed |= rows
-    gone = np.isin(ids, plan.erased)
-    changed &= ~gone
-    drop = ids[gone | changed]
-    if drop.size:
-        for c in np.unique(labels[gone | changed]):
-            sel = (labels == c) & (gone | changed)
-            conn.execute(f"DELETE FROM {t} WHERE label = %s AND item_id = ANY(%s)", [int(c), ids[sel].tolist()])
-    if changed.any():
-        coords = a["coords8"].reshape(-1, d)[changed]
-        copy_prior(conn, plan.run_id, ids[changed], labels[changed], coords, 1 << 30, False,
-                   nbrs=nbrs[changed], nhub=nhub[changed], table=t)
+    # the other rows: + the change of each listed item's count in the row's class
+    dk = np.array([(c, i) for c, i in delta], dtype=np.int64).reshape(-1, 2)
+    changed |= add_hub_changes(labels, nbrs, nhub, dk, np.array(list(delta.values()), np.float64), changed)
+    return changed
 
 
 def _erase_cells(conn, place: Place, plan: Plan) -> None:
     """Cell rows: the erased items leave every list; the counts change by the plan; level-0 rows are
-    cut again from the class's whole counts (level -1); ``chubs`` follow the class counts."""
+    cut again from the class's whole counts (level -1); ``chubs`` follow the class counts
+    (:func:`pm_vector.db.runs.cell_counts.apply`: only the rows that change are read and written)."""
     from ...protocol.bounds import MAX_K_PRIME
+    from . import cell_counts
 
-    t = place.table("cells")
-    rows = conn.execute(f"SELECT level, label, cell, item_ids, hubs FROM {t}").fetchall()
-    erased = set(int(i) for i in plan.erased)
-    new_rows: dict[tuple, dict[int, float]] = {}
-    for level, label, cell, ids, hubs in rows:
-        new_rows[(int(level), int(label), int(cell))] = {int(i): float(h) for i, h in zip(ids, hubs)}
-    touched: set = set()
-    for (level, label, cell, item), dv in plan.cell_delta.items():
-        keys = [(level, label, cell)] + ([(-1, label, 0)] if level == 0 else [])
-        for key in keys:
-            row = new_rows.get(key)
-            if row is None:
-                continue
-            row[item] = row.get(item, 0.0) + dv
-            touched.add(key)
-    for key, row in new_rows.items():
-        before = len(row)
-        for i in [i for i, v in row.items() if i in erased or v <= 0]:
-            del row[i]
-        if len(row) != before:
-            touched.add(key)
-    for c in {k[1] for k in touched}:  # level 0 is the first MAX_K_PRIME of the whole counts when the class keeps them
-        whole = new_rows.get((-1, c, 0))
-        if whole is not None:
-            top = sorted(whole.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_K_PRIME]
-            new_rows[(0, c, 0)] = dict(top)
-            touched.add((0, c, 0))
-    # the items whose class count changed: a row listing one is written again (its chubs follow)
-    moved: dict[int, set] = {}
-    for (level, label, _cell, item) in plan.cell_delta:
-        if level == 0:
-            moved.setdefault(label, set()).add(item)
-    for key, row in new_rows.items():
-        if key not in touched and key[1] in moved and not moved[key[1]].isdisjoint(row):
-            touched.add(key)
-    if not touched:
-        return
-    from .cells import CellsData, _copy
-
-    keys = sorted(touched)
-    lv, lab, cel, ids_, hubs_, chubs_ = [], [], [], [], [], []
-    for key in keys:
-        level, c, cell = key
-        row = new_rows[key]
-        class_counts = new_rows.get((-1, c, 0)) or new_rows.get((0, c, 0)) or {}
-        items = sorted(row.items(), key=(lambda kv: (-kv[1], kv[0])) if level <= 0 else (lambda kv: kv[0]))
-        lv.append(level)
-        lab.append(c)
-        cel.append(cell)
-        ids_.append(np.array([i for i, _ in items], np.int64))
-        hubs_.append(np.array([h for _, h in items], np.float64))
-        chubs_.append(np.array([class_counts.get(i, 0.0) for i, _ in items], np.float64))
-    k = np.array(keys, dtype=np.int64).reshape(-1, 3)
-    conn.execute(f"DELETE FROM {t} WHERE (level, label, cell) IN (SELECT * FROM unnest(%s::int[], %s::bigint[], "
-                 "%s::int[]))", [k[:, 0].tolist(), k[:, 1].tolist(), k[:, 2].tolist()])
-    data = CellsData(cells=None, graph_degree=0, levels=np.asarray(lv, np.int32), labels=np.asarray(lab, np.int64),
-                     cell=np.asarray(cel, np.int32), item_ids=ids_, hubs=hubs_, chubs=chubs_)
-    _copy(conn, t, data, np.ones(len(keys), bool), commit=False)
+    cell_counts.apply(conn, place.table("cells"), plan.cell_delta, plan.erased, MAX_K_PRIME)
 
 
 def _erase_locations(conn, place: Place, plan: Plan) -> None:
@@ -263,13 +219,18 @@ def _erase_locations(conn, place: Place, plan: Plan) -> None:
     counts with them); an answer is ranked from the remaining entries and the top hubs at each
     resolve, so a list that lost items is refilled by the same ranking. The counts the erased
     items' own neighbour lists gave to other items stay until the next full job (as ``embed
-    --new-items``, an approximation of the counts, never of who may be listed)."""
-    conn.execute(
-        f"UPDATE {place.table('locations')} AS r SET (item_ids, hubs, chubs) = (SELECT "
-        "coalesce(array_agg(x.id ORDER BY x.k), '{}'), coalesce(array_agg(x.h ORDER BY x.k), '{}'), "
-        "coalesce(array_agg(x.c ORDER BY x.k), '{}') FROM unnest(r.item_ids, r.hubs, r.chubs) WITH ORDINALITY "
-        "AS x(id, h, c, k) WHERE x.id <> ALL(%s::bigint[])) WHERE r.item_ids && %s::bigint[]",
-        [plan.erased.tolist(), plan.erased.tolist()])
+    --new-items``, an approximation of the counts, never of who may be listed). Only the rows
+    listing an erased item are read and written (:mod:`pm_vector.db.runs.array_rows`)."""
+    from . import array_rows
+
+    t = place.table("locations")
+    erased = np.unique(plan.erased)
+    rows = array_rows.read(conn, t, ("level", "cell"), "item_ids && %s::bigint[]", [erased.tolist()],
+                           match=lambda r: bool(array_rows.member(r.item_ids, erased).any()))
+    for r in rows:
+        keep = ~array_rows.member(r.item_ids, erased)
+        r.item_ids, r.hubs, r.chubs = r.item_ids[keep], r.hubs[keep], r.chubs[keep]
+    array_rows.write(conn, t, (("level", "int4"), ("cell", "int4")), rows)
 
 
 @dataclass(frozen=True)
@@ -374,6 +335,10 @@ def erase_from_run(conn, p: Plan) -> dict[str, Any] | None:
         for place in targets:
             if _exists(conn, place, rt.kind):
                 rt.erase(conn, place, p)
+    if shard_places:  # rows held by a deferred write (array_rows.deferred) reach the shards before their tables go
+        from . import array_rows
+
+        array_rows.flush(conn)
     done(conn, p.run_id, doc)
     if not _ready(doc):
         return None
@@ -385,9 +350,10 @@ def erase_from_run(conn, p: Plan) -> dict[str, Any] | None:
     return new_doc
 
 
-def erase_in_runs(conn, ids: np.ndarray, runs, load: Callable[[int], dict]) -> list[int]:
+def erase_in_runs(conn, ids: np.ndarray, runs, load: Callable[[int], dict], *, quick: bool = False) -> list[int]:
     """Erase ``ids`` from each run ``(run_id, class_rows, public_cells)`` in the caller's transaction.
     ``load(run_id)``: the run's items before the erasure (``id``, ``label``, ``features``, ascending ids).
+    ``quick``: the refill of :func:`pm_vector.db.runs.erase_plan.plan` an attached table's sync uses.
     Returns the runs that held some of them."""
     from psycopg.types.json import Jsonb
 
@@ -407,7 +373,7 @@ def erase_in_runs(conn, ids: np.ndarray, runs, load: Callable[[int], dict]) -> l
 
             cells = PublicCells.from_dict(cells_json)
         p = plan(conn, rid, doc, have["id"], have["label"], have["features"], present,
-                 neighbor_lists=stored_lists(conn, rid, doc, present), cells_doc=cells)
+                 neighbor_lists=stored_lists(conn, rid, doc, present), cells_doc=cells, quick=quick)
         new_doc = erase_from_run(conn, p)
         conn.execute("UPDATE pm_vector.embedding_runs SET n_items = n_items - %s"
                      + (", class_rows = %s" if new_doc is not None else "") + " WHERE id = %s",

@@ -9,6 +9,16 @@ item's new list is its remaining old entries and the nearest remaining items, by
 ``graph_degree``; the hub counts change by (new list - old list) for affected items and lose the
 erased items' lists; the per-cell counts lose the erased items' cell-release lists and gain the
 affected items' new entries.
+
+An attached table's sync (``quick``) makes one approximation above ``graph_exact_max_items`` items,
+where the job's own graph is approximate: only the erased items are searched so (a thousand
+affected items per 60 erased at 100,000 items made that search a second of each sync batch); an
+affected item refills its list from the candidates its erased neighbours leave (their exact nearest
+and their stored lists, an exact search when those are too few), and its cell-release list gains no
+replacement until the next full job (the approximation the cell release already makes for a list
+that held an erased item beyond ``graph_degree``). The refilled lists then hold 95 to 99 % of the
+entries the exact search gives (3,000 random items of 8 dimensions, 5,000 clustered items of 128,
+30 erased). ``delete_items`` keeps the exact search.
 """
 
 from __future__ import annotations
@@ -65,10 +75,11 @@ def _cells_of(cells_doc, labels: np.ndarray, X, q: np.ndarray) -> dict[int, dict
 
 
 def plan(conn, run_id: int, doc: Mapping[str, Any] | None, ids, labels, X, erased, *,
-         neighbor_lists: Mapping[int, np.ndarray] | None = None, cells_doc: Any = None) -> Plan:
+         neighbor_lists: Mapping[int, np.ndarray] | None = None, cells_doc: Any = None, quick: bool = False) -> Plan:
     """The erasure plan of one run: ``ids``/``labels``/``X`` the run's items BEFORE the erasure
     (ascending ids), ``erased`` the ids that leave. ``neighbor_lists``: the run's stored class-rows
-    lists of the erased items and of the items whose list holds one (read by :func:`stored_lists`)."""
+    lists of the erased items and of the items whose list holds one (read by :func:`stored_lists`).
+    ``quick``: above ``graph_exact_max_items``, refill from the erased neighbours' candidates (module doc)."""
     ids = np.asarray(ids, dtype=np.int64)
     labels = np.asarray(labels, dtype=np.int64)
     gone = np.isin(ids, np.asarray(erased, dtype=np.int64))
@@ -88,11 +99,10 @@ def plan(conn, run_id: int, doc: Mapping[str, Any] | None, ids, labels, X, erase
         raise RuntimeError(f"run {int(run_id)}: the features of items {missing[:5]} are not readable; nothing was erased")
     cells_ready = (doc.get("cells") or {}).get("status") == "ready" and cells_doc is not None
     gc = int((doc.get("cells") or {}).get("graph_degree") or 0) if cells_ready else 0
-    # one exact search of the erased and affected items over the run's items before the erasure:
-    # enough neighbours that each keeps max(g, gc) entries once the erased ones are left out
     q = np.array([pos[j] for j in sorted(erased_set)] + [pos[j] for j in affected], dtype=np.int64)
-    kk = min(ids.shape[0], max(g, gc) + 1 + min(max(g, gc), len(erased_set)))
-    found = _exact_neighbours(X, q, kk, ids.shape[0] <= int(doc.get("graph_exact_max_items", 50_000)))
+    exact = ids.shape[0] <= int(doc.get("graph_exact_max_items", 50_000))
+    candidates = quick and not exact
+    found = _searched(X, ids, q, len(erased_set), max(g, gc), exact, candidates, gone, lists, pos)
     hd: dict = {}
     cd: dict = {}
 
@@ -108,7 +118,8 @@ def plan(conn, run_id: int, doc: Mapping[str, Any] | None, ids, labels, X, erase
     for r, qi in enumerate(q.tolist()):
         j = int(ids[qi])
         c = int(labels[qi])
-        row = found[r][found[r] != qi]
+        row = found[r]
+        row = row[row != qi]
         old = np.asarray(lists.get(j, ids[row[:g]]), dtype=np.int64)
         if j in erased_set:
             if c in classes:
@@ -130,7 +141,7 @@ def plan(conn, run_id: int, doc: Mapping[str, Any] | None, ids, labels, X, erase
                 add(hd, (c, int(i)), -1.0)
             for i in new:
                 add(hd, (c, int(i)), 1.0)
-        if cells_ready and c in cell_classes:  # the cell list's new entries (its erased ones leave below)
+        if cells_ready and c in cell_classes and not candidates:  # the cell list's new entries (its erased ones leave below)
             old_c, new_c = set(ids[row[:gc]].tolist()), ids[rem[:gc]].tolist()
             for i in new_c:
                 if i not in old_c:
@@ -138,6 +149,47 @@ def plan(conn, run_id: int, doc: Mapping[str, Any] | None, ids, labels, X, erase
     p.hub_delta, p.cell_delta = hd, cd
     del keep
     return p
+
+
+def _searched(X, ids: np.ndarray, q: np.ndarray, n_erased: int, depth: int, exact: bool, candidates: bool,
+              gone: np.ndarray, lists: Mapping, pos: Mapping[int, int]) -> list[np.ndarray]:
+    """Per row of ``q`` (the erased positions, then the affected ones): positions nearest first, deep
+    enough that ``depth`` remain once the erased are left out: one exact search of them all over the
+    run's items before the erasure (as the job built its graph: ``exact``). With ``candidates``
+    (the job's graph is approximate there): an exact search of the erased items only, and each
+    affected item ranks the candidates an erased neighbour leaves -- its remaining entries, the
+    erased items' exact nearest and their stored lists -- falling back to an exact search when
+    those are fewer than ``depth``."""
+    kk = min(X.shape[0], depth + 1 + min(depth, n_erased))
+    if not candidates:
+        return list(_exact_neighbours(X, q, kk, exact))
+    found = list(_exact_neighbours(X, q[:n_erased], kk, False)) if n_erased else []
+    near_erased = {int(ids[qi]): found[r] for r, qi in enumerate(q[:n_erased].tolist())}
+    fallback = []
+    for qi in q[n_erased:].tolist():
+        j = int(ids[qi])
+        cand: set[int] = set()
+        for e in lists.get(j, ()):
+            e = int(e)
+            p_e = pos.get(e)
+            if p_e is None:
+                continue
+            cand.add(p_e)
+            if e in near_erased:
+                cand.update(int(x) for x in near_erased[e])
+                cand.update(pos[int(x)] for x in lists.get(e, ()) if int(x) in pos)
+        cand.discard(qi)
+        c = np.fromiter(cand, np.int64, len(cand))
+        c = c[~gone[c]]
+        if c.size < depth:
+            fallback.append(len(found))
+        d = ((np.asarray(X[c], dtype=np.float64) - np.asarray(X[qi], dtype=np.float64)) ** 2).sum(1)
+        found.append(c[np.lexsort((c, d))])
+    if fallback:
+        exact_rows = _exact_neighbours(X, q[np.asarray(fallback)], kk, False)
+        for r, f in zip(fallback, exact_rows):
+            found[r] = f
+    return found
 
 
 def _cell_edge(add, cd, cells_of, qi, c, i, v) -> None:

@@ -473,7 +473,8 @@ def _abort(conn, run_id: int, exc: BaseException) -> None:
 # ----------------------------------------------------------------------------- new items
 
 def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: JobProgress | None = None,
-                    write_batch_size: int = 20_000, conn=None) -> dict[str, Any]:
+                    write_batch_size: int = 20_000, conn=None, run_items: Mapping[str, np.ndarray] | None = None,
+                    on_placed: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """Embed items ingested after the active run was built into that run (out-of-sample extension).
 
     ``embed_fn_extend(anchor_X, anchor_y, anchor_embedding, new_X, new_y, params, seed) -> (m, k)``
@@ -485,15 +486,20 @@ def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: Job
     existing items' lists are not recomputed -- an approximation until the next full job).
     Returns ``{"run_id", "n_new"}``. ``conn``: work in the caller's open transaction (which commits;
     :func:`pm_vector.db.store.update.update_items` places an updated item so) instead of its own.
+    ``run_items``: the active run's items as built (``id`` ascending, ``label``, ``features``), which
+    the caller holds (:mod:`pm_vector.db.runs.item_cache`), instead of reading them; ``on_placed``
+    is then called with the items added to the run's class rows (``id``, ``label``, ``features``).
     """
     report = progress or _noop
+    extra = {"run_items": run_items, "on_placed": on_placed}
     if conn is not None:
-        return _embed_new(conn, False, collection, embed_fn_extend, report, write_batch_size)
+        return _embed_new(conn, False, collection, embed_fn_extend, report, write_batch_size, **extra)
     with connect(watch_client=True) as own:
-        return _embed_new(own, True, collection, embed_fn_extend, report, write_batch_size)
+        return _embed_new(own, True, collection, embed_fn_extend, report, write_batch_size, **extra)
 
 
-def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, report, write_batch_size: int):
+def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, report, write_batch_size: int,
+               run_items=None, on_placed=None):
     import psycopg
 
     coll = _collection_row(conn, collection)
@@ -518,7 +524,7 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
     buf = _binary.copy_out(conn, f"SELECT position, embedding FROM pm_vector.run_{int(run_id)}_anchors "
                                  "ORDER BY position")
     a_emb = _binary.decode([("position", "int4", 0), ("embedding", _vtype(k), k)], buf)["embedding"]
-    old_items = _load_items(conn, coll, in_run=run_id) if has_cr else None
+    old_items = (run_items if run_items is not None else _load_items(conn, coll, in_run=run_id)) if has_cr else None
     if own:
         conn.rollback()
     report("load", 1, 1)
@@ -552,6 +558,9 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
             "WHERE i.id = e.item_id) ON CONFLICT (item_id) DO NOTHING RETURNING item_id").fetchall()], dtype=np.int64)
         if has_cr and inserted.size:
             _extend_class_rows(conn, run_id, frames_doc, old_items, new, inserted)
+            if on_placed is not None:
+                keep = np.isin(new["id"], inserted)
+                on_placed({k_: new[k_][keep] for k_ in ("id", "label", "features")})
         if own:
             conn.commit()
     except psycopg.Error as exc:

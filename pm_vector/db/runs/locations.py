@@ -31,6 +31,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .. import _binary
+from . import array_rows
 from .cells import _array, useful_entries
 
 #: the rows of a run's locations table go in one COPY per this many rows
@@ -129,20 +130,22 @@ def write(conn, run_id: int, data: LocationsData) -> None:
     conn.execute("UPDATE pm_vector.embedding_runs SET public_locations = %s WHERE id = %s",
                  [Json(data.cells.to_dict()), rid])
     conn.execute("SELECT pm_vector.pm_create_locations_table(%s)", [rid])
+    array_rows.store_uncompressed(conn, f"pm_vector.run_{rid}_locations")
     conn.commit()
     _copy(conn, f"pm_vector.run_{rid}_locations", data)
     conn.execute(f"ANALYZE pm_vector.run_{rid}_locations")
     conn.commit()
 
 
-def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, new_X) -> None:
+def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, new_X, *,
+           near: np.ndarray | None = None) -> None:
     """Add new items to the run's location rows, inside the caller's transaction: each new item's
     ``graph_degree`` nearest other items (against every item of the run, new ones included) count
     in its cell's row at every level (and the item itself), and ``h`` grows by those edges in the
-    top-hubs row and in every row touched. The neighbour lists of existing items are not recomputed."""
+    top-hubs row and in every row touched. The neighbour lists of existing items are not recomputed.
+    ``near``: the new items' nearest positions in ``all_X`` when the caller searched them already."""
     from ...manifold.cells import PublicCells
     from ...neighbors import knn_search
-    from ...shortlist import MAX_LOCATION_CANDIDATES
 
     rid = int(run_id)
     t = f"pm_vector.run_{rid}_locations"
@@ -154,7 +157,7 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
     g = min(int(doc.get("graph_degree") or 0), all_ids.shape[0] - 1)
     if ids.size == 0 or g < 1:
         return
-    found = all_ids[knn_search(X, all_X, g + 1)]
+    found = all_ids[(near if near is not None else knn_search(X, all_X, g + 1))[:, :g + 1]]
     nb = np.stack([found[r][found[r] != ids[r]][:g] for r in range(ids.size)])
     dh = dict(zip(*np.unique(nb.ravel(), return_counts=True)))
     touched: dict[tuple[int, int], dict[int, float]] = {}
@@ -164,25 +167,44 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
             d = touched.setdefault((int(M), int(cell[r])), {})
             for i in nb[r].tolist() + [int(ids[r])]:
                 d[i] = d.get(i, 0.0) + 1.0
+    _apply(conn, t, touched, dh)
+
+
+def _apply(conn, t: str, touched: dict, dh: dict) -> None:
+    """Rows ``(0, 0)`` and ``touched`` (``(level, cell) -> {item: added count}``) with the new edges:
+    ``h`` (the rows' ``chubs``) grows by ``dh``; the top-hubs row takes the new ``h`` of those items
+    and keeps its first :data:`~pm_vector.shortlist.MAX_LOCATION_CANDIDATES` by (``h`` desc, id);
+    a cell's row adds its counts, by id. Read and written as arrays (:mod:`pm_vector.db.runs.array_rows`)."""
+    from ...shortlist import MAX_LOCATION_CANDIDATES
+
     keys = [(0, 0)] + list(touched)
-    rows = conn.execute(f"SELECT level, cell, item_ids, hubs, chubs FROM {t} WHERE (level, cell) IN "
-                        f"(SELECT * FROM unnest(%s::integer[], %s::integer[])) FOR UPDATE",
-                        [[k[0] for k in keys], [k[1] for k in keys]]).fetchall()
-    h_of: dict[int, float] = {}
-    for lv, c, it, hb, chb in rows:  # h as the rows know it
-        for i, v in zip(it, chb):
-            h_of[int(i)] = float(v)
-    for i, v in dh.items():
-        h_of[int(i)] = h_of.get(int(i), 0.0) + float(v)
-    for lv, c, it, hb, chb in rows:
-        cur = dict(zip((int(i) for i in it), (float(v) for v in hb)))
-        if lv == 0:
-            for i, v in dh.items():
-                cur[int(i)] = h_of[int(i)]
-            order = sorted(cur, key=lambda i: (-cur[i], i))[:MAX_LOCATION_CANDIDATES]
+    wanted = set(keys)
+    rows = array_rows.read(conn, t, ("level", "cell"), "(level, cell) IN (SELECT * FROM unnest(%s::integer[], "
+                           "%s::integer[]))", [[k[0] for k in keys], [k[1] for k in keys]], lock=True,
+                           match=lambda r: r.key in wanted)
+    # h as the rows know it (a later row's value wins), plus the new edges
+    all_ids = np.concatenate([r.item_ids for r in rows] + [np.zeros(0, np.int64)])[::-1]
+    all_h = np.concatenate([r.chubs for r in rows] + [np.zeros(0)])[::-1]
+    h_ids, first = np.unique(all_ids, return_index=True)
+    dk = np.array(sorted(dh), dtype=np.int64)
+    dv = np.array([float(dh[int(i)]) for i in dk])
+    h_ids, inv = np.unique(np.concatenate([h_ids, dk]), return_inverse=True)
+    h_val = np.bincount(inv, weights=np.concatenate([all_h[first], dv]), minlength=h_ids.size)
+    for r in rows:
+        if r.key[0] == 0:  # the new edges' items take their new h
+            u, inv = np.unique(np.concatenate([r.item_ids, dk]), return_inverse=True)
+            cur = np.zeros(u.size)
+            cur[inv[:r.item_ids.size]] = r.hubs
+            cur[inv[r.item_ids.size:]] = h_val[np.searchsorted(h_ids, dk)]
+            o = np.lexsort((u, -cur))[:MAX_LOCATION_CANDIDATES]
         else:
-            for i, v in touched.get((int(lv), int(c)), {}).items():
-                cur[i] = cur.get(i, 0.0) + v
-            order = sorted(cur)
-        conn.execute(f"UPDATE {t} SET item_ids = %s, hubs = %s, chubs = %s WHERE level = %s AND cell = %s",
-                     [order, [cur[i] for i in order], [h_of.get(i, 0.0) for i in order], int(lv), int(c)])
+            add = touched.get(r.key, {})
+            ak = np.fromiter(add, np.int64, len(add))
+            av = np.fromiter(add.values(), np.float64, len(add))
+            u, inv = np.unique(np.concatenate([r.item_ids, ak]), return_inverse=True)
+            cur = np.bincount(inv, weights=np.concatenate([r.hubs, av]), minlength=u.size)
+            o = np.arange(u.size)
+        r.item_ids, r.hubs = u[o], cur[o]
+        p = np.clip(np.searchsorted(h_ids, r.item_ids), 0, max(h_ids.size - 1, 0))
+        r.chubs = np.where(h_ids[p] == r.item_ids, h_val[p], 0.0) if h_ids.size else np.zeros(r.item_ids.size)
+    array_rows.write(conn, t, (("level", "int4"), ("cell", "int4")), rows)

@@ -20,6 +20,11 @@ every run table); a new row, or a changed vector or label, replaces the item (er
 the new, placed in the active run as ``embed --new-items`` does); a change of other columns updates
 the payload only. Skipped rows are reported with their reason.
 
+A batch's cost: the erasure and the placement search the run's items by their features, which the
+syncing process keeps between batches (:mod:`pm_vector.db.runs.item_cache`: read once from the
+table, then followed batch by batch, read again when another process changed the run); the cell
+and location rows both touch are read once and written once (:func:`pm_vector.db.runs.array_rows.deferred`).
+
 Privileges: the role pm_vector connects as needs ``SELECT`` and ``TRIGGER`` on the table (or owns
 it); the table's writers need nothing on pm_vector's schema (the capture function is ``SECURITY
 DEFINER``).
@@ -167,12 +172,10 @@ def _source_rows(conn, att: dict, keys: list) -> dict:
 
 
 def _classify_changes(coll, keys: list, ops: dict, src: dict, items: dict) -> tuple:
-    """Per changed key, what the batch does: the items to erase (with the first vector queued for
-    each), the rows to insert, the payloads to update, the rows skipped and why. Returns (erase,
-    insert, payloads, skipped, item id -> old vector)."""
+    """Per changed key, what the batch does: the items to erase, the rows to insert, the payloads to
+    update, the rows skipped and why. Returns (erase, insert, payloads, skipped)."""
     allowed = set(int(x) for x in coll["labels"])
     erase, insert, payloads, skipped = [], [], [], []
-    old_vec: dict[int, str] = {}
     for key in keys:
         s = src.get(key)
         reason = None
@@ -191,65 +194,99 @@ def _classify_changes(coll, keys: list, ops: dict, src: dict, items: dict) -> tu
         replace = any(op in ("I", "U", "D") for op, _ in ops[key])
         if item is not None and (not valid or replace):
             erase.append(item[0])
-            first_old = next((o for _op, o in ops[key] if o is not None), None)
-            if first_old is not None:
-                old_vec[int(item[0])] = first_old
         if valid and (item is None or replace):
             insert.append((key, int(s[2]), s[3]))
         elif valid and item is not None:
             payloads.append((s[3], item[0]))
-    return erase, insert, payloads, skipped, old_vec
+    return erase, insert, payloads, skipped
 
 
-def _items_before_erasure(conn, coll, gone: np.ndarray, old_vec: dict):
-    """``load(run_id)`` for :func:`~pm_vector.db.runs.erase.erase_in_runs`."""
+def _items_as_built(conn, coll, rid: int) -> dict[str, np.ndarray]:
+    """The run's items read from the user's table, each with the vector it was built from: the
+    table's now, or -- for a row changed or gone since (changes still queued) -- the first vector
+    queued for it (``old_vector``)."""
     from ..runs.jobs import _load_items
 
-    def load(rid, _gone=gone):
-        """The run's items before the erasure, each with the vector it was built from: the table's
-        now, or -- for a row changed or gone since -- the first vector queued for it (old_vector)."""
-        have = _load_items(conn, coll, in_run=rid)
-        feats = np.asarray(have["features"], np.float32).copy()
-        pos = {int(i): k for k, i in enumerate(have["id"])}
-        run_ids = [r[0] for r in conn.execute(f"SELECT item_id FROM pm_vector.run_{int(rid)}_items").fetchall()]
-        lost = [i for i in run_ids if i not in pos]
-        queued = dict(old_vec)
-        if lost:
-            for i, v in conn.execute(
-                    "SELECT DISTINCT ON (it.id) it.id, c.old_vector FROM pm_vector.items it JOIN "
-                    "pm_vector.attach_changes c ON c.collection_id = it.collection_id AND c.key = it.external_id "
-                    "WHERE it.id = ANY(%s) AND c.old_vector IS NOT NULL ORDER BY it.id, c.seq", [lost]).fetchall():
-                queued.setdefault(int(i), v)
-        miss, erased, lost_set = [], set(int(x) for x in _gone), set(lost)
-        for i, v in queued.items():
-            vec = np.asarray(v.strip("[]").split(","), dtype=np.float32)
-            if vec.shape[0] != int(coll["feature_dim"]):
-                continue
-            if i in pos:
-                if i in erased:
-                    feats[pos[i]] = vec
-            elif i in lost_set:
-                miss.append((i, vec))
-        if not miss:
-            return {"id": have["id"], "label": have["label"], "features": feats}
-        labs = dict(conn.execute("SELECT id, label FROM pm_vector.items WHERE id = ANY(%s)",
-                                 [[i for i, _ in miss]]).fetchall())
-        ids = np.concatenate([have["id"], np.array([i for i, _ in miss], np.int64)])
-        order = np.argsort(ids, kind="stable")
-        return {"id": ids[order],
-                "label": np.concatenate([have["label"], np.array([labs[i] for i, _ in miss], np.int64)])[order],
-                "features": np.concatenate([feats.reshape(-1, coll["feature_dim"]),
-                                            np.stack([v for _, v in miss])])[order]}
+    have = _load_items(conn, coll, in_run=rid)
+    feats = np.asarray(have["features"], np.float32).copy()
+    pos = {int(i): k for k, i in enumerate(have["id"])}
+    queued = dict(conn.execute(
+        "SELECT DISTINCT ON (it.id) it.id, c.old_vector FROM pm_vector.items it JOIN pm_vector.attach_changes c "
+        "ON c.collection_id = it.collection_id AND c.key = it.external_id WHERE it.collection_id = %s "
+        f"AND c.old_vector IS NOT NULL AND EXISTS (SELECT 1 FROM pm_vector.run_{int(rid)}_items e "
+        "WHERE e.item_id = it.id) ORDER BY it.id, c.seq", [coll["id"]]).fetchall())
+    miss = []
+    for i, v in queued.items():
+        vec = np.asarray(v.strip("[]").split(","), dtype=np.float32)
+        if vec.shape[0] != int(coll["feature_dim"]):
+            continue
+        if int(i) in pos:
+            feats[pos[int(i)]] = vec
+        else:  # the row is gone (or no longer valid): only its queued vector is left
+            miss.append((int(i), vec))
+    if not miss:
+        return {"id": have["id"], "label": have["label"], "features": feats}
+    labs = dict(conn.execute("SELECT id, label FROM pm_vector.items WHERE id = ANY(%s)",
+                             [[i for i, _ in miss]]).fetchall())
+    ids = np.concatenate([have["id"], np.array([i for i, _ in miss], np.int64)])
+    order = np.argsort(ids, kind="stable")
+    return {"id": ids[order],
+            "label": np.concatenate([have["label"], np.array([labs[i] for i, _ in miss], np.int64)])[order],
+            "features": np.concatenate([feats.reshape(-1, coll["feature_dim"]), np.stack([v for _, v in miss])])[order]}
 
-    return load
+
+class _RunItems:
+    """The items of each run a batch changes, as built: from this process's cache
+    (:mod:`pm_vector.db.runs.item_cache`) when it holds the run's current version, else read
+    (:func:`_items_as_built`); followed through the batch's erasure and placements, and cached
+    under the runs' new versions once the batch has committed."""
+
+    def __init__(self, conn, coll, runs):
+        self.conn, self.coll = conn, coll
+        self.docs = {int(r[0]): r[1] for r in runs}
+        self.items: dict[int, dict] = {}
+
+    def load(self, rid: int) -> dict[str, np.ndarray]:
+        from ..runs import item_cache
+
+        rid = int(rid)
+        if rid not in self.items:
+            got = item_cache.get(self.conn, rid, self.docs.get(rid))
+            self.items[rid] = got if got is not None else _items_as_built(self.conn, self.coll, rid)
+        return self.items[rid]
+
+    def erased(self, gone) -> None:
+        from ..runs import item_cache
+
+        for rid, items in self.items.items():
+            self.items[rid] = item_cache.after(items, gone)
+
+    def placed(self, rid: int, added: dict) -> None:
+        from ..runs import item_cache
+
+        self.items[int(rid)] = item_cache.after(self.load(rid), (), added)
+
+    def keys(self) -> dict:
+        """Before the commit: each followed run's cache key under its new version."""
+        from ..runs import item_cache
+
+        out = {}
+        for rid in self.items:
+            doc = self.conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()
+            out[rid] = item_cache.key(self.conn, rid, doc[0] if doc else None)
+        return out
+
+    def keep(self, keys: dict) -> None:
+        """After the commit."""
+        from ..runs import item_cache
+
+        for rid, k in keys.items():
+            item_cache.put(k, self.items[rid])
 
 
 def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: str | None = None
                 ) -> dict[str, Any] | None:
-    from psycopg.types.json import Jsonb
-
-    from ..runs import erase as _erase
-    from ..runs.jobs import anchor_frame_extend_fn, embed_new_items
+    from ..runs import array_rows, erase as _erase
     from .erase import _erase_kahm, _runs_with_tables
 
     with connect(url, watch_client=True) as conn:
@@ -271,29 +308,55 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
         items = {r[0]: (r[1], r[2]) for r in conn.execute(
             "SELECT external_id, id, label FROM pm_vector.items WHERE collection_id = %s AND external_id = ANY(%s)",
             [coll["id"], keys]).fetchall()}
-        erase, insert, payloads, skipped, old_vec = _classify_changes(coll, keys, ops, src, items)
+        erase, insert, payloads, skipped = _classify_changes(coll, keys, ops, src, items)
         gone = np.array(sorted(int(i) for i in erase), dtype=np.int64)
-        if gone.size:
-            _erase.erase_in_runs(conn, gone, _runs_with_tables(conn, coll["id"]),
-                                 _items_before_erasure(conn, coll, gone, old_vec))
-            _erase_kahm(conn, coll, gone)
-            conn.execute("DELETE FROM pm_vector.items WHERE id = ANY(%s)", [gone.tolist()])
-        if insert:
-            with conn.cursor() as cur:
-                cur.executemany("INSERT INTO pm_vector.items (collection_id, external_id, label, payload) "
-                                "VALUES (%s, %s, %s, %s)",
-                                [(coll["id"], k, lab_, None if p is None else Jsonb(p)) for k, lab_, p in insert])
-        if payloads:
-            with conn.cursor() as cur:
-                cur.executemany("UPDATE pm_vector.items SET payload = %s WHERE id = %s",
-                                [(None if p is None else Jsonb(p), i) for p, i in payloads])
-        if insert and coll["active_run_id"] is not None:
-            doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s",
-                               [coll["active_run_id"]]).fetchone()[0] or {}
-            if not doc.get("shards"):  # a sharded run takes new items with the next full job
-                embed_new_items(collection, embed_fn_extend or anchor_frame_extend_fn, conn=conn)
+        runs = _runs_with_tables(conn, coll["id"])
+        run_items = _RunItems(conn, coll, runs)
+        with array_rows.deferred(conn):  # the cell and location rows: read once, written once, by the batch
+            if gone.size:
+                _erase.erase_in_runs(conn, gone, runs, run_items.load, quick=True)
+                run_items.erased(gone)
+                _erase_kahm(conn, coll, gone)
+                conn.execute("DELETE FROM pm_vector.items WHERE id = ANY(%s)", [gone.tolist()])
+            _write_items(conn, coll, insert, payloads)
+            if insert and coll["active_run_id"] is not None:
+                _place_new(conn, collection, coll, embed_fn_extend, run_items)
         conn.execute("DELETE FROM pm_vector.attach_changes WHERE collection_id = %s AND seq <= %s", [coll["id"], last])
+        cache_keys = run_items.keys()
         conn.commit()
+    run_items.keep(cache_keys)
     n_replaced = sum(1 for k, _l, _p in insert if k in items)
     return {"applied": len(rows), "inserted": len(insert) - n_replaced, "replaced": n_replaced,
             "deleted": int(gone.size) - n_replaced, "payloads": len(payloads), "skipped": skipped}
+
+
+def _write_items(conn, coll, insert: list, payloads: list) -> None:
+    """The batch's new items rows and payload updates."""
+    from psycopg.types.json import Jsonb
+
+    if insert:
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO pm_vector.items (collection_id, external_id, label, payload) "
+                            "VALUES (%s, %s, %s, %s)",
+                            [(coll["id"], k, lab_, None if p is None else Jsonb(p)) for k, lab_, p in insert])
+    if payloads:
+        with conn.cursor() as cur:
+            cur.executemany("UPDATE pm_vector.items SET payload = %s WHERE id = %s",
+                            [(None if p is None else Jsonb(p), i) for p, i in payloads])
+
+
+def _place_new(conn, collection: str, coll, embed_fn_extend, run_items: _RunItems) -> None:
+    """The batch's new items placed in the active run (``embed --new-items``, against the run's items
+    as built); a sharded run takes them with the next full job."""
+    from ..runs.jobs import anchor_frame_extend_fn, embed_new_items
+
+    rid = int(coll["active_run_id"])
+    doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0] or {}
+    if doc.get("shards"):
+        return
+    ready = doc.get("status") == "ready"
+    if ready and rid not in run_items.items:  # (its current version: the batch erased nothing from it)
+        run_items.docs[rid] = doc
+    embed_new_items(collection, embed_fn_extend or anchor_frame_extend_fn, conn=conn,
+                    run_items=run_items.load(rid) if ready else None,
+                    on_placed=(lambda added: run_items.placed(rid, added)) if ready else None)
