@@ -84,7 +84,8 @@ def test_bench_privacy_errors_are_clear(tmp_path):
 
 def test_bench_privacy_code_bytes():
     r = runner.invoke(app, ["bench", "privacy", *FAST, "--n-anchor", "300", "--n-server", "300", "--epsilons", "4",
-                            "--code-bytes", "16", "--methods", "pm_vector_compact,download_codes", "--json"])
+                            "--code-bytes", "16", "--code-widths", "", "--methods", "pm_vector_compact,download_codes",
+                            "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["config"]["code_bytes"] == 16 and out["config"]["code_stages"] == 2
@@ -94,6 +95,9 @@ def test_bench_privacy_code_bytes():
     for bad in ("7", "257"):
         r = runner.invoke(app, ["bench", "privacy", *FAST, "--code-bytes", bad])
         assert r.exit_code != 0 and "--code-bytes" in r.output
+    for bad in ("16", "64,64", "x"):  # not above the residual 32 bytes, twice, not a number
+        r = runner.invoke(app, ["bench", "privacy", *FAST, "--code-widths", bad])
+        assert r.exit_code != 0 and "--code-widths" in r.output
     # an anchor too small for 256 centroids per sub-quantiser: the compact methods say why, the rest run
     r = runner.invoke(app, ["bench", "privacy", *FAST, "--epsilons", "4", "--methods", "pm_vector_compact,raw_knn",
                             "--json"])

@@ -122,15 +122,16 @@ def test_bench_latency_and_scale_small(home):
     assert pm["shortlist_statements_per_request"] == 1 and pm["resolve_p50_ms"] > 0 and pm["client_p50_ms"] > 0
     assert pm["prior_knn_statements_per_request"] <= 1 and r["plain_kprime_p50_ms"] > 0
     assert pm["ratio_kprime"] == pytest.approx(pm["resolve_p50_ms"] / r["plain_kprime_p50_ms"], rel=1e-2)
-    # the default answer is timed: compact, k' and the code prefix by the public rule (C = 10, Gaussian)
+    # the default answer is timed: compact, k' and the code width by the public rule (C = 10, Gaussian;
+    # 16 dimensions: the residual widths 16 and 32 only, no table is wider than the features)
     from pm_vector.manifold.codes import compact_answer_shape
 
     assert (pm["answer"], pm["shortlist"], pm["code_bytes"]) == ("compact",
-                                                                 *compact_answer_shape(10, "gaussian", 1.0, (32, 64)))
+                                                                 *compact_answer_shape(10, "gaussian", 1.0, (16, 32)))
     # both releases by default: the cell release (the default one) too, one statement per request
     ce = r["cells"]
     assert (ce["answer"], ce["shortlist"], ce["code_bytes"]) == ("compact",
-                                                                 *compact_answer_shape(10, "cells", 1.0, (32, 64)))
+                                                                 *compact_answer_shape(10, "cells", 1.0, (16, 32)))
     assert ce["statements_per_request"] == 1 and ce["resolve_p50_ms"] > 0
     with db.connect() as conn:  # the server's buffer cache, as measured with
         assert out["setup"]["shared_buffers"] == conn.execute("SHOW shared_buffers").fetchone()[0]

@@ -43,8 +43,9 @@ def test_every_method_at_every_epsilon(result):
         elif m != "partition_only":  # a labelled collection has label_only instead
             assert {(m, 1.0), (m, 16.0), (m, "inf")} <= got
     assert not any(m == "partition_only" for m, _ in got)
-    # one row per level for download_lists, per code stage (16 of 16 bytes) for download_codes
-    assert len(result["results"]) == (len(METHODS) - 6) * 3 + 3 + len(levels) + 16
+    # one row per level for download_lists, per code width for download_codes (digits, 64 features: the
+    # residual 16 and 32 bytes and the 64-byte table)
+    assert len(result["results"]) == (len(METHODS) - 6) * 3 + 3 + len(levels) + 3
     assert "privatemail_paper" not in DEFAULT_METHODS and "pm_vector_cells" in DEFAULT_METHODS
     for key in ("dataset", "split", "k", "shortlist", "delta", "seed", "class_ceiling", "collection_bytes", "results"):
         assert key in result
@@ -165,11 +166,12 @@ def test_the_compact_answer_has_the_rule_s_shape_and_fits_the_budget(result):
 
 def test_download_codes_is_every_code_and_the_codebooks(result):
     dc = {r["code_bytes"]: r for r in result["results"] if r["method"] == "download_codes"}
-    assert sorted(dc) == list(range(16, 257, 16))
+    assert sorted(dc) == [16, 32, 64]
     for b, r in dc.items():
         assert r["epsilon"] == 0.0 and r["delta"] == 0.0
-        # 1,000 items' uint32 ids and codes, plus the codebooks (mean, rotation, centroids: float32)
-        books = 4 * (64 + 64 * 64 + (b // 16) * 256 * 64)
+        # 1,000 items' uint32 ids and codes, plus the codebooks (mean, rotation, float32 centroids: the
+        # residual stages of a prefix, or the one table of 64 one-dimensional sub-quantisers)
+        books = 4 * (64 + 64 * 64 + (b // 16 if b <= 32 else 1) * 256 * 64)
         assert 1000 * (4 + b) + books < r["bytes_per_request"] < 1000 * (4 + b) + books + 1000
     assert dc[64]["nn_recall_at_8"] > dc[32]["nn_recall_at_8"]
     # the crossover: how many compact requests cost one download
@@ -178,7 +180,9 @@ def test_download_codes_is_every_code_and_the_codebooks(result):
     assert cross[("download_codes", 64)]["requests"] == pytest.approx(dc[64]["bytes_per_request"] / per)
     assert cross[("download_codes", 64)]["requests_without_codebooks"] == pytest.approx(
         (dc[64]["bytes_per_request"] - dc[64]["codebook_bytes"]) / per)
-    assert dc[32]["codebook_bytes"] < dc[64]["codebook_bytes"] < dc[64]["bytes_per_request"]
+    # a prefix needs its residual stages (two for 32 bytes), the 64-byte table only its own centroids
+    assert dc[16]["codebook_bytes"] < dc[32]["codebook_bytes"] and dc[64]["codebook_bytes"] < dc[32]["codebook_bytes"]
+    assert dc[64]["codebook_bytes"] < dc[64]["bytes_per_request"]
 
 
 # --------------------------------------------------------------------------- the cell release in the benchmark

@@ -245,7 +245,7 @@ def compact(ctx: _Context, eps):
     kp = min(kp, len(ctx.ys))
     cand, req_bytes, rows, extra = _default(ctx, eps, "labelled", kp)
     cand = np.asarray(cand, dtype=np.int64)
-    retrieved = np.stack([c[np.argsort(pc.distances(x, codes[c, :b]), kind="stable")[:k]]
+    retrieved = np.stack([c[np.argsort(pc.distances(x, pc.select(codes[c], b)), kind="stable")[:k]]
                           for x, c in zip(ctx.Xq, cand)])
     fields = {"release": release, "n_cells": int(extra.get("n_cells") or 0), "run_id": 1, "k_prime": kp,
               "codes": {"bytes": b, "digest": pc.digest()}}
