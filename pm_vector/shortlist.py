@@ -124,7 +124,7 @@ class PosteriorShortlist:
         return s
 
     def shortlist(self, request, k_prime: int | None = None) -> list[np.ndarray]:
-        """For every row of a :class:`~pm_vector.client.query.QueryRequest`, the ``k'`` item
+        """For every row of a :class:`~pm_vector.client.query.ClassRowsRequest`, the ``k'`` item
         indices with the highest scores (ties by index)."""
         kp = int(k_prime or request.shortlist)
         out = []

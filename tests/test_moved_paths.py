@@ -77,3 +77,51 @@ def test_the_db_face_stops_and_upgrades_through_the_postgres_face():
 
     assert db.stop is postgres.stop and db.upgrade is postgres.upgrade  # they clear the engines
     assert db.database_url is postgres.database_url and db.connect is postgres.connect
+
+
+# Renamed public names, importable under their old names until pm_vector.deprecation.REMOVED_IN
+# (the scikit-learn way): (module where the old name still imports, old name, new name).
+RENAMED = [
+    ("pm_vector.protocol", "QueryRequest", "ClassRowsRequest"),
+    ("pm_vector.client", "QueryRequest", "ClassRowsRequest"),
+    ("pm_vector.client.query", "QueryRequest", "ClassRowsRequest"),
+    ("pm_vector.client", "QuerySecret", "ClientSecret"),
+    ("pm_vector.client.query", "QuerySecret", "ClientSecret"),
+]
+
+
+@pytest.mark.parametrize("module,old,new", RENAMED)
+def test_an_old_name_still_imports_with_a_future_warning_naming_the_new_one(module, old, new):
+    from pm_vector.deprecation import REMOVED_IN
+
+    mod = importlib.import_module(module)
+    with pytest.warns(FutureWarning, match=f"{old} is renamed {new}; .* removed in pm_vector {REMOVED_IN}"):
+        obj = getattr(mod, old)
+    assert obj is getattr(mod, new)
+    assert old not in getattr(mod, "__all__", ())
+
+
+def test_the_old_names_go_in_the_release_that_the_warning_names():
+    from pm_vector.deprecation import REMOVED_IN
+
+    # 0.2.0 renamed them; REMOVED_IN is the next minor release: delete RENAMED's entries then
+    major, minor, _ = (int(p) for p in pm_vector.__version__.split("."))
+    assert REMOVED_IN == f"{major}.{minor + 1}.0"
+
+
+def test_an_unknown_name_is_still_an_attribute_error():
+    import pm_vector.client
+
+    with pytest.raises(AttributeError):
+        pm_vector.client.NoSuchName  # noqa: B018
+
+
+def test_one_client_secret_for_every_release_and_its_old_row_attribute_warns():
+    from pm_vector.client import ClientSecret
+
+    s = ClientSecret(real_row=2, label=7, predicted=True)
+    assert s.pick(["a", "b", "c"]) == "c" and s.row_labels == ()
+    with pytest.warns(FutureWarning, match="ClientSecret.row is renamed real_row"):
+        assert s.row == 2
+    with pytest.raises(TypeError):  # keyword arguments only: the two old classes took different orders
+        ClientSecret(7, 2)

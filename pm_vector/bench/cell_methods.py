@@ -104,10 +104,10 @@ def run_cells(ctx, eps, labels, X, seed: int, classifier=None, row: str = "neare
     located = []
     for i in range(q):
         req, sec = client.request(X[i], None if labels is None else int(labels[i]))
-        cand[i] = table[sec.row, req.reports[sec.row]]
+        cand[i] = table[sec.real_row, req.reports[sec.real_row]]
         json_bytes += len(req.to_json())
         wire += wire_bytes(req.to_dict())
-        located.append((sec.row, client.locate(normalize_rows(np.asarray(X[i], dtype=np.float64).reshape(1, -1)),
+        located.append((sec.real_row, client.locate(normalize_rows(np.asarray(X[i], dtype=np.float64).reshape(1, -1)),
                                                 None if labels is None else int(labels[i]))[1]))
     C = cells.classes_.size
     extra = {"release": "cells", "n_cells": K, "row": row, "request_json_bytes": round(json_bytes / q, 1)}

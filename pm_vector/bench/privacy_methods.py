@@ -171,7 +171,7 @@ def _gaussian(ctx: _Context, eps, variant: str, kp: int | None = None):
     for i in range(q):
         label = None if variant == "label_free" else int(labels[i])
         req, sec = client.request(X[i], label)
-        s = ps.scores(req.rows[sec.row], req.sigmas[sec.row], req.classes[sec.row])
+        s = ps.scores(req.rows[sec.real_row], req.sigmas[sec.real_row], req.classes[sec.real_row])
         cand[i] = _top(s, kp)
         json_bytes += len(req.to_json())
         wire += wire_bytes(req.to_dict())

@@ -33,8 +33,8 @@ from ..errors import InvalidInputError
 from ..manifold.cells import PublicCells
 from ..privacy.cells import CellRandomizedResponse, cell_level_for_epsilon
 from ..privacy.rng import secure_generator
-from .query import DEFAULT_SHORTLIST, QuerySecret
-from .request import CellRequest
+from .query import DEFAULT_SHORTLIST
+from .request import CellRequest, ClientSecret
 
 
 class PrivateCellKNN:
@@ -115,8 +115,8 @@ class PrivateCellKNN:
         row, cell = self.true_cell(x, int(label))
         return row, cell, int(label), predicted
 
-    def request(self, x, label: int | None = None) -> tuple[CellRequest, QuerySecret]:
-        """``(CellRequest, QuerySecret)`` for one query ``x`` (raw features; scaled to unit norm).
+    def request(self, x, label: int | None = None) -> tuple[CellRequest, ClientSecret]:
+        """``(CellRequest, ClientSecret)`` for one query ``x`` (raw features; scaled to unit norm).
         ``row="nearest"``: the nearest public cell of any class (``label`` is not used);
         ``row="label"``: the cell of class ``label`` (``None`` asks the client's classifier)."""
         x = as_matrix(np.asarray(x, dtype=np.float64).reshape(1, -1), "query")
@@ -130,4 +130,4 @@ class PrivateCellKNN:
         req = CellRequest(reports=reports.tolist(), n_cells=self.n_cells, epsilon=self.mechanism.epsilon,
                           cells_digest=self.digest, shortlist=self.shortlist, collection=self.collection,
                           seeded=self._rng is not None)
-        return req, QuerySecret(int(label), row, predicted)
+        return req, ClientSecret(real_row=row, label=int(label), predicted=predicted)

@@ -301,7 +301,7 @@ class Client(Transport, PublicDocuments):
         :meth:`choose_release` picks; ``"location"`` a :class:`~pm_vector.protocol.location.LocationRequest`
         (one report over the whole collection, its plan by the public rule under ``max_bytes``, default
         the client's ``max_answer_bytes``), charged (eps, 0); ``release="gaussian"`` a
-        :class:`~pm_vector.client.query.QueryRequest` (``label=None``: the label-free client), charged
+        :class:`~pm_vector.client.query.ClassRowsRequest` (``label=None``: the label-free client), charged
         (eps, delta); ``release="cells"`` a :class:`~pm_vector.client.request.CellRequest` (level
         ``n_cells``, None: the public rule), charged (eps, 0); ``"auto"``: :meth:`choose_release`.
         ``"privatemail_paper"``: the paper's request (:class:`~pm_vector.client.PrivateMail`;

@@ -120,7 +120,7 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
                                              f"(one of the run's published code widths), got {cb!r}.")
     r = d.get("request")
     if not isinstance(r, dict):
-        raise ApiError(422, "invalid_input", "'request' must be a request object (QueryRequest.to_dict(), or "
+        raise ApiError(422, "invalid_input", "'request' must be a request object (ClassRowsRequest.to_dict(), or "
                                              "PrivateMailRequest.to_dict() for the paper's protocol).")
     check_seeded(r, settings)
     ours = r.get("format") in (QUERY_FORMAT, CELL_FORMAT, LOCATION_FORMAT)
@@ -186,8 +186,8 @@ def check_shortlist(kp: Any, settings: ServiceSettings) -> None:
 
 
 def check_query_request(r: dict, settings: ServiceSettings, name: str):
-    """Validate a pm_vector request (one noised row per class); returns a QueryRequest or raises ApiError."""
-    from ..protocol.class_rows import QueryRequest
+    """Validate a pm_vector request (one noised row per class); returns a ClassRowsRequest or raises ApiError."""
+    from ..protocol.class_rows import ClassRowsRequest
 
     check_matrix(r.get("rows"), "request.rows", settings)
     if r.get("collection") not in (None, name):
@@ -195,7 +195,7 @@ def check_query_request(r: dict, settings: ServiceSettings, name: str):
                                              f"not {name!r}.")
     check_shortlist(r.get("shortlist"), settings)
     try:
-        return QueryRequest.from_dict(r)
+        return ClassRowsRequest.from_dict(r)
     except (InvalidInputError, TypeError, ValueError) as exc:
         raise ApiError(422, "invalid_input", f"invalid pm_vector request: {exc}") from None
 

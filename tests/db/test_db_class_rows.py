@@ -222,7 +222,7 @@ def test_resolve_one_statement_and_recall_after_rerank_equals_in_memory(served, 
                 top = PrivateKNN.rerank(x, real["item_ids"], real["features"], 8)
                 truth = _true_knn(served, x)
                 rec_db.append(len(truth & set(np.asarray(top).tolist())) / 8)
-                cand = mem = ps.shortlist(req, KP)[secret.row]
+                cand = mem = ps.shortlist(req, KP)[secret.real_row]
                 mem = PrivateKNN.rerank(x, ids[cand], served["X"][cand], 8)
                 rec_mem.append(len(truth & set(np.asarray(mem).tolist())) / 8)
                 pos = {int(v): j for j, v in enumerate(ids)}

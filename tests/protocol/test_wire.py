@@ -11,7 +11,7 @@ from pm_vector.protocol.formats import CLASS_ROWS_FORMAT as ROWS_FORMAT
 from pm_vector.protocol.formats import PRIVATEMAIL_FORMAT as PAPER_FORMAT
 from pm_vector.protocol.formats import RELEASE_FORMAT
 from pm_vector.protocol.paper import PrivateMailRequest, ReleaseRequest
-from pm_vector.protocol.class_rows import QueryRequest
+from pm_vector.protocol.class_rows import ClassRowsRequest
 from pm_vector.db.resolve.requests import _parse
 from pm_vector.errors import InvalidInputError
 
@@ -76,10 +76,10 @@ def test_valid_requests_parse_and_keep_their_types():
     r, _ = _parse(release())
     assert r.mechanism == "analytic" and r.params == PARAMS
     # the client's own objects go through the same checks (numpy numbers are numbers)
-    QueryRequest(rows=np.zeros((2, 3)), classes=[0, 1], epsilon=np.float64(2.0), delta=1e-5, noise_scale=1.0,
+    ClassRowsRequest(rows=np.zeros((2, 3)), classes=[0, 1], epsilon=np.float64(2.0), delta=1e-5, noise_scale=1.0,
                  sigmas=np.ones(2), frames_digest="a" * 32, seeded=np.bool_(False))
     with pytest.raises(InvalidInputError, match="epsilon"):
-        QueryRequest(rows=np.zeros((2, 3)), classes=[0, 1], epsilon=wire.MIN_EPSILON / 2, delta=1e-5,
+        ClassRowsRequest(rows=np.zeros((2, 3)), classes=[0, 1], epsilon=wire.MIN_EPSILON / 2, delta=1e-5,
                      noise_scale=1.0, sigmas=np.ones(2), frames_digest="a" * 32)
     with pytest.raises(InvalidInputError, match="classical"):
         PrivateMailRequest(anchor_ids=["a"], embedding=np.zeros((2, 2)), n_query_rows=1, epsilon=1.0, delta=1e-5,

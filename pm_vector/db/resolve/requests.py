@@ -20,7 +20,7 @@ from ..postgres.adapt import json_loads
 from ...protocol import bounds
 from ...protocol.bounds import MAX_K_PRIME, MAX_QUERY_ROWS
 from ...protocol.cells import CellRequest
-from ...protocol.class_rows import QueryRequest
+from ...protocol.class_rows import ClassRowsRequest
 from ...protocol.formats import PRIVATEMAIL_FORMAT as REQUEST_FORMAT
 from ...protocol.paper import PrivateMailRequest, ReleaseRequest
 
@@ -133,7 +133,7 @@ def _check_rows(req) -> None:
 
     if isinstance(req, (CellRequest, LocationRequest)):
         return None  # their reports, level and eps are checked when they are built (__post_init__)
-    if isinstance(req, QueryRequest):
+    if isinstance(req, ClassRowsRequest):
         return _check_class_rows(req)
     emb = _finite_matrix(req.release if isinstance(req, ReleaseRequest) else req.embedding, "embedding")
     n_q = req.n_query_rows
@@ -144,7 +144,7 @@ def _check_rows(req) -> None:
                            f"{len(req.anchor_ids)} anchor rows.")
 
 
-def _check_class_rows(req: QueryRequest) -> None:
+def _check_class_rows(req: ClassRowsRequest) -> None:
     rows = _finite_matrix(req.rows, "rows")
     sig = np.asarray(req.sigmas, dtype=np.float64).reshape(-1)
     if sig.shape[0] != rows.shape[0] or not np.all(np.isfinite(sig)) or np.any(sig <= 0):

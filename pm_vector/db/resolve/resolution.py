@@ -12,7 +12,7 @@ side is :mod:`pm_vector.client.query`.
 
 Class-rows requests (format ``"pm_vector.class-rows/1"``)
 ----------------------------------------------------------
-:func:`resolve` also takes a :class:`~pm_vector.client.query.QueryRequest` (object, dict or JSON
+:func:`resolve` also takes a :class:`~pm_vector.client.query.ClassRowsRequest` (object, dict or JSON
 text): one noised row per class in the active run's class frames. A client builds it from
 :func:`public_anchor` (``frame_info["class_frames"]`` -> ``ClassFrames.from_dict``, the dummy
 pool of the :class:`~pm_vector.client.PublicAnchor`) or :func:`class_frames`. The server checks
@@ -65,7 +65,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...protocol.cells import CellRequest
-from ...protocol.class_rows import QueryRequest
+from ...protocol.class_rows import ClassRowsRequest
 from ...protocol.formats import CLASS_ROWS_FORMAT
 from ...errors import InvalidInputError, RequestError
 from . import run_graph
@@ -98,7 +98,7 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
             compact: bool = False, read_conn=None) -> dict[str, Any]:
     """Resolve a PrivateMail or a class-rows request against ``collection``'s active run.
 
-    A class-rows request (:class:`~pm_vector.client.query.QueryRequest`, its dict or JSON text,
+    A class-rows request (:class:`~pm_vector.client.query.ClassRowsRequest`, its dict or JSON text,
     format ``"pm_vector.class-rows/1"``) is answered by :func:`_resolve_class_rows` (see there:
     ``k`` is not used, the candidates per row are the request's ``shortlist`` or ``k_prime``;
     ``code_bytes``: every candidate of every row carries that prefix of its product code, one of
@@ -187,7 +187,7 @@ def _resolver(kind):
     one table, keyed by the request's type; None for the paper's requests (their own path)."""
     from ...protocol.location import LocationRequest
 
-    return {LocationRequest: _resolve_location, CellRequest: _resolve_cells, QueryRequest: _resolve_rows}.get(kind)
+    return {LocationRequest: _resolve_location, CellRequest: _resolve_cells, ClassRowsRequest: _resolve_rows}.get(kind)
 
 
 def _check_answer_kind(include_features, code_bytes, compact) -> None:
@@ -215,14 +215,14 @@ def explain_resolution(collection: str, request, k: int = 8, include_features: b
         from .cell_resolution import explain_cells
 
         return explain_cells(collection, req, include_features)
-    if isinstance(req, QueryRequest):
+    if isinstance(req, ClassRowsRequest):
         return _explain_class_rows(collection, req, include_features)
     return explain_paper(collection, req, k, include_features)
 
 
 # ----------------------------------------------------------------------------- class-rows requests
 
-def _check_class_rows_against_run(meta: Mapping[str, Any], req: QueryRequest, collection: str,
+def _check_class_rows_against_run(meta: Mapping[str, Any], req: ClassRowsRequest, collection: str,
                                   max_query_rows: int) -> dict[str, Any]:
     """The run's class_rows document, after checking the request against it."""
     if req.collection is not None and req.collection != collection:
@@ -295,7 +295,7 @@ def _items_statement(coll: Mapping[str, Any], include_features: bool, *, codes_r
             f"AS s(item_id, ord){joins} ORDER BY s.ord")
 
 
-def _scored_candidates(rconn, meta: Mapping[str, Any], doc: Mapping[str, Any], req: QueryRequest, kp: int,
+def _scored_candidates(rconn, meta: Mapping[str, Any], doc: Mapping[str, Any], req: ClassRowsRequest, kp: int,
                        timings: dict[str, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(row_of, item_ids, scores)`` of every row's ranked candidates (row, then rank order;
     ``row_of`` 1-based): the retained prior found by ONE pgvector k-NN statement
@@ -331,7 +331,7 @@ def _scored_candidates(rconn, meta: Mapping[str, Any], doc: Mapping[str, Any], r
     return np.concatenate(r_of), np.concatenate(r_ids), np.concatenate(r_score)
 
 
-def _fetch_rows(rconn, meta: dict, doc, req: QueryRequest, kp: int, collection: str, include_features: bool,
+def _fetch_rows(rconn, meta: dict, doc, req: ClassRowsRequest, kp: int, collection: str, include_features: bool,
                 compact: bool, joins: dict, extra: dict, timings: dict[str, float], t: float) -> tuple:
     """The class-rows answer's rows, in the request's snapshot: ranked on the run's graph then joined
     with the items by one statement (compact or full), or, for sharded and older runs, ranked and
@@ -365,7 +365,7 @@ def _fetch_rows(rconn, meta: dict, doc, req: QueryRequest, kp: int, collection: 
     return out_rows, n_found, t_fetch
 
 
-def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, include_features: bool, *, conn,
+def _resolve_class_rows(collection: str, req: ClassRowsRequest, raw: str | None, include_features: bool, *, conn,
                         max_query_rows: int, k_prime, log: bool, received, t0: float,
                         timings: dict[str, float], code_bytes: int | None = None, compact: bool = False,
                         class_scores: bool = True, read_conn=None) -> dict[str, Any]:
@@ -432,7 +432,7 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
             "timings_ms": {a: round(b, 3) for a, b in timings.items()}, "request_log_id": log_id}
 
 
-def _explain_class_rows(collection: str, req: QueryRequest, include_features: bool) -> dict[str, list[str]]:
+def _explain_class_rows(collection: str, req: ClassRowsRequest, include_features: bool) -> dict[str, list[str]]:
     kp = _check_k_prime(req.shortlist)
     with connect() as conn:
         meta = _run_row(conn, collection)
