@@ -2,19 +2,31 @@
 :data:`REMOVED_IN`, with a :class:`FutureWarning` that names the new name.
 
 A package face that kept an old name defines ``__getattr__(name)`` as
-``renamed(__name__, name, globals())``; a function that renamed a keyword argument takes the old
-one through :func:`renamed_keyword`.
+``renamed(__name__, name)``; a function that renamed a keyword argument takes the old
+one through :func:`renamed_keywords`.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import warnings
 from typing import Any
 
 REMOVED_IN = "0.3.0"
 
-#: old public name -> new name (classes re-exported by the package faces)
-RENAMED = {"QueryRequest": "ClassRowsRequest", "QuerySecret": "ClientSecret"}
+#: module -> {old public name there: the new name, dotted from its home}; each module listed defines
+#: ``__getattr__(name)`` as ``renamed(__name__, name)``
+RENAMED: dict[str, dict[str, str]] = {
+    "pm_vector.protocol": {"QueryRequest": "pm_vector.protocol.ClassRowsRequest"},
+    "pm_vector.client": {"QueryRequest": "pm_vector.protocol.ClassRowsRequest",
+                         "QuerySecret": "pm_vector.client.ClientSecret"},
+    "pm_vector.client.query": {"QueryRequest": "pm_vector.protocol.ClassRowsRequest",
+                               "QuerySecret": "pm_vector.client.ClientSecret",
+                               "FORMAT": "pm_vector.protocol.formats.CLASS_ROWS_FORMAT"},
+    "pm_vector.client.request": {"FORMAT": "pm_vector.protocol.formats.PRIVATEMAIL_FORMAT"},
+    "pm_vector.client.http": {"rebuild_frame": "pm_vector.protocol.frame.frame_from_document"},
+}
 
 
 def _warn(old: str, new: str, stacklevel: int) -> None:
@@ -22,22 +34,32 @@ def _warn(old: str, new: str, stacklevel: int) -> None:
                   FutureWarning, stacklevel=stacklevel + 1)
 
 
-def renamed(module: str, name: str, namespace: dict[str, Any]) -> Any:
-    """The body of a module's ``__getattr__``: the object now called ``RENAMED[name]``, with a
+def renamed(module: str, name: str) -> Any:
+    """The body of a module's ``__getattr__``: the object an old name of ``module`` now has, with a
     FutureWarning, or the usual AttributeError."""
-    new = RENAMED.get(name)
-    if new is None or new not in namespace:
+    new = RENAMED.get(module, {}).get(name)
+    if new is None:
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
-    _warn(f"{module}.{name}", new, stacklevel=3)
-    return namespace[new]
+    _warn(f"{module}.{name}", new, stacklevel=2)
+    home, _, attr = new.rpartition(".")
+    return getattr(importlib.import_module(home), attr)
 
 
-def renamed_keyword(function: str, old: str, new: str, old_value: Any, new_value: Any, default: Any = None) -> Any:
-    """The value of keyword ``new`` when a caller may still pass it as ``old`` (FutureWarning);
-    both at once is a TypeError."""
-    if old_value is None:
-        return new_value
-    if new_value is not default:
-        raise TypeError(f"{function}() got both {old!r} and {new!r}; pass {new!r} only")
-    _warn(f"{function}(..., {old}=...)", f"{new}=", stacklevel=3)
-    return old_value
+def renamed_keywords(**old_to_new: str):
+    """Decorator: the function still takes each old keyword (``k_prime=...``) as its new one
+    (``shortlist=...``), with a FutureWarning; both at once is a TypeError."""
+
+    def wrap(f):
+        @functools.wraps(f)
+        def inner(*args, **kwargs):
+            for old, new in old_to_new.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{f.__qualname__}() got both {old!r} and {new!r}; pass {new!r} only")
+                    _warn(f"{f.__qualname__}(..., {old}=...)", f"{f.__qualname__}(..., {new}=...)", stacklevel=2)
+                    kwargs[new] = kwargs.pop(old)
+            return f(*args, **kwargs)
+
+        return inner
+
+    return wrap

@@ -80,25 +80,23 @@ def test_the_db_face_stops_and_upgrades_through_the_postgres_face():
 
 
 # Renamed public names, importable under their old names until pm_vector.deprecation.REMOVED_IN
-# (the scikit-learn way): (module where the old name still imports, old name, new name).
-RENAMED = [
-    ("pm_vector.protocol", "QueryRequest", "ClassRowsRequest"),
-    ("pm_vector.client", "QueryRequest", "ClassRowsRequest"),
-    ("pm_vector.client.query", "QueryRequest", "ClassRowsRequest"),
-    ("pm_vector.client", "QuerySecret", "ClientSecret"),
-    ("pm_vector.client.query", "QuerySecret", "ClientSecret"),
-]
+# (the scikit-learn way): pm_vector.deprecation.RENAMED, module -> {old name: new dotted name}.
+def _renamed():
+    from pm_vector.deprecation import RENAMED
+
+    return sorted((module, old, new) for module, names in RENAMED.items() for old, new in names.items())
 
 
-@pytest.mark.parametrize("module,old,new", RENAMED)
+@pytest.mark.parametrize("module,old,new", _renamed())
 def test_an_old_name_still_imports_with_a_future_warning_naming_the_new_one(module, old, new):
     from pm_vector.deprecation import REMOVED_IN
 
     mod = importlib.import_module(module)
-    with pytest.warns(FutureWarning, match=f"{old} is renamed {new}; .* removed in pm_vector {REMOVED_IN}"):
+    with pytest.warns(FutureWarning, match=f"{module}.{old} is renamed {new}; .* removed in pm_vector {REMOVED_IN}"):
         obj = getattr(mod, old)
-    assert obj is getattr(mod, new)
-    assert old not in getattr(mod, "__all__", ())
+    home, _, name = new.rpartition(".")
+    assert obj is getattr(importlib.import_module(home), name)
+    assert old not in getattr(mod, "__all__", ()) and old not in vars(mod)
 
 
 def test_the_old_names_go_in_the_release_that_the_warning_names():
@@ -125,3 +123,15 @@ def test_one_client_secret_for_every_release_and_its_old_row_attribute_warns():
         assert s.row == 2
     with pytest.raises(TypeError):  # keyword arguments only: the two old classes took different orders
         ClientSecret(7, 2)
+
+
+def test_an_old_keyword_still_works_with_a_future_warning_naming_the_new_one():
+    from pm_vector.db.resolve.resolution import resolve
+    from pm_vector.privacy.cells import max_cells_for
+
+    with pytest.warns(FutureWarning, match=r"max_cells_for\(\.\.\., k_prime=\.\.\.\) is renamed .*shortlist=.* 0\.3\.0"):
+        assert max_cells_for(1000, 10, k_prime=10) == max_cells_for(1000, 10, shortlist=10)
+    with pytest.raises(TypeError, match="both 'k_prime' and 'shortlist'"):
+        max_cells_for(1000, 10, k_prime=10, shortlist=10)
+    with pytest.raises(TypeError, match="both"):  # resolve takes k' as shortlist= now (k_prime= until 0.3.0)
+        resolve("any", {}, k_prime=10, shortlist=10)

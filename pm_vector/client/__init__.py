@@ -37,7 +37,7 @@ __all__ = ["CellRequest", "ClassRowsRequest", "Client", "ClientSecret", "MemoryB
            "frame_params", "paper_protocol_guarantee", "rank", "rerank"]
 
 
-def __getattr__(name):  # QueryRequest, QuerySecret: their old names, until pm_vector.deprecation.REMOVED_IN
+def __getattr__(name):  # old names (pm_vector.deprecation.RENAMED), until its REMOVED_IN
     from ..deprecation import renamed
 
-    return renamed(__name__, name, globals())
+    return renamed(__name__, name)

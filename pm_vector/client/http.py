@@ -63,7 +63,6 @@ from ..errors import AlignmentError, InvalidInputError, MalformedAnswerError
 from ..privacy.rng import secure_generator
 from ..protocol.codec import JSON, MSGPACK
 from ..protocol.frame import FRAME_TOLERANCE  # noqa: F401  (its old home)
-from ..protocol.frame import frame_from_document as rebuild_frame  # noqa: F401  (its old name and home)
 from .budget import LedgerAccount, PrivacyBudget, origin_key, server_origin
 from .privatemail import PrivateMail, request_charge
 from .public_documents import RELEASES  # noqa: F401  (its old home)
@@ -71,6 +70,12 @@ from .public_documents import PublicDocument, PublicDocuments, VerifiedFrame
 from ..protocol.answers import check_rows_answer
 from .rerank import rerank_row
 from .transport import WIRES, ServiceError, Transport, wire_bytes  # noqa: F401  (wire_bytes: its old home)
+
+
+def __getattr__(name):  # old names (pm_vector.deprecation.RENAMED), until its REMOVED_IN
+    from ..deprecation import renamed
+
+    return renamed(__name__, name)
 
 
 def _fingerprint(request) -> str:
@@ -111,9 +116,9 @@ def _checked_answer(res: dict, name: str, req, protocol: str, shortlist, pc, b, 
                                  f"collection {name!r} publishes; refusing to re-rank by them.")
     rows = res.get("rows")
     if protocol == "pm_vector":
-        kp = int(getattr(req, "shortlist", 0) or shortlist or 1000)
+        shortlist = int(getattr(req, "shortlist", 0) or shortlist or 1000)
         try:
-            rows = check_rows_answer(rows, n_rows=int(req.n_rows), k_prime=kp,
+            rows = check_rows_answer(rows, n_rows=int(req.n_rows), shortlist=shortlist,
                                      code_bytes=b if pc is not None else None,
                                      n_features=n_features if mode == "features" else None)
         except InvalidInputError as exc:  # the answer's fault, whatever the real row

@@ -260,12 +260,12 @@ class PublicDocuments:
         if cells is None:
             raise InvalidInputError(f"collection {name!r} serves no cell release (its active run publishes no "
                                     "cells); use release='gaussian', or run a new embedding job.")
-        kp = shortlist or DEFAULT_SHORTLIST
+        shortlist = shortlist or DEFAULT_SHORTLIST
         doc = self._public[name].class_rows
-        max_cells = max_cells_for(int(doc["n_items"]), len(doc["classes"]), int(kp)) if doc.get("n_items") else None
+        max_cells = max_cells_for(int(doc["n_items"]), len(doc["classes"]), int(shortlist)) if doc.get("n_items") else None
         # the real row: the query's nearest public cell over every class (PrivateCellKNN's default
         # row="nearest": no label, no classifier needed)
-        return PrivateCellKNN(cells, epsilon, n_cells=n_cells, shortlist=kp, collection=name,
+        return PrivateCellKNN(cells, epsilon, n_cells=n_cells, shortlist=shortlist, collection=name,
                               accountant=self._account(name), max_cells=max_cells)
 
     def location_cells(self, name: str):
@@ -352,5 +352,5 @@ class PublicDocuments:
         used = self.choose_release(name, epsilon, release, class_rows=True)  # the location path returned before
         pub = self._public[name]
         n_rows = len(pub.class_rows.get("classes") or pub.frames.classes_)
-        kp, b = compact_answer_shape(n_rows, used, float(epsilon), tuple(pc.widths_))
-        return used, int(shortlist) if shortlist is not None else int(kp), int(b), pc
+        rule_shortlist, b = compact_answer_shape(n_rows, used, float(epsilon), tuple(pc.widths_))
+        return used, int(shortlist) if shortlist is not None else int(rule_shortlist), int(b), pc

@@ -49,17 +49,17 @@ from ..privacy.rng import secure_generator
 from ..protocol import bounds
 # the wire types live in pm_vector.protocol; re-exported here (their old home)
 from ..protocol.class_rows import DEFAULT_SHORTLIST, ClassRowsRequest, frames_digest
-from ..protocol.formats import CLASS_ROWS_FORMAT as FORMAT
+from ..protocol.formats import CLASS_ROWS_FORMAT
 from .request import ClientSecret
 from .rerank import rerank, rerank_ids
 
-__all__ = ["DEFAULT_SHORTLIST", "FORMAT", "ClassRowsRequest", "ClientSecret", "PrivateKNN", "frames_digest", "rerank"]
+__all__ = ["CLASS_ROWS_FORMAT", "DEFAULT_SHORTLIST", "ClassRowsRequest", "ClientSecret", "PrivateKNN", "frames_digest", "rerank"]
 
 
-def __getattr__(name):  # QueryRequest, QuerySecret: their old names, until pm_vector.deprecation.REMOVED_IN
+def __getattr__(name):  # old names (pm_vector.deprecation.RENAMED), until its REMOVED_IN
     from ..deprecation import renamed
 
-    return renamed(__name__, name, globals())
+    return renamed(__name__, name)
 
 
 class PrivateKNN:

@@ -7,11 +7,16 @@ import warnings
 from dataclasses import dataclass
 
 from ..protocol.cells import CellRequest
-from ..protocol.formats import CELL_FORMAT
-from ..protocol.formats import PRIVATEMAIL_FORMAT as FORMAT
+from ..protocol.formats import CELL_FORMAT, PRIVATEMAIL_FORMAT
 from ..protocol.paper import PrivateMailRequest
 
-__all__ = ["CELL_FORMAT", "FORMAT", "CellRequest", "ClientSecret", "PrivateMailRequest"]
+__all__ = ["CELL_FORMAT", "PRIVATEMAIL_FORMAT", "CellRequest", "ClientSecret", "PrivateMailRequest"]
+
+
+def __getattr__(name):  # old names (pm_vector.deprecation.RENAMED), until its REMOVED_IN
+    from ..deprecation import renamed
+
+    return renamed(__name__, name)
 
 
 @dataclass(frozen=True, kw_only=True)

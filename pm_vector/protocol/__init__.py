@@ -35,7 +35,7 @@ __all__ = ["CELL_FORMAT", "CLASS_ROWS_FORMAT", "LOCATION_FORMAT", "LocationReque
            "PublicAnchor", "ClassRowsRequest", "ReleaseRequest", "decode", "encode", "frames_digest"]
 
 
-def __getattr__(name):  # QueryRequest: its old name, until pm_vector.deprecation.REMOVED_IN
+def __getattr__(name):  # old names (pm_vector.deprecation.RENAMED), until its REMOVED_IN
     from ..deprecation import renamed
 
-    return renamed(__name__, name, globals())
+    return renamed(__name__, name)

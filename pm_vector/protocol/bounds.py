@@ -89,10 +89,10 @@ def integer(v: Any, name: str, lo: int, hi: int) -> int:
     return int(v)
 
 
-def k_prime(v: Any) -> int:
-    """``k'`` (a request's ``shortlist``, or ``k_prime``): an integer in ``1..MAX_K_PRIME``."""
+def shortlist(v: Any) -> int:
+    """``k'`` (a request's ``shortlist``): an integer in ``1..MAX_K_PRIME``."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not 1 <= int(v) <= MAX_K_PRIME:
-        raise InvalidInputError(f"k' (the request's shortlist, or k_prime) must be an integer in 1..{MAX_K_PRIME}, "
+        raise InvalidInputError(f"k' (the request's shortlist) must be an integer in 1..{MAX_K_PRIME}, "
                                 f"got {v!r}.")
     return int(v)
 

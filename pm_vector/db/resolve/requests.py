@@ -21,7 +21,7 @@ from ...protocol import bounds
 from ...protocol.bounds import MAX_K_PRIME, MAX_QUERY_ROWS
 from ...protocol.cells import CellRequest
 from ...protocol.class_rows import ClassRowsRequest
-from ...protocol.formats import PRIVATEMAIL_FORMAT as REQUEST_FORMAT
+from ...protocol.formats import PRIVATEMAIL_FORMAT
 from ...protocol.paper import PrivateMailRequest, ReleaseRequest
 
 #: k and k' (one limit, :data:`pm_vector.protocol.bounds.MAX_K_PRIME`), the name this module gave it
@@ -83,7 +83,7 @@ def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
                            f"got {type(request).__name__}.")
     from ...protocol.requests import REQUEST_TYPES
 
-    fmt = request.get("format", REQUEST_FORMAT)
+    fmt = request.get("format", PRIVATEMAIL_FORMAT)
     kind = REQUEST_TYPES.get(fmt) if isinstance(fmt, str) else None
     if kind is None:
         raise RequestError(f"unsupported request format {str(fmt)[:60]!r}; expected one of {sorted(REQUEST_TYPES)}.")
@@ -152,8 +152,6 @@ def _check_class_rows(req: ClassRowsRequest) -> None:
     if len(req.classes) != rows.shape[0]:
         raise RequestError(f"the request has {rows.shape[0]} rows but {len(req.classes)} classes.")
 
-
-_check_k_prime = bounds.k_prime
 
 
 def _begin_snapshot(conn) -> None:
