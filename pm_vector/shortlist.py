@@ -7,7 +7,7 @@ prior alone: what a resolve runs once the database has found that prior (the pgv
 the row in its class). The SQL function ``pm_vector.pm_shortlist`` computes the same scores in
 the database, for SQL callers and sharded runs (tests compare all three).
 
-:class:`CellShortlist` is the ranking of the cell release (:mod:`pm_vector.privacy.cells`): per
+:class:`CellShortlist` is the ranking of the cell release (:mod:`pm_vector.privacy.cell_release`): per
 (class, cell) hub counts (:func:`cell_hub_counts`) weighted by the reported cell's likelihood.
 """
 
@@ -258,7 +258,7 @@ def cell_hub_counts(neighbors, y_index, cell_of_item, n_items: int, *, n_classes
 
 
 class CellShortlist:
-    """The server's answer to a cell request (:mod:`pm_vector.privacy.cells`), in memory.
+    """The server's answer to a cell request (:mod:`pm_vector.privacy.cell_release`), in memory.
 
     Fit on the server's items with the published cells: ``N(j)`` the ``graph_degree`` (32) nearest
     items of ``j`` by raw features (any class), ``h_c(i)`` the class hub count (as
@@ -303,7 +303,7 @@ class CellShortlist:
 
     def scores(self, class_index: int, K: int, report: int, epsilon) -> np.ndarray:
         """Score of every item for the report ``report`` of class position ``class_index``."""
-        from .privacy.cells import cell_weight
+        from .privacy.cell_release import cell_weight
 
         K, c, r = int(K), int(class_index), int(report)
         if K not in self.cell_hubs_ or not 0 <= r < K or c not in self.hubs_:

@@ -5,12 +5,12 @@ import json
 import numpy as np
 import pytest
 
-from pm_vector.client.cells import PrivateCellKNN
+from pm_vector.client.cell_client import PrivateCellKNN
 from pm_vector.client.request import CellRequest
 from pm_vector.errors import BudgetExceededError, InvalidInputError
-from pm_vector.manifold.cells import PublicCells, nearest_centroid
+from pm_vector.manifold.public_cells import PublicCells, nearest_centroid
 from pm_vector.privacy import PrivacyAccountant, secure_generator
-from pm_vector.privacy.cells import MAX_CELL_WEIGHT, cell_weight, rr_probabilities
+from pm_vector.privacy.cell_release import MAX_CELL_WEIGHT, cell_weight, rr_probabilities
 from pm_vector.shortlist import CellShortlist, cell_hub_counts
 
 

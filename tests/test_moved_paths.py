@@ -2,7 +2,8 @@
 
 The compatibility modules kept for one release (``pm_vector.db.server``, ``.engine``, ``.cluster``,
 ``.migrate``, ``.recovery``, ``.replicas``, ``.kahm_common``, ``.resolution``;
-``pm_vector.client.wire``, ``.published_codes``) were removed; :data:`MOVED` says where their
+``pm_vector.client.wire``, ``.published_codes``) were removed, and the five ``cells.py`` modules
+(client, manifold, privacy, protocol, db.runs) were renamed for what each holds; :data:`MOVED` says where their
 names live now. The package faces (``pm_vector.db``, ``pm_vector.client``) keep their public
 names, imported from the real homes.
 """
@@ -39,6 +40,15 @@ MOVED = {
     "pm_vector.client.wire": ("pm_vector.protocol.bounds", ["MAX_K_PRIME", "MAX_QUERY_ROWS", "MAX_POST_ITER"]),
     "pm_vector.client.published_codes": ("pm_vector.protocol.published_codes", ["MAX_ELEMENTS", "pack", "row_codes",
                                                                                 "summary", "unpack"]),
+    # five modules were all called cells.py; each is named for the idea it holds
+    "pm_vector.client.cells": ("pm_vector.client.cell_client", ["PrivateCellKNN"]),
+    "pm_vector.manifold.cells": ("pm_vector.manifold.public_cells", ["PublicCells", "nearest_centroid",
+                                                                     "fit_location_cells"]),
+    "pm_vector.privacy.cells": ("pm_vector.privacy.cell_release", ["CellRandomizedResponse", "cell_level_for_epsilon",
+                                                                   "release_for_epsilon", "max_cells_for",
+                                                                   "cell_weight"]),
+    "pm_vector.protocol.cells": ("pm_vector.protocol.cell_request", ["CellRequest"]),
+    "pm_vector.db.runs.cells": ("pm_vector.db.runs.cell_data", ["CellsData", "build", "useful_entries"]),
 }
 
 
@@ -127,7 +137,7 @@ def test_one_client_secret_for_every_release_and_its_old_row_attribute_warns():
 
 def test_an_old_keyword_still_works_with_a_future_warning_naming_the_new_one():
     from pm_vector.db.resolve.resolution import resolve
-    from pm_vector.privacy.cells import max_cells_for
+    from pm_vector.privacy.cell_release import max_cells_for
 
     with pytest.warns(FutureWarning, match=r"max_cells_for\(\.\.\., k_prime=\.\.\.\) is renamed .*shortlist=.* 0\.3\.0"):
         assert max_cells_for(1000, 10, k_prime=10) == max_cells_for(1000, 10, shortlist=10)

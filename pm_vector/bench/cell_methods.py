@@ -16,10 +16,10 @@ import math
 import numpy as np
 
 from .._validation import normalize_rows
-from ..client.cells import PrivateCellKNN
-from ..manifold.cells import PublicCells
+from ..client.cell_client import PrivateCellKNN
+from ..manifold.public_cells import PublicCells
 from ..privacy import secure_generator
-from ..privacy.cells import cell_level_for_epsilon, max_cells_for
+from ..privacy.cell_release import cell_level_for_epsilon, max_cells_for
 from ..shortlist import CellShortlist
 from .metrics import wire_bytes
 
@@ -69,7 +69,7 @@ def expected_nn_recall(ctx, K: int, eps, located, true_idx, k: int) -> float:
     """The exact expectation of nn_recall@k over the release's randomness for these queries:
     ``sum_r T(a, r) recall(answer(c, r))`` (``located``: each query's ``(row, true cell a)``;
     ``T``: the RR law; the uniform dummy rows do not change the real row's answer)."""
-    from ..privacy.cells import rr_probabilities
+    from ..privacy.cell_release import rr_probabilities
 
     table = answer_table(ctx, K, eps)
     p, q = rr_probabilities(eps, K)

@@ -22,14 +22,14 @@ Methods (the implementations: :mod:`pm_vector.bench.privacy_methods`):
   :func:`~pm_vector.manifold.codes.compact_answer_shape` (its own ``k'``, not ``--shortlist``);
   the client re-ranks by asymmetric distance.
 - ``pm_vector_raw`` (alias ``pm_vector``): the raw-feature answer: per epsilon the release the public rule
-  :func:`~pm_vector.privacy.cells.release_for_epsilon` picks (the cell release, or the Gaussian
+  :func:`~pm_vector.privacy.cell_release.release_for_epsilon` picks (the cell release, or the Gaussian
   one from ``GAUSSIAN_ABOVE``; the Gaussian's noise-free endpoint at ``inf``). Each row says which
   (``release``) and its ``delta``.
-- ``pm_vector_cells``: the cell release (:mod:`pm_vector.privacy.cells`): public cells per class
-  (k-means of the public anchor, :class:`~pm_vector.manifold.cells.PublicCells`), the real row's
+- ``pm_vector_cells``: the cell release (:mod:`pm_vector.privacy.cell_release`): public cells per class
+  (k-means of the public anchor, :class:`~pm_vector.manifold.public_cells.PublicCells`), the real row's
   cell by K-ary randomized response, uniform reports in every other row, pure eps (delta 0); the
   server's :class:`~pm_vector.shortlist.CellShortlist`. K by
-  :func:`~pm_vector.privacy.cells.cell_level_for_epsilon` (``--cells`` fixes it). At ``inf``: the
+  :func:`~pm_vector.privacy.cell_release.cell_level_for_epsilon` (``--cells`` fixes it). At ``inf``: the
   true cell at the rule's finest K. The real row is the query's nearest public cell over every class
   (``PrivateCellKNN(row="nearest")``: no label needed, measured best); ``pm_vector_cells_label``
   takes the query's label's class instead. Each row has ``expected_nn_recall_at_k``: the exact

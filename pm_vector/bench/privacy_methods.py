@@ -24,7 +24,7 @@ from ..manifold import AnchorFrame
 from ..manifold.class_frames import ClassFrames
 from ..manifold.codes import ProductCodes, compact_answer_shape
 from ..privacy import secure_generator
-from ..privacy.cells import release_for_epsilon
+from ..privacy.cell_release import release_for_epsilon
 from ..shortlist import PosteriorShortlist, noise_free_shortlist
 from . import cell_methods
 from .baselines import ReferenceClassLDP, knn_search

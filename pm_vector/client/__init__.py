@@ -9,8 +9,8 @@ on the client's machine.
   JSON) and re-ranks its real row's candidates locally (:mod:`.rerank`).
 * :class:`PrivateKNN` (:mod:`.query`): the default release, one noised row per class (exact
   discrete Gaussian; the guarantee is :mod:`pm_vector.privacy.class_rows`).
-* :class:`PrivateCellKNN` (:mod:`.cells`): the cell release, one public cell per class by
-  randomized response (pure epsilon; :mod:`pm_vector.privacy.cells`).
+* :class:`PrivateCellKNN` (:mod:`.cell_client`): the cell release, one public cell per class by
+  randomized response (pure epsilon; :mod:`pm_vector.privacy.cell_release`).
 * The paper's protocol, as an option (``protocol="privatemail_paper"``): :class:`PrivateMail`
   (:mod:`.privatemail`; its guarantee between real queries: :func:`paper_protocol_guarantee`)
   and :class:`~pm_vector.client.release.ReleaseOnlyPrivateMail` (the server post-processes).
@@ -25,7 +25,7 @@ FutureWarning.
 
 from ..protocol import CellRequest, ClassRowsRequest, PrivateMailRequest, PublicAnchor
 from .budget import MemoryBudget, PrivacyBudget
-from .cells import PrivateCellKNN
+from .cell_client import PrivateCellKNN
 from .http import Client, ServiceError
 from .privatemail import PrivateMail, frame_params, paper_protocol_guarantee
 from .query import PrivateKNN

@@ -398,7 +398,7 @@ class Client(Transport, PublicDocuments):
         The paper's protocol ignores ``answer``: raw features when the collection allows them.
 
         ``release`` (pm_vector protocol): ``"auto"`` (default: the public rule of
-        :func:`pm_vector.privacy.cells.release_for_epsilon`: below eps 512 the location release when
+        :func:`pm_vector.privacy.cell_release.release_for_epsilon`: below eps 512 the location release when
         the collection serves it, else the cell release), ``"location"`` (ONE report of the query's
         public cell over the whole collection, pure eps; the answer is ``candidates`` ids and code
         prefixes of the width the public plan chooses under ``max_bytes``, default the client's

@@ -2,7 +2,7 @@
 what it builds from it: the verified anchor frame (:class:`VerifiedFrame`), the class frames,
 dummy pool, published codes and cells (:class:`PublicDocument`), and the private-query clients
 built on them (:class:`~pm_vector.client.query.PrivateKNN`,
-:class:`~pm_vector.client.cells.PrivateCellKNN`).
+:class:`~pm_vector.client.cell_client.PrivateCellKNN`).
 
 Everything here is public data, fetched once per active run and re-fetched when the run
 changes; what is built from it (published codes and cells, checked against the digests the run
@@ -231,10 +231,10 @@ class PublicDocuments:
         return cached
 
     def public_cells(self, name: str):
-        """The collection's published :class:`~pm_vector.manifold.cells.PublicCells` (from the public
+        """The collection's published :class:`~pm_vector.manifold.public_cells.PublicCells` (from the public
         anchor document, cached per run), verified against the digest the run publishes; None when the
         active run serves no cell release."""
-        from ..manifold.cells import PublicCells
+        from ..manifold.public_cells import PublicCells
 
         cached = self._current_document(name)
         doc, meta = cached.public_cells, cached.class_rows.get("cells") or {}
@@ -249,12 +249,12 @@ class PublicDocuments:
         return cached.derived["cells"]
 
     def private_cells(self, name: str, *, epsilon: float, n_cells: int | None = None, shortlist: int | None = None):
-        """The :class:`~pm_vector.client.cells.PrivateCellKNN` of the collection's active run (the cell
+        """The :class:`~pm_vector.client.cell_client.PrivateCellKNN` of the collection's active run (the cell
         release: pure eps, delta 0; ``n_cells`` None: K by the public rule for ``epsilon``, among the
-        levels no finer than :func:`~pm_vector.privacy.cells.max_cells_for` the collection's public
+        levels no finer than :func:`~pm_vector.privacy.cell_release.max_cells_for` the collection's public
         size, classes and k'), charging this client's ledger (eps, 0) per request."""
-        from ..privacy.cells import max_cells_for
-        from .cells import PrivateCellKNN
+        from ..privacy.cell_release import max_cells_for
+        from .cell_client import PrivateCellKNN
 
         cells = self.public_cells(name)
         if cells is None:
@@ -270,10 +270,10 @@ class PublicDocuments:
 
     def location_cells(self, name: str):
         """The collection's published location cells (a one-class
-        :class:`~pm_vector.manifold.cells.PublicCells` of the whole anchor, from the public anchor
+        :class:`~pm_vector.manifold.public_cells.PublicCells` of the whole anchor, from the public anchor
         document, cached per run), verified against the digest the run publishes; None when the active
         run serves no location release."""
-        from ..manifold.cells import PublicCells
+        from ..manifold.public_cells import PublicCells
 
         cached = self._current_document(name)
         doc, meta = cached.public_locations, cached.class_rows.get("locations") or {}
@@ -308,12 +308,12 @@ class PublicDocuments:
 
     def choose_release(self, name: str, epsilon: float, release: str = "auto", *, class_rows: bool = False) -> str:
         """``"location"``, ``"cells"`` or ``"gaussian"``: ``release`` itself, or for ``"auto"`` the public
-        default rule (:func:`pm_vector.privacy.cells.release_for_epsilon`): the location release (one
+        default rule (:func:`pm_vector.privacy.cell_release.release_for_epsilon`): the location release (one
         report over the whole collection) below eps 512 when the collection serves it, else the cell
         release, the Gaussian from eps 512 or when neither is served. ``class_rows``: the caller gave a
         class-rows option (``shortlist``, ``n_cells``): ``"auto"`` then chooses among the class-rows
         releases only."""
-        from ..privacy.cells import release_for_epsilon
+        from ..privacy.cell_release import release_for_epsilon
 
         if release not in RELEASES:
             raise InvalidInputError(f"release must be one of {list(RELEASES)}, not {release!r}.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
-from ..protocol.cells import CellRequest
+from ..protocol.cell_request import CellRequest
 from ..protocol.formats import CELL_FORMAT, PRIVATEMAIL_FORMAT
 from ..protocol.paper import PrivateMailRequest
 

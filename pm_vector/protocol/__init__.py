@@ -6,7 +6,7 @@
   client that builds a request, the service that parses one and :mod:`pm_vector.db` that
   answers one;
 * the request types: :class:`ClassRowsRequest` (class rows, :mod:`.class_rows`, with
-  :func:`frames_digest`), :class:`CellRequest` (:mod:`.cells`), :class:`LocationRequest` (:mod:`.location`, with the
+  :func:`frames_digest`), :class:`CellRequest` (:mod:`.cell_request`), :class:`LocationRequest` (:mod:`.location`, with the
   answer's checks), :class:`PrivateMailRequest` and
   :class:`ReleaseRequest` (the paper's protocol, :mod:`.paper`);
 * :class:`PublicAnchor` (:mod:`.anchor`): the public anchor document's data as a client holds it;
@@ -23,7 +23,7 @@ Nothing here imports :mod:`pm_vector.client`, :mod:`pm_vector.db` or :mod:`pm_ve
 
 from .anchor import PublicAnchor
 from .bounds import MAX_K_PRIME, MAX_QUERY_ROWS
-from .cells import CellRequest
+from .cell_request import CellRequest
 from .class_rows import DEFAULT_SHORTLIST, ClassRowsRequest, frames_digest
 from .codec import JSON, MEDIA_TYPES, MSGPACK, decode, encode
 from .formats import CELL_FORMAT, CLASS_ROWS_FORMAT, LOCATION_FORMAT, PRIVATEMAIL_FORMAT, RELEASE_FORMAT

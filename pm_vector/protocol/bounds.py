@@ -3,7 +3,7 @@
 One home for the bounds, so that the client that builds a request, the HTTP service that
 parses one and :mod:`pm_vector.db` that answers one refuse the same things (the request types of
 :mod:`pm_vector.protocol` -- :class:`~pm_vector.protocol.class_rows.ClassRowsRequest`,
-:class:`~pm_vector.protocol.cells.CellRequest`, :class:`~pm_vector.protocol.paper.PrivateMailRequest`
+:class:`~pm_vector.protocol.cell_request.CellRequest`, :class:`~pm_vector.protocol.paper.PrivateMailRequest`
 and :class:`~pm_vector.protocol.paper.ReleaseRequest` -- check their fields with these helpers):
 
 * a number is a JSON number (an int or a float, numpy's included), never a boolean or a string,

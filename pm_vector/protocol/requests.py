@@ -4,7 +4,7 @@ the client builds. A new release adds one line here (and one resolver on the ser
 
 from __future__ import annotations
 
-from .cells import CellRequest
+from .cell_request import CellRequest
 from .class_rows import ClassRowsRequest
 from .formats import CELL_FORMAT, CLASS_ROWS_FORMAT, LOCATION_FORMAT, PRIVATEMAIL_FORMAT, RELEASE_FORMAT
 from .location import LocationRequest

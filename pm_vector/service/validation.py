@@ -203,7 +203,7 @@ def check_cell_request(r: dict, settings: ServiceSettings, name: str):
     """Validate a cell request (release "cells": one reported cell per class); returns a CellRequest
     or raises ApiError. Its level, digest and number of reports are checked against the run by
     :func:`pm_vector.db.resolve.cell_resolution.check_against_run` (422 as well)."""
-    from ..protocol.cells import CellRequest
+    from ..protocol.cell_request import CellRequest
 
     reports = r.get("reports")
     if not isinstance(reports, list) or not reports:

@@ -163,7 +163,7 @@ def _query_request():
 
 
 def _cell_request():
-    from pm_vector.protocol.cells import CellRequest
+    from pm_vector.protocol.cell_request import CellRequest
 
     return CellRequest(reports=[0, 3, 1], n_cells=4, epsilon=2.0, cells_digest="cd" * 16, shortlist=8)
 

@@ -1,7 +1,7 @@
 """The server's resolve of a cell request (release ``"cells"``, format ``"pm_vector.cells/1"``).
 
 A :class:`~pm_vector.client.request.CellRequest` reports one public cell per class of the active
-run, at one level K (:mod:`pm_vector.privacy.cells`: pure eps, delta 0 for the whole request).
+run, at one level K (:mod:`pm_vector.privacy.cell_release`: pure eps, delta 0 for the whole request).
 :func:`resolve_cells` checks it against the run's published cells, then answers **all** rows with
 **one** statement in one REPEATABLE READ snapshot, and logs it (delta 0) in the same transaction:
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-from ...protocol.cells import CellRequest
+from ...protocol.cell_request import CellRequest
 from ...protocol.formats import CELL_FORMAT
 from ...errors import RequestError
 from ..errors import CellsDigestMismatchError, CellsUnavailableError  # noqa: F401  (CellsUnavailable: PM009 in SQL)
@@ -82,7 +82,7 @@ def statement(coll: Mapping[str, Any], include_features: bool, sharded: bool, *,
 
 
 def statement_params(run_id: int, doc: Mapping[str, Any], req: CellRequest, shortlist: int) -> list:
-    from ...privacy.cells import cell_weight
+    from ...privacy.cell_release import cell_weight
 
     shards = doc.get("shards")
     head: list = [int(run_id)] + ([_json(shards)] if shards else [])

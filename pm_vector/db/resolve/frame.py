@@ -216,7 +216,7 @@ def public_anchor(collection: str):
     items' codes, fit on the public anchor set only, as :func:`pm_vector.protocol.published_codes.pack`
     writes it; None when the run has none): a client re-ranks a compact answer's candidates by
     their asymmetric distances to its query; and
-    ``public_cells`` (the run's :class:`~pm_vector.manifold.cells.PublicCells` document, fit on the
+    ``public_cells`` (the run's :class:`~pm_vector.manifold.public_cells.PublicCells` document, fit on the
     public anchor set only, for cell requests; its digest and levels are ``class_rows["cells"]``;
     None when the run serves no cells) and ``public_locations`` (the location release's cells of the
     whole anchor, likewise; its digest and levels are ``class_rows["locations"]``). Raises CollectionNotFoundError, NoActiveRunError,

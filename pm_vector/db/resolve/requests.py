@@ -19,7 +19,7 @@ from ...errors import InvalidInputError, RequestError
 from ..postgres.adapt import json_loads
 from ...protocol import bounds
 from ...protocol.bounds import MAX_K_PRIME, MAX_QUERY_ROWS
-from ...protocol.cells import CellRequest
+from ...protocol.cell_request import CellRequest
 from ...protocol.class_rows import ClassRowsRequest
 from ...protocol.formats import PRIVATEMAIL_FORMAT
 from ...protocol.paper import PrivateMailRequest, ReleaseRequest

@@ -65,7 +65,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...protocol import bounds
-from ...protocol.cells import CellRequest
+from ...protocol.cell_request import CellRequest
 from ...protocol.class_rows import ClassRowsRequest
 from ...protocol.formats import CLASS_ROWS_FORMAT
 from ...errors import InvalidInputError, RequestError

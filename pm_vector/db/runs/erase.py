@@ -235,7 +235,7 @@ def _erase_cells(conn, place: Place, plan: Plan) -> None:
             touched.add(key)
     if not touched:
         return
-    from .cells import CellsData, _copy
+    from .cell_data import CellsData, _copy
 
     keys = sorted(touched)
     lv, lab, cel, ids_, hubs_, chubs_ = [], [], [], [], [], []
@@ -403,7 +403,7 @@ def erase_in_runs(conn, ids: np.ndarray, runs, load: Callable[[int], dict]) -> l
         have = load(rid)
         cells = None
         if cells_json and ((doc or {}).get("cells") or {}).get("status") == "ready":
-            from ...manifold.cells import PublicCells
+            from ...manifold.public_cells import PublicCells
 
             cells = PublicCells.from_dict(cells_json)
         p = plan(conn, rid, doc, have["id"], have["label"], have["features"], present,

@@ -24,7 +24,7 @@ Steps and their transactions:
    ``embedding_runs.class_rows``), and ``run_<id>_prior`` / ``_neighbors`` / ``_hubs`` written
    the same way (batches, each committed), and the cell release's public cells
    (``embedding_runs.public_cells``, fit on the public anchor set) and ``run_<id>_cells``
-   (:mod:`pm_vector.db.runs.cells`). An anchor set that cannot give class frames (a class
+   (:mod:`pm_vector.db.runs.cell_data`). An anchor set that cannot give class frames (a class
    with fewer than 2 anchor rows) does not fail the job: the run records ``status:
    unavailable`` and serves PrivateMail requests only.
 4. *index*: HNSW on both tables (``pm_vector.pm_build_run_indexes``) and the class-rows indexes

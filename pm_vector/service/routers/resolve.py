@@ -34,7 +34,7 @@ def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: Serv
     """The answer read on a replica in rotation (log written on ``conn``), or None: read on the
     primary (no replica, a paper request, or the replica failed: it leaves the rotation).
     ``login``: read on a pool that logs in as this (user, password), not under ``SET ROLE``."""
-    from ...protocol.cells import CellRequest
+    from ...protocol.cell_request import CellRequest
     from ...protocol.class_rows import ClassRowsRequest
     from ...protocol.location import LocationRequest
 

@@ -4,7 +4,7 @@ embedding job beside the class rows (:mod:`pm_vector.db.runs.class_rows`).
 For a run, :func:`build` computes in memory, from the run's public anchor set and the graph the
 class rows already hold:
 
-* the run's :class:`~pm_vector.manifold.cells.PublicCells`, fit on the public anchor set ONLY
+* the run's :class:`~pm_vector.manifold.public_cells.PublicCells`, fit on the public anchor set ONLY
   (stored as JSON in ``embedding_runs.public_cells`` and published with the class frames in the
   public anchor document; its digest and usable levels in ``embedding_runs.class_rows -> 'cells'``);
 * every item's cell at every published level K: the nearest centroid of its class at K (squared L2
@@ -87,7 +87,7 @@ def build(anchor_X, anchor_y, item_X, item_y, item_ids, classes, *, neighbors: n
     item by raw features (``neighbors``: that graph when the caller has it, positions). ``classes``:
     the class frames' classes (the cells have the same). Raises InvalidInputError when the anchor
     set gives no cells."""
-    from ...manifold.cells import PublicCells
+    from ...manifold.public_cells import PublicCells
     from ...neighbors import neighbor_graph
     from ...shortlist import CELL_GRAPH_DEGREE
 
@@ -255,7 +255,7 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
     run, new ones included: ``all_ids``/``all_X``, ascending ids) are added to its class's hub
     counts (level 0) and to its cell's at every level, and ``chubs`` follows the class hub counts.
     The neighbour lists of existing items are not recomputed (as for the class rows)."""
-    from ...manifold.cells import PublicCells
+    from ...manifold.public_cells import PublicCells
     from ...neighbors import knn_search
 
     rid = int(run_id)

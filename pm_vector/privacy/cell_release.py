@@ -2,7 +2,7 @@
 
 What is released
 ----------------
-Public: the cells (:class:`~pm_vector.manifold.cells.PublicCells`: per class ``c``, ``K``
+Public: the cells (:class:`~pm_vector.manifold.public_cells.PublicCells`: per class ``c``, ``K``
 centroids fit on the public anchor; one ``K`` for the whole request). The client's secret is its
 query ``(x, c)`` (features and label); its true cell is ``a = cell_K(x, c)``, the nearest centroid
 of class ``c``. The request is ``C`` integers ``R_1..R_C`` in class order:
