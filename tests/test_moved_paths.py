@@ -139,7 +139,8 @@ def test_an_old_keyword_still_works_with_a_future_warning_naming_the_new_one():
     from pm_vector.db.resolve.resolution import resolve
     from pm_vector.privacy.cell_release import max_cells_for
 
-    with pytest.warns(FutureWarning, match=r"max_cells_for\(\.\.\., k_prime=\.\.\.\) is renamed .*shortlist=.* 0\.3\.0"):
+    old = r"max_cells_for\(\.\.\., k_prime=\.\.\.\) is renamed .*shortlist=.* 0\.3\.0"
+    with pytest.warns(FutureWarning, match=old):
         assert max_cells_for(1000, 10, k_prime=10) == max_cells_for(1000, 10, shortlist=10)
     with pytest.raises(TypeError, match="both 'k_prime' and 'shortlist'"):
         max_cells_for(1000, 10, k_prime=10, shortlist=10)

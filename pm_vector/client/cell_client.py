@@ -42,7 +42,8 @@ class PrivateCellKNN:
 
     ``n_cells``: the level K (one of ``cells.levels_``); ``None`` takes the public rule
     :func:`~pm_vector.privacy.cell_release.cell_level_for_epsilon` (with ``max_cells``, e.g. from
-    :func:`~pm_vector.privacy.cell_release.max_cells_for` and the collection's public size). ``classifier``: any fitted object with
+    :func:`~pm_vector.privacy.cell_release.max_cells_for` and the collection's public size).
+    ``classifier``: any fitted object with
     ``predict`` used when a query comes without a label. ``accountant``: what every unseeded request
     is charged to; None charges the default ledger.
     """

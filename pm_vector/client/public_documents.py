@@ -262,7 +262,8 @@ class PublicDocuments:
                                     "cells); use release='gaussian', or run a new embedding job.")
         shortlist = shortlist or DEFAULT_SHORTLIST
         doc = self._public[name].class_rows
-        max_cells = max_cells_for(int(doc["n_items"]), len(doc["classes"]), int(shortlist)) if doc.get("n_items") else None
+        max_cells = (max_cells_for(int(doc["n_items"]), len(doc["classes"]), int(shortlist))
+                     if doc.get("n_items") else None)
         # the real row: the query's nearest public cell over every class (PrivateCellKNN's default
         # row="nearest": no label, no classifier needed)
         return PrivateCellKNN(cells, epsilon, n_cells=n_cells, shortlist=shortlist, collection=name,

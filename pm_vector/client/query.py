@@ -53,7 +53,8 @@ from ..protocol.formats import CLASS_ROWS_FORMAT
 from .request import ClientSecret
 from .rerank import rerank, rerank_ids
 
-__all__ = ["CLASS_ROWS_FORMAT", "DEFAULT_SHORTLIST", "ClassRowsRequest", "ClientSecret", "PrivateKNN", "frames_digest", "rerank"]
+__all__ = ["CLASS_ROWS_FORMAT", "DEFAULT_SHORTLIST", "ClassRowsRequest", "ClientSecret", "PrivateKNN", "frames_digest",
+           "rerank"]
 
 
 def __getattr__(name):  # old names (pm_vector.deprecation.RENAMED), until its REMOVED_IN

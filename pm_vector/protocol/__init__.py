@@ -6,8 +6,8 @@
   client that builds a request, the service that parses one and :mod:`pm_vector.db` that
   answers one;
 * the request types: :class:`ClassRowsRequest` (class rows, :mod:`.class_rows`, with
-  :func:`frames_digest`), :class:`CellRequest` (:mod:`.cell_request`), :class:`LocationRequest` (:mod:`.location`, with the
-  answer's checks), :class:`PrivateMailRequest` and
+  :func:`frames_digest`), :class:`CellRequest` (:mod:`.cell_request`), :class:`LocationRequest`
+  (:mod:`.location`, with the answer's checks), :class:`PrivateMailRequest` and
   :class:`ReleaseRequest` (the paper's protocol, :mod:`.paper`);
 * :class:`PublicAnchor` (:mod:`.anchor`): the public anchor document's data as a client holds it;
 * :mod:`.frame`: the public anchor frame rebuilt and verified (one function, one tolerance, one

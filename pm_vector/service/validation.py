@@ -155,8 +155,8 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
         return cr, k, inc, opts
     if answer == "compact":
         raise ApiError(422, "invalid_input", "a compact answer (ids and product codes) applies to class-rows and cell "
-                                             f"requests (formats {CLASS_ROWS_FORMAT!r}, {CELL_FORMAT!r}); ask the paper's "
-                                             "protocol for answer 'full' or 'features'.")
+                                             f"requests (formats {CLASS_ROWS_FORMAT!r}, {CELL_FORMAT!r}); ask the "
+                                             "paper's protocol for answer 'full' or 'features'.")
     # the paper request's schema, types and bounds are PrivateMailRequest's (pm_vector.protocol.paper),
     # checked below after the size limits
     emb = r.get("embedding")

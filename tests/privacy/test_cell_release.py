@@ -11,8 +11,8 @@ from scipy import stats
 
 from pm_vector.errors import InvalidInputError, PrivacyParameterError
 from pm_vector.privacy import secure_generator
-from pm_vector.privacy.cell_release import (GAUSSIAN_ABOVE, CellRandomizedResponse, cell_level_for_epsilon, max_cells_for,
-                                     release_for_epsilon, rr_probabilities)
+from pm_vector.privacy.cell_release import (GAUSSIAN_ABOVE, CellRandomizedResponse, cell_level_for_epsilon,
+                                            max_cells_for, release_for_epsilon, rr_probabilities)
 
 
 # --------------------------------------------------------------------------- the sampler

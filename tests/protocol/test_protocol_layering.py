@@ -151,4 +151,4 @@ def test_one_limit_for_k_prime_and_query_rows():
         with pytest.raises(InvalidInputError, match="k'"):
             bounds.shortlist(bad)
         with pytest.raises(InvalidInputError, match="k must be"):
-            requests._check_k(bad)
+            requests.check_k(bad)

@@ -151,10 +151,10 @@ def explain_cells(collection: str, req: CellRequest, include_features: bool) -> 
     statement pm_cell_shortlist_core runs (single node: the cells' primary key, the class's top
     hubs, the fill)}``."""
     from ..postgres import connect
-    from .frame import _run_row
+    from .frame import run_row
 
     with connect() as conn:
-        meta = _run_row(conn, collection)
+        meta = run_row(conn, collection)
         doc = check_against_run(meta, req, collection)
         run_id = int(meta["run"]["id"])
         params = statement_params(run_id, doc, req, int(req.shortlist))

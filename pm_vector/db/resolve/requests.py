@@ -30,7 +30,7 @@ MAX_K = MAX_K_PRIME
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 
-def _dumps(obj) -> str:
+def dumps_json(obj) -> str:
     try:
         import orjson
     except ImportError:
@@ -41,7 +41,7 @@ def _dumps(obj) -> str:
 _blas = None
 
 
-def _one_blas_thread():
+def one_blas_thread():
     """A context limiting BLAS to one thread: the alignment's small SVD and products are much
     slower with OpenBLAS threads spinning on a busy machine (measured in
     docs/benchmarks.md, "Figures behind design choices in the code")."""
@@ -58,7 +58,7 @@ def _one_blas_thread():
         return contextlib.nullcontext()
 
 
-def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
+def parse_paper_request(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
     """The request object, and None: the request log stores the validated request's
     ``to_dict()`` (known fields, checked types), never the text as it came (an invented field,
     a duplicated key or a number written as a string do not reach the log)."""
@@ -104,7 +104,7 @@ def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
         raise RequestError(f"the request has a field of the wrong type ({exc}).") from None
 
 
-def _outputs_allowed(coll: Mapping) -> bool:
+def outputs_allowed(coll: Mapping) -> bool:
     """May the current KAHM model's stored class scores and labels (``kahm_model_id``,
     ``kahm_kind`` of the run's metadata) come back with resolved items?
     :func:`pm_vector.db.kahm.store.model_outputs_allowed` decides, as for ``/kahm/distances``."""
@@ -113,7 +113,7 @@ def _outputs_allowed(coll: Mapping) -> bool:
     return coll.get("kahm_model_id") is not None and model_outputs_allowed(coll, coll.get("kahm_kind"))
 
 
-_check_k = bounds.k_neighbours
+check_k = bounds.k_neighbours
 
 
 def _finite_matrix(a, what: str) -> np.ndarray:
@@ -128,7 +128,7 @@ def _finite_matrix(a, what: str) -> np.ndarray:
     return a
 
 
-def _check_rows(req) -> None:
+def check_rows(req) -> None:
     from ...protocol.location import LocationRequest
 
     if isinstance(req, (CellRequest, LocationRequest)):
@@ -171,7 +171,7 @@ def run_snapshot(collection: str, conn, include_features: bool):
     back (nothing written) and SQL errors become pm_vector's."""
     from ..postgres import connect
     from ..errors import RawFeaturesNotAllowedError, translate_sql_error
-    from .frame import _run_row
+    from .frame import run_row
 
     own = conn is None
     if own:
@@ -179,7 +179,7 @@ def run_snapshot(collection: str, conn, include_features: bool):
     try:
         _begin_snapshot(conn)
         try:
-            meta = _run_row(conn, collection)
+            meta = run_row(conn, collection)
             if include_features and not (meta["coll"]["settings"] or {}).get("allow_raw_features", False):
                 raise RawFeaturesNotAllowedError(
                     f"collection {collection!r} does not allow returning raw features to clients (its setting "
@@ -209,7 +209,7 @@ def finish(conn, collection: str, req, raw: str | None, *, run_id: int, n_rows: 
         return None
     t = time.perf_counter()
     if raw is None:  # serialised once (log_request would serialise twice)
-        raw = _dumps(req.to_dict())
+        raw = dumps_json(req.to_dict())
     log_id = log_request(collection, None, run_id=run_id, row_count=n_rows, received_at=received,
                          finished_at=dt.datetime.now(dt.timezone.utc), duration_ms=(time.perf_counter() - t0) * 1e3,
                          conn=conn, request_json=raw)

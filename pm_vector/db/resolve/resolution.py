@@ -74,14 +74,14 @@ from ..postgres.adapt import Int8Array, configure
 from .answer import compact_columns, item_joins, log_on_primary
 from ..postgres import connect
 from ..errors import ClassRowsUnavailableError, DimensionMismatchError, FramesDigestMismatchError
-from .frame import _run_row, class_frames, client_frame, public_anchor  # noqa: F401  (the public-anchor API)
+from .frame import run_row, class_frames, client_frame, public_anchor  # noqa: F401  (the public-anchor API)
 from .paper_resolution import explain_paper, post_process_release, resolve_paper  # noqa: F401  (paper API)
 from .requests import (
     MAX_QUERY_ROWS,
-    _check_k,
-    _check_rows,
-    _outputs_allowed,
-    _parse,
+    check_k,
+    check_rows,
+    outputs_allowed,
+    parse_paper_request,
     assemble_answer,
     check_codes,
     code_offset,
@@ -144,11 +144,11 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     received = dt.datetime.now(dt.timezone.utc)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    k = _check_k(k)
+    k = check_k(k)
     if isinstance(max_query_rows, bool) or int(max_query_rows) < 1:
         raise InvalidInputError("max_query_rows must be a positive integer.")
-    req, raw = _parse(request)
-    _check_rows(req)
+    req, raw = parse_paper_request(request)
+    check_rows(req)
     timings["parse"] = (time.perf_counter() - t0) * 1e3
     _check_answer_kind(include_features, code_bytes, compact)
     resolver = _resolver(type(req))
@@ -210,9 +210,9 @@ def explain_resolution(collection: str, request, k: int = 8, include_features: b
     whole), "statement": the candidates with their items, "shortlist": pm_shortlist_explain of
     the SQL function's statement}`` (a sharded or older run: no ``prior_knn``, and ``statement``
     calls pm_shortlist)."""
-    k = _check_k(k)
-    req, _ = _parse(request)
-    _check_rows(req)
+    k = check_k(k)
+    req, _ = parse_paper_request(request)
+    check_rows(req)
     if isinstance(req, CellRequest):
         from .cell_resolution import explain_cells
 
@@ -401,7 +401,7 @@ def _resolve_class_rows(collection: str, req: ClassRowsRequest, raw: str | None,
         doc = _check_class_rows_against_run(meta, req, collection, max_query_rows)
         run_id = int(meta["run"]["id"])
         code_dim, digest = check_codes(doc, collection, run_id, code_bytes) if want_codes else (None, None)
-        kahm_id = (coll.get("kahm_model_id") if class_scores and not compact and _outputs_allowed(coll)
+        kahm_id = (coll.get("kahm_model_id") if class_scores and not compact and outputs_allowed(coll)
                    else None)
         timings["lookup"] = (time.perf_counter() - t) * 1e3
 
@@ -411,8 +411,8 @@ def _resolve_class_rows(collection: str, req: ClassRowsRequest, raw: str | None,
         configure(rconn)
         extra = {"feature_dim": int(coll["feature_dim"]) if include_features else None,
                  "code_dim": code_dim, "kahm": kahm_id is not None}
-        out_rows, n_found, t_fetch = _fetch_rows(rconn, meta, doc, req, shortlist, collection, include_features, compact,
-                                                 joins, extra, timings, t)
+        out_rows, n_found, t_fetch = _fetch_rows(rconn, meta, doc, req, shortlist, collection, include_features,
+                                                 compact, joins, extra, timings, t)
         timings["fetch"] = (time.perf_counter() - t_fetch) * 1e3
         timings["shortlist"] = (time.perf_counter() - t) * 1e3
         if read_conn is None:
@@ -437,12 +437,12 @@ def _resolve_class_rows(collection: str, req: ClassRowsRequest, raw: str | None,
 def _explain_class_rows(collection: str, req: ClassRowsRequest, include_features: bool) -> dict[str, list[str]]:
     shortlist = bounds.shortlist(req.shortlist)
     with connect() as conn:
-        meta = _run_row(conn, collection)
+        meta = run_row(conn, collection)
         doc = _check_class_rows_against_run(meta, req, collection, MAX_QUERY_ROWS)
         rows = np.asarray(req.rows, dtype=np.float64).tolist()
         sig = [float(v) for v in req.sigmas]
         # as resolve runs it (class scores on, where the policy lets them out)
-        joins = {"kahm_model_id": meta["coll"].get("kahm_model_id") if _outputs_allowed(meta["coll"]) else None}
+        joins = {"kahm_model_id": meta["coll"].get("kahm_model_id") if outputs_allowed(meta["coll"]) else None}
         out: dict[str, list[str]] = {}
         if run_graph.supports(conn, meta):
             # what resolve runs: the prior k-NN of the rows whose class is searched, then the candidates

@@ -188,7 +188,7 @@ def useful_entries(group: np.ndarray, item: np.ndarray, h: np.ndarray, hc: np.nd
     return keep
 
 
-def _array(values: np.ndarray, kind: str) -> bytes:
+def binary_array(values: np.ndarray, kind: str) -> bytes:
     """A 1-d ``bigint[]`` ("int8") or ``float8[]`` ("float8") value in binary COPY form."""
     oid, fmt = {"int8": (20, ">i8"), "float8": (701, ">f8")}[kind]
     n = int(values.size)
@@ -200,15 +200,15 @@ def _array(values: np.ndarray, kind: str) -> bytes:
     return np.array([1, 0, oid, n, 1], dtype=">i4").tobytes() + body.tobytes()
 
 
-def _copy(conn, table: str, data: CellsData, sel: np.ndarray, commit: bool = True) -> None:
+def copy_cell_rows(conn, table: str, data: CellsData, sel: np.ndarray, commit: bool = True) -> None:
     rows = np.flatnonzero(sel)
     for s in range(0, rows.size, _BATCH):
         part = rows[s:s + _BATCH]
         stream = _binary.encode_with_tail(
             [("level", "int4", 0), ("label", "int8", 0), ("cell", "int4", 0)],
             {"level": data.levels[part], "label": data.labels[part], "cell": data.cell[part]},
-            [[_array(data.item_ids[i], "int8") for i in part], [_array(data.hubs[i], "float8") for i in part],
-             [_array(data.chubs[i], "float8") for i in part]])
+            [[binary_array(data.item_ids[i], "int8") for i in part], [binary_array(data.hubs[i], "float8") for i in part],
+             [binary_array(data.chubs[i], "float8") for i in part]])
         _binary.copy_in(conn, f"COPY {table} (level, label, cell, item_ids, hubs, chubs) FROM STDIN (FORMAT BINARY)",
                         stream)
         if commit:
@@ -228,7 +228,7 @@ def write(conn, run_id: int, data: CellsData, placement: Mapping[str, list] | No
     if not placement:
         conn.execute("SELECT pm_vector.pm_create_cells_table(%s)", [rid])
         conn.commit()
-        _copy(conn, f"pm_vector.run_{rid}_cells", data, np.ones(data.labels.shape[0], bool))
+        copy_cell_rows(conn, f"pm_vector.run_{rid}_cells", data, np.ones(data.labels.shape[0], bool))
         conn.execute(f"ANALYZE pm_vector.run_{rid}_cells")
         conn.commit()
         return
@@ -243,7 +243,7 @@ def write(conn, run_id: int, data: CellsData, placement: Mapping[str, list] | No
                      f"hubs float8[], chubs float8[]) SERVER \"pm_shard_{s}\" "
                      f"OPTIONS (schema_name 'pm_vector', table_name 'run_{rid}_cells', batch_size '500')")
         conn.commit()
-        _copy(conn, ft, data, np.isin(data.labels, [classes[int(k)] for k in ks]))
+        copy_cell_rows(conn, ft, data, np.isin(data.labels, [classes[int(k)] for k in ks]))
         conn.execute(f"DROP FOREIGN TABLE IF EXISTS {ft}")
         conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, f"ANALYZE pm_vector.run_{rid}_cells"])
         conn.commit()

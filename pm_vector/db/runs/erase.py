@@ -39,7 +39,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import _binary
-from .erase_plan import Plan, _ready, plan
+from .erase_plan import Plan, is_ready, plan
 from .run_copy import copy_hubs, copy_pairs, copy_prior
 
 
@@ -235,7 +235,7 @@ def _erase_cells(conn, place: Place, plan: Plan) -> None:
             touched.add(key)
     if not touched:
         return
-    from .cell_data import CellsData, _copy
+    from .cell_data import CellsData, copy_cell_rows
 
     keys = sorted(touched)
     lv, lab, cel, ids_, hubs_, chubs_ = [], [], [], [], [], []
@@ -255,7 +255,7 @@ def _erase_cells(conn, place: Place, plan: Plan) -> None:
                  "%s::int[]))", [k[:, 0].tolist(), k[:, 1].tolist(), k[:, 2].tolist()])
     data = CellsData(cells=None, graph_degree=0, levels=np.asarray(lv, np.int32), labels=np.asarray(lab, np.int64),
                      cell=np.asarray(cel, np.int32), item_ids=ids_, hubs=hubs_, chubs=chubs_)
-    _copy(conn, t, data, np.ones(len(keys), bool), commit=False)
+    copy_cell_rows(conn, t, data, np.ones(len(keys), bool), commit=False)
 
 
 def _erase_locations(conn, place: Place, plan: Plan) -> None:
@@ -299,7 +299,7 @@ RUN_TABLES: tuple[RunTable, ...] = (
 def stored_lists(conn, run_id: int, doc: Mapping[str, Any] | None, erased) -> dict[int, np.ndarray]:
     """The run's stored class-rows neighbour lists of the erased items and of every item whose list
     holds one (nearest first where the prior keeps the order, else by id)."""
-    if not _ready(doc):
+    if not is_ready(doc):
         return {}
     out: dict[int, list] = {}
     erased = [int(i) for i in erased]
@@ -360,11 +360,11 @@ def erase_from_run(conn, p: Plan) -> dict[str, Any] | None:
     shard_places = [q for q in places(conn, p.run_id, doc) if q.shard is not None]
     cells_ready = (doc.get("cells") or {}).get("status") == "ready"
     for rt in RUN_TABLES:
-        if rt.needs == "class_rows" and not _ready(doc):
+        if rt.needs == "class_rows" and not is_ready(doc):
             continue
-        if rt.needs == "cells" and not (_ready(doc) and cells_ready):
+        if rt.needs == "cells" and not (is_ready(doc) and cells_ready):
             continue
-        if rt.needs == "locations" and not (_ready(doc) and (doc.get("locations") or {}).get("status") == "ready"):
+        if rt.needs == "locations" and not (is_ready(doc) and (doc.get("locations") or {}).get("status") == "ready"):
             continue
         targets = []
         if rt.where in ("coordinator", "both") or not shard_places:
@@ -375,7 +375,7 @@ def erase_from_run(conn, p: Plan) -> dict[str, Any] | None:
             if _exists(conn, place, rt.kind):
                 rt.erase(conn, place, p)
     done(conn, p.run_id, doc)
-    if not _ready(doc):
+    if not is_ready(doc):
         return None
     new_doc = dict(doc)
     keep = ~p.gone

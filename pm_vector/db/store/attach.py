@@ -38,7 +38,7 @@ import numpy as np
 from ...errors import InvalidInputError
 from ..errors import translate_sql_error
 from ..postgres import connect
-from ._common import _collection_row
+from ._common import collection_row
 
 #: queue rows one sync transaction applies
 SYNC_BATCH = 5_000
@@ -100,7 +100,7 @@ def attach_table(name: str, table: str | None = None, id_column: str | None = No
 def pending(collection: str) -> int:
     """Changes queued and not yet applied."""
     with connect() as conn:
-        coll = _collection_row(conn, collection)
+        coll = collection_row(conn, collection)
         return int(conn.execute("SELECT count(*) FROM pm_vector.attach_changes WHERE collection_id = %s",
                                 [coll["id"]]).fetchone()[0])
 
@@ -115,7 +115,7 @@ def sync(collection: str, *, batch: int = SYNC_BATCH, embed_fn_extend=None, max_
              "skipped": [], "batches": 0}
     t = time.perf_counter()
     with connect(url) as conn:  # the changes queued before this call: a sync ends under a steady stream
-        coll = _collection_row(conn, collection)
+        coll = collection_row(conn, collection)
         upto = conn.execute("SELECT max(seq) FROM pm_vector.attach_changes WHERE collection_id = %s",
                             [coll["id"]]).fetchone()[0]
     while upto is not None and (max_batches is None or total["batches"] < max_batches):
@@ -154,16 +154,16 @@ def sync_pending(url: str | None = None) -> dict[str, Any]:
 def _source_rows(conn, att: dict, keys: list) -> dict:
     """The user's table's rows of the changed keys: key -> (vector is NULL, its dimensions, label,
     payload)."""
-    from ._source import _ident
+    from ._source import quote_ident
 
-    lab = f"s.{_ident(att['label_column'])}::bigint" if att.get("label_column") else "0::bigint"
+    lab = f"s.{quote_ident(att['label_column'])}::bigint" if att.get("label_column") else "0::bigint"
     pcols = att.get("payload_columns") or []
-    pay = ("jsonb_build_object(" + ", ".join(f"'{c}', s.{_ident(c)}" for c in pcols) + ")") if pcols else "NULL::jsonb"
-    v = f"s.{_ident(att['vector_column'])}"
+    pay = ("jsonb_build_object(" + ", ".join(f"'{c}', s.{quote_ident(c)}" for c in pcols) + ")") if pcols else "NULL::jsonb"
+    v = f"s.{quote_ident(att['vector_column'])}"
     return {r[0]: r[1:] for r in conn.execute(
-        f"SELECT s.{_ident(att['id_column'])}::text, {v} IS NULL, CASE WHEN {v} IS NULL THEN NULL ELSE "
+        f"SELECT s.{quote_ident(att['id_column'])}::text, {v} IS NULL, CASE WHEN {v} IS NULL THEN NULL ELSE "
         f"vector_dims({v}) END, {lab}, {pay} FROM {att['table']} AS s "
-        f"WHERE s.{_ident(att['id_column'])} = ANY(%s::{att['id_type']}[])", [keys]).fetchall()}
+        f"WHERE s.{quote_ident(att['id_column'])} = ANY(%s::{att['id_type']}[])", [keys]).fetchall()}
 
 
 def _classify_changes(coll, keys: list, ops: dict, src: dict, items: dict) -> tuple:
@@ -203,12 +203,12 @@ def _classify_changes(coll, keys: list, ops: dict, src: dict, items: dict) -> tu
 
 def _items_before_erasure(conn, coll, gone: np.ndarray, old_vec: dict):
     """``load(run_id)`` for :func:`~pm_vector.db.runs.erase.erase_in_runs`."""
-    from ..runs.jobs import _load_items
+    from ..runs.jobs import load_items
 
     def load(rid, _gone=gone):
         """The run's items before the erasure, each with the vector it was built from: the table's
         now, or -- for a row changed or gone since -- the first vector queued for it (old_vector)."""
-        have = _load_items(conn, coll, in_run=rid)
+        have = load_items(conn, coll, in_run=rid)
         feats = np.asarray(have["features"], np.float32).copy()
         pos = {int(i): k for k, i in enumerate(have["id"])}
         run_ids = [r[0] for r in conn.execute(f"SELECT item_id FROM pm_vector.run_{int(rid)}_items").fetchall()]
@@ -250,10 +250,10 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
 
     from ..runs import erase as _erase
     from ..runs.jobs import anchor_frame_extend_fn, embed_new_items
-    from .erase import _erase_kahm, _runs_with_tables
+    from .erase import erase_kahm, runs_with_tables
 
     with connect(url, watch_client=True) as conn:
-        coll = _collection_row(conn, collection, lock="FOR NO KEY UPDATE")
+        coll = collection_row(conn, collection, lock="FOR NO KEY UPDATE")
         att = (coll["settings"] or {}).get("attached")
         if not att:
             raise InvalidInputError(f"collection {collection!r} is not attached to a table (pm-vector attach).")
@@ -274,9 +274,9 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
         erase, insert, payloads, skipped, old_vec = _classify_changes(coll, keys, ops, src, items)
         gone = np.array(sorted(int(i) for i in erase), dtype=np.int64)
         if gone.size:
-            _erase.erase_in_runs(conn, gone, _runs_with_tables(conn, coll["id"]),
+            _erase.erase_in_runs(conn, gone, runs_with_tables(conn, coll["id"]),
                                  _items_before_erasure(conn, coll, gone, old_vec))
-            _erase_kahm(conn, coll, gone)
+            erase_kahm(conn, coll, gone)
             conn.execute("DELETE FROM pm_vector.items WHERE id = ANY(%s)", [gone.tolist()])
         if insert:
             with conn.cursor() as cur:

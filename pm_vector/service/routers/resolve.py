@@ -39,7 +39,8 @@ def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: Serv
     from ...protocol.location import LocationRequest
 
     router = state.router
-    if router is None or not isinstance(req, (ClassRowsRequest, CellRequest, LocationRequest)):  # the paper's: on the primary
+    # the paper's requests: on the primary
+    if router is None or not isinstance(req, (ClassRowsRequest, CellRequest, LocationRequest)):
         return None
     url = router.pick()
     if url is None:
