@@ -45,6 +45,15 @@ def renamed(module: str, name: str) -> Any:
     return getattr(importlib.import_module(home), attr)
 
 
+def renamed_keyword(function: str, old: str, new: str, old_value: Any, new_value: Any) -> Any:
+    """The value of keyword ``new`` when a caller passed it as ``old`` (FutureWarning); both at
+    once is a TypeError. For a function on every query's path, called only when ``old`` was given."""
+    if new_value is not None:
+        raise TypeError(f"{function}() got both {old!r} and {new!r}; pass {new!r} only")
+    _warn(f"{function}(..., {old}=...)", f"{function}(..., {new}=...)", stacklevel=2)
+    return old_value
+
+
 def renamed_keywords(**old_to_new: str):
     """Decorator: the function still takes each old keyword (``k_prime=...``) as its new one
     (``shortlist=...``), with a FutureWarning; both at once is a TypeError."""

@@ -55,7 +55,7 @@ from ...errors import RequestError
 from ..postgres import connect
 from ..errors import AnchorIdMismatchError, DimensionMismatchError
 from .frame import RunFrame, run_row, run_frame
-from .requests import (MAX_QUERY_ROWS, one_blas_thread, outputs_allowed, parse_paper_request,
+from .requests import (MAX_QUERY_ROWS, one_blas_thread, outputs_allowed, parse_request,
                        answer_rows, finish, run_snapshot)
 
 
@@ -83,7 +83,7 @@ def _post_process(rf: RunFrame, rel: ReleaseRequest) -> PrivateMailRequest:
 def post_process_release(collection: str, release) -> PrivateMailRequest:
     """Server side of iteration-distribute-recursion: the post-processed request for a
     :class:`ReleaseRequest` (object, dict or JSON), computed with the active run's frame."""
-    rel = release if isinstance(release, ReleaseRequest) else parse_paper_request(release)[0]
+    rel = release if isinstance(release, ReleaseRequest) else parse_request(release)[0]
     if not isinstance(rel, ReleaseRequest):
         raise RequestError("post_process_release needs a release-only request (format "
                            f"{RELEASE_FORMAT!r}).")

@@ -11,7 +11,7 @@ import contextlib
 import datetime as dt
 import json
 import time
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -58,10 +58,11 @@ def one_blas_thread():
         return contextlib.nullcontext()
 
 
-def parse_paper_request(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
-    """The request object, and None: the request log stores the validated request's
-    ``to_dict()`` (known fields, checked types), never the text as it came (an invented field,
-    a duplicated key or a number written as a string do not reach the log)."""
+def parse_request(request) -> tuple[Any, str | None]:
+    """The request object (of any type in :data:`~pm_vector.protocol.requests.REQUEST_TYPES`), and
+    None: the request log stores the validated request's ``to_dict()`` (known fields, checked
+    types), never the text as it came (an invented field, a duplicated key or a number written as a
+    string do not reach the log)."""
     from ...protocol.requests import REQUEST_CLASSES
 
     if isinstance(request, REQUEST_CLASSES):

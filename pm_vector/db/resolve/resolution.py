@@ -81,7 +81,7 @@ from .requests import (
     check_k,
     check_rows,
     outputs_allowed,
-    parse_paper_request,
+    parse_request,
     assemble_answer,
     check_codes,
     code_offset,
@@ -90,14 +90,13 @@ from .requests import (
     run_snapshot,
     statement_answer,
 )
-from ...deprecation import renamed_keywords
+from ...deprecation import renamed_keyword
 
 
-@renamed_keywords(k_prime="shortlist")  # its old keyword, until 0.3.0
 def resolve(collection: str, request, k: int = 8, include_features: bool = False, *, conn=None,
             max_query_rows: int = MAX_QUERY_ROWS, ef_search: int | None = None, log: bool = True,
             class_scores: bool = True, shortlist: int | None = None, code_bytes: int | None = None,
-            compact: bool = False, read_conn=None) -> dict[str, Any]:
+            compact: bool = False, read_conn=None, k_prime: int | None = None) -> dict[str, Any]:
     """Resolve a PrivateMail or a class-rows request against ``collection``'s active run.
 
     A class-rows request (:class:`~pm_vector.client.query.ClassRowsRequest`, its dict or JSON text,
@@ -144,10 +143,12 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     received = dt.datetime.now(dt.timezone.utc)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
+    if k_prime is not None:  # shortlist's old keyword, until 0.3.0 (inline: no wrapper on every query's path)
+        shortlist = renamed_keyword("resolve", "k_prime", "shortlist", k_prime, shortlist)
     k = check_k(k)
     if isinstance(max_query_rows, bool) or int(max_query_rows) < 1:
         raise InvalidInputError("max_query_rows must be a positive integer.")
-    req, raw = parse_paper_request(request)
+    req, raw = parse_request(request)
     check_rows(req)
     timings["parse"] = (time.perf_counter() - t0) * 1e3
     _check_answer_kind(include_features, code_bytes, compact)
@@ -211,7 +212,7 @@ def explain_resolution(collection: str, request, k: int = 8, include_features: b
     the SQL function's statement}`` (a sharded or older run: no ``prior_knn``, and ``statement``
     calls pm_shortlist)."""
     k = check_k(k)
-    req, _ = parse_paper_request(request)
+    req, _ = parse_request(request)
     check_rows(req)
     if isinstance(req, CellRequest):
         from .cell_resolution import explain_cells
