@@ -10,4 +10,4 @@ Subpackages, one concern each:
 - :mod:`pm_vector.cli`       the ``pm-vector`` command line
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

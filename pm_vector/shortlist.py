@@ -7,7 +7,7 @@ prior alone: what a resolve runs once the database has found that prior (the pgv
 the row in its class). The SQL function ``pm_vector.pm_shortlist`` computes the same scores in
 the database, for SQL callers and sharded runs (tests compare all three).
 
-:class:`CellShortlist` is the ranking of the cell release (:mod:`pm_vector.privacy.cells`): per
+:class:`CellShortlist` is the ranking of the cell release (:mod:`pm_vector.privacy.cell_release`): per
 (class, cell) hub counts (:func:`cell_hub_counts`) weighted by the reported cell's likelihood.
 """
 
@@ -17,6 +17,7 @@ import numpy as np
 
 from .errors import InvalidInputError
 from .neighbors import EXACT_MAX_ITEMS, graph_method, neighbor_graph
+from .deprecation import renamed_keywords
 
 #: neighbours per item in the server's raw k-NN graph
 GRAPH_DEGREE = 16
@@ -123,15 +124,16 @@ class PosteriorShortlist:
             s += w_far * self.hubs_[int(label)]
         return s
 
-    def shortlist(self, request, k_prime: int | None = None) -> list[np.ndarray]:
-        """For every row of a :class:`~pm_vector.client.query.QueryRequest`, the ``k'`` item
+    @renamed_keywords(k_prime="shortlist")  # its old keyword, until 0.3.0
+    def shortlist(self, request, shortlist: int | None = None) -> list[np.ndarray]:
+        """For every row of a :class:`~pm_vector.client.query.ClassRowsRequest`, the ``k'`` item
         indices with the highest scores (ties by index)."""
-        kp = int(k_prime or request.shortlist)
+        shortlist = int(shortlist or request.shortlist)
         out = []
         for z, sigma, c in zip(request.rows, request.sigmas, request.classes):
             s = self.scores(z, sigma, c)
             order = np.lexsort((np.arange(s.size), -s))
-            out.append(order[:kp])
+            out.append(order[:shortlist])
         return out
 
 
@@ -167,8 +169,9 @@ def prior_weights(d2: np.ndarray, sigma: float, far: bool, min_weight: float):
     return dw, dw >= float(min_weight), w_far
 
 
+@renamed_keywords(k_prime="shortlist")  # its old keyword, until 0.3.0
 def rank_retained(d2: np.ndarray, nbrs: np.ndarray, nhub: np.ndarray, sigma: float, far: bool, min_weight: float,
-                  top_ids: np.ndarray, top_hubs: np.ndarray, fill_ids: np.ndarray, k_prime: int):
+                  top_ids: np.ndarray, top_hubs: np.ndarray, fill_ids: np.ndarray, shortlist: int):
     """The ``k'`` best ``(item ids, scores)`` of one row, from its retained prior alone: ``d2``
     ascending (ties by item id), ``nbrs`` / ``nhub`` their neighbour lists (item ids) and those
     neighbours' hub counts in the row's class, the class's top hubs (``top_ids`` by hub
@@ -178,12 +181,12 @@ def rank_retained(d2: np.ndarray, nbrs: np.ndarray, nhub: np.ndarray, sigma: flo
     retained item, the class's ``k'`` top hubs when ``w_far > 0`` and the ``k'`` first items;
     any other item scores ``w_far * hub`` at most, below all of those top hubs (or 0, and
     after the fill by id)."""
-    kp = int(k_prime)
+    shortlist = int(shortlist)
     dw, keep, w_far = prior_weights(d2, sigma, far, min_weight)
     nb = nbrs[keep].ravel()
     hubs_on = w_far > 0
-    top_ids = top_ids[:kp] if hubs_on else top_ids[:0]
-    cand_ids = np.concatenate([nb, top_ids, fill_ids[:kp]])
+    top_ids = top_ids[:shortlist] if hubs_on else top_ids[:0]
+    cand_ids = np.concatenate([nb, top_ids, fill_ids[:shortlist]])
     if cand_ids.size == 0:
         return cand_ids, np.zeros(0)
     lo = int(cand_ids.min())
@@ -207,25 +210,26 @@ def rank_retained(d2: np.ndarray, nbrs: np.ndarray, nhub: np.ndarray, sigma: flo
     cand = np.flatnonzero(is_cand)
     ids = cand + lo if ids_of is None else ids_of[cand]
     s = score[cand]
-    if s.size > kp:  # only the scores reaching the k'-th are ordered (all of them: ties at the edge included)
-        edge = np.partition(s, s.size - kp)[s.size - kp]
+    if s.size > shortlist:  # only the scores reaching the k'-th are ordered (all of them: ties at the edge included)
+        edge = np.partition(s, s.size - shortlist)[s.size - shortlist]
         top = np.flatnonzero(s >= edge)
         ids, s = ids[top], s[top]
-    best = np.lexsort((ids, -s))[:kp]
+    best = np.lexsort((ids, -s))[:shortlist]
     return ids[best], s[best]
 
 
-def noise_free_shortlist(frames, X, query_coords, labels, k_prime: int) -> np.ndarray:
+@renamed_keywords(k_prime="shortlist")  # its old keyword, until 0.3.0
+def noise_free_shortlist(frames, X, query_coords, labels, shortlist: int) -> np.ndarray:
     """Benchmark only: the ``k'`` items of *any* class nearest to each query's clipped frame
     coordinates, ranked in its class's frame without noise (the endpoint the private answers
     approach as epsilon grows). Never part of a request."""
-    out = np.empty((len(labels), int(k_prime)), dtype=np.int64)
+    out = np.empty((len(labels), int(shortlist)), dtype=np.int64)
     coords = {}
     for i, (z, c) in enumerate(zip(np.asarray(query_coords), labels)):
         if int(c) not in coords:
             coords[int(c)] = frames.transform(X, np.full(X.shape[0], c))
         d2 = ((coords[int(c)] - z) ** 2).sum(1)
-        out[i] = np.argsort(d2, kind="stable")[: int(k_prime)]
+        out[i] = np.argsort(d2, kind="stable")[: int(shortlist)]
     return out
 
 
@@ -254,7 +258,7 @@ def cell_hub_counts(neighbors, y_index, cell_of_item, n_items: int, *, n_classes
 
 
 class CellShortlist:
-    """The server's answer to a cell request (:mod:`pm_vector.privacy.cells`), in memory.
+    """The server's answer to a cell request (:mod:`pm_vector.privacy.cell_release`), in memory.
 
     Fit on the server's items with the published cells: ``N(j)`` the ``graph_degree`` (32) nearest
     items of ``j`` by raw features (any class), ``h_c(i)`` the class hub count (as
@@ -299,7 +303,7 @@ class CellShortlist:
 
     def scores(self, class_index: int, K: int, report: int, epsilon) -> np.ndarray:
         """Score of every item for the report ``report`` of class position ``class_index``."""
-        from .privacy.cells import cell_weight
+        from .privacy.cell_release import cell_weight
 
         K, c, r = int(K), int(class_index), int(report)
         if K not in self.cell_hubs_ or not 0 <= r < K or c not in self.hubs_:
@@ -307,14 +311,15 @@ class CellShortlist:
         h = self.cell_hubs_[K].getrow(c * K + r).toarray().ravel()
         return self.hubs_[c] + cell_weight(epsilon) * h
 
-    def shortlist(self, request, k_prime: int | None = None) -> list[np.ndarray]:
+    @renamed_keywords(k_prime="shortlist")  # its old keyword, until 0.3.0
+    def shortlist(self, request, shortlist: int | None = None) -> list[np.ndarray]:
         """For every row of a :class:`~pm_vector.client.request.CellRequest`, the ``k'`` item
         indices with the highest scores (ties by index)."""
-        kp = int(k_prime or request.shortlist)
+        shortlist = int(shortlist or request.shortlist)
         out = []
         for c, r in enumerate(request.reports):
             s = self.scores(c, request.n_cells, r, request.epsilon)
-            out.append(np.lexsort((np.arange(s.size), -s))[:kp])
+            out.append(np.lexsort((np.arange(s.size), -s))[:shortlist])
         return out
 
 

@@ -5,12 +5,12 @@ import json
 import numpy as np
 import pytest
 
-from pm_vector.client.cells import PrivateCellKNN
+from pm_vector.client.cell_client import PrivateCellKNN
 from pm_vector.client.request import CellRequest
 from pm_vector.errors import BudgetExceededError, InvalidInputError
-from pm_vector.manifold.cells import PublicCells, nearest_centroid
+from pm_vector.manifold.public_cells import PublicCells, nearest_centroid
 from pm_vector.privacy import PrivacyAccountant, secure_generator
-from pm_vector.privacy.cells import MAX_CELL_WEIGHT, cell_weight, rr_probabilities
+from pm_vector.privacy.cell_release import MAX_CELL_WEIGHT, cell_weight, rr_probabilities
 from pm_vector.shortlist import CellShortlist, cell_hub_counts
 
 
@@ -163,7 +163,7 @@ def test_client_request_reports_its_cell_and_charges_pure_eps(cells, digits_spli
     req, sec = cl.request(Xq[0], int(yq[0]))
     assert acc.spends[-1].epsilon == 2.0 and acc.spends[-1].delta == 0.0
     assert req.n_cells == 8 and len(req.reports) == cells.classes_.size and not req.seeded
-    assert req.cells_digest == cells.digest() and sec.row == int(cells.class_index([yq[0]])[0])
+    assert req.cells_digest == cells.digest() and sec.real_row == int(cells.class_index([yq[0]])[0])
     cl.request(Xq[1], int(yq[1]))
     with pytest.raises(BudgetExceededError):
         cl.request(Xq[2], int(yq[2]))
@@ -172,7 +172,7 @@ def test_client_request_reports_its_cell_and_charges_pure_eps(cells, digits_spli
     cl = PrivateCellKNN(cells, float("inf"), n_cells=16, row="label")._inject_generator(secure_generator(0))
     for x, label in zip(Xq[:20], yq[:20]):
         req, sec = cl.request(x, int(label))
-        assert req.seeded and req.reports[sec.row] == cl.true_cell(x, int(label))[1]
+        assert req.seeded and req.reports[sec.real_row] == cl.true_cell(x, int(label))[1]
     with pytest.raises(InvalidInputError):
         PrivateCellKNN(cells, 1.0, n_cells=3)
     with pytest.raises(InvalidInputError):
@@ -189,5 +189,5 @@ def test_default_row_is_the_nearest_public_cell_of_any_class(cells, digits_split
         req, sec = cl.request(x)  # no label needed
         xn = np.asarray(x, dtype=np.float64) / np.linalg.norm(x)
         flat = int(np.argmin(((cen - xn) ** 2).sum(1)))
-        assert (sec.row, req.reports[sec.row]) == (flat // 8, flat % 8)
-        assert sec.label == int(cells.classes_[sec.row])
+        assert (sec.real_row, req.reports[sec.real_row]) == (flat // 8, flat % 8)
+        assert sec.label == int(cells.classes_[sec.real_row])

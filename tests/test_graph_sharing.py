@@ -39,7 +39,7 @@ def _ranked(ids, h, hc, w, kp, top_ids, top_hc, fill):
 
 
 def test_the_cell_rows_keep_what_the_answers_use():
-    from pm_vector.db.runs.cells import useful_entries
+    from pm_vector.db.runs.cell_data import useful_entries
 
     rng = np.random.default_rng(1)
     n_items, k_max = 400, 12

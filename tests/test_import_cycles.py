@@ -214,3 +214,43 @@ def test_no_import_cycle_between_modules():
     print(f"{len(found)} known import cycle(s) left:", *(" -> ".join(c) for c in found), sep="\n  ")
     stale = [k for k in KNOWN if k not in [set(c) for c in found]]
     assert not stale, f"no longer cycles, remove them from KNOWN: {stale}"
+
+
+def private_imports(root: Path = ROOT, package: str = PACKAGE) -> list[str]:
+    """Every ``from X import _name`` in the package where ``X`` is another module and ``_name`` a
+    name (not a submodule, not a dunder), as ``"importer: X._name"``, lazy imports included."""
+    modules = _modules(root, package)
+    out = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            src = _resolve_from(name, node, modules)
+            if src is None or src == name or not (src == package or src.startswith(package + ".")):
+                continue
+            out += [f"{name}: {src}.{a.name}" for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__") and f"{src}.{a.name}" not in modules]
+    return sorted(out)
+
+
+#: How many cross-module imports of underscore names the package may hold: it only goes down. A name
+#: another module imports is public (no leading underscore), at its definition and every use.
+PRIVATE_IMPORTS_CEILING = 0
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = private_imports()
+    assert len(found) <= PRIVATE_IMPORTS_CEILING, (f"{len(found)} imports of another module's underscore names "
+                                                   f"(ceiling {PRIVATE_IMPORTS_CEILING}):\n" + "\n".join(found))
+
+
+def test_the_private_import_scan_sees_relative_lazy_and_absolute_imports(tmp_path):
+    pkg = tmp_path / PACKAGE
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "_helpers.py").write_text("_secret = 1\npublic = 2\n")
+    (pkg / "sub" / "a.py").write_text("from ._helpers import _secret, public\nfrom . import _helpers\n"
+                                      "def f():\n    from pm_vector.sub._helpers import _secret\n")
+    (pkg / "sub" / "b.py").write_text("from __future__ import annotations\n_own = 1\n")
+    assert private_imports(tmp_path) == [f"{PACKAGE}.sub.a: {PACKAGE}.sub._helpers._secret"] * 2

@@ -62,7 +62,7 @@ def _queries(db, name, Xq, yq, ys, ids, client_epsilon, delta, cfg, seed) -> tup
     return recall_at_k(got, yq, K), precision_at_k(got, yq, K), time.perf_counter() - t
 
 
-def _pm_vector_queries(name, Xq, yq, ys, ids, true_idx, client_epsilon, delta, k_prime, seed) -> dict:
+def _pm_vector_queries(name, Xq, yq, ys, ids, true_idx, client_epsilon, delta, shortlist, seed) -> dict:
     """nn_recall@8 and precision@8 of pm_vector requests on the collection's current anchor."""
     from .metrics import nn_recall_at_k, precision_at_k
     from ..client.query import PrivateKNN
@@ -71,7 +71,7 @@ def _pm_vector_queries(name, Xq, yq, ys, ids, true_idx, client_epsilon, delta, k
 
     pa, _ = public_anchor(name)
     client = PrivateKNN(class_frames(name), pa.dummy_features, pa.dummy_labels, client_epsilon, delta,
-                        shortlist=k_prime, collection=name)._inject_generator(secure_generator(seed))
+                        shortlist=shortlist, collection=name)._inject_generator(secure_generator(seed))
     pos = {int(v): j for j, v in enumerate(ids)}
     got = []
     for i in range(len(yq)):
@@ -81,7 +81,7 @@ def _pm_vector_queries(name, Xq, yq, ys, ids, true_idx, client_epsilon, delta, k
         got.append(PrivateKNN.rerank(Xq[i], cand, real["features"], K))
     got = np.asarray(got)
     return {"nn_recall_at_8": nn_recall_at_k(got, true_idx), "precision_at_8": precision_at_k(ys[got], yq, K),
-            "shortlist": int(k_prime)}
+            "shortlist": int(shortlist)}
 
 
 def _anchor_configs(units, value_ranges, anchor_epsilons) -> list[tuple]:

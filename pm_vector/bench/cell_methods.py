@@ -16,10 +16,10 @@ import math
 import numpy as np
 
 from .._validation import normalize_rows
-from ..client.cells import PrivateCellKNN
-from ..manifold.cells import PublicCells
+from ..client.cell_client import PrivateCellKNN
+from ..manifold.public_cells import PublicCells
 from ..privacy import secure_generator
-from ..privacy.cells import cell_level_for_epsilon, max_cells_for
+from ..privacy.cell_release import cell_level_for_epsilon, max_cells_for
 from ..shortlist import CellShortlist
 from .metrics import wire_bytes
 
@@ -32,8 +32,8 @@ def cell_state(ctx):
     return cells, sl
 
 
-def level_for(ctx, eps, kp: int | None = None) -> int:
-    """The public rule's K at ``eps`` for ``kp`` candidates per row (default the configured k'), or
+def level_for(ctx, eps, shortlist: int | None = None) -> int:
+    """The public rule's K at ``eps`` for ``shortlist`` candidates per row (default the configured k'), or
     the configured fixed level."""
     cells, _ = cell_state(ctx)
     fixed = ctx.cfg.n_cells
@@ -42,7 +42,7 @@ def level_for(ctx, eps, kp: int | None = None) -> int:
             from ..errors import InvalidInputError
             raise InvalidInputError(f"--cells {fixed} is not a usable level; the anchor allows {list(cells.levels_)}.")
         return int(fixed)
-    max_cells = max_cells_for(len(ctx.ys), cells.classes_.size, int(kp or ctx.cfg.shortlist))
+    max_cells = max_cells_for(len(ctx.ys), cells.classes_.size, int(shortlist or ctx.cfg.shortlist))
     return cell_level_for_epsilon(eps, cells.levels_, max_cells)
 
 
@@ -50,26 +50,26 @@ def _top(scores: np.ndarray, k: int) -> np.ndarray:
     return np.lexsort((np.arange(scores.size), -scores))[:k]
 
 
-def answer_table(ctx, K: int, eps, kp: int | None = None) -> np.ndarray:
+def answer_table(ctx, K: int, eps, shortlist: int | None = None) -> np.ndarray:
     """``(C, K, k')``: the server's answer to every (class, report) at level K and ``eps`` -- a
     cell answer is a function of these two alone (cached on ``ctx``)."""
     cells, sl = cell_state(ctx)
-    kp, C = int(kp or ctx.cfg.shortlist), cells.classes_.size
+    shortlist, C = int(shortlist or ctx.cfg.shortlist), cells.classes_.size
 
     def build():
-        t = np.empty((C, K, kp), dtype=np.int64)
+        t = np.empty((C, K, shortlist), dtype=np.int64)
         for c in range(C):
             for r in range(K):
-                t[c, r] = _top(sl.scores(c, K, r, eps), kp)
+                t[c, r] = _top(sl.scores(c, K, r, eps), shortlist)
         return t
-    return ctx.get(f"cell answers K={K} eps={eps:g} k'={kp}", build)
+    return ctx.get(f"cell answers K={K} eps={eps:g} k'={shortlist}", build)
 
 
 def expected_nn_recall(ctx, K: int, eps, located, true_idx, k: int) -> float:
     """The exact expectation of nn_recall@k over the release's randomness for these queries:
     ``sum_r T(a, r) recall(answer(c, r))`` (``located``: each query's ``(row, true cell a)``;
     ``T``: the RR law; the uniform dummy rows do not change the real row's answer)."""
-    from ..privacy.cells import rr_probabilities
+    from ..privacy.cell_release import rr_probabilities
 
     table = answer_table(ctx, K, eps)
     p, q = rr_probabilities(eps, K)
@@ -87,31 +87,31 @@ def expected_nn_recall(ctx, K: int, eps, located, true_idx, k: int) -> float:
 
 
 def run_cells(ctx, eps, labels, X, seed: int, classifier=None, row: str = "nearest", true_idx=None, k: int = 8,
-              kp: int | None = None):
+              shortlist: int | None = None):
     """One cell request per query (real row scored; the others are uniform reports whose answers
     the client discards). ``row``: the client's row choice (:class:`PrivateCellKNN`); ``labels``:
     the queries' labels (``None``: ask ``classifier``). With ``true_idx`` the result also has the
     exact expected nn_recall@k over the release's randomness (with the configured k' only). The
     request's bytes are its msgpack document's (:func:`~pm_vector.bench.metrics.wire_bytes`)."""
     cells, _ = cell_state(ctx)
-    kp, q = int(kp or ctx.cfg.shortlist), len(X)
-    K = level_for(ctx, eps, kp)
-    client = PrivateCellKNN(cells, eps, n_cells=K, shortlist=kp, classifier=classifier, row=row)
+    shortlist, q = int(shortlist or ctx.cfg.shortlist), len(X)
+    K = level_for(ctx, eps, shortlist)
+    client = PrivateCellKNN(cells, eps, n_cells=K, shortlist=shortlist, classifier=classifier, row=row)
     client._inject_generator(secure_generator(seed))
-    table = answer_table(ctx, K, eps, kp)  # the same answers as sl.scores per request (tests compare)
-    cand = np.empty((q, kp), dtype=np.int64)
+    table = answer_table(ctx, K, eps, shortlist)  # the same answers as sl.scores per request (tests compare)
+    cand = np.empty((q, shortlist), dtype=np.int64)
     json_bytes = wire = 0
     located = []
     for i in range(q):
         req, sec = client.request(X[i], None if labels is None else int(labels[i]))
-        cand[i] = table[sec.row, req.reports[sec.row]]
+        cand[i] = table[sec.real_row, req.reports[sec.real_row]]
         json_bytes += len(req.to_json())
         wire += wire_bytes(req.to_dict())
-        located.append((sec.row, client.locate(normalize_rows(np.asarray(X[i], dtype=np.float64).reshape(1, -1)),
+        located.append((sec.real_row, client.locate(normalize_rows(np.asarray(X[i], dtype=np.float64).reshape(1, -1)),
                                                 None if labels is None else int(labels[i]))[1]))
     C = cells.classes_.size
     extra = {"release": "cells", "n_cells": K, "row": row, "request_json_bytes": round(json_bytes / q, 1)}
-    if true_idx is not None and kp == ctx.cfg.shortlist:
+    if true_idx is not None and shortlist == ctx.cfg.shortlist:
         extra[f"expected_nn_recall_at_{k}"] = expected_nn_recall(ctx, K, eps, located, true_idx, k)
     if not math.isinf(eps):
         extra["rr_p"] = round(client.mechanism.p_, 6)
@@ -122,7 +122,7 @@ def download_lists(ctx, K: int, dim: int):
     """``(candidates (q, k'), table bytes, extra)``: every query looks up its true cell's list in
     the public table of C x K lists (eps 0)."""
     cells, _ = cell_state(ctx)
-    kp = ctx.cfg.shortlist
+    shortlist = ctx.cfg.shortlist
     C = cells.classes_.size
     table = answer_table(ctx, K, math.inf)
     # the client's lookup: its nearest public cell over every class, as the release's real row
@@ -133,7 +133,7 @@ def download_lists(ctx, K: int, dim: int):
     # on the wire (msgpack): the listed items' uint32 ids and float32 features, and the C x K x k' lists
     table_bytes = wire_bytes({"item_ids": np.zeros(n_unique, np.uint32),
                               "features": np.zeros((n_unique, dim), np.float32),
-                              "lists": np.zeros((C, K, kp), np.uint32)})
+                              "lists": np.zeros((C, K, shortlist), np.uint32)})
     return cand, float(table_bytes), {"n_cells": K, "table_items": n_unique, "table_lists": C * K}
 
 

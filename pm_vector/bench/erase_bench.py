@@ -57,7 +57,7 @@ EPSILONS = (1.0, 4.0, 16.0, float("inf"))
 def _location_client(name: str, eps: float, seed: int):
     from ..client.location import PrivateLocationKNN
     from ..db.resolve.resolution import public_anchor
-    from ..manifold.cells import PublicCells
+    from ..manifold.public_cells import PublicCells
     from ..privacy import secure_generator
     from ..protocol.published_codes import unpack
 
@@ -118,9 +118,9 @@ def _answers_after(out: dict, name: str, X, y, Xd, yd, keep, gset: set, classes:
     short (``out["cell_requests"]``, ``out["answers"]``)."""
     from ..client.query import PrivateKNN
     from ..db.resolve.resolution import class_frames, public_anchor, resolve
-    from ..manifold.cells import PublicCells
+    from ..manifold.public_cells import PublicCells
     from ..privacy import secure_generator
-    from ..protocol.cells import CellRequest
+    from ..protocol.cell_request import CellRequest
 
     cells = PublicCells.from_dict(public_anchor(name)[1]["public_cells"])
     sizes = np.bincount(y[keep], minlength=classes)

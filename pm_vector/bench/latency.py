@@ -25,7 +25,7 @@ anchors, runs the server's embedding job, and measures, over ``repeats`` queries
 
 (b'') ``cells`` (with ``release="cells"`` or ``"both"``, the default: the cell release is the
     default release below eps 512): the cell release -- the client's
-    request (one reported public cell per class, :class:`pm_vector.client.cells.PrivateCellKNN`
+    request (one reported public cell per class, :class:`pm_vector.client.cell_client.PrivateCellKNN`
     on the published cells, K by the public rule for eps) and its resolve: the ``k'`` candidates
     of every row ranked and joined with their items by ONE statement
     (:mod:`pm_vector.db.resolve.cell_resolution`), and the request log. ``release="cells"`` skips (b').

@@ -72,7 +72,7 @@ def client_requests(cfg, name: str, C: int, n_items: int, pa, info, frame,
     shape = r.shape
     if info.get("public_locations") and cfg.release in ("location", "all"):
         from ..client.location import PrivateLocationKNN
-        from ..manifold.cells import PublicCells
+        from ..manifold.public_cells import PublicCells
         from ..protocol.published_codes import unpack
 
         pc = unpack(info["product_codes"], info["class_rows"]["codes"]["digest"])
@@ -82,10 +82,10 @@ def client_requests(cfg, name: str, C: int, n_items: int, pa, info, frame,
         r.loc_client = loc_client
         r.loc_reqs, r.loc_client_ms = _timed(lambda i: loc_client.request(Xq[i]).to_json(), n_query, cfg.warmup)
     if info.get("public_cells") and cfg.release in ("cells", "both", "all"):
-        from ..client.cells import PrivateCellKNN
-        from ..manifold.cells import PublicCells
+        from ..client.cell_client import PrivateCellKNN
+        from ..manifold.public_cells import PublicCells
 
-        from ..privacy.cells import max_cells_for
+        from ..privacy.cell_release import max_cells_for
 
         cells_client = PrivateCellKNN(PublicCells.from_dict(info["public_cells"]), cfg.epsilon,
                                       shortlist=shape["cells"][0], collection=name,

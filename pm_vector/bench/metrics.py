@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidInputError
+from ..deprecation import renamed_keywords
 
 __all__ = [
     "wire_answer_bytes",
@@ -298,20 +299,21 @@ def wire_bytes(doc) -> int:
     return len(encode(doc, MSGPACK))
 
 
-def wire_answer_bytes(n_rows: int, k_prime: int, *, dim: int | None = None, code_bytes: int | None = None,
+@renamed_keywords(k_prime="shortlist")  # its old keyword, until 0.3.0
+def wire_answer_bytes(n_rows: int, shortlist: int, *, dim: int | None = None, code_bytes: int | None = None,
                       fields: dict | None = None) -> int:
-    """Bytes on the wire of an answer of ``n_rows`` rows of ``k_prime`` candidates each: per row
+    """Bytes on the wire of an answer of ``n_rows`` rows of ``shortlist`` candidates each: per row
     ``item_ids`` (uint32 ``(k',)``) and either ``codes`` (uint8 ``(k', code_bytes)``: the compact
     answer) or ``features`` (float32 ``(k', dim)``: the raw-feature answer), plus ``fields`` at the
     top level. The arrays' contents do not change their size."""
-    n, kp = _nonneg_int(n_rows, "n_rows"), _nonneg_int(k_prime, "k_prime")
+    n, shortlist = _nonneg_int(n_rows, "n_rows"), _nonneg_int(shortlist, "shortlist")
     if (dim is None) == (code_bytes is None):
         raise InvalidInputError("give exactly one of dim (raw features) or code_bytes (compact codes).")
-    ids = np.zeros(kp, dtype=WIRE_ID_DTYPE)
+    ids = np.zeros(shortlist, dtype=WIRE_ID_DTYPE)
     if code_bytes is not None:
-        row = {"item_ids": ids, "codes": np.zeros((kp, _nonneg_int(code_bytes, "code_bytes")), dtype=np.uint8)}
+        row = {"item_ids": ids, "codes": np.zeros((shortlist, _nonneg_int(code_bytes, "code_bytes")), dtype=np.uint8)}
     else:
-        row = {"item_ids": ids, "features": np.zeros((kp, _nonneg_int(dim, "dim")), dtype=np.float32)}
+        row = {"item_ids": ids, "features": np.zeros((shortlist, _nonneg_int(dim, "dim")), dtype=np.float32)}
     return wire_bytes({**(fields or {}), "rows": [row] * n})
 
 

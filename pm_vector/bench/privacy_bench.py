@@ -22,14 +22,14 @@ Methods (the implementations: :mod:`pm_vector.bench.privacy_methods`):
   :func:`~pm_vector.manifold.codes.compact_answer_shape` (its own ``k'``, not ``--shortlist``);
   the client re-ranks by asymmetric distance.
 - ``pm_vector_raw`` (alias ``pm_vector``): the raw-feature answer: per epsilon the release the public rule
-  :func:`~pm_vector.privacy.cells.release_for_epsilon` picks (the cell release, or the Gaussian
+  :func:`~pm_vector.privacy.cell_release.release_for_epsilon` picks (the cell release, or the Gaussian
   one from ``GAUSSIAN_ABOVE``; the Gaussian's noise-free endpoint at ``inf``). Each row says which
   (``release``) and its ``delta``.
-- ``pm_vector_cells``: the cell release (:mod:`pm_vector.privacy.cells`): public cells per class
-  (k-means of the public anchor, :class:`~pm_vector.manifold.cells.PublicCells`), the real row's
+- ``pm_vector_cells``: the cell release (:mod:`pm_vector.privacy.cell_release`): public cells per class
+  (k-means of the public anchor, :class:`~pm_vector.manifold.public_cells.PublicCells`), the real row's
   cell by K-ary randomized response, uniform reports in every other row, pure eps (delta 0); the
   server's :class:`~pm_vector.shortlist.CellShortlist`. K by
-  :func:`~pm_vector.privacy.cells.cell_level_for_epsilon` (``--cells`` fixes it). At ``inf``: the
+  :func:`~pm_vector.privacy.cell_release.cell_level_for_epsilon` (``--cells`` fixes it). At ``inf``: the
   true cell at the rule's finest K. The real row is the query's nearest public cell over every class
   (``PrivateCellKNN(row="nearest")``: no label needed, measured best); ``pm_vector_cells_label``
   takes the query's label's class instead. Each row has ``expected_nn_recall_at_k``: the exact
@@ -191,12 +191,12 @@ def epsilon_json(eps):
 
 # ----------------------------------------------------------------------------- the run
 
-def _check_run(cfg: BenchConfig, k: int, kp: int, n_items: int) -> None:
+def _check_run(cfg: BenchConfig, k: int, shortlist: int, n_items: int) -> None:
     """Refuse k, the shortlist k' and the epsilons the benchmark cannot run with."""
-    if not 1 <= k <= kp:
-        raise InvalidInputError(f"k ({k}) must be between 1 and the shortlist k' ({kp}).")
-    if kp > n_items:
-        raise InvalidInputError(f"the shortlist k' ({kp}) exceeds the {n_items} server items.")
+    if not 1 <= k <= shortlist:
+        raise InvalidInputError(f"k ({k}) must be between 1 and the shortlist k' ({shortlist}).")
+    if shortlist > n_items:
+        raise InvalidInputError(f"the shortlist k' ({shortlist}) exceeds the {n_items} server items.")
     for e in cfg.epsilons:
         if not (e > 0):
             raise InvalidInputError(f"epsilons must be positive (or inf); got {e!r}.")
@@ -206,8 +206,8 @@ class _Recorder:
     """``record(method, eps, retrieved, ...)``: one result row (recall, precision, bytes, distinct
     lists) appended to ``results``, and its progress line."""
 
-    def __init__(self, ctx, cfg: BenchConfig, k: int, kp: int, true_idx, coll: float, progress):
-        self.ctx, self.cfg, self.k, self.kp, self.true_idx, self.coll = ctx, cfg, k, kp, true_idx, coll
+    def __init__(self, ctx, cfg: BenchConfig, k: int, shortlist: int, true_idx, coll: float, progress):
+        self.ctx, self.cfg, self.k, self.shortlist, self.true_idx, self.coll = ctx, cfg, k, shortlist, true_idx, coll
         self.progress = progress
         self.results: list[dict] = []
 
@@ -216,7 +216,7 @@ class _Recorder:
         ctx, cfg, k, true_idx, progress = self.ctx, self.cfg, self.k, self.true_idx, self.progress
         ys, yq = ctx.ys, ctx.yq
         if answer_k is None:
-            answer_k = self.kp
+            answer_k = self.shortlist
         if resp is None:  # an answer of every row's k' candidates with raw float32 features
             resp = wire_answer_bytes(rows, answer_k, dim=ctx.dim)
         total = float(req_bytes + resp)
@@ -263,7 +263,7 @@ def _run_baseline(ctx, method: str, k: int, raw_seconds: float, record: _Recorde
     return False
 
 
-def _run_method(ctx, cfg: BenchConfig, method: str, k: int, kp: int, record: _Recorder, state: dict) -> None:
+def _run_method(ctx, cfg: BenchConfig, method: str, k: int, shortlist: int, record: _Recorder, state: dict) -> None:
     """One method that may fail (:class:`PMVectorError`: the caller skips it), at every epsilon
     (and every byte budget for the location release); the label-free classifier's accuracy goes
     to ``state["label_free_info"]``."""
@@ -318,22 +318,22 @@ def _run_method(ctx, cfg: BenchConfig, method: str, k: int, kp: int, record: _Re
             continue
         cand, req_bytes, rows, extra = runners[method](eps)
         cand = np.asarray(cand, dtype=np.int64)
-        if cand.shape != (len(yq), kp):
+        if cand.shape != (len(yq), shortlist):
             raise RuntimeError(f"{method} returned candidates of shape {cand.shape}, expected "
-                               f"{(len(yq), kp)}")
+                               f"{(len(yq), shortlist)}")
         if method == "pm_vector_label_free":
             extra = {**extra, "classifier_accuracy": state["label_free_info"]["accuracy"]}
         record(method, eps, pm._rerank(Xq, Xs, cand, k), req_bytes, rows, time.perf_counter() - t, extra,
                candidates=cand)
 
 
-def _summary(split, cfg: BenchConfig, ctx, methods: tuple, k: int, kp: int, coll: float, class_ceiling: float,
+def _summary(split, cfg: BenchConfig, ctx, methods: tuple, k: int, shortlist: int, coll: float, class_ceiling: float,
              results: list, t0: float, label_free_info, skipped: dict) -> dict:
     """The JSON-able result: the run's description and configuration, the rows, the crossover of the
     download baselines, what was skipped and the cell levels."""
     ys = ctx.ys
     freq = np.array([np.mean(ys == c) for c in np.unique(ys)])
-    out = {"dataset": split.dataset.name, "split": split.describe(), "k": k, "shortlist": kp, "delta": cfg.delta,
+    out = {"dataset": split.dataset.name, "split": split.describe(), "k": k, "shortlist": shortlist, "delta": cfg.delta,
            "seed": cfg.seed, "epsilons": [epsilon_json(e) for e in cfg.epsilons], "methods": list(methods),
            "class_ceiling": class_ceiling, f"chance_recall_at_{k}": float(chance_recall_at_k(freq, k)),
            "collection_bytes": coll, "dim": ctx.dim, "classes": ctx.C,
@@ -367,7 +367,7 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
     ``progress(message)`` receives one line per finished method and epsilon.
     """
     t0 = time.perf_counter()
-    k, kp = int(cfg.k), int(cfg.shortlist)
+    k, shortlist = int(cfg.k), int(cfg.shortlist)
     methods = parse_methods(",".join(cfg.methods))
     # the label ablation has the name of what the rows stand for; a classifier has nothing to pick
     # when the rows are public partitions (the client computes its partition)
@@ -375,7 +375,7 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
     methods = tuple(m for m in methods if m not in drop)
     ctx = pm._Context(split, cfg, progress)
     Xs, ys, Xq, yq = ctx.Xs, ctx.ys, ctx.Xq, ctx.yq
-    _check_run(cfg, k, kp, len(ys))
+    _check_run(cfg, k, shortlist, len(ys))
     coll = collection_bytes(len(ys), ctx.dim)
 
     t = time.perf_counter()
@@ -383,7 +383,7 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
     ctx.true_idx = true_idx
     raw_seconds = time.perf_counter() - t
     class_ceiling = float(precision_at_k(ys[true_idx], yq))
-    record = _Recorder(ctx, cfg, k, kp, true_idx, coll, progress)
+    record = _Recorder(ctx, cfg, k, shortlist, true_idx, coll, progress)
     results = record.results
     state: dict = {"label_free_info": None}
     skipped = {}
@@ -391,7 +391,7 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
         if _run_baseline(ctx, method, k, raw_seconds, record):
             continue
         try:
-            _run_method(ctx, cfg, method, k, kp, record, state)
+            _run_method(ctx, cfg, method, k, shortlist, record, state)
         except PMVectorError as exc:
             # one method that cannot run on this data (e.g. a class too small for its KAHM subspace)
             # is skipped with its reason; every other method's figures are kept
@@ -399,7 +399,7 @@ def run(split, cfg: BenchConfig, progress=None) -> dict:
             results[:] = [r for r in results if r["method"] != method]
             if progress:
                 progress(f"{method} skipped: {exc}")
-    return _summary(split, cfg, ctx, methods, k, kp, coll, class_ceiling, results, t0, state["label_free_info"],
+    return _summary(split, cfg, ctx, methods, k, shortlist, coll, class_ceiling, results, t0, state["label_free_info"],
                     skipped)
 
 

@@ -24,7 +24,7 @@ from ..manifold import AnchorFrame
 from ..manifold.class_frames import ClassFrames
 from ..manifold.codes import ProductCodes, compact_answer_shape
 from ..privacy import secure_generator
-from ..privacy.cells import release_for_epsilon
+from ..privacy.cell_release import release_for_epsilon
 from ..shortlist import PosteriorShortlist, noise_free_shortlist
 from . import cell_methods
 from .baselines import ReferenceClassLDP, knn_search
@@ -130,49 +130,49 @@ def _variant_inputs(ctx: _Context, variant: str):
     return (ctx.predicted if variant == "label_free" else ctx.yq), ctx.Xq
 
 
-def _default(ctx: _Context, eps, variant: str, kp: int | None = None):
+def _default(ctx: _Context, eps, variant: str, shortlist: int | None = None):
     """What the public rule picks at ``eps``: the cell release or the Gaussian one."""
     if release_for_epsilon(eps) == "cells":
-        return _cells(ctx, eps, variant, kp)
-    return _gaussian(ctx, eps, variant, kp)
+        return _cells(ctx, eps, variant, shortlist)
+    return _gaussian(ctx, eps, variant, shortlist)
 
 
-def _cells(ctx: _Context, eps, variant: str, kp: int | None = None):
+def _cells(ctx: _Context, eps, variant: str, shortlist: int | None = None):
     """The cell release; its real row is the nearest public cell (``labelled``), the label's class
     (``label``) or the classifier's (``label_free``)."""
     labels, X = _variant_inputs(ctx, variant)
     seed = _seed(ctx.cfg, f"pm_vector_cells:{variant}", eps)
-    args = dict(true_idx=ctx.true_idx, k=int(ctx.cfg.k), kp=kp)
+    args = dict(true_idx=ctx.true_idx, k=int(ctx.cfg.k), shortlist=shortlist)
     if variant == "label_free":  # the client's classifier picks the row
         return cell_methods.run_cells(ctx, eps, None, X, seed, classifier=ctx.classifier, row="label", **args)
     return cell_methods.run_cells(ctx, eps, labels, X, seed, row="label" if variant == "label" else "nearest",
                                   **args)
 
 
-def _gaussian(ctx: _Context, eps, variant: str, kp: int | None = None):
-    cfg, kp = ctx.cfg, int(kp or ctx.cfg.shortlist)
+def _gaussian(ctx: _Context, eps, variant: str, shortlist: int | None = None):
+    cfg, shortlist = ctx.cfg, int(shortlist or ctx.cfg.shortlist)
     q = len(ctx.yq)
     labels, X = _variant_inputs(ctx, variant)
     C = ctx.C
     extra = {"release": "gaussian"}
     if math.isinf(eps):
         fr = ctx.frames_nf
-        cand = noise_free_shortlist(fr, ctx.Xs, fr.clipped(X, labels), labels, kp)
+        cand = noise_free_shortlist(fr, ctx.Xs, fr.clipped(X, labels), labels, shortlist)
         # no request is drawn at the endpoint: the bytes of one of the same shape (16-d frames)
-        shape = PrivateKNN(fr, ctx.Xd, ctx.yd, 1.0, cfg.delta, shortlist=kp)
-        shape._inject_generator(secure_generator(_seed(cfg, "request shape", kp)))
+        shape = PrivateKNN(fr, ctx.Xd, ctx.yd, 1.0, cfg.delta, shortlist=shortlist)
+        shape._inject_generator(secure_generator(_seed(cfg, "request shape", shortlist)))
         return cand, float(wire_bytes(shape.request(X[0], int(labels[0]))[0].to_dict())), C, extra
-    client = PrivateKNN(ctx.frames, ctx.Xd, ctx.yd, eps, cfg.delta, shortlist=kp,
+    client = PrivateKNN(ctx.frames, ctx.Xd, ctx.yd, eps, cfg.delta, shortlist=shortlist,
                         classifier=ctx.classifier if variant == "label_free" else None)
     client._inject_generator(secure_generator(_seed(cfg, f"pm_vector_gaussian:{variant}", eps)))
     ps = ctx.posterior
-    cand = np.empty((q, kp), dtype=np.int64)
+    cand = np.empty((q, shortlist), dtype=np.int64)
     json_bytes = wire = 0
     for i in range(q):
         label = None if variant == "label_free" else int(labels[i])
         req, sec = client.request(X[i], label)
-        s = ps.scores(req.rows[sec.row], req.sigmas[sec.row], req.classes[sec.row])
-        cand[i] = _top(s, kp)
+        s = ps.scores(req.rows[sec.real_row], req.sigmas[sec.real_row], req.classes[sec.real_row])
+        cand[i] = _top(s, shortlist)
         json_bytes += len(req.to_json())
         wire += wire_bytes(req.to_dict())
     req_bytes = wire / q
@@ -182,7 +182,7 @@ def _gaussian(ctx: _Context, eps, variant: str, kp: int | None = None):
 
 
 def _reference_ldp(ctx: _Context, eps):
-    cfg, kp = ctx.cfg, ctx.cfg.shortlist
+    cfg, shortlist = ctx.cfg, ctx.cfg.shortlist
     fr = ctx.frames  # ClassFrames(4, 0.9): exactly mu_c, U_c (top 4 directions) and r_c (90th percentile)
     C, d = ctx.C, fr.components_.shape[1]
     req_bytes = wire_request_bytes(C * d, n_ids=C)
@@ -190,24 +190,24 @@ def _reference_ldp(ctx: _Context, eps):
     # only the real rows are drawn here; the dummy rows (drawn the same way) do not change the answer
     z = ref.release(ctx.Xq, ctx.yq, secure_generator(_seed(cfg, "reference_ldp", eps)))
     extra = {} if math.isinf(eps) else {"noise_sigmas": [round(float(s), 6) for s in ref.sigmas_]}
-    return ref.shortlist(z, ctx.yq, kp), req_bytes, C, extra
+    return ref.shortlist(z, ctx.yq, shortlist), req_bytes, C, extra
 
 
 def _privatemail(ctx: _Context, eps):
-    cfg, kp = ctx.cfg, ctx.cfg.shortlist
+    cfg, shortlist = ctx.cfg, ctx.cfg.shortlist
     frame, items = ctx.smlq
     C, n_anchor, m = ctx.C, len(ctx.ya), frame.anchor_embedding_.shape[1]
     req_bytes = wire_request_bytes((C + n_anchor) * m, n_ids=n_anchor)
     if math.isinf(eps):
-        return knn_search(frame.extend(ctx.Xq, ctx.yq), items, kp), req_bytes, C, {}
+        return knn_search(frame.extend(ctx.Xq, ctx.yq), items, shortlist), req_bytes, C, {}
     anchor = PublicAnchor(list(range(n_anchor)), ctx.Xa, ctx.ya, ctx.Xd, ctx.yd)
     client = _privatemail_client(frame, eps, cfg.delta, cfg, secure_generator(_seed(cfg, "privatemail", eps)))
-    cand = np.empty((len(ctx.yq), kp), dtype=np.int64)
+    cand = np.empty((len(ctx.yq), shortlist), dtype=np.int64)
     sigma = None
     for i in range(len(ctx.yq)):
         req, secret = client.request(ctx.Xq[i], int(ctx.yq[i]), anchor)
         aligned = align_request(req, anchor.ids, frame.anchor_embedding_)
-        cand[i] = knn_search(aligned[secret.real_row:secret.real_row + 1], items, kp)[0]
+        cand[i] = knn_search(aligned[secret.real_row:secret.real_row + 1], items, shortlist)[0]
         sigma = req.noise_sigma
         if (i + 1) % 100 == 0:
             ctx.say(f"    privatemail_paper eps={eps:g}: {i + 1}/{len(ctx.yq)} requests")
@@ -215,15 +215,15 @@ def _privatemail(ctx: _Context, eps):
 
 
 def _dp_projection(ctx: _Context, eps, cls):
-    cfg, kp = ctx.cfg, ctx.cfg.shortlist
+    cfg, shortlist = ctx.cfg, ctx.cfg.shortlist
     m = cfg.projection_dim
     req_bytes = wire_request_bytes(m)
     fit_eps = 1.0 if math.isinf(eps) else eps  # the projection does not depend on epsilon
     method = cls(m, fit_eps, cfg.delta).fit(ctx.Xs, ctx.ys, secure_generator(_seed(cfg, cls.name, "fit")))
     if math.isinf(eps):
-        cand = knn_search(method.project(ctx.Xq), method.server_embedding_, kp)
+        cand = knn_search(method.project(ctx.Xq), method.server_embedding_, shortlist)
         return cand, req_bytes, 1, {}
-    cand = method.search(ctx.Xq, kp, secure_generator(_seed(cfg, cls.name, eps)))
+    cand = method.search(ctx.Xq, shortlist, secure_generator(_seed(cfg, cls.name, eps)))
     return cand, req_bytes, 1, {"noise_sigma": float(method.noise_sigma_)}
 
 
@@ -241,17 +241,17 @@ def compact(ctx: _Context, eps):
     pc, codes = ctx.codes
     k = int(ctx.cfg.k)
     release = release_for_epsilon(eps)
-    kp, b = compact_answer_shape(ctx.C, release, eps, pc.widths_)
-    kp = min(kp, len(ctx.ys))
-    cand, req_bytes, rows, extra = _default(ctx, eps, "labelled", kp)
+    shortlist, b = compact_answer_shape(ctx.C, release, eps, pc.widths_)
+    shortlist = min(shortlist, len(ctx.ys))
+    cand, req_bytes, rows, extra = _default(ctx, eps, "labelled", shortlist)
     cand = np.asarray(cand, dtype=np.int64)
     retrieved = np.stack([c[np.argsort(pc.distances(x, pc.select(codes[c], b)), kind="stable")[:k]]
                           for x, c in zip(ctx.Xq, cand)])
-    fields = {"release": release, "n_cells": int(extra.get("n_cells") or 0), "run_id": 1, "k_prime": kp,
+    fields = {"release": release, "n_cells": int(extra.get("n_cells") or 0), "run_id": 1, "k_prime": shortlist,
               "codes": {"bytes": b, "digest": pc.digest()}}
     extra = {**{key: v for key, v in extra.items() if not key.startswith("expected_")},
-             "k_prime": kp, "code_bytes": b}
-    return cand, retrieved, req_bytes, float(wire_answer_bytes(rows, kp, code_bytes=b, fields=fields)), extra
+             "k_prime": shortlist, "code_bytes": b}
+    return cand, retrieved, req_bytes, float(wire_answer_bytes(rows, shortlist, code_bytes=b, fields=fields)), extra
 
 
 def download_codes(ctx: _Context):

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 err = Console(stderr=True)
 
 
-def _fail(msg: str, code: int = 2) -> None:
+def fail(msg: str, code: int = 2) -> None:
     from rich.markup import escape
 
     err.print(f"[bold red]error:[/] {escape(msg)}")  # a message (a server's, say) is text, not markup
@@ -32,11 +32,11 @@ def _json_value(v):
     return str(v)
 
 
-def _echo_json(obj) -> None:
+def echo_json(obj) -> None:
     typer.echo(json.dumps(obj, default=_json_value))
 
 
-def _floats(text: str) -> tuple[float, ...]:
+def parse_floats(text: str) -> tuple[float, ...]:
     try:
         vals = tuple(float(v) for v in text.split(",") if v.strip())
     except ValueError:
@@ -46,6 +46,6 @@ def _floats(text: str) -> tuple[float, ...]:
     return vals
 
 
-def _progress(disable: bool) -> Progress:
+def progress_bar(disable: bool) -> Progress:
     return Progress(TextColumn("{task.description:<22}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                     TimeElapsedColumn(), console=err, transient=True, disable=disable)

@@ -74,7 +74,7 @@ def _privacy_config(eps, delta: float, k: int, shortlist: int, seed: int, chosen
                        max_prior=max_prior, graph_degree=graph_degree, n_cells=cells, code_bytes=code_bytes,
                        code_stages=(code_bytes // 16 if code_bytes % 16 == 0 and code_bytes >= 32 else
                                     2 if code_bytes % 2 == 0 and code_bytes >= 16 else 1),
-                       code_widths=code_widths, max_bytes=_ints(max_bytes, "--max-bytes"),
+                       code_widths=code_widths, max_bytes=parse_ints(max_bytes, "--max-bytes"),
                        partitions=(partitions or DEFAULT_PARTITIONS) if unlabelled else None)
 
 
@@ -227,7 +227,7 @@ def _print_privacy_table(result: dict) -> None:
         err.print(f"label-free client: {lf['classifier']}, accuracy {lf['accuracy']:.3f} on the queries")
 
 
-def _ints(text: str, what: str) -> tuple[int, ...]:
+def parse_ints(text: str, what: str) -> tuple[int, ...]:
     try:
         vals = tuple(int(v.replace("_", "")) for v in text.split(",") if v.strip())
     except ValueError:
@@ -276,10 +276,10 @@ def latency(
     """
     from ..bench.latency import LatencyConfig, run
 
-    cfg = LatencyConfig(items=items, anchors=anchors, rows=_ints(rows, "--rows"), data=data, dim=dim, k=k,
+    cfg = LatencyConfig(items=items, anchors=anchors, rows=parse_ints(rows, "--rows"), data=data, dim=dim, k=k,
                         repeats=repeats, epsilon=epsilon, shortlist=shortlist, graph_degree=graph_degree,
                         max_prior=max_prior, seed=seed, release=release, answer=answer)
-    result = _run_with_spinner("latency", run, cfg, as_json)
+    result = run_with_spinner("latency", run, cfg, as_json)
     if result is None:
         return
     t = Table(title=f"latency: {result['items']:,} items ({result['data']}, {result['dim']} dims), "
@@ -324,7 +324,7 @@ def latency(
               f"shared_buffers {result['setup'].get('shared_buffers')}")
 
 
-def _run_printing(run, as_json: bool):
+def run_printing(run, as_json: bool):
     """``run(progress)`` with progress lines on stderr (none with --json); with --json print the
     result and return None. A PMVectorError becomes a clear failure."""
     try:
@@ -337,7 +337,7 @@ def _run_printing(run, as_json: bool):
     return result
 
 
-def _run_with_spinner(name: str, run, cfg, as_json: bool):
+def run_with_spinner(name: str, run, cfg, as_json: bool):
     """Run a database benchmark behind a spinner; with --json print it and return None."""
     try:
         with _spinner(sys.stderr.isatty()) as bar:
@@ -378,11 +378,11 @@ def scale(
     """
     from ..bench.scale import ScaleConfig, run
 
-    cfg = ScaleConfig(sizes=_ints(sizes, "--sizes"), anchors=anchors, dim=dim, classes=classes,
+    cfg = ScaleConfig(sizes=parse_ints(sizes, "--sizes"), anchors=anchors, dim=dim, classes=classes,
                       n_components=n_components, repeats=repeats, hnsw_m=hnsw_m,
                       hnsw_ef_construction=hnsw_ef_construction, maintenance_work_mem=maintenance_work_mem, seed=seed,
                       graph=graph, graph_exact_max_items=graph_exact_max_items, recall_sample=recall_sample)
-    result = _run_with_spinner("scale", run, cfg, as_json)
+    result = run_with_spinner("scale", run, cfg, as_json)
     if result is None:
         return
     t = Table(title=f"scale: embedding job ({result['anchors']} anchors, {result['dim']} dims); "

@@ -7,7 +7,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .bench import _run_printing, bench_app, err, fail
+from .bench import run_printing, bench_app, err, fail
 
 
 @bench_app.command("accounting")
@@ -30,7 +30,7 @@ def accounting(
         eps = [float(e) for e in epsilons.split(",") if e.strip()]
     except ValueError:
         fail(f"--epsilons must be comma-separated numbers; got {epsilons!r}.")
-    result = _run_printing(lambda say: run(eps, delta, dim, timing=timing), as_json)
+    result = run_printing(lambda say: run(eps, delta, dim, timing=timing), as_json)
     if result is None:
         return
     t = Table(title=f"noise of one request (units of a row's diameter; d={result['dim']}, G={result['grid_steps']}); "

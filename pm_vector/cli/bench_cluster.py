@@ -7,7 +7,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .bench import _ints, _run_with_spinner, bench_app, err
+from .bench import parse_ints, run_with_spinner, bench_app, err
 
 
 @bench_app.command("cluster")
@@ -35,9 +35,9 @@ def cluster_bench(
     """
     from ..bench.cluster import ClusterBenchConfig, run
 
-    cfg = ClusterBenchConfig(items=items, anchors=anchors, rows=_ints(rows, "--rows"), dim=dim, shards=shards,
+    cfg = ClusterBenchConfig(items=items, anchors=anchors, rows=parse_ints(rows, "--rows"), dim=dim, shards=shards,
                              replicas=replicas, repeats=repeats, epsilon=epsilon, shortlist=shortlist, seed=seed)
-    result = _run_with_spinner("cluster", run, cfg, as_json)
+    result = run_with_spinner("cluster", run, cfg, as_json)
     if result is None:
         return
     t = Table(title=f"cluster: {items:,} items, {dim} dims, eps {epsilon:g}, k'={shortlist}, {repeats} requests "

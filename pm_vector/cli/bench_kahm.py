@@ -7,7 +7,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .bench import _run_printing, bench_app, fail
+from .bench import run_printing, bench_app, fail
 
 
 @bench_app.command("kahm")
@@ -50,7 +50,7 @@ def kahm(
     if part in ("federation", "scores"):
         _kahm_roles(part, names, anchor_epsilons, seed, noise_seed, as_json)
         return
-    result = _run_printing(lambda say: run_kahm_benchmark(part, names, max_items=max_items, repeats=repeats,
+    result = run_printing(lambda say: run_kahm_benchmark(part, names, max_items=max_items, repeats=repeats,
                                                           seed=seed, noise_seed=noise_seed, progress=say), as_json)
     if result is None:
         return
@@ -87,7 +87,7 @@ def _kahm_anchor(names, anchor_epsilons: str, n_queries, seed: int, noise_seed, 
     units = [u.strip() for u in anchor_unit.split(",") if u.strip()]
     if not units or any(u not in ("row", "element") for u in units):
         fail(f"--anchor-unit must be row, element or row,element; got {anchor_unit!r}.")
-    result = _run_printing(lambda say: run_anchor_benchmark(names, anchor_epsilons=eps, units=units,
+    result = run_printing(lambda say: run_anchor_benchmark(names, anchor_epsilons=eps, units=units,
                                                             n_queries=n_queries, seed=seed,
                                                             noise_seed=noise_seed, smoothing_steps=smoothing_steps,
                                                             progress=say), as_json)
@@ -121,11 +121,11 @@ def _kahm_roles(part: str, names, epsilons: str, seed: int, noise_seed, as_json:
             eps = [float(e) for e in epsilons.split(",") if e.strip()]
         except ValueError:
             fail(f"--anchor-epsilons must be comma-separated numbers; got {epsilons!r}.")
-        result = _run_printing(lambda say: run_federation_benchmark(ds, epsilons=eps, seed=seed, noise_seed=noise_seed,
+        result = run_printing(lambda say: run_federation_benchmark(ds, epsilons=eps, seed=seed, noise_seed=noise_seed,
                                                                     progress=say), as_json)
     else:
         ds = names[0] if len(names) == 1 else "fashion-mnist"
-        result = _run_printing(lambda say: run_scores_benchmark(ds, seed=seed, progress=say), as_json)
+        result = run_printing(lambda say: run_scores_benchmark(ds, seed=seed, progress=say), as_json)
     if result is None:
         return
     if part == "federation":

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .bench import _run_printing, bench_app, fail
+from .bench import run_printing, bench_app, fail
 
 
 @bench_app.command("outage")
@@ -35,7 +35,7 @@ def outage(
         cfg = OutageConfig(seconds=seconds, interval=interval, settle=settle)
     except ValueError as e:
         fail(str(e))
-    result = _run_printing(lambda progress: run(cfg, progress), as_json)
+    result = run_printing(lambda progress: run(cfg, progress), as_json)
     if result is None:
         return
     t = Table(title=f"outage: database SIGKILLed for {result['outage_s']:g} s (restart took {result['restart_s']:g} s)")
@@ -78,7 +78,7 @@ def memory(
         cfg = MemoryConfig(rounds=rounds, parallel=parallel, mb=mb, dim=dim, items=items, idle_s=idle_s)
     except ValueError as e:
         fail(str(e))
-    result = _run_printing(lambda progress: run(cfg, progress), as_json)
+    result = run_printing(lambda progress: run(cfg, progress), as_json)
     if result is None:
         return
     t = Table(title=f"memory: {rounds} rounds x {parallel} parallel /kahm/distances calls of {result['body_mb']} MB "
@@ -118,7 +118,7 @@ def hostile(
         cfg = HostileConfig(queries=queries, candidates=candidates, row=row, epsilon=epsilon)
     except ValueError as e:
         fail(str(e))
-    result = _run_printing(lambda progress: run(cfg, progress), as_json)
+    result = run_printing(lambda progress: run(cfg, progress), as_json)
     if result is None:
         return
     t = Table(title=f"hostile: {candidates:,} candidates in one row of {result['tampered_answers']} answers, "

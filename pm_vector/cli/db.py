@@ -28,7 +28,7 @@ def fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _emit(data: dict[str, Any], as_json: bool, title: str) -> None:
+def emit(data: dict[str, Any], as_json: bool, title: str) -> None:
     if as_json:
         typer.echo(json.dumps(data, default=str))
         return
@@ -40,7 +40,7 @@ def _emit(data: dict[str, Any], as_json: bool, title: str) -> None:
     out.print(t)
 
 
-def _call(fn, *a, **kw):
+def cli_call(fn, *a, **kw):
     try:
         return fn(*a, **kw)
     except PMVectorError as e:
@@ -72,14 +72,14 @@ def start(as_json: bool = JSON_OPT,
                  "coordinator with `pm-vector db shard-add NAME URL`.")
         if not shards:
             fail("--replicas needs --shards (a single node has no coordinator to replicate).")
-        _emit_cluster(_call(cluster.start, shards=shards, replicas=replicas), as_json)
+        _emit_cluster(cli_call(cluster.start, shards=shards, replicas=replicas), as_json)
         return
     if cluster.topology() is not None:
-        _emit_cluster(_call(cluster.start, **_cluster_size(cluster.topology())), as_json)
+        _emit_cluster(cli_call(cluster.start, **_cluster_size(cluster.topology())), as_json)
         return
     # a server recovering from a crash is waited for; say so on stderr
-    _emit(_call(server.start, progress=lambda m: err.print(m, markup=False, highlight=False, soft_wrap=True)), as_json,
-          "pm_vector database")
+    emit(cli_call(server.start, progress=lambda m: err.print(m, markup=False, highlight=False, soft_wrap=True)),
+         as_json, "pm_vector database")
 
 
 def _cluster_size(topo: dict[str, Any]) -> dict[str, int]:
@@ -111,9 +111,9 @@ def shard_add(name: str = typer.Argument(..., help="The shard's name (lower-case
     from ..db.postgres import cluster, connect
 
     with connect(autocommit=True) as conn:
-        _call(cluster.register_shard, conn, name, url)
+        cli_call(cluster.register_shard, conn, name, url)
         rows = conn.execute("SELECT name, host, port, dbname FROM pm_vector.shards ORDER BY name").fetchall()
-    _emit({"shards": [dict(zip(("name", "host", "port", "dbname"), r)) for r in rows]}, as_json, "shards")
+    emit({"shards": [dict(zip(("name", "host", "port", "dbname"), r)) for r in rows]}, as_json, "shards")
 
 
 @db_app.command("stop")
@@ -127,9 +127,9 @@ def stop(as_json: bool = JSON_OPT):
     from ..db.postgres import cluster, server
 
     if not server.external_url() and cluster.topology() is not None:
-        _emit(_call(postgres.stop_cluster), as_json, "pm_vector local cluster")
+        emit(cli_call(postgres.stop_cluster), as_json, "pm_vector local cluster")
         return
-    _emit(_call(postgres.stop), as_json, "pm_vector database")
+    emit(cli_call(postgres.stop), as_json, "pm_vector database")
 
 
 @db_app.command("status")
@@ -143,9 +143,9 @@ def status(as_json: bool = JSON_OPT):
     from ..db.postgres import cluster, server
 
     if not server.external_url() and cluster.topology() is not None:
-        _emit_cluster(_call(cluster.status), as_json)
+        _emit_cluster(cli_call(cluster.status), as_json)
         return
-    _emit(_call(server.status), as_json, "pm_vector database")
+    emit(cli_call(server.status), as_json, "pm_vector database")
 
 
 @db_app.command("url")
@@ -157,7 +157,7 @@ def url(as_json: bool = JSON_OPT,
     """
     from ..db.postgres import server
 
-    u = _call(server.database_url)
+    u = cli_call(server.database_url)
     if hide_password:
         u = server.redact(u)
     if as_json:
@@ -174,7 +174,7 @@ def upgrade(as_json: bool = JSON_OPT):
     """
     from ..db import postgres
 
-    _emit(_call(postgres.upgrade), as_json, "pm_vector schema upgrade")
+    emit(cli_call(postgres.upgrade), as_json, "pm_vector schema upgrade")
 
 
 def _retention_days(older_than: Optional[float]) -> Optional[float]:
@@ -186,7 +186,7 @@ def _retention_days(older_than: Optional[float]) -> Optional[float]:
         from ..service.settings import ServiceSettings
     except ImportError:  # the service extra is not installed: its default
         return 30.0
-    days = _call(ServiceSettings.from_env).request_log_retention_days
+    days = cli_call(ServiceSettings.from_env).request_log_retention_days
     return float(days) if days > 0 else None
 
 
@@ -204,11 +204,11 @@ def cleanup_cmd(as_json: bool = JSON_OPT,
     from ..db.store.maintenance import cleanup_all
 
     days = _retention_days(None) if requests else None
-    res = _call(cleanup_all, prune_requests=requests, retention_days=days)
+    res = cli_call(cleanup_all, prune_requests=requests, retention_days=days)
     res["retention_days"] = days
     if requests and res.get("requests_pruned") is None:
         err.print("note: the request log was not pruned (this installation has no retention module).")
-    _emit(res, as_json, "pm_vector cleanup")
+    emit(res, as_json, "pm_vector cleanup")
 
 
 @db_app.command("prune-requests")
@@ -225,10 +225,10 @@ def prune_requests(as_json: bool = JSON_OPT,
     from ..db.store.maintenance import prune_request_log
 
     days = _retention_days(older_than)
-    n = _call(prune_request_log, days)
+    n = cli_call(prune_request_log, days)
     if n is None:
         fail("this installation has no request-log retention (pm_vector.db.store.retention); nothing was deleted.", 1)
-    _emit({"deleted": n, "older_than_days": days}, as_json, "request log pruned")
+    emit({"deleted": n, "older_than_days": days}, as_json, "request log pruned")
 
 
 @db_app.command("payload-limit")
@@ -243,12 +243,12 @@ def payload_limit(collection: str = typer.Argument(..., help="Collection name.")
     """
     from ..db.store.payloads import set_max_payload_bytes
 
-    _emit(_call(set_max_payload_bytes, collection, max_payload_bytes), as_json, "payload bound")
+    emit(cli_call(set_max_payload_bytes, collection, max_payload_bytes), as_json, "payload bound")
 
 
 # ----------------------------------------------------------------------------- embed
 
-def _frame_defaults() -> dict[str, Any]:
+def frame_defaults() -> dict[str, Any]:
     from ..manifold import AnchorFrame
 
     sig = inspect.signature(AnchorFrame.__init__)
@@ -267,7 +267,7 @@ def _sigma(v: Optional[str]):
     return s
 
 
-class _Bar:
+class JobProgressBar:
     """rich progress on stderr, one task per job stage."""
 
     STAGES = ("load", "embed", "write", "index", "switch")
@@ -326,17 +326,17 @@ def embed(
         if given or seed is not None:
             fail("--new-items extends the active run with its own parameters and seed; the frame options "
                  f"({', '.join('--' + k.replace('_', '-') for k in given) or '--seed'}) apply to a full run only.")
-        with _Bar(progress and sys.stderr.isatty()) as bar:
-            res = _call(embed_new_items, collection, anchor_frame_extend_fn, progress=bar)
-        _emit(res, as_json, f"{collection}: new items embedded")
+        with JobProgressBar(progress and sys.stderr.isatty()) as bar:
+            res = cli_call(embed_new_items, collection, anchor_frame_extend_fn, progress=bar)
+        emit(res, as_json, f"{collection}: new items embedded")
         return
-    params = {**_frame_defaults(), **given}
-    with _Bar(progress and sys.stderr.isatty()) as bar:
-        info = _call(run_embedding_job, collection, params, 0 if seed is None else seed, bar,
+    params = {**frame_defaults(), **given}
+    with JobProgressBar(progress and sys.stderr.isatty()) as bar:
+        info = cli_call(run_embedding_job, collection, params, 0 if seed is None else seed, bar,
                      embed_fn=anchor_frame_embed_fn)
     if as_json:
         typer.echo(json.dumps(info, default=str))
         return
     keep = ("run_id", "collection", "status", "is_active", "n_items", "n_anchors", "embedding_dim", "anchor_set_id",
             "seed", "params", "timings", "duration", "previous_run_id", "items_missing")
-    _emit({k: info.get(k) for k in keep}, False, f"{collection}: embedding run {info.get('run_id')}")
+    emit({k: info.get(k) for k in keep}, False, f"{collection}: embedding run {info.get('run_id')}")

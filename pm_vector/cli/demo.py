@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import PMVectorError
-from ._service_common import _echo_json, _fail, _floats, _progress, err
+from ._service_common import echo_json, fail, parse_floats, progress_bar, err
 
 
 def demo(
@@ -29,11 +29,11 @@ def demo(
     """
     from ..bench.demo import run_demo
 
-    eps = _floats(epsilons)
+    eps = parse_floats(epsilons)
     if wire not in ("msgpack", "json"):
         raise typer.BadParameter(f"--wire must be msgpack or json, not {wire!r}.")
     try:
-        with _progress(disable=not sys.stderr.isatty()) as bar:
+        with progress_bar(disable=not sys.stderr.isatty()) as bar:
             tasks: dict[str, int] = {}
 
             def prog(name: str, done: int, total: int) -> None:
@@ -44,9 +44,9 @@ def demo(
             res = run_demo(dataset, eps, n_queries=queries, seed=seed, keep=keep, progress=prog,
                            log=None if as_json else (lambda s: err.print(s)), wire=wire)
     except PMVectorError as e:
-        _fail(str(e))
+        fail(str(e))
     if as_json:
-        _echo_json(res)
+        echo_json(res)
         return
     t = Table(title=f"{res['dataset']}: private k-NN through the service (k=8, delta={res['delta']:g}, "
                     f"{res['sizes']['query']} queries per row)")

@@ -10,53 +10,53 @@ from typing import Optional
 import typer
 
 from ..errors import PMVectorError
-from ._service_common import _echo_json, _fail, _progress, err
+from ._service_common import echo_json, fail, progress_bar, err
 
 
-def _read_table(path: Path, what: str = "features"):
+def read_table_file(path: Path, what: str = "features"):
     """A .npy (never unpickled) or .parquet file as a real-valued or integer array; a clear error
     (exit 2, no traceback) for anything else: unreadable, truncated, pickled, complex, strings."""
     import numpy as np
 
     if not path.is_file():
-        _fail(f"{path}: no such file (--{what}).")
+        fail(f"{path}: no such file (--{what}).")
     if path.suffix == ".npy":
         with open(path, "rb") as fh:
             magic = fh.read(6)
         if magic != b"\x93NUMPY":  # np.load would take it for a pickle
-            _fail(f"{path}: not a .npy file (no numpy header); write it with np.save, or use .parquet.")
+            fail(f"{path}: not a .npy file (no numpy header); write it with np.save, or use .parquet.")
         try:
             a = np.load(path, allow_pickle=False)
         except ValueError as e:
             if "allow_pickle" in str(e) or "Object arrays" in str(e):
-                _fail(f"{path}: holds Python objects (a pickled array), which pm_vector never loads (unpickling "
+                fail(f"{path}: holds Python objects (a pickled array), which pm_vector never loads (unpickling "
                       "runs code). Save a plain numeric array: np.save(path, np.asarray(X, dtype=np.float32)).")
-            _fail(f"{path}: not a readable .npy file ({e}); it may be truncated or not made by numpy.save. "
+            fail(f"{path}: not a readable .npy file ({e}); it may be truncated or not made by numpy.save. "
                   "Write it again with np.save.")
         except (EOFError, OSError) as e:
-            _fail(f"{path}: not a readable .npy file ({e.__class__.__name__}: {e}); it may be truncated. "
+            fail(f"{path}: not a readable .npy file ({e.__class__.__name__}: {e}); it may be truncated. "
                   "Write it again with np.save.")
         return _real_array(a, path, what)
     if path.suffix == ".parquet":
         try:
             import pyarrow.parquet as pq  # noqa: F401
         except ImportError:
-            _fail(f"{path} is Parquet, which needs pyarrow; it is not installed. Install it (pip install pyarrow) "
+            fail(f"{path} is Parquet, which needs pyarrow; it is not installed. Install it (pip install pyarrow) "
                   "or convert to .npy (numpy.save).")
         try:
             tbl = pq.read_table(path)
         except Exception as e:  # noqa: BLE001 - pyarrow raises many types for a bad file
-            _fail(f"{path}: not a readable Parquet file ({e.__class__.__name__}: {e}).")
+            fail(f"{path}: not a readable Parquet file ({e.__class__.__name__}: {e}).")
         cols = [np.asarray(c.to_numpy(zero_copy_only=False)) for c in tbl.columns]
         if len(cols) == 1 and cols[0].dtype == object:
             try:
                 return _real_array(np.stack([np.asarray(v) for v in cols[0]]), path, what)
             except ValueError as e:
-                _fail(f"{path}: its list column has rows of different lengths or non-numbers ({e}).")
+                fail(f"{path}: its list column has rows of different lengths or non-numbers ({e}).")
         for c in cols:
             _real_array(c, path, what)
         return _real_array(np.column_stack(cols) if len(cols) > 1 else cols[0], path, what)
-    _fail(f"{path}: unsupported file type {path.suffix!r}; use .npy (or .parquet with pyarrow).")
+    fail(f"{path}: unsupported file type {path.suffix!r}; use .npy (or .parquet with pyarrow).")
 
 
 def _real_array(a, path: Path, what: str):
@@ -65,13 +65,13 @@ def _real_array(a, path: Path, what: str):
     if kind in "fiub":
         return a
     if kind == "c":
-        _fail(f"{path}: --{what} has complex values (dtype {a.dtype}); pm_vector stores real numbers and will not "
+        fail(f"{path}: --{what} has complex values (dtype {a.dtype}); pm_vector stores real numbers and will not "
               "drop the imaginary part silently. Save the real values you mean (e.g. np.real(X) or "
               "np.hstack([X.real, X.imag])).")
     if kind in "US":
-        _fail(f"{path}: --{what} holds strings (dtype {a.dtype}); give numbers (labels as integers: map class "
+        fail(f"{path}: --{what} holds strings (dtype {a.dtype}); give numbers (labels as integers: map class "
               "names to 0..C-1 first).")
-    _fail(f"{path}: --{what} has dtype {a.dtype}, not real numbers; save a float or integer array.")
+    fail(f"{path}: --{what} has dtype {a.dtype}, not real numbers; save a float or integer array.")
 
 
 def _checked_rows(X, y, normalize: bool):
@@ -82,15 +82,15 @@ def _checked_rows(X, y, normalize: bool):
     X = np.asarray(X, dtype=np.float64)
     y = None if y is None else np.asarray(y).ravel()
     if X.ndim != 2 or (y is not None and X.shape[0] != y.shape[0]):
-        _fail(f"features have shape {X.shape} and labels {None if y is None else y.shape}: need (n, d) and "
+        fail(f"features have shape {X.shape} and labels {None if y is None else y.shape}: need (n, d) and "
               "(n,).")
     if not np.all(np.isfinite(X)):
-        _fail(f"features row {int(np.argwhere(~np.isfinite(X))[0][0])} has NaN or infinite values; clean or "
+        fail(f"features row {int(np.argwhere(~np.isfinite(X))[0][0])} has NaN or infinite values; clean or "
               "drop those rows. Nothing was written.")
     if normalize:
         n = np.linalg.norm(X, axis=1, keepdims=True)
         if np.any(n == 0):
-            _fail(f"row {int(np.flatnonzero(n == 0)[0])} is all zeros and cannot be normalised.")
+            fail(f"row {int(np.flatnonzero(n == 0)[0])} is all zeros and cannot be normalised.")
         X = X / n
     return X, y
 
@@ -115,7 +115,7 @@ def _read_payloads(payloads: Path, n_rows: int) -> list:
 
     pay = read_jsonl(payloads)
     if len(pay) != n_rows:
-        _fail(f"{payloads}: {len(pay)} line(s) for {n_rows} feature row(s); give one JSON value per row. "
+        fail(f"{payloads}: {len(pay)} line(s) for {n_rows} feature row(s); give one JSON value per row. "
               "Nothing was written.")
     return pay
 
@@ -153,15 +153,15 @@ def ingest(
     from .. import db
 
     if role not in ("items", "anchor", "dummy"):
-        _fail("--role must be items, anchor or dummy.")
-    X = _read_table(features, "features")
-    y = None if labels is None else _read_table(labels, "labels")
+        fail("--role must be items, anchor or dummy.")
+    X = read_table_file(features, "features")
+    y = None if labels is None else read_table_file(labels, "labels")
     if partitions is not None and (labels is not None or not create):
-        _fail("--partitions goes with --create and no --labels (it makes a collection without labels).")
+        fail("--partitions goes with --create and no --labels (it makes a collection without labels).")
     if payloads is not None and role != "items":
-        _fail("--payloads goes with --role items (anchor and dummy rows are public and carry no payload).")
+        fail("--payloads goes with --role items (anchor and dummy rows are public and carry no payload).")
     if max_payload_bytes is not None and not create:
-        _fail("--max-payload-bytes goes with --create (an admin changes it later: pm-vector db payload-limit).")
+        fail("--max-payload-bytes goes with --create (an admin changes it later: pm-vector db payload-limit).")
     try:
         X, y = _checked_rows(X, y, normalize)
         out: dict = {}
@@ -171,7 +171,7 @@ def ingest(
         pay = None
         if payloads is not None:
             pay = _read_payloads(payloads, X.shape[0])
-        with _progress(disable=as_json or not sys.stderr.isatty()) as bar:
+        with progress_bar(disable=as_json or not sys.stderr.isatty()) as bar:
             task = bar.add_task(f"ingest {role}", total=X.shape[0])
             if role == "items":
                 # the collection is created in the ingest's transaction: a failed or killed ingest leaves none
@@ -192,8 +192,8 @@ def ingest(
                     raise
                 out.update({**r, "role": role})
     except PMVectorError as e:
-        _fail(str(e))
+        fail(str(e))
     if as_json:
-        _echo_json(out)
+        echo_json(out)
     else:
         err.print(f"{out['n_rows']} {role} row(s) written to {collection}.")

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import PMVectorError
-from ._service_common import _echo_json, _fail
+from ._service_common import echo_json, fail
 
 items_app = typer.Typer(help="Delete or update items of a collection (erasure reaches every run table).",
                         no_args_is_help=True)
@@ -18,18 +18,18 @@ items_app = typer.Typer(help="Delete or update items of a collection (erasure re
 def _read_ids(path: Path, integers: bool) -> list:
     """One id a line (blank lines skipped): integers for --ids, strings for --external-ids."""
     if not path.is_file():
-        _fail(f"{path}: no such file.")
+        fail(f"{path}: no such file.")
     try:
         lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
     except (OSError, UnicodeDecodeError) as e:
-        _fail(f"{path}: not a readable UTF-8 text file ({e}); write one id a line.")
+        fail(f"{path}: not a readable UTF-8 text file ({e}); write one id a line.")
     vals = [ln for ln in lines if ln]
     if not vals:
-        _fail(f"{path}: holds no id; write one id a line.")
+        fail(f"{path}: holds no id; write one id a line.")
     if integers:
         bad = [v for v in vals if not v.isdigit()]
         if bad:
-            _fail(f"{path}: {len(bad)} line(s) are not item ids (positive integers), first {bad[0]!r}; "
+            fail(f"{path}: {len(bad)} line(s) are not item ids (positive integers), first {bad[0]!r}; "
                   "use --external-ids for your own ids.")
         return [int(v) for v in vals]
     return vals
@@ -50,16 +50,16 @@ def delete(name: str = typer.Argument(..., help="The collection."),
     from ..db.store.erase import delete_items
 
     if (ids is None) == (external_ids is None):
-        _fail("give exactly one of --ids FILE and --external-ids FILE.")
+        fail("give exactly one of --ids FILE and --external-ids FILE.")
     try:
         if ids is not None:
             out = delete_items(name, item_ids=_read_ids(ids, True), missing_ok=missing_ok)
         else:
             out = delete_items(name, external_ids=_read_ids(external_ids, False), missing_ok=missing_ok)
     except PMVectorError as e:
-        _fail(str(e))
+        fail(str(e))
     if as_json:
-        _echo_json(out)
+        echo_json(out)
         return
     typer.echo(f"deleted {out['deleted']} item(s) of {name!r} in {out['seconds']} s; runs erased: "
                f"{out['runs'] or 'none'}" + (f"; raw KAHM models to refit: {out['kahm_refit_needed']}"
@@ -85,28 +85,28 @@ def update(name: str = typer.Argument(..., help="The collection."),
 
     import numpy as np
 
-    from ..db.store.update import _UNSET, update_items
-    from .ingest import _read_table
+    from ..db.store.update import UNSET, update_items
+    from .ingest import read_table_file
 
     if (item_id is None) == (external_id is None):
-        _fail("give exactly one of --id N and --external-id S.")
+        fail("give exactly one of --id N and --external-id S.")
     X = None
     if features is not None:
-        X = np.atleast_2d(np.asarray(_read_table(features, "features"), dtype=np.float64))
-    pay = _UNSET
+        X = np.atleast_2d(np.asarray(read_table_file(features, "features"), dtype=np.float64))
+    pay = UNSET
     if payload is not None:
         try:
             pay = [json.loads(payload)]
         except ValueError as e:
-            _fail(f"--payload is not JSON ({e}); quote it, e.g. --payload '{{\"title\": \"x\"}}'.")
+            fail(f"--payload is not JSON ({e}); quote it, e.g. --payload '{{\"title\": \"x\"}}'.")
     try:
         out = update_items(name, item_ids=None if item_id is None else [item_id],
                            external_ids=None if external_id is None else [external_id], features=X,
                            labels=None if label is None else [label], payloads=pay)
     except PMVectorError as e:
-        _fail(str(e))
+        fail(str(e))
     if as_json:
-        _echo_json(out)
+        echo_json(out)
         return
     (old, new), = out["item_ids"].items()
     typer.echo(f"updated item {old} of {name!r}" + (f" (now item {new})" if new != old else "") + f" in {out['seconds']} s")
@@ -130,9 +130,9 @@ def attach(name: str = typer.Argument(..., help="The new collection's name."),
     try:
         out = attach_table(name, table, id_column, vector_column, label_column, payload_column)
     except PMVectorError as e:
-        _fail(str(e))
+        fail(str(e))
     if as_json:
-        _echo_json(out)
+        echo_json(out)
         return
     typer.echo(f"attached {table} as {name!r}: {out['items']} rows, {out['skipped']} skipped (NULL vector, other "
                f"dimension or label), dim {out['dim']}, labels {out['labels']}")
@@ -149,9 +149,9 @@ def sync(name: str = typer.Argument(..., help="The attached collection."),
     try:
         out = _sync(name)
     except PMVectorError as e:
-        _fail(str(e))
+        fail(str(e))
     if as_json:
-        _echo_json(out)
+        echo_json(out)
         return
     typer.echo(f"{out['applied']} change(s): {out['inserted']} new, {out['replaced']} replaced, {out['deleted']} "
                f"deleted, {out['payloads']} payload(s); {len(out['skipped'])} skipped" +

@@ -26,7 +26,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from .db import JSON_OPT, _Bar, _call, _emit, fail, out
+from .db import JSON_OPT, JobProgressBar, cli_call, emit, fail, out
 
 kahm_app = typer.Typer(help="KAHM roles of a collection: DP fabricated anchor, class models and scores, "
                             "federated classification, membership-inference audit.", no_args_is_help=True)
@@ -103,9 +103,9 @@ def _steps_option(smoothing_steps: Optional[int], stopping_rule: bool) -> dict[s
     return {} if smoothing_steps is None else {"smoothing_steps": smoothing_steps}
 
 
-def _bar(progress: bool) -> _Bar:
+def _bar(progress: bool) -> JobProgressBar:
     """The job's stages as progress bars on stderr (as `pm-vector embed` shows them)."""
-    return _Bar(progress and sys.stderr.isatty())
+    return JobProgressBar(progress and sys.stderr.isatty())
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
@@ -123,12 +123,12 @@ def _fmt(v: Any, nd: int = 4) -> str:
     return "-" if v is None else (f"{v:.{nd}f}" if isinstance(v, float) else str(v))
 
 
-def _embed_collection(collection: str, bar: _Bar) -> dict[str, Any]:
+def _embed_collection(collection: str, bar: JobProgressBar) -> dict[str, Any]:
     """The full embedding job as ``pm-vector embed COLLECTION`` runs it (frame defaults, seed 0)."""
     from ..db.runs.jobs import anchor_frame_embed_fn, run_embedding_job
-    from .db import _frame_defaults
+    from .db import frame_defaults
 
-    return _call(run_embedding_job, collection, _frame_defaults(), 0, bar, embed_fn=anchor_frame_embed_fn)
+    return cli_call(run_embedding_job, collection, frame_defaults(), 0, bar, embed_fn=anchor_frame_embed_fn)
 
 
 # ----------------------------------------------------------------------------- anchor
@@ -175,7 +175,7 @@ def anchor(
     vr = _value_range(value_range)
     steps = _steps_option(smoothing_steps, stopping_rule)
     with _bar(progress) as bar:
-        res = _call(fabricate_anchor_set, collection, epsilon, unit=unit, clip_norm=clip_norm, value_range=vr,
+        res = cli_call(fabricate_anchor_set, collection, epsilon, unit=unit, clip_norm=clip_norm, value_range=vr,
                     delta=delta,
                     anchors_per_class=anchors_per_class, dummies_per_class=dummies_per_class,
                     source_per_class=source_per_class, n_components=n_components, **steps,
@@ -200,7 +200,7 @@ def anchor(
         e = res["embedding"]
         summary.update({"embedding_run_id": e.get("run_id"), "embedding_status": e.get("status"),
                         "embedding_dim": e.get("embedding_dim")})
-    _emit(summary, False, f"{collection}: DP fabricated anchor")
+    emit(summary, False, f"{collection}: DP fabricated anchor")
     for w in res.get("warnings") or []:
         from .db import err
 
@@ -251,11 +251,11 @@ def fit(
             fail("--new-items scores new items with the current model as it was fitted; "
                  f"{', '.join(k for k, v in given.items() if v)} appl{'ies' if sum(given.values()) == 1 else 'y'} "
                  "to a new fit only.")
-        res = _call(dbk.score_new_items, collection)
+        res = cli_call(dbk.score_new_items, collection)
         if as_json:
             _echo_json(res)
         else:
-            _emit(res, False, f"{collection}: new items scored")
+            emit(res, False, f"{collection}: new items scored")
         return
     if kind not in dbk.KINDS:
         fail(f"--kind must be one of {', '.join(dbk.KINDS)}; got {kind!r}.")
@@ -266,7 +266,7 @@ def fit(
     if steps and kind != "fabricated":
         fail("--smoothing-steps and --stopping-rule are for --kind fabricated.")
     with _bar(progress) as bar:
-        res = _call(dbk.fit_kahm_models, collection, kind=kind, epsilon=epsilon, delta=delta, value_range=vr,
+        res = cli_call(dbk.fit_kahm_models, collection, kind=kind, epsilon=epsilon, delta=delta, value_range=vr,
                     n_components=n_components, n_layers=min(5, n_components) if n_layers is None else n_layers,
                     branch_size=branch_size, **steps, noise_seed=noise_seed, keep_previous=keep_previous,
                     progress=bar)
@@ -275,7 +275,7 @@ def fit(
         return
     keep = ("model_id", "collection", "kind", "classes", "n_features", "n_items", "n_scored_items", "params",
             "privacy", "model_bytes", "training_accuracy", "timings", "created_at")
-    _emit(plain({k: res.get(k) for k in keep}), False, f"{collection}: KAHM model {res.get('model_id')}")
+    emit(plain({k: res.get(k) for k in keep}), False, f"{collection}: KAHM model {res.get('model_id')}")
 
 
 # ----------------------------------------------------------------------------- listings
@@ -289,7 +289,7 @@ def models(collection: Optional[str] = typer.Argument(None, help="Only this coll
     """
     from ..db.kahm.roles import list_kahm_models
 
-    rows = _call(list_kahm_models, collection)
+    rows = cli_call(list_kahm_models, collection)
     if as_json:
         _echo_json({"models": rows})
         return
@@ -309,7 +309,7 @@ def audits(collection: Optional[str] = typer.Argument(None, help="Only this coll
     """
     from ..db.kahm.roles import list_audits
 
-    rows = _call(list_audits, collection)
+    rows = cli_call(list_audits, collection)
     if as_json:
         _echo_json({"audits": rows})
         return
@@ -351,7 +351,7 @@ def classify(collection: str = typer.Argument(..., help="The collection whose cu
     from ..db.kahm.roles import class_scores
 
     Q = _load_features(features)
-    res = _call(class_scores, collection, Q, model_id=model_id)
+    res = cli_call(class_scores, collection, Q, model_id=model_id)
     if as_json:
         _echo_json(res)
         return
@@ -373,7 +373,7 @@ def federate(collections: list[str] = typer.Argument(..., help="The parties: col
     from ..db.kahm.roles import federated_classify
 
     Q = _load_features(features)
-    res = _call(federated_classify, list(collections), Q)
+    res = cli_call(federated_classify, list(collections), Q)
     if as_json:
         _echo_json(res)
         return
@@ -420,7 +420,7 @@ def audit(
     vr = _value_range(value_range)
     steps = _steps_option(smoothing_steps, stopping_rule)
     with _bar(progress) as bar:
-        res = _call(run_membership_audit, collection, epsilon, value_range=vr, delta=delta, n_repeats=repeats,
+        res = cli_call(run_membership_audit, collection, epsilon, value_range=vr, delta=delta, n_repeats=repeats,
                     holdout_fraction=holdout, max_items=max_items or None, n_components=n_components,
                     n_layers=n_layers, **steps, split_seed=split_seed, noise_seed=noise_seed, progress=bar)
     if as_json:

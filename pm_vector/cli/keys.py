@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import PMVectorError
-from ._service_common import _echo_json, _fail, err
+from ._service_common import echo_json, fail, err
 
 keys_app = typer.Typer(help="API keys of the HTTP service (stored hashed; the key is shown once).",
                        no_args_is_help=True)
@@ -34,9 +34,9 @@ def keys_create(name: str = typer.Option(..., help="Who or what the key is for."
     try:
         rec = create_key(name, role=role, collections=collection or None, rate_per_minute=rate_per_minute)
     except PMVectorError as e:
-        _fail(str(e))
+        fail(str(e))
     if as_json:
-        _echo_json(rec)
+        echo_json(rec)
         return
     scope = ", ".join(rec["collections"]) if rec["collections"] else "every collection"
     err.print(f"created {rec['role']} key {rec['id']} ({rec['name']}; {scope}); store it now, it is not shown again:")
@@ -55,9 +55,9 @@ def keys_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     try:
         rows = list_keys(include_revoked=all_keys)
     except PMVectorError as e:
-        _fail(str(e))
+        fail(str(e))
     if as_json:
-        _echo_json(rows)
+        echo_json(rows)
         return
     t = Table(title="API keys")
     for c in ("id", "name", "prefix", "role", "collections", "rate/min", "created", "revoked"):
@@ -80,8 +80,8 @@ def keys_revoke(key: str = typer.Argument(..., help="The key's id or prefix (pmv
     try:
         rec = revoke_key(key)
     except PMVectorError as e:
-        _fail(str(e))
+        fail(str(e))
     if as_json:
-        _echo_json(rec)
+        echo_json(rec)
     else:
         err.print(f"revoked key {rec['id']} ({rec['name']}, {rec['prefix']}).")

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import PMVectorError
-from ._service_common import _echo_json, _fail, err
+from ._service_common import echo_json, fail, err
 from .demo import demo
 from .ingest import ingest
 from .keys import keys_app
@@ -51,7 +51,7 @@ def serve(
                                       request_log_retention_days=request_log_retention_days,
                                       auth=False if no_auth else None)
     except PMVectorError as e:
-        _fail(str(e))
+        fail(str(e))
     if not st.auth:
         err.print("[yellow]warning:[/] API keys are not required (--no-auth / PM_VECTOR_SERVICE_AUTH=0).")
     _serve(st, log_level=log_level)
@@ -127,10 +127,10 @@ def query(
     try:
         X = np.load(features, allow_pickle=False)
     except (OSError, ValueError) as e:
-        _fail(f"cannot read {features}: {e}")
+        fail(f"cannot read {features}: {e}")
     X = np.atleast_2d(X)
     if X.ndim != 2 or not 0 <= row < X.shape[0]:
-        _fail(f"{features} has shape {X.shape}; --row must select one of its rows.")
+        fail(f"{features} has shape {X.shape}; --row must select one of its rows.")
     ledger = PrivacyBudget(budget_file)
     try:
         with Client(url, api_key, budget=ledger) as c:
@@ -143,21 +143,21 @@ def query(
             res = c.query(collection, X[row], label, epsilon=epsilon, delta=delta, k=k, rerank=rerank,
                           protocol=protocol, **opts)
     except ServiceError as e:  # every non-2xx answer and every malformed one (pm_vector.errors)
-        _fail(f"the service at {url} answered what cannot be used: {e}")
+        fail(f"the service at {url} answered what cannot be used: {e}")
     except PMVectorError as e:
-        _fail(str(e))
+        fail(str(e))
     except Exception as e:  # noqa: BLE001 - network errors, and never a traceback
         import httpx
 
         if isinstance(e, httpx.TimeoutException):
-            _fail(f"{url} did not answer within the timeout ({e or type(e).__name__}); nothing of an answer was "
+            fail(f"{url} did not answer within the timeout ({e or type(e).__name__}); nothing of an answer was "
                   "used. Try again, or check the service.")
         if isinstance(e, httpx.HTTPError):
             notes = " ".join(getattr(e, "__notes__", ()))
-            _fail(f"cannot reach {url}: {e or type(e).__name__}. {notes}".strip())
-        _fail(f"the query failed ({type(e).__name__}: {e}); please report this with the command you ran.")
+            fail(f"cannot reach {url}: {e or type(e).__name__}. {notes}".strip())
+        fail(f"the query failed ({type(e).__name__}: {e}); please report this with the command you ran.")
     if as_json:
-        _echo_json(res)
+        echo_json(res)
         return
     _print_answer(res, collection, k, epsilon, delta, protocol, url)
 
@@ -189,15 +189,15 @@ def load(
     except ValueError:
         raise typer.BadParameter("--classes: comma-separated integers, e.g. 10,100") from None
     if url is not None and not api_key:
-        _fail("--url needs --api-key (or PM_VECTOR_API_KEY).")
+        fail("--url needs --api-key (or PM_VECTOR_API_KEY).")
     try:
         res = run_load(cs, concurrency=concurrency, requests=requests, duration=duration, n_distinct=distinct,
                        epsilon=epsilon, url=url, api_key=api_key, pool_max=pool_max, workers=workers,
                        log=None if as_json else (lambda s: err.print(s)))
     except (PMVectorError, ValueError) as e:
-        _fail(str(e))
+        fail(str(e))
     if as_json:
-        _echo_json(res)
+        echo_json(res)
         return
     t = Table(title=f"load test: {concurrency} concurrent clients, <= {requests} requests / {duration:g} s per C "
                     f"({os.cpu_count()} CPUs)")

@@ -63,7 +63,6 @@ from ..errors import AlignmentError, InvalidInputError, MalformedAnswerError
 from ..privacy.rng import secure_generator
 from ..protocol.codec import JSON, MSGPACK
 from ..protocol.frame import FRAME_TOLERANCE  # noqa: F401  (its old home)
-from ..protocol.frame import frame_from_document as rebuild_frame  # noqa: F401  (its old name and home)
 from .budget import LedgerAccount, PrivacyBudget, origin_key, server_origin
 from .privatemail import PrivateMail, request_charge
 from .public_documents import RELEASES  # noqa: F401  (its old home)
@@ -71,6 +70,12 @@ from .public_documents import PublicDocument, PublicDocuments, VerifiedFrame
 from ..protocol.answers import check_rows_answer
 from .rerank import rerank_row
 from .transport import WIRES, ServiceError, Transport, wire_bytes  # noqa: F401  (wire_bytes: its old home)
+
+
+def __getattr__(name):  # old names (pm_vector.deprecation.RENAMED), until its REMOVED_IN
+    from ..deprecation import renamed
+
+    return renamed(__name__, name)
 
 
 def _fingerprint(request) -> str:
@@ -111,9 +116,9 @@ def _checked_answer(res: dict, name: str, req, protocol: str, shortlist, pc, b, 
                                  f"collection {name!r} publishes; refusing to re-rank by them.")
     rows = res.get("rows")
     if protocol == "pm_vector":
-        kp = int(getattr(req, "shortlist", 0) or shortlist or 1000)
+        shortlist = int(getattr(req, "shortlist", 0) or shortlist or 1000)
         try:
-            rows = check_rows_answer(rows, n_rows=int(req.n_rows), k_prime=kp,
+            rows = check_rows_answer(rows, n_rows=int(req.n_rows), shortlist=shortlist,
                                      code_bytes=b if pc is not None else None,
                                      n_features=n_features if mode == "features" else None)
         except InvalidInputError as exc:  # the answer's fault, whatever the real row
@@ -301,7 +306,7 @@ class Client(Transport, PublicDocuments):
         :meth:`choose_release` picks; ``"location"`` a :class:`~pm_vector.protocol.location.LocationRequest`
         (one report over the whole collection, its plan by the public rule under ``max_bytes``, default
         the client's ``max_answer_bytes``), charged (eps, 0); ``release="gaussian"`` a
-        :class:`~pm_vector.client.query.QueryRequest` (``label=None``: the label-free client), charged
+        :class:`~pm_vector.client.query.ClassRowsRequest` (``label=None``: the label-free client), charged
         (eps, delta); ``release="cells"`` a :class:`~pm_vector.client.request.CellRequest` (level
         ``n_cells``, None: the public rule), charged (eps, 0); ``"auto"``: :meth:`choose_release`.
         ``"privatemail_paper"``: the paper's request (:class:`~pm_vector.client.PrivateMail`;
@@ -393,7 +398,7 @@ class Client(Transport, PublicDocuments):
         The paper's protocol ignores ``answer``: raw features when the collection allows them.
 
         ``release`` (pm_vector protocol): ``"auto"`` (default: the public rule of
-        :func:`pm_vector.privacy.cells.release_for_epsilon`: below eps 512 the location release when
+        :func:`pm_vector.privacy.cell_release.release_for_epsilon`: below eps 512 the location release when
         the collection serves it, else the cell release), ``"location"`` (ONE report of the query's
         public cell over the whole collection, pure eps; the answer is ``candidates`` ids and code
         prefixes of the width the public plan chooses under ``max_bytes``, default the client's

@@ -30,7 +30,7 @@ import numpy as np
 
 from .._validation import as_matrix, normalize_rows
 from ..errors import InvalidInputError, MalformedAnswerError
-from ..manifold.cells import PublicCells
+from ..manifold.public_cells import PublicCells
 from ..privacy.location import LocationRandomizedResponse, plan as location_plan
 from ..privacy.rng import secure_generator
 from ..protocol.location import LocationRequest, check_location_answer
@@ -39,7 +39,7 @@ from .rerank import rank
 
 class PrivateLocationKNN:
     """Builds location requests against published location cells (a one-class
-    :class:`~pm_vector.manifold.cells.PublicCells`).
+    :class:`~pm_vector.manifold.public_cells.PublicCells`).
 
     ``level``, ``candidates``, ``code_bytes``: the plan; any of them ``None`` takes the public rule
     :func:`~pm_vector.privacy.location.plan` of ``epsilon``, ``n_items`` (the collection's public

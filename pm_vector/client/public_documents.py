@@ -2,7 +2,7 @@
 what it builds from it: the verified anchor frame (:class:`VerifiedFrame`), the class frames,
 dummy pool, published codes and cells (:class:`PublicDocument`), and the private-query clients
 built on them (:class:`~pm_vector.client.query.PrivateKNN`,
-:class:`~pm_vector.client.cells.PrivateCellKNN`).
+:class:`~pm_vector.client.cell_client.PrivateCellKNN`).
 
 Everything here is public data, fetched once per active run and re-fetched when the run
 changes; what is built from it (published codes and cells, checked against the digests the run
@@ -231,10 +231,10 @@ class PublicDocuments:
         return cached
 
     def public_cells(self, name: str):
-        """The collection's published :class:`~pm_vector.manifold.cells.PublicCells` (from the public
+        """The collection's published :class:`~pm_vector.manifold.public_cells.PublicCells` (from the public
         anchor document, cached per run), verified against the digest the run publishes; None when the
         active run serves no cell release."""
-        from ..manifold.cells import PublicCells
+        from ..manifold.public_cells import PublicCells
 
         cached = self._current_document(name)
         doc, meta = cached.public_cells, cached.class_rows.get("cells") or {}
@@ -249,31 +249,32 @@ class PublicDocuments:
         return cached.derived["cells"]
 
     def private_cells(self, name: str, *, epsilon: float, n_cells: int | None = None, shortlist: int | None = None):
-        """The :class:`~pm_vector.client.cells.PrivateCellKNN` of the collection's active run (the cell
+        """The :class:`~pm_vector.client.cell_client.PrivateCellKNN` of the collection's active run (the cell
         release: pure eps, delta 0; ``n_cells`` None: K by the public rule for ``epsilon``, among the
-        levels no finer than :func:`~pm_vector.privacy.cells.max_cells_for` the collection's public
+        levels no finer than :func:`~pm_vector.privacy.cell_release.max_cells_for` the collection's public
         size, classes and k'), charging this client's ledger (eps, 0) per request."""
-        from ..privacy.cells import max_cells_for
-        from .cells import PrivateCellKNN
+        from ..privacy.cell_release import max_cells_for
+        from .cell_client import PrivateCellKNN
 
         cells = self.public_cells(name)
         if cells is None:
             raise InvalidInputError(f"collection {name!r} serves no cell release (its active run publishes no "
                                     "cells); use release='gaussian', or run a new embedding job.")
-        kp = shortlist or DEFAULT_SHORTLIST
+        shortlist = shortlist or DEFAULT_SHORTLIST
         doc = self._public[name].class_rows
-        max_cells = max_cells_for(int(doc["n_items"]), len(doc["classes"]), int(kp)) if doc.get("n_items") else None
+        max_cells = (max_cells_for(int(doc["n_items"]), len(doc["classes"]), int(shortlist))
+                     if doc.get("n_items") else None)
         # the real row: the query's nearest public cell over every class (PrivateCellKNN's default
         # row="nearest": no label, no classifier needed)
-        return PrivateCellKNN(cells, epsilon, n_cells=n_cells, shortlist=kp, collection=name,
+        return PrivateCellKNN(cells, epsilon, n_cells=n_cells, shortlist=shortlist, collection=name,
                               accountant=self._account(name), max_cells=max_cells)
 
     def location_cells(self, name: str):
         """The collection's published location cells (a one-class
-        :class:`~pm_vector.manifold.cells.PublicCells` of the whole anchor, from the public anchor
+        :class:`~pm_vector.manifold.public_cells.PublicCells` of the whole anchor, from the public anchor
         document, cached per run), verified against the digest the run publishes; None when the active
         run serves no location release."""
-        from ..manifold.cells import PublicCells
+        from ..manifold.public_cells import PublicCells
 
         cached = self._current_document(name)
         doc, meta = cached.public_locations, cached.class_rows.get("locations") or {}
@@ -308,12 +309,12 @@ class PublicDocuments:
 
     def choose_release(self, name: str, epsilon: float, release: str = "auto", *, class_rows: bool = False) -> str:
         """``"location"``, ``"cells"`` or ``"gaussian"``: ``release`` itself, or for ``"auto"`` the public
-        default rule (:func:`pm_vector.privacy.cells.release_for_epsilon`): the location release (one
+        default rule (:func:`pm_vector.privacy.cell_release.release_for_epsilon`): the location release (one
         report over the whole collection) below eps 512 when the collection serves it, else the cell
         release, the Gaussian from eps 512 or when neither is served. ``class_rows``: the caller gave a
         class-rows option (``shortlist``, ``n_cells``): ``"auto"`` then chooses among the class-rows
         releases only."""
-        from ..privacy.cells import release_for_epsilon
+        from ..privacy.cell_release import release_for_epsilon
 
         if release not in RELEASES:
             raise InvalidInputError(f"release must be one of {list(RELEASES)}, not {release!r}.")
@@ -352,5 +353,5 @@ class PublicDocuments:
         used = self.choose_release(name, epsilon, release, class_rows=True)  # the location path returned before
         pub = self._public[name]
         n_rows = len(pub.class_rows.get("classes") or pub.frames.classes_)
-        kp, b = compact_answer_shape(n_rows, used, float(epsilon), tuple(pc.widths_))
-        return used, int(shortlist) if shortlist is not None else int(kp), int(b), pc
+        rule_shortlist, b = compact_answer_shape(n_rows, used, float(epsilon), tuple(pc.widths_))
+        return used, int(shortlist) if shortlist is not None else int(rule_shortlist), int(b), pc

@@ -12,7 +12,7 @@
 
 The request is one noised row per class (:mod:`pm_vector.privacy.class_rows` states the
 guarantee): the real query in its class's row, a public dummy in every other. The client keeps
-which row is real (:class:`QuerySecret`). The server answers every row with ``k'`` candidates
+which row is real (:class:`~pm_vector.client.request.ClientSecret`). The server answers every row with ``k'`` candidates
 and what the client needs to re-rank them (raw features or a published code); the client
 re-ranks its real row's candidates locally and sends nothing more.
 
@@ -38,7 +38,6 @@ from the seed) and is not charged; services refuse it unless set to allow seeded
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,24 +48,19 @@ from ..privacy.class_rows import ClassRowsGaussianMechanism
 from ..privacy.rng import secure_generator
 from ..protocol import bounds
 # the wire types live in pm_vector.protocol; re-exported here (their old home)
-from ..protocol.class_rows import DEFAULT_SHORTLIST, QueryRequest, frames_digest
-from ..protocol.formats import CLASS_ROWS_FORMAT as FORMAT
+from ..protocol.class_rows import DEFAULT_SHORTLIST, ClassRowsRequest, frames_digest
+from ..protocol.formats import CLASS_ROWS_FORMAT
+from .request import ClientSecret
 from .rerank import rerank, rerank_ids
 
-__all__ = ["DEFAULT_SHORTLIST", "FORMAT", "PrivateKNN", "QueryRequest", "QuerySecret", "frames_digest", "rerank"]
+__all__ = ["CLASS_ROWS_FORMAT", "DEFAULT_SHORTLIST", "ClassRowsRequest", "ClientSecret", "PrivateKNN", "frames_digest",
+           "rerank"]
 
 
-@dataclass(frozen=True)
-class QuerySecret:
-    """What the client keeps: its label and the position of its real row."""
+def __getattr__(name):  # old names (pm_vector.deprecation.RENAMED), until its REMOVED_IN
+    from ..deprecation import renamed
 
-    label: int
-    row: int
-    predicted: bool = False
-
-    def pick(self, rows):
-        """The answer of the real row from a per-row answer list."""
-        return rows[self.row]
+    return renamed(__name__, name)
 
 
 class PrivateKNN:
@@ -124,8 +118,8 @@ class PrivateKNN:
     def _choose(self, n: int) -> int:
         return int(self._rng.integers(n)) if self._rng is not None else secrets.randbelow(n)
 
-    def request(self, x, label: int | None = None) -> tuple[QueryRequest, QuerySecret]:
-        """``(QueryRequest, QuerySecret)`` for one query ``x`` (raw features, scaled to unit norm
+    def request(self, x, label: int | None = None) -> tuple[ClassRowsRequest, ClientSecret]:
+        """``(ClassRowsRequest, ClientSecret)`` for one query ``x`` (raw features, scaled to unit norm
         like the collection's rows) of class ``label``; ``label=None`` asks the client's
         classifier."""
         x = as_matrix(np.asarray(x, dtype=np.float64).reshape(1, -1), "query")
@@ -152,13 +146,13 @@ class PrivateKNN:
                 rows[j] = pool[self._choose(pool.shape[0])]
         noise_rng = self._rng if self._rng is not None else secure_generator()
         released = self.mechanism.release(rows, noise_rng)
-        req = QueryRequest(rows=released, classes=self.frames.classes_.tolist(), epsilon=self.mechanism.epsilon,
+        req = ClassRowsRequest(rows=released, classes=self.frames.classes_.tolist(), epsilon=self.mechanism.epsilon,
                            delta=self.mechanism.delta, noise_scale=self.mechanism.noise_scale_,
                            sigmas=self.mechanism.sigmas_.tolist(), frames_digest=self.digest,
                            shortlist=self.shortlist, seeded=self._rng is not None, collection=self.collection,
                            noise=self.mechanism.noise,
                            grid=None if self.mechanism.grid_ is None else self.mechanism.grid_.tolist())
-        return req, QuerySecret(int(label), row, predicted)
+        return req, ClientSecret(real_row=row, label=int(label), predicted=predicted)
 
     @staticmethod
     def rerank(x, candidate_ids, candidate_features, k: int = 8) -> np.ndarray:

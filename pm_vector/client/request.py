@@ -1,25 +1,48 @@
-"""What a PrivateMail client keeps (:class:`ClientSecret`). The requests it sends live in
+"""What a client keeps (:class:`ClientSecret`), whichever request it sends. The requests live in
 :mod:`pm_vector.protocol` and are re-exported here (their old home)."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
-from ..protocol.cells import CellRequest
-from ..protocol.formats import CELL_FORMAT
-from ..protocol.formats import PRIVATEMAIL_FORMAT as FORMAT
+from ..protocol.cell_request import CellRequest
+from ..protocol.formats import CELL_FORMAT, PRIVATEMAIL_FORMAT
 from ..protocol.paper import PrivateMailRequest
 
-__all__ = ["CELL_FORMAT", "FORMAT", "CellRequest", "ClientSecret", "PrivateMailRequest"]
+__all__ = ["CELL_FORMAT", "PRIVATEMAIL_FORMAT", "CellRequest", "ClientSecret", "PrivateMailRequest"]
 
 
-@dataclass(frozen=True)
+def __getattr__(name):  # old names (pm_vector.deprecation.RENAMED), until its REMOVED_IN
+    from ..deprecation import renamed
+
+    return renamed(__name__, name)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ClientSecret:
-    """Kept by the client, never sent: which query row is the real one."""
+    """Kept by the client, never sent: which query row is the real one (``real_row``), the real
+    query's ``label``, whether that label was ``predicted`` (the label-free client's classifier
+    chose it), and, for the paper's protocol, every row's label (``row_labels``).
+
+    One class for every release (class rows, cells, the paper's); ``QuerySecret`` was its name
+    for the class-rows and cell clients (:mod:`pm_vector.deprecation`). Keyword arguments only:
+    the two old classes took their fields in different orders.
+    """
 
     real_row: int
     label: int
-    row_labels: tuple
+    predicted: bool = False
+    row_labels: tuple = ()
+
+    @property
+    def row(self) -> int:
+        """``real_row`` under ``QuerySecret``'s name for it (FutureWarning)."""
+        from ..deprecation import REMOVED_IN
+
+        warnings.warn(f"ClientSecret.row is renamed real_row; the old name is removed in pm_vector {REMOVED_IN}",
+                      FutureWarning, stacklevel=2)
+        return self.real_row
 
     def pick(self, per_row_results: list):
         """The real row's answer from the server's per-row results."""

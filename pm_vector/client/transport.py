@@ -100,11 +100,11 @@ def answer_cap(request: dict, k: int, *, code_bytes: int | None = None, n_featur
                 break
     if n is None:
         n = int(request.get("n_query_rows") or 1)
-    kp = int(request.get("shortlist") or request.get("candidates") or k)  # a location request names candidates
+    shortlist = int(request.get("shortlist") or request.get("candidates") or k)  # a location request names candidates
     code_bytes = code_bytes if code_bytes is not None else request.get("code_bytes")
     per = CANDIDATE_OVERHEAD + 2 * int(code_bytes or 0) + 32 * int(n_features or 0)
     per += 2 * int(payload_bytes) + 64 if payload_bytes is not None else PAYLOAD_ALLOWANCE
-    return ANSWER_OVERHEAD + max(1, n) * max(1, kp) * per
+    return ANSWER_OVERHEAD + max(1, n) * max(1, shortlist) * per
 
 
 def answer_bounds(max_bytes: int) -> dict[str, int]:

@@ -20,7 +20,7 @@ from sklearn.base import ClassifierMixin
 from .._validation import as_labels, as_matrix
 from ..defaults import DEFAULT_SMOOTHING_STEPS
 from ..errors import InvalidInputError
-from .model import (DEFAULT_CHUNK, KAHMCore, _Base, _check_int, fit_deep, kmeans_partition, n_branches_for,
+from .model import (DEFAULT_CHUNK, KAHMCore, KAHMEstimatorBase, check_int, fit_deep, kmeans_partition, n_branches_for,
                     run_jobs, wide_forward)
 
 __all__ = ["KAHMClassifier", "NoisyKAHMClassifier", "FabricatedKAHMClassifier", "matching_scores"]
@@ -38,7 +38,7 @@ def matching_scores(distances: np.ndarray) -> np.ndarray:
     return np.where(finite, s, 0.0)
 
 
-class KAHMClassifier(ClassifierMixin, _Base):
+class KAHMClassifier(ClassifierMixin, KAHMEstimatorBase):
     """KAHM based classifier (Definition 7) with class-matching scores (Definition 8).
 
     Parameters
@@ -79,9 +79,9 @@ class KAHMClassifier(ClassifierMixin, _Base):
     # ---- fitting -------------------------------------------------------------------
     def _validate(self, X, y):
         self._setup()
-        self._n = _check_int("n_components", self.n_components)
-        self._L = _check_int("n_layers", self.n_layers)
-        self._bs = _check_int("branch_size", self.branch_size)
+        self._n = check_int("n_components", self.n_components)
+        self._L = check_int("n_layers", self.n_layers)
+        self._bs = check_int("branch_size", self.branch_size)
         if self._L > self._n:
             raise InvalidInputError(f"n_layers={self._L} must not exceed n_components={self._n} (Definition 3).")
         X = as_matrix(X, "X")
@@ -296,10 +296,10 @@ class FabricatedKAHMClassifier(_PrivateMixin, KAHMClassifier):
                          device=device, dtype=dtype, chunk_size=chunk_size)
 
     def fit(self, X, y):
-        from .privacy import _reissue_warnings, fabrication_jobs
+        from .privacy import reissue_warnings, fabrication_jobs
         noise = self._check_privacy_params()
         X, y, classes, counts = self._validate(X, y)
-        steps = _check_int("max_smoothing_steps", self.max_smoothing_steps)
+        steps = check_int("max_smoothing_steps", self.max_smoothing_steps)
         if self.smoothing_steps is not None and self.r is not None:
             raise InvalidInputError("r is the threshold of the stopping rule: pass smoothing_steps=None to opt in to "
                                     "the rule, or drop r (the default runs a fixed public number of steps).")
@@ -313,7 +313,7 @@ class FabricatedKAHMClassifier(_PrivateMixin, KAHMClassifier):
             jobs += js
             owners += [ci] * len(js)
         results = run_jobs(jobs, self.n_jobs)
-        _reissue_warnings([b for _, b in results])
+        reissue_warnings([b for _, b in results])
         blocks = [np.concatenate([a for (a, _), o in zip(results, owners) if o == ci]) for ci in range(len(classes))]
         self.fabrication_ = {int(c): [b for (_, b), o in zip(results, owners) if o == ci]
                              for ci, c in enumerate(classes)}

@@ -64,7 +64,7 @@ class Encoder:
 _CONTROLLER = None
 
 
-def _blas_single_thread():
+def blas_single_thread():
     """Context: BLAS/LAPACK libraries (scipy's, torch's MKL/OpenMP) on one thread."""
     global _CONTROLLER
     from threadpoolctl import ThreadpoolController
@@ -107,7 +107,7 @@ def eigh(S: torch.Tensor, k: int | None = None) -> tuple[torch.Tensor, torch.Ten
         if m < _SMALL:
             w, V = _lapack_eigh(a, k)
         else:
-            with _blas_single_thread():
+            with blas_single_thread():
                 w, V = _lapack_eigh(a, k)
         w = torch.from_numpy(np.ascontiguousarray(w))
         V = torch.from_numpy(np.ascontiguousarray(V))

@@ -214,8 +214,8 @@ def _np_threads(Y):
     """numpy's BLAS on one thread for the whole numpy fit (its idle threads would otherwise spin
     beside torch's); skipped for tiny inputs, where switching costs more than it saves."""
     from contextlib import nullcontext
-    from .kernel import _blas_single_thread
-    return _blas_single_thread() if Y.shape[0] >= 64 or Y.shape[0] * Y.shape[1] >= 20_000 else nullcontext()
+    from .kernel import blas_single_thread
+    return blas_single_thread() if Y.shape[0] >= 64 or Y.shape[0] * Y.shape[1] >= 20_000 else nullcontext()
 
 
 def _fit_layers_numpy(Yt: torch.Tensor, ns: list[int], *, what: str, keep_eig: bool,
@@ -442,13 +442,13 @@ def _resolve_jobs(n_jobs) -> int:
 # scikit-learn style estimators
 # --------------------------------------------------------------------------------------
 
-def _check_int(name, v, lo=1):
+def check_int(name, v, lo=1):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
         raise InvalidInputError(f"{name} must be an integer >= {lo}; got {v!r}.")
     return int(v)
 
 
-class _Base(BaseEstimator):
+class KAHMEstimatorBase(BaseEstimator):
     """Shared plumbing: validation, device/dtype, persistence."""
 
     _kind = "base"
@@ -456,7 +456,7 @@ class _Base(BaseEstimator):
     def _setup(self):
         self.device_ = resolve_device(getattr(self, "device", None))
         self.dtype_ = resolve_dtype(getattr(self, "dtype", "float64"))
-        self._chunk = _check_int("chunk_size", getattr(self, "chunk_size", DEFAULT_CHUNK))
+        self._chunk = check_int("chunk_size", getattr(self, "chunk_size", DEFAULT_CHUNK))
 
     def _check_fitted(self):
         if not hasattr(self, "n_features_in_"):
@@ -492,7 +492,7 @@ class _Base(BaseEstimator):
         return obj
 
 
-class KAHM(_Base):
+class KAHM(KAHMEstimatorBase):
     """Kernel affine hull machine ``A_{Y,n}`` (Definition 1).
 
     Parameters
@@ -524,7 +524,7 @@ class KAHM(_Base):
 
     def fit(self, Y, y=None):
         self._setup()
-        n = _check_int("n_components", self.n_components)
+        n = check_int("n_components", self.n_components)
         Y = as_matrix(Y, "Y")
         Yt = torch.as_tensor(Y, dtype=self.dtype_, device=self.device_)
         self.core_ = fit_core(Yt, n)
@@ -577,7 +577,7 @@ class KAHM(_Base):
         self._set_attrs()
 
 
-class DeepKAHM(_Base):
+class DeepKAHM(KAHMEstimatorBase):
     """Conditionally deep KAHM ``D_{Y,n,L}`` (Definition 3): layers ``A_{Y,n}, ..., A_{Y,n-L+1}``
     composed, output = the layer image closest to the input; ``distance`` = ``Gamma_D`` (Def 4)."""
 
@@ -593,8 +593,8 @@ class DeepKAHM(_Base):
 
     def fit(self, Y, y=None):
         self._setup()
-        n = _check_int("n_components", self.n_components)
-        L = _check_int("n_layers", self.n_layers)
+        n = check_int("n_components", self.n_components)
+        L = check_int("n_layers", self.n_layers)
         Y = as_matrix(Y, "Y")
         self.layers_ = fit_deep(torch.as_tensor(Y, dtype=self.dtype_, device=self.device_), n, L)
         self.n_features_in_ = Y.shape[1]
@@ -635,7 +635,7 @@ class DeepKAHM(_Base):
         self.n_samples_ = int(meta["n_samples"])
 
 
-class WideKAHM(_Base):
+class WideKAHM(KAHMEstimatorBase):
     """Wide conditionally deep KAHM ``W_{Y,n,L,S}`` (Definition 5).
 
     ``S = ceil(N / branch_size)`` k-means branches (``branch_size=1000`` as in eq 59) unless
@@ -662,10 +662,10 @@ class WideKAHM(_Base):
 
     def fit(self, Y, y=None):
         self._setup()
-        n = _check_int("n_components", self.n_components)
-        L = _check_int("n_layers", self.n_layers)
-        bs = _check_int("branch_size", self.branch_size)
-        S = None if self.n_branches is None else _check_int("n_branches", self.n_branches)
+        n = check_int("n_components", self.n_components)
+        L = check_int("n_layers", self.n_layers)
+        bs = check_int("branch_size", self.branch_size)
+        S = None if self.n_branches is None else check_int("n_branches", self.n_branches)
         Y = as_matrix(Y, "Y")
         self.branches_, parts = fit_wide(Y, n, L, branch_size=bs, n_branches=S, random_state=self.random_state,
                                          n_jobs=self.n_jobs, device=self.device_, dtype=self.dtype_)

@@ -19,7 +19,7 @@ from .classifier import KAHMClassifier
 from .federated import federated_predict
 from .membership import membership_audit
 from .model import run_jobs
-from .privacy import _reissue_warnings, fabrication_jobs
+from .privacy import reissue_warnings, fabrication_jobs
 
 __all__ = ["anchor_noise", "fabricate_anchor", "fit_class_models", "federated_predict", "membership_audit"]
 
@@ -89,7 +89,7 @@ def fabricate_anchor(X, y, epsilon: float, n: int = 20, seed: int | None = None,
         jobs += js
         owners += [int(c)] * len(js)
     results = run_jobs(jobs, n_jobs)
-    _reissue_warnings([b for _, b in results])
+    reissue_warnings([b for _, b in results])
     X_fab = np.concatenate([a for a, _ in results])
     y_fab = np.concatenate([np.full(a.shape[0], o, dtype=np.int64) for (a, _), o in zip(results, owners)])
     return X_fab, y_fab

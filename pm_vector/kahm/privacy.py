@@ -327,11 +327,11 @@ def fabricate_subsets(Y, noise: OptimalNoise, n: int, *, rng: np.random.Generato
     jobs = fabrication_jobs(Y, Yp, n, branch_size=branch_size, cluster_on=cluster_on, r=r, max_steps=max_steps,
                             random_state=random_state, device=device, dtype=dtype, what=what)
     results = run_jobs(jobs, n_jobs)
-    _reissue_warnings([b for _, b in results])
+    reissue_warnings([b for _, b in results])
     return np.concatenate([a for a, _ in results]), [b for _, b in results]
 
 
-def _reissue_warnings(infos):
+def reissue_warnings(infos):
     for inf in infos:
         if inf.get("warning"):
             warnings.warn(inf["warning"], FabricationWarning, stacklevel=3)

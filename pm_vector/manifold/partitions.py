@@ -16,7 +16,7 @@ import numpy as np
 
 from .._validation import as_matrix
 from ..errors import InvalidInputError
-from .cells import nearest_centroid
+from .public_cells import nearest_centroid
 
 #: partitions of a collection without labels, unless it sets its own
 DEFAULT_PARTITIONS = 10

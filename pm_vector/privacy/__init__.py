@@ -8,7 +8,7 @@ reproduce and compare with the papers, not for releases.
 """
 
 from .accountant import PrivacyAccountant, Spend
-from .cells import CellRandomizedResponse, cell_level_for_epsilon, release_for_epsilon, rr_probabilities
+from .cell_release import CellRandomizedResponse, cell_level_for_epsilon, release_for_epsilon, rr_probabilities
 from .gaussian import AnalyticGaussianMechanism, GaussianMechanism, gaussian_epsilon, gaussian_privacy_profile
 from .laplace import LaplaceMechanism
 from .laplace_variant import LaplaceVariantMechanism, laplace_variant_constants, laplace_variant_sensitivity

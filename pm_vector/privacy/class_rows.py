@@ -73,7 +73,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from .discrete import sample_discrete_gaussian_var, zcdp_rho_for
-from .gaussian import _analytic_sigma, _check_delta, _check_epsilon
+from .gaussian import analytic_sigma, check_delta, check_epsilon
 from .rng import require_generator
 
 #: rows a change of the query alters (the real row's class and the new class)
@@ -90,7 +90,7 @@ NOISE = "discrete_gaussian"
 def unit_noise_scale(epsilon: float, delta: float, rows_changed: int = ROWS_CHANGED) -> float:
     """``s`` of the *continuous* analytic Gaussian for (epsilon, delta) at L2 sensitivity
     ``sqrt(rows_changed)``, in units of a row's diameter ``2 r_c`` (kept for comparison)."""
-    return _analytic_sigma(_check_epsilon(epsilon), _check_delta(delta), math.sqrt(int(rows_changed)))
+    return analytic_sigma(check_epsilon(epsilon), check_delta(delta), math.sqrt(int(rows_changed)))
 
 
 def discrete_unit_noise_scale(epsilon: float, delta: float, dim: int, grid_steps: int = DEFAULT_GRID_STEPS,
@@ -100,7 +100,7 @@ def discrete_unit_noise_scale(epsilon: float, delta: float, dim: int, grid_steps
     In grid units a row moves by at most ``row_sensitivity(dim, G)`` and ``rows_changed`` rows move,
     so ``sigma_grid = sqrt(rows_changed / (2 rho)) * row_sensitivity`` with ``rho`` from
     :func:`~pm_vector.privacy.discrete.zcdp_rho_for`; ``s = sigma_grid / G``."""
-    rho = zcdp_rho_for(_check_epsilon(epsilon), _check_delta(delta))
+    rho = zcdp_rho_for(check_epsilon(epsilon), check_delta(delta))
     G = _check_grid_steps(grid_steps)
     # 1e-9: the float division sigma / gamma at release time must not land below the calibration
     return math.sqrt(int(rows_changed) / (2.0 * rho)) * row_sensitivity(dim, G) / G * (1 + 1e-9)
@@ -132,8 +132,8 @@ class ClassRowsGaussianMechanism:
     noise = NOISE
 
     def __init__(self, epsilon: float, delta: float, radii, dim: int, *, grid_steps: int = DEFAULT_GRID_STEPS):
-        self.epsilon = _check_epsilon(epsilon)
-        self.delta = _check_delta(delta)
+        self.epsilon = check_epsilon(epsilon)
+        self.delta = check_delta(delta)
         r = np.asarray(radii, dtype=np.float64).reshape(-1)
         if r.size == 0 or not np.all(np.isfinite(r)) or np.any(r <= 0):
             raise InvalidInputError("radii must be positive finite numbers, one per class.")

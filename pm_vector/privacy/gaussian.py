@@ -38,14 +38,14 @@ def _real(name: str, value) -> float:
     return v
 
 
-def _check_epsilon(epsilon) -> float:
+def check_epsilon(epsilon) -> float:
     e = _real("epsilon", epsilon)
     if not (e > 0 and math.isfinite(e)):
         raise PrivacyParameterError(f"epsilon must be finite and > 0; got {epsilon!r}.")
     return e
 
 
-def _check_delta(delta) -> float:
+def check_delta(delta) -> float:
     d = _real("delta", delta)
     if not 0 < d < 1:
         raise PrivacyParameterError(f"delta must satisfy 0 < delta < 1; got {delta!r}. "
@@ -53,14 +53,14 @@ def _check_delta(delta) -> float:
     return d
 
 
-def _check_sensitivity(sensitivity, name: str = "sensitivity") -> float:
+def check_sensitivity(sensitivity, name: str = "sensitivity") -> float:
     s = _real(name, sensitivity)
     if not (s > 0 and math.isfinite(s)):
         raise PrivacyParameterError(f"{name} must be finite and > 0; got {sensitivity!r}.")
     return s
 
 
-def _as_release_input(value) -> np.ndarray:
+def as_release_input(value) -> np.ndarray:
     try:
         a = np.array(value, dtype=np.float64)  # copy: the caller's array is never modified
     except (TypeError, ValueError) as exc:
@@ -96,8 +96,8 @@ def gaussian_privacy_profile(sigma: float, epsilon: float, sensitivity: float) -
     Balle & Wang (2018), Theorem 8:
     ``Phi(D/(2s) - eps s/D) - e^eps Phi(-D/(2s) - eps s/D)``, evaluated in log space.
     """
-    s = _check_sensitivity(sigma, "sigma")
-    return math.exp(_log_profile(s, _check_epsilon(epsilon), _check_sensitivity(sensitivity)))
+    s = check_sensitivity(sigma, "sigma")
+    return math.exp(_log_profile(s, check_epsilon(epsilon), check_sensitivity(sensitivity)))
 
 
 def gaussian_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
@@ -105,9 +105,9 @@ def gaussian_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
     ``sensitivity``: the inverse of :func:`gaussian_privacy_profile` in epsilon (the profile
     decreases in epsilon), found by bisection from above (relative 1e-13), so that
     ``gaussian_privacy_profile(sigma, result, sensitivity) <= delta``."""
-    s = _check_sensitivity(sigma, "sigma")
-    d = _check_delta(delta)
-    D = _check_sensitivity(sensitivity)
+    s = check_sensitivity(sigma, "sigma")
+    d = check_delta(delta)
+    D = check_sensitivity(sensitivity)
     log_d = math.log(d)
     ok = lambda e: _log_profile(s, e, D) <= log_d  # noqa: E731
     lo, hi = 0.0, 1.0
@@ -136,7 +136,7 @@ class _GaussianBase:
         ``rng`` must come from :func:`pm_vector.privacy.secure_generator`; ``None``
         draws a fresh cryptographically seeded generator.
         """
-        a = _as_release_input(value)
+        a = as_release_input(value)
         g = require_generator(rng)
         return a + g.normal(0.0, self.sigma, size=a.shape)
 
@@ -156,15 +156,15 @@ class GaussianMechanism(_GaussianBase):
     """
 
     def __init__(self, epsilon: float, delta: float, sensitivity: float):
-        eps = _check_epsilon(epsilon)
+        eps = check_epsilon(epsilon)
         if eps >= 1:
             raise PrivacyParameterError(
                 f"GaussianMechanism's calibration sqrt(2 ln(1.25/delta)) * sensitivity / epsilon is proven only for "
                 f"epsilon < 1; got epsilon={epsilon!r}. Use AnalyticGaussianMechanism(epsilon, delta, sensitivity), "
                 "which is exact for every epsilon > 0.")
         self.epsilon = eps
-        self.delta = _check_delta(delta)
-        self.sensitivity = _check_sensitivity(sensitivity)
+        self.delta = check_delta(delta)
+        self.sensitivity = check_sensitivity(sensitivity)
         self.sigma = math.sqrt(2.0 * math.log(1.25 / self.delta)) * self.sensitivity / self.epsilon
 
 
@@ -180,13 +180,13 @@ class AnalyticGaussianMechanism(_GaussianBase):
     """
 
     def __init__(self, epsilon: float, delta: float, sensitivity: float):
-        self.epsilon = _check_epsilon(epsilon)
-        self.delta = _check_delta(delta)
-        self.sensitivity = _check_sensitivity(sensitivity)
-        self.sigma = _analytic_sigma(self.epsilon, self.delta, self.sensitivity)
+        self.epsilon = check_epsilon(epsilon)
+        self.delta = check_delta(delta)
+        self.sensitivity = check_sensitivity(sensitivity)
+        self.sigma = analytic_sigma(self.epsilon, self.delta, self.sensitivity)
 
 
-def _analytic_sigma(eps: float, delta: float, sens: float) -> float:
+def analytic_sigma(eps: float, delta: float, sens: float) -> float:
     log_delta = math.log(delta)
     log_exp_eps = eps  # log(e^eps)
 

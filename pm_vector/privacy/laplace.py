@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gaussian import _as_release_input, _check_epsilon, _check_sensitivity
+from .gaussian import as_release_input, check_epsilon, check_sensitivity
 from .rng import require_generator
 
 __all__ = ["LaplaceMechanism"]
@@ -23,8 +23,8 @@ class LaplaceMechanism:
     delta = 0.0
 
     def __init__(self, epsilon: float, sensitivity: float):
-        self.epsilon = _check_epsilon(epsilon)
-        self.sensitivity = _check_sensitivity(sensitivity)
+        self.epsilon = check_epsilon(epsilon)
+        self.sensitivity = check_sensitivity(sensitivity)
         self.scale = self.sensitivity / self.epsilon
 
     def release(self, value, rng: np.random.Generator | None = None) -> np.ndarray:
@@ -33,7 +33,7 @@ class LaplaceMechanism:
         ``rng`` must come from :func:`pm_vector.privacy.secure_generator`; ``None``
         draws a fresh cryptographically seeded generator.
         """
-        a = _as_release_input(value)
+        a = as_release_input(value)
         g = require_generator(rng)
         return a + g.laplace(0.0, self.scale, size=a.shape)
 

@@ -33,9 +33,9 @@ import numbers
 import numpy as np
 
 from ..errors import DomainError, InvalidInputError, PrivacyParameterError
-from .gaussian import _as_release_input, _check_epsilon
+from .gaussian import as_release_input, check_epsilon
 from .rng import require_generator
-from .sensitivity import _check_n, _check_real, _denominators, smallest_valid_sigma
+from .sensitivity import check_n, check_real, denominators, smallest_valid_sigma
 
 __all__ = ["LaplaceVariantMechanism", "laplace_variant_constants", "laplace_variant_sensitivity",
            "max_log_beta"]
@@ -68,12 +68,12 @@ def laplace_variant_constants(n: int, sigma: float, alpha: float, label_encoding
     ``phi_max = n z_ij^max + z_ii^max``, ``phi_min = n z_ij^min + z_ii^min``.
     Raises :class:`DomainError` where ``a <= 0`` or ``b <= 0``.
     """
-    n = _check_n(n)
-    sigma = _check_real("sigma", sigma, positive=True)
-    alpha = _check_real("alpha", alpha, positive=False)
+    n = check_n(n)
+    sigma = check_real("sigma", sigma, positive=True)
+    alpha = check_real("alpha", alpha, positive=False)
     if label_encoding not in LABEL_ENCODINGS:
         raise InvalidInputError(f"label_encoding must be one of {LABEL_ENCODINGS}; got {label_encoding!r}.")
-    a, b = _denominators(n, sigma)
+    a, b = denominators(n, sigma)
     if not (a > 0 and b > 0):
         raise DomainError(f"Appendix E constants are undefined at n={n}, sigma={sigma:g} (denominators {a:.4g}, "
                           f"{b:.4g} must be > 0); use sigma > {smallest_valid_sigma(n):.6g}.")
@@ -122,7 +122,7 @@ def max_log_beta(n: int, k: int) -> float:
     ``ln(beta) <= -4 k n``. (For n = 500, k = 2 that is beta <= e^-4000, which
     underflows a float: pass ``log_beta``.)
     """
-    return -4.0 * _check_k(k) * _check_n(n)
+    return -4.0 * _check_k(k) * check_n(n)
 
 
 def _resolve_log_beta(beta, log_beta, n: int, k: int) -> float:
@@ -157,9 +157,9 @@ def laplace_variant_sensitivity(n: int, sigma: float, alpha: float, k: int, sigm
     root's argument is not positive; :class:`PrivacyParameterError` for beta
     outside ``ln(beta) <= -4 k n``.
     """
-    n = _check_n(n)
+    n = check_n(n)
     k = _check_k(k)
-    sigma_q = _check_real("sigma_q", sigma_q, positive=True)
+    sigma_q = check_real("sigma_q", sigma_q, positive=True)
     lb = _resolve_log_beta(beta, log_beta, n, k)
     consts = laplace_variant_constants(n, sigma, alpha, label_encoding, c)
     pmin, pmax = consts["phi_min"], consts["phi_max"]
@@ -198,8 +198,8 @@ class LaplaceVariantMechanism:
     def __init__(self, epsilon: float, n: int, sigma: float, alpha: float, k: int, sigma_q: float, *, beta=None,
                  log_beta=None, label_encoding: str = "one-hot", c: int | None = None,
                  union_size: int | None = None, calibration: str = "l1"):
-        self.epsilon = _check_epsilon(epsilon)
-        self.n = _check_n(n)
+        self.epsilon = check_epsilon(epsilon)
+        self.n = check_n(n)
         self.k = _check_k(k)
         self.log_beta = _resolve_log_beta(beta, log_beta, self.n, self.k)
         self.beta = math.exp(self.log_beta)  # may underflow to 0.0; log_beta is exact
@@ -232,7 +232,7 @@ class LaplaceVariantMechanism:
 
     def release(self, value, rng: np.random.Generator | None = None) -> np.ndarray:
         """Return ``value + Laplace(0, scale)`` noise; ``value`` must be the (n+1) x k first iterate."""
-        a = _as_release_input(value)
+        a = as_release_input(value)
         if a.shape != (self.n + 1, self.k):
             raise InvalidInputError(f"value must have shape (n+1, k) = ({self.n + 1}, {self.k}); got {a.shape}.")
         g = require_generator(rng)

@@ -3,7 +3,7 @@ randomized response. Pure epsilon-DP (delta 0) for the whole request, with no la
 
 What is released
 ----------------
-Public: the location cells (:class:`~pm_vector.manifold.cells.PublicCells` fit on the whole public
+Public: the location cells (:class:`~pm_vector.manifold.public_cells.PublicCells` fit on the whole public
 anchor as one class: ``M`` k-means centroids per published level). The client's secret is its
 query ``x`` (features, and its label if it has one: the release does not use it). Its true cell is
 ``a = cell_M(x)``, the nearest centroid at level ``M``. The request is one integer ``R`` in

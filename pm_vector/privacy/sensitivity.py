@@ -34,14 +34,14 @@ __all__ = ["appendix_b_constant", "smlq_sensitivity", "paper_smlq_sensitivity", 
 
 
 # --------------------------------------------------------------------------- parameter checks
-def _check_n(n) -> int:
+def check_n(n) -> int:
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
         raise InvalidInputError(f"n (number of unit-norm records, excluding the padding row) must be an int >= 1; "
                                 f"got {n!r}.")
     return int(n)
 
 
-def _check_real(name: str, value, *, positive: bool) -> float:
+def check_real(name: str, value, *, positive: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(float(value)):
         raise InvalidInputError(f"{name} must be a real number; got {value!r}.")
     v = float(value)
@@ -59,13 +59,13 @@ def smallest_valid_sigma(n: int) -> float:
     first by ``e^{-1/(2 sigma^2)} - e^{-2/sigma^2} > 0``, so the domain is
     exactly ``sigma > sqrt(2 / ln(n+1))`` (open interval).
     """
-    n = _check_n(n)
+    n = check_n(n)
     return math.sqrt(2.0 / math.log(n + 1.0))
 
 
 def smallest_valid_n(sigma: float) -> int:
     """Smallest n for which Appendix B's bound is defined at this bandwidth: ``n > e^{2/sigma^2} - 1``."""
-    sigma = _check_real("sigma", sigma, positive=True)
+    sigma = check_real("sigma", sigma, positive=True)
     t = 2.0 / sigma ** 2
     if t > 700:
         raise DomainError(f"sigma={sigma!r} is so small that no realistic n satisfies "
@@ -74,7 +74,7 @@ def smallest_valid_n(sigma: float) -> int:
     return int(math.floor(bound)) + 1
 
 
-def _denominators(n: int, sigma: float) -> tuple[float, float]:
+def denominators(n: int, sigma: float) -> tuple[float, float]:
     e2 = math.exp(-2.0 / sigma ** 2)
     a = n * e2 + math.exp(-1.0 / (2.0 * sigma ** 2)) - 1.0   # lower bound on Diag(L_X)_ii
     b = (n + 1) * e2 - 1.0                                     # lower bound on Diag(L_X~)_ii
@@ -100,11 +100,11 @@ def appendix_b_constant(n: int, sigma: float, alpha: float, label_diameter_sq: f
     (i.e. ``sigma > sqrt(2/ln(n+1))``), where the derivation's lower bounds on
     the degrees are meaningless.
     """
-    n = _check_n(n)
-    sigma = _check_real("sigma", sigma, positive=True)
-    alpha = _check_real("alpha", alpha, positive=False)
-    c2 = _check_real("label_diameter_sq", label_diameter_sq, positive=False)
-    a, b = _denominators(n, sigma)
+    n = check_n(n)
+    sigma = check_real("sigma", sigma, positive=True)
+    alpha = check_real("alpha", alpha, positive=False)
+    c2 = check_real("label_diameter_sq", label_diameter_sq, positive=False)
+    a, b = denominators(n, sigma)
     if not (a > 0 and b > 0):
         s_min = smallest_valid_sigma(n)
         try:
@@ -135,7 +135,7 @@ def appendix_b_constant(n: int, sigma: float, alpha: float, label_diameter_sq: f
 
 
 def _check_q_frobenius(q_frobenius) -> float:
-    return _check_real("q_frobenius", q_frobenius, positive=True)
+    return check_real("q_frobenius", q_frobenius, positive=True)
 
 
 def smlq_sensitivity(n: int, sigma: float, alpha: float, label_diameter_sq: float, q_frobenius: float) -> float:
@@ -199,8 +199,8 @@ def smlq_first_iteration(X, y_as_vectors, Q, sigma: float, alpha: float) -> np.n
     if y.shape[0] != m or q.shape[0] != m:
         raise InvalidInputError(f"X, y_as_vectors and Q must have the same number of rows; got {x.shape[0]}, "
                                 f"{y.shape[0]}, {q.shape[0]}.")
-    sigma = _check_real("sigma", sigma, positive=True)
-    alpha = _check_real("alpha", alpha, positive=False)
+    sigma = check_real("sigma", sigma, positive=True)
+    alpha = check_real("alpha", alpha, positive=False)
     wx, dx = _laplacian_parts(x, sigma)
     wy, dy = _laplacian_parts(y, sigma)
     # alpha L_Y - L_X = alpha (Diag(dy) - W_Y) - (Diag(dx) - W_X)

@@ -16,22 +16,24 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from .published_codes import row_codes
+from ..deprecation import renamed_keywords
 
 #: the per-candidate lists a row of a full answer may carry beside its ids
 _LISTS = ("external_ids", "labels", "scores", "distances", "payloads", "predicted", "class_scores")
 
 
-def _ids(value: Any, k_prime: int, where: str) -> np.ndarray:
+def _ids(value: Any, shortlist: int, where: str) -> np.ndarray:
     a = np.asarray(value if value is not None else [])
     if isinstance(value, (bytes, bytearray, str)) or a.ndim != 1 or (a.size and a.dtype.kind not in "ui"):
         raise InvalidInputError(f"{where}: item_ids must be a list of integers.")
     a = a.astype(np.int64)
-    if a.size > k_prime or (a.size and (a.min() < 0 or np.unique(a).size != a.size)):
-        raise InvalidInputError(f"{where}: item_ids must be at most {k_prime} distinct non-negative integers.")
+    if a.size > shortlist or (a.size and (a.min() < 0 or np.unique(a).size != a.size)):
+        raise InvalidInputError(f"{where}: item_ids must be at most {shortlist} distinct non-negative integers.")
     return a
 
 
-def check_rows_answer(rows: Any, *, n_rows: int, k_prime: int, code_bytes: int | None = None,
+@renamed_keywords(k_prime="shortlist")  # its old keyword, until 0.3.0
+def check_rows_answer(rows: Any, *, n_rows: int, shortlist: int, code_bytes: int | None = None,
                       n_features: int | None = None) -> list[dict]:
     """Every row of a class-rows answer, checked (module doc); returns them with ``item_ids`` as
     int64 arrays and, when asked, ``codes`` as ``(n, code_bytes)`` uint8 and ``features`` as
@@ -44,7 +46,7 @@ def check_rows_answer(rows: Any, *, n_rows: int, k_prime: int, code_bytes: int |
             raise InvalidInputError("every answer row must be a document.")
         where = "an answer row"
         row = dict(r)
-        ids = _ids(r.get("item_ids"), int(k_prime), where)
+        ids = _ids(r.get("item_ids"), int(shortlist), where)
         n = int(ids.size)
         row["item_ids"] = ids
         if code_bytes is not None:

@@ -2,8 +2,8 @@
 
 One home for the bounds, so that the client that builds a request, the HTTP service that
 parses one and :mod:`pm_vector.db` that answers one refuse the same things (the request types of
-:mod:`pm_vector.protocol` -- :class:`~pm_vector.protocol.class_rows.QueryRequest`,
-:class:`~pm_vector.protocol.cells.CellRequest`, :class:`~pm_vector.protocol.paper.PrivateMailRequest`
+:mod:`pm_vector.protocol` -- :class:`~pm_vector.protocol.class_rows.ClassRowsRequest`,
+:class:`~pm_vector.protocol.cell_request.CellRequest`, :class:`~pm_vector.protocol.paper.PrivateMailRequest`
 and :class:`~pm_vector.protocol.paper.ReleaseRequest` -- check their fields with these helpers):
 
 * a number is a JSON number (an int or a float, numpy's included), never a boolean or a string,
@@ -89,10 +89,10 @@ def integer(v: Any, name: str, lo: int, hi: int) -> int:
     return int(v)
 
 
-def k_prime(v: Any) -> int:
-    """``k'`` (a request's ``shortlist``, or ``k_prime``): an integer in ``1..MAX_K_PRIME``."""
+def shortlist(v: Any) -> int:
+    """``k'`` (a request's ``shortlist``): an integer in ``1..MAX_K_PRIME``."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not 1 <= int(v) <= MAX_K_PRIME:
-        raise InvalidInputError(f"k' (the request's shortlist, or k_prime) must be an integer in 1..{MAX_K_PRIME}, "
+        raise InvalidInputError(f"k' (the request's shortlist) must be an integer in 1..{MAX_K_PRIME}, "
                                 f"got {v!r}.")
     return int(v)
 

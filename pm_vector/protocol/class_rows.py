@@ -1,4 +1,4 @@
-"""A class-rows request (:class:`QueryRequest`): what leaves a :class:`~pm_vector.client.query.PrivateKNN`
+"""A class-rows request (:class:`ClassRowsRequest`): what leaves a :class:`~pm_vector.client.query.PrivateKNN`
 client, one noised row per class (:mod:`pm_vector.privacy.class_rows` states the guarantee), and
 the digest of the published class frames it was built on (:func:`frames_digest`)."""
 
@@ -37,7 +37,7 @@ def frames_digest(frames: "ClassFrames") -> str:
 
 
 @dataclass
-class QueryRequest:
+class ClassRowsRequest:
     """What leaves the client: ``rows`` (``C x d``, class order), the classes, (epsilon, delta),
     the noise per row, the frames' digest, ``shortlist`` (k'), ``seeded`` (true only for a
     request built with an injected generator: tests and benchmarks), and the release's provenance:
@@ -97,7 +97,7 @@ class QueryRequest:
         return json.dumps(self.to_dict())
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "QueryRequest":
+    def from_dict(cls, d: Mapping[str, Any]) -> "ClassRowsRequest":
         if not isinstance(d, Mapping) or d.get("format") != CLASS_ROWS_FORMAT:
             raise InvalidInputError(f"not a pm_vector request (format {CLASS_ROWS_FORMAT!r} expected).")
         need = ("rows", "classes", "epsilon", "delta", "noise_scale", "sigmas", "frames_digest")

@@ -4,8 +4,8 @@ the client builds. A new release adds one line here (and one resolver on the ser
 
 from __future__ import annotations
 
-from .cells import CellRequest
-from .class_rows import QueryRequest
+from .cell_request import CellRequest
+from .class_rows import ClassRowsRequest
 from .formats import CELL_FORMAT, CLASS_ROWS_FORMAT, LOCATION_FORMAT, PRIVATEMAIL_FORMAT, RELEASE_FORMAT
 from .location import LocationRequest
 from .paper import PrivateMailRequest, ReleaseRequest
@@ -14,13 +14,13 @@ from .paper import PrivateMailRequest, ReleaseRequest
 REQUEST_TYPES = {
     LOCATION_FORMAT: LocationRequest,
     CELL_FORMAT: CellRequest,
-    CLASS_ROWS_FORMAT: QueryRequest,
+    CLASS_ROWS_FORMAT: ClassRowsRequest,
     PRIVATEMAIL_FORMAT: PrivateMailRequest,
     RELEASE_FORMAT: ReleaseRequest,
 }
 #: the request types, for isinstance checks
 REQUEST_CLASSES = tuple(REQUEST_TYPES.values())
 #: release name -> request type of the pm_vector protocol's releases
-RELEASE_TYPES = {"location": LocationRequest, "cells": CellRequest, "gaussian": QueryRequest}
+RELEASE_TYPES = {"location": LocationRequest, "cells": CellRequest, "gaussian": ClassRowsRequest}
 
 __all__ = ["REQUEST_CLASSES", "REQUEST_TYPES", "RELEASE_TYPES"]

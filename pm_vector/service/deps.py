@@ -75,9 +75,9 @@ async def require_admin(caller: CallerDep) -> None:
 
 async def require_scope(name: str, caller: CallerDep) -> None:
     """404 for a malformed collection name or one outside the key's scope (out of scope looks absent)."""
-    from ..db.store._names import _NAME
+    from ..db.store._names import NAME_PATTERN
 
-    if not _NAME.fullmatch(name) or not in_scope(caller, name):
+    if not NAME_PATTERN.fullmatch(name) or not in_scope(caller, name):
         raise ApiError(404, "not_found", f"no collection {name!r} (for this key); `GET /collections` lists "
                                          "the ones it may use.")
 

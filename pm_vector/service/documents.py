@@ -16,10 +16,10 @@ import numpy as np
 from ..db.resolve import resolution as db_resolution
 
 
-def _plain(v: Any) -> Any:
+def plain_json(v: Any) -> Any:
     """JSON-safe copy: numpy arrays/scalars to lists/numbers, NaN to None, datetimes to ISO."""
     if isinstance(v, np.ndarray):
-        return _plain(v.tolist())
+        return plain_json(v.tolist())
     if isinstance(v, (np.floating, float)):
         f = float(v)
         return f if np.isfinite(f) else None
@@ -28,9 +28,9 @@ def _plain(v: Any) -> Any:
     if isinstance(v, np.bool_):
         return bool(v)
     if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
+        return {str(k): plain_json(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
+        return [plain_json(x) for x in v]
     if isinstance(v, (dt.datetime, dt.date)):
         return v.isoformat()
     return v
@@ -58,7 +58,7 @@ def anchor_document(collection: str) -> dict[str, Any]:
 
     pa, frame = public_anchor(collection)
     return {"collection": collection, "collection_uuid": collection_uuid(collection),
-            "anchor_ids": _plain(list(pa.ids)), "features": np.asarray(pa.features),
+            "anchor_ids": plain_json(list(pa.ids)), "features": np.asarray(pa.features),
             "labels": np.asarray(pa.labels), "dummy_features": np.asarray(pa.dummy_features),
             "dummy_labels": np.asarray(pa.dummy_labels), "frame": float_arrays(frame),
             "partitions": float_arrays(public_partitions(collection))}
@@ -93,9 +93,9 @@ def resolve_document(collection: str, request, *, k: int = 8, include_features: 
 
 
 def json_bytes(v: Any) -> bytes:
-    """JSON of a document as :func:`_plain` would make it (numpy arrays and scalars as lists and
+    """JSON of a document as :func:`plain_json` would make it (numpy arrays and scalars as lists and
     numbers, NaN and infinities as null, datetimes in ISO 8601), written by orjson in C, with
-    no Python step per number (``_plain`` + ``json`` made one for each of an answer's values);
+    no Python step per number (``plain_json`` + ``json`` made one for each of an answer's values);
     float32 arrays in their shortest float32 form (they read back exactly)."""
     import orjson
 
@@ -103,8 +103,8 @@ def json_bytes(v: Any) -> bytes:
 
 
 def _plain_default(v: Any) -> Any:
-    """What orjson cannot write itself (numpy arrays of other dtypes, odd scalars): as _plain."""
-    out = _plain(v)
+    """What orjson cannot write itself (numpy arrays of other dtypes, odd scalars): as plain_json."""
+    out = plain_json(v)
     if out is v:
         raise TypeError(f"not JSON serialisable: {type(v).__name__}")
     return out

@@ -160,7 +160,7 @@ class JobManager:
 
     def _run(self, job_id: str) -> None:
         from ..db.runs.jobs import anchor_frame_embed_fn, run_embedding_job
-        from .documents import _plain
+        from .documents import plain_json
 
         job = self.get(job_id)
         now = dt.datetime.now(dt.timezone.utc)
@@ -179,7 +179,7 @@ class JobManager:
         try:
             res = run_embedding_job(job["collection"], job["params"], job["seed"], progress,
                                     embed_fn=anchor_frame_embed_fn)
-            self._update(job_id, status="succeeded", result=_plain(res), stages=stages,
+            self._update(job_id, status="succeeded", result=plain_json(res), stages=stages,
                          finished_at=dt.datetime.now(dt.timezone.utc))
         except Exception as exc:  # noqa: BLE001 - report, never kill the worker thread
             msg = str(exc) if isinstance(exc, PMVectorError) else f"{type(exc).__name__}: {exc}"

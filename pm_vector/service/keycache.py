@@ -37,7 +37,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from .auth import KEY_CHANNEL as CHANNEL
+from .auth import KEY_CHANNEL
 
 log = logging.getLogger("pm_vector.service")
 
@@ -149,7 +149,7 @@ class KeyCache:
                 with psycopg.connect(self.url, autocommit=True, connect_timeout=5,
                                      application_name=APPLICATION_NAME) as conn:
                     self._conn = conn
-                    conn.execute(f"LISTEN {CHANNEL}")
+                    conn.execute(f"LISTEN {KEY_CHANNEL}")
                     if self.on_auth_failure is not None:
                         conn.execute(f"LISTEN {FAILURE_CHANNEL}")
                     self._forget(listening=True)  # only what is verified from now on is kept

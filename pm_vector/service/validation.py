@@ -9,10 +9,9 @@ from typing import Any
 
 from fastapi import Request
 
-from ..protocol import bounds as wire
+from ..protocol import bounds
 from ..protocol.class_rows import DEFAULT_SHORTLIST
-from ..protocol.formats import CELL_FORMAT, LOCATION_FORMAT
-from ..protocol.formats import CLASS_ROWS_FORMAT as QUERY_FORMAT
+from ..protocol.formats import CELL_FORMAT, CLASS_ROWS_FORMAT, LOCATION_FORMAT
 from ..errors import InvalidInputError
 from .errors import ApiError
 from .settings import ServiceSettings
@@ -63,9 +62,9 @@ def check_matrix(rows: Any, what: str, settings: ServiceSettings) -> None:
             if isinstance(v, float) and not math.isfinite(v):  # e.g. 1e400 parses to inf
                 raise ApiError(422, "invalid_input", f"{what} row {i} holds NaN or infinite values; only finite "
                                                      "numbers are allowed.")
-            if abs(v) > wire.MAX_ABS_VALUE:  # finite but absurd (and beyond float32 once squared)
+            if abs(v) > bounds.MAX_ABS_VALUE:  # finite but absurd (and beyond float32 once squared)
                 raise ApiError(422, "invalid_input", f"{what} row {i} holds a value too large (beyond "
-                                                     f"+-{wire.MAX_ABS_VALUE:g}); no valid client sends one.")
+                                                     f"+-{bounds.MAX_ABS_VALUE:g}); no valid client sends one.")
 
 
 def check_cells(n_rows: int, per_row: int, settings: ServiceSettings) -> None:
@@ -120,10 +119,10 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
                                              f"(one of the run's published code widths), got {cb!r}.")
     r = d.get("request")
     if not isinstance(r, dict):
-        raise ApiError(422, "invalid_input", "'request' must be a request object (QueryRequest.to_dict(), or "
+        raise ApiError(422, "invalid_input", "'request' must be a request object (ClassRowsRequest.to_dict(), or "
                                              "PrivateMailRequest.to_dict() for the paper's protocol).")
     check_seeded(r, settings)
-    ours = r.get("format") in (QUERY_FORMAT, CELL_FORMAT, LOCATION_FORMAT)
+    ours = r.get("format") in (CLASS_ROWS_FORMAT, CELL_FORMAT, LOCATION_FORMAT)
     if answer is None:
         answer = "features" if inc else ("compact" if ours else "full")
     inc = answer == "features"
@@ -146,7 +145,7 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
         # one list of at most protocol.location.MAX_CANDIDATES candidates (the request type's bound):
         # its size is what the client's byte budget chose, not rows x k
         return lr, k, False, opts
-    if r.get("format") == QUERY_FORMAT:
+    if r.get("format") == CLASS_ROWS_FORMAT:
         q = check_query_request(r, settings, name)
         check_cells(len(r["rows"]), max(k, int(r.get("shortlist") or 1)), settings)
         return q, k, inc, opts
@@ -156,8 +155,8 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
         return cr, k, inc, opts
     if answer == "compact":
         raise ApiError(422, "invalid_input", "a compact answer (ids and product codes) applies to class-rows and cell "
-                                             f"requests (formats {QUERY_FORMAT!r}, {CELL_FORMAT!r}); ask the paper's "
-                                             "protocol for answer 'full' or 'features'.")
+                                             f"requests (formats {CLASS_ROWS_FORMAT!r}, {CELL_FORMAT!r}); ask the "
+                                             "paper's protocol for answer 'full' or 'features'.")
     # the paper request's schema, types and bounds are PrivateMailRequest's (pm_vector.protocol.paper),
     # checked below after the size limits
     emb = r.get("embedding")
@@ -176,18 +175,18 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
     return req, k, inc, opts
 
 
-def check_shortlist(kp: Any, settings: ServiceSettings) -> None:
+def check_shortlist(shortlist: Any, settings: ServiceSettings) -> None:
     """k' of a class-rows or cell request: an integer in ``1..settings.max_shortlist`` (a service's
     own limit, at most the protocol's :data:`~pm_vector.protocol.bounds.MAX_K_PRIME`, which
     :mod:`pm_vector.db` checks again for callers that bypass the service)."""
-    if isinstance(kp, bool) or not isinstance(kp, int) or not 1 <= kp <= settings.max_shortlist:
+    if isinstance(shortlist, bool) or not isinstance(shortlist, int) or not 1 <= shortlist <= settings.max_shortlist:
         raise ApiError(422, "invalid_input", "request.shortlist (k') must be an integer in "
-                                             f"1..{settings.max_shortlist}, got {kp!r}.")
+                                             f"1..{settings.max_shortlist}, got {shortlist!r}.")
 
 
 def check_query_request(r: dict, settings: ServiceSettings, name: str):
-    """Validate a pm_vector request (one noised row per class); returns a QueryRequest or raises ApiError."""
-    from ..protocol.class_rows import QueryRequest
+    """Validate a pm_vector request (one noised row per class); returns a ClassRowsRequest or raises ApiError."""
+    from ..protocol.class_rows import ClassRowsRequest
 
     check_matrix(r.get("rows"), "request.rows", settings)
     if r.get("collection") not in (None, name):
@@ -195,7 +194,7 @@ def check_query_request(r: dict, settings: ServiceSettings, name: str):
                                              f"not {name!r}.")
     check_shortlist(r.get("shortlist"), settings)
     try:
-        return QueryRequest.from_dict(r)
+        return ClassRowsRequest.from_dict(r)
     except (InvalidInputError, TypeError, ValueError) as exc:
         raise ApiError(422, "invalid_input", f"invalid pm_vector request: {exc}") from None
 
@@ -204,7 +203,7 @@ def check_cell_request(r: dict, settings: ServiceSettings, name: str):
     """Validate a cell request (release "cells": one reported cell per class); returns a CellRequest
     or raises ApiError. Its level, digest and number of reports are checked against the run by
     :func:`pm_vector.db.resolve.cell_resolution.check_against_run` (422 as well)."""
-    from ..protocol.cells import CellRequest
+    from ..protocol.cell_request import CellRequest
 
     reports = r.get("reports")
     if not isinstance(reports, list) or not reports:

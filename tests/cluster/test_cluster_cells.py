@@ -13,7 +13,7 @@ KP = 32
 
 
 def _cells(url):
-    from pm_vector.manifold.cells import PublicCells
+    from pm_vector.manifold.public_cells import PublicCells
 
     with psycopg.connect(url) as c:
         doc, rid = c.execute("SELECT r.public_cells, r.id FROM pm_vector.embedding_runs r JOIN pm_vector.collections "
@@ -22,7 +22,7 @@ def _cells(url):
 
 
 def _requests(both, eps, K, n=6):
-    from pm_vector.client.cells import PrivateCellKNN
+    from pm_vector.client.cell_client import PrivateCellKNN
     from pm_vector.privacy import secure_generator
 
     cells, _ = _cells(both["coord"])

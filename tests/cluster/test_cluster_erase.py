@@ -48,9 +48,9 @@ def _on(url, fn):
 
 def test_a_delete_reaches_every_shard_and_answers_as_a_single_node(local_cluster, node_urls):
     import pm_vector.db as db
-    from pm_vector.client.cells import PrivateCellKNN
+    from pm_vector.client.cell_client import PrivateCellKNN
     from pm_vector.db.resolve.resolution import public_anchor, resolve
-    from pm_vector.manifold.cells import PublicCells
+    from pm_vector.manifold.public_cells import PublicCells
     from pm_vector.privacy import secure_generator
 
     sp, run, coord, single = _pair(local_cluster)

@@ -22,7 +22,7 @@ def cserved(pm_home):
     import pm_vector.db as db
     from pm_vector.datasets import load_dataset, split_dataset
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn
-    from pm_vector.manifold.cells import PublicCells
+    from pm_vector.manifold.public_cells import PublicCells
     from pm_vector.shortlist import CellShortlist
 
     ds = load_dataset("digits")
@@ -45,7 +45,7 @@ def cserved(pm_home):
 
 
 def _client(cells, name, eps, K=None, seed=0):
-    from pm_vector.client.cells import PrivateCellKNN
+    from pm_vector.client.cell_client import PrivateCellKNN
     from pm_vector.privacy import secure_generator
 
     return PrivateCellKNN(cells, eps, n_cells=K, shortlist=KP, collection=name)._inject_generator(
@@ -78,7 +78,7 @@ class _Counting:
 
 def test_the_job_publishes_the_cells_fit_on_the_public_anchor(cserved, conn):
     from pm_vector.db.resolve.resolution import public_anchor
-    from pm_vector.manifold.cells import PublicCells
+    from pm_vector.manifold.public_cells import PublicCells
 
     rid = cserved["run"]["run_id"]
     _, info = public_anchor(cserved["name"])
@@ -317,7 +317,7 @@ def test_new_items_extend_the_cells_on_the_runs_graph(db, cname, conn):
 
     from pm_vector.db.resolve.cell_resolution import CellsUnavailableError
     from pm_vector.db.resolve.resolution import public_anchor, resolve
-    from pm_vector.manifold.cells import PublicCells
+    from pm_vector.manifold.public_cells import PublicCells
 
     rng = np.random.default_rng(3)
     y = rng.integers(0, 3, 700)
@@ -372,9 +372,9 @@ def test_cut_rows_answer_as_the_whole_rows_and_new_items_keep_the_whole_counts(d
     after new items, level -1 holds the run graph's whole class counts and level 0 their first 40."""
     from dbtest_helpers import make_embed_fn, make_extend_fn
 
-    import pm_vector.db.runs.cells as dbcells
+    import pm_vector.db.runs.cell_data as dbcells
     from pm_vector.db.resolve.resolution import public_anchor, resolve
-    from pm_vector.manifold.cells import PublicCells
+    from pm_vector.manifold.public_cells import PublicCells
     from pm_vector.shortlist import CellShortlist
 
     monkeypatch.setattr(dbcells, "MAX_K_PRIME", 40)

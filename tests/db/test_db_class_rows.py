@@ -222,7 +222,7 @@ def test_resolve_one_statement_and_recall_after_rerank_equals_in_memory(served, 
                 top = PrivateKNN.rerank(x, real["item_ids"], real["features"], 8)
                 truth = _true_knn(served, x)
                 rec_db.append(len(truth & set(np.asarray(top).tolist())) / 8)
-                cand = mem = ps.shortlist(req, KP)[secret.row]
+                cand = mem = ps.shortlist(req, KP)[secret.real_row]
                 mem = PrivateKNN.rerank(x, ids[cand], served["X"][cand], 8)
                 rec_mem.append(len(truth & set(np.asarray(mem).tolist())) / 8)
                 pos = {int(v): j for j, v in enumerate(ids)}
@@ -355,7 +355,7 @@ def test_bad_class_rows_requests_are_refused_clearly_and_nothing_is_logged(serve
     obj.rows[0, 0] = np.inf
     refused(RequestError, "NaN or infinite values .first at row 0", obj)
     refused(InvalidInputError, "shortlist must be a positive integer", {**d, "shortlist": 0})
-    refused(InvalidInputError, "k' .* must be an integer in 1..1000", req, k_prime=0)
+    refused(InvalidInputError, "k' .* must be an integer in 1..1000", req, shortlist=0)
     refused(InvalidInputError, "k' .* must be an integer in 1..1000", {**d, "shortlist": 5000})
     refused(RequestError, "sigmas must be 10 finite numbers > 0", {**d, "sigmas": [0.0] * 10})
     refused(RequestError, "built for collection 'elsewhere'", {**d, "collection": "elsewhere"})

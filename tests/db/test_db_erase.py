@@ -48,9 +48,9 @@ def _ids_in_cells(conn, rid):
 
 
 def _cell_requests(db, name, X, y, n=4):
-    from pm_vector.client.cells import PrivateCellKNN
+    from pm_vector.client.cell_client import PrivateCellKNN
     from pm_vector.db.resolve.resolution import public_anchor
-    from pm_vector.manifold.cells import PublicCells
+    from pm_vector.manifold.public_cells import PublicCells
     from pm_vector.privacy import secure_generator
 
     cells = PublicCells.from_dict(public_anchor(name)[1]["public_cells"])

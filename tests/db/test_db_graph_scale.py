@@ -93,7 +93,7 @@ def test_streamed_copy_equals_the_whole_stream(db, conn, cname):
     into arrays sized by a hint (here too small: grown) and gives what decode() of the whole stream
     gives; the job's item reader (_load_items) gives the rows as ingested."""
     from pm_vector.db import _binary
-    from pm_vector.db.runs.jobs import _collection_row, _load_items
+    from pm_vector.db.runs.jobs import collection_row, load_items
 
     X, y = _clustered(700, 24, seed=3)
     db.create_collection(cname, 24, list(range(100)))
@@ -110,7 +110,7 @@ def test_streamed_copy_equals_the_whole_stream(db, conn, cname):
     empty = _binary.copy_out_columns(conn, q.replace("ORDER BY", "AND false ORDER BY"), cols, 5, block=100)
     assert empty["features"].shape == (0, 24) and empty["id"].shape == (0,)
     with db.connect() as c2:
-        items = _load_items(c2, _collection_row(c2, cname))
+        items = load_items(c2, collection_row(c2, cname))
     np.testing.assert_array_equal(items["id"], np.sort(ids))
     np.testing.assert_array_equal(items["features"], X[np.argsort(ids)])
     assert items["features"].dtype == np.float32

@@ -17,7 +17,7 @@ def lserved(pm_home):
     from pm_vector.datasets import load_dataset, split_dataset
     from pm_vector.db.resolve.resolution import public_anchor
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn
-    from pm_vector.manifold.cells import PublicCells
+    from pm_vector.manifold.public_cells import PublicCells
     from pm_vector.protocol.published_codes import unpack
 
     ds = load_dataset("digits")
@@ -47,7 +47,7 @@ def _request(served, eps, x, **plan):
 
 
 def test_the_job_publishes_location_cells_fit_on_the_public_anchor(lserved, conn):
-    from pm_vector.manifold.cells import fit_location_cells
+    from pm_vector.manifold.public_cells import fit_location_cells
 
     doc = lserved["info"]["class_rows"]["locations"]
     Xa = np.asarray(lserved["split"].anchor[0], np.float32).astype(np.float64)
@@ -152,7 +152,7 @@ def test_new_items_extend_the_location_rows(db, cname, conn):
         assert total >= 600 * 33 + 100 * 33 - 100  # the new items' lists and themselves (rows cut nothing here)
     info = public_anchor(cname)[1]
     from pm_vector.client.location import PrivateLocationKNN
-    from pm_vector.manifold.cells import PublicCells
+    from pm_vector.manifold.public_cells import PublicCells
     from pm_vector.privacy import secure_generator
 
     cells = PublicCells.from_dict(info["public_locations"])
@@ -171,7 +171,7 @@ def test_a_delete_leaves_every_location_row_and_answer(db, cname, conn):
 
     from pm_vector.db.resolve.resolution import public_anchor, resolve
     from pm_vector.client.location import PrivateLocationKNN
-    from pm_vector.manifold.cells import PublicCells
+    from pm_vector.manifold.public_cells import PublicCells
     from pm_vector.protocol.location import LocationRequest
 
     rng = np.random.default_rng(5)
@@ -209,7 +209,7 @@ def test_a_repeated_request_takes_one_statement_and_sees_every_change_of_the_run
     from pm_vector.client.location import PrivateLocationKNN
     from pm_vector.db.postgres import connect
     from pm_vector.db.resolve.resolution import public_anchor, resolve
-    from pm_vector.manifold.cells import PublicCells
+    from pm_vector.manifold.public_cells import PublicCells
 
     rng = np.random.default_rng(6)
     y = rng.integers(0, 3, 400)

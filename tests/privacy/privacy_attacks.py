@@ -5,7 +5,7 @@ row and the other public fields of the request, the published class frames and t
 pool. An attack here is a function of those and of the candidate queries the adversary chose
 *before* the request (in the DP game the adversary names the candidates; the client's secret is
 which one it used). The guess functions take no secret: they receive the request as it travels
-(``QueryRequest.from_dict(request.to_dict())``), and the harness compares their guess with the
+(``ClassRowsRequest.from_dict(request.to_dict())``), and the harness compares their guess with the
 secret only to score it.
 
 Bounds (uniform prior over the hypotheses):
@@ -43,7 +43,7 @@ import numpy as np
 from scipy import integrate, special, stats
 
 from pm_vector._validation import normalize_rows
-from pm_vector.client.query import PrivateKNN, QueryRequest
+from pm_vector.client.query import PrivateKNN, ClassRowsRequest
 from pm_vector.manifold.class_frames import ClassFrames
 from pm_vector.privacy.class_rows import row_sensitivity
 
@@ -130,7 +130,7 @@ def far_candidate(view: ServerView, j: int, *, away_from=None) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- the attacks (no secret)
-def guess_real_row(view: ServerView, request: QueryRequest, hypotheses) -> int:
+def guess_real_row(view: ServerView, request: ClassRowsRequest, hypotheses) -> int:
     """The Bayes guess of the real row: ``hypotheses[j]`` are the frame coordinates the adversary's
     class-``j`` candidate would have in row ``j``; row ``j`` is scored by log N(row; hypothesis) -
     log(mixture over the public pool), and the largest score wins."""
@@ -140,7 +140,7 @@ def guess_real_row(view: ServerView, request: QueryRequest, hypotheses) -> int:
     return int(np.argmax(scores))
 
 
-def guess_which_query(view: ServerView, request: QueryRequest, h0, h1) -> int:
+def guess_which_query(view: ServerView, request: ClassRowsRequest, h0, h1) -> int:
     """The Bayes guess between two candidates ``h = (row, frame coordinates in that row)``: the
     log-likelihood ratio of the rows they touch (the other rows have the same law in both)."""
     (j0, z0), (j1, z1) = h0, h1
@@ -154,9 +154,9 @@ def guess_which_query(view: ServerView, request: QueryRequest, h0, h1) -> int:
     return 0 if llr > 0 else 1
 
 
-def _wire(req: QueryRequest) -> QueryRequest:
+def _wire(req: ClassRowsRequest) -> ClassRowsRequest:
     """The request as the server receives it."""
-    return QueryRequest.from_dict(req.to_dict())
+    return ClassRowsRequest.from_dict(req.to_dict())
 
 
 def _client(frames, Xd, yd, eps, rng, noise_factor):
@@ -182,7 +182,7 @@ def which_row_rate(frames, Xd, yd, eps: float, n: int, rng, *, noise_factor: flo
     for _ in range(n):
         c = int(rng.integers(C))
         req, secret = client.request(cands[c], int(frames.classes_[c]))
-        wins += int(guess_real_row(view, _wire(req), hyps) == secret.row)
+        wins += int(guess_real_row(view, _wire(req), hyps) == secret.real_row)
     return wins / n, shift
 
 

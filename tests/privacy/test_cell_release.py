@@ -11,8 +11,8 @@ from scipy import stats
 
 from pm_vector.errors import InvalidInputError, PrivacyParameterError
 from pm_vector.privacy import secure_generator
-from pm_vector.privacy.cells import (GAUSSIAN_ABOVE, CellRandomizedResponse, cell_level_for_epsilon, max_cells_for,
-                                     release_for_epsilon, rr_probabilities)
+from pm_vector.privacy.cell_release import (GAUSSIAN_ABOVE, CellRandomizedResponse, cell_level_for_epsilon,
+                                            max_cells_for, release_for_epsilon, rr_probabilities)
 
 
 # --------------------------------------------------------------------------- the sampler
@@ -226,7 +226,7 @@ BLIND_EPS = 1e-9
 
 @pytest.fixture(scope="module")
 def public_cells(digits_split):
-    from pm_vector.manifold.cells import PublicCells
+    from pm_vector.manifold.public_cells import PublicCells
 
     Xa, ya = digits_split.anchor
     return PublicCells(levels=(2, 4, 8, 16)).fit(Xa, ya)

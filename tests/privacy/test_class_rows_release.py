@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from pm_vector.client.query import PrivateKNN, QueryRequest
+from pm_vector.client.query import PrivateKNN, ClassRowsRequest
 from pm_vector.errors import InvalidInputError, PrivacyParameterError
 from pm_vector.manifold.class_frames import ClassFrames
 from pm_vector.privacy import gaussian_privacy_profile, secure_generator
@@ -77,12 +77,12 @@ def test_released_rows_lie_on_the_public_grid_stated_in_the_request(setup, digit
     k = np.asarray(d["rows"]) / g
     assert np.all(np.abs(k - np.rint(k)) < 1e-6)  # integer multiples of the row's step
     assert np.all(np.asarray(d["rows"]) == np.rint(k) * g)  # bit for bit: gamma * integer
-    back = QueryRequest.from_dict(d)
+    back = ClassRowsRequest.from_dict(d)
     assert back.grid == d["grid"] and back.noise == "discrete_gaussian"
     with pytest.raises(InvalidInputError, match="grid"):
-        QueryRequest.from_dict({**d, "grid": [1.0]})
+        ClassRowsRequest.from_dict({**d, "grid": [1.0]})
     with pytest.raises(InvalidInputError, match="noise"):
-        QueryRequest.from_dict({**d, "noise": "laplace"})
+        ClassRowsRequest.from_dict({**d, "noise": "laplace"})
 
 
 def test_sensitivity_over_arbitrary_and_adversarial_query_pairs(setup, digits_split):
@@ -243,7 +243,7 @@ def test_a_request_carries_nothing_query_dependent_but_its_noised_rows(setup, di
     b = client.request(Xq[i], int(yq[i]))[0].to_dict()
     a.pop("rows"), b.pop("rows")
     assert a == b
-    assert QueryRequest.from_dict(client.request(Xq[0], int(yq[0]))[0].to_dict()).n_rows == len(frames.classes_)
+    assert ClassRowsRequest.from_dict(client.request(Xq[0], int(yq[0]))[0].to_dict()).n_rows == len(frames.classes_)
 
 
 def test_label_free_client_uses_its_classifier(setup, digits_split):
@@ -255,7 +255,7 @@ def test_label_free_client_uses_its_classifier(setup, digits_split):
             return np.array([int(frames.classes_[2])] * len(X))
 
     _, secret = PrivateKNN(frames, Xd, yd, 1.0, classifier=Fixed()).request(Xq[0])
-    assert secret.row == 2 and secret.predicted
+    assert secret.real_row == 2 and secret.predicted
     with pytest.raises(InvalidInputError, match="classifier"):
         PrivateKNN(frames, Xd, yd, 1.0).request(Xq[0])
     with pytest.raises(InvalidInputError, match="not a class"):

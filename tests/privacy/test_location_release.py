@@ -195,7 +195,7 @@ ATTACK_EPS = (1.0, 4.0, 16.0)
 
 @pytest.fixture(scope="module")
 def location_cells(digits_split):
-    from pm_vector.manifold.cells import fit_location_cells
+    from pm_vector.manifold.public_cells import fit_location_cells
 
     return fit_location_cells(digits_split.anchor[0], levels=(2, 4, 8, 16, 32))
 

@@ -156,14 +156,14 @@ def test_json_counts_never_refuse_what_the_bounds_allow(doc):
 # ----------------------------------------------------------------------------- request types
 
 def _query_request():
-    from pm_vector.protocol.class_rows import QueryRequest
+    from pm_vector.protocol.class_rows import ClassRowsRequest
 
-    return QueryRequest(rows=np.arange(6, dtype=float).reshape(3, 2), classes=[0, 1, 2], epsilon=1.0, delta=1e-6,
+    return ClassRowsRequest(rows=np.arange(6, dtype=float).reshape(3, 2), classes=[0, 1, 2], epsilon=1.0, delta=1e-6,
                         noise_scale=0.5, sigmas=[0.5, 0.5, 0.5], frames_digest="ab" * 16, shortlist=8)
 
 
 def _cell_request():
-    from pm_vector.protocol.cells import CellRequest
+    from pm_vector.protocol.cell_request import CellRequest
 
     return CellRequest(reports=[0, 3, 1], n_cells=4, epsilon=2.0, cells_digest="cd" * 16, shortlist=8)
 

@@ -146,9 +146,9 @@ def test_one_limit_for_k_prime_and_query_rows():
     # a service cannot be set to allow more candidates per row than a run's graph keeps
     with pytest.raises(InvalidInputError, match="max_shortlist"):
         ServiceSettings(max_shortlist=bounds.MAX_K_PRIME + 1)
-    assert requests._check_k_prime(bounds.MAX_K_PRIME) == bounds.MAX_K_PRIME
+    assert bounds.shortlist(bounds.MAX_K_PRIME) == bounds.MAX_K_PRIME  # the db checks k' with it
     for bad in (0, bounds.MAX_K_PRIME + 1, True, 5.0):
         with pytest.raises(InvalidInputError, match="k'"):
-            requests._check_k_prime(bad)
+            bounds.shortlist(bad)
         with pytest.raises(InvalidInputError, match="k must be"):
-            requests._check_k(bad)
+            requests.check_k(bad)

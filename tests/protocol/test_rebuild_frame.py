@@ -28,10 +28,10 @@ def doc(digits_split):
 
 
 def test_the_client_and_the_server_share_the_function_the_tolerance_and_the_error():
-    from pm_vector.client import http
+    from pm_vector.client import http, public_documents
     from pm_vector.db.resolve import frame as db_frame
 
-    assert db_frame.rebuild_frame is rebuild_frame and http.rebuild_frame is frame_from_document
+    assert db_frame.rebuild_frame is rebuild_frame and public_documents.frame_from_document is frame_from_document
     assert db_frame.FRAME_TOLERANCE == http.FRAME_TOLERANCE == FRAME_TOLERANCE
     assert db_frame.FrameMismatchError is FrameMismatchError and issubclass(FrameMismatchError, AlignmentError)
 

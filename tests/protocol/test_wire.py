@@ -11,8 +11,8 @@ from pm_vector.protocol.formats import CLASS_ROWS_FORMAT as ROWS_FORMAT
 from pm_vector.protocol.formats import PRIVATEMAIL_FORMAT as PAPER_FORMAT
 from pm_vector.protocol.formats import RELEASE_FORMAT
 from pm_vector.protocol.paper import PrivateMailRequest, ReleaseRequest
-from pm_vector.protocol.class_rows import QueryRequest
-from pm_vector.db.resolve.requests import _parse
+from pm_vector.protocol.class_rows import ClassRowsRequest
+from pm_vector.db.resolve.requests import parse_request
 from pm_vector.errors import InvalidInputError
 
 PARAMS = {"dp_sigma": 1.0, "dp_alpha": 0.5, "n_post_iter": 200, "post_alpha": 0.9, "seeded": False,
@@ -65,21 +65,21 @@ BAD = [
                                                           for i, (m, c, _) in enumerate(BAD)])
 def test_every_format_refuses_bad_wire_types(make, change, needle):
     with pytest.raises(InvalidInputError, match=needle):
-        _parse(make(**change))
+        parse_request(make(**change))
 
 
 def test_valid_requests_parse_and_keep_their_types():
-    q, _ = _parse(rows())
+    q, _ = parse_request(rows())
     assert q.epsilon == 1.0 and q.seeded is False and q.grid == [0.01, 0.01]
-    p, raw = _parse(paper())
+    p, raw = parse_request(paper())
     assert raw is None and p.params == PARAMS  # the log stores to_dict() of the validated request
-    r, _ = _parse(release())
+    r, _ = parse_request(release())
     assert r.mechanism == "analytic" and r.params == PARAMS
     # the client's own objects go through the same checks (numpy numbers are numbers)
-    QueryRequest(rows=np.zeros((2, 3)), classes=[0, 1], epsilon=np.float64(2.0), delta=1e-5, noise_scale=1.0,
+    ClassRowsRequest(rows=np.zeros((2, 3)), classes=[0, 1], epsilon=np.float64(2.0), delta=1e-5, noise_scale=1.0,
                  sigmas=np.ones(2), frames_digest="a" * 32, seeded=np.bool_(False))
     with pytest.raises(InvalidInputError, match="epsilon"):
-        QueryRequest(rows=np.zeros((2, 3)), classes=[0, 1], epsilon=wire.MIN_EPSILON / 2, delta=1e-5,
+        ClassRowsRequest(rows=np.zeros((2, 3)), classes=[0, 1], epsilon=wire.MIN_EPSILON / 2, delta=1e-5,
                      noise_scale=1.0, sigmas=np.ones(2), frames_digest="a" * 32)
     with pytest.raises(InvalidInputError, match="classical"):
         PrivateMailRequest(anchor_ids=["a"], embedding=np.zeros((2, 2)), n_query_rows=1, epsilon=1.0, delta=1e-5,
@@ -133,7 +133,7 @@ def test_the_paper_request_schema_is_checked_by_the_request_itself():
     with pytest.raises(InvalidInputError, match="unknown request field"):
         PrivateMailRequest.from_dict(paper(hack="x"))
     with pytest.raises(InvalidInputError, match="unknown request field"):
-        _parse(paper(hack="x"))
+        parse_request(paper(hack="x"))
     for ids in ([2 ** 63, 1], ["a" * 201, "b"], ["a\x00", "b"], [True, "b"], [1.5, "b"]):
         with pytest.raises(InvalidInputError, match="anchor_ids"):
             PrivateMailRequest.from_dict(paper(anchor_ids=ids))

@@ -20,7 +20,7 @@ def _ledger(tmp_path):
 
 
 def test_query_release_option_and_ledger(service, svc_collection, svc_key, svc_split, tmp_path, requests_logged):
-    from pm_vector.privacy.cells import GAUSSIAN_ABOVE, cell_level_for_epsilon, max_cells_for
+    from pm_vector.privacy.cell_release import GAUSSIAN_ABOVE, cell_level_for_epsilon, max_cells_for
 
     Xq, yq = svc_split.query
     before = requests_logged(svc_collection)

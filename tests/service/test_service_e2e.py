@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from pm_vector.client.budget import PrivacyBudget, origin_key
-from pm_vector.client.http import Client, ServiceError, rebuild_frame
+from pm_vector.client.http import Client, ServiceError
+from pm_vector.protocol.frame import frame_from_document
 from pm_vector.errors import AlignmentError, BudgetExceededError
 from pm_vector.protocol.codec import MSGPACK, decode, encode
 
@@ -171,12 +172,12 @@ def test_collections_anchor_and_frame(service, svc_collection, admin_key, tmp_pa
         doc = c.anchor_document(svc_collection)
         assert len(doc["anchor_ids"]) == 300 and doc["anchor_ids"][0].endswith(":0")
         assert len(doc["dummy_labels"]) == 150 and doc["frame"]["seed"] == 0
-        frame, anchor = rebuild_frame(doc)
+        frame, anchor = frame_from_document(doc)
         assert frame.anchor_embedding_.shape == (300, 8)
         bad = copy.deepcopy(doc)
         bad["frame"]["anchor_embedding"][0][0] += 0.5
         with pytest.raises(AlignmentError, match="does not reproduce"):
-            rebuild_frame(bad)
+            frame_from_document(bad)
         items = c.items(svc_collection, [int(i) for i in c.query(svc_collection, doc["features"][0], doc["labels"][0],
                                                                    epsilon=2.0)["item_ids"][:2]], include_features=True)
         assert np.asarray(items["features"]).shape == (2, 64)

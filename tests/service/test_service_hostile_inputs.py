@@ -57,11 +57,11 @@ def test_item_ids_are_strict_integers(service, svc_admin_key, svc_collection, id
 
 
 def test_a_name_with_a_trailing_newline_is_refused_alike_in_python_and_http(service, svc_key, svc_collection):
-    from pm_vector.db.store._names import _check_name
+    from pm_vector.db.store._names import check_name
     from pm_vector.errors import InvalidInputError
 
     with pytest.raises(InvalidInputError):
-        _check_name(svc_collection + "\n")
+        check_name(svc_collection + "\n")
     r = httpx.get(f"{service.url}/collections/{svc_collection}%0A", timeout=30,
                   headers={"Authorization": f"Bearer {svc_key['key']}"})
     assert r.status_code == 404

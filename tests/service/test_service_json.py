@@ -11,7 +11,7 @@ import numpy as np
 
 
 def test_json_bytes_equals_the_plain_path():
-    from pm_vector.service.documents import _plain, json_bytes
+    from pm_vector.service.documents import plain_json, json_bytes
 
     doc = {"rows": [{"item_ids": [1, 2**62], "scores": np.array([0.5, np.nan, np.inf]),
                      "labels": np.arange(3, dtype=np.int64), "flag": np.bool_(True), "x": np.float32(0.25),
@@ -19,7 +19,7 @@ def test_json_bytes_equals_the_plain_path():
                      "t": np.array([[1.5, -2.0]], np.float32)[:, ::-1]}],
            "when": dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc), 7: "int key", "none": None,
            "nested": ({"a": np.int32(4)},)}
-    assert json.loads(json_bytes(doc)) == json.loads(json.dumps(_plain(doc)))
+    assert json.loads(json_bytes(doc)) == json.loads(json.dumps(plain_json(doc)))
 
 
 def test_float32_features_read_back_exactly():

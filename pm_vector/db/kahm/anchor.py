@@ -10,8 +10,8 @@ import numpy as np
 
 from ...errors import InvalidInputError
 from ..errors import DatabaseError
-from .store import (DEFAULT_SMOOTHING_STEPS, ProgressFn, _class_counts_check, _load, _noop, _positive_int,
-                    _privacy, _smoothing_record, _steps, _value_range)
+from .store import (DEFAULT_SMOOTHING_STEPS, ProgressFn, class_counts_check, load_settled_items, noop, positive_int,
+                    kahm_privacy, smoothing_record, checked_smoothing_steps, checked_value_range)
 
 __all__ = ["fabricate_anchor_set"]
 
@@ -23,14 +23,14 @@ def _anchor_privacy(epsilon, delta, unit, clip_norm, value_range, grid, p: int) 
     if unit not in UNITS:
         raise InvalidInputError(f"unit must be one of {UNITS}; got {unit!r}.")
     if unit == "element":
-        priv = _privacy(epsilon, delta, value_range)
+        priv = kahm_privacy(epsilon, delta, value_range)
         mech = anchor_noise(epsilon, delta=delta, unit="element", sensitivity=priv["sensitivity"], grid=grid)
         rec = mech.record(p)
         return {"per_item_epsilon": rec["row_epsilon"], "per_item_delta": rec["row_delta"], **priv, **rec,
                 "unit": "element", "value_range": priv["value_range"],
                 "outside_guarantee": "labels, per-class counts and which items were sampled (public seed over item "
                                      "ids); per item only the composed row_epsilon holds"}
-    vr = None if value_range is None else list(_value_range(value_range))
+    vr = None if value_range is None else list(checked_value_range(value_range))
     mech = anchor_noise(epsilon, delta=delta, unit="row", clip_norm=clip_norm, grid=grid)
     rec = mech.record(p)
     return {"per_item_epsilon": rec["epsilon"], "per_item_delta": rec["delta"], **rec,
@@ -41,7 +41,7 @@ def _anchor_privacy(epsilon, delta, unit, clip_norm, value_range, grid, p: int) 
 def _source_size(source_per_class: int | None, per: int, n: int, p: int) -> int:
     """The source rows drawn per class (default: the anchor and dummy rows of a class), refused when
     too few for the rows asked or for ``n`` components, or ``n`` above the ``p`` features."""
-    src = per if source_per_class is None else _positive_int("source_per_class", source_per_class)
+    src = per if source_per_class is None else positive_int("source_per_class", source_per_class)
     if src < per:
         raise InvalidInputError(f"source_per_class={src} is below anchors_per_class + dummies_per_class = {per}.")
     if n >= src:
@@ -104,7 +104,7 @@ def _provenance(prov: dict, steps, *, n: int, a: int, dmy: int, src: int, n_sour
         "fabrication": "KAHM fabricated data (Definitions 13-14, Remark 4) of the noisy rows",
         "post_processing": "k-means, smoothing and KAHM images of the noisy rows; rows normalised to unit norm "
                            "(the protocol's anchor rows must be unit-norm)",
-        "smoothing": _smoothing_record(steps),
+        "smoothing": smoothing_record(steps),
         "n_components": n, "anchors_per_class": a, "dummies_per_class": dmy, "source_per_class": src,
         "source_items": n_source,
         "classes": classes.tolist(), "sample_seed": int(sample_seed),
@@ -145,22 +145,22 @@ def fabricate_anchor_set(collection: str, epsilon: float, *, unit: str = "row", 
     download it as the public anchor. Returns ``{"anchor": {...}, "dummy": {...}, "provenance": {...},
     "seconds": ...}``; the provenance leads with ``per_item_epsilon``.
     """
-    report = progress or _noop
-    a = _positive_int("anchors_per_class", anchors_per_class)
-    dmy = _positive_int("dummies_per_class", dummies_per_class, 0)
-    n = _positive_int("n_components", n_components)
-    steps = _steps(smoothing_steps)
+    report = progress or noop
+    a = positive_int("anchors_per_class", anchors_per_class)
+    dmy = positive_int("dummies_per_class", dummies_per_class, 0)
+    n = positive_int("n_components", n_components)
+    steps = checked_smoothing_steps(smoothing_steps)
     if description is not None and not isinstance(description, str):
         raise InvalidInputError("description must be a string.")
     t0 = time.perf_counter()
     report("load", 0, 1)
-    coll, items = _load(collection)
+    coll, items = load_settled_items(collection)
     report("load", 1, 1)
     p = int(coll["feature_dim"])
     prov = _anchor_privacy(epsilon, delta, unit, clip_norm, value_range, grid, p)
     per = a + dmy
     src = _source_size(source_per_class, per, n, p)
-    classes = _class_counts_check(coll, items["label"], src, "fabricating the anchor")
+    classes = class_counts_check(coll, items["label"], src, "fabricating the anchor")
     rng = np.random.default_rng(sample_seed)  # public bookkeeping, not a privacy mechanism
     pick = np.concatenate([rng.choice(np.flatnonzero(items["label"] == c), src, replace=False) for c in classes])
     X = items["features"][pick]

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidInputError
-from ..store._common import _collection_row, _iso
-from ..store._validate import _json_safe
+from ..store._common import collection_row, iso_datetime
+from ..store._validate import json_safe
 from ..postgres import connect
-from .store import (DEFAULT_SMOOTHING_STEPS, KINDS, ProgressFn, _load, _make_model, _model_row, _noop, _positive_int,
-                    _privacy, _smoothing_record, _steps, _transaction)
+from .store import (DEFAULT_SMOOTHING_STEPS, KINDS, ProgressFn, checked_smoothing_steps, job_transaction, kahm_privacy,
+                    load_settled_items, make_model, model_row, noop, positive_int, smoothing_record)
 
 __all__ = ["run_membership_audit", "list_audits", "FPRS"]
 
@@ -39,8 +39,8 @@ _TAG = {"raw": "raw", "noisy": "noisy", "fabricated": "fab"}
 def _deployed(collection: str) -> tuple[dict, dict | None, list[str]]:
     """The current model's configuration: (params, privacy of the private kind or None, kinds)."""
     with connect() as conn:
-        coll = _collection_row(conn, collection)
-        row = _model_row(conn, coll, None)
+        coll = collection_row(conn, collection)
+        row = model_row(conn, coll, None)
         conn.rollback()
     params, priv = dict(row["params"] or {}), row["privacy"] or {}
     kind = row["kind"]
@@ -49,7 +49,7 @@ def _deployed(collection: str) -> tuple[dict, dict | None, list[str]]:
            "smoothing_steps": params.get("smoothing_steps", DEFAULT_SMOOTHING_STEPS)}
     if kind == "raw":
         return cfg, None, ["raw"]
-    dp = _privacy(priv["epsilon"], priv["delta"], priv["value_range"], priv.get("noise", "grid"))
+    dp = kahm_privacy(priv["epsilon"], priv["delta"], priv["value_range"], priv.get("noise", "grid"))
     return cfg, dp, ["raw", kind]
 
 
@@ -76,12 +76,12 @@ def _audit_configuration(collection: str, epsilon, value_range, delta, noise, n_
         L = min(5, n) if cfg["n_layers"] is None else int(cfg["n_layers"])
         configuration = {"source": "deployed", "model_id": cfg["model_id"], "kind": cfg["kind"]}
     else:
-        priv = _privacy(epsilon, delta, value_range, noise)
+        priv = kahm_privacy(epsilon, delta, value_range, noise)
         kinds = list(KINDS)
-        n = _positive_int("n_components", n_components)
-        L = min(5, n) if n_layers is None else _positive_int("n_layers", n_layers)
-        bs = _positive_int("branch_size", branch_size)
-        steps = _steps(smoothing_steps)
+        n = positive_int("n_components", n_components)
+        L = min(5, n) if n_layers is None else positive_int("n_layers", n_layers)
+        bs = positive_int("branch_size", branch_size)
+        steps = checked_smoothing_steps(smoothing_steps)
         configuration = {"source": "given"}
     return priv, kinds, n, L, bs, steps, configuration
 
@@ -142,17 +142,17 @@ def run_membership_audit(collection: str, epsilon: float | None = None, *, value
     (per element, public ``value_range``). ``n_repeats`` splits (public seeds ``split_seed + i``)
     each with its own noise draw. Returns the report with ``audit_id``.
     """
-    report = progress or _noop
-    reps = _positive_int("n_repeats", n_repeats)
+    report = progress or noop
+    reps = positive_int("n_repeats", n_repeats)
     if isinstance(holdout_fraction, bool) or not isinstance(holdout_fraction, (int, float)) \
             or not 0.05 <= float(holdout_fraction) <= 0.95:
         raise InvalidInputError(f"holdout_fraction must be in [0.05, 0.95]; got {holdout_fraction!r}.")
     if max_items is not None:
-        _positive_int("max_items", max_items, 2)
+        positive_int("max_items", max_items, 2)
     priv, kinds, n, L, bs, steps, configuration = _audit_configuration(
         collection, epsilon, value_range, delta, noise, n_components, n_layers, branch_size, smoothing_steps)
     report("load", 0, 1)
-    coll, items = _load(collection)
+    coll, items = load_settled_items(collection)
     report("load", 1, 1)
     X, y = items["features"], items["label"]
     if max_items is not None and X.shape[0] > max_items:
@@ -174,7 +174,7 @@ def run_membership_audit(collection: str, epsilon: float | None = None, *, value
         for j, kind in enumerate(kinds):
             report("fit", r * len(kinds) + j, total)
             seed = None if noise_seed is None else int(noise_seed) + r  # a fresh noise draw per repeat
-            model = _make_model(kind, priv, n, L, bs, steps if kind == "fabricated" else None, seed, n_jobs)
+            model = make_model(kind, priv, n, L, bs, steps if kind == "fabricated" else None, seed, n_jobs)
             model.fit((X if kind == "raw" else Xc)[tr], y[tr])
             _score(per[kind], model, X, y, tr, ho)
     report("fit", total, total)
@@ -188,15 +188,15 @@ def run_membership_audit(collection: str, epsilon: float | None = None, *, value
               "noise_seed": "cryptographically seeded" if noise_seed is None else "fixed test seed (NOT private)"}
     if priv is not None:
         params.update(priv)
-        params["smoothing"] = _smoothing_record(steps)
+        params["smoothing"] = smoothing_record(steps)
     params["report_privacy"] = {
         "unit": "none", "outside_guarantee": "the report (AUC, TPR, MIS, accuracy) is computed from the raw items: "
                                              "it is for the data owner, not for publication"}
-    _json_safe(out, "audit report")
+    json_safe(out, "audit report")
     from psycopg.types.json import Jsonb
 
-    with _transaction() as conn:
-        c2 = _collection_row(conn, collection)
+    with job_transaction() as conn:
+        c2 = collection_row(conn, collection)
         aid = conn.execute("INSERT INTO pm_vector.kahm_audits (collection_id, params, report) VALUES (%s, %s, %s) "
                            "RETURNING id", [c2["id"], Jsonb(params), Jsonb(out)]).fetchone()[0]
     return {"audit_id": int(aid), "collection": collection, "params": params, **out}
@@ -208,9 +208,9 @@ def list_audits(collection: str | None = None) -> list[dict[str, Any]]:
 
     with connect() as conn:
         if collection is not None:
-            _collection_row(conn, collection)
+            collection_row(conn, collection)
         with conn.cursor(row_factory=dict_row) as cur:
             cur.execute("SELECT * FROM pm_vector.pm_kahm_audits WHERE (%s::text IS NULL OR collection = %s) "
                         "ORDER BY audit_id DESC", [collection, collection])
             rows = cur.fetchall()
-    return [{k: _iso(v) for k, v in r.items()} for r in rows]
+    return [{k: iso_datetime(v) for k, v in r.items()} for r in rows]

@@ -47,17 +47,17 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidInputError
-from ..store._common import _collection_row, _iso, _worker
-from ..store._validate import _features
-from ..store.api import _load_items
+from ..store._common import collection_row, iso_datetime, worker_identity
+from ..store._validate import checked_features
+from ..store.api import load_items
 from ..postgres import connect
 from ..errors import DatabaseError, DimensionMismatchError, NoKAHMModelError, RawKAHMDistancesNotAllowedError
 from .anchor import fabricate_anchor_set
-from .store import (DEFAULT_SMOOTHING_STEPS, KINDS, OUTSIDE_ELEMENT, _SETTLED,  # noqa: F401
-                    ProgressFn, _class_counts_check, _load, _make_model,
-                    _model_bytes, _model_from_bytes, _model_row, _noop, _positive_int, _privacy,
-                    _smoothing_record, _steps, _transaction, _value_range, kind_of, model_outputs_allowed,
-                    raw_distances_allowed)
+from .store import (DEFAULT_SMOOTHING_STEPS, KINDS, OUTSIDE_ELEMENT, SETTLED_ITEMS_SQL,  # noqa: F401
+                    ProgressFn, checked_smoothing_steps, checked_value_range, class_counts_check,
+                    job_transaction, kahm_privacy, kind_of, load_settled_items, make_model, model_bytes,
+                    model_from_bytes, model_outputs_allowed, model_row, noop, positive_int, raw_distances_allowed,
+                    smoothing_record)
 
 #: PostgreSQL's limit for one bytea value is 1 GB; keep a margin for the row
 MAX_MODEL_BYTES = 1_000_000_000
@@ -96,7 +96,7 @@ def _kind_privacy(kind: str, epsilon, delta: float, value_range, noise: str) -> 
     if kind != "raw":
         if epsilon is None:
             raise InvalidInputError(f"kind={kind!r} is differentially private: give epsilon (and value_range).")
-        return _privacy(epsilon, delta, value_range, noise)
+        return kahm_privacy(epsilon, delta, value_range, noise)
     if epsilon is not None:
         raise InvalidInputError("epsilon is for the private kinds ('noisy', 'fabricated'); kind='raw' adds no noise.")
     return None
@@ -114,7 +114,7 @@ def _privacy_record(priv: dict | None, kind: str, p: int, noise_seed, smoothing_
             "fixed test seed (NOT private)", "row_epsilon": priv["epsilon"] * p,
             "row_delta": min(1.0, priv["delta"] * p)}
     if kind == "fabricated":
-        priv["smoothing"] = _smoothing_record(smoothing_steps)
+        priv["smoothing"] = smoothing_record(smoothing_steps)
         if smoothing_steps is None:
             priv["outside_guarantee"] += "; the stopping rule's threshold r (from the original rows)"
     return priv
@@ -126,8 +126,8 @@ def _write_model(collection: str, coll, kind: str, params: dict, priv: dict, mod
     ``keep`` deleted (refused if the collection was re-created meanwhile). Returns the model's id."""
     from psycopg.types.json import Jsonb
 
-    with _transaction() as conn:
-        c2 = _collection_row(conn, collection, lock="FOR SHARE")
+    with job_transaction() as conn:
+        c2 = collection_row(conn, collection, lock="FOR SHARE")
         if c2["id"] != coll["id"]:
             raise DatabaseError(f"collection {collection!r} was dropped and re-created while the job ran.")
         mid = conn.execute(
@@ -135,7 +135,7 @@ def _write_model(collection: str, coll, kind: str, params: dict, priv: dict, mod
             "n_items, model, timings, worker) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
             [coll["id"], kind, Jsonb(params), Jsonb(priv),
              [int(c) for c in model.classes_], int(model.n_features_in_), int(items["id"].shape[0]), blob,
-             Jsonb({k: round(v, 4) for k, v in timings.items()}), Jsonb(_worker())]).fetchone()[0]
+             Jsonb({k: round(v, 4) for k, v in timings.items()}), Jsonb(worker_identity())]).fetchone()[0]
         _write_scores(conn, mid, items["id"], pred, scores)
         conn.execute("DELETE FROM pm_vector.kahm_models WHERE collection_id = %s AND id < %s AND id NOT IN "
                      "(SELECT id FROM pm_vector.kahm_models WHERE collection_id = %s AND id < %s "
@@ -165,30 +165,30 @@ def fit_kahm_models(collection: str, *, kind: str = "raw", epsilon: float | None
     float32), and class scores agree with float64 to about 1e-5. A model above PostgreSQL's
     1 GB value limit is refused before anything is written (the message says what to lower).
     """
-    report = progress or _noop
+    report = progress or noop
     if kind not in KINDS:
         raise InvalidInputError(f"kind must be one of {KINDS}; got {kind!r}.")
     priv = _kind_privacy(kind, epsilon, delta, value_range, noise)
-    n = _positive_int("n_components", n_components)
-    L = min(5, n) if n_layers is None else _positive_int("n_layers", n_layers)  # default: 5 layers, at most n
-    bs = _positive_int("branch_size", branch_size)
-    keep = _positive_int("keep_previous", keep_previous, 0)
-    smoothing_steps = _steps(smoothing_steps) if kind == "fabricated" else None
+    n = positive_int("n_components", n_components)
+    L = min(5, n) if n_layers is None else positive_int("n_layers", n_layers)  # default: 5 layers, at most n
+    bs = positive_int("branch_size", branch_size)
+    keep = positive_int("keep_previous", keep_previous, 0)
+    smoothing_steps = checked_smoothing_steps(smoothing_steps) if kind == "fabricated" else None
     timings: dict[str, float] = {}
     t = time.perf_counter()
     report("load", 0, 1)
-    coll, items = _load(collection)
+    coll, items = load_settled_items(collection)
     report("load", 1, 1)
     timings["load_s"] = time.perf_counter() - t
     if n > coll["feature_dim"]:
         raise InvalidInputError(f"n_components={n} exceeds the collection's {coll['feature_dim']} features (n <= p).")
-    _class_counts_check(coll, items["label"], n + 1, f"a KAHM with n_components={n}")
+    class_counts_check(coll, items["label"], n + 1, f"a KAHM with n_components={n}")
     X = items["features"] if priv is None else np.clip(items["features"], *priv["value_range"])
     t = time.perf_counter()
     report("fit", 0, 1)
     if dtype not in ("float32", "float64"):
         raise InvalidInputError(f"dtype must be 'float32' or 'float64'; got {dtype!r}.")
-    model = _make_model(kind, priv, n, L, bs, smoothing_steps, noise_seed, n_jobs, dtype)
+    model = make_model(kind, priv, n, L, bs, smoothing_steps, noise_seed, n_jobs, dtype)
     model.fit(X, items["label"])
     report("fit", 1, 1)
     timings["fit_s"] = time.perf_counter() - t
@@ -197,7 +197,7 @@ def fit_kahm_models(collection: str, *, kind: str = "raw", epsilon: float | None
     scores, pred = _scores_of(model, items["features"])
     report("score", items["id"].shape[0], items["id"].shape[0])
     timings["score_s"] = time.perf_counter() - t
-    blob = _model_bytes(model)
+    blob = model_bytes(model)
     if len(blob) >= MAX_MODEL_BYTES:
         raise InvalidInputError(
             f"the fitted model takes {len(blob) / 1e6:.0f} MB, above PostgreSQL's 1 GB limit for one value; lower "
@@ -241,8 +241,8 @@ def load_kahm_model(collection: str, model_id: int | None = None):
     """The fitted :class:`~pm_vector.kahm.KAHMClassifier` (or its DP subclass) stored for the
     collection: the current one, or ``model_id``. Cached per database and model id."""
     with connect() as conn:
-        coll = _collection_row(conn, collection)
-        row = _model_row(conn, coll, model_id)
+        coll = collection_row(conn, collection)
+        row = model_row(conn, coll, model_id)
         key = _cache_key(coll, row["id"])
         with _models_lock:
             hit = _models.get(key)
@@ -251,7 +251,7 @@ def load_kahm_model(collection: str, model_id: int | None = None):
             return hit
         blob = conn.execute("SELECT model FROM pm_vector.kahm_models WHERE id = %s", [row["id"]]).fetchone()[0]
         conn.rollback()
-    model = _model_from_bytes(bytes(blob))
+    model = model_from_bytes(bytes(blob))
     model.model_id_ = int(row["id"])
     _cache_put(coll, row["id"], model)
     return model
@@ -263,13 +263,13 @@ def list_kahm_models(collection: str | None = None, *, model_id: int | None = No
 
     with connect() as conn:
         if collection is not None:
-            _collection_row(conn, collection)
+            collection_row(conn, collection)
         with conn.cursor(row_factory=dict_row) as cur:
             cur.execute("SELECT * FROM pm_vector.pm_kahm_models WHERE (%s::text IS NULL OR collection = %s) "
                         "AND (%s::bigint IS NULL OR model_id = %s) ORDER BY model_id DESC",
                         [collection, collection, model_id, model_id])
             rows = cur.fetchall()
-    return [{k: _iso(v) for k, v in r.items()} for r in rows]
+    return [{k: iso_datetime(v) for k, v in r.items()} for r in rows]
 
 
 def score_new_items(collection: str, model_id: int | None = None) -> dict[str, Any]:
@@ -278,14 +278,14 @@ def score_new_items(collection: str, model_id: int | None = None) -> dict[str, A
     model = load_kahm_model(collection, model_id)
     mid = int(model.model_id_)
     with connect() as conn:
-        coll = _collection_row(conn, collection)
-        items = _load_items(conn, coll, _SETTLED + f" AND NOT EXISTS (SELECT 1 FROM pm_vector.kahm_item_scores s "
-                                                   f"WHERE s.model_id = {mid} AND s.item_id = i.id)")
+        coll = collection_row(conn, collection)
+        items = load_items(conn, coll, SETTLED_ITEMS_SQL + " AND NOT EXISTS (SELECT 1 FROM pm_vector.kahm_item_scores s "
+                                                            f"WHERE s.model_id = {mid} AND s.item_id = i.id)")
         conn.rollback()
     if items["id"].shape[0] == 0:
         return {"model_id": mid, "scored": 0}
     scores, pred = _scores_of(model, np.asarray(items["features"], dtype=np.float64))
-    with _transaction() as conn:
+    with job_transaction() as conn:
         # the model must still exist when the scores land (a concurrent fit may prune it)
         if conn.execute("SELECT 1 FROM pm_vector.kahm_models WHERE id = %s FOR SHARE", [int(mid)]).fetchone() is None:
             raise NoKAHMModelError(f"KAHM model {int(mid)} of collection {collection!r} was replaced and pruned "
@@ -295,7 +295,7 @@ def score_new_items(collection: str, model_id: int | None = None) -> dict[str, A
 
 
 def _query_rows(features, coll) -> np.ndarray:
-    return np.asarray(_features(features, coll, "features"), dtype=np.float64)
+    return np.asarray(checked_features(features, coll, "features"), dtype=np.float64)
 
 
 def class_scores(collection: str, features, model_id: int | None = None) -> dict[str, Any]:
@@ -304,7 +304,7 @@ def class_scores(collection: str, features, model_id: int | None = None) -> dict
     from ...kahm import matching_scores
 
     with connect() as conn:
-        coll = _collection_row(conn, collection)
+        coll = collection_row(conn, collection)
         conn.rollback()
     X = _query_rows(features, coll)
     model = load_kahm_model(collection, model_id)
@@ -321,7 +321,7 @@ def party_distances(collection: str, features, model_id: int | None = None) -> d
     distance value of each class it holds (Definition 6) -- no items, no model.
     ``{"party", "model_id", "n_features", "classes", "distances": {class: [per row]}}``."""
     with connect() as conn:
-        coll = _collection_row(conn, collection)
+        coll = collection_row(conn, collection)
         conn.rollback()
     try:
         X = np.asarray(features, dtype=np.float64) if np.ndim(features) == 2 else None
@@ -367,7 +367,7 @@ def federated_classify(parties: Sequence[Any], features, *, classes: Sequence[in
     for p in parties:  # dimensions first: a mismatch is refused before any party is asked
         if isinstance(p, str):
             with connect() as conn:
-                dims[p] = int(_collection_row(conn, p)["feature_dim"])
+                dims[p] = int(collection_row(conn, p)["feature_dim"])
                 conn.rollback()
     if len(set(dims.values())) > 1:
         raise DimensionMismatchError(f"parties model different feature dimensions {dims}; federated classification "

@@ -16,9 +16,9 @@ import numpy as np
 
 from ...defaults import DEFAULT_SMOOTHING_STEPS  # noqa: F401  (the library's, one home)
 from ...errors import InvalidInputError
-from ..store._common import _collection_row
-from ..store._names import _check_name
-from ..store.api import _load_items
+from ..store._common import collection_row
+from ..store._names import check_name
+from ..store.api import load_items
 from ..store.maintenance import cleanup
 from ..postgres import connect
 from ..errors import (DatabaseError, NoKAHMModelError, RawFeaturesNotAllowedError,  # noqa: F401
@@ -26,7 +26,7 @@ from ..errors import (DatabaseError, NoKAHMModelError, RawFeaturesNotAllowedErro
 
 KINDS = ("raw", "noisy", "fabricated")
 #: items whose ingest is still running (or failed) are not part of a job's snapshot
-_SETTLED = ("AND NOT EXISTS (SELECT 1 FROM pm_vector.ingests g WHERE g.id = i.ingest_id "
+SETTLED_ITEMS_SQL = ("AND NOT EXISTS (SELECT 1 FROM pm_vector.ingests g WHERE g.id = i.ingest_id "
             "AND g.status <> 'succeeded')")
 
 ProgressFn = Callable[[str, int, int], None]
@@ -60,12 +60,12 @@ def model_outputs_allowed(coll, kind) -> bool:
     return kind in PRIVATE_KINDS or raw_distances_allowed(coll)
 
 
-def _noop(*_a, **_k) -> None:
+def noop(*_a, **_k) -> None:
     return None
 
 
 @contextmanager
-def _transaction():
+def job_transaction():
     """A connection whose work commits at the end of the block, or rolls back and raises the
     translated error (:func:`~pm_vector.db.errors.translate_sql_error`): the one write of a job."""
     with connect() as conn:
@@ -82,7 +82,7 @@ def _transaction():
 
 # ----------------------------------------------------------------------------- validation
 
-def _value_range(value_range) -> tuple[float, float]:
+def checked_value_range(value_range) -> tuple[float, float]:
     if value_range is None:
         raise InvalidInputError(
             "value_range=(lo, hi) is required for a differentially private job: features are clipped to it and "
@@ -105,10 +105,10 @@ OUTSIDE_ELEMENT = ("labels, per-class counts and item ids (public here); a whole
                    "p x epsilon (see row_epsilon)")
 
 
-def _privacy(epsilon, delta, value_range, noise: str = "grid") -> dict[str, Any]:
+def kahm_privacy(epsilon, delta, value_range, noise: str = "grid") -> dict[str, Any]:
     from ...kahm.privacy import make_noise
 
-    lo, hi = _value_range(value_range)
+    lo, hi = checked_value_range(value_range)
     mech = make_noise(epsilon, delta, hi - lo, noise)  # validates epsilon, delta, sensitivity, noise
     return {**mech.record(), "epsilon": float(mech.epsilon), "delta": float(mech.delta), "sensitivity": hi - lo,
             "value_range": [lo, hi], "noise": noise,
@@ -116,30 +116,30 @@ def _privacy(epsilon, delta, value_range, noise: str = "grid") -> dict[str, Any]
             "outside_guarantee": OUTSIDE_ELEMENT}
 
 
-def _steps(smoothing_steps):
-    return None if smoothing_steps is None else _positive_int("smoothing_steps", smoothing_steps, 0)
+def checked_smoothing_steps(smoothing_steps):
+    return None if smoothing_steps is None else positive_int("smoothing_steps", smoothing_steps, 0)
 
 
-def _smoothing_record(smoothing_steps) -> str:
+def smoothing_record(smoothing_steps) -> str:
     if smoothing_steps is None:
         return ("paper's stopping rule (eq 92): its threshold r comes from the original rows -- outside the guarantee "
                 "(the value is not stored)")
     return f"fixed {int(smoothing_steps)} steps (public)"
 
 
-def _positive_int(name: str, v, lo: int = 1) -> int:
+def positive_int(name: str, v, lo: int = 1) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < lo:
         raise InvalidInputError(f"{name} must be an integer >= {lo}; got {v!r}.")
     return int(v)
 
 
-def _load(collection: str):
+def load_settled_items(collection: str):
     """The collection row and its settled items (``id``, ``label``, ``features`` float64)."""
-    _check_name(collection)
+    check_name(collection)
     cleanup(collection)  # undo ingests of dead processes first (also: unknown collection -> clear error)
     with connect() as conn:
-        coll = _collection_row(conn, collection)
-        items = _load_items(conn, coll, _SETTLED)
+        coll = collection_row(conn, collection)
+        items = load_items(conn, coll, SETTLED_ITEMS_SQL)
         conn.rollback()
     if items["id"].shape[0] == 0:
         raise InvalidInputError(f"collection {collection!r} has no items; ingest some first.")
@@ -147,7 +147,7 @@ def _load(collection: str):
     return coll, items
 
 
-def _class_counts_check(coll, labels: np.ndarray, need: int, what: str) -> np.ndarray:
+def class_counts_check(coll, labels: np.ndarray, need: int, what: str) -> np.ndarray:
     classes = np.asarray(sorted(int(c) for c in coll["labels"]), dtype=np.int64)
     counts = {int(c): int(n) for c, n in zip(*np.unique(labels, return_counts=True))}
     for c in classes:
@@ -161,7 +161,7 @@ def _class_counts_check(coll, labels: np.ndarray, need: int, what: str) -> np.nd
 
 # ----------------------------------------------------------------------------- stored models
 
-def _make_model(kind: str, priv: dict | None, n_components, n_layers, branch_size, smoothing_steps, noise_seed,
+def make_model(kind: str, priv: dict | None, n_components, n_layers, branch_size, smoothing_steps, noise_seed,
                 n_jobs, dtype="float64"):
     from ...kahm import FabricatedKAHMClassifier, KAHMClassifier, NoisyKAHMClassifier
 
@@ -176,7 +176,7 @@ def _make_model(kind: str, priv: dict | None, n_components, n_layers, branch_siz
     return FabricatedKAHMClassifier(**dp, **common, smoothing_steps=smoothing_steps)
 
 
-def _model_bytes(model) -> bytes:
+def model_bytes(model) -> bytes:
     fd, path = tempfile.mkstemp(suffix=".kahm")
     os.close(fd)
     try:
@@ -189,7 +189,7 @@ def _model_bytes(model) -> bytes:
                 os.remove(p)
 
 
-def _model_from_bytes(blob: bytes):
+def model_from_bytes(blob: bytes):
     from ...kahm import load_model
 
     fd, path = tempfile.mkstemp(suffix=".kahm")
@@ -201,7 +201,7 @@ def _model_from_bytes(blob: bytes):
         os.remove(path)
 
 
-def _model_row(conn, coll, model_id: int | None, *, with_blob: bool = False) -> dict[str, Any]:
+def model_row(conn, coll, model_id: int | None, *, with_blob: bool = False) -> dict[str, Any]:
     from psycopg.rows import dict_row
 
     cols = "id, kind, classes, n_features, n_items, params, privacy, created_at, erased_at" + (", model" if with_blob else "")

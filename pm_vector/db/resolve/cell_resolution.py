@@ -1,7 +1,7 @@
 """The server's resolve of a cell request (release ``"cells"``, format ``"pm_vector.cells/1"``).
 
 A :class:`~pm_vector.client.request.CellRequest` reports one public cell per class of the active
-run, at one level K (:mod:`pm_vector.privacy.cells`: pure eps, delta 0 for the whole request).
+run, at one level K (:mod:`pm_vector.privacy.cell_release`: pure eps, delta 0 for the whole request).
 :func:`resolve_cells` checks it against the run's published cells, then answers **all** rows with
 **one** statement in one REPEATABLE READ snapshot, and logs it (delta 0) in the same transaction:
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-from ...protocol.cells import CellRequest
+from ...protocol.cell_request import CellRequest
 from ...protocol.formats import CELL_FORMAT
 from ...errors import RequestError
 from ..errors import CellsDigestMismatchError, CellsUnavailableError  # noqa: F401  (CellsUnavailable: PM009 in SQL)
@@ -81,13 +81,13 @@ def statement(coll: Mapping[str, Any], include_features: bool, sharded: bool, *,
             f" FROM {src} AS s{joins} ORDER BY s.row_index, s.rank")
 
 
-def statement_params(run_id: int, doc: Mapping[str, Any], req: CellRequest, kp: int) -> list:
-    from ...privacy.cells import cell_weight
+def statement_params(run_id: int, doc: Mapping[str, Any], req: CellRequest, shortlist: int) -> list:
+    from ...privacy.cell_release import cell_weight
 
     shards = doc.get("shards")
     head: list = [int(run_id)] + ([_json(shards)] if shards else [])
     return head + [int(req.n_cells), [int(c) for c in doc["classes"]], [int(r) for r in req.reports],
-                   float(cell_weight(req.epsilon)), int(kp)]
+                   float(cell_weight(req.epsilon)), int(shortlist)]
 
 
 def _json(v) -> str:
@@ -96,7 +96,7 @@ def _json(v) -> str:
     return json.dumps(v)
 
 
-def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_features: bool, *, conn, k_prime,
+def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_features: bool, *, conn, shortlist,
                   log: bool, received, t0: float, timings: dict[str, float], code_bytes: int | None = None,
                   compact: bool = False, class_scores: bool = True, read_conn=None) -> dict[str, Any]:
     """Answer a cell request (module doc). Returns the shape of a class-rows answer
@@ -104,9 +104,10 @@ def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_fe
     ``"cells"`` and ``n_cells``; a full answer's ``rows[c]``: ``{"row", "item_ids", "external_ids",
     "labels", "scores", "payloads"[, "features"][, "codes"][, "predicted", "class_scores"]}``,
     best first; ``compact``: :func:`pm_vector.db.resolve.requests.compact_rows`."""
-    from .requests import _check_k_prime, check_codes, code_offset
+    from ...protocol import bounds
+    from .requests import check_codes, code_offset
 
-    kp = _check_k_prime(req.shortlist if k_prime is None else k_prime)
+    shortlist = bounds.shortlist(req.shortlist if shortlist is None else shortlist)
     want_codes = compact or code_bytes is not None
     t = time.perf_counter()
     with run_snapshot(collection, conn if read_conn is None else read_conn, include_features) as (rconn, meta):
@@ -123,7 +124,7 @@ def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_fe
         sql = statement(coll, include_features, bool(doc.get("shards")),
                         codes_run_id=run_id if want_codes else None, kahm_model_id=kahm_id, code_bytes=code_dim,
                         code_offset=code_offset(doc, code_dim) if want_codes else 0, compact=compact)
-        rows = rconn.execute(sql, statement_params(run_id, doc, req, kp), binary=True).fetchall()
+        rows = rconn.execute(sql, statement_params(run_id, doc, req, shortlist), binary=True).fetchall()
         out_rows, n_found = statement_answer(rows, req.n_rows, compact, **extra)
         timings["shortlist"] = (time.perf_counter() - t) * 1e3
         if read_conn is None:
@@ -136,7 +137,7 @@ def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_fe
                                 t0=t0, log=log, timings=timings)
     timings["total"] = (time.perf_counter() - t0) * 1e3
     return {"collection": collection, "run_id": run_id, "format": CELL_FORMAT, "release": "cells",
-            "answer": "compact" if compact else "full", "n_cells": int(req.n_cells), "k_prime": kp,
+            "answer": "compact" if compact else "full", "n_cells": int(req.n_cells), "k_prime": shortlist,
             "n_query_rows": req.n_rows, "rows": out_rows,
             "kahm": None if kahm_id is None else {"model_id": int(kahm_id),
                                                   "classes": [int(c) for c in coll["kahm_classes"]]},
@@ -150,10 +151,10 @@ def explain_cells(collection: str, req: CellRequest, include_features: bool) -> 
     statement pm_cell_shortlist_core runs (single node: the cells' primary key, the class's top
     hubs, the fill)}``."""
     from ..postgres import connect
-    from .frame import _run_row
+    from .frame import run_row
 
     with connect() as conn:
-        meta = _run_row(conn, collection)
+        meta = run_row(conn, collection)
         doc = check_against_run(meta, req, collection)
         run_id = int(meta["run"]["id"])
         params = statement_params(run_id, doc, req, int(req.shortlist))

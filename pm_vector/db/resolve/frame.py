@@ -30,7 +30,7 @@ from ...errors import FrameMismatchError, InvalidInputError  # noqa: F401  (Fram
 # the one rebuild of the public frame, its tolerance and its error
 from ...protocol.frame import FRAME_TOLERANCE, rebuild_frame  # noqa: F401
 from .. import _binary
-from ..store._common import _collection_row, _load_anchor_set
+from ..store._common import collection_row, load_anchor_set
 from ..postgres import connect
 from ..errors import DatabaseError, NoActiveRunError
 
@@ -71,8 +71,8 @@ class RunFrame:
         if not self._frame:
             if anchor_features is None:
                 with connect() as conn:
-                    coll = _collection_row(conn, self.collection)
-                    anchor_features = _load_anchor_set(conn, coll, "anchor", self.anchor_set_id).features
+                    coll = collection_row(conn, self.collection)
+                    anchor_features = load_anchor_set(conn, coll, "anchor", self.anchor_set_id).features
             self._frame.append(rebuild_frame(anchor_features, self.anchor_labels, self.params, self.seed,
                                              self.anchor_embedding, run_id=self.run_id))
         return self._frame[0]
@@ -98,7 +98,7 @@ _META_SQL = (
     "WHERE c.name = %s")
 
 
-def _run_row(conn, collection: str) -> dict[str, Any]:
+def run_row(conn, collection: str) -> dict[str, Any]:
     """Collection + active run metadata in one query: ``{"coll": ..., "run": ...}``.
     Raises CollectionNotFoundError / NoActiveRunError."""
     from psycopg.rows import dict_row
@@ -128,7 +128,7 @@ def _run_row(conn, collection: str) -> dict[str, Any]:
 def run_frame(conn, collection: str, meta: Mapping[str, Any] | None = None) -> RunFrame:
     """The :class:`RunFrame` of the collection's active run, read on ``conn`` (cached per
     database, run id and run creation time: a succeeded run never changes)."""
-    meta = meta or _run_row(conn, collection)
+    meta = meta or run_row(conn, collection)
     coll, run = meta["coll"], meta["run"]
     pg = conn.pgconn  # (conn.info.dsn parses the connection string: too slow per request)
     key = (pg.host, pg.port, pg.db, int(run["id"]), str(run["created_at"]), collection)
@@ -190,7 +190,7 @@ def class_frames(collection: str):
     from ..errors import ClassRowsUnavailableError
 
     with connect() as conn:
-        meta = _run_row(conn, collection)
+        meta = run_row(conn, collection)
         frames, doc = _class_rows_docs(conn, meta["run"]["id"])
         conn.rollback()
     if frames is None:
@@ -216,7 +216,7 @@ def public_anchor(collection: str):
     items' codes, fit on the public anchor set only, as :func:`pm_vector.protocol.published_codes.pack`
     writes it; None when the run has none): a client re-ranks a compact answer's candidates by
     their asymmetric distances to its query; and
-    ``public_cells`` (the run's :class:`~pm_vector.manifold.cells.PublicCells` document, fit on the
+    ``public_cells`` (the run's :class:`~pm_vector.manifold.public_cells.PublicCells` document, fit on the
     public anchor set only, for cell requests; its digest and levels are ``class_rows["cells"]``;
     None when the run serves no cells) and ``public_locations`` (the location release's cells of the
     whole anchor, likewise; its digest and levels are ``class_rows["locations"]``). Raises CollectionNotFoundError, NoActiveRunError,
@@ -225,11 +225,11 @@ def public_anchor(collection: str):
     from ...protocol.anchor import PublicAnchor
 
     with connect() as conn:
-        meta = _run_row(conn, collection)
+        meta = run_row(conn, collection)
         rf = run_frame(conn, collection, meta)
         coll = meta["coll"]
-        anchors = _load_anchor_set(conn, coll, "anchor", rf.anchor_set_id)
-        dummies = _load_anchor_set(conn, coll, "dummy", None)
+        anchors = load_anchor_set(conn, coll, "anchor", rf.anchor_set_id)
+        dummies = load_anchor_set(conn, coll, "dummy", None)
         class_frames_doc, class_rows_doc = _class_rows_docs(conn, rf.run_id)
         projection_doc = cells_doc = locations_doc = None
         if class_frames_doc is not None and ((class_rows_doc or {}).get("codes") or {}).get("status") == "ready":

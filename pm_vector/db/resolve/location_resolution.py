@@ -43,7 +43,7 @@ from ...protocol.location import LocationRequest
 from ..errors import CellsDigestMismatchError, CellsUnavailableError
 from ..postgres.adapt import Int8Array, configure
 from .answer import log_on_primary
-from .requests import _dumps, check_codes, code_offset, finish, run_snapshot
+from .requests import dumps_json, check_codes, code_offset, finish, run_snapshot
 
 #: bytes of answers one process keeps (the least recently used go first)
 CACHE_BYTES = 256 << 20
@@ -192,7 +192,7 @@ def _resolve_known(collection: str, req: LocationRequest, raw: str | None, conn,
     auto = conn.autocommit
     conn.autocommit = True  # one statement, its own transaction: no BEGIN and COMMIT round trips
     try:
-        log_id = conn.execute(_KNOWN_LOG_SQL, [raw if raw is not None else _dumps(req.to_dict()), n, received,
+        log_id = conn.execute(_KNOWN_LOG_SQL, [raw if raw is not None else dumps_json(req.to_dict()), n, received,
                                                (time.perf_counter() - t0) * 1e3, collection,
                                                int(meta["run"]["id"]), xmin]).fetchone()[0]
         if conn.info.transaction_status != 0:  # a proxy that kept its own transaction: end it here

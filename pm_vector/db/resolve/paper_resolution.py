@@ -54,8 +54,8 @@ from ...protocol.paper import PrivateMailRequest, ReleaseRequest
 from ...errors import RequestError
 from ..postgres import connect
 from ..errors import AnchorIdMismatchError, DimensionMismatchError
-from .frame import RunFrame, _run_row, run_frame
-from .requests import (MAX_QUERY_ROWS, _one_blas_thread, _outputs_allowed, _parse,
+from .frame import RunFrame, run_row, run_frame
+from .requests import (MAX_QUERY_ROWS, one_blas_thread, outputs_allowed, parse_request,
                        answer_rows, finish, run_snapshot)
 
 
@@ -83,12 +83,12 @@ def _post_process(rf: RunFrame, rel: ReleaseRequest) -> PrivateMailRequest:
 def post_process_release(collection: str, release) -> PrivateMailRequest:
     """Server side of iteration-distribute-recursion: the post-processed request for a
     :class:`ReleaseRequest` (object, dict or JSON), computed with the active run's frame."""
-    rel = release if isinstance(release, ReleaseRequest) else _parse(release)[0]
+    rel = release if isinstance(release, ReleaseRequest) else parse_request(release)[0]
     if not isinstance(rel, ReleaseRequest):
         raise RequestError("post_process_release needs a release-only request (format "
                            f"{RELEASE_FORMAT!r}).")
     with connect() as conn:
-        meta = _run_row(conn, collection)
+        meta = run_row(conn, collection)
         rf = run_frame(conn, collection, meta)
         conn.rollback()
     _check_against_run(rf, rel.anchor_ids, rel.release.shape[1], rel.n_query_rows, MAX_QUERY_ROWS, collection,
@@ -168,7 +168,7 @@ def resolve_paper(collection: str, req, raw: str | None, k: int, include_feature
             t = time.perf_counter()
         else:
             pm_req = req
-        with _one_blas_thread():
+        with one_blas_thread():
             aligned = align_request(pm_req, rf.anchor_ids if pm_req.anchor_ids == rf.anchor_ids
                                     else pm_req.anchor_ids, rf.anchor_embedding)
         if not np.all(np.isfinite(aligned)) or np.abs(aligned).max() > 3e38:
@@ -176,7 +176,7 @@ def resolve_paper(collection: str, req, raw: str | None, k: int, include_feature
         timings["align"] = (time.perf_counter() - t) * 1e3
 
         t = time.perf_counter()
-        kahm_id = coll.get("kahm_model_id") if class_scores and _outputs_allowed(coll) else None
+        kahm_id = coll.get("kahm_model_id") if class_scores and outputs_allowed(coll) else None
         cur = conn.execute(_knn_statement(coll, include_features, kahm_id),
                            [collection, _vectors(aligned), k, ef_search], binary=True)
         rows = cur.fetchall()
@@ -201,13 +201,13 @@ def explain_paper(collection: str, req, k: int, include_features: bool) -> dict[
     from ...alignment import align_request
 
     with connect() as conn:
-        meta = _run_row(conn, collection)
+        meta = run_row(conn, collection)
         rf = run_frame(conn, collection, meta)
         dim = (req.release if isinstance(req, ReleaseRequest) else req.embedding).shape[1]
         _check_against_run(rf, req.anchor_ids, dim, req.n_query_rows, MAX_QUERY_ROWS, collection, req.collection)
         pm_req = _post_process(rf, req) if isinstance(req, ReleaseRequest) else req
         vecs = _vectors(align_request(pm_req, rf.anchor_ids, rf.anchor_embedding))
-        kahm_id = meta["coll"].get("kahm_model_id") if _outputs_allowed(meta["coll"]) else None
+        kahm_id = meta["coll"].get("kahm_model_id") if outputs_allowed(meta["coll"]) else None
         stmt = _knn_statement(meta["coll"], include_features, kahm_id)  # as resolve runs it
         outer = [r[0] for r in conn.execute("EXPLAIN " + stmt, [collection, vecs, k, None]).fetchall()]
         inner = [r[0] for r in conn.execute("SELECT * FROM pm_vector.pm_knn_batch_explain(%s, %s::vector[], %s)",

@@ -11,7 +11,7 @@ import contextlib
 import datetime as dt
 import json
 import time
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -19,9 +19,9 @@ from ...errors import InvalidInputError, RequestError
 from ..postgres.adapt import json_loads
 from ...protocol import bounds
 from ...protocol.bounds import MAX_K_PRIME, MAX_QUERY_ROWS
-from ...protocol.cells import CellRequest
-from ...protocol.class_rows import QueryRequest
-from ...protocol.formats import PRIVATEMAIL_FORMAT as REQUEST_FORMAT
+from ...protocol.cell_request import CellRequest
+from ...protocol.class_rows import ClassRowsRequest
+from ...protocol.formats import PRIVATEMAIL_FORMAT
 from ...protocol.paper import PrivateMailRequest, ReleaseRequest
 
 #: k and k' (one limit, :data:`pm_vector.protocol.bounds.MAX_K_PRIME`), the name this module gave it
@@ -30,7 +30,7 @@ MAX_K = MAX_K_PRIME
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 
-def _dumps(obj) -> str:
+def dumps_json(obj) -> str:
     try:
         import orjson
     except ImportError:
@@ -41,7 +41,7 @@ def _dumps(obj) -> str:
 _blas = None
 
 
-def _one_blas_thread():
+def one_blas_thread():
     """A context limiting BLAS to one thread: the alignment's small SVD and products are much
     slower with OpenBLAS threads spinning on a busy machine (measured in
     docs/benchmarks.md, "Figures behind design choices in the code")."""
@@ -58,10 +58,11 @@ def _one_blas_thread():
         return contextlib.nullcontext()
 
 
-def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
-    """The request object, and None: the request log stores the validated request's
-    ``to_dict()`` (known fields, checked types), never the text as it came (an invented field,
-    a duplicated key or a number written as a string do not reach the log)."""
+def parse_request(request) -> tuple[Any, str | None]:
+    """The request object (of any type in :data:`~pm_vector.protocol.requests.REQUEST_TYPES`), and
+    None: the request log stores the validated request's ``to_dict()`` (known fields, checked
+    types), never the text as it came (an invented field, a duplicated key or a number written as a
+    string do not reach the log)."""
     from ...protocol.requests import REQUEST_CLASSES
 
     if isinstance(request, REQUEST_CLASSES):
@@ -83,7 +84,7 @@ def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
                            f"got {type(request).__name__}.")
     from ...protocol.requests import REQUEST_TYPES
 
-    fmt = request.get("format", REQUEST_FORMAT)
+    fmt = request.get("format", PRIVATEMAIL_FORMAT)
     kind = REQUEST_TYPES.get(fmt) if isinstance(fmt, str) else None
     if kind is None:
         raise RequestError(f"unsupported request format {str(fmt)[:60]!r}; expected one of {sorted(REQUEST_TYPES)}.")
@@ -104,7 +105,7 @@ def _parse(request) -> tuple[PrivateMailRequest | ReleaseRequest, str | None]:
         raise RequestError(f"the request has a field of the wrong type ({exc}).") from None
 
 
-def _outputs_allowed(coll: Mapping) -> bool:
+def outputs_allowed(coll: Mapping) -> bool:
     """May the current KAHM model's stored class scores and labels (``kahm_model_id``,
     ``kahm_kind`` of the run's metadata) come back with resolved items?
     :func:`pm_vector.db.kahm.store.model_outputs_allowed` decides, as for ``/kahm/distances``."""
@@ -113,7 +114,7 @@ def _outputs_allowed(coll: Mapping) -> bool:
     return coll.get("kahm_model_id") is not None and model_outputs_allowed(coll, coll.get("kahm_kind"))
 
 
-_check_k = bounds.k_neighbours
+check_k = bounds.k_neighbours
 
 
 def _finite_matrix(a, what: str) -> np.ndarray:
@@ -128,12 +129,12 @@ def _finite_matrix(a, what: str) -> np.ndarray:
     return a
 
 
-def _check_rows(req) -> None:
+def check_rows(req) -> None:
     from ...protocol.location import LocationRequest
 
     if isinstance(req, (CellRequest, LocationRequest)):
         return None  # their reports, level and eps are checked when they are built (__post_init__)
-    if isinstance(req, QueryRequest):
+    if isinstance(req, ClassRowsRequest):
         return _check_class_rows(req)
     emb = _finite_matrix(req.release if isinstance(req, ReleaseRequest) else req.embedding, "embedding")
     n_q = req.n_query_rows
@@ -144,7 +145,7 @@ def _check_rows(req) -> None:
                            f"{len(req.anchor_ids)} anchor rows.")
 
 
-def _check_class_rows(req: QueryRequest) -> None:
+def _check_class_rows(req: ClassRowsRequest) -> None:
     rows = _finite_matrix(req.rows, "rows")
     sig = np.asarray(req.sigmas, dtype=np.float64).reshape(-1)
     if sig.shape[0] != rows.shape[0] or not np.all(np.isfinite(sig)) or np.any(sig <= 0):
@@ -152,8 +153,6 @@ def _check_class_rows(req: QueryRequest) -> None:
     if len(req.classes) != rows.shape[0]:
         raise RequestError(f"the request has {rows.shape[0]} rows but {len(req.classes)} classes.")
 
-
-_check_k_prime = bounds.k_prime
 
 
 def _begin_snapshot(conn) -> None:
@@ -173,7 +172,7 @@ def run_snapshot(collection: str, conn, include_features: bool):
     back (nothing written) and SQL errors become pm_vector's."""
     from ..postgres import connect
     from ..errors import RawFeaturesNotAllowedError, translate_sql_error
-    from .frame import _run_row
+    from .frame import run_row
 
     own = conn is None
     if own:
@@ -181,7 +180,7 @@ def run_snapshot(collection: str, conn, include_features: bool):
     try:
         _begin_snapshot(conn)
         try:
-            meta = _run_row(conn, collection)
+            meta = run_row(conn, collection)
             if include_features and not (meta["coll"]["settings"] or {}).get("allow_raw_features", False):
                 raise RawFeaturesNotAllowedError(
                     f"collection {collection!r} does not allow returning raw features to clients (its setting "
@@ -211,7 +210,7 @@ def finish(conn, collection: str, req, raw: str | None, *, run_id: int, n_rows: 
         return None
     t = time.perf_counter()
     if raw is None:  # serialised once (log_request would serialise twice)
-        raw = _dumps(req.to_dict())
+        raw = dumps_json(req.to_dict())
     log_id = log_request(collection, None, run_id=run_id, row_count=n_rows, received_at=received,
                          finished_at=dt.datetime.now(dt.timezone.utc), duration_ms=(time.perf_counter() - t0) * 1e3,
                          conn=conn, request_json=raw)

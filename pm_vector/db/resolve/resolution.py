@@ -12,7 +12,7 @@ side is :mod:`pm_vector.client.query`.
 
 Class-rows requests (format ``"pm_vector.class-rows/1"``)
 ----------------------------------------------------------
-:func:`resolve` also takes a :class:`~pm_vector.client.query.QueryRequest` (object, dict or JSON
+:func:`resolve` also takes a :class:`~pm_vector.client.query.ClassRowsRequest` (object, dict or JSON
 text): one noised row per class in the active run's class frames. A client builds it from
 :func:`public_anchor` (``frame_info["class_frames"]`` -> ``ClassFrames.from_dict``, the dummy
 pool of the :class:`~pm_vector.client.PublicAnchor`) or :func:`class_frames`. The server checks
@@ -64,8 +64,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ...protocol.cells import CellRequest
-from ...protocol.class_rows import QueryRequest
+from ...protocol import bounds
+from ...protocol.cell_request import CellRequest
+from ...protocol.class_rows import ClassRowsRequest
 from ...protocol.formats import CLASS_ROWS_FORMAT
 from ...errors import InvalidInputError, RequestError
 from . import run_graph
@@ -73,15 +74,14 @@ from ..postgres.adapt import Int8Array, configure
 from .answer import compact_columns, item_joins, log_on_primary
 from ..postgres import connect
 from ..errors import ClassRowsUnavailableError, DimensionMismatchError, FramesDigestMismatchError
-from .frame import _run_row, class_frames, client_frame, public_anchor  # noqa: F401  (the public-anchor API)
+from .frame import run_row, class_frames, client_frame, public_anchor  # noqa: F401  (the public-anchor API)
 from .paper_resolution import explain_paper, post_process_release, resolve_paper  # noqa: F401  (paper API)
 from .requests import (
     MAX_QUERY_ROWS,
-    _check_k,
-    _check_k_prime,
-    _check_rows,
-    _outputs_allowed,
-    _parse,
+    check_k,
+    check_rows,
+    outputs_allowed,
+    parse_request,
     assemble_answer,
     check_codes,
     code_offset,
@@ -90,17 +90,18 @@ from .requests import (
     run_snapshot,
     statement_answer,
 )
+from ...deprecation import renamed_keyword
 
 
 def resolve(collection: str, request, k: int = 8, include_features: bool = False, *, conn=None,
             max_query_rows: int = MAX_QUERY_ROWS, ef_search: int | None = None, log: bool = True,
-            class_scores: bool = True, k_prime: int | None = None, code_bytes: int | None = None,
-            compact: bool = False, read_conn=None) -> dict[str, Any]:
+            class_scores: bool = True, shortlist: int | None = None, code_bytes: int | None = None,
+            compact: bool = False, read_conn=None, k_prime: int | None = None) -> dict[str, Any]:
     """Resolve a PrivateMail or a class-rows request against ``collection``'s active run.
 
-    A class-rows request (:class:`~pm_vector.client.query.QueryRequest`, its dict or JSON text,
+    A class-rows request (:class:`~pm_vector.client.query.ClassRowsRequest`, its dict or JSON text,
     format ``"pm_vector.class-rows/1"``) is answered by :func:`_resolve_class_rows` (see there:
-    ``k`` is not used, the candidates per row are the request's ``shortlist`` or ``k_prime``;
+    ``k`` is not used, the candidates per row are the request's ``shortlist`` or the ``shortlist`` argument;
     ``code_bytes``: every candidate of every row carries that prefix of its product code, one of
     the run's published code widths; ``compact``: the compact answer -- per row ``item_ids``
     (uint32 array), ``codes`` ((k', b) uint8, b = ``code_bytes`` or the whole code) and
@@ -142,17 +143,19 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     received = dt.datetime.now(dt.timezone.utc)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    k = _check_k(k)
+    if k_prime is not None:  # shortlist's old keyword, until 0.3.0 (inline: no wrapper on every query's path)
+        shortlist = renamed_keyword("resolve", "k_prime", "shortlist", k_prime, shortlist)
+    k = check_k(k)
     if isinstance(max_query_rows, bool) or int(max_query_rows) < 1:
         raise InvalidInputError("max_query_rows must be a positive integer.")
-    req, raw = _parse(request)
-    _check_rows(req)
+    req, raw = parse_request(request)
+    check_rows(req)
     timings["parse"] = (time.perf_counter() - t0) * 1e3
     _check_answer_kind(include_features, code_bytes, compact)
     resolver = _resolver(type(req))
     if resolver is not None:
         return resolver(collection, req, raw, include_features=include_features, conn=conn,
-                        max_query_rows=max_query_rows, k_prime=k_prime, log=log, received=received, t0=t0,
+                        max_query_rows=max_query_rows, shortlist=shortlist, log=log, received=received, t0=t0,
                         timings=timings, code_bytes=code_bytes, compact=compact, class_scores=class_scores,
                         read_conn=read_conn)
     if code_bytes is not None or compact:
@@ -169,7 +172,7 @@ def _resolve_cells(collection, req, raw, *, include_features, max_query_rows, **
     return resolve_cells(collection, req, raw, include_features, **kw)
 
 
-def _resolve_location(collection, req, raw, *, include_features, max_query_rows, k_prime, code_bytes, compact,
+def _resolve_location(collection, req, raw, *, include_features, max_query_rows, shortlist, code_bytes, compact,
                       class_scores, **kw):
     from .location_resolution import resolve_location
 
@@ -187,7 +190,7 @@ def _resolver(kind):
     one table, keyed by the request's type; None for the paper's requests (their own path)."""
     from ...protocol.location import LocationRequest
 
-    return {LocationRequest: _resolve_location, CellRequest: _resolve_cells, QueryRequest: _resolve_rows}.get(kind)
+    return {LocationRequest: _resolve_location, CellRequest: _resolve_cells, ClassRowsRequest: _resolve_rows}.get(kind)
 
 
 def _check_answer_kind(include_features, code_bytes, compact) -> None:
@@ -208,21 +211,21 @@ def explain_resolution(collection: str, request, k: int = 8, include_features: b
     whole), "statement": the candidates with their items, "shortlist": pm_shortlist_explain of
     the SQL function's statement}`` (a sharded or older run: no ``prior_knn``, and ``statement``
     calls pm_shortlist)."""
-    k = _check_k(k)
-    req, _ = _parse(request)
-    _check_rows(req)
+    k = check_k(k)
+    req, _ = parse_request(request)
+    check_rows(req)
     if isinstance(req, CellRequest):
         from .cell_resolution import explain_cells
 
         return explain_cells(collection, req, include_features)
-    if isinstance(req, QueryRequest):
+    if isinstance(req, ClassRowsRequest):
         return _explain_class_rows(collection, req, include_features)
     return explain_paper(collection, req, k, include_features)
 
 
 # ----------------------------------------------------------------------------- class-rows requests
 
-def _check_class_rows_against_run(meta: Mapping[str, Any], req: QueryRequest, collection: str,
+def _check_class_rows_against_run(meta: Mapping[str, Any], req: ClassRowsRequest, collection: str,
                                   max_query_rows: int) -> dict[str, Any]:
     """The run's class_rows document, after checking the request against it."""
     if req.collection is not None and req.collection != collection:
@@ -295,7 +298,7 @@ def _items_statement(coll: Mapping[str, Any], include_features: bool, *, codes_r
             f"AS s(item_id, ord){joins} ORDER BY s.ord")
 
 
-def _scored_candidates(rconn, meta: Mapping[str, Any], doc: Mapping[str, Any], req: QueryRequest, kp: int,
+def _scored_candidates(rconn, meta: Mapping[str, Any], doc: Mapping[str, Any], req: ClassRowsRequest, shortlist: int,
                        timings: dict[str, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(row_of, item_ids, scores)`` of every row's ranked candidates (row, then rank order;
     ``row_of`` 1-based): the retained prior found by ONE pgvector k-NN statement
@@ -323,7 +326,7 @@ def _scored_candidates(rconn, meta: Mapping[str, Any], doc: Mapping[str, Any], r
         pos, d2 = pos[order], d2[order]
         top_ids, top_hubs = graph.top_hubs[c]
         ids, scores = rank_retained(d2, graph.nbrs[pos], graph.nhub[pos], float(sigma), sizes[c] > max_prior, mw,
-                                    top_ids, top_hubs, graph.fill_ids, kp)
+                                    top_ids, top_hubs, graph.fill_ids, shortlist)
         r_of.append(np.full(ids.size, i + 1, np.int64))
         r_ids.append(ids)
         r_score.append(scores)
@@ -331,7 +334,7 @@ def _scored_candidates(rconn, meta: Mapping[str, Any], doc: Mapping[str, Any], r
     return np.concatenate(r_of), np.concatenate(r_ids), np.concatenate(r_score)
 
 
-def _fetch_rows(rconn, meta: dict, doc, req: QueryRequest, kp: int, collection: str, include_features: bool,
+def _fetch_rows(rconn, meta: dict, doc, req: ClassRowsRequest, shortlist: int, collection: str, include_features: bool,
                 compact: bool, joins: dict, extra: dict, timings: dict[str, float], t: float) -> tuple:
     """The class-rows answer's rows, in the request's snapshot: ranked on the run's graph then joined
     with the items by one statement (compact or full), or, for sharded and older runs, ranked and
@@ -339,7 +342,7 @@ def _fetch_rows(rconn, meta: dict, doc, req: QueryRequest, kp: int, collection: 
     started)."""
     coll, code_dim = meta["coll"], extra["code_dim"]
     if run_graph.supports(rconn, meta) and compact:
-        row_of, ids, _ = _scored_candidates(rconn, meta, doc, req, kp, timings)
+        row_of, ids, _ = _scored_candidates(rconn, meta, doc, req, shortlist, timings)
         t_fetch = time.perf_counter()
         groups = rconn.execute(_items_statement(coll, False, compact=True, **joins),
                                [Int8Array(ids), row_of.astype(np.int32).tolist()], binary=True,
@@ -347,7 +350,7 @@ def _fetch_rows(rconn, meta: dict, doc, req: QueryRequest, kp: int, collection: 
         out_rows = compact_groups(req.n_rows, groups, code_dim)
         n_found = int(ids.size)
     elif run_graph.supports(rconn, meta):
-        row_of, ids, scores = _scored_candidates(rconn, meta, doc, req, kp, timings)
+        row_of, ids, scores = _scored_candidates(rconn, meta, doc, req, shortlist, timings)
         t_fetch = time.perf_counter()
         items = rconn.execute(_items_statement(coll, include_features, **joins), [Int8Array(ids)],
                               binary=True, prepare=True).fetchall()
@@ -360,13 +363,13 @@ def _fetch_rows(rconn, meta: dict, doc, req: QueryRequest, kp: int, collection: 
         t_fetch = t
         rows = rconn.execute(_shortlist_statement(coll, include_features, compact=compact, **joins),
                              [collection, np.asarray(req.rows, dtype=np.float64).tolist(),
-                              [float(v) for v in req.sigmas], kp], binary=True).fetchall()
+                              [float(v) for v in req.sigmas], shortlist], binary=True).fetchall()
         out_rows, n_found = statement_answer(rows, req.n_rows, compact, **extra)
     return out_rows, n_found, t_fetch
 
 
-def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, include_features: bool, *, conn,
-                        max_query_rows: int, k_prime, log: bool, received, t0: float,
+def _resolve_class_rows(collection: str, req: ClassRowsRequest, raw: str | None, include_features: bool, *, conn,
+                        max_query_rows: int, shortlist, log: bool, received, t0: float,
                         timings: dict[str, float], code_bytes: int | None = None, compact: bool = False,
                         class_scores: bool = True, read_conn=None) -> dict[str, Any]:
     """Answer a class-rows request: every row's ``k'`` candidates (the module doc: one prior k-NN
@@ -391,7 +394,7 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
     "class_scores"]}``, best first (a compact one's: :func:`~pm_vector.db.resolve.requests.compact_rows`);
     ``kahm``: ``{"model_id", "classes"}`` or None; ``codes``: ``{"bytes": b, "digest"}`` or None
     without codes."""
-    kp = _check_k_prime(req.shortlist if k_prime is None else k_prime)
+    shortlist = bounds.shortlist(req.shortlist if shortlist is None else shortlist)
     want_codes = compact or code_bytes is not None
     t = time.perf_counter()
     with run_snapshot(collection, conn if read_conn is None else read_conn, include_features) as (rconn, meta):
@@ -399,7 +402,7 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
         doc = _check_class_rows_against_run(meta, req, collection, max_query_rows)
         run_id = int(meta["run"]["id"])
         code_dim, digest = check_codes(doc, collection, run_id, code_bytes) if want_codes else (None, None)
-        kahm_id = (coll.get("kahm_model_id") if class_scores and not compact and _outputs_allowed(coll)
+        kahm_id = (coll.get("kahm_model_id") if class_scores and not compact and outputs_allowed(coll)
                    else None)
         timings["lookup"] = (time.perf_counter() - t) * 1e3
 
@@ -409,8 +412,8 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
         configure(rconn)
         extra = {"feature_dim": int(coll["feature_dim"]) if include_features else None,
                  "code_dim": code_dim, "kahm": kahm_id is not None}
-        out_rows, n_found, t_fetch = _fetch_rows(rconn, meta, doc, req, kp, collection, include_features, compact,
-                                                 joins, extra, timings, t)
+        out_rows, n_found, t_fetch = _fetch_rows(rconn, meta, doc, req, shortlist, collection, include_features,
+                                                 compact, joins, extra, timings, t)
         timings["fetch"] = (time.perf_counter() - t_fetch) * 1e3
         timings["shortlist"] = (time.perf_counter() - t) * 1e3
         if read_conn is None:
@@ -424,7 +427,7 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
     C = req.n_rows
     timings["total"] = (time.perf_counter() - t0) * 1e3
     return {"collection": collection, "run_id": run_id, "format": CLASS_ROWS_FORMAT,
-            "answer": "compact" if compact else "full", "k_prime": kp, "n_query_rows": C,
+            "answer": "compact" if compact else "full", "k_prime": shortlist, "n_query_rows": C,
             "rows": out_rows,
             "kahm": None if kahm_id is None else {"model_id": int(kahm_id),
                                                   "classes": [int(c) for c in coll["kahm_classes"]]},
@@ -432,15 +435,15 @@ def _resolve_class_rows(collection: str, req: QueryRequest, raw: str | None, inc
             "timings_ms": {a: round(b, 3) for a, b in timings.items()}, "request_log_id": log_id}
 
 
-def _explain_class_rows(collection: str, req: QueryRequest, include_features: bool) -> dict[str, list[str]]:
-    kp = _check_k_prime(req.shortlist)
+def _explain_class_rows(collection: str, req: ClassRowsRequest, include_features: bool) -> dict[str, list[str]]:
+    shortlist = bounds.shortlist(req.shortlist)
     with connect() as conn:
-        meta = _run_row(conn, collection)
+        meta = run_row(conn, collection)
         doc = _check_class_rows_against_run(meta, req, collection, MAX_QUERY_ROWS)
         rows = np.asarray(req.rows, dtype=np.float64).tolist()
         sig = [float(v) for v in req.sigmas]
         # as resolve runs it (class scores on, where the policy lets them out)
-        joins = {"kahm_model_id": meta["coll"].get("kahm_model_id") if _outputs_allowed(meta["coll"]) else None}
+        joins = {"kahm_model_id": meta["coll"].get("kahm_model_id") if outputs_allowed(meta["coll"]) else None}
         out: dict[str, list[str]] = {}
         if run_graph.supports(conn, meta):
             # what resolve runs: the prior k-NN of the rows whose class is searched, then the candidates
@@ -454,16 +457,16 @@ def _explain_class_rows(collection: str, req: QueryRequest, include_features: bo
                     "EXPLAIN " + run_graph.prior_knn_statement(graph.run_id, int(doc["n_components"]), mp),
                     [[rows[i] for i in search], [labels[i] for i in search]]).fetchall()] if search else []
             configure(conn)
-            _, ids, _ = _scored_candidates(conn, meta, doc, req, kp, {})
+            _, ids, _ = _scored_candidates(conn, meta, doc, req, shortlist, {})
             out["statement"] = [r[0] for r in conn.execute(
                 "EXPLAIN " + _items_statement(meta["coll"], include_features, **joins), [Int8Array(ids)]).fetchall()]
         else:
             out["statement"] = [r[0] for r in conn.execute(
                 "EXPLAIN " + _shortlist_statement(meta["coll"], include_features, **joins),
-                [collection, rows, sig, kp]).fetchall()]
+                [collection, rows, sig, shortlist]).fetchall()]
         # the SQL function's own statement (SQL callers; sharded and older runs through resolve)
         out["shortlist"] = [r[0] for r in conn.execute(
             "SELECT * FROM pm_vector.pm_shortlist_explain(%s, %s::float8[], %s::float8[], %s)",
-            [collection, rows, sig, kp]).fetchall()]
+            [collection, rows, sig, shortlist]).fetchall()]
         conn.rollback()
     return out

@@ -86,7 +86,7 @@ class RunGraph:
 
 
 def supports(conn, meta: Mapping[str, Any]) -> bool:
-    """Whether ``meta``'s run (:func:`pm_vector.db.resolve.frame._run_row`) can be scored here: a
+    """Whether ``meta``'s run (:func:`pm_vector.db.resolve.frame.run_row`) can be scored here: a
     single-node run with neighbour lists in its prior and at least one neighbour per item."""
     from ..runs.class_rows import prior_has_nbrs
 
@@ -108,7 +108,7 @@ def _key(conn, meta: Mapping[str, Any]) -> tuple:
 
 
 def run_graph(conn, meta: Mapping[str, Any]) -> RunGraph:
-    """The :class:`RunGraph` of ``meta``'s run (:func:`pm_vector.db.resolve.frame._run_row`), read on
+    """The :class:`RunGraph` of ``meta``'s run (:func:`pm_vector.db.resolve.frame.run_row`), read on
     ``conn`` in its current snapshot the first time, then from this process's memory."""
     run = meta["run"]
     doc = meta["coll"]["class_rows"]

@@ -1,6 +1,6 @@
 """Rows of parallel arrays -- ``item_ids bigint[]``, ``hubs float8[]``, ``chubs float8[]`` behind a
 few integer key columns -- read and written as numpy arrays: the cells table
-(:mod:`pm_vector.db.runs.cells`, keys ``level, label, cell``) and the location rows
+(:mod:`pm_vector.db.runs.cell_data`, keys ``level, label, cell``) and the location rows
 (:mod:`pm_vector.db.runs.locations`, keys ``level, cell``).
 
 Their rows are long (a location row of a coarse level holds up to 65,536 entries), so an edit that

@@ -1,5 +1,5 @@
-"""A change of the cell release's hub counts applied to ``run_<id>_cells`` (:mod:`pm_vector.db.runs.cells`):
-what an erasure (:mod:`pm_vector.db.runs.erase`) and ``embed --new-items`` (:func:`pm_vector.db.runs.cells.extend`)
+"""A change of the cell release's hub counts applied to ``run_<id>_cells`` (:mod:`pm_vector.db.runs.cell_data`):
+what an erasure (:mod:`pm_vector.db.runs.erase`) and ``embed --new-items`` (:func:`pm_vector.db.runs.cell_data.extend`)
 both do to the rows, in the caller's transaction.
 
 :func:`apply` takes the counts' changes ``(level, label, cell, item id) -> change`` (level 0: the class

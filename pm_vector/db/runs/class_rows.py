@@ -54,7 +54,7 @@ included), its code, and adds its contribution to the hub counts of its class (a
 of every prior row listing an item whose count changed is recomputed); the neighbour lists of
 existing items are **not** recomputed (a new item never enters an older item's ``N(j)``), so
 after new items the run's scores are those of a graph slightly different from a fresh fit. The
-cell release's per-cell hub counts are extended alike (:func:`pm_vector.db.runs.cells.extend`). A
+cell release's per-cell hub counts are extended alike (:func:`pm_vector.db.runs.cell_data.extend`). A
 full embedding job rebuilds everything exactly.
 """
 
@@ -154,7 +154,7 @@ class ClassRowsData:
     placement: dict | None = None  # sharded runs: {shard: [class positions]} (pm_vector.db.runs.sharding)
     prior_nbrs: np.ndarray | None = None  # (P, g) item ids: each prior item's neighbour list
     prior_nhub: np.ndarray | None = None  # (P, g) float64: hub count of each of them in the item's class
-    cells: Any = None  # pm_vector.db.runs.cells.CellsData: the cell release's public cells and per-cell hub counts
+    cells: Any = None  # pm_vector.db.runs.cell_data.CellsData: the cell release's public cells and per-cell hub counts
     cells_doc: dict | None = None  # what class_rows -> 'cells' records (ready, or unavailable with the reason)
     locations: Any = None  # pm_vector.db.runs.locations.LocationsData: the location release's cells and lists
     locations_doc: dict | None = None  # what class_rows -> 'locations' records
@@ -261,7 +261,7 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
         hi.append(ids[nz])
         hc.append(cnt[nz])
     cat = (lambda a, dt: np.concatenate(a) if a else np.zeros(0, dt))
-    from . import cells as _cells
+    from . import cell_data as _cells
 
     timings["prior_hubs_s"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -356,7 +356,7 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
         _copy_codes(conn, rid, data.item_ids, data.codes, batch, True)
     data.timings["write_s"] = time.perf_counter() - t
     if data.cells is not None:
-        from . import cells as _cells
+        from . import cell_data as _cells
 
         t = time.perf_counter()
         _cells.write(conn, rid, data.cells, data.placement)
@@ -461,7 +461,7 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     new_doc = dict(doc)
     cells_doc = doc.get("cells") or {}
     if cells_doc.get("status") == "ready":  # the new items' cells and counts, on the cell release's graph
-        from . import cells as _cells
+        from . import cell_data as _cells
 
         _cells.extend(conn, rid, cells_doc, all_ids, all_X, new_ids, new_X, new_y, near=near)
     if (doc.get("locations") or {}).get("status") == "ready":  # the new items in the location rows

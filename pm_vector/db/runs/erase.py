@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .erase_plan import Plan, _ready, plan
+from .erase_plan import Plan, is_ready, plan
 from .prior_rows import add_hub_changes, read_listing, update_lists
 from .run_copy import copy_hubs, copy_pairs
 
@@ -260,7 +260,7 @@ RUN_TABLES: tuple[RunTable, ...] = (
 def stored_lists(conn, run_id: int, doc: Mapping[str, Any] | None, erased) -> dict[int, np.ndarray]:
     """The run's stored class-rows neighbour lists of the erased items and of every item whose list
     holds one (nearest first where the prior keeps the order, else by id)."""
-    if not _ready(doc):
+    if not is_ready(doc):
         return {}
     out: dict[int, list] = {}
     erased = [int(i) for i in erased]
@@ -321,11 +321,11 @@ def erase_from_run(conn, p: Plan) -> dict[str, Any] | None:
     shard_places = [q for q in places(conn, p.run_id, doc) if q.shard is not None]
     cells_ready = (doc.get("cells") or {}).get("status") == "ready"
     for rt in RUN_TABLES:
-        if rt.needs == "class_rows" and not _ready(doc):
+        if rt.needs == "class_rows" and not is_ready(doc):
             continue
-        if rt.needs == "cells" and not (_ready(doc) and cells_ready):
+        if rt.needs == "cells" and not (is_ready(doc) and cells_ready):
             continue
-        if rt.needs == "locations" and not (_ready(doc) and (doc.get("locations") or {}).get("status") == "ready"):
+        if rt.needs == "locations" and not (is_ready(doc) and (doc.get("locations") or {}).get("status") == "ready"):
             continue
         targets = []
         if rt.where in ("coordinator", "both") or not shard_places:
@@ -340,7 +340,7 @@ def erase_from_run(conn, p: Plan) -> dict[str, Any] | None:
 
         array_rows.flush(conn)
     done(conn, p.run_id, doc)
-    if not _ready(doc):
+    if not is_ready(doc):
         return None
     new_doc = dict(doc)
     keep = ~p.gone
@@ -369,7 +369,7 @@ def erase_in_runs(conn, ids: np.ndarray, runs, load: Callable[[int], dict], *, q
         have = load(rid)
         cells = None
         if cells_json and ((doc or {}).get("cells") or {}).get("status") == "ready":
-            from ...manifold.cells import PublicCells
+            from ...manifold.public_cells import PublicCells
 
             cells = PublicCells.from_dict(cells_json)
         p = plan(conn, rid, doc, have["id"], have["label"], have["features"], present,

@@ -84,7 +84,7 @@ def plan(conn, run_id: int, doc: Mapping[str, Any] | None, ids, labels, X, erase
     labels = np.asarray(labels, dtype=np.int64)
     gone = np.isin(ids, np.asarray(erased, dtype=np.int64))
     p = Plan(run_id=int(run_id), doc=dict(doc or {}), ids=ids, labels=labels, gone=gone)
-    if not gone.any() or not _ready(doc):
+    if not gone.any() or not is_ready(doc):
         return p
     X = np.asarray(X)
     keep = np.flatnonzero(~gone)
@@ -199,7 +199,7 @@ def _cell_edge(add, cd, cells_of, qi, c, i, v) -> None:
             add(cd, (K, c, int(m[qi]), i), v)
 
 
-def _ready(doc) -> bool:
+def is_ready(doc) -> bool:
     return bool(doc) and doc.get("status") == "ready"
 
 

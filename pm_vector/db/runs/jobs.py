@@ -24,7 +24,7 @@ Steps and their transactions:
    ``embedding_runs.class_rows``), and ``run_<id>_prior`` / ``_neighbors`` / ``_hubs`` written
    the same way (batches, each committed), and the cell release's public cells
    (``embedding_runs.public_cells``, fit on the public anchor set) and ``run_<id>_cells``
-   (:mod:`pm_vector.db.runs.cells`). An anchor set that cannot give class frames (a class
+   (:mod:`pm_vector.db.runs.cell_data`). An anchor set that cannot give class frames (a class
    with fewer than 2 anchor rows) does not fail the job: the run records ``status:
    unavailable`` and serves PrivateMail requests only.
 4. *index*: HNSW on both tables (``pm_vector.pm_build_run_indexes``) and the class-rows indexes
@@ -62,8 +62,8 @@ import numpy as np
 
 from ...errors import InvalidInputError, PMVectorError
 from .. import _binary
-from ..store._common import (RUN_LOCK_KIND, _collection_row, _fail_run, _iso, _load_anchor_set,  # noqa: F401
-                             _worker, cleanup_stale_runs)
+from ..store._common import (RUN_LOCK_KIND, collection_row, fail_run, iso_datetime, load_anchor_set,  # noqa: F401
+                             worker_identity, cleanup_stale_runs)
 from ..store.maintenance import cleanup
 from ..postgres import connect
 from ..errors import EmbeddingJobError, NoActiveRunError, RunNotFoundError, translate_sql_error
@@ -112,7 +112,7 @@ def _vtype(dim: int) -> str:
     return "vector" if dim <= 2000 else "halfvec"
 
 
-def _load_items(conn, coll: Mapping[str, Any], missing_from_run: int | None = None,
+def load_items(conn, coll: Mapping[str, Any], missing_from_run: int | None = None,
                 in_run: int | None = None) -> dict[str, np.ndarray]:
     """ids, labels, features (float32) of the collection's items by binary COPY, ordered by id; with
     ``missing_from_run``, only items that have no embedding in that run; with ``in_run``, only
@@ -217,16 +217,16 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
     run_id: int | None = None
     timings: dict[str, float] = {}
     try:
-        coll = _collection_row(conn, collection)
+        coll = collection_row(conn, collection)
         settings = coll["settings"] or {}
         cr_params = _cr.params(settings, class_rows)  # InvalidInputError before any run row
-        anchors = _load_anchor_set(conn, coll, "anchor", None)  # NoAnchorSetError before any run row
+        anchors = load_anchor_set(conn, coll, "anchor", None)  # NoAnchorSetError before any run row
         conn.rollback()
         run_id = conn.execute(
             "INSERT INTO pm_vector.embedding_runs (collection_id, anchor_set_id, status, params, seed, worker, "
             "started_at) VALUES (%s, %s, 'running', %s, %s, %s, now()) RETURNING id",
             [coll["id"], anchors.anchor_set_id, Jsonb(params_json), seed,
-             Jsonb({**_worker(), "backend_pid": conn.info.backend_pid})]).fetchone()[0]
+             Jsonb({**worker_identity(), "backend_pid": conn.info.backend_pid})]).fetchone()[0]
         conn.execute("SELECT pg_advisory_lock(pm_vector.pm_lock_key(%s, %s))", [RUN_LOCK_KIND, run_id])
         conn.commit()
 
@@ -305,7 +305,7 @@ def _job_load(conn, coll, collection: str, run_id: int, report, timings: dict) -
     """The job's load phase: a snapshot of the collection's items (ids, labels, features)."""
     t = time.perf_counter()
     report("load", 0, 1)
-    items = _load_items(conn, coll)  # a snapshot: an ingest is one transaction, so only finished ones
+    items = load_items(conn, coll)  # a snapshot: an ingest is one transaction, so only finished ones
     conn.rollback()
     n = items["id"].shape[0]
     if n == 0:
@@ -458,11 +458,11 @@ def _abort(conn, run_id: int, exc: BaseException) -> None:
     try:
         if conn is not None and not conn.closed:
             conn.rollback()
-            _fail_run(conn, run_id, msg)
+            fail_run(conn, run_id, msg)
     except Exception:  # noqa: BLE001 - try again on a fresh connection below
         try:
             with connect() as c2:
-                _fail_run(c2, run_id, msg)
+                fail_run(c2, run_id, msg)
         except Exception:  # noqa: BLE001 - cleanup_stale_runs() will finish it
             pass
     finally:
@@ -502,7 +502,7 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
                run_items=None, on_placed=None):
     import psycopg
 
-    coll = _collection_row(conn, collection)
+    coll = collection_row(conn, collection)
     run_id = coll["active_run_id"]
     if run_id is None:
         raise NoActiveRunError(
@@ -513,18 +513,18 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
     params, seed, anchor_set_id, k, frames_doc, cr_doc = run
     has_cr = bool(cr_doc) and cr_doc.get("status") == "ready" and frames_doc is not None
     report("load", 0, 1)
-    new = _load_items(conn, coll, missing_from_run=run_id)
+    new = load_items(conn, coll, missing_from_run=run_id)
     m = new["id"].shape[0]
     if m == 0:
         if own:
             conn.rollback()
         report("load", 1, 1)
         return {"run_id": int(run_id), "n_new": 0}
-    anchors = _load_anchor_set(conn, coll, "anchor", anchor_set_id)
+    anchors = load_anchor_set(conn, coll, "anchor", anchor_set_id)
     buf = _binary.copy_out(conn, f"SELECT position, embedding FROM pm_vector.run_{int(run_id)}_anchors "
                                  "ORDER BY position")
     a_emb = _binary.decode([("position", "int4", 0), ("embedding", _vtype(k), k)], buf)["embedding"]
-    old_items = (run_items if run_items is not None else _load_items(conn, coll, in_run=run_id)) if has_cr else None
+    old_items = (run_items if run_items is not None else load_items(conn, coll, in_run=run_id)) if has_cr else None
     if own:
         conn.rollback()
     report("load", 1, 1)
@@ -597,7 +597,7 @@ def _extend_class_rows(conn, run_id: int, frames_doc, old_items: dict, new: dict
 # ----------------------------------------------------------------------------- run info
 
 def _run_dict(row: Mapping[str, Any]) -> dict[str, Any]:
-    d = {k: _iso(v) for k, v in dict(row).items()}
+    d = {k: iso_datetime(v) for k, v in dict(row).items()}
     if d.get("duration") is not None:
         d["duration"] = row["duration"].total_seconds()
     return d
@@ -625,7 +625,7 @@ def list_runs(collection: str | None = None) -> list[dict[str, Any]]:
 
     with connect() as conn:
         if collection is not None:
-            _collection_row(conn, collection)
+            collection_row(conn, collection)
         with conn.cursor(row_factory=dict_row) as cur:
             cur.execute("SELECT * FROM pm_vector.pm_runs WHERE (%s::text IS NULL OR collection = %s) "
                         "ORDER BY run_id DESC", [collection, collection])

@@ -3,7 +3,7 @@ embedding job beside the class rows and the cells, on the same neighbour graph.
 
 For a run, :func:`build` computes in memory, from the run's public anchor set and the graph:
 
-* the run's location cells (:func:`~pm_vector.manifold.cells.fit_location_cells`: k-means of the
+* the run's location cells (:func:`~pm_vector.manifold.public_cells.fit_location_cells`: k-means of the
   whole public anchor at nested levels M = 2, 4, ... and the anchor's size), fit on the public
   anchor set ONLY (``embedding_runs.public_locations``; digest and levels in
   ``embedding_runs.class_rows -> 'locations'``);
@@ -14,7 +14,7 @@ A report ``r`` is answered by :func:`pm_vector.shortlist.location_list` on the r
 and the top hubs (row ``(0, 0)``: every item by ``h`` desc then id, so an answer always holds
 ``min(S, N)`` items). A row keeps only the entries an answer of at most
 :data:`~pm_vector.shortlist.MAX_LOCATION_CANDIDATES` can use
-(:func:`pm_vector.db.runs.cells.useful_entries`), so a million items fit.
+(:func:`pm_vector.db.runs.cell_data.useful_entries`), so a million items fit.
 
 :func:`write` stores them in ``run_<id>_locations(level, cell, item_ids, hubs, chubs)`` by binary
 COPY on the coordinator (beside the codes, where a sharded run joins its candidates); nothing points
@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import _binary
 from . import array_rows
-from .cells import _array, useful_entries
+from .cell_data import binary_array, useful_entries
 
 #: the rows of a run's locations table go in one COPY per this many rows
 _BATCH = 2_000
@@ -67,7 +67,7 @@ def _top_hubs(h: np.ndarray, k_max: int) -> np.ndarray:
 def build(anchor_X, item_X, item_ids, *, neighbors: np.ndarray, k_max: int | None = None) -> LocationsData:
     """The run's location cells and per-cell hub counts (module doc) on ``neighbors`` (positions,
     the first :data:`~pm_vector.shortlist.CELL_GRAPH_DEGREE` columns are used)."""
-    from ...manifold.cells import fit_location_cells
+    from ...manifold.public_cells import fit_location_cells
     from ...shortlist import CELL_GRAPH_DEGREE, MAX_LOCATION_CANDIDATES
 
     k_max = int(k_max or MAX_LOCATION_CANDIDATES)
@@ -114,8 +114,8 @@ def _copy(conn, table: str, data: LocationsData) -> None:
         part = np.arange(s, min(n, s + _BATCH))
         stream = _binary.encode_with_tail(
             [("level", "int4", 0), ("cell", "int4", 0)], {"level": data.levels[part], "cell": data.cell[part]},
-            [[_array(data.item_ids[i], "int8") for i in part], [_array(data.hubs[i], "float8") for i in part],
-             [_array(data.chubs[i], "float8") for i in part]])
+            [[binary_array(data.item_ids[i], "int8") for i in part], [binary_array(data.hubs[i], "float8") for i in part],
+             [binary_array(data.chubs[i], "float8") for i in part]])
         _binary.copy_in(conn, f"COPY {table} (level, cell, item_ids, hubs, chubs) FROM STDIN (FORMAT BINARY)", stream)
         conn.commit()
 
@@ -144,7 +144,7 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
     in its cell's row at every level (and the item itself), and ``h`` grows by those edges in the
     top-hubs row and in every row touched. The neighbour lists of existing items are not recomputed.
     ``near``: the new items' nearest positions in ``all_X`` when the caller searched them already."""
-    from ...manifold.cells import PublicCells
+    from ...manifold.public_cells import PublicCells
     from ...neighbors import knn_search
 
     rid = int(run_id)

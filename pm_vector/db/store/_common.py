@@ -24,11 +24,11 @@ from ..errors import CollectionNotFoundError, NoAnchorSetError
 RUN_LOCK_KIND = 1
 
 
-def _worker() -> dict[str, Any]:
+def worker_identity() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid()}
 
 
-def _collection_row(conn, name: str, *, lock: str = "") -> dict[str, Any]:
+def collection_row(conn, name: str, *, lock: str = "") -> dict[str, Any]:
     """The collection's row as a dict, or CollectionNotFoundError. ``lock``: '' | 'FOR UPDATE' | 'FOR SHARE'."""
     if not isinstance(name, str):
         raise InvalidInputError(f"collection must be a name (str), got {type(name).__name__}.")
@@ -45,7 +45,7 @@ def _collection_row(conn, name: str, *, lock: str = "") -> dict[str, Any]:
     return row
 
 
-def _iso(v: Any) -> Any:
+def iso_datetime(v: Any) -> Any:
     return v.isoformat() if isinstance(v, (dt.datetime, dt.date)) else v
 
 
@@ -72,7 +72,7 @@ class AnchorSet:
         return int(self.labels.shape[0])
 
 
-def _load_anchor_set(conn, coll: Mapping[str, Any], role: str, anchor_set_id: int | None) -> AnchorSet:
+def load_anchor_set(conn, coll: Mapping[str, Any], role: str, anchor_set_id: int | None) -> AnchorSet:
     if anchor_set_id is None:
         row = conn.execute(
             "SELECT id, description, created_at, n_rows, provenance FROM pm_vector.anchor_sets "
@@ -101,7 +101,7 @@ def _load_anchor_set(conn, coll: Mapping[str, Any], role: str, anchor_set_id: in
 
 # ----------------------------------------------------------------------------- stale runs
 
-def _fail_run(conn, run_id: int, error: str) -> None:
+def fail_run(conn, run_id: int, error: str) -> None:
     """Mark a run failed and drop its tables (one transaction on ``conn``); no-op if already final."""
     conn.execute("SET LOCAL lock_timeout = '30s'")
     row = conn.execute("SELECT status FROM pm_vector.embedding_runs WHERE id = %s FOR UPDATE", [run_id]).fetchone()
@@ -124,7 +124,7 @@ def cleanup_stale_runs(collection: str | None = None) -> list[int]:
     with connect() as conn:
         cid = None
         if collection is not None:
-            cid = _collection_row(conn, collection)["id"]
+            cid = collection_row(conn, collection)["id"]
         rows = conn.execute(
             "SELECT id FROM pm_vector.embedding_runs WHERE status IN ('running', 'pending') "
             "AND (%s::bigint IS NULL OR collection_id = %s) "
@@ -140,7 +140,7 @@ def cleanup_stale_runs(collection: str | None = None) -> list[int]:
                 st = conn.execute("SELECT status FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()
                 conn.rollback()
                 if st is not None and st[0] in ("running", "pending"):
-                    _fail_run(conn, rid, "abandoned: the job's process ended (killed or lost its database "
+                    fail_run(conn, rid, "abandoned: the job's process ended (killed or lost its database "
                                          "connection) before the run finished; its tables were dropped")
                     done.append(int(rid))
             finally:

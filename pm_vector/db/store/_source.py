@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 
-def _ident(name: str) -> str:
+def quote_ident(name: str) -> str:
     return '"' + str(name).replace('"', '""') + '"'
 
 
@@ -19,8 +19,8 @@ def feature_sql(coll: Mapping[str, Any], alias: str = "i") -> str:
     if not att:
         return f"{alias}.{col}"
     # the table name is stored as regclass::text (quoted where needed); the key as the id column's type
-    return (f"(SELECT s.{_ident(att['vector_column'])}::{coll['feature_type']} FROM {att['table']} AS s "
-            f"WHERE s.{_ident(att['id_column'])} = {alias}.external_id::{att['id_type']})")
+    return (f"(SELECT s.{quote_ident(att['vector_column'])}::{coll['feature_type']} FROM {att['table']} AS s "
+            f"WHERE s.{quote_ident(att['id_column'])} = {alias}.external_id::{att['id_type']})")
 
 
 def feature_filter(coll: Mapping[str, Any], alias: str = "i") -> str:

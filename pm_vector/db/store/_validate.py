@@ -12,7 +12,7 @@ import numpy as np
 
 from ..._validation import as_labels, as_matrix
 from ...errors import InvalidInputError
-from ._names import _NAME, _check_name  # noqa: F401  (re-exported)
+from ._names import NAME_PATTERN, check_name  # noqa: F401  (re-exported)
 from ..errors import DimensionMismatchError, UnknownLabelError
 
 METRICS = ("l2", "cosine", "ip")
@@ -21,7 +21,7 @@ HALFVEC_MAX = 65504.0
 MAX_FEATURE_DIM = 16000
 
 
-def _features(x, coll: Mapping[str, Any], what: str) -> np.ndarray:
+def checked_features(x, coll: Mapping[str, Any], what: str) -> np.ndarray:
     """Validated float32 matrix of the collection's dimension (NaN/inf refused, halfvec range checked).
 
     Converts to float32 once (no float64 copy of a large float32 input)."""
@@ -49,7 +49,7 @@ def _features(x, coll: Mapping[str, Any], what: str) -> np.ndarray:
     return a32
 
 
-def _labels(y, n: int, coll: Mapping[str, Any], what: str) -> np.ndarray:
+def checked_labels(y, n: int, coll: Mapping[str, Any], what: str) -> np.ndarray:
     lab = as_labels(y, n, what)
     allowed = np.asarray(coll["labels"], dtype=np.int64)
     bad = np.flatnonzero(~np.isin(lab, allowed))
@@ -60,7 +60,7 @@ def _labels(y, n: int, coll: Mapping[str, Any], what: str) -> np.ndarray:
     return lab
 
 
-def _json_safe(obj: Any, what: str) -> Any:
+def json_safe(obj: Any, what: str) -> Any:
     try:
         json.dumps(obj, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -69,7 +69,7 @@ def _json_safe(obj: Any, what: str) -> Any:
     return obj
 
 
-def _collection_spec(name: str, dim: int, labels: Iterable[int] | None, metric: str = "l2",
+def collection_spec(name: str, dim: int, labels: Iterable[int] | None, metric: str = "l2",
                      allow_raw_features: bool = False, *, description: str | None = None, hnsw_m: int = 16,
                      hnsw_ef_construction: int = 64, keep_previous_runs: int = 1,
                      settings: Mapping[str, Any] | None = None, partitions: int | None = None,
@@ -77,7 +77,7 @@ def _collection_spec(name: str, dim: int, labels: Iterable[int] | None, metric: 
     """The validated column values of a new collection (see :func:`create_collection`)."""
     from . import partitioned, payloads
 
-    _check_name(name)
+    check_name(name)
     labels, part_settings = partitioned.creation(labels, partitions)
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= int(dim) <= MAX_FEATURE_DIM:
         raise InvalidInputError(f"dim must be an integer in 1..{MAX_FEATURE_DIM}, got {dim!r}.")
@@ -112,6 +112,6 @@ def _collection_spec(name: str, dim: int, labels: Iterable[int] | None, metric: 
     st[payloads.SETTINGS_KEY] = payloads.check_limit(max_payload_bytes)
     if description is not None:
         st["description"] = str(description)
-    _json_safe(st, "settings")
+    json_safe(st, "settings")
     return {"name": name, "feature_dim": dim, "feature_type": "vector" if dim <= 2000 else "halfvec",
             "metric": metric, "labels": [int(v) for v in sorted(lab)], "settings": st}

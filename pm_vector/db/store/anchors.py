@@ -15,8 +15,8 @@ from .. import _binary
 from ..errors import translate_sql_error
 from ..postgres import connect
 from . import partitioned
-from ._common import AnchorSet, _collection_row, _load_anchor_set
-from ._validate import ROLES, _features, _json_safe, _labels
+from ._common import AnchorSet, collection_row, load_anchor_set
+from ._validate import ROLES, checked_features, json_safe, checked_labels
 
 
 def register_anchor_set(collection: str, features, labels, role: str = "anchor", *,
@@ -39,17 +39,17 @@ def register_anchor_sets(collection: str, sets: Sequence[tuple]) -> list[dict[st
     if not sets:
         raise InvalidInputError("no anchor set given.")
     with connect() as conn:
-        coll = _collection_row(conn, collection)
+        coll = collection_row(conn, collection)
         conn.rollback()
         checked = []
         for role, features, labels, description, provenance in sets:
             if role not in ROLES:
                 raise InvalidInputError(f"role must be one of {ROLES}, got {role!r}.")
-            X = _features(features, coll, f"{role} features")
+            X = checked_features(features, coll, f"{role} features")
             partitioned.refuse_labels(coll, labels, f"{role} labels")
-            y = None if labels is None else _labels(labels, X.shape[0], coll, f"{role} labels")
+            y = None if labels is None else checked_labels(labels, X.shape[0], coll, f"{role} labels")
             if provenance is not None:
-                _json_safe(provenance, "provenance")
+                json_safe(provenance, "provenance")
             checked.append((role, X, y, description, provenance))
         ftype = coll["feature_type"]
         col = "features" if ftype == "vector" else "features_half"
@@ -58,7 +58,7 @@ def register_anchor_sets(collection: str, sets: Sequence[tuple]) -> list[dict[st
             from psycopg.types.json import Jsonb
 
             part = partitioned.is_partitioned(coll)
-            coll = _collection_row(conn, collection, lock="FOR UPDATE" if part else "FOR SHARE")
+            coll = collection_row(conn, collection, lock="FOR UPDATE" if part else "FOR SHARE")
             if part:
                 checked = _partition_labels(conn, coll, checked)
             for role, X, y, description, provenance in checked:
@@ -111,5 +111,5 @@ def get_anchor_set(collection: str, role: str = "anchor", *, anchor_set_id: int 
     if role not in ROLES:
         raise InvalidInputError(f"role must be one of {ROLES}, got {role!r}.")
     with connect() as conn:
-        coll = _collection_row(conn, collection)
-        return _load_anchor_set(conn, coll, role, anchor_set_id)
+        coll = collection_row(conn, collection)
+        return load_anchor_set(conn, coll, role, anchor_set_id)

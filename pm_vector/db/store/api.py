@@ -19,11 +19,11 @@ from ...errors import InvalidInputError
 from .. import _binary
 from ..errors import RawFeaturesNotAllowedError, translate_sql_error
 from ..postgres import connect
-from ._common import _collection_row
+from ._common import collection_row
 
 # ----------------------------------------------------------------------------- items
 
-def _load_items(conn, coll: Mapping[str, Any], where: str = "", params: Sequence[Any] = ()) -> dict[str, np.ndarray]:
+def load_items(conn, coll: Mapping[str, Any], where: str = "", params: Sequence[Any] = ()) -> dict[str, np.ndarray]:
     """ids, labels, features (float32) of a collection's items by binary COPY, ordered by id."""
     from psycopg import sql
 
@@ -46,7 +46,7 @@ def fetch_items(collection: str, item_ids: Sequence[int], *, include_features: b
     setting must permit). Unknown ids raise :class:`InvalidInputError`."""
     ids = np.asarray(item_ids, dtype=np.int64).ravel()
     with connect() as conn:
-        coll = _collection_row(conn, collection)
+        coll = collection_row(conn, collection)
         if include_features and not coll["settings"].get("allow_raw_features", False):
             raise RawFeaturesNotAllowedError(
                 f"collection {collection!r} does not allow returning raw features to clients (its setting "

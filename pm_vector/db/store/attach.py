@@ -43,7 +43,7 @@ import numpy as np
 from ...errors import InvalidInputError
 from ..errors import translate_sql_error
 from ..postgres import connect
-from ._common import _collection_row
+from ._common import collection_row
 
 #: queue rows one sync transaction applies
 SYNC_BATCH = 5_000
@@ -105,7 +105,7 @@ def attach_table(name: str, table: str | None = None, id_column: str | None = No
 def pending(collection: str) -> int:
     """Changes queued and not yet applied."""
     with connect() as conn:
-        coll = _collection_row(conn, collection)
+        coll = collection_row(conn, collection)
         return int(conn.execute("SELECT count(*) FROM pm_vector.attach_changes WHERE collection_id = %s",
                                 [coll["id"]]).fetchone()[0])
 
@@ -120,7 +120,7 @@ def sync(collection: str, *, batch: int = SYNC_BATCH, embed_fn_extend=None, max_
              "skipped": [], "batches": 0}
     t = time.perf_counter()
     with connect(url) as conn:  # the changes queued before this call: a sync ends under a steady stream
-        coll = _collection_row(conn, collection)
+        coll = collection_row(conn, collection)
         upto = conn.execute("SELECT max(seq) FROM pm_vector.attach_changes WHERE collection_id = %s",
                             [coll["id"]]).fetchone()[0]
     while upto is not None and (max_batches is None or total["batches"] < max_batches):
@@ -159,16 +159,16 @@ def sync_pending(url: str | None = None) -> dict[str, Any]:
 def _source_rows(conn, att: dict, keys: list) -> dict:
     """The user's table's rows of the changed keys: key -> (vector is NULL, its dimensions, label,
     payload)."""
-    from ._source import _ident
+    from ._source import quote_ident
 
-    lab = f"s.{_ident(att['label_column'])}::bigint" if att.get("label_column") else "0::bigint"
+    lab = f"s.{quote_ident(att['label_column'])}::bigint" if att.get("label_column") else "0::bigint"
     pcols = att.get("payload_columns") or []
-    pay = ("jsonb_build_object(" + ", ".join(f"'{c}', s.{_ident(c)}" for c in pcols) + ")") if pcols else "NULL::jsonb"
-    v = f"s.{_ident(att['vector_column'])}"
+    pay = ("jsonb_build_object(" + ", ".join(f"'{c}', s.{quote_ident(c)}" for c in pcols) + ")") if pcols else "NULL::jsonb"
+    v = f"s.{quote_ident(att['vector_column'])}"
     return {r[0]: r[1:] for r in conn.execute(
-        f"SELECT s.{_ident(att['id_column'])}::text, {v} IS NULL, CASE WHEN {v} IS NULL THEN NULL ELSE "
+        f"SELECT s.{quote_ident(att['id_column'])}::text, {v} IS NULL, CASE WHEN {v} IS NULL THEN NULL ELSE "
         f"vector_dims({v}) END, {lab}, {pay} FROM {att['table']} AS s "
-        f"WHERE s.{_ident(att['id_column'])} = ANY(%s::{att['id_type']}[])", [keys]).fetchall()}
+        f"WHERE s.{quote_ident(att['id_column'])} = ANY(%s::{att['id_type']}[])", [keys]).fetchall()}
 
 
 def _classify_changes(coll, keys: list, ops: dict, src: dict, items: dict) -> tuple:
@@ -205,9 +205,9 @@ def _items_as_built(conn, coll, rid: int) -> dict[str, np.ndarray]:
     """The run's items read from the user's table, each with the vector it was built from: the
     table's now, or -- for a row changed or gone since (changes still queued) -- the first vector
     queued for it (``old_vector``)."""
-    from ..runs.jobs import _load_items
+    from ..runs.jobs import load_items
 
-    have = _load_items(conn, coll, in_run=rid)
+    have = load_items(conn, coll, in_run=rid)
     feats = np.asarray(have["features"], np.float32).copy()
     pos = {int(i): k for k, i in enumerate(have["id"])}
     queued = dict(conn.execute(
@@ -287,10 +287,10 @@ class _RunItems:
 def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: str | None = None
                 ) -> dict[str, Any] | None:
     from ..runs import array_rows, erase as _erase
-    from .erase import _erase_kahm, _runs_with_tables
+    from .erase import erase_kahm, runs_with_tables
 
     with connect(url, watch_client=True) as conn:
-        coll = _collection_row(conn, collection, lock="FOR NO KEY UPDATE")
+        coll = collection_row(conn, collection, lock="FOR NO KEY UPDATE")
         att = (coll["settings"] or {}).get("attached")
         if not att:
             raise InvalidInputError(f"collection {collection!r} is not attached to a table (pm-vector attach).")
@@ -310,13 +310,13 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
             [coll["id"], keys]).fetchall()}
         erase, insert, payloads, skipped = _classify_changes(coll, keys, ops, src, items)
         gone = np.array(sorted(int(i) for i in erase), dtype=np.int64)
-        runs = _runs_with_tables(conn, coll["id"])
+        runs = runs_with_tables(conn, coll["id"])
         run_items = _RunItems(conn, coll, runs)
         with array_rows.deferred(conn):  # the cell and location rows: read once, written once, by the batch
             if gone.size:
                 _erase.erase_in_runs(conn, gone, runs, run_items.load, quick=True)
                 run_items.erased(gone)
-                _erase_kahm(conn, coll, gone)
+                erase_kahm(conn, coll, gone)
                 conn.execute("DELETE FROM pm_vector.items WHERE id = ANY(%s)", [gone.tolist()])
             _write_items(conn, coll, insert, payloads)
             if insert and coll["active_run_id"] is not None:

@@ -20,8 +20,8 @@ from ..._validation import as_labels, as_matrix
 from ...errors import InvalidInputError
 from .. import _binary
 from . import partitioned, payloads as _payload_bound
-from ._common import _collection_row, _worker
-from ._validate import _collection_spec, _features, _labels
+from ._common import collection_row, worker_identity
+from ._validate import collection_spec, checked_features, checked_labels
 from ..postgres import connect
 from ..errors import CollectionExistsError, DuplicateExternalIdError, translate_sql_error
 
@@ -110,18 +110,18 @@ def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None
         if labels is not None and "partitions" not in kw:
             kw.setdefault("labels", np.unique(as_labels(labels, np.asarray(labels).size, "labels")))
         kw.setdefault("labels", None)
-        spec = _collection_spec(collection, a.shape[1], **kw)
+        spec = collection_spec(collection, a.shape[1], **kw)
     conn = connect(watch_client=True)
     try:
         if spec is None:
-            coll = _collection_row(conn, collection)
+            coll = collection_row(conn, collection)
             conn.rollback()
         else:
             coll = {**spec, "id": None}
-        X = _features(features, coll, "features")
+        X = checked_features(features, coll, "features")
         n = X.shape[0]
         partitioned.refuse_labels(coll, labels, "labels")
-        y = partitioned.item_labels(coll, X) if labels is None else _labels(labels, n, coll, "labels")
+        y = partitioned.item_labels(coll, X) if labels is None else checked_labels(labels, n, coll, "labels")
         ext = _external_ids(external_ids, n)
         pay, biggest = _payload_bound.check_payloads(payloads, n, _payload_bound.limit_of(coll), collection)
         if ext is not None and spec is None:
@@ -170,7 +170,7 @@ def _ingest_rows(conn, coll, spec, X, y, ext, pay, batch_size, progress, biggest
             cid = _insert_collection(conn, spec)
         ingest_id = conn.execute(
             "INSERT INTO pm_vector.ingests (collection_id, status, n_rows, worker) VALUES (%s, 'running', %s, %s) "
-            "RETURNING id", [cid, n, Jsonb(_worker())]).fetchone()[0]
+            "RETURNING id", [cid, n, Jsonb(worker_identity())]).fetchone()[0]
         seq = conn.execute("SELECT pg_get_serial_sequence('pm_vector.items', 'id')").fetchone()[0]
         done = 0
         while done < n:
@@ -221,7 +221,7 @@ def _record_failed_ingest(conn, cid: int | None, n: int, exc: BaseException) -> 
         if cid is not None:
             conn.execute("INSERT INTO pm_vector.ingests (collection_id, status, n_rows, worker, error, finished_at) "
                          "VALUES (%s, 'failed', %s, %s, %s, now())",
-                         [cid, n, Jsonb(_worker()), f"rolled back ({exc.__class__.__name__}); no row was kept"])
+                         [cid, n, Jsonb(worker_identity()), f"rolled back ({exc.__class__.__name__}); no row was kept"])
             conn.commit()
     except Exception:  # noqa: BLE001 - the rollback is what matters; the log row is best effort
         pass

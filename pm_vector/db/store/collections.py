@@ -12,8 +12,8 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import CollectionExistsError, CollectionNotFoundError
 from ..postgres import connect, session_scope
-from ._common import _collection_row, _iso
-from ._validate import _collection_spec
+from ._common import collection_row, iso_datetime
+from ._validate import collection_spec
 
 
 def create_collection(name: str, dim: int, labels: Iterable[int] | None, metric: str = "l2",
@@ -38,7 +38,7 @@ def create_collection(name: str, dim: int, labels: Iterable[int] | None, metric:
     registered without labels fits them (k-means of the public anchor's features), then anchor,
     dummy and item rows are labelled by their nearest partition (ingest them with labels=None).
     """
-    spec = _collection_spec(name, dim, labels, metric, allow_raw_features, description=description, hnsw_m=hnsw_m,
+    spec = collection_spec(name, dim, labels, metric, allow_raw_features, description=description, hnsw_m=hnsw_m,
                             hnsw_ef_construction=hnsw_ef_construction, keep_previous_runs=keep_previous_runs,
                             settings=settings, partitions=partitions, max_payload_bytes=max_payload_bytes)
     import sqlalchemy.exc
@@ -58,7 +58,7 @@ def create_collection(name: str, dim: int, labels: Iterable[int] | None, metric:
 
 
 def _info_dict(row: Mapping[str, Any]) -> dict[str, Any]:
-    d = {k: _iso(v) for k, v in dict(row).items()}
+    d = {k: iso_datetime(v) for k, v in dict(row).items()}
     d["labels"] = [int(v) for v in d["labels"]]
     return d
 
@@ -111,7 +111,7 @@ def drop_collection(name: str, *, missing_ok: bool = False) -> dict[str, Any]:
     """
     with connect() as conn:
         try:
-            coll = _collection_row(conn, name, lock="FOR UPDATE")
+            coll = collection_row(conn, name, lock="FOR UPDATE")
         except CollectionNotFoundError:
             if missing_ok:
                 return {"name": name, "dropped": False, "n_items": 0, "n_runs": 0}

@@ -22,7 +22,7 @@ import numpy as np
 from ...errors import InvalidInputError
 from ..errors import DatabaseError
 from ..postgres import connect
-from ._common import _collection_row
+from ._common import collection_row
 
 #: ids one call may delete (the run tables are rewritten in one transaction)
 MAX_DELETE = 1_000_000
@@ -32,7 +32,7 @@ class ItemNotFoundError(DatabaseError, LookupError):
     """Some of the ids to delete or update are not items of the collection (nothing was changed)."""
 
 
-def _ids(item_ids, external_ids) -> tuple[str, list]:
+def ids_to_erase(item_ids, external_ids) -> tuple[str, list]:
     if (item_ids is None) == (external_ids is None):
         raise InvalidInputError("give exactly one of item_ids and external_ids.")
     if item_ids is not None:
@@ -53,7 +53,7 @@ def _ids(item_ids, external_ids) -> tuple[str, list]:
     return kind, sorted(set(vals))
 
 
-def _resolve(conn, coll, kind: str, vals: list, missing_ok: bool) -> np.ndarray:
+def resolve_item_ids(conn, coll, kind: str, vals: list, missing_ok: bool) -> np.ndarray:
     rows = conn.execute(f"SELECT id, {kind} FROM pm_vector.items WHERE collection_id = %s AND {kind} = ANY(%s)",
                         [coll["id"], vals]).fetchall()
     found = {r[1] for r in rows}
@@ -65,7 +65,7 @@ def _resolve(conn, coll, kind: str, vals: list, missing_ok: bool) -> np.ndarray:
     return np.array(sorted(r[0] for r in rows), dtype=np.int64)
 
 
-def _not_attached(coll, what: str) -> None:
+def check_not_attached(coll, what: str) -> None:
     att = (coll["settings"] or {}).get("attached")
     if att:
         raise InvalidInputError(
@@ -73,7 +73,7 @@ def _not_attached(coll, what: str) -> None:
             f"`pm-vector sync {coll['name']}` (pm_vector.db.sync) applies the change everywhere. Nothing was changed.")
 
 
-def _runs_with_tables(conn, coll_id: int) -> list[tuple]:
+def runs_with_tables(conn, coll_id: int) -> list[tuple]:
     return conn.execute(
         "SELECT id, class_rows, public_cells FROM pm_vector.embedding_runs WHERE collection_id = %s "
         "AND status = 'succeeded' AND to_regclass(pm_vector.pm_run_table(id, 'items')) IS NOT NULL ORDER BY id",
@@ -86,30 +86,30 @@ def delete_items(collection: str, *, item_ids=None, external_ids=None, missing_o
     unless ``missing_ok``. Returns ``{"collection", "deleted", "item_ids", "runs", "kahm_refit_needed",
     "seconds"}``."""
     from ..runs import erase as _erase
-    from ..runs.jobs import _load_items
+    from ..runs.jobs import load_items
 
-    kind, vals = _ids(item_ids, external_ids)
+    kind, vals = ids_to_erase(item_ids, external_ids)
     t = time.perf_counter()
     with connect(watch_client=True) as conn:
-        coll = _collection_row(conn, collection, lock="FOR NO KEY UPDATE")
-        _not_attached(coll, "delete")
-        ids = _resolve(conn, coll, kind, vals, missing_ok)
+        coll = collection_row(conn, collection, lock="FOR NO KEY UPDATE")
+        check_not_attached(coll, "delete")
+        ids = resolve_item_ids(conn, coll, kind, vals, missing_ok)
         out = {"collection": collection, "deleted": int(ids.size), "item_ids": ids.tolist(), "runs": [],
                "kahm_refit_needed": []}
         if ids.size == 0:
             conn.rollback()
             out["seconds"] = round(time.perf_counter() - t, 3)
             return out
-        out["runs"] = _erase.erase_in_runs(conn, ids, _runs_with_tables(conn, coll["id"]),
-                                           lambda rid: _load_items(conn, coll, in_run=rid))
-        out["kahm_refit_needed"] = _erase_kahm(conn, coll, ids)
+        out["runs"] = _erase.erase_in_runs(conn, ids, runs_with_tables(conn, coll["id"]),
+                                           lambda rid: load_items(conn, coll, in_run=rid))
+        out["kahm_refit_needed"] = erase_kahm(conn, coll, ids)
         conn.execute("DELETE FROM pm_vector.items WHERE collection_id = %s AND id = ANY(%s)", [coll["id"], ids.tolist()])
         conn.commit()
     out["seconds"] = round(time.perf_counter() - t, 3)
     return out
 
 
-def _erase_kahm(conn, coll, ids: np.ndarray) -> list[int]:
+def erase_kahm(conn, coll, ids: np.ndarray) -> list[int]:
     """The deleted items' stored class scores go; raw models fit after the first of them was stored
     (which may hold it among their training rows) are marked ``erased_at``: they stop serving."""
     conn.execute("DELETE FROM pm_vector.kahm_item_scores s USING pm_vector.kahm_models m WHERE m.id = s.model_id "

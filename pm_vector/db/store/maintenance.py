@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import _collection_row, cleanup_stale_runs
+from ._common import collection_row, cleanup_stale_runs
 from ..postgres import connect
 
 INGEST_LOCK_KIND = 2
@@ -44,7 +44,7 @@ def _abandoned_ingests(collection: str | None) -> list[int]:
     with connect() as conn:
         cid = None
         if collection is not None:
-            cid = _collection_row(conn, collection)["id"]
+            cid = collection_row(conn, collection)["id"]
         rows = conn.execute(
             "SELECT id, collection_id FROM pm_vector.ingests WHERE status = 'running' "
             "AND (%s::bigint IS NULL OR collection_id = %s) "

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...errors import InvalidInputError
-from ._names import _check_name
+from ._names import check_name
 
 SETTINGS_KEY = "max_payload_bytes"
 DEFAULT_MAX_PAYLOAD_BYTES = 256
@@ -188,13 +188,13 @@ def set_max_payload_bytes(collection: str, max_payload_bytes: int) -> dict[str, 
     Lowering it below a payload already stored is refused (the stored items keep being served as
     they are, and every answer stays within the bound); the check and the change are one
     transaction that excludes concurrent ingests' commits."""
-    from ._common import _collection_row
+    from ._common import collection_row
     from ..postgres import connection
 
-    _check_name(collection)
+    check_name(collection)
     limit = check_limit(max_payload_bytes)
     with connection() as conn:
-        coll = _collection_row(conn, collection, lock="FOR NO KEY UPDATE")
+        coll = collection_row(conn, collection, lock="FOR NO KEY UPDATE")
         cid, previous = coll["id"], limit_of(coll)
         if limit < previous:
             # jsonb's text is never shorter than the compact JSON of the value it holds, so only rows whose

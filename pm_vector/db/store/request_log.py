@@ -12,8 +12,8 @@ from typing import Any
 
 from ...errors import InvalidInputError
 from ..postgres import connect
-from ._common import _iso
-from ._validate import _json_safe
+from ._common import iso_datetime
+from ._validate import json_safe
 
 
 def log_request(collection: str, request: Any, *, run_id: int | None = None, row_count: int | None = None,
@@ -36,7 +36,7 @@ def log_request(collection: str, request: Any, *, run_id: int | None = None, row
             raise InvalidInputError("request_json must be JSON text (str).")
         value = Jsonb(None, dumps=lambda _obj: request_json)
     else:
-        _json_safe(request, "request")
+        json_safe(request, "request")
         value = Jsonb(request)
     if duration_ms is None and received_at is not None and finished_at is not None:
         duration_ms = (finished_at - received_at).total_seconds() * 1000.0
@@ -76,4 +76,4 @@ def list_requests(collection: str | None = None, limit: int = 100) -> list[dict[
             else:
                 cur.execute("SELECT * FROM pm_vector.pm_requests WHERE collection = %s ORDER BY id DESC LIMIT %s",
                             [collection, int(limit)])
-            return [{k: _iso(v) for k, v in r.items()} for r in cur.fetchall()]
+            return [{k: iso_datetime(v) for k, v in r.items()} for r in cur.fetchall()]

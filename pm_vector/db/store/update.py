@@ -23,43 +23,43 @@ import numpy as np
 
 from ...errors import InvalidInputError
 from ..postgres import connect
-from ._common import _collection_row
-from ._validate import _features, _labels
-from .erase import _erase_kahm, _ids, _not_attached, _resolve, _runs_with_tables
+from ._common import collection_row
+from ._validate import checked_features, checked_labels
+from .erase import erase_kahm, ids_to_erase, check_not_attached, resolve_item_ids, runs_with_tables
 from .payloads import check_payloads, limit_of
 
-_UNSET = object()
+UNSET = object()
 
 
 def update_items(collection: str, *, item_ids=None, external_ids=None, features=None, labels=None,
-                 payloads: Any = _UNSET, embed_fn_extend=None) -> dict[str, Any]:
+                 payloads: Any = UNSET, embed_fn_extend=None) -> dict[str, Any]:
     """Change the features, labels and/or payloads of items given by ``item_ids`` or ``external_ids``
     (one row of ``features`` / ``labels`` / ``payloads`` per id, in the order given), in one
     transaction (module doc). Unknown ids raise :class:`~pm_vector.db.store.erase.ItemNotFoundError`
     and change nothing. Returns ``{"collection", "updated", "item_ids" (old -> new), "placed",
     "seconds"}``."""
     from ..runs import erase as _erase
-    from ..runs.jobs import _load_items, anchor_frame_extend_fn, embed_new_items
+    from ..runs.jobs import load_items, anchor_frame_extend_fn, embed_new_items
 
-    kind, vals = _ids(item_ids, external_ids)
+    kind, vals = ids_to_erase(item_ids, external_ids)
     given = list(item_ids if item_ids is not None else external_ids)
     if len(vals) != len(given):
         raise InvalidInputError("each item may be updated once per call (the ids repeat).")
-    if features is None and labels is None and payloads is _UNSET:
+    if features is None and labels is None and payloads is UNSET:
         raise InvalidInputError("nothing to update: give features, labels and/or payloads.")
     t = time.perf_counter()
     n = len(given)
     with connect(watch_client=True) as conn:
-        coll = _collection_row(conn, collection, lock="FOR NO KEY UPDATE")
-        _not_attached(coll, "update")
-        X = None if features is None else _features(features, coll, "features")
+        coll = collection_row(conn, collection, lock="FOR NO KEY UPDATE")
+        check_not_attached(coll, "update")
+        X = None if features is None else checked_features(features, coll, "features")
         if X is not None and X.shape[0] != n:
             raise InvalidInputError(f"features has {X.shape[0]} rows for {n} ids.")
-        y = None if labels is None else _labels(labels, n, coll, "labels")
+        y = None if labels is None else checked_labels(labels, n, coll, "labels")
         P = None
-        if payloads is not _UNSET:
+        if payloads is not UNSET:
             P, _ = check_payloads(payloads, n, limit_of(coll), collection)
-        ids_sorted = _resolve(conn, coll, kind, vals, False)
+        ids_sorted = resolve_item_ids(conn, coll, kind, vals, False)
         # the ids in the caller's order
         rows = conn.execute(f"SELECT {kind}, id, external_id, label, payload FROM pm_vector.items "
                             f"WHERE collection_id = %s AND id = ANY(%s)", [coll["id"], ids_sorted.tolist()]).fetchall()
@@ -83,9 +83,9 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
             f = dict(conn.execute(f"SELECT id, {col}::real[] FROM pm_vector.items WHERE id = ANY(%s)",
                                   [old_ids.tolist()]).fetchall())
             X = np.array([f[int(o[0])] for o in old], dtype=np.float32)
-        _erase.erase_in_runs(conn, old_ids, _runs_with_tables(conn, coll["id"]),
-                             lambda rid: _load_items(conn, coll, in_run=rid))
-        _erase_kahm(conn, coll, old_ids)
+        _erase.erase_in_runs(conn, old_ids, runs_with_tables(conn, coll["id"]),
+                             lambda rid: load_items(conn, coll, in_run=rid))
+        erase_kahm(conn, coll, old_ids)
         conn.execute("DELETE FROM pm_vector.items WHERE id = ANY(%s)", [old_ids.tolist()])
         new_ids = _insert(conn, coll, old, X, y, P)
         out["item_ids"] = {int(o[0]): int(nid) for o, nid in zip(old, new_ids)}

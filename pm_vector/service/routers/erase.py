@@ -16,7 +16,7 @@ router = APIRouter()
 
 def _delete_sync(name: str, media: str, body: bytes, settings: ServiceSettings):
     from ...db.store.erase import delete_items
-    from ..documents import _plain
+    from ..documents import plain_json
 
     b = parse_model(schemas.DeleteItemsBody, media, body, settings)
     if (b.ids is None) == (b.external_ids is None):
@@ -24,7 +24,7 @@ def _delete_sync(name: str, media: str, body: bytes, settings: ServiceSettings):
     n = len(b.ids if b.ids is not None else b.external_ids)
     if n > settings.max_ids:
         raise ApiError(413, "too_many_ids", f"{n:,} ids; at most {settings.max_ids:,} per call.")
-    return _plain(delete_items(name, item_ids=b.ids, external_ids=b.external_ids, missing_ok=b.missing_ok))
+    return plain_json(delete_items(name, item_ids=b.ids, external_ids=b.external_ids, missing_ok=b.missing_ok))
 
 
 @router.post("/collections/{name}/items/delete", dependencies=ADMIN_SCOPED + JSON_BODY + NEG, tags=["collections"],

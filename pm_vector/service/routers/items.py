@@ -16,12 +16,12 @@ router = APIRouter()
 
 def _items_sync(name: str, media: str, body: bytes, settings: ServiceSettings):
     from ... import db
-    from ..documents import _plain
+    from ..documents import plain_json
 
     b = parse_model(schemas.ItemsBody, media, body, settings)
     if len(b.ids) > settings.max_ids:
         raise ApiError(413, "too_many_ids", f"{len(b.ids):,} ids; at most {settings.max_ids:,} per call.")
-    return _plain(db.fetch_items(name, b.ids, include_features=b.include_features))
+    return plain_json(db.fetch_items(name, b.ids, include_features=b.include_features))
 
 
 @router.post("/collections/{name}/items", dependencies=ADMIN_SCOPED + JSON_BODY + NEG, tags=["collections"],

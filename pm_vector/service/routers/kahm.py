@@ -23,19 +23,19 @@ router = APIRouter()
 def kahm_models(name: str, request: Request):
     """The collection's stored KAHM models, newest first (``is_current``: the one that serves)."""
     from ...db.kahm import list_kahm_models
-    from ..documents import _plain
+    from ..documents import plain_json
 
-    return respond(request, _plain({"collection": name, "models": list_kahm_models(name)}))
+    return respond(request, plain_json({"collection": name, "models": list_kahm_models(name)}))
 
 
 def _distances_sync(name: str, media: str, body: bytes, settings: ServiceSettings,
                     state: ServiceState) -> dict[str, Any]:
     X, mid = check_distances_body(read_body(media, body, settings), settings)
     from ...db.kahm import party_distances
-    from ..documents import _plain
+    from ..documents import plain_json
 
     with state.resolve_slots:
-        return _plain(party_distances(name, X, model_id=mid))
+        return plain_json(party_distances(name, X, model_id=mid))
 
 
 @router.post("/collections/{name}/kahm/distances", dependencies=AUTH + JSON_BODY + NEG,

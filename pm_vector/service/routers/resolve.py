@@ -34,12 +34,13 @@ def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: Serv
     """The answer read on a replica in rotation (log written on ``conn``), or None: read on the
     primary (no replica, a paper request, or the replica failed: it leaves the rotation).
     ``login``: read on a pool that logs in as this (user, password), not under ``SET ROLE``."""
-    from ...protocol.cells import CellRequest
-    from ...protocol.class_rows import QueryRequest
+    from ...protocol.cell_request import CellRequest
+    from ...protocol.class_rows import ClassRowsRequest
     from ...protocol.location import LocationRequest
 
     router = state.router
-    if router is None or not isinstance(req, (QueryRequest, CellRequest, LocationRequest)):  # the paper's: on the primary
+    # the paper's requests: on the primary
+    if router is None or not isinstance(req, (ClassRowsRequest, CellRequest, LocationRequest)):
         return None
     url = router.pick()
     if url is None:
@@ -96,7 +97,7 @@ def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None, sett
 async def resolve_endpoint(name: str, request: Request, settings: SettingsDep, state: StateDep, caller: CallerDep):
     """Resolve a request: one entry of ``rows`` per request row; only the client knows which row is real.
 
-    The body is ``{"request": QueryRequest / CellRequest / PrivateMailRequest .to_dict(), "k": 8,
+    The body is ``{"request": ClassRowsRequest / CellRequest / PrivateMailRequest .to_dict(), "k": 8,
     "answer": "compact" | "features" | "full", "code_bytes": b}``. The compact answer (default of
     class-rows and cell requests) carries every row's candidate ids and product-code prefixes (and
     payloads when there are any): :func:`pm_vector.service.documents.resolve_document`; ``"features"`` the

@@ -10,7 +10,7 @@
     top8 = PrivateKNN.rerank(x, ids, features, k=8)        # or by raw features
 
 The guarantee (pure epsilon, delta 0, whole request, replacing features and label) and the exact
-sampler are in :mod:`pm_vector.privacy.cells`. Which row is real (``row``):
+sampler are in :mod:`pm_vector.privacy.cell_release`. Which row is real (``row``):
 
 * ``"nearest"`` (default): the query's nearest public centroid over **every** class at the
   request's level gives both the row (that centroid's class) and the cell. It needs no label and
@@ -30,19 +30,20 @@ import numpy as np
 
 from .._validation import as_matrix, normalize_rows
 from ..errors import InvalidInputError
-from ..manifold.cells import PublicCells
-from ..privacy.cells import CellRandomizedResponse, cell_level_for_epsilon
+from ..manifold.public_cells import PublicCells
+from ..privacy.cell_release import CellRandomizedResponse, cell_level_for_epsilon
 from ..privacy.rng import secure_generator
-from .query import DEFAULT_SHORTLIST, QuerySecret
-from .request import CellRequest
+from .query import DEFAULT_SHORTLIST
+from .request import CellRequest, ClientSecret
 
 
 class PrivateCellKNN:
-    """Builds cell requests against published :class:`~pm_vector.manifold.cells.PublicCells`.
+    """Builds cell requests against published :class:`~pm_vector.manifold.public_cells.PublicCells`.
 
     ``n_cells``: the level K (one of ``cells.levels_``); ``None`` takes the public rule
-    :func:`~pm_vector.privacy.cells.cell_level_for_epsilon` (with ``max_cells``, e.g. from
-    :func:`~pm_vector.privacy.cells.max_cells_for` and the collection's public size). ``classifier``: any fitted object with
+    :func:`~pm_vector.privacy.cell_release.cell_level_for_epsilon` (with ``max_cells``, e.g. from
+    :func:`~pm_vector.privacy.cell_release.max_cells_for` and the collection's public size).
+    ``classifier``: any fitted object with
     ``predict`` used when a query comes without a label. ``accountant``: what every unseeded request
     is charged to; None charges the default ledger.
     """
@@ -93,7 +94,7 @@ class PrivateCellKNN:
 
     def nearest_cell(self, x) -> tuple[int, int]:
         """``(class position, cell)`` of the public centroid nearest to ``x`` over every class."""
-        from ..manifold.cells import nearest_centroid
+        from ..manifold.public_cells import nearest_centroid
 
         cen = self.cells.centroids_[self.n_cells]
         C, K, D = cen.shape
@@ -115,8 +116,8 @@ class PrivateCellKNN:
         row, cell = self.true_cell(x, int(label))
         return row, cell, int(label), predicted
 
-    def request(self, x, label: int | None = None) -> tuple[CellRequest, QuerySecret]:
-        """``(CellRequest, QuerySecret)`` for one query ``x`` (raw features; scaled to unit norm).
+    def request(self, x, label: int | None = None) -> tuple[CellRequest, ClientSecret]:
+        """``(CellRequest, ClientSecret)`` for one query ``x`` (raw features; scaled to unit norm).
         ``row="nearest"``: the nearest public cell of any class (``label`` is not used);
         ``row="label"``: the cell of class ``label`` (``None`` asks the client's classifier)."""
         x = as_matrix(np.asarray(x, dtype=np.float64).reshape(1, -1), "query")
@@ -130,4 +131,4 @@ class PrivateCellKNN:
         req = CellRequest(reports=reports.tolist(), n_cells=self.n_cells, epsilon=self.mechanism.epsilon,
                           cells_digest=self.digest, shortlist=self.shortlist, collection=self.collection,
                           seeded=self._rng is not None)
-        return req, QuerySecret(int(label), row, predicted)
+        return req, ClientSecret(real_row=row, label=int(label), predicted=predicted)

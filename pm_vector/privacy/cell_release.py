@@ -2,7 +2,7 @@
 
 What is released
 ----------------
-Public: the cells (:class:`~pm_vector.manifold.cells.PublicCells`: per class ``c``, ``K``
+Public: the cells (:class:`~pm_vector.manifold.public_cells.PublicCells`: per class ``c``, ``K``
 centroids fit on the public anchor; one ``K`` for the whole request). The client's secret is its
 query ``(x, c)`` (features and label); its true cell is ``a = cell_K(x, c)``, the nearest centroid
 of class ``c``. The request is ``C`` integers ``R_1..R_C`` in class order:
@@ -58,6 +58,7 @@ import numpy as np
 from ..errors import InvalidInputError, PrivacyParameterError
 from .location import MAX_CELL_WEIGHT, LocationRandomizedResponse, cell_weight
 from .rng import require_generator
+from ..deprecation import renamed_keywords
 
 __all__ = ["CellRandomizedResponse", "rr_probabilities", "cell_weight", "cell_level_for_epsilon", "max_cells_for",
            "release_for_epsilon", "MAX_CELL_WEIGHT", "GAUSSIAN_ABOVE"]
@@ -145,13 +146,14 @@ RULE_SCALE, RULE_RATE = 2.2, 0.4
 MAX_CELLS_FACTOR = 10
 
 
-def max_cells_for(n_items: int, n_classes: int, k_prime: int) -> int:
+@renamed_keywords(k_prime="shortlist")  # its old keyword, until 0.3.0
+def max_cells_for(n_items: int, n_classes: int, shortlist: int) -> int:
     """The finest useful level for a collection of ``n_items`` in ``n_classes`` classes answered
     with ``k'`` candidates per row: ``MAX_CELLS_FACTOR * n_items / (n_classes * k')`` (public)."""
-    for name, v in (("n_items", n_items), ("n_classes", n_classes), ("k_prime", k_prime)):
+    for name, v in (("n_items", n_items), ("n_classes", n_classes), ("shortlist", shortlist)):
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
             raise InvalidInputError(f"{name} must be a positive integer; got {v!r}.")
-    return max(2, int(MAX_CELLS_FACTOR * int(n_items) // (int(n_classes) * int(k_prime))))
+    return max(2, int(MAX_CELLS_FACTOR * int(n_items) // (int(n_classes) * int(shortlist))))
 
 
 def cell_level_for_epsilon(epsilon, levels, max_cells: int | None = None) -> int:

@@ -1,5 +1,5 @@
-"""A cell request (:class:`CellRequest`): what leaves a :class:`~pm_vector.client.cells.PrivateCellKNN`
-client in a cell release (:mod:`pm_vector.privacy.cells`), one reported public cell per class."""
+"""A cell request (:class:`CellRequest`): what leaves a :class:`~pm_vector.client.cell_client.PrivateCellKNN`
+client in a cell release (:mod:`pm_vector.privacy.cell_release`), one reported public cell per class."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .formats import CELL_FORMAT
 
 @dataclass
 class CellRequest:
-    """What leaves the client in a cell release (:mod:`pm_vector.privacy.cells`): one reported cell
+    """What leaves the client in a cell release (:mod:`pm_vector.privacy.cell_release`): one reported cell
     per class (``reports``, class order, each in ``[0, n_cells)``), the level ``n_cells`` (K, the
     same for every class), ``epsilon`` (> 0, or inf for benchmarks), ``delta`` (always 0: pure
     eps), the published cells' digest, ``shortlist`` (k'), ``collection``, ``release`` (always

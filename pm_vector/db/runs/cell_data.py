@@ -4,7 +4,7 @@ embedding job beside the class rows (:mod:`pm_vector.db.runs.class_rows`).
 For a run, :func:`build` computes in memory, from the run's public anchor set and the graph the
 class rows already hold:
 
-* the run's :class:`~pm_vector.manifold.cells.PublicCells`, fit on the public anchor set ONLY
+* the run's :class:`~pm_vector.manifold.public_cells.PublicCells`, fit on the public anchor set ONLY
   (stored as JSON in ``embedding_runs.public_cells`` and published with the class frames in the
   public anchor document; its digest and usable levels in ``embedding_runs.class_rows -> 'cells'``);
 * every item's cell at every published level K: the nearest centroid of its class at K (squared L2
@@ -88,7 +88,7 @@ def build(anchor_X, anchor_y, item_X, item_y, item_ids, classes, *, neighbors: n
     item by raw features (``neighbors``: that graph when the caller has it, positions). ``classes``:
     the class frames' classes (the cells have the same). Raises InvalidInputError when the anchor
     set gives no cells."""
-    from ...manifold.cells import PublicCells
+    from ...manifold.public_cells import PublicCells
     from ...neighbors import neighbor_graph
     from ...shortlist import CELL_GRAPH_DEGREE
 
@@ -189,7 +189,7 @@ def useful_entries(group: np.ndarray, item: np.ndarray, h: np.ndarray, hc: np.nd
     return keep
 
 
-def _array(values: np.ndarray, kind: str) -> bytes:
+def binary_array(values: np.ndarray, kind: str) -> bytes:
     """A 1-d ``bigint[]`` ("int8") or ``float8[]`` ("float8") value in binary COPY form."""
     oid, fmt = {"int8": (20, ">i8"), "float8": (701, ">f8")}[kind]
     n = int(values.size)
@@ -201,15 +201,15 @@ def _array(values: np.ndarray, kind: str) -> bytes:
     return np.array([1, 0, oid, n, 1], dtype=">i4").tobytes() + body.tobytes()
 
 
-def _copy(conn, table: str, data: CellsData, sel: np.ndarray, commit: bool = True) -> None:
+def copy_cell_rows(conn, table: str, data: CellsData, sel: np.ndarray, commit: bool = True) -> None:
     rows = np.flatnonzero(sel)
     for s in range(0, rows.size, _BATCH):
         part = rows[s:s + _BATCH]
         stream = _binary.encode_with_tail(
             [("level", "int4", 0), ("label", "int8", 0), ("cell", "int4", 0)],
             {"level": data.levels[part], "label": data.labels[part], "cell": data.cell[part]},
-            [[_array(data.item_ids[i], "int8") for i in part], [_array(data.hubs[i], "float8") for i in part],
-             [_array(data.chubs[i], "float8") for i in part]])
+            [[binary_array(data.item_ids[i], "int8") for i in part], [binary_array(data.hubs[i], "float8") for i in part],
+             [binary_array(data.chubs[i], "float8") for i in part]])
         _binary.copy_in(conn, f"COPY {table} (level, label, cell, item_ids, hubs, chubs) FROM STDIN (FORMAT BINARY)",
                         stream)
         if commit:
@@ -230,7 +230,7 @@ def write(conn, run_id: int, data: CellsData, placement: Mapping[str, list] | No
         conn.execute("SELECT pm_vector.pm_create_cells_table(%s)", [rid])
         array_rows.store_uncompressed(conn, f"pm_vector.run_{rid}_cells")
         conn.commit()
-        _copy(conn, f"pm_vector.run_{rid}_cells", data, np.ones(data.labels.shape[0], bool))
+        copy_cell_rows(conn, f"pm_vector.run_{rid}_cells", data, np.ones(data.labels.shape[0], bool))
         conn.execute(f"ANALYZE pm_vector.run_{rid}_cells")
         conn.commit()
         return
@@ -245,7 +245,7 @@ def write(conn, run_id: int, data: CellsData, placement: Mapping[str, list] | No
                      f"hubs float8[], chubs float8[]) SERVER \"pm_shard_{s}\" "
                      f"OPTIONS (schema_name 'pm_vector', table_name 'run_{rid}_cells', batch_size '500')")
         conn.commit()
-        _copy(conn, ft, data, np.isin(data.labels, [classes[int(k)] for k in ks]))
+        copy_cell_rows(conn, ft, data, np.isin(data.labels, [classes[int(k)] for k in ks]))
         conn.execute(f"DROP FOREIGN TABLE IF EXISTS {ft}")
         conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, f"ANALYZE pm_vector.run_{rid}_cells"])
         conn.commit()
@@ -260,7 +260,7 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
     The neighbour lists of existing items are not recomputed (as for the class rows). ``near``: the
     new items' nearest positions in ``all_X`` (nearest first, at least ``graph_degree`` + 1 columns)
     when the caller searched them already."""
-    from ...manifold.cells import PublicCells
+    from ...manifold.public_cells import PublicCells
     from ...neighbors import knn_search
     from . import cell_counts
 

@@ -1,6 +1,6 @@
 """Public cells: per class, k-means centroids of the class's public anchor rows at several levels K.
 
-The cell release (:mod:`pm_vector.privacy.cells`) reports which of the K cells of its class the
+The cell release (:mod:`pm_vector.privacy.cell_release`) reports which of the K cells of its class the
 query lies in. The cells are fit on the **public anchor only** (raw features as stored: unit-norm
 rows) with scikit-learn's :class:`~sklearn.cluster.KMeans` and a fixed ``random_state``, so they
 are a public, reproducible function of public data and carry nothing about any query or any
