@@ -248,3 +248,15 @@ def encode_with_tail(columns: list[tuple[str, str, int]], data: dict[str, np.nda
             parts.append(t[i])
     parts.append(TRAILER)
     return b"".join(parts)
+
+
+def binary_array(values: np.ndarray, kind: str) -> bytes:
+    """A 1-d ``bigint[]`` ("int8") or ``float8[]`` ("float8") value in binary COPY form."""
+    oid, fmt = {"int8": (20, ">i8"), "float8": (701, ">f8")}[kind]
+    n = int(values.size)
+    if n == 0:
+        return (0).to_bytes(4, "big") + (0).to_bytes(4, "big") + oid.to_bytes(4, "big")
+    body = np.empty(n, dtype=[("l", ">i4"), ("v", fmt)])
+    body["l"] = 8
+    body["v"] = values
+    return np.array([1, 0, oid, n, 1], dtype=">i4").tobytes() + body.tobytes()

@@ -283,27 +283,30 @@ class ProductCodes:
         return h.hexdigest()
 
 
+def _order(dp: int, m: int) -> list[int]:
+    """Row ``i`` of a dealt rotation holds principal component ``_order(dp, m)[i]``: sub-space r
+    takes components r, r + m, ... (a component index of ``d`` or more is a zero padding row)."""
+    return [j for r in range(m) for j in range(r, dp, m)]
+
+
 def _deal(vt: np.ndarray, m: int) -> np.ndarray:
-    """``(d', d)``: the principal directions ``vt`` dealt round-robin to ``m`` sub-spaces (sub-space r
-    takes components r, r + m, ...), ``d'`` padded with zero rows to a multiple of ``m``."""
+    """``(d', d)``: the principal directions ``vt`` dealt round-robin to ``m`` sub-spaces
+    (:func:`_order`), ``d'`` padded with zero rows to a multiple of ``m``."""
     d = vt.shape[1]
     dp = -(-d // m) * m
     rot = np.zeros((dp, d))
-    order = [j for r in range(m) for j in range(r, dp, m)]
-    for row, j in enumerate(order):
-        if j < d:
-            rot[row] = vt[j]
+    order = np.array(_order(dp, m))
+    real = order < d
+    rot[real] = vt[order[real]]
     return rot
 
 
 def _undeal(rot: np.ndarray, m: int, d: int) -> np.ndarray:
-    """The principal directions ``(d, d)`` back from their round-robin dealing :func:`_deal`."""
-    dp = rot.shape[0]
+    """The principal directions ``(d, d)`` back from their dealing :func:`_deal`."""
     vt = np.zeros((d, d))
-    order = [j for r in range(m) for j in range(r, dp, m)]
-    for row, j in enumerate(order):
-        if j < d:
-            vt[j] = rot[row]
+    order = np.array(_order(rot.shape[0], m))
+    real = order < d
+    vt[order[real]] = rot[real]
     return vt
 
 

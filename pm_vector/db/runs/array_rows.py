@@ -135,18 +135,6 @@ def _read(conn, table: str, keys: tuple[str, ...], where: str, params, lock: boo
     return out
 
 
-def _array(values: np.ndarray, kind: str) -> bytes:
-    """A 1-d ``bigint[]`` ("int8") or ``float8[]`` ("float8") value in binary COPY form."""
-    oid, fmt = {"int8": (20, ">i8"), "float8": (701, ">f8")}[kind]
-    n = int(values.size)
-    if n == 0:
-        return (0).to_bytes(4, "big") + (0).to_bytes(4, "big") + oid.to_bytes(4, "big")
-    body = np.empty(n, dtype=[("l", ">i4"), ("v", fmt)])
-    body["l"] = 8
-    body["v"] = values
-    return np.array([1, 0, oid, n, 1], dtype=">i4").tobytes() + body.tobytes()
-
-
 def write(conn, table: str, keys: tuple[tuple[str, str], ...], rows: list[ArrayRow]) -> None:
     """Replace the rows of these keys by ``rows`` (``keys``: each key column's name and binary kind,
     "int4" or "int8"): one ``DELETE`` by key, one binary ``COPY`` (inside :func:`deferred`: at its end)."""
@@ -171,7 +159,7 @@ def _write(conn, table: str, keys: tuple[tuple[str, str], ...], rows: list[Array
                  [a.tolist() for a in key_arrays])
     stream = _binary.encode_with_tail(
         [(k, kd, 0) for k, kd in keys], {k: key_arrays[j] for j, k in enumerate(names)},
-        [[_array(r.item_ids, "int8") for r in rows], [_array(r.hubs, "float8") for r in rows],
-         [_array(r.chubs, "float8") for r in rows]])
+        [[_binary.binary_array(r.item_ids, "int8") for r in rows], [_binary.binary_array(r.hubs, "float8") for r in rows],
+         [_binary.binary_array(r.chubs, "float8") for r in rows]])
     _binary.copy_in(conn, f"COPY {table} ({', '.join(names)}, item_ids, hubs, chubs) FROM STDIN (FORMAT BINARY)",
                     stream)

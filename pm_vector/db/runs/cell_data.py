@@ -189,18 +189,6 @@ def useful_entries(group: np.ndarray, item: np.ndarray, h: np.ndarray, hc: np.nd
     return keep
 
 
-def binary_array(values: np.ndarray, kind: str) -> bytes:
-    """A 1-d ``bigint[]`` ("int8") or ``float8[]`` ("float8") value in binary COPY form."""
-    oid, fmt = {"int8": (20, ">i8"), "float8": (701, ">f8")}[kind]
-    n = int(values.size)
-    if n == 0:
-        return (0).to_bytes(4, "big") + (0).to_bytes(4, "big") + oid.to_bytes(4, "big")
-    body = np.empty(n, dtype=[("l", ">i4"), ("v", fmt)])
-    body["l"] = 8
-    body["v"] = values
-    return np.array([1, 0, oid, n, 1], dtype=">i4").tobytes() + body.tobytes()
-
-
 def copy_cell_rows(conn, table: str, data: CellsData, sel: np.ndarray, commit: bool = True) -> None:
     rows = np.flatnonzero(sel)
     for s in range(0, rows.size, _BATCH):
@@ -208,8 +196,9 @@ def copy_cell_rows(conn, table: str, data: CellsData, sel: np.ndarray, commit: b
         stream = _binary.encode_with_tail(
             [("level", "int4", 0), ("label", "int8", 0), ("cell", "int4", 0)],
             {"level": data.levels[part], "label": data.labels[part], "cell": data.cell[part]},
-            [[binary_array(data.item_ids[i], "int8") for i in part], [binary_array(data.hubs[i], "float8") for i in part],
-             [binary_array(data.chubs[i], "float8") for i in part]])
+            [[_binary.binary_array(data.item_ids[i], "int8") for i in part],
+             [_binary.binary_array(data.hubs[i], "float8") for i in part],
+             [_binary.binary_array(data.chubs[i], "float8") for i in part]])
         _binary.copy_in(conn, f"COPY {table} (level, label, cell, item_ids, hubs, chubs) FROM STDIN (FORMAT BINARY)",
                         stream)
         if commit:

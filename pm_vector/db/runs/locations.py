@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import _binary
 from . import array_rows
-from .cell_data import binary_array, useful_entries
+from .cell_data import useful_entries
 
 #: the rows of a run's locations table go in one COPY per this many rows
 _BATCH = 2_000
@@ -114,8 +114,9 @@ def _copy(conn, table: str, data: LocationsData) -> None:
         part = np.arange(s, min(n, s + _BATCH))
         stream = _binary.encode_with_tail(
             [("level", "int4", 0), ("cell", "int4", 0)], {"level": data.levels[part], "cell": data.cell[part]},
-            [[binary_array(data.item_ids[i], "int8") for i in part], [binary_array(data.hubs[i], "float8") for i in part],
-             [binary_array(data.chubs[i], "float8") for i in part]])
+            [[_binary.binary_array(data.item_ids[i], "int8") for i in part],
+             [_binary.binary_array(data.hubs[i], "float8") for i in part],
+             [_binary.binary_array(data.chubs[i], "float8") for i in part]])
         _binary.copy_in(conn, f"COPY {table} (level, cell, item_ids, hubs, chubs) FROM STDIN (FORMAT BINARY)", stream)
         conn.commit()
 
