@@ -62,3 +62,27 @@ def wait_ready(proc, timeout: float = 90.0) -> str:
                 break
     proc.kill()
     raise AssertionError(f"child never got ready: {proc.stderr.read()}")
+
+
+def check_location_parts(conn, run_id: int) -> int:
+    """The location rows' parts of a run (pm_vector.db.runs.locations): the rows of level -1 list
+    every item of the run exactly once, and every entry of a row of level > 0 sits in the part those
+    rows give its item (a wrong part would hide it from an erasure). Returns the part level."""
+    rid = int(run_id)
+    doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
+    L = int((doc.get("locations") or {}).get("part_level") or 0)
+    items = sorted(r[0] for r in conn.execute(f"SELECT item_id FROM pm_vector.run_{rid}_items").fetchall())
+    book = conn.execute(f"SELECT cell, part, item_ids FROM pm_vector.run_{rid}_locations WHERE level = -1").fetchall()
+    if not L:
+        assert not book
+        return 0
+    assert all(c == p and 0 <= p < L for c, p, _ in book)
+    listed = [int(i) for _, _, a in book for i in a]
+    assert sorted(listed) == items  # each item once
+    part = {int(i): p for _, p, a in book for i in a}
+    for lv, p, a in conn.execute(f"SELECT level, part, item_ids FROM pm_vector.run_{rid}_locations "
+                                 "WHERE level > 0").fetchall():
+        assert all(part[int(i)] == p for i in a), (lv, p)
+    top = conn.execute(f"SELECT count(*) FROM pm_vector.run_{rid}_locations WHERE level = 0").fetchone()[0]
+    assert top == 1
+    return L

@@ -60,6 +60,9 @@ def _check(conn, name, t, rid):
     listed |= {r[0] for r in conn.execute(f"SELECT neighbor_id FROM {p}neighbors").fetchall()}
     listed |= {r[0] for r in conn.execute(f"SELECT item_id FROM {p}hubs").fetchall()}
     assert listed <= items
+    from dbtest_helpers import check_location_parts
+
+    check_location_parts(conn, rid)  # the location rows' parts: every item once, every entry in its part
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
     cached = item_cache.get(conn, rid, doc)
     conn.rollback()

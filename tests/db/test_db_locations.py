@@ -70,9 +70,12 @@ def test_resolve_answers_the_in_memory_ranking_and_sql_alike(lserved, conn, eps)
     Xq = lserved["split"].query[0]
     for i in range(4):
         req = _request(lserved, eps, Xq[i], max_bytes=20_000)
-        rows = {(lv, c): (it, hb, ch) for lv, c, it, hb, ch in conn.execute(
-            f"SELECT level, cell, item_ids, hubs, chubs FROM pm_vector.run_{rid}_locations "
-            "WHERE (level, cell) IN ((0, 0), (%s, %s))", [req.level, req.report]).fetchall()}
+        rows = {}  # a row's parts joined (the top hubs: one part)
+        for lv, c, it, hb, ch in conn.execute(
+                f"SELECT level, cell, item_ids, hubs, chubs FROM pm_vector.run_{rid}_locations "
+                "WHERE (level, cell) IN ((0, 0), (%s, %s)) ORDER BY part", [req.level, req.report]).fetchall():
+            got = rows.get((lv, c), ([], [], []))
+            rows[(lv, c)] = (got[0] + list(it), got[1] + list(hb), got[2] + list(ch))
         want, _ = location_list(*rows[(req.level, req.report)], rows[(0, 0)][0], rows[(0, 0)][2],
                                 location_weight(eps), req.candidates)
         ans = resolve(lserved["name"], req, log=False)
@@ -131,7 +134,7 @@ def test_bad_location_requests_are_refused_clearly_and_nothing_is_logged(lserved
 
 
 def test_new_items_extend_the_location_rows(db, cname, conn):
-    from dbtest_helpers import make_embed_fn, make_extend_fn
+    from dbtest_helpers import check_location_parts, make_embed_fn, make_extend_fn
 
     from pm_vector.db.resolve.resolution import public_anchor, resolve
 
@@ -145,7 +148,9 @@ def test_new_items_extend_the_location_rows(db, cname, conn):
     db.register_anchor_set(cname, X[90:120], y[90:120], role="dummy")
     rid = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"]
     new = np.asarray(db.ingest(cname, X[600:], y[600:])["item_ids"])
+    assert check_location_parts(conn, rid) > 0  # (600 items: rows in parts)
     db.embed_new_items(cname, make_extend_fn())
+    assert check_location_parts(conn, rid) > 0  # the new items in their parts' lists, their entries in their parts
     # every level's rows count every item once (itself) and its 32 neighbours' lists: new ones included
     for lv, total in conn.execute(f"SELECT level, sum((SELECT sum(h) FROM unnest(hubs) h)) FROM "
                                   f"pm_vector.run_{rid}_locations WHERE level > 0 GROUP BY level").fetchall():
@@ -167,7 +172,7 @@ def test_new_items_extend_the_location_rows(db, cname, conn):
 def test_a_delete_leaves_every_location_row_and_answer(db, cname, conn):
     """Erasure reaches the location rows: no row holds a deleted id, and no answer at any level and
     report lists one; the answers keep their size (the ranking refills them)."""
-    from dbtest_helpers import make_embed_fn
+    from dbtest_helpers import check_location_parts, make_embed_fn
 
     from pm_vector.db.resolve.resolution import public_anchor, resolve
     from pm_vector.client.location import PrivateLocationKNN
@@ -188,6 +193,7 @@ def test_a_delete_leaves_every_location_row_and_answer(db, cname, conn):
     left = conn.execute(f"SELECT count(*) FROM pm_vector.run_{rid}_locations WHERE item_ids && %s::bigint[]",
                         [gone.tolist()]).fetchone()[0]
     assert left == 0
+    assert check_location_parts(conn, rid) > 0  # the erased items left their parts' lists too
     info = public_anchor(cname)[1]
     cells = PublicCells.from_dict(info["public_locations"])
     req = PrivateLocationKNN(cells, 8.0, n_items=400 - gone.size, widths=(16, 32), collection=cname,

@@ -12,7 +12,7 @@ each candidate's product code and its payload. So a resolve is a lookup:
   run's (:class:`~pm_vector.db.errors.CellsDigestMismatchError`), ``level`` is a published level,
   ``code_bytes`` a published code width;
 * the answer comes from this process's cache (:class:`AnswerCache`, keyed by the run, its data
-  version and the request's public fields) or is built once: the row and the top hubs by primary
+  version and the request's public fields) or is built once: the row's parts and the top hubs by primary
   key, the ranking in numpy, the candidates' codes and payloads in one statement;
 * the request is logged (delta 0) in the same REPEATABLE READ transaction that read the run, with an
   asynchronous commit (a database crash may lose the last ``wal_writer_delay`` of log rows).
@@ -117,14 +117,19 @@ def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offse
     from ...shortlist import location_list
 
     t = f"pm_vector.run_{int(run_id)}_locations"
-    rows = {(int(lv), int(c)): (it, hb, ch) for lv, c, it, hb, ch in rconn.execute(
-        f"SELECT level, cell, item_ids, hubs, chubs FROM {t} WHERE (level, cell) IN ((0, 0), (%s, %s))",
-        [int(req.level), int(req.report)], binary=True).fetchall()}
-    row = rows.get((req.level, req.report), ((), (), ()))
-    top = rows.get((0, 0), ((), (), ()))
-    ids, _ = location_list(np.asarray(row[0], np.int64), np.asarray(row[1], np.float64),
-                           np.asarray(row[2], np.float64), np.asarray(top[0], np.int64),
-                           np.asarray(top[2], np.float64), location_weight(req.epsilon), req.candidates)
+    parts: dict[tuple[int, int], list] = {}  # a row's parts (the top hubs: one)
+    for lv, c, it, hb, ch in rconn.execute(
+            f"SELECT level, cell, item_ids, hubs, chubs FROM {t} WHERE (level, cell) IN ((0, 0), (%s, %s))",
+            [int(req.level), int(req.report)], binary=True).fetchall():
+        parts.setdefault((int(lv), int(c)), []).append((it, hb, ch))
+
+    def joined(key, j, kind):
+        return np.concatenate([np.asarray(p[j], kind) for p in parts.get(key, [])] + [np.zeros(0, kind)])
+
+    row, top = (req.level, req.report), (0, 0)
+    ids, _ = location_list(joined(row, 0, np.int64), joined(row, 1, np.float64), joined(row, 2, np.float64),
+                           joined(top, 0, np.int64), joined(top, 2, np.float64), location_weight(req.epsilon),
+                           req.candidates)
     zero = "'\\x" + "00" * int(code_bytes) + "'::bytea"
     got = rconn.execute(
         f"SELECT string_agg(coalesce(substring(c.code from {int(code_offset) + 1} for {int(code_bytes)}), {zero}), "

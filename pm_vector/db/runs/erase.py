@@ -219,18 +219,26 @@ def _erase_locations(conn, place: Place, plan: Plan) -> None:
     counts with them); an answer is ranked from the remaining entries and the top hubs at each
     resolve, so a list that lost items is refilled by the same ranking. The counts the erased
     items' own neighbour lists gave to other items stay until the next full job (as ``embed
-    --new-items``, an approximation of the counts, never of who may be listed). Only the rows
-    listing an erased item are read and written (:mod:`pm_vector.db.runs.array_rows`)."""
+    --new-items``, an approximation of the counts, never of who may be listed). Only the parts
+    listing an erased item are read and written: the erased items' stored parts (rows of level -1),
+    then the rows of those parts and the top hubs that list one (a run of one part: every row that
+    lists one)."""
     from . import array_rows
+    from .locations import KEY_KINDS, KEYS, parts_of
 
     t = place.table("locations")
     erased = np.unique(plan.erased)
-    rows = array_rows.read(conn, t, ("level", "cell"), "item_ids && %s::bigint[]", [erased.tolist()],
-                           match=lambda r: bool(array_rows.member(r.item_ids, erased).any()))
+    listed = lambda r: bool(array_rows.member(r.item_ids, erased).any())  # noqa: E731
+    if int((plan.doc.get("locations") or {}).get("part_level") or 0):
+        parts = sorted(set(parts_of(conn, t, plan.doc["locations"], erased).values()))
+        rows = array_rows.read(conn, t, KEYS, "(level = 0 OR part = ANY(%s)) AND item_ids && %s::bigint[]",
+                               [parts, erased.tolist()], match=listed)
+    else:
+        rows = array_rows.read(conn, t, KEYS, "item_ids && %s::bigint[]", [erased.tolist()], match=listed)
     for r in rows:
         keep = ~array_rows.member(r.item_ids, erased)
         r.item_ids, r.hubs, r.chubs = r.item_ids[keep], r.hubs[keep], r.chubs[keep]
-    array_rows.write(conn, t, (("level", "int4"), ("cell", "int4")), rows)
+    array_rows.write(conn, t, KEY_KINDS, rows)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,67 @@
+"""The location rows in parts (pm_vector.db.runs.locations): splitting a row by its items' parts
+changes no entry, and the part level is a public function of the levels and the item count."""
+
+import numpy as np
+import pytest
+
+
+def _data(n=3000, d=8, seed=0):
+    from pm_vector.neighbors import knn_search
+
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(12, d)) * 3
+    X = centers[rng.integers(0, 12, n)] + rng.normal(size=(n, d))
+    A = centers[rng.integers(0, 12, 400)] + rng.normal(size=(400, d))
+    ids = np.arange(10, 10 + 3 * n, 3, dtype=np.int64)  # ids are not positions
+    nb = knn_search(X, X, 33)
+    nb = np.stack([r[r != k][:32] for k, r in enumerate(nb)])
+    return A, X, ids, nb
+
+
+def _joined(data):
+    out = {}
+    for lv, c, p, i, h, ch in zip(data.levels, data.cell, data.part, data.item_ids, data.hubs, data.chubs):
+        if lv < 0:
+            continue
+        d = out.setdefault((int(lv), int(c)), {})
+        for a, b, e in zip(i.tolist(), h.tolist(), ch.tolist()):
+            assert a not in d  # an item sits in one part of a row
+            d[a] = (b, e)
+    return out
+
+
+def test_parts_hold_the_same_entries_as_whole_rows(monkeypatch):
+    from pm_vector.db.runs import locations
+
+    A, X, ids, nb = _data()
+    parted = locations.build(A, X, ids, neighbors=nb)
+    assert parted.part_level == 32 and parted.doc()["part_level"] == 32  # 3,000 items / 64 a part: level 32
+    monkeypatch.setattr(locations, "PART_ITEMS", 10**9)
+    whole = locations.build(A, X, ids, neighbors=nb)
+    assert whole.part_level == 0 and set(whole.part.tolist()) == {0} and -1 not in whole.levels.tolist()
+    assert _joined(parted) == _joined(whole)
+    # the top hubs row: one part, in rank order
+    top = [k for k, lv in enumerate(parted.levels) if lv == 0]
+    assert len(top) == 1 and parted.item_ids[top[0]].tolist() == whole.item_ids[0].tolist()
+    # the level -1 rows list every item once, in the part its cell at the part level gives
+    book = {int(i): int(p) for lv, p, a in zip(parted.levels, parted.part, parted.item_ids) if lv == -1 for i in a}
+    assert sorted(book) == ids.tolist()
+    cell = parted.cells.assign(X, 0, 32)
+    assert all(book[int(i)] == int(c) for i, c in zip(ids, cell))
+    for lv, p, a in zip(parted.levels, parted.part, parted.item_ids):
+        if lv > 0:
+            assert {book[int(i)] for i in a} <= {int(p)}
+    # parts are few per row at fine levels: every row of level 32 and finer has entries of few parts
+    n_parts = {}
+    for lv, c in zip(parted.levels, parted.cell):
+        if lv > 0:
+            n_parts[(int(lv), int(c))] = n_parts.get((int(lv), int(c)), 0) + 1
+    assert max(v for (lv, _), v in n_parts.items() if lv >= 32) < 32
+
+
+@pytest.mark.parametrize("n, want", [(100, 0), (127, 0), (128, 2), (3000, 32), (10_000, 128), (100_000, 1000),
+                                     (10**6, 1000)])
+def test_part_level(n, want):
+    from pm_vector.db.runs.locations import part_level
+
+    assert part_level([2, 4, 8, 16, 32, 64, 128, 256, 512, 1000], n) == want
