@@ -286,7 +286,7 @@ class _RunItems:
 
 def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: str | None = None
                 ) -> dict[str, Any] | None:
-    from ..runs import array_rows, erase as _erase
+    from ..runs import array_rows, erase as _erase, prior_rows
     from .erase import erase_kahm, runs_with_tables
 
     with connect(url, watch_client=True) as conn:
@@ -312,7 +312,8 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
         gone = np.array(sorted(int(i) for i in erase), dtype=np.int64)
         runs = runs_with_tables(conn, coll["id"])
         run_items = _RunItems(conn, coll, runs)
-        with array_rows.deferred(conn):  # the cell and location rows: read once, written once, by the batch
+        # the cell and location rows, and the class rows' prior lists: written once, by the batch
+        with array_rows.deferred(conn), prior_rows.deferred(conn):
             if gone.size:
                 _erase.erase_in_runs(conn, gone, runs, run_items.load, quick=True)
                 run_items.erased(gone)
