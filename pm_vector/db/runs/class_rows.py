@@ -50,8 +50,9 @@ The SQL that answers a request from these tables is ``pm_vector.pm_shortlist``
 
 New items (:func:`extend`, called by :func:`pm_vector.db.runs.jobs.embed_new_items`): each new
 item gets its prior row, its own neighbour list (against all items of the run, new ones
-included), its code, and adds its contribution to the hub counts of its class (and the ``nhub``
-of every prior row listing an item whose count changed is recomputed); the neighbour lists of
+included), its code, and adds its contribution to the hub counts of its class (the ``nhub``
+of every prior row listing an item whose count changed gains the change; the new rows are written
+with their ``nhub`` read from the hub counts once those include the new items); the neighbour lists of
 existing items are **not** recomputed (a new item never enters an older item's ``N(j)``), so
 after new items the run's scores are those of a graph slightly different from a fresh fit. The
 cell release's per-cell hub counts are extended alike (:func:`pm_vector.db.runs.cell_data.extend`). A

@@ -40,8 +40,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .erase_plan import Plan, is_ready, plan
 from . import prior_rows
+from .erase_plan import Plan, is_ready, plan
 from .prior_rows import add_hub_changes, read_listing, update_lists
 from .run_copy import copy_hubs, copy_pairs
 

@@ -100,7 +100,8 @@ def flush(conn, table: str | None = None) -> None:
         if (table is None or t == table) and held:
             keys = sorted(held)
             k = np.array(keys, dtype=np.int64).reshape(-1, 2)
-            _update(conn, t, k[:, 1], k[:, 0], np.stack([held[x][0] for x in keys]), np.stack([held[x][1] for x in keys]))
+            _update(conn, t, k[:, 1], k[:, 0], np.stack([held[x][0] for x in keys]),
+                    np.stack([held[x][1] for x in keys]))
             held.clear()
 
 

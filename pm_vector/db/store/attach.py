@@ -23,7 +23,9 @@ the payload only. Skipped rows are reported with their reason.
 A batch's cost: the erasure and the placement search the run's items by their features, which the
 syncing process keeps between batches (:mod:`pm_vector.db.runs.item_cache`: read once from the
 table, then followed batch by batch, read again when another process changed the run); the cell
-and location rows both touch are read once and written once (:func:`pm_vector.db.runs.array_rows.deferred`).
+and location rows both touch are read once and written once (:func:`pm_vector.db.runs.array_rows.deferred`),
+and the class rows' prior lists (``nbrs``/``nhub``) both change are written once
+(:func:`pm_vector.db.runs.prior_rows.deferred`).
 
 Privileges: the role pm_vector connects as needs ``SELECT`` and ``TRIGGER`` on the table (or owns
 it); the table's writers need nothing on pm_vector's schema (the capture function is ``SECURITY
