@@ -63,6 +63,7 @@ def _check(conn, name, t, rid):
     from dbtest_helpers import check_location_parts
 
     check_location_parts(conn, rid)  # the location rows' parts: every item once, every entry in its part
+    _check_prior_lists(conn, rid)
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
     cached = item_cache.get(conn, rid, doc)
     conn.rollback()
@@ -74,6 +75,44 @@ def _check(conn, name, t, rid):
         for i, f in zip(cached["id"].tolist(), cached["features"]):
             assert np.allclose(vec[ext[i]], f, atol=1e-5)
     return cached is not None
+
+
+def _check_prior_lists(conn, rid):
+    """Every prior row's ``nbrs`` is the neighbour table's list of its item (nearest first: the same
+    set, no entry twice) and its ``nhub`` the stored hub counts of those items in the row's class."""
+    p = f"pm_vector.run_{rid}_"
+    graph: dict[int, list] = {}
+    for a, b in conn.execute(f"SELECT item_id, neighbor_id FROM {p}neighbors").fetchall():
+        graph.setdefault(a, []).append(b)
+    hubs = {(c, i): h for c, i, h in conn.execute(f"SELECT label, item_id, hub FROM {p}hubs").fetchall()}
+    rows = conn.execute(f"SELECT item_id, label, nbrs, nhub FROM {p}prior").fetchall()
+    assert rows
+    for item, c, nbrs, nhub in rows:
+        assert sorted(nbrs) == sorted(graph.get(item, [])), f"item {item}: nbrs against the neighbour table"
+        assert nhub == [hubs.get((c, i), 0.0) for i in nbrs], f"item {item}: nhub against the hub counts"
+    conn.rollback()
+
+
+def test_sync_batches_keep_every_prior_list_and_its_hub_counts(db, cname, conn, user_table):  # noqa: F811
+    """Batches of erasures, replacements and new items (the prior rows' lists held and written once
+    per batch, pm_vector.db.runs.prior_rows.deferred): after each, every prior row's nbrs is its
+    neighbour list and its nhub the hub counts."""
+    from dbtest_helpers import check_location_parts, make_extend_fn
+
+    t, X, y = user_table
+    db.attach_table(cname, table=f"public.{t}", id_column="id", vector_column="embedding", label_column="category",
+                    payload_columns=["title"], dim=6)
+    rid = _served(db, cname, X, y)
+    _check_prior_lists(conn, rid)
+    assert check_location_parts(conn, rid) > 0
+    rng = np.random.default_rng(5)
+    nxt = 7000
+    for _ in range(3):
+        nxt = _changes(conn, t, X, y, rng, 40, nxt)
+        out = db.sync(cname, embed_fn_extend=make_extend_fn())
+        assert out["applied"] == 40 and out["deleted"] + out["replaced"] > 0 and out["inserted"] + out["replaced"] > 0
+        _check_prior_lists(conn, rid)
+        check_location_parts(conn, rid)  # erased items left their parts, new ones joined theirs
 
 
 @pytest.mark.slow

@@ -50,8 +50,9 @@ The SQL that answers a request from these tables is ``pm_vector.pm_shortlist``
 
 New items (:func:`extend`, called by :func:`pm_vector.db.runs.jobs.embed_new_items`): each new
 item gets its prior row, its own neighbour list (against all items of the run, new ones
-included), its code, and adds its contribution to the hub counts of its class (and the ``nhub``
-of every prior row listing an item whose count changed is recomputed); the neighbour lists of
+included), its code, and adds its contribution to the hub counts of its class (the ``nhub``
+of every prior row listing an item whose count changed gains the change; the new rows are written
+with their ``nhub`` read from the hub counts once those include the new items); the neighbour lists of
 existing items are **not** recomputed (a new item never enters an older item's ``N(j)``), so
 after new items the run's scores are those of a graph slightly different from a fresh fit. The
 cell release's per-cell hub counts are extended alike (:func:`pm_vector.db.runs.cell_data.extend`). A
@@ -70,7 +71,7 @@ from ... import shortlist as _shortlist
 from ...errors import InvalidInputError
 from ...neighbors import GRAPH_METHODS
 from .. import _binary
-from .prior_rows import REVERSE_INDEX, leave_room_for_updates, refresh_nhub
+from .prior_rows import REVERSE_INDEX, hub_counts, leave_room_for_updates, refresh_nhub
 from .run_copy import copy_hubs as _copy_hubs, copy_pairs as _copy_pairs, copy_prior as _copy_prior  # noqa: F401
 
 FORMAT = "pm_vector.class-rows/1"
@@ -440,9 +441,7 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     if np.any(in_prior):
         coords = frames.clipped(np.asarray(new_X)[in_prior], new_y[in_prior])
         fast = prior_has_nbrs(conn, rid)
-        _copy_prior(conn, rid, new_ids[in_prior], new_y[in_prior], coords, 1 << 30, False,
-                    nbrs=out[in_prior] if fast else None,
-                    nhub=np.zeros(out[in_prior].shape) if fast else None)  # set below, once the hubs are
+        nhub = np.zeros(out[in_prior].shape)
         labels, ids, counts = [], [], []
         for c in np.unique(new_y[in_prior]):
             u, cnt = np.unique(out[new_y == c].ravel(), return_counts=True)
@@ -450,14 +449,17 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
             ids.append(u)
             counts.append(cnt.astype(np.float64))
         if labels and g > 0:
+            labels, ids, counts = np.concatenate(labels), np.concatenate(ids), np.concatenate(counts)
             conn.execute("CREATE TEMP TABLE pm_new_hubs (label bigint, item_id bigint, hub float8) ON COMMIT DROP")
-            _copy_hubs(conn, "pm_new_hubs", np.concatenate(labels), np.concatenate(ids), np.concatenate(counts),
-                       1 << 30, False)
+            _copy_hubs(conn, "pm_new_hubs", labels, ids, counts, 1 << 30, False)
             conn.execute(f"INSERT INTO pm_vector.run_{rid}_hubs AS h (label, item_id, hub) "
                          "SELECT label, item_id, hub FROM pm_new_hubs "
                          "ON CONFLICT (label, item_id) DO UPDATE SET hub = h.hub + EXCLUDED.hub")
             if fast:  # nhub follows: rows listing a changed item gain the change, the new rows read theirs
-                refresh_nhub(conn, rid, g, new_y[in_prior], new_ids[in_prior])
+                refresh_nhub(conn, rid, g, labels, ids, counts)
+                nhub = hub_counts(conn, rid, new_y[in_prior], out[in_prior])
+        _copy_prior(conn, rid, new_ids[in_prior], new_y[in_prior], coords, 1 << 30, False,
+                    nbrs=out[in_prior] if fast else None, nhub=nhub if fast else None)
     new_doc = dict(doc)
     cells_doc = doc.get("cells") or {}
     if cells_doc.get("status") == "ready":  # the new items' cells and counts, on the cell release's graph

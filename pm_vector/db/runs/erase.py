@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from . import prior_rows
 from .erase_plan import Plan, is_ready, plan
 from .prior_rows import add_hub_changes, read_listing, update_lists
 from .run_copy import copy_hubs, copy_pairs
@@ -164,6 +165,7 @@ def _erase_prior(conn, place: Place, plan: Plan) -> None:
     changed &= ~gone
     for c in np.unique(labels[gone]):
         conn.execute(f"DELETE FROM {t} WHERE label = %s AND item_id = ANY(%s)", [int(c), ids[gone & (labels == c)].tolist()])
+    prior_rows.forget(conn, t, labels[gone], ids[gone])
     update_lists(conn, t, ids[changed], labels[changed], nbrs[changed], nhub[changed])
 
 
@@ -343,10 +345,11 @@ def erase_from_run(conn, p: Plan) -> dict[str, Any] | None:
         for place in targets:
             if _exists(conn, place, rt.kind):
                 rt.erase(conn, place, p)
-    if shard_places:  # rows held by a deferred write (array_rows.deferred) reach the shards before their tables go
-        from . import array_rows
+    if shard_places:  # rows held by a deferred write (array_rows.deferred, prior_rows.deferred) reach the shards
+        from . import array_rows  # before their tables go
 
         array_rows.flush(conn)
+        prior_rows.flush(conn)
     done(conn, p.run_id, doc)
     if not is_ready(doc):
         return None

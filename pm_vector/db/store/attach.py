@@ -23,7 +23,9 @@ the payload only. Skipped rows are reported with their reason.
 A batch's cost: the erasure and the placement search the run's items by their features, which the
 syncing process keeps between batches (:mod:`pm_vector.db.runs.item_cache`: read once from the
 table, then followed batch by batch, read again when another process changed the run); the cell
-and location rows both touch are read once and written once (:func:`pm_vector.db.runs.array_rows.deferred`).
+and location rows both touch are read once and written once (:func:`pm_vector.db.runs.array_rows.deferred`),
+and the class rows' prior lists (``nbrs``/``nhub``) both change are written once
+(:func:`pm_vector.db.runs.prior_rows.deferred`).
 
 Privileges: the role pm_vector connects as needs ``SELECT`` and ``TRIGGER`` on the table (or owns
 it); the table's writers need nothing on pm_vector's schema (the capture function is ``SECURITY
@@ -286,7 +288,7 @@ class _RunItems:
 
 def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: str | None = None
                 ) -> dict[str, Any] | None:
-    from ..runs import array_rows, erase as _erase
+    from ..runs import array_rows, erase as _erase, prior_rows
     from .erase import erase_kahm, runs_with_tables
 
     with connect(url, watch_client=True) as conn:
@@ -312,7 +314,8 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
         gone = np.array(sorted(int(i) for i in erase), dtype=np.int64)
         runs = runs_with_tables(conn, coll["id"])
         run_items = _RunItems(conn, coll, runs)
-        with array_rows.deferred(conn):  # the cell and location rows: read once, written once, by the batch
+        # the cell and location rows, and the class rows' prior lists: written once, by the batch
+        with array_rows.deferred(conn), prior_rows.deferred(conn):
             if gone.size:
                 _erase.erase_in_runs(conn, gone, runs, run_items.load, quick=True)
                 run_items.erased(gone)
