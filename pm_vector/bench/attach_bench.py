@@ -5,6 +5,8 @@
 * ``attach_s``, ``job_s``, ``first_answer_s``: from ``attach_table`` to the first private answer
   (the anchor set registered in between, the default job);
 * ``sizes``: the user's table and pm_vector's items rows of the collection (no feature column set);
+* with ``--batch-sizes``: ``batch_s``, one sync of that many changes timed (``--repeats`` times, the
+  median), the cost of a batch apart from the stream's rhythm;
 * then ``rate`` changes a second (inserts, vector updates, payload updates and deletes, mixed) for
   ``seconds`` seconds, committed one by one by a writer thread, while a sync loop applies the queue
   and private queries are answered: ``delay_s`` p50 / p99 from each change's commit to the commit of
@@ -37,7 +39,61 @@ def _sizes_mb(conn, table: str, name: str) -> dict:
             "WHERE c.name = %s AND num_nonnulls(i.features, i.features_half) > 0", [name]).fetchone()[0])}
 
 
-def _change_stream(name: str, table: str, X, y, items: int, rate: float, seconds: float, client, rng, vec):
+class _Changes:
+    """The mix of changes to the user's table: 30 % inserts, 30 % vector updates, 20 % payload
+    updates, 20 % deletes, of live rows chosen at random."""
+
+    def __init__(self, table: str, X, y, items: int, rng, vec):
+        self.table, self.X, self.y, self.items, self.rng, self.vec = table, X, y, items, rng, vec
+        self.nxt, self.live = items, list(range(1, items + 1))
+
+    def one(self, w) -> None:
+        r, t, rng = self.rng.random(), self.table, self.rng
+        if r < 0.3:
+            w.execute(f"INSERT INTO {t} VALUES (%s, %s::vector, %s, 'new')",
+                      [self.nxt + 1, self.vec(self.X[self.nxt]), int(self.y[self.nxt])])
+            self.nxt += 1
+            self.live.append(self.nxt)
+        elif r < 0.6:
+            i = self.live[int(rng.integers(len(self.live)))]
+            w.execute(f"UPDATE {t} SET embedding = %s::vector WHERE id = %s",
+                      [self.vec(self.X[int(rng.integers(self.items))]), i])
+        elif r < 0.8:
+            i = self.live[int(rng.integers(len(self.live)))]
+            w.execute(f"UPDATE {t} SET title = 'edited' WHERE id = %s", [i])
+        else:
+            i = self.live.pop(int(rng.integers(len(self.live))))
+            w.execute(f"DELETE FROM {t} WHERE id = %s", [i])
+
+
+def _batches(name: str, stream: _Changes, sizes: list[int], repeats: int, say) -> dict:
+    """Each batch size ``repeats`` times: that many changes committed, then one ``db.sync`` timed
+    (the first sync warms the process's caches and is not counted). Returns size -> seconds."""
+    import pm_vector.db as db
+
+    w = db.connect(autocommit=True)
+    out: dict = {}
+    try:
+        stream.one(w)
+        db.sync(name)  # warm: the run's items cached, the anchor frame fit
+        for n in sizes:
+            runs = []
+            for _ in range(repeats):
+                for _ in range(n):
+                    stream.one(w)
+                t = time.perf_counter()
+                got = db.sync(name)
+                runs.append(round(time.perf_counter() - t, 2))
+                if got["applied"] != n:
+                    raise RuntimeError(f"a batch of {n} changes applied {got['applied']}")
+            out[str(n)] = {"median_s": float(np.median(runs)), "runs": runs}
+            say(f"batch of {n:>4} changes: median {np.median(runs):.2f} s  {runs}")
+    finally:
+        w.close()
+    return out
+
+
+def _change_stream(name: str, stream: _Changes, rate: float, seconds: float, client, X, y, items: int, rng):
     """For ``seconds``: a writer changing the user's table at ``rate`` changes/s (inserts, embedding
     and title updates, deletes), a querier resolving requests, and this thread syncing the collection
     until the writer stops and nothing is pending. Returns (the commits, the syncs' (start, end), the
@@ -54,8 +110,6 @@ def _change_stream(name: str, table: str, X, y, items: int, rate: float, seconds
 
     def writer():
         w = db.connect(autocommit=True)
-        nxt, live = items, set(range(1, items + 1))
-        live_list = list(live)
         t_start = time.perf_counter()
         k = 0
         while time.perf_counter() - t_start < seconds:
@@ -63,24 +117,8 @@ def _change_stream(name: str, table: str, X, y, items: int, rate: float, seconds
             if time.perf_counter() < due:
                 time.sleep(due - time.perf_counter())
             k += 1
-            r = rng.random()
             try:
-                if r < 0.3:
-                    w.execute(f"INSERT INTO {table} VALUES (%s, %s::vector, %s, 'new')",
-                              [nxt + 1, vec(X[nxt]), int(y[nxt])])
-                    nxt += 1
-                    live_list.append(nxt)
-                elif r < 0.6:
-                    i = live_list[int(rng.integers(len(live_list)))]
-                    w.execute(f"UPDATE {table} SET embedding = %s::vector WHERE id = %s",
-                              [vec(X[int(rng.integers(items))]), i])
-                elif r < 0.8:
-                    i = live_list[int(rng.integers(len(live_list)))]
-                    w.execute(f"UPDATE {table} SET title = 'edited' WHERE id = %s", [i])
-                else:
-                    j = int(rng.integers(len(live_list)))
-                    i = live_list.pop(j)
-                    w.execute(f"DELETE FROM {table} WHERE id = %s", [i])
+                stream.one(w)
                 commits.append((time.perf_counter(), "ok"))
             except Exception as exc:  # noqa: BLE001 - counted
                 errors.append(f"write: {exc}")
@@ -143,7 +181,7 @@ def _summarise_changes(out: dict, conn, name: str, table: str, commits: list, sy
 
 
 def run(items: int = 100_000, dim: int = 128, rate: float = 100.0, seconds: float = 60.0, seed: int = 0,
-        say=lambda m: None) -> dict:
+        say=lambda m: None, batch_sizes=(), repeats: int = 3) -> dict:
     import pm_vector.db as db
 
     from ..client.query import PrivateKNN
@@ -184,11 +222,16 @@ def run(items: int = 100_000, dim: int = 128, rate: float = 100.0, seconds: floa
         out["first_answer_s"] = round(time.perf_counter() - t0, 1)
         out["attached_rows"], out["skipped_rows"] = att["items"], att["skipped"]
         out["sizes_mb"] = _sizes_mb(conn, table, name)
-        # the change stream
-        say("changes")
+        # timed batches, then the change stream
         rng = np.random.default_rng(seed + 5)
-        commits, syncs, errors, n_applied = _change_stream(name, table, X, y, items, rate, seconds, client, rng, vec)
-        _summarise_changes(out, conn, name, table, commits, syncs, errors, n_applied)
+        stream = _Changes(table, X, y, items, rng, vec)
+        if batch_sizes:
+            say("batches")
+            out["batch_s"] = _batches(name, stream, list(batch_sizes), int(repeats), say)
+        if seconds > 0:
+            say("changes")
+            commits, syncs, errors, n_applied = _change_stream(name, stream, rate, seconds, client, X, y, items, rng)
+            _summarise_changes(out, conn, name, table, commits, syncs, errors, n_applied)
     finally:
         db.drop_collection(name, missing_ok=True)
         conn.execute(f"DROP TABLE IF EXISTS {table}")
@@ -201,9 +244,14 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=100_000)
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--rate", type=float, default=100.0)
-    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--seconds", type=float, default=60.0, help="the change stream's length (0: no stream)")
+    ap.add_argument("--batch-sizes", default="", help="comma-separated: time one sync of this many changes each "
+                    "(before the stream), e.g. 20,100,400")
+    ap.add_argument("--repeats", type=int, default=3, help="syncs timed per batch size")
     a = ap.parse_args()
-    print(json.dumps(run(a.items, a.dim, a.rate, a.seconds, say=lambda m: print(m, file=sys.stderr, flush=True))))
+    sizes = [int(v) for v in a.batch_sizes.split(",") if v.strip()]
+    print(json.dumps(run(a.items, a.dim, a.rate, a.seconds, say=lambda m: print(m, file=sys.stderr, flush=True),
+                         batch_sizes=sizes, repeats=a.repeats)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,17 @@
+"""The attached-table benchmark (pm_vector.bench.attach_bench) runs end to end on a small table: its
+timed batches apply exactly their changes, and the stream's count check holds."""
+
+import pytest
+
+
+@pytest.mark.slow
+def test_attach_bench_small(db):
+    from pm_vector.bench.attach_bench import run
+
+    out = run(items=400, dim=32, rate=20.0, seconds=2.0, batch_sizes=(5, 10), repeats=2)
+    assert set(out["batch_s"]) == {"5", "10"} and all(len(v["runs"]) == 2 for v in out["batch_s"].values())
+    assert out["errors"] == 0, out["error_samples"]
+    cc = out["count_check"]
+    assert cc["items"] == cc["table_rows"] == cc["distinct_keys"] and cc["queue_left"] == 0
+    assert cc["applied_equals_changes"] and out["changes"] > 10
+    assert out["sizes_mb"]["features_stored_by_pm_vector"] == 0  # the features stay in the user's table
