@@ -33,8 +33,11 @@ REVERSE_INDEX = ("CREATE INDEX IF NOT EXISTS run_{rid}_neighbors_by_neighbor ON 
 #: the prior's pages are filled to this percentage: an erasure or new items change ``nhub`` (and a
 #: refilled ``nbrs``) of the rows listing the items whose hub counts changed -- tens of thousands of
 #: rows per sync batch at 100,000 items -- and with room on the page PostgreSQL updates a row in
-#: place (a HOT update) instead of inserting it again into the frame coordinates' HNSW index
-PRIOR_FILLFACTOR = 70
+#: place (a HOT update) instead of inserting it again into the frame coordinates' HNSW index. A
+#: batch of 400 changes rewrites nearly every prior row at 100,000 items: at 70 the pages filled up
+#: and the batch took 16.1 s, at 50 12.5 s (``attach_bench --batch-sizes``; docs/benchmarks.md), for
+#: 1.4 times the prior's pages
+PRIOR_FILLFACTOR = 50
 
 
 def leave_room_for_updates(conn, run_id: int) -> None:
