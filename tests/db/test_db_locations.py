@@ -248,3 +248,29 @@ def test_a_repeated_request_takes_one_statement_and_sees_every_change_of_the_run
         assert "shortlist" in after["timings_ms"] and not set(np.asarray(after["item_ids"]).tolist()) & set(gone)
         assert logged() == 3
         assert "shortlist" not in resolve(cname, req, conn=pooled)["timings_ms"] and logged() == 4
+
+
+def test_the_downgrade_of_migration_0018_joins_each_rows_parts(lserved, db):
+    """sql/0018_location_parts_drop.sql (in a transaction rolled back): each (level, cell) becomes one
+    row holding exactly its parts' entries, the top hubs keep their order, and the rows of level -1
+    go."""
+    from pm_vector.db.postgres.migrate import execute_sql_file
+
+    rid = lserved["info"]["run_id"]
+    t = f"pm_vector.run_{rid}_locations"
+    with db.connect() as c:
+        before = {}
+        for lv, cell, ids, h, ch in c.execute(f"SELECT level, cell, item_ids, hubs, chubs FROM {t} WHERE level >= 0 "
+                                              "ORDER BY level, cell, part").fetchall():
+            before.setdefault((lv, cell), []).extend(zip(ids, h, ch))
+        n_book = c.execute(f"SELECT count(*) FROM {t} WHERE level = -1").fetchone()[0]
+        assert n_book > 0 and len(before) < c.execute(f"SELECT count(*) FROM {t} WHERE level >= 0").fetchone()[0]
+        execute_sql_file(c, "0018_location_parts_drop.sql")
+        after = {(lv, cell): list(zip(ids, h, ch)) for lv, cell, ids, h, ch in c.execute(
+            f"SELECT level, cell, item_ids, hubs, chubs FROM {t}").fetchall()}
+        cols = [r[0] for r in c.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+                                        "AND NOT attisdropped", [t]).fetchall()]
+        c.rollback()
+    assert "part" not in cols and set(after) == set(before)  # no level -1 row, one row per (level, cell)
+    assert after[(0, 0)] == before[(0, 0)]  # the top hubs in rank order
+    assert all(sorted(after[k]) == sorted(v) for k, v in before.items())
