@@ -179,5 +179,5 @@ def test_deferred_rows_are_read_once_and_written_at_the_end(db, conn):
         assert sorted((r.key, r.item_ids.tolist()) for r in again) == [((1, 0), [1, 3]), ((1, 1), [4, 5])]
     assert conn.execute("SELECT item_ids, hubs, chubs FROM pm_t_rows WHERE cell = 0").fetchone() == ([1, 3], [1.0, 1.0],
                                                                                                       [5.0, 5.0])
-    assert array_rows._sessions == {}
+    assert array_rows._held.sessions == {}
     conn.rollback()

@@ -23,13 +23,13 @@ about a third less space.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from .. import _binary
+from .deferral import Deferral
 
 _EMPTY = {"int8": np.zeros(0, np.int64), "float8": np.zeros(0, np.float64)}
 
@@ -69,29 +69,16 @@ def unsend(b: bytes, kind: str) -> np.ndarray:
     return body["v"].astype(np.int64 if kind == "int8" else np.float64)
 
 
-#: per connection (``id``) while :func:`deferred` runs: table -> {"rows": key -> row, "dirty": keys, "keys": spec}
-_sessions: dict[int, dict[str, dict]] = {}
-
-
-@contextmanager
 def deferred(conn):
     """Inside: rows are held in memory once read, writes change the held rows; at the end (no
-    exception) each table's changed rows are written once. Nested uses join the outer one."""
-    cid = id(conn)
-    if cid in _sessions:
-        yield
-        return
-    _sessions[cid] = {}
-    try:
-        yield
-        flush(conn)
-    finally:
-        _sessions.pop(cid, None)
+    exception) each table's changed rows are written once. Nested uses join the outer one.
+    Held per connection: table -> {"rows": key -> row, "dirty": keys, "keys": spec}."""
+    return _held.hold(conn)
 
 
 def flush(conn, table: str | None = None) -> None:
     """Write the changed rows held for ``conn`` (of ``table``, or of every table)."""
-    for t, sess in (_sessions.get(id(conn)) or {}).items():
+    for t, sess in (_held.held(conn) or {}).items():
         if (table is None or t == table) and sess["dirty"]:
             _write(conn, t, sess["keys"], [sess["rows"][k] for k in sorted(sess["dirty"])])
             sess["dirty"] = set()
@@ -103,7 +90,7 @@ def read(conn, table: str, keys: tuple[str, ...], where: str, params=None, lock:
     ``params``), ``FOR UPDATE`` when ``lock``. Inside :func:`deferred`, the rows already held that
     ``match`` accepts and the others read (without ``match``, the held rows are written first and
     read again)."""
-    sess = (_sessions.get(id(conn)) or {}).get(table)
+    sess = (_held.held(conn) or {}).get(table)
     if sess is not None and match is None:
         flush(conn, table)
         sess["rows"].clear()
@@ -114,8 +101,8 @@ def read(conn, table: str, keys: tuple[str, ...], where: str, params=None, lock:
                  + ", ".join(["%s::bigint[]"] * len(keys)) + "))")
         params = list(params or []) + [k[:, j].tolist() for j in range(len(keys))]
     got = _read(conn, table, keys, where, params, lock)
-    if (_sessions.get(id(conn)) is not None) and sess is None:
-        sess = _sessions[id(conn)].setdefault(table, {"rows": {}, "dirty": set(), "keys": None})
+    if _held.held(conn) is not None and sess is None:
+        sess = _held.held(conn).setdefault(table, {"rows": {}, "dirty": set(), "keys": None})
     if sess is not None:
         for r in got:
             sess["rows"][r.key] = r
@@ -140,8 +127,8 @@ def write(conn, table: str, keys: tuple[tuple[str, str], ...], rows: list[ArrayR
     "int4" or "int8"): one ``DELETE`` by key, one binary ``COPY`` (inside :func:`deferred`: at its end)."""
     if not rows:
         return
-    if id(conn) in _sessions:
-        sess = _sessions[id(conn)].setdefault(table, {"rows": {}, "dirty": set(), "keys": None})
+    if _held.held(conn) is not None:
+        sess = _held.held(conn).setdefault(table, {"rows": {}, "dirty": set(), "keys": None})
         sess["keys"] = keys
         for r in rows:
             sess["rows"][r.key] = r
@@ -163,3 +150,6 @@ def _write(conn, table: str, keys: tuple[tuple[str, str], ...], rows: list[Array
          [_binary.binary_array(r.chubs, "float8") for r in rows]])
     _binary.copy_in(conn, f"COPY {table} ({', '.join(names)}, item_ids, hubs, chubs) FROM STDIN (FORMAT BINARY)",
                     stream)
+
+
+_held = Deferral(flush)

@@ -19,11 +19,10 @@ once (a ``DELETE``, :func:`forget` drops what was held of them).
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
 
 from .. import _binary
+from .deferral import Deferral
 
 #: the graph's pairs by neighbour: which lists hold an item (the rows whose ``nhub`` follows its hub
 #: counts), found without reading every list (1.6 million pairs at 100,000 items)
@@ -76,30 +75,16 @@ def add_hub_changes(labels: np.ndarray, nbrs: np.ndarray, nhub: np.ndarray, dk: 
     return rows
 
 
-#: per connection (``id``) while :func:`deferred` runs: prior table -> {(label, item_id): (nbrs, nhub)}
-_sessions: dict[int, dict[str, dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]]] = {}
-
-
-@contextmanager
 def deferred(conn):
     """Inside: :func:`update_lists` holds the rows' new lists in memory (a later :func:`read_listing`
     sees them); at the end (no exception) each table's changed rows are written once. Nested uses
-    join the outer one."""
-    cid = id(conn)
-    if cid in _sessions:
-        yield
-        return
-    _sessions[cid] = {}
-    try:
-        yield
-        flush(conn)
-    finally:
-        _sessions.pop(cid, None)
+    join the outer one. Held per connection: prior table -> {(label, item_id): (nbrs, nhub)}."""
+    return _held.hold(conn)
 
 
 def flush(conn, table: str | None = None) -> None:
     """Write the changed rows held for ``conn`` (of ``table``, or of every table)."""
-    for t, held in (_sessions.get(id(conn)) or {}).items():
+    for t, held in (_held.held(conn) or {}).items():
         if (table is None or t == table) and held:
             keys = sorted(held)
             k = np.array(keys, dtype=np.int64).reshape(-1, 2)
@@ -110,7 +95,7 @@ def flush(conn, table: str | None = None) -> None:
 
 def forget(conn, table: str, labels, ids) -> None:
     """These rows of ``table`` were deleted: what :func:`deferred` holds of them goes."""
-    held = (_sessions.get(id(conn)) or {}).get(table)
+    held = (_held.held(conn) or {}).get(table)
     if held:
         for x in zip(np.asarray(labels).tolist(), np.asarray(ids).tolist()):
             held.pop(x, None)
@@ -121,7 +106,7 @@ def update_lists(conn, table: str, ids: np.ndarray, labels: np.ndarray, nbrs: np
     temp table: a HOT update where the page has room; inside :func:`deferred`, at its end)."""
     if not ids.size:
         return
-    sess = _sessions.get(id(conn))
+    sess = _held.held(conn)
     if sess is not None:
         held = sess.setdefault(table, {})
         for r, x in enumerate(zip(labels.tolist(), ids.tolist())):
@@ -167,7 +152,7 @@ def read_listing(conn, t: str, pairs: str, g: int, extra: str = "", n_hint: int 
             max(int(n_hint), 1))
     finally:
         conn.execute("SELECT set_config('random_page_cost', %s, true)", [was])
-    held = (_sessions.get(id(conn)) or {}).get(pr)
+    held = (_held.held(conn) or {}).get(pr)
     if held:  # changed earlier in the batch, not written yet: the held lists
         nbrs, nhub = a["nbrs"].reshape(-1, g), a["nhub"].reshape(-1, g)
         for r, x in enumerate(zip(a["label"].tolist(), a["item_id"].tolist())):
@@ -205,3 +190,6 @@ def hub_counts(conn, run_id: int, labels: np.ndarray, nbrs: np.ndarray) -> np.nd
                         [pairs[:, 0].tolist(), pairs[:, 1].tolist()]).fetchall()
     hub = {(int(c), int(i)): float(v) for c, i, v in rows}
     return np.array([hub.get(k, 0.0) for k in zip(lab.tolist(), ids.tolist())], np.float64).reshape(nbrs.shape)
+
+
+_held = Deferral(flush)
