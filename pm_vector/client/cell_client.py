@@ -33,11 +33,12 @@ from ..errors import InvalidInputError
 from ..manifold.public_cells import PublicCells
 from ..privacy.cell_release import CellRandomizedResponse, cell_level_for_epsilon
 from ..privacy.rng import secure_generator
+from .charging import ChargedRelease
 from .query import DEFAULT_SHORTLIST
 from .request import CellRequest, ClientSecret
 
 
-class PrivateCellKNN:
+class PrivateCellKNN(ChargedRelease):
     """Builds cell requests against published :class:`~pm_vector.manifold.public_cells.PublicCells`.
 
     ``n_cells``: the level K (one of ``cells.levels_``); ``None`` takes the public rule
@@ -59,33 +60,18 @@ class PrivateCellKNN:
         if K not in cells.levels_:
             raise InvalidInputError(f"n_cells must be one of the published levels {list(cells.levels_)}; got {K!r}.")
         self.mechanism = CellRandomizedResponse(epsilon, K)
-        if accountant is not None and not callable(getattr(accountant, "spend", None)):
-            raise InvalidInputError("accountant must have a spend(epsilon, delta, label=None) method.")
-        self.accountant = accountant
+        self._set_accountant(accountant)
         self.shortlist = int(shortlist)
         self.classifier = classifier
         self.collection = collection
         self.digest = cells.digest()
-        self._rng: np.random.Generator | None = None
 
     @property
     def n_cells(self) -> int:
         return self.mechanism.n_cells
 
-    # tests and benchmarks only: requests built this way say "seeded" and are not charged
-    def _inject_generator(self, rng: np.random.Generator) -> "PrivateCellKNN":
-        self._rng = rng
-        return self
-
-    def _charge(self) -> None:
-        acc = self.accountant
-        if acc is None:
-            if self._rng is not None:
-                return
-            from .budget import PrivacyBudget
-
-            acc = PrivacyBudget().account(f"local:{self.collection or 'cells:' + self.digest[:32]}")
-        acc.spend(self.mechanism.epsilon, 0.0, label=self.collection)
+    def _ledger_key(self) -> str:
+        return f"local:{self.collection or 'cells:' + self.digest[:32]}"
 
     def true_cell(self, x, label: int) -> tuple[int, int]:
         """``(class position, cell)`` of a unit-norm query ``x`` of class ``label`` (kept secret)."""

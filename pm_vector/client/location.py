@@ -34,10 +34,11 @@ from ..manifold.public_cells import PublicCells
 from ..privacy.location import LocationRandomizedResponse, plan as location_plan
 from ..privacy.rng import secure_generator
 from ..protocol.location import LocationRequest, check_location_answer
+from .charging import ChargedRelease
 from .rerank import rank
 
 
-class PrivateLocationKNN:
+class PrivateLocationKNN(ChargedRelease):
     """Builds location requests against published location cells (a one-class
     :class:`~pm_vector.manifold.public_cells.PublicCells`).
 
@@ -60,28 +61,13 @@ class PrivateLocationKNN:
                                    max_bytes=max_bytes, payload_bytes=payload_bytes, level=level,
                                    candidates=candidates, code_bytes=code_bytes)
         self.mechanism = LocationRandomizedResponse(epsilon, self.plan_.level)
-        if accountant is not None and not callable(getattr(accountant, "spend", None)):
-            raise InvalidInputError("accountant must have a spend(epsilon, delta, label=None) method.")
-        self.accountant = accountant
+        self._set_accountant(accountant)
         self.collection = collection
         self.n_items = int(n_items)
         self.digest = cells.digest()
-        self._rng: np.random.Generator | None = None
 
-    # tests and benchmarks only: requests built this way say "seeded" and are not charged
-    def _inject_generator(self, rng: np.random.Generator) -> "PrivateLocationKNN":
-        self._rng = rng
-        return self
-
-    def _charge(self) -> None:
-        acc = self.accountant
-        if acc is None:
-            if self._rng is not None:
-                return
-            from .budget import PrivacyBudget
-
-            acc = PrivacyBudget().account(f"local:{self.collection or 'location:' + self.digest[:32]}")
-        acc.spend(self.mechanism.epsilon, 0.0, label=self.collection)
+    def _ledger_key(self) -> str:
+        return f"local:{self.collection or 'location:' + self.digest[:32]}"
 
     def locate(self, x) -> int:
         """The true cell of a query at the plan's level (kept secret)."""

@@ -50,6 +50,7 @@ from ..protocol import bounds
 # the wire types live in pm_vector.protocol; re-exported here (their old home)
 from ..protocol.class_rows import DEFAULT_SHORTLIST, ClassRowsRequest, frames_digest
 from ..protocol.formats import CLASS_ROWS_FORMAT
+from .charging import ChargedRelease
 from .request import ClientSecret
 from .rerank import rerank, rerank_ids
 
@@ -63,7 +64,7 @@ def __getattr__(name):  # old names (pm_vector.deprecation.RENAMED), until its R
     return renamed(__name__, name)
 
 
-class PrivateKNN:
+class PrivateKNN(ChargedRelease):
     """Builds pm_vector requests against published class frames and a public dummy pool.
 
     ``classifier``: any fitted object with ``predict`` (e.g. a
@@ -79,10 +80,7 @@ class PrivateKNN:
         self.frames = frames
         bounds.privacy(epsilon, delta)  # the request's bounds, checked before anything is charged
         self.mechanism = ClassRowsGaussianMechanism(epsilon, delta, frames.radii_, frames.components_.shape[1])
-        if accountant is not None and not callable(getattr(accountant, "spend", None)):
-            raise InvalidInputError("accountant must have a spend(epsilon, delta, label=None) method (a "
-                                    "PrivacyAccountant, or PrivacyBudget.account(key)).")
-        self.accountant = accountant
+        self._set_accountant(accountant)
         D = as_matrix(dummy_features, "dummy features")
         yd = as_labels(dummy_labels, D.shape[0], "dummy labels")
         self._pool = {}
@@ -97,23 +95,11 @@ class PrivateKNN:
         self.classifier = classifier
         self.collection = collection
         self.digest = frames_digest(frames)
-        self._rng: np.random.Generator | None = None
 
-    # tests and benchmarks only: one generator for dummies and noise, and requests say "seeded"
-    def _inject_generator(self, rng: np.random.Generator) -> "PrivateKNN":
-        self._rng = rng
-        return self
+    def _ledger_key(self) -> str:
+        from .budget import LOCAL_KEY
 
-    def _charge(self) -> None:
-        """Charge one release before any noise is drawn (BudgetExceededError: nothing released)."""
-        acc = self.accountant
-        if acc is None:
-            if self._rng is not None:  # seeded: tests and benchmarks; not a private release
-                return
-            from .budget import LOCAL_KEY, PrivacyBudget
-
-            acc = PrivacyBudget().account(LOCAL_KEY)  # the caller's key: nothing published selects it
-        acc.spend(self.mechanism.epsilon, self.mechanism.delta, label=self.collection)
+        return LOCAL_KEY  # the caller's key: nothing published selects it
 
     def _choose(self, n: int) -> int:
         return int(self._rng.integers(n)) if self._rng is not None else secrets.randbelow(n)
