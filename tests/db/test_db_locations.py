@@ -274,3 +274,26 @@ def test_the_downgrade_of_migration_0018_joins_each_rows_parts(lserved, db):
     assert "part" not in cols and set(after) == set(before)  # no level -1 row, one row per (level, cell)
     assert after[(0, 0)] == before[(0, 0)]  # the top hubs in rank order
     assert all(sorted(after[k]) == sorted(v) for k, v in before.items())
+
+
+def test_placing_new_items_refuses_rows_that_do_not_place_their_neighbours(db, cname, conn):
+    """A run whose level -1 rows lost items (a damaged table): placing new items stops with a clear
+    error naming the fix, and the run is unchanged (nothing placed where an erasure would miss it)."""
+    from dbtest_helpers import make_embed_fn, make_extend_fn
+
+    from pm_vector.db.errors import EmbeddingJobError
+
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 3, 400)
+    X = rng.normal(size=(400, 6)) + 2.0 * np.eye(6)[y]
+    X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
+    db.create_collection(cname, 6, [0, 1, 2])
+    db.ingest(cname, X[:300], y[:300])
+    db.register_anchor_set(cname, X[:60], y[:60])
+    db.register_anchor_set(cname, X[60:90], y[60:90], role="dummy")
+    rid = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"]
+    conn.execute(f"DELETE FROM pm_vector.run_{rid}_locations WHERE level = -1")
+    db.ingest(cname, X[300:], y[300:])
+    with pytest.raises(EmbeddingJobError, match="run a full embedding job"):
+        db.embed_new_items(cname, make_extend_fn())
+    assert conn.execute(f"SELECT count(*) FROM pm_vector.run_{rid}_items").fetchone()[0] == 300

@@ -237,8 +237,10 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
     stored = parts_of(conn, t, doc, old)
     missing = np.setdiff1d(old, np.fromiter(stored, np.int64, len(stored)))
     if missing.size:  # a neighbour the rows do not place: the run's items and its rows disagree
-        raise RuntimeError(f"the location rows of run {rid} place no part for {missing.size} of its items; "
-                           "run a full embedding job for the collection.")
+        from ..errors import EmbeddingJobError
+
+        raise EmbeddingJobError(f"the location rows of run {rid} place no part for {missing.size} of its items; "
+                                "run a full embedding job for the collection (pm-vector embed COLLECTION).", rid)
     part.update(stored)
     touched: dict[tuple[int, int, int], dict[int, float]] = {}
     for M in cells.levels_:
