@@ -40,6 +40,16 @@ def test_parts_hold_the_same_entries_as_whole_rows(monkeypatch):
     whole = locations.build(A, X, ids, neighbors=nb)
     assert whole.part_level == 0 and set(whole.part.tolist()) == {0} and -1 not in whole.levels.tolist()
     assert _joined(parted) == _joined(whole)
+    # a row's parts joined (LocationsData.row, what the privacy benchmark ranks) answer as the whole row
+    from pm_vector.shortlist import location_list
+
+    for M in (2, 32, int(parted.cells.levels_[-1])):
+        for r in range(M):
+            for w in (1.0, 2.0 ** 20):
+                a = location_list(*parted.row(M, r), parted.row(0, 0)[0], parted.row(0, 0)[2], w, 64)[0]
+                b = location_list(*whole.row(M, r), whole.row(0, 0)[0], whole.row(0, 0)[2], w, 64)[0]
+                assert a.tolist() == b.tolist()
+    assert sum(parted.row(2, r)[0].size for r in range(2)) == sum(whole.row(2, r)[0].size for r in range(2)) > 0
     # the top hubs row: one part, in rank order
     top = [k for k, lv in enumerate(parted.levels) if lv == 0]
     assert len(top) == 1 and parted.item_ids[top[0]].tolist() == whole.item_ids[0].tolist()

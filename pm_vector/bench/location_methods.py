@@ -39,10 +39,6 @@ def location_state(ctx):
     return data, pc, codes
 
 
-def _rows_of(data, M: int) -> dict[int, int]:
-    return {int(c): i for i, (lv, c) in enumerate(zip(data.levels.tolist(), data.cell.tolist())) if lv == M}
-
-
 def answer_table(ctx, M: int, eps: float, S: int) -> list[np.ndarray]:
     """The server's answer to every report at level M (positions): a location answer is a public
     function of the report (cached on ``ctx``)."""
@@ -52,14 +48,9 @@ def answer_table(ctx, M: int, eps: float, S: int) -> list[np.ndarray]:
     data, _, _ = location_state(ctx)
 
     def build():
-        at = _rows_of(data, M)
         w = location_weight(eps)
-        out = []
-        for r in range(M):
-            i = at.get(r)
-            row = (data.item_ids[i], data.hubs[i], data.chubs[i]) if i is not None else ([], [], [])
-            out.append(location_list(*row, data.item_ids[0], data.chubs[0], w, S)[0])
-        return out
+        top_ids, _, top_h = data.row(0, 0)
+        return [location_list(*data.row(M, r), top_ids, top_h, w, S)[0] for r in range(M)]
 
     return ctx.get(f"location answers {M} {eps} {S}", build)
 

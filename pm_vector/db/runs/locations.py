@@ -76,6 +76,15 @@ class LocationsData:
     hubs: list  # R float64 arrays: h_r(i) (level 0: h(i))
     chubs: list  # R float64 arrays: h(i)
 
+    def row(self, level: int, cell: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(item_ids, hubs, chubs)`` of row ``(level, cell)``: its parts joined (in part order;
+        the top hubs ``(0, 0)`` are one part, in rank order); empty when the row lists no item."""
+        k = np.flatnonzero((self.levels == int(level)) & (self.cell == int(cell)))
+        k = k[np.argsort(self.part[k], kind="stable")]
+        return (np.concatenate([self.item_ids[i] for i in k] + [np.zeros(0, np.int64)]),
+                np.concatenate([self.hubs[i] for i in k] + [np.zeros(0)]),
+                np.concatenate([self.chubs[i] for i in k] + [np.zeros(0)]))
+
     def doc(self) -> dict[str, Any]:
         """What ``embedding_runs.class_rows -> 'locations'`` records (public)."""
         return {"status": "ready", "digest": self.cells.digest(), "levels": [int(k) for k in self.cells.levels_],
