@@ -60,18 +60,15 @@ class PrivateCellKNN(ChargedRelease):
         if K not in cells.levels_:
             raise InvalidInputError(f"n_cells must be one of the published levels {list(cells.levels_)}; got {K!r}.")
         self.mechanism = CellRandomizedResponse(epsilon, K)
-        self._set_accountant(accountant)
         self.shortlist = int(shortlist)
         self.classifier = classifier
         self.collection = collection
         self.digest = cells.digest()
+        self._set_accountant(accountant, f"local:{collection or 'cells:' + self.digest[:32]}")
 
     @property
     def n_cells(self) -> int:
         return self.mechanism.n_cells
-
-    def _ledger_key(self) -> str:
-        return f"local:{self.collection or 'cells:' + self.digest[:32]}"
 
     def true_cell(self, x, label: int) -> tuple[int, int]:
         """``(class position, cell)`` of a unit-norm query ``x`` of class ``label`` (kept secret)."""

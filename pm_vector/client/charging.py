@@ -4,7 +4,7 @@
 :class:`~pm_vector.client.cell_client.PrivateCellKNN` (cells) and
 :class:`~pm_vector.client.location.PrivateLocationKNN` (the location release). A request is charged
 ``(mechanism.epsilon, mechanism.delta)`` to the ``accountant`` given, or to this machine's default
-ledger under the subclass's :meth:`ChargedRelease._ledger_key`, BEFORE any randomness is drawn: a
+ledger under the key the release names (``ledger_key``), BEFORE any randomness is drawn: a
 :class:`~pm_vector.errors.BudgetExceededError` releases nothing. A release built with an injected
 generator (tests and benchmarks; its requests say "seeded") is not a private release and charges
 the default ledger nothing; an explicit accountant is still charged.
@@ -26,23 +26,22 @@ class ChargedRelease:
     accountant: Any
     collection: str | None
     mechanism: Any
+    _ledger_key: str
     _rng: np.random.Generator | None = None
 
-    def _set_accountant(self, accountant) -> None:
+    def _set_accountant(self, accountant, ledger_key: str) -> None:
+        """``accountant`` (checked), or None: the default ledger under ``ledger_key``."""
         if accountant is not None and not callable(getattr(accountant, "spend", None)):
             raise InvalidInputError("accountant must have a spend(epsilon, delta, label=None) method (a "
                                     "PrivacyAccountant, or PrivacyBudget.account(key)).")
         self.accountant = accountant
+        self._ledger_key = str(ledger_key)
         self._rng = None
 
     # tests and benchmarks only: requests built this way say "seeded" and are not charged
     def _inject_generator(self, rng: np.random.Generator):
         self._rng = rng
         return self
-
-    def _ledger_key(self) -> str:
-        """The default ledger's key this release charges when no accountant is given."""
-        raise NotImplementedError
 
     def _charge(self) -> None:
         """Charge one release before any randomness is drawn (BudgetExceededError: nothing released)."""
@@ -52,5 +51,5 @@ class ChargedRelease:
                 return
             from .budget import PrivacyBudget
 
-            acc = PrivacyBudget().account(self._ledger_key())
+            acc = PrivacyBudget().account(self._ledger_key)
         acc.spend(self.mechanism.epsilon, float(getattr(self.mechanism, "delta", 0.0)), label=self.collection)

@@ -61,13 +61,10 @@ class PrivateLocationKNN(ChargedRelease):
                                    max_bytes=max_bytes, payload_bytes=payload_bytes, level=level,
                                    candidates=candidates, code_bytes=code_bytes)
         self.mechanism = LocationRandomizedResponse(epsilon, self.plan_.level)
-        self._set_accountant(accountant)
         self.collection = collection
         self.n_items = int(n_items)
         self.digest = cells.digest()
-
-    def _ledger_key(self) -> str:
-        return f"local:{self.collection or 'location:' + self.digest[:32]}"
+        self._set_accountant(accountant, f"local:{collection or 'location:' + self.digest[:32]}")
 
     def locate(self, x) -> int:
         """The true cell of a query at the plan's level (kept secret)."""

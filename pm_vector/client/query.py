@@ -80,7 +80,9 @@ class PrivateKNN(ChargedRelease):
         self.frames = frames
         bounds.privacy(epsilon, delta)  # the request's bounds, checked before anything is charged
         self.mechanism = ClassRowsGaussianMechanism(epsilon, delta, frames.radii_, frames.components_.shape[1])
-        self._set_accountant(accountant)
+        from .budget import LOCAL_KEY
+
+        self._set_accountant(accountant, LOCAL_KEY)  # the caller's key: nothing published selects it
         D = as_matrix(dummy_features, "dummy features")
         yd = as_labels(dummy_labels, D.shape[0], "dummy labels")
         self._pool = {}
@@ -95,11 +97,6 @@ class PrivateKNN(ChargedRelease):
         self.classifier = classifier
         self.collection = collection
         self.digest = frames_digest(frames)
-
-    def _ledger_key(self) -> str:
-        from .budget import LOCAL_KEY
-
-        return LOCAL_KEY  # the caller's key: nothing published selects it
 
     def _choose(self, n: int) -> int:
         return int(self._rng.integers(n)) if self._rng is not None else secrets.randbelow(n)
