@@ -37,6 +37,14 @@ def lserved(pm_home):
     db.drop_collection(name, missing_ok=True)
 
 
+def _blobs(n: int, seed: int):
+    """``n`` unit rows in 6 dimensions, three classes each pushed along its own axis."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n)
+    X = rng.normal(size=(n, 6)) + 2.0 * np.eye(6)[y]
+    return (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32), y
+
+
 def _request(served, eps, x, **plan):
     from pm_vector.client.location import PrivateLocationKNN
     from pm_vector.privacy import secure_generator
@@ -138,10 +146,7 @@ def test_new_items_extend_the_location_rows(db, cname, conn):
 
     from pm_vector.db.resolve.resolution import public_anchor, resolve
 
-    rng = np.random.default_rng(3)
-    y = rng.integers(0, 3, 700)
-    X = rng.normal(size=(700, 6)) + 2.0 * np.eye(6)[y]
-    X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
+    X, y = _blobs(700, 3)
     db.create_collection(cname, 6, [0, 1, 2])
     db.ingest(cname, X[:600], y[:600])
     db.register_anchor_set(cname, X[:90], y[:90])
@@ -179,10 +184,7 @@ def test_a_delete_leaves_every_location_row_and_answer(db, cname, conn):
     from pm_vector.manifold.public_cells import PublicCells
     from pm_vector.protocol.location import LocationRequest
 
-    rng = np.random.default_rng(5)
-    y = rng.integers(0, 3, 500)
-    X = rng.normal(size=(500, 6)) + 2.0 * np.eye(6)[y]
-    X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
+    X, y = _blobs(500, 5)
     db.create_collection(cname, 6, [0, 1, 2])
     ids = np.asarray(db.ingest(cname, X[:400], y[:400])["item_ids"])
     db.register_anchor_set(cname, X[400:480], y[400:480])
@@ -217,10 +219,7 @@ def test_a_repeated_request_takes_one_statement_and_sees_every_change_of_the_run
     from pm_vector.db.resolve.resolution import public_anchor, resolve
     from pm_vector.manifold.public_cells import PublicCells
 
-    rng = np.random.default_rng(6)
-    y = rng.integers(0, 3, 400)
-    X = rng.normal(size=(400, 6)) + 2.0 * np.eye(6)[y]
-    X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
+    X, y = _blobs(400, 6)
     db.create_collection(cname, 6, [0, 1, 2])
     db.ingest(cname, X[:300], y[:300])
     db.register_anchor_set(cname, X[300:380], y[300:380])
@@ -283,10 +282,7 @@ def test_placing_new_items_refuses_rows_that_do_not_place_their_neighbours(db, c
 
     from pm_vector.db.errors import EmbeddingJobError
 
-    rng = np.random.default_rng(4)
-    y = rng.integers(0, 3, 400)
-    X = rng.normal(size=(400, 6)) + 2.0 * np.eye(6)[y]
-    X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
+    X, y = _blobs(400, 4)
     db.create_collection(cname, 6, [0, 1, 2])
     db.ingest(cname, X[:300], y[:300])
     db.register_anchor_set(cname, X[:60], y[:60])
