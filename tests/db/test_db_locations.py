@@ -293,3 +293,25 @@ def test_placing_new_items_refuses_rows_that_do_not_place_their_neighbours(db, c
     with pytest.raises(EmbeddingJobError, match="run a full embedding job"):
         db.embed_new_items(cname, make_extend_fn())
     assert conn.execute(f"SELECT count(*) FROM pm_vector.run_{rid}_items").fetchone()[0] == 300
+
+
+def test_an_erasure_reaches_items_the_part_lists_lost(db, cname, conn):
+    """An erased item that the level -1 rows no longer place (a damaged table) still leaves every
+    location row: the erasure reads every row that lists it instead of its part's."""
+    from dbtest_helpers import make_embed_fn
+
+    X, y = _blobs(400, 8)
+    db.create_collection(cname, 6, [0, 1, 2])
+    ids = np.asarray(db.ingest(cname, X[:300], y[:300])["item_ids"])
+    db.register_anchor_set(cname, X[300:380], y[300:380])
+    db.register_anchor_set(cname, X[380:], y[380:], role="dummy")
+    rid = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"]
+    t = f"pm_vector.run_{rid}_locations"
+    gone = ids[[5]]
+    conn.execute(f"UPDATE {t} SET item_ids = array_remove(item_ids, %s), hubs = hubs[1:cardinality(item_ids) - 1], "
+                 f"chubs = chubs[1:cardinality(item_ids) - 1] WHERE level = -1 AND %s = ANY(item_ids)",
+                 [int(gone[0]), int(gone[0])])
+    assert conn.execute(f"SELECT count(*) FROM {t} WHERE level > 0 AND item_ids && %s::bigint[]",
+                        [gone.tolist()]).fetchone()[0] > 0
+    db.delete_items(cname, item_ids=gone.tolist())
+    assert conn.execute(f"SELECT count(*) FROM {t} WHERE item_ids && %s::bigint[]", [gone.tolist()]).fetchone()[0] == 0

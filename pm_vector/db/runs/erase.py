@@ -223,19 +223,20 @@ def _erase_locations(conn, place: Place, plan: Plan) -> None:
     items' own neighbour lists gave to other items stay until the next full job (as ``embed
     --new-items``, an approximation of the counts, never of who may be listed). Only the parts
     listing an erased item are read and written: the erased items' stored parts (rows of level -1),
-    then the rows of those parts and the top hubs that list one (a run of one part: every row that
-    lists one)."""
+    then the rows of those parts and the top hubs that list one (a run of one part, or an erased
+    item the level -1 rows do not place: every row that lists one)."""
     from . import array_rows
     from .locations import KEY_KINDS, KEYS, parts_of
 
     t = place.table("locations")
     erased = np.unique(plan.erased)
     listed = lambda r: bool(array_rows.member(r.item_ids, erased).any())  # noqa: E731
-    if int((plan.doc.get("locations") or {}).get("part_level") or 0):
-        parts = sorted(set(parts_of(conn, t, plan.doc["locations"], erased).values()))
+    placed = parts_of(conn, t, plan.doc["locations"], erased) if int(
+        (plan.doc.get("locations") or {}).get("part_level") or 0) else {}
+    if placed and len(placed) == erased.size:
         rows = array_rows.read(conn, t, KEYS, "(level = 0 OR part = ANY(%s)) AND item_ids && %s::bigint[]",
-                               [parts, erased.tolist()], match=listed)
-    else:
+                               [sorted(set(placed.values())), erased.tolist()], match=listed)
+    else:  # one part per row, or an erased item the rows do not place (damaged): every row that lists one
         rows = array_rows.read(conn, t, KEYS, "item_ids && %s::bigint[]", [erased.tolist()], match=listed)
     for r in rows:
         keep = ~array_rows.member(r.item_ids, erased)
