@@ -249,13 +249,11 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
     The neighbour lists of existing items are not recomputed (as for the class rows). ``near``: the
     new items' nearest positions in ``all_X`` (nearest first, at least ``graph_degree`` + 1 columns)
     when the caller searched them already."""
-    from ...manifold.public_cells import PublicCells
     from ...neighbors import knn_search
-    from . import cell_counts
+    from . import cell_counts, run_cells
 
     rid = int(run_id)
-    cells = PublicCells.from_dict(conn.execute("SELECT public_cells FROM pm_vector.embedding_runs WHERE id = %s",
-                                               [rid]).fetchone()[0])
+    cells = run_cells.get(conn, rid, {"cells": doc}, "cells")
     keep = np.isin(np.asarray(new_y), cells.classes_)
     all_ids = np.asarray(all_ids, dtype=np.int64)
     y = np.asarray(new_y, dtype=np.int64)[keep]

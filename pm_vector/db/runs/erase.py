@@ -363,7 +363,7 @@ def erase_from_run(conn, p: Plan) -> dict[str, Any] | None:
 
 
 def erase_in_runs(conn, ids: np.ndarray, runs, load: Callable[[int], dict], *, quick: bool = False) -> list[int]:
-    """Erase ``ids`` from each run ``(run_id, class_rows, public_cells)`` in the caller's transaction.
+    """Erase ``ids`` from each run ``(run_id, class_rows)`` in the caller's transaction.
     ``load(run_id)``: the run's items before the erasure (``id``, ``label``, ``features``, ascending ids).
     ``quick``: the refill of :func:`pm_vector.db.runs.erase_plan.plan` an attached table's sync uses.
     Returns the runs that held some of them."""
@@ -371,7 +371,9 @@ def erase_in_runs(conn, ids: np.ndarray, runs, load: Callable[[int], dict], *, q
 
     touched = []
     ids = np.asarray(ids, dtype=np.int64)
-    for rid, doc, cells_json in runs:
+    from . import run_cells
+
+    for rid, doc in runs:
         rid = int(rid)
         present = np.array([r[0] for r in conn.execute(
             f"SELECT item_id FROM pm_vector.run_{rid}_items WHERE item_id = ANY(%s) ORDER BY item_id",
@@ -379,11 +381,7 @@ def erase_in_runs(conn, ids: np.ndarray, runs, load: Callable[[int], dict], *, q
         if present.size == 0:
             continue
         have = load(rid)
-        cells = None
-        if cells_json and ((doc or {}).get("cells") or {}).get("status") == "ready":
-            from ...manifold.public_cells import PublicCells
-
-            cells = PublicCells.from_dict(cells_json)
+        cells = run_cells.get(conn, rid, doc, "cells")
         p = plan(conn, rid, doc, have["id"], have["label"], have["features"], present,
                  neighbor_lists=stored_lists(conn, rid, doc, present), cells_doc=cells, quick=quick)
         new_doc = erase_from_run(conn, p)
@@ -403,7 +401,7 @@ def apply_pending(conn, run_id: int, items: dict) -> int:
         "(SELECT 1 FROM pm_vector.items i WHERE i.id = e.item_id) ORDER BY 1").fetchall()], dtype=np.int64)
     if gone.size == 0:
         return 0
-    runs = conn.execute("SELECT id, class_rows, public_cells FROM pm_vector.embedding_runs WHERE id = %s",
+    runs = conn.execute("SELECT id, class_rows FROM pm_vector.embedding_runs WHERE id = %s",
                         [int(run_id)]).fetchall()
     erase_in_runs(conn, gone, runs, lambda _rid: items)
     return int(gone.size)

@@ -117,21 +117,20 @@ def load_items(conn, coll: Mapping[str, Any], missing_from_run: int | None = Non
     """ids, labels, features (float32) of the collection's items by binary COPY, ordered by id; with
     ``missing_from_run``, only items that have no embedding in that run; with ``in_run``, only
     items that have one."""
-    from ..store._source import feature_sql
+    from ..store._source import feature_filter, feature_sql
 
     ftype = coll["feature_type"]
-    from ..store._source import feature_filter
-
-    q = (f"SELECT i.id, i.label, {feature_sql(coll)} FROM pm_vector.items i WHERE i.collection_id = {int(coll['id'])}"
-         + feature_filter(coll))
+    rows = f"SELECT i.* FROM pm_vector.items i WHERE i.collection_id = {int(coll['id'])}"
     if missing_from_run is not None:
-        q += (f" AND NOT EXISTS (SELECT 1 FROM pm_vector.run_{int(missing_from_run)}_items e "
-              "WHERE e.item_id = i.id)")
+        rows += (f" AND NOT EXISTS (SELECT 1 FROM pm_vector.run_{int(missing_from_run)}_items e "
+                 "WHERE e.item_id = i.id)")
     if in_run is not None:
-        q += f" AND EXISTS (SELECT 1 FROM pm_vector.run_{int(in_run)}_items e WHERE e.item_id = i.id)"
-    # streamed into arrays sized by a count first (the features: one float32 array, no copy of the stream)
-    n_hint = conn.execute(f"SELECT count(*) FROM ({q}) AS q").fetchone()[0]
-    q += " ORDER BY i.id"
+        rows += f" AND EXISTS (SELECT 1 FROM pm_vector.run_{int(in_run)}_items e WHERE e.item_id = i.id)"
+    # the run's (anti-)join first, then the features (an attached table's are read row by row: only
+    # for the rows kept); the arrays are sized by the rows kept, an upper bound of the stream's
+    n_hint = conn.execute(f"SELECT count(*) FROM ({rows}) AS q").fetchone()[0]
+    q = (f"SELECT i.id, i.label, {feature_sql(coll)} FROM ({rows} OFFSET 0) AS i WHERE true"
+         + feature_filter(coll) + " ORDER BY i.id")
     return _binary.copy_out_columns(conn, q, [("id", "int8", 0), ("label", "int8", 0),
                                               ("features", ftype, coll["feature_dim"])], int(n_hint))
 
@@ -486,8 +485,9 @@ def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: Job
     existing items' lists are not recomputed -- an approximation until the next full job).
     Returns ``{"run_id", "n_new"}``. ``conn``: work in the caller's open transaction (which commits;
     :func:`pm_vector.db.store.update.update_items` places an updated item so) instead of its own.
-    ``run_items``: the active run's items as built (``id`` ascending, ``label``, ``features``), which
-    the caller holds (:mod:`pm_vector.db.runs.item_cache`), instead of reading them; ``on_placed``
+    ``run_items``: the active run's items now, as built (``id`` ascending, ``label``, ``features``),
+    which the caller holds under the collection's lock (:mod:`pm_vector.db.runs.item_cache`), instead
+    of reading them; ``on_placed``
     is then called with the items added to the run's class rows (``id``, ``label``, ``features``).
     """
     report = progress or _noop
@@ -557,7 +557,7 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
             "SELECT e.item_id, e.embedding FROM pm_new_emb e WHERE EXISTS (SELECT 1 FROM pm_vector.items i "
             "WHERE i.id = e.item_id) ON CONFLICT (item_id) DO NOTHING RETURNING item_id").fetchall()], dtype=np.int64)
         if has_cr and inserted.size:
-            _extend_class_rows(conn, run_id, frames_doc, old_items, new, inserted)
+            _extend_class_rows(conn, run_id, frames_doc, old_items, new, inserted, current=run_items is not None)
             if on_placed is not None:
                 keep = np.isin(new["id"], inserted)
                 on_placed({k_: new[k_][keep] for k_ in ("id", "label", "features")})
@@ -570,18 +570,23 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
     return {"run_id": int(run_id), "n_new": int(m)}
 
 
-def _extend_class_rows(conn, run_id: int, frames_doc, old_items: dict, new: dict, inserted: np.ndarray) -> None:
+def _extend_class_rows(conn, run_id: int, frames_doc, old_items: dict, new: dict, inserted: np.ndarray,
+                       current: bool = False) -> None:
     """In the caller's transaction: the run's class rows extended by the new items just inserted
-    (against the run's items still there), and the run row's class-rows document updated."""
+    (against the run's items still there), and the run row's class-rows document updated.
+    ``current``: ``old_items`` are the run's items now (a caller that holds them under the
+    collection's lock and follows its own erasures: a sync batch); else those still in the run are
+    kept."""
     from psycopg.types.json import Jsonb
 
     from . import class_rows as _cr
 
-    still = np.array([r[0] for r in conn.execute(
-        f"SELECT item_id FROM pm_vector.run_{int(run_id)}_items WHERE item_id = ANY(%s)",
-        [old_items["id"].tolist()]).fetchall()], dtype=np.int64)
-    kept = np.isin(old_items["id"], still)
-    old_items = {k_: v[kept] for k_, v in old_items.items()}
+    if not current:
+        still = np.array([r[0] for r in conn.execute(
+            f"SELECT item_id FROM pm_vector.run_{int(run_id)}_items WHERE item_id = ANY(%s)",
+            [old_items["id"].tolist()]).fetchall()], dtype=np.int64)
+        kept = np.isin(old_items["id"], still)
+        old_items = {k_: v[kept] for k_, v in old_items.items()}
     cr_doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s",
                           [run_id]).fetchone()[0]
     keep = np.isin(new["id"], inserted)

@@ -223,13 +223,12 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
     top-hubs row and in every row touched. The neighbour lists of existing items are not recomputed.
     A new item's part is its cell at the part level; its neighbours' parts are the stored ones.
     ``near``: the new items' nearest positions in ``all_X`` when the caller searched them already."""
-    from ...manifold.public_cells import PublicCells
     from ...neighbors import knn_search
+    from . import run_cells
 
     rid = int(run_id)
     t = f"pm_vector.run_{rid}_locations"
-    cells = PublicCells.from_dict(conn.execute("SELECT public_locations FROM pm_vector.embedding_runs WHERE id = %s",
-                                               [rid]).fetchone()[0])
+    cells = run_cells.get(conn, rid, {"locations": doc}, "locations")
     all_ids = np.asarray(all_ids, dtype=np.int64)
     ids = np.asarray(new_ids, dtype=np.int64)
     X = np.asarray(new_X, dtype=np.float64)

@@ -75,7 +75,7 @@ def check_not_attached(coll, what: str) -> None:
 
 def runs_with_tables(conn, coll_id: int) -> list[tuple]:
     return conn.execute(
-        "SELECT id, class_rows, public_cells FROM pm_vector.embedding_runs WHERE collection_id = %s "
+        "SELECT id, class_rows FROM pm_vector.embedding_runs WHERE collection_id = %s "
         "AND status = 'succeeded' AND to_regclass(pm_vector.pm_run_table(id, 'items')) IS NOT NULL ORDER BY id",
         [coll_id]).fetchall()
 
