@@ -85,11 +85,14 @@ def flush(conn, table: str | None = None) -> None:
 
 
 def read(conn, table: str, keys: tuple[str, ...], where: str, params=None, lock: bool = False,
-         match: Callable[[ArrayRow], bool] | None = None) -> list[ArrayRow]:
+         match: Callable[[ArrayRow], bool] | None = None, join: str = "", join_params=None) -> list[ArrayRow]:
     """The rows of ``table`` that ``where`` selects (an SQL condition on ``table``'s columns, with
-    ``params``), ``FOR UPDATE`` when ``lock``. Inside :func:`deferred`, the rows already held that
-    ``match`` accepts and the others read (without ``match``, the held rows are written first and
-    read again)."""
+    ``params``), ``FOR UPDATE`` when ``lock``. ``join``: an SQL join clause after ``table`` (with
+    ``join_params``; its columns must not be named as ``table``'s) that ``where`` may use, e.g. a
+    small array of ids per key to test ``item_ids &&`` against: PostgreSQL's ``&&`` compares every
+    entry with every id given, so a row tested against only its own key's few ids costs far less
+    than against all of them. Inside :func:`deferred`, the rows already held that ``match`` accepts
+    and the others read (without ``match``, the held rows are written first and read again)."""
     sess = (_held.held(conn) or {}).get(table)
     if sess is not None and match is None:
         flush(conn, table)
@@ -100,7 +103,7 @@ def read(conn, table: str, keys: tuple[str, ...], where: str, params=None, lock:
         where = (f"({where}) AND ({', '.join(keys)}) NOT IN (SELECT * FROM unnest("
                  + ", ".join(["%s::bigint[]"] * len(keys)) + "))")
         params = list(params or []) + [k[:, j].tolist() for j in range(len(keys))]
-    got = _read(conn, table, keys, where, params, lock)
+    got = _read(conn, table, keys, where, list(join_params or []) + list(params or []), lock, join)
     if _held.held(conn) is not None and sess is None:
         sess = _held.held(conn).setdefault(table, {"rows": {}, "dirty": set(), "keys": None})
     if sess is not None:
@@ -109,10 +112,10 @@ def read(conn, table: str, keys: tuple[str, ...], where: str, params=None, lock:
     return [r for r in held if match(r)] + got
 
 
-def _read(conn, table: str, keys: tuple[str, ...], where: str, params, lock: bool) -> list[ArrayRow]:
-    cols = ", ".join(keys)
-    sql = (f"SELECT {cols}, array_send(item_ids), array_send(hubs), array_send(chubs) FROM {table} "
-           f"WHERE {where}" + (" FOR UPDATE" if lock else ""))
+def _read(conn, table: str, keys: tuple[str, ...], where: str, params, lock: bool, join: str = "") -> list[ArrayRow]:
+    cols = ", ".join(f"{table}.{k}" for k in keys)
+    sql = (f"SELECT {cols}, array_send({table}.item_ids), array_send({table}.hubs), array_send({table}.chubs) "
+           f"FROM {table} {join} WHERE {where}" + (f" FOR UPDATE OF {table.split('.')[-1]}" if lock else ""))
     out = []
     with conn.cursor(binary=True) as cur:
         for r in cur.execute(sql, params).fetchall():

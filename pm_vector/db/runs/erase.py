@@ -233,9 +233,14 @@ def _erase_locations(conn, place: Place, plan: Plan) -> None:
     listed = lambda r: bool(array_rows.member(r.item_ids, erased).any())  # noqa: E731
     placed = parts_of(conn, t, plan.doc["locations"], erased) if int(
         (plan.doc.get("locations") or {}).get("part_level") or 0) else {}
-    if placed and len(placed) == erased.size:
-        rows = array_rows.read(conn, t, KEYS, "(level = 0 OR part = ANY(%s)) AND item_ids && %s::bigint[]",
-                               [sorted(set(placed.values())), erased.tolist()], match=listed)
+    if placed and len(placed) == erased.size:  # a part's rows tested against its own erased items only
+        rows = array_rows.read(conn, t, KEYS, "level = 0 AND item_ids && %s::bigint[]", [erased.tolist()],
+                               match=lambda r: r.key[0] == 0 and listed(r))
+        rows += array_rows.read(
+            conn, t, KEYS, "level <> 0 AND item_ids && pm_g.pm_ids", match=lambda r: r.key[0] != 0 and listed(r),
+            join="JOIN (SELECT u.p AS pm_part, array_agg(u.e) AS pm_ids FROM unnest(%s::int[], %s::bigint[]) AS u(p, e) "
+                 f"GROUP BY u.p) AS pm_g ON pm_g.pm_part = {t}.part",
+            join_params=[[placed[int(i)] for i in erased], erased.tolist()])
     else:  # one part per row, or an erased item the rows do not place (damaged): every row that lists one
         rows = array_rows.read(conn, t, KEYS, "item_ids && %s::bigint[]", [erased.tolist()], match=listed)
     for r in rows:

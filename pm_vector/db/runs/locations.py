@@ -55,6 +55,11 @@ BOOK_LEVEL = -1
 #: a part holds at least this many items on average (:func:`part_level`)
 PART_ITEMS = 64
 
+#: :func:`parts_of` more ids than this reads every part's list instead of testing each with ``&&``
+#: (which compares each entry with every id: 157 ms for 1,700 ids at 100,000 items, against 9 ms
+#: for all 1,000 lists)
+_FEW = 64
+
 
 def part_level(levels, n_items: int) -> int:
     """The part level of a run of ``n_items`` items: its finest published level with at least
@@ -206,8 +211,11 @@ def parts_of(conn, t: str, doc: Mapping[str, Any], ids) -> dict[int, int]:
     ids = np.unique(np.asarray(ids, dtype=np.int64))
     if not int(doc.get("part_level") or 0):
         return {int(i): 0 for i in ids}
-    rows = array_rows.read(conn, t, KEYS, f"level = {BOOK_LEVEL} AND item_ids && %s::bigint[]", [ids.tolist()],
-                           match=lambda r: r.key[0] == BOOK_LEVEL and bool(array_rows.member(r.item_ids, ids).any()))
+    if ids.size > _FEW:  # every part's list (about 1 MB at 100,000 items) costs less than ``&&`` with many ids
+        rows = array_rows.read(conn, t, KEYS, f"level = {BOOK_LEVEL}", match=lambda r: r.key[0] == BOOK_LEVEL)
+    else:
+        rows = array_rows.read(conn, t, KEYS, f"level = {BOOK_LEVEL} AND item_ids && %s::bigint[]", [ids.tolist()],
+                               match=lambda r: r.key[0] == BOOK_LEVEL and bool(array_rows.member(r.item_ids, ids).any()))
     out: dict[int, int] = {}
     for r in rows:
         for i in r.item_ids[array_rows.member(r.item_ids, ids)].tolist():
