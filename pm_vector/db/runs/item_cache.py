@@ -94,8 +94,10 @@ def after(items: Mapping[str, np.ndarray], erased=(), added: Mapping[str, np.nda
         new_ids = np.asarray(added["id"], np.int64)
         fresh = ~np.isin(new_ids, out["id"])
         ids = np.concatenate([out["id"], new_ids[fresh]])
-        order = np.argsort(ids, kind="stable")
         feats = np.concatenate([out["features"], np.asarray(added["features"], out["features"].dtype)[fresh]])
-        out = {"id": ids[order], "features": feats[order],
-               "label": np.concatenate([out["label"], np.asarray(added["label"], np.int64)[fresh]])[order]}
+        labs = np.concatenate([out["label"], np.asarray(added["label"], np.int64)[fresh]])
+        if ids.size > 1 and not np.all(ids[1:] > ids[:-1]):  # (new ids follow the old ones: no copy)
+            order = np.argsort(ids, kind="stable")
+            ids, feats, labs = ids[order], feats[order], labs[order]
+        out = {"id": ids, "features": feats, "label": labs}
     return out

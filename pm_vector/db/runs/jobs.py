@@ -592,8 +592,10 @@ def _extend_class_rows(conn, run_id: int, frames_doc, old_items: dict, new: dict
     keep = np.isin(new["id"], inserted)
     all_ids = np.concatenate([old_items["id"], new["id"][keep]])
     all_X = np.concatenate([old_items["features"], new["features"][keep]])
-    order = np.argsort(all_ids, kind="stable")
-    doc2 = _cr.extend(conn, run_id, frames_doc, cr_doc, all_ids[order], all_X[order], new["id"][keep],
+    if all_ids.size > 1 and not np.all(all_ids[1:] > all_ids[:-1]):  # (new ids follow the old ones: no copy)
+        order = np.argsort(all_ids, kind="stable")
+        all_ids, all_X = all_ids[order], all_X[order]
+    doc2 = _cr.extend(conn, run_id, frames_doc, cr_doc, all_ids, all_X, new["id"][keep],
                       new["features"][keep], new["label"][keep])
     conn.execute("UPDATE pm_vector.embedding_runs SET class_rows = %s WHERE id = %s",
                  [Jsonb(doc2), run_id])
