@@ -1,17 +1,20 @@
 """The attached-table benchmark: a user's table of ``items`` rows with a ``vector(dim)`` column.
 
-``python -m pm_vector.bench.attach_bench --items 100000 --dim 128 --rate 100 --seconds 60``
+``python -m pm_vector.bench.attach_bench --items 100000 --dim 128 --rate 100 --seconds 60`` (``--rate 10,20,40``: a
+stream at each rate, one after the other)
 
 * ``attach_s``, ``job_s``, ``first_answer_s``: from ``attach_table`` to the first private answer
   (the anchor set registered in between, the default job);
 * ``sizes``: the user's table and pm_vector's items rows of the collection (no feature column set);
 * with ``--batch-sizes``: ``batch_s``, one sync of that many changes timed (``--repeats`` times, the
   median), the cost of a batch apart from the stream's rhythm;
-* then ``rate`` changes a second (inserts, vector updates, payload updates and deletes, mixed) for
+* then, per rate of ``--rate`` (several, comma-separated: one stream after the other, on the same
+  table), ``rate`` changes a second (inserts, vector updates, payload updates and deletes, mixed) for
   ``seconds`` seconds, committed one by one by a writer thread, while a sync loop applies the queue
-  and private queries are answered: ``delay_s`` p50 / p99 from each change's commit to the commit of
-  the sync that applied it (the first sync that started after it); ``errors``; and the count check
-  (items = valid rows of the table, queue empty, no external id twice).
+  and private queries are answered; in ``streams``, each stream's ``delay_s`` p50 / p99 from each
+  change's commit to the commit of the sync that applied it (the first sync that started after
+  it), ``errors``, and the count check (items = valid rows of the table, queue empty, no external id
+  twice).
 """
 
 from __future__ import annotations
@@ -152,12 +155,13 @@ def _change_stream(name: str, stream: _Changes, rate: float, seconds: float, cli
     return commits, syncs, errors, n_applied
 
 
-def _summarise_changes(out: dict, conn, name: str, table: str, commits: list, syncs: list, errors: list,
-                       n_applied: int) -> None:
+def _summarise_changes(conn, name: str, table: str, commits: list, syncs: list, errors: list,
+                       n_applied: int) -> dict:
     """The change stream's figures: changes, syncs, each change's delay to the end of the first sync
     that started after it, errors, and the count check of the table against the collection."""
     from ..db.store.attach import pending
 
+    out: dict = {}
     delays = []
     for c, _ in commits:
         end = next((e for s, e in syncs if s > c), None)
@@ -178,10 +182,12 @@ def _summarise_changes(out: dict, conn, name: str, table: str, commits: list, sy
     out["count_check"] = {"table_rows": int(valid), "items": int(have), "distinct_keys": int(distinct),
                           "queue_left": pending(name), "applied_equals_changes":
                           n_applied == len(commits)}
+    return out
 
 
-def run(items: int = 100_000, dim: int = 128, rate: float = 100.0, seconds: float = 60.0, seed: int = 0,
+def run(items: int = 100_000, dim: int = 128, rate=100.0, seconds: float = 60.0, seed: int = 0,
         say=lambda m: None, batch_sizes=(), repeats: int = 3) -> dict:
+    """The benchmark (module doc); ``rate``: changes a second, or several (a stream each, in turn)."""
     import pm_vector.db as db
 
     from ..client.query import PrivateKNN
@@ -196,7 +202,8 @@ def run(items: int = 100_000, dim: int = 128, rate: float = 100.0, seconds: floa
     X, y = clustered(items + 20_000, dim, N_FINE, seed=seed + 2)
     y = y // (N_FINE // classes)
     vec = lambda v: "[" + ",".join(f"{x:.6f}" for x in v) + "]"  # noqa: E731
-    out: dict = {"items": items, "dim": dim, "rate": rate, "seconds": seconds}
+    rates = [float(r) for r in (rate if isinstance(rate, (list, tuple)) else [rate])]
+    out: dict = {"items": items, "dim": dim, "rates": rates, "seconds": seconds}
     conn = db.connect(autocommit=True)
     try:
         conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, embedding vector({dim}), category int, title text)")
@@ -229,9 +236,13 @@ def run(items: int = 100_000, dim: int = 128, rate: float = 100.0, seconds: floa
             say("batches")
             out["batch_s"] = _batches(name, stream, list(batch_sizes), int(repeats), say)
         if seconds > 0:
-            say("changes")
-            commits, syncs, errors, n_applied = _change_stream(name, stream, rate, seconds, client, X, y, items, rng)
-            _summarise_changes(out, conn, name, table, commits, syncs, errors, n_applied)
+            out["streams"] = []
+            for r in rates:
+                say(f"changes: {r:g} a second")
+                commits, syncs, errors, n_applied = _change_stream(name, stream, r, seconds, client, X, y, items, rng)
+                out["streams"].append({"rate": r, **_summarise_changes(conn, name, table, commits, syncs, errors,
+                                                                         n_applied)})
+                say(json.dumps(out["streams"][-1]))
     finally:
         db.drop_collection(name, missing_ok=True)
         conn.execute(f"DROP TABLE IF EXISTS {table}")
@@ -243,14 +254,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=100_000)
     ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--rate", type=float, default=100.0)
+    ap.add_argument("--rate", default="100", help="changes a second; several, comma-separated: a stream each")
     ap.add_argument("--seconds", type=float, default=60.0, help="the change stream's length (0: no stream)")
     ap.add_argument("--batch-sizes", default="", help="comma-separated: time one sync of this many changes each "
                     "(before the stream), e.g. 20,100,400")
     ap.add_argument("--repeats", type=int, default=3, help="syncs timed per batch size")
     a = ap.parse_args()
     sizes = [int(v) for v in a.batch_sizes.split(",") if v.strip()]
-    print(json.dumps(run(a.items, a.dim, a.rate, a.seconds, say=lambda m: print(m, file=sys.stderr, flush=True),
+    rates = [float(v) for v in a.rate.split(",") if v.strip()]
+    print(json.dumps(run(a.items, a.dim, rates, a.seconds, say=lambda m: print(m, file=sys.stderr, flush=True),
                          batch_sizes=sizes, repeats=a.repeats)))
 
 

@@ -8,10 +8,12 @@ import pytest
 def test_attach_bench_small(db):
     from pm_vector.bench.attach_bench import run
 
-    out = run(items=400, dim=32, rate=20.0, seconds=2.0, batch_sizes=(5, 10), repeats=2)
+    out = run(items=400, dim=32, rate=[20.0, 10.0], seconds=2.0, batch_sizes=(5, 10), repeats=2)
     assert set(out["batch_s"]) == {"5", "10"} and all(len(v["runs"]) == 2 for v in out["batch_s"].values())
-    assert out["errors"] == 0, out["error_samples"]
-    cc = out["count_check"]
-    assert cc["items"] == cc["table_rows"] == cc["distinct_keys"] and cc["queue_left"] == 0
-    assert cc["applied_equals_changes"] and out["changes"] > 10
+    assert [s["rate"] for s in out["streams"]] == [20.0, 10.0]
+    for s in out["streams"]:  # each stream on the table the one before left
+        assert s["errors"] == 0, s["error_samples"]
+        cc = s["count_check"]
+        assert cc["items"] == cc["table_rows"] == cc["distinct_keys"] and cc["queue_left"] == 0
+        assert cc["applied_equals_changes"] and s["changes"] > 5 and s["delay_s"]["p99"] > 0
     assert out["sizes_mb"]["features_stored_by_pm_vector"] == 0  # the features stay in the user's table
