@@ -43,6 +43,21 @@ IVF_TARGET_RECALL = 0.97
 IVF_SAMPLE = 500
 
 
+def knn_rows(X, q: np.ndarray, k: int, exact: bool) -> np.ndarray:
+    """The ``k`` nearest rows of ``X`` to its rows ``q`` (positions; a row is among its own nearest),
+    nearest first, searched as an embedding job built its graph: ``exact`` -- the job's exact graph
+    (:func:`knn_search`: float64, ties by position) -- else an exact float32 search (faiss), where
+    the job's graph is approximate anyway: as fast as faiss is, and no float64 copy of ``X``."""
+    if not q.size or k < 1:
+        return np.zeros((0, 0), np.int64)
+    if exact:
+        return knn_search(X[q], X, k)
+    import faiss
+
+    X32 = np.ascontiguousarray(X, dtype=np.float32)
+    return faiss.knn(X32[q], X32, k)[1].astype(np.int64)
+
+
 def knn_search(queries: np.ndarray, items: np.ndarray, k: int, *, batch_size: int | None = None,
                item_sqnorms: np.ndarray | None = None) -> np.ndarray:
     """Exact Euclidean k-NN: ``(q, k)`` int64 indices of the ``k`` nearest ``items`` of each query,

@@ -68,3 +68,17 @@ def test_bad_parameters_are_refused():
         ivf_graph(X, 5, probes=())
     with pytest.raises(InvalidInputError):
         ivf_graph(X, 5, target_recall=0.0)
+
+
+def test_knn_rows_searches_as_the_job_built_its_graph():
+    """Exact: the float64 search itself (ties by position); else an exact float32 search, which on
+    rows without near ties finds the same neighbours, each row first among its own."""
+    from pm_vector.neighbors import knn_rows, knn_search
+
+    X = np.random.default_rng(3).normal(size=(2_000, 24)).astype(np.float32)
+    q = np.array([0, 7, 1_999, 512])
+    exact = knn_rows(X, q, 9, True)
+    assert np.array_equal(exact, knn_search(X[q], X, 9))
+    fast = knn_rows(X, q, 9, False)
+    assert np.array_equal(fast, exact) and np.array_equal(fast[:, 0], q)
+    assert knn_rows(X, np.zeros(0, np.int64), 9, False).shape == (0, 0)

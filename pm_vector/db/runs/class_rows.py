@@ -50,7 +50,8 @@ The SQL that answers a request from these tables is ``pm_vector.pm_shortlist``
 
 New items (:func:`extend`, called by :func:`pm_vector.db.runs.jobs.embed_new_items`): each new
 item gets its prior row, its own neighbour list (against all items of the run, new ones
-included), its code, and adds its contribution to the hub counts of its class (the ``nhub``
+included; searched as the job built its graph, :func:`pm_vector.neighbors.knn_rows`: exactly in
+float64 up to ``graph_exact_max_items`` items, by an exact float32 search above), its code, and adds its contribution to the hub counts of its class (the ``nhub``
 of every prior row listing an item whose count changed gains the change; the new rows are written
 with their ``nhub`` read from the hub counts once those include the new items); the neighbour lists of
 existing items are **not** recomputed (a new item never enters an older item's ``N(j)``), so
@@ -400,7 +401,7 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     module doc for the approximation). ``all_ids``/``all_X``: every item of the run after the
     addition (new ones included), ascending ids. Returns the updated ``class_rows`` document."""
     from ...manifold.class_frames import ClassFrames
-    from ...neighbors import knn_search
+    from ...neighbors import EXACT_MAX_ITEMS, knn_rows
 
     if doc.get("shards"):
         # a sharded run's prior, graph and hubs live on its shards: a full job rebuilds them there
@@ -424,7 +425,10 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     # one exact search serves the class rows, the cells and the locations (each reads its first columns)
     degrees = [g] + [int((doc.get(x) or {}).get("graph_degree") or 0) for x in ("cells", "locations")
                      if (doc.get(x) or {}).get("status") == "ready"]
-    near = knn_search(new_X, all_X, min(all_ids.shape[0], max(degrees) + 1))
+    # (searched as the job built its graph: exactly up to graph_exact_max_items, else in float32)
+    exact = all_ids.shape[0] <= int(doc.get("graph_exact_max_items", EXACT_MAX_ITEMS))
+    near = knn_rows(np.asarray(all_X), np.searchsorted(all_ids, new_ids), min(all_ids.shape[0], max(degrees) + 1),
+                    exact)
     if g > 0:
         idx = near[:, :g + 1]
         nb = all_ids[idx]

@@ -28,6 +28,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ...neighbors import knn_rows
+
 
 @dataclass
 class Plan:
@@ -45,22 +47,6 @@ class Plan:
     @property
     def erased(self) -> np.ndarray:
         return self.ids[self.gone]
-
-
-def _exact_neighbours(X, q: np.ndarray, kk: int, exact_graph: bool) -> np.ndarray:
-    """The ``kk`` nearest positions of the rows ``q`` over all of ``X``, searched as the job built the
-    graph: float64 with ties by position where its graph is exact, else an exact float32 search."""
-    from ...neighbors import knn_search
-
-    if not q.size or kk < 1:
-        return np.zeros((0, 0), np.int64)
-    if exact_graph:
-        return knn_search(X[q], X, kk)  # the job's exact graph: the same search (float64, ties by position)
-    # the job's graph is approximate there (float32): an exact float32 search, as fast as faiss is
-    import faiss
-
-    X32 = np.ascontiguousarray(X, dtype=np.float32)
-    return faiss.knn(X32[q], X32, kk)[1].astype(np.int64)
 
 
 def _cells_of(cells_doc, labels: np.ndarray, X, q: np.ndarray) -> dict[int, dict[int, int]]:
@@ -162,8 +148,8 @@ def _searched(X, ids: np.ndarray, q: np.ndarray, n_erased: int, depth: int, exac
     those are fewer than ``depth``."""
     kk = min(X.shape[0], depth + 1 + min(depth, n_erased))
     if not candidates:
-        return list(_exact_neighbours(X, q, kk, exact))
-    found = list(_exact_neighbours(X, q[:n_erased], kk, False)) if n_erased else []
+        return list(knn_rows(X, q, kk, exact))
+    found = list(knn_rows(X, q[:n_erased], kk, False)) if n_erased else []
     near_erased = {int(ids[qi]): found[r] for r, qi in enumerate(q[:n_erased].tolist())}
     fallback = []
     for qi in q[n_erased:].tolist():
@@ -186,7 +172,7 @@ def _searched(X, ids: np.ndarray, q: np.ndarray, n_erased: int, depth: int, exac
         d = ((np.asarray(X[c], dtype=np.float64) - np.asarray(X[qi], dtype=np.float64)) ** 2).sum(1)
         found.append(c[np.lexsort((c, d))])
     if fallback:
-        exact_rows = _exact_neighbours(X, q[np.asarray(fallback)], kk, False)
+        exact_rows = knn_rows(X, q[np.asarray(fallback)], kk, False)
         for r, f in zip(fallback, exact_rows):
             found[r] = f
     return found
