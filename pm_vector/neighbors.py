@@ -1,6 +1,8 @@
 """k-NN on raw features: exact (:func:`knn_search`, the ground truth of every benchmark) and the
 server's neighbour graph (:func:`neighbor_graph`, what the shortlist of :mod:`pm_vector.shortlist`
-walks): exact up to :data:`EXACT_MAX_ITEMS` items, approximate above (:func:`ivf_graph`).
+walks): exact up to :data:`EXACT_MAX_ITEMS` items, approximate above (:func:`ivf_graph`). Items
+added to a run or refilled after an erasure are searched as the run's graph was built
+(:func:`knn_rows`).
 
 The rule (``method``): ``"auto"`` computes the graph exactly when the collection has at most
 ``exact_max_items`` items (O(N^2) work, float64: the graph every test and figure on collections
