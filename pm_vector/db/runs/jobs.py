@@ -64,6 +64,7 @@ from ...errors import InvalidInputError, PMVectorError
 from .. import _binary
 from ..store._common import (RUN_LOCK_KIND, collection_row, fail_run, iso_datetime, load_anchor_set,  # noqa: F401
                              worker_identity, cleanup_stale_runs)
+from ..store.api import load_items
 from ..store.maintenance import cleanup
 from ..postgres import connect
 from ..errors import EmbeddingJobError, NoActiveRunError, RunNotFoundError, translate_sql_error
@@ -110,29 +111,6 @@ def index_build_mem_mb(n: int, dim: int) -> int:
 
 def _vtype(dim: int) -> str:
     return "vector" if dim <= 2000 else "halfvec"
-
-
-def load_items(conn, coll: Mapping[str, Any], missing_from_run: int | None = None,
-                in_run: int | None = None) -> dict[str, np.ndarray]:
-    """ids, labels, features (float32) of the collection's items by binary COPY, ordered by id; with
-    ``missing_from_run``, only items that have no embedding in that run; with ``in_run``, only
-    items that have one."""
-    from ..store._source import feature_filter, feature_sql
-
-    ftype = coll["feature_type"]
-    rows = f"SELECT i.* FROM pm_vector.items i WHERE i.collection_id = {int(coll['id'])}"
-    if missing_from_run is not None:
-        rows += (f" AND NOT EXISTS (SELECT 1 FROM pm_vector.run_{int(missing_from_run)}_items e "
-                 "WHERE e.item_id = i.id)")
-    if in_run is not None:
-        rows += f" AND EXISTS (SELECT 1 FROM pm_vector.run_{int(in_run)}_items e WHERE e.item_id = i.id)"
-    # the run's (anti-)join first, then the features (an attached table's are read row by row: only
-    # for the rows kept); the arrays are sized by the rows kept, an upper bound of the stream's
-    n_hint = conn.execute(f"SELECT count(*) FROM ({rows}) AS q").fetchone()[0]
-    q = (f"SELECT i.id, i.label, {feature_sql(coll)} FROM ({rows} OFFSET 0) AS i WHERE true"
-         + feature_filter(coll) + " ORDER BY i.id")
-    return _binary.copy_out_columns(conn, q, [("id", "int8", 0), ("label", "int8", 0),
-                                              ("features", ftype, coll["feature_dim"])], int(n_hint))
 
 
 def _write_embeddings(conn, table: str, key: str, key_kind: str, keys: np.ndarray, emb: np.ndarray,

@@ -207,7 +207,7 @@ def _items_as_built(conn, coll, rid: int) -> dict[str, np.ndarray]:
     """The run's items read from the user's table, each with the vector it was built from: the
     table's now, or -- for a row changed or gone since (changes still queued) -- the first vector
     queued for it (``old_vector``)."""
-    from ..runs.jobs import load_items
+    from .api import load_items
 
     have = load_items(conn, coll, in_run=rid)
     feats = np.asarray(have["features"], np.float32).copy()

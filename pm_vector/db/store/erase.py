@@ -86,7 +86,7 @@ def delete_items(collection: str, *, item_ids=None, external_ids=None, missing_o
     unless ``missing_ok``. Returns ``{"collection", "deleted", "item_ids", "runs", "kahm_refit_needed",
     "seconds"}``."""
     from ..runs import erase as _erase
-    from ..runs.jobs import load_items
+    from .api import load_items
 
     kind, vals = ids_to_erase(item_ids, external_ids)
     t = time.perf_counter()

@@ -39,7 +39,8 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
     and change nothing. Returns ``{"collection", "updated", "item_ids" (old -> new), "placed",
     "seconds"}``."""
     from ..runs import erase as _erase
-    from ..runs.jobs import load_items, anchor_frame_extend_fn, embed_new_items
+    from ..runs.jobs import anchor_frame_extend_fn, embed_new_items
+    from .api import load_items
 
     kind, vals = ids_to_erase(item_ids, external_ids)
     given = list(item_ids if item_ids is not None else external_ids)
