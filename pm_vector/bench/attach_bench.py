@@ -13,8 +13,9 @@ stream at each rate, one after the other)
   ``seconds`` seconds, committed one by one by a writer thread, while a sync loop applies the queue
   and private queries are answered; in ``streams``, each stream's ``delay_s`` p50 / p99 from each
   change's commit to the commit of the sync that applied it (the first sync that started after
-  it), ``errors``, and the count check (items = valid rows of the table, queue empty, no external id
-  twice).
+  it), ``sync_s`` (the syncs that applied changes: seconds p50 and max, changes p50), ``queries``
+  (the private queries answered meanwhile, in the same process, and their p50 / p99 ms), ``errors``,
+  and the count check (items = valid rows of the table, queue empty, no external id twice).
 """
 
 from __future__ import annotations
@@ -99,16 +100,17 @@ def _batches(name: str, stream: _Changes, sizes: list[int], repeats: int, say) -
 def _change_stream(name: str, stream: _Changes, rate: float, seconds: float, client, X, y, items: int, rng):
     """For ``seconds``: a writer changing the user's table at ``rate`` changes/s (inserts, embedding
     and title updates, deletes), a querier resolving requests, and this thread syncing the collection
-    until the writer stops and nothing is pending. Returns (the commits, the syncs' (start, end), the
-    errors, the changes applied)."""
+    until the writer stops and nothing is pending. Returns (the commits, the syncs' (start, end,
+    changes applied), the errors, the changes applied, each answered query's seconds)."""
     import pm_vector.db as db
 
     from ..db.resolve.resolution import resolve
     from ..db.store.attach import pending
 
     commits: list[tuple[float, str]] = []
-    syncs: list[tuple[float, float]] = []  # (start, end) of each sync
+    syncs: list[tuple[float, float, int]] = []  # (start, end, changes applied) of each sync
     errors: list[str] = []
+    answered: list[float] = []  # each query's seconds
     stop = threading.Event()
 
     def writer():
@@ -132,7 +134,9 @@ def _change_stream(name: str, stream: _Changes, rate: float, seconds: float, cli
         while not stop.is_set():
             try:
                 i = int(rng.integers(items))
+                t = time.perf_counter()
                 resolve(name, client.request(X[i].astype(np.float64), int(y[i]))[0], log=False)
+                answered.append(time.perf_counter() - t)
             except Exception as exc:  # noqa: BLE001 - counted
                 errors.append(f"query: {exc}")
             time.sleep(0.05)
@@ -142,21 +146,22 @@ def _change_stream(name: str, stream: _Changes, rate: float, seconds: float, cli
         x.start()
     n_applied = 0
     while not stop.is_set() or pending(name):
-        s = time.perf_counter()
+        s, got = time.perf_counter(), 0
         try:
-            n_applied += db.sync(name)["applied"]
+            got = db.sync(name)["applied"]
         except Exception as exc:  # noqa: BLE001 - counted
             errors.append(f"sync: {exc}")
-        syncs.append((s, time.perf_counter()))
+        n_applied += got
+        syncs.append((s, time.perf_counter(), got))
         if time.perf_counter() - s < 0.2:
             time.sleep(0.2)
     for x in th:
         x.join()
-    return commits, syncs, errors, n_applied
+    return commits, syncs, errors, n_applied, answered
 
 
 def _summarise_changes(conn, name: str, table: str, commits: list, syncs: list, errors: list,
-                       n_applied: int) -> dict:
+                       n_applied: int, answered: list) -> dict:
     """The change stream's figures: changes, syncs, each change's delay to the end of the first sync
     that started after it, errors, and the count check of the table against the collection."""
     from ..db.store.attach import pending
@@ -164,12 +169,17 @@ def _summarise_changes(conn, name: str, table: str, commits: list, syncs: list, 
     out: dict = {}
     delays = []
     for c, _ in commits:
-        end = next((e for s, e in syncs if s > c), None)
+        end = next((e for s, e, _ in syncs if s > c), None)
         if end is not None:
             delays.append(end - c)
     out["changes"] = len(commits)
     out["applied"] = n_applied
     out["syncs"] = len(syncs)
+    busy = [(e - s, n) for s, e, n in syncs if n]  # the syncs that applied changes: seconds, changes
+    out["sync_s"] = ({"p50": round(float(np.median([d for d, _ in busy])), 2), "max": round(max(d for d, _ in busy), 2),
+                      "changes_p50": int(np.median([n for _, n in busy]))} if busy else None)
+    out["queries"] = ({"answered": len(answered), "p50_ms": round(1000 * float(np.median(answered)), 1),
+                       "p99_ms": round(1000 * float(np.percentile(answered, 99)), 1)} if answered else {"answered": 0})
     out["delay_s"] = ({"p50": round(float(np.percentile(delays, 50)), 2),
                        "p99": round(float(np.percentile(delays, 99)), 2), "max": round(max(delays), 2)}
                       if delays else None)
@@ -239,9 +249,8 @@ def run(items: int = 100_000, dim: int = 128, rate=100.0, seconds: float = 60.0,
             out["streams"] = []
             for r in rates:
                 say(f"changes: {r:g} a second")
-                commits, syncs, errors, n_applied = _change_stream(name, stream, r, seconds, client, X, y, items, rng)
-                out["streams"].append({"rate": r, **_summarise_changes(conn, name, table, commits, syncs, errors,
-                                                                         n_applied)})
+                got = _change_stream(name, stream, r, seconds, client, X, y, items, rng)
+                out["streams"].append({"rate": r, **_summarise_changes(conn, name, table, *got)})
                 say(json.dumps(out["streams"][-1]))
     finally:
         db.drop_collection(name, missing_ok=True)

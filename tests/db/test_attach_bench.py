@@ -16,4 +16,5 @@ def test_attach_bench_small(db):
         cc = s["count_check"]
         assert cc["items"] == cc["table_rows"] == cc["distinct_keys"] and cc["queue_left"] == 0
         assert cc["applied_equals_changes"] and s["changes"] > 5 and s["delay_s"]["p99"] > 0
+        assert s["queries"]["answered"] > 0 and s["sync_s"]["changes_p50"] > 0
     assert out["sizes_mb"]["features_stored_by_pm_vector"] == 0  # the features stay in the user's table
