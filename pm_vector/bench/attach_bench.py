@@ -97,14 +97,58 @@ def _batches(name: str, stream: _Changes, sizes: list[int], repeats: int, say) -
     return out
 
 
-def _change_stream(name: str, stream: _Changes, rate: float, seconds: float, client, X, y, items: int, rng):
+def _make_client(name: str, anchor_X, anchor_y, seed: int):
+    """The bench's private client (a class-rows release at eps 4) of the collection's public anchor."""
+    from ..client.query import PrivateKNN
+    from ..db.resolve.resolution import class_frames
+    from ..privacy import secure_generator
+
+    return PrivateKNN(class_frames(name), np.asarray(anchor_X, np.float64), np.asarray(anchor_y), epsilon=4.0,
+                      collection=name)._inject_generator(secure_generator(seed))
+
+
+def _ask(name: str, client, X, y, rng, stop, answered: list, errors: list) -> None:
+    """Private queries of random rows of ``X``, one every 50 ms after the last answer, until ``stop``."""
+    from ..db.resolve.resolution import resolve
+
+    while not stop.is_set():
+        try:
+            i = int(rng.integers(X.shape[0]))
+            t = time.perf_counter()
+            resolve(name, client.request(np.asarray(X[i], np.float64), int(y[i]))[0], log=False)
+            answered.append(time.perf_counter() - t)
+        except Exception as exc:  # noqa: BLE001 - counted
+            errors.append(f"query: {exc}")
+        time.sleep(0.05)
+
+
+def _query_process(name: str, anchor_X, anchor_y, X, y, seed: int, stop, ready, out) -> None:
+    """The querier in a process of its own (``queries_in="process"``): as the service answers while
+    ``pm-vector sync`` applies the changes in another process."""
+    answered: list = []
+    errors: list = []
+    try:
+        client = _make_client(name, anchor_X, anchor_y, seed)
+    except Exception as exc:  # noqa: BLE001 - counted
+        ready.set()
+        out.put(([], [f"query client: {exc}"]))
+        return
+    ready.set()
+    _ask(name, client, X, y, np.random.default_rng(seed), stop, answered, errors)
+    out.put((answered, errors))
+
+
+def _change_stream(name: str, stream: _Changes, rate: float, seconds: float, client, X, y, items: int, rng,
+                   queries_in: str = "thread", anchor=None, seed: int = 0):
     """For ``seconds``: a writer changing the user's table at ``rate`` changes/s (inserts, embedding
-    and title updates, deletes), a querier resolving requests, and this thread syncing the collection
-    until the writer stops and nothing is pending. Returns (the commits, the syncs' (start, end,
-    changes applied), the errors, the changes applied, each answered query's seconds)."""
+    and title updates, deletes), a querier resolving requests (a thread of this process, or with
+    ``queries_in="process"`` a process of its own, with ``anchor``'s client), and this thread syncing
+    the collection until the writer stops and nothing is pending. Returns (the commits, the syncs'
+    (start, end, changes applied), the errors, the changes applied, each answered query's seconds)."""
+    import multiprocessing
+
     import pm_vector.db as db
 
-    from ..db.resolve.resolution import resolve
     from ..db.store.attach import pending
 
     commits: list[tuple[float, str]] = []
@@ -130,18 +174,19 @@ def _change_stream(name: str, stream: _Changes, rate: float, seconds: float, cli
         w.close()
         stop.set()
 
-    def querier():
-        while not stop.is_set():
-            try:
-                i = int(rng.integers(items))
-                t = time.perf_counter()
-                resolve(name, client.request(X[i].astype(np.float64), int(y[i]))[0], log=False)
-                answered.append(time.perf_counter() - t)
-            except Exception as exc:  # noqa: BLE001 - counted
-                errors.append(f"query: {exc}")
-            time.sleep(0.05)
-
-    th = [threading.Thread(target=writer), threading.Thread(target=querier)]
+    th = [threading.Thread(target=writer)]
+    proc = None
+    if queries_in == "process":
+        ctx = multiprocessing.get_context("spawn")
+        p_stop, p_ready, p_out = ctx.Event(), ctx.Event(), ctx.Queue()
+        sample = rng.choice(items, size=min(items, 2_000), replace=False)
+        proc = ctx.Process(target=_query_process, args=(name, anchor[0], anchor[1], X[sample], y[sample], seed + 7,
+                                                        p_stop, p_ready, p_out), daemon=True)
+        proc.start()
+        p_ready.wait(120)
+    else:
+        th.append(threading.Thread(target=_ask, args=(name, client, X[:items], y[:items], rng, stop, answered,
+                                                      errors)))
     for x in th:
         x.start()
     n_applied = 0
@@ -157,6 +202,12 @@ def _change_stream(name: str, stream: _Changes, rate: float, seconds: float, cli
             time.sleep(0.2)
     for x in th:
         x.join()
+    if proc is not None:
+        p_stop.set()
+        got_answered, got_errors = p_out.get(timeout=120)
+        proc.join(30)
+        answered += got_answered
+        errors += got_errors
     return commits, syncs, errors, n_applied, answered
 
 
@@ -196,15 +247,18 @@ def _summarise_changes(conn, name: str, table: str, commits: list, syncs: list, 
 
 
 def run(items: int = 100_000, dim: int = 128, rate=100.0, seconds: float = 60.0, seed: int = 0,
-        say=lambda m: None, batch_sizes=(), repeats: int = 3) -> dict:
-    """The benchmark (module doc); ``rate``: changes a second, or several (a stream each, in turn)."""
+        say=lambda m: None, batch_sizes=(), repeats: int = 3, queries_in: str = "thread") -> dict:
+    """The benchmark (module doc); ``rate``: changes a second, or several (a stream each, in turn);
+    ``queries_in``: "thread" (the private queries answered in the syncing process, as the service's
+    own sync worker does) or "process" (in a process of their own)."""
     import pm_vector.db as db
 
-    from ..client.query import PrivateKNN
-    from ..db.resolve.resolution import class_frames, resolve
+    from ..db.resolve.resolution import resolve
     from ..db.runs.jobs import anchor_frame_embed_fn
-    from ..privacy import secure_generator
     from .latency import N_FINE, clustered
+
+    if queries_in not in ("thread", "process"):
+        raise ValueError(f"queries_in must be 'thread' or 'process', not {queries_in!r}")
 
     classes = 10
     tag = uuid.uuid4().hex[:8]
@@ -213,7 +267,7 @@ def run(items: int = 100_000, dim: int = 128, rate=100.0, seconds: float = 60.0,
     y = y // (N_FINE // classes)
     vec = lambda v: "[" + ",".join(f"{x:.6f}" for x in v) + "]"  # noqa: E731
     rates = [float(r) for r in (rate if isinstance(rate, (list, tuple)) else [rate])]
-    out: dict = {"items": items, "dim": dim, "rates": rates, "seconds": seconds}
+    out: dict = {"items": items, "dim": dim, "rates": rates, "seconds": seconds, "queries_in": queries_in}
     conn = db.connect(autocommit=True)
     try:
         conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, embedding vector({dim}), category int, title text)")
@@ -232,9 +286,8 @@ def run(items: int = 100_000, dim: int = 128, rate=100.0, seconds: float = 60.0,
         t = time.perf_counter()
         db.run_embedding_job(name, {"n_components": 16}, seed, embed_fn=anchor_frame_embed_fn)
         out["job_s"] = round(time.perf_counter() - t, 1)
-        frames = class_frames(name)
-        client = PrivateKNN(frames, Xa[:300].astype(np.float64), ya[:300] // (N_FINE // classes), epsilon=4.0,
-                            collection=name)._inject_generator(secure_generator(seed))
+        anchor = (Xa[:300], ya[:300] // (N_FINE // classes))
+        client = _make_client(name, anchor[0], anchor[1], seed)
         resolve(name, client.request(X[0].astype(np.float64), int(y[0]))[0], log=False)
         out["first_answer_s"] = round(time.perf_counter() - t0, 1)
         out["attached_rows"], out["skipped_rows"] = att["items"], att["skipped"]
@@ -249,7 +302,7 @@ def run(items: int = 100_000, dim: int = 128, rate=100.0, seconds: float = 60.0,
             out["streams"] = []
             for r in rates:
                 say(f"changes: {r:g} a second")
-                got = _change_stream(name, stream, r, seconds, client, X, y, items, rng)
+                got = _change_stream(name, stream, r, seconds, client, X, y, items, rng, queries_in, anchor, seed)
                 out["streams"].append({"rate": r, **_summarise_changes(conn, name, table, *got)})
                 say(json.dumps(out["streams"][-1]))
     finally:
@@ -268,11 +321,15 @@ def main() -> None:
     ap.add_argument("--batch-sizes", default="", help="comma-separated: time one sync of this many changes each "
                     "(before the stream), e.g. 20,100,400")
     ap.add_argument("--repeats", type=int, default=3, help="syncs timed per batch size")
+    ap.add_argument("--queries-in", choices=("thread", "process"), default="thread",
+                    help="where the private queries are answered during a stream: a thread of the syncing process "
+                         "(as the service's own sync worker) or a process of their own (as the service beside "
+                         "`pm-vector sync`)")
     a = ap.parse_args()
     sizes = [int(v) for v in a.batch_sizes.split(",") if v.strip()]
     rates = [float(v) for v in a.rate.split(",") if v.strip()]
     print(json.dumps(run(a.items, a.dim, rates, a.seconds, say=lambda m: print(m, file=sys.stderr, flush=True),
-                         batch_sizes=sizes, repeats=a.repeats)))
+                         batch_sizes=sizes, repeats=a.repeats, queries_in=a.queries_in)))
 
 
 if __name__ == "__main__":

@@ -18,3 +18,15 @@ def test_attach_bench_small(db):
         assert cc["applied_equals_changes"] and s["changes"] > 5 and s["delay_s"]["p99"] > 0
         assert s["queries"]["answered"] > 0 and s["sync_s"]["changes_p50"] > 0
     assert out["sizes_mb"]["features_stored_by_pm_vector"] == 0  # the features stay in the user's table
+
+
+@pytest.mark.slow
+def test_attach_bench_answers_from_a_process_of_its_own(db):
+    from pm_vector.bench.attach_bench import run
+
+    out = run(items=300, dim=16, rate=20.0, seconds=3.0, queries_in="process")
+    s = out["streams"][0]
+    assert out["queries_in"] == "process" and s["errors"] == 0, s["error_samples"]
+    assert s["queries"]["answered"] > 0 and s["count_check"]["queue_left"] == 0
+    with pytest.raises(ValueError, match="queries_in"):
+        run(items=300, dim=16, seconds=0, queries_in="elsewhere")
