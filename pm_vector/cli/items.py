@@ -139,17 +139,55 @@ def attach(name: str = typer.Argument(..., help="The new collection's name."),
 
 
 def sync(name: str = typer.Argument(..., help="The attached collection."),
-         as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")):
+         every: Optional[float] = typer.Option(None, "--every", min=0.05, max=3600.0,
+                                               help="Keep syncing: a pass, then this many seconds, until Ctrl-C "
+                                                    "(or --passes). The process keeps the run's items between "
+                                                    "passes, which a new `pm-vector sync` reads again."),
+         passes: Optional[int] = typer.Option(None, "--passes", min=1, help="With --every: stop after this many."),
+         as_json: bool = typer.Option(False, "--json", help="Print one JSON object a pass.")):
     """Apply the queued changes of an attached table (in order, exactly once; a killed sync resumes).
 
     Example: pm-vector sync docs
+    Example: pm-vector sync docs --every 1     (in a process of its own, beside the service with
+    PM_VECTOR_SERVICE_SYNC_INTERVAL_S=0)
     """
-    from ..db.store.attach import sync as _sync
+    import time
 
+    import psycopg
+
+    from ..db.store.attach import sync as _sync
+    from ..errors import InvalidInputError
+    from .failures import describe
+
+    if passes is not None and every is None:
+        fail("--passes counts the passes of --every; add --every SECONDS (e.g. --every 1).")
+    done = 0
     try:
-        out = _sync(name)
-    except PMVectorError as e:
-        fail(str(e))
+        while True:
+            try:
+                out = _sync(name)
+            except (InvalidInputError, LookupError) as e:  # (no such collection, not attached): say so, stop
+                fail(str(e))
+            except (PMVectorError, psycopg.Error) as e:
+                if every is None:
+                    if isinstance(e, PMVectorError):
+                        fail(str(e))
+                    raise  # (the command line's handler names it: cli/failures.py)
+                # a loop outlives an outage: it says so and tries again at the next pass (the queue waits)
+                typer.echo(f"error: {describe(e)} (trying again in {every:g} s)", err=True)
+                out = None
+            if out is not None:
+                _say_sync(out, as_json)
+            done += 1
+            if every is None or (passes is not None and done >= passes):
+                return
+            time.sleep(every)
+    except KeyboardInterrupt:
+        # (a pass cut short is one transaction rolled back: its changes stay queued for the next sync)
+        typer.echo(f"stopped after {done} pass(es); a pass cut short left its changes queued.", err=True)
+
+
+def _say_sync(out: dict, as_json: bool) -> None:
     if as_json:
         echo_json(out)
         return
