@@ -45,6 +45,18 @@ def _blobs(n: int, seed: int):
     return (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32), y
 
 
+def _small_run(db, cname, X, y, items, anchor, dummy):
+    """A collection of ``_blobs`` rows: ``items`` ingested, ``anchor``/``dummy`` its anchor sets, one
+    job (dbtest_helpers.make_embed_fn). Returns (the item ids, the run id)."""
+    from dbtest_helpers import make_embed_fn
+
+    db.create_collection(cname, 6, [0, 1, 2])
+    ids = np.asarray(db.ingest(cname, X[items], y[items])["item_ids"])
+    db.register_anchor_set(cname, X[anchor], y[anchor])
+    db.register_anchor_set(cname, X[dummy], y[dummy], role="dummy")
+    return ids, db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"]
+
+
 def _request(served, eps, x, **plan):
     from pm_vector.client.location import PrivateLocationKNN
     from pm_vector.privacy import secure_generator
@@ -142,16 +154,12 @@ def test_bad_location_requests_are_refused_clearly_and_nothing_is_logged(lserved
 
 
 def test_new_items_extend_the_location_rows(db, cname, conn):
-    from dbtest_helpers import check_location_parts, make_embed_fn, make_extend_fn
+    from dbtest_helpers import check_location_parts, make_extend_fn
 
     from pm_vector.db.resolve.resolution import public_anchor, resolve
 
     X, y = _blobs(700, 3)
-    db.create_collection(cname, 6, [0, 1, 2])
-    db.ingest(cname, X[:600], y[:600])
-    db.register_anchor_set(cname, X[:90], y[:90])
-    db.register_anchor_set(cname, X[90:120], y[90:120], role="dummy")
-    rid = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"]
+    _, rid = _small_run(db, cname, X, y, np.s_[:600], np.s_[:90], np.s_[90:120])
     new = np.asarray(db.ingest(cname, X[600:], y[600:])["item_ids"])
     assert check_location_parts(conn, rid) > 0  # (600 items: rows in parts)
     db.embed_new_items(cname, make_extend_fn())
@@ -177,7 +185,7 @@ def test_new_items_extend_the_location_rows(db, cname, conn):
 def test_a_delete_leaves_every_location_row_and_answer(db, cname, conn):
     """Erasure reaches the location rows: no row holds a deleted id, and no answer at any level and
     report lists one; the answers keep their size (the ranking refills them)."""
-    from dbtest_helpers import check_location_parts, make_embed_fn
+    from dbtest_helpers import check_location_parts
 
     from pm_vector.db.resolve.resolution import public_anchor, resolve
     from pm_vector.client.location import PrivateLocationKNN
@@ -185,11 +193,7 @@ def test_a_delete_leaves_every_location_row_and_answer(db, cname, conn):
     from pm_vector.protocol.location import LocationRequest
 
     X, y = _blobs(500, 5)
-    db.create_collection(cname, 6, [0, 1, 2])
-    ids = np.asarray(db.ingest(cname, X[:400], y[:400])["item_ids"])
-    db.register_anchor_set(cname, X[400:480], y[400:480])
-    db.register_anchor_set(cname, X[480:], y[480:], role="dummy")
-    rid = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"]
+    ids, rid = _small_run(db, cname, X, y, np.s_[:400], np.s_[400:480], np.s_[480:])
     gone = ids[::10]
     db.delete_items(cname, item_ids=gone.tolist())
     left = conn.execute(f"SELECT count(*) FROM pm_vector.run_{rid}_locations WHERE item_ids && %s::bigint[]",
@@ -212,19 +216,13 @@ def test_a_repeated_request_takes_one_statement_and_sees_every_change_of_the_run
     """A request this process has answered before is logged in one statement and answered from the
     cache; once the run's document changes (here: a delete), the next request takes the full path
     and its answer holds no deleted item. Every answer is logged exactly once."""
-    from dbtest_helpers import make_embed_fn
-
     from pm_vector.client.location import PrivateLocationKNN
     from pm_vector.db.postgres import connect
     from pm_vector.db.resolve.resolution import public_anchor, resolve
     from pm_vector.manifold.public_cells import PublicCells
 
     X, y = _blobs(400, 6)
-    db.create_collection(cname, 6, [0, 1, 2])
-    db.ingest(cname, X[:300], y[:300])
-    db.register_anchor_set(cname, X[300:380], y[300:380])
-    db.register_anchor_set(cname, X[380:], y[380:], role="dummy")
-    db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())
+    _small_run(db, cname, X, y, np.s_[:300], np.s_[300:380], np.s_[380:])
     info = public_anchor(cname)[1]
     cells = PublicCells.from_dict(info["public_locations"])
     req = PrivateLocationKNN(cells, 8.0, n_items=300, widths=(16, 32), collection=cname,
@@ -278,16 +276,12 @@ def test_the_downgrade_of_migration_0018_joins_each_rows_parts(lserved, db):
 def test_placing_new_items_refuses_rows_that_do_not_place_their_neighbours(db, cname, conn):
     """A run whose level -1 rows lost items (a damaged table): placing new items stops with a clear
     error naming the fix, and the run is unchanged (nothing placed where an erasure would miss it)."""
-    from dbtest_helpers import make_embed_fn, make_extend_fn
+    from dbtest_helpers import make_extend_fn
 
     from pm_vector.db.errors import EmbeddingJobError
 
     X, y = _blobs(400, 4)
-    db.create_collection(cname, 6, [0, 1, 2])
-    db.ingest(cname, X[:300], y[:300])
-    db.register_anchor_set(cname, X[:60], y[:60])
-    db.register_anchor_set(cname, X[60:90], y[60:90], role="dummy")
-    rid = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"]
+    _, rid = _small_run(db, cname, X, y, np.s_[:300], np.s_[:60], np.s_[60:90])
     conn.execute(f"DELETE FROM pm_vector.run_{rid}_locations WHERE level = -1")
     db.ingest(cname, X[300:], y[300:])
     with pytest.raises(EmbeddingJobError, match="run a full embedding job"):
@@ -298,14 +292,8 @@ def test_placing_new_items_refuses_rows_that_do_not_place_their_neighbours(db, c
 def test_an_erasure_reaches_items_the_part_lists_lost(db, cname, conn):
     """An erased item that the level -1 rows no longer place (a damaged table) still leaves every
     location row: the erasure reads every row that lists it instead of its part's."""
-    from dbtest_helpers import make_embed_fn
-
     X, y = _blobs(400, 8)
-    db.create_collection(cname, 6, [0, 1, 2])
-    ids = np.asarray(db.ingest(cname, X[:300], y[:300])["item_ids"])
-    db.register_anchor_set(cname, X[300:380], y[300:380])
-    db.register_anchor_set(cname, X[380:], y[380:], role="dummy")
-    rid = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"]
+    ids, rid = _small_run(db, cname, X, y, np.s_[:300], np.s_[300:380], np.s_[380:])
     t = f"pm_vector.run_{rid}_locations"
     gone = ids[[5]]
     conn.execute(f"UPDATE {t} SET item_ids = array_remove(item_ids, %s), hubs = hubs[1:cardinality(item_ids) - 1], "
