@@ -374,10 +374,10 @@ def erase_in_runs(conn, ids: np.ndarray, runs, load: Callable[[int], dict], *, q
     Returns the runs that held some of them."""
     from psycopg.types.json import Jsonb
 
-    touched = []
-    ids = np.asarray(ids, dtype=np.int64)
     from . import run_cells
 
+    touched = []
+    ids = np.asarray(ids, dtype=np.int64)
     for rid, doc in runs:
         rid = int(rid)
         present = np.array([r[0] for r in conn.execute(

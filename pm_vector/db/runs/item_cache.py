@@ -89,7 +89,8 @@ def after(items: Mapping[str, np.ndarray], erased=(), added: Mapping[str, np.nda
           ) -> dict[str, np.ndarray]:
     """``items`` without the ``erased`` ids and with the ``added`` ones (ids ascending)."""
     keep = ~np.isin(items["id"], np.asarray(erased, dtype=np.int64))
-    out = {k: np.asarray(items[k])[keep] for k in ("id", "label", "features")}
+    # (nothing erased -- a batch's placements -- keeps the arrays: no copy of every item's features)
+    out = {k: np.asarray(items[k]) if keep.all() else np.asarray(items[k])[keep] for k in ("id", "label", "features")}
     if added is not None and np.asarray(added["id"]).size:
         new_ids = np.asarray(added["id"], np.int64)
         fresh = ~np.isin(new_ids, out["id"])
