@@ -317,7 +317,8 @@ def embed(
 
     Example: pm-vector embed products --new-items
     """
-    from ..db.runs.jobs import anchor_frame_embed_fn, anchor_frame_extend_fn, embed_new_items, run_embedding_job
+    from ..db.runs.jobs import anchor_frame_embed_fn, anchor_frame_extend_fn, run_embedding_job
+    from ..db.runs.new_items import embed_new_items
 
     given = {"n_components": n_components, "sigma": _sigma(sigma), "label_sigma": label_sigma, "alpha": alpha,
              "n_iter": n_iter, "n_extend_iter": n_extend_iter, "n_neighbors": n_neighbors}

@@ -104,7 +104,8 @@ from .errors import (
     SchemaNotReadyError,
     UnknownLabelError,
 )
-from .runs.jobs import cleanup_stale_runs, embed_new_items, list_runs, run_embedding_job, run_info
+from .runs.jobs import cleanup_stale_runs, list_runs, run_embedding_job, run_info
+from .runs.new_items import embed_new_items
 from .store.payloads import set_max_payload_bytes
 from .store.erase import ItemNotFoundError, delete_items
 from .store.update import update_items

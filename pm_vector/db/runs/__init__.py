@@ -7,7 +7,9 @@ counts, product codes) and the public cells. Only a finished run is switched to 
 
 Modules:
 
-* :mod:`~pm_vector.db.runs.jobs` -- ``run_embedding_job``, ``embed_new_items``, ``run_info``, ``list_runs``;
+* :mod:`~pm_vector.db.runs.jobs` -- ``run_embedding_job``, ``run_info``, ``list_runs``;
+* :mod:`~pm_vector.db.runs.new_items` -- ``embed_new_items``: new items placed in the active run;
+* :mod:`~pm_vector.db.runs.embeddings` -- a run's embedding tables, written by both;
 * :mod:`~pm_vector.db.runs.class_rows` -- the per-run data of class-rows requests;
 * :mod:`~pm_vector.db.runs.cell_data` -- the per-run data of the cell release;
 * :mod:`~pm_vector.db.runs.sharding` -- class-rows runs spread over shards (by class);
@@ -16,6 +18,7 @@ Modules:
 * :mod:`~pm_vector.db.runs.run_copy` -- binary COPY of a run's tables (a leaf below the two above).
 """
 
-from .jobs import cleanup_stale_runs, embed_new_items, list_runs, run_embedding_job, run_info
+from .jobs import cleanup_stale_runs, list_runs, run_embedding_job, run_info
+from .new_items import embed_new_items
 
 __all__ = ["cleanup_stale_runs", "embed_new_items", "list_runs", "run_embedding_job", "run_info"]

@@ -48,7 +48,7 @@ The SQL that answers a request from these tables is ``pm_vector.pm_shortlist``
 (``sql/0005_class_rows.sql``, ``sql/0009_fast_shortlist.sql``); it computes exactly
 :meth:`pm_vector.shortlist.PosteriorShortlist.scores` on the same data.
 
-New items (:func:`extend`, called by :func:`pm_vector.db.runs.jobs.embed_new_items`): each new
+New items (:func:`extend`, called by :func:`pm_vector.db.runs.new_items.embed_new_items`): each new
 item gets its prior row, its own neighbour list (against all items of the run, new ones
 included; searched as the job built its graph, :func:`pm_vector.neighbors.knn_rows`: exactly in
 float64 up to ``graph_exact_max_items`` items, by an exact float32 search above), its code, and adds its contribution to the hub counts of its class (the ``nhub``

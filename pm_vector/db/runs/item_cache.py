@@ -2,7 +2,7 @@
 process's memory between the transactions that change the run (an attached table's sync batches).
 
 An erasure plans its refilled lists by exact search over the run's items, and new items are placed
-against them (:mod:`pm_vector.db.runs.erase`, :func:`pm_vector.db.runs.jobs.embed_new_items`): reading
+against them (:mod:`pm_vector.db.runs.erase`, :func:`pm_vector.db.runs.new_items.embed_new_items`): reading
 them again for every batch (100,000 rows of 128 floats from the user's table) cost about a second
 a batch. A process that has read them keeps them here after its commit, keyed by the database, the
 run, its creation time and its class rows' ``graph_version``, which every change of the run's items

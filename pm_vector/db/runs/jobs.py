@@ -46,10 +46,10 @@ drops their tables. Triggers make
 sure only a ``succeeded`` run of the same collection, whose tables exist, can ever be active,
 and that the active run's status cannot change.
 
-Why one module of more than 500 lines: the six steps above share one connection, one advisory
-lock and one failure path (mark the run ``failed``, drop its tables), and the kill-safety
-argument reads them in order; what each step builds is already elsewhere (class rows, cells and
-shards in their modules of :mod:`pm_vector.db.runs`, COPY in :mod:`pm_vector.db.runs.run_copy`).
+What each step builds is elsewhere (class rows, cells and shards in their modules of
+:mod:`pm_vector.db.runs`, the embedding tables' COPY in :mod:`pm_vector.db.runs.embeddings`, the
+class rows' COPY in :mod:`pm_vector.db.runs.run_copy`); new items placed in the active run without
+a job are :mod:`pm_vector.db.runs.new_items`.
 """
 
 from __future__ import annotations
@@ -61,15 +61,13 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ...errors import InvalidInputError, PMVectorError
-from .. import _binary
 from ..store._common import (RUN_LOCK_KIND, collection_row, fail_run, iso_datetime, load_anchor_set,  # noqa: F401
                              worker_identity, cleanup_stale_runs)
 from ..store.api import load_items
 from ..store.maintenance import cleanup
 from ..postgres import connect
-from ..errors import EmbeddingJobError, NoActiveRunError, RunNotFoundError, translate_sql_error
-
-MAX_EMBEDDING_DIM = 4000
+from ..errors import EmbeddingJobError, RunNotFoundError, translate_sql_error
+from .embeddings import embedding_matrix, write_embeddings
 
 JobProgress = Callable[[str, int, int], None]
 EmbedFn = Callable[..., tuple[np.ndarray, np.ndarray]]
@@ -80,52 +78,12 @@ def _noop(*_a, **_k) -> None:
     return None
 
 
-def _embedding_matrix(a, rows: int | None, what: str, dim: int | None = None) -> np.ndarray:
-    try:
-        m = np.asarray(a, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise EmbeddingJobError(f"{what} is not a numeric array ({exc}).") from None
-    if m.ndim != 2:
-        raise EmbeddingJobError(f"{what} must be 2-d, got shape {m.shape}.")
-    if rows is not None and m.shape[0] != rows:
-        raise EmbeddingJobError(f"{what} has {m.shape[0]} rows, expected {rows}.")
-    if not 1 <= m.shape[1] <= MAX_EMBEDDING_DIM:
-        raise EmbeddingJobError(f"{what} has {m.shape[1]} columns; an embedding needs 1..{MAX_EMBEDDING_DIM}.")
-    if dim is not None and m.shape[1] != dim:
-        raise EmbeddingJobError(f"{what} has {m.shape[1]} columns, but the run embeds in {dim} dimensions.")
-    m32 = m.astype(np.float32)
-    if not np.all(np.isfinite(m32)):
-        raise EmbeddingJobError(f"{what} contains NaN or infinite values (or values beyond float32).")
-    if m.shape[1] > 2000 and np.abs(m32).max() > 65504.0:
-        raise EmbeddingJobError(f"{what} has values beyond half precision (used above 2,000 dimensions).")
-    return m32
-
-
 def index_build_mem_mb(n: int, dim: int) -> int:
     """``maintenance_work_mem`` (MB) for an HNSW build over ``n`` vectors of ``dim`` floats: room for
     pgvector's in-memory graph (the vector and about 1 kB of links per element at m = 16, plus a
     fifth), at least 256 MB. A build whose graph does not fit goes on on disk, several times slower
     (the former fixed 256 MB held about 250,000 elements)."""
     return max(256, int(1.2 * int(n) * (4 * int(dim) + 1024) / 2**20) + 1)
-
-
-def _vtype(dim: int) -> str:
-    return "vector" if dim <= 2000 else "halfvec"
-
-
-def _write_embeddings(conn, table: str, key: str, key_kind: str, keys: np.ndarray, emb: np.ndarray,
-                      batch: int, progress: Callable[[int, int], None] | None, commit: bool = True) -> None:
-    k = emb.shape[1]
-    n = emb.shape[0]
-    for start in range(0, n, batch):
-        stop = min(n, start + batch)
-        stream = _binary.encode([(key, key_kind, 0), ("embedding", _vtype(k), k)],
-                                {key: keys[start:stop], "embedding": emb[start:stop]})
-        _binary.copy_in(conn, f"COPY {table} ({key}, embedding) FROM STDIN (FORMAT BINARY)", stream)
-        if commit:
-            conn.commit()
-        if progress is not None:
-            progress(stop, n)
 
 
 # ----------------------------------------------------------------------------- stale runs
@@ -178,8 +136,8 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
     ``maintenance_work_mem``: of the index builds (default :func:`index_build_mem_mb` of the items).
 
     Returns :func:`run_info` of the new (succeeded, active) run, plus ``items_missing``: items
-    ingested while the job ran, which the run does not contain (:func:`embed_new_items` adds
-    them). On failure raises :class:`EmbeddingJobError` (``.run_id`` set) after marking the
+    ingested while the job ran, which the run does not contain
+    (:func:`pm_vector.db.runs.new_items.embed_new_items` adds them). On failure raises :class:`EmbeddingJobError` (``.run_id`` set) after marking the
     run ``failed`` and dropping its tables; the previous active run keeps serving.
     """
     from psycopg.types.json import Jsonb
@@ -305,8 +263,8 @@ def _job_embed(embed_fn: EmbedFn, anchors, items, params_json: dict, seed: int, 
         raise EmbeddingJobError(f"the embedding function failed: {exc}", run_id) from exc
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         raise EmbeddingJobError("embed_fn must return (anchor_embedding, item_embedding).", run_id)
-    a_emb = _embedding_matrix(out[0], len(anchors), "anchor_embedding")
-    i_emb = _embedding_matrix(out[1], items["id"].shape[0], "item_embedding", a_emb.shape[1])
+    a_emb = embedding_matrix(out[0], len(anchors), "anchor_embedding")
+    i_emb = embedding_matrix(out[1], items["id"].shape[0], "item_embedding", a_emb.shape[1])
     report("embed", 1, 1)
     timings["embed_s"] = time.perf_counter() - t
     return a_emb, i_emb
@@ -323,9 +281,9 @@ def _job_write(conn, run_id: int, anchors, items, a_emb: np.ndarray, i_emb: np.n
     conn.execute("SELECT pm_vector.pm_create_run_tables(%s)", [run_id])
     conn.commit()
     report("write", 0, n)
-    _write_embeddings(conn, f"pm_vector.run_{run_id}_anchors", "position", "int4",
+    write_embeddings(conn, f"pm_vector.run_{run_id}_anchors", "position", "int4",
                       np.arange(len(anchors), dtype=np.int32), a_emb, batch, None)
-    _write_embeddings(conn, f"pm_vector.run_{run_id}_items", "item_id", "int8", items["id"], i_emb,
+    write_embeddings(conn, f"pm_vector.run_{run_id}_items", "item_id", "int8", items["id"], i_emb,
                       batch, lambda d, tot: report("write", d, tot))
     timings["write_s"] = time.perf_counter() - t
 
@@ -447,138 +405,6 @@ def _abort(conn, run_id: int, exc: BaseException) -> None:
             conn.close()  # ends the session: the run's advisory lock goes with it
 
 
-# ----------------------------------------------------------------------------- new items
-
-def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: JobProgress | None = None,
-                    write_batch_size: int = 20_000, conn=None, run_items: Mapping[str, np.ndarray] | None = None,
-                    on_placed: Callable[[dict], None] | None = None) -> dict[str, Any]:
-    """Embed items ingested after the active run was built into that run (out-of-sample extension).
-
-    ``embed_fn_extend(anchor_X, anchor_y, anchor_embedding, new_X, new_y, params, seed) -> (m, k)``
-    places new items in the active run's embedding space from the run's anchors (features,
-    labels, embedding) and parameters. The rows are added to the active run's table (its HNSW
-    index is updated as they go in) in one transaction, provided the run is still active then.
-    When the run has class rows, the same transaction adds the new items to its prior, graph
-    and hubs (:func:`pm_vector.db.runs.class_rows.extend`: each new item gets its own neighbour list;
-    existing items' lists are not recomputed -- an approximation until the next full job).
-    Returns ``{"run_id", "n_new"}``. ``conn``: work in the caller's open transaction (which commits;
-    :func:`pm_vector.db.store.update.update_items` places an updated item so) instead of its own.
-    ``run_items``: the active run's items now, as built (``id`` ascending, ``label``, ``features``),
-    which the caller holds under the collection's lock (:mod:`pm_vector.db.runs.item_cache`), instead
-    of reading them; ``on_placed``
-    is then called with the items added to the run's class rows (``id``, ``label``, ``features``).
-    """
-    report = progress or _noop
-    extra = {"run_items": run_items, "on_placed": on_placed}
-    if conn is not None:
-        return _embed_new(conn, False, collection, embed_fn_extend, report, write_batch_size, **extra)
-    with connect(watch_client=True) as own:
-        return _embed_new(own, True, collection, embed_fn_extend, report, write_batch_size, **extra)
-
-
-def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, report, write_batch_size: int,
-               run_items=None, on_placed=None):
-    import psycopg
-
-    coll = collection_row(conn, collection)
-    run_id = coll["active_run_id"]
-    if run_id is None:
-        raise NoActiveRunError(
-            f"collection {collection!r} has no active embedding run; run_embedding_job() builds one "
-            "(it embeds all items).")
-    run = conn.execute("SELECT params, seed, anchor_set_id, embedding_dim, class_frames, class_rows "
-                       "FROM pm_vector.embedding_runs WHERE id = %s", [run_id]).fetchone()
-    params, seed, anchor_set_id, k, frames_doc, cr_doc = run
-    has_cr = bool(cr_doc) and cr_doc.get("status") == "ready" and frames_doc is not None
-    report("load", 0, 1)
-    new = load_items(conn, coll, missing_from_run=run_id)
-    m = new["id"].shape[0]
-    if m == 0:
-        if own:
-            conn.rollback()
-        report("load", 1, 1)
-        return {"run_id": int(run_id), "n_new": 0}
-    anchors = load_anchor_set(conn, coll, "anchor", anchor_set_id)
-    buf = _binary.copy_out(conn, f"SELECT position, embedding FROM pm_vector.run_{int(run_id)}_anchors "
-                                 "ORDER BY position")
-    a_emb = _binary.decode([("position", "int4", 0), ("embedding", _vtype(k), k)], buf)["embedding"]
-    old_items = (run_items if run_items is not None else load_items(conn, coll, in_run=run_id)) if has_cr else None
-    if own:
-        conn.rollback()
-    report("load", 1, 1)
-
-    report("embed", 0, 1)
-    try:
-        e = embed_fn_extend(anchors.features, anchors.labels, a_emb, new["features"], new["label"],
-                            dict(params or {}), int(seed))
-    except PMVectorError as exc:
-        raise EmbeddingJobError(f"the extension function failed: {exc}", run_id) from exc
-    emb = _embedding_matrix(e, m, "new item embedding", k)
-    report("embed", 1, 1)
-
-    report("write", 0, m)
-    try:
-        row = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s FOR SHARE",
-                           [coll["id"]]).fetchone()
-        if row is None or row[0] != run_id:
-            raise EmbeddingJobError(
-                f"the active run of collection {collection!r} changed while new items were embedded; "
-                "call embed_new_items() again.", run_id)
-        conn.execute(f"CREATE TEMP TABLE pm_new_emb (LIKE pm_vector.run_{int(run_id)}_items) ON COMMIT DROP")
-        _write_embeddings(conn, "pm_new_emb", "item_id", "int8", new["id"], emb, int(write_batch_size),
-                          lambda d, tot: report("write", d, tot), commit=False)
-        if has_cr:  # one class-rows extension at a time per run
-            conn.execute("SELECT pg_advisory_xact_lock(pm_vector.pm_lock_key(3, %s))", [run_id])
-        # (an item deleted since the load is not added: delete_items waits for this lock or ran before it)
-        inserted = np.array([r[0] for r in conn.execute(
-            f"INSERT INTO pm_vector.run_{int(run_id)}_items (item_id, embedding) "
-            "SELECT e.item_id, e.embedding FROM pm_new_emb e WHERE EXISTS (SELECT 1 FROM pm_vector.items i "
-            "WHERE i.id = e.item_id) ON CONFLICT (item_id) DO NOTHING RETURNING item_id").fetchall()], dtype=np.int64)
-        if has_cr and inserted.size:
-            _extend_class_rows(conn, run_id, frames_doc, old_items, new, inserted, current=run_items is not None)
-            if on_placed is not None:
-                keep = np.isin(new["id"], inserted)
-                on_placed({k_: new[k_][keep] for k_ in ("id", "label", "features")})
-        if own:
-            conn.commit()
-    except psycopg.Error as exc:
-        if own:
-            conn.rollback()
-        raise EmbeddingJobError(f"writing the new items' embeddings failed: {exc}", run_id) from exc
-    return {"run_id": int(run_id), "n_new": int(m)}
-
-
-def _extend_class_rows(conn, run_id: int, frames_doc, old_items: dict, new: dict, inserted: np.ndarray,
-                       current: bool = False) -> None:
-    """In the caller's transaction: the run's class rows extended by the new items just inserted
-    (against the run's items still there), and the run row's class-rows document updated.
-    ``current``: ``old_items`` are the run's items now (a caller that holds them under the
-    collection's lock and follows its own erasures: a sync batch); else those still in the run are
-    kept."""
-    from psycopg.types.json import Jsonb
-
-    from . import class_rows as _cr
-
-    if not current:
-        still = np.array([r[0] for r in conn.execute(
-            f"SELECT item_id FROM pm_vector.run_{int(run_id)}_items WHERE item_id = ANY(%s)",
-            [old_items["id"].tolist()]).fetchall()], dtype=np.int64)
-        kept = np.isin(old_items["id"], still)
-        old_items = {k_: v[kept] for k_, v in old_items.items()}
-    cr_doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s",
-                          [run_id]).fetchone()[0]
-    keep = np.isin(new["id"], inserted)
-    all_ids = np.concatenate([old_items["id"], new["id"][keep]])
-    all_X = np.concatenate([old_items["features"], new["features"][keep]])
-    if all_ids.size > 1 and not np.all(all_ids[1:] > all_ids[:-1]):  # (new ids follow the old ones: no copy)
-        order = np.argsort(all_ids, kind="stable")
-        all_ids, all_X = all_ids[order], all_X[order]
-    doc2 = _cr.extend(conn, run_id, frames_doc, cr_doc, all_ids, all_X, new["id"][keep],
-                      new["features"][keep], new["label"][keep])
-    conn.execute("UPDATE pm_vector.embedding_runs SET class_rows = %s WHERE id = %s",
-                 [Jsonb(doc2), run_id])
-
-
 # ----------------------------------------------------------------------------- run info
 
 def _run_dict(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -641,7 +467,7 @@ _frames: dict = {}
 
 
 def anchor_frame_extend_fn(anchor_X, anchor_y, anchor_embedding, new_X, new_y, params, seed):
-    """``embed_fn_extend`` for :func:`embed_new_items` matching :func:`anchor_frame_embed_fn`.
+    """``embed_fn_extend`` for :func:`pm_vector.db.runs.new_items.embed_new_items` matching :func:`anchor_frame_embed_fn`.
 
     Rebuilds the run's frame from its anchors, parameters and seed (deterministic), checks it
     reproduces the stored anchor embedding, and extends it to the new items.

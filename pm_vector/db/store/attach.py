@@ -351,7 +351,8 @@ def _write_items(conn, coll, insert: list, payloads: list) -> None:
 def _place_new(conn, collection: str, coll, embed_fn_extend, run_items: _RunItems) -> None:
     """The batch's new items placed in the active run (``embed --new-items``, against the run's items
     as built); a sharded run takes them with the next full job."""
-    from ..runs.jobs import anchor_frame_extend_fn, embed_new_items
+    from ..runs.jobs import anchor_frame_extend_fn
+    from ..runs.new_items import embed_new_items
 
     rid = int(coll["active_run_id"])
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0] or {}

@@ -92,7 +92,7 @@ def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None
 
     Returns ``{"ingest_id", "n_rows", "item_ids"}`` (``item_ids``: int64 array, input order).
     Bad input raises before anything is written. Until the final commit no reader (queries,
-    ``n_items``, embedding jobs, :func:`~pm_vector.db.runs.jobs.embed_new_items`) sees any row: a
+    ``n_items``, embedding jobs, :func:`~pm_vector.db.runs.new_items.embed_new_items`) sees any row: a
     failure or a killed process (SIGKILL included: the server rolls back when the connection
     drops) leaves the collection exactly as it was.
     """

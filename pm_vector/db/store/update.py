@@ -8,7 +8,7 @@ ONE transaction (the collection row held ``FOR NO KEY UPDATE``, as :mod:`pm_vect
   item is erased from every run table (:func:`pm_vector.db.runs.erase.erase_in_runs`), a new item
   (a new item id) takes its external id, payload (or the new one) and the new features / label,
   and is placed in the active run as ``embed --new-items`` places new items
-  (:func:`pm_vector.db.runs.jobs.embed_new_items` in this transaction; ``embed_fn_extend``, the
+  (:func:`pm_vector.db.runs.new_items.embed_new_items` in this transaction; ``embed_fn_extend``, the
   AnchorFrame extension by default). A sharded active run cannot take new items incrementally:
   the new item then waits for the next full job (``placed`` false), as ``embed --new-items``
   says there.
@@ -39,7 +39,8 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
     and change nothing. Returns ``{"collection", "updated", "item_ids" (old -> new), "placed",
     "seconds"}``."""
     from ..runs import erase as _erase
-    from ..runs.jobs import anchor_frame_extend_fn, embed_new_items
+    from ..runs.jobs import anchor_frame_extend_fn
+    from ..runs.new_items import embed_new_items
     from .api import load_items
 
     kind, vals = ids_to_erase(item_ids, external_ids)

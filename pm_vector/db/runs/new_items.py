@@ -1,0 +1,154 @@
+"""New items placed in the active run: ``embed --new-items``, an attached table's sync and an
+update (:func:`embed_new_items`).
+
+An out-of-sample extension, not a job: the new items are embedded from the run's anchors
+(``embed_fn_extend``), their rows added to the run's table, and -- when the run has class rows -- its
+prior, graph, hubs, cell and location rows extended (:func:`pm_vector.db.runs.class_rows.extend`),
+all in one transaction that commits only if the run is still active. The full job and its six
+steps are :mod:`pm_vector.db.runs.jobs`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ...errors import PMVectorError
+from .. import _binary
+from ..errors import EmbeddingJobError, NoActiveRunError
+from ..postgres import connect
+from ..store._common import collection_row, load_anchor_set
+from ..store.api import load_items
+from .embeddings import embedding_matrix, vector_type, write_embeddings
+from .jobs import ExtendFn, JobProgress
+
+
+def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: JobProgress | None = None,
+                    write_batch_size: int = 20_000, conn=None, run_items: Mapping[str, np.ndarray] | None = None,
+                    on_placed: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Embed items ingested after the active run was built into that run (out-of-sample extension).
+
+    ``embed_fn_extend(anchor_X, anchor_y, anchor_embedding, new_X, new_y, params, seed) -> (m, k)``
+    places new items in the active run's embedding space from the run's anchors (features,
+    labels, embedding) and parameters. The rows are added to the active run's table (its HNSW
+    index is updated as they go in) in one transaction, provided the run is still active then.
+    When the run has class rows, the same transaction adds the new items to its prior, graph
+    and hubs (:func:`pm_vector.db.runs.class_rows.extend`: each new item gets its own neighbour list;
+    existing items' lists are not recomputed -- an approximation until the next full job).
+    Returns ``{"run_id", "n_new"}``. ``conn``: work in the caller's open transaction (which commits;
+    :func:`pm_vector.db.store.update.update_items` places an updated item so) instead of its own.
+    ``run_items``: the active run's items now, as built (``id`` ascending, ``label``, ``features``),
+    which the caller holds under the collection's lock (:mod:`pm_vector.db.runs.item_cache`), instead
+    of reading them; ``on_placed``
+    is then called with the items added to the run's class rows (``id``, ``label``, ``features``).
+    """
+    report = progress or (lambda *_a, **_k: None)
+    extra = {"run_items": run_items, "on_placed": on_placed}
+    if conn is not None:
+        return _embed_new(conn, False, collection, embed_fn_extend, report, write_batch_size, **extra)
+    with connect(watch_client=True) as own:
+        return _embed_new(own, True, collection, embed_fn_extend, report, write_batch_size, **extra)
+
+
+def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, report, write_batch_size: int,
+               run_items=None, on_placed=None):
+    import psycopg
+
+    coll = collection_row(conn, collection)
+    run_id = coll["active_run_id"]
+    if run_id is None:
+        raise NoActiveRunError(
+            f"collection {collection!r} has no active embedding run; run_embedding_job() builds one "
+            "(it embeds all items).")
+    run = conn.execute("SELECT params, seed, anchor_set_id, embedding_dim, class_frames, class_rows "
+                       "FROM pm_vector.embedding_runs WHERE id = %s", [run_id]).fetchone()
+    params, seed, anchor_set_id, k, frames_doc, cr_doc = run
+    has_cr = bool(cr_doc) and cr_doc.get("status") == "ready" and frames_doc is not None
+    report("load", 0, 1)
+    new = load_items(conn, coll, missing_from_run=run_id)
+    m = new["id"].shape[0]
+    if m == 0:
+        if own:
+            conn.rollback()
+        report("load", 1, 1)
+        return {"run_id": int(run_id), "n_new": 0}
+    anchors = load_anchor_set(conn, coll, "anchor", anchor_set_id)
+    buf = _binary.copy_out(conn, f"SELECT position, embedding FROM pm_vector.run_{int(run_id)}_anchors "
+                                 "ORDER BY position")
+    a_emb = _binary.decode([("position", "int4", 0), ("embedding", vector_type(k), k)], buf)["embedding"]
+    old_items = (run_items if run_items is not None else load_items(conn, coll, in_run=run_id)) if has_cr else None
+    if own:
+        conn.rollback()
+    report("load", 1, 1)
+
+    report("embed", 0, 1)
+    try:
+        e = embed_fn_extend(anchors.features, anchors.labels, a_emb, new["features"], new["label"],
+                            dict(params or {}), int(seed))
+    except PMVectorError as exc:
+        raise EmbeddingJobError(f"the extension function failed: {exc}", run_id) from exc
+    emb = embedding_matrix(e, m, "new item embedding", k)
+    report("embed", 1, 1)
+
+    report("write", 0, m)
+    try:
+        row = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s FOR SHARE",
+                           [coll["id"]]).fetchone()
+        if row is None or row[0] != run_id:
+            raise EmbeddingJobError(
+                f"the active run of collection {collection!r} changed while new items were embedded; "
+                "call embed_new_items() again.", run_id)
+        conn.execute(f"CREATE TEMP TABLE pm_new_emb (LIKE pm_vector.run_{int(run_id)}_items) ON COMMIT DROP")
+        write_embeddings(conn, "pm_new_emb", "item_id", "int8", new["id"], emb, int(write_batch_size),
+                          lambda d, tot: report("write", d, tot), commit=False)
+        if has_cr:  # one class-rows extension at a time per run
+            conn.execute("SELECT pg_advisory_xact_lock(pm_vector.pm_lock_key(3, %s))", [run_id])
+        # (an item deleted since the load is not added: delete_items waits for this lock or ran before it)
+        inserted = np.array([r[0] for r in conn.execute(
+            f"INSERT INTO pm_vector.run_{int(run_id)}_items (item_id, embedding) "
+            "SELECT e.item_id, e.embedding FROM pm_new_emb e WHERE EXISTS (SELECT 1 FROM pm_vector.items i "
+            "WHERE i.id = e.item_id) ON CONFLICT (item_id) DO NOTHING RETURNING item_id").fetchall()], dtype=np.int64)
+        if has_cr and inserted.size:
+            _extend_class_rows(conn, run_id, frames_doc, old_items, new, inserted, current=run_items is not None)
+            if on_placed is not None:
+                keep = np.isin(new["id"], inserted)
+                on_placed({k_: new[k_][keep] for k_ in ("id", "label", "features")})
+        if own:
+            conn.commit()
+    except psycopg.Error as exc:
+        if own:
+            conn.rollback()
+        raise EmbeddingJobError(f"writing the new items' embeddings failed: {exc}", run_id) from exc
+    return {"run_id": int(run_id), "n_new": int(m)}
+
+
+def _extend_class_rows(conn, run_id: int, frames_doc, old_items: dict, new: dict, inserted: np.ndarray,
+                       current: bool = False) -> None:
+    """In the caller's transaction: the run's class rows extended by the new items just inserted
+    (against the run's items still there), and the run row's class-rows document updated.
+    ``current``: ``old_items`` are the run's items now (a caller that holds them under the
+    collection's lock and follows its own erasures: a sync batch); else those still in the run are
+    kept."""
+    from psycopg.types.json import Jsonb
+
+    from . import class_rows as _cr
+
+    if not current:
+        still = np.array([r[0] for r in conn.execute(
+            f"SELECT item_id FROM pm_vector.run_{int(run_id)}_items WHERE item_id = ANY(%s)",
+            [old_items["id"].tolist()]).fetchall()], dtype=np.int64)
+        kept = np.isin(old_items["id"], still)
+        old_items = {k_: v[kept] for k_, v in old_items.items()}
+    cr_doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s",
+                          [run_id]).fetchone()[0]
+    keep = np.isin(new["id"], inserted)
+    all_ids = np.concatenate([old_items["id"], new["id"][keep]])
+    all_X = np.concatenate([old_items["features"], new["features"][keep]])
+    if all_ids.size > 1 and not np.all(all_ids[1:] > all_ids[:-1]):  # (new ids follow the old ones: no copy)
+        order = np.argsort(all_ids, kind="stable")
+        all_ids, all_X = all_ids[order], all_X[order]
+    doc2 = _cr.extend(conn, run_id, frames_doc, cr_doc, all_ids, all_X, new["id"][keep],
+                      new["features"][keep], new["label"][keep])
+    conn.execute("UPDATE pm_vector.embedding_runs SET class_rows = %s WHERE id = %s",
+                 [Jsonb(doc2), run_id])
