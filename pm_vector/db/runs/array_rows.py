@@ -13,7 +13,9 @@ the caller's transaction and also serve a shard's table through its foreign tabl
 once, at its end: a sync batch erases items and places new ones, and both touch most rows of the
 location table (an erasure of 60 items at 100,000 items touched 90 % of its entries), so the
 batch reads and writes them once instead of twice. Inside it, a reader also gives ``match``, the
-``where`` condition in Python, for the rows already held.
+``where`` condition in Python, for the rows already held; once every row of a table is held (a
+read of ``"true"``, or the rows :mod:`pm_vector.db.runs.row_cache` kept from the process's batch
+before, :func:`seed`), such a read reads nothing.
 
 The job stores the three arrays uncompressed (:func:`store_uncompressed`, ``STORAGE EXTERNAL``:
 still out of line, not compressed): PostgreSQL's pglz compression made rewriting rows about 7 times
@@ -76,6 +78,25 @@ def deferred(conn):
     return _held.hold(conn)
 
 
+def _session(conn, table: str) -> dict:
+    return _held.held(conn).setdefault(table, {"rows": {}, "dirty": set(), "keys": None, "complete": False})
+
+
+def seed(conn, table: str, rows: dict, complete: bool) -> None:
+    """Inside :func:`deferred`: hold ``rows`` (key -> :class:`ArrayRow`, as the table holds them now) as if
+    read; ``complete``: they are every row of the table (:mod:`pm_vector.db.runs.row_cache`)."""
+    sess = _session(conn, table)
+    sess["rows"].update(rows)
+    sess["complete"] = bool(complete)
+
+
+def held(conn, table: str) -> tuple[dict, bool] | None:
+    """Inside :func:`deferred`: the rows held for ``table`` (key -> row) and whether they are every row of
+    it, or None."""
+    sess = (_held.held(conn) or {}).get(table)
+    return None if sess is None else (sess["rows"], bool(sess.get("complete")))
+
+
 def flush(conn, table: str | None = None) -> None:
     """Write the changed rows held for ``conn`` (of ``table``, or of every table)."""
     for t, sess in (_held.held(conn) or {}).items():
@@ -92,24 +113,35 @@ def read(conn, table: str, keys: tuple[str, ...], where: str, params=None, lock:
     small array of ids per key to test ``item_ids &&`` against: PostgreSQL's ``&&`` compares every
     entry with every id given, so a row tested against only its own key's few ids costs far less
     than against all of them. Inside :func:`deferred`, the rows already held that ``match`` accepts
-    and the others read (without ``match``, the held rows are written first and read again)."""
+    and the others read (without ``match``, the held rows are written first and read again). In key
+    order, wherever each row came from: what a caller derives from several rows never depends on
+    which were held."""
     sess = (_held.held(conn) or {}).get(table)
     if sess is not None and match is None:
         flush(conn, table)
         sess["rows"].clear()
+        sess["complete"] = False
     held = list(sess["rows"].values()) if sess is not None else []
+    if sess is not None and sess.get("complete"):  # every row of the table is held: nothing to read
+        return sorted((r for r in held if match(r)), key=_by_key)
     if held:
         k = np.array([r.key for r in held], dtype=np.int64).reshape(len(held), -1)
         where = (f"({where}) AND ({', '.join(keys)}) NOT IN (SELECT * FROM unnest("
                  + ", ".join(["%s::bigint[]"] * len(keys)) + "))")
         params = list(params or []) + [k[:, j].tolist() for j in range(len(keys))]
+    whole = where.strip() == "true" and not join  # (with the held rows: the whole table)
     got = _read(conn, table, keys, where, list(join_params or []) + list(params or []), lock, join)
     if _held.held(conn) is not None and sess is None:
-        sess = _held.held(conn).setdefault(table, {"rows": {}, "dirty": set(), "keys": None})
+        sess = _session(conn, table)
     if sess is not None:
         for r in got:
             sess["rows"][r.key] = r
-    return [r for r in held if match(r)] + got
+        sess["complete"] = sess.get("complete") or whole
+    return sorted([r for r in held if match(r)] + got, key=_by_key)
+
+
+def _by_key(r: ArrayRow) -> tuple:
+    return r.key
 
 
 def _read(conn, table: str, keys: tuple[str, ...], where: str, params, lock: bool, join: str = "") -> list[ArrayRow]:
@@ -131,7 +163,7 @@ def write(conn, table: str, keys: tuple[tuple[str, str], ...], rows: list[ArrayR
     if not rows:
         return
     if _held.held(conn) is not None:
-        sess = _held.held(conn).setdefault(table, {"rows": {}, "dirty": set(), "keys": None})
+        sess = _session(conn, table)
         sess["keys"] = keys
         for r in rows:
             sess["rows"][r.key] = r

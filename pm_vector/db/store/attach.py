@@ -288,7 +288,7 @@ class _RunItems:
 
 def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: str | None = None
                 ) -> dict[str, Any] | None:
-    from ..runs import array_rows, erase as _erase, prior_rows
+    from ..runs import array_rows, erase as _erase, prior_rows, row_cache
     from .erase import erase_kahm, runs_with_tables
 
     with connect(url, watch_client=True) as conn:
@@ -314,8 +314,10 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
         gone = np.array(sorted(int(i) for i in erase), dtype=np.int64)
         runs = runs_with_tables(conn, coll["id"])
         run_items = _RunItems(conn, coll, runs)
+        kept = row_cache.Kept(conn, runs)
         # the cell and location rows, and the class rows' prior lists: written once, by the batch
         with array_rows.deferred(conn), prior_rows.deferred(conn):
+            kept.seed(conn)  # the rows this process held after its last batch, still as the tables hold them
             if gone.size:
                 _erase.erase_in_runs(conn, gone, runs, run_items.load, quick=True)
                 run_items.erased(gone)
@@ -324,10 +326,12 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
             _write_items(conn, coll, insert, payloads)
             if insert and coll["active_run_id"] is not None:
                 _place_new(conn, collection, coll, embed_fn_extend, run_items)
+            kept.collect(conn)
         conn.execute("DELETE FROM pm_vector.attach_changes WHERE collection_id = %s AND seq <= %s", [coll["id"], last])
         cache_keys = run_items.keys()
         conn.commit()
     run_items.keep(cache_keys)
+    kept.keep()
     n_replaced = sum(1 for k, _l, _p in insert if k in items)
     return {"applied": len(rows), "inserted": len(insert) - n_replaced, "replaced": n_replaced,
             "deleted": int(gone.size) - n_replaced, "payloads": len(payloads), "skipped": skipped}

@@ -1,0 +1,150 @@
+"""The cell and location rows a syncing process read or wrote, kept in its memory from one sync
+batch to the next (:mod:`pm_vector.db.runs.array_rows`).
+
+A batch of a few changes reads most of the run's cell rows (an erased item or an item whose class
+count changed is listed in most of them) and many location parts: at 100,000 items, about half of
+a 5-change batch's second went to reading rows that the same process had written or read in the
+batch before. :class:`Kept` gives them back instead, held as if read in the batch's transaction.
+
+Kept rows are never trusted on the strength of a version alone:
+
+* an entry is keyed by the database, the table, the run's creation time and its class rows'
+  ``graph_version``, which every change of the run's items increases in the changing transaction
+  (as for :mod:`pm_vector.db.runs.item_cache`); a change made by another process makes it miss;
+* every row kept carries the ``xmin`` it had when the batch that kept it ended (read back after
+  its writes); a new batch reads the ``xmin`` of every row of the table (keys only: no array is
+  read) and drops each kept row whose ``xmin`` differs, or that the table no longer holds. So a row
+  changed by anything at all -- even without the version -- is read again;
+* an entry is taken out of the cache when a batch uses it (the batch changes its rows in place),
+  and a batch's rows are kept only after its transaction committed: a batch that fails leaves
+  nothing behind, and the next reads the rows from the table;
+* only runs whose rows are all on this node (not sharded) are kept, and only while the rows of a
+  table fit in :data:`MAX_BYTES`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Iterable, Mapping
+
+from . import array_rows
+
+#: bytes of rows kept by one process (a table whose rows take more is not kept): the location rows
+#: of 100,000 items take about 190 MB
+MAX_BYTES = 512 << 20
+
+_cache: "OrderedDict[tuple, dict]" = OrderedDict()
+_lock = threading.Lock()
+
+#: rows this process's batches took from the cache instead of reading them (for tests and benchmarks)
+reused = 0
+
+#: each kept table's key columns
+_KEYS = {"cells": ("level", "label", "cell"), "locations": ("level", "cell", "part")}
+
+
+def _nbytes(rows: Iterable[array_rows.ArrayRow]) -> int:
+    return sum(r.item_ids.nbytes + r.hubs.nbytes + r.chubs.nbytes + 64 for r in rows)
+
+
+def _xmins(conn, table: str, keys: tuple[str, ...]) -> dict[tuple, str]:
+    """Every row's key and ``xmin`` (the arrays are not read)."""
+    return {tuple(int(v) for v in r[:-1]): r[-1] for r in conn.execute(
+        f"SELECT {', '.join(keys)}, xmin::text FROM {table}").fetchall()}
+
+
+class Kept:
+    """The kept rows of one batch's runs: :meth:`seed` at the start (inside
+    :func:`pm_vector.db.runs.array_rows.deferred`), :meth:`collect` at the end of its work (still inside),
+    :meth:`keep` after the commit (nothing kept without it)."""
+
+    def __init__(self, conn, runs: Iterable[tuple[int, Mapping[str, Any] | None]]):
+        from . import item_cache
+
+        self.tables: dict[str, tuple[int, str]] = {}  # table -> (run id, kind)
+        self.before: dict[int, tuple] = {}  # run id -> its version's key when the batch began
+        self._after: dict[int, tuple | None] = {}  # ... and when its work ended
+        self._got: dict[str, dict] = {}
+        for rid, doc in runs:
+            doc = doc or {}
+            if doc.get("shards") or doc.get("status") != "ready":
+                continue
+            k = item_cache.key(conn, int(rid), doc)
+            if k is None:
+                continue
+            self.before[int(rid)] = k
+            if (doc.get("cells") or {}).get("status") == "ready":
+                self.tables[f"pm_vector.run_{int(rid)}_cells"] = (int(rid), "cells")
+            if (doc.get("locations") or {}).get("status") == "ready":
+                self.tables[f"pm_vector.run_{int(rid)}_locations"] = (int(rid), "locations")
+
+    def seed(self, conn) -> int:
+        """The rows kept for the runs' current versions, held for ``conn`` as if read now (those whose
+        ``xmin`` still is the one kept). Returns how many rows were seeded."""
+        global reused
+        n = 0
+        for t, (rid, kind) in self.tables.items():
+            with _lock:
+                entry = _cache.pop(self.before[rid] + (t,), None)
+            if entry is None:
+                continue
+            now = _xmins(conn, t, _KEYS[kind])
+            rows = {k: r for k, r in entry["rows"].items() if now.get(k) is not None and now[k] == entry["xmin"].get(k)}
+            array_rows.seed(conn, t, rows, complete=entry["complete"] and len(rows) == len(now))
+            n += len(rows)
+        with _lock:
+            reused += n
+        return n
+
+    def collect(self, conn) -> None:
+        """At the end of the batch's work, still inside ``array_rows.deferred``: its writes done, the rows
+        it holds and their ``xmin`` (read back), to keep if it commits."""
+        from . import item_cache
+
+        array_rows.flush(conn)
+        self._got = {}
+        self._after = {}
+        for rid in self.before:
+            doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()
+            self._after[rid] = item_cache.key(conn, rid, doc[0] if doc else None)
+        for t, (rid, kind) in self.tables.items():
+            held = array_rows.held(conn, t)
+            if held is None or not held[0]:
+                continue
+            rows, complete = held
+            if _nbytes(rows.values()) > MAX_BYTES:
+                continue
+            now = _xmins(conn, t, _KEYS[kind])
+            self._got[t] = {"rows": {k: r for k, r in rows.items() if k in now},
+                            "xmin": {k: now[k] for k in rows if k in now}, "complete": complete and len(rows) == len(now)}
+
+    def keep(self) -> None:
+        """After the commit: the collected rows under each run's version as the batch left it."""
+        with _lock:
+            for t, entry in self._got.items():
+                k = self._after.get(self.tables[t][0])
+                if k is None:
+                    continue
+                for old in [o for o in _cache if o[:4] == k[:4] and o[-1] == t]:  # one version per table
+                    del _cache[old]
+                _cache[k + (t,)] = entry
+            total = sum(_nbytes(e["rows"].values()) for e in _cache.values())
+            while _cache and total > MAX_BYTES:
+                _, e = _cache.popitem(last=False)
+                total -= _nbytes(e["rows"].values())
+        self._got, self._after = {}, {}
+
+
+def forget(run_id: int | None = None) -> None:
+    """Drop the rows kept of a run's tables (of every run with None)."""
+    with _lock:
+        for k in [k for k in _cache if run_id is None or k[3] == int(run_id)]:
+            del _cache[k]
+
+
+def kept_rows() -> int:
+    """How many rows this process keeps (for tests and benchmarks)."""
+    with _lock:
+        return sum(len(e["rows"]) for e in _cache.values())
+
