@@ -7,7 +7,9 @@ stream at each rate, one after the other)
   (the anchor set registered in between, the default job);
 * ``sizes``: the user's table and pm_vector's items rows of the collection (no feature column set);
 * with ``--batch-sizes``: ``batch_s``, one sync of that many changes timed (``--repeats`` times, the
-  median), the cost of a batch apart from the stream's rhythm;
+  median), the cost of a batch apart from the stream's rhythm; with ``--compare-kept-rows``, each
+  beside a batch of the same size synced without the rows kept from the batch before
+  (``without_kept_rows``);
 * then, per rate of ``--rate`` (several, comma-separated: one stream after the other, on the same
   table), ``rate`` changes a second (inserts, vector updates, payload updates and deletes, mixed) for
   ``seconds`` seconds, committed one by one by a writer thread, while a sync loop applies the queue
@@ -70,28 +72,44 @@ class _Changes:
             w.execute(f"DELETE FROM {t} WHERE id = %s", [i])
 
 
-def _batches(name: str, stream: _Changes, sizes: list[int], repeats: int, say) -> dict:
+def _batches(name: str, stream: _Changes, sizes: list[int], repeats: int, say, compare_kept: bool = False) -> dict:
     """Each batch size ``repeats`` times: that many changes committed, then one ``db.sync`` timed
-    (the first sync warms the process's caches and is not counted). Returns size -> seconds."""
+    (the first sync warms the process's caches and is not counted). Returns size -> seconds.
+    ``compare_kept``: each timed sync follows one of the same size timed without the rows the
+    process kept from its batch before (:mod:`pm_vector.db.runs.row_cache` emptied first), given
+    beside as ``without_kept_rows``."""
     import pm_vector.db as db
+
+    from ..db.runs import row_cache
 
     w = db.connect(autocommit=True)
     out: dict = {}
+
+    def timed(n: int) -> float:
+        for _ in range(n):
+            stream.one(w)
+        t = time.perf_counter()
+        got = db.sync(name)
+        s = round(time.perf_counter() - t, 2)
+        if got["applied"] != n:
+            raise RuntimeError(f"a batch of {n} changes applied {got['applied']}")
+        return s
+
     try:
         stream.one(w)
         db.sync(name)  # warm: the run's items cached, the anchor frame fit
         for n in sizes:
-            runs = []
+            runs, cold = [], []
             for _ in range(repeats):
-                for _ in range(n):
-                    stream.one(w)
-                t = time.perf_counter()
-                got = db.sync(name)
-                runs.append(round(time.perf_counter() - t, 2))
-                if got["applied"] != n:
-                    raise RuntimeError(f"a batch of {n} changes applied {got['applied']}")
+                if compare_kept:
+                    row_cache.forget()
+                    cold.append(timed(n))
+                runs.append(timed(n))
             out[str(n)] = {"median_s": float(np.median(runs)), "runs": runs}
             say(f"batch of {n:>4} changes: median {np.median(runs):.2f} s  {runs}")
+            if compare_kept:
+                out[str(n)]["without_kept_rows"] = {"median_s": float(np.median(cold)), "runs": cold}
+                say(f"  without the kept rows: median {np.median(cold):.2f} s  {cold}")
     finally:
         w.close()
     return out
@@ -247,7 +265,8 @@ def _summarise_changes(conn, name: str, table: str, commits: list, syncs: list, 
 
 
 def run(items: int = 100_000, dim: int = 128, rate=100.0, seconds: float = 60.0, seed: int = 0,
-        say=lambda m: None, batch_sizes=(), repeats: int = 3, queries_in: str = "thread") -> dict:
+        say=lambda m: None, batch_sizes=(), repeats: int = 3, queries_in: str = "thread",
+        compare_kept: bool = False) -> dict:
     """The benchmark (module doc); ``rate``: changes a second, or several (a stream each, in turn);
     ``queries_in``: "thread" (the private queries answered in the syncing process, as the service's
     own sync worker does) or "process" (in a process of their own)."""
@@ -297,7 +316,7 @@ def run(items: int = 100_000, dim: int = 128, rate=100.0, seconds: float = 60.0,
         stream = _Changes(table, X, y, items, rng, vec)
         if batch_sizes:
             say("batches")
-            out["batch_s"] = _batches(name, stream, list(batch_sizes), int(repeats), say)
+            out["batch_s"] = _batches(name, stream, list(batch_sizes), int(repeats), say, compare_kept)
         if seconds > 0:
             out["streams"] = []
             for r in rates:
@@ -325,11 +344,15 @@ def main() -> None:
                     help="where the private queries are answered during a stream: a thread of the syncing process "
                          "(as the service's own sync worker) or a process of their own (as the service beside "
                          "`pm-vector sync`)")
+    ap.add_argument("--compare-kept-rows", action="store_true",
+                    help="with --batch-sizes: time each batch also without the rows kept from the batch before, "
+                         "side by side")
     a = ap.parse_args()
     sizes = [int(v) for v in a.batch_sizes.split(",") if v.strip()]
     rates = [float(v) for v in a.rate.split(",") if v.strip()]
     print(json.dumps(run(a.items, a.dim, rates, a.seconds, say=lambda m: print(m, file=sys.stderr, flush=True),
-                         batch_sizes=sizes, repeats=a.repeats, queries_in=a.queries_in)))
+                         batch_sizes=sizes, repeats=a.repeats, queries_in=a.queries_in,
+                         compare_kept=a.compare_kept_rows)))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@ import pytest
 def test_attach_bench_small(db):
     from pm_vector.bench.attach_bench import run
 
-    out = run(items=400, dim=32, rate=[20.0, 10.0], seconds=2.0, batch_sizes=(5, 10), repeats=2)
+    out = run(items=400, dim=32, rate=[20.0, 10.0], seconds=2.0, batch_sizes=(5, 10), repeats=2, compare_kept=True)
     assert set(out["batch_s"]) == {"5", "10"} and all(len(v["runs"]) == 2 for v in out["batch_s"].values())
+    # side by side: each timed batch beside one synced without the rows kept from the batch before
+    assert all(len(v["without_kept_rows"]["runs"]) == 2 for v in out["batch_s"].values())
     assert [s["rate"] for s in out["streams"]] == [20.0, 10.0]
     for s in out["streams"]:  # each stream on the table the one before left
         assert s["errors"] == 0, s["error_samples"]
