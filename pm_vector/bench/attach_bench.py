@@ -167,7 +167,7 @@ def _change_stream(name: str, stream: _Changes, rate: float, seconds: float, cli
 
     import pm_vector.db as db
 
-    from ..db.store.attach import pending
+    from ..db.store.attach import sync_status
 
     commits: list[tuple[float, str]] = []
     syncs: list[tuple[float, float, int]] = []  # (start, end, changes applied) of each sync
@@ -208,7 +208,7 @@ def _change_stream(name: str, stream: _Changes, rate: float, seconds: float, cli
     for x in th:
         x.start()
     n_applied = 0
-    while not stop.is_set() or pending(name):
+    while not stop.is_set() or sync_status(name)["queued"]:
         s, got = time.perf_counter(), 0
         try:
             got = db.sync(name)["applied"]
@@ -233,7 +233,7 @@ def _summarise_changes(conn, name: str, table: str, commits: list, syncs: list, 
                        n_applied: int, answered: list) -> dict:
     """The change stream's figures: changes, syncs, each change's delay to the end of the first sync
     that started after it, errors, and the count check of the table against the collection."""
-    from ..db.store.attach import pending
+    from ..db.store.attach import sync_status
 
     out: dict = {}
     delays = []
@@ -259,7 +259,7 @@ def _summarise_changes(conn, name: str, table: str, commits: list, syncs: list, 
         "SELECT count(*), count(DISTINCT external_id) FROM pm_vector.items i JOIN pm_vector.collections c "
         "ON c.id = i.collection_id WHERE c.name = %s", [name]).fetchone()
     out["count_check"] = {"table_rows": int(valid), "items": int(have), "distinct_keys": int(distinct),
-                          "queue_left": pending(name), "applied_equals_changes":
+                          "queue_left": sync_status(name)["queued"], "applied_equals_changes":
                           n_applied == len(commits)}
     return out
 

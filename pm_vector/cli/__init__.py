@@ -11,7 +11,7 @@ from . import bench_cluster  # noqa: F401  bench cluster
 from . import bench_accounting  # noqa: F401  bench accounting
 from . import bench_service  # noqa: F401  bench outage / bench memory
 from .db import db_app, embed
-from .items import attach, items_app, sync
+from .items import attach, items_app, sync, sync_status
 from .kahm import kahm_app
 
 app = typer.Typer(help="pm_vector: differentially private nearest-neighbour search in PostgreSQL/pgvector.",
@@ -22,6 +22,7 @@ app.add_typer(kahm_app, name="kahm")
 app.add_typer(items_app, name="items")
 app.command("attach")(attach)
 app.command("sync")(sync)
+app.command("sync-status")(sync_status)
 app.command("embed")(embed)
 
 from .service import register as _register_service  # noqa: E402  serve, keys, query, demo, ingest, bench load

@@ -1,5 +1,6 @@
 """``pm-vector items delete|update``: delete items (their erasure reaches every run table) and change
-an item's features, label or payload, by id or external id."""
+an item's features, label or payload, by id or external id; ``pm-vector attach``, ``sync`` and
+``sync-status``: a table of yours as a collection, its queued changes applied, and how far behind."""
 
 from __future__ import annotations
 
@@ -194,3 +195,35 @@ def _say_sync(out: dict, as_json: bool) -> None:
     typer.echo(f"{out['applied']} change(s): {out['inserted']} new, {out['replaced']} replaced, {out['deleted']} "
                f"deleted, {out['payloads']} payload(s); {len(out['skipped'])} skipped" +
                "".join(f"\n  skipped {k}: {r}" for k, r in out["skipped"][:20]))
+
+
+def sync_status(name: Optional[str] = typer.Argument(None, help="An attached collection (default: every one)."),
+                as_json: bool = typer.Option(False, "--json", help="Print JSON: one object for NAME, else a list.")):
+    """How far behind the sync of attached tables is: per collection, the changes queued and how long
+    the oldest has waited (the view pm_vector.attach_status).
+
+    Example: pm-vector sync-status docs
+    Example: pm-vector sync-status --json     (every attached collection)
+    """
+    from ..db.store.attach import sync_status as _status
+
+    try:
+        out = _status(name)
+    except PMVectorError as e:
+        fail(str(e) + ("" if name is None else " `pm-vector sync-status` lists the attached collections."))
+    if as_json:
+        echo_json(out)
+        return
+    rows = [out] if name is not None else out
+    if not rows:
+        typer.echo("no attached collection (pm-vector attach makes one).")
+    for r in rows:
+        typer.echo(_status_line(r))
+
+
+def _status_line(r: dict) -> str:
+    """``docs (documents): 1,204 queued, oldest 3.2 s ago`` or ``docs (documents): up to date``."""
+    head = f"{r['collection']} ({r['source_table']})"
+    if not r["queued"]:
+        return f"{head}: up to date"
+    return f"{head}: {r['queued']:,} queued, oldest {r['lag_s']:.1f} s ago"

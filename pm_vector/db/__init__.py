@@ -37,6 +37,7 @@ Data (see :mod:`pm_vector.db.store.api`, :mod:`pm_vector.db.runs.jobs`)::
     update_items(collection, item_ids=... | external_ids=..., features=, labels=, payloads=) -> dict
     attach_table(name, table=, id_column=, vector_column=, label_column=None, payload_columns=()) -> dict
     sync(name) -> dict                     (a user's table as the collection, :mod:`pm_vector.db.store.attach`)
+    sync_status(name=None) -> dict | list  (how far behind the sync is: changes queued, the oldest's lag)
     run_embedding_job(collection, params, seed, progress=None, *, embed_fn) -> dict
     embed_new_items(collection, embed_fn_extend) -> dict
     run_info(run_id) -> dict               list_runs(collection=None) -> list[dict]
@@ -64,7 +65,7 @@ KAHM roles (see :mod:`pm_vector.db.kahm`; imported on demand)::
 SQL (installed by the migrations from ``sql/``, schema ``pm_vector``): ``pm_knn``,
 ``pm_knn_batch``, ``pm_knn_batch_explain``, ``pm_class_scores``, ``pm_shortlist``,
 ``pm_shortlist_explain``, views ``pm_collections``,
-``pm_runs``, ``pm_anchor_sets``, ``pm_requests``, ``pm_kahm_models``, ``pm_kahm_audits``. The storage design is explained in
+``pm_runs``, ``pm_anchor_sets``, ``pm_requests``, ``pm_kahm_models``, ``pm_kahm_audits``, ``attach_status``. The storage design is explained in
 :mod:`pm_vector.db.store.models`.
 """
 
@@ -109,7 +110,7 @@ from .runs.new_items import embed_new_items
 from .store.payloads import set_max_payload_bytes
 from .store.erase import ItemNotFoundError, delete_items
 from .store.update import update_items
-from .store.attach import attach_table, sync
+from .store.attach import attach_table, sync, sync_status
 from .postgres import database_url, start, status, stop, upgrade
 
 __all__ = [
@@ -117,7 +118,7 @@ __all__ = [
     "database_url", "delete_items", "drop_collection", "embed_new_items", "fetch_items", "get_anchor_set", "get_engine",
     "ingest", "knn", "knn_batch", "list_collections", "list_requests", "list_runs", "log_request",
     "register_anchor_set", "run_embedding_job", "run_info", "session_scope", "set_max_payload_bytes", "start",
-    "status", "stop", "sync", "update_items", "upgrade",
+    "status", "stop", "sync", "sync_status", "update_items", "upgrade",
     "ClassRowsUnavailableError", "CollectionExistsError", "CollectionNotFoundError", "DatabaseConfigError",
     "DatabaseError",
     "DimensionMismatchError", "DuplicateExternalIdError", "EmbeddedServerError", "EmbeddingJobError",

@@ -4,13 +4,15 @@ Endpoints (all but ``/health``, ``/openapi.json`` and ``/docs`` need an API key,
 ``Authorization: Bearer pmv_...`` or ``X-API-Key: pmv_...``; the key is checked, and its rate
 limit applied, from the headers before any body is read). Role ``query`` (the default of
 ``pm-vector keys create``) may use the collection reads, the anchor, resolve and the KAHM
-endpoints; items, jobs and keys need ``admin`` (403). A key limited to some collections sees
-only those (404 for any other, and ``/collections`` lists only them):
+endpoints; items, jobs, keys and the sync status need ``admin`` (403). A key limited to some
+collections sees only those (404 for any other, and ``/collections`` lists only them):
 
 =======  =====================================  =====================================================
 GET      /health                                status, version, the server's limits, database reachable?
 GET      /collections                           the collections (name, dims, labels, sizes, active run)
 GET      /collections/{name}                    one collection, with its active run
+GET      /collections/{name}/sync               an attached table's sync (admin): changes queued,
+                                                how long the oldest has waited
 GET      /collections/{name}/anchor             the public anchor: ids, features, labels, dummy pool,
                                                 frame info (AnchorFrame params, seed, anchor embedding)
 POST     /collections/{name}/items              items by id; raw features only if the collection allows
@@ -36,10 +38,11 @@ Content-Type is neither application/json nor application/msgpack), 406 (an Accep
 neither), 404 (unknown collection,
 job, or out of the key's scope), 403 (the key's role; raw features or raw KAHM distances not
 allowed), 429 (rate limit, too many failed authentications from one address, or job queue full, with
-Retry-After), 409 (no active run yet, or no
-KAHM model for the kahm endpoints). While the database is unreachable every endpoint that needs
-it answers 503 ``database_unavailable`` with ``Retry-After`` (and ``/health`` 503 ``degraded``);
-the pool reconnects by itself. A 5xx is a bug: every bad input has its 4xx.
+Retry-After), 409 (no active run yet, no
+KAHM model for the kahm endpoints, or the sync status of a collection that is not attached). While
+the database is unreachable every endpoint that needs it answers 503 ``database_unavailable`` with
+``Retry-After`` (and ``/health`` 503 ``degraded``); the pool reconnects by itself. A 5xx is a
+bug: every bad input has its 4xx.
 
 This module makes the application (:func:`create_app`): its state
 (:class:`~pm_vector.service.state.ServiceState`), start-up and shut-down

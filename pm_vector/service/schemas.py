@@ -113,6 +113,19 @@ class AnchorDocument(BaseModel):
                                               "its nearest partition. None for a labelled collection.")
 
 
+class SyncStatus(BaseModel):
+    """:func:`pm_vector.db.sync_status` of an attached collection (the view ``pm_vector.attach_status``)."""
+
+    collection: str
+    source_table: str = Field(description="The attached table as the attach recorded it, e.g. 'app.documents' "
+                                          "(a table of pgvector's schema, usually public, by its name alone).")
+    queued: int = Field(description="Changes of the table queued and not yet applied (0: up to date).")
+    oldest_queued_at: Optional[str] = Field(None, description="When the oldest queued change was queued (ISO "
+                                            "8601); null when nothing is queued.")
+    lag_s: Optional[float] = Field(None, description="Seconds the oldest queued change has waited for a sync; "
+                                   "null when nothing is queued.")
+
+
 class ItemsBody(BaseModel):
     ids: list[Int64]
     include_features: StrictBool = False

@@ -9,7 +9,8 @@ TABLES = {"collections", "ingests", "items", "anchor_sets", "anchors", "embeddin
           "kahm_models", "kahm_item_scores", "kahm_audits", "alembic_version"}
 FUNCTIONS = {"pm_knn", "pm_knn_batch", "pm_knn_batch_explain", "pm_active_run", "pm_create_run_tables",
              "pm_build_run_indexes", "pm_drop_run_tables", "pm_class_scores"}
-VIEWS = {"pm_collections", "pm_runs", "pm_anchor_sets", "pm_requests", "pm_kahm_models", "pm_kahm_audits"}
+VIEWS = {"pm_collections", "pm_runs", "pm_anchor_sets", "pm_requests", "pm_kahm_models", "pm_kahm_audits",
+         "attach_status"}
 
 
 def _objects(c):

@@ -15,6 +15,8 @@ EXPECTED = {
     ("GET", "/health"): ("health_health_get", ["service"], None, ["200", *_COMMON, "503"]),
     ("GET", "/collections"): ("collections_collections_get", ["collections"], None, ["200", *_COMMON]),
     ("GET", "/collections/{name}"): ("describe_collections__name__get", ["collections"], None, ["200", *_COMMON]),
+    ("GET", "/collections/{name}/sync"): ("sync_status_collections__name__sync_get", ["collections"], None,
+                                          ["200", *_COMMON]),
     ("GET", "/collections/{name}/anchor"): ("anchor_collections__name__anchor_get", ["collections"], None,
                                             ["200", *_COMMON]),
     ("POST", "/collections/{name}/items"): ("items_collections__name__items_post", ["collections"], "ItemsBody",
@@ -60,6 +62,11 @@ def test_paths_operation_ids_and_bodies(app):
     comps = spec["components"]["schemas"]
     for name in ("ResolveBody", "PrivateMailRequestBody", "DistancesBody", "ItemsBody", "DeleteItemsBody", "JobBody"):
         assert comps[name]["type"] == "object" and comps[name]["properties"], name
+    # the sync status's answer is documented by its model
+    ok = spec["paths"]["/collections/{name}/sync"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert ok["schema"]["$ref"].rsplit("/", 1)[1] == "SyncStatus"
+    assert set(comps["SyncStatus"]["properties"]) == {"collection", "source_table", "queued", "oldest_queued_at",
+                                                      "lag_s"}
     for path, ops in spec["paths"].items():  # every reference resolves
         for op in ops.values():
             for v in op.get("requestBody", {}).get("content", {}).values():

@@ -1,4 +1,4 @@
-"""A user's own table as a collection: ``attach_table`` and ``sync``.
+"""A user's own table as a collection: ``attach_table``, ``sync`` and ``sync_status``.
 
 ``attach_table(name, table="public.documents", id_column="id", vector_column="embedding",
 label_column=None, payload_columns=())`` (also ``pm-vector attach`` and, in SQL,
@@ -18,7 +18,9 @@ point leaves the old state and its queue for the next sync to resume. Per key, t
 effect: a row gone or no longer valid erases its item (:mod:`pm_vector.db.store.erase`'s erasure:
 every run table); a new row, or a changed vector or label, replaces the item (erase the old, insert
 the new, placed in the active run as ``embed --new-items`` does); a change of other columns updates
-the payload only. Skipped rows are reported with their reason.
+the payload only. Skipped rows are reported with their reason. How far behind the sync is:
+:func:`sync_status` (``pm-vector sync-status``, ``GET /collections/{name}/sync``, the view
+``pm_vector.attach_status``): the changes queued and how long the oldest has waited.
 
 A batch's cost: the erasure and the placement search the run's items by their features, which the
 syncing process keeps between batches (:mod:`pm_vector.db.runs.item_cache`: read once from the
@@ -43,9 +45,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...errors import InvalidInputError
-from ..errors import translate_sql_error
+from ..errors import CollectionNotFoundError, translate_sql_error
 from ..postgres import connect
-from ._common import collection_row
+from ._common import collection_row, iso_datetime
 
 #: queue rows one sync transaction applies
 SYNC_BATCH = 5_000
@@ -104,12 +106,39 @@ def attach_table(name: str, table: str | None = None, id_column: str | None = No
     return out
 
 
-def pending(collection: str) -> int:
-    """Changes queued and not yet applied."""
-    with connect() as conn:
-        coll = collection_row(conn, collection)
-        return int(conn.execute("SELECT count(*) FROM pm_vector.attach_changes WHERE collection_id = %s",
-                                [coll["id"]]).fetchone()[0])
+def _not_attached(collection: str) -> InvalidInputError:
+    return InvalidInputError(f"collection {collection!r} is not attached to a table (pm-vector attach).")
+
+
+def sync_status(collection: str | None = None, *, url: str | None = None) -> dict[str, Any] | list[dict[str, Any]]:
+    """How far behind the sync is (the view ``pm_vector.attach_status``, ``sql/0019_attach_status.sql``).
+
+    With a name, that collection's ``{"collection", "source_table", "queued", "oldest_queued_at",
+    "lag_s"}``: the changes queued and not yet applied, when the oldest of them was queued (ISO
+    string) and how many seconds it has waited (float); both None when nothing is queued.
+    CollectionNotFoundError for an unknown collection, InvalidInputError for one that is not
+    attached. Without a name, the list of every attached collection's, by name."""
+    from psycopg.rows import dict_row
+
+    with connect(url) as conn:
+        if collection is not None:
+            coll = collection_row(conn, collection)
+            if not (coll["settings"] or {}).get("attached"):
+                raise _not_attached(collection)
+        with conn.cursor(row_factory=dict_row) as cur:
+            if collection is None:
+                rows = cur.execute("SELECT * FROM pm_vector.attach_status ORDER BY collection").fetchall()
+            else:
+                rows = cur.execute("SELECT * FROM pm_vector.attach_status WHERE collection = %s",
+                                   [collection]).fetchall()
+    out = [{"collection": r["collection"], "source_table": r["source_table"], "queued": int(r["queued"]),
+            "oldest_queued_at": iso_datetime(r["oldest_queued_at"]),
+            "lag_s": None if r["lag_s"] is None else float(r["lag_s"])} for r in rows]
+    if collection is None:
+        return out
+    if not out:  # (dropped since the check above)
+        raise CollectionNotFoundError(f"unknown collection {collection!r}; list_collections() shows the existing ones.")
+    return out[0]
 
 
 def sync(collection: str, *, batch: int = SYNC_BATCH, embed_fn_extend=None, max_batches: int | None = None,
@@ -295,7 +324,7 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
         coll = collection_row(conn, collection, lock="FOR NO KEY UPDATE")
         att = (coll["settings"] or {}).get("attached")
         if not att:
-            raise InvalidInputError(f"collection {collection!r} is not attached to a table (pm-vector attach).")
+            raise _not_attached(collection)
         rows = conn.execute("SELECT seq, op, key, old_vector FROM pm_vector.attach_changes WHERE collection_id = %s "
                             "AND seq <= %s ORDER BY seq LIMIT %s", [coll["id"], upto, batch]).fetchall()
         if not rows:

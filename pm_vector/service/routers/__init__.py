@@ -3,7 +3,8 @@ includes them in this order (the order of the OpenAPI document's paths):
 
 ==================  ==========================================================================
 ``health``          ``GET /health`` (no key)
-``collections``     ``GET /collections``, ``GET /collections/{name}``
+``collections``     ``GET /collections``, ``GET /collections/{name}``,
+                    ``GET /collections/{name}/sync`` (admin)
 ``anchor``          ``GET /collections/{name}/anchor``
 ``items``           ``POST /collections/{name}/items`` (admin)
 ``jobs``            ``POST /collections/{name}/jobs``, ``GET /jobs``, ``GET /jobs/{job_id}`` (admin)

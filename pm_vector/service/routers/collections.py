@@ -1,5 +1,6 @@
-"""``GET /collections`` (the collections a key may use) and ``GET /collections/{name}`` (one, with
-its active embedding run)."""
+"""``GET /collections`` (the collections a key may use), ``GET /collections/{name}`` (one, with
+its active embedding run) and ``GET /collections/{name}/sync`` (how far behind an attached
+table's sync is; admin keys)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from .. import schemas
 from ..auth import in_scope
-from ..deps import AUTH, NEG, CallerDep
+from ..deps import ADMIN_SCOPED, AUTH, NEG, CallerDep
+from ..errors import ApiError
 from ..media import respond
 
 router = APIRouter()
@@ -45,3 +48,19 @@ def describe(name: str, request: Request):
         run = {k: r.get(k) for k in ("run_id", "status", "params", "seed", "embedding_dim", "n_items",
                                     "n_anchors", "anchor_set_id", "finished_at", "duration")}
     return respond(request, {**c, "active_run": run})
+
+
+@router.get("/collections/{name}/sync", dependencies=ADMIN_SCOPED + NEG, response_model=schemas.SyncStatus,
+            tags=["collections"])
+def sync_status(name: str, request: Request):
+    """How far behind the sync of an attached table is (admin keys): the changes queued and not yet
+    applied, when the oldest was queued and how many seconds it has waited (``lag_s``; null when
+    nothing is queued). 404 for an unknown collection, 409 ``not_attached`` for one that is not an
+    attached table."""
+    from ...db.store.attach import sync_status as _status
+    from ...errors import InvalidInputError
+
+    try:
+        return respond(request, _status(name))
+    except InvalidInputError as exc:  # (the only one: the collection is not an attached table)
+        raise ApiError(409, "not_attached", str(exc)) from None
