@@ -9,7 +9,7 @@ stream at each rate, one after the other)
 * with ``--batch-sizes``: ``batch_s``, one sync of that many changes timed (``--repeats`` times, the
   median), the cost of a batch apart from the stream's rhythm; with ``--compare-kept-rows``, each
   beside a batch of the same size synced without the rows kept from the batch before
-  (``without_kept_rows``);
+  (``without_kept_rows``), and each stream run twice, first without them (``kept_rows``);
 * then, per rate of ``--rate`` (several, comma-separated: one stream after the other, on the same
   table), ``rate`` changes a second (inserts, vector updates, payload updates and deletes, mixed) for
   ``seconds`` seconds, committed one by one by a writer thread, while a sync loop applies the queue
@@ -318,12 +318,23 @@ def run(items: int = 100_000, dim: int = 128, rate=100.0, seconds: float = 60.0,
             say("batches")
             out["batch_s"] = _batches(name, stream, list(batch_sizes), int(repeats), say, compare_kept)
         if seconds > 0:
+            from ..db.runs import row_cache
+
             out["streams"] = []
             for r in rates:
-                say(f"changes: {r:g} a second")
-                got = _change_stream(name, stream, r, seconds, client, X, y, items, rng, queries_in, anchor, seed)
-                out["streams"].append({"rate": r, **_summarise_changes(conn, name, table, *got)})
-                say(json.dumps(out["streams"][-1]))
+                for kept in ((False, True) if compare_kept else (True,)):
+                    say(f"changes: {r:g} a second" + ("" if kept else " (without the kept rows)"))
+                    cap = row_cache.MAX_BYTES
+                    row_cache.MAX_BYTES = cap if kept else 0  # (0: no batch keeps a row)
+                    row_cache.forget()
+                    try:
+                        got = _change_stream(name, stream, r, seconds, client, X, y, items, rng, queries_in, anchor,
+                                             seed)
+                    finally:
+                        row_cache.MAX_BYTES = cap
+                    out["streams"].append({"rate": r, **({} if not compare_kept else {"kept_rows": kept}),
+                                           **_summarise_changes(conn, name, table, *got)})
+                    say(json.dumps(out["streams"][-1]))
     finally:
         db.drop_collection(name, missing_ok=True)
         conn.execute(f"DROP TABLE IF EXISTS {table}")
@@ -345,8 +356,8 @@ def main() -> None:
                          "(as the service's own sync worker) or a process of their own (as the service beside "
                          "`pm-vector sync`)")
     ap.add_argument("--compare-kept-rows", action="store_true",
-                    help="with --batch-sizes: time each batch also without the rows kept from the batch before, "
-                         "side by side")
+                    help="time each batch also without the rows kept from the batch before, side by side, and "
+                         "run each stream first without them")
     a = ap.parse_args()
     sizes = [int(v) for v in a.batch_sizes.split(",") if v.strip()]
     rates = [float(v) for v in a.rate.split(",") if v.strip()]

@@ -12,7 +12,9 @@ def test_attach_bench_small(db):
     assert set(out["batch_s"]) == {"5", "10"} and all(len(v["runs"]) == 2 for v in out["batch_s"].values())
     # side by side: each timed batch beside one synced without the rows kept from the batch before
     assert all(len(v["without_kept_rows"]["runs"]) == 2 for v in out["batch_s"].values())
-    assert [s["rate"] for s in out["streams"]] == [20.0, 10.0]
+    # each rate's stream twice: without the kept rows, then with them
+    assert [(s["rate"], s["kept_rows"]) for s in out["streams"]] == [(20.0, False), (20.0, True), (10.0, False),
+                                                                      (10.0, True)]
     for s in out["streams"]:  # each stream on the table the one before left
         assert s["errors"] == 0, s["error_samples"]
         cc = s["count_check"]
