@@ -24,8 +24,8 @@ Kept rows are never trusted on the strength of a version alone:
   :data:`MAX_BYTES`.
 
 The location rows are not kept: a batch reads few of their parts (by key), and holding all of
-them made every read test each held part in Python and every batch read some 10^5 ``xmin``; with
-them kept a batch of 5 changes took 3.0 s instead of 2.4 s.
+them (860,488 parts at 100,000 items) made every read test each held part in Python and every batch
+read every part's ``xmin``; with them kept a batch of 5 changes took 3.0 s instead of 2.4 s.
 """
 
 from __future__ import annotations
@@ -69,7 +69,6 @@ class Kept:
 
         self.tables: dict[str, tuple[int, str]] = {}  # table -> (run id, kind)
         self.before: dict[int, tuple] = {}  # run id -> its version's key when the batch began
-        self._after: dict[int, tuple | None] = {}  # ... and when its work ended
         self._got: dict[str, dict] = {}
         for rid, doc in runs:
             doc = doc or {}
@@ -103,14 +102,8 @@ class Kept:
     def collect(self, conn) -> None:
         """At the end of the batch's work, still inside ``array_rows.deferred``: its writes done, the rows
         it holds and their ``xmin`` (read back), to keep if it commits."""
-        from . import item_cache
-
         array_rows.flush(conn)
         self._got = {}
-        self._after = {}
-        for rid in self.before:
-            doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()
-            self._after[rid] = item_cache.key(conn, rid, doc[0] if doc else None)
         for t, (rid, kind) in self.tables.items():
             held = array_rows.held(conn, t)
             if held is None or not held[0]:
@@ -122,11 +115,12 @@ class Kept:
             self._got[t] = {"rows": {k: r for k, r in rows.items() if k in now},
                             "xmin": {k: now[k] for k in rows if k in now}, "complete": complete and len(rows) == len(now)}
 
-    def keep(self) -> None:
-        """After the commit: the collected rows under each run's version as the batch left it."""
+    def keep(self, after: Mapping[int, tuple | None]) -> None:
+        """After the commit: the collected rows under each run's version as the batch left it (``after``:
+        run id -> its :func:`pm_vector.db.runs.item_cache.key`, read before the commit)."""
         with _lock:
             for t, entry in self._got.items():
-                k = self._after.get(self.tables[t][0])
+                k = after.get(self.tables[t][0])
                 if k is None:
                     continue
                 for old in [o for o in _cache if o[:4] == k[:4] and o[-1] == t]:  # one version per table
@@ -136,7 +130,7 @@ class Kept:
             while _cache and total > MAX_BYTES:
                 _, e = _cache.popitem(last=False)
                 total -= _nbytes(e["rows"].values())
-        self._got, self._after = {}, {}
+        self._got = {}
 
 
 def forget(run_id: int | None = None) -> None:

@@ -298,11 +298,12 @@ class _RunItems:
         self.items[int(rid)] = item_cache.after(self.load(rid), (), added)
 
     def keys(self) -> dict:
-        """Before the commit: each followed run's cache key under its new version."""
+        """Before the commit: each run's cache key under its new version (the kept cell rows,
+        :mod:`pm_vector.db.runs.row_cache`, are kept under it too)."""
         from ..runs import item_cache
 
         out = {}
-        for rid in self.items:
+        for rid in self.docs:
             doc = self.conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()
             out[rid] = item_cache.key(self.conn, rid, doc[0] if doc else None)
         return out
@@ -311,8 +312,8 @@ class _RunItems:
         """After the commit."""
         from ..runs import item_cache
 
-        for rid, k in keys.items():
-            item_cache.put(k, self.items[rid])
+        for rid, items in self.items.items():
+            item_cache.put(keys.get(rid), items)
 
 
 def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: str | None = None
@@ -360,7 +361,7 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
         cache_keys = run_items.keys()
         conn.commit()
     run_items.keep(cache_keys)
-    kept.keep()
+    kept.keep(cache_keys)
     n_replaced = sum(1 for k, _l, _p in insert if k in items)
     return {"applied": len(rows), "inserted": len(insert) - n_replaced, "replaced": n_replaced,
             "deleted": int(gone.size) - n_replaced, "payloads": len(payloads), "skipped": skipped}
