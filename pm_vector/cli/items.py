@@ -156,7 +156,7 @@ def sync(name: str = typer.Argument(..., help="The attached collection."),
 
     import psycopg
 
-    from ..db.store.attach import sync as _sync
+    from ..db.store.sync import sync as _sync
     from ..errors import InvalidInputError
     from .failures import describe
 

@@ -36,7 +36,7 @@ Data (see :mod:`pm_vector.db.store.api`, :mod:`pm_vector.db.runs.jobs`)::
                                            (erasure from every run table, :mod:`pm_vector.db.store.erase`)
     update_items(collection, item_ids=... | external_ids=..., features=, labels=, payloads=) -> dict
     attach_table(name, table=, id_column=, vector_column=, label_column=None, payload_columns=()) -> dict
-    sync(name) -> dict                     (a user's table as the collection, :mod:`pm_vector.db.store.attach`)
+    sync(name) -> dict                     (a user's table as the collection, :mod:`pm_vector.db.store.attach`, :mod:`~pm_vector.db.store.sync`)
     sync_status(name=None) -> dict | list  (how far behind the sync is: changes queued, the oldest's lag)
     run_embedding_job(collection, params, seed, progress=None, *, embed_fn) -> dict
     embed_new_items(collection, embed_fn_extend) -> dict
@@ -110,7 +110,8 @@ from .runs.new_items import embed_new_items
 from .store.payloads import set_max_payload_bytes
 from .store.erase import ItemNotFoundError, delete_items
 from .store.update import update_items
-from .store.attach import attach_table, sync, sync_status
+from .store.attach import attach_table, sync_status
+from .store.sync import sync
 from .postgres import database_url, start, status, stop, upgrade
 
 __all__ = [

@@ -16,6 +16,9 @@ Modules:
 * :mod:`~pm_vector.db.store.partitioned` -- collections without labels (public partitions);
 * :mod:`~pm_vector.db.store.retention` -- pruning the request log;
 * :mod:`~pm_vector.db.store.erase` -- ``delete_items`` (the erasure); :mod:`~pm_vector.db.store.update` -- ``update_items``;
+* :mod:`~pm_vector.db.store.attach` -- a user's table as a collection (``attach_table``, ``sync_status``);
+  :mod:`~pm_vector.db.store.sync` -- its queued changes applied (``sync``, ``sync_pending``), with the run's
+  items as built (:mod:`~pm_vector.db.store.sync_items`);
 * :mod:`~pm_vector.db.store.maintenance` -- ``cleanup``: stale runs, orphan tables, the log;
 * :mod:`~pm_vector.db.store.models` -- the SQLAlchemy models of the schema (the storage design);
 * ``_common``, ``_validate``, ``_names`` -- the collection row, input checks, collection names.
