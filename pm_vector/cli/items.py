@@ -11,6 +11,7 @@ import typer
 
 from ..errors import PMVectorError
 from ._service_common import echo_json, fail
+from ._text import printable
 
 items_app = typer.Typer(help="Delete or update items of a collection (erasure reaches every run table).",
                         no_args_is_help=True)
@@ -131,12 +132,13 @@ def attach(name: str = typer.Argument(..., help="The new collection's name."),
     try:
         out = attach_table(name, table, id_column, vector_column, label_column, payload_column)
     except PMVectorError as e:
-        fail(str(e))
+        fail(printable(e))
     if as_json:
         echo_json(out)
         return
-    typer.echo(f"attached {table} as {name!r}: {out['items']} rows, {out['skipped']} skipped (NULL vector, other "
-               f"dimension or label), dim {out['dim']}, labels {out['labels']}")
+    typer.echo(f"attached {printable(table)} as {printable(name)}: {out['items']} rows, {out['skipped']} skipped "
+               f"(NULL vector, other dimension or label, payload over the bounds), dim {out['dim']}, labels "
+               f"{out['labels']}" + _rejected_lines(out["rejected"]))
 
 
 def sync(name: str = typer.Argument(..., help="The attached collection."),
@@ -147,6 +149,8 @@ def sync(name: str = typer.Argument(..., help="The attached collection."),
          passes: Optional[int] = typer.Option(None, "--passes", min=1, help="With --every: stop after this many."),
          as_json: bool = typer.Option(False, "--json", help="Print one JSON object a pass.")):
     """Apply the queued changes of an attached table (in order, exactly once; a killed sync resumes).
+    A change that cannot be applied is rejected (listed with its reason; sync-status counts them) and
+    the others are applied. Exits 1 when the sync (with --passes, its last pass) failed.
 
     Example: pm-vector sync docs
     Example: pm-vector sync docs --every 1     (in a process of its own, beside the service with
@@ -168,15 +172,16 @@ def sync(name: str = typer.Argument(..., help="The attached collection."),
             try:
                 out = _sync(name)
             except (InvalidInputError, LookupError) as e:  # (no such collection, not attached): say so, stop
-                fail(str(e))
+                fail(printable(e))
             except (PMVectorError, psycopg.Error) as e:
                 if every is None:
-                    if isinstance(e, PMVectorError):
-                        fail(str(e))
-                    raise  # (the command line's handler names it: cli/failures.py)
+                    fail(printable(describe(e)), 2 if isinstance(e, PMVectorError) else 1)
                 # a loop outlives an outage: it says so and tries again at the next pass (the queue waits)
-                typer.echo(f"error: {describe(e)} (trying again in {every:g} s)", err=True)
                 out = None
+                why = printable(describe(e))
+                if passes is not None and done + 1 >= passes:  # its last pass failed: so does the command
+                    fail(why, 1)
+                typer.echo(f"error: {why} (trying again in {every:g} s)", err=True)
             if out is not None:
                 _say_sync(out, as_json)
             done += 1
@@ -193,8 +198,14 @@ def _say_sync(out: dict, as_json: bool) -> None:
         echo_json(out)
         return
     typer.echo(f"{out['applied']} change(s): {out['inserted']} new, {out['replaced']} replaced, {out['deleted']} "
-               f"deleted, {out['payloads']} payload(s); {len(out['skipped'])} skipped" +
-               "".join(f"\n  skipped {k}: {r}" for k, r in out["skipped"][:20]))
+               f"deleted, {out['payloads']} payload(s); {len(out['rejected'])} rejected" +
+               _rejected_lines(out["rejected"]))
+
+
+def _rejected_lines(rejected) -> str:
+    """The first 20 rejected keys, a line each, escaped (a key or a reason is the table's text)."""
+    return "".join(f"\n  rejected {printable(k)}: {printable(r)}" for k, r in list(rejected)[:20]) + (
+        f"\n  ... and {len(rejected) - 20} more (pm_vector.db.sync_rejected)" if len(rejected) > 20 else "")
 
 
 def sync_status(name: Optional[str] = typer.Argument(None, help="An attached collection (default: every one)."),
@@ -205,12 +216,13 @@ def sync_status(name: Optional[str] = typer.Argument(None, help="An attached col
     Example: pm-vector sync-status docs
     Example: pm-vector sync-status --json     (every attached collection)
     """
-    from ..db.store.attach import sync_status as _status
+    from ..db.store.attach import sync_rejected, sync_status as _status
 
     try:
         out = _status(name)
+        listed = sync_rejected(name, limit=21) if name is not None and out["rejected"] else []
     except PMVectorError as e:
-        fail(str(e) + ("" if name is None else " `pm-vector sync-status` lists the attached collections."))
+        fail(printable(e) + ("" if name is None else " `pm-vector sync-status` lists the attached collections."))
     if as_json:
         echo_json(out)
         return
@@ -219,11 +231,16 @@ def sync_status(name: Optional[str] = typer.Argument(None, help="An attached col
         typer.echo("no attached collection (pm-vector attach makes one).")
     for r in rows:
         typer.echo(_status_line(r))
+    if listed:
+        typer.echo(_rejected_lines([(x["key"], x["reason"]) for x in listed][:20]).lstrip("\n") +
+                   ("\n  ... (pm_vector.db.sync_rejected lists them all)" if len(listed) > 20 else ""))
 
 
 def _status_line(r: dict) -> str:
-    """``docs (documents): 1,204 queued, oldest 3.2 s ago`` or ``docs (documents): up to date``."""
-    head = f"{r['collection']} ({r['source_table']})"
+    """``docs (documents): 1,204 queued, oldest 3.2 s ago`` or ``docs (documents): up to date``, and
+    ``; 3 rejected`` when the sync rejected changes (names escaped: :func:`printable`)."""
+    head = f"{printable(r['collection'])} ({printable(r['source_table'])})"
+    tail = f"; {r['rejected']:,} rejected" if r.get("rejected") else ""
     if not r["queued"]:
-        return f"{head}: up to date"
-    return f"{head}: {r['queued']:,} queued, oldest {r['lag_s']:.1f} s ago"
+        return f"{head}: up to date{tail}"
+    return f"{head}: {r['queued']:,} queued, oldest {r['lag_s']:.1f} s ago{tail}"

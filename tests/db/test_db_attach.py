@@ -76,7 +76,7 @@ def test_attach_reads_the_table_and_sync_applies_its_changes_once(db, cname, con
     before = _ids_of(conn, cname)
     res = db.sync(cname, embed_fn_extend=make_extend_fn())
     assert res["applied"] == 6 and res["inserted"] == 1 and res["replaced"] == 1 and res["payloads"] == 1
-    assert sorted(k for k, _ in res["skipped"]) == ["11", "2002"]
+    assert sorted(k for k, _ in res["rejected"]) == ["11", "2002"]
     after = _ids_of(conn, cname)
     assert "9" not in after and "11" not in after and "2002" not in after and "2001" in after
     assert after["7"] != before["7"] and after["8"] == before["8"]

@@ -1,4 +1,4 @@
-"""A user's own table as a collection: ``attach_table`` and ``sync_status`` (the sync itself:
+"""A user's own table as a collection: ``attach_table``, ``sync_status`` and ``sync_rejected`` (the sync itself:
 :mod:`pm_vector.db.store.sync`, whose ``sync`` and ``sync_pending`` this module also names).
 
 ``attach_table(name, table="public.documents", id_column="id", vector_column="embedding",
@@ -33,6 +33,8 @@ from ...errors import InvalidInputError
 from ..errors import CollectionNotFoundError, translate_sql_error
 from ..postgres import connect
 from ._common import collection_row, iso_datetime
+from ._names import check_name
+from .sync_rows import reject_stored_payloads
 from .sync import SYNC_BATCH, not_attached, sync, sync_pending  # noqa: F401  (the sync's names, here too)
 
 
@@ -42,8 +44,11 @@ def _column_of(attr) -> tuple[str, str]:
     table = getattr(col, "table", None)
     if table is None or not getattr(col, "name", None):
         raise InvalidInputError(f"{attr!r} is not a mapped column (e.g. Document.embedding).")
+    from psycopg import sql
+
     schema = getattr(table, "schema", None)
-    return (f'"{schema}"."{table.name}"' if schema else f'"{table.name}"'), col.name
+    name = sql.Identifier(schema, table.name) if schema else sql.Identifier(table.name)
+    return name.as_string(None), col.name
 
 
 def attach_table(name: str, table: str | None = None, id_column: str | None = None,
@@ -55,7 +60,13 @@ def attach_table(name: str, table: str | None = None, id_column: str | None = No
     attributes (``column``, ``label``, ``payload``, ``id``: default the table's primary key).
     ``labels``: the label set (default: the distinct labels of the table; one label 0 without a
     label column). ``dim``: needed when the column is a ``vector`` without dimension (rows of another
-    dimension are then skipped). Returns ``{"collection", "items", "skipped", "dim", "labels", "seconds"}``."""
+    dimension are then skipped). Returns ``{"collection", "items", "skipped", "rejected", "dim", "labels",
+    "seconds"}``: ``rejected``, the rows whose payload is over ingest's bounds (``[(key, reason)]``, not
+    stored, kept in ``pm_vector.attach_rejected``; ``skipped`` counts them too).
+
+    ``name`` is held to the one collection-name rule (:func:`pm_vector.db.store._names.check_name`;
+    in SQL, the constraint ``ck_collections_name_chars``)."""
+    check_name(name)
     if column is not None:
         table, vector_column = _column_of(column)
         if label is not None:
@@ -78,6 +89,7 @@ def attach_table(name: str, table: str | None = None, id_column: str | None = No
                                [name, table, id_column, vector_column, label_column, payload_columns,
                                 None if labels is None else [int(v) for v in labels],
                                 None if dim is None else int(dim)]).fetchone()[0]
+            rejected = reject_stored_payloads(conn, collection_row(conn, name))
             conn.commit()
         except Exception as exc:  # noqa: BLE001 - SQL errors become pm_vector's
             conn.rollback()
@@ -85,6 +97,9 @@ def attach_table(name: str, table: str | None = None, id_column: str | None = No
             if err is exc:
                 raise
             raise err from exc
+    out["items"] -= len(rejected)
+    out["skipped"] += len(rejected)
+    out["rejected"] = rejected
     out["seconds"] = round(time.perf_counter() - t, 3)
     return out
 
@@ -93,8 +108,10 @@ def sync_status(collection: str | None = None, *, url: str | None = None) -> dic
     """How far behind the sync is (the view ``pm_vector.attach_status``, ``sql/0019_attach_status.sql``).
 
     With a name, that collection's ``{"collection", "source_table", "queued", "oldest_queued_at",
-    "lag_s"}``: the changes queued and not yet applied, when the oldest of them was queued (ISO
-    string) and how many seconds it has waited (float); both None when nothing is queued.
+    "lag_s", "rejected"}``: the changes queued and not yet applied, when the oldest of them was queued
+    (ISO string) and how many seconds it has waited (float), both None when nothing is queued; and
+    the keys whose last change was rejected (``pm_vector.attach_rejected``; :func:`sync_rejected`
+    lists them).
     CollectionNotFoundError for an unknown collection, InvalidInputError for one that is not
     attached. Without a name, the list of every attached collection's, by name."""
     from psycopg.rows import dict_row
@@ -110,11 +127,30 @@ def sync_status(collection: str | None = None, *, url: str | None = None) -> dic
             else:
                 rows = cur.execute("SELECT * FROM pm_vector.attach_status WHERE collection = %s",
                                    [collection]).fetchall()
+        rejected = dict(conn.execute(
+            "SELECT c.name, count(*) FROM pm_vector.attach_rejected r JOIN pm_vector.collections c "
+            "ON c.id = r.collection_id WHERE %s::text IS NULL OR c.name = %s GROUP BY c.name",
+            [collection, collection]).fetchall())
     out = [{"collection": r["collection"], "source_table": r["source_table"], "queued": int(r["queued"]),
             "oldest_queued_at": iso_datetime(r["oldest_queued_at"]),
-            "lag_s": None if r["lag_s"] is None else float(r["lag_s"])} for r in rows]
+            "lag_s": None if r["lag_s"] is None else float(r["lag_s"]),
+            "rejected": int(rejected.get(r["collection"], 0))} for r in rows]
     if collection is None:
         return out
     if not out:  # (dropped since the check above)
         raise CollectionNotFoundError(f"unknown collection {collection!r}; list_collections() shows the existing ones.")
     return out[0]
+
+
+def sync_rejected(collection: str, *, limit: int = 1000, url: str | None = None) -> list[dict[str, Any]]:
+    """The keys of an attached collection whose last change the sync rejected, oldest first:
+    ``[{"key", "reason", "rejected_at"}]`` (at most ``limit``). A key leaves the list with its next
+    change, applied as any other (:mod:`pm_vector.db.store.sync_rows`). CollectionNotFoundError for
+    an unknown collection, InvalidInputError for one that is not attached."""
+    with connect(url) as conn:
+        coll = collection_row(conn, collection)
+        if not (coll["settings"] or {}).get("attached"):
+            raise not_attached(collection)
+        rows = conn.execute("SELECT key, reason, rejected_at FROM pm_vector.attach_rejected WHERE collection_id = %s "
+                            "ORDER BY rejected_at, key LIMIT %s", [coll["id"], int(limit)]).fetchall()
+    return [{"key": k, "reason": r, "rejected_at": iso_datetime(at)} for k, r, at in rows]

@@ -81,6 +81,8 @@ class Collection(Base):
         CheckConstraint("metric IN ('l2', 'cosine', 'ip')", name="ck_collections_metric"),
         CheckConstraint("cardinality(labels) >= 1", name="ck_collections_labels"),
         CheckConstraint("length(name) BETWEEN 1 AND 128", name="ck_collections_name"),
+        # migration 0021 (NOT VALID): _names.NAME_PATTERN
+        CheckConstraint("name ~ '^(?:[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127})$'", name="ck_collections_name_chars"),
         ForeignKeyConstraint(["id", "active_run_id"],
                              [f"{SCHEMA}.embedding_runs.collection_id", f"{SCHEMA}.embedding_runs.id"],
                              name="fk_collections_active_run", use_alter=True),
@@ -289,6 +291,21 @@ class AttachChange(Base):
     key: Mapped[str] = mapped_column(Text)
     old_vector: Mapped[Optional[str]] = mapped_column(Text)  # the row's vector before an update / delete
     queued_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=text("clock_timestamp()"))
+
+
+class AttachRejected(Base):
+    """A key of an attached table whose last change the sync could not apply, and why (migration
+    0021, :mod:`pm_vector.db.store.sync_rows`); the key's next change is applied as any other."""
+
+    __tablename__ = "attach_rejected"
+
+    collection_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey(f"{SCHEMA}.collections.id", ondelete="CASCADE",
+                               name="attach_rejected_collection_id_fkey"), primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    reason: Mapped[str] = mapped_column(Text)
+    rejected_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True),
+                                                     server_default=text("clock_timestamp()"))
 
 
 class KAHMItemScore(Base):

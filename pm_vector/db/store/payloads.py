@@ -16,7 +16,10 @@ created without it has the default) and changed by an admin with :func:`set_max_
 (``pm-vector db payload-limit``). Every ingest (:func:`pm_vector.db.ingest`, ``pm-vector ingest``)
 checks it before writing and again, under a share lock of the collection row, just before its
 commit: an ingest and a concurrent lowering of the bound never both succeed with a payload over
-the new bound.
+the new bound. An attached table's payload columns are held to the same bounds, at attach and at
+every sync (:mod:`pm_vector.db.store.sync_rows`: a row over them is rejected, never stored). A
+change of payloads alone increases the runs' ``answers_version`` (:func:`bump_answers_version`),
+which the cached answers are keyed on.
 """
 
 from __future__ import annotations
@@ -211,6 +214,18 @@ def set_max_payload_bytes(collection: str, max_payload_bytes: int) -> dict[str, 
                      "updated_at = now() WHERE id = %s", [[SETTINGS_KEY], str(limit), cid])
         conn.commit()
     return {"collection": collection, "max_payload_bytes": limit, "previous": previous}
+
+
+def bump_answers_version(conn, collection_id: int) -> None:
+    """In a transaction that changes payloads without changing any run's items (a payload-only
+    sync or update): every run of the collection's ``class_rows`` document gets ``answers_version``
+    + 1. The cached location answers, which carry payloads, are keyed on it
+    (:mod:`pm_vector.db.resolve.location_resolution`), and the new run row's version (``xmin``) ends
+    the one-round-trip path of a repeated request, so no process serves the old payloads after the
+    commit."""
+    conn.execute("UPDATE pm_vector.embedding_runs SET class_rows = jsonb_set(class_rows, '{answers_version}', "
+                 "to_jsonb(coalesce((class_rows ->> 'answers_version')::bigint, 0) + 1)) "
+                 "WHERE collection_id = %s AND jsonb_typeof(class_rows) = 'object'", [int(collection_id)])
 
 
 def read_jsonl(path) -> list[Any]:

@@ -7,7 +7,13 @@ point leaves the old state and its queue for the next sync to resume. Per key, t
 effect: a row gone or no longer valid erases its item (:mod:`pm_vector.db.store.erase`'s erasure:
 every run table); a new row, or a changed vector or label, replaces the item (erase the old, insert
 the new, placed in the active run as ``embed --new-items`` does); a change of other columns updates
-the payload only. Skipped rows are reported with their reason.
+the payload only (and the runs' ``answers_version`` + 1: the cached answers carry payloads).
+
+A bad row never blocks the queue: a change that cannot be applied (a NULL vector or one of another
+dimension, a label that is not an integer or not in the label set, a payload over ingest's bounds,
+a vector the active run cannot place) is **rejected** -- its key has no item, it is kept with its
+reason in ``pm_vector.attach_rejected`` (:mod:`pm_vector.db.store.sync_rows`) until the key's next
+change -- and the rest of the batch, deletes included, is applied.
 
 A batch's cost: the erasure and the placement search the run's items by their features, which the
 syncing process keeps between batches (:mod:`pm_vector.db.store.sync_items`,
@@ -19,6 +25,7 @@ and written once (:func:`pm_vector.db.runs.array_rows.deferred`), and the class 
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -26,7 +33,9 @@ import numpy as np
 
 from ...errors import InvalidInputError
 from ..postgres import connect
+from . import sync_rows
 from ._common import collection_row
+from .payloads import bump_answers_version
 from .sync_items import RunItems
 
 #: queue rows one sync transaction applies
@@ -40,14 +49,18 @@ def not_attached(collection: str) -> InvalidInputError:
 def sync(collection: str, *, batch: int = SYNC_BATCH, embed_fn_extend=None, max_batches: int | None = None,
          url: str | None = None) -> dict[str, Any]:
     """Apply the changes queued before the call, in order, ``batch`` at a time, each batch one
-    transaction (module doc). Returns the counts and the skipped rows (``[(key, reason)]``).
+    transaction (module doc). Returns the counts and the changes rejected (``"rejected": [(key,
+    reason)]``, kept in ``pm_vector.attach_rejected`` until the key's next change: :mod:`~pm_vector.db.store.sync_rows`).
+    InvalidInputError for a collection that is not attached, CollectionNotFoundError for an unknown one.
     ``url``: the database (None: pm_vector's, starting the embedded server if it is the mode; the
     service's worker gives its pool's, so that it never starts a server)."""
     total = {"collection": collection, "applied": 0, "inserted": 0, "replaced": 0, "deleted": 0, "payloads": 0,
-             "skipped": [], "batches": 0}
+             "rejected": [], "batches": 0}
     t = time.perf_counter()
     with connect(url) as conn:  # the changes queued before this call: a sync ends under a steady stream
         coll = collection_row(conn, collection)
+        if not (coll["settings"] or {}).get("attached"):
+            raise not_attached(collection)
         upto = conn.execute("SELECT max(seq) FROM pm_vector.attach_changes WHERE collection_id = %s",
                             [coll["id"]]).fetchone()[0]
     while upto is not None and (max_batches is None or total["batches"] < max_batches):
@@ -57,7 +70,7 @@ def sync(collection: str, *, batch: int = SYNC_BATCH, embed_fn_extend=None, max_
         total["batches"] += 1
         for k in ("applied", "inserted", "replaced", "deleted", "payloads"):
             total[k] += done[k]
-        total["skipped"] += done["skipped"]
+        total["rejected"] += done["rejected"]
     total["seconds"] = round(time.perf_counter() - t, 3)
     return total
 
@@ -83,52 +96,6 @@ def sync_pending(url: str | None = None) -> dict[str, Any]:
     return out
 
 
-def _source_rows(conn, att: dict, keys: list) -> dict:
-    """The user's table's rows of the changed keys: key -> (vector is NULL, its dimensions, label,
-    payload)."""
-    from ._source import quote_ident
-
-    lab = f"s.{quote_ident(att['label_column'])}::bigint" if att.get("label_column") else "0::bigint"
-    pcols = att.get("payload_columns") or []
-    pay = ("jsonb_build_object(" + ", ".join(f"'{c}', s.{quote_ident(c)}" for c in pcols) + ")") if pcols else "NULL::jsonb"
-    v = f"s.{quote_ident(att['vector_column'])}"
-    return {r[0]: r[1:] for r in conn.execute(
-        f"SELECT s.{quote_ident(att['id_column'])}::text, {v} IS NULL, CASE WHEN {v} IS NULL THEN NULL ELSE "
-        f"vector_dims({v}) END, {lab}, {pay} FROM {att['table']} AS s "
-        f"WHERE s.{quote_ident(att['id_column'])} = ANY(%s::{att['id_type']}[])", [keys]).fetchall()}
-
-
-def _classify_changes(coll, keys: list, ops: dict, src: dict, items: dict) -> tuple:
-    """Per changed key, what the batch does: the items to erase, the rows to insert, the payloads to
-    update, the rows skipped and why. Returns (erase, insert, payloads, skipped)."""
-    allowed = set(int(x) for x in coll["labels"])
-    erase, insert, payloads, skipped = [], [], [], []
-    for key in keys:
-        s = src.get(key)
-        reason = None
-        if s is not None:
-            isnull, dims, label, _p = s
-            if isnull:
-                reason = "vector is NULL"
-            elif dims != coll["feature_dim"]:
-                reason = f"vector has {dims} dimensions, the collection {coll['feature_dim']}"
-            elif label is None or int(label) not in allowed:
-                reason = f"label {label} is not in the collection's label set"
-        if reason is not None:
-            skipped.append((key, reason))
-        valid = s is not None and reason is None
-        item = items.get(key)
-        replace = any(op in ("I", "U", "D") for op, _ in ops[key])
-        if item is not None and (not valid or replace):
-            erase.append(item[0])
-        if valid and (item is None or replace):
-            insert.append((key, int(s[2]), s[3]))
-        elif valid and item is not None:
-            payloads.append((s[3], item[0]))
-    return erase, insert, payloads, skipped
-
-
-
 def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: str | None = None
                 ) -> dict[str, Any] | None:
     from ..runs import array_rows, erase as _erase, prior_rows, row_cache
@@ -149,11 +116,11 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
         for _seq, op, key, old in rows:
             ops.setdefault(key, []).append((op, old))
         keys = sorted(ops)
-        src = _source_rows(conn, att, keys)
+        src = sync_rows.source_rows(conn, att, keys)
         items = {r[0]: (r[1], r[2]) for r in conn.execute(
             "SELECT external_id, id, label FROM pm_vector.items WHERE collection_id = %s AND external_id = ANY(%s)",
             [coll["id"], keys]).fetchall()}
-        erase, insert, payloads, skipped = _classify_changes(coll, keys, ops, src, items)
+        erase, insert, payloads, rejected = sync_rows.classify(coll, keys, ops, src, items)
         gone = np.array(sorted(int(i) for i in erase), dtype=np.int64)
         runs = runs_with_tables(conn, coll["id"])
         run_items = RunItems(conn, coll, runs)
@@ -168,8 +135,14 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
                 conn.execute("DELETE FROM pm_vector.items WHERE id = ANY(%s)", [gone.tolist()])
             _write_items(conn, coll, insert, payloads)
             if insert and coll["active_run_id"] is not None:
-                _place_new(conn, collection, coll, embed_fn_extend, run_items)
+                refused = _place_new(conn, collection, coll, embed_fn_extend, run_items)
+                if refused:
+                    rejected += refused
+                    insert = [r for r in insert if r[0] not in dict(refused)]
             kept.collect(conn)
+        if payloads:  # (new and erased items change the runs' graph_version, which the answers' keys hold too)
+            bump_answers_version(conn, coll["id"])
+        sync_rows.record(conn, coll["id"], keys, rejected)
         conn.execute("DELETE FROM pm_vector.attach_changes WHERE collection_id = %s AND seq <= %s", [coll["id"], last])
         cache_keys = run_items.keys()
         conn.commit()
@@ -177,7 +150,7 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
     kept.keep(cache_keys)
     n_replaced = sum(1 for k, _l, _p in insert if k in items)
     return {"applied": len(rows), "inserted": len(insert) - n_replaced, "replaced": n_replaced,
-            "deleted": int(gone.size) - n_replaced, "payloads": len(payloads), "skipped": skipped}
+            "deleted": int(gone.size) - n_replaced, "payloads": len(payloads), "rejected": rejected}
 
 
 def _write_items(conn, coll, insert: list, payloads: list) -> None:
@@ -195,19 +168,73 @@ def _write_items(conn, coll, insert: list, payloads: list) -> None:
                             [(None if p is None else Jsonb(p), i) for p, i in payloads])
 
 
-def _place_new(conn, collection: str, coll, embed_fn_extend, run_items: RunItems) -> None:
+def _place_new(conn, collection: str, coll, embed_fn_extend, run_items: RunItems) -> list:
     """The batch's new items placed in the active run (``embed --new-items``, against the run's items
-    as built); a sharded run takes them with the next full job."""
+    as built); a sharded run takes them with the next full job. The rows the extension refuses
+    (an :class:`InvalidInputError` of its own, e.g. a vector with no anchor near it) are found by
+    halving, their items rows removed, and the others placed: returns ``[(key, reason)]`` of the
+    refused ones (empty when every row was placed)."""
     from ..runs.jobs import anchor_frame_extend_fn
     from ..runs.new_items import embed_new_items
+    from .api import load_items
 
     rid = int(coll["active_run_id"])
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0] or {}
     if doc.get("shards"):
-        return
+        return []
     ready = doc.get("status") == "ready"
     if ready and rid not in run_items.items:  # (its current version: the batch erased nothing from it)
         run_items.docs[rid] = doc
-    embed_new_items(collection, embed_fn_extend or anchor_frame_extend_fn, conn=conn,
-                    run_items=run_items.load(rid) if ready else None,
-                    on_placed=(lambda added: run_items.placed(rid, added)) if ready else None)
+    extend = _rows_apart(embed_fn_extend or anchor_frame_extend_fn)
+    try:
+        embed_new_items(collection, extend, conn=conn, run_items=run_items.load(rid) if ready else None,
+                        on_placed=(lambda added: run_items.placed(rid, added)) if ready else None)
+        return []
+    except _Refused as exc:
+        refused = exc.rows
+    # the same rows embed_new_items read, in its order: the refused ones leave, the others are placed
+    ids = load_items(conn, coll, missing_from_run=rid)["id"]
+    bad = {int(ids[i]): why for i, why in refused.items()}
+    keys = dict(conn.execute("SELECT id, external_id FROM pm_vector.items WHERE id = ANY(%s)",
+                             [list(bad)]).fetchall())
+    conn.execute("DELETE FROM pm_vector.items WHERE id = ANY(%s)", [list(bad)])
+    if ids.size > len(bad):
+        embed_new_items(collection, embed_fn_extend or anchor_frame_extend_fn, conn=conn,
+                        run_items=run_items.load(rid) if ready else None,
+                        on_placed=(lambda added: run_items.placed(rid, added)) if ready else None)
+    return [(keys[i], f"the active run cannot place its vector: {why}") for i, why in sorted(bad.items())]
+
+
+class _Refused(Exception):
+    """Rows of a placement the extension refuses: ``rows`` {index among the new rows: reason}."""
+
+    def __init__(self, rows: dict):
+        super().__init__(f"{len(rows)} row(s) refused")
+        self.rows = rows
+
+
+def _rows_apart(fn):
+    """``fn`` (an ``embed_fn_extend``), and when it refuses the rows with an InvalidInputError (a
+    row's fault, e.g. no anchor near it), the rows it refuses found by halving (:class:`_Refused`).
+    A refusal no single row causes is the placement's own and stays as it was raised."""
+
+    def extend(anchor_X, anchor_y, anchor_emb, new_X, new_y, params, seed):
+        try:
+            return fn(anchor_X, anchor_y, anchor_emb, new_X, new_y, params, seed)
+        except InvalidInputError:
+            bad: dict[int, str] = {}
+            todo = [np.arange(len(new_X))]
+            while todo:
+                idx = todo.pop()
+                try:
+                    fn(anchor_X, anchor_y, anchor_emb, new_X[idx], new_y[idx], params, seed)
+                except InvalidInputError as exc:
+                    if idx.size == 1:
+                        bad[int(idx[0])] = re.sub(r"^row \d+ ", "it ", str(exc))
+                    else:
+                        todo += [idx[: idx.size // 2], idx[idx.size // 2:]]
+            if not bad:
+                raise
+            raise _Refused(bad) from None
+
+    return extend

@@ -9,6 +9,7 @@ commit."""
 from __future__ import annotations
 
 import numpy as np
+from psycopg import sql
 
 
 def items_as_built(conn, coll, rid: int) -> dict[str, np.ndarray]:
@@ -20,11 +21,12 @@ def items_as_built(conn, coll, rid: int) -> dict[str, np.ndarray]:
     have = load_items(conn, coll, in_run=rid)
     feats = np.asarray(have["features"], np.float32).copy()
     pos = {int(i): k for k, i in enumerate(have["id"])}
-    queued = dict(conn.execute(
+    queued = dict(conn.execute(sql.SQL(
         "SELECT DISTINCT ON (it.id) it.id, c.old_vector FROM pm_vector.items it JOIN pm_vector.attach_changes c "
         "ON c.collection_id = it.collection_id AND c.key = it.external_id WHERE it.collection_id = %s "
-        f"AND c.old_vector IS NOT NULL AND EXISTS (SELECT 1 FROM pm_vector.run_{int(rid)}_items e "
-        "WHERE e.item_id = it.id) ORDER BY it.id, c.seq", [coll["id"]]).fetchall())
+        "AND c.old_vector IS NOT NULL AND EXISTS (SELECT 1 FROM {} e "
+        "WHERE e.item_id = it.id) ORDER BY it.id, c.seq").format(sql.Identifier("pm_vector", f"run_{int(rid)}_items")),
+        [coll["id"]]).fetchall())
     miss = []
     for i, v in queued.items():
         vec = np.asarray(v.strip("[]").split(","), dtype=np.float32)

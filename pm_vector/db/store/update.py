@@ -26,7 +26,7 @@ from ..postgres import connect
 from ._common import collection_row
 from ._validate import checked_features, checked_labels
 from .erase import erase_kahm, ids_to_erase, check_not_attached, resolve_item_ids, runs_with_tables
-from .payloads import check_payloads, limit_of
+from .payloads import bump_answers_version, check_payloads, limit_of
 
 UNSET = object()
 
@@ -74,6 +74,7 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
             with conn.cursor() as cur:
                 cur.executemany("UPDATE pm_vector.items SET payload = %s WHERE id = %s",
                                 [(None if p is None else Jsonb(p), o[0]) for p, o in zip(P, old)])
+            bump_answers_version(conn, coll["id"])  # (the cached answers carry payloads)
             conn.commit()
             out["item_ids"] = {int(o[0]): int(o[0]) for o in old}
             out["seconds"] = round(time.perf_counter() - t, 3)
