@@ -110,10 +110,10 @@ def test_payloads_over_the_bounds_are_rejected_at_attach_and_at_sync(db, cname, 
     conn.execute(f"UPDATE public.{t} SET meta = %s::jsonb WHERE id = 2", [HUGE])
     conn.execute(f"UPDATE public.{t} SET meta = %s::jsonb WHERE id = 3", [BIG])
     out, _run = _attach_and_serve(db, cname, t, X, y)
+    assert not {"1", "2", "3"} & set(_ids_of(conn, cname))  # not stored
     why = dict(out["rejected"])
     assert set(why) == {"1", "2", "3"} and out["items"] == 297
     assert "deeper than 16" in why["1"] and "beyond 64 bits" in why["2"] and "max_payload_bytes of 256" in why["3"]
-    assert not {"1", "2", "3"} & set(_ids_of(conn, cname))
     assert db.sync_status(cname)["rejected"] == 3
     # at sync: new rows and a payload-only change of a stored item
     for key, bad in ((2001, DEEP), (2002, HUGE), (2003, BIG)):
