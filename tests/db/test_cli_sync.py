@@ -44,3 +44,42 @@ def test_sync_every_stops_at_once_on_what_no_pass_can_mend(db):
     assert r.exit_code == 2 and "error:" in r.output and r.output.count("error:") == 1
     r = runner.invoke(app, ["sync", "no_such_collection_x", "--passes", "2"])
     assert r.exit_code == 2 and "--every" in r.output
+
+
+def _closed_url() -> str:
+    """A PostgreSQL URL where nothing listens (a port just freed)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"postgresql://pm@127.0.0.1:{port}/pm_vector?connect_timeout=2"
+
+
+def test_sync_with_the_database_down_exits_non_zero(db):
+    """Finding 11: ``pm-vector sync X --every 1 --passes 1`` exited 0 with the database down."""
+    from pm_vector.cli import app
+
+    env = {"PM_VECTOR_DATABASE_URL": _closed_url()}
+    for args in (["sync", "docs", "--every", "0.1", "--passes", "1"], ["sync", "docs", "--every", "0.1", "--passes", "2"],
+                 ["sync", "docs"]):
+        r = runner.invoke(app, args, env=env)
+        assert r.exit_code != 0, (args, r.output)
+        assert "error:" in r.output and "connect" in r.output and "Traceback" not in r.output, r.output
+    # the loop says each failed pass, and the last one ends it: two passes, two errors
+    r = runner.invoke(app, ["sync", "docs", "--every", "0.1", "--passes", "2"], env=env)
+    assert r.output.count("error:") == 2 and "trying again" in r.output
+
+
+def test_sync_of_a_collection_that_is_not_attached_exits_non_zero(db, cname):
+    """Finding 11: ``sync`` of a collection that is not attached exited 0 silently."""
+    from pm_vector.cli import app
+    from pm_vector.errors import InvalidInputError
+
+    db.create_collection(cname, 3, [0, 1])
+    with pytest.raises(InvalidInputError, match="is not attached to a table"):
+        db.sync(cname)
+    for args in (["sync", cname], ["sync", cname, "--every", "0.1", "--passes", "2"]):
+        r = runner.invoke(app, args)
+        assert r.exit_code != 0 and r.output.count("error:") == 1, r.output
+        assert f"collection '{cname}' is not attached to a table" in r.output
