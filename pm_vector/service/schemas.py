@@ -124,6 +124,9 @@ class SyncStatus(BaseModel):
                                             "8601); null when nothing is queued.")
     lag_s: Optional[float] = Field(None, description="Seconds the oldest queued change has waited for a sync; "
                                    "null when nothing is queued.")
+    rejected: int = Field(0, description="Keys whose last change the sync rejected (a label that is not an integer "
+                          "or not in the set, a NULL vector or another dimension, a payload over the bounds, a vector "
+                          "the run cannot place): not served until their row's next change (pm_vector.attach_rejected).")
 
 
 class ItemsBody(BaseModel):
