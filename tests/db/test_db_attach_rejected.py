@@ -162,3 +162,32 @@ def test_a_payload_only_sync_reaches_the_cached_location_answers(db, cname, conn
             now = resolve(cname, req, conn=c if log else None, log=log)
             assert now["item_ids"].tolist() == first["item_ids"].tolist()
             assert [p["meta"]["n"] for p in now["payloads"]] == [-int(ext[int(i)]) for i in now["item_ids"]]
+
+
+def test_the_downgrade_drops_the_rejected_table_and_the_name_rule(fresh_url):
+    import psycopg
+    from alembic import command
+
+    from pm_vector.db import postgres
+    from pm_vector.db.postgres.migrate import alembic_config, current_revision, upgrade_to_head
+
+    with psycopg.connect(fresh_url, autocommit=True) as c:
+        postgres.ensure_pgvector(c)
+    upgrade_to_head(fresh_url)
+    table = "SELECT to_regclass('pm_vector.attach_rejected') IS NOT NULL"
+    rule = "SELECT count(*) FROM pg_constraint WHERE conname = 'ck_collections_name_chars'"
+    with psycopg.connect(fresh_url, autocommit=True) as c:
+        assert c.execute(table).fetchone()[0] and c.execute(rule).fetchone()[0] == 1
+        acl = c.execute("SELECT relacl::text[] FROM pg_class WHERE oid = 'pm_vector.attach_rejected'::regclass"
+                        ).fetchone()[0] or []
+        assert not [a for a in acl if a.startswith("=")]  # nothing for PUBLIC
+        if c.execute("SELECT 1 FROM pg_roles WHERE rolname = 'pm_vector_query'").fetchone():
+            assert not c.execute("SELECT has_table_privilege('pm_vector_query', 'pm_vector.attach_rejected', "
+                                 "'SELECT')").fetchone()[0]
+    command.downgrade(alembic_config(fresh_url), "0019_attach_status")
+    with psycopg.connect(fresh_url, autocommit=True) as c:
+        assert not c.execute(table).fetchone()[0] and c.execute(rule).fetchone()[0] == 0
+        assert current_revision(c) == "0019_attach_status"
+    upgrade_to_head(fresh_url)
+    with psycopg.connect(fresh_url, autocommit=True) as c:
+        assert c.execute(table).fetchone()[0] and c.execute(rule).fetchone()[0] == 1
