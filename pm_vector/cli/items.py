@@ -121,6 +121,8 @@ def attach(name: str = typer.Argument(..., help="The new collection's name."),
            label_column: Optional[str] = typer.Option(None, "--label-column", help="Its integer label column."),
            payload_column: list[str] = typer.Option([], "--payload-column", help="A column returned as payload "
                                                     "(repeat for more)."),
+           max_payload_bytes: Optional[int] = typer.Option(None, "--max-payload-bytes", help="The collection's "
+                                                           "payload bound (default 256); rows over it are rejected."),
            as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")):
     """Make a collection from a table you already have: pm_vector reads the vectors from it (no copy)
     and triggers queue its changes for `pm-vector sync`. Then register an anchor set and embed.
@@ -130,7 +132,8 @@ def attach(name: str = typer.Argument(..., help="The new collection's name."),
     from ..db.store.attach import attach_table
 
     try:
-        out = attach_table(name, table, id_column, vector_column, label_column, payload_column)
+        out = attach_table(name, table, id_column, vector_column, label_column, payload_column,
+                           max_payload_bytes=max_payload_bytes)
     except PMVectorError as e:
         fail(printable(e))
     if as_json:

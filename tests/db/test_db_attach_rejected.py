@@ -130,6 +130,14 @@ def test_payloads_over_the_bounds_are_rejected_at_attach_and_at_sync(db, cname, 
     assert db.sync(cname)["rejected"] == []
     assert _payload_of(conn, cname, "5") == {"meta": {"n": 5}} and _payload_of(conn, cname, "1") == {"meta": {"n": 5}}
     assert db.sync_status(cname)["rejected"] == 5  # 2, 3, 2001, 2002, 2003
+    # the bound given at attach holds from the first row: no payload allowed, every row with one rejected
+    other = "z_" + uuid.uuid4().hex[:8]
+    try:
+        out = db.attach_table(other, table=f"public.{t}", id_column="id", vector_column="embedding",
+                              label_column="category", payload_columns=["meta"], labels=[0, 1, 2], max_payload_bytes=0)
+        assert out["items"] == 0 and len(out["rejected"]) == 303
+    finally:
+        db.drop_collection(other, missing_ok=True)
 
 
 def test_a_payload_only_sync_reaches_the_cached_location_answers(db, cname, conn, text_table):

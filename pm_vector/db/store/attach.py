@@ -34,6 +34,7 @@ from ..errors import CollectionNotFoundError, translate_sql_error
 from ..postgres import connect
 from ._common import collection_row, iso_datetime
 from ._names import check_name
+from .payloads import SETTINGS_KEY, check_limit
 from .sync_rows import reject_stored_payloads
 from .sync import SYNC_BATCH, not_attached, sync, sync_pending  # noqa: F401  (the sync's names, here too)
 
@@ -54,7 +55,7 @@ def _column_of(attr) -> tuple[str, str]:
 def attach_table(name: str, table: str | None = None, id_column: str | None = None,
                  vector_column: str | None = None, label_column: str | None = None,
                  payload_columns: Sequence[str] = (), *, labels: Sequence[int] | None = None, dim: int | None = None,
-                 column=None, label=None, payload=(), id=None) -> dict[str, Any]:
+                 column=None, label=None, payload=(), id=None, max_payload_bytes: int | None = None) -> dict[str, Any]:
     """Make collection ``name`` from a table of the database (module doc). Either the names
     (``table``, ``id_column``, ``vector_column``, ``label_column``, ``payload_columns``) or SQLAlchemy
     attributes (``column``, ``label``, ``payload``, ``id``: default the table's primary key).
@@ -64,9 +65,13 @@ def attach_table(name: str, table: str | None = None, id_column: str | None = No
     "seconds"}``: ``rejected``, the rows whose payload is over ingest's bounds (``[(key, reason)]``, not
     stored, kept in ``pm_vector.attach_rejected``; ``skipped`` counts them too).
 
+    ``max_payload_bytes``: the collection's payload bound (default 256; see
+    :mod:`pm_vector.db.store.payloads`), set before the rows are checked against it.
+
     ``name`` is held to the one collection-name rule (:func:`pm_vector.db.store._names.check_name`;
     in SQL, the constraint ``ck_collections_name_chars``)."""
     check_name(name)
+    limit = None if max_payload_bytes is None else check_limit(max_payload_bytes)
     if column is not None:
         table, vector_column = _column_of(column)
         if label is not None:
@@ -89,6 +94,9 @@ def attach_table(name: str, table: str | None = None, id_column: str | None = No
                                [name, table, id_column, vector_column, label_column, payload_columns,
                                 None if labels is None else [int(v) for v in labels],
                                 None if dim is None else int(dim)]).fetchone()[0]
+            if limit is not None:
+                conn.execute("UPDATE pm_vector.collections SET settings = jsonb_set(settings, %s, %s::jsonb) "
+                             "WHERE name = %s", [[SETTINGS_KEY], str(limit), name])
             rejected = reject_stored_payloads(conn, collection_row(conn, name))
             conn.commit()
         except Exception as exc:  # noqa: BLE001 - SQL errors become pm_vector's

@@ -218,14 +218,15 @@ def set_max_payload_bytes(collection: str, max_payload_bytes: int) -> dict[str, 
 
 def bump_answers_version(conn, collection_id: int) -> None:
     """In a transaction that changes payloads without changing any run's items (a payload-only
-    sync or update): every run of the collection's ``class_rows`` document gets ``answers_version``
-    + 1. The cached location answers, which carry payloads, are keyed on it
+    sync or update): the ``class_rows`` document of every finished run of the collection gets
+    ``answers_version`` + 1. The cached location answers, which carry payloads, are keyed on it
     (:mod:`pm_vector.db.resolve.location_resolution`), and the new run row's version (``xmin``) ends
     the one-round-trip path of a repeated request, so no process serves the old payloads after the
     commit."""
     conn.execute("UPDATE pm_vector.embedding_runs SET class_rows = jsonb_set(class_rows, '{answers_version}', "
                  "to_jsonb(coalesce((class_rows ->> 'answers_version')::bigint, 0) + 1)) "
-                 "WHERE collection_id = %s AND jsonb_typeof(class_rows) = 'object'", [int(collection_id)])
+                 "WHERE collection_id = %s AND status = 'succeeded' AND jsonb_typeof(class_rows) = 'object'",
+                 [int(collection_id)])  # (the runs an erasure updates too: never a job's row while it runs)
 
 
 def read_jsonl(path) -> list[Any]:

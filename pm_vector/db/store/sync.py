@@ -138,7 +138,8 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
                 refused = _place_new(conn, collection, coll, embed_fn_extend, run_items)
                 if refused:
                     rejected += refused
-                    insert = [r for r in insert if r[0] not in dict(refused)]
+                    refused_keys = {k for k, _ in refused}
+                    insert = [r for r in insert if r[0] not in refused_keys]
             kept.collect(conn)
         if payloads:  # (new and erased items change the runs' graph_version, which the answers' keys hold too)
             bump_answers_version(conn, coll["id"])
