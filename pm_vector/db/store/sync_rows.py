@@ -58,10 +58,13 @@ def source_rows(conn, att: Mapping[str, Any], keys: list) -> dict:
     pay = (sql.SQL("jsonb_build_object({})").format(sql.SQL(", ").join(
         sql.SQL("{}, {}.{}").format(sql.Literal(c), s, sql.Identifier(c)) for c in pcols))
         if pcols else sql.SQL("NULL::jsonb"))
+    # the keys a literal too, and no parameters: psycopg reads a '%' of the text as a placeholder when
+    # parameters are passed, and a name may hold one (a column named "a%sb")
     q = sql.SQL("SELECT {idc}::text, {v} IS NULL, CASE WHEN {v} IS NULL THEN NULL ELSE vector_dims({v}) END, "
-                "{lab}, {pay} FROM {table} AS {s} WHERE {idc} = ANY(%s::text[]::{id_type}[])").format(
-        idc=idc, v=v, lab=lab, pay=pay, table=parts["table"], s=s, id_type=parts["id_type"])
-    return {r[0]: r[1:] for r in conn.execute(q, [keys]).fetchall()}
+                "{lab}, {pay} FROM {table} AS {s} WHERE {idc} = ANY({keys}::text[]::{id_type}[])").format(
+        idc=idc, v=v, lab=lab, pay=pay, table=parts["table"], s=s, keys=sql.Literal(list(keys)),
+        id_type=parts["id_type"])
+    return {r[0]: r[1:] for r in conn.execute(q).fetchall()}
 
 
 def parse_label(text: str | None) -> int:
