@@ -143,3 +143,44 @@ def test_the_cli_never_prints_a_forged_line(db, cname, conn):
         db.drop_collection(cname, missing_ok=True)
         conn.execute(f"DROP TABLE IF EXISTS public.{t}")
         conn.commit()
+
+
+def test_odd_names_with_an_active_run(db, cname, conn):
+    """The names above with a run: the job reads the vectors by key from the table, and a sync
+    erases and places items (the run's items read back from the table) under the same names."""
+    import numpy as np
+    from dbtest_helpers import make_embed_fn, make_extend_fn
+
+    table, key, vec, label, pay = 'my "docs"; drop', "key;id%s", "vec'tor", "select", "author's note"
+    tbl = sql.Identifier("public", table)
+    k, v, lab, p = (sql.Identifier(x) for x in (key, vec, label, pay))
+    rng = np.random.default_rng(2)
+    y = rng.integers(0, 3, 200)
+    X = rng.normal(size=(200, 6)) + 2.0 * np.eye(6)[y]
+    X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
+    conn.execute(sql.SQL("CREATE TABLE {} ({} bigint PRIMARY KEY, {} vector(6), {} int, {} text)").format(tbl, k, v, lab, p))
+    for i in range(200):
+        conn.execute(sql.SQL("INSERT INTO {} VALUES ({}, {}::vector, {}, {})").format(
+            tbl, sql.Literal(i + 1), sql.Literal(_vec(X[i])), sql.Literal(int(y[i])), sql.Literal(f"doc {i + 1}")))
+    conn.commit()
+    try:
+        db.attach_table(cname, table=tbl.as_string(conn), id_column=key, vector_column=vec, label_column=label,
+                        payload_columns=[pay])
+        db.register_anchor_set(cname, X[:60], y[:60])
+        db.register_anchor_set(cname, X[60:80], y[60:80], role="dummy")
+        rid = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"]
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (500, {}::vector, 1, 'new')").format(tbl, sql.Literal(_vec(X[3]))))
+        conn.execute(sql.SQL("UPDATE {} SET {} = {}::vector WHERE {} = 7").format(tbl, v, sql.Literal(_vec(X[9])), k))
+        conn.execute(sql.SQL("DELETE FROM {} WHERE {} = 8").format(tbl, k))
+        conn.commit()
+        out = db.sync(cname, embed_fn_extend=make_extend_fn())
+        assert (out["inserted"], out["replaced"], out["deleted"], out["rejected"]) == (1, 1, 1, [])
+        ids = dict(conn.execute("SELECT i.external_id, i.id FROM pm_vector.items i JOIN pm_vector.collections c "
+                                "ON c.id = i.collection_id WHERE c.name = %s", [cname]).fetchall())
+        in_run = {r[0] for r in conn.execute(f"SELECT item_id FROM pm_vector.run_{int(rid)}_items").fetchall()}
+        assert "8" not in ids and ids["500"] in in_run and ids["7"] in in_run and len(in_run) == 200
+    finally:
+        conn.rollback()
+        db.drop_collection(cname, missing_ok=True)
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(tbl))
+        conn.commit()
