@@ -18,7 +18,8 @@ Modules:
 * :mod:`~pm_vector.db.store.erase` -- ``delete_items`` (the erasure); :mod:`~pm_vector.db.store.update` -- ``update_items``;
 * :mod:`~pm_vector.db.store.attach` -- a user's table as a collection (``attach_table``, ``sync_status``);
   :mod:`~pm_vector.db.store.sync` -- its queued changes applied (``sync``, ``sync_pending``), with the run's
-  items as built (:mod:`~pm_vector.db.store.sync_items`);
+  items as built (:mod:`~pm_vector.db.store.sync_items`) and what it reads and decides per key, the rejected
+  changes (:mod:`~pm_vector.db.store.sync_rows`);
 * :mod:`~pm_vector.db.store.maintenance` -- ``cleanup``: stale runs, orphan tables, the log;
 * :mod:`~pm_vector.db.store.models` -- the SQLAlchemy models of the schema (the storage design);
 * ``_common``, ``_validate``, ``_names`` -- the collection row, input checks, collection names.

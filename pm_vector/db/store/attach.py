@@ -12,9 +12,12 @@ counted (pgvector refuses NaN and infinite values on input, so a stored vector i
 
 Changes: statement-level triggers on the table queue every insert, update and delete in
 ``pm_vector.attach_changes`` (in the writer's transaction: a change is queued exactly when it
-commits); :func:`~pm_vector.db.store.sync.sync` applies them. How far behind the sync is:
-:func:`sync_status` (``pm-vector sync-status``, ``GET /collections/{name}/sync``, the view
-``pm_vector.attach_status``): the changes queued and how long the oldest has waited.
+commits); :func:`~pm_vector.db.store.sync.sync` applies them, and rejects a change it cannot apply
+(:mod:`pm_vector.db.store.sync_rows`). How far behind the sync is: :func:`sync_status`
+(``pm-vector sync-status``, ``GET /collections/{name}/sync``, the view ``pm_vector.attach_status``):
+the changes queued, how long the oldest has waited, and the keys rejected (:func:`sync_rejected`
+lists them). The payload columns are held to ingest's bounds from the attach on: a row over them
+is not stored (rejected).
 
 Privileges: the role pm_vector connects as needs ``SELECT`` and ``TRIGGER`` on the table (or owns
 it); the table's writers need nothing on pm_vector's schema (the capture function is ``SECURITY
