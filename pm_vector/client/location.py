@@ -18,7 +18,9 @@ about the query. The query's only use before the answer is its nearest centroid 
 (fixed-size arrays: its time depends on n and the width, both public, not on the query).
 
 Budget: every unseeded request is charged ``(epsilon, 0)`` before anything is drawn, to
-``accountant`` or the default ledger under ``local:<collection>``.
+``accountant`` or the default ledger under the single key ``"local"``
+(:data:`~pm_vector.client.budget.LOCAL_KEY`): neither the published cells nor the collection's name
+select it, so no server can open a fresh budget.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import as_matrix, normalize_rows
+from .._validation import as_matrix, normalize_rows, unit_query
 from ..errors import InvalidInputError, MalformedAnswerError
 from ..manifold.public_cells import PublicCells
 from ..privacy.location import LocationRandomizedResponse, plan as location_plan
@@ -64,7 +66,7 @@ class PrivateLocationKNN(ChargedRelease):
         self.collection = collection
         self.n_items = int(n_items)
         self.digest = cells.digest()
-        self._set_accountant(accountant, f"local:{collection or 'location:' + self.digest[:32]}")
+        self._set_accountant(accountant)  # None: the default ledger's key "local", whatever the cells or name
 
     def locate(self, x) -> int:
         """The true cell of a query at the plan's level (kept secret)."""
@@ -113,8 +115,7 @@ def query_location(self, name, features, label=None, *, epsilon, k, rerank, max_
                                                      codes_digest=pc.digest(), run_id=pub.run_id)
     except InvalidInputError as exc:
         raise MalformedAnswerError(f"the answer is malformed: {exc}") from None
-    q = np.asarray(features, dtype=np.float64).ravel()
-    q = q / max(float(np.linalg.norm(q)), 1e-12)
+    q = unit_query(features)  # checked before the first request (Client.query)
     order, d = rank(q, codes=codes, product_codes=pc) if rerank else (np.arange(ids.size), np.zeros(ids.size))
     top = order[: int(k)]
     return {"item_ids": [int(v) for v in ids[top]], "distances": d[top].tolist(),

@@ -140,7 +140,7 @@ def test_a_refusal_keeps_the_servers_message_printable():
 def test_the_resolve_cap_follows_the_published_shape():
     req = {"format": "pm_vector.class_rows.v1", "rows": [[0.0] * 8] * 10, "shortlist": 64}
     compact = answer_cap(req, 8, code_bytes=16, payload_bytes=256)
-    assert compact == 64 * 1024 + 10 * 64 * (512 + 32 + 2 * 256 + 64)
+    assert compact == 64 * 1024 + 10 * 64 * (512 + 32 + (9 * 256 // 4 + 12) + 64)
     assert answer_cap(req, 8, n_features=784) > compact
     assert answer_cap({"n_query_rows": 10}, 50) == 64 * 1024 + 10 * 50 * (512 + 4096)
 
@@ -183,3 +183,20 @@ def test_a_query_s_exchanges_share_one_deadline():
         assert sum(p.endswith("/anchor") for _, p in h.requests) == 1  # the second exchange was cut
     print(f"\nevery answer trickled over 1.2 s, timeout=2: the query cut after {took:.2f} s")
     assert took < 3.0
+
+
+@pytest.mark.parametrize("query", [np.zeros(64), np.full(64, 1e-300), np.full(64, 1e-170), np.r_[np.ones(63), np.nan]],
+                         ids=["zero", "underflowing", "subnormal-norm", "nan"])
+def test_a_bad_query_is_refused_before_the_first_request(query):
+    """Issue #35, finding 12c: a zero or underflowing query failed after the first GET (the server
+    saw a GET and no POST). Now it is refused before anything is sent, charged or built."""
+    from pm_vector.errors import InvalidInputError
+
+    with Hostile(lambda h: send(h, 200, b"{}")) as h, _client(h.url) as c:
+        for call in (lambda: c.query("x", query, 0, epsilon=1.0),
+                     lambda: c.query("x", query, epsilon=1.0, release="location"),
+                     lambda: c.build_request("x", query, 0, epsilon=1.0)):
+            with pytest.raises(InvalidInputError, match="query"):
+                call()
+        assert h.requests == []
+        assert c.budget.status(c.budget_key())["releases"] == 0

@@ -66,3 +66,49 @@ def db_positions(name, res, Xs):
         F = np.stack([feats[i] for i in r])
         out.append(knn_search(F, Xs, 1).ravel())
     return out
+
+
+def test_a_delete_never_breaks_an_answer(service, svc_key, tmp_path):
+    """Issue #35, finding 10: on the demo's collection (1,000 digits: the 50 kB plan asks for every
+    item) deleting items made every later query fail on the client (``the answer's item_ids must be
+    1000 integers; got shape (824,)``). The answer now says the run's items it was built on and holds
+    min(candidates, n_items) of them; the client checks it against that and its request. A fifth
+    deleted, queries at eps 1, 4 and 16 through a client that holds the document from before the
+    delete and through a new one: every query answers, with no deleted item."""
+    import uuid
+
+    from pm_vector import db
+    from pm_vector.bench.demo import DEMO_SIZES, prepare_collection
+    from pm_vector.datasets import load_dataset, split_dataset
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
+
+    split = split_dataset(load_dataset("digits"), *DEMO_SIZES["digits"], seed=0)
+    name = "del_" + uuid.uuid4().hex[:8]
+    prepare_collection(name, split, allow_raw_features=True)
+    try:
+        db.run_embedding_job(name, {"n_components": 8}, 0, embed_fn=anchor_frame_embed_fn)
+        Xq, _ = split.query
+        with Client(service.url, svc_key["key"], budget=_ledger(tmp_path)) as old:
+            old.budget.set_budget(old.budget_key(), epsilon=1000.0)
+            before = old.query(name, Xq[0], epsilon=4.0, k=8)
+            assert before["candidates"] >= 1000  # the plan asks for the whole collection
+            gone = _item_ids(name)[::5]
+            assert db.delete_items(name, item_ids=gone.tolist())["deleted"] == 200
+            with Client(service.url, svc_key["key"], budget=_ledger(tmp_path)) as new:
+                for c in (old, new):
+                    for eps in (1.0, 4.0, 16.0):
+                        for x in Xq[:3]:
+                            r = c.query(name, x, epsilon=eps, k=8)
+                            assert len(r["item_ids"]) == 8 and not set(r["item_ids"]) & set(gone.tolist())
+                assert new._public[name].class_rows["n_items"] == 800
+    finally:
+        db.drop_collection(name, missing_ok=True)
+
+
+def _item_ids(name) -> np.ndarray:
+    from pm_vector.db.postgres import connection
+
+    with connection() as conn:
+        return np.array([r[0] for r in conn.execute(
+            "SELECT i.id FROM pm_vector.items i JOIN pm_vector.collections c ON c.id = i.collection_id "
+            "WHERE c.name = %s ORDER BY i.id", [name]).fetchall()], dtype=np.int64)
