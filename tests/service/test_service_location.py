@@ -84,7 +84,7 @@ def test_a_delete_never_breaks_an_answer(service, svc_key, tmp_path):
 
     split = split_dataset(load_dataset("digits"), *DEMO_SIZES["digits"], seed=0)
     name = "del_" + uuid.uuid4().hex[:8]
-    prepare_collection(name, split, allow_raw_features=True)
+    prepare_collection(name, split, allow_raw_features=True, max_payload_bytes=0)  # as the demo: no payloads
     try:
         db.run_embedding_job(name, {"n_components": 8}, 0, embed_fn=anchor_frame_embed_fn)
         Xq, _ = split.query
