@@ -47,21 +47,22 @@ class PrivateLocationKNN(ChargedRelease):
     ``level``, ``candidates``, ``code_bytes``: the plan; any of them ``None`` takes the public rule
     :func:`~pm_vector.privacy.location.plan` of ``epsilon``, ``n_items`` (the collection's public
     size), ``max_bytes`` (what one request may cost on the wire, both ways), ``widths`` (the
-    published code widths) and ``payload_bytes`` (the bound of one candidate's payload, 0 when the
-    collection stores none). ``accountant``: what every unseeded request is charged to; None charges
+    published code widths), ``payload_bytes`` (what one candidate's payload may cost on the wire,
+    :func:`~pm_vector.protocol.location.payload_wire_bytes` of the collection's published bound; 0
+    when it stores none) and ``wire`` (how the answer travels: ``"msgpack"`` or ``"json"``). ``accountant``: what every unseeded request is charged to; None charges
     the default ledger.
     """
 
     def __init__(self, cells: PublicCells, epsilon: float = 4.0, *, n_items: int, widths=(16, 32),
                  max_bytes: int | None = None, level: int | None = None, candidates: int | None = None,
                  code_bytes: int | None = None, payload_bytes: int = 0, collection: str | None = None,
-                 accountant=None):
+                 accountant=None, wire: str = "msgpack"):
         if cells.classes_.size != 1:
             raise InvalidInputError("location cells are fit on the whole anchor as one class.")
         self.cells = cells
         self.plan_ = location_plan(epsilon, n_items=n_items, levels=cells.levels_, widths=widths,
                                    max_bytes=max_bytes, payload_bytes=payload_bytes, level=level,
-                                   candidates=candidates, code_bytes=code_bytes)
+                                   candidates=candidates, code_bytes=code_bytes, wire=wire)
         self.mechanism = LocationRandomizedResponse(epsilon, self.plan_.level)
         self.collection = collection
         self.n_items = int(n_items)

@@ -306,7 +306,8 @@ class PublicDocuments:
             raise InvalidInputError(f"collection {name!r} publishes no valid item count; run a new embedding job.")
         return PrivateLocationKNN(cells, epsilon, n_items=n_items, widths=tuple(pc.widths_),
                                   max_bytes=max_bytes, payload_bytes=self._payload_wire_bytes(name),
-                                  collection=name, accountant=self._account(name), **plan)
+                                  collection=name, accountant=self._account(name),
+                                  wire=getattr(self, "wire", "msgpack"), **plan)
 
     def _payload_bound(self, name: str) -> int | None:
         """The collection's payload bound as its document publishes it (``max_payload_bytes``: compact
