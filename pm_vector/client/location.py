@@ -13,9 +13,12 @@ The guarantee (pure epsilon, delta 0, whole request, replacing features and labe
 fixed-work sampler are in :mod:`pm_vector.privacy.location`; the plan (level M, candidates S, code
 width) is the public rule :func:`pm_vector.privacy.location.plan` of eps, the collection's public
 size, the byte budget and the published levels and code widths, so the request's shape says nothing
-about the query. The query's only use before the answer is its nearest centroid at level M
-(:meth:`locate`); after the answer, the re-rank of exactly ``n = min(S, n_items)`` coded candidates
-(fixed-size arrays: its time depends on n and the width, both public, not on the query).
+about the query; its candidates are what the byte budget holds with each candidate's id, code and
+payload (at the collection's bound) as they travel on the wire, so a published count, true or not,
+never sizes a request beyond the budget. The query's only use before the answer is its nearest
+centroid at level M (:meth:`locate`); after the answer, the re-rank of exactly ``n = min(S,
+n_items)`` coded candidates (fixed-size arrays, in a CSPRNG permutation: its time depends on n, the
+width and the distances, not on the order the server chose).
 
 Budget: every unseeded request is charged ``(epsilon, 0)`` before anything is drawn, to
 ``accountant`` or the default ledger under the single key ``"local"``
@@ -93,11 +96,13 @@ def query_location(self, name, features, label=None, *, epsilon, k, rerank, max_
 
     Before the answer, the query is used only to find its cell (:meth:`PrivateLocationKNN.locate`).
     The answer is checked in full (:func:`~pm_vector.protocol.location.check_location_answer`:
-    exactly ``n = min(candidates, n_items)`` distinct ids, ``n x code_bytes`` code bytes, the run,
+    exactly ``n = min(candidates, n_items)`` distinct ids, ``n_items`` the run's items as the answer
+    says (fewer than the anchor document's after a delete), ``n x code_bytes`` code bytes, the run,
     level, report and codes digest of the request) before the query is used again; a malformed
     answer raises one :class:`~pm_vector.errors.InvalidInputError` whose text depends on the answer
-    alone. The re-rank then works on exactly ``n`` codes of the plan's width (public sizes), so
-    its time does not depend on the query."""
+    alone. The re-rank then works on exactly ``n`` codes of the plan's width (public sizes), taken
+    in a CSPRNG permutation (:func:`~pm_vector.client.rerank.rank`), so its time depends on neither
+    the query's position nor the order the server chose."""
     t0 = time.perf_counter()
     req, plan = self._build_request(name, features, label, epsilon=epsilon, release="location",
                                     max_bytes=max_bytes, rng=rng)
