@@ -1,8 +1,9 @@
 """The maps and lists of a msgpack body, counted before anything is decoded.
 
-:func:`msgpack_counts` is the msgpack half of what :func:`pm_vector.protocol.codec.json_counts` is
-for JSON: a body from a hostile peer holding more maps and lists than its bound is refused
-(:class:`~pm_vector.protocol.codec.TooLargeError`) before msgpack builds one Python object. Without
+:func:`over_containers` is the msgpack half of what :func:`pm_vector.protocol.codec.json_counts` is
+for JSON: it tells whether a body from a hostile peer holds more maps and lists than its bound,
+before msgpack builds one Python object (:func:`pm_vector.protocol.codec.decode` then refuses it,
+a :class:`~pm_vector.protocol.codec.TooLargeError`). Without
 it, a 16 MiB answer of empty lists (``0xdd`` + a count + 16 million ``0x90`` bytes) was refused by
 the decoder's hooks only after msgpack had built a million lists and a 16-million-slot list to hold
 them: 5.3 s and +140 MB in the client (issue #35, finding 11).
@@ -13,7 +14,9 @@ Otherwise the body's structure is walked without decoding it: each element's siz
 first bytes (strings, binary data and extensions are stepped over by their declared length), and
 a list or map whose children are all one-byte values (small integers, nil, booleans, empty strings,
 lists and maps) is counted at once in C. The walk stops as soon as the count passes the bound. A
-body it cannot walk (a malformed byte, a truncated length) is left to the decoder, which refuses it.
+body it cannot walk (a malformed byte, a truncated length), or one whose lists of larger values
+hold more than ``4 x max_containers`` values in all without a verdict, is left to the decoder, whose
+hooks count its maps and lists as before (so the walk never costs more than about a second).
 """
 
 from __future__ import annotations
@@ -31,9 +34,8 @@ _ONE_BYTE = np.zeros(256, dtype=bool)
 _ONE_BYTE[0x00:0x80] = True
 _ONE_BYTE[0xE0:0x100] = True
 _ONE_BYTE[[0x80, 0x90, 0xA0, 0xC0, 0xC2, 0xC3]] = True
-#: the empty map and list among them
-_EMPTY = np.zeros(256, dtype=bool)
-_EMPTY[[0x80, 0x90]] = True
+#: the same as the bytes ``bytes.translate`` deletes
+_ONE_BYTE_VALUES = bytes(np.flatnonzero(_ONE_BYTE).astype(np.uint8))
 #: a scalar's fixed size by its first byte (0: not a fixed-size scalar)
 _FIXED = [0] * 256
 for _t in list(range(0x00, 0x80)) + list(range(0xE0, 0x100)) + [0xC0, 0xC2, 0xC3]:
@@ -55,25 +57,36 @@ def _count(a: np.ndarray, table: np.ndarray) -> int:
     return sum(int(np.count_nonzero(table[a[i:i + _CHUNK]])) for i in range(0, a.size, _CHUNK))
 
 
-def msgpack_counts(body: bytes, max_containers: int) -> None:
-    """Refuse (:class:`~pm_vector.protocol.codec.TooLargeError`) a msgpack ``body`` holding more
-    than ``max_containers`` maps and lists, before it is decoded (module doc)."""
-    from .codec import TooLargeError
+def _empties(body: bytes, pos: int, c: int) -> int:
+    """The empty lists and maps among ``body[pos:pos + c]`` if every one of those bytes is a one-byte
+    value, else -1 (in chunks of :data:`_CHUNK`: no large copy)."""
+    empties = 0
+    for i in range(pos, pos + c, _CHUNK):
+        kids = body[i:min(i + _CHUNK, pos + c)]
+        if kids.translate(None, _ONE_BYTE_VALUES):
+            return -1
+        empties += kids.count(b"\x80") + kids.count(b"\x90")
+    return empties
 
+
+def over_containers(body: bytes, max_containers: int) -> bool:
+    """Whether a msgpack ``body`` holds more than ``max_containers`` maps and lists, found without
+    decoding it (module doc). False for a body it cannot walk (the decoder refuses that)."""
     a = np.frombuffer(body, dtype=np.uint8)
     if _count(a, _HEADER) <= max_containers:
-        return
-    refuse = TooLargeError(f"the document holds more than {max_containers:,} maps and lists; no request of this "
-                           "protocol holds that many.")
-    n, pos, containers = len(body), 0, 0
+        return False
+    n, pos, containers, steps, budget = len(body), 0, 0, 0, 4 * max_containers + 4096
     left = [1]  # values still to read at each open level
-    fixed, sized, many, empty = _FIXED, _SIZED, ~_ONE_BYTE, _EMPTY
+    fixed, sized = _FIXED, _SIZED
     while left:
         k = left.pop()
         while k:  # the values of the current level
             k -= 1
+            steps += 1
+            if steps > budget:
+                return False  # this much walking without a verdict: the decoder's own count takes over
             if pos >= n:
-                return  # truncated: the decoder says so
+                return False  # truncated: the decoder says so
             t = body[pos]
             size = fixed[t]
             if size:
@@ -93,21 +106,23 @@ def msgpack_counts(body: bytes, max_containers: int) -> None:
             elif t == 0xDD or t == 0xDF:
                 c, pos = int.from_bytes(body[pos + 1:pos + 5], "big"), pos + 5
             else:
-                return  # 0xc1, never used: the decoder refuses it
+                return False  # 0xc1, never used: the decoder refuses it
             if t <= 0x8F or t >= 0xDE:
                 c *= 2  # a map: keys and values
             containers += 1
             if containers > max_containers:
-                raise refuse
-            if c >= 64 and pos + c <= n:  # many children, all one-byte values: counted at once, in C
-                if _count(a[pos:pos + c], many) == 0:
-                    containers += _count(a[pos:pos + c], empty)
+                return True
+            if c >= 8 and pos + c <= n:  # children that are all one-byte values: counted at once, in C
+                empties = _empties(body, pos, c)
+                if empties >= 0:
+                    containers += empties
                     if containers > max_containers:
-                        raise refuse
+                        return True
                     pos += c
                     continue
             if c:
                 if len(left) > MAX_WALK_DEPTH:
-                    return  # deeper than any decoder here accepts: msgpack refuses it
+                    return False  # deeper than any decoder here accepts: msgpack refuses it
                 left.append(k)  # back to this level after the child's values
                 k = c
+    return False

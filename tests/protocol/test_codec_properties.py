@@ -159,14 +159,12 @@ def _lists_counted(doc) -> int:
 def test_msgpack_counts_are_exact_before_decoding(doc):
     """The msgpack pre-count (pm_vector.protocol.msgpack_counts, issue #35 finding 11) refuses
     exactly the bodies over the bound, long lists of one-byte values counted at once included."""
-    from pm_vector.protocol.msgpack_counts import msgpack_counts
+    from pm_vector.protocol.msgpack_counts import over_containers
 
     body = codec.encode(doc, codec.MSGPACK)
     n = _lists_counted(doc)
-    msgpack_counts(body, n)
-    if n:
-        with pytest.raises(codec.TooLargeError):
-            msgpack_counts(body, n - 1)
+    assert not over_containers(body, n)
+    assert n == 0 or over_containers(body, n - 1)
 
 
 @FAST
