@@ -409,7 +409,9 @@ class Client(Transport, PublicDocuments):
         rows, (eps, delta)). The result's ``release`` says which was used (``"privatemail_paper"`` for
         the paper's protocol), ``delta`` what was charged.
         ``paper_options``: any of :data:`PAPER_OPTIONS` (``protocol="privatemail_paper"``); private
-        (underscore) or unknown keywords raise :class:`TypeError`."""
+        (underscore) or unknown keywords raise :class:`TypeError`. A query that is not finite, is
+        zero, or whose norm underflows or is subnormal raises :class:`InvalidInputError` before the
+        first request (:func:`pm_vector._validation.unit_query`)."""
         _check_options(paper_options)
         unit_query(features)  # a zero or underflowing query is refused before the first request
         with self._query_scope():  # one run, bounded answers, one error type (pm_vector.client.transport)
