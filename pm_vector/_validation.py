@@ -48,6 +48,28 @@ def require_unit_rows(x: np.ndarray, name: str = "X", tol: float = UNIT_TOL) -> 
             f"{norms[bad[0]]:.6g}. Normalise with pm_vector.manifold.normalize_rows(X) first.")
 
 
+def unit_query(x, name: str = "query") -> np.ndarray:
+    """One query vector (any shape of one row) as a finite 1-d float64 vector of unit norm, or
+    :class:`InvalidInputError`: empty, NaN or infinite, zero, or so small that its norm underflows
+    (``np.full(64, 1e-300)``: its squares are 0) or is subnormal (its scaling is inexact). A
+    client checks this before it asks a server anything (issue #35, finding 12c)."""
+    a = np.asarray(x, dtype=np.float64).reshape(-1)
+    if a.size == 0:
+        raise InvalidInputError(f"{name} is empty.")
+    if not np.all(np.isfinite(a)):
+        raise InvalidInputError(f"{name} contains NaN or infinite values.")
+    norm = float(np.linalg.norm(a))
+    if norm == 0.0:
+        why = "all zeros" if not np.any(a) else "so small that its norm underflows to 0"
+        raise InvalidInputError(f"{name} is {why}: it has no direction to search; scale it up (only its "
+                                "direction is used).")
+    u = a / norm
+    if norm < np.finfo(np.float64).tiny or abs(float(np.linalg.norm(u)) - 1.0) > UNIT_TOL:
+        raise InvalidInputError(f"{name} is so small ({norm:.3g}) that its direction cannot be computed "
+                                "exactly; scale it up (only its direction is used).")
+    return u
+
+
 def normalize_rows(x) -> np.ndarray:
     """Scale every row to unit Euclidean norm; zero rows are refused."""
     a = as_matrix(x)

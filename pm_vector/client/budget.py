@@ -21,8 +21,9 @@ every loopback name -- ``localhost``, ``127.0.0.0/8``, ``::1`` -- one host). One
 combine the answers of all its collections, so one budget covers a server, not one collection.
 Nothing a server sends (a collection id, a run id, a renamed, dropped or re-created collection)
 selects or opens an entry. :class:`~pm_vector.client.query.PrivateKNN` and
-:class:`~pm_vector.client.PrivateMail` used on their own (no ``accountant``) charge the single
-key :data:`LOCAL_KEY`; give them ``accountant=client.account()`` (or any
+:class:`~pm_vector.client.PrivateMail`, :class:`~pm_vector.client.cell_client.PrivateCellKNN` and
+:class:`~pm_vector.client.location.PrivateLocationKNN` used on their own (no ``accountant``) charge
+the single key :data:`LOCAL_KEY`, whatever the collection's name, frames or cells; give them ``accountant=client.account()`` (or any
 :meth:`PrivacyBudget.account`) to charge a Client's server instead (a request built that way
 and sent with :meth:`Client.resolve <pm_vector.client.http.Client.resolve>` is charged again
 there: the ledger over-counts, never under-counts).
@@ -70,7 +71,8 @@ from .settings import DEFAULT_DELTA_BUDGET, DEFAULT_EPSILON_BUDGET, ENV_DELTA, E
 from .settings import settings as _settings
 
 _VERSION = 1
-#: the key PrivateKNN / PrivateMail charge when used on their own (no accountant)
+#: the key PrivateKNN, PrivateMail, PrivateCellKNN and PrivateLocationKNN charge when used on their own
+#: (no accountant): the caller's, never derived from anything a server publishes
 LOCAL_KEY = "local"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _LOOPBACK = "localhost"

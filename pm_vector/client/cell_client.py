@@ -21,7 +21,9 @@ sampler are in :mod:`pm_vector.privacy.cell_release`. Which row is real (``row``
 Either is a function of the query (features and label), so the guarantee is the same.
 
 Budget: every unseeded request is charged ``(epsilon, 0)`` before anything is drawn, to
-``accountant`` or the default ledger under ``local:<collection>`` (``local:cells:<digest>``).
+``accountant`` or the default ledger under the single key ``"local"``
+(:data:`~pm_vector.client.budget.LOCAL_KEY`): neither the published cells nor the collection's name
+select it, so no server can open a fresh budget.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class PrivateCellKNN(ChargedRelease):
         self.classifier = classifier
         self.collection = collection
         self.digest = cells.digest()
-        self._set_accountant(accountant, f"local:{collection or 'cells:' + self.digest[:32]}")
+        self._set_accountant(accountant)  # None: the default ledger's key "local", whatever the cells or name
 
     @property
     def n_cells(self) -> int:

@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import unit_query
 from ..errors import AlignmentError, InvalidInputError, MalformedAnswerError
 from ..privacy.rng import secure_generator
 from ..protocol.codec import JSON, MSGPACK
@@ -313,6 +314,7 @@ class Client(Transport, PublicDocuments):
         ``paper_options``: any of :data:`PAPER_OPTIONS`). Private (underscore) or unknown keywords
         raise :class:`TypeError`: no seed reaches this method."""
         _check_options(paper_options)
+        unit_query(features)  # a zero or underflowing query is refused before anything is asked or charged
         with self._query_scope(discard=False):  # the request is handed out: its charge stays
             return self._build_request(name, features, label, epsilon=epsilon, delta=delta, protocol=protocol,
                                        shortlist=shortlist, release=release, n_cells=n_cells, max_bytes=max_bytes,
@@ -407,8 +409,11 @@ class Client(Transport, PublicDocuments):
         rows, (eps, delta)). The result's ``release`` says which was used (``"privatemail_paper"`` for
         the paper's protocol), ``delta`` what was charged.
         ``paper_options``: any of :data:`PAPER_OPTIONS` (``protocol="privatemail_paper"``); private
-        (underscore) or unknown keywords raise :class:`TypeError`."""
+        (underscore) or unknown keywords raise :class:`TypeError`. A query that is not finite, is
+        zero, or whose norm underflows or is subnormal raises :class:`InvalidInputError` before the
+        first request (:func:`pm_vector._validation.unit_query`)."""
         _check_options(paper_options)
+        unit_query(features)  # a zero or underflowing query is refused before the first request
         with self._query_scope():  # one run, bounded answers, one error type (pm_vector.client.transport)
             return self._query(name, features, label, epsilon=epsilon, delta=delta, k=k, shortlist=shortlist,
                                protocol=protocol, rerank=rerank, answer=answer, release=release,

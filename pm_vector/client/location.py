@@ -13,12 +13,17 @@ The guarantee (pure epsilon, delta 0, whole request, replacing features and labe
 fixed-work sampler are in :mod:`pm_vector.privacy.location`; the plan (level M, candidates S, code
 width) is the public rule :func:`pm_vector.privacy.location.plan` of eps, the collection's public
 size, the byte budget and the published levels and code widths, so the request's shape says nothing
-about the query. The query's only use before the answer is its nearest centroid at level M
-(:meth:`locate`); after the answer, the re-rank of exactly ``n = min(S, n_items)`` coded candidates
-(fixed-size arrays: its time depends on n and the width, both public, not on the query).
+about the query; its candidates are what the byte budget holds with each candidate's id, code and
+payload (at the collection's bound) as they travel on the wire, so a published count, true or not,
+never sizes a request beyond the budget. The query's only use before the answer is its nearest
+centroid at level M (:meth:`locate`); after the answer, the re-rank of exactly ``n = min(S,
+n_items)`` coded candidates (fixed-size arrays, in a CSPRNG permutation: its time depends on n, the
+width and the distances, not on the order the server chose).
 
 Budget: every unseeded request is charged ``(epsilon, 0)`` before anything is drawn, to
-``accountant`` or the default ledger under ``local:<collection>``.
+``accountant`` or the default ledger under the single key ``"local"``
+(:data:`~pm_vector.client.budget.LOCAL_KEY`): neither the published cells nor the collection's name
+select it, so no server can open a fresh budget.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import as_matrix, normalize_rows
+from .._validation import as_matrix, normalize_rows, unit_query
 from ..errors import InvalidInputError, MalformedAnswerError
 from ..manifold.public_cells import PublicCells
 from ..privacy.location import LocationRandomizedResponse, plan as location_plan
@@ -45,26 +50,27 @@ class PrivateLocationKNN(ChargedRelease):
     ``level``, ``candidates``, ``code_bytes``: the plan; any of them ``None`` takes the public rule
     :func:`~pm_vector.privacy.location.plan` of ``epsilon``, ``n_items`` (the collection's public
     size), ``max_bytes`` (what one request may cost on the wire, both ways), ``widths`` (the
-    published code widths) and ``payload_bytes`` (the bound of one candidate's payload, 0 when the
-    collection stores none). ``accountant``: what every unseeded request is charged to; None charges
+    published code widths), ``payload_bytes`` (what one candidate's payload may cost on the wire,
+    :func:`~pm_vector.protocol.location.payload_wire_bytes` of the collection's published bound; 0
+    when it stores none) and ``wire`` (how the answer travels: ``"msgpack"`` or ``"json"``). ``accountant``: what every unseeded request is charged to; None charges
     the default ledger.
     """
 
     def __init__(self, cells: PublicCells, epsilon: float = 4.0, *, n_items: int, widths=(16, 32),
                  max_bytes: int | None = None, level: int | None = None, candidates: int | None = None,
                  code_bytes: int | None = None, payload_bytes: int = 0, collection: str | None = None,
-                 accountant=None):
+                 accountant=None, wire: str = "msgpack"):
         if cells.classes_.size != 1:
             raise InvalidInputError("location cells are fit on the whole anchor as one class.")
         self.cells = cells
         self.plan_ = location_plan(epsilon, n_items=n_items, levels=cells.levels_, widths=widths,
                                    max_bytes=max_bytes, payload_bytes=payload_bytes, level=level,
-                                   candidates=candidates, code_bytes=code_bytes)
+                                   candidates=candidates, code_bytes=code_bytes, wire=wire)
         self.mechanism = LocationRandomizedResponse(epsilon, self.plan_.level)
         self.collection = collection
         self.n_items = int(n_items)
         self.digest = cells.digest()
-        self._set_accountant(accountant, f"local:{collection or 'location:' + self.digest[:32]}")
+        self._set_accountant(accountant)  # None: the default ledger's key "local", whatever the cells or name
 
     def locate(self, x) -> int:
         """The true cell of a query at the plan's level (kept secret)."""
@@ -90,11 +96,13 @@ def query_location(self, name, features, label=None, *, epsilon, k, rerank, max_
 
     Before the answer, the query is used only to find its cell (:meth:`PrivateLocationKNN.locate`).
     The answer is checked in full (:func:`~pm_vector.protocol.location.check_location_answer`:
-    exactly ``n = min(candidates, n_items)`` distinct ids, ``n x code_bytes`` code bytes, the run,
+    exactly ``n = min(candidates, n_items)`` distinct ids, ``n_items`` the run's items as the answer
+    says (fewer than the anchor document's after a delete), ``n x code_bytes`` code bytes, the run,
     level, report and codes digest of the request) before the query is used again; a malformed
     answer raises one :class:`~pm_vector.errors.InvalidInputError` whose text depends on the answer
-    alone. The re-rank then works on exactly ``n`` codes of the plan's width (public sizes), so
-    its time does not depend on the query."""
+    alone. The re-rank then works on exactly ``n`` codes of the plan's width (public sizes), taken
+    in a CSPRNG permutation (:func:`~pm_vector.client.rerank.rank`), so its time depends on neither
+    the query's position nor the order the server chose."""
     t0 = time.perf_counter()
     req, plan = self._build_request(name, features, label, epsilon=epsilon, release="location",
                                     max_bytes=max_bytes, rng=rng)
@@ -113,8 +121,7 @@ def query_location(self, name, features, label=None, *, epsilon, k, rerank, max_
                                                      codes_digest=pc.digest(), run_id=pub.run_id)
     except InvalidInputError as exc:
         raise MalformedAnswerError(f"the answer is malformed: {exc}") from None
-    q = np.asarray(features, dtype=np.float64).ravel()
-    q = q / max(float(np.linalg.norm(q)), 1e-12)
+    q = unit_query(features)  # checked before the first request (Client.query)
     order, d = rank(q, codes=codes, product_codes=pc) if rerank else (np.arange(ids.size), np.zeros(ids.size))
     top = order[: int(k)]
     return {"item_ids": [int(v) for v in ids[top]], "distances": d[top].tolist(),

@@ -194,8 +194,7 @@ class PublicDocuments:
             pub, fr = self._public.get(name), self._frames.get(name)
             d = (pub.anchor_features.shape[1] if pub is not None else
                  fr.anchor.features.shape[1] if fr is not None else 4096)
-        bound = (self._query_get(f"/collections/{name}") or {}).get("max_payload_bytes")
-        bound = bound if isinstance(bound, int) and not isinstance(bound, bool) and 0 <= bound <= 65_536 else None
+        bound = self._payload_bound(name) if self._query_get(f"/collections/{name}") is not None else None
         return answer_cap(body["request"], int(body.get("k") or 1), code_bytes=body.get("code_bytes"),
                           n_features=d, payload_bytes=bound)
 
@@ -291,7 +290,8 @@ class PublicDocuments:
     def private_location(self, name: str, *, epsilon: float, max_bytes: int | None = None, **plan):
         """The :class:`~pm_vector.client.location.PrivateLocationKNN` of the collection's active run (the
         location release: pure eps, delta 0; the plan by the public rule for ``epsilon``, the
-        collection's published size and code widths and ``max_bytes``; ``plan``: ``level``,
+        collection's published size, code widths and payload bound (``max_payload_bytes``, counted
+        on this client's wire: :meth:`_payload_wire_bytes`) and ``max_bytes``; ``plan``: ``level``,
         ``candidates`` or ``code_bytes`` to fix), charging this client's ledger (eps, 0) per request."""
         from .location import PrivateLocationKNN
 
@@ -305,7 +305,26 @@ class PublicDocuments:
         if isinstance(n_items, bool) or not isinstance(n_items, int) or not 1 <= n_items <= 1 << 40:
             raise InvalidInputError(f"collection {name!r} publishes no valid item count; run a new embedding job.")
         return PrivateLocationKNN(cells, epsilon, n_items=n_items, widths=tuple(pc.widths_),
-                                  max_bytes=max_bytes, collection=name, accountant=self._account(name), **plan)
+                                  max_bytes=max_bytes, payload_bytes=self._payload_wire_bytes(name),
+                                  collection=name, accountant=self._account(name),
+                                  wire=getattr(self, "wire", "msgpack"), **plan)
+
+    def _payload_bound(self, name: str) -> int | None:
+        """The collection's payload bound as its document publishes it (``max_payload_bytes``: compact
+        JSON bytes per item), None when it publishes none (an earlier server) or an invalid one."""
+        bound = self.collection(name).get("max_payload_bytes")
+        ok = isinstance(bound, int) and not isinstance(bound, bool) and 0 <= bound <= 65_536
+        return bound if ok else None
+
+    def _payload_wire_bytes(self, name: str) -> int:
+        """What one candidate's payload may cost on this client's wire
+        (:func:`~pm_vector.protocol.location.payload_wire_bytes` of the published bound): what the
+        location plan counts per candidate, so that an answer with every payload at its bound stays
+        within the byte budget. 0 when the collection publishes no bound."""
+        from ..protocol.location import payload_wire_bytes
+
+        bound = self._payload_bound(name)
+        return 0 if bound is None else payload_wire_bytes(bound, getattr(self, "wire", "msgpack"))
 
     def choose_release(self, name: str, epsilon: float, release: str = "auto", *, class_rows: bool = False) -> str:
         """``"location"``, ``"cells"`` or ``"gaussian"``: ``release`` itself, or for ``"auto"`` the public

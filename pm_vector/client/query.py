@@ -80,9 +80,7 @@ class PrivateKNN(ChargedRelease):
         self.frames = frames
         bounds.privacy(epsilon, delta)  # the request's bounds, checked before anything is charged
         self.mechanism = ClassRowsGaussianMechanism(epsilon, delta, frames.radii_, frames.components_.shape[1])
-        from .budget import LOCAL_KEY
-
-        self._set_accountant(accountant, LOCAL_KEY)  # the caller's key: nothing published selects it
+        self._set_accountant(accountant)  # None: the default ledger's key "local", nothing published selects it
         D = as_matrix(dummy_features, "dummy features")
         yd = as_labels(dummy_labels, D.shape[0], "dummy labels")
         self._pool = {}

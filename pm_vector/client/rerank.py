@@ -12,19 +12,49 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_matrix
+from .._validation import as_matrix, unit_query
 from ..errors import InvalidInputError
+
+
+def _ranked(dist_of, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, distances)`` of ``n`` candidates whose distances ``dist_of(p)`` gives for the
+    candidates at positions ``p``, computed in an order that does not depend on the server's.
+
+    The candidates are taken in a fresh CSPRNG permutation ``p`` (the order of ``n`` uniform 64-bit
+    words of :func:`~pm_vector.privacy.secure_generator`: 3 ms for 65,536) before their distances are computed and sorted,
+    so the distances reach the sort as a uniformly random arrangement of their multiset whatever
+    order the server chose (numpy's sorts are faster on ordered input: a server that ordered its
+    candidates by distance from a guessed query could time the re-rank, issue #35, finding 12b).
+    Equal distances are then ordered by candidate position, as a stable sort of the server's
+    order would: one more sort of ``run * n + position`` keys, whose arrangement (nondecreasing
+    runs, random inside a run of equal distances) does not depend on the server's order either.
+    Nothing here branches on the data: the same operations run for every order."""
+    from ..privacy.rng import secure_generator
+
+    p = np.argsort(secure_generator().words(n))  # a uniform permutation (ties of 64-bit words aside)
+    dp = np.asarray(dist_of(p), dtype=np.float64)
+    op = np.argsort(dp, kind="stable")
+    sd = dp[op]
+    run = np.concatenate([[0], np.cumsum(sd[1:] != sd[:-1])]).astype(np.int64)
+    order = np.sort(run * n + p[op]) % n
+    d = np.empty(n, dtype=np.float64)
+    d[p] = dp
+    return order.astype(np.int64), d
 
 
 def rank(query, candidate_features=None, *, codes=None, product_codes=None) -> tuple[np.ndarray, np.ndarray]:
     """``(order, distances)``: the candidates' positions by distance to ``query``, nearest first
-    (stable for ties), and each candidate's distance (in candidate order).
+    (equal distances by position), and each candidate's distance (in candidate order).
 
     By raw features (``candidate_features``, one row per candidate): the Euclidean distance.
     By product codes (``codes``, the ``(n, b)`` uint8 prefixes of a compact answer, and
     ``product_codes``, the published :class:`~pm_vector.manifold.codes.ProductCodes`): the
     asymmetric distance of the exact query to each coded candidate
-    (:meth:`~pm_vector.manifold.codes.ProductCodes.distances`). The query is used as given."""
+    (:meth:`~pm_vector.manifold.codes.ProductCodes.distances`). The query is used as given.
+
+    The work does not depend on the order the candidates came in (:func:`_ranked`: a CSPRNG
+    permutation before the distances are computed and sorted); the result is the same as a
+    stable sort of the distances in the candidates' order."""
     q = np.asarray(query, dtype=np.float64)
     if codes is not None:
         if product_codes is None:
@@ -34,14 +64,14 @@ def rank(query, candidate_features=None, *, codes=None, product_codes=None) -> t
             raise InvalidInputError("codes must be a 2-d array, one row per candidate.")
         if C.shape[0] == 0:
             return np.zeros(0, np.int64), np.zeros(0)
-        d = np.asarray(product_codes.distances(q.ravel(), C), dtype=np.float64)
-        return np.argsort(d, kind="stable"), d
+        qr = q.ravel()
+        return _ranked(lambda p: product_codes.distances(qr, C[p]), C.shape[0])
     q = q.reshape(1, -1)
     R = as_matrix(candidate_features, "candidate_features")
     if R.shape[1] != q.shape[1]:
         raise InvalidInputError(f"candidates have {R.shape[1]} features; the query has {q.shape[1]}.")
-    d2 = ((R - q) ** 2).sum(1)
-    return np.argsort(d2, kind="stable"), np.sqrt(d2)
+    order, d2 = _ranked(lambda p: ((R[p] - q) ** 2).sum(1), R.shape[0])
+    return order, np.sqrt(d2)
 
 
 def rerank(query_features, candidate_features, k: int | None = None) -> np.ndarray:
@@ -79,7 +109,7 @@ def rerank_row(row: dict, q_raw: np.ndarray, mode, req, pc, b) -> str | bool:
     dropped. Returns how it was re-ranked (``mode``), or False."""
     n = len(row["item_ids"])
     reranked: str | bool = False
-    q = q_raw / max(float(np.linalg.norm(q_raw)), 1e-12)
+    q = unit_query(q_raw)  # checked before the first request (Client.query)
     order = d = None
     if mode == "features" and row.get("features") is not None and len(row["features"]):
         order, d = rank(q, row["features"])

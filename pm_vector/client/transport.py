@@ -41,6 +41,7 @@ from typing import Any
 
 from ..errors import InvalidInputError, MalformedAnswerError, PMVectorError, ServiceError
 from ..protocol.codec import JSON, MSGPACK, TooLargeError, decode_bounded, encode
+from ..protocol.location import payload_wire_bytes
 
 __all__ = ["BYTES_PER_CONTAINER", "DEFAULT_MAX_DOCUMENT_BYTES", "PAYLOAD_ALLOWANCE", "ServiceError", "Transport",
            "WIRES", "answer_bounds", "answer_cap", "wire_bytes"]
@@ -87,7 +88,8 @@ def answer_cap(request: dict, k: int, *, code_bytes: int | None = None, n_featur
     shape: every query row (``rows``, ``reports``, ``n_query_rows`` or ``query_labels``) answers at
     most ``k'`` candidates (its ``shortlist``, else ``k``), each with its ``code_bytes`` of codes,
     ``n_features`` raw features (8 bytes as msgpack floats, 32 as JSON text at most), its payload
-    (``payload_bytes``: the collection's bound when it publishes one, else
+    (``payload_bytes``: the collection's bound when it publishes one, as it may travel:
+    :func:`~pm_vector.protocol.location.payload_wire_bytes` + 64; else
     :data:`PAYLOAD_ALLOWANCE`) and :data:`CANDIDATE_OVERHEAD`; plus :data:`ANSWER_OVERHEAD`."""
     if not isinstance(request, dict):
         raise InvalidInputError("answer_cap needs the request's dict (request.to_dict()).")
@@ -103,7 +105,7 @@ def answer_cap(request: dict, k: int, *, code_bytes: int | None = None, n_featur
     shortlist = int(request.get("shortlist") or request.get("candidates") or k)  # a location request names candidates
     code_bytes = code_bytes if code_bytes is not None else request.get("code_bytes")
     per = CANDIDATE_OVERHEAD + 2 * int(code_bytes or 0) + 32 * int(n_features or 0)
-    per += 2 * int(payload_bytes) + 64 if payload_bytes is not None else PAYLOAD_ALLOWANCE
+    per += payload_wire_bytes(int(payload_bytes)) + 64 if payload_bytes is not None else PAYLOAD_ALLOWANCE
     return ANSWER_OVERHEAD + max(1, n) * max(1, shortlist) * per
 
 

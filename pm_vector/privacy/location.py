@@ -53,7 +53,7 @@ from ..errors import InvalidInputError, PrivacyParameterError
 from .rng import require_generator
 
 __all__ = ["MAX_CELL_WEIGHT", "cell_weight", "LocationRandomizedResponse", "LocationPlan", "plan", "rr_threshold", "exact_loss", "location_weight",
-           "candidates_within", "target_candidates", "target_level", "MAX_LEVEL", "DEFAULT_MAX_BYTES"]
+           "candidates_within", "candidate_bytes", "target_candidates", "target_level", "MAX_LEVEL", "DEFAULT_MAX_BYTES"]
 
 #: the largest level (cells) a location release accepts
 MAX_LEVEL = 1 << 20
@@ -173,8 +173,12 @@ DEFAULT_MAX_BYTES = 50_000
 #: the bytes of a request that do not grow with the candidates: the request body, the answer's
 #: envelope and the HTTP headers both ways (measured: about 1,100 with msgpack and an API key)
 FIXED_BYTES = 1_500
-#: bytes of one candidate's id in an answer (uint32)
+#: bytes of one candidate's id in an answer (uint32 in msgpack; ids below 2^32)
 ID_BYTES = 4
+#: bytes of one candidate's id in a JSON answer (up to 10 digits and a comma; ids below 2^32)
+JSON_ID_BYTES = 11
+#: how an answer travels (pm_vector.client.transport.WIRES)
+WIRES = ("msgpack", "json")
 #: the most candidates an answer may hold (pm_vector.protocol.location.MAX_CANDIDATES)
 MAX_CANDIDATES = 65_536
 #: the candidates a wider code must leave,
@@ -211,16 +215,32 @@ class LocationPlan:
     candidates: int
     code_bytes: int
     max_bytes: int
+    payload_bytes: int = 0
+    wire: str = "msgpack"
 
-    def answer_bytes(self, payload_bytes: int = 0) -> int:
+    def answer_bytes(self) -> int:
         """The most this plan's exchange may cost on the wire (bytes, both ways)."""
-        return FIXED_BYTES + self.candidates * (ID_BYTES + self.code_bytes + int(payload_bytes))
+        return FIXED_BYTES + self.candidates * candidate_bytes(self.code_bytes, self.payload_bytes, self.wire)
 
 
-def candidates_within(max_bytes: int, code_bytes: int, n_items: int, payload_bytes: int = 0) -> int:
-    """The most candidates of ``code_bytes`` each (and ``payload_bytes`` of payload) whose
-    exchange fits ``max_bytes``, at most ``n_items`` and :data:`MAX_CANDIDATES`; 0 if none fits."""
-    per = ID_BYTES + int(code_bytes) + int(payload_bytes)
+def candidate_bytes(code_bytes: int, payload_bytes: int = 0, wire: str = "msgpack") -> int:
+    """The most one candidate adds to a location answer on the wire: its id, its code prefix and
+    its payload (``payload_bytes``: as it may travel on ``wire``,
+    :func:`pm_vector.protocol.location.payload_wire_bytes`). msgpack: the id in 4 bytes of a uint32
+    array and the code in ``code_bytes`` of one binary blob; JSON: the id as up to 10 digits and a
+    comma, the codes as one base64 string (4 characters per 3 bytes, rounded up per candidate)."""
+    if wire not in WIRES:
+        raise InvalidInputError(f"wire must be one of {list(WIRES)}; got {wire!r:.40}.")
+    b, p = int(code_bytes), int(payload_bytes)
+    return ID_BYTES + b + p if wire == "msgpack" else JSON_ID_BYTES + -(-4 * b // 3) + p
+
+
+def candidates_within(max_bytes: int, code_bytes: int, n_items: int, payload_bytes: int = 0,
+                      wire: str = "msgpack") -> int:
+    """The most candidates of ``code_bytes`` each (and ``payload_bytes`` of payload, as it
+    travels) whose exchange on ``wire`` fits ``max_bytes`` (:func:`candidate_bytes`), at most
+    ``n_items`` and :data:`MAX_CANDIDATES`; 0 if none fits."""
+    per = candidate_bytes(code_bytes, payload_bytes, wire)
     return max(0, min(int(n_items), MAX_CANDIDATES, (int(max_bytes) - FIXED_BYTES) // per))
 
 
@@ -250,7 +270,8 @@ def target_level(epsilon: float, n_items: int, candidates: int) -> float:
 
 
 def plan(epsilon, *, n_items: int, levels, widths, max_bytes: int | None = None, payload_bytes: int = 0,
-         level: int | None = None, candidates: int | None = None, code_bytes: int | None = None) -> LocationPlan:
+         level: int | None = None, candidates: int | None = None, code_bytes: int | None = None,
+         wire: str = "msgpack") -> LocationPlan:
     """The public plan of a location request (any of ``level``, ``candidates``, ``code_bytes`` given
     is kept; the rest follow the rule):
 
@@ -261,8 +282,11 @@ def plan(epsilon, *, n_items: int, levels, widths, max_bytes: int | None = None,
     * the level: the published level nearest in log to :func:`target_level` (ties to the finer).
 
     ``n_items``: the collection's public size; ``max_bytes``: the byte budget of one request on the
-    wire, both ways (default :data:`DEFAULT_MAX_BYTES`); ``payload_bytes``: the bound of one
-    candidate's payload when the collection stores payloads (0 otherwise)."""
+    wire, both ways (default :data:`DEFAULT_MAX_BYTES`); ``payload_bytes``: what one candidate's
+    payload may cost on the wire (:func:`pm_vector.protocol.location.payload_wire_bytes` of the
+    collection's published bound; 0 when it stores none); ``wire``: ``"msgpack"`` or ``"json"``, how
+    the answer travels (:func:`candidate_bytes`). An answer with every payload at its bound then
+    costs at most ``max_bytes`` on the wire, both ways."""
     e = _check_epsilon(epsilon)
     for name, v, lo in (("n_items", n_items, 1), ("payload_bytes", payload_bytes, 0)):
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or int(v) < lo:
@@ -282,8 +306,8 @@ def plan(epsilon, *, n_items: int, levels, widths, max_bytes: int | None = None,
             raise InvalidInputError(f"code_bytes must be one of the published widths {widths}; got {code_bytes!r:.40}.")
         w = int(code_bytes)
     else:
-        need = target_candidates(e, n_items, candidates_within(mb, widths[0], n_items, payload_bytes))
-        fit = [x for x in widths if candidates_within(mb, x, n_items, payload_bytes) >= min(need, int(n_items))]
+        need = target_candidates(e, n_items, candidates_within(mb, widths[0], n_items, payload_bytes, wire))
+        fit = [x for x in widths if candidates_within(mb, x, n_items, payload_bytes, wire) >= min(need, int(n_items))]
         w = fit[-1] if fit else widths[0]
     if candidates is not None:
         if isinstance(candidates, bool) or not isinstance(candidates, numbers.Integral) or \
@@ -291,10 +315,10 @@ def plan(epsilon, *, n_items: int, levels, widths, max_bytes: int | None = None,
             raise InvalidInputError(f"candidates must be an integer in [1, {MAX_CANDIDATES}]; got {candidates!r:.40}.")
         S = int(candidates)
     else:
-        S = candidates_within(mb, w, n_items, payload_bytes)
+        S = candidates_within(mb, w, n_items, payload_bytes, wire)
         if S < 1:
             raise InvalidInputError(f"max_bytes {mb} leaves no room for one candidate of {w} code bytes; raise it "
-                                    f"above {FIXED_BYTES + ID_BYTES + w + int(payload_bytes)}.")
+                                    f"above {FIXED_BYTES + candidate_bytes(w, payload_bytes, wire)}.")
     if level is not None:
         if level not in lv:
             raise InvalidInputError(f"level must be one of the published levels {lv}; got {level!r:.40}.")
@@ -302,4 +326,4 @@ def plan(epsilon, *, n_items: int, levels, widths, max_bytes: int | None = None,
     else:
         t = target_level(e, n_items, S)
         M = min(lv, key=lambda k: (abs(math.log(k) - math.log(t)), -k))
-    return LocationPlan(level=M, candidates=S, code_bytes=w, max_bytes=mb)
+    return LocationPlan(level=M, candidates=S, code_bytes=w, max_bytes=mb, payload_bytes=int(payload_bytes), wire=wire)

@@ -34,8 +34,9 @@ than ``max_depth`` are an :class:`~pm_vector.errors.InvalidInputError` that says
 of more than ``max_elements`` elements is a :class:`TooLargeError`, and so is a document over
 its element bounds (``max_list_len``, ``max_map_len``, ``max_str_len``, ``max_containers``,
 ``max_values``: a peer's 16 MiB of one-byte empty maps would otherwise become 16 million Python
-dicts). A msgpack document is read once: msgpack's hooks check each map, list and array as it
-completes. ``arrays="lists"`` returns
+dicts). A msgpack body's maps and lists are counted before it is decoded
+(:func:`~pm_vector.protocol.msgpack_counts.over_containers`); then it is read once: msgpack's hooks
+check each map, list and array as it completes. ``arrays="lists"`` returns
 the document a JSON body of the same values would give (arrays as nested lists of Python
 numbers): a validator written for JSON then applies unchanged to msgpack.
 """
@@ -382,6 +383,12 @@ def decode(body: bytes, media_type: str = JSON, *, max_bytes: int | None = None,
     if media_type == MSGPACK:
         import msgpack
 
+        if max_containers is not None:  # counted before msgpack builds a single object
+            from .msgpack_counts import over_containers
+
+            if over_containers(body, int(max_containers)):
+                raise TooLargeError(f"the document holds more than {int(max_containers):,} maps and lists; no "
+                                    "request of this protocol holds that many.")
         bounds = _Bounds(max_elements, min(int(max_ndim), MAX_NDIM), max_depth, allow_binary, arrays == "lists",
                          max_containers, max_values)
         n = len(body)  # no declared length may exceed the body itself

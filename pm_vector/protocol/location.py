@@ -3,10 +3,17 @@
 
 A location request reports ONE public cell of the whole collection (:mod:`pm_vector.privacy.location`)
 and asks for ``candidates`` items with ``code_bytes`` of their product codes. The answer is a public
-function of (run, level, report, eps, candidates, code_bytes): ``item_ids`` (``n`` distinct ids,
-``n = min(candidates, n_items)`` of the run, best first), ``codes`` (``n x code_bytes`` bytes, the
-prefix of each item's published code) and, for a collection that stores payloads, ``payloads``
-(``n`` JSON values). A client refuses the whole answer unless every field has exactly that shape.
+function of (run, its items, level, report, eps, candidates, code_bytes): ``n_items`` (the run's items
+when the list was built), ``item_ids`` (``n`` distinct ids, ``n = min(candidates, n_items)`` of the run,
+best first), ``codes`` (``n x code_bytes`` bytes, the prefix of each item's published code) and, for a
+collection that stores payloads, ``payloads`` (``n`` JSON values). A client refuses the whole answer
+unless every field has exactly that shape.
+
+The run's items change without a new run (deletes, new items, an attached table's sync), so the
+anchor document a client holds may count more items than the run has when it answers: the answer
+says its own ``n_items``, and the client checks the list against it and against the request (never
+more than ``candidates``). An answer without ``n_items`` (an earlier server) is checked against the
+count the client holds.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ MAX_CANDIDATES = 65_536
 MAX_CODE_BYTES = 256
 #: the largest level M
 MAX_LEVEL = 1 << 20
+#: the most items a run may declare
+MAX_ITEMS = 1 << 40
 
 
 def _int(name: str, v, lo: int, hi: int) -> int:
@@ -110,6 +119,23 @@ class LocationRequest:
         return cls(**{k: d[k] for k in cls._NEED + cls._OPTIONAL if k in d})
 
 
+def payload_wire_bytes(max_payload_bytes: int, wire: str = "msgpack") -> int:
+    """The most bytes one candidate's payload may take in a location answer on the wire, for a
+    collection whose payloads are at most ``max_payload_bytes`` bytes of compact JSON
+    (:mod:`pm_vector.db.store.payloads`); 0 when it is 0 (no payload can be stored).
+
+    JSON (``wire="json"``): the value as written (never longer than its compact JSON as stored) and
+    its separator, or ``null`` for an item without payload: ``B + 5``. msgpack: a float takes 9
+    bytes where compact JSON may take 3 (``1.5``) and a separator, every other value at most one
+    byte more than its JSON (a string's header against its quotes): a payload of ``B`` bytes takes at
+    most ``9 B / 4`` plus a few header bytes, ``9 B // 4 + 12`` (``[1.5,1.5,...]``: 64 floats in 257
+    bytes of JSON, 579 of msgpack)."""
+    b = int(max_payload_bytes)
+    if b <= 0:
+        return 0
+    return b + 5 if wire == "json" else 9 * b // 4 + 12
+
+
 def _ids(value: Any, n: int) -> np.ndarray:
     """``n`` item ids from what the wire made of them (a uint32/int array, a list of ints, or raw
     big-endian uint32 bytes), refused unless exactly ``n`` distinct non-negative integers."""
@@ -139,15 +165,22 @@ def check_location_answer(answer: Any, request: LocationRequest, *, n_items: int
                           run_id: Any) -> tuple[np.ndarray, np.ndarray, list | None]:
     """``(item_ids, codes, payloads)`` of a location answer after checking ALL of it against the
     request and the public document it was built on: the release, level and report echoed, the run
-    and codes digest the request was built on, exactly ``n = min(candidates, n_items)`` distinct ids,
-    ``n x code_bytes`` code bytes, and ``payloads`` either absent (None) or a list of exactly ``n``. Anything
-    else raises :class:`~pm_vector.errors.InvalidInputError` with one message that names the field;
-    its checks use only the answer and public values, never the client's query."""
+    and codes digest the request was built on, exactly ``n = min(candidates, N)`` distinct ids, ``n x
+    code_bytes`` code bytes, and ``payloads`` either absent (None) or a list of exactly ``n``; ``N``
+    is the answer's own ``n_items`` (an integer in ``[0, MAX_ITEMS]``: the run's items when its list
+    was built, fewer than the document's after a delete), or ``n_items`` (the client's published
+    count) for an answer that says none. So an answer never holds more than the request asked for,
+    and always exactly what its run holds. Anything else raises
+    :class:`~pm_vector.errors.InvalidInputError` with one message that names the field; its checks
+    use only the answer and public values, never the client's query."""
     from .published_codes import row_codes
 
     if not isinstance(answer, Mapping):
         raise InvalidInputError("the answer is not a document.")
-    n = min(int(request.candidates), int(n_items))
+    held = answer.get("n_items", n_items)
+    if isinstance(held, (bool, np.bool_)) or not isinstance(held, (int, np.integer)) or not 0 <= held <= MAX_ITEMS:
+        raise InvalidInputError(f"the answer's n_items must be an integer in [0, {MAX_ITEMS}]; got {str(held)[:40]!r}.")
+    n = min(int(request.candidates), int(held))
     for key, want in (("release", "location"), ("level", request.level), ("report", request.report),
                       ("run_id", run_id)):
         got = answer.get(key)

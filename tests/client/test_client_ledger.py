@@ -234,3 +234,37 @@ def test_several_processes_never_spend_past_the_budget(tmp_path):
         counts = pool.starmap(_spender, [(str(path), 20)] * 4)
     st = PrivacyBudget(path, default_epsilon=10.0).status("origin:http://localhost:8000")
     assert sum(counts) == 10 and st["releases"] == 10 and st["epsilon_spent"] == pytest.approx(10.0)
+
+
+def test_standalone_cell_and_location_releases_charge_the_one_local_key(digits_split):
+    """Issue #35, finding 12a: PrivateLocationKNN and PrivateCellKNN used on their own charged the
+    default ledger under a key derived from the published cells' digest (or the collection's name),
+    so three published cell sets gave 2 accepted eps-4 requests each (24 eps against a default
+    budget of 10) and a renamed collection a fourth entry. Now every one charges ``"local"``."""
+    from pm_vector.client.cell_client import PrivateCellKNN
+    from pm_vector.client.location import PrivateLocationKNN
+    from pm_vector.manifold.public_cells import PublicCells, fit_location_cells
+
+    Xa, ya = digits_split.anchor
+    Xq, yq = digits_split.query
+    # three cell sets a server could publish (fit with other seeds: other digests)
+    locs = [fit_location_cells(Xa, levels=(2, 4, 8), random_state=s) for s in range(3)]
+    assert len({c.digest() for c in locs}) == 3
+    accepted = 0
+    for i, cells in enumerate(locs):
+        for name in (f"c{i}", f"renamed{i}"):
+            client = PrivateLocationKNN(cells, 4.0, n_items=1000, level=8, candidates=10, code_bytes=16,
+                                        widths=(16,), collection=name)
+            try:
+                client.request(Xq[accepted])
+                accepted += 1
+            except BudgetExceededError:
+                pass
+    assert accepted == 2  # 8 eps of the default 10: the third is refused whatever the cells or the name
+    assert PrivacyBudget().keys() == [LOCAL_KEY]
+    assert PrivacyBudget().status(LOCAL_KEY)["epsilon_spent"] == pytest.approx(8.0)
+    cells = PublicCells(levels=(2, 4), random_state=1).fit(Xa, ya)
+    for name in (None, "digits", "other"):
+        with pytest.raises(BudgetExceededError):
+            PrivateCellKNN(cells, 4.0, n_cells=2, collection=name).request(Xq[5], int(yq[5]))
+    assert PrivacyBudget().keys() == [LOCAL_KEY]

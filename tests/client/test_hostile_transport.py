@@ -32,6 +32,11 @@ def _empty_lists(n: int) -> bytes:
 
 
 def test_a_msgpack_body_of_empty_lists_is_refused_by_its_object_bound():
+    """Issue #35, finding 11: a 16 MiB msgpack answer of empty lists was refused after 4.7-5.3 s at
+    +195-202 MB (msgpack built a million lists before the hook's count refused them). The body's
+    maps and lists are now counted before anything is decoded (pm_vector.protocol.msgpack_counts)."""
+    import tracemalloc
+
     body = _empty_lists(16 << 20)  # 16 MiB
     with Hostile(lambda h: send(h, 200, body, content_type=MSGPACK)) as h, _client(h.url) as c:
         t0 = time.perf_counter()
@@ -39,6 +44,20 @@ def test_a_msgpack_body_of_empty_lists_is_refused_by_its_object_bound():
             c.collection("x")
         took = time.perf_counter() - t0
     print(f"\n16 MiB msgpack of empty lists refused in {took:.2f} s")
+    nested = b"\xdd" + struct.pack(">I", 8 << 20) + b"\x91\x00" * (8 << 20)  # 8 M lists of one value
+    for bomb in (body, nested):
+        t0 = time.perf_counter()
+        with pytest.raises(TooLargeError, match="maps and lists"):
+            decode_bounded(bomb, MSGPACK, **answer_bounds(64 << 20))
+        took = time.perf_counter() - t0
+        tracemalloc.start()  # (it slows the walk down: the time is taken without it)
+        with pytest.raises(TooLargeError, match="maps and lists"):
+            decode_bounded(bomb, MSGPACK, **answer_bounds(64 << 20))
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        print(f"{len(bomb) >> 20} MiB bomb decoded under the 64 MiB cap: refused in {took:.2f} s, "
+              f"peak {peak / 2 ** 20:.1f} MB allocated")
+        assert peak < 16 << 20 and took < 2.5, (peak, took)  # before: 5.3 s, +140 MB
     # the decoder's own bound: a million containers at most for a 64 MiB cap, never the 16 million
     assert answer_bounds(64 << 20)["max_containers"] == 1 << 20
     with pytest.raises(TooLargeError):
@@ -140,7 +159,7 @@ def test_a_refusal_keeps_the_servers_message_printable():
 def test_the_resolve_cap_follows_the_published_shape():
     req = {"format": "pm_vector.class_rows.v1", "rows": [[0.0] * 8] * 10, "shortlist": 64}
     compact = answer_cap(req, 8, code_bytes=16, payload_bytes=256)
-    assert compact == 64 * 1024 + 10 * 64 * (512 + 32 + 2 * 256 + 64)
+    assert compact == 64 * 1024 + 10 * 64 * (512 + 32 + (9 * 256 // 4 + 12) + 64)
     assert answer_cap(req, 8, n_features=784) > compact
     assert answer_cap({"n_query_rows": 10}, 50) == 64 * 1024 + 10 * 50 * (512 + 4096)
 
@@ -183,3 +202,20 @@ def test_a_query_s_exchanges_share_one_deadline():
         assert sum(p.endswith("/anchor") for _, p in h.requests) == 1  # the second exchange was cut
     print(f"\nevery answer trickled over 1.2 s, timeout=2: the query cut after {took:.2f} s")
     assert took < 3.0
+
+
+@pytest.mark.parametrize("query", [np.zeros(64), np.full(64, 1e-300), np.full(64, 1e-170), np.r_[np.ones(63), np.nan]],
+                         ids=["zero", "underflowing", "subnormal-norm", "nan"])
+def test_a_bad_query_is_refused_before_the_first_request(query):
+    """Issue #35, finding 12c: a zero or underflowing query failed after the first GET (the server
+    saw a GET and no POST). Now it is refused before anything is sent, charged or built."""
+    from pm_vector.errors import InvalidInputError
+
+    with Hostile(lambda h: send(h, 200, b"{}")) as h, _client(h.url) as c:
+        for call in (lambda: c.query("x", query, 0, epsilon=1.0),
+                     lambda: c.query("x", query, epsilon=1.0, release="location"),
+                     lambda: c.build_request("x", query, 0, epsilon=1.0)):
+            with pytest.raises(InvalidInputError, match="query"):
+                call()
+        assert h.requests == []
+        assert c.budget.status(c.budget_key())["releases"] == 0

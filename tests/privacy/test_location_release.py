@@ -255,3 +255,42 @@ def test_two_query_distinguishing_attack_is_bounded_and_blind(location_cells, di
     print("\ntwo-query attack: " + "; ".join(f"eps {e:g}: {r:.3f} (bound {b:.3f})" for e, r, b in rows))
     assert abs(rows[0][1] - 0.5) < 4 * se
     assert rows[-1][1] > 0.9
+
+
+def test_a_forged_item_count_sizes_no_request_beyond_the_budget_and_no_answer_beyond_the_request():
+    """Issue #35, finding 12b: a server published ``n_items = 10^5`` for a small collection (nothing
+    checks it): a 1 MB-budget client asked for 27,736 candidates, and their payloads were not
+    counted. The count only caps the plan: the candidates are what the byte budget holds with
+    every candidate's id, code and payload at its bound on the client's wire; and the answer is
+    checked against the request (never more than its candidates) and its own ``n_items``."""
+    from pm_vector.privacy.location import candidate_bytes
+    from pm_vector.protocol.location import LocationRequest, check_location_answer, payload_wire_bytes
+
+    st, lv = (16, 32), (2, 4, 8, 16, 32)
+    for wire in ("msgpack", "json"):
+        for bound in (0, 256, 4096):
+            pb = payload_wire_bytes(bound, wire)
+            p = plan(4.0, n_items=10 ** 5, levels=lv, widths=st, max_bytes=1 << 20, payload_bytes=pb, wire=wire)
+            assert p.answer_bytes() <= 1 << 20
+            assert p.candidates * candidate_bytes(p.code_bytes, pb, wire) <= (1 << 20) - 1_500
+            if bound:
+                assert p.candidates < 27_736
+    req = LocationRequest(report=1, level=8, epsilon=4.0, locations_digest="ab", candidates=50, code_bytes=16)
+
+    def answer(n, declared=None):
+        a = {"release": "location", "level": 8, "report": 1, "run_id": 7, "codes": {"digest": "cd", "bytes": 16},
+             "item_ids": np.arange(n, dtype=np.uint32), "codes_data": bytes(16 * n)}
+        if declared is not None:
+            a["n_items"] = declared
+        return a
+
+    def check(a, n_items=10 ** 5):
+        return check_location_answer(a, req, n_items=n_items, codes_digest="cd", run_id=7)
+
+    assert check(answer(50))[0].size == 50  # min(candidates, published count)
+    assert check(answer(40, 40))[0].size == 40  # the run holds 40 now (after a delete)
+    assert check(answer(50, 10 ** 9))[0].size == 50  # a count above the request's candidates: still 50
+    for bad in (answer(60), answer(60, 60), answer(39, 40), answer(41, 40), answer(50, -1), answer(50, True),
+                answer(50, "50"), answer(50, 1 << 41)):
+        with pytest.raises(InvalidInputError):
+            check(bad)

@@ -143,6 +143,30 @@ def test_container_and_value_bounds_are_exact_for_msgpack(doc):
             codec.decode(body, codec.MSGPACK, max_list_len=longest - 1, max_map_len=longest - 1)
 
 
+def _lists_counted(doc) -> int:
+    """Maps and lists of a document as msgpack holds them (an array extension is no list)."""
+    if isinstance(doc, dict):
+        return 1 + sum(_lists_counted(v) for v in doc.values())
+    if isinstance(doc, list):
+        return 1 + sum(_lists_counted(v) for v in doc)
+    return 0
+
+
+@FAST
+@given(_json_docs(msgpack_scalars | arrays | st.binary(max_size=300) | st.text(min_size=30, max_size=300)
+                  | st.lists(st.integers(-32, 127) | st.none() | st.just([]) | st.just({}), min_size=60,
+                             max_size=200), 20))
+def test_msgpack_counts_are_exact_before_decoding(doc):
+    """The msgpack pre-count (pm_vector.protocol.msgpack_counts, issue #35 finding 11) refuses
+    exactly the bodies over the bound, long lists of one-byte values counted at once included."""
+    from pm_vector.protocol.msgpack_counts import over_containers
+
+    body = codec.encode(doc, codec.MSGPACK)
+    n = _lists_counted(doc)
+    assert not over_containers(body, n)
+    assert n == 0 or over_containers(body, n - 1)
+
+
 @FAST
 @given(_json_docs(st.none() | st.integers(-5, 5), 20))
 def test_json_counts_never_refuse_what_the_bounds_allow(doc):

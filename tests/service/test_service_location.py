@@ -66,3 +66,109 @@ def db_positions(name, res, Xs):
         F = np.stack([feats[i] for i in r])
         out.append(knn_search(F, Xs, 1).ravel())
     return out
+
+
+def test_a_delete_never_breaks_an_answer(service, svc_key, tmp_path):
+    """Issue #35, finding 10: on the demo's collection (1,000 digits: the 50 kB plan asks for every
+    item) deleting items made every later query fail on the client (``the answer's item_ids must be
+    1000 integers; got shape (824,)``). The answer now says the run's items it was built on and holds
+    min(candidates, n_items) of them; the client checks it against that and its request. A fifth
+    deleted, queries at eps 1, 4 and 16 through a client that holds the document from before the
+    delete and through a new one: every query answers, with no deleted item."""
+    import uuid
+
+    from pm_vector import db
+    from pm_vector.bench.demo import DEMO_SIZES, prepare_collection
+    from pm_vector.datasets import load_dataset, split_dataset
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
+
+    split = split_dataset(load_dataset("digits"), *DEMO_SIZES["digits"], seed=0)
+    name = "del_" + uuid.uuid4().hex[:8]
+    prepare_collection(name, split, allow_raw_features=True, max_payload_bytes=0)  # as the demo: no payloads
+    try:
+        db.run_embedding_job(name, {"n_components": 8}, 0, embed_fn=anchor_frame_embed_fn)
+        Xq, _ = split.query
+        with Client(service.url, svc_key["key"], budget=_ledger(tmp_path)) as old:
+            old.budget.set_budget(old.budget_key(), epsilon=1000.0)
+            before = old.query(name, Xq[0], epsilon=4.0, k=8)
+            assert before["candidates"] >= 1000  # the plan asks for the whole collection
+            gone = _item_ids(name)[::5]
+            assert db.delete_items(name, item_ids=gone.tolist())["deleted"] == 200
+            with Client(service.url, svc_key["key"], budget=_ledger(tmp_path)) as new:
+                for c in (old, new):
+                    for eps in (1.0, 4.0, 16.0):
+                        for x in Xq[:3]:
+                            r = c.query(name, x, epsilon=eps, k=8)
+                            assert len(r["item_ids"]) == 8 and not set(r["item_ids"]) & set(gone.tolist())
+                assert new._public[name].class_rows["n_items"] == 800
+    finally:
+        db.drop_collection(name, missing_ok=True)
+
+
+def _item_ids(name) -> np.ndarray:
+    from pm_vector.db.postgres import connection
+
+    with connection() as conn:
+        return np.array([r[0] for r in conn.execute(
+            "SELECT i.id FROM pm_vector.items i JOIN pm_vector.collections c ON c.id = i.collection_id "
+            "WHERE c.name = %s ORDER BY i.id", [name]).fetchall()], dtype=np.int64)
+
+
+def _at_bound(i: int, bound: int):
+    """A payload of exactly ``bound`` bytes of compact JSON, in the shapes that grow most on the
+    wire: a list of short floats (9 bytes each in msgpack, 4 in JSON), a string, a map."""
+    from pm_vector.db.store.payloads import payload_bytes
+
+    if i % 3 == 0:
+        v = [1.5] * ((bound - 1) // 4)
+        while payload_bytes(v) < bound:  # fill with one more digit of the last float
+            v[-1] = float(str(v[-1]) + "1") if payload_bytes(v) + 1 <= bound else v[-1]
+            if payload_bytes(v) < bound and len(str(v[-1])) > 17:
+                break
+    elif i % 3 == 1:
+        v = "é" * ((bound - 2) // 2) + "a" * ((bound - 2) % 2)
+    else:
+        v = {"k": "x" * (bound - 8)}
+    assert payload_bytes(v) <= bound
+    return v
+
+
+@pytest.mark.parametrize("wire", ["msgpack", "json"])
+def test_the_byte_budget_holds_with_payloads_at_their_bound(service, svc_key, svc_split, tmp_path, wire):
+    """Issue #35, build item 9 and finding 11: ``private_location`` never passed the collection's
+    payload bound to the plan, so an answer with payloads at their bound could exceed the byte
+    budget. The collection document now publishes ``max_payload_bytes`` and the plan counts it as
+    the payload may travel on the client's wire; every answer's bytes on the wire, both ways, are
+    within ``max_answer_bytes``."""
+    import uuid
+
+    from pm_vector import db
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
+    from pm_vector.db.store.payloads import payload_bytes
+
+    bound = 96
+    name = "pay_" + uuid.uuid4().hex[:8]
+    ds = svc_split.dataset
+    db.create_collection(name, ds.dim, [int(c) for c in ds.classes], max_payload_bytes=bound)
+    try:
+        Xs, ys = svc_split.server
+        pays = [_at_bound(i, bound) for i in range(len(ys))]
+        assert min(payload_bytes(p) for p in pays) >= bound - 2
+        db.ingest(name, Xs, ys, payloads=pays)
+        db.register_anchor_set(name, *svc_split.anchor, role="anchor")
+        db.register_anchor_set(name, *svc_split.dummy, role="dummy")
+        db.run_embedding_job(name, {"n_components": 8}, 0, embed_fn=anchor_frame_embed_fn)
+        Xq, _ = svc_split.query
+        for budget_bytes in (6_000, 20_000, 50_000):
+            with Client(service.url, svc_key["key"], budget=_ledger(tmp_path), wire=wire,
+                        max_answer_bytes=budget_bytes) as c:
+                c.budget.set_budget(c.budget_key(), epsilon=1000.0)
+                for x in Xq[:3]:
+                    r = c.query(name, x, epsilon=4.0, k=8)
+                    assert len(r["payloads"]) == 8 and all(p is not None for p in r["payloads"])
+                    print(f"{wire} budget {budget_bytes:,}: {r['candidates']} candidates of {r['code_bytes']} code "
+                          f"bytes, {r['bytes_per_request']:,} bytes on the wire")
+                    assert r["bytes_per_request"] <= budget_bytes, (r["bytes_per_request"], budget_bytes)
+                assert c.collection(name)["max_payload_bytes"] == bound
+    finally:
+        db.drop_collection(name, missing_ok=True)

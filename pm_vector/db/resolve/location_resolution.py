@@ -232,7 +232,9 @@ def resolve_location(collection: str, req: LocationRequest, raw: str | None, *, 
                      **_ignored) -> dict[str, Any]:
     """Answer a location request (module doc). Returns ``{"collection", "run_id", "format",
     "release", "answer": "compact", "level", "report", "candidates", "n_query_rows": 1, "item_ids",
-    "codes_data", "payloads", "codes": {"bytes", "digest"}, "timings_ms", "request_log_id", "cached"}``."""
+    "codes_data", "payloads", "n_items", "codes": {"bytes", "digest"}, "timings_ms", "request_log_id",
+    "cached"}``; ``n_items``: the run's items when the list was built (after deletes or new items it may
+    differ from the anchor document a client holds), and the list holds ``min(candidates, n_items)``."""
     cache = CACHE if cache is None else cache
     if read_conn is None and conn is not None and log:
         hit = _resolve_known(collection, req, raw, conn, received, t0, timings, cache)
@@ -251,6 +253,7 @@ def resolve_location(collection: str, req: LocationRequest, raw: str | None, *, 
         if body is None:
             configure(rconn)
             body = _build(rconn, run_id, req, b, code_offset(doc, b))
+            body["n_items"] = int(doc.get("n_items") or 0)  # the run's items the list was built on (same snapshot)
             size = len(body["codes_data"]) + body["item_ids"].nbytes + 64 * len(body["payloads"] or ())
             cache.put(key, body, size)
         n = int(body["item_ids"].size)

@@ -13,6 +13,7 @@ from ..auth import in_scope
 from ..deps import ADMIN_SCOPED, AUTH, NEG, CallerDep
 from ..errors import ApiError
 from ..media import respond
+from ...db.store.payloads import limit_of
 
 router = APIRouter()
 
@@ -24,6 +25,8 @@ def _public_collection(c: dict[str, Any]) -> dict[str, Any]:
     if out["allow_raw_features"] is None:
         out["allow_raw_features"] = bool((c.get("settings") or {}).get("allow_raw_features", False))
     out["description"] = (c.get("settings") or {}).get("description")
+    # the bound of one item's payload (compact JSON bytes): what a client's byte budget counts per candidate
+    out["max_payload_bytes"] = limit_of(c)
     return out
 
 
