@@ -48,6 +48,7 @@ from ...errors import InvalidInputError
 from ..errors import CollectionNotFoundError, translate_sql_error
 from ..postgres import connect
 from ._common import collection_row, iso_datetime
+from .capture import check_attached
 
 #: queue rows one sync transaction applies
 SYNC_BATCH = 5_000
@@ -115,8 +116,9 @@ def sync_status(collection: str | None = None, *, url: str | None = None) -> dic
 
     With a name, that collection's ``{"collection", "source_table", "queued", "oldest_queued_at",
     "lag_s"}``: the changes queued and not yet applied, when the oldest of them was queued (ISO
-    string) and how many seconds it has waited (float); both None when nothing is queued.
-    CollectionNotFoundError for an unknown collection, InvalidInputError for one that is not
+    string) and how many seconds it has waited (float); both None when nothing is queued; ``broken``
+    and ``broken_at``: why and since when the collection is refused (:mod:`pm_vector.db.store.capture`),
+    None when it is not. CollectionNotFoundError for an unknown collection, InvalidInputError for one that is not
     attached. Without a name, the list of every attached collection's, by name."""
     from psycopg.rows import dict_row
 
@@ -133,7 +135,8 @@ def sync_status(collection: str | None = None, *, url: str | None = None) -> dic
                                    [collection]).fetchall()
     out = [{"collection": r["collection"], "source_table": r["source_table"], "queued": int(r["queued"]),
             "oldest_queued_at": iso_datetime(r["oldest_queued_at"]),
-            "lag_s": None if r["lag_s"] is None else float(r["lag_s"])} for r in rows]
+            "lag_s": None if r["lag_s"] is None else float(r["lag_s"]),
+            "broken": r["broken"], "broken_at": iso_datetime(r["broken_at"])} for r in rows]
     if collection is None:
         return out
     if not out:  # (dropped since the check above)
@@ -197,7 +200,7 @@ def _source_rows(conn, att: dict, keys: list) -> dict:
     pay = ("jsonb_build_object(" + ", ".join(f"'{c}', s.{quote_ident(c)}" for c in pcols) + ")") if pcols else "NULL::jsonb"
     v = f"s.{quote_ident(att['vector_column'])}"
     return {r[0]: r[1:] for r in conn.execute(
-        f"SELECT s.{quote_ident(att['id_column'])}::text, {v} IS NULL, CASE WHEN {v} IS NULL THEN NULL ELSE "
+        f"SELECT pm_vector.pm_attach_key(s.{quote_ident(att['id_column'])}), {v} IS NULL, CASE WHEN {v} IS NULL THEN NULL ELSE "
         f"vector_dims({v}) END, {lab}, {pay} FROM {att['table']} AS s "
         f"WHERE s.{quote_ident(att['id_column'])} = ANY(%s::{att['id_type']}[])", [keys]).fetchall()}
 
@@ -326,6 +329,7 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
         att = (coll["settings"] or {}).get("attached")
         if not att:
             raise _not_attached(collection)
+        check_attached(conn, coll)  # (a table changed under it: marked broken, refused)
         rows = conn.execute("SELECT seq, op, key, old_vector FROM pm_vector.attach_changes WHERE collection_id = %s "
                             "AND seq <= %s ORDER BY seq LIMIT %s", [coll["id"], upto, batch]).fetchall()
         if not rows:
