@@ -55,7 +55,7 @@ def test_temporary_objects_of_a_schema_user_run_nothing_as_the_owner(conn, role,
     with _as(role) as a:
         a.execute("CREATE TYPE pg_temp.mood AS ENUM ('x')")
         a.execute(sql.SQL("CREATE FUNCTION pg_temp.mood_json(pg_temp.mood) RETURNS json LANGUAGE plpgsql AS $f$ "
-                          "BEGIN EXECUTE 'CREATE TABLE pm_vector.{} ()'; RETURN '1'::json; END $f$")
+                          "BEGIN EXECUTE 'CREATE TABLE IF NOT EXISTS pm_vector.{} ()'; RETURN '1'::json; END $f$")
                   .format(sql.Identifier(marker)))
         a.execute("CREATE CAST (pg_temp.mood AS json) WITH FUNCTION pg_temp.mood_json(pg_temp.mood)")
         a.execute("CREATE TEMP TABLE t (id text, v text, m pg_temp.mood)")
