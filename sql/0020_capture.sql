@@ -395,8 +395,8 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = 'PM001', MESSAGE = format('no attached collection %L', name);
   END IF;
   att := c.settings -> 'attached';
-  rel := to_regclass(att ->> 'table');
-  IF rel IS NULL OR (att ? 'relid' AND rel::oid <> (att ->> 'relid')::oid) THEN
+  SELECT r.oid INTO rel FROM pg_class r WHERE r.oid = (att ->> 'relid')::oid;  -- (the name may be unqualified)
+  IF rel IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = 'PM004',
       MESSAGE = format('the table %s of collection %L is gone: drop the collection (pm-vector drop %s), '
                        'then attach the table you have now', att ->> 'table', name, name);

@@ -155,6 +155,8 @@ def sync(collection: str, *, batch: int = SYNC_BATCH, embed_fn_extend=None, max_
     t = time.perf_counter()
     with connect(url) as conn:  # the changes queued before this call: a sync ends under a steady stream
         coll = collection_row(conn, collection)
+        if (coll["settings"] or {}).get("attached"):
+            check_attached(conn, coll)  # (refused when broken, also with nothing queued)
         upto = conn.execute("SELECT max(seq) FROM pm_vector.attach_changes WHERE collection_id = %s",
                             [coll["id"]]).fetchone()[0]
     while upto is not None and (max_batches is None or total["batches"] < max_batches):
