@@ -113,21 +113,29 @@ def update(name: str = typer.Argument(..., help="The collection."),
     typer.echo(f"updated item {old} of {name!r}" + (f" (now item {new})" if new != old else "") + f" in {out['seconds']} s")
 
 
-def attach(name: str = typer.Argument(..., help="The new collection's name."),
-           table: str = typer.Option(..., "--table", help="The table, e.g. public.documents."),
-           id_column: str = typer.Option(..., "--id-column", help="Its key column."),
-           vector_column: str = typer.Option(..., "--vector-column", help="Its vector(n) column."),
+def attach(name: str = typer.Argument(..., help="The new collection's name (with --resync: an attached one)."),
+           table: Optional[str] = typer.Option(None, "--table", help="The table, e.g. public.documents."),
+           id_column: Optional[str] = typer.Option(None, "--id-column", help="Its key column."),
+           vector_column: Optional[str] = typer.Option(None, "--vector-column", help="Its vector(n) column."),
            label_column: Optional[str] = typer.Option(None, "--label-column", help="Its integer label column."),
            payload_column: list[str] = typer.Option([], "--payload-column", help="A column returned as payload "
                                                     "(repeat for more)."),
+           resync: bool = typer.Option(False, "--resync", help="Rebuild the attached collection NAME from its "
+                                       "table (after DDL marked it broken): its rows replace the items, the "
+                                       "items of rows gone are erased, the mark is cleared."),
            as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")):
     """Make a collection from a table you already have: pm_vector reads the vectors from it (no copy)
     and triggers queue its changes for `pm-vector sync`. Then register an anchor set and embed.
 
     Example: pm-vector attach docs --table public.documents --id-column id --vector-column embedding
+    Example: pm-vector attach docs --resync     (after `pm-vector sync-status docs` says it is broken)
     """
     from ..db.store.attach import attach_table
 
+    if resync:
+        return _resync(name, as_json, table is not None or id_column is not None or vector_column is not None)
+    if table is None or id_column is None or vector_column is None:
+        fail("give --table, --id-column and --vector-column (or --resync for an attached collection).")
     try:
         out = attach_table(name, table, id_column, vector_column, label_column, payload_column)
     except PMVectorError as e:
@@ -137,6 +145,22 @@ def attach(name: str = typer.Argument(..., help="The new collection's name."),
         return
     typer.echo(f"attached {table} as {name!r}: {out['items']} rows, {out['skipped']} skipped (NULL vector, other "
                f"dimension or label), dim {out['dim']}, labels {out['labels']}")
+
+
+def _resync(name: str, as_json: bool, with_columns: bool) -> None:
+    from ..db.store.capture import resync
+
+    if with_columns:
+        fail("--resync takes the attached collection's name alone: it rebuilds from the columns it was attached with.")
+    try:
+        out = resync(name)
+    except PMVectorError as e:
+        fail(str(e))
+    if as_json:
+        echo_json(out)
+        return
+    typer.echo(f"resynced {name!r}: {out['rows']} row(s) of the table taken again, {out['gone']} gone; ", nl=False)
+    _say_sync(out, False)
 
 
 def sync(name: str = typer.Argument(..., help="The attached collection."),
@@ -224,6 +248,9 @@ def sync_status(name: Optional[str] = typer.Argument(None, help="An attached col
 def _status_line(r: dict) -> str:
     """``docs (documents): 1,204 queued, oldest 3.2 s ago`` or ``docs (documents): up to date``."""
     head = f"{r['collection']} ({r['source_table']})"
+    if r.get("broken"):
+        return (f"{head}: BROKEN since {r['broken_at']}: {r['broken']}; {r['queued']:,} queued "
+                f"(`pm-vector attach {r['collection']} --resync` rebuilds it)")
     if not r["queued"]:
         return f"{head}: up to date"
     return f"{head}: {r['queued']:,} queued, oldest {r['lag_s']:.1f} s ago"

@@ -124,6 +124,10 @@ class SyncStatus(BaseModel):
                                             "8601); null when nothing is queued.")
     lag_s: Optional[float] = Field(None, description="Seconds the oldest queued change has waited for a sync; "
                                    "null when nothing is queued.")
+    broken: Optional[str] = Field(None, description="Why the collection is refused (its table changed under it: "
+                                  "a tracked column dropped, renamed or retyped, the table rewritten or dropped); "
+                                  "null when it is not. `pm-vector attach NAME --resync` mends it.")
+    broken_at: Optional[str] = Field(None, description="Since when (ISO 8601); null when it is not broken.")
 
 
 class ItemsBody(BaseModel):

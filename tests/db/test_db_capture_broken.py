@@ -109,3 +109,29 @@ def test_the_service_answers_409_naming_the_reason():
     from pm_vector.service.errors import _status_of
 
     assert _status_of(CollectionBrokenError("docs", "table public.d was dropped")) == (409, "collection_broken")
+
+
+def test_cli_sync_status_shows_it_and_attach_resync_mends_it(db, cname, conn, user_table):  # noqa: F811
+    from typer.testing import CliRunner
+
+    from pm_vector.cli import app
+
+    runner = CliRunner()
+    t, X, y = user_table
+    _attach(db, cname, t)
+    conn.execute(sql.SQL("ALTER TABLE public.{} RENAME COLUMN title TO heading").format(sql.Identifier(t)))
+    out = runner.invoke(app, ["sync-status", cname])
+    assert out.exit_code == 0 and "BROKEN since" in out.output and "column title of" in out.output
+    assert f"pm-vector attach {cname} --resync" in out.output
+    out = runner.invoke(app, ["sync", cname])
+    assert out.exit_code != 0 and "error:" in out.output and "is broken" in out.output
+    out = runner.invoke(app, ["attach", cname, "--resync"])  # the column is still missing: said, non-zero
+    assert out.exit_code != 0 and "error:" in out.output and "has no column 'title'" in out.output
+    conn.execute(sql.SQL("ALTER TABLE public.{} RENAME COLUMN heading TO title").format(sql.Identifier(t)))
+    out = runner.invoke(app, ["attach", cname, "--resync"])
+    assert out.exit_code == 0, out.output
+    assert "resynced" in out.output and "402 row(s)" in out.output and "400 replaced" in out.output
+    out = runner.invoke(app, ["sync-status", cname])
+    assert out.exit_code == 0 and "up to date" in out.output
+    out = runner.invoke(app, ["attach", "no_such_" + cname, "--resync"])
+    assert out.exit_code != 0 and "error:" in out.output and "Traceback" not in out.output
