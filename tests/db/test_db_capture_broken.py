@@ -11,6 +11,7 @@ import pytest
 from psycopg import sql
 
 from test_db_attach import _ids_of, _served, _vec, user_table  # noqa: F401  (fixture)
+from test_db_locations import _request, lserved  # noqa: F401  (fixture)
 
 
 def _attach(db, cname, t):
@@ -135,3 +136,24 @@ def test_cli_sync_status_shows_it_and_attach_resync_mends_it(db, cname, conn, us
     assert out.exit_code == 0 and "up to date" in out.output
     out = runner.invoke(app, ["attach", "no_such_" + cname, "--resync"])
     assert out.exit_code != 0 and "error:" in out.output and "Traceback" not in out.output
+
+
+@pytest.mark.slow
+def test_a_repeated_location_query_is_refused_once_broken(db, conn, lserved):
+    """The one-round-trip path of a repeated request (its answer cached) checks the mark too."""
+    from pm_vector.db.errors import CollectionBrokenError
+    from pm_vector.db.resolve.resolution import resolve
+
+    name = lserved["name"]
+    req = _request(lserved, 2.0, lserved["split"].query[0][0], max_bytes=20_000)
+    with db.connect() as c:
+        resolve(name, req, conn=c, log=True)
+        assert resolve(name, req, conn=c, log=True)["cached"]
+        conn.execute("UPDATE pm_vector.collections SET settings = settings || '{\"broken\": {\"reason\": \"test\"}}' "
+                     "WHERE name = %s", [name])
+        try:
+            with pytest.raises(CollectionBrokenError, match=f"collection '{name}' is broken: test"):
+                resolve(name, req, conn=c, log=True)
+        finally:
+            conn.execute("UPDATE pm_vector.collections SET settings = settings - 'broken' WHERE name = %s", [name])
+        assert resolve(name, req, conn=c, log=True)["cached"]
