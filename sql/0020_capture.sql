@@ -558,8 +558,18 @@ SELECT c.name AS collection,
  WHERE c.settings ? 'attached';
 
 -- ------------------------------------------------------------------------ privileges
--- The capture is a trigger function (it cannot be called otherwise); the rest are the owner's.
+-- The capture is a trigger function (it cannot be called otherwise); the rest are the owner's (the
+-- capture, SECURITY DEFINER, calls pm_attach_key as the owner).
 REVOKE ALL ON FUNCTION pm_vector.pm_attach_capture() FROM PUBLIC;
+DO $$
+DECLARE
+  f regprocedure;
+BEGIN
+  FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+            WHERE p.pronamespace = 'pm_vector'::regnamespace AND p.proname IN ('pm_attach_key', 'pm_attach_key_types') LOOP
+    EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
+  END LOOP;
+END $$;
 REVOKE ALL ON FUNCTION pm_vector.pm_attach_columns(regclass, text, text, text, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pm_vector.pm_attach_check(jsonb, oid, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pm_vector.pm_attach_mark_broken(bigint, text) FROM PUBLIC;
