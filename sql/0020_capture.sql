@@ -135,6 +135,22 @@ BEGIN
   RETURN NULL;
 END $$;
 
+-- are the key, vector and label columns (by name) still of the types attach takes?
+CREATE OR REPLACE FUNCTION pm_vector.pm_attach_readable(att jsonb, rel oid) RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pm_vector, pg_temp
+AS $$
+  SELECT count(*) = 2 + (att ->> 'label_column' IS NOT NULL)::integer
+    FROM pg_attribute a
+   WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped
+     AND ((a.attname = att ->> 'id_column' AND a.atttypid = ANY (pm_vector.pm_attach_key_types()))
+       OR (a.attname = att ->> 'vector_column'
+           AND a.atttypid IN (to_regtype('@vector_schema@.vector'), to_regtype('@vector_schema@.halfvec')))
+       OR (a.attname = att ->> 'label_column'
+           AND a.atttypid IN ('smallint'::regtype, 'integer'::regtype, 'bigint'::regtype, 'text'::regtype,
+                              'character varying'::regtype)))
+$$;
+
 CREATE OR REPLACE FUNCTION pm_vector.pm_attach_mark_broken(cid bigint, reason text) RETURNS void
 LANGUAGE sql
 BEGIN ATOMIC
@@ -173,7 +189,11 @@ BEGIN
   bad := pm_vector.pm_attach_check(att, TG_RELID, true);
   IF bad IS NOT NULL THEN
     PERFORM pm_vector.pm_attach_mark_broken(cid, bad);
-    RETURN NULL;
+    -- still read when the columns are still of the types attach takes (e.g. vector -> halfvec): a
+    -- delete keeps the vector its item was built from, which the resync's erasure needs
+    IF NOT pm_vector.pm_attach_readable(att, TG_RELID) THEN
+      RETURN NULL;
+    END IF;
   END IF;
   idc := att ->> 'id_column';
   vc := att ->> 'vector_column';
@@ -388,6 +408,9 @@ DECLARE
   typmod integer;
   n_rows bigint;
   n_gone bigint;
+  run record;
+  n_lost bigint;
+  lost text;
 BEGIN
   SELECT co.id, co.feature_dim, co.settings INTO c FROM pm_vector.collections co
    WHERE co.name = pm_attach_resync.name AND co.settings ? 'attached' FOR UPDATE;
@@ -409,6 +432,23 @@ BEGIN
       MESSAGE = format('column %I of %s now has %s dimensions, the collection %s: attach the table as a new collection',
                        att ->> 'vector_column', rel, typmod, c.feature_dim);
   END IF;
+  -- an item of a run whose row is gone with the vector it was built from (deleted while the columns
+  -- could not be read) cannot be erased from the run: say so, change nothing
+  FOR run IN SELECT e.id FROM pm_vector.embedding_runs e
+            WHERE e.collection_id = c.id AND to_regclass(format('pm_vector.%I', 'run_' || e.id || '_items')) IS NOT NULL LOOP
+    EXECUTE format('SELECT count(*), string_agg(k, '', '') FROM (SELECT i.external_id AS k FROM pm_vector.items i '
+                   'JOIN pm_vector.%I e ON e.item_id = i.id WHERE i.collection_id = $1 '
+                   'AND NOT EXISTS (SELECT 1 FROM %s s WHERE pm_vector.pm_attach_key(s.%I) = i.external_id) '
+                   'AND NOT EXISTS (SELECT 1 FROM pm_vector.attach_changes a WHERE a.collection_id = $1 '
+                   'AND a.key = i.external_id AND a.old_vector IS NOT NULL) ORDER BY 1 LIMIT 5) x',
+                   'run_' || run.id || '_items', rel, att ->> 'id_column') INTO n_lost, lost USING c.id;
+    IF n_lost > 0 THEN
+      RAISE EXCEPTION USING ERRCODE = 'PM004',
+        MESSAGE = format('collection %L: the rows of items of run %s (keys %s) are gone together with the vectors '
+                         'the run was built from, so the run cannot erase them; drop the collection and attach '
+                         'the table again', name, run.id, lost);
+    END IF;
+  END LOOP;
   UPDATE pm_vector.collections SET settings = (settings - 'broken') || jsonb_build_object('attached', att || cols)
    WHERE id = c.id;
   EXECUTE format('INSERT INTO pm_vector.attach_changes (collection_id, op, key) '
@@ -572,6 +612,7 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION pm_vector.pm_attach_columns(regclass, text, text, text, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pm_vector.pm_attach_check(jsonb, oid, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pm_vector.pm_attach_readable(jsonb, oid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pm_vector.pm_attach_mark_broken(bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pm_vector.pm_attach_drop_triggers(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pm_vector.pm_attach_truncate_triggers(bigint) FROM PUBLIC;

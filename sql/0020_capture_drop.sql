@@ -53,6 +53,7 @@ DROP FUNCTION IF EXISTS pm_vector.pm_attach_truncate_triggers(bigint);
 DROP FUNCTION IF EXISTS pm_vector.pm_attach_drop_triggers(bigint);
 DROP FUNCTION IF EXISTS pm_vector.pm_attach_mark_broken(bigint, text);
 DROP FUNCTION IF EXISTS pm_vector.pm_attach_check(jsonb, oid, boolean);
+DROP FUNCTION IF EXISTS pm_vector.pm_attach_readable(jsonb, oid);
 DROP FUNCTION IF EXISTS pm_vector.pm_attach_columns(regclass, text, text, text, text[]);
 DROP FUNCTION IF EXISTS pm_vector.pm_attach_key_types();
 DROP FUNCTION IF EXISTS pm_vector.pm_attach_key(smallint);

@@ -157,3 +157,34 @@ def test_a_repeated_location_query_is_refused_once_broken(db, conn, lserved):
         finally:
             conn.execute("UPDATE pm_vector.collections SET settings = settings - 'broken' WHERE name = %s", [name])
         assert resolve(name, req, conn=c, log=True)["cached"]
+
+
+@pytest.mark.slow
+def test_deletes_while_broken_keep_their_vectors_or_the_resync_says_it_cannot(db, cname, conn, user_table):  # noqa: F811
+    """A retype the capture can still read (vector -> halfvec): marked broken, yet a delete keeps the
+    vector its item was built from, and the resync erases it from the run. A type it cannot read
+    (bytea): a row deleted then is gone with its vector, and the resync refuses, naming the key."""
+    from dbtest_helpers import make_extend_fn
+
+    from pm_vector.db.store.capture import resync
+    from pm_vector.errors import InvalidInputError
+
+    t, X, y = user_table
+    T = sql.Identifier(t)
+    _attach(db, cname, t)
+    rid = _served(db, cname, X, y)
+    conn.execute(sql.SQL("DELETE FROM public.{} WHERE id > 1000").format(T))
+    conn.execute(sql.SQL("ALTER TABLE public.{} ALTER COLUMN embedding TYPE halfvec(6)").format(T))
+    conn.execute(sql.SQL("DELETE FROM public.{} WHERE id = 3").format(T))
+    assert db.sync_status(cname)["broken"]
+    resync(cname, embed_fn_extend=make_extend_fn())
+    have = _ids_of(conn, cname)
+    items = {r[0] for r in conn.execute(f"SELECT item_id FROM pm_vector.run_{int(rid)}_items").fetchall()}
+    assert "3" not in have and items == set(have.values()) and len(have) == 399
+    conn.execute(sql.SQL("ALTER TABLE public.{} ALTER COLUMN embedding TYPE bytea USING embedding::text::bytea").format(T))
+    conn.execute(sql.SQL("DELETE FROM public.{} WHERE id = 4").format(T))
+    conn.execute(sql.SQL("ALTER TABLE public.{} ALTER COLUMN embedding TYPE halfvec(6) "
+                         "USING convert_from(embedding, 'UTF8')::halfvec(6)").format(T))
+    with pytest.raises(InvalidInputError, match=r"keys 4\) are gone together with the vectors"):
+        resync(cname)
+    assert db.sync_status(cname)["broken"]
