@@ -415,7 +415,8 @@ BEGIN
   SELECT co.id, co.feature_dim, co.settings INTO c FROM pm_vector.collections co
    WHERE co.name = pm_attach_resync.name AND co.settings ? 'attached' FOR UPDATE;
   IF NOT FOUND THEN
-    RAISE EXCEPTION USING ERRCODE = 'PM001', MESSAGE = format('no attached collection %L', name);
+    RAISE EXCEPTION USING ERRCODE = 'PM001',
+      MESSAGE = format('no attached collection %L (pm-vector sync-status lists them)', name);
   END IF;
   att := c.settings -> 'attached';
   SELECT r.oid INTO rel FROM pg_class r WHERE r.oid = (att ->> 'relid')::oid;  -- (the name may be unqualified)

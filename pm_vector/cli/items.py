@@ -148,7 +148,7 @@ def attach(name: str = typer.Argument(..., help="The new collection's name (with
 
 
 def _resync(name: str, as_json: bool, with_columns: bool) -> None:
-    from ..db.store.capture import resync
+    from ..db.store.resync import resync
 
     if with_columns:
         fail("--resync takes the attached collection's name alone: it rebuilds from the columns it was attached with.")

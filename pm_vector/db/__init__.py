@@ -38,6 +38,7 @@ Data (see :mod:`pm_vector.db.store.api`, :mod:`pm_vector.db.runs.jobs`)::
     attach_table(name, table=, id_column=, vector_column=, label_column=None, payload_columns=()) -> dict
     sync(name) -> dict                     (a user's table as the collection, :mod:`pm_vector.db.store.attach`)
     sync_status(name=None) -> dict | list  (how far behind the sync is: changes queued, the oldest's lag)
+    resync(name) -> dict                   (a broken attached collection rebuilt from its table, :mod:`pm_vector.db.store.resync`)
     run_embedding_job(collection, params, seed, progress=None, *, embed_fn) -> dict
     embed_new_items(collection, embed_fn_extend) -> dict
     run_info(run_id) -> dict               list_runs(collection=None) -> list[dict]
@@ -88,6 +89,7 @@ from .store import (
 from .postgres import connect, get_engine, session_scope
 from .errors import (
     ClassRowsUnavailableError,
+    CollectionBrokenError,
     CollectionExistsError,
     CollectionNotFoundError,
     DatabaseConfigError,
@@ -111,15 +113,16 @@ from .store.payloads import set_max_payload_bytes
 from .store.erase import ItemNotFoundError, delete_items
 from .store.update import update_items
 from .store.attach import attach_table, sync, sync_status
+from .store.resync import resync
 from .postgres import database_url, start, status, stop, upgrade
 
 __all__ = [
     "AnchorSet", "attach_table", "cleanup", "cleanup_stale_runs", "collection_info", "connect", "create_collection",
     "database_url", "delete_items", "drop_collection", "embed_new_items", "fetch_items", "get_anchor_set", "get_engine",
     "ingest", "knn", "knn_batch", "list_collections", "list_requests", "list_runs", "log_request",
-    "register_anchor_set", "run_embedding_job", "run_info", "session_scope", "set_max_payload_bytes", "start",
+    "register_anchor_set", "resync", "run_embedding_job", "run_info", "session_scope", "set_max_payload_bytes", "start",
     "status", "stop", "sync", "sync_status", "update_items", "upgrade",
-    "ClassRowsUnavailableError", "CollectionExistsError", "CollectionNotFoundError", "DatabaseConfigError",
+    "ClassRowsUnavailableError", "CollectionBrokenError", "CollectionExistsError", "CollectionNotFoundError", "DatabaseConfigError",
     "DatabaseError",
     "DimensionMismatchError", "DuplicateExternalIdError", "EmbeddedServerError", "EmbeddingJobError",
     "ItemNotFoundError",

@@ -36,7 +36,7 @@ def test_drop_column_breaks_queries_are_refused_and_resync_rebuilds(db, cname, c
     from dbtest_helpers import make_extend_fn
 
     from pm_vector.db.resolve.resolution import resolve
-    from pm_vector.db.store.capture import resync
+    from pm_vector.db.store.resync import resync
     from test_db_erase import _row_requests
 
     t, X, y = user_table
@@ -66,7 +66,7 @@ def test_drop_column_breaks_queries_are_refused_and_resync_rebuilds(db, cname, c
 
 
 def test_alter_type_using_and_drop_table_break(db, cname, conn, user_table):  # noqa: F811
-    from pm_vector.db.store.capture import resync
+    from pm_vector.db.store.resync import resync
 
     t, X, y = user_table
     T = sql.Identifier(t)
@@ -166,7 +166,7 @@ def test_deletes_while_broken_keep_their_vectors_or_the_resync_says_it_cannot(db
     (bytea): a row deleted then is gone with its vector, and the resync refuses, naming the key."""
     from dbtest_helpers import make_extend_fn
 
-    from pm_vector.db.store.capture import resync
+    from pm_vector.db.store.resync import resync
     from pm_vector.errors import InvalidInputError
 
     t, X, y = user_table

@@ -8,17 +8,15 @@ retyped, the table rewritten by ``ALTER COLUMN ... TYPE ... USING`` or dropped -
 triggers (or, without them, :func:`check_attached` before each sync batch) mark the collection
 broken: ``settings -> 'broken' = {"reason", "at"}``. A broken collection's queries and syncs are
 refused with :class:`pm_vector.db.errors.CollectionBrokenError` (the service's 409
-``collection_broken``) until :func:`resync` (``pm-vector attach NAME --resync``) rebuilds its items
-from the table.
+``collection_broken``) until :func:`pm_vector.db.store.resync.resync` (``pm-vector attach NAME
+--resync``) rebuilds its items from the table.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..errors import CollectionBrokenError, translate_sql_error
-from ..postgres import connect
-from ._common import collection_row
+from ..errors import CollectionBrokenError
 
 
 def refuse_broken(coll: Mapping[str, Any]) -> None:
@@ -46,32 +44,3 @@ def _json(v):
     from psycopg.types.json import Jsonb
 
     return Jsonb(v)
-
-
-def resync(collection: str, *, embed_fn_extend=None, url: str | None = None) -> dict[str, Any]:
-    """Rebuild an attached collection's items from its table and clear the broken mark: the columns
-    are checked (and recorded) again, the triggers made again, every row of the table queued as an
-    update and every item whose row is gone as a delete, in one transaction; then :func:`sync`
-    applies the queue as any sync does (new and changed rows replace their items, gone rows erase
-    theirs, in the active run too). Returns the sync's counts with ``rows`` (the table's rows
-    queued) and ``gone`` (items whose row is gone)."""
-    from .attach import sync
-
-    with connect(url) as conn:
-        coll = collection_row(conn, collection, lock="FOR UPDATE")
-        if not (coll["settings"] or {}).get("attached"):
-            from .attach import _not_attached
-
-            raise _not_attached(collection)
-        try:
-            queued = conn.execute("SELECT pm_vector.pm_attach_resync(%s)", [collection]).fetchone()[0]
-            conn.commit()
-        except Exception as exc:  # noqa: BLE001 - SQL errors become pm_vector's
-            conn.rollback()
-            err = translate_sql_error(exc)
-            if err is exc:
-                raise
-            raise err from exc
-    out = sync(collection, embed_fn_extend=embed_fn_extend, url=url)
-    out["rows"], out["gone"] = int(queued["rows"]), int(queued["gone"])
-    return out
