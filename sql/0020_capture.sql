@@ -487,6 +487,8 @@ BEGIN
       PERFORM pm_vector.pm_attach_truncate_triggers(c.id);
     END IF;
   END LOOP;
+EXCEPTION WHEN OTHERS THEN  -- never the users' DDL refused for pm_vector's sake: the sync checks again
+  RAISE WARNING 'pm_vector: the watch of attached tables failed (%): the next sync checks their columns', SQLERRM;
 END $$;
 
 CREATE OR REPLACE FUNCTION pm_vector.pm_attach_dropped() RETURNS event_trigger
@@ -502,6 +504,8 @@ BEGIN
                    WHERE d.classid = 'pg_class'::regclass AND d.objsubid = 0 AND d.object_type = 'table') LOOP
     PERFORM pm_vector.pm_attach_mark_broken(c.id, format('table %s was dropped', c.tbl));
   END LOOP;
+EXCEPTION WHEN OTHERS THEN  -- never the users' DDL refused for pm_vector's sake: the sync checks again
+  RAISE WARNING 'pm_vector: the watch of attached tables failed (%): the next sync checks their columns', SQLERRM;
 END $$;
 
 -- ALTER TABLE rewriting a column's values (ALTER COLUMN ... TYPE ... USING: reason bit 4,
@@ -523,6 +527,8 @@ BEGIN
     PERFORM pm_vector.pm_attach_mark_broken(c.id, format('table %s was rewritten by %s (ALTER COLUMN ... TYPE ... USING '
                                                          'may have changed its rows)', c.tbl, tg_tag));
   END LOOP;
+EXCEPTION WHEN OTHERS THEN  -- never the users' DDL refused for pm_vector's sake: the sync checks again
+  RAISE WARNING 'pm_vector: the watch of attached tables failed (%): the next sync checks their columns', SQLERRM;
 END $$;
 
 DO $$

@@ -175,14 +175,15 @@ def sync_pending(url: str | None = None) -> dict[str, Any]:
     """:func:`sync` every attached collection that has queued changes (what the service's worker
     runs every ``sync_interval_s``, with its pool's ``url``: it never starts a server). Returns
     ``{name: changes applied}``, and for a collection whose sync failed ``{name: "the error's
-    type"}`` (its queue stays for the next pass).
+    type"}`` (its queue stays for the next pass). A broken collection is left out (its queue waits
+    for ``pm-vector attach NAME --resync``; ``sync_status`` shows it).
 
     Several processes may run it at once: a batch locks its collection's row, and a batch that
     finds its changes already applied by another process applies nothing."""
     with connect(url) as conn:
         names = [r[0] for r in conn.execute(
             "SELECT c.name FROM pm_vector.collections c WHERE EXISTS (SELECT 1 FROM pm_vector.attach_changes a "
-            "WHERE a.collection_id = c.id) ORDER BY c.name").fetchall()]
+            "WHERE a.collection_id = c.id) AND NOT (c.settings ? 'broken') ORDER BY c.name").fetchall()]
     out: dict[str, Any] = {}
     for name in names:
         try:
