@@ -173,6 +173,7 @@ AS $$
 DECLARE
   cid bigint := substring(TG_NAME FROM '^pm_attach_([0-9]{1,18})_[a-z]$')::bigint;
   att jsonb;
+  changed boolean;
   bad text;
   idc text;
   vc text;
@@ -181,12 +182,25 @@ DECLARE
   k text; ok text; v text; ov text; l text; ol text;
 BEGIN
   -- bound to the table: the collection whose recorded table is this trigger's (or its partition root)
-  SELECT c.settings -> 'attached' INTO att FROM pm_vector.collections c
+  -- and its key, vector and label columns as recorded (one planned statement: this runs per row on a
+  -- partitioned table; pm_attach_check says why when they are not)
+  SELECT c.settings -> 'attached',
+         EXISTS (SELECT 1 FROM jsonb_each(c.settings -> 'attached' -> 'columns') j
+                   LEFT JOIN pg_attribute a ON a.attrelid = TG_RELID AND a.attname = j.key AND a.attnum > 0
+                                           AND NOT a.attisdropped
+                  WHERE j.key IN (c.settings -> 'attached' ->> 'id_column', c.settings -> 'attached' ->> 'vector_column',
+                                  c.settings -> 'attached' ->> 'label_column')
+                    AND (a.attname IS NULL OR a.atttypid <> (j.value ->> 'type')::oid
+                         OR a.atttypmod <> (j.value ->> 'typmod')::integer))
+    INTO att, changed
+    FROM pm_vector.collections c
    WHERE c.id = cid AND (c.settings -> 'attached' ->> 'relid')::oid = coalesce(pg_partition_root(TG_RELID), TG_RELID);
   IF att IS NULL THEN
     RETURN NULL;  -- a trigger on any other table: nothing
   END IF;
-  bad := pm_vector.pm_attach_check(att, TG_RELID, true);
+  IF changed OR att -> 'columns' IS NULL THEN
+    bad := coalesce(pm_vector.pm_attach_check(att, TG_RELID, true), 'the columns changed');
+  END IF;
   IF bad IS NOT NULL THEN
     PERFORM pm_vector.pm_attach_mark_broken(cid, bad);
     -- still read when the columns are still of the types attach takes (e.g. vector -> halfvec): a
