@@ -38,7 +38,7 @@ Data (see :mod:`pm_vector.db.store.api`, :mod:`pm_vector.db.runs.jobs`)::
     attach_table(name, table=, id_column=, vector_column=, label_column=None, payload_columns=()) -> dict
     sync(name) -> dict                     (a user's table as the collection, :mod:`pm_vector.db.store.attach`)
     sync_status(name=None) -> dict | list  (how far behind the sync is: changes queued, the oldest's lag)
-    resync(name) -> dict                   (a broken attached collection rebuilt from its table, :mod:`pm_vector.db.store.resync`)
+    resync(name) -> dict                   (a broken attached collection rebuilt from its table: store.resync)
     run_embedding_job(collection, params, seed, progress=None, *, embed_fn) -> dict
     embed_new_items(collection, embed_fn_extend) -> dict
     run_info(run_id) -> dict               list_runs(collection=None) -> list[dict]
@@ -120,10 +120,10 @@ __all__ = [
     "AnchorSet", "attach_table", "cleanup", "cleanup_stale_runs", "collection_info", "connect", "create_collection",
     "database_url", "delete_items", "drop_collection", "embed_new_items", "fetch_items", "get_anchor_set", "get_engine",
     "ingest", "knn", "knn_batch", "list_collections", "list_requests", "list_runs", "log_request",
-    "register_anchor_set", "resync", "run_embedding_job", "run_info", "session_scope", "set_max_payload_bytes", "start",
-    "status", "stop", "sync", "sync_status", "update_items", "upgrade",
-    "ClassRowsUnavailableError", "CollectionBrokenError", "CollectionExistsError", "CollectionNotFoundError", "DatabaseConfigError",
-    "DatabaseError",
+    "register_anchor_set", "resync", "run_embedding_job", "run_info", "session_scope", "set_max_payload_bytes",
+    "start", "status", "stop", "sync", "sync_status", "update_items", "upgrade",
+    "ClassRowsUnavailableError", "CollectionBrokenError", "CollectionExistsError", "CollectionNotFoundError",
+    "DatabaseConfigError", "DatabaseError",
     "DimensionMismatchError", "DuplicateExternalIdError", "EmbeddedServerError", "EmbeddingJobError",
     "ItemNotFoundError",
     "NoActiveRunError", "NoAnchorSetError", "PgvectorMissingError", "PgvectorVersionError",

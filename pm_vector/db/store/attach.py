@@ -116,10 +116,11 @@ def sync_status(collection: str | None = None, *, url: str | None = None) -> dic
 
     With a name, that collection's ``{"collection", "source_table", "queued", "oldest_queued_at",
     "lag_s"}``: the changes queued and not yet applied, when the oldest of them was queued (ISO
-    string) and how many seconds it has waited (float); both None when nothing is queued; ``broken``
-    and ``broken_at``: why and since when the collection is refused (:mod:`pm_vector.db.store.capture`),
-    None when it is not. CollectionNotFoundError for an unknown collection, InvalidInputError for one that is not
-    attached. Without a name, the list of every attached collection's, by name."""
+    string) and how many seconds it has waited (float); both None when nothing is queued;
+    ``broken`` and ``broken_at``: why and since when the collection is refused
+    (:mod:`pm_vector.db.store.capture`), None when it is not. CollectionNotFoundError for an unknown
+    collection, InvalidInputError for one that is not attached. Without a name, the list of every
+    attached collection's, by name."""
     from psycopg.rows import dict_row
 
     with connect(url) as conn:
