@@ -12,7 +12,7 @@ Read from ``sql/0021_sync_rejected.sql``; the downgrade (``sql/0021_sync_rejecte
 drops the table and the constraint.
 
 Revision ID: 0021_sync_rejected
-Revises: 0019_attach_status
+Revises: 0020_capture
 Create Date: 2026-11-28
 """
 
@@ -23,7 +23,7 @@ from alembic import op
 from pm_vector.db.postgres.migrate import execute_sql_file
 
 revision = "0021_sync_rejected"
-down_revision = "0019_attach_status"
+down_revision = "0020_capture"
 branch_labels = None
 depends_on = None
 

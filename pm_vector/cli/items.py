@@ -59,7 +59,7 @@ def delete(name: str = typer.Argument(..., help="The collection."),
         else:
             out = delete_items(name, external_ids=_read_ids(external_ids, False), missing_ok=missing_ok)
     except PMVectorError as e:
-        fail(str(e))
+        fail(printable(e))
     if as_json:
         echo_json(out)
         return
@@ -106,7 +106,7 @@ def update(name: str = typer.Argument(..., help="The collection."),
                            external_ids=None if external_id is None else [external_id], features=X,
                            labels=None if label is None else [label], payloads=pay)
     except PMVectorError as e:
-        fail(str(e))
+        fail(printable(e))
     if as_json:
         echo_json(out)
         return
@@ -114,23 +114,31 @@ def update(name: str = typer.Argument(..., help="The collection."),
     typer.echo(f"updated item {old} of {name!r}" + (f" (now item {new})" if new != old else "") + f" in {out['seconds']} s")
 
 
-def attach(name: str = typer.Argument(..., help="The new collection's name."),
-           table: str = typer.Option(..., "--table", help="The table, e.g. public.documents."),
-           id_column: str = typer.Option(..., "--id-column", help="Its key column."),
-           vector_column: str = typer.Option(..., "--vector-column", help="Its vector(n) column."),
+def attach(name: str = typer.Argument(..., help="The new collection's name (with --resync: an attached one)."),
+           table: Optional[str] = typer.Option(None, "--table", help="The table, e.g. public.documents."),
+           id_column: Optional[str] = typer.Option(None, "--id-column", help="Its key column."),
+           vector_column: Optional[str] = typer.Option(None, "--vector-column", help="Its vector(n) column."),
            label_column: Optional[str] = typer.Option(None, "--label-column", help="Its integer label column."),
            payload_column: list[str] = typer.Option([], "--payload-column", help="A column returned as payload "
                                                     "(repeat for more)."),
            max_payload_bytes: Optional[int] = typer.Option(None, "--max-payload-bytes", help="The collection's "
                                                            "payload bound (default 256); rows over it are rejected."),
+           resync: bool = typer.Option(False, "--resync", help="Rebuild the attached collection NAME from its "
+                                       "table (after DDL marked it broken): its rows replace the items, the "
+                                       "items of rows gone are erased, the mark is cleared."),
            as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")):
     """Make a collection from a table you already have: pm_vector reads the vectors from it (no copy)
     and triggers queue its changes for `pm-vector sync`. Then register an anchor set and embed.
 
     Example: pm-vector attach docs --table public.documents --id-column id --vector-column embedding
+    Example: pm-vector attach docs --resync     (after `pm-vector sync-status docs` says it is broken)
     """
     from ..db.store.attach import attach_table
 
+    if resync:
+        return _resync(name, as_json, table is not None or id_column is not None or vector_column is not None)
+    if table is None or id_column is None or vector_column is None:
+        fail("give --table, --id-column and --vector-column (or --resync for an attached collection).")
     try:
         out = attach_table(name, table, id_column, vector_column, label_column, payload_column,
                            max_payload_bytes=max_payload_bytes)
@@ -142,6 +150,22 @@ def attach(name: str = typer.Argument(..., help="The new collection's name."),
     typer.echo(f"attached {printable(table)} as {printable(name)}: {out['items']} rows, {out['skipped']} skipped "
                f"(NULL vector, other dimension or label, payload over the bounds), dim {out['dim']}, labels "
                f"{out['labels']}" + _rejected_lines(out["rejected"]))
+
+
+def _resync(name: str, as_json: bool, with_columns: bool) -> None:
+    from ..db.store.resync import resync
+
+    if with_columns:
+        fail("--resync takes the attached collection's name alone: it rebuilds from the columns it was attached with.")
+    try:
+        out = resync(name)
+    except PMVectorError as e:
+        fail(printable(e))
+    if as_json:
+        echo_json(out)
+        return
+    typer.echo(f"resynced {name!r}: {out['rows']} row(s) of the table taken again, {out['gone']} gone; ", nl=False)
+    _say_sync(out, False)
 
 
 def sync(name: str = typer.Argument(..., help="The attached collection."),
@@ -241,9 +265,13 @@ def sync_status(name: Optional[str] = typer.Argument(None, help="An attached col
 
 def _status_line(r: dict) -> str:
     """``docs (documents): 1,204 queued, oldest 3.2 s ago`` or ``docs (documents): up to date``, and
-    ``; 3 rejected`` when the sync rejected changes (names escaped: :func:`printable`)."""
+    ``; 3 rejected`` when the sync rejected changes; a broken collection says so and how to mend it
+    (names escaped: :func:`printable`)."""
     head = f"{printable(r['collection'])} ({printable(r['source_table'])})"
     tail = f"; {r['rejected']:,} rejected" if r.get("rejected") else ""
+    if r.get("broken"):
+        return (f"{head}: BROKEN since {r['broken_at']}: {printable(r['broken'])}; {r['queued']:,} queued{tail} "
+                f"(`pm-vector attach {printable(r['collection'])} --resync` rebuilds it)")
     if not r["queued"]:
         return f"{head}: up to date{tail}"
     return f"{head}: {r['queued']:,} queued, oldest {r['lag_s']:.1f} s ago{tail}"

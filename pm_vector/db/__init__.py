@@ -38,8 +38,10 @@ Data (see :mod:`pm_vector.db.store.api`, :mod:`pm_vector.db.runs.jobs`)::
     attach_table(name, table=, id_column=, vector_column=, label_column=None, payload_columns=()) -> dict
     sync(name) -> dict                     (a user's table as the collection, :mod:`pm_vector.db.store.attach`,
                                            :mod:`~pm_vector.db.store.sync`)
-    sync_status(name=None) -> dict | list  (how far behind the sync is: changes queued, the oldest's lag, rejected)
+    sync_status(name=None) -> dict | list  (how far behind the sync is: changes queued, the oldest's lag, rejected,
+                                           broken)
     sync_rejected(name) -> list            (the keys whose last change the sync rejected, and why)
+    resync(name) -> dict                   (a broken attached collection rebuilt from its table: store.resync)
     run_embedding_job(collection, params, seed, progress=None, *, embed_fn) -> dict
     embed_new_items(collection, embed_fn_extend) -> dict
     run_info(run_id) -> dict               list_runs(collection=None) -> list[dict]
@@ -90,6 +92,7 @@ from .store import (
 from .postgres import connect, get_engine, session_scope
 from .errors import (
     ClassRowsUnavailableError,
+    CollectionBrokenError,
     CollectionExistsError,
     CollectionNotFoundError,
     DatabaseConfigError,
@@ -114,16 +117,17 @@ from .store.erase import ItemNotFoundError, delete_items
 from .store.update import update_items
 from .store.attach import attach_table, sync_rejected, sync_status
 from .store.sync import sync
+from .store.resync import resync
 from .postgres import database_url, start, status, stop, upgrade
 
 __all__ = [
     "AnchorSet", "attach_table", "cleanup", "cleanup_stale_runs", "collection_info", "connect", "create_collection",
     "database_url", "delete_items", "drop_collection", "embed_new_items", "fetch_items", "get_anchor_set", "get_engine",
     "ingest", "knn", "knn_batch", "list_collections", "list_requests", "list_runs", "log_request",
-    "register_anchor_set", "run_embedding_job", "run_info", "session_scope", "set_max_payload_bytes", "start",
-    "status", "stop", "sync", "sync_rejected", "sync_status", "update_items", "upgrade",
-    "ClassRowsUnavailableError", "CollectionExistsError", "CollectionNotFoundError", "DatabaseConfigError",
-    "DatabaseError",
+    "register_anchor_set", "resync", "run_embedding_job", "run_info", "session_scope", "set_max_payload_bytes",
+    "start", "status", "stop", "sync", "sync_rejected", "sync_status", "update_items", "upgrade",
+    "ClassRowsUnavailableError", "CollectionBrokenError", "CollectionExistsError", "CollectionNotFoundError",
+    "DatabaseConfigError", "DatabaseError",
     "DimensionMismatchError", "DuplicateExternalIdError", "EmbeddedServerError", "EmbeddingJobError",
     "ItemNotFoundError",
     "NoActiveRunError", "NoAnchorSetError", "PgvectorMissingError", "PgvectorVersionError",

@@ -117,6 +117,17 @@ class CellsDigestMismatchError(InvalidInputError):
 from ..errors import FrameMismatchError  # noqa: E402,F401  (re-exported: its home is pm_vector.errors)
 
 
+class CollectionBrokenError(DatabaseError):
+    """The collection's attached table changed under it (a tracked column dropped, renamed or
+    retyped, the table rewritten or dropped: ``settings -> 'broken'``): its items may no longer be
+    the table's rows, so queries and syncs are refused until ``pm-vector attach NAME --resync``."""
+
+    def __init__(self, collection: str, reason: str, at: str | None = None):
+        self.collection, self.reason, self.at = collection, reason, at
+        super().__init__(f"collection {collection!r} is broken: {reason}" + (f" (since {at})" if at else "")
+                         + f"; `pm-vector attach {collection} --resync` rebuilds it from the table.")
+
+
 class NoKAHMModelError(DatabaseError, LookupError):
     """The collection has no stored KAHM model (or not the one asked for)."""
 

@@ -72,6 +72,8 @@ def _status_of(exc: PMVectorError) -> tuple[int, str]:
         return 404, "not_found"
     if isinstance(exc, dbe.NoActiveRunError):
         return 409, "no_active_run"
+    if isinstance(exc, dbe.CollectionBrokenError):  # names the collection and the reason; resync mends it
+        return 409, "collection_broken"
     from ..db.kahm import NoKAHMModelError
 
     if isinstance(exc, NoKAHMModelError):

@@ -127,6 +127,10 @@ class SyncStatus(BaseModel):
     rejected: int = Field(0, description="Keys whose last change the sync rejected (a label that is not an integer "
                           "or not in the set, a NULL vector or another dimension, a payload over the bounds, a vector "
                           "the run cannot place): not served until their row's next change (pm_vector.attach_rejected).")
+    broken: Optional[str] = Field(None, description="Why the collection is refused (its table changed under it: "
+                                  "a tracked column dropped, renamed or retyped, the table rewritten or dropped); "
+                                  "null when it is not. `pm-vector attach NAME --resync` mends it.")
+    broken_at: Optional[str] = Field(None, description="Since when (ISO 8601); null when it is not broken.")
 
 
 class ItemsBody(BaseModel):

@@ -192,10 +192,10 @@ def test_the_downgrade_drops_the_rejected_table_and_the_name_rule(fresh_url):
         if c.execute("SELECT 1 FROM pg_roles WHERE rolname = 'pm_vector_query'").fetchone():
             assert not c.execute("SELECT has_table_privilege('pm_vector_query', 'pm_vector.attach_rejected', "
                                  "'SELECT')").fetchone()[0]
-    command.downgrade(alembic_config(fresh_url), "0019_attach_status")
+    command.downgrade(alembic_config(fresh_url), "0020_capture")
     with psycopg.connect(fresh_url, autocommit=True) as c:
         assert not c.execute(table).fetchone()[0] and c.execute(rule).fetchone()[0] == 0
-        assert current_revision(c) == "0019_attach_status"
+        assert current_revision(c) == "0020_capture"
     upgrade_to_head(fresh_url)
     with psycopg.connect(fresh_url, autocommit=True) as c:
         assert c.execute(table).fetchone()[0] and c.execute(rule).fetchone()[0] == 1

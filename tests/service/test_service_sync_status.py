@@ -51,7 +51,9 @@ def test_the_sync_status_route(service, svc_admin_key, svc_key, pm_home):
             r = c.get(f"/collections/{name}/sync", headers=_h(svc_admin_key))
             assert r.status_code == 200, r.text
             got = r.json()
-            assert set(got) == {"collection", "source_table", "queued", "oldest_queued_at", "lag_s", "rejected"}
+            assert set(got) == {"collection", "source_table", "queued", "oldest_queued_at", "lag_s", "rejected",
+                                "broken", "broken_at"}
+            assert got["broken"] is None and got["broken_at"] is None
             assert got["collection"] == name and got["source_table"].split(".")[-1] == t
             assert got["queued"] == 4  # an insert, an update, two deletes
             assert dt.datetime.fromisoformat(got["oldest_queued_at"]) == oldest

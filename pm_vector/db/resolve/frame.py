@@ -114,6 +114,9 @@ def run_row(conn, collection: str) -> dict[str, Any]:
         raise CollectionNotFoundError(
             f"unknown collection {collection!r}; list_collections() (or `SELECT name FROM pm_vector.pm_collections`) "
             "shows the existing ones.")
+    from ..store.capture import refuse_broken
+
+    refuse_broken(row)
     if row["active_run_id"] is None:
         raise NoActiveRunError(
             f"collection {collection!r} has no active embedding run yet, so there is nothing to resolve against; "

@@ -20,7 +20,8 @@ each candidate's product code and its payload. So a resolve is a lookup:
 A repeated request takes one round trip (:func:`_resolve_known`): when this process has already
 checked a request against the collection's run (its row, as read then, and the row's version
 ``xmin``) and holds the answer, one statement writes the log row only if the active run is still
-that row at that version, and the answer comes from the cache. Anything else (a new run, a changed
+that row at that version (and the collection is not marked broken: :mod:`pm_vector.db.store.capture`),
+and the answer comes from the cache. Anything else (a new run, a changed
 document, a check that fails, an answer not built yet) takes the path above, which says why.
 
 Any cache or CDN may hold an answer: it depends on nothing but public values. A sharded run keeps
@@ -158,7 +159,7 @@ _KNOWN_LOG_SQL = (
     "received_at, finished_at, duration_ms) "
     "SELECT c.id, c.name, r.id, %s::jsonb, 'ok', %s, coalesce(%s, now()), now(), %s "
     "FROM s, pm_vector.collections c JOIN pm_vector.embedding_runs r ON r.id = c.active_run_id "
-    "WHERE c.name = %s AND r.id = %s AND r.xmin::text = %s RETURNING id) "
+    "WHERE c.name = %s AND r.id = %s AND r.xmin::text = %s AND NOT (c.settings ? 'broken') RETURNING id) "
     "SELECT (SELECT id FROM l)")
 
 

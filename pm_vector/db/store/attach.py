@@ -119,10 +119,11 @@ def sync_status(collection: str | None = None, *, url: str | None = None) -> dic
     """How far behind the sync is (the view ``pm_vector.attach_status``, ``sql/0019_attach_status.sql``).
 
     With a name, that collection's ``{"collection", "source_table", "queued", "oldest_queued_at",
-    "lag_s", "rejected"}``: the changes queued and not yet applied, when the oldest of them was queued
-    (ISO string) and how many seconds it has waited (float), both None when nothing is queued; and
-    the keys whose last change was rejected (``pm_vector.attach_rejected``; :func:`sync_rejected`
-    lists them).
+    "lag_s", "rejected", "broken", "broken_at"}``: the changes queued and not yet applied, when the
+    oldest of them was queued (ISO string) and how many seconds it has waited (float), both None when
+    nothing is queued; the keys whose last change was rejected (``pm_vector.attach_rejected``;
+    :func:`sync_rejected` lists them); ``broken`` and ``broken_at``: why and since when the
+    collection is refused (:mod:`pm_vector.db.store.capture`), None when it is not.
     CollectionNotFoundError for an unknown collection, InvalidInputError for one that is not
     attached. Without a name, the list of every attached collection's, by name."""
     from psycopg.rows import dict_row
@@ -145,7 +146,8 @@ def sync_status(collection: str | None = None, *, url: str | None = None) -> dic
     out = [{"collection": r["collection"], "source_table": r["source_table"], "queued": int(r["queued"]),
             "oldest_queued_at": iso_datetime(r["oldest_queued_at"]),
             "lag_s": None if r["lag_s"] is None else float(r["lag_s"]),
-            "rejected": int(rejected.get(r["collection"], 0))} for r in rows]
+            "rejected": int(rejected.get(r["collection"], 0)),
+            "broken": r["broken"], "broken_at": iso_datetime(r["broken_at"])} for r in rows]
     if collection is None:
         return out
     if not out:  # (dropped since the check above)

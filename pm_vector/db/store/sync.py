@@ -35,6 +35,7 @@ from ...errors import InvalidInputError
 from ..postgres import connect
 from . import sync_rows
 from ._common import collection_row
+from .capture import check_attached
 from .payloads import bump_answers_version
 from .sync_items import RunItems
 
@@ -61,6 +62,7 @@ def sync(collection: str, *, batch: int = SYNC_BATCH, embed_fn_extend=None, max_
         coll = collection_row(conn, collection)
         if not (coll["settings"] or {}).get("attached"):
             raise not_attached(collection)
+        check_attached(conn, coll)  # (refused when broken, also with nothing queued)
         upto = conn.execute("SELECT max(seq) FROM pm_vector.attach_changes WHERE collection_id = %s",
                             [coll["id"]]).fetchone()[0]
     while upto is not None and (max_batches is None or total["batches"] < max_batches):
@@ -79,14 +81,15 @@ def sync_pending(url: str | None = None) -> dict[str, Any]:
     """:func:`sync` every attached collection that has queued changes (what the service's worker
     runs every ``sync_interval_s``, with its pool's ``url``: it never starts a server). Returns
     ``{name: changes applied}``, and for a collection whose sync failed ``{name: "the error's
-    type"}`` (its queue stays for the next pass).
+    type"}`` (its queue stays for the next pass). A broken collection is left out (its queue waits
+    for ``pm-vector attach NAME --resync``; ``sync_status`` shows it).
 
     Several processes may run it at once: a batch locks its collection's row, and a batch that
     finds its changes already applied by another process applies nothing."""
     with connect(url) as conn:
         names = [r[0] for r in conn.execute(
             "SELECT c.name FROM pm_vector.collections c WHERE EXISTS (SELECT 1 FROM pm_vector.attach_changes a "
-            "WHERE a.collection_id = c.id) ORDER BY c.name").fetchall()]
+            "WHERE a.collection_id = c.id) AND NOT (c.settings ? 'broken') ORDER BY c.name").fetchall()]
     out: dict[str, Any] = {}
     for name in names:
         try:
@@ -106,6 +109,7 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
         att = (coll["settings"] or {}).get("attached")
         if not att:
             raise not_attached(collection)
+        check_attached(conn, coll)  # (a table changed under it: marked broken, refused)
         rows = conn.execute("SELECT seq, op, key, old_vector FROM pm_vector.attach_changes WHERE collection_id = %s "
                             "AND seq <= %s ORDER BY seq LIMIT %s", [coll["id"], upto, batch]).fetchall()
         if not rows:

@@ -60,7 +60,7 @@ def source_rows(conn, att: Mapping[str, Any], keys: list) -> dict:
         if pcols else sql.SQL("NULL::jsonb"))
     # the keys a literal too, and no parameters: psycopg reads a '%' of the text as a placeholder when
     # parameters are passed, and a name may hold one (a column named "a%sb")
-    q = sql.SQL("SELECT {idc}::text, {v} IS NULL, CASE WHEN {v} IS NULL THEN NULL ELSE vector_dims({v}) END, "
+    q = sql.SQL("SELECT pm_vector.pm_attach_key({idc}), {v} IS NULL, CASE WHEN {v} IS NULL THEN NULL ELSE vector_dims({v}) END, "
                 "{lab}, {pay} FROM {table} AS {s} WHERE {idc} = ANY({keys}::text[]::{id_type}[])").format(
         idc=idc, v=v, lab=lab, pay=pay, table=parts["table"], s=s, keys=sql.Literal(list(keys)),
         id_type=parts["id_type"])

@@ -58,8 +58,8 @@ def describe(name: str, request: Request):
 def sync_status(name: str, request: Request):
     """How far behind the sync of an attached table is (admin keys): the changes queued and not yet
     applied, when the oldest was queued and how many seconds it has waited (``lag_s``; null when
-    nothing is queued). 404 for an unknown collection, 409 ``not_attached`` for one that is not an
-    attached table."""
+    nothing is queued), and ``broken``: why its queries are refused, if they are. 404 for an unknown
+    collection, 409 ``not_attached`` for one that is not an attached table."""
     from ...db.store.attach import sync_status as _status
     from ...errors import InvalidInputError
 
