@@ -80,6 +80,10 @@ class ServiceSettings:
     #: of every collection with queued changes; a pass over empty queues is one query); 0 = off
     #: (then run `pm-vector sync` yourself)
     sync_interval_s: int = 1
+    #: how much lower the CPU priority of the service's other threads (the event loop, the
+    #: request pool) is than the sync worker's (a Linux nice value, per thread; 0 = the same), so
+    #: that queries do not starve the sync (docs/benchmarks.md, the sync under query load)
+    request_nice: int = 0
     #: PostgreSQL role a query key's resolve runs as (migration 0006: read + request-log insert
     #: only); "" or a role the service user cannot take: no switch
     query_db_role: str = "pm_vector_query"
@@ -120,6 +124,8 @@ class ServiceSettings:
                      "auth_failures_per_minute", "failed_key_ttl_s"):
             if getattr(self, name) < 0:
                 raise InvalidInputError(f"service setting {name} must be >= 0 (0: off), got {getattr(self, name)}.")
+        if not 0 <= self.request_nice <= 19:
+            raise InvalidInputError(f"service setting request_nice must be in 0..19, got {self.request_nice}.")
         if self.max_shortlist > MAX_K_PRIME:
             raise InvalidInputError(f"service setting max_shortlist must be at most {MAX_K_PRIME} (the protocol's "
                                     f"MAX_K_PRIME), got {self.max_shortlist}.")

@@ -1,0 +1,160 @@
+"""The attached tables' sync of a running service: :class:`SyncWorker`, one per database.
+
+Every service process starts one (``sync_interval_s`` > 0). It runs on a thread of its own, never
+on the request threads' pool (``run_in_threadpool``), and connects on its own (the URL of the
+service's pool; never the pool: a request never waits for a sync's connection, nor a sync for a
+request's). Of the processes serving one database only the one whose worker holds the session-level
+advisory lock :data:`SYNC_LOCK_KEY` syncs; the others try again every ``retry_s`` and take over when
+that process ends (its session ends, and the lock with it). So the items a syncing process keeps
+between batches (:mod:`pm_vector.db.runs.item_cache`, :mod:`pm_vector.db.runs.row_cache`) stay
+valid from one batch to the next: two processes syncing in turn would each find the run changed by
+the other and read it again. (:func:`pm_vector.db.store.attach.sync_pending` stays safe to run from
+several processes at once -- ``pm-vector sync`` beside the service -- each batch locks its
+collection's row.)
+
+The leader runs :func:`sync_once` every ``sync_interval_s``: a pass over every attached collection
+with queued changes; nothing while the service's pool knows the database is down.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+log = logging.getLogger("pm_vector.service")
+
+#: the advisory lock (bigint key) of the one syncing process of a database: as
+#: ``pm_vector.pm_lock_key(4, 0)`` (kinds 1-3: a run, an ingest, new items)
+SYNC_LOCK_KEY = (20557 << 48) | (4 << 40)
+
+
+def sync_once(url: str | None, health=None) -> dict[str, Any]:
+    """One pass of the attached tables' sync on ``url``: ``{collection: changes synced, or why it
+    failed}``; nothing without a URL (a sync never starts the embedded server: an outage stays an
+    outage) or while ``health`` (the pool's :class:`~pm_vector.service.dbhealth.DatabaseHealth`)
+    knows the database is down."""
+    from ..db.store.attach import sync_pending
+
+    if not url or (health is not None and health.reason() is not None):
+        return {}
+    return sync_pending(url)
+
+
+def lower_request_priority(nice: int, keep: int | None) -> int:
+    """Lower the CPU priority of this process's threads by ``nice`` (Linux: a nice value per
+    thread), all but the thread whose native id is ``keep`` (the sync worker's); threads made later by
+    a lowered one (the request pool's) inherit it. Returns how many threads were lowered (0 where
+    the platform has no per-thread nice value, or with ``nice`` 0)."""
+    import os
+    import sys
+
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return 0
+    target = min(19, os.getpriority(os.PRIO_PROCESS, keep or 0) + nice)  # (again: no lower than that)
+    n = 0
+    for tid in map(int, os.listdir("/proc/self/task")):
+        try:
+            if tid != keep and os.getpriority(os.PRIO_PROCESS, tid) < target:
+                os.setpriority(os.PRIO_PROCESS, tid, target)
+                n += 1
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return n
+
+
+class SyncWorker:
+    """The sync loop of one service process (module doc). ``url``: the database; ``interval_s``:
+    seconds between passes; ``health``: the pool's monitor (None: none); ``retry_s``: how often a
+    process that does not hold the lock tries again. :attr:`leader` says whether this one syncs;
+    :attr:`passes` counts its passes."""
+
+    def __init__(self, url: str, interval_s: float, *, health=None, retry_s: float = 5.0,
+                 pass_fn: Callable[[str, Any], dict] = sync_once):
+        self.url, self.interval_s, self.health, self.retry_s = url, float(interval_s), health, float(retry_s)
+        self._pass = pass_fn
+        self._stop = threading.Event()
+        self._lock_conn = None
+        self.leader = False
+        self.passes = 0
+        self._thread = threading.Thread(target=self._run, name="pm_vector-sync", daemon=True)
+
+    def start(self) -> "SyncWorker":
+        self._thread.start()
+        return self
+
+    @property
+    def native_id(self) -> int | None:
+        """The worker thread's id for the operating system (None before it runs)."""
+        return self._thread.native_id
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop after the pass running (a cut pass would leave its batch's changes queued anyway)."""
+        self._stop.set()
+        self._thread.join(timeout)
+        self._release()
+
+    def _release(self) -> None:
+        conn, self._lock_conn = self._lock_conn, None
+        self.leader = False
+        if conn is not None:
+            try:
+                conn.close()  # the session ends: the lock goes with it
+            except Exception:  # noqa: BLE001 - a dead session holds nothing
+                pass
+
+    def _lead(self) -> bool:
+        """Whether this process holds the database's sync lock, taking it when free; a session that
+        no longer answers (a restarted server) is dropped, and the lock taken again."""
+        import psycopg
+
+        if self._lock_conn is not None:
+            try:
+                self._lock_conn.execute("SELECT 1")
+                return True
+            except Exception:  # noqa: BLE001 - the session (and its lock) is gone
+                self._release()
+        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5,
+                               application_name="pm_vector sync worker")
+        try:
+            got = conn.execute("SELECT pg_try_advisory_lock(%s)", [SYNC_LOCK_KEY]).fetchone()[0]
+        except Exception:
+            conn.close()
+            raise
+        if not got:
+            conn.close()
+            return False
+        self._lock_conn, self.leader = conn, True
+        log.info("this process syncs the attached tables (every %g s)", self.interval_s)
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.health is not None and self.health.reason() is not None:
+                    self._stop.wait(self.interval_s)
+                    continue
+                if not self._lead():
+                    self._stop.wait(self.retry_s)
+                    continue
+            except Exception as exc:  # noqa: BLE001 - a database outage must not stop the loop
+                log.warning("attached-table sync: no database session (%s); retrying in %g s", type(exc).__name__,
+                            self.retry_s)
+                self._stop.wait(self.retry_s)
+                continue
+            t, cpu = time.monotonic(), time.thread_time()
+            try:
+                done = self._pass(self.url, self.health)
+                self.passes += 1
+                for name, n in done.items():
+                    if isinstance(n, str):
+                        log.warning("sync of %s failed (%s); its queue waits for the next pass", name, n)
+                    elif n:
+                        log.info("synced %d change(s) of %s in %.2f s (%.2f s of this thread's CPU)", n, name,
+                                 time.monotonic() - t, time.thread_time() - cpu)
+            except Exception as exc:  # noqa: BLE001 - a database outage must not stop the loop
+                log.warning("attached-table sync failed (%s); retrying in %g s", type(exc).__name__,
+                            self.interval_s)
+            # the next pass sync_interval_s after this one began (at once when it took longer)
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - t)))
