@@ -15,7 +15,6 @@ import asyncio
 import datetime as dt
 import logging
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
 
