@@ -18,7 +18,9 @@ refused key is refused from memory, default 5; 0 = off),
 ``PM_VECTOR_SERVICE_REQUEST_LOG_RETENTION_DAYS`` (default 30; 0 = keep forever) and
 ``PM_VECTOR_SERVICE_PRUNE_INTERVAL_S`` (how often the service prunes the log, default 3,600),
 ``PM_VECTOR_SERVICE_SYNC_INTERVAL_S`` (seconds between the worker's passes over attached tables'
-change queues, default 2; 0 = off),
+change queues, default 1; 0 = off; one process of a database syncs, on a thread of its own:
+:mod:`pm_vector.service.sync_worker`), ``PM_VECTOR_SERVICE_REQUEST_NICE`` (how many nice levels
+below the sync worker the service's other threads run, 0..19, default 0; Linux),
 ``PM_VECTOR_SERVICE_QUERY_DB_ROLE`` (the PostgreSQL role a query key's resolve runs as, default
 ``pm_vector_query``; empty: none), ``PM_VECTOR_SERVICE_ALLOW_SEEDED_REQUESTS`` (answer requests
 marked ``seeded``, whose noise a seed determines: for tests only; default ``0``, refused with a
