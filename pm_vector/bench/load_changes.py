@@ -3,7 +3,7 @@
 :class:`ChangeStream` makes a user's table of ``items`` rows with a ``vector(dim)`` column, attaches
 it as a collection of its own (anchor sets registered, the default job run), and while the load runs
 commits ``rate`` changes a second to it, one by one (the mix of
-:class:`pm_vector.bench.attach_bench._Changes`: inserts, vector updates, payload updates, deletes).
+:class:`pm_vector.bench.attach_bench.Changes`: inserts, vector updates, payload updates, deletes).
 The service's sync worker applies them; nothing here syncs. Meanwhile a sampler reads the collection's
 ``lag_s`` from :func:`pm_vector.db.sync_status` every ``sample_s`` seconds (0 when nothing is queued)
 and its queue length, from which each change's delay from its commit to the sync that applied it
@@ -52,7 +52,7 @@ class ChangeStream:
         import pm_vector.db as db
 
         from ..db.runs.jobs import anchor_frame_embed_fn
-        from .attach_bench import _Changes
+        from .attach_bench import Changes
         from .latency import N_FINE, clustered
 
         t0 = time.perf_counter()
@@ -72,7 +72,7 @@ class ChangeStream:
         db.register_anchor_set(self.name, Xa, ya // (N_FINE // classes))
         db.register_anchor_set(self.name, Xa[:300], ya[:300] // (N_FINE // classes), role="dummy")
         db.run_embedding_job(self.name, {"n_components": 16}, self.seed, embed_fn=anchor_frame_embed_fn)
-        self._changes = _Changes(self.table, X, y, self.items, np.random.default_rng(self.seed + 5), vec)
+        self._changes = Changes(self.table, X, y, self.items, np.random.default_rng(self.seed + 5), vec)
         self.prepare_s = round(time.perf_counter() - t0, 1)
         self.say(f"attached table {self.table} ({self.items} rows of vector({self.dim})) as {self.name}, "
                  f"embedded in {self.prepare_s:.1f} s")
