@@ -15,7 +15,7 @@ own port, and spreads the clients over them round robin (what a balancer in fron
 ``pm-vector serve`` would do).
 
 CPU is reported apart for the three parties on the machine (user + system seconds over the drive,
-from psutil / ``/proc``): the service processes (``server_cpu_ms_per_request``), the database's
+from psutil / ``/proc``): the service processes with their sync process (``server_cpu_ms_per_request``), the database's
 backends (``db_cpu_ms_per_request``: the children of the PostgreSQL server pm_vector runs on, when
 it is the embedded one) and the load generator itself (``generator_cpu_ms_per_request``), with
 each one's share of the wall time (1.0 = one core busy).
@@ -79,9 +79,9 @@ def prepare(n_classes: int, *, seed: int = 0, n_components: int = 8) -> tuple[st
 class _CPU:
     """User + system CPU seconds of a set of processes between :meth:`start` and :meth:`stop`
     (processes that end in between count up to their last sample; new children of a parent are
-    picked up at stop)."""
+    picked up at stop; ``children_of``: one parent's PID or several)."""
 
-    def __init__(self, pids=(), children_of: int | None = None):
+    def __init__(self, pids=(), children_of: int | list[int] | None = None):
         self.pids = [int(p) for p in pids]
         self.children_of = children_of
 
@@ -96,9 +96,11 @@ class _CPU:
                 procs.append(psutil.Process(pid))
             except psutil.Error:
                 pass
-        if self.children_of is not None:
+        parents = () if self.children_of is None else \
+            (self.children_of,) if isinstance(self.children_of, int) else self.children_of
+        for parent in parents:
             try:
-                procs += psutil.Process(self.children_of).children(recursive=True)
+                procs += psutil.Process(parent).children(recursive=True)
             except psutil.Error:
                 pass
         out = {}
@@ -245,7 +247,8 @@ def _drive_metered(urls: list, api_key, name: str, bodies: list, concurrency: in
                    svcs: list, postmaster) -> dict[str, Any]:
     """One collection's load, with the CPU time of the service processes, the database's backends and
     this generator metered around it; returns the drive's figures with the CPU report."""
-    server_cpu = _CPU([s_.proc.pid for s_ in svcs])
+    # the service processes and theirs (the sync process of the one that syncs)
+    server_cpu = _CPU([s_.proc.pid for s_ in svcs], children_of=[s_.proc.pid for s_ in svcs])
     db_cpu = _CPU(children_of=postmaster) if postmaster else None
     gen_cpu = _CPU([os.getpid()])
     for c_ in (server_cpu, db_cpu, gen_cpu):
