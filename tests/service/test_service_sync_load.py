@@ -3,7 +3,8 @@
 The attached tables' sync used to run on the request threads' pool (``run_in_threadpool``) of every
 service process: with every request thread busy a queued change waited until one came free, and two
 processes synced in turn, each finding the run changed by the other. Now one process of a database
-syncs, on a thread and connection of its own (:mod:`pm_vector.service.sync_worker`)."""
+syncs, from a thread and connections of its own, its passes in a process of its own
+(:mod:`pm_vector.service.sync_worker`)."""
 
 from __future__ import annotations
 
@@ -86,6 +87,20 @@ def test_a_change_is_synced_while_every_request_thread_is_busy(pm_home, svc_spli
                 "SELECT i.external_id FROM pm_vector.items i JOIN pm_vector.collections c ON c.id = i.collection_id "
                 "WHERE c.name = %s", [name]).fetchall()}
             assert "2" not in have and "3" in have and len(have) == len(X) - 2
+            # the passes ran in a process of their own; one that ends is made again for the next pass
+            import os
+            import signal
+
+            syncer = svc.app.state.service_state.syncer
+            old = syncer._pass.pid
+            assert old is not None and old != os.getpid()
+            os.kill(old, signal.SIGKILL)
+            conn.execute(f"DELETE FROM public.{t} WHERE id = 4")
+            t0 = time.monotonic()
+            while db.sync_status(name)["queued"] and time.monotonic() - t0 < 30:
+                time.sleep(0.1)
+            assert db.sync_status(name)["queued"] == 0
+            assert syncer._pass.pid not in (None, old)
     finally:
         release.set()
         db.drop_collection(name, missing_ok=True)
