@@ -15,10 +15,12 @@ own port, and spreads the clients over them round robin (what a balancer in fron
 ``pm-vector serve`` would do).
 
 CPU is reported apart for the three parties on the machine (user + system seconds over the drive,
-from psutil / ``/proc``): the service processes with their sync process (``server_cpu_ms_per_request``), the database's
-backends (``db_cpu_ms_per_request``: the children of the PostgreSQL server pm_vector runs on, when
-it is the embedded one) and the load generator itself (``generator_cpu_ms_per_request``), with
-each one's share of the wall time (1.0 = one core busy).
+from psutil / ``/proc``): the service processes with their children, the sync process
+(``server_cpu_ms_per_request``), the database's backends (``db_cpu_ms_per_request``: the children
+of the PostgreSQL server pm_vector runs on, when it is the embedded one) and the load generator
+itself (``generator_cpu_ms_per_request``), with each one's share of the wall time (1.0 = one core
+busy). With ``changes_rate``, an attached table changed during the load and the service's sync lag
+(:mod:`pm_vector.bench.load_changes`).
 """
 
 from __future__ import annotations
