@@ -140,3 +140,49 @@ def test_one_process_of_a_database_syncs_and_another_takes_over(pm_home):
     finally:
         a.stop()
         b.stop()
+
+
+def test_request_nice_lowers_every_thread_but_the_sync_workers():
+    """``request_nice``: the other threads N nice levels below the kept one, and threads they make
+    later inherit it (run in a child process: a lowered priority cannot be raised again)."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("a nice value per thread is Linux's")
+    code = """
+import json, os, threading
+from pm_vector.service.sync_worker import lower_request_priority
+prio = lambda tid: os.getpriority(os.PRIO_PROCESS, tid)
+ev, seen = threading.Event(), {}
+kept = threading.Thread(target=ev.wait); kept.start()
+other = threading.Thread(target=ev.wait); other.start()
+base = prio(threading.get_native_id())
+n = lower_request_priority(5, kept.native_id)
+again = lower_request_priority(5, kept.native_id)
+later = threading.Thread(target=lambda: seen.update(p=prio(threading.get_native_id()))); later.start(); later.join()
+print(json.dumps({"base": base, "kept": prio(kept.native_id), "other": prio(other.native_id),
+                  "main": prio(threading.get_native_id()), "later": seen["p"], "n": n, "again": again}))
+ev.set()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    got = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    want = min(19, got["base"] + 5)
+    assert got["kept"] == got["base"]
+    assert got["other"] == got["main"] == got["later"] == want
+    assert got["n"] >= 2 and got["again"] == 0  # a second call lowers nothing further
+
+
+def test_request_nice_is_a_nice_value():
+    import pytest
+
+    from pm_vector.errors import InvalidInputError
+    from pm_vector.service.settings import ServiceSettings
+
+    assert ServiceSettings().request_nice == 0
+    assert ServiceSettings(request_nice=19).request_nice == 19
+    for bad in (-1, 20):
+        with pytest.raises(InvalidInputError, match="request_nice"):
+            ServiceSettings(request_nice=bad)
