@@ -97,12 +97,15 @@ class SyncProcess:
         self.url = url
         self._proc = None
         self._conn = None
+        self._shut = False
 
     def _ensure(self) -> None:
         import multiprocessing
 
         if self._proc is not None and self._proc.is_alive():
             return
+        if self._shut:
+            raise RuntimeError("the service is stopping: no new sync process")
         self.close()
         ctx = multiprocessing.get_context("spawn")
         mine, theirs = ctx.Pipe()
@@ -132,6 +135,11 @@ class SyncProcess:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """:meth:`close`, and no process is made again."""
+        self._shut = True
+        self.close(timeout)
 
     def close(self, timeout: float = 30.0) -> None:
         """Ask the process to stop after its pass; ended after ``timeout`` (a cut batch rolls back)."""
@@ -180,7 +188,7 @@ class SyncWorker:
         """Stop after the pass running (a cut pass would leave its batch's changes queued anyway)."""
         self._stop.set()
         if isinstance(self._pass, SyncProcess):
-            self._pass.close(timeout)  # after the pass running, if any
+            self._pass.shutdown(timeout)  # after the pass running, if any
         self._thread.join(timeout)
         self._release()
 
@@ -204,6 +212,8 @@ class SyncWorker:
                 return True
             except Exception:  # noqa: BLE001 - the session (and its lock) is gone
                 self._release()
+                if isinstance(self._pass, SyncProcess):  # another process may lead by now
+                    self._pass.close()
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5,
                                application_name="pm_vector sync worker")
         try:
@@ -245,7 +255,7 @@ class SyncWorker:
             if self._idle():
                 self._stop.wait(self.interval_s)
                 continue
-            t, cpu = time.monotonic(), time.thread_time()
+            t = time.monotonic()
             try:
                 done = self._pass(self.url, self.health)
                 self.passes += 1
@@ -253,8 +263,7 @@ class SyncWorker:
                     if isinstance(n, str):
                         log.warning("sync of %s failed (%s); its queue waits for the next pass", name, n)
                     elif n:
-                        log.info("synced %d change(s) of %s in %.2f s (%.2f s of this thread's CPU)", n, name,
-                                 time.monotonic() - t, time.thread_time() - cpu)
+                        log.info("synced %d change(s) of %s in %.2f s", n, name, time.monotonic() - t)
             except Exception as exc:  # noqa: BLE001 - a database outage must not stop the loop
                 log.warning("attached-table sync failed (%s); retrying in %g s", type(exc).__name__,
                             self.interval_s)
