@@ -183,3 +183,57 @@ class ChangeStream:
                 "delay_s": {"p50": _pct(delays, 50), "p99": _pct(delays, 99), "max": _pct(delays, 100),
                             "unapplied": len(self.commits) - len(delays)},
                 "errors": len(self.errors), "error_samples": self.errors[:3]}
+
+
+def _spin(stop) -> None:
+    """Pure Python until ``stop``: a busy service thread (holding the GIL) or process."""
+    x = 0
+    while not stop.is_set():
+        for i in range(1000):
+            x += i * i
+
+
+def pass_beside(items: int = 20_000, dim: int = 128, changes: int = 5, rounds: int = 3,
+                say: Callable[[str], None] = lambda m: None) -> list[dict[str, Any]]:
+    """One sync of ``changes`` changes timed three ways in turn, ``rounds`` times: alone, beside a
+    thread of this process spinning Python (the GIL shared: a sync thread in a busy service
+    process), beside a process spinning Python (the CPU shared only). Each row: the wall seconds
+    and the syncing thread's CPU seconds. Why the service's sync passes run in a process of their
+    own (:class:`pm_vector.service.sync_worker.SyncProcess`)."""
+    import multiprocessing as mp
+
+    import pm_vector.db as db
+
+    ctx = mp.get_context("spawn")
+    rows = []
+    with ChangeStream(items, dim, 5.0, say=say) as cs:
+        cs._changes.one(cs._conn)
+        db.sync(cs.name)  # warm: the run's items kept
+        for rnd in range(int(rounds)):
+            for mode in ("alone", "beside_a_thread", "beside_a_process"):
+                stop = threading.Event() if mode == "beside_a_thread" else ctx.Event()
+                bg = (threading.Thread(target=_spin, args=(stop,)) if mode == "beside_a_thread" else
+                      ctx.Process(target=_spin, args=(stop,)) if mode == "beside_a_process" else None)
+                if bg is not None:
+                    bg.start()
+                    time.sleep(1.0)
+                for _ in range(int(changes)):
+                    cs._changes.one(cs._conn)
+                w, c = time.perf_counter(), time.thread_time()
+                got = db.sync(cs.name)
+                rows.append({"round": rnd + 1, "mode": mode, "applied": got["applied"],
+                             "wall_s": round(time.perf_counter() - w, 3), "cpu_s": round(time.thread_time() - c, 3)})
+                if bg is not None:
+                    stop.set()
+                    bg.join()
+                say(str(rows[-1]))
+    return rows
+
+
+if __name__ == "__main__":  # python -m pm_vector.bench.load_changes [ITEMS [ROUNDS]]
+    import json
+    import sys
+
+    args = [int(a) for a in sys.argv[1:3]]
+    print(json.dumps(pass_beside(args[0] if args else 20_000, rounds=args[1] if len(args) > 1 else 3,
+                                 say=lambda m: print(m, file=sys.stderr))))
