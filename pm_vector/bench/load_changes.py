@@ -27,7 +27,8 @@ def _pct(v: list[float], q: float) -> float | None:
 
 
 class ChangeStream:
-    """``with ChangeStream(items, dim, rate) as cs: cs.warm(); cs.start(); ...; cs.stop()`` (module doc)."""
+    """``with ChangeStream(items, dim, rate) as cs: cs.warm(); cs.start(); ...; cs.stop()`` (module doc;
+    ``with`` is :meth:`prepare`, then :meth:`close`)."""
 
     def __init__(self, items: int = 20_000, dim: int = 128, rate: float = 5.0, *, sample_s: float = 0.25,
                  seed: int = 0, say: Callable[[str], None] = lambda m: None):
@@ -49,6 +50,13 @@ class ChangeStream:
 
     # ----------------------------------------------------------------------------- set-up
     def __enter__(self) -> "ChangeStream":
+        return self.prepare()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def prepare(self) -> "ChangeStream":
+        """The table made, filled and attached, its anchor sets registered and the default job run."""
         import pm_vector.db as db
 
         from ..db.runs.jobs import anchor_frame_embed_fn
@@ -78,7 +86,8 @@ class ChangeStream:
                  f"embedded in {self.prepare_s:.1f} s")
         return self
 
-    def __exit__(self, *exc) -> None:
+    def close(self) -> None:
+        """The stream stopped, the collection and the table dropped."""
         import pm_vector.db as db
 
         self.stop()

@@ -304,7 +304,7 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
                 f"in {time.perf_counter() - t:.1f} s")
             prepared.append((int(C), name, split))
         if stream is not None:
-            stream.__enter__()
+            stream.prepare()
         for s_ in svcs:
             s_.wait_ready()
         say(f"service on {', '.join(urls)}")
@@ -351,7 +351,7 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
                 results.append(r)
     finally:
         if stream is not None:
-            stream.__exit__(None, None, None)
+            stream.close()
         for s_ in svcs:
             s_.stop()
         if key is not None:
