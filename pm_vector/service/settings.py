@@ -20,7 +20,7 @@ refused key is refused from memory, default 5; 0 = off),
 ``PM_VECTOR_SERVICE_SYNC_INTERVAL_S`` (seconds between the worker's passes over attached tables'
 change queues, default 1; 0 = off; one process of a database syncs, on a thread of its own:
 :mod:`pm_vector.service.sync_worker`), ``PM_VECTOR_SERVICE_REQUEST_NICE`` (how many nice levels
-below the sync worker the service's other threads run, 0..19, default 0; Linux),
+below the sync worker the service's other threads run, 0..19, default 10; Linux),
 ``PM_VECTOR_SERVICE_QUERY_DB_ROLE`` (the PostgreSQL role a query key's resolve runs as, default
 ``pm_vector_query``; empty: none), ``PM_VECTOR_SERVICE_ALLOW_SEEDED_REQUESTS`` (answer requests
 marked ``seeded``, whose noise a seed determines: for tests only; default ``0``, refused with a
@@ -84,8 +84,9 @@ class ServiceSettings:
     sync_interval_s: int = 1
     #: how much lower the CPU priority of the service's other threads (the event loop, the
     #: request pool) is than the sync worker's (a Linux nice value, per thread; 0 = the same), so
-    #: that queries do not starve the sync (docs/benchmarks.md, the sync under query load)
-    request_nice: int = 0
+    #: that queries do not starve the sync (docs/benchmarks.md, the sync under query load: lag_s
+    #: p50 / p99 4.1-4.7 / 8.4-9.4 s with 10, 14.4-21.3 / 25.1-38.3 s with 0, on a busy machine)
+    request_nice: int = 10
     #: PostgreSQL role a query key's resolve runs as (migration 0006: read + request-log insert
     #: only); "" or a role the service user cannot take: no switch
     query_db_role: str = "pm_vector_query"
