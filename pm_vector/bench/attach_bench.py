@@ -45,7 +45,7 @@ def _sizes_mb(conn, table: str, name: str) -> dict:
             "WHERE c.name = %s AND num_nonnulls(i.features, i.features_half) > 0", [name]).fetchone()[0])}
 
 
-class _Changes:
+class Changes:
     """The mix of changes to the user's table: 30 % inserts, 30 % vector updates, 20 % payload
     updates, 20 % deletes, of live rows chosen at random."""
 
@@ -72,7 +72,7 @@ class _Changes:
             w.execute(f"DELETE FROM {t} WHERE id = %s", [i])
 
 
-def _batches(name: str, stream: _Changes, sizes: list[int], repeats: int, say, compare_kept: bool = False) -> dict:
+def _batches(name: str, stream: Changes, sizes: list[int], repeats: int, say, compare_kept: bool = False) -> dict:
     """Each batch size ``repeats`` times: that many changes committed, then one ``db.sync`` timed
     (the first sync warms the process's caches and is not counted). Returns size -> seconds.
     ``compare_kept``: each timed sync follows one of the same size timed without the rows the
@@ -156,7 +156,7 @@ def _query_process(name: str, anchor_X, anchor_y, X, y, seed: int, stop, ready, 
     out.put((answered, errors))
 
 
-def _change_stream(name: str, stream: _Changes, rate: float, seconds: float, client, X, y, items: int, rng,
+def _change_stream(name: str, stream: Changes, rate: float, seconds: float, client, X, y, items: int, rng,
                    queries_in: str = "thread", anchor=None, seed: int = 0):
     """For ``seconds``: a writer changing the user's table at ``rate`` changes/s (inserts, embedding
     and title updates, deletes), a querier resolving requests (a thread of this process, or with
@@ -313,7 +313,7 @@ def run(items: int = 100_000, dim: int = 128, rate=100.0, seconds: float = 60.0,
         out["sizes_mb"] = _sizes_mb(conn, table, name)
         # timed batches, then the change stream
         rng = np.random.default_rng(seed + 5)
-        stream = _Changes(table, X, y, items, rng, vec)
+        stream = Changes(table, X, y, items, rng, vec)
         if batch_sizes:
             say("batches")
             out["batch_s"] = _batches(name, stream, list(batch_sizes), int(repeats), say, compare_kept)

@@ -15,10 +15,12 @@ own port, and spreads the clients over them round robin (what a balancer in fron
 ``pm-vector serve`` would do).
 
 CPU is reported apart for the three parties on the machine (user + system seconds over the drive,
-from psutil / ``/proc``): the service processes (``server_cpu_ms_per_request``), the database's
-backends (``db_cpu_ms_per_request``: the children of the PostgreSQL server pm_vector runs on, when
-it is the embedded one) and the load generator itself (``generator_cpu_ms_per_request``), with
-each one's share of the wall time (1.0 = one core busy).
+from psutil / ``/proc``): the service processes with their children, the sync process
+(``server_cpu_ms_per_request``), the database's backends (``db_cpu_ms_per_request``: the children
+of the PostgreSQL server pm_vector runs on, when it is the embedded one) and the load generator
+itself (``generator_cpu_ms_per_request``), with each one's share of the wall time (1.0 = one core
+busy). With ``changes_rate``, an attached table changed during the load and the service's sync lag
+(:mod:`pm_vector.bench.load_changes`).
 """
 
 from __future__ import annotations
@@ -79,9 +81,9 @@ def prepare(n_classes: int, *, seed: int = 0, n_components: int = 8) -> tuple[st
 class _CPU:
     """User + system CPU seconds of a set of processes between :meth:`start` and :meth:`stop`
     (processes that end in between count up to their last sample; new children of a parent are
-    picked up at stop)."""
+    picked up at stop; ``children_of``: one parent's PID or several)."""
 
-    def __init__(self, pids=(), children_of: int | None = None):
+    def __init__(self, pids=(), children_of: int | list[int] | None = None):
         self.pids = [int(p) for p in pids]
         self.children_of = children_of
 
@@ -96,9 +98,11 @@ class _CPU:
                 procs.append(psutil.Process(pid))
             except psutil.Error:
                 pass
-        if self.children_of is not None:
+        parents = () if self.children_of is None else \
+            (self.children_of,) if isinstance(self.children_of, int) else self.children_of
+        for parent in parents:
             try:
-                procs += psutil.Process(self.children_of).children(recursive=True)
+                procs += psutil.Process(parent).children(recursive=True)
             except psutil.Error:
                 pass
         out = {}
@@ -245,7 +249,8 @@ def _drive_metered(urls: list, api_key, name: str, bodies: list, concurrency: in
                    svcs: list, postmaster) -> dict[str, Any]:
     """One collection's load, with the CPU time of the service processes, the database's backends and
     this generator metered around it; returns the drive's figures with the CPU report."""
-    server_cpu = _CPU([s_.proc.pid for s_ in svcs])
+    # the service processes and theirs (the sync process of the one that syncs)
+    server_cpu = _CPU([s_.proc.pid for s_ in svcs], children_of=[s_.proc.pid for s_ in svcs])
     db_cpu = _CPU(children_of=postmaster) if postmaster else None
     gen_cpu = _CPU([os.getpid()])
     for c_ in (server_cpu, db_cpu, gen_cpu):
@@ -260,9 +265,13 @@ def _drive_metered(urls: list, api_key, name: str, bodies: list, concurrency: in
 def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, duration: float = 30.0,
              n_distinct: int = 16, epsilon: float = 1.0, url: str | None = None, api_key: str | None = None,
              pool_max: int = 8, seed: int = 0, keep: bool = False, log: Callable[[str], None] | None = None,
-             workers: int = 1) -> dict[str, Any]:
+             workers: int = 1, changes_rate: float = 0.0, attached_items: int = 20_000,
+             attached_dim: int = 128) -> dict[str, Any]:
     """Run the load test for every C in ``classes``; returns ``{"results": [...], "config": {...}}``.
-    ``workers``: service processes to start (ignored with ``url``)."""
+    ``workers``: service processes to start (ignored with ``url``). ``changes_rate`` > 0: an attached
+    table of ``attached_items`` rows of ``vector(attached_dim)`` receives that many changes a second
+    during each C's load, and each result's ``sync`` gives the service's sync lag
+    (:class:`pm_vector.bench.load_changes.ChangeStream`)."""
     from .. import db
     from ..client.budget import MemoryBudget
     from ..client.http import Client
@@ -271,6 +280,11 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
     say = log or (lambda s: None)
     _check_load_args(concurrency, requests, duration, n_distinct, url, workers)
     db.start()
+    stream = None
+    if changes_rate:
+        from .load_changes import ChangeStream
+
+        stream = ChangeStream(attached_items, attached_dim, changes_rate, seed=seed, say=say)
     key = None
     svcs: list[_Subprocess] = []
     names: list[str] = []
@@ -289,9 +303,13 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
             say(f"C={C}: collection {name} ready ({split.server_idx.size} items, {split.anchor_idx.size} anchors) "
                 f"in {time.perf_counter() - t:.1f} s")
             prepared.append((int(C), name, split))
+        if stream is not None:
+            stream.prepare()
         for s_ in svcs:
             s_.wait_ready()
         say(f"service on {', '.join(urls)}")
+        if stream is not None:
+            say(f"the service's sync applied a first change of {stream.name} in {stream.warm():.1f} s")
         postmaster = _db_postmaster()
         # the built requests are real (unseeded) releases -- a service refuses seeded ones by default --
         # charged to an in-memory ledger given exactly what they spend (replaying one costs nothing more)
@@ -311,8 +329,17 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
                 before = len(db.list_requests(name, limit=100000))
                 say(f"C={C}: {n_distinct} requests built in {build_s:.1f} s ({len(bodies[0]) / 1024:.0f} KiB each); "
                     f"{concurrency} clients, at most {requests} requests / {duration:g} s")
+                if stream is not None:
+                    stream.start()
                 r = _drive_metered(urls, api_key, name, bodies, int(concurrency), int(requests), float(duration),
                                    svcs, postmaster)
+                if stream is not None:
+                    stream.stop()
+                    stream.drain()
+                    r["sync"] = stream.report()
+                    say(f"C={C}: {r['sync']['changes']} changes to {stream.name} at {changes_rate:g}/s: lag_s p50 "
+                        f"{r['sync']['lag_s']['p50']}, p99 {r['sync']['lag_s']['p99']}; commit to sync p50 "
+                        f"{r['sync']['delay_s']['p50']} s, p99 {r['sync']['delay_s']['p99']} s")
                 logged = len(db.list_requests(name, limit=100000)) - before
                 r.update({"classes": C, "collection": name, "release": req.release,
                           "rows_per_request": getattr(req, "n_rows", C),
@@ -323,6 +350,8 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
                     f"{r['generator_cpu_ms_per_request']}")
                 results.append(r)
     finally:
+        if stream is not None:
+            stream.close()
         for s_ in svcs:
             s_.stop()
         if key is not None:
@@ -332,7 +361,8 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
                 db.drop_collection(n, missing_ok=True)
     return {"config": {"concurrency": int(concurrency), "requests": int(requests), "duration_s": float(duration),
                        "n_distinct": int(n_distinct), "epsilon": float(epsilon), "pool_max": int(pool_max),
-                       "workers": len(svcs) or None, "cpus": os.cpu_count()}, "results": results}
+                       "workers": len(svcs) or None, "cpus": os.cpu_count(), "changes_rate": float(changes_rate),
+                       "attached_items": int(attached_items) if changes_rate else None}, "results": results}
 
 
 def _cpu_report(r: dict[str, Any], server_s: float | None, db_s: float | None, gen_s: float | None

@@ -175,10 +175,15 @@ def load(
     workers: int = typer.Option(1, help="Service processes to start (clients spread over them round robin)."),
     url: Optional[str] = typer.Option(None, help="A running loopback service (default: start one)."),
     api_key: Optional[str] = typer.Option(None, envvar="PM_VECTOR_API_KEY", help="Its API key."),
+    changes_rate: float = typer.Option(0.0, help="Changes a second to an attached table during the load (inserts, "
+                                                 "updates, deletes; 0: none); reports the service's sync lag."),
+    attached_items: int = typer.Option(20_000, help="Rows of that attached table."),
+    attached_dim: int = typer.Option(128, help="Dimension of its vector column."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Bounded load test of the service on loopback: throughput, p50/p95, errors and CPU per request
-    (service, database, load generator apart) per C.
+    (service, database, load generator apart) per C; with --changes-rate, the sync lag of an attached
+    table changed meanwhile (lag_s of sync_status, sampled, and each change's commit to its sync).
 
     Example: pm-vector bench load --classes 10 --concurrency 16 --workers 2 --requests 2000 --duration 20 --json
     """
@@ -193,6 +198,7 @@ def load(
     try:
         res = run_load(cs, concurrency=concurrency, requests=requests, duration=duration, n_distinct=distinct,
                        epsilon=epsilon, url=url, api_key=api_key, pool_max=pool_max, workers=workers,
+                       changes_rate=changes_rate, attached_items=attached_items, attached_dim=attached_dim,
                        log=None if as_json else (lambda s: err.print(s)))
     except (PMVectorError, ValueError) as e:
         fail(str(e))
@@ -211,6 +217,22 @@ def load(
                   f"{r['throughput_rps']:.1f}", f"{r['p50_ms']:.1f}", f"{r['p95_ms']:.1f}",
                   cpu(r.get("server_cpu_ms_per_request")), cpu(r.get("db_cpu_ms_per_request")),
                   cpu(r.get("generator_cpu_ms_per_request")))
+    Console().print(t)
+    if changes_rate:
+        _print_sync_lag(res)
+
+
+def _print_sync_lag(res: dict) -> None:
+    """The attached table's figures of ``bench load --changes-rate``: one row per C."""
+    t = Table(title="the sync during the load: an attached table receiving changes (lag_s sampled from sync_status)")
+    for c in ("C", "req/s", "errors", "changes", "lag_s p50", "lag_s p99", "lag_s max", "commit to sync p50 s",
+              "p99 s", "sync errors"):
+        t.add_column(c, justify="right")
+    for r in res["results"]:
+        s = r["sync"]
+        t.add_row(str(r["classes"]), f"{r['throughput_rps']:.1f}", str(r["errors"]), str(s["changes"]),
+                  *(str(s["lag_s"][q]) for q in ("p50", "p99", "max")), str(s["delay_s"]["p50"]),
+                  str(s["delay_s"]["p99"]), str(s["errors"]))
     Console().print(t)
 
 

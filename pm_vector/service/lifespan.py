@@ -4,8 +4,9 @@
 Start-up, in order: the shared connection pool (unless the application was given one), the job
 manager (jobs of a stopped service marked interrupted, stale runs cleaned up), the database role
 of query keys and their own login pool, the read replicas' router, the key cache (auth on), and
-the two background loops: request-log pruning (:func:`prune_once`) and the sync of attached
-tables (:func:`sync_once`). Shut-down undoes them in reverse.
+request-log pruning (:func:`prune_once`, a loop on the event loop) and the sync of attached tables
+(:class:`~pm_vector.service.sync_worker.SyncWorker`: a thread and connections of its own, one
+syncing process per database). Shut-down undoes them in reverse.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import asyncio
 import datetime as dt
 import logging
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
 
@@ -123,33 +123,17 @@ async def _pruner(settings: ServiceSettings, state: ServiceState) -> None:
         await asyncio.sleep(settings.prune_interval_s)
 
 
-def sync_once(state: ServiceState) -> dict[str, Any]:
-    """One pass of the attached tables' sync: ``{collection: changes synced, or why it failed}``."""
-    from ..db.store.attach import sync_pending
+def _sync_worker(settings: ServiceSettings, state: ServiceState):
+    """The attached tables' sync worker, started (None: ``sync_interval_s`` 0, or a pool without a
+    URL, as the tests' fakes)."""
+    from .sync_worker import SyncWorker, lower_request_priority
 
-    # on the pool's database URL: a sync never starts the embedded server (an outage stays an
-    # outage); nothing while the pool knows the database is down, or for a pool without a URL
     url = getattr(state.pool, "url", None)
-    health = getattr(state.pool, "health", None)
-    if not url or (health is not None and health.reason() is not None):
-        return {}
-    return sync_pending(url)
-
-
-async def _syncer(settings: ServiceSettings, state: ServiceState) -> None:
-    # attached tables' changes reach the answers within about sync_interval_s plus a sync's time
-    while True:
-        await asyncio.sleep(settings.sync_interval_s)
-        try:
-            done = await run_in_threadpool(sync_once, state)
-            for name, n in done.items():
-                if isinstance(n, str):
-                    log.warning("sync of %s failed (%s); its queue waits for the next pass", name, n)
-                elif n:
-                    log.info("synced %d change(s) of %s", n, name)
-        except Exception as exc:  # noqa: BLE001 - a database outage must not stop the loop
-            log.warning("attached-table sync failed (%s); retrying in %d s", type(exc).__name__,
-                        settings.sync_interval_s)
+    if settings.sync_interval_s <= 0 or not url:
+        return None
+    state.syncer = SyncWorker(url, settings.sync_interval_s, health=getattr(state.pool, "health", None)).start()
+    lower_request_priority(settings.request_nice, state.syncer.native_id)
+    return state.syncer
 
 
 async def _start(app, settings: ServiceSettings, state: ServiceState, failures) -> bool:
@@ -195,13 +179,15 @@ def lifespan(settings: ServiceSettings, state: ServiceState, failures):
     @asynccontextmanager
     async def run(app):
         own = await _start(app, settings, state, failures)
-        loops = ((_pruner, settings.request_log_retention_days > 0), (_syncer, settings.sync_interval_s > 0))
-        tasks = [asyncio.create_task(loop(settings, state)) for loop, on in loops if on]
+        tasks = [asyncio.create_task(_pruner(settings, state))] if settings.request_log_retention_days > 0 else []
+        syncer = _sync_worker(settings, state)
         try:
             yield
         finally:
             for task in tasks:
                 task.cancel()
+            if syncer is not None:
+                await run_in_threadpool(syncer.stop)
             await _stop(state, own)
 
     return run

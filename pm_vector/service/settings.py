@@ -18,7 +18,9 @@ refused key is refused from memory, default 5; 0 = off),
 ``PM_VECTOR_SERVICE_REQUEST_LOG_RETENTION_DAYS`` (default 30; 0 = keep forever) and
 ``PM_VECTOR_SERVICE_PRUNE_INTERVAL_S`` (how often the service prunes the log, default 3,600),
 ``PM_VECTOR_SERVICE_SYNC_INTERVAL_S`` (seconds between the worker's passes over attached tables'
-change queues, default 2; 0 = off),
+change queues, default 1; 0 = off; one process of a database syncs, on a thread of its own:
+:mod:`pm_vector.service.sync_worker`), ``PM_VECTOR_SERVICE_REQUEST_NICE`` (how many nice levels
+below the sync worker the service's other threads run, 0..19, default 10; Linux),
 ``PM_VECTOR_SERVICE_QUERY_DB_ROLE`` (the PostgreSQL role a query key's resolve runs as, default
 ``pm_vector_query``; empty: none), ``PM_VECTOR_SERVICE_ALLOW_SEEDED_REQUESTS`` (answer requests
 marked ``seeded``, whose noise a seed determines: for tests only; default ``0``, refused with a
@@ -80,6 +82,11 @@ class ServiceSettings:
     #: of every collection with queued changes; a pass over empty queues is one query); 0 = off
     #: (then run `pm-vector sync` yourself)
     sync_interval_s: int = 1
+    #: how much lower the CPU priority of the service's other threads (the event loop, the
+    #: request pool) is than the sync worker's (a Linux nice value, per thread; 0 = the same), so
+    #: that queries do not starve the sync (docs/benchmarks.md, the sync under query load: lag_s
+    #: p50 / p99 4.1-4.7 / 8.4-9.4 s with 10, 14.4-21.3 / 25.1-38.3 s with 0, on a busy machine)
+    request_nice: int = 10
     #: PostgreSQL role a query key's resolve runs as (migration 0006: read + request-log insert
     #: only); "" or a role the service user cannot take: no switch
     query_db_role: str = "pm_vector_query"
@@ -120,6 +127,8 @@ class ServiceSettings:
                      "auth_failures_per_minute", "failed_key_ttl_s"):
             if getattr(self, name) < 0:
                 raise InvalidInputError(f"service setting {name} must be >= 0 (0: off), got {getattr(self, name)}.")
+        if not 0 <= self.request_nice <= 19:
+            raise InvalidInputError(f"service setting request_nice must be in 0..19, got {self.request_nice}.")
         if self.max_shortlist > MAX_K_PRIME:
             raise InvalidInputError(f"service setting max_shortlist must be at most {MAX_K_PRIME} (the protocol's "
                                     f"MAX_K_PRIME), got {self.max_shortlist}.")

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .db import ServicePool
     from .jobs import JobManager
     from .keycache import KeyCache
+    from .sync_worker import SyncWorker
 
 
 @dataclass
@@ -29,7 +30,8 @@ class ServiceState:
     ``query_pool`` / ``query_login`` the pool that logs in as a member of that role and its
     (user, password) (None: no such login); ``router`` picks the read replica of a resolve (None:
     no replicas), whose pools are made on first use (:meth:`read_pool`); ``keycache`` keeps the
-    keys verified lately (None: auth off or no URL); ``key_lookups`` counts the keys looked up in
+    keys verified lately (None: auth off or no URL); ``syncer`` the attached tables' sync worker
+(None: off); ``key_lookups`` counts the keys looked up in
     the database (the authentication middleware, on the event loop)."""
 
     resolve_slots: threading.BoundedSemaphore
@@ -40,6 +42,7 @@ class ServiceState:
     query_login: tuple[str, str | None] | None = None
     router: ReadRouter | None = None
     keycache: KeyCache | None = None
+    syncer: SyncWorker | None = None
     read_pools: dict[str, ServicePool] = field(default_factory=dict)
     read_pools_lock: threading.Lock = field(default_factory=threading.Lock)
     key_lookups: int = 0
