@@ -40,16 +40,13 @@ def _distinct_per_class(answers, labels) -> float:
 
 
 def prepare_collection(name: str, split, *, allow_raw_features: bool = False,
-                       progress: Callable[[int, int], None] | None = None,
-                       max_payload_bytes: int | None = None) -> dict[str, Any]:
-    """Create ``name`` from a :class:`~pm_vector.datasets.Split`: items, anchor set, dummy pool.
-    ``max_payload_bytes``: the collection's payload bound (None: the default; the demo's items
-    carry none, and it gives 0: a location answer's byte budget then holds every candidate)."""
+                       progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Create ``name`` from a :class:`~pm_vector.datasets.Split`: items, anchor set, dummy pool."""
     from .. import db
 
     ds = split.dataset
     db.create_collection(name, ds.dim, [int(c) for c in ds.classes], allow_raw_features=allow_raw_features,
-                         description=f"{ds.name} (pm-vector demo)", max_payload_bytes=max_payload_bytes)
+                         description=f"{ds.name} (pm-vector demo)")
     Xs, ys = split.server
     ing = db.ingest(name, Xs, ys, external_ids=[f"{ds.name}-{int(i)}" for i in split.server_idx],
                     batch_size=5000, progress=progress)
@@ -161,8 +158,7 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
     key = None
     try:
         prog("ingest", 0, sizes[0])
-        prep = prepare_collection(name, split, allow_raw_features=True, progress=lambda d, t: prog("ingest", d, t),
-                                  max_payload_bytes=0)  # no payloads: the plan's bytes all go to candidates
+        prep = prepare_collection(name, split, allow_raw_features=True, progress=lambda d, t: prog("ingest", d, t))
         key = create_key(f"demo {name}", role="admin")  # the demo starts a job through the service
         settings = ServiceSettings.from_env(auth=True, pool_max=4)
         with ServiceThread(settings) as svc, tempfile.TemporaryDirectory() as tmp:

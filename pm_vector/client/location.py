@@ -100,7 +100,11 @@ def query_location(self, name, features, label=None, *, epsilon, k, rerank, max_
     says (fewer than the anchor document's after a delete), ``n x code_bytes`` code bytes, the run,
     level, report and codes digest of the request) before the query is used again; a malformed
     answer raises one :class:`~pm_vector.errors.InvalidInputError` whose text depends on the answer
-    alone. The re-rank then works on exactly ``n`` codes of the plan's width (public sizes), taken
+    alone. The answer's bytes are bounded by the plan's own count
+    (:meth:`~pm_vector.privacy.location.LocationPlan.answer_bytes`: payloads of the size the
+    collection publishes, ``payload_bytes_max``): a larger answer is refused whole by the transport
+    (payloads written after the query read the collection, or a server that publishes less than it
+    stores), and the next query plans by what the collection publishes then. The re-rank then works on exactly ``n`` codes of the plan's width (public sizes), taken
     in a CSPRNG permutation (:func:`~pm_vector.client.rerank.rank`), so its time depends on neither
     the query's position nor the order the server chose."""
     t0 = time.perf_counter()
@@ -111,8 +115,20 @@ def query_location(self, name, features, label=None, *, epsilon, k, rerank, max_
     t1 = time.perf_counter()
     status = self.budget.status(self.budget_key())  # charged by _build_request
     body = {"request": req.to_dict(), "k": int(k)}
-    res, sent, received = self._exchange("POST", f"/collections/{name}/resolve", body,
-                                         max_bytes=self._resolve_cap(name, body))
+    # the answer's bytes: at most what the plan counted (ids, codes and payloads of the size the collection
+    # published, on this client's wire), never more than the request's shape allows
+    cap = min(self._resolve_cap(name, body), plan.answer_bytes())
+    try:
+        res, sent, received = self._exchange("POST", f"/collections/{name}/resolve", body, max_bytes=cap)
+    except MalformedAnswerError as exc:
+        if exc.error != "too_large":
+            raise
+        raise MalformedAnswerError(
+            f"{exc.message} The plan counted payloads of at most {self._payload_plan(name)} bytes each (what the "
+            "collection published when this query read it): payloads written since, or a server that publishes "
+            "less than it stores, make an answer larger than the byte budget. Nothing of it was used; ask again "
+            "(the next query reads the collection again and plans by what it publishes then).",
+            exc.status, exc.error) from None
     self._check_run(name, res)
     t2 = time.perf_counter()
     # nothing below talks to the server: the answer is all the client uses, checked whole first

@@ -185,7 +185,9 @@ class PublicDocuments:
     def _resolve_cap(self, name: str, body: dict) -> int:
         """The byte cap of the answer to the resolve ``body``
         (:func:`~pm_vector.client.transport.answer_cap` of its rows, ``k'``, code prefix, the raw
-        features' width when it asks for them, and the collection's payload bound when published)."""
+        features' width when it asks for them, and what the collection's payloads may take when
+        published: :meth:`_payload_plan`, the bound or the smaller high-water mark). An answer whose
+        payloads are larger than the collection published is refused by the transport, whole."""
         from .transport import answer_cap
 
         features = body.get("answer") == "features" or bool(body.get("include_features"))
@@ -194,7 +196,7 @@ class PublicDocuments:
             pub, fr = self._public.get(name), self._frames.get(name)
             d = (pub.anchor_features.shape[1] if pub is not None else
                  fr.anchor.features.shape[1] if fr is not None else 4096)
-        bound = self._payload_bound(name) if self._query_get(f"/collections/{name}") is not None else None
+        bound = self._payload_plan(name) if self._query_get(f"/collections/{name}") is not None else None
         return answer_cap(body["request"], int(body.get("k") or 1), code_bytes=body.get("code_bytes"),
                           n_features=d, payload_bytes=bound)
 
@@ -290,8 +292,9 @@ class PublicDocuments:
     def private_location(self, name: str, *, epsilon: float, max_bytes: int | None = None, **plan):
         """The :class:`~pm_vector.client.location.PrivateLocationKNN` of the collection's active run (the
         location release: pure eps, delta 0; the plan by the public rule for ``epsilon``, the
-        collection's published size, code widths and payload bound (``max_payload_bytes``, counted
-        on this client's wire: :meth:`_payload_wire_bytes`) and ``max_bytes``; ``plan``: ``level``,
+        collection's published size, code widths and what its payloads may take (``max_payload_bytes``,
+        or the smaller high-water mark ``payload_bytes_max``, counted on this client's wire:
+        :meth:`_payload_wire_bytes`) and ``max_bytes``; ``plan``: ``level``,
         ``candidates`` or ``code_bytes`` to fix), charging this client's ledger (eps, 0) per request."""
         from .location import PrivateLocationKNN
 
@@ -316,15 +319,33 @@ class PublicDocuments:
         ok = isinstance(bound, int) and not isinstance(bound, bool) and 0 <= bound <= 65_536
         return bound if ok else None
 
+    def _payload_plan(self, name: str) -> int | None:
+        """What one item's payload may take (compact JSON bytes) as the collection's document says:
+        ``min(max_payload_bytes, payload_bytes_max)`` -- the bound, or the high-water mark of the
+        payloads the collection ever stored when it publishes a smaller one (absent or invalid: the
+        bound, as from an earlier server). None when it publishes no valid bound.
+
+        A server that publishes a mark below its payloads only makes its own answers larger than
+        this client's byte cap (:meth:`_resolve_cap`), which the transport refuses whole: a safe
+        failure. Payloads written after this query read the document may do the same; the next
+        query reads the document again (every query does) and plans with the new mark."""
+        bound = self._payload_bound(name)
+        if bound is None:
+            return None
+        high = self.collection(name).get("payload_bytes_max")
+        ok = isinstance(high, int) and not isinstance(high, bool) and 0 <= high <= 65_536
+        return min(bound, high) if ok else bound
+
     def _payload_wire_bytes(self, name: str) -> int:
         """What one candidate's payload may cost on this client's wire
-        (:func:`~pm_vector.protocol.location.payload_wire_bytes` of the published bound): what the
-        location plan counts per candidate, so that an answer with every payload at its bound stays
-        within the byte budget. 0 when the collection publishes no bound."""
+        (:func:`~pm_vector.protocol.location.payload_wire_bytes` of :meth:`_payload_plan`: the bound,
+        or the smaller high-water mark the collection publishes): what the location plan counts per
+        candidate, so that an answer with every payload at that size stays within the byte budget.
+        0 when the collection publishes no bound."""
         from ..protocol.location import payload_wire_bytes
 
-        bound = self._payload_bound(name)
-        return 0 if bound is None else payload_wire_bytes(bound, getattr(self, "wire", "msgpack"))
+        size = self._payload_plan(name)
+        return 0 if size is None else payload_wire_bytes(size, getattr(self, "wire", "msgpack"))
 
     def choose_release(self, name: str, epsilon: float, release: str = "auto", *, class_rows: bool = False) -> str:
         """``"location"``, ``"cells"`` or ``"gaussian"``: ``release`` itself, or for ``"auto"`` the public

@@ -283,8 +283,9 @@ def plan(epsilon, *, n_items: int, levels, widths, max_bytes: int | None = None,
 
     ``n_items``: the collection's public size; ``max_bytes``: the byte budget of one request on the
     wire, both ways (default :data:`DEFAULT_MAX_BYTES`); ``payload_bytes``: what one candidate's
-    payload may cost on the wire (:func:`pm_vector.protocol.location.payload_wire_bytes` of the
-    collection's published bound; 0 when it stores none); ``wire``: ``"msgpack"`` or ``"json"``, how
+    payload may cost on the wire (:func:`pm_vector.protocol.location.payload_wire_bytes` of what the
+    collection publishes its payloads may take: its bound, or the smaller high-water mark of the
+    payloads it stored, ``payload_bytes_max``; 0 when it stores none); ``wire``: ``"msgpack"`` or ``"json"``, how
     the answer travels (:func:`candidate_bytes`). An answer with every payload at its bound then
     costs at most ``max_bytes`` on the wire, both ways."""
     e = _check_epsilon(epsilon)

@@ -84,7 +84,7 @@ def test_a_delete_never_breaks_an_answer(service, svc_key, tmp_path):
 
     split = split_dataset(load_dataset("digits"), *DEMO_SIZES["digits"], seed=0)
     name = "del_" + uuid.uuid4().hex[:8]
-    prepare_collection(name, split, allow_raw_features=True, max_payload_bytes=0)  # as the demo: no payloads
+    prepare_collection(name, split, allow_raw_features=True)
     try:
         db.run_embedding_job(name, {"n_components": 8}, 0, embed_fn=anchor_frame_embed_fn)
         Xq, _ = split.query
@@ -134,7 +134,7 @@ def _at_bound(i: int, bound: int):
 
 
 @pytest.mark.parametrize("wire", ["msgpack", "json"])
-def test_the_byte_budget_holds_with_payloads_at_their_bound(service, svc_key, svc_split, tmp_path, wire):
+def test_the_byte_budget_holds_with_payloads_at_their_bound(service, svc_key, svc_split, tmp_path, wire, monkeypatch):
     """Issue #35, build item 9 and finding 11: ``private_location`` never passed the collection's
     payload bound to the plan, so an answer with payloads at their bound could exceed the byte
     budget. The collection document now publishes ``max_payload_bytes`` and the plan counts it as
@@ -169,6 +169,25 @@ def test_the_byte_budget_holds_with_payloads_at_their_bound(service, svc_key, sv
                     print(f"{wire} budget {budget_bytes:,}: {r['candidates']} candidates of {r['code_bytes']} code "
                           f"bytes, {r['bytes_per_request']:,} bytes on the wire")
                     assert r["bytes_per_request"] <= budget_bytes, (r["bytes_per_request"], budget_bytes)
-                assert c.collection(name)["max_payload_bytes"] == bound
+                doc = c.collection(name)
+                assert doc["max_payload_bytes"] == bound
+                # payloads at their bound: the high-water mark is the bound, and the plan counts it
+                assert doc["payload_bytes_max"] == max(payload_bytes(p) for p in pays) == bound
+        # a server that publishes a mark below its payloads (0: "none stored") only makes its own answer
+        # larger than the plan counted: the transport refuses it whole, and an honest document plans again
+        from pm_vector.errors import MalformedAnswerError
+        from pm_vector.service.routers import collections as coll_router
+
+        with Client(service.url, svc_key["key"], budget=_ledger(tmp_path), wire=wire,
+                    max_answer_bytes=20_000) as c:
+            c.budget.set_budget(c.budget_key(), epsilon=1000.0)
+            monkeypatch.setattr(coll_router, "high_of", lambda coll: 0)
+            assert c.collection(name)["payload_bytes_max"] == 0
+            with pytest.raises(MalformedAnswerError, match="plan counted payloads of at most 0 bytes") as ei:
+                c.query(name, Xq[0], epsilon=4.0, k=8)
+            assert ei.value.error == "too_large"
+            monkeypatch.undo()
+            r = c.query(name, Xq[0], epsilon=4.0, k=8)
+            assert r["bytes_per_request"] <= 20_000 and len(r["payloads"]) == 8
     finally:
         db.drop_collection(name, missing_ok=True)

@@ -110,6 +110,7 @@ def collection_spec(name: str, dim: int, labels: Iterable[int] | None, metric: s
     if max_payload_bytes is None:
         max_payload_bytes = st.get(payloads.SETTINGS_KEY, payloads.DEFAULT_MAX_PAYLOAD_BYTES)
     st[payloads.SETTINGS_KEY] = payloads.check_limit(max_payload_bytes)
+    st[payloads.HIGH_KEY] = 0  # a new collection stores no payload yet: its high-water mark (payloads.py)
     if description is not None:
         st["description"] = str(description)
     json_safe(st, "settings")

@@ -37,7 +37,7 @@ from ..errors import CollectionNotFoundError, translate_sql_error
 from ..postgres import connect
 from ._common import collection_row, iso_datetime
 from ._names import check_name
-from .payloads import SETTINGS_KEY, check_limit
+from .payloads import HIGH_KEY, SETTINGS_KEY, check_limit, stored_high
 from .sync_rows import reject_stored_payloads
 from .sync import SYNC_BATCH, not_attached, sync, sync_pending  # noqa: F401  (the sync's names, here too)
 
@@ -100,7 +100,11 @@ def attach_table(name: str, table: str | None = None, id_column: str | None = No
             if limit is not None:
                 conn.execute("UPDATE pm_vector.collections SET settings = jsonb_set(settings, %s, %s::jsonb) "
                              "WHERE name = %s", [[SETTINGS_KEY], str(limit), name])
-            rejected = reject_stored_payloads(conn, collection_row(conn, name))
+            coll = collection_row(conn, name)
+            rejected = reject_stored_payloads(conn, coll)
+            # the high-water mark: the largest payload the attach kept (payloads.py), in its transaction
+            conn.execute("UPDATE pm_vector.collections SET settings = jsonb_set(settings, %s, to_jsonb(%s::bigint)) "
+                         "WHERE id = %s", [[HIGH_KEY], stored_high(conn, coll["id"]), coll["id"]])
             conn.commit()
         except Exception as exc:  # noqa: BLE001 - SQL errors become pm_vector's
             conn.rollback()

@@ -194,6 +194,9 @@ def _ingest_rows(conn, coll, spec, X, y, ext, pay, batch_size, progress, biggest
             done = stop
             if progress is not None:
                 progress(done, n)
+        # the high-water mark raised in this transaction (before the share lock of the check below: a
+        # raise takes the row's lock first, so two ingests never wait on each other's share lock)
+        _payload_bound.raise_high(conn, cid, biggest)
         if pay is not None and spec is None:  # the bound as it is at the commit (an admin may have lowered it)
             _payload_bound.recheck_locked(conn, cid, coll["name"], biggest)
         conn.execute("UPDATE pm_vector.ingests SET status = 'succeeded', n_written = %s, finished_at = now() "

@@ -20,6 +20,19 @@ the new bound. An attached table's payload columns are held to the same bounds, 
 every sync (:mod:`pm_vector.db.store.sync_rows`: a row over them is rejected, never stored). A
 change of payloads alone increases the runs' ``answers_version`` (:func:`bump_answers_version`),
 which the cached answers are keyed on.
+
+Beside the bound, a collection keeps the **high-water mark** of the payloads actually stored
+(``settings["payload_bytes_high"]``, :data:`HIGH_KEY`): the largest payload size (the same
+measure) ever written to it, 0 for a collection created without any. Every write that stores
+payloads raises it in its own transaction (:func:`raise_high`: one ``UPDATE`` with ``greatest()``,
+so concurrent writers never lose a raise, and a rolled-back write raises nothing): ingest, an
+update of items, an attached table's attach (:func:`stored_high`, the exact maximum of what the
+attach kept) and its sync. No write lowers it (a delete leaves it). A collection whose row holds no
+mark (created before it, or by ``pm_attach_table`` called from SQL) has an unknown one, which
+counts as the bound (:func:`high_of`), and no write sets it. The service publishes
+``min(bound, mark)`` as ``payload_bytes_max`` (``GET /collections/{name}``), and a client's
+location plan counts that per candidate: a collection that stores no payloads gives every byte of
+the answer budget to candidates.
 """
 
 from __future__ import annotations
@@ -34,6 +47,8 @@ from ...errors import InvalidInputError
 from ._names import check_name
 
 SETTINGS_KEY = "max_payload_bytes"
+#: the high-water mark of the payloads stored (module doc)
+HIGH_KEY = "payload_bytes_high"
 DEFAULT_MAX_PAYLOAD_BYTES = 256
 #: the largest bound a collection may set: one answer carries C x k' payloads.
 MAX_MAX_PAYLOAD_BYTES = 65_536
@@ -144,6 +159,46 @@ def check_limit(value: Any, what: str = SETTINGS_KEY) -> int:
 def limit_of(coll: Mapping[str, Any]) -> int:
     """A collection's bound (its settings' ``max_payload_bytes``, else the default)."""
     return int((coll.get("settings") or {}).get(SETTINGS_KEY, DEFAULT_MAX_PAYLOAD_BYTES))
+
+
+def high_of(coll: Mapping[str, Any]) -> int:
+    """What a collection's payloads may take, as published (``payload_bytes_max``):
+    ``min(bound, high-water mark)``, the bound when its row holds no mark (module doc)."""
+    st = coll.get("settings") or {}
+    bound = limit_of(coll)
+    high = st.get(HIGH_KEY)
+    if isinstance(high, bool) or not isinstance(high, int) or high < 0:
+        return bound
+    return min(bound, high)
+
+
+def raise_high(conn, collection_id: int, biggest: int) -> None:
+    """In the transaction that stores payloads of at most ``biggest`` bytes: the collection's mark
+    becomes ``greatest(mark, biggest)``. One ``UPDATE``, which under READ COMMITTED waits for a
+    concurrent writer's lock and then evaluates ``greatest`` on the row it committed: no raise is
+    lost. Writes nothing when ``biggest`` is 0, when the mark is already as high, or when the row
+    holds no mark (unknown: the bound counts)."""
+    b = int(biggest)
+    if b <= 0:
+        return
+    conn.execute("UPDATE pm_vector.collections SET settings = jsonb_set(settings, %s, to_jsonb(greatest("
+                 "(settings ->> %s)::bigint, %s::bigint))) WHERE id = %s AND settings ? %s "
+                 "AND (settings ->> %s)::bigint < %s",
+                 [[HIGH_KEY], HIGH_KEY, b, int(collection_id), HIGH_KEY, HIGH_KEY, b])
+
+
+def stored_high(conn, collection_id: int) -> int:
+    """The exact largest size (module doc) of the payloads the collection's items hold now, 0 when
+    none: the rows are read longest text first (jsonb's text is never shorter than the compact
+    JSON), until no row's text can be longer than the largest measured."""
+    best = 0
+    cur = conn.execute("SELECT octet_length(payload::text), payload FROM pm_vector.items WHERE collection_id = %s "
+                       "AND payload IS NOT NULL ORDER BY 1 DESC", [int(collection_id)])
+    for text_len, value in cur:
+        if text_len <= best:
+            break
+        best = max(best, payload_bytes(value))
+    return best
 
 
 def check_payloads(payloads, n: int, limit: int, collection: str) -> tuple[list[Any] | None, int]:

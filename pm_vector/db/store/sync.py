@@ -36,7 +36,7 @@ from ..postgres import connect
 from . import sync_rows
 from ._common import collection_row
 from .capture import check_attached
-from .payloads import bump_answers_version
+from .payloads import bump_answers_version, payload_bytes, raise_high
 from .sync_items import RunItems
 
 #: queue rows one sync transaction applies
@@ -145,6 +145,9 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
                     refused_keys = {k for k, _ in refused}
                     insert = [r for r in insert if r[0] not in refused_keys]
             kept.collect(conn)
+        # the high-water mark of the payloads this batch stored (classify measured each: none fails)
+        raise_high(conn, coll["id"], max((payload_bytes(p) for p in [r[2] for r in insert] + [p for p, _ in payloads]),
+                                         default=0))
         if payloads:  # (new and erased items change the runs' graph_version, which the answers' keys hold too)
             bump_answers_version(conn, coll["id"])
         sync_rows.record(conn, coll["id"], keys, rejected)

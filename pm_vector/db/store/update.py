@@ -26,7 +26,7 @@ from ..postgres import connect
 from ._common import collection_row
 from ._validate import checked_features, checked_labels
 from .erase import erase_kahm, ids_to_erase, check_not_attached, resolve_item_ids, runs_with_tables
-from .payloads import bump_answers_version, check_payloads, limit_of
+from .payloads import bump_answers_version, check_payloads, limit_of, raise_high
 
 UNSET = object()
 
@@ -60,7 +60,8 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
         y = None if labels is None else checked_labels(labels, n, coll, "labels")
         P = None
         if payloads is not UNSET:
-            P, _ = check_payloads(payloads, n, limit_of(coll), collection)
+            P, biggest = check_payloads(payloads, n, limit_of(coll), collection)
+            raise_high(conn, coll["id"], biggest)  # the high-water mark, in this transaction (payloads.py)
         ids_sorted = resolve_item_ids(conn, coll, kind, vals, False)
         # the ids in the caller's order
         rows = conn.execute(f"SELECT {kind}, id, external_id, label, payload FROM pm_vector.items "

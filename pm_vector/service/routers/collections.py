@@ -13,7 +13,7 @@ from ..auth import in_scope
 from ..deps import ADMIN_SCOPED, AUTH, NEG, CallerDep
 from ..errors import ApiError
 from ..media import respond
-from ...db.store.payloads import limit_of
+from ...db.store.payloads import high_of, limit_of
 
 router = APIRouter()
 
@@ -27,6 +27,9 @@ def _public_collection(c: dict[str, Any]) -> dict[str, Any]:
     out["description"] = (c.get("settings") or {}).get("description")
     # the bound of one item's payload (compact JSON bytes): what a client's byte budget counts per candidate
     out["max_payload_bytes"] = limit_of(c)
+    # what the payloads stored may take: min(bound, the high-water mark of the payloads ever written), the
+    # bound when the collection keeps no mark (pm_vector.db.store.payloads); a client plans with it
+    out["payload_bytes_max"] = high_of(c)
     return out
 
 
