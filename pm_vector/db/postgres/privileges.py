@@ -37,6 +37,7 @@ QUERY_SCHEMAS = {"pm_vector": ("USAGE",)}
 
 #: relations the query role reads (or writes) whole: relation -> privileges
 QUERY_TABLES: dict[str, tuple[str, ...]] = {
+    "pm_vector.alembic_version": ("SELECT",),  # the schema revision: the query pool's readiness check
     "pm_vector.collections": ("SELECT",),
     "pm_vector.embedding_runs": ("SELECT",),
     "pm_vector.anchors": ("SELECT",),  # the public anchor's labels (the anchor document)
