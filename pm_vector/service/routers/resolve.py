@@ -87,9 +87,9 @@ def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None, sett
             raise
         log.error("role %s may not read a table of %s (%s)", db_role, name, str(exc).strip().splitlines()[0])
         raise ApiError(500, "database_role_misconfigured", f"the service's database role {db_role} may not read "
-                       "this collection's tables; the operator should run a new embedding job (`pm-vector embed "
-                       "NAME`: a job grants its answer tables) and see docs/operations.md, \"Database roles\" "
-                       "(or set PM_VECTOR_SERVICE_QUERY_DB_ROLE=\"\").") from None
+                       "this collection's tables; the operator should grant what docs/operations.md, \"Database "
+                       "roles\" lists (a run's answer tables: its embedding job grants them at its switch), or set "
+                       "PM_VECTOR_SERVICE_QUERY_DB_ROLE=\"\".") from None
     return res
 
 
