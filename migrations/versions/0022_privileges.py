@@ -22,7 +22,7 @@ Every later migration that creates objects ends with :func:`pm_vector.db.postgre
 
 Downgrade: the grants of before (SELECT on every table and by default to the query role, EXECUTE
 to PUBLIC), the two functions dropped, and the objects handed back to the migrating role when it
-is a superuser (``REASSIGN OWNED``; the owner role is kept: roles are global to the server).
+is a superuser (the owner role is kept: roles are global to the server).
 
 Revision ID: 0022_privileges
 Revises: 0019_attach_status
@@ -84,7 +84,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     from psycopg import sql
 
-    from pm_vector.db.postgres.privileges import QUERY_ROLE
+    from pm_vector.db.postgres.privileges import QUERY_ROLE, own
 
     conn = op.get_bind().connection.driver_connection
     execute_sql_file(conn, "0022_privileges_drop.sql")
@@ -93,7 +93,7 @@ def downgrade() -> None:
     if owner != me and superuser:
         conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES FOR ROLE {} GRANT EXECUTE ON FUNCTIONS TO PUBLIC").format(
             sql.Identifier(owner)))
-        conn.execute(sql.SQL("REASSIGN OWNED BY {} TO {}").format(sql.Identifier(owner), sql.Identifier(me)))
+        own(conn, me)  # (not REASSIGN OWNED: it would move the role's databases too)
         owner = me
     conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES FOR ROLE {} GRANT EXECUTE ON FUNCTIONS TO PUBLIC").format(
         sql.Identifier(owner)))

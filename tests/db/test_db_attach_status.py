@@ -151,7 +151,7 @@ def test_the_downgrade_drops_the_view_and_the_upgrade_brings_it_back(fresh_url):
     upgrade_to_head(fresh_url)
     view = "SELECT to_regclass('pm_vector.attach_status') IS NOT NULL"
     with psycopg.connect(fresh_url, autocommit=True) as c:
-        assert c.execute(view).fetchone()[0] and current_revision(c) == head_revision() == "0019_attach_status"
+        assert c.execute(view).fetchone()[0] and current_revision(c) == head_revision()
     command.downgrade(alembic_config(fresh_url), "0018_location_parts")
     with psycopg.connect(fresh_url, autocommit=True) as c:
         assert not c.execute(view).fetchone()[0] and current_revision(c) == "0018_location_parts"

@@ -232,3 +232,33 @@ def test_pm_vector_runs_as_an_owner_that_is_no_superuser(db):
     with psycopg.connect(embedded.url_if_running()) as c:  # the server's superuser: migrations only
         assert c.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0] is True
     assert database_url() != embedded.url_if_running()
+
+
+def test_downgrade_gives_the_old_grants_back_and_upgrade_the_matrix(fresh_url):
+    """0022's downgrade: the grants of before (the query role reads every table, PUBLIC executes every
+    function), the objects back with the migrating superuser; the upgrade: the matrix again. The
+    embedded database itself stays the owner role's (no REASSIGN OWNED of its shared objects)."""
+    from alembic import command
+
+    from pm_vector.db import postgres
+    from pm_vector.db.postgres.migrate import alembic_config, upgrade_to_head
+
+    def state(c):
+        return c.execute(
+            "SELECT pg_get_userbyid(n.nspowner), has_table_privilege('pm_vector_query', 'pm_vector.request_log', "
+            "'SELECT'), has_column_privilege('pm_vector_query', 'pm_vector.items', 'features', 'SELECT'), "
+            "has_function_privilege('public', 'pm_vector.pm_knn_batch(text, vector[], integer, integer)', "
+            "'EXECUTE'), (SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'pm_vector') "
+            "FROM pg_namespace n WHERE n.nspname = 'pm_vector'").fetchone()
+
+    with psycopg.connect(fresh_url, autocommit=True) as c:
+        postgres.ensure_pgvector(c)
+    upgrade_to_head(fresh_url)
+    with psycopg.connect(fresh_url, autocommit=True) as c:
+        assert state(c) == ("pm_vector_owner", False, False, False, "pm_vector_owner")
+    command.downgrade(alembic_config(fresh_url), "0019_attach_status")
+    with psycopg.connect(fresh_url, autocommit=True) as c:
+        assert state(c) == ("postgres", True, True, True, "pm_vector_owner")
+    upgrade_to_head(fresh_url)
+    with psycopg.connect(fresh_url, autocommit=True) as c:
+        assert state(c) == ("pm_vector_owner", False, False, False, "pm_vector_owner")

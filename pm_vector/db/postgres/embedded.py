@@ -263,6 +263,28 @@ def owner_url(admin: str) -> str:
     return with_login(admin, OWNER_ROLE)
 
 
+def own_database(admin: str) -> None:
+    """The embedded database belongs to :data:`OWNER_ROLE` once the migrations made it: its tables in
+    ``public`` (``pg_database_owner``'s schema), such as the tables a user attaches, are the owner's
+    to create, and tables attached before (made by the superuser, the only role then) are handed to
+    it, so that its sync reads them; the role stays no superuser. (Your own PostgreSQL's databases
+    are never changed.)"""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
+        if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [OWNER_ROLE]).fetchone() is None:
+            return
+        owner = sql.Identifier(OWNER_ROLE)
+        conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(EMBEDDED_DATABASE), owner))
+        for (oid,) in conn.execute(
+                "SELECT t.oid FROM pm_vector.collections c "
+                "JOIN pg_class t ON t.oid = to_regclass(c.settings -> 'attached' ->> 'table') "
+                "JOIN pg_roles r ON r.oid = t.relowner WHERE r.rolsuper").fetchall():
+            name = conn.execute("SELECT %s::regclass::text", [oid]).fetchone()[0]  # quoted by PostgreSQL
+            conn.execute(sql.SQL("ALTER TABLE {} OWNER TO {}").format(sql.SQL(name), owner))
+
+
 def ensure_embedded(migrate: bool, progress: Callable[[str], None] | None = None, *, admin: bool = False) -> str:
     """The embedded database's URL, its server started if needed; ``migrate``: at the newest
     schema too (checked once per process and data directory), and the URL logs in as the owner role
@@ -285,6 +307,7 @@ def ensure_embedded(migrate: bool, progress: Callable[[str], None] | None = None
             at = current_revision(conn)
         if at != head_revision():
             upgrade_to_head(u)
+            own_database(u)
         _ready[key] = (u, owner_url(u))
         return _ready[key][0] if admin else _ready[key][1]
 
@@ -334,6 +357,7 @@ def upgrade() -> tuple[str, dict[str, Any]]:
     def work():
         u = start_locked()
         r = upgrade_to_head(u)
+        own_database(u)
         _ready[str(pgdata_dir())] = (u, owner_url(u))
         return u, r
 

@@ -139,21 +139,14 @@ def apply(conn, owner: str) -> None:
     from psycopg import sql
 
     ident = sql.Identifier
+    own(conn, owner)
     has_query = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [QUERY_ROLE]).fetchone() is not None
     takers = [sql.SQL("PUBLIC")] + ([ident(QUERY_ROLE)] if has_query else [])
     for schema in SCHEMAS:
-        conn.execute(sql.SQL("ALTER SCHEMA {} OWNER TO {}").format(ident(schema), ident(owner)))
         for who in takers:
             conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM {}").format(ident(schema), who))
-    rels = conn.execute(
-        "SELECT n.nspname, c.relname, c.relkind, pg_get_userbyid(c.relowner) FROM pg_class c "
-        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ANY(%s) "
-        "AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f') ORDER BY c.oid", [list(SCHEMAS)]).fetchall()
-    for schema, name, kind, rel_owner in rels:
+    for schema, name, kind, _owner in _relations(conn):
         target = sql.SQL("{}.{}").format(ident(schema), ident(name))
-        if rel_owner != owner and not (kind == "S" and _owned_sequence(conn, schema, name)):
-            word = {"v": "VIEW", "m": "MATERIALIZED VIEW", "S": "SEQUENCE", "f": "FOREIGN TABLE"}.get(kind, "TABLE")
-            conn.execute(sql.SQL("ALTER {} {} OWNER TO {}").format(sql.SQL(word), target, ident(owner)))
         for who in takers:
             conn.execute(sql.SQL("REVOKE ALL ON {} {} FROM {}").format(
                 sql.SQL("SEQUENCE" if kind == "S" else "TABLE"), target, who))
@@ -162,14 +155,8 @@ def apply(conn, owner: str) -> None:
         for (col,) in cols:
             for who in takers:
                 conn.execute(sql.SQL("REVOKE ALL ({}) ON {} FROM {}").format(ident(col), target, who))
-    funcs = conn.execute(
-        "SELECT p.oid::regprocedure::text, pg_get_userbyid(p.proowner), p.prokind FROM pg_proc p "
-        "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ANY(%s) ORDER BY p.oid",
-        [list(SCHEMAS)]).fetchall()
-    for sig, fn_owner, prokind in funcs:
+    for sig, _owner, prokind in _functions(conn):
         word = sql.SQL("PROCEDURE" if prokind == "p" else "FUNCTION")
-        if fn_owner != owner:
-            conn.execute(sql.SQL("ALTER {} {} OWNER TO {}").format(word, sql.SQL(sig), ident(owner)))
         for who in takers:
             conn.execute(sql.SQL("REVOKE ALL ON {} {} FROM {}").format(word, sql.SQL(sig), who))
     _drop_default_grants(conn, owner)
@@ -191,11 +178,49 @@ def apply(conn, owner: str) -> None:
             conn.execute(sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(sql.SQL(sig), q))
 
 
+def own(conn, owner: str) -> None:
+    """Hand the two schemas and every relation and function in them to ``owner`` (those it does not
+    own yet; a sequence owned by a column follows its table), in the caller's transaction. Never
+    ``REASSIGN OWNED``: that would move the role's shared objects (its databases) too."""
+    from psycopg import sql
+
+    ident = sql.Identifier
+    for schema in SCHEMAS:
+        conn.execute(sql.SQL("ALTER SCHEMA {} OWNER TO {}").format(ident(schema), ident(owner)))
+    for schema, name, kind, rel_owner in _relations(conn):
+        if rel_owner != owner and not (kind == "S" and _owned_sequence(conn, schema, name)):
+            word = {"v": "VIEW", "m": "MATERIALIZED VIEW", "S": "SEQUENCE", "f": "FOREIGN TABLE"}.get(kind, "TABLE")
+            conn.execute(sql.SQL("ALTER {} {}.{} OWNER TO {}").format(sql.SQL(word), ident(schema), ident(name),
+                                                                      ident(owner)))
+    for sig, fn_owner, prokind in _functions(conn):
+        if fn_owner != owner:
+            conn.execute(sql.SQL("ALTER {} {} OWNER TO {}").format(
+                sql.SQL("PROCEDURE" if prokind == "p" else "FUNCTION"), sql.SQL(sig), ident(owner)))
+
+
+def _relations(conn) -> list:
+    """(schema, name, relkind, owner) of every table, view, sequence and foreign table of the schemas."""
+    return conn.execute(
+        "SELECT n.nspname, c.relname, c.relkind, pg_get_userbyid(c.relowner) FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ANY(%s) "
+        "AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f') ORDER BY c.oid", [list(SCHEMAS)]).fetchall()
+
+
+def _functions(conn) -> list:
+    """(signature as regprocedure text, owner, prokind) of every function of the schemas."""
+    return conn.execute(
+        "SELECT p.oid::regprocedure::text, pg_get_userbyid(p.proowner), p.prokind FROM pg_proc p "
+        "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ANY(%s) ORDER BY p.oid",
+        [list(SCHEMAS)]).fetchall()
+
+
 def _owned_sequence(conn, schema: str, name: str) -> bool:
     """A sequence owned by a table column (serial / identity): it follows its table's owner."""
+    from psycopg import sql
+
     return conn.execute("SELECT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = %s::regclass "
                         "AND d.classid = 'pg_class'::regclass AND d.deptype IN ('a', 'i'))",
-                        [f'"{schema}"."{name}"']).fetchone()[0]
+                        [sql.Identifier(schema, name).as_string(conn)]).fetchone()[0]
 
 
 def _drop_default_grants(conn, owner: str) -> None:
