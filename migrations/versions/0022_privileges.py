@@ -17,8 +17,9 @@ function executable by PUBLIC (issue 35, finding 8).
 * **PUBLIC** loses EXECUTE on every function of the two schemas, and on the owner's future
   functions (``ALTER DEFAULT PRIVILEGES FOR ROLE owner REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC``).
 
-Every later migration that creates objects ends with :func:`pm_vector.db.postgres.privileges.apply`
-(the matrix test fails on an object the matrix does not name).
+Every later migration that creates objects ends as :func:`upgrade` here does (``privileges.apply``,
+then ``grant_answer_tables`` for every run); the matrix test fails on an object the matrix does
+not name.
 
 Downgrade: the grants of before (SELECT on every table and by default to the query role, EXECUTE
 to PUBLIC), the two functions dropped, and the objects handed back to the migrating role when it

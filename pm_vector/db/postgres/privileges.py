@@ -22,8 +22,9 @@ Three roles appear (docs/operations.md, "Database roles", shows the matrix as a 
 Every relation and function of the two schemas is named here (:data:`RELATIONS`,
 :data:`FUNCTIONS`), with the rights it gives, or in the run tables' pattern (:data:`RUN_TABLE`);
 the test fails on any object that is not, so a new table or function cannot widen the matrix
-silently: whoever adds one adds it here, and a migration that creates objects ends with
-:func:`apply`.
+silently: whoever adds one adds it here, and a migration that creates objects ends as migration
+0022 does: :func:`apply`, then :func:`pm_vector.db.runs.erase.grant_answer_tables` for every run
+(:func:`apply` revokes the query role's rights on every relation, run tables included).
 """
 
 from __future__ import annotations
