@@ -88,3 +88,14 @@ def test_the_default_ledger_follows_pm_vector_home(tmp_path, monkeypatch):
 def test_bad_client_settings_name_the_variable(env, var):
     with pytest.raises(InvalidInputError, match=var):
         ClientSettings.from_env(env)
+
+
+def test_the_schema_owner_by_mode():
+    """Embedded: pm_vector_owner (no superuser); your own PostgreSQL: PM_VECTOR_OWNER_ROLE, else the
+    role that migrates (None); a name that is not a plain role name is refused naming the variable."""
+    assert DatabaseSettings.from_env({}).schema_owner == config.OWNER_ROLE == "pm_vector_owner"
+    ext = {"PM_VECTOR_DATABASE_URL": "postgresql://u@h/db"}
+    assert DatabaseSettings.from_env(ext).schema_owner is None
+    assert DatabaseSettings.from_env({**ext, "PM_VECTOR_OWNER_ROLE": "app_owner"}).schema_owner == "app_owner"
+    with pytest.raises(DatabaseConfigError, match="PM_VECTOR_OWNER_ROLE"):
+        DatabaseSettings.from_env({**ext, "PM_VECTOR_OWNER_ROLE": 'x"; DROP ROLE y'})

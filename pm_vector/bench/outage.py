@@ -201,7 +201,8 @@ def run(cfg: OutageConfig, progress: Callable[[str], None] | None = None) -> dic
             try:
                 time.sleep(2.0)
                 before = prober.snapshot()
-                with db.connect(autocommit=True) as conn:  # the fast test server: write out what is committed
+                # the fast test server: write out what is committed (CHECKPOINT: the superuser's, not pm_vector's)
+                with db.connect(postgres.admin_url(), autocommit=True) as conn:
                     conn.execute("CHECKPOINT")
                 postgres.dispose_engines()
                 say(f"SIGKILL of PostgreSQL; restarting it in {cfg.seconds:g} s")

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from ..db.errors import DatabaseConfigError
+from ..db.postgres.config import with_login  # noqa: F401 - the service's import path of it
 from .errors import database_down
 
 
@@ -226,17 +227,6 @@ class ServicePool:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
-
-
-def with_login(url: str, user: str, password: str | None) -> str:
-    """``url`` (``postgresql://…``) logging in as ``user`` (with ``password``): same host, port,
-    database and parameters."""
-    from urllib.parse import quote, urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    host = parts.netloc.rsplit("@", 1)[-1]
-    cred = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
-    return urlunsplit(parts._replace(netloc=f"{cred}@{host}"))
 
 
 def query_login(pool: ServicePool, query_db_url: str = "") -> tuple[str, str | None] | None:

@@ -41,7 +41,7 @@ def fresh_url(db):
     from pm_vector.db import postgres
 
     name = "mig_" + uuid.uuid4().hex[:8]
-    admin = postgres.database_url().replace(f"/{postgres.EMBEDDED_DATABASE}?", "/postgres?")
+    admin = postgres.admin_url().replace(f"/{postgres.EMBEDDED_DATABASE}?", "/postgres?")
     with psycopg.connect(admin, autocommit=True) as c:
         c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     yield admin.replace("/postgres?", f"/{name}?")

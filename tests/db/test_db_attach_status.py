@@ -134,7 +134,7 @@ def test_the_view_is_the_owners_only(db, conn):
     if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = 'pm_vector_query'").fetchone():
         assert not conn.execute("SELECT has_table_privilege('pm_vector_query', 'pm_vector.attach_status', "
                                 "'SELECT')").fetchone()[0]
-        # (the role's default privileges of 0006 still give it the tables it reads)
+        # (the privilege matrix, migration 0022, gives it the tables an answer reads)
         assert conn.execute("SELECT has_table_privilege('pm_vector_query', 'pm_vector.collections', "
                             "'SELECT')").fetchone()[0]
 

@@ -21,7 +21,7 @@ from pm_vector.db.errors import (
 
 def _admin_url() -> str:
     """URL of the session server's 'postgres' database (superuser)."""
-    url = postgres.database_url()
+    url = postgres.admin_url()
     return url.replace(f"/{postgres.EMBEDDED_DATABASE}?", "/postgres?")
 
 

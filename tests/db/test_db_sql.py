@@ -82,8 +82,15 @@ def test_explain_shows_hnsw_index_per_query(conn, served):
     assert f"Seq Scan on run_{rid}_items" not in plan and "Sort Key: ((e.embedding" not in plan.split("Limit")[-1]
 
 
-def test_auto_explain_of_the_real_call(conn, served):
-    """The plan of the statement executed inside pm_knn_batch itself (auto_explain, nested statements)."""
+def test_auto_explain_of_the_real_call(served):
+    """The plan of the statement executed inside pm_knn_batch itself (auto_explain, nested statements;
+    loading it needs the superuser: pm_vector's own role is none)."""
+    import psycopg
+
+    from pm_vector.db.postgres import admin_url, configure
+
+    conn = psycopg.connect(admin_url(), autocommit=True)
+    configure(conn)
     notices: list[str] = []
     conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
     conn.execute("LOAD 'auto_explain'")
@@ -99,6 +106,7 @@ def test_auto_explain_of_the_real_call(conn, served):
     rid = served["run_id"]
     assert f"Index Scan using run_{rid}_items_hnsw" in inner[0]
     assert "Order By: (embedding <-> q.vec)" in inner[0]
+    conn.close()
 
 
 def test_sql_errors(conn, served):

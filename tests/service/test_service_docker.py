@@ -25,13 +25,20 @@ def test_compose_services_env_ports_depends_on(compose):
     assert s["db"]["image"].startswith("pgvector/pgvector:pg")
     assert "pg_isready" in " ".join(s["db"]["healthcheck"]["test"])
     db_env = s["db"]["environment"]
+    # the owner role the image's init script makes (no superuser); the api logs in as it
+    assert "./initdb:/docker-entrypoint-initdb.d:ro" in s["db"]["volumes"]
+    init = (DOCKER / "initdb" / "10-pm-vector-owner.sql").read_text()
+    owner = re.search(r"CREATE ROLE (\w+) LOGIN PASSWORD '([^']+)'\s+NOSUPERUSER NOCREATEDB NOCREATEROLE", init)
+    assert owner is not None
+    assert s["migrate"]["environment"]["PM_VECTOR_OWNER_ROLE"] == owner.group(1)
+    logins = {"migrate": (db_env["POSTGRES_USER"], db_env["POSTGRES_PASSWORD"]), "api": owner.groups()}
     for name in ("migrate", "api"):
         svc = s[name]
         assert (ROOT / svc["build"]["context"].replace("..", ".")).resolve() == ROOT
         assert (DOCKER.parent / svc["build"]["dockerfile"]).is_file()
         url = urlparse(svc["environment"]["PM_VECTOR_DATABASE_URL"])
         assert url.scheme == "postgresql" and url.hostname == "db" and url.port == 5432
-        assert url.username == db_env["POSTGRES_USER"] and url.password == db_env["POSTGRES_PASSWORD"]
+        assert (url.username, url.password) == logins[name]
         assert url.path.lstrip("/") == db_env["POSTGRES_DB"]
         assert svc["depends_on"]["db"]["condition"] == "service_healthy"
     assert s["migrate"]["command"] == ["pm-vector", "db", "upgrade"]

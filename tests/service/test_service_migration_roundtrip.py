@@ -23,7 +23,7 @@ def own_database(pm_home, monkeypatch):
     from pm_vector.db import postgres
 
     name = "rt_" + uuid.uuid4().hex[:8]
-    admin = postgres.database_url().replace(f"/{postgres.EMBEDDED_DATABASE}?", "/postgres?")
+    admin = postgres.admin_url().replace(f"/{postgres.EMBEDDED_DATABASE}?", "/postgres?")
     with psycopg.connect(admin, autocommit=True) as c:
         c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = admin.replace("/postgres?", f"/{name}?")

@@ -36,9 +36,9 @@ def test_database_outage_gives_fast_503_and_recovers_within_2s(service, svc_coll
 
     # the test server runs with synchronous_commit off (PM_VECTOR_EMBEDDED_FAST): write out what the
     # session committed so far (the key, the collection), as a production server would have it
-    from pm_vector import db
+    import psycopg
 
-    with db.connect(autocommit=True) as conn:
+    with psycopg.connect(postgres.admin_url(), autocommit=True) as conn:  # CHECKPOINT: the superuser's
         conn.execute("CHECKPOINT")
     db_url = service.app.state.service_state.pool.url
     prober = Prober(service.url, svc_collection, svc_key["key"], body, interval=0.05, health_every=4).start()

@@ -21,7 +21,7 @@ def query_login(pm_home):
     from pm_vector.db import postgres
 
     role = "pmq_" + uuid.uuid4().hex[:8]
-    url = postgres.database_url()
+    url = postgres.admin_url()  # creating a role needs the superuser
     with psycopg.connect(url, autocommit=True) as c:
         c.execute(f"CREATE ROLE {role} LOGIN IN ROLE pm_vector_query")
     parts = urlsplit(url)

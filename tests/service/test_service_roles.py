@@ -176,23 +176,25 @@ def test_raw_kahm_distances_refusal_is_a_403():
 
 
 def test_a_table_the_query_role_cannot_read_is_named_not_hidden(service, svc_collection, keys, svc_split):
-    """A run table made by another database user (no SELECT for pm_vector_query): the answer says
-    what the operator must grant; admin keys still resolve."""
+    """A table pm_vector_query may not read (its column grants on items taken away): the answer says
+    where the operator finds what to grant; admin keys still resolve."""
     from pm_vector.client.budget import MemoryBudget
     from pm_vector.client.http import Client, ServiceError
     from pm_vector.db.postgres import connect
+    from pm_vector.db.postgres.privileges import QUERY_COLUMNS
 
+    priv, cols = QUERY_COLUMNS["pm_vector.items"]
     Xq, yq = svc_split.query
     with connect() as conn:
-        conn.execute("REVOKE SELECT ON pm_vector.items FROM pm_vector_query")
+        conn.execute("REVOKE SELECT ON pm_vector.items FROM pm_vector_query")  # its column grants too
         conn.commit()
         try:
             with Client(service.url, keys["query"]["key"], budget=MemoryBudget(default_epsilon=100.0)) as c:
                 with pytest.raises(ServiceError) as e:  # (a location answer may come from the cache, unread)
                     c.query(svc_collection, Xq[0], int(yq[0]), epsilon=1.0, release="cells")
-            assert e.value.status == 500 and "GRANT SELECT" in e.value.message
+            assert e.value.status == 500 and "Database roles" in e.value.message
             with Client(service.url, keys["admin"]["key"], budget=MemoryBudget(default_epsilon=100.0)) as c:
                 assert len(c.query(svc_collection, Xq[0], int(yq[0]), epsilon=1.0)["item_ids"]) == 8
-        finally:
-            conn.execute("GRANT SELECT ON pm_vector.items TO pm_vector_query")
+        finally:  # the matrix's grant back (tests/db/test_db_privileges.py checks it)
+            conn.execute(f"GRANT {priv} ({', '.join(cols)}) ON pm_vector.items TO pm_vector_query")
             conn.commit()

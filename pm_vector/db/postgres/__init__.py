@@ -3,6 +3,7 @@
 The modules, from the bottom up (each imports only those above it in this list)::
 
     config     DatabaseSettings (the PM_VECTOR_* environment, read in one place), URLs
+    privileges the privilege matrix: who may do what in pm_vector's schemas (migration 0022 applies it)
     pgvector   the extension's check (>= 0.7), with the fix in the message
     recovery   waiting for a server still in crash recovery
     migrate    alembic driven from code: head, current revision, upgrade
@@ -27,7 +28,7 @@ from .config import EMBEDDED_DATABASE, DatabaseSettings, external_url, libpq_url
 from .engine import connect, connection, dispose_engines, forget_checks, get_engine, session_scope
 from .migrate import current_revision, head_revision, upgrade_to_head
 from .pgvector import check_pgvector_version, ensure_pgvector
-from .server import database_url, start, status, url_for_migrations
+from .server import admin_url, database_url, start, status, url_for_migrations
 
 
 def stop() -> dict[str, Any]:
@@ -51,7 +52,7 @@ def upgrade() -> dict[str, Any]:
 
 
 __all__ = [
-    "DatabaseSettings", "EMBEDDED_DATABASE", "check_pgvector_version", "cluster", "configure", "connect", "connection",
+    "DatabaseSettings", "EMBEDDED_DATABASE", "admin_url", "check_pgvector_version", "cluster", "configure", "connect", "connection",
     "current_revision",
     "database_url", "dispose_engines", "ensure_pgvector", "external_url", "forget_checks", "get_engine",
     "head_revision", "libpq_url", "mode", "redact", "session_scope", "settings", "sqlalchemy_url", "start",

@@ -25,7 +25,15 @@ variable                   setting                              default
 ``PM_VECTOR_RUN_GRAPH_CACHE_MB`` ``run_graph_cache_mb``: memory  1024
                            for the run graphs a resolving
                            process keeps (MB, >= 0)
+``PM_VECTOR_OWNER_ROLE``   ``owner_role``: the role that owns   unset (the migrating role);
+                           pm_vector's schemas on your own      embedded: ``pm_vector_owner``
+                           PostgreSQL (migration 0022 hands
+                           them to it)
 ========================== ==================================== ===============================
+
+The embedded server's migrations run as its superuser; everything after them (the service, the
+jobs, the sync, the CLI) logs in as :data:`OWNER_ROLE`, a role that is no superuser
+(:mod:`pm_vector.db.postgres.privileges`).
 """
 
 from __future__ import annotations
@@ -46,6 +54,9 @@ ENV_START_TIMEOUT = "PM_VECTOR_START_TIMEOUT_S"
 ENV_MIGRATIONS_DIR = "PM_VECTOR_MIGRATIONS_DIR"
 ENV_SQL_DIR = "PM_VECTOR_SQL_DIR"
 ENV_RUN_GRAPH_CACHE_MB = "PM_VECTOR_RUN_GRAPH_CACHE_MB"
+ENV_OWNER_ROLE = "PM_VECTOR_OWNER_ROLE"
+#: the embedded default's owner of pm_vector's schemas: NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS
+OWNER_ROLE = "pm_vector_owner"
 DEFAULT_HOME = "~/.local/share/pm_vector"
 DEFAULT_START_TIMEOUT_S = 600.0
 MAX_START_TIMEOUT_S = 86400.0
@@ -75,6 +86,7 @@ class DatabaseSettings:
     migrations_dir: Path | None = None
     sql_dir: Path | None = None
     run_graph_cache_mb: float = DEFAULT_RUN_GRAPH_CACHE_MB
+    owner_role: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.home, Path) or not self.home.is_absolute():
@@ -95,6 +107,11 @@ class DatabaseSettings:
                 or not 0 <= m <= MAX_RUN_GRAPH_CACHE_MB:
             raise DatabaseConfigError(f"{ENV_RUN_GRAPH_CACHE_MB} must be a number of megabytes in [0, 2**30], got "
                                       f"{m!r}; set it so, or unset it for {DEFAULT_RUN_GRAPH_CACHE_MB:.0f} MB.")
+        o = self.owner_role
+        if o is not None and (not isinstance(o, str) or not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", o)):
+            raise DatabaseConfigError(f"{ENV_OWNER_ROLE} must be a role name of lower-case letters, digits and _ "
+                                      f"(at most 63), got {o!r}; set it so, or unset it to own the schemas as the "
+                                      "role that migrates.")
         for name, env in (("migrations_dir", ENV_MIGRATIONS_DIR), ("sql_dir", ENV_SQL_DIR)):
             v = getattr(self, name)
             if v is not None and not isinstance(v, Path):
@@ -121,12 +138,20 @@ class DatabaseSettings:
         for name, var in (("migrations_dir", ENV_MIGRATIONS_DIR), ("sql_dir", ENV_SQL_DIR)):
             if env.get(var):
                 vals[name] = Path(env[var])
+        if (env.get(ENV_OWNER_ROLE) or "").strip():
+            vals["owner_role"] = env[ENV_OWNER_ROLE].strip()
         return cls(**vals)
 
     @property
     def mode(self) -> str:
         """``"external"`` if a database URL is set, else ``"embedded"``."""
         return "external" if self.database_url else "embedded"
+
+    @property
+    def schema_owner(self) -> str | None:
+        """The role migration 0022 hands pm_vector's schemas to: :data:`OWNER_ROLE` in embedded mode,
+        ``PM_VECTOR_OWNER_ROLE`` in external mode (None: the role that migrates keeps them)."""
+        return self.owner_role if self.database_url else (self.owner_role or OWNER_ROLE)
 
     @property
     def pgdata_dir(self) -> Path:
@@ -174,6 +199,17 @@ def libpq_url(url: str) -> str:
 def sqlalchemy_url(url: str) -> str:
     """The URL for SQLAlchemy with the psycopg 3 driver (``postgresql+psycopg://``)."""
     return "postgresql+psycopg://" + libpq_url(url)[len("postgresql://"):]
+
+
+def with_login(url: str, user: str, password: str | None = None) -> str:
+    """``url`` (``postgresql://…``) logging in as ``user`` (with ``password``): same host, port,
+    database and parameters."""
+    from urllib.parse import quote, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    cred = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
+    return urlunsplit(parts._replace(netloc=f"{cred}@{host}"))
 
 
 def redact(url: str) -> str:

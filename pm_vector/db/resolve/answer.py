@@ -28,7 +28,7 @@ def item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: in
             (", cd.code" if codes_run_id is not None else "") +
             (", sc.predicted, sc.scores" if kahm_model_id is not None else ""))
     joins = (" LEFT JOIN LATERAL (SELECT it.external_id, it.label, it.payload" +
-             (f", {feature_sql(coll, 'it')} AS {col}" if include_features else "") +
+             (f", {feature_sql(coll, 'it', answer=True)} AS {col}" if include_features else "") +
              " FROM pm_vector.items AS it WHERE it.id = s.item_id OFFSET 0) AS i ON true" +
              (" LEFT JOIN LATERAL (SELECT " + ("c.code" if code_bytes is None else
                                               f"substr(c.code, {int(code_offset) + 1}, {int(code_bytes)}) AS code") +

@@ -155,12 +155,14 @@ _KNOWN: dict[tuple, tuple[Mapping[str, Any], str]] = {}
 #: its known version; one statement, so one snapshot (asynchronous commit, as the full path's)
 _KNOWN_LOG_SQL = (
     "WITH s AS (SELECT set_config('synchronous_commit', 'off', true)), "
-    "l AS (INSERT INTO pm_vector.request_log (collection_id, collection_name, run_id, request, status, row_count, "
+    # the id from the sequence, not RETURNING id: the query role may insert into the log, never read it
+    "n AS (SELECT nextval('pm_vector.request_log_id_seq') AS id), "
+    "l AS (INSERT INTO pm_vector.request_log (id, collection_id, collection_name, run_id, request, status, row_count, "
     "received_at, finished_at, duration_ms) "
-    "SELECT c.id, c.name, r.id, %s::jsonb, 'ok', %s, coalesce(%s, now()), now(), %s "
-    "FROM s, pm_vector.collections c JOIN pm_vector.embedding_runs r ON r.id = c.active_run_id "
-    "WHERE c.name = %s AND r.id = %s AND r.xmin::text = %s AND NOT (c.settings ? 'broken') RETURNING id) "
-    "SELECT (SELECT id FROM l)")
+    "SELECT n.id, c.id, c.name, r.id, %s::jsonb, 'ok', %s, coalesce(%s, now()), now(), %s "
+    "FROM s, n, pm_vector.collections c JOIN pm_vector.embedding_runs r ON r.id = c.active_run_id "
+    "WHERE c.name = %s AND r.id = %s AND r.xmin::text = %s AND NOT (c.settings ? 'broken') RETURNING 1) "
+    "SELECT CASE WHEN EXISTS (SELECT 1 FROM l) THEN (SELECT id FROM n) END")
 
 
 def _answer_key(rconn, meta, doc, req: LocationRequest, b: int) -> tuple:

@@ -130,7 +130,7 @@ def _knn_statement(coll: Mapping[str, Any], include_features: bool, kahm_model_i
     # row, whatever the planner thinks of the function's size (it would hash-join a seq scan of items)
     return ("SELECT b.query_index, b.rank, b.item_id, b.external_id, b.label, b.distance, i.payload" + feat + scores +
             " FROM pm_vector.pm_knn_batch(%s, %s::vector[], %s, %s) AS b"
-            " CROSS JOIN LATERAL (SELECT it.payload" + (f", {feature_sql(coll, 'it')} AS {col}" if include_features
+            " CROSS JOIN LATERAL (SELECT it.payload" + (f", {feature_sql(coll, 'it', answer=True)} AS {col}" if include_features
                                                         else "") +
             " FROM pm_vector.items AS it WHERE it.id = b.item_id OFFSET 0) AS i" +
             (" LEFT JOIN LATERAL (SELECT s.predicted, s.scores FROM pm_vector.kahm_item_scores AS s"

@@ -272,6 +272,35 @@ RUN_TABLES: tuple[RunTable, ...] = (
     RunTable("locations", "coordinator", _erase_locations, "locations"),
 )
 
+#: the run tables a private answer reads (``run_<id>_<kind>``), the ONE declaration of them: the
+#: query role (:data:`pm_vector.db.postgres.privileges.QUERY_ROLE`) gets SELECT on these at the
+#: job's switch (:func:`grant_answer_tables`), never by a default privilege. ``anchors``: the
+#: public frame; ``items`` (the embeddings): the paper's release and the class rows' fill list;
+#: ``prior`` / ``hubs``: the class rows (``neighbors`` too, for runs built before the prior kept
+#: its lists); ``codes``: every compact answer; ``cells`` / ``locations``: the cell and location releases.
+ANSWER_TABLES: frozenset[str] = frozenset({"anchors", "items", "codes", "prior", "neighbors", "hubs", "cells",
+                                           "locations"})
+
+
+def grant_answer_tables(conn, run_id: int) -> list[str]:
+    """``GRANT SELECT`` to the query role on the run's :data:`ANSWER_TABLES` that exist on this node
+    (a partition is read through its parent and gets nothing), in the caller's transaction; nothing
+    when the role does not exist. Returns the tables granted."""
+    from psycopg import sql
+
+    from ..postgres.privileges import QUERY_ROLE
+
+    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [QUERY_ROLE]).fetchone() is None:
+        return []
+    names = [f"run_{int(run_id)}_{kind}" for kind in sorted(ANSWER_TABLES)]
+    found = [r[0] for r in conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = 'pm_vector' AND c.relname = ANY(%s) ORDER BY 1", [names]).fetchall()]
+    for name in found:
+        conn.execute(sql.SQL("GRANT SELECT ON TABLE {} TO {}").format(sql.Identifier("pm_vector", name),
+                                                                       sql.Identifier(QUERY_ROLE)))
+    return found
+
 
 def stored_lists(conn, run_id: int, doc: Mapping[str, Any] | None, erased) -> dict[int, np.ndarray]:
     """The run's stored class-rows neighbour lists of the erased items and of every item whose list

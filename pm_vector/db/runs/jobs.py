@@ -360,6 +360,7 @@ def _job_switch(conn, collection: str, coll, run_id: int, items, report, timings
     from . import erase as _erase
 
     n_erased = _erase.apply_pending(conn, run_id, items)
+    _erase.grant_answer_tables(conn, run_id)  # the query role reads the answer tables of the run it serves
     if n_erased:  # (recorded only when it happened)
         timings["erased_at_switch"] = n_erased
     timings["switch_s"] = time.perf_counter() - t

@@ -12,11 +12,18 @@ def quote_ident(name: str) -> str:
     return '"' + str(name).replace('"', '""') + '"'
 
 
-def feature_sql(coll: Mapping[str, Any], alias: str = "i") -> str:
-    """The SQL expression of item ``alias``'s raw features, typed as the collection stores them."""
+def feature_sql(coll: Mapping[str, Any], alias: str = "i", *, answer: bool = False) -> str:
+    """The SQL expression of item ``alias``'s raw features, typed as the collection stores them.
+    ``answer``: for a private answer, which may run as the query role: a collection's own rows
+    through ``pm_vector.pm_item_features`` (:data:`~pm_vector.db.postgres.privileges.FEATURES_FUNCTIONS`:
+    NULL unless the collection allows raw features; that role may not read the columns)."""
     col = "features" if coll["feature_type"] == "vector" else "features_half"
     att = (coll.get("settings") or {}).get("attached")
     if not att:
+        if answer:
+            from ..postgres.privileges import FEATURES_FUNCTIONS
+
+            return f"{FEATURES_FUNCTIONS[coll['feature_type']]}({alias}.id)"
         return f"{alias}.{col}"
     # the table name is stored as regclass::text (quoted where needed); the key as the id column's type
     return (f"(SELECT s.{quote_ident(att['vector_column'])}::{coll['feature_type']} FROM {att['table']} AS s "

@@ -46,11 +46,14 @@ def log_request(collection: str, request: Any, *, run_id: int | None = None, row
     if own:
         conn = connect()
     try:
+        # the id from the sequence, not RETURNING id: the query role may insert into the log, never read it
         log_id = conn.execute(
-            "INSERT INTO pm_vector.request_log (collection_id, collection_name, run_id, request, status, error, "
-            "row_count, received_at, finished_at, duration_ms) "
-            "VALUES ((SELECT id FROM pm_vector.collections WHERE name = %s), %s, %s, %s, %s, %s, %s, "
-            "coalesce(%s, now()), %s, %s) RETURNING id",
+            "WITH n AS (SELECT nextval('pm_vector.request_log_id_seq') AS id), "
+            "l AS (INSERT INTO pm_vector.request_log (id, collection_id, collection_name, run_id, request, status, "
+            "error, row_count, received_at, finished_at, duration_ms) "
+            "SELECT n.id, (SELECT id FROM pm_vector.collections WHERE name = %s), %s, %s, %s, %s, %s, %s, "
+            "coalesce(%s, now()), %s, %s FROM n RETURNING 1) "
+            "SELECT n.id FROM n",
             [collection, collection, run_id, value, status, error, row_count, received_at,
              finished_at, duration_ms]).fetchone()[0]
         if not conn.autocommit:

@@ -82,13 +82,14 @@ def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None, sett
             if res is None:
                 res = resolve_document(name, req, k=k, include_features=inc, conn=conn,
                                        max_query_rows=min(settings.max_rows, MAX_QUERY_ROWS), answer=answer)
-    except psycopg.errors.InsufficientPrivilege:
+    except psycopg.errors.InsufficientPrivilege as exc:
         if db_role is None:
             raise
-        log.error("role %s may not read a table of %s (made by another database user?)", db_role, name)
+        log.error("role %s may not read a table of %s (%s)", db_role, name, str(exc).strip().splitlines()[0])
         raise ApiError(500, "database_role_misconfigured", f"the service's database role {db_role} may not read "
-                       "this collection's tables; the operator should run `GRANT SELECT ON ALL TABLES IN SCHEMA "
-                       f"pm_vector TO {db_role}` (or set PM_VECTOR_SERVICE_QUERY_DB_ROLE=\"\").") from None
+                       "this collection's tables; the operator should grant what docs/operations.md, \"Database "
+                       "roles\" lists (a run's answer tables: its embedding job grants them at its switch), or set "
+                       "PM_VECTOR_SERVICE_QUERY_DB_ROLE=\"\".") from None
     return res
 
 

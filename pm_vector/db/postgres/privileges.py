@@ -1,0 +1,265 @@
+"""Who may do what in pm_vector's schemas: ONE declaration, the privilege matrix, applied by
+migration 0022 (:func:`apply`) and read back against the catalog by ``tests/db/test_db_privileges.py``.
+
+Three roles appear (docs/operations.md, "Database roles", shows the matrix as a table):
+
+* **the owner**: owns the schemas ``pm_vector`` and ``pm_vector_service`` and every object in
+  them, and holds every right on them as their owner. In the embedded default it is
+  :data:`~pm_vector.db.postgres.config.OWNER_ROLE` (``pm_vector_owner``: NOSUPERUSER,
+  NOCREATEDB, NOCREATEROLE, NOBYPASSRLS), which the service, the jobs, the sync and the CLI log
+  in as once the migrations ran; on your own PostgreSQL it is ``PM_VECTOR_OWNER_ROLE`` when set,
+  else the role that runs the migrations.
+* **the query role** ``pm_vector_query`` (NOLOGIN; query keys' login role of migration 0017 is
+  its member): what an answer reads, nothing else. :data:`QUERY_TABLES` (whole tables),
+  :data:`QUERY_COLUMNS` (column privileges: ``items`` without its raw features, which only
+  :data:`FEATURES_FUNCTIONS` return, and only for a collection with ``allow_raw_features``),
+  :data:`QUERY_FUNCTIONS`, USAGE on the schema ``pm_vector``, and SELECT on a run's answer tables
+  (:data:`pm_vector.db.runs.erase.ANSWER_TABLES`, granted by the job where it creates them:
+  :func:`pm_vector.db.runs.erase.grant_answer_tables`).
+* **PUBLIC**: nothing: no USAGE on the schemas, no EXECUTE on any function (also not by default
+  on the owner's future functions: ``pg_default_acl``), no right on any relation.
+
+Every relation and function of the two schemas is named here (:data:`RELATIONS`,
+:data:`FUNCTIONS`), with the rights it gives, or in the run tables' pattern (:data:`RUN_TABLE`);
+the test fails on any object that is not, so a new table or function cannot widen the matrix
+silently: whoever adds one adds it here, and a migration that creates objects ends as migration
+0022 does: :func:`apply`, then :func:`pm_vector.db.runs.erase.grant_answer_tables` for every run
+(:func:`apply` revokes the query role's rights on every relation, run tables included).
+"""
+
+from __future__ import annotations
+
+import re
+
+QUERY_ROLE = "pm_vector_query"
+SCHEMAS = ("pm_vector", "pm_vector_service")
+#: the query role's rights on the schemas (the owner has USAGE and CREATE; PUBLIC nothing)
+QUERY_SCHEMAS = {"pm_vector": ("USAGE",)}
+
+#: relations the query role reads (or writes) whole: relation -> privileges
+QUERY_TABLES: dict[str, tuple[str, ...]] = {
+    "pm_vector.alembic_version": ("SELECT",),  # the schema revision: the query pool's readiness check
+    "pm_vector.collections": ("SELECT",),
+    "pm_vector.embedding_runs": ("SELECT",),
+    "pm_vector.anchors": ("SELECT",),  # the public anchor's labels (the anchor document)
+    "pm_vector.kahm_item_scores": ("SELECT",),  # stored class scores come back with resolved rows
+    "pm_vector.request_log": ("INSERT",),  # a resolve logs itself; it never reads the log
+    "pm_vector.request_log_id_seq": ("USAGE",),
+}
+#: relations the query role reads some columns of: relation -> (privilege, columns)
+QUERY_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
+    # not features / features_half: raw features only through FEATURES_FUNCTIONS
+    "pm_vector.items": ("SELECT", ("id", "collection_id", "external_id", "label", "payload")),
+    # which model's scores an answer carries; not the models themselves (weights, privacy records)
+    "pm_vector.kahm_models": ("SELECT", ("id", "collection_id", "classes", "kind", "erased_at")),
+}
+#: the one way to an item's raw features for the query role (``sql/0022_privileges.sql``), by the
+#: collection's feature type: NULL unless its collection allows raw features
+FEATURES_FUNCTIONS = {"vector": "pm_vector.pm_item_features", "halfvec": "pm_vector.pm_item_features_half"}
+#: functions the query role may execute (every overload of the name); the owner executes all
+QUERY_FUNCTIONS: frozenset[str] = frozenset({
+    *FEATURES_FUNCTIONS.values(),
+    "pm_vector.pm_active_run", "pm_vector.pm_run_table", "pm_vector.pm_run_has_nbrs",
+    "pm_vector.pm_check_queries", "pm_vector.pm_prepare_search", "pm_vector.pm_knn_batch",
+    "pm_vector.pm_knn_sql", "pm_vector.pm_vector_type", "pm_vector.pm_distance_operator",
+    "pm_vector.pm_prepare_prior_search", "pm_vector.pm_restore_prior_search", "pm_vector.pm_prior_weight",
+    "pm_vector.pm_shortlist", "pm_vector.pm_shortlist_core", "pm_vector.pm_shortlist_core_sql",
+    "pm_vector.pm_shortlist_sql", "pm_vector.pm_shortlist_sharded", "pm_vector.pm_class_rows_run",
+    "pm_vector.pm_check_class_rows", "pm_vector.pm_shard_rows", "pm_vector.pm_shard_server",
+    "pm_vector.pm_cell_shortlist", "pm_vector.pm_cell_shortlist_core", "pm_vector.pm_cell_shortlist_sql",
+    "pm_vector.pm_cell_shortlist_sharded",
+    "pm_vector.pm_location_shortlist", "pm_vector.pm_location_shortlist_core",
+})
+
+#: every relation of the two schemas besides the run tables (the owner's only unless named above)
+RELATIONS: frozenset[str] = frozenset({
+    "pm_vector.alembic_version", "pm_vector.anchor_sets", "pm_vector.anchor_sets_id_seq", "pm_vector.anchors",
+    "pm_vector.attach_changes", "pm_vector.attach_changes_seq_seq", "pm_vector.attach_rejected",
+    "pm_vector.attach_status",
+    "pm_vector.collections", "pm_vector.collections_id_seq", "pm_vector.embedding_runs",
+    "pm_vector.embedding_runs_id_seq", "pm_vector.ingests", "pm_vector.ingests_id_seq", "pm_vector.items",
+    "pm_vector.items_id_seq", "pm_vector.kahm_audits", "pm_vector.kahm_audits_id_seq",
+    "pm_vector.kahm_item_scores", "pm_vector.kahm_models", "pm_vector.kahm_models_id_seq",
+    "pm_vector.pm_anchor_sets", "pm_vector.pm_collections", "pm_vector.pm_kahm_audits",
+    "pm_vector.pm_kahm_models", "pm_vector.pm_requests", "pm_vector.pm_runs", "pm_vector.request_log",
+    "pm_vector.request_log_id_seq", "pm_vector.shards",
+    "pm_vector_service.api_keys", "pm_vector_service.api_keys_id_seq", "pm_vector_service.jobs",
+    "pm_vector_service.query_login",
+}) | frozenset(QUERY_TABLES) | frozenset(QUERY_COLUMNS)
+#: every function of the two schemas (by name); the owner's only unless in QUERY_FUNCTIONS
+FUNCTIONS: frozenset[str] = frozenset({
+    # the attached tables' capture (sql/0020_capture.sql): the trigger and event-trigger functions fire,
+    # nobody calls them; the rest are the owner's (attach, sync, resync)
+    "pm_vector.pm_attach_capture", "pm_vector.pm_attach_check", "pm_vector.pm_attach_columns",
+    "pm_vector.pm_attach_ddl", "pm_vector.pm_attach_drop_triggers", "pm_vector.pm_attach_dropped",
+    "pm_vector.pm_attach_key", "pm_vector.pm_attach_key_types", "pm_vector.pm_attach_mark_broken",
+    "pm_vector.pm_attach_readable", "pm_vector.pm_attach_resync", "pm_vector.pm_attach_rewrite",
+    "pm_vector.pm_attach_triggers", "pm_vector.pm_attach_truncate_triggers", "pm_vector.pm_attach_table", "pm_vector.pm_build_class_rows_indexes",
+    "pm_vector.pm_build_run_indexes", "pm_vector.pm_cells_table_ddl", "pm_vector.pm_check_active_run",
+    "pm_vector.pm_check_anchor_rows", "pm_vector.pm_check_item_rows", "pm_vector.pm_check_item_rows_0015",
+    "pm_vector.pm_check_run_status", "pm_vector.pm_class_scores", "pm_vector.pm_create_cells_table",
+    "pm_vector.pm_create_class_rows_tables", "pm_vector.pm_create_codes_table",
+    "pm_vector.pm_create_locations_table", "pm_vector.pm_create_run_tables", "pm_vector.pm_detach_table",
+    "pm_vector.pm_drop_run_tables", "pm_vector.pm_drop_run_tables_0011", "pm_vector.pm_drop_run_tables_0013",
+    "pm_vector.pm_erased_raw_models", "pm_vector.pm_knn", "pm_vector.pm_knn_batch_explain",
+    "pm_vector.pm_lock_held", "pm_vector.pm_lock_key", "pm_vector.pm_opclass", "pm_vector.pm_orphan_run_tables",
+    "pm_vector.pm_register_shard", "pm_vector.pm_shard_exec", "pm_vector.pm_shard_install",
+    "pm_vector.pm_shard_of", "pm_vector.pm_shard_partition", "pm_vector.pm_shard_partitions",
+    "pm_vector.pm_shard_reset", "pm_vector.pm_shortlist_explain", "pm_vector.pm_shortlist_shard_explain",
+    "pm_vector.pm_shortlist_sql_v1", "pm_vector.pm_unregister_shard", "pm_vector_service.pm_keys_changed",
+}) | QUERY_FUNCTIONS
+
+#: a run's table (and a partition, or a shard's foreign table, of it): ``run_<id>_<kind>[_<k>|_at_<shard>]``
+RUN_TABLE = re.compile(r"^run_(?P<run>[0-9]+)_(?P<kind>anchors|items|codes|prior|neighbors|hubs|cells|locations)"
+                       r"(?P<part>_[0-9]+|_at_.+)?$")
+
+
+def expected_relation_rights(schema: str, name: str, answer_tables) -> tuple[tuple[str, ...], dict | None] | None:
+    """The query role's rights on ``schema.name`` as the matrix says: ``(table privileges,
+    {privilege: columns} or None)``; None when the matrix does not know the relation (a failure).
+    ``answer_tables``: the run table kinds an answer reads (:data:`pm_vector.db.runs.erase.ANSWER_TABLES`)."""
+    q = f"{schema}.{name}"
+    if q in RELATIONS:
+        cols = QUERY_COLUMNS.get(q)
+        return QUERY_TABLES.get(q, ()), ({cols[0]: tuple(sorted(cols[1]))} if cols else None)
+    m = RUN_TABLE.match(name) if schema == "pm_vector" else None
+    if m is None:
+        return None
+    whole = m.group("kind") in answer_tables and m.group("part") is None
+    return ("SELECT",) if whole else (), None
+
+
+def expected_function_rights(schema: str, name: str) -> tuple[str, ...] | None:
+    """The query role's rights on a function as the matrix says; None when it is not in the matrix."""
+    q = f"{schema}.{name}"
+    if q not in FUNCTIONS:
+        return None
+    return ("EXECUTE",) if q in QUERY_FUNCTIONS else ()
+
+
+def apply(conn, owner: str) -> None:
+    """Make the catalog say what the matrix says, in ``conn``'s transaction (run by migration 0022
+    as the owner or a superuser): every object of the two schemas owned by ``owner``; every right
+    of PUBLIC and of the query role revoked, then granted from the matrix (the query role only when it
+    exists); EXECUTE on the owner's future functions not granted to PUBLIC; the query role's
+    default privileges in the schemas dropped. The run tables' grants are
+    :func:`pm_vector.db.runs.erase.grant_answer_tables`'s (per run, where the job creates them)."""
+    from psycopg import sql
+
+    ident = sql.Identifier
+    own(conn, owner)
+    has_query = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [QUERY_ROLE]).fetchone() is not None
+    takers = [sql.SQL("PUBLIC")] + ([ident(QUERY_ROLE)] if has_query else [])
+    for schema in SCHEMAS:
+        for who in takers:
+            conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM {}").format(ident(schema), who))
+    for schema, name, kind, _owner in _relations(conn):
+        target = sql.SQL("{}.{}").format(ident(schema), ident(name))
+        for who in takers:
+            conn.execute(sql.SQL("REVOKE ALL ON {} {} FROM {}").format(
+                sql.SQL("SEQUENCE" if kind == "S" else "TABLE"), target, who))
+        cols = conn.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+                            "AND attacl IS NOT NULL", [target.as_string(conn)]).fetchall()
+        for (col,) in cols:
+            for who in takers:
+                conn.execute(sql.SQL("REVOKE ALL ({}) ON {} FROM {}").format(ident(col), target, who))
+    for sig, _owner, prokind in _functions(conn):
+        word = sql.SQL("PROCEDURE" if prokind == "p" else "FUNCTION")
+        for who in takers:
+            conn.execute(sql.SQL("REVOKE ALL ON {} {} FROM {}").format(word, sql.SQL(sig), who))
+    _drop_default_grants(conn, owner)
+    if not has_query:
+        return
+    q = ident(QUERY_ROLE)
+    for schema, privs in QUERY_SCHEMAS.items():
+        conn.execute(sql.SQL("GRANT {} ON SCHEMA {} TO {}").format(_privs(privs), ident(schema), q))
+    for rel, privs in QUERY_TABLES.items():
+        word = "SEQUENCE" if rel.endswith("_seq") else "TABLE"
+        conn.execute(sql.SQL("GRANT {} ON {} {} TO {}").format(_privs(privs), sql.SQL(word), _qualified(rel), q))
+    for rel, (priv, cols) in QUERY_COLUMNS.items():
+        conn.execute(sql.SQL("GRANT {} ({}) ON TABLE {} TO {}").format(
+            sql.SQL(priv), sql.SQL(", ").join(map(ident, cols)), _qualified(rel), q))
+    for sig, name in conn.execute(
+            "SELECT p.oid::regprocedure::text, n.nspname || '.' || p.proname FROM pg_proc p "
+            "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ANY(%s)", [list(SCHEMAS)]).fetchall():
+        if name in QUERY_FUNCTIONS:
+            conn.execute(sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(sql.SQL(sig), q))
+
+
+def own(conn, owner: str) -> None:
+    """Hand the two schemas and every relation and function in them to ``owner`` (those it does not
+    own yet; a sequence owned by a column follows its table), in the caller's transaction. Never
+    ``REASSIGN OWNED``: that would move the role's shared objects (its databases) too."""
+    from psycopg import sql
+
+    ident = sql.Identifier
+    for schema in SCHEMAS:
+        conn.execute(sql.SQL("ALTER SCHEMA {} OWNER TO {}").format(ident(schema), ident(owner)))
+    for schema, name, kind, rel_owner in _relations(conn):
+        if rel_owner != owner and not (kind == "S" and _owned_sequence(conn, schema, name)):
+            word = {"v": "VIEW", "m": "MATERIALIZED VIEW", "S": "SEQUENCE", "f": "FOREIGN TABLE"}.get(kind, "TABLE")
+            conn.execute(sql.SQL("ALTER {} {}.{} OWNER TO {}").format(sql.SQL(word), ident(schema), ident(name),
+                                                                      ident(owner)))
+    for sig, fn_owner, prokind in _functions(conn):
+        if fn_owner != owner:
+            conn.execute(sql.SQL("ALTER {} {} OWNER TO {}").format(
+                sql.SQL("PROCEDURE" if prokind == "p" else "FUNCTION"), sql.SQL(sig), ident(owner)))
+
+
+def _relations(conn) -> list:
+    """(schema, name, relkind, owner) of every table, view, sequence and foreign table of the schemas."""
+    return conn.execute(
+        "SELECT n.nspname, c.relname, c.relkind, pg_get_userbyid(c.relowner) FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ANY(%s) "
+        "AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f') ORDER BY c.oid", [list(SCHEMAS)]).fetchall()
+
+
+def _functions(conn) -> list:
+    """(signature as regprocedure text, owner, prokind) of every function of the schemas."""
+    return conn.execute(
+        "SELECT p.oid::regprocedure::text, pg_get_userbyid(p.proowner), p.prokind FROM pg_proc p "
+        "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ANY(%s) ORDER BY p.oid",
+        [list(SCHEMAS)]).fetchall()
+
+
+def _owned_sequence(conn, schema: str, name: str) -> bool:
+    """A sequence owned by a table column (serial / identity): it follows its table's owner."""
+    from psycopg import sql
+
+    return conn.execute("SELECT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = %s::regclass "
+                        "AND d.classid = 'pg_class'::regclass AND d.deptype IN ('a', 'i'))",
+                        [sql.Identifier(schema, name).as_string(conn)]).fetchone()[0]
+
+
+def _drop_default_grants(conn, owner: str) -> None:
+    """No default privilege on the schemas for anyone (migration 0006 gave the query role SELECT on
+    future tables), and the owner's future functions not executable by PUBLIC (a global default:
+    PostgreSQL's per-schema defaults can only add to it)."""
+    from psycopg import sql
+
+    kinds = {"r": "TABLES", "S": "SEQUENCES", "f": "FUNCTIONS", "T": "TYPES", "n": "SCHEMAS"}
+    rows = conn.execute(
+        "SELECT pg_get_userbyid(d.defaclrole), n.nspname, d.defaclobjtype, "
+        "array(SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END "
+        "      FROM aclexplode(d.defaclacl) a) FROM pg_default_acl d "
+        "JOIN pg_namespace n ON n.oid = d.defaclnamespace WHERE n.nspname = ANY(%s)", [list(SCHEMAS)]).fetchall()
+    for role, schema, objtype, grantees in rows:
+        for g in set(grantees):
+            conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES FOR ROLE {} IN SCHEMA {} REVOKE ALL ON {} FROM {}").format(
+                sql.Identifier(role), sql.Identifier(schema), sql.SQL(kinds[objtype]),
+                sql.SQL("PUBLIC") if g == "PUBLIC" else sql.Identifier(g)))
+    conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES FOR ROLE {} REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC").format(
+        sql.Identifier(owner)))
+
+
+def _privs(privs) -> object:
+    from psycopg import sql
+
+    return sql.SQL(", ").join(sql.SQL(p) for p in privs)
+
+
+def _qualified(rel: str) -> object:
+    from psycopg import sql
+
+    schema, name = rel.split(".", 1)
+    return sql.Identifier(schema, name)
