@@ -20,6 +20,7 @@ import uuid
 from typing import Any, Callable
 
 import numpy as np
+from psycopg import sql
 
 
 def _pct(v: list[float], q: float) -> float | None:
@@ -69,9 +70,10 @@ class ChangeStream:
         y = y // (N_FINE // classes)
         vec = lambda v: "[" + ",".join(f"{x:.6f}" for x in v) + "]"  # noqa: E731
         self._conn = db.connect(autocommit=True)
-        self._conn.execute(f"CREATE TABLE {self.table} (id bigint PRIMARY KEY, embedding vector({self.dim}), "
-                           "category int, title text)")
-        with self._conn.cursor().copy(f"COPY {self.table} (id, embedding, category, title) FROM STDIN") as cp:
+        table = sql.Identifier(*self.table.split("."))
+        self._conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, embedding vector({}), category int, "
+                                   "title text)").format(table, sql.Literal(int(self.dim))))
+        with self._conn.cursor().copy(sql.SQL("COPY {} (id, embedding, category, title) FROM STDIN").format(table)) as cp:
             for i in range(self.items):
                 cp.write_row((i + 1, vec(X[i]), int(y[i]), f"doc {i + 1}"))
         db.attach_table(self.name, table=self.table, id_column="id", vector_column="embedding",
@@ -95,7 +97,7 @@ class ChangeStream:
             return
         try:
             db.drop_collection(self.name, missing_ok=True)
-            self._conn.execute(f"DROP TABLE IF EXISTS {self.table}")
+            self._conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(*self.table.split("."))))
         finally:
             self._conn.close()
 
