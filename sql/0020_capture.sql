@@ -153,11 +153,14 @@ $$;
 
 CREATE OR REPLACE FUNCTION pm_vector.pm_attach_mark_broken(cid bigint, reason text) RETURNS void
 LANGUAGE sql
-BEGIN ATOMIC
+SET search_path = pg_catalog, pm_vector, pg_temp
+-- a string body, not BEGIN ATOMIC: pm_shard_install copies every pm_vector function to the shards,
+-- which have no collections table (a SQL-standard body is parsed at creation)
+AS $$
   UPDATE pm_vector.collections
      SET settings = settings || jsonb_build_object('broken', jsonb_build_object('reason', reason, 'at', clock_timestamp()))
    WHERE id = cid AND settings ? 'attached' AND NOT settings ? 'broken';
-END;
+$$;
 
 -- ------------------------------------------------------------------------ the capture
 -- Trigger names: pm_attach_<collection id>_<i|u|d|r|t>. A plain table: statement-level triggers with
