@@ -277,11 +277,24 @@ BEGIN
   IF rel IS NULL OR NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = rel) THEN
     RETURN;
   END IF;
+  -- a table pm_vector's role does not own (it was granted TRIGGER, which creates but never drops a
+  -- trigger): the triggers stay, said in a NOTICE; bound to the collection's oid, they queue nothing
+  -- once the collection is gone (pm_attach_capture finds no collection for the table)
   FOREACH op IN ARRAY ARRAY['i', 'u', 'd', 'r', 't'] LOOP
-    EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', 'pm_attach_' || cid || '_' || op, rel::regclass);
+    BEGIN
+      EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', 'pm_attach_' || cid || '_' || op, rel::regclass);
+    EXCEPTION WHEN insufficient_privilege THEN
+      RAISE NOTICE 'pm_vector: trigger % on % stays (only the table''s owner may drop it: DROP TRIGGER % ON %)',
+        'pm_attach_' || cid || '_' || op, rel::regclass, quote_ident('pm_attach_' || cid || '_' || op), rel::regclass;
+    END;
   END LOOP;
   FOR p IN SELECT t.relid FROM pg_partition_tree(rel) t WHERE t.relid <> rel LOOP
-    EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', 'pm_attach_' || cid || '_t', p::regclass);
+    BEGIN
+      EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', 'pm_attach_' || cid || '_t', p::regclass);
+    EXCEPTION WHEN insufficient_privilege THEN
+      RAISE NOTICE 'pm_vector: trigger % on % stays (only the table''s owner may drop it)',
+        'pm_attach_' || cid || '_t', p::regclass;
+    END;
   END LOOP;
 END $$;
 

@@ -45,7 +45,9 @@ class ServiceThread:
 
         from .app import create_app
 
-        self.settings = (settings or ServiceSettings.from_env()).with_(host="127.0.0.1")
+        # request_nice 0: a service in a thread shares its host's process (an application, the demo, the
+        # tests); lowering that process's threads is for a process of the service's own (pm-vector serve)
+        self.settings = (settings or ServiceSettings.from_env()).with_(host="127.0.0.1", request_nice=0)
         self.port = port or free_port()
         self.app = create_app(self.settings, pool=pool)
         self.server = uvicorn.Server(_config(self.app, "127.0.0.1", self.port, log_level,

@@ -163,11 +163,14 @@ class SyncWorker:
     seconds between passes; ``health``: the pool's monitor (None: none); ``retry_s``: how often a
     process that does not hold the lock tries again; ``pass_fn(url, health)``: one pass (default: a
     :class:`SyncProcess` of this worker's, made once it leads; :func:`sync_once` runs the pass on this
-    thread instead). :attr:`leader` says whether this one syncs; :attr:`passes` counts its passes."""
+    thread instead); ``lock_key``: the advisory lock that elects the one syncing process (default
+    :data:`SYNC_LOCK_KEY`; another key only for workers that must not meet the database's own, as in
+    tests). :attr:`leader` says whether this one syncs; :attr:`passes` counts its passes."""
 
     def __init__(self, url: str, interval_s: float, *, health=None, retry_s: float = 5.0,
-                 pass_fn: Callable[[str, Any], dict] | None = None):
+                 pass_fn: Callable[[str, Any], dict] | None = None, lock_key: int = SYNC_LOCK_KEY):
         self.url, self.interval_s, self.health, self.retry_s = url, float(interval_s), health, float(retry_s)
+        self.lock_key = int(lock_key)
         self._pass = pass_fn if pass_fn is not None else SyncProcess(url)
         self._stop = threading.Event()
         self._lock_conn = None
@@ -217,7 +220,7 @@ class SyncWorker:
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5,
                                application_name="pm_vector sync worker")
         try:
-            got = conn.execute("SELECT pg_try_advisory_lock(%s)", [SYNC_LOCK_KEY]).fetchone()[0]
+            got = conn.execute("SELECT pg_try_advisory_lock(%s)", [self.lock_key]).fetchone()[0]
         except Exception:
             conn.close()
             raise

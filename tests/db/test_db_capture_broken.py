@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+import psycopg
 import pytest
 from psycopg import sql
 
@@ -92,12 +93,16 @@ def test_without_event_triggers_the_sync_sees_the_change(db, cname, conn, user_t
     """(a migration run by a role that is not a superuser has no event triggers)"""
     t, X, y = user_table
     _attach(db, cname, t)
-    conn.execute("ALTER EVENT TRIGGER pm_vector_attach_ddl DISABLE")
+    from pm_vector.db import postgres
+
+    admin = psycopg.connect(postgres.admin_url(), autocommit=True)  # (an event trigger is a superuser's)
+    admin.execute("ALTER EVENT TRIGGER pm_vector_attach_ddl DISABLE")
     try:
         conn.execute(sql.SQL("ALTER TABLE public.{} DROP COLUMN title").format(sql.Identifier(t)))
         assert db.sync_status(cname)["broken"] is None
     finally:
-        conn.execute("ALTER EVENT TRIGGER pm_vector_attach_ddl ENABLE")
+        admin.execute("ALTER EVENT TRIGGER pm_vector_attach_ddl ENABLE")
+        admin.close()
     from pm_vector.db.errors import CollectionBrokenError
 
     with pytest.raises(CollectionBrokenError, match="column title of .* was dropped"):

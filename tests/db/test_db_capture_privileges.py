@@ -26,12 +26,21 @@ def _as(role: str):
 
 
 @pytest.fixture
-def role(conn):
+def admin(db):
+    """A superuser's connection (the migrations' URL): pm_vector's own role may not create roles."""
+    from pm_vector.db import postgres
+
+    with psycopg.connect(postgres.admin_url(), autocommit=True) as c:
+        yield c
+
+
+@pytest.fixture
+def role(admin):
     name = "r_" + uuid.uuid4().hex[:10]
-    conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER").format(sql.Identifier(name)))
+    admin.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER").format(sql.Identifier(name)))
     yield name
-    conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(name)))
-    conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    admin.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(name)))
+    admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
 
 
 @pytest.fixture
@@ -89,35 +98,50 @@ def test_a_trigger_on_another_table_writes_no_queue(conn, victim):
         conn.execute(sql.SQL("DROP TABLE public.{}").format(sql.Identifier(t)))
 
 
-def test_the_owner_of_an_attached_table_runs_nothing_as_the_owner(db, cname, conn, role):
-    schema = "s_" + uuid.uuid4().hex[:8]
-    conn.execute(sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(sql.Identifier(schema), sql.Identifier(role)))
+def test_the_owner_of_an_attached_table_runs_nothing_as_the_owner(db, cname, conn, admin, role):
+    """Its cast would create a table in pm_vector (only pm_vector's owner may) and make itself
+    SUPERUSER (only a superuser may: the owner before migration 0022); run as the table's owner
+    (the writer's rights) both fail quietly."""
+    schema, marker = "s_" + uuid.uuid4().hex[:8], "pwned_" + uuid.uuid4().hex[:8]
+    admin.execute(sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(sql.Identifier(schema), sql.Identifier(role)))
+    owner = conn.execute("SELECT current_user").fetchone()[0]
     try:
         with _as(role) as a:
             a.execute(sql.SQL("CREATE TABLE {}.docs (id bigint PRIMARY KEY, embedding vector(3), title text)")
                       .format(sql.Identifier(schema)))
             a.execute(sql.SQL("INSERT INTO {}.docs VALUES (1, %s, 'a'), (2, %s, 'b')").format(sql.Identifier(schema)),
                       [_vec([1, 0, 0]), _vec([0, 1, 0])])
+            # what pm_vector's role needs on a table it attaches (docs/guide/attach.md)
+            a.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), sql.Identifier(owner)))
+            a.execute(sql.SQL("GRANT SELECT, TRIGGER ON {}.docs TO {}").format(sql.Identifier(schema),
+                                                                                sql.Identifier(owner)))
         db.attach_table(cname, table=f"{schema}.docs", id_column="id", vector_column="embedding",
                         payload_columns=["title"])
         with _as(role) as a:
             s = sql.Identifier(schema)
             a.execute(sql.SQL("CREATE TYPE {}.mood AS ENUM ('x')").format(s))
             a.execute(sql.SQL("CREATE FUNCTION {s}.mood_json({s}.mood) RETURNS json LANGUAGE plpgsql AS $f$ "
-                              "BEGIN EXECUTE format('ALTER ROLE %I SUPERUSER', {r}); RETURN '1'::json; END $f$")
-                      .format(s=s, r=sql.Literal(role)))
+                              "BEGIN BEGIN EXECUTE 'CREATE TABLE IF NOT EXISTS pm_vector.{m} ()'; "
+                              "EXCEPTION WHEN insufficient_privilege THEN NULL; END; "
+                              "BEGIN EXECUTE format('ALTER ROLE %I SUPERUSER', {r}); "
+                              "EXCEPTION WHEN insufficient_privilege THEN NULL; END; RETURN '1'::json; END $f$")
+                      .format(s=s, m=sql.Identifier(marker), r=sql.Literal(role)))
             a.execute(sql.SQL("CREATE CAST ({s}.mood AS json) WITH FUNCTION {s}.mood_json({s}.mood)").format(s=s))
             a.execute(sql.SQL("ALTER TABLE {}.docs ADD COLUMN m {}.mood DEFAULT 'x'").format(s, s))
             a.execute(sql.SQL("UPDATE {}.docs SET title = title").format(s))
         superuser = "SELECT rolsuper FROM pg_roles WHERE rolname = %s"
+        marked = "SELECT to_regclass(%s) IS NOT NULL"
         assert conn.execute(superuser, [role]).fetchone()[0] is False
+        assert conn.execute(marked, [f"pm_vector.{marker}"]).fetchone()[0] is False
         out = db.sync(cname)
         assert out["applied"] == 2 and out["payloads"] == 2
         assert conn.execute(superuser, [role]).fetchone()[0] is False
+        assert conn.execute(marked, [f"pm_vector.{marker}"]).fetchone()[0] is False
         # a payload column of its own type is refused at attach, naming it
         with pytest.raises(Exception, match=r"payload column m .*mood.* not a built-in type"):
             db.attach_table(cname + "_m", table=f"{schema}.docs", id_column="id", vector_column="embedding",
                             payload_columns=["m"])
     finally:
         db.drop_collection(cname, missing_ok=True)
-        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+        admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+        admin.execute(sql.SQL("DROP TABLE IF EXISTS pm_vector.{}").format(sql.Identifier(marker)))

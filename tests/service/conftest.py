@@ -46,11 +46,12 @@ def svc_admin_key(pm_home):
 
 @pytest.fixture(scope="session")
 def service(pm_home):
-    """The real service (uvicorn in a thread on 127.0.0.1, free port); small limits for the tests."""
+    """The real service (uvicorn in a thread on 127.0.0.1, free port); small limits for the tests; no
+    sync worker (a test that needs one starts a service of its own: one process of a database syncs)."""
     from pm_vector.service.runner import ServiceThread
     from pm_vector.service.settings import ServiceSettings
 
-    st = ServiceSettings(max_rows=2000, max_dim=64, max_body_bytes=2 * 1024 * 1024, pool_max=4)
+    st = ServiceSettings(max_rows=2000, max_dim=64, max_body_bytes=2 * 1024 * 1024, pool_max=4, sync_interval_s=0)
     with ServiceThread(st) as svc:
         yield svc
 
@@ -63,7 +64,7 @@ def seeded_service(pm_home):
     from pm_vector.service.settings import ServiceSettings
 
     st = ServiceSettings(max_rows=2000, max_dim=64, max_body_bytes=2 * 1024 * 1024, pool_max=4,
-                         allow_seeded_requests=True)
+                         allow_seeded_requests=True, sync_interval_s=0)
     with ServiceThread(st) as svc:
         yield svc
 

@@ -123,11 +123,12 @@ def test_one_process_of_a_database_syncs_and_another_takes_over(pm_home):
             return {}
         return one_pass
 
-    a = SyncWorker(url, 0.1, retry_s=0.2, pass_fn=counting("a")).start()
+    key = uuid.uuid4().int >> 65  # a lock of their own: no other worker of the session's server meets it
+    a = SyncWorker(url, 0.1, retry_s=0.2, pass_fn=counting("a"), lock_key=key).start()
     t0 = time.monotonic()
     while not a.leader and time.monotonic() - t0 < 10:
         time.sleep(0.05)
-    b = SyncWorker(url, 0.1, retry_s=0.2, pass_fn=counting("b")).start()
+    b = SyncWorker(url, 0.1, retry_s=0.2, pass_fn=counting("b"), lock_key=key).start()
     try:
         assert a.leader
         time.sleep(1.0)

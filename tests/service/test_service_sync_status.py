@@ -25,6 +25,8 @@ def _h(rec):
 def test_the_sync_status_route(service, svc_admin_key, svc_key, pm_home):
     from pm_vector import db
     from pm_vector.db import postgres
+    from pm_vector.service.runner import ServiceThread
+    from pm_vector.service.settings import ServiceSettings
 
     rng = np.random.default_rng(3)
     X = rng.normal(size=(30, 4)).astype(np.float32)
@@ -68,14 +70,15 @@ def test_the_sync_status_route(service, svc_admin_key, svc_key, pm_home):
             assert r.status_code == 409 and r.json()["error"] == "not_attached"
             assert "is not attached to a table" in r.json()["message"]
             assert c.get(f"/collections/{name}/sync").status_code == 401
-            # the lock released, the worker applies the queue: nothing queued, no lag
+            # the lock released, a service's sync worker applies the queue: nothing queued, no lag
             locker.rollback()
-            t0 = time.monotonic()
-            while True:
-                got = c.get(f"/collections/{name}/sync", headers=_h(svc_admin_key)).json()
-                if got["queued"] == 0 or time.monotonic() - t0 > 60:
-                    break
-                time.sleep(0.3)
+            with ServiceThread(ServiceSettings(pool_max=2, request_log_retention_days=0, sync_interval_s=1)):
+                t0 = time.monotonic()
+                while True:
+                    got = c.get(f"/collections/{name}/sync", headers=_h(svc_admin_key)).json()
+                    if got["queued"] == 0 or time.monotonic() - t0 > 60:
+                        break
+                    time.sleep(0.3)
             assert (got["queued"], got["oldest_queued_at"], got["lag_s"]) == (0, None, None), got
             assert db.collection_info(name)["n_items"] == 25 - 2 + 1
     finally:
