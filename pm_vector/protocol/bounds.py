@@ -148,7 +148,8 @@ def mechanism(name: Any, epsilon: float, known: tuple[str, ...] = PAPER_MECHANIS
     return name
 
 
-def _param_value(v: Any, name: str):
+def param_value(v: Any, name: str):
+    """One value of a paper request's params: null, a flag, a 64-bit integer, a short string or a bounded number."""
     if v is None or isinstance(v, (bool, np.bool_)):
         return None if v is None else bool(v)
     if isinstance(v, (int, np.integer)):
@@ -179,11 +180,11 @@ def paper_params(params: Any) -> dict[str, Any]:
             bad = sorted(map(str, set(v) - set(FRAME_PARAMS)))
             if bad:
                 raise InvalidInputError(f"unknown params.frame keys {bad[:10]}; they are {list(FRAME_PARAMS)}.")
-            out[k] = {fk: _param_value(fv, f"params.frame.{fk}") for fk, fv in v.items()}
+            out[k] = {fk: param_value(fv, f"params.frame.{fk}") for fk, fv in v.items()}
         elif k == "seeded":
             out[k] = flag(v, "params.seeded")
         elif k == "n_post_iter":
             out[k] = integer(v, "params.n_post_iter", 0, MAX_POST_ITER)
         else:
-            out[k] = _param_value(v, f"params.{k}")
+            out[k] = param_value(v, f"params.{k}")
     return out

@@ -22,12 +22,13 @@ refusal of another), ``BODY_CODE_BYTES`` (whether the body's ``code_bytes`` appl
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, ClassVar, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr,
-                      ValidationInfo, model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StrictBool,
+                      ValidationInfo, WithJsonSchema, model_validator)
 from pydantic_core import PydanticCustomError
 
+from ..errors import InvalidInputError
 from ..privacy.class_rows import NOISE
 from . import bounds
 from .answers_wire import LocationAnswer, RowsAnswer
@@ -40,6 +41,10 @@ from .paper import MAX_ANCHOR_ID_CHARS
 LIMITS = ("max_rows", "max_dim", "max_k", "max_shortlist", "max_result_cells")
 #: error types of a refusal by size (413): the rest are 422
 TOO_LARGE = ("too_many_rows", "too_many_dimensions", "result_too_large")
+#: the error types of this module's validators (their messages are whole sentences)
+CUSTOM_ERRORS = TOO_LARGE + ("int_range", "pure_eps", "epsilon_nan", "other_collection", "matrix_type", "ragged_rows",
+                             "reports_type", "report_range", "n_query_rows", "param_value", "anchor_id",
+                             "answer_rule")
 #: the most cells of a cell request's level (pm_vector.protocol.cell_request)
 MAX_CELLS = 1 << 20
 
@@ -57,14 +62,37 @@ Int64 = Annotated[int, Field(strict=True, ge=-(2 ** 63), le=2 ** 63 - 1)]
 
 def _not_nan(v: float) -> float:
     if math.isnan(v):
-        raise PydanticCustomError("finite_number", "epsilon must be a number > 0 (or inf), got nan.")
+        raise PydanticCustomError("epsilon_nan", "epsilon must be a number > 0 (or inf), got nan.")
     return v
 
 
 #: epsilon of a pure-eps release: a number > 0, or infinity (benchmarks; a msgpack float)
 PureEpsilon = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=True), AfterValidator(_not_nan)]
+def _zero(v: float) -> float:
+    if v != 0.0:
+        raise PydanticCustomError("pure_eps", "a pure-eps request: delta must be 0; got {v}.", {"v": repr(v)[:40]})
+    return 0.0
+
+
 #: delta of a pure-eps release: 0
-ZeroDelta = Annotated[float, Field(strict=True, ge=0, le=0, description="Always 0: a pure-eps release.")]
+ZeroDelta = Annotated[float, Field(strict=True, description="Always 0: a pure-eps release.",
+                                   json_schema_extra={"minimum": 0, "maximum": 0}), AfterValidator(_zero)]
+
+
+def int_in(lo: int, hi: int, description: str | None = None, limit: str | None = None):
+    """An integer (never a boolean or a float) in ``lo..hi``, and at most the server's ``limit``
+    (a :data:`LIMITS` key of the validation context) when there is one, refused as ``<field> must
+    be an integer in lo..hi, got v``."""
+
+    def check(v: int, info: ValidationInfo) -> int:
+        top = hi if limit is None else min(hi, _limit(info, limit) or hi)
+        if not lo <= v <= top:
+            raise PydanticCustomError("int_range", "{name} must be an integer in {lo}..{hi}, got {v}.",
+                                      {"name": info.field_name, "lo": lo, "hi": top, "v": v})
+        return v
+
+    return Annotated[int, Field(strict=True, description=description, json_schema_extra={"minimum": lo, "maximum": hi}),
+                     AfterValidator(check)]
 #: (epsilon, delta) of an approximate-DP release (bounds.privacy)
 Epsilon = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=bounds.MIN_EPSILON, le=bounds.MAX_ABS_VALUE)]
 Delta = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=bounds.MIN_DELTA, lt=1.0)]
@@ -72,17 +100,9 @@ Delta = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=bounds.MIN_D
 Digest = Annotated[str, Field(strict=True, min_length=1, max_length=64)]
 
 
-def _shortlist_limit(v: int, info: ValidationInfo) -> int:
-    top = _limit(info, "max_shortlist")
-    if top is not None and v > top:
-        raise PydanticCustomError("shortlist_limit", "request.shortlist (k') must be an integer in 1..{top}, got {v}.",
-                                  {"top": top, "v": v})
-    return v
-
-
 #: k' of a class-rows or cell request: at most the protocol's MAX_K_PRIME and the server's max_shortlist
-Shortlist = Annotated[int, Field(strict=True, ge=1, le=bounds.MAX_K_PRIME, description="k': candidates per row."),
-                      AfterValidator(_shortlist_limit)]
+Shortlist = int_in(1, bounds.MAX_K_PRIME, "k': candidates per row (at most the server's max_shortlist).",
+                   "max_shortlist")
 
 
 def _for_collection(v: Optional[str], info: ValidationInfo) -> Optional[str]:
@@ -134,6 +154,7 @@ class RequestBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    NOUN: ClassVar[str] = "request"
     ANSWER_RULE: ClassVar[str] = "answer {answer!r} does not apply to this request; it answers {answers}."
     BODY_CODE_BYTES: ClassVar[bool] = True
     ON_REPLICA: ClassVar[bool] = False
@@ -174,7 +195,7 @@ class ClassRowsRequestBody(RequestBody):
 
 def _reports_within(reports: Any, info: ValidationInfo) -> Any:
     if not isinstance(reports, list) or not reports:
-        raise PydanticCustomError("list_type", "request.reports must be a non-empty list of cells (one per class).")
+        raise PydanticCustomError("reports_type", "request.reports must be a non-empty list of cells (one per class).")
     top = _limit(info, "max_rows")
     if top is not None and len(reports) > top:
         raise PydanticCustomError("too_many_rows", "request.reports has {n} cells; this server accepts at most {top}.",
@@ -185,12 +206,14 @@ def _reports_within(reports: Any, info: ValidationInfo) -> Any:
 class CellRequestBody(RequestBody):
     """``CellRequest.to_dict()``: one reported public cell per class (release ``cells``, pure eps)."""
 
+    NOUN: ClassVar[str] = "cell request"
     ON_REPLICA: ClassVar[bool] = True
 
     format: Literal[CELL_FORMAT]
-    reports: Annotated[list[Annotated[int, Field(strict=True, ge=0, lt=MAX_CELLS)]], BeforeValidator(_reports_within),
-                       Field(description="One reported cell per class, each in [0, n_cells).")]
-    n_cells: Annotated[int, Field(strict=True, ge=2, le=MAX_CELLS, description="K, the level of every class.")]
+    reports: Annotated[list[Annotated[int, Field(strict=True, json_schema_extra={"minimum": 0})]],
+                       BeforeValidator(_reports_within), Field(description="One reported cell per class, each in "
+                                                                           "[0, n_cells).")]
+    n_cells: int_in(2, MAX_CELLS, "K, the level of every class.")
     epsilon: PureEpsilon
     cells_digest: Digest
     shortlist: Shortlist = DEFAULT_SHORTLIST
@@ -198,6 +221,14 @@ class CellRequestBody(RequestBody):
     release: Literal["cells"] = "cells"
     delta: ZeroDelta = 0.0
     seeded: StrictBool = False
+
+    @model_validator(mode="after")
+    def _reports_in_level(self):
+        bad = next((r for r in self.reports if not 0 <= r < self.n_cells), None)
+        if bad is not None:
+            raise PydanticCustomError("report_range", "every report must be an integer in [0, {n}); got {v}.",
+                                      {"n": self.n_cells, "v": bad})
+        return self
 
     def result_cells(self, k: int) -> int:
         return len(self.reports) * max(k, self.shortlist)
@@ -208,6 +239,7 @@ class LocationRequestBody(RequestBody):
     ``location``, the default; pure eps). Its answer is one list of ``min(candidates, n_items)``
     candidates with the code width the request names (:class:`~.answers_wire.LocationAnswer`)."""
 
+    NOUN: ClassVar[str] = "location request"
     ANSWER_RULE: ClassVar[str] = ("a location answer is compact, with the code width the request names "
                                   "(request.code_bytes); drop answer, code_bytes and include_features.")
     BODY_CODE_BYTES: ClassVar[bool] = False
@@ -215,13 +247,12 @@ class LocationRequestBody(RequestBody):
     ANSWER_MODEL: ClassVar[type[BaseModel] | None] = LocationAnswer
 
     format: Literal[LOCATION_FORMAT]
-    report: Annotated[int, Field(strict=True, ge=0, lt=MAX_LEVEL, description="The reported cell, in [0, level).")]
-    level: Annotated[int, Field(strict=True, ge=2, le=MAX_LEVEL, description="M, the cells of the collection.")]
+    report: int_in(0, MAX_LEVEL - 1, "The reported cell, in [0, level).")
+    level: int_in(2, MAX_LEVEL, "M, the cells of the collection.")
     epsilon: PureEpsilon
     locations_digest: Digest
-    candidates: Annotated[int, Field(strict=True, ge=1, le=MAX_CANDIDATES, description="S: items in the answer.")]
-    code_bytes: Annotated[int, Field(strict=True, ge=1, le=MAX_CODE_BYTES,
-                                     description="The code prefix of each candidate, in bytes.")]
+    candidates: int_in(1, MAX_CANDIDATES, "S: items in the answer.")
+    code_bytes: int_in(1, MAX_CODE_BYTES, "The code prefix of each candidate, in bytes.")
     collection: Collection = None
     release: Literal["location"] = "location"
     delta: ZeroDelta = 0.0
@@ -235,25 +266,52 @@ class LocationRequestBody(RequestBody):
         return self
 
 
-#: a params value of the paper's request: a bounded number, a flag, null or a short string
-ParamValue = Union[StrictBool, Int64, Number, Annotated[str, Field(strict=True, max_length=bounds.MAX_PARAM_STR,
-                                                                   pattern=r"^[^\x00]*$")], None]
+def _param_type(prefix: str):
+    """A params value of the paper's request: a bounded number, a flag, null or a short string
+    (:func:`~.bounds.param_value`)."""
+
+    def check(v: Any, info: ValidationInfo) -> Any:
+        try:
+            return bounds.param_value(v, f"{prefix}.{info.field_name}")
+        except InvalidInputError as exc:
+            raise PydanticCustomError("param_value", "{m}", {"m": str(exc)}) from None
+
+    return Annotated[Any, PlainValidator(check), WithJsonSchema(
+        {"anyOf": [{"type": "number"}, {"type": "boolean"}, {"type": "string", "maxLength": bounds.MAX_PARAM_STR},
+                   {"type": "null"}]})]
+
+
+ParamValue = _param_type("params")
+FrameValue = _param_type("params.frame")
+
+
+def _anchor_id(v: Any) -> Any:
+    if isinstance(v, bool) or not (isinstance(v, int) and -2 ** 63 <= v < 2 ** 63 or isinstance(v, str) and
+                                   len(v) <= MAX_ANCHOR_ID_CHARS and "\x00" not in v):
+        raise PydanticCustomError("anchor_id", "anchor_ids holds {v} (an id outside the 64-bit range or an invalid "
+                                  "string); send the ids of the anchor document.", {"v": repr(v)[:40]})
+    return v
+
+
+#: an anchor id: a 64-bit integer or a string of the anchor document
+AnchorId = Annotated[Any, PlainValidator(_anchor_id), WithJsonSchema(
+    {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": MAX_ANCHOR_ID_CHARS}]})]
 
 
 class FrameParams(BaseModel):
     """``params.frame``: the AnchorFrame's parameters (:data:`~.bounds.FRAME_PARAMS`)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    n_components: ParamValue = None
-    sigma: ParamValue = None
-    label_sigma: ParamValue = None
-    alpha: ParamValue = None
-    n_iter: ParamValue = None
-    n_extend_iter: ParamValue = None
-    n_neighbors: ParamValue = None
-    label_graph: ParamValue = None
-    label_encoding: ParamValue = None
-    seed: ParamValue = None
+    n_components: FrameValue = None
+    sigma: FrameValue = None
+    label_sigma: FrameValue = None
+    alpha: FrameValue = None
+    n_iter: FrameValue = None
+    n_extend_iter: FrameValue = None
+    n_neighbors: FrameValue = None
+    label_graph: FrameValue = None
+    label_encoding: FrameValue = None
+    seed: FrameValue = None
 
 
 class PaperParams(BaseModel):
@@ -262,7 +320,7 @@ class PaperParams(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     dp_sigma: ParamValue = None
     dp_alpha: ParamValue = None
-    n_post_iter: Optional[Annotated[int, Field(strict=True, ge=0, le=bounds.MAX_POST_ITER)]] = None
+    n_post_iter: Optional[int_in(0, bounds.MAX_POST_ITER)] = None
     post_alpha: ParamValue = None
     frame: Optional[FrameParams] = None
     seeded: StrictBool = False
@@ -276,10 +334,9 @@ class PrivateMailRequestBody(RequestBody):
                                   "answer 'full' or 'features'.")
 
     format: Literal[PRIVATEMAIL_FORMAT] = PRIVATEMAIL_FORMAT
-    anchor_ids: list[Union[Int64, Annotated[str, Field(strict=True, max_length=MAX_ANCHOR_ID_CHARS,
-                                                       pattern=r"^[^\x00]*$")]]]
+    anchor_ids: list[AnchorId]
     embedding: matrix("request.embedding", "n_query_rows query rows, then one row per anchor id.")
-    n_query_rows: Annotated[int, Field(strict=True, ge=1, le=bounds.MAX_QUERY_ROWS)]
+    n_query_rows: int_in(1, bounds.MAX_QUERY_ROWS)
     epsilon: Epsilon
     delta: Delta
     sensitivity: Annotated[float, Field(strict=True, gt=0, le=bounds.MAX_ABS_VALUE)]
@@ -302,8 +359,8 @@ class PrivateMailRequestBody(RequestBody):
         return bool(self.params is not None and self.params.seeded)
 
 
-#: the body's answers (``answer``): ``compact`` the default of pm_vector's releases
-ANSWERS = ("compact", "features", "full")
+#: what a resolve body may ask for (``answer``); a release's ``answers`` are some of these
+Answer = Literal["compact", "features", "full"]
 
-__all__ = ["ANSWERS", "LIMITS", "TOO_LARGE", "CellRequestBody", "ClassRowsRequestBody", "LocationRequestBody",
+__all__ = ["Answer", "CUSTOM_ERRORS", "LIMITS", "TOO_LARGE", "CellRequestBody", "ClassRowsRequestBody", "LocationRequestBody",
            "PrivateMailRequestBody", "RequestBody", "matrix"]

@@ -71,9 +71,9 @@ from .state import ServiceState
 
 log = logging.getLogger("pm_vector.service")
 
-#: the bodies the endpoints parse themselves, named in the OpenAPI document's schemas
-_SELF_PARSED_BODIES = (schemas.ResolveBody, schemas.PrivateMailRequestBody, schemas.DistancesBody, schemas.ItemsBody,
-                       schemas.DeleteItemsBody, schemas.JobBody)
+#: the bodies the endpoints parse themselves, named in the OpenAPI document's schemas (and the
+#: resolve body with its answers, built from the table of releases: resolve_body.resolve_schemas)
+_SELF_PARSED_BODIES = (schemas.DistancesBody, schemas.ItemsBody, schemas.DeleteItemsBody, schemas.JobBody)
 
 
 def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI:
@@ -102,14 +102,22 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
 
 
 def _name_self_parsed_bodies(app: FastAPI) -> None:
-    """Make the bodies the endpoints parse themselves part of the OpenAPI document's schemas."""
+    """Make the bodies the endpoints parse themselves part of the OpenAPI document's schemas; the
+    document is made again when the table of releases changes (a release registered at run time)."""
+    from .resolve_body import resolve_schemas, served
+
     original = app.openapi
+    made_for: list = [None]
 
     def openapi():
-        if app.openapi_schema:
+        releases = served()
+        if app.openapi_schema and made_for[0] == releases:
             return app.openapi_schema
+        app.openapi_schema = None
         s = original()
+        made_for[0] = releases
         comps = s.setdefault("components", {}).setdefault("schemas", {})
+        comps.update(resolve_schemas())
         for m in _SELF_PARSED_BODIES:
             js = m.model_json_schema(ref_template="#/components/schemas/{model}")
             for k, v in js.pop("$defs", {}).items():

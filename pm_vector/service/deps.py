@@ -22,14 +22,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import pydantic
 from fastapi import Depends, Request
 
 from .auth import in_scope
 from .db import ServicePool
 from .errors import ApiError
 from .media import negotiate, read_body, require_body_type
+from .resolve_body import context
 from .settings import ServiceSettings
 from .state import ServiceState
+from .validation import api_error
 
 
 # async: plain look-ups and checks run on the event loop (a def dependency costs a hop to a worker thread)
@@ -83,15 +86,13 @@ async def require_scope(name: str, caller: CallerDep) -> None:
 
 
 def parse_model(cls, media: str, body: bytes, settings: ServiceSettings):
-    """``body`` (in ``media``) read and validated as the pydantic model ``cls``; 422 with the first
-    five problems if it is not one."""
-    import pydantic
-
+    """``body`` (in ``media``) read and validated as the pydantic model ``cls`` with the server's
+    limits (:func:`pm_vector.service.resolve_body.context`); 422 (413 over a size limit) naming
+    the first problem if it is not one (:func:`pm_vector.service.validation.api_error`)."""
     try:
-        return cls.model_validate(read_body(media, body, settings))
+        return cls.model_validate(read_body(media, body, settings), context=context(settings))
     except pydantic.ValidationError as exc:
-        parts = [f"{'.'.join(map(str, e.get('loc', ()))) or 'body'}: {e.get('msg')}" for e in exc.errors()[:5]]
-        raise ApiError(422, "invalid_input", "; ".join(parts)) from None
+        raise api_error(exc) from None
 
 
 AUTH = [Depends(require_scope)]

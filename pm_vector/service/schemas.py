@@ -1,10 +1,16 @@
-"""Pydantic models of the HTTP API (they make the OpenAPI schema at ``/openapi.json``)."""
+"""Pydantic models of the HTTP API (they make the OpenAPI schema at ``/openapi.json``). The resolve
+body and its answers are built from the table of releases: :mod:`pm_vector.service.resolve_body`
+(the request documents' models are in :mod:`pm_vector.protocol.wire`, the answers' in
+:mod:`pm_vector.protocol.answers_wire`; ``ResolveResponse`` and ``ResultRow`` are re-exported here)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 from pydantic import BaseModel, Field, StrictBool, StrictInt, conint
+
+from ..protocol.answers_wire import ResultRow, RowsAnswer as ResolveResponse  # noqa: F401 (their old home)
+from ..protocol.wire import matrix
 
 #: a PostgreSQL bigint, strictly an integer ("1", true and 1.0 are refused)
 Int64 = conint(strict=True, ge=-(2 ** 63), le=2 ** 63 - 1)
@@ -23,62 +29,14 @@ class Health(BaseModel):
     database_error: Optional[str] = None
 
 
-class PrivateMailRequestBody(BaseModel):
-    """``PrivateMailRequest.to_dict()`` (format ``pm_vector.privatemail/1``)."""
-
-    format: str = "pm_vector.privatemail/1"
-    anchor_ids: list[Any]
-    embedding: list[list[float]] = Field(description="n_query_rows query rows, then one row per anchor id.")
-    n_query_rows: int
-    epsilon: float
-    delta: float
-    sensitivity: float
-    noise_sigma: float
-    mechanism: str
-    params: dict[str, Any] = {}
-    collection: Optional[str] = None
-
-
-class ResolveBody(BaseModel):
-    request: PrivateMailRequestBody
-    k: int = Field(8, ge=1, description="Neighbours per query row (at most the server's max_k).")
-    include_features: bool = Field(False, description="Return the raw features of every row's neighbours "
-                                   "(only if the collection allows raw features); the same as answer 'features'.")
-    answer: Optional[str] = Field(None, description="'compact' (default of class-rows and cell requests: every "
-                                  "row's candidate ids and product-code prefixes, and payloads when there are "
-                                  "any), 'features' (full rows with raw features) or 'full' (full rows without).")
-    code_bytes: Optional[int] = Field(None, description="Compact answers: the code prefix, one of the run's "
-                                      "published code widths (class_rows.codes.widths); default the residual code.")
-
-
-class ResultRow(BaseModel):
-    item_ids: list[int]
-    external_ids: list[Optional[str]] = []
-    labels: list[int] = []
-    distances: list[Optional[float]] = []
-    features: Optional[list[list[float]]] = None
-    predicted: Optional[list[Optional[int]]] = Field(
-        None, description="With a KAHM model: each returned item's predicted class (Definition 7); null for an "
-                          "item ingested after the model was fitted.")
-    class_scores: Optional[list[Optional[list[float]]]] = Field(
-        None, description="With a KAHM model: each returned item's class-matching scores (Definition 8), in the "
-                          "order of the response's kahm.classes; null for an item without scores.")
-
-
-class ResolveResponse(BaseModel):
-    collection: str
-    k: int
-    run_id: Optional[int] = None
-    rows: list[ResultRow] = Field(description="One entry per query row, in the request's row order; the client "
-                                  "keeps its real row's.")
-    kahm: Optional[dict[str, Any]] = Field(None, description="The KAHM model whose scores the rows carry: "
-                                           "{\"model_id\", \"classes\"}; null without a model.")
-    model_config = {"extra": "allow"}
-
-
 class DistancesBody(BaseModel):
-    features: list[list[float]] = Field(description="Query rows of the collection's feature dimension.")
-    model_id: Optional[int] = Field(None, description="A stored KAHM model; default the current one.")
+    """``/kahm/distances``: the feature dimension is checked against the collection by
+    :func:`pm_vector.db.kahm.roles.party_distances`."""
+
+    model_config = {"extra": "forbid", "strict": True}
+    features: matrix("features", "Query rows of the collection's feature dimension.")
+    model_id: Optional[Annotated[int, Field(strict=True, ge=1, lt=2 ** 63)]] = Field(
+        None, description="A stored KAHM model; default the current one.")
 
 
 class PartyDistances(BaseModel):

@@ -1,20 +1,21 @@
-"""Validation of request bodies the service parses itself (resolve, KAHM distances): JSON, matrices,
-the strict request schema, size caps. Every refusal is an :class:`ApiError` (a 4xx) and writes nothing."""
+"""The bodies the service parses itself: JSON read strictly (:func:`parse_json`), and a pydantic
+model's refusal as the service's error answer (:func:`api_error`). The models are the schema and
+the validators at once (:mod:`pm_vector.protocol.wire`, :mod:`pm_vector.service.resolve_body`,
+:mod:`pm_vector.service.schemas`); here their errors become one ``{"error", "message"}`` that
+names the field and what it must be: 413 for a size limit (:data:`pm_vector.protocol.wire.TOO_LARGE`:
+``too_many_rows``, ``too_many_dimensions``, ``result_too_large``), 422 ``invalid_input`` for
+anything else. Every refusal writes nothing."""
 
 from __future__ import annotations
 
 import json
-import math
-from typing import Any
+from typing import Any, Mapping
 
-from fastapi import Request
+from pydantic import ValidationError
 
-from ..protocol import bounds
-from ..protocol.class_rows import DEFAULT_SHORTLIST
-from ..protocol.formats import CELL_FORMAT, CLASS_ROWS_FORMAT, LOCATION_FORMAT
-from ..errors import InvalidInputError
+from ..protocol import wire
 from .errors import ApiError
-from .settings import ServiceSettings
+
 
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not allowed (JSON has no NaN/Infinity; the request must be finite numbers)")
@@ -37,230 +38,78 @@ def parse_json(body: bytes) -> Any:
                                               "rows (lists of numbers).") from None
 
 
-def check_matrix(rows: Any, what: str, settings: ServiceSettings) -> None:
-    """A JSON matrix: a non-empty list of equally long, non-empty rows of numbers of magnitude at
-    most :data:`pm_vector.protocol.bounds.MAX_ABS_VALUE`, within the server's row and dimension
-    limits (413 above them, 422 otherwise)."""
-    if not isinstance(rows, list) or not rows or not all(isinstance(row, list) for row in rows):
-        raise ApiError(422, "invalid_input", f"{what} must be a non-empty list of rows (lists of numbers).")
-    if len(rows) > settings.max_rows:
-        raise ApiError(413, "too_many_rows", f"{what} has {len(rows):,} rows; this server accepts at most "
-                                             f"{settings.max_rows:,}.")
-    width = len(rows[0])
-    if width > settings.max_dim:
-        raise ApiError(413, "too_many_dimensions", f"{what} has {width} columns; this server accepts at most "
-                                                   f"{settings.max_dim}.")
-    if width == 0:
-        raise ApiError(422, "invalid_input", f"{what} row 0 is empty.")
-    for i, row in enumerate(rows):
-        if len(row) != width:
-            raise ApiError(422, "invalid_input", f"{what} row {i} has {len(row)} values, row 0 has {width}; every "
-                                                 "row must have the same length.")
-        for v in row:
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ApiError(422, "invalid_input", f"{what} row {i} holds {v!r}; only numbers are allowed.")
-            if isinstance(v, float) and not math.isfinite(v):  # e.g. 1e400 parses to inf
-                raise ApiError(422, "invalid_input", f"{what} row {i} holds NaN or infinite values; only finite "
-                                                     "numbers are allowed.")
-            if abs(v) > bounds.MAX_ABS_VALUE:  # finite but absurd (and beyond float32 once squared)
-                raise ApiError(422, "invalid_input", f"{what} row {i} holds a value too large (beyond "
-                                                     f"+-{bounds.MAX_ABS_VALUE:g}); no valid client sends one.")
+def _path(loc: tuple, tags: Mapping[str, Any]) -> tuple[str, str | None]:
+    """``("request.sigmas[0]", tag)`` of an error's location, without the union's member tag."""
+    out, tag = "", None
+    for i, part in enumerate(loc):
+        if i == 1 and loc[0] == "request" and part in tags:
+            tag = part
+        elif isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out, tag
 
 
-def check_cells(n_rows: int, per_row: int, settings: ServiceSettings) -> None:
-    """rows x k of one answer within the server's cap (the response's size)."""
-    if n_rows * per_row > settings.max_result_cells:
-        raise ApiError(413, "result_too_large", f"{n_rows:,} rows x {per_row:,} results per row is more than this "
-                                                f"server's {settings.max_result_cells:,}; ask for fewer rows or a "
-                                                "smaller k / shortlist.")
+_CELL = ("float_type", "finite_number", "greater_than_equal", "less_than_equal", "float_parsing", "int_type")
 
 
-#: what a resolve body may ask for (``answer``); ``compact`` is the default of pm_vector requests
-ANSWERS = ("compact", "features", "full")
+def _cell_message(path: str, e: dict) -> str | None:
+    """A matrix value's refusal in the words of the old checks: ``what row i holds ...``."""
+    loc = e["loc"]
+    if len(loc) < 3 or not isinstance(loc[-1], int) or not isinstance(loc[-2], int) or e["type"] not in _CELL:
+        return None
+    what, i, v = path.rsplit("[", 2)[0], loc[-2], e.get("input")
+    if isinstance(v, float) and v != v or v in (float("inf"), float("-inf")):
+        return f"{what} row {i} holds NaN or infinite values; only finite numbers are allowed."
+    if isinstance(v, (int, float)) and not isinstance(v, bool):  # a number refused: its magnitude
+        return f"{what} row {i} holds a value too large (beyond +-{wire.bounds.MAX_ABS_VALUE:g}); no valid client sends one."
+    return f"{what} row {i} holds {str(v)[:40]!r}; only numbers are allowed."
 
 
-def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
-    """Validate a resolve body; returns ``(request, k, include_features, answer)`` or raises
-    ApiError. ``answer``: ``{"compact": bool, "code_bytes": int | None}`` (what
-    :func:`pm_vector.service.documents.resolve_document` takes).
-
-    The body: ``{"request": {...}, "k": 8, "answer": "compact" | "features" | "full",
-    "code_bytes": b}``. ``answer`` (default ``"compact"`` for class-rows and cell requests,
-    ``"full"`` for the paper's): ``"compact"`` the ids, code prefixes and payloads of every row's
-    candidates; ``"features"`` the full rows with raw features (the collection must allow them;
-    ``include_features: true`` says the same); ``"full"`` the full rows without features.
-    ``code_bytes`` (compact answers): the code width, one of the run's published code widths
-    (checked against the run: a 422 saying which), default the whole code."""
-    from ..protocol.paper import PrivateMailRequest
-    from ..manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES
-
-    if not isinstance(d, dict):
-        raise ApiError(422, "invalid_input", "the body must be a JSON object {\"request\": {...}, \"k\": 8}.")
-    fields = {"request", "k", "include_features", "answer", "code_bytes"}
-    unknown = sorted(set(d) - fields)
-    if unknown:
-        raise ApiError(422, "invalid_input", f"unknown field(s) {unknown}; the body has {sorted(fields)}.")
-    k = d.get("k", 8)
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= settings.max_k:
-        raise ApiError(422, "invalid_input", f"k must be an integer in 1..{settings.max_k}, got {k!r}.")
-    inc = d.get("include_features", False)
-    if not isinstance(inc, bool):
-        raise ApiError(422, "invalid_input", "include_features must be true or false.")
-    answer = d.get("answer")
-    if answer is not None and answer not in ANSWERS:
-        raise ApiError(422, "invalid_input", f"answer must be one of {list(ANSWERS)}, got {answer!r}.")
-    if inc and answer not in (None, "features"):
-        raise ApiError(422, "invalid_input", f"include_features asks for raw features; answer {answer!r} carries "
-                                             "none (use answer 'features').")
-    cb = d.get("code_bytes")
-    if cb is not None and (isinstance(cb, bool) or not isinstance(cb, int)
-                           or not MIN_CODE_BYTES <= cb <= MAX_CODE_BYTES):
-        raise ApiError(422, "invalid_input", f"code_bytes must be an integer in {MIN_CODE_BYTES}..{MAX_CODE_BYTES} "
-                                             f"(one of the run's published code widths), got {cb!r}.")
-    r = d.get("request")
-    if not isinstance(r, dict):
-        raise ApiError(422, "invalid_input", "'request' must be a request object (ClassRowsRequest.to_dict(), or "
-                                             "PrivateMailRequest.to_dict() for the paper's protocol).")
-    check_seeded(r, settings)
-    ours = r.get("format") in (CLASS_ROWS_FORMAT, CELL_FORMAT, LOCATION_FORMAT)
-    if answer is None:
-        answer = "features" if inc else ("compact" if ours else "full")
-    inc = answer == "features"
-    if cb is not None and answer != "compact":
-        raise ApiError(422, "invalid_input", "code_bytes applies to compact answers (answer 'compact').")
-    opts = {"compact": answer == "compact", "code_bytes": cb}
-    if r.get("format") == LOCATION_FORMAT:
-        from ..protocol.location import LocationRequest
-
-        if answer != "compact" or cb is not None:
-            raise ApiError(422, "invalid_input", "a location answer is compact, with the code width the request names "
-                                                 "(request.code_bytes); drop answer, code_bytes and include_features.")
-        try:
-            lr = LocationRequest.from_dict(r)
-        except InvalidInputError as exc:
-            raise ApiError(422, "invalid_input", f"invalid location request: {exc}") from None
-        if lr.collection not in (None, name):
-            raise ApiError(422, "invalid_input", f"the request was built for collection {lr.collection!r:.60}, "
-                                                 f"not {name!r}.")
-        # one list of at most protocol.location.MAX_CANDIDATES candidates (the request type's bound):
-        # its size is what the client's byte budget chose, not rows x k
-        return lr, k, False, opts
-    if r.get("format") == CLASS_ROWS_FORMAT:
-        q = check_query_request(r, settings, name)
-        check_cells(len(r["rows"]), max(k, int(r.get("shortlist") or 1)), settings)
-        return q, k, inc, opts
-    if r.get("format") == CELL_FORMAT:
-        cr = check_cell_request(r, settings, name)
-        check_cells(cr.n_rows, max(k, cr.shortlist), settings)
-        return cr, k, inc, opts
-    if answer == "compact":
-        raise ApiError(422, "invalid_input", "a compact answer (ids and product codes) applies to class-rows and cell "
-                                             f"requests (formats {CLASS_ROWS_FORMAT!r}, {CELL_FORMAT!r}); ask the "
-                                             "paper's protocol for answer 'full' or 'features'.")
-    # the paper request's schema, types and bounds are PrivateMailRequest's (pm_vector.protocol.paper),
-    # checked below after the size limits
-    emb = r.get("embedding")
-    check_matrix(emb, "request.embedding", settings)
-    if r.get("collection") not in (None, name):
-        raise ApiError(422, "invalid_input", f"the request was built for collection {r.get('collection')!r}, "
-                                             f"not {name!r}.")
-    nq = r.get("n_query_rows")
-    if isinstance(nq, bool) or not isinstance(nq, int) or not 1 <= nq <= len(emb):
-        raise ApiError(422, "invalid_input", f"request.n_query_rows must be an integer in 1..{len(emb)}, got {nq!r}.")
-    check_cells(nq, k, settings)
-    try:
-        req = PrivateMailRequest.from_dict(r)
-    except (InvalidInputError, TypeError, ValueError) as exc:
-        raise ApiError(422, "invalid_input", f"invalid PrivateMail request: {exc}") from None
-    return req, k, inc, opts
+def _message(e: dict, errors: list[dict], tags: Mapping[str, Any]) -> str:
+    kind, loc = e["type"], tuple(e["loc"])
+    path, tag = _path(loc, tags)
+    if kind in ("missing", "extra_forbidden"):
+        parent = loc[:-1]
+        names = [str(x["loc"][-1]) for x in errors if x["type"] == kind and tuple(x["loc"][:-1]) == parent]
+        where, _ = _path(parent, tags)
+        if kind == "missing":
+            return f"{where or 'the body'} is missing field(s): {', '.join(map(repr, names))}."
+        if not where:
+            return f"unknown field(s) {names}; the body has its model's fields (/openapi.json)."
+        if where == "request" and tag is not None:
+            known = [f for f in tags[tag].model_fields if f != "format"]
+            return f"unknown {tags[tag].NOUN} field(s) {names[:10]}; a {tag!r} request has {known}."
+        return f"unknown {where.removeprefix('request.')} field(s) {names[:10]}."
+    if kind in ("model_type", "dict_type", "model_attributes_type") and not loc:
+        return "the body must be a JSON object {\"request\": {...}, \"k\": 8}."
+    if kind == "union_tag_not_found":
+        return "'request' must be a request object (a request type's to_dict(): ClassRowsRequest, LocationRequest, ...)."
+    if kind == "union_tag_invalid":
+        return (f"unsupported request format {e.get('ctx', {}).get('tag')!r}; this server resolves "
+                f"{e.get('ctx', {}).get('expected_tags')}.")
+    cell = _cell_message(path, e)
+    if cell is not None:
+        return cell
+    msg = e["msg"]
+    if kind == "literal_error" and tag is not None and path.count(".") == 1:
+        return f"a {tag!r} request has {path.split('.')[1]} {e.get('ctx', {}).get('expected')}; got {e.get('input')!r:.40}."
+    if kind == "literal_error":
+        return f"{path} must be one of {e.get('ctx', {}).get('expected')}, got {e.get('input')!r:.40}."
+    if msg.startswith("Input should be "):
+        return f"{path or 'the body'} must be {msg[len('Input should be '):]}, got {e.get('input')!r:.40}."
+    if msg.startswith("Value error, "):  # a validator's InvalidInputError
+        msg = msg[len("Value error, "):]
+    return msg if not path or kind in wire.CUSTOM_ERRORS else f"{path}: {msg}"
 
 
-def check_shortlist(shortlist: Any, settings: ServiceSettings) -> None:
-    """k' of a class-rows or cell request: an integer in ``1..settings.max_shortlist`` (a service's
-    own limit, at most the protocol's :data:`~pm_vector.protocol.bounds.MAX_K_PRIME`, which
-    :mod:`pm_vector.db` checks again for callers that bypass the service)."""
-    if isinstance(shortlist, bool) or not isinstance(shortlist, int) or not 1 <= shortlist <= settings.max_shortlist:
-        raise ApiError(422, "invalid_input", "request.shortlist (k') must be an integer in "
-                                             f"1..{settings.max_shortlist}, got {shortlist!r}.")
-
-
-def check_query_request(r: dict, settings: ServiceSettings, name: str):
-    """Validate a pm_vector request (one noised row per class); returns a ClassRowsRequest or raises ApiError."""
-    from ..protocol.class_rows import ClassRowsRequest
-
-    check_matrix(r.get("rows"), "request.rows", settings)
-    if r.get("collection") not in (None, name):
-        raise ApiError(422, "invalid_input", f"the request was built for collection {r.get('collection')!r}, "
-                                             f"not {name!r}.")
-    check_shortlist(r.get("shortlist"), settings)
-    try:
-        return ClassRowsRequest.from_dict(r)
-    except (InvalidInputError, TypeError, ValueError) as exc:
-        raise ApiError(422, "invalid_input", f"invalid pm_vector request: {exc}") from None
-
-
-def check_cell_request(r: dict, settings: ServiceSettings, name: str):
-    """Validate a cell request (release "cells": one reported cell per class); returns a CellRequest
-    or raises ApiError. Its level, digest and number of reports are checked against the run by
-    :func:`pm_vector.db.resolve.cell_resolution.check_against_run` (422 as well)."""
-    from ..protocol.cell_request import CellRequest
-
-    reports = r.get("reports")
-    if not isinstance(reports, list) or not reports:
-        raise ApiError(422, "invalid_input", "request.reports must be a non-empty list of cells (one per class).")
-    if len(reports) > settings.max_rows:
-        raise ApiError(413, "too_many_rows", f"request.reports has {len(reports):,} cells; this server accepts at most "
-                                             f"{settings.max_rows:,}.")
-    if r.get("collection") not in (None, name):
-        raise ApiError(422, "invalid_input", f"the request was built for collection {r.get('collection')!r}, "
-                                             f"not {name!r}.")
-    check_shortlist(r.get("shortlist", DEFAULT_SHORTLIST), settings)
-    try:
-        return CellRequest.from_dict(r)
-    except (InvalidInputError, TypeError, ValueError) as exc:
-        raise ApiError(422, "invalid_input", f"invalid cell request: {exc}") from None
-
-
-def check_distances_body(d: Any, settings: ServiceSettings) -> tuple[list[list[float]], int | None]:
-    """Validate a ``/kahm/distances`` body; returns ``(features rows, model_id)`` or raises ApiError.
-    The feature dimension is checked against the collection by :func:`pm_vector.db.kahm.roles.party_distances`."""
-    if not isinstance(d, dict):
-        raise ApiError(422, "invalid_input", "the body must be a JSON object {\"features\": [[...], ...]}.")
-    unknown = sorted(set(d) - {"features", "model_id"})
-    if unknown:
-        raise ApiError(422, "invalid_input", f"unknown field(s) {unknown}; the body has 'features' and 'model_id'.")
-    mid = d.get("model_id")
-    if mid is not None and (isinstance(mid, bool) or not isinstance(mid, int) or not 1 <= mid < 2 ** 63):
-        raise ApiError(422, "invalid_input", f"model_id must be a positive integer or null, got {mid!r}.")
-    X = d.get("features")
-    check_matrix(X, "features", settings)
-    return X, mid
-
-
-def check_seeded(r: dict, settings: ServiceSettings) -> None:
-    """Refuse (403) a request marked seeded -- ``"seeded"`` of a class-rows request, ``params.seeded``
-    of the paper's -- unless ``settings.allow_seeded_requests``: its noise is a function of a seed,
-    so it is not a private release, and only tests may send it."""
-    params = r.get("params")
-    marks = [r.get("seeded"), params.get("seeded") if isinstance(params, dict) else None]
-    if any(m is not None and not isinstance(m, bool) for m in marks):
-        raise ApiError(422, "invalid_input", "seeded must be true or false (a JSON boolean).")
-    if not settings.allow_seeded_requests and any(m is True for m in marks):
-        raise ApiError(403, "seeded_request", "the request is marked seeded (its noise follows from a seed: not a "
-                                              "private release); this service refuses seeded requests unless its "
-                                              "setting allow_seeded_requests is on "
-                                              "(PM_VECTOR_SERVICE_ALLOW_SEEDED_REQUESTS=1, for tests only).")
-
-
-#: the media types of a request body this service reads (JSON only; a parameter such as
-#: ``charset=utf-8`` may follow)
-JSON_MEDIA_TYPES = ("application/json",)
-
-
-async def require_json(request: Request) -> None:
-    """A dependency of every endpoint with a body: 415 unless ``Content-Type`` is JSON (before
-    the body is read)."""
-    ct = request.headers.get("content-type") or ""
-    if ct.split(";", 1)[0].strip().lower() not in JSON_MEDIA_TYPES:
-        raise ApiError(415, "unsupported_media_type", f"the body must be sent as Content-Type: application/json, got "
-                                                      f"{ct[:60]!r}; the service reads JSON only.")
+def api_error(exc: ValidationError, tags: Mapping[str, Any] | None = None) -> ApiError:
+    """The service's error answer of a model's refusal: 413 when a size limit refused it, else 422
+    with the first problem (``tags``: a union's member models by tag, to name a request's fields)."""
+    errors = exc.errors(include_url=False)
+    tags = tags or {}
+    big = next((e for e in errors if e["type"] in wire.TOO_LARGE), None)
+    if big is not None:
+        return ApiError(413, big["type"], big["msg"])
+    return ApiError(422, "invalid_input", _message(errors[0], errors, tags) if errors else str(exc))

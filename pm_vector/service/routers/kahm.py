@@ -9,11 +9,10 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
 from .. import schemas
-from ..deps import AUTH, JSON_BODY, NEG, SettingsDep, StateDep
+from ..deps import AUTH, JSON_BODY, NEG, SettingsDep, StateDep, parse_model
 from ..media import body_schema, body_type, read_body, respond
 from ..settings import ServiceSettings
 from ..state import ServiceState
-from ..validation import check_distances_body
 
 router = APIRouter()
 
@@ -30,7 +29,8 @@ def kahm_models(name: str, request: Request):
 
 def _distances_sync(name: str, media: str, body: bytes, settings: ServiceSettings,
                     state: ServiceState) -> dict[str, Any]:
-    X, mid = check_distances_body(read_body(media, body, settings), settings)
+    d = parse_model(schemas.DistancesBody, media, body, settings)
+    X, mid = d.features, d.model_id
     from ...db.kahm import party_distances
     from ..documents import plain_json
 

@@ -17,30 +17,34 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
 from ...protocol.bounds import MAX_QUERY_ROWS
-from .. import schemas
+from ...protocol.codec import JSON, MSGPACK
 from ..deps import AUTH, JSON_BODY, NEG, CallerDep, SettingsDep, StateDep
 from ..errors import ApiError
 from ..media import body_schema, body_type, read_body, respond
 from ..settings import ServiceSettings
 from ..state import ServiceState
-from ..validation import check_resolve_body
+from ..resolve_body import Resolve, parse_resolve_body
 
 router = APIRouter()
+
+#: the answer's declaration: the served releases' answer models (``ResolveAnswer``, made by
+#: :func:`pm_vector.service.resolve_body.resolve_schemas`), in either media type. Not a
+#: ``response_model``: the answer is written as Accept asks, msgpack with numpy arrays as an
+#: extension type and code bytes as ``bin`` (FastAPI's response_model serialises JSON only, and
+#: would validate every row of a large answer again); tests check real answers against the models.
+_REF = {"schema": {"$ref": "#/components/schemas/ResolveAnswer"}}
+ANSWER: dict = {200: {"description": "The answer of the request's release.", "content": {JSON: _REF, MSGPACK: _REF}}}
 log = logging.getLogger("pm_vector.service")
 
 
-def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: ServiceSettings, state: ServiceState,
+def _resolve_on_replica(name, body: Resolve, db_role, conn, settings: ServiceSettings, state: ServiceState,
                         login: tuple[str, str | None] | None = None):
     """The answer read on a replica in rotation (log written on ``conn``), or None: read on the
-    primary (no replica, a paper request, or the replica failed: it leaves the rotation).
-    ``login``: read on a pool that logs in as this (user, password), not under ``SET ROLE``."""
-    from ...protocol.cell_request import CellRequest
-    from ...protocol.class_rows import ClassRowsRequest
-    from ...protocol.location import LocationRequest
-
+    primary (no replica, a release whose wire model does not read on replicas -- the paper's --,
+    or the replica failed: it leaves the rotation). ``login``: read on a pool that logs in as this
+    (user, password), not under ``SET ROLE``."""
     router = state.router
-    # the paper's requests: on the primary
-    if router is None or not isinstance(req, (ClassRowsRequest, CellRequest, LocationRequest)):
+    if router is None or not body.on_replica:
         return None
     url = router.pick()
     if url is None:
@@ -56,8 +60,9 @@ def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: Serv
     try:
         pool = state.read_pool(purl, settings.pool_max)  # one per replica and login, made on its first read
         with pool.connection_as(None if login else db_role) as rconn:
-            return resolve_document(name, req, k=k, include_features=inc, conn=conn, read_conn=rconn,
-                                    max_query_rows=min(settings.max_rows, MAX_QUERY_ROWS), answer=answer)
+            return resolve_document(name, body.request, k=body.k, include_features=body.include_features, conn=conn,
+                                    read_conn=rconn, max_query_rows=min(settings.max_rows, MAX_QUERY_ROWS),
+                                    answer=body.answer)
     except (psycopg.OperationalError, DatabaseConfigError) as exc:
         router.mark_failed(url, type(exc).__name__)
         log.warning("replica %s left the rotation (%s); reading on the primary", redact(url), type(exc).__name__)
@@ -66,7 +71,7 @@ def _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings: Serv
 
 def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None, settings: ServiceSettings,
                   state: ServiceState) -> dict[str, Any]:
-    req, k, inc, answer = check_resolve_body(read_body(media, body, settings), settings, name)
+    parsed = parse_resolve_body(read_body(media, body, settings), settings, name)
     from ..documents import resolve_document
 
     db_role = state.query_role if key_role == "query" else None
@@ -78,10 +83,11 @@ def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None, sett
                                    state.pool.connection_as(db_role)) as conn:
             login = state.query_login if own is not None else None
             res = None if own is not None and login is None else \
-                _resolve_on_replica(name, req, k, inc, answer, db_role, conn, settings, state, login=login)
+                _resolve_on_replica(name, parsed, db_role, conn, settings, state, login=login)
             if res is None:
-                res = resolve_document(name, req, k=k, include_features=inc, conn=conn,
-                                       max_query_rows=min(settings.max_rows, MAX_QUERY_ROWS), answer=answer)
+                res = resolve_document(name, parsed.request, k=parsed.k, include_features=parsed.include_features,
+                                       conn=conn, max_query_rows=min(settings.max_rows, MAX_QUERY_ROWS),
+                                       answer=parsed.answer)
     except psycopg.errors.InsufficientPrivilege as exc:
         if db_role is None:
             raise
@@ -94,13 +100,15 @@ def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None, sett
 
 
 @router.post("/collections/{name}/resolve", dependencies=AUTH + JSON_BODY + NEG,
-             response_model=schemas.ResolveResponse, tags=["resolve"], openapi_extra=body_schema("ResolveBody"))
+             tags=["resolve"], openapi_extra=body_schema("ResolveBody"), responses=ANSWER)
 async def resolve_endpoint(name: str, request: Request, settings: SettingsDep, state: StateDep, caller: CallerDep):
-    """Resolve a request: one entry of ``rows`` per request row; only the client knows which row is real.
+    """Resolve a request of any release the service serves (``ResolveBody``: its ``request`` is one
+    of the releases' request documents, by its ``format``; :mod:`pm_vector.service.resolve_body`).
 
-    The body is ``{"request": ClassRowsRequest / CellRequest / PrivateMailRequest .to_dict(), "k": 8,
-    "answer": "compact" | "features" | "full", "code_bytes": b}``. The compact answer (default of
-    class-rows and cell requests) carries every row's candidate ids and product-code prefixes (and
+    A location request (the default release) is answered with one list of candidates
+    (``LocationAnswer``); a class-rows, cell or paper request with one entry of ``rows`` per request
+    row (``ResolveResponse``): only the client knows which row is real. The compact answer (default
+    of pm_vector's releases) carries every row's candidate ids and product-code prefixes (and
     payloads when there are any): :func:`pm_vector.service.documents.resolve_document`; ``"features"`` the
     full rows with raw features (collections that allow them; ``"include_features": true`` says the
     same)."""
