@@ -11,7 +11,8 @@ from fastapi import Request
 
 from ..protocol import bounds
 from ..protocol.class_rows import DEFAULT_SHORTLIST
-from ..protocol.formats import CELL_FORMAT, CLASS_ROWS_FORMAT, LOCATION_FORMAT
+from ..protocol import releases
+from ..protocol.formats import PRIVATEMAIL_FORMAT
 from ..errors import InvalidInputError
 from .errors import ApiError
 from .settings import ServiceSettings
@@ -91,7 +92,6 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
     ``include_features: true`` says the same); ``"full"`` the full rows without features.
     ``code_bytes`` (compact answers): the code width, one of the run's published code widths
     (checked against the run: a 422 saying which), default the whole code."""
-    from ..protocol.paper import PrivateMailRequest
     from ..manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES
 
     if not isinstance(d, dict):
@@ -122,43 +122,48 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
         raise ApiError(422, "invalid_input", "'request' must be a request object (ClassRowsRequest.to_dict(), or "
                                              "PrivateMailRequest.to_dict() for the paper's protocol).")
     check_seeded(r, settings)
-    ours = r.get("format") in (CLASS_ROWS_FORMAT, CELL_FORMAT, LOCATION_FORMAT)
-    if answer is None:
-        answer = "features" if inc else ("compact" if ours else "full")
+    rel = releases.by_format(r.get("format", PRIVATEMAIL_FORMAT))  # the paper's requests may omit it
+    if rel is None or rel.service_check is None:
+        served = [f for f, x in releases.RELEASES.items() if x.service_check is not None]
+        raise ApiError(422, "invalid_input", f"unsupported request format {str(r.get('format'))[:60]!r}; this "
+                                             f"service answers the releases {served} (their request's format).")
+    if answer is None:  # the release's own default answer
+        answer = "features" if inc else rel.answers[0]
     inc = answer == "features"
     if cb is not None and answer != "compact":
         raise ApiError(422, "invalid_input", "code_bytes applies to compact answers (answer 'compact').")
-    opts = {"compact": answer == "compact", "code_bytes": cb}
-    if r.get("format") == LOCATION_FORMAT:
-        from ..protocol.location import LocationRequest
+    if answer not in rel.answers:
+        raise ApiError(422, "invalid_input", f"a {rel.name} request's answer is one of {list(rel.answers)}, not "
+                                             f"{answer!r}; drop answer and include_features for its default.")
+    req = releases.load(rel.service_check)(r, settings, name, k=k, code_bytes=cb)
+    return req, k, inc, {"compact": answer == "compact", "code_bytes": cb}
 
-        if answer != "compact" or cb is not None:
-            raise ApiError(422, "invalid_input", "a location answer is compact, with the code width the request names "
-                                                 "(request.code_bytes); drop answer, code_bytes and include_features.")
-        try:
-            lr = LocationRequest.from_dict(r)
-        except InvalidInputError as exc:
-            raise ApiError(422, "invalid_input", f"invalid location request: {exc}") from None
-        if lr.collection not in (None, name):
-            raise ApiError(422, "invalid_input", f"the request was built for collection {lr.collection!r:.60}, "
-                                                 f"not {name!r}.")
-        # one list of at most protocol.location.MAX_CANDIDATES candidates (the request type's bound):
-        # its size is what the client's byte budget chose, not rows x k
-        return lr, k, False, opts
-    if r.get("format") == CLASS_ROWS_FORMAT:
-        q = check_query_request(r, settings, name)
-        check_cells(len(r["rows"]), max(k, int(r.get("shortlist") or 1)), settings)
-        return q, k, inc, opts
-    if r.get("format") == CELL_FORMAT:
-        cr = check_cell_request(r, settings, name)
-        check_cells(cr.n_rows, max(k, cr.shortlist), settings)
-        return cr, k, inc, opts
-    if answer == "compact":
-        raise ApiError(422, "invalid_input", "a compact answer (ids and product codes) applies to class-rows and cell "
-                                             f"requests (formats {CLASS_ROWS_FORMAT!r}, {CELL_FORMAT!r}); ask the "
-                                             "paper's protocol for answer 'full' or 'features'.")
-    # the paper request's schema, types and bounds are PrivateMailRequest's (pm_vector.protocol.paper),
-    # checked below after the size limits
+
+def check_location_request(r: dict, settings: ServiceSettings, name: str, *, k: int, code_bytes=None):
+    """Validate a location request (one reported cell of the whole collection); returns a
+    LocationRequest or raises ApiError. Its answer is one list of at most
+    :data:`pm_vector.protocol.location.MAX_CANDIDATES` candidates (the request type's bound): its
+    size is what the client's byte budget chose, not rows x k."""
+    from ..protocol.location import LocationRequest
+
+    if code_bytes is not None:
+        raise ApiError(422, "invalid_input", "a location answer is compact, with the code width the request names "
+                                             "(request.code_bytes); drop answer, code_bytes and include_features.")
+    try:
+        lr = LocationRequest.from_dict(r)
+    except InvalidInputError as exc:
+        raise ApiError(422, "invalid_input", f"invalid location request: {exc}") from None
+    if lr.collection not in (None, name):
+        raise ApiError(422, "invalid_input", f"the request was built for collection {lr.collection!r:.60}, "
+                                             f"not {name!r}.")
+    return lr
+
+
+def check_paper_request(r: dict, settings: ServiceSettings, name: str, *, k: int, code_bytes=None):
+    """Validate the paper's request: its schema, types and bounds are PrivateMailRequest's
+    (:mod:`pm_vector.protocol.paper`), checked after the size limits."""
+    from ..protocol.paper import PrivateMailRequest
+
     emb = r.get("embedding")
     check_matrix(emb, "request.embedding", settings)
     if r.get("collection") not in (None, name):
@@ -169,10 +174,9 @@ def check_resolve_body(d: Any, settings: ServiceSettings, name: str):
         raise ApiError(422, "invalid_input", f"request.n_query_rows must be an integer in 1..{len(emb)}, got {nq!r}.")
     check_cells(nq, k, settings)
     try:
-        req = PrivateMailRequest.from_dict(r)
+        return PrivateMailRequest.from_dict(r)
     except (InvalidInputError, TypeError, ValueError) as exc:
         raise ApiError(422, "invalid_input", f"invalid PrivateMail request: {exc}") from None
-    return req, k, inc, opts
 
 
 def check_shortlist(shortlist: Any, settings: ServiceSettings) -> None:
@@ -184,8 +188,9 @@ def check_shortlist(shortlist: Any, settings: ServiceSettings) -> None:
                                              f"1..{settings.max_shortlist}, got {shortlist!r}.")
 
 
-def check_query_request(r: dict, settings: ServiceSettings, name: str):
-    """Validate a pm_vector request (one noised row per class); returns a ClassRowsRequest or raises ApiError."""
+def check_query_request(r: dict, settings: ServiceSettings, name: str, *, k: int | None = None, code_bytes=None):
+    """Validate a pm_vector request (one noised row per class); returns a ClassRowsRequest or raises
+    ApiError. ``k``: the body's, for the answer's size (rows x max(k, k'))."""
     from ..protocol.class_rows import ClassRowsRequest
 
     check_matrix(r.get("rows"), "request.rows", settings)
@@ -194,12 +199,15 @@ def check_query_request(r: dict, settings: ServiceSettings, name: str):
                                              f"not {name!r}.")
     check_shortlist(r.get("shortlist"), settings)
     try:
-        return ClassRowsRequest.from_dict(r)
+        q = ClassRowsRequest.from_dict(r)
     except (InvalidInputError, TypeError, ValueError) as exc:
         raise ApiError(422, "invalid_input", f"invalid pm_vector request: {exc}") from None
+    if k is not None:
+        check_cells(q.n_rows, max(k, q.shortlist), settings)
+    return q
 
 
-def check_cell_request(r: dict, settings: ServiceSettings, name: str):
+def check_cell_request(r: dict, settings: ServiceSettings, name: str, *, k: int | None = None, code_bytes=None):
     """Validate a cell request (release "cells": one reported cell per class); returns a CellRequest
     or raises ApiError. Its level, digest and number of reports are checked against the run by
     :func:`pm_vector.db.resolve.cell_resolution.check_against_run` (422 as well)."""
@@ -216,9 +224,12 @@ def check_cell_request(r: dict, settings: ServiceSettings, name: str):
                                              f"not {name!r}.")
     check_shortlist(r.get("shortlist", DEFAULT_SHORTLIST), settings)
     try:
-        return CellRequest.from_dict(r)
+        cr = CellRequest.from_dict(r)
     except (InvalidInputError, TypeError, ValueError) as exc:
         raise ApiError(422, "invalid_input", f"invalid cell request: {exc}") from None
+    if k is not None:
+        check_cells(cr.n_rows, max(k, cr.shortlist), settings)
+    return cr
 
 
 def check_distances_body(d: Any, settings: ServiceSettings) -> tuple[list[list[float]], int | None]:
