@@ -24,6 +24,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..protocol import releases
+
 DEMO_SIZES = {"digits": (1000, 300, 150, 60), "fashion-mnist": (5000, 500, 300, 40)}
 K = 8
 
@@ -102,9 +104,7 @@ def _queries_at(client, name: str, eps: float, delta: float, Xq, yq, ys, where: 
         # the compact answer carries ids: the demo knows its items' labels and external ids
         pos = [where[int(v)] for v in r["item_ids"]]
         labels.append(ys[pos])
-        used.add(f"location M={r['level']}, {r['candidates']}x{r['code_bytes']} B"
-                 if r["release"] == "location" else
-                 f"{r['release']} K={r['n_cells']}" if r.get("n_cells") else r["release"])
+        used.add(releases.describe(r))  # e.g. "location M=256, 40x16 B"
         answers.append(ext[pos].tolist())
         nn.append(len(set(answers[-1]) & set(ext[idx[i]].tolist())) / K)
         lat.append(r["timing"]["total_ms"])

@@ -61,7 +61,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ..shortlist import MAX_PRIOR
-from .latency_clients import Requests, client_requests
+from .latency_clients import TIMED, Requests, client_requests
 
 N_FINE = 100
 
@@ -178,7 +178,7 @@ def _check_config(cfg: LatencyConfig) -> None:
     """Refuse a configuration the benchmark cannot run, before anything is built."""
     if cfg.items < 1 or cfg.anchors < 2 or cfg.repeats < 1 or not cfg.rows:
         raise InvalidInputError("items, repeats must be >= 1, anchors >= 2, and rows non-empty.")
-    if cfg.release not in ("location", "gaussian", "cells", "both", "all"):
+    if cfg.release not in TIMED:
         raise InvalidInputError(f"release must be location, gaussian, cells, both or all, got {cfg.release!r}.")
     if cfg.answer not in ("compact", "full"):
         raise InvalidInputError(f"answer must be compact or full, got {cfg.answer!r}.")

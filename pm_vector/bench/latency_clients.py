@@ -59,46 +59,92 @@ def client_requests(cfg, name: str, C: int, n_items: int, pa, info, frame,
     """Every timed release's client and its ``n_query`` requests, each request timed: (a) PrivateMail,
     then the location, cell and Gaussian releases the run publishes and ``cfg.release`` asks for."""
     from ..client import PrivateMail
-    from ..client.query import PrivateKNN
-    from ..manifold.class_frames import ClassFrames
-    from ..privacy import secure_generator
 
     client = PrivateMail(frame, epsilon=cfg.epsilon, delta=cfg.delta, _rng=cfg.seed + 7)
     out, client_ms = _timed(lambda i: client.request(Xq[i], int(yq_c[i]), pa, collection=name), n_query, cfg.warmup)
     r = Requests(shape=answer_shape(cfg, C, info), client_ms=client_ms,
                   reqs=[req.to_json() for req, _ in out], secrets=[sec for _, sec in out])
 
-    frames_doc = info.get("class_frames")
-    shape = r.shape
-    if info.get("public_locations") and cfg.release in ("location", "all"):
-        from ..client.location import PrivateLocationKNN
-        from ..manifold.public_cells import PublicCells
-        from ..protocol.published_codes import unpack
-
-        pc = unpack(info["product_codes"], info["class_rows"]["codes"]["digest"])
-        loc_client = PrivateLocationKNN(PublicCells.from_dict(info["public_locations"]), cfg.epsilon,
-                                        n_items=n_items, widths=pc.widths_, collection=name)
-        loc_client._inject_generator(secure_generator(cfg.seed + 19))
-        r.loc_client = loc_client
-        r.loc_reqs, r.loc_client_ms = _timed(lambda i: loc_client.request(Xq[i]).to_json(), n_query, cfg.warmup)
-    if info.get("public_cells") and cfg.release in ("cells", "both", "all"):
-        from ..client.cell_client import PrivateCellKNN
-        from ..manifold.public_cells import PublicCells
-
-        from ..privacy.cell_release import max_cells_for
-
-        cells_client = PrivateCellKNN(PublicCells.from_dict(info["public_cells"]), cfg.epsilon,
-                                      shortlist=shape["cells"][0], collection=name,
-                                      max_cells=max_cells_for(n_items, C, shape["cells"][0]))
-        cells_client._inject_generator(secure_generator(cfg.seed + 17))
-        r.cells_client = cells_client
-        out, r.cell_client_ms = _timed(lambda i: cells_client.request(Xq[i], int(yq_c[i])), n_query, cfg.warmup)
-        r.cell_reqs = [req.to_json() for req, _ in out]
-    if frames_doc and cfg.release in ("gaussian", "both", "all"):
-        pmv = PrivateKNN(ClassFrames.from_dict(frames_doc), pa.dummy_features, pa.dummy_labels, cfg.epsilon,
-                         cfg.delta, shortlist=shape["gaussian"][0], collection=name)
-        pmv._inject_generator(secure_generator(cfg.seed + 13))
-        r.pmv = pmv
-        out, r.pmv_client_ms = _timed(lambda i: pmv.request(Xq[i], int(yq_c[i])), n_query, cfg.warmup)
-        r.pmv_reqs = [req.to_json() for req, _ in out]
+    ctx = _Ctx(cfg, name, C, n_items, pa, info, Xq, yq_c, n_query)
+    for release in TIMED[cfg.release]:
+        _CLIENTS[release](r, ctx)
     return r
+
+
+#: ``bench latency --release``: which releases of the table it times, in this order
+TIMED = {"location": ("location",), "cells": ("cells",), "gaussian": ("gaussian",), "both": ("cells", "gaussian"),
+         "all": ("location", "cells", "gaussian")}
+
+
+@dataclass
+class _Ctx:
+    """What every release's timed client is built from."""
+
+    cfg: Any
+    name: str
+    C: int
+    n_items: int
+    pa: Any
+    info: Any
+    Xq: np.ndarray
+    yq_c: np.ndarray
+    n_query: int
+
+
+def _location(r: Requests, x: _Ctx) -> None:
+    """The location release's client and requests, when the run publishes its cells."""
+    if not x.info.get("public_locations"):
+        return
+    from ..client.location import PrivateLocationKNN
+    from ..manifold.public_cells import PublicCells
+    from ..privacy import secure_generator
+    from ..protocol.published_codes import unpack
+
+    cfg, Xq = x.cfg, x.Xq
+    pc = unpack(x.info["product_codes"], x.info["class_rows"]["codes"]["digest"])
+    loc_client = PrivateLocationKNN(PublicCells.from_dict(x.info["public_locations"]), cfg.epsilon,
+                                    n_items=x.n_items, widths=pc.widths_, collection=x.name)
+    loc_client._inject_generator(secure_generator(cfg.seed + 19))
+    r.loc_client = loc_client
+    r.loc_reqs, r.loc_client_ms = _timed(lambda i: loc_client.request(Xq[i]).to_json(), x.n_query, cfg.warmup)
+
+
+def _cells(r: Requests, x: _Ctx) -> None:
+    """The cell release's client and requests, when the run publishes its cells."""
+    if not x.info.get("public_cells"):
+        return
+    from ..client.cell_client import PrivateCellKNN
+    from ..manifold.public_cells import PublicCells
+    from ..privacy import secure_generator
+    from ..privacy.cell_release import max_cells_for
+
+    cfg, Xq, yq_c, shape = x.cfg, x.Xq, x.yq_c, r.shape
+    cells_client = PrivateCellKNN(PublicCells.from_dict(x.info["public_cells"]), cfg.epsilon,
+                                  shortlist=shape["cells"][0], collection=x.name,
+                                  max_cells=max_cells_for(x.n_items, x.C, shape["cells"][0]))
+    cells_client._inject_generator(secure_generator(cfg.seed + 17))
+    r.cells_client = cells_client
+    out, r.cell_client_ms = _timed(lambda i: cells_client.request(Xq[i], int(yq_c[i])), x.n_query, cfg.warmup)
+    r.cell_reqs = [req.to_json() for req, _ in out]
+
+
+def _gaussian(r: Requests, x: _Ctx) -> None:
+    """The Gaussian class-rows release's client and requests, when the run publishes class frames."""
+    frames_doc = x.info.get("class_frames")
+    if not frames_doc:
+        return
+    from ..client.query import PrivateKNN
+    from ..manifold.class_frames import ClassFrames
+    from ..privacy import secure_generator
+
+    cfg, Xq, yq_c, pa = x.cfg, x.Xq, x.yq_c, x.pa
+    pmv = PrivateKNN(ClassFrames.from_dict(frames_doc), pa.dummy_features, pa.dummy_labels, cfg.epsilon,
+                     cfg.delta, shortlist=r.shape["gaussian"][0], collection=x.name)
+    pmv._inject_generator(secure_generator(cfg.seed + 13))
+    r.pmv = pmv
+    out, r.pmv_client_ms = _timed(lambda i: pmv.request(Xq[i], int(yq_c[i])), x.n_query, cfg.warmup)
+    r.pmv_reqs = [req.to_json() for req, _ in out]
+
+
+#: the timed client of each release of the table
+_CLIENTS = {"location": _location, "cells": _cells, "gaussian": _gaussian}

@@ -82,6 +82,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InvalidInputError, PMVectorError
+from ..protocol import releases
 from . import cell_methods, location_methods
 from . import privacy_methods as pm
 from .baselines import DPPCA, DPRandomProjection, RawKNN
@@ -287,7 +288,7 @@ def _run_method(ctx, cfg: BenchConfig, method: str, k: int, shortlist: int, reco
         return
     if method == "download_lists":
         levels = sorted({int(r["n_cells"]) for r in record.results
-                         if r.get("release") == "cells" and r["method"] != "pm_vector_compact"} or
+                         if r.get("n_cells") and r["method"] != "pm_vector_compact"} or
                         {cell_methods.level_for(ctx, e) for e in cfg.epsilons})
         for K in levels:
             t = time.perf_counter()
@@ -429,5 +430,6 @@ def _delta_of(method: str, eps, extra: dict, cfg: BenchConfig):
         return 0.0
     if eps is None or (isinstance(eps, float) and math.isinf(eps)):
         return None
-    return 0.0 if extra.get("release") in ("cells", "location") else float(cfg.delta)
+    rel = releases.RELEASES.get(extra.get("release"))
+    return float(rel.guarantee.delta) if rel is not None and rel.guarantee.pure else float(cfg.delta)
 

@@ -24,7 +24,7 @@ from ..manifold import AnchorFrame
 from ..manifold.class_frames import ClassFrames
 from ..manifold.codes import ProductCodes, compact_answer_shape
 from ..privacy import secure_generator
-from ..privacy.cell_release import release_for_epsilon
+from ..protocol import releases
 from ..shortlist import PosteriorShortlist, noise_free_shortlist
 from . import cell_methods
 from .baselines import ReferenceClassLDP, knn_search
@@ -131,10 +131,10 @@ def _variant_inputs(ctx: _Context, variant: str):
 
 
 def _default(ctx: _Context, eps, variant: str, shortlist: int | None = None):
-    """What the public rule picks at ``eps``: the cell release or the Gaussian one."""
-    if release_for_epsilon(eps) == "cells":
-        return _cells(ctx, eps, variant, shortlist)
-    return _gaussian(ctx, eps, variant, shortlist)
+    """What the public rule (:func:`pm_vector.protocol.releases.default_release` among the class-rows
+    releases) picks at ``eps``: the cell release or the Gaussian one."""
+    run = _CLASS_ROWS_RUNS[releases.default_release(eps, class_rows=True).name]
+    return run(ctx, eps, variant, shortlist)
 
 
 def _cells(ctx: _Context, eps, variant: str, shortlist: int | None = None):
@@ -228,20 +228,25 @@ def _dp_projection(ctx: _Context, eps, cls):
 
 
 
+#: the benchmark's run of each class-rows release of the table
+_CLASS_ROWS_RUNS = {"cells": _cells, "gaussian": _gaussian}
+
+
 def _rerank(Xq, Xs, cand, k) -> np.ndarray:
     return np.stack([PrivateKNN.rerank(Xq[i], cand[i], Xs[cand[i]], k) for i in range(len(Xq))])
 
 
 def compact(ctx: _Context, eps):
-    """The default answer: the release :func:`release_for_epsilon` picks, its shape ``(k', b)`` by
+    """The default answer: the class-rows release :func:`~pm_vector.protocol.releases.default_release` picks, its shape ``(k', b)`` by
     the public rule :func:`compact_answer_shape`, every row's ``k'`` candidates as uint32 ids and
     ``b``-byte code prefixes; the client re-ranks its row by :meth:`ProductCodes.distances`.
 
     Returns ``(candidates (q, k'), retrieved (q, k), request bytes, answer bytes, extra)``."""
     pc, codes = ctx.codes
     k = int(ctx.cfg.k)
-    release = release_for_epsilon(eps)
-    shortlist, b = compact_answer_shape(ctx.C, release, eps, pc.widths_)
+    rel = releases.default_release(eps, class_rows=True)
+    release = rel.name
+    shortlist, b = compact_answer_shape(ctx.C, rel, eps, pc.widths_)
     shortlist = min(shortlist, len(ctx.ys))
     cand, req_bytes, rows, extra = _default(ctx, eps, "labelled", shortlist)
     cand = np.asarray(cand, dtype=np.int64)

@@ -193,6 +193,8 @@ def privacy(
 
 
 def _print_privacy_table(result: dict) -> None:
+    from ..protocol import releases  # the CLI starts without numpy and scipy; this loads them
+
     k = result["k"]
     kb = result["collection_bytes"] / 1e3
     t = Table(title=f"{result['dataset']}: k'={result['shortlist']} candidates re-ranked to {k}, "
@@ -208,11 +210,11 @@ def _print_privacy_table(result: dict) -> None:
         elif r["method"] == "download_codes":
             rel = f"codes {r['code_bytes']} B"
         elif r["method"] == "pm_vector_location":
-            rel = f"M={r['level']}, {r['candidates']}x{r['code_bytes']} B"
+            rel = releases.describe(r, "location")
         elif r["method"] == "pm_vector_compact":
-            rel = (f"cells K={r['n_cells']}" if rel == "cells" else rel) + f", {r['k_prime']}x{r['code_bytes']} B"
-        elif rel == "cells":
-            rel = f"cells K={r['n_cells']}"
+            rel = releases.describe(r) + f", {r['k_prime']}x{r['code_bytes']} B"
+        elif rel:
+            rel = releases.describe(r)  # e.g. "cells K=64"
         t.add_row(r["method"], "-" if e is None else (e if isinstance(e, str) else f"{e:g}"),
                   "-" if d is None else f"{d:g}", rel,
                   f"{r[f'nn_recall_at_{k}']:.3f}", f"{r[f'precision_at_{k}']:.3f}",

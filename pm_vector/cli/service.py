@@ -62,10 +62,11 @@ def serve(
 def _print_answer(res: dict, collection: str, k: int, epsilon: float, delta: float, protocol: str, url: str) -> None:
     """A query's answer as a table (rank, item, its external id, label and payload, distance), then
     what was spent and sent."""
-    how = res.get("release") or protocol
-    how += f", K={res['n_cells']}" if res.get("n_cells") and how != "location" else ""
-    if how == "location":
-        how += f" M={res['level']}, {res['candidates']} x {res['code_bytes']} B, {res['bytes_per_request']:,} B"
+    from ..protocol import releases  # the CLI starts without numpy and scipy; this loads them
+
+    how = releases.describe(res) if res.get("release") else protocol  # e.g. "cells K=64"
+    if res.get("bytes_per_request"):
+        how += f", {res['bytes_per_request']:,} B"
     t = Table(title=f"{collection}: {k} nearest ({how}; eps={epsilon:g}, delta={res.get('delta', delta):g})")
     cols = [c for c in ("external_ids", "labels", "payloads") if res.get(c) is not None]
     for c in ("rank", "item_id", *[c[:-1] for c in cols], "distance"):

@@ -337,20 +337,28 @@ MIN_K_PRIME = 8
 FULL_CODE_MIN_K_PRIME = 48
 #: never more candidates per row than this
 MAX_K_PRIME = 1000
-RELEASES = ("cells", "gaussian")
 #: the code prefixes the class-rows answers use when the codes publish them (measured: see below)
 CLASS_ROWS_PREFIXES = (32, 64)
+#: how each class-rows release picks its code prefix: ``"first"`` (the shortest stage, the most
+#: candidates) or ``"longest"`` (the longest that leaves ``FULL_CODE_MIN_K_PRIME`` candidates). The
+#: table of releases declares it (``Release.code_prefix``, :mod:`pm_vector.protocol.releases`, which
+#: sits above this module); this is its copy by name for callers that pass a name, and
+#: ``tests/protocol/test_releases.py`` checks the two agree
+CODE_PREFIX_RULES = {"cells": "first", "gaussian": "longest"}
 
 
 def _k_prime_within(n_rows: int, b: int, budget_bytes: int) -> int:
     return (budget_bytes // n_rows - ROW_FRAMING_BYTES) // (b + ID_BYTES)
 
 
-def compact_answer_shape(n_rows: int, release: str, epsilon: float, stage_bytes: tuple[int, ...],
+def compact_answer_shape(n_rows: int, release, epsilon: float, stage_bytes: tuple[int, ...],
                          budget_bytes: int = ANSWER_BUDGET_BYTES) -> tuple[int, int]:
     """The public rule for a compact answer's ``(k_prime, code_prefix_bytes)``: a function of public
     values only (the number of rows, the release, the published code stages, the budget), so the
     answer's shape says nothing about the query.
+
+    ``release``: a release of the table (:class:`pm_vector.protocol.releases.Release`: its
+    ``code_prefix``) or its name (:data:`CODE_PREFIX_RULES`).
 
     * ``k_prime`` is the most candidates per row whose ids (``ID_BYTES`` each), code prefixes and
       row framing (``ROW_FRAMING_BYTES``) fit in ``budget_bytes`` over ``n_rows`` rows, within
@@ -375,8 +383,11 @@ def compact_answer_shape(n_rows: int, release: str, epsilon: float, stage_bytes:
     ``(130, 32)``, Gaussian -> ``(69, 64)``."""
     if isinstance(n_rows, bool) or not isinstance(n_rows, (int, np.integer)) or n_rows < 1:
         raise InvalidInputError(f"n_rows must be a positive integer; got {n_rows!r}.")
-    if release not in RELEASES:
-        raise InvalidInputError(f"release must be one of {', '.join(RELEASES)}; got {release!r}.")
+    rule = getattr(release, "code_prefix", None) or (CODE_PREFIX_RULES.get(release) if isinstance(release, str)
+                                                     else None)
+    if rule not in ("first", "longest"):
+        raise InvalidInputError(f"release must be one of {', '.join(CODE_PREFIX_RULES)} (or a release of the table "
+                                f"with a code_prefix); got {getattr(release, 'name', release)!r:.60}.")
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, (int, np.integer)) or budget_bytes < 1:
         raise InvalidInputError(f"budget_bytes must be a positive integer; got {budget_bytes!r}.")
     stages = tuple(int(b) for b in stage_bytes or ())
@@ -388,6 +399,6 @@ def compact_answer_shape(n_rows: int, release: str, epsilon: float, stage_bytes:
     stages = tuple(b for b in stages if b in CLASS_ROWS_PREFIXES) or stages
     n, budget = int(n_rows), int(budget_bytes)
     b = stages[0]
-    if release == "gaussian":
+    if rule == "longest":
         b = next((w for w in reversed(stages) if _k_prime_within(n, w, budget) >= FULL_CODE_MIN_K_PRIME), b)
     return max(MIN_K_PRIME, min(_k_prime_within(n, b, budget), MAX_K_PRIME)), b

@@ -177,7 +177,9 @@ GAUSSIAN_ABOVE = 512.0
 
 
 def release_for_epsilon(epsilon) -> str:
-    """The default release for a request at ``epsilon``: ``"cells"`` below ``GAUSSIAN_ABOVE``,
-    ``"gaussian"`` from there (and at inf). A pure public function of eps (measured)."""
+    """The class-rows release for a request at ``epsilon``: ``"cells"`` below ``GAUSSIAN_ABOVE``,
+    ``"gaussian"`` from there (and at inf). A pure public function of eps (measured). The default
+    release is picked by :func:`pm_vector.protocol.releases.default_release` (the one rule, with
+    the same threshold; this is its answer among the class-rows releases, kept for callers)."""
     e = _check_epsilon(epsilon)
     return "gaussian" if e >= GAUSSIAN_ABOVE else "cells"

@@ -1,5 +1,8 @@
 """The wire protocol, below both the client and the server: what travels and how.
 
+* :mod:`.releases`: the one table of releases (name, format, request type, guarantee, the
+  client's builder, the server's resolver, the service's check, the run tables it reads) and the
+  one default rule; :mod:`.requests` holds read-only views of it under older names;
 * :mod:`.formats`: the format strings every request document names itself by;
 * :mod:`.bounds`: the bounds and field checks every request passes (one named constant per
   limit: :data:`~.bounds.MAX_K_PRIME`, :data:`~.bounds.MAX_QUERY_ROWS`, ...), used by the

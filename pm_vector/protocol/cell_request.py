@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from .class_rows import DEFAULT_SHORTLIST
-from .formats import CELL_FORMAT
+from .formats import CELL_FORMAT, expect
 
 
 @dataclass
@@ -36,8 +36,7 @@ class CellRequest:
     _OPTIONAL = ("shortlist", "collection", "release", "delta", "seeded")
 
     def __post_init__(self):
-        if self.release != "cells":
-            raise InvalidInputError(f"a cell request has release 'cells'; got {self.release!r:.40}.")
+        expect(self.release, "cells", f"a cell request has release 'cells'; got {self.release!r:.40}.")
         K = self.n_cells
         if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or not 2 <= int(K) <= 1 << 20:
             raise InvalidInputError(f"n_cells must be an integer in [2, 2^20]; got {K!r:.40}.")
@@ -88,8 +87,8 @@ class CellRequest:
 
     @classmethod
     def from_dict(cls, d) -> "CellRequest":
-        if not isinstance(d, dict) or d.get("format") != CELL_FORMAT:
-            raise InvalidInputError(f"not a cell request (format {CELL_FORMAT!r} expected).")
+        expect(d.get("format") if isinstance(d, dict) else None, CELL_FORMAT,
+               f"not a cell request (format {CELL_FORMAT!r} expected).")
         missing = [k for k in cls._NEED if k not in d]
         if missing:
             raise InvalidInputError(f"cell request is missing fields: {', '.join(missing)}.")

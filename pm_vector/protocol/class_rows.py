@@ -15,7 +15,7 @@ from .._validation import as_labels, as_matrix
 from ..errors import InvalidInputError
 from ..privacy.class_rows import NOISE
 from . import bounds
-from .formats import CLASS_ROWS_FORMAT
+from .formats import CLASS_ROWS_FORMAT, expect
 
 if TYPE_CHECKING:
     from ..manifold.class_frames import ClassFrames
@@ -34,6 +34,10 @@ def frames_digest(frames: "ClassFrames") -> str:
         # + 0.0 turns -0.0 into 0.0: a frame that went through a JSON store must hash the same
         h.update(np.ascontiguousarray(np.round(a, 12) + 0.0, dtype=np.float64).tobytes())
     return h.hexdigest()[:32]
+
+
+#: the noise name requests of older clients carry (before the discrete Gaussian was named)
+_OLD_NOISE = "gaussian"
 
 
 @dataclass
@@ -60,11 +64,10 @@ class ClassRowsRequest:
     release: str = "gaussian"
 
     def __post_init__(self):
-        if self.release != "gaussian":
-            raise InvalidInputError(f"a class-rows request has release 'gaussian'; got {self.release!r:.40}.")
+        expect(self.release, "gaussian", f"a class-rows request has release 'gaussian'; got {self.release!r:.40}.")
         self.rows = as_matrix(self.rows, "rows")
         C = self.rows.shape[0]
-        if self.noise not in (None, "gaussian", NOISE):
+        if self.noise not in (None, _OLD_NOISE, NOISE):
             raise InvalidInputError(f"noise must be {NOISE!r} (or 'gaussian' for requests of older clients); "
                                     f"got {self.noise!r:.40}.")
         bounds.check_values(self.rows, "rows")
@@ -98,8 +101,8 @@ class ClassRowsRequest:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ClassRowsRequest":
-        if not isinstance(d, Mapping) or d.get("format") != CLASS_ROWS_FORMAT:
-            raise InvalidInputError(f"not a pm_vector request (format {CLASS_ROWS_FORMAT!r} expected).")
+        expect(d.get("format") if isinstance(d, Mapping) else None, CLASS_ROWS_FORMAT,
+               f"not a pm_vector request (format {CLASS_ROWS_FORMAT!r} expected).")
         need = ("rows", "classes", "epsilon", "delta", "noise_scale", "sigmas", "frames_digest")
         missing = [k for k in need if k not in d]
         if missing:

@@ -14,3 +14,17 @@ __all__ = ["CELL_FORMAT", "CLASS_ROWS_FORMAT", "PRIVATEMAIL_FORMAT", "RELEASE_FO
 LOCATION_FORMAT = "pm_vector.location/1"
 
 __all__ += ["LOCATION_FORMAT"]
+
+
+def expect(value, wanted, message: str, error: type[Exception] | None = None) -> None:
+    """Raise ``error(message)`` (:class:`~pm_vector.errors.InvalidInputError` by default) unless
+    ``value == wanted``: how a request type checks its own document's ``format`` and ``release``
+    (one check for every type; which release a request is is :mod:`pm_vector.protocol.releases`'
+    business)."""
+    if value != wanted:
+        if error is None:
+            from ..errors import InvalidInputError as error
+        raise error(message)
+
+
+__all__ += ["expect"]

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import InvalidInputError
-from .formats import LOCATION_FORMAT
+from .formats import LOCATION_FORMAT, expect
 
 #: the most candidates a location answer may hold (pm_vector.shortlist.MAX_LOCATION_CANDIDATES)
 MAX_CANDIDATES = 65_536
@@ -68,8 +68,7 @@ class LocationRequest:
     _OPTIONAL = ("collection", "release", "delta", "seeded")
 
     def __post_init__(self):
-        if self.release != "location":
-            raise InvalidInputError(f"a location request has release 'location'; got {self.release!r:.40}.")
+        expect(self.release, "location", f"a location request has release 'location'; got {self.release!r:.40}.")
         self.level = _int("level", self.level, 2, MAX_LEVEL)
         self.report = _int("report", self.report, 0, self.level - 1)
         self.candidates = _int("candidates", self.candidates, 1, MAX_CANDIDATES)
@@ -107,8 +106,8 @@ class LocationRequest:
 
     @classmethod
     def from_dict(cls, d) -> "LocationRequest":
-        if not isinstance(d, Mapping) or d.get("format") != LOCATION_FORMAT:
-            raise InvalidInputError(f"not a location request (format {LOCATION_FORMAT!r} expected).")
+        expect(d.get("format") if isinstance(d, Mapping) else None, LOCATION_FORMAT,
+               f"not a location request (format {LOCATION_FORMAT!r} expected).")
         missing = [k for k in cls._NEED if k not in d]
         if missing:
             raise InvalidInputError(f"location request is missing fields: {', '.join(missing)}.")

@@ -17,7 +17,7 @@ from .._validation import as_labels, as_matrix
 from ..errors import InvalidInputError, RequestError
 from . import bounds
 from .bounds import MAX_POST_ITER
-from .formats import PRIVATEMAIL_FORMAT, RELEASE_FORMAT
+from .formats import PRIVATEMAIL_FORMAT, RELEASE_FORMAT, expect
 
 #: the fields of a PrivateMail request document
 PAPER_FIELDS = ("format", "anchor_ids", "embedding", "n_query_rows", "epsilon", "delta", "sensitivity", "noise_sigma",
@@ -87,8 +87,8 @@ class PrivateMailRequest:
     def from_dict(cls, d: dict) -> "PrivateMailRequest":
         if not isinstance(d, dict):
             raise InvalidInputError("a PrivateMail request must be a JSON object.")
-        if d.get("format", PRIVATEMAIL_FORMAT) != PRIVATEMAIL_FORMAT:
-            raise InvalidInputError(f"unsupported request format {d.get('format')!r}; expected {PRIVATEMAIL_FORMAT!r}.")
+        expect(d.get("format", PRIVATEMAIL_FORMAT), PRIVATEMAIL_FORMAT,
+               f"unsupported request format {d.get('format')!r}; expected {PRIVATEMAIL_FORMAT!r}.")
         missing = [k for k in ("anchor_ids", "embedding", "n_query_rows", "epsilon", "delta", "sensitivity",
                                "noise_sigma", "mechanism") if k not in d]
         if missing:
@@ -189,8 +189,8 @@ class ReleaseRequest:
     def from_dict(cls, d: Mapping) -> "ReleaseRequest":
         if not isinstance(d, Mapping):
             raise RequestError("a release request must be a JSON object.")
-        if d.get("format") != RELEASE_FORMAT:
-            raise RequestError(f"unsupported format {d.get('format')!r}; expected {RELEASE_FORMAT!r}.")
+        expect(d.get("format"), RELEASE_FORMAT, f"unsupported format {d.get('format')!r}; expected {RELEASE_FORMAT!r}.",
+               RequestError)
         need = ("anchor_ids", "release", "query_labels", "epsilon", "delta", "sensitivity", "noise_sigma", "q_rms",
                 "mechanism", "n_post_iter", "post_alpha")
         missing = [k for k in need if k not in d]

@@ -28,10 +28,7 @@ from .class_rows import ClassRowsRequest
 from .formats import CELL_FORMAT, CLASS_ROWS_FORMAT, LOCATION_FORMAT, PRIVATEMAIL_FORMAT, RELEASE_FORMAT
 from .location import LocationRequest, check_location_answer
 from .paper import PrivateMailRequest, ReleaseRequest
-
-#: from this epsilon on the Gaussian class-rows release measures better than the cell and location
-#: releases (measured: docs/guide/releases.md); the default rule's one threshold
-GAUSSIAN_ABOVE = 512.0
+from ..privacy.cell_release import GAUSSIAN_ABOVE  # the default rule's one threshold (measured)
 
 
 @dataclass(frozen=True)
@@ -66,10 +63,26 @@ class Release:
     """One release (module doc). ``answers``: the answer kinds the service may return for it, the
     first its default (``"compact"``: ids and product codes; ``"full"``; ``"features"``: raw
     features); ``class_rows``: one request row per class (a class-rows option such as
-    ``shortlist`` or ``n_cells`` picks among these); ``service_check``: dotted name of the service's
-    check of the request document (``check(request_dict, ctx) -> request object``, raising the
-    service's 4xx); ``explain``: dotted name of the server's ``explain(collection, request,
-    include_features, k)``, None when the release has no EXPLAIN."""
+    ``shortlist`` or ``n_cells`` picks among these); ``wire_model``: the pydantic model of its
+    request document (:mod:`pm_vector.protocol.wire`; a class or a dotted name): the HTTP service's
+    validator and schema of the request, a member of the resolve body's union
+    (:mod:`pm_vector.service.resolve_body`); ``service_check``: for a release without a wire model,
+    the service's own check of the request document (``check(request_dict, settings, name, *, k,
+    code_bytes) -> request object``, raising the service's 4xx); a release with neither is not served
+    over HTTP; ``check_request``: dotted name of the server's checks of a parsed request beyond
+    its type's own (``check(request)``, raising :class:`~pm_vector.errors.RequestError`), None when
+    the type checks everything when it is built; ``explain``: dotted name of the server's
+    ``explain(collection, request, k, include_features)``, None when the release has no EXPLAIN.
+    ``code_prefix``: how a compact class-rows answer picks its code prefix
+    (:func:`pm_vector.manifold.codes.compact_answer_shape`): ``"first"`` (the shortest published
+    stage, the most candidates) or ``"longest"`` (the longest that leaves enough candidates), None
+    for a release without that rule. ``shape``: how an answer of this release is described in one
+    line (a format string over the answer's fields, :func:`describe`). ``replica_reads``: the
+    service may read its answer on a streaming replica (the resolver takes ``read_conn``; the log
+    is written on the primary).
+    The resolver is called as ``resolver(collection, request, raw, *, k, include_features, conn,
+    read_conn, max_query_rows, shortlist, code_bytes, compact, class_scores, ef_search, log,
+    received, t0, timings)`` and returns the answer document."""
 
     name: str
     wire_format: str
@@ -77,14 +90,19 @@ class Release:
     answer_type: type | None
     check_answer: Callable | None
     guarantee: Guarantee
-    client_plan: str | None
-    resolver: str
+    client_plan: str | Callable | None
+    resolver: str | Callable
     derived_tables: tuple[str, ...] = ()
     default_for: Callable[[float], bool] | None = None
     answers: tuple[str, ...] = ("compact", "full", "features")
     class_rows: bool = False
-    service_check: str | None = None
-    explain: str | None = None
+    wire_model: str | type | None = None
+    service_check: str | Callable | None = None
+    check_request: str | Callable | None = None
+    explain: str | Callable | None = None
+    code_prefix: str | None = None
+    shape: str = ""
+    replica_reads: bool = False
     description: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -101,7 +119,19 @@ def _below_gaussian(epsilon: float) -> bool:
     return float(epsilon) < GAUSSIAN_ABOVE
 
 
+def _paper_charge(d: Mapping[str, Any]) -> tuple[float, float]:
+    """The paper's protocol: its request's nominal (eps, delta) converted to what the client's data
+    is guaranteed (:func:`pm_vector.client.privatemail.paper_charge`)."""
+    try:
+        eps, delta = float(d["epsilon"]), float(d["delta"])
+    except (KeyError, TypeError, ValueError):
+        raise InvalidInputError("the request names no valid epsilon/delta to charge; build it with "
+                                "build_request().") from None
+    return load("pm_vector.client.privatemail:paper_charge")(eps, delta, d.get("mechanism", "analytic"))
+
+
 _R = "pm_vector.db.resolve.resolution:"
+_W = "pm_vector.protocol.wire:"
 
 #: name -> release, in the default rule's order of preference (the table)
 RELEASES: dict[str, Release] = {}
@@ -166,14 +196,31 @@ def request_types() -> dict[str, type]:
 _LOADED: dict[str, Any] = {}
 
 
-def load(dotted: str):
-    """The object a ``"module:attr"`` name names (imported once, cached)."""
+def load(dotted):
+    """The object a ``"module:attr"`` name names (imported once, cached); a callable is itself (a
+    release registered by a test may name its hooks directly)."""
+    if callable(dotted):
+        return dotted
     hit = _LOADED.get(dotted)
     if hit is None:
         module, _, attr = dotted.partition(":")
         hit = getattr(importlib.import_module(module), attr)
         _LOADED[dotted] = hit
     return hit
+
+
+def describe(doc: Mapping[str, Any], name: str | None = None) -> str:
+    """One line naming the release of an answer (or a benchmark's row) and its public shape, e.g.
+    ``"cells K=64"`` or ``"location M=256, 40x16 B"``: the release's ``shape`` formatted with the
+    document's fields (the name alone when a field is missing)."""
+    name = doc.get("release") if name is None else name
+    rel = RELEASES.get(name) if isinstance(name, str) else None
+    if rel is None or not rel.shape:
+        return str(name or "")
+    try:
+        return f"{rel.name} {rel.shape.format(**doc)}"
+    except (KeyError, ValueError, TypeError, IndexError):
+        return rel.name
 
 
 def default_release(epsilon: float, served: Iterable[str] | None = None, *, class_rows: bool = False) -> Release:
@@ -207,15 +254,16 @@ register(Release(
     guarantee=Guarantee("the request's epsilon (M-ary randomized response over the whole anchor's cells)", 0.0),
     client_plan="pm_vector.client.location:PrivateLocationKNN", resolver=_R + "resolve_location_request",
     derived_tables=("codes", "locations"), default_for=_below_gaussian, answers=("compact",),
-    service_check="pm_vector.service.validation:check_location_request",
+    shape="M={level}, {candidates}x{code_bytes} B", replica_reads=True,
+    wire_model=_W + "LocationRequestBody",
     description="one reported public cell of the whole collection; the answer its top-hub candidates' codes"))
 register(Release(
     name="cells", wire_format=CELL_FORMAT, request_type=CellRequest, answer_type=None, check_answer=None,
     guarantee=Guarantee("the request's epsilon (K-ary randomized response per class)", 0.0),
     client_plan="pm_vector.client.cell_client:PrivateCellKNN", resolver=_R + "resolve_cell_request",
-    derived_tables=("codes", "cells"), default_for=_below_gaussian, class_rows=True,
-    service_check="pm_vector.service.validation:check_cell_request",
-    explain="pm_vector.db.resolve.cell_resolution:explain_cells",
+    derived_tables=("codes", "cells"), default_for=_below_gaussian, class_rows=True, code_prefix="first",
+    shape="K={n_cells}", replica_reads=True,
+    wire_model=_W + "CellRequestBody", explain=_R + "explain_cell_request",
     description="one reported public cell per class"))
 register(Release(
     name="gaussian", wire_format=CLASS_ROWS_FORMAT, request_type=ClassRowsRequest, answer_type=None,
@@ -223,28 +271,29 @@ register(Release(
     guarantee=Guarantee("the request's (epsilon, delta) (Gaussian noise on one row per class)", None),
     client_plan="pm_vector.client.query:PrivateKNN", resolver=_R + "resolve_class_rows_request",
     derived_tables=("codes", "prior", "neighbors", "hubs"), default_for=lambda e: True, class_rows=True,
-    service_check="pm_vector.service.validation:check_query_request",
-    explain=_R + "explain_class_rows",
+    code_prefix="longest", replica_reads=True,
+    wire_model=_W + "ClassRowsRequestBody",
+    check_request="pm_vector.db.resolve.requests:check_rows", explain=_R + "explain_class_rows_request",
     description="one noised row per class (the class-rows request)"))
 register(Release(
     name="privatemail", wire_format=PRIVATEMAIL_FORMAT, request_type=PrivateMailRequest, answer_type=None,
     check_answer=None,
     guarantee=Guarantee("the request's (epsilon, delta), the paper's conversion", None,
-                        "pm_vector.client.privatemail:request_charge"),
+                        __name__ + ":_paper_charge"),
     client_plan="pm_vector.client.privatemail:PrivateMail", resolver=_R + "resolve_paper_request",
     derived_tables=("anchors", "items"), answers=("full", "features"),
-    service_check="pm_vector.service.validation:check_paper_request",
-    explain="pm_vector.db.resolve.paper_resolution:explain_paper",
+    wire_model=_W + "PrivateMailRequestBody",
+    check_request="pm_vector.db.resolve.requests:check_rows", explain=_R + "explain_paper_request",
     description="the paper's protocol (PrivateMail), post-processed by the client"))
 register(Release(
     name="privatemail-release", wire_format=RELEASE_FORMAT, request_type=ReleaseRequest, answer_type=None,
     check_answer=None,
     guarantee=Guarantee("the request's (epsilon, delta), the paper's conversion", None,
-                        "pm_vector.client.privatemail:request_charge"),
+                        __name__ + ":_paper_charge"),
     client_plan=None, resolver=_R + "resolve_paper_request",
     derived_tables=("anchors", "items"), answers=("full", "features"),
-    explain="pm_vector.db.resolve.paper_resolution:explain_paper",
+    check_request="pm_vector.db.resolve.requests:check_rows", explain=_R + "explain_paper_request",
     description="the paper's private first iteration only; the server post-processes"))
 
 __all__ = ["GAUSSIAN_ABOVE", "Guarantee", "RELEASES", "Release", "by_format", "by_name", "by_request",
-           "default_release", "load", "register", "request_types", "unregister"]
+           "default_release", "describe", "load", "register", "request_types", "unregister"]

@@ -15,8 +15,7 @@ a context only the protocol's bounds apply. Refusals a size limit makes carry an
 
 What a model says about its answer (class variables, read by the service, not a switch on a
 name; the answers a body may ask for are the release's ``answers``): ``ANSWER_RULE`` (the
-refusal of another), ``BODY_CODE_BYTES`` (whether the body's ``code_bytes`` applies),
-``ON_REPLICA`` (whether a replica may answer it), ``ANSWER_MODEL`` (the answer document's model,
+refusal of another), ``BODY_CODE_BYTES`` (whether the body's ``code_bytes`` applies), ``ANSWER_MODEL`` (the answer document's model,
 :mod:`.answers_wire`), and :meth:`result_cells` (rows x candidates of its answer)."""
 
 from __future__ import annotations
@@ -155,9 +154,9 @@ class RequestBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     NOUN: ClassVar[str] = "request"
-    ANSWER_RULE: ClassVar[str] = "answer {answer!r} does not apply to this request; it answers {answers}."
+    ANSWER_RULE: ClassVar[str] = ("a {release} request's answer is one of {answers}, not {answer!r}; drop answer and "
+                                  "include_features for its default.")
     BODY_CODE_BYTES: ClassVar[bool] = True
-    ON_REPLICA: ClassVar[bool] = False
     ANSWER_MODEL: ClassVar[type[BaseModel] | None] = RowsAnswer
 
     def result_cells(self, k: int) -> int:
@@ -169,10 +168,17 @@ class RequestBody(BaseModel):
         return bool(getattr(self, "seeded", False))
 
 
+class OpenRequestBody(RequestBody):
+    """A request document of a release without a model of its own: its ``format`` and any fields,
+    which the release's ``service_check`` reads (:mod:`pm_vector.service.resolve_body`)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    ANSWER_MODEL: ClassVar[type[BaseModel] | None] = None
+
+
 class ClassRowsRequestBody(RequestBody):
     """``ClassRowsRequest.to_dict()``: one noised row per class (release ``gaussian``)."""
 
-    ON_REPLICA: ClassVar[bool] = True
 
     format: Literal[CLASS_ROWS_FORMAT]
     rows: matrix("request.rows", "C x d noised rows, in class order.")
@@ -207,7 +213,6 @@ class CellRequestBody(RequestBody):
     """``CellRequest.to_dict()``: one reported public cell per class (release ``cells``, pure eps)."""
 
     NOUN: ClassVar[str] = "cell request"
-    ON_REPLICA: ClassVar[bool] = True
 
     format: Literal[CELL_FORMAT]
     reports: Annotated[list[Annotated[int, Field(strict=True, json_schema_extra={"minimum": 0})]],
@@ -243,7 +248,6 @@ class LocationRequestBody(RequestBody):
     ANSWER_RULE: ClassVar[str] = ("a location answer is compact, with the code width the request names "
                                   "(request.code_bytes); drop answer, code_bytes and include_features.")
     BODY_CODE_BYTES: ClassVar[bool] = False
-    ON_REPLICA: ClassVar[bool] = True
     ANSWER_MODEL: ClassVar[type[BaseModel] | None] = LocationAnswer
 
     format: Literal[LOCATION_FORMAT]
@@ -363,4 +367,4 @@ class PrivateMailRequestBody(RequestBody):
 Answer = Literal["compact", "features", "full"]
 
 __all__ = ["Answer", "CUSTOM_ERRORS", "LIMITS", "TOO_LARGE", "CellRequestBody", "ClassRowsRequestBody", "LocationRequestBody",
-           "PrivateMailRequestBody", "RequestBody", "matrix"]
+           "OpenRequestBody", "PrivateMailRequestBody", "RequestBody", "matrix"]

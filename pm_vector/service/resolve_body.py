@@ -6,8 +6,9 @@ releases: it validates a body and is the body's schema in ``/openapi.json``.
 ``format``: one member per release of :data:`pm_vector.protocol.releases.RELEASES` that names a
 ``wire_model`` (:mod:`pm_vector.protocol.wire`); a document without ``format`` is the member whose
 ``format`` has a default (the paper's). The union is rebuilt when the table changes, so a release
-registered at run time is parsed, checked and answered like the built-in ones; a release without
-a wire model is not served over HTTP.
+registered at run time is parsed, checked and answered like the built-in ones. A release without
+a wire model but with a ``service_check`` is an open member (its format, any fields) that its
+check reads; a release with neither is not served over HTTP (the paper's release-only request).
 
 :func:`parse_resolve_body` validates a decoded body against it with the server's limits (the
 validation context), applies the release's answer rules (its ``answers``, the first the default)
@@ -17,9 +18,10 @@ served releases' wire models name, in either media type."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Annotated, Any, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag, ValidationError,
                       ValidationInfo, create_model, model_validator)
@@ -33,15 +35,21 @@ from .settings import ServiceSettings
 from .validation import api_error
 
 
-#: until the table names its releases' wire models (protocol/releases.py's ``wire_model``)
-_UNTIL_THE_TABLE = {"location": wire.LocationRequestBody, "cells": wire.CellRequestBody,
-                    "gaussian": wire.ClassRowsRequestBody, "privatemail": wire.PrivateMailRequestBody}
-
-
 def wire_model(release: releases.Release) -> type[wire.RequestBody] | None:
-    """The pydantic model of a release's request document (None: not served over HTTP)."""
-    m = getattr(release, "wire_model", _UNTIL_THE_TABLE.get(release.name))
-    return releases.load(m) if isinstance(m, str) else m
+    """The pydantic model of a release's request document: its ``wire_model``, or for a release
+    that has only a ``service_check``, an open document of its format (the check reads the rest);
+    None: not served over HTTP."""
+    if release.wire_model is not None:
+        return releases.load(release.wire_model)
+    if release.service_check is None:
+        return None
+    return _open_model(release.wire_format, release.name)
+
+
+@lru_cache(maxsize=64)
+def _open_model(fmt: str, name: str) -> type[wire.RequestBody]:
+    title = "".join(p.capitalize() for p in re.split(r"[^0-9A-Za-z]+", name) if p) + "RequestBody"
+    return create_model(title, __base__=wire.OpenRequestBody, format=(Literal[fmt], ...))
 
 
 def served() -> tuple[tuple[str, type[wire.RequestBody]], ...]:
@@ -83,7 +91,8 @@ class _Body(BaseModel):
         if answer is None:
             answer = "features" if inc else rel.answers[0]
         if answer not in rel.answers or (self.code_bytes is not None and not req.BODY_CODE_BYTES):
-            raise PydanticCustomError("answer_rule", req.ANSWER_RULE.format(answer=answer, answers=list(rel.answers)))
+            raise PydanticCustomError("answer_rule", req.ANSWER_RULE.format(answer=answer, answers=list(rel.answers),
+                                                                            release=rel.name))
         if self.code_bytes is not None and answer != "compact":
             raise PydanticCustomError("answer_rule", "code_bytes applies to compact answers (answer 'compact').")
         self.answer, self.include_features = answer, answer == "features"
@@ -160,11 +169,14 @@ def parse_resolve_body(doc: Any, settings: ServiceSettings, name: str) -> Resolv
                                               "setting allow_seeded_requests is on "
                                               "(PM_VECTOR_SERVICE_ALLOW_SEEDED_REQUESTS=1, for tests only).")
     try:
-        req = rel.parse(doc["request"])
+        if rel.wire_model is None:  # a release with a check of its own (module doc)
+            req = releases.load(rel.service_check)(doc["request"], settings, name, k=body.k, code_bytes=body.code_bytes)
+        else:
+            req = rel.parse(doc["request"])
     except (InvalidInputError, TypeError, ValueError) as exc:  # what one field's bound cannot say (row counts)
         raise ApiError(422, "invalid_input", f"invalid {rel.name} request: {exc}") from None
     return Resolve(rel, req, body.k, body.include_features,
-                   {"compact": body.answer == "compact", "code_bytes": body.code_bytes}, req_doc.ON_REPLICA)
+                   {"compact": body.answer == "compact", "code_bytes": body.code_bytes}, rel.replica_reads)
 
 
 def resolve_schemas() -> dict[str, Any]:

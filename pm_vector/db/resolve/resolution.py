@@ -8,7 +8,9 @@
     class_frames(collection) -> ClassFrames              the active run's published class frames
 
 Parsing and the checks every request passes live in :mod:`pm_vector.db.resolve.requests`; the client
-side is :mod:`pm_vector.client.query`.
+side is :mod:`pm_vector.client.query`. The dispatch is the table of releases
+(:mod:`pm_vector.protocol.releases`): a parsed request's release names its resolver (the
+``resolve_*_request`` functions below for the built-in ones) and its EXPLAIN.
 
 Class-rows requests (format ``"pm_vector.class-rows/1"``)
 ----------------------------------------------------------
@@ -64,8 +66,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ...protocol import bounds
-from ...protocol.cell_request import CellRequest
+from ...protocol import bounds, releases
 from ...protocol.class_rows import ClassRowsRequest
 from ...protocol.formats import CLASS_ROWS_FORMAT
 from ...errors import InvalidInputError, RequestError
@@ -79,7 +80,6 @@ from .paper_resolution import explain_paper, post_process_release, resolve_paper
 from .requests import (
     MAX_QUERY_ROWS,
     check_k,
-    check_rows,
     outputs_allowed,
     parse_request,
     assemble_answer,
@@ -149,15 +149,31 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
     if isinstance(max_query_rows, bool) or int(max_query_rows) < 1:
         raise InvalidInputError("max_query_rows must be a positive integer.")
     req, raw = parse_request(request)
-    check_rows(req)
     timings["parse"] = (time.perf_counter() - t0) * 1e3
     _check_answer_kind(include_features, code_bytes, compact)
-    resolver = _resolver(type(req))
-    if resolver is not None:
-        return resolver(collection, req, raw, include_features=include_features, conn=conn,
-                        max_query_rows=max_query_rows, shortlist=shortlist, log=log, received=received, t0=t0,
-                        timings=timings, code_bytes=code_bytes, compact=compact, class_scores=class_scores,
-                        read_conn=read_conn)
+    rel = release_of(req)
+    return rel.resolve(collection, req, raw, k=k, include_features=include_features, conn=conn, read_conn=read_conn,
+                       max_query_rows=max_query_rows, shortlist=shortlist, code_bytes=code_bytes, compact=compact,
+                       class_scores=class_scores, ef_search=ef_search, log=log, received=received, t0=t0,
+                       timings=timings)
+
+
+def release_of(req):
+    """The release of a parsed request (:func:`pm_vector.protocol.releases.by_request`), after the
+    server's checks the release names beyond its type's own (``check_request``)."""
+    rel = releases.by_request(req)
+    if rel is None:  # parse_request only returns registered types
+        raise RequestError(f"no release answers a {type(req).__name__}.")
+    if rel.check_request is not None:
+        releases.load(rel.check_request)(req)
+    return rel
+
+
+# ----------------------------------------------------------------------------- the table's resolvers
+# (pm_vector.protocol.releases names them; each takes the keywords resolve passes and uses its own)
+
+def resolve_paper_request(collection, req, raw, *, k, include_features, conn, max_query_rows, ef_search, log,
+                          class_scores, received, t0, timings, code_bytes=None, compact=False, **_):
     if code_bytes is not None or compact:
         raise InvalidInputError("codes and the compact answer apply to class-rows and cell requests (formats "
                                 f"{CLASS_ROWS_FORMAT!r}, 'pm_vector.cells/1'); the paper's protocol has no codes.")
@@ -166,31 +182,45 @@ def resolve(collection: str, request, k: int = 8, include_features: bool = False
                          timings=timings)
 
 
-def _resolve_cells(collection, req, raw, *, include_features, max_query_rows, **kw):
+def resolve_cell_request(collection, req, raw, *, include_features, conn, log, received, t0, timings, code_bytes,
+                         compact, class_scores, read_conn, shortlist, **_):
     from .cell_resolution import resolve_cells
 
-    return resolve_cells(collection, req, raw, include_features, **kw)
+    return resolve_cells(collection, req, raw, include_features, conn=conn, shortlist=shortlist, log=log,
+                         received=received, t0=t0, timings=timings, code_bytes=code_bytes, compact=compact,
+                         class_scores=class_scores, read_conn=read_conn)
 
 
-def _resolve_location(collection, req, raw, *, include_features, max_query_rows, shortlist, code_bytes, compact,
-                      class_scores, **kw):
+def resolve_location_request(collection, req, raw, *, include_features, conn, log, received, t0, timings,
+                             read_conn, **_):
     from .location_resolution import resolve_location
 
     if include_features:
         raise InvalidInputError("a location answer carries codes, not raw features.")
-    return resolve_location(collection, req, raw, **kw)
+    return resolve_location(collection, req, raw, conn=conn, log=log, received=received, t0=t0, timings=timings,
+                            read_conn=read_conn)
 
 
-def _resolve_rows(collection, req, raw, *, include_features, **kw):
-    return _resolve_class_rows(collection, req, raw, include_features, **kw)
+def resolve_class_rows_request(collection, req, raw, *, include_features, conn, max_query_rows, shortlist, log,
+                               received, t0, timings, code_bytes, compact, class_scores, read_conn, **_):
+    return _resolve_class_rows(collection, req, raw, include_features, conn=conn, max_query_rows=max_query_rows,
+                               shortlist=shortlist, log=log, received=received, t0=t0, timings=timings,
+                               code_bytes=code_bytes, compact=compact, class_scores=class_scores,
+                               read_conn=read_conn)
 
 
-def _resolver(kind):
-    """The server's resolver of a request type (:data:`pm_vector.protocol.requests.REQUEST_TYPES`):
-    one table, keyed by the request's type; None for the paper's requests (their own path)."""
-    from ...protocol.location import LocationRequest
+def explain_cell_request(collection, req, k, include_features):
+    from .cell_resolution import explain_cells
 
-    return {LocationRequest: _resolve_location, CellRequest: _resolve_cells, ClassRowsRequest: _resolve_rows}.get(kind)
+    return explain_cells(collection, req, include_features)
+
+
+def explain_class_rows_request(collection, req, k, include_features):
+    return _explain_class_rows(collection, req, include_features)
+
+
+def explain_paper_request(collection, req, k, include_features):
+    return explain_paper(collection, req, k, include_features)
 
 
 def _check_answer_kind(include_features, code_bytes, compact) -> None:
@@ -213,14 +243,10 @@ def explain_resolution(collection: str, request, k: int = 8, include_features: b
     calls pm_shortlist)."""
     k = check_k(k)
     req, _ = parse_request(request)
-    check_rows(req)
-    if isinstance(req, CellRequest):
-        from .cell_resolution import explain_cells
-
-        return explain_cells(collection, req, include_features)
-    if isinstance(req, ClassRowsRequest):
-        return _explain_class_rows(collection, req, include_features)
-    return explain_paper(collection, req, k, include_features)
+    rel = release_of(req)
+    if rel.explain is None:
+        raise InvalidInputError(f"the {rel.name} release has no EXPLAIN (its answer is a lookup).")
+    return releases.load(rel.explain)(collection, req, k, include_features)
 
 
 # ----------------------------------------------------------------------------- class-rows requests

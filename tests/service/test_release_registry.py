@@ -1,0 +1,135 @@
+"""A release registered by a test, answered end to end by the real service with no change under
+``pm_vector/``: one :func:`pm_vector.protocol.releases.register` call (issue #37).
+
+The test's release ("top-hubs") has its own request type and tiny wire format
+(``{"format": "tests.top-hubs/1", "epsilon", "k"}``), its own service check and its own resolver
+(the run's ``k`` most-cited items of its neighbour graph, a public function of the run: nothing
+about the client's data). The service parses it, checks it, resolves it on the collection's
+active run and writes its request log, all through the table; the table's other readers (the
+default rule, the ledger's charge, the request types the server parses) see it too."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+FORMAT = "tests.top-hubs/1"
+
+
+@dataclass(frozen=True)
+class TopHubsRequest:
+    epsilon: float
+    k: int
+    collection: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "epsilon": self.epsilon, "k": self.k, "collection": self.collection}
+
+    @classmethod
+    def from_dict(cls, d) -> "TopHubsRequest":
+        from pm_vector.errors import InvalidInputError
+
+        if not isinstance(d, dict) or set(d) - {"format", "epsilon", "k", "collection"}:
+            raise InvalidInputError("a top-hubs request has format, epsilon, k and collection only.")
+        k = d.get("k")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 50:
+            raise InvalidInputError(f"k must be an integer in 1..50, got {k!r}.")
+        return cls(float(d["epsilon"]), k, d.get("collection"))
+
+
+def _service_check(r, settings, name, *, k, code_bytes=None):
+    from pm_vector.errors import InvalidInputError
+    from pm_vector.service.errors import ApiError
+
+    try:
+        return TopHubsRequest.from_dict(r)
+    except (InvalidInputError, KeyError, TypeError, ValueError) as exc:
+        raise ApiError(422, "invalid_input", f"invalid top-hubs request: {exc}") from None
+
+
+def _resolve_top_hubs(collection, req, raw, *, conn, log, received, t0, timings, **_):
+    """The run's ``req.k`` items with the most neighbour-graph citations (its hub counts), logged
+    in the resolve's transaction like every release's answer."""
+    from psycopg import sql
+
+    from pm_vector.db.resolve.requests import finish, run_snapshot
+
+    with run_snapshot(collection, conn, False) as (rconn, meta):
+        run_id = int(meta["run"]["id"])
+        ids = [int(r[0]) for r in rconn.execute(
+            sql.SQL("SELECT item_id FROM {} GROUP BY item_id ORDER BY sum(hub) DESC, item_id LIMIT %s").format(
+                sql.Identifier("pm_vector", f"run_{run_id}_hubs")), [req.k]).fetchall()]
+        log_id = finish(rconn, collection, req, raw, run_id=run_id, n_rows=len(ids), received=received, t0=t0,
+                        log=log, timings=timings)
+    return {"collection": collection, "run_id": run_id, "format": FORMAT, "release": "top-hubs",
+            "item_ids": ids, "request_log_id": log_id}
+
+
+@pytest.fixture
+def top_hubs():
+    from pm_vector.protocol import releases
+
+    rel = releases.register(releases.Release(
+        name="top-hubs", wire_format=FORMAT, request_type=TopHubsRequest, answer_type=None, check_answer=None,
+        guarantee=releases.Guarantee("nothing of the client's is released: the request's epsilon is charged", 0.0),
+        client_plan=None, resolver=_resolve_top_hubs, derived_tables=("hubs",), answers=("full",),
+        service_check=_service_check, description="a test's release: the run's most-cited items"))
+    try:
+        yield rel
+    finally:
+        releases.unregister("top-hubs")
+
+
+def _post(service, key, name, body):
+    return httpx.post(f"{service.url}/collections/{name}/resolve", json=body,
+                      headers={"Authorization": f"Bearer {key['key']}"}, timeout=30)
+
+
+def test_a_release_registered_in_a_test_is_answered_by_the_service(top_hubs, service, svc_collection, svc_key,
+                                                                  requests_logged):
+    from pm_vector import db
+    from pm_vector.protocol import releases
+    from pm_vector.protocol.requests import REQUEST_TYPES
+
+    # the table's readers see it
+    assert REQUEST_TYPES[FORMAT] is TopHubsRequest and releases.by_format(FORMAT) is top_hubs
+    assert top_hubs.guarantee.charge(TopHubsRequest(2.0, 5)) == (2.0, 0.0)
+    assert releases.default_release(1.0).name == "location"  # a release with no default rule is never one
+
+    before = requests_logged(svc_collection)
+    r = _post(service, svc_key, svc_collection, {"request": TopHubsRequest(1.0, 5, svc_collection).to_dict()})
+    assert r.status_code == 200, r.text
+    ans = r.json()
+    assert ans["release"] == "top-hubs" and ans["format"] == FORMAT
+    ids = ans["item_ids"]
+    assert len(ids) == 5 and len(set(ids)) == 5
+    # the same public answer for the same request (a function of the run only)
+    again = _post(service, svc_key, svc_collection, {"request": TopHubsRequest(1.0, 5).to_dict()}).json()
+    assert again["item_ids"] == ids
+    # logged through the same path as every release: the validated request, not the text sent
+    assert requests_logged(svc_collection) == before + 2
+    logged = db.list_requests(svc_collection, limit=2)
+    docs = [row["request"] if isinstance(row["request"], dict) else json.loads(row["request"]) for row in logged]
+    assert {d["format"] for d in docs} == {FORMAT}
+
+    # the service checks it with the release's own check (a 4xx, nothing logged) ...
+    bad = _post(service, svc_key, svc_collection, {"request": {"format": FORMAT, "epsilon": 1.0, "k": 500}})
+    assert bad.status_code == 422 and "top-hubs" in bad.text, bad.text
+    # ... and the answers it declares
+    bad = _post(service, svc_key, svc_collection, {"request": TopHubsRequest(1.0, 5).to_dict(), "answer": "compact"})
+    assert bad.status_code == 422 and "top-hubs" in bad.text, bad.text
+    assert requests_logged(svc_collection) == before + 2
+
+
+def test_an_unregistered_release_is_refused(service, svc_collection, svc_key, requests_logged):
+    # without the registration the same body is an unknown format: a 422, nothing logged
+    before = requests_logged(svc_collection)
+    r = _post(service, svc_key, svc_collection, {"request": TopHubsRequest(1.0, 5).to_dict()})
+    assert r.status_code == 422, r.text
+    assert "unsupported request format" in r.text
+    time.sleep(0)
+    assert requests_logged(svc_collection) == before
