@@ -1,19 +1,15 @@
 """Pydantic models of the HTTP API (they make the OpenAPI schema at ``/openapi.json``). The resolve
 body and its answers are built from the table of releases: :mod:`pm_vector.service.resolve_body`
 (the request documents' models are in :mod:`pm_vector.protocol.wire`, the answers' in
-:mod:`pm_vector.protocol.answers_wire`; ``ResolveResponse`` and ``ResultRow`` are re-exported here)."""
+:mod:`pm_vector.protocol.answers_wire`)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Optional
 
-from pydantic import BaseModel, Field, StrictBool, StrictInt, conint
+from pydantic import BaseModel, Field, StrictBool, StrictInt
 
-from ..protocol.answers_wire import ResultRow, RowsAnswer as ResolveResponse  # noqa: F401 (their old home)
-from ..protocol.wire import matrix
-
-#: a PostgreSQL bigint, strictly an integer ("1", true and 1.0 are refused)
-Int64 = conint(strict=True, ge=-(2 ** 63), le=2 ** 63 - 1)
+from ..protocol.wire import Int64, matrix  # Int64: a PostgreSQL bigint, strictly an integer
 
 
 class ErrorBody(BaseModel):
