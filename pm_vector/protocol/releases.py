@@ -26,6 +26,7 @@ from ..errors import InvalidInputError
 from .cell_request import CellRequest
 from .class_rows import ClassRowsRequest
 from .formats import CELL_FORMAT, CLASS_ROWS_FORMAT, LOCATION_FORMAT, PRIVATEMAIL_FORMAT, RELEASE_FORMAT
+from .answers import check_rows_answer
 from .location import LocationRequest, check_location_answer
 from .paper import PrivateMailRequest, ReleaseRequest
 from ..privacy.cell_release import GAUSSIAN_ABOVE  # the default rule's one threshold (measured)
@@ -60,7 +61,9 @@ class Guarantee:
 
 @dataclass(frozen=True)
 class Release:
-    """One release (module doc). ``answers``: the answer kinds the service may return for it, the
+    """One release (module doc). ``answer_type``: the answer's class, None where the answer is a
+    document (every built-in release: ``check_answer`` checks it whole, before the client's secret
+    picks anything). ``answers``: the answer kinds the service may return for it, the
     first its default (``"compact"``: ids and product codes; ``"full"``; ``"features"``: raw
     features); ``class_rows``: one request row per class (a class-rows option such as
     ``shortlist`` or ``n_cells`` picks among these); ``wire_model``: the pydantic model of its
@@ -258,7 +261,8 @@ register(Release(
     wire_model=_W + "LocationRequestBody",
     description="one reported public cell of the whole collection; the answer its top-hub candidates' codes"))
 register(Release(
-    name="cells", wire_format=CELL_FORMAT, request_type=CellRequest, answer_type=None, check_answer=None,
+    name="cells", wire_format=CELL_FORMAT, request_type=CellRequest, answer_type=None,
+    check_answer=check_rows_answer,
     guarantee=Guarantee("the request's epsilon (K-ary randomized response per class)", 0.0),
     client_plan="pm_vector.client.cell_client:PrivateCellKNN", resolver=_R + "resolve_cell_request",
     derived_tables=("codes", "cells"), default_for=_below_gaussian, class_rows=True, code_prefix="first",
@@ -267,7 +271,7 @@ register(Release(
     description="one reported public cell per class"))
 register(Release(
     name="gaussian", wire_format=CLASS_ROWS_FORMAT, request_type=ClassRowsRequest, answer_type=None,
-    check_answer=None,
+    check_answer=check_rows_answer,
     guarantee=Guarantee("the request's (epsilon, delta) (Gaussian noise on one row per class)", None),
     client_plan="pm_vector.client.query:PrivateKNN", resolver=_R + "resolve_class_rows_request",
     derived_tables=("codes", "prior", "neighbors", "hubs"), default_for=lambda e: True, class_rows=True,

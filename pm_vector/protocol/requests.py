@@ -40,7 +40,7 @@ RELEASE_TYPES: Mapping[str, type] = _View(lambda: {n: r.request_type for n, r in
 
 class _AnyRequestType(type):
     def __instancecheck__(cls, obj) -> bool:
-        return releases.by_request(obj) is not None
+        return isinstance(obj, tuple(r.request_type for r in releases.RELEASES.values()))
 
 
 class REQUEST_CLASSES(metaclass=_AnyRequestType):

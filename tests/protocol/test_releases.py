@@ -78,7 +78,9 @@ def test_the_partial_tables_are_views_of_the_table():
                                                                                       (32, 64))
     with pytest.raises(InvalidInputError):
         compact_answer_shape(10, "location", 4.0, (32, 64))
+    # a request object of a release, not its document (parse_request parses a document)
     assert not isinstance({"format": "x"}, REQUEST_CLASSES)
+    assert not isinstance({"format": releases.by_name("cells").wire_format}, REQUEST_CLASSES)
 
 
 def test_register_refuses_a_taken_name_format_or_type_and_unregisters():
