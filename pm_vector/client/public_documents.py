@@ -56,7 +56,7 @@ class PublicDocument:
     documents (``product_codes``, ``public_cells``, ``class_rows``: the run's class-rows
     parameters, the codes' and cells' digests, ``n_items`` and ``classes``; ``partitions`` of a
     collection without labels). ``derived``: what the client built from them, by name
-    (``"codes"``, ``"cells"``, ``"kahm"``, ``"partitions"``), checked once."""
+    (``"codes"``, ``"public_cells"``, ``"location_cells"``, ``"kahm"``, ``"partitions"``), checked once."""
 
     run_id: int | None
     frames: ClassFrames
@@ -237,13 +237,13 @@ class PublicDocuments:
         doc, meta = cached.public_cells, cached.class_rows.get("cells") or {}
         if not doc or meta.get("status") != "ready":
             return None
-        if "cells" not in cached.derived:
+        if "public_cells" not in cached.derived:
             cells = PublicCells.from_dict(doc)
             if cells.digest() != meta.get("digest"):
                 raise AlignmentError(f"the public cells of collection {name!r} do not hash to the digest its run "
                                      "publishes; refusing to build cell requests on them.")
-            cached.derived["cells"] = cells
-        return cached.derived["cells"]
+            cached.derived["public_cells"] = cells
+        return cached.derived["public_cells"]
 
     def location_cells(self, name: str):
         """The collection's published location cells (a one-class
@@ -256,13 +256,13 @@ class PublicDocuments:
         doc, meta = cached.public_locations, cached.class_rows.get("locations") or {}
         if not doc or meta.get("status") != "ready":
             return None
-        if "locations" not in cached.derived:
+        if "location_cells" not in cached.derived:
             cells = PublicCells.from_dict(doc)
             if cells.digest() != meta.get("digest") or cells.classes_.size != 1:
                 raise AlignmentError(f"the location cells of collection {name!r} do not hash to the digest its run "
                                      "publishes; refusing to build location requests on them.")
-            cached.derived["locations"] = cells
-        return cached.derived["locations"]
+            cached.derived["location_cells"] = cells
+        return cached.derived["location_cells"]
 
     def _payload_bound(self, name: str) -> int | None:
         """The collection's payload bound as its document publishes it (``max_payload_bytes``: compact

@@ -28,7 +28,6 @@ from .class_rows import ClassRowsRequest
 from .formats import CELL_FORMAT, CLASS_ROWS_FORMAT, LOCATION_FORMAT, PRIVATEMAIL_FORMAT, RELEASE_FORMAT
 from .location import LocationRequest, check_location_answer
 from .paper import PrivateMailRequest, ReleaseRequest
-
 from ..privacy.cell_release import GAUSSIAN_ABOVE  # the default rule's one threshold (measured)
 
 
@@ -70,6 +69,13 @@ class Release:
     its type's own (``check(request)``, raising :class:`~pm_vector.errors.RequestError`), None when
     the type checks everything when it is built; ``explain``: dotted name of the server's
     ``explain(collection, request, k, include_features)``, None when the release has no EXPLAIN.
+    ``code_prefix``: how a compact class-rows answer picks its code prefix
+    (:func:`pm_vector.manifold.codes.compact_answer_shape`): ``"first"`` (the shortest published
+    stage, the most candidates) or ``"longest"`` (the longest that leaves enough candidates), None
+    for a release without that rule. ``shape``: how an answer of this release is described in one
+    line (a format string over the answer's fields, :func:`describe`). ``replica_reads``: the
+    service may read its answer on a streaming replica (the resolver takes ``read_conn``; the log
+    is written on the primary).
     The resolver is called as ``resolver(collection, request, raw, *, k, include_features, conn,
     read_conn, max_query_rows, shortlist, code_bytes, compact, class_scores, ef_search, log,
     received, t0, timings)`` and returns the answer document."""
@@ -89,6 +95,9 @@ class Release:
     service_check: str | Callable | None = None
     check_request: str | Callable | None = None
     explain: str | Callable | None = None
+    code_prefix: str | None = None
+    shape: str = ""
+    replica_reads: bool = False
     description: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -194,6 +203,20 @@ def load(dotted):
     return hit
 
 
+def describe(doc: Mapping[str, Any], name: str | None = None) -> str:
+    """One line naming the release of an answer (or a benchmark's row) and its public shape, e.g.
+    ``"cells K=64"`` or ``"location M=256, 40x16 B"``: the release's ``shape`` formatted with the
+    document's fields (the name alone when a field is missing)."""
+    name = doc.get("release") if name is None else name
+    rel = RELEASES.get(name) if isinstance(name, str) else None
+    if rel is None or not rel.shape:
+        return str(name or "")
+    try:
+        return f"{rel.name} {rel.shape.format(**doc)}"
+    except (KeyError, ValueError, TypeError, IndexError):
+        return rel.name
+
+
 def default_release(epsilon: float, served: Iterable[str] | None = None, *, class_rows: bool = False) -> Release:
     """THE default rule: the first release of the table (in its order) that the collection serves
     (``served``: release names; None: every release), that is a class-rows release when the caller
@@ -225,13 +248,15 @@ register(Release(
     guarantee=Guarantee("the request's epsilon (M-ary randomized response over the whole anchor's cells)", 0.0),
     client_plan="pm_vector.client.location:PrivateLocationKNN", resolver=_R + "resolve_location_request",
     derived_tables=("codes", "locations"), default_for=_below_gaussian, answers=("compact",),
+    shape="M={level}, {candidates}x{code_bytes} B", replica_reads=True,
     service_check="pm_vector.service.validation:check_location_request",
     description="one reported public cell of the whole collection; the answer its top-hub candidates' codes"))
 register(Release(
     name="cells", wire_format=CELL_FORMAT, request_type=CellRequest, answer_type=None, check_answer=None,
     guarantee=Guarantee("the request's epsilon (K-ary randomized response per class)", 0.0),
     client_plan="pm_vector.client.cell_client:PrivateCellKNN", resolver=_R + "resolve_cell_request",
-    derived_tables=("codes", "cells"), default_for=_below_gaussian, class_rows=True,
+    derived_tables=("codes", "cells"), default_for=_below_gaussian, class_rows=True, code_prefix="first",
+    shape="K={n_cells}", replica_reads=True,
     service_check="pm_vector.service.validation:check_cell_request", explain=_R + "explain_cell_request",
     description="one reported public cell per class"))
 register(Release(
@@ -240,6 +265,7 @@ register(Release(
     guarantee=Guarantee("the request's (epsilon, delta) (Gaussian noise on one row per class)", None),
     client_plan="pm_vector.client.query:PrivateKNN", resolver=_R + "resolve_class_rows_request",
     derived_tables=("codes", "prior", "neighbors", "hubs"), default_for=lambda e: True, class_rows=True,
+    code_prefix="longest", replica_reads=True,
     service_check="pm_vector.service.validation:check_query_request",
     check_request="pm_vector.db.resolve.requests:check_rows", explain=_R + "explain_class_rows_request",
     description="one noised row per class (the class-rows request)"))
@@ -264,4 +290,4 @@ register(Release(
     description="the paper's private first iteration only; the server post-processes"))
 
 __all__ = ["GAUSSIAN_ABOVE", "Guarantee", "RELEASES", "Release", "by_format", "by_name", "by_request",
-           "default_release", "load", "register", "request_types", "unregister"]
+           "default_release", "describe", "load", "register", "request_types", "unregister"]

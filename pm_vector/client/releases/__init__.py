@@ -37,7 +37,7 @@ __all__ = ["PAPER", "QUERIES", "Query", "ReleaseQuery", "choose", "options", "pi
 
 def query_class(rel: table.Release) -> type[ReleaseQuery] | None:
     """The client plan of the release ``rel`` (None: the client cannot ask it)."""
-    plan = table.load(rel.client_plan) if rel.client_plan else None
+    plan = table.load(rel.client_plan) if isinstance(rel.client_plan, str) else rel.client_plan
     if isinstance(plan, type) and issubclass(plan, ReleaseQuery):
         return plan
     dotted = QUERIES.get(rel.name)
