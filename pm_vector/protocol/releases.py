@@ -26,6 +26,7 @@ from ..errors import InvalidInputError
 from .cell_request import CellRequest
 from .class_rows import ClassRowsRequest
 from .formats import CELL_FORMAT, CLASS_ROWS_FORMAT, LOCATION_FORMAT, PRIVATEMAIL_FORMAT, RELEASE_FORMAT
+from .answers import check_rows_answer
 from .location import LocationRequest, check_location_answer
 from .paper import PrivateMailRequest, ReleaseRequest
 from ..privacy.cell_release import GAUSSIAN_ABOVE  # the default rule's one threshold (measured)
@@ -60,12 +61,14 @@ class Guarantee:
 
 @dataclass(frozen=True)
 class Release:
-    """One release (module doc). ``answers``: the answer kinds the service may return for it, the
+    """One release (module doc). ``answer_type``: the answer's class, None where the answer is a
+    document (every built-in release: ``check_answer`` checks it whole, before the client's secret
+    picks anything). ``answers``: the answer kinds the service may return for it, the
     first its default (``"compact"``: ids and product codes; ``"full"``; ``"features"``: raw
     features); ``class_rows``: one request row per class (a class-rows option such as
     ``shortlist`` or ``n_cells`` picks among these); ``service_check``: dotted name of the service's
-    check of the request document (``check(request_dict, ctx) -> request object``, raising the
-    service's 4xx); ``check_request``: dotted name of the server's checks of a parsed request beyond
+    check of the request document (``check(request_dict, settings, name, *, k, code_bytes) ->
+    request object``, raising the service's 4xx); ``check_request``: dotted name of the server's checks of a parsed request beyond
     its type's own (``check(request)``, raising :class:`~pm_vector.errors.RequestError`), None when
     the type checks everything when it is built; ``explain``: dotted name of the server's
     ``explain(collection, request, k, include_features)``, None when the release has no EXPLAIN.
@@ -252,7 +255,8 @@ register(Release(
     service_check="pm_vector.service.validation:check_location_request",
     description="one reported public cell of the whole collection; the answer its top-hub candidates' codes"))
 register(Release(
-    name="cells", wire_format=CELL_FORMAT, request_type=CellRequest, answer_type=None, check_answer=None,
+    name="cells", wire_format=CELL_FORMAT, request_type=CellRequest, answer_type=None,
+    check_answer=check_rows_answer,
     guarantee=Guarantee("the request's epsilon (K-ary randomized response per class)", 0.0),
     client_plan="pm_vector.client.cell_client:PrivateCellKNN", resolver=_R + "resolve_cell_request",
     derived_tables=("codes", "cells"), default_for=_below_gaussian, class_rows=True, code_prefix="first",
@@ -261,7 +265,7 @@ register(Release(
     description="one reported public cell per class"))
 register(Release(
     name="gaussian", wire_format=CLASS_ROWS_FORMAT, request_type=ClassRowsRequest, answer_type=None,
-    check_answer=None,
+    check_answer=check_rows_answer,
     guarantee=Guarantee("the request's (epsilon, delta) (Gaussian noise on one row per class)", None),
     client_plan="pm_vector.client.query:PrivateKNN", resolver=_R + "resolve_class_rows_request",
     derived_tables=("codes", "prior", "neighbors", "hubs"), default_for=lambda e: True, class_rows=True,
