@@ -20,31 +20,26 @@ is drawn: :meth:`query`, :meth:`build_request` (both protocols; the paper's rele
 :meth:`resolve` of a request this client did not build. No public method takes a seed: they
 refuse private (underscore) and unknown keywords with a :class:`TypeError`.
 
-What happens in :meth:`Client.query`:
+What happens in :meth:`Client.query`, one way down (no step calls back into this module):
 
-1. the collection's public anchor is fetched once per active run (ids, features, labels, the
-   dummy pool, the frame's AnchorFrame parameters, seed and anchor embedding); the client
-   rebuilds the AnchorFrame locally from the same parameters and seed and refuses to go on
-   unless it reproduces the published anchor embedding;
-2. the PrivateMail request is built locally (:class:`pm_vector.client.PrivateMail`); nothing
-   has left the machine yet;
-3. the budget is charged (:class:`pm_vector.client.budget.PrivacyBudget`) before the noise is
-   drawn; a query that would exceed it raises :class:`~pm_vector.errors.BudgetExceededError` and
-   nothing is released or sent;
-4. the request is sent to ``POST /collections/{name}/resolve``; the answer has one entry per
-   query row and the client keeps its real row's (the server cannot tell which it is);
-5. the answer is compact by default: every row's candidate ids and the prefix of their product
-   codes (:class:`~pm_vector.manifold.codes.ProductCodes`, fit on the public anchor set and
-   published with it; the client checks the published codes against the digest the run
-   publishes, and the answer's digest against both), so it costs about ``C k' (b + 4)`` bytes;
-   ``k'`` and the prefix ``b`` come from the public rule
-   :func:`~pm_vector.manifold.codes.compact_answer_shape` unless ``shortlist`` is given. The
-   client re-orders its real row's candidates by their asymmetric distances to its own raw query
-   (:meth:`~pm_vector.manifold.codes.ProductCodes.distances`) and keeps ``k``; with
-   ``answer="features"`` (collections that allow raw features) the server returns every row's
-   raw features instead (so asking reveals nothing about the real row) and the client re-orders by
-   them (``reranked`` says ``"codes"``, ``"features"`` or false). Nothing is requested after
-   the answer: the payloads, when the collection stores them, come with it.
+1. **pick**: the release, by the table's one rule (:func:`pm_vector.client.releases.pick`, which asks
+   :func:`pm_vector.protocol.releases.default_release` among the releases the collection's active
+   run serves);
+2. **build**: the release's client plan (:mod:`pm_vector.client.releases`: ``location``, ``cells``,
+   ``class_rows``, ``paper``) reads the collection's public anchor document (fetched once per active
+   run and verified: :mod:`pm_vector.client.public_documents`; loading it builds nothing else),
+   builds the request locally and charges the budget before any noise is drawn (a query that would
+   exceed it raises :class:`~pm_vector.errors.BudgetExceededError`: nothing is released or sent);
+3. **exchange**: ``POST /collections/{name}/resolve`` through the transport
+   (:mod:`pm_vector.client.transport`), its answer bounded by the plan's byte cap;
+4. **check**: the WHOLE answer, before the secret is used (an error must not depend on which row
+   is real);
+5. **re-rank**: the real row's candidates by their product codes (compact answers: ids and the
+   prefix of the published :class:`~pm_vector.manifold.codes.ProductCodes`, checked against the
+   digest the run publishes) or raw features (``answer="features"``), locally
+   (:mod:`pm_vector.client.rerank`). Nothing is requested after the answer: the payloads, when the
+   collection stores them, come with it. The result's ``delta`` is the release's guarantee as the
+   table states it (:class:`~pm_vector.protocol.releases.Guarantee`).
 
 :meth:`Client.kahm_distances` makes a collection behind a service a party of federated KAHM
 classification (:func:`pm_vector.db.kahm.roles.federated_classify`)::
@@ -60,17 +55,22 @@ from typing import Any
 import numpy as np
 
 from .._validation import unit_query
-from ..errors import AlignmentError, InvalidInputError, MalformedAnswerError
-from ..privacy.rng import secure_generator
+from ..errors import InvalidInputError, MalformedAnswerError
+from ..privacy.location import check_max_bytes
 from ..protocol.codec import JSON, MSGPACK
 from ..protocol.frame import FRAME_TOLERANCE  # noqa: F401  (its old home)
+from . import releases
 from .budget import LedgerAccount, PrivacyBudget, origin_key, server_origin
-from .privatemail import PrivateMail, request_charge
-from .public_documents import RELEASES  # noqa: F401  (its old home)
+from .privatemail import request_charge
 from .public_documents import PublicDocument, PublicDocuments, VerifiedFrame
-from ..protocol.answers import check_rows_answer
-from .rerank import rerank_row
+from .releases.base import Query
+from .releases.cells import cell_knn
+from .releases.class_rows import knn
+from .releases.location import location_knn
 from .transport import WIRES, ServiceError, Transport, wire_bytes  # noqa: F401  (wire_bytes: its old home)
+
+#: the ``release`` option of :meth:`Client.query` (:func:`pm_vector.client.releases.options`: the table's)
+RELEASES = tuple(releases.options())
 
 
 def __getattr__(name):  # old names (pm_vector.deprecation.RENAMED), until its REMOVED_IN
@@ -105,28 +105,6 @@ def _check_options(options: dict[str, Any]) -> None:
                         f"{list(PAPER_OPTIONS)}.")
 
 
-def _checked_answer(res: dict, name: str, req, protocol: str, shortlist, pc, b, mode, n_features: int):
-    """The WHOLE answer checked before the secret picks its row (an error must not depend on which
-    row is real): its codes are the published codes' ``b``-byte prefix, and every row well formed.
-    Returns the rows."""
-    if pc is not None:
-        meta = res.get("codes") or {}
-        if meta.get("digest") != pc.digest() or meta.get("bytes") != b:
-            raise AlignmentError(f"the answer's codes ({meta.get('bytes')!r} bytes, digest "
-                                 f"{str(meta.get('digest'))[:16]!r}...) are not the {b}-byte prefix of the codes "
-                                 f"collection {name!r} publishes; refusing to re-rank by them.")
-    rows = res.get("rows")
-    if protocol == "pm_vector":
-        shortlist = int(getattr(req, "shortlist", 0) or shortlist or 1000)
-        try:
-            rows = check_rows_answer(rows, n_rows=int(req.n_rows), shortlist=shortlist,
-                                     code_bytes=b if pc is not None else None,
-                                     n_features=n_features if mode == "features" else None)
-        except InvalidInputError as exc:  # the answer's fault, whatever the real row
-            raise MalformedAnswerError(f"the answer is malformed: {exc}") from None
-    return rows
-
-
 class Client(Transport, PublicDocuments):
     """A pm_vector service client. ``budget``: a :class:`PrivacyBudget` (or
     :class:`~pm_vector.client.budget.MemoryBudget`), a ledger path, or None: the default ledger
@@ -144,13 +122,9 @@ class Client(Transport, PublicDocuments):
 
     def __init__(self, base_url: str, api_key: str | None, *, budget: PrivacyBudget | str | None = None,
                  timeout: float = 60.0, transport=None, wire: str = "msgpack", max_answer_bytes: int | None = None):
-        from ..privacy.location import DEFAULT_MAX_BYTES, FIXED_BYTES
-
-        mab = DEFAULT_MAX_BYTES if max_answer_bytes is None else max_answer_bytes
-        if isinstance(mab, bool) or not isinstance(mab, int) or not FIXED_BYTES < mab <= 1 << 34:
-            raise InvalidInputError(f"max_answer_bytes must be an integer in ({FIXED_BYTES}, 2^34]; got {mab!r:.40}.")
-        #: what one private query may cost on the wire, both ways (the location release's plan)
-        self.max_answer_bytes = int(mab)
+        #: what one private query may cost on the wire, both ways (the location release's plan, whose
+        #: check it is: :func:`~pm_vector.privacy.location.check_max_bytes`); a query's ``max_bytes`` overrides it
+        self.max_answer_bytes = check_max_bytes(max_answer_bytes)
         if wire not in WIRES:
             raise InvalidInputError(f"wire must be one of {sorted(WIRES)}, not {wire!r}.")
         self.wire = wire
@@ -205,23 +179,12 @@ class Client(Transport, PublicDocuments):
     def _account(self, name: str) -> LedgerAccount:
         return self.budget.account(self.budget_key(), label=name)
 
-    def _note_id(self, name: str, doc: dict[str, Any]) -> None:
-        uid = doc.get("collection_uuid")
-        if uid is not None:
-            self._ids[name] = str(uid)
-
     # ------------------------------------------------------------------ endpoints
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/health")
 
     def collections(self) -> list[dict[str, Any]]:
         return self._call("GET", "/collections")["collections"]
-
-    def collection(self, name: str) -> dict[str, Any]:
-        return self._call("GET", f"/collections/{name}")
-
-    def anchor_document(self, name: str) -> dict[str, Any]:
-        return self._call("GET", f"/collections/{name}/anchor")
 
     def items(self, name: str, ids, include_features: bool = False) -> dict[str, Any]:
         return self._call("POST", f"/collections/{name}/items",
@@ -320,59 +283,24 @@ class Client(Transport, PublicDocuments):
                                        shortlist=shortlist, release=release, n_cells=n_cells, max_bytes=max_bytes,
                                        options=paper_options)
 
-    def _build_request(self, name, features, label=None, *, epsilon, delta=1e-5, protocol="pm_vector",
-                       shortlist=None, release="auto", n_cells=None, max_bytes=None, options=None, rng=None):
+    # ------------------------------------------------------------------ one path: pick -> build -> exchange -> check
+    def _plan(self, name, *, epsilon, delta=1e-5, protocol="pm_vector", release="auto", k=8, shortlist=None,
+              n_cells=None, max_bytes=None, answer=None, rerank=True, options=None):
+        """The query's plan: the release picked by the table's one rule (:func:`releases.pick`) and its
+        client plan (:mod:`pm_vector.client.releases`), given the public documents and this server's
+        ledger entry."""
+        q = Query(name=name, epsilon=epsilon, delta=delta, protocol=protocol, release=release, k=k,
+                  shortlist=shortlist, n_cells=n_cells, answer=answer, rerank=rerank, options=dict(options or {}),
+                  max_bytes=self.max_answer_bytes if max_bytes is None else max_bytes,
+                  bytes_given=max_bytes is not None)
+        rel = releases.pick(self, q)
+        return releases.query_class(rel)(self, q, self._account(name))
+
+    def _build_request(self, name, features, label=None, *, rng=None, **query):
         """:meth:`build_request`; ``rng`` (an int or a Generator: tests only, never reached from a public
         method) drives dummies and noise, the request says ``seeded`` and is not charged (not a
         private release; a service refuses it unless its settings allow seeded requests)."""
-        options = dict(options or {})
-        if protocol == "privatemail_paper":
-            if release not in ("auto", "gaussian") or n_cells is not None:
-                raise InvalidInputError("release and n_cells apply to the pm_vector protocol (the paper's protocol "
-                                        "is its own release).")
-            if label is None:
-                raise InvalidInputError("the paper's protocol needs the query's label.")
-            frame, anchor, _ = self.frame(name)
-            pm = PrivateMail(frame, epsilon=epsilon, delta=delta,
-                             accountant=None if rng is not None else self._account(name), _rng=rng, **options)
-            req, secret = pm.request(np.asarray(features, dtype=np.float64), int(label), anchor, collection=name)
-            self._built.add(_fingerprint(req))
-            return req, secret
-        if protocol != "pm_vector":
-            raise InvalidInputError(f"protocol must be 'pm_vector' or 'privatemail_paper', not {protocol!r}.")
-        if options:
-            raise InvalidInputError(f"{sorted(options)} are options of protocol='privatemail_paper', not of the "
-                                    "pm_vector protocol.")
-        used = self.choose_release(name, epsilon, release, class_rows=shortlist is not None or n_cells is not None)
-        if used == "location":
-            if n_cells is not None or shortlist is not None:
-                raise InvalidInputError("n_cells and shortlist apply to the class-rows releases; the location release's "
-                                        "plan follows the byte budget (max_bytes).")
-            loc = self.private_location(name, epsilon=epsilon,
-                                        max_bytes=self.max_answer_bytes if max_bytes is None else max_bytes)
-            if rng is not None:
-                loc.accountant = None  # seeded: not a private release, not charged
-                loc._inject_generator(rng if isinstance(rng, np.random.Generator) else secure_generator(int(rng)))
-            req = loc.request(np.asarray(features, dtype=np.float64))
-            self._built.add(_fingerprint(req))
-            return req, loc.plan_
-        if max_bytes is not None:
-            raise InvalidInputError("max_bytes applies to the location release (release='location' or 'auto').")
-        if used == "cells":
-            cclient = self.private_cells(name, epsilon=epsilon, n_cells=n_cells, shortlist=shortlist)
-            if rng is not None:
-                cclient.accountant = None  # seeded: not a private release, not charged
-                cclient._inject_generator(rng if isinstance(rng, np.random.Generator) else secure_generator(int(rng)))
-            req, secret = cclient.request(np.asarray(features, dtype=np.float64), None if label is None else int(label))
-            self._built.add(_fingerprint(req))
-            return req, secret
-        if n_cells is not None:
-            raise InvalidInputError("n_cells applies to the cell release (release='cells' or 'auto').")
-        client = self.private_knn(name, epsilon=epsilon, delta=delta, shortlist=shortlist, label_free=label is None)
-        if rng is not None:
-            client.accountant = None  # seeded: not a private release, not charged
-            client._inject_generator(rng if isinstance(rng, np.random.Generator) else secure_generator(int(rng)))
-        req, secret = client.request(np.asarray(features, dtype=np.float64), None if label is None else int(label))
+        req, secret = self._plan(name, **query).build(features, label, rng)
         self._built.add(_fingerprint(req))
         return req, secret
 
@@ -399,9 +327,9 @@ class Client(Transport, PublicDocuments):
         result: ``"codes"``, ``"features"`` or false (``rerank=False``: server score order kept).
         The paper's protocol ignores ``answer``: raw features when the collection allows them.
 
-        ``release`` (pm_vector protocol): ``"auto"`` (default: the public rule of
-        :func:`pm_vector.privacy.cell_release.release_for_epsilon`: below eps 512 the location release when
-        the collection serves it, else the cell release), ``"location"`` (ONE report of the query's
+        ``release`` (pm_vector protocol): ``"auto"`` (default: the table's one rule,
+        :meth:`choose_release`: below eps 512 the location release when the collection serves it, else
+        the cell release), ``"location"`` (ONE report of the query's
         public cell over the whole collection, pure eps; the answer is ``candidates`` ids and code
         prefixes of the width the public plan chooses under ``max_bytes``, default the client's
         ``max_answer_bytes``; the result says ``level``, ``candidates``, ``code_bytes``), ``"cells"`` (one reported public cell per class, pure eps: delta 0;
@@ -419,76 +347,66 @@ class Client(Transport, PublicDocuments):
                                protocol=protocol, rerank=rerank, answer=answer, release=release,
                                n_cells=n_cells, max_bytes=max_bytes, options=paper_options)
 
-    def _query(self, name, features, label=None, *, epsilon, delta=1e-5, k=8, shortlist=None, protocol="pm_vector",
-               rerank=True, answer="compact", release="auto", n_cells=None, max_bytes=None, options=None,
-               rng=None) -> dict[str, Any]:
-        """:meth:`query`; ``rng``: see :meth:`_build_request` (tests only)."""
-
+    def _query(self, name, features, label=None, *, k=8, answer="compact", rng=None, **query) -> dict[str, Any]:
+        """:meth:`query`: pick -> build (charged) -> exchange -> check (the WHOLE answer, before the
+        secret is used) -> re-rank, each step the release's (:mod:`pm_vector.client.releases`);
+        ``rng``: see :meth:`_build_request` (tests only)."""
         if answer not in ("compact", "features"):
             raise InvalidInputError(f"answer must be 'compact' or 'features', not {answer!r}.")
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 1000:
             raise InvalidInputError(f"k must be an integer in 1..1000; got {k!r:.40}.")
-        if protocol == "pm_vector" and answer == "compact" and self.choose_release(
-                name, epsilon, release, class_rows=shortlist is not None or n_cells is not None) == "location":
-            if n_cells is not None or shortlist is not None:
-                raise InvalidInputError("n_cells and shortlist apply to the class-rows releases; the location release's "
-                                        "plan follows the byte budget (max_bytes).")
-            from .location import query_location
-
-            return query_location(self, name, features, label, epsilon=epsilon, k=k, rerank=rerank,
-                                  max_bytes=max_bytes, rng=rng)
-        if max_bytes is not None:
-            raise InvalidInputError("max_bytes applies to the location release (release='location' or 'auto').")
-        if protocol != "pm_vector" and (release not in ("auto", "gaussian") or n_cells is not None):
-            raise InvalidInputError("release and n_cells apply to the pm_vector protocol (the paper's protocol is "
-                                    "its own release).")
-        allow_raw = bool(self.collection(name).get("allow_raw_features"))
-        pc = b = None
-        if protocol == "pm_vector" and answer == "features" and not allow_raw:
-            raise InvalidInputError(f"collection {name!r} does not hand out raw features; use answer='compact' "
-                                    "(the default).")
-        if protocol == "pm_vector" and answer == "compact":
-            self.private_knn(name, epsilon=1.0)  # the public document (cached per run)
-            release, shortlist, b, pc = self._compact_shape(name, epsilon, release, shortlist)
-            body_answer = {"answer": "compact", "code_bytes": b}
-        elif protocol == "pm_vector":  # raw features: a class-rows release (a location answer carries codes)
-            release = self.choose_release(name, epsilon, release, class_rows=True)
-            body_answer = {"answer": "features"}
-        else:
-            body_answer = {"include_features": bool(rerank and allow_raw)}
-        mode = None if not rerank else ("codes" if pc is not None else
-                                         ("features" if body_answer.get("answer") == "features"
-                                          or body_answer.get("include_features") else None))
+        plan = self._plan(name, k=k, answer=answer, **query)
         q_raw = np.asarray(features, dtype=np.float64).ravel()
         t0 = time.perf_counter()
-        req, secret = self._build_request(name, features, label, epsilon=epsilon, delta=delta, protocol=protocol,
-                                          shortlist=shortlist, release=release, n_cells=n_cells, options=options,
-                                          rng=rng)
-        used = getattr(req, "release", "privatemail_paper")
+        req, secret = plan.build(features, label, rng)
+        self._built.add(_fingerprint(req))
         t1 = time.perf_counter()
-        status = self.budget.status(self.budget_key())  # charged by _build_request
-        body = {"request": req.to_dict(), "k": int(k), **body_answer}
-        res, sent, received = self._exchange("POST", f"/collections/{name}/resolve", body,
-                                             max_bytes=self._resolve_cap(name, body))
+        status = self.budget.status(self.budget_key())  # charged by the build
+        body = plan.body(req)
+        try:
+            res, sent, received = self._exchange("POST", f"/collections/{name}/resolve", body,
+                                                 max_bytes=plan.cap(body))
+        except MalformedAnswerError as exc:
+            if exc.error != "too_large":
+                raise
+            raise plan.too_large(exc) from None
         self._check_run(name, res)
         t2 = time.perf_counter()
-        # nothing below talks to the server: the answer is all the client uses. The WHOLE answer is
-        # checked before the secret picks its row (an error must not depend on which row is real)
-        rows = _checked_answer(res, name, req, protocol, shortlist, pc, b, mode, len(q_raw))
-        row = dict(secret.pick(rows))
-        row["item_ids"] = [int(v) for v in np.asarray(row.get("item_ids", []), dtype=np.int64).ravel()]
-        reranked = rerank_row(row, q_raw, mode, req, pc, b)
-        if protocol == "pm_vector":
-            for key2 in ("item_ids", "external_ids", "labels", "scores", "payloads", "distances", "predicted",
-                         "class_scores"):
-                if row.get(key2) is not None:
-                    row[key2] = list(row[key2])[: int(k)]
-        return {**row, "collection": name, "protocol": protocol, "release": used, "epsilon": float(epsilon),
-                "delta": 0.0 if used == "cells" else float(delta), "n_cells": getattr(req, "n_cells", None),
-                "k": int(k), "shortlist": getattr(req, "shortlist", None), "label_predicted":
-                bool(getattr(secret, "predicted", False)), "run_id": res.get("run_id"), "reranked": reranked,
-                "answer": res.get("answer", "full"), "code_bytes": b,
+        # nothing below talks to the server: the answer is all the client uses, checked whole first
+        out = plan.finish(res, plan.check(res, req), req, secret, q_raw)
+        return {**out, "collection": name, "protocol": plan.q.protocol, "release": plan.release,
+                "epsilon": float(plan.q.epsilon), "delta": plan.delta(req), "k": int(k), "run_id": res.get("run_id"),
                 "budget": status, "bytes_sent": sent, "bytes_received": received,
                 "bytes_per_request": sent + received, "wire": self.wire,
                 "timing": {"build_ms": (t1 - t0) * 1000, "resolve_ms": (t2 - t1) * 1000,
                            "total_ms": (time.perf_counter() - t0) * 1000}}
+
+    # ------------------------------------------------------------------ the releases' clients, by hand
+    def choose_release(self, name: str, epsilon: float, release: str = "auto", *, class_rows: bool = False) -> str:
+        """The release a query at ``epsilon`` uses: ``release`` itself, or for ``"auto"`` the table's one
+        default rule (:func:`pm_vector.protocol.releases.default_release`: the location release below eps
+        512 when the collection serves it, else the cell release, the Gaussian from eps 512 or when
+        neither is served). ``class_rows``: the caller gave a class-rows option (``shortlist``,
+        ``n_cells``): ``"auto"`` then chooses among the class-rows releases only."""
+        return releases.choose(self, name, epsilon, release, class_rows=class_rows)
+
+    def private_knn(self, name: str, *, epsilon: float, delta: float = 1e-5, shortlist: int | None = None,
+                    label_free: bool = False, refresh: bool = False):
+        """The :class:`~pm_vector.client.query.PrivateKNN` of the collection's active run
+        (:func:`pm_vector.client.releases.class_rows.knn`), charging this client's ledger per request."""
+        if refresh:
+            self.document(name, refresh=True)
+        return knn(self, name, epsilon=epsilon, delta=delta, shortlist=shortlist, label_free=label_free,
+                   account=self._account(name))
+
+    def private_cells(self, name: str, *, epsilon: float, n_cells: int | None = None, shortlist: int | None = None):
+        """The :class:`~pm_vector.client.cell_client.PrivateCellKNN` of the collection's active run
+        (:func:`pm_vector.client.releases.cells.cell_knn`), charging this client's ledger (eps, 0) per request."""
+        return cell_knn(self, name, epsilon=epsilon, n_cells=n_cells, shortlist=shortlist, account=self._account(name))
+
+    def private_location(self, name: str, *, epsilon: float, max_bytes: int | None = None, **plan):
+        """The :class:`~pm_vector.client.location.PrivateLocationKNN` of the collection's active run
+        (:func:`pm_vector.client.releases.location.location_knn`; ``max_bytes`` None: this client's
+        ``max_answer_bytes``), charging this client's ledger (eps, 0) per request."""
+        return location_knn(self, name, epsilon=epsilon, account=self._account(name),
+                            max_bytes=self.max_answer_bytes if max_bytes is None else max_bytes, **plan)

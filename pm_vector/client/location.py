@@ -6,7 +6,7 @@
                                 widths=codes.widths_)               # the plan: level, candidates, code width
     request = client.request(x)                                     # one report, pure eps, charged (eps, 0)
     answer = server_resolve(request)                                # S ids and S codes: one list
-    ids, codes, payloads = client.check(answer, ...)                # the WHOLE answer, before x is used
+    ids, codes, payloads = check_location_answer(answer, request, ...)  # the WHOLE answer, before x is used
     top8 = ids[rank(x, codes=codes, product_codes=codes)[0][:8]]
 
 The guarantee (pure epsilon, delta 0, whole request, replacing features and label) and the exact
@@ -18,7 +18,8 @@ payload (at the collection's bound) as they travel on the wire, so a published c
 never sizes a request beyond the budget. The query's only use before the answer is its nearest
 centroid at level M (:meth:`locate`); after the answer, the re-rank of exactly ``n = min(S,
 n_items)`` coded candidates (fixed-size arrays, in a CSPRNG permutation: its time depends on n, the
-width and the distances, not on the order the server chose).
+width and the distances, not on the order the server chose). A query of the location release
+through a :class:`~pm_vector.client.http.Client` is :mod:`pm_vector.client.releases.location`.
 
 Budget: every unseeded request is charged ``(epsilon, 0)`` before anything is drawn, to
 ``accountant`` or the default ledger under the single key ``"local"``
@@ -28,19 +29,15 @@ select it, so no server can open a fresh budget.
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
 import numpy as np
 
-from .._validation import as_matrix, normalize_rows, unit_query
-from ..errors import InvalidInputError, MalformedAnswerError
+from .._validation import as_matrix, normalize_rows
+from ..errors import InvalidInputError
 from ..manifold.public_cells import PublicCells
 from ..privacy.location import LocationRandomizedResponse, plan as location_plan
 from ..privacy.rng import secure_generator
-from ..protocol.location import LocationRequest, check_location_answer
+from ..protocol.location import LocationRequest
 from .charging import ChargedRelease
-from .rerank import rank
 
 
 class PrivateLocationKNN(ChargedRelease):
@@ -89,64 +86,3 @@ class PrivateLocationKNN(ChargedRelease):
         return LocationRequest(report=self.mechanism.release(a, rng), level=p.level, epsilon=self.mechanism.epsilon,
                                locations_digest=self.digest, candidates=p.candidates, code_bytes=p.code_bytes,
                                collection=self.collection, seeded=self._rng is not None)
-
-
-def query_location(self, name, features, label=None, *, epsilon, k, rerank, max_bytes, rng) -> dict[str, Any]:
-    """:meth:`Client.query <pm_vector.client.http.Client.query>` of the location release (``self``: the client): build (charged), send, check the WHOLE answer, re-rank.
-
-    Before the answer, the query is used only to find its cell (:meth:`PrivateLocationKNN.locate`).
-    The answer is checked in full (:func:`~pm_vector.protocol.location.check_location_answer`:
-    exactly ``n = min(candidates, n_items)`` distinct ids, ``n_items`` the run's items as the answer
-    says (fewer than the anchor document's after a delete), ``n x code_bytes`` code bytes, the run,
-    level, report and codes digest of the request) before the query is used again; a malformed
-    answer raises one :class:`~pm_vector.errors.InvalidInputError` whose text depends on the answer
-    alone. The answer's bytes are bounded by the plan's own count
-    (:meth:`~pm_vector.privacy.location.LocationPlan.answer_bytes`: payloads of the size the
-    collection publishes, ``payload_bytes_max``): a larger answer is refused whole by the transport
-    (payloads written after the query read the collection, or a server that publishes less than it
-    stores), and the next query plans by what the collection publishes then. The re-rank then works on exactly ``n`` codes of the plan's width (public sizes), taken
-    in a CSPRNG permutation (:func:`~pm_vector.client.rerank.rank`), so its time depends on neither
-    the query's position nor the order the server chose."""
-    t0 = time.perf_counter()
-    req, plan = self._build_request(name, features, label, epsilon=epsilon, release="location",
-                                    max_bytes=max_bytes, rng=rng)
-    pub = self._public[name]
-    pc = self.product_codes(name)
-    t1 = time.perf_counter()
-    status = self.budget.status(self.budget_key())  # charged by _build_request
-    body = {"request": req.to_dict(), "k": int(k)}
-    # the answer's bytes: at most what the plan counted (ids, codes and payloads of the size the collection
-    # published, on this client's wire), never more than the request's shape allows
-    cap = min(self._resolve_cap(name, body), plan.answer_bytes())
-    try:
-        res, sent, received = self._exchange("POST", f"/collections/{name}/resolve", body, max_bytes=cap)
-    except MalformedAnswerError as exc:
-        if exc.error != "too_large":
-            raise
-        raise MalformedAnswerError(
-            f"{exc.message} The plan counted payloads of at most {self._payload_plan(name)} bytes each (what the "
-            "collection published when this query read it): payloads written since, or a server that publishes "
-            "less than it stores, make an answer larger than the byte budget. Nothing of it was used; ask again "
-            "(the next query reads the collection again and plans by what it publishes then).",
-            exc.status, exc.error) from None
-    self._check_run(name, res)
-    t2 = time.perf_counter()
-    # nothing below talks to the server: the answer is all the client uses, checked whole first
-    try:
-        ids, codes, payloads = check_location_answer(res, req, n_items=int(pub.class_rows["n_items"]),
-                                                     codes_digest=pc.digest(), run_id=pub.run_id)
-    except InvalidInputError as exc:
-        raise MalformedAnswerError(f"the answer is malformed: {exc}") from None
-    q = unit_query(features)  # checked before the first request (Client.query)
-    order, d = rank(q, codes=codes, product_codes=pc) if rerank else (np.arange(ids.size), np.zeros(ids.size))
-    top = order[: int(k)]
-    return {"item_ids": [int(v) for v in ids[top]], "distances": d[top].tolist(),
-            **({} if payloads is None else {"payloads": [payloads[i] for i in top.tolist()]}),
-            "collection": name, "protocol": "pm_vector", "release": "location", "epsilon": float(epsilon),
-            "delta": 0.0, "level": plan.level, "candidates": plan.candidates, "code_bytes": plan.code_bytes,
-            "max_bytes": plan.max_bytes, "n_cells": plan.level, "k": int(k), "shortlist": plan.candidates,
-            "label_predicted": False, "run_id": res.get("run_id"), "reranked": "codes" if rerank else False,
-            "answer": "compact", "budget": status, "bytes_sent": sent, "bytes_received": received,
-            "bytes_per_request": sent + received, "wire": self.wire,
-            "timing": {"build_ms": (t1 - t0) * 1000, "resolve_ms": (t2 - t1) * 1000,
-                       "total_ms": (time.perf_counter() - t0) * 1000}}

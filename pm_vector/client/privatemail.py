@@ -36,6 +36,7 @@ from ..manifold.post_process import post_process_release
 from ..privacy import AnalyticGaussianMechanism, GaussianMechanism, secure_generator, smlq_sensitivity
 from ..privacy.gaussian import gaussian_epsilon
 from ..protocol import bounds
+from ..protocol.releases import by_format
 from ..protocol.anchor import PublicAnchor  # re-exported: its old home
 from .request import ClientSecret, PrivateMailRequest
 
@@ -89,20 +90,17 @@ def paper_charge(epsilon: float, delta: float = 1e-5, mechanism: str = "analytic
 
 
 def request_charge(d: dict) -> tuple[float, float]:
-    """``(epsilon, delta)`` to charge for sending the request ``d`` (a request's dict): its own for
-    the pm_vector protocol's requests, :func:`paper_charge` for the paper's (a
-    :class:`~pm_vector.protocol.paper.PrivateMailRequest` or a release-only
-    :class:`~pm_vector.protocol.paper.ReleaseRequest`)."""
-    from ..protocol.formats import PRIVATEMAIL_FORMAT, RELEASE_FORMAT
-
+    """``(epsilon, delta)`` to charge for sending the request ``d`` (a request's dict): what the
+    table's release of its format says it charges (:meth:`pm_vector.protocol.releases.Guarantee.charge`:
+    its own (eps, delta) for the pm_vector protocol's requests, :func:`paper_charge` for the paper's);
+    its own (eps, delta) for a format the table does not know."""
     try:
         eps, dlt = float(d["epsilon"]), float(d["delta"])
     except (KeyError, TypeError, ValueError):
         raise InvalidInputError("the request names no valid epsilon/delta to charge; build it with "
                                 "build_request().") from None
-    if d.get("format") in (PRIVATEMAIL_FORMAT, RELEASE_FORMAT):
-        return paper_charge(eps, dlt, d.get("mechanism", "analytic"))
-    return eps, dlt
+    rel = by_format(d.get("format"))
+    return (eps, dlt) if rel is None else tuple(rel.guarantee.charge(d))
 
 
 class PrivateMail:

@@ -1,8 +1,8 @@
 """What a service client keeps of a collection's public anchor document, per active run, and
-what it builds from it: the verified anchor frame (:class:`VerifiedFrame`), the class frames,
-dummy pool, published codes and cells (:class:`PublicDocument`), and the private-query clients
-built on them (:class:`~pm_vector.client.query.PrivateKNN`,
-:class:`~pm_vector.client.cell_client.PrivateCellKNN`).
+what is checked of it: the verified anchor frame (:class:`VerifiedFrame`), the class frames,
+dummy pool, published codes and cells (:class:`PublicDocument`). Loading a document has no side
+effect: the private-query clients built on it (:class:`~pm_vector.client.query.PrivateKNN`, ...)
+are built by the release a query uses (:mod:`pm_vector.client.releases`).
 
 Everything here is public data, fetched once per active run and re-fetched when the run
 changes; what is built from it (published codes and cells, checked against the digests the run
@@ -30,10 +30,7 @@ from ..manifold.class_frames import ClassFrames
 from ..protocol.anchor import PublicAnchor, check_frame_params
 from ..protocol.frame import frame_from_document
 from .transport import malformed_answer
-from .query import DEFAULT_SHORTLIST, PrivateKNN
 
-#: the ``release`` option of :meth:`Client.query`
-RELEASES = ("auto", "location", "cells", "gaussian")
 #: most downloads of one collection's anchor document by one client per :data:`ANCHOR_WINDOW_S`
 #: (a run changes when an embedding job finishes: minutes apart, not per query)
 ANCHOR_DOWNLOADS = 4
@@ -59,7 +56,7 @@ class PublicDocument:
     documents (``product_codes``, ``public_cells``, ``class_rows``: the run's class-rows
     parameters, the codes' and cells' digests, ``n_items`` and ``classes``; ``partitions`` of a
     collection without labels). ``derived``: what the client built from them, by name
-    (``"codes"``, ``"cells"``, ``"kahm"``, ``"partitions"``), checked once."""
+    (``"codes"``, ``"public_cells"``, ``"location_cells"``, ``"kahm"``, ``"partitions"``), checked once."""
 
     run_id: int | None
     frames: ClassFrames
@@ -76,8 +73,8 @@ class PublicDocument:
 
 
 class PublicDocuments:
-    """The public-document half of :class:`~pm_vector.client.http.Client`: it needs the client's
-    ``collection``, ``anchor_document``, ``_note_id`` and ``_account``, and keeps
+    """The public-document half of :class:`~pm_vector.client.http.Client`, on its transport: it needs
+    ``_call`` (:class:`~pm_vector.client.transport.Transport`), ``wire`` and ``_ids``, and keeps
     ``self._frames`` (:class:`VerifiedFrame` per collection) and ``self._public``
     (:class:`PublicDocument` per collection)."""
 
@@ -101,12 +98,24 @@ class PublicDocuments:
         self._frames[name] = VerifiedFrame(run_id, frame, anchor, info)
         return frame, anchor, info
 
-    def private_knn(self, name: str, *, epsilon: float, delta: float = 1e-5, shortlist: int | None = None,
-                    label_free: bool = False, refresh: bool = False) -> PrivateKNN:
-        """The :class:`~pm_vector.client.query.PrivateKNN` of the collection's active run: class frames and
-        dummy pool from the public anchor document (cached per run); with ``label_free`` the row of a
-        query without a label is its nearest public partition (a collection without labels) or a
-        :class:`~pm_vector.kahm.KAHMClassifier` fit on the public anchor (see :meth:`_label_classifier`)."""
+    # ------------------------------------------------------------------ the documents, as published
+    def collection(self, name: str) -> dict[str, Any]:
+        """The collection's document (``GET /collections/{name}``; inside a query asked once)."""
+        return self._call("GET", f"/collections/{name}")
+
+    def anchor_document(self, name: str) -> dict[str, Any]:
+        """The collection's public anchor document as the service sends it (nothing checked)."""
+        return self._call("GET", f"/collections/{name}/anchor")
+
+    def _note_id(self, name: str, doc: dict[str, Any]) -> None:
+        uid = doc.get("collection_uuid")
+        if uid is not None:
+            self._ids[name] = str(uid)
+
+    def document(self, name: str, *, refresh: bool = False) -> PublicDocument:
+        """The :class:`PublicDocument` of the collection's active run (fetched once per run, or again
+        with ``refresh``). Loading it builds nothing else: a release's client is built from it when
+        a query needs one (:mod:`pm_vector.client.releases`)."""
         run_id = self.collection(name).get("active_run_id")
         cached = self._public.get(name)
         if cached is None or refresh or cached.run_id != run_id:
@@ -136,10 +145,7 @@ class PublicDocuments:
                                         public_locations=fr.get("public_locations"),
                                         partitions=doc.get("partitions"))
             self._public[name] = cached
-        clf = self._label_classifier(name) if label_free else None
-        return PrivateKNN(cached.frames, cached.dummy_features, cached.dummy_labels, epsilon, delta,
-                          shortlist=shortlist or DEFAULT_SHORTLIST, classifier=clf,
-                          collection=name, accountant=self._account(name))
+        return cached
 
     def _anchor_of_run(self, name: str, run_id) -> dict:
         """The collection's anchor document for the run ``run_id`` (the one the query started on):
@@ -221,54 +227,23 @@ class PublicDocuments:
             classifiers["kahm"] = KAHMClassifier().fit(pub.anchor_features, pub.anchor_labels)  # public data only
         return classifiers["kahm"]
 
-    def _current_document(self, name: str):
-        """The cached public document of the collection's active run, fetched again when the run
-        changed (one lookup for everything derived from it: cells, codes)."""
-        run_id = self.collection(name).get("active_run_id")
-        cached = self._public.get(name)
-        if cached is None or cached.run_id != run_id:
-            self.private_knn(name, epsilon=1.0, refresh=True)
-            cached = self._public[name]
-        return cached
-
     def public_cells(self, name: str):
         """The collection's published :class:`~pm_vector.manifold.public_cells.PublicCells` (from the public
         anchor document, cached per run), verified against the digest the run publishes; None when the
         active run serves no cell release."""
         from ..manifold.public_cells import PublicCells
 
-        cached = self._current_document(name)
+        cached = self.document(name)
         doc, meta = cached.public_cells, cached.class_rows.get("cells") or {}
         if not doc or meta.get("status") != "ready":
             return None
-        if "cells" not in cached.derived:
+        if "public_cells" not in cached.derived:
             cells = PublicCells.from_dict(doc)
             if cells.digest() != meta.get("digest"):
                 raise AlignmentError(f"the public cells of collection {name!r} do not hash to the digest its run "
                                      "publishes; refusing to build cell requests on them.")
-            cached.derived["cells"] = cells
-        return cached.derived["cells"]
-
-    def private_cells(self, name: str, *, epsilon: float, n_cells: int | None = None, shortlist: int | None = None):
-        """The :class:`~pm_vector.client.cell_client.PrivateCellKNN` of the collection's active run (the cell
-        release: pure eps, delta 0; ``n_cells`` None: K by the public rule for ``epsilon``, among the
-        levels no finer than :func:`~pm_vector.privacy.cell_release.max_cells_for` the collection's public
-        size, classes and k'), charging this client's ledger (eps, 0) per request."""
-        from ..privacy.cell_release import max_cells_for
-        from .cell_client import PrivateCellKNN
-
-        cells = self.public_cells(name)
-        if cells is None:
-            raise InvalidInputError(f"collection {name!r} serves no cell release (its active run publishes no "
-                                    "cells); use release='gaussian', or run a new embedding job.")
-        shortlist = shortlist or DEFAULT_SHORTLIST
-        doc = self._public[name].class_rows
-        max_cells = (max_cells_for(int(doc["n_items"]), len(doc["classes"]), int(shortlist))
-                     if doc.get("n_items") else None)
-        # the real row: the query's nearest public cell over every class (PrivateCellKNN's default
-        # row="nearest": no label, no classifier needed)
-        return PrivateCellKNN(cells, epsilon, n_cells=n_cells, shortlist=shortlist, collection=name,
-                              accountant=self._account(name), max_cells=max_cells)
+            cached.derived["public_cells"] = cells
+        return cached.derived["public_cells"]
 
     def location_cells(self, name: str):
         """The collection's published location cells (a one-class
@@ -277,40 +252,17 @@ class PublicDocuments:
         run serves no location release."""
         from ..manifold.public_cells import PublicCells
 
-        cached = self._current_document(name)
+        cached = self.document(name)
         doc, meta = cached.public_locations, cached.class_rows.get("locations") or {}
         if not doc or meta.get("status") != "ready":
             return None
-        if "locations" not in cached.derived:
+        if "location_cells" not in cached.derived:
             cells = PublicCells.from_dict(doc)
             if cells.digest() != meta.get("digest") or cells.classes_.size != 1:
                 raise AlignmentError(f"the location cells of collection {name!r} do not hash to the digest its run "
                                      "publishes; refusing to build location requests on them.")
-            cached.derived["locations"] = cells
-        return cached.derived["locations"]
-
-    def private_location(self, name: str, *, epsilon: float, max_bytes: int | None = None, **plan):
-        """The :class:`~pm_vector.client.location.PrivateLocationKNN` of the collection's active run (the
-        location release: pure eps, delta 0; the plan by the public rule for ``epsilon``, the
-        collection's published size, code widths and what its payloads may take (``max_payload_bytes``,
-        or the smaller high-water mark ``payload_bytes_max``, counted on this client's wire:
-        :meth:`_payload_wire_bytes`) and ``max_bytes``; ``plan``: ``level``,
-        ``candidates`` or ``code_bytes`` to fix), charging this client's ledger (eps, 0) per request."""
-        from .location import PrivateLocationKNN
-
-        cells = self.location_cells(name)
-        pc = self.product_codes(name)
-        if cells is None or pc is None:
-            raise InvalidInputError(f"collection {name!r} serves no location release (its active run publishes no "
-                                    "location cells or codes); use release='cells', or run a new embedding job.")
-        doc = self._public[name].class_rows
-        n_items = doc.get("n_items")
-        if isinstance(n_items, bool) or not isinstance(n_items, int) or not 1 <= n_items <= 1 << 40:
-            raise InvalidInputError(f"collection {name!r} publishes no valid item count; run a new embedding job.")
-        return PrivateLocationKNN(cells, epsilon, n_items=n_items, widths=tuple(pc.widths_),
-                                  max_bytes=max_bytes, payload_bytes=self._payload_wire_bytes(name),
-                                  collection=name, accountant=self._account(name),
-                                  wire=getattr(self, "wire", "msgpack"), **plan)
+            cached.derived["location_cells"] = cells
+        return cached.derived["location_cells"]
 
     def _payload_bound(self, name: str) -> int | None:
         """The collection's payload bound as its document publishes it (``max_payload_bytes``: compact
@@ -347,51 +299,16 @@ class PublicDocuments:
         size = self._payload_plan(name)
         return 0 if size is None else payload_wire_bytes(size, getattr(self, "wire", "msgpack"))
 
-    def choose_release(self, name: str, epsilon: float, release: str = "auto", *, class_rows: bool = False) -> str:
-        """``"location"``, ``"cells"`` or ``"gaussian"``: ``release`` itself, or for ``"auto"`` the public
-        default rule (:func:`pm_vector.privacy.cell_release.release_for_epsilon`): the location release (one
-        report over the whole collection) below eps 512 when the collection serves it, else the cell
-        release, the Gaussian from eps 512 or when neither is served. ``class_rows``: the caller gave a
-        class-rows option (``shortlist``, ``n_cells``): ``"auto"`` then chooses among the class-rows
-        releases only."""
-        from ..privacy.cell_release import release_for_epsilon
-
-        if release not in RELEASES:
-            raise InvalidInputError(f"release must be one of {list(RELEASES)}, not {release!r}.")
-        if release != "auto":
-            return release
-        if release_for_epsilon(epsilon) == "gaussian":
-            return "gaussian"
-        if not class_rows and self.location_cells(name) is not None and self.product_codes(name) is not None:
-            return "location"
-        return "cells" if self.public_cells(name) is not None else "gaussian"
-
     def product_codes(self, name: str):
         """The :class:`~pm_vector.manifold.codes.ProductCodes` the collection's active run publishes (from
         the public anchor document, cached per run), checked against the digest the run publishes
         (:func:`pm_vector.protocol.published_codes.unpack`); None when the run publishes none."""
         from ..protocol.published_codes import unpack
 
-        cached = self._current_document(name)
+        cached = self.document(name)
         doc, meta = cached.product_codes, cached.class_rows.get("codes") or {}
         if not doc or meta.get("status") != "ready":
             return None
         if "codes" not in cached.derived:
             cached.derived["codes"] = unpack(doc, meta.get("digest"))
         return cached.derived["codes"]
-
-    def _compact_shape(self, name: str, epsilon: float, release: str, shortlist: int | None):
-        """``(release, k', b, ProductCodes)`` of a compact answer: the release the public rule picks,
-        ``k'`` and the code prefix from :func:`~pm_vector.manifold.codes.compact_answer_shape`."""
-        from ..manifold.codes import compact_answer_shape
-
-        pc = self.product_codes(name)
-        if pc is None:
-            raise InvalidInputError(f"collection {name!r} publishes no product codes (its active run predates them, "
-                                    "or its anchor set is too small to fit them); ask for answer='features' where the "
-                                    "collection allows raw features, or run a new embedding job.")
-        used = self.choose_release(name, epsilon, release, class_rows=True)  # the location path returned before
-        pub = self._public[name]
-        n_rows = len(pub.class_rows.get("classes") or pub.frames.classes_)
-        rule_shortlist, b = compact_answer_shape(n_rows, used, float(epsilon), tuple(pc.widths_))
-        return used, int(shortlist) if shortlist is not None else int(rule_shortlist), int(b), pc

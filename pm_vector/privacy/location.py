@@ -53,7 +53,8 @@ from ..errors import InvalidInputError, PrivacyParameterError
 from .rng import require_generator
 
 __all__ = ["MAX_CELL_WEIGHT", "cell_weight", "LocationRandomizedResponse", "LocationPlan", "plan", "rr_threshold", "exact_loss", "location_weight",
-           "candidates_within", "candidate_bytes", "target_candidates", "target_level", "MAX_LEVEL", "DEFAULT_MAX_BYTES"]
+           "candidates_within", "candidate_bytes", "target_candidates", "target_level", "MAX_LEVEL", "DEFAULT_MAX_BYTES",
+           "check_max_bytes"]
 
 #: the largest level (cells) a location release accepts
 MAX_LEVEL = 1 << 20
@@ -223,6 +224,16 @@ class LocationPlan:
         return FIXED_BYTES + self.candidates * candidate_bytes(self.code_bytes, self.payload_bytes, self.wire)
 
 
+def check_max_bytes(max_bytes) -> int:
+    """The byte budget of one request on the wire, both ways (None: :data:`DEFAULT_MAX_BYTES`),
+    checked: an integer in ``(FIXED_BYTES, 2^34]``. The one check of it: the plan's, and the
+    client's ``max_answer_bytes`` (its default) when the client is made."""
+    mb = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+    if isinstance(mb, bool) or not isinstance(mb, numbers.Integral) or not FIXED_BYTES < int(mb) <= 1 << 34:
+        raise InvalidInputError(f"max_bytes must be an integer in ({FIXED_BYTES}, 2^34]; got {mb!r:.40}.")
+    return int(mb)
+
+
 def candidate_bytes(code_bytes: int, payload_bytes: int = 0, wire: str = "msgpack") -> int:
     """The most one candidate adds to a location answer on the wire: its id, its code prefix and
     its payload (``payload_bytes``: as it may travel on ``wire``,
@@ -292,10 +303,7 @@ def plan(epsilon, *, n_items: int, levels, widths, max_bytes: int | None = None,
     for name, v, lo in (("n_items", n_items, 1), ("payload_bytes", payload_bytes, 0)):
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or int(v) < lo:
             raise InvalidInputError(f"{name} must be an integer >= {lo}; got {v!r:.40}.")
-    mb = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
-    if isinstance(mb, bool) or not isinstance(mb, numbers.Integral) or not FIXED_BYTES < int(mb) <= 1 << 34:
-        raise InvalidInputError(f"max_bytes must be an integer in ({FIXED_BYTES}, 2^34]; got {mb!r:.40}.")
-    mb = int(mb)
+    mb = check_max_bytes(max_bytes)
     widths = sorted({int(w) for w in widths})
     lv = sorted({int(k) for k in levels})
     if not widths or widths[0] < 1:
