@@ -69,24 +69,30 @@ def _print_table(res: dict) -> None:
     t = Table(title=f"{res['dataset']}, {n:,} items: private 8-NN through the service, {budget} B per request, "
                     f"{res['sizes']['query']} queries a row", title_justify="left")
     for c, just in (("eps", "right"), ("release", "left"), ("ledger eps\nrow / all", "right"),
-                    ("bytes /\nrequest", "right"), ("answer holds\n(of N)", "right"), ("nn_recall\n@8", "right"),
+                    ("bytes /\nrequest", "right"), ("answer\nholds", "right"), ("nn_recall\n@8", "right"),
                     ("label\nonly", "right"), ("p50\nms", "right")):
-        t.add_column(c, justify=just)
+        # numbers never wrap nor shorten: in 80 columns the release and the headers wrap instead
+        t.add_column(c, justify=just, no_wrap=c not in ("release", "answer\nholds"),
+                     min_width=max(len(w) for w in c.split("\n")))
     for r in res["results"]:
         held = "-" if r.get("share_held") is None else f"{r['candidates']:,} {r['share_held']:.0%}"
         lo = r.get("label_only_nn_recall_at_8")
         t.add_row(f"{r['epsilon']:g}", r["release"], f"{r['epsilon_spent']:g} / {r['ledger_epsilon_spent']:g}",
-                  f"{r['bytes_per_request']:,.0f}", held, f"{r['nn_recall_at_8']:.3f}",
+                  _bytes(r["bytes_per_request"]), held, f"{r['nn_recall_at_8']:.3f}",
                   "-" if lo is None else f"{lo:.3f}", f"{r['query_p50_ms']:.0f}")
     dl = res["download_all"]
-    t.add_row("-", "download all", "0", f"{dl['bytes']:,}", f"{dl['n_items']:,} 100%", "1.000", "-", "-",
-              end_section=False)
+    t.add_row("-", "download all", "0", _bytes(dl["bytes"]), f"{dl['n_items']:,} 100%", "1.000", "-", "-")
     Console(width=TABLE_WIDTH).print(t)
     err.print("nn_recall@8: share of the exact (non-private) 8 nearest items that come back; release: the "
               "location release, M its public cells; the answer holds its candidates (ids and code "
-              "prefixes); label only: the same number of the query's class's hubs, re-ranked by the same "
+              "prefixes), a share of the N items; label only: the same number of the query's class's hubs, re-ranked by the same "
               "codes (the label sent instead of the private report); ledger: eps this row's queries spent "
               "/ all the ledger holds; bytes: request and answer on the wire "
               f"({res['wire']}); p50: the query's wall time.", width=TABLE_WIDTH)
     err.print(summary(res), width=TABLE_WIDTH)
     err.print(f"embedding job {res['job_seconds']:.1f} s; total {res['seconds']:.1f} s", width=TABLE_WIDTH)
+
+
+def _bytes(n: float) -> str:
+    """Bytes as a user reads them: exact below a million, in MB above."""
+    return f"{n:,.0f}" if n < 1e6 else f"{n / 1e6:,.1f} MB"
