@@ -1,18 +1,28 @@
 """``pm-vector demo``: the whole product on the embedded server, end to end.
 
-1. a collection from a built-in dataset (digits; ``fashion-mnist``), disjoint stratified split
-   into server items, public anchor set, public dummy pool and held-out queries;
+1. a collection from a built-in dataset (scikit-learn's digits, 1,000 server items, by default;
+   ``fashion-mnist``: 10,000), disjoint stratified split into server items, public anchor set,
+   public dummy pool and held-out queries;
 2. ingest the items, publish the anchor set and the dummy pool;
 3. start the real service on loopback (uvicorn in a thread, free port) with a fresh API key;
 4. run the server's SMLQ embedding job through the API and follow its progress;
 5. answer private queries at each epsilon through the service with the real client
    (:class:`pm_vector.client.http.Client`, budget ledger in a temporary file; the default release:
    one report of the query's public cell over the whole collection, an answer of ids and code
-   prefixes within 50,000 bytes, client-side re-rank), and the non-private baseline (exact k-NN
-   on raw features, in memory);
-6. a table: nn_recall@8 (share of the exact 8 nearest items returned), precision@8 and
-   recall@8 by class, bytes per request, query latency p50; and two queries of one class with
-   their (different) answers.
+   prefixes within ``max_bytes`` (:data:`DEMO_MAX_BYTES`: 8,000 bytes on digits, the client's
+   50,000 on Fashion-MNIST), client-side re-rank), and the non-private baseline (exact k-NN on raw
+   features, in memory);
+6. per epsilon: the release and its level, the ledger (eps this row spent, eps it holds in all),
+   bytes per request on the wire, the share of the collection the answer holds (candidates / N),
+   nn_recall@8 (share of the exact 8 nearest items returned), the label-only ablation at the same
+   answer size (:class:`LabelOnly`), query latency; and download-all's bytes and recall as the
+   reference.
+
+The budget is where the trade shows: an answer that cannot hold the whole collection makes the plan
+choose (a coarse level and many candidates at eps 1, a fine level, fewer candidates and wider codes
+at eps 16). On digits' 1,000 items the client's 50 kB holds every item at eps 1 and 4, so the demo
+gives digits 8,000 bytes (a third of the collection at eps 1); Fashion-MNIST's 10,000 items need no
+smaller budget (a quarter at eps 1 within 50 kB) but an embedding job of minutes rather than seconds.
 """
 
 from __future__ import annotations
@@ -26,7 +36,14 @@ import numpy as np
 
 from ..protocol import releases
 
-DEMO_SIZES = {"digits": (1000, 300, 150, 60), "fashion-mnist": (5000, 500, 300, 40)}
+#: (server items, anchor set, dummy pool, queries per epsilon) of each built-in dataset
+DEMO_SIZES = {"digits": (1000, 300, 150, 60), "fashion-mnist": (10000, 1000, 500, 40)}
+#: the dataset ``pm-vector demo`` runs on unless told: its embedding job takes seconds (Fashion-MNIST's
+#: 784 dimensions take minutes: the product codes' fit and encoding, the cells)
+DEFAULT_DATASET = "digits"
+#: the byte budget of one request per dataset unless told (None: the client's, 50,000): on digits'
+#: 1,000 items 50 kB holds the whole collection at every eps, 8,000 bytes makes the plan choose
+DEMO_MAX_BYTES = {"digits": 8000, "fashion-mnist": None}
 K = 8
 
 
@@ -39,6 +56,39 @@ def _distinct_per_class(answers, labels) -> float:
         lists = {tuple(sorted(answers[i])) for i in np.flatnonzero(labels == c)}
         shares.append(len(lists) / int(np.sum(labels == c)))
     return float(np.mean(shares))
+
+
+class LabelOnly:
+    """The label-only ablation: the query's label in place of the private report, at the same
+    answer size. A query of class ``c`` gets the ``S`` items most often among the 32 nearest of
+    ``c``'s items (the class's hub counts, ties by position: what the class-rows answers tend to as
+    eps -> 0), re-ranked by the same published code prefix the release's answer carries
+    (:func:`pm_vector.client.rerank.rank`). It sends the label, so it is no private release: it
+    shows what the location report adds over knowing the class."""
+
+    def __init__(self, Xs, ys, product_codes):
+        from ..neighbors import neighbor_graph
+        from ..shortlist import CELL_GRAPH_DEGREE, hub_counts
+
+        ys = np.asarray(ys)
+        n = len(ys)
+        graph = neighbor_graph(np.asarray(Xs), CELL_GRAPH_DEGREE)
+        self.order = {int(c): np.lexsort((np.arange(n), -hub_counts(graph, np.flatnonzero(ys == c), n)))
+                      for c in np.unique(ys)}
+        self.pc = product_codes
+        self.codes = product_codes.encode(Xs)  # the codes the run stores: encoded from the same features
+
+    def nn_recall(self, Xq, yq, exact, candidates: int, code_bytes: int) -> float:
+        """Mean share of each query's exact ``K`` nearest (positions ``exact[i]``) among the top ``K``
+        of its class's ``candidates`` hubs re-ranked by ``code_bytes``-byte codes."""
+        from ..client.rerank import rank
+
+        hits = []
+        for i in range(len(yq)):
+            cand = self.order[int(yq[i])][:candidates]
+            order, _ = rank(Xq[i], codes=self.pc.select(self.codes[cand], code_bytes), product_codes=self.pc)
+            hits.append(len(set(cand[order[:K]].tolist()) & set(np.asarray(exact[i]).tolist())) / K)
+        return float(np.mean(hits))
 
 
 def prepare_collection(name: str, split, *, allow_raw_features: bool = False,
@@ -77,6 +127,16 @@ def _exact(ds, split, prep: dict):
     return Xq, yq, ys, idx, ext, where, nonpriv
 
 
+def _download_all(Xs) -> dict[str, Any]:
+    """The reference: the client downloads every item (ids and float32 features) and searches
+    locally: exact (nn_recall 1) and private without any eps, for the whole collection's bytes."""
+    from .metrics import wire_answer_bytes
+
+    n, d = np.shape(Xs)
+    return {"method": "download_all", "bytes": int(wire_answer_bytes(1, n, dim=d)), "nn_recall_at_8": 1.0,
+            "share_held": 1.0, "n_items": int(n)}
+
+
 def _run_job(client, name: str, seed: int, prog) -> float:
     """The embedding job, started through the service and followed to its end; returns its seconds."""
     job = client.start_job(name, {"n_components": 8}, seed=seed)
@@ -90,21 +150,24 @@ def _run_job(client, name: str, seed: int, prog) -> float:
     return time.perf_counter() - t_job
 
 
-def _queries_at(client, name: str, eps: float, delta: float, Xq, yq, ys, where: dict, ext, idx, prog, done: int,
+def _queries_at(client, name: str, eps: float, delta: float, max_bytes, data: dict, prog, done: int,
                 total: int) -> tuple[dict, list, int]:
     """Every query at one epsilon through the client (the default release and answer); returns (the
-    result row: recall, precision, bytes, latency, the releases used), the answered external ids per
-    query, and the queries done so far."""
+    result row: the plan, recall, precision, bytes, latency, the releases used), the answered
+    external ids per query, and the queries done so far."""
     from .metrics import precision_at_k, recall_at_k
 
-    labels, lat, srv, nn, sent, got, answers, used = [], [], [], [], [], [], [], set()
+    Xq, yq, ys, where, ext, idx = (data[k] for k in ("Xq", "yq", "ys", "where", "ext", "idx"))
+    labels, lat, srv, nn, sent, got, answers, used, plans = [], [], [], [], [], [], [], set(), set()
     for i in range(len(yq)):
         # the default release and answer: one location report, its plan by the public rule
-        r = client.query(name, Xq[i], int(yq[i]), epsilon=float(eps), delta=delta, k=K)
+        r = client.query(name, Xq[i], int(yq[i]), epsilon=float(eps), delta=delta, k=K, max_bytes=max_bytes)
         # the compact answer carries ids: the demo knows its items' labels and external ids
         pos = [where[int(v)] for v in r["item_ids"]]
         labels.append(ys[pos])
-        used.add(releases.describe(r))  # e.g. "location M=256, 40x16 B"
+        used.add(releases.describe(r).split(",")[0])  # e.g. "location M=256" (the table's one line)
+        if r.get("level") is not None:  # a location answer: its public plan
+            plans.add((int(r["level"]), int(r["candidates"]), int(r["code_bytes"])))
         answers.append(ext[pos].tolist())
         nn.append(len(set(answers[-1]) & set(ext[idx[i]].tolist())) / K)
         lat.append(r["timing"]["total_ms"])
@@ -114,7 +177,11 @@ def _queries_at(client, name: str, eps: float, delta: float, Xq, yq, ys, where: 
         done += 1
         prog(f"queries eps={eps:g}", done, total)
     L = np.asarray(labels)
-    row = {"epsilon": float(eps), "release": ", ".join(sorted(used)),
+    n_items = len(ys)
+    # the plan is a public function of (eps, N, the byte budget): one per row
+    level, cand, width = max(plans) if plans else (None, None, None)
+    row = {"epsilon": float(eps), "release": ", ".join(sorted(used)), "level": level, "candidates": cand,
+           "code_bytes": width, "share_held": None if cand is None else min(cand, n_items) / n_items,
            "nn_recall_at_8": float(np.mean(nn)),
            "recall_at_8": recall_at_k(L, yq, K), "precision_at_8": precision_at_k(L, yq, K),
            "distinct_lists_per_class": _distinct_per_class(answers, yq),
@@ -125,14 +192,29 @@ def _queries_at(client, name: str, eps: float, delta: float, Xq, yq, ys, where: 
     return row, answers, done
 
 
-def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: int | None = None, seed: int = 0,
-             delta: float = 1e-5, keep: bool = False, progress=None, log: Callable[[str], None] | None = None,
-             wire: str = "msgpack") -> dict[str, Any]:
-    """Run the demo; returns ``{"nonprivate": {...}, "results": [...], "seconds", ...}``.
+def _ablate(row: dict, label_only: "LabelOnly | None", data: dict) -> None:
+    """The row's label-only figure, at the row's answer size and code width (location rows only)."""
+    if label_only is None or row["candidates"] is None:
+        row["label_only_nn_recall_at_8"] = None
+        return
+    row["label_only_nn_recall_at_8"] = label_only.nn_recall(data["Xq"], data["yq"], data["idx"],
+                                                           row["candidates"], row["code_bytes"])
+
+
+def run_demo(dataset: str = DEFAULT_DATASET, epsilons=(1.0, 4.0, 16.0), *, n_queries: int | None = None,
+             seed: int = 0, delta: float = 1e-5, keep: bool = False, progress=None,
+             log: Callable[[str], None] | None = None, wire: str = "msgpack",
+             max_bytes: int | None = None) -> dict[str, Any]:
+    """Run the demo; returns ``{"nonprivate": {...}, "results": [...], "download_all": {...}, "seconds", ...}``.
 
     ``wire``: the client's wire format (``"msgpack"`` or ``"json"``); ``bytes_per_request`` of a
     result is the median resolve's bytes on the wire, both ways, and ``anchor_document_bytes``
-    the public anchor's download (request and answer).
+    the public anchor's download (request and answer). ``max_bytes``: the byte budget of one
+    request (None: :data:`DEMO_MAX_BYTES` of the dataset, else the client's 50,000). Each result
+    row has the plan (``level``, ``candidates``,
+    ``code_bytes``), ``share_held`` (candidates / N), ``label_only_nn_recall_at_8`` and the
+    ledger after it (``ledger_epsilon_spent``, ``ledger_releases``) beside ``epsilon_spent`` (the
+    row's own queries).
 
     ``progress(task, done, total)`` reports steps; ``keep``: leave the collection in the database."""
     from .. import db
@@ -146,10 +228,13 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
     t_start = time.perf_counter()
     say = log or (lambda s: None)
     prog = progress or (lambda *a: None)
-    sizes = DEMO_SIZES.get(dataset, (1000, 300, 150, 60))
+    key_name = str(dataset).strip().lower().replace("_", "-")
+    sizes = DEMO_SIZES.get(key_name, DEMO_SIZES["digits"])
     if n_queries is not None:
         sizes = sizes[:3] + (int(n_queries),)
-    ds = load_dataset(dataset, max_items=sum(sizes) + 50 if dataset != "digits" else None, seed=seed)
+    if max_bytes is None:
+        max_bytes = DEMO_MAX_BYTES.get(key_name)
+    ds = load_dataset(dataset, max_items=sum(sizes) + 50 if key_name != "digits" else None, seed=seed)
     split = split_dataset(ds, *sizes, seed=seed)
     name = f"demo_{ds.name.replace('-', '_')}_{uuid.uuid4().hex[:6]}"
     say(f"dataset {ds.name}: {ds.n_items} items, {ds.dim} dims, {ds.n_classes} classes; server/anchor/dummy/query "
@@ -172,22 +257,28 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
             with Client(svc.url, key["key"], budget=budget, wire=wire) as client:
                 job_s = _run_job(client, name, seed, prog)
                 Xq, yq, ys, idx, ext, where, nonpriv = _exact(ds, split, prep)
+                data = {"Xq": Xq, "yq": yq, "ys": ys, "idx": idx, "ext": ext, "where": where}
+                client.anchor_document(name)
+                anchor_bytes = client.last_exchange["bytes_sent"] + client.last_exchange["bytes_received"]
+                pc = client.product_codes(name)  # public: the codebooks the anchor document publishes
+                label_only = None if pc is None else LabelOnly(split.server[0], ys, pc)
                 results = []
                 total = len(epsilons) * len(yq)
                 done = 0
                 examples = None
                 for eps in epsilons:
-                    row, answers, done = _queries_at(client, name, float(eps), delta, Xq, yq, ys, where, ext, idx,
-                                                     prog, done, total)
+                    row, answers, done = _queries_at(client, name, float(eps), delta, max_bytes, data, prog, done,
+                                                     total)
+                    _ablate(row, label_only, data)
+                    spent = budget.status(client.budget_key())  # the server's entry, after this row
+                    row.update(epsilon_spent=float(eps) * len(yq), ledger_epsilon_spent=spent["epsilon_spent"],
+                               ledger_epsilon_budget=spent["epsilon_budget"], ledger_releases=spent["releases"])
                     results.append(row)
                     same = [i for i in range(len(yq)) if yq[i] == yq[0]]
                     if len(same) >= 2:
                         examples = {"epsilon": float(eps), "label": int(yq[0]),
                                     "queries": [{"query": int(split.query_idx[i]), "answer": answers[i],
                                                  "exact": ext[idx[i]].tolist()} for i in same[:2]]}
-                spent = budget.status(client.budget_key())  # the server's entry
-                client.anchor_document(name)
-                anchor_bytes = client.last_exchange["bytes_sent"] + client.last_exchange["bytes_received"]
     finally:
         if key is not None:
             try:
@@ -198,6 +289,37 @@ def run_demo(dataset: str = "digits", epsilons=(1.0, 4.0, 16.0), *, n_queries: i
             db.drop_collection(name, missing_ok=True)
     return {"dataset": ds.name, "collection": name if keep else None, "sizes": dict(zip(
         ("server", "anchor", "dummy", "query"), sizes)), "k": K, "delta": delta, "job_seconds": job_s,
-        "nonprivate": nonpriv, "results": results, "same_class_examples": examples,
+        "max_bytes": max_bytes, "nonprivate": nonpriv, "results": results,
+        "download_all": _download_all(split.server[0]), "same_class_examples": examples,
         "ledger_epsilon_spent": spent["epsilon_spent"], "wire": wire, "anchor_document_bytes": anchor_bytes,
         "seconds": time.perf_counter() - t_start}
+
+
+def summary(res: dict[str, Any]) -> str:
+    """One sentence on what the demo's table shows: where local DP binds, read off the results."""
+    rows = [r for r in res["results"] if r.get("share_held") is not None]
+    if not rows:
+        return "no row used the location release: nothing to read off the plan."
+    first, last = rows[0], rows[-1]
+    dl = res["download_all"]
+    if first["share_held"] >= 1.0:
+        return (f"At eps {first['epsilon']:g} the answer already holds the whole collection "
+                f"({dl['n_items']:,} items): the byte budget does not bind here, so the table shows no trade "
+                f"(a larger collection or a smaller --max-bytes shows it).")
+    text = (f"At eps {first['epsilon']:g} the report is true with probability {_rr_p(first):.2f} among "
+            f"M={first['level']} cells, so the answer must hold {first['share_held']:.0%} of the collection to "
+            f"find {first['nn_recall_at_8']:.2f} of the 8 nearest: there local DP binds.")
+    if last is not first:
+        text += (f" At eps {last['epsilon']:g} {last['share_held']:.0%} of it ({last['candidates']:,} items, "
+                 f"{last['code_bytes']} B codes) finds {last['nn_recall_at_8']:.2f}: the bytes bind, not eps.")
+    lo = first.get("label_only_nn_recall_at_8")
+    if lo is not None:
+        text += f" The label alone, at eps {first['epsilon']:g}'s answer size, finds {lo:.2f}."
+    return text + f" Downloading all {dl['n_items']:,} items: 1.00 for {dl['bytes'] / 1e6:.1f} MB a client."
+
+
+def _rr_p(row: dict) -> float:
+    """The probability that the row's report is the query's true cell (M-ary randomized response)."""
+    from ..privacy.location import LocationRandomizedResponse
+
+    return LocationRandomizedResponse(row["epsilon"], row["level"]).p_

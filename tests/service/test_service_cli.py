@@ -99,14 +99,54 @@ def test_query_command(service, svc_collection, svc_key, svc_split, tmp_path, mo
     assert r.exit_code == 2 and "401" in r.output
 
 
-def test_demo_json(pm_home):
-    # 6 queries at eps 1, 4 and 16: 126 in all, far over a client's default budget of 10 -- the
+def test_demo_json(pm_home, capsys):
+    """Issue #37, build item 6: the demo shows the trade. On its default collection and budget
+    (digits, 8,000 bytes a request: the collection does not fit) the answer holds a share < 1 at
+    eps 1 and a smaller one at eps 16, recall rises with eps, and every row says its plan, the
+    ledger, the label-only ablation beside it, and download-all as the reference (before: 1000x32 B
+    at eps 1 and 4, the whole collection, and no share, no ledger, no ablation)."""
+    # 20 queries at eps 1 and 16: 340 in all, far over a client's default budget of 10 -- the
     # demo's evaluation ledger is given exactly what the evaluation spends
-    res = json.loads(_run("demo", "--json", "--queries", "6", "--epsilons", "1,4,16").stdout)
-    assert set(res) >= {"nonprivate", "results", "seconds"}
+    res = json.loads(_run("demo", "--json", "--queries", "20", "--epsilons", "1,16").stdout)
+    assert res["dataset"] == "digits" and res["max_bytes"] == 8000
+    assert set(res) >= {"nonprivate", "results", "seconds", "download_all"}
     assert set(res["nonprivate"]) >= {"recall_at_8", "precision_at_8"}
-    assert [r["epsilon"] for r in res["results"]] == [1.0, 4.0, 16.0]
-    r = res["results"][0]
-    assert set(r) >= {"epsilon", "recall_at_8", "precision_at_8", "query_p50_ms"}
-    assert 0.0 <= r["precision_at_8"] <= 1.0 and r["query_p50_ms"] > 0
-    assert res["ledger_epsilon_spent"] == pytest.approx(6 * 21.0)
+    assert [r["epsilon"] for r in res["results"]] == [1.0, 16.0]
+    lo, hi = res["results"]
+    for r in (lo, hi):
+        assert r["release"] == f"location M={r['level']}" and 0 <= r["precision_at_8"] <= 1 and r["query_p50_ms"] > 0
+        assert r["share_held"] == pytest.approx(r["candidates"] / 1000) and r["bytes_per_request"] <= 8000
+        assert 0.0 <= r["label_only_nn_recall_at_8"] <= 1.0
+    assert lo["share_held"] < 1.0 and hi["share_held"] < lo["share_held"] and hi["level"] > lo["level"]
+    assert hi["nn_recall_at_8"] > lo["nn_recall_at_8"] + 0.1  # recall rises with eps
+    # the ledger: this row's queries, and what it holds after each row
+    assert (lo["epsilon_spent"], hi["epsilon_spent"]) == (20.0, 320.0)
+    assert lo["ledger_epsilon_spent"] == pytest.approx(20.0) and hi["ledger_epsilon_spent"] == pytest.approx(340.0)
+    assert res["ledger_epsilon_spent"] == pytest.approx(340.0) and hi["ledger_releases"] == 40
+    dl = res["download_all"]
+    assert dl["nn_recall_at_8"] == 1.0 and dl["n_items"] == 1000 and dl["bytes"] > 1000 * 64 * 4
+    # the table a user sees: every row, download-all, in 100 columns, and what it shows
+    from pm_vector.cli.demo import _print_table
+
+    _print_table(res)
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    assert sum("location M=" in line for line in lines) == 2 and any("download all" in line for line in lines)
+    assert "local DP binds" in " ".join(err.split())
+
+
+def test_demo_default_collection_makes_the_release_choose():
+    """Issue #37, build item 6: each built-in collection of ``pm-vector demo`` at its budget is one
+    the answer cannot hold at eps 1 (before: digits' 1,000 items at 50 kB, all in every answer):
+    the plan, a public function of (eps, N, budget, published levels and widths), says so without
+    running a job."""
+    from pm_vector.bench import demo
+    from pm_vector.manifold.public_cells import LOCATION_LEVELS
+    from pm_vector.privacy.location import plan
+
+    for name, dim in (("digits", 64), ("fashion-mnist", 784)):
+        n = demo.DEMO_SIZES[name][0]
+        widths = [w for w in (16, 32, 64, 96, 128, 160, 192, 256) if w <= dim]  # the job's default widths
+        budget = getattr(demo, "DEMO_MAX_BYTES", {}).get(name)
+        assert plan(1.0, n_items=n, levels=LOCATION_LEVELS, widths=widths, max_bytes=budget).candidates < n, name
