@@ -84,3 +84,14 @@ def test_bench_cluster_location_same_answers_after_feature_updates():
     assert out["location"]["before"]["same_answers"] is True
     assert out["location_deleted_in_answers"] == 0
     assert out["location"]["after"]["same_answers"] is True, out["location"]["after"].get("first_difference")
+
+
+@pytest.mark.parametrize("args, says", [(["--release", "rows"], "--release must be location, class_rows or both"),
+                                        (["--changes", "-1"], "--changes must be 0 or more")])
+def test_bench_cluster_refuses_bad_options_before_starting_anything(args, says):
+    from typer.testing import CliRunner
+
+    from pm_vector.cli import app
+
+    res = CliRunner().invoke(app, ["bench", "cluster", *args])
+    assert res.exit_code == 2 and f"error: {says}" in res.output and "Traceback" not in res.output
