@@ -23,6 +23,11 @@ classes, :func:`pm_vector.bench.latency.clustered`) into both and measures, per 
   through an approximate HNSW scan: two builds of one index can retain a few different items, on
   one node as across nodes).
 
+``release`` picks the parts: ``"class_rows"`` (the above), ``"location"`` (the default release on the
+collection of the first C: :mod:`pm_vector.bench.cluster_location`, before and after ``changes``
+writes; per configuration ``location_resolve``, for the cluster ``replica_location_resolve``, and
+``location_same_answers``, ``location_deleted_in_answers``, ``location`` in full) or ``"both"``.
+
 All nodes share this machine's cores: the figures show the fan-out's cost and the per-shard work,
 not a speed-up that needs one machine per shard (``per_shard_scan_ms`` is what each node would
 spend; see ``projection``).
@@ -54,6 +59,11 @@ class ClusterBenchConfig:
     shortlist: int = 128
     n_components: int = 8
     seed: int = 0
+    release: str = "both"  # "location" (the default release), "class_rows" or "both"
+    changes: int = 200  # writes between the location part's two measurements (0: none)
+    feature_updates: bool = True  # the changes include feature / label updates (else payload updates instead)
+    location_epsilons: tuple = (1.0, 4.0, 16.0)
+    location_max_bytes: int = 50_000
 
 
 def _pct(v, q) -> float:
@@ -99,21 +109,16 @@ def _data(cfg: ClusterBenchConfig, n_query: int):
     return X, y_fine, n_fine, [items, anchors, dummy, queries]
 
 
-def _build_and_resolve(cfg: ClusterBenchConfig, name: str, C: int, which: str, url: str, rec: dict,
-                       data: tuple, n_query: int, say) -> tuple[dict, dict, list, list]:
+def _build(cfg: ClusterBenchConfig, name: str, C: int, which: str, url: str, rec: dict, data: tuple,
+           say) -> tuple[dict, dict]:
     """On one deployment (``which``: single or cluster): the collection built (ingest, anchors,
-    embedding job), the client's requests, and their timed resolves. Returns (the job, the run's
-    class rows document, the requests, every request's answered lists)."""
+    embedding job). Returns (the job, the run's class rows document)."""
     import psycopg
 
     import pm_vector.db as db
-    from ..client.query import PrivateKNN
     from ..db.runs.jobs import anchor_frame_embed_fn
-    from ..db.resolve.resolution import resolve
-    from ..manifold.class_frames import ClassFrames
-    from ..privacy import secure_generator
 
-    Xs, ys, Xa, ya, Xd, yd, Xq, yq = data
+    Xs, ys, Xa, ya, Xd, yd = data[:6]
     _use(url)
     db.drop_collection(name, missing_ok=True)
     db.create_collection(name, cfg.dim, list(range(C)), allow_raw_features=True)
@@ -131,8 +136,27 @@ def _build_and_resolve(cfg: ClusterBenchConfig, name: str, C: int, which: str, u
     rec.setdefault("ingest_rows_per_s", []).append(round(cfg.items / ingest_s, 1))
     rec.setdefault("embed_seconds", []).append(round(embed_s, 3))
     with psycopg.connect(url) as c:
-        frames_doc, cr = c.execute("SELECT class_frames, class_rows FROM pm_vector.embedding_runs "
-                                   "WHERE id = %s", [job["run_id"]]).fetchone()
+        cr = c.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [job["run_id"]]).fetchone()[0]
+    return job, cr
+
+
+def _class_rows_resolve(cfg: ClusterBenchConfig, name: str, C: int, which: str, url: str, rec: dict,
+                        data: tuple, n_query: int, say) -> tuple[list, list]:
+    """The client's class-rows requests on the collection built by :func:`_build`, and their timed
+    resolves. Returns (the requests, every request's answered lists)."""
+    import psycopg
+
+    import pm_vector.db as db
+    from ..client.query import PrivateKNN
+    from ..db.resolve.resolution import resolve
+    from ..manifold.class_frames import ClassFrames
+    from ..privacy import secure_generator
+
+    Xs, ys, Xa, ya, Xd, yd, Xq, yq = data
+    _use(url)
+    with psycopg.connect(url) as c:
+        frames_doc = c.execute("SELECT r.class_frames FROM pm_vector.embedding_runs r JOIN pm_vector.collections k "
+                               "ON k.active_run_id = r.id WHERE k.name = %s", [name]).fetchone()[0]
     client = PrivateKNN(ClassFrames.from_dict(frames_doc), Xd.astype(np.float64), yd, cfg.epsilon,
                         cfg.delta, shortlist=cfg.shortlist, collection=name)
     client._inject_generator(secure_generator(cfg.seed + C))
@@ -147,7 +171,7 @@ def _build_and_resolve(cfg: ClusterBenchConfig, name: str, C: int, which: str, u
                 ms.append((time.perf_counter() - t) * 1e3)
             lists.append([r["external_ids"] for r in res["rows"]])
     rec["resolve"].append({"rows": C, "p50_ms": _pct(ms, 50), "p95_ms": _pct(ms, 95)})
-    return job, cr, reqs, lists
+    return reqs, lists
 
 
 def _rebuilt_answers(name: str, job: dict, reqs: list) -> list:
@@ -214,26 +238,38 @@ def _record_agreement(out: dict, answers: dict, C: int, ys: np.ndarray, cr: dict
         "largest_class": int(np.bincount(ys).max()), "max_prior": int(cr["max_prior"])}
 
 
-def _summarise(out: dict, per: dict) -> None:
-    """The per-deployment rows (ingest, embed, resolve, fan-out), the per-shard projection and the
-    machine note, into ``out``."""
+def _summarise(out: dict, per: dict, loc: dict | None) -> None:
+    """The per-deployment rows (ingest, embed, resolve, fan-out, the location release), the per-shard
+    projection and the machine note, into ``out``."""
+    rows = "fanout" in per["cluster"] and bool(per["cluster"]["fanout"])
     for which in ("single", "cluster"):
         rec = per[which]
         row = {"shards": rec["shards"], "replicas": rec["replicas"],
                "ingest_rows_per_s": statistics.median(rec["ingest_rows_per_s"]),
                "embed_seconds": round(sum(rec["embed_seconds"]), 3), "resolve": rec["resolve"],
-               "fanout_overhead_ms": (None if which == "single"
+               "fanout_overhead_ms": (None if which == "single" or not rows
                                       else round(statistics.median(f["overhead_ms"] for f in rec["fanout"]), 3))}
-        if which == "cluster":
+        if which == "cluster" and rows:
             row.update({"fanout": rec["fanout"], "per_shard_scan_ms": rec["per_shard_scan_ms"],
                         "replica_shortlist": rec["replica_shortlist"]})
+        if loc is not None:
+            phases = [p for p in ("before", "after") if p in loc]
+            row["location_resolve"] = {p: {k: loc[p][which][k] for k in ("p50_ms", "p95_ms")} for p in phases}
+            if which == "cluster" and "replica" in loc["before"]:
+                row["replica_location_resolve"] = {p: {k: loc[p]["replica"][k] for k in ("p50_ms", "p95_ms")}
+                                                   for p in phases}
         out["configs"].append(row)
-    sp = out["configs"][1]["per_shard_scan_ms"]
-    out["projection"] = {
-        str(r["rows"]): {"per_shard_scan_ms": {k: v for k, v in r.items() if k != "rows"},
-                         "note": "with one machine per shard, a request's shard time is the slowest shard's, "
-                                 "plus the coordinator's fan-out overhead"}
-        for r in sp}
+    if rows:
+        out["projection"] = {
+            str(r["rows"]): {"per_shard_scan_ms": {k: v for k, v in r.items() if k != "rows"},
+                             "note": "with one machine per shard, a request's shard time is the slowest shard's, "
+                                     "plus the coordinator's fan-out overhead"}
+            for r in out["configs"][1]["per_shard_scan_ms"]}
+    if loc is not None:
+        phases = [loc[p] for p in ("before", "after") if p in loc]
+        out["location_same_answers"] = all(p["same_answers"] for p in phases)
+        out["location_deleted_in_answers"] = sum(v for p in phases for v in p["deleted_in_answers"].values())
+        out["location"] = loc
     out["machine"] = {"cpus": os.cpu_count(),
                       "note": "every node runs on this machine: shards compete for the same cores"}
 
@@ -242,9 +278,15 @@ def run(cfg: ClusterBenchConfig, progress: Callable[[str], None] | None = None) 
     from ..db import postgres
     from ..db.postgres import cluster
     from ._home import private_home
+    from .cluster_location import run_location
 
+    if cfg.release not in ("location", "class_rows", "both"):
+        raise ValueError(f"release must be location, class_rows or both; got {cfg.release!r}")
     say = progress or (lambda s: None)
-    out: dict[str, Any] = {"config": asdict(cfg), "same_answers": True, "configs": []}
+    rows_part = cfg.release in ("class_rows", "both")
+    out: dict[str, Any] = {"config": asdict(cfg), "configs": []}
+    if rows_part:
+        out["same_answers"] = True
     with private_home("pm_bench_cluster_", stop=postgres.stop_cluster):
         say(f"starting a coordinator, {cfg.shards} shard(s) and {cfg.replicas} replica(s)")
         st = cluster.start(cfg.shards, cfg.replicas)
@@ -259,22 +301,30 @@ def run(cfg: ClusterBenchConfig, progress: Callable[[str], None] | None = None) 
                "cluster": {"shards": cfg.shards, "replicas": len(replicas), "resolve": [], "replica_shortlist": [],
                            "fanout": [], "per_shard_scan_ms": []}}
         answers: dict[tuple[str, int], list] = {}
-        for C in cfg.rows:
+        loc = None
+        for C in (cfg.rows if rows_part else cfg.rows[:1]):
             lab = y_fine // (n_fine // C) if n_fine % C == 0 else None
             if lab is None:
                 raise ValueError(f"C = {C} must divide {n_fine}")
             ys, ya, yd, yq = (lab[p] for p in parts)
             name = f"bench_cluster_{C}"
+            data = (Xs, ys, Xa, ya, Xd, yd, Xq, yq)
             for which, url in (("single", single), ("cluster", coord)):
                 rec = per[which]
-                job, cr, reqs, answers[(which, C)] = _build_and_resolve(
-                    cfg, name, C, which, url, rec, (Xs, ys, Xa, ya, Xd, yd, Xq, yq), n_query, say)
+                job, cr = _build(cfg, name, C, which, url, rec, data, say)
+                if not rows_part:
+                    continue
+                reqs, answers[(which, C)] = _class_rows_resolve(cfg, name, C, which, url, rec, data, n_query, say)
                 if which == "single":
                     say(f"C={C} single: prior indexes rebuilt, the same requests again")
                     answers[("rebuilt", C)] = _rebuilt_answers(name, job, reqs)
-                if which != "cluster":
-                    continue
-                _fanout(cfg, name, C, coord, replicas, shard_urls, job, cr, reqs, rec)
-            _record_agreement(out, answers, C, ys, cr)
-        _summarise(out, per)
+                else:
+                    _fanout(cfg, name, C, coord, replicas, shard_urls, job, cr, reqs, rec)
+            if rows_part:
+                _record_agreement(out, answers, C, ys, cr)
+            if loc is None and cfg.release in ("location", "both"):
+                loc = run_location(cfg, name, C, {"single": single, "cluster": coord},
+                                   replicas[0] if replicas else None, Xq, [f"s{i}" for i in range(len(ys))],
+                                   _use, say)
+        _summarise(out, per, loc)
         return out
