@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from test_db_attach import user_table  # noqa: F401  (fixture)
 from test_db_erase import _cell_requests, _collection, _row_requests
 
 
@@ -133,8 +134,9 @@ def test_new_items_are_answered_from_the_delta_by_the_same_ranking(db, cname, co
     Xn = (X[:60] + 0.05 * rng.normal(size=X[:60].shape)).astype(np.float32)
     Xn /= np.linalg.norm(Xn, axis=1, keepdims=True)
     v0 = _versions(conn, rid)
-    new = np.asarray(db.ingest(cname, Xn, y[:60])["item_ids"])
-    assert db.embed_new_items(cname, make_extend_fn())["n_new"] == 60
+    got = db.ingest(cname, Xn, y[:60], embed_fn_extend=make_extend_fn())  # placed in the delta at once
+    new = np.asarray(got["item_ids"])
+    assert got["placed"] == 60 and db.embed_new_items(cname, make_extend_fn())["n_new"] == 0
     gone = ids[::17]
     db.delete_items(cname, item_ids=gone.tolist())
     assert _versions(conn, rid) == v0
@@ -246,3 +248,42 @@ def test_the_sql_ranking_reads_the_delta_of_its_run_only(db, cname, conn, n):
     got = [v for (v,) in conn.execute("SELECT item_id FROM pm_vector.pm_location_shortlist(%s, %s, 0, 4, 50)",
                                       [cname, M]).fetchall()]
     assert got == want
+
+
+def test_an_attached_tables_sync_writes_the_delta(db, cname, conn, user_table):  # noqa: F811
+    """A sync batch of deletes, vector updates and inserts rewrites no derived row; from its commit no
+    location answer holds a deleted or replaced item and the new rows are answered from the delta;
+    sync-status shows the pending purge, which the merge clears."""
+    from dbtest_helpers import make_embed_fn, make_extend_fn
+
+    from pm_vector.db.runs import delta
+    from test_db_attach import _ids_of, _served, _vec
+
+    t, X, y = user_table
+    db.attach_table(cname, table=f"public.{t}", id_column="id", vector_column="embedding",
+                    label_column="category", payload_columns=["title"], dim=6)
+    rid = _served(db, cname, X, y, delta=True)
+    before = _ids_of(conn, cname)
+    v0 = _versions(conn, rid)
+    for i in range(2, 60, 3):
+        conn.execute(f"DELETE FROM public.{t} WHERE id = %s", [i])
+    for i in range(100, 110):
+        conn.execute(f"UPDATE public.{t} SET embedding = %s::vector WHERE id = %s", [_vec(X[i + 100]), i])
+    for k in range(12):
+        conn.execute(f"INSERT INTO public.{t} VALUES (%s, %s::vector, %s, 'new')", [5000 + k, _vec(X[k + 300]),
+                                                                                     int(y[k + 300])])
+    res = db.sync(cname, embed_fn_extend=make_extend_fn())
+    assert res["applied"] == 20 + 10 + 12
+    assert _versions(conn, rid) == v0  # the batch rewrote no derived row
+    after = _ids_of(conn, cname)
+    gone = {before[str(i)] for i in range(2, 60, 3)} | {before[str(i)] for i in range(100, 110)}
+    assert set(delta.tombstoned(conn, rid).tolist()) == gone
+    st = db.sync_status(cname)
+    assert st["pending_purge"] == len(gone) and st["purge_age_s"] >= 0
+    new = {after[str(5000 + k)] for k in range(12)} | {after[str(i)] for i in range(100, 110)}
+    assert {r[0] for r in conn.execute("SELECT DISTINCT item_id FROM pm_vector.delta_entries WHERE run_id = %s",
+                                       [rid]).fetchall()} == new
+    _every_location_answer(cname, X, gone, len(after), conn)
+    db.merge(cname, embed_fn=make_embed_fn(), embed_fn_extend=make_extend_fn())
+    st = db.sync_status(cname)
+    assert st["pending_purge"] == 0 and st["purge_age_s"] is None

@@ -12,8 +12,11 @@ each candidate's product code and its payload. So a resolve is a lookup:
   run's (:class:`~pm_vector.db.errors.CellsDigestMismatchError`), ``level`` is a published level,
   ``code_bytes`` a published code width;
 * the answer comes from this process's cache (:class:`AnswerCache`, keyed by the run, its data
-  version and the request's public fields) or is built once: the row's parts and the top hubs by primary
-  key, the ranking in numpy, the candidates' codes and payloads in one statement;
+  versions -- ``delta_version`` among them: every write of the delta + 1 -- and the request's public
+  fields) or is built once: the row's parts, the top hubs, the cell's delta entries and the run's
+  tombstones in one statement (:mod:`pm_vector.db.runs.delta`), the ranking in numpy
+  (:func:`pm_vector.shortlist.merged_row`: base minus tombstones with the delta entries, then
+  :func:`~pm_vector.shortlist.location_list`), the candidates' codes and payloads in one statement;
 * the request is logged (delta 0) in the same REPEATABLE READ transaction that read the run, with an
   asynchronous commit (a database crash may lose the last ``wal_writer_delay`` of log rows).
 
