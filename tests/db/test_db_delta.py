@@ -287,3 +287,29 @@ def test_an_attached_tables_sync_writes_the_delta(db, cname, conn, user_table): 
     db.merge(cname, embed_fn=make_embed_fn(), embed_fn_extend=make_extend_fn())
     st = db.sync_status(cname)
     assert st["pending_purge"] == 0 and st["purge_age_s"] is None
+
+
+def test_the_migration_goes_down_and_up(fresh_url):
+    """0023's downgrade leaves 0022's schema (no delta tables, attach_status without the purge columns,
+    the ranking of before), and the upgrade makes them again."""
+    import psycopg
+    from alembic import command
+
+    from pm_vector.db.postgres.migrate import alembic_config, upgrade_to_head
+
+    upgrade_to_head(fresh_url)
+
+    def shape():
+        with psycopg.connect(fresh_url) as c:
+            return (c.execute("SELECT to_regclass('pm_vector.delta_tombstones') IS NOT NULL, "
+                              "to_regclass('pm_vector.delta_status') IS NOT NULL").fetchone(),
+                    [r[0] for r in c.execute("SELECT attname FROM pg_attribute WHERE attrelid = "
+                                             "'pm_vector.attach_status'::regclass AND attnum > 0 ORDER BY attnum")])
+
+    up = shape()
+    assert up[0] == (True, True) and up[1][-2:] == ["pending_purge", "purge_age_s"]
+    command.downgrade(alembic_config(fresh_url), "0022_privileges")
+    down = shape()
+    assert down[0] == (False, False) and down[1][-2:] == ["broken", "broken_at"]
+    upgrade_to_head(fresh_url)
+    assert shape() == up
