@@ -57,9 +57,12 @@ def _run_table(run_id: int, kind: str) -> sql.Composable:
 
 
 def bump(conn, run_id: int, n_items: int = 0) -> None:
-    """The run's ``delta_version`` + 1 (and its ``n_items`` by ``n_items``), in the caller's transaction."""
-    conn.execute("UPDATE pm_vector.embedding_runs SET delta_version = delta_version + 1, n_items = n_items + %s "
-                 "WHERE id = %s", [int(n_items), int(run_id)])
+    """The run's ``delta_version`` + 1, and its ``n_items`` (the column and the class-rows document's,
+    which an answer reports: the items it holds now) by ``n_items``, in the caller's transaction."""
+    conn.execute("UPDATE pm_vector.embedding_runs SET delta_version = delta_version + 1, n_items = n_items + %s, "
+                 "class_rows = CASE WHEN class_rows ? 'n_items' THEN jsonb_set(class_rows, '{n_items}', "
+                 "to_jsonb((class_rows ->> 'n_items')::bigint + %s)) ELSE class_rows END WHERE id = %s",
+                 [int(n_items), int(n_items), int(run_id)])
 
 
 def tombstone(conn, ids, runs) -> list[int]:
