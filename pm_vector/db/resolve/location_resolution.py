@@ -138,10 +138,10 @@ def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offse
         return np.concatenate([np.asarray(p[j], kind) for p in parts.get(key, [])] + [np.zeros(0, kind)])
 
     row, top, new = (req.level, req.report), (0, 0), (-2, 0)
-    ids, _ = location_list(*merged_row(*(joined(row, j, k) for j, k in ((0, np.int64), (1, np.float64), (2, np.float64))),
-                                       *(joined(new, j, k) for j, k in ((0, np.int64), (1, np.float64), (2, np.float64))),
-                                       joined(top, 0, np.int64), joined(top, 2, np.float64), joined((-3, 0), 0, np.int64)),
-                           location_weight(req.epsilon), req.candidates)
+    kinds = (np.int64, np.float64, np.float64)  # ids, h_r, h
+    base, fresh = ([joined(key, j, k) for j, k in enumerate(kinds)] for key in (row, new))
+    ids, _ = location_list(*merged_row(*base, *fresh, joined(top, 0, np.int64), joined(top, 2, np.float64),
+                                       joined((-3, 0), 0, np.int64)), location_weight(req.epsilon), req.candidates)
     zero = "'\\x" + "00" * int(code_bytes) + "'::bytea"
     got = rconn.execute(
         f"SELECT string_agg(coalesce(substring(c.code from {int(code_offset) + 1} for {int(code_bytes)}), {zero}), "
