@@ -348,3 +348,17 @@ def location_list(row_ids, row_hubs, row_chubs, top_ids, top_chubs, weight: floa
     ids, s = ids[o][first], s[o][first]
     o = np.lexsort((ids, -s))[:size]
     return ids[o], s[o]
+
+
+def merged_row(row_ids, row_hubs, row_chubs, new_ids, new_hubs, new_chubs, top_ids, top_chubs, dead):
+    """The candidates :func:`location_list` ranks once a run has a delta (:mod:`pm_vector.db.runs.delta`):
+    ``(row_ids, row_hubs, row_chubs, top_ids, top_chubs)`` of the base row minus the tombstoned ids
+    ``dead`` together with the cell's delta entries (``new_*``: ``h_r``, ``h``), and the top hubs minus
+    ``dead`` (in their order, so that their first ``size`` are live). ``pm_location_shortlist_core``
+    (``sql/0023_delta.sql``) ranks the same union."""
+    dead = np.asarray(dead, np.int64)
+    row_ids, new_ids, top_ids = (np.asarray(a, np.int64) for a in (row_ids, new_ids, top_ids))
+    k, kn, kt = ~np.isin(row_ids, dead), ~np.isin(new_ids, dead), ~np.isin(top_ids, dead)
+    f = lambda a, m: np.asarray(a, np.float64)[m]  # noqa: E731
+    return (np.concatenate([row_ids[k], new_ids[kn]]), np.concatenate([f(row_hubs, k), f(new_hubs, kn)]),
+            np.concatenate([f(row_chubs, k), f(new_chubs, kn)]), top_ids[kt], f(top_chubs, kt))

@@ -10,7 +10,7 @@ from . import bench_kahm  # noqa: F401  bench kahm
 from . import bench_cluster  # noqa: F401  bench cluster
 from . import bench_accounting  # noqa: F401  bench accounting
 from . import bench_service  # noqa: F401  bench outage / bench memory
-from .db import db_app, embed
+from .db import db_app, embed, merge
 from .items import attach, items_app, sync, sync_status
 from .kahm import kahm_app
 
@@ -24,6 +24,7 @@ app.command("attach")(attach)
 app.command("sync")(sync)
 app.command("sync-status")(sync_status)
 app.command("embed")(embed)
+app.command("merge")(merge)
 
 from .service import register as _register_service  # noqa: E402  serve, keys, query, demo, ingest, bench load
 

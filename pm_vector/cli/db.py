@@ -341,3 +341,22 @@ def embed(
     keep = ("run_id", "collection", "status", "is_active", "n_items", "n_anchors", "embedding_dim", "anchor_set_id",
             "seed", "params", "timings", "duration", "previous_run_id", "items_missing")
     emit({k: info.get(k) for k in keep}, False, f"{collection}: embedding run {info.get('run_id')}")
+
+
+def merge(collection: str = typer.Argument(..., help="The collection whose delta to merge."),
+          as_json: bool = JSON_OPT,
+          progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr.")):
+    """Merge a collection's delta now (deletes, updates and new items written since its run was built).
+
+    Builds a new run of the active run's parameters on the current items beside the serving one and
+    switches to it atomically (answers never wait); the deleted items' rows leave every derived
+    table, and superseded runs that hold them are dropped. The service's sync worker merges by
+    itself when a merge is due (pm_vector.defaults.MERGE_DELTA_ITEMS / MERGE_AGE_S).
+
+    Example: pm-vector merge products --json
+    """
+    from ..db.runs.merge import merge as _merge
+
+    with JobProgressBar(progress and sys.stderr.isatty()) as bar:
+        res = cli_call(_merge, collection, progress=bar)
+    emit(res, as_json, f"{collection}: delta merged into run {res.get('run_id')}")

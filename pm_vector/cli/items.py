@@ -265,10 +265,13 @@ def sync_status(name: Optional[str] = typer.Argument(None, help="An attached col
 
 def _status_line(r: dict) -> str:
     """``docs (documents): 1,204 queued, oldest 3.2 s ago`` or ``docs (documents): up to date``, and
-    ``; 3 rejected`` when the sync rejected changes; a broken collection says so and how to mend it
+    ``; 3 rejected`` when the sync rejected changes, ``; purge pending: 12 deleted, oldest 40.0 s ago``
+    while deleted items' rows wait for the merge; a broken collection says so and how to mend it
     (names escaped: :func:`printable`)."""
     head = f"{printable(r['collection'])} ({printable(r['source_table'])})"
     tail = f"; {r['rejected']:,} rejected" if r.get("rejected") else ""
+    if r.get("pending_purge"):  # deleted items whose rows wait for the merge (never answered)
+        tail += f"; purge pending: {r['pending_purge']:,} deleted, oldest {r['purge_age_s'] or 0:.1f} s ago"
     if r.get("broken"):
         return (f"{head}: BROKEN since {r['broken_at']}: {printable(r['broken'])}; {r['queued']:,} queued{tail} "
                 f"(`pm-vector attach {printable(r['collection'])} --resync` rebuilds it)")

@@ -12,7 +12,8 @@ and read it again. (:func:`pm_vector.db.store.attach.sync_pending` stays safe to
 processes at once -- ``pm-vector sync`` beside the service -- each batch locks its collection's row.)
 
 The leader's passes (:func:`sync_once`, every ``sync_interval_s``: every attached collection with
-queued changes; nothing while the service's pool knows the database is down) run in a process of
+queued changes, then the bulk merge of the collections whose delta is due, on a thread of its own:
+:func:`merge_in_background`; nothing while the service's pool knows the database is down) run in a process of
 its own, :class:`SyncProcess`, which shares no GIL with the requests. :func:`lower_request_priority`
 (``request_nice``) lowers the CPU priority of the service's other threads below the worker's, and
 the sync process is made by the worker's thread, at its priority.
@@ -41,7 +42,40 @@ def sync_once(url: str | None, health=None) -> dict[str, Any]:
 
     if not url or (health is not None and health.reason() is not None):
         return {}
-    return sync_pending(url)
+    out = sync_pending(url)
+    merge_in_background(url)
+    return out
+
+
+#: the background merge of this process (one at a time): :func:`merge_in_background`
+_merging: list = []
+
+
+def merge_in_background(url: str) -> bool:
+    """Start the bulk merge of every collection whose merge is due
+    (:func:`pm_vector.db.runs.merge.merge_due`) on a thread of its own, unless one runs: the
+    passes of the sync go on beside it (a merge builds its run beside the serving one and
+    switches in one transaction, so writes and answers never wait on it). Returns whether one was
+    started."""
+    from ..db.runs.merge import merge_due
+
+    if _merging and _merging[0].is_alive():
+        return False
+
+    def run() -> None:
+        try:
+            for name, res in merge_due(url).items():
+                if isinstance(res, str):
+                    log.warning("merge of %s failed (%s); it is tried again at the next pass", name, res)
+                else:
+                    log.info("merged the delta of %s into run %s in %.1f s", name, res["run_id"], res["seconds"])
+        except Exception as exc:  # noqa: BLE001 - a database outage must not stop the sync
+            log.warning("merge check failed (%s)", type(exc).__name__)
+
+    th = threading.Thread(target=run, name="pm_vector-merge", daemon=True)
+    _merging[:] = [th]
+    th.start()
+    return True
 
 
 def lower_request_priority(nice: int, keep: int | None) -> int:
@@ -237,7 +271,10 @@ class SyncWorker:
         if not isinstance(self._pass, SyncProcess) or self._pass.running:
             return False
         try:
-            return not self._lock_conn.execute("SELECT EXISTS (SELECT 1 FROM pm_vector.attach_changes)").fetchone()[0]
+            # (a delta waiting for its merge, too: the pass starts the merge when it is due)
+            return not self._lock_conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pm_vector.attach_changes) OR EXISTS (SELECT 1 FROM "
+                "pm_vector.delta_tombstones) OR EXISTS (SELECT 1 FROM pm_vector.delta_entries)").fetchone()[0]
         except Exception:  # noqa: BLE001 - the pass says what is wrong
             return False
 

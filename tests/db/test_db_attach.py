@@ -31,9 +31,16 @@ def user_table(db, conn):
     conn.execute(f"DROP TABLE IF EXISTS public.{t}")
 
 
-def _served(db, name, X, y):
+def _served(db, name, X, y, delta=False):
+    """Anchor sets and one job. ``delta`` False: the sync rewrites the run's rows in its batch (what these
+    tests check; tests/db/test_db_delta.py: the delta's tombstones and entries)."""
     from dbtest_helpers import make_embed_fn
 
+    if not delta:
+        with db.connect() as c:
+            c.execute("UPDATE pm_vector.collections SET settings = settings || '{\"delta\": false}'::jsonb "
+                      "WHERE name = %s", [name])
+            c.commit()
     db.register_anchor_set(name, X[:90], y[:90])
     db.register_anchor_set(name, X[90:120], y[90:120], role="dummy")
     return db.run_embedding_job(name, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"]

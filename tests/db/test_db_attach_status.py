@@ -36,7 +36,8 @@ def test_sync_status_counts_the_queue_and_the_oldest_changes_wait(db, cname, con
     _attach(db, cname, t)
     st = db.sync_status(cname)
     assert st == {"collection": cname, "source_table": st["source_table"], "queued": 0, "oldest_queued_at": None,
-                  "lag_s": None, "rejected": 0, "broken": None, "broken_at": None}
+                  "lag_s": None, "rejected": 0, "broken": None, "broken_at": None, "pending_purge": 0,
+                  "purge_age_s": None}
     assert st["source_table"].split(".")[-1] == t  # the table, as settings -> 'attached' names it
     stored = conn.execute("SELECT settings -> 'attached' ->> 'table' FROM pm_vector.collections WHERE name = %s",
                           [cname]).fetchone()[0]

@@ -323,7 +323,7 @@ def test_new_items_extend_the_cells_on_the_runs_graph(db, cname, conn):
     y = rng.integers(0, 3, 700)
     X = rng.normal(size=(700, 6)) + 2.0 * np.eye(6)[y]
     X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
-    db.create_collection(cname, 6, [0, 1, 2])
+    db.create_collection(cname, 6, [0, 1, 2], settings={"delta": False})  # (rows extended in the write)
     ids = np.asarray(db.ingest(cname, X[:600], y[:600])["item_ids"])
     db.register_anchor_set(cname, X[:90], y[:90])
     db.register_anchor_set(cname, X[90:120], y[90:120], role="dummy")
@@ -382,7 +382,7 @@ def test_cut_rows_answer_as_the_whole_rows_and_new_items_keep_the_whole_counts(d
     y = rng.integers(0, 3, 700)
     X = rng.normal(size=(700, 6)) + 2.0 * np.eye(6)[y]
     X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
-    db.create_collection(cname, 6, [0, 1, 2])
+    db.create_collection(cname, 6, [0, 1, 2], settings={"delta": False})  # (rows extended in the write)
     ids = np.asarray(db.ingest(cname, X[:600], y[:600])["item_ids"])
     db.register_anchor_set(cname, X[:90], y[:90])
     db.register_anchor_set(cname, X[90:120], y[90:120], role="dummy")

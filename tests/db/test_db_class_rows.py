@@ -492,7 +492,7 @@ def test_embed_new_items_extends_prior_graph_and_hubs(db, cname, conn):
     from pm_vector.db.resolve.resolution import class_frames
 
     X, y = data(400, 6, seed=7)
-    db.create_collection(cname, 6, [0, 1, 2])
+    db.create_collection(cname, 6, [0, 1, 2], settings={"delta": False})  # (rows extended in the write)
     db.ingest(cname, X[:300], y[:300])
     db.register_anchor_set(cname, X[:60], y[:60])
     rid = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"]

@@ -14,14 +14,16 @@ import pytest
 KP = 24
 
 
-def _collection(db, name, n=500, d=6, seed=3, keep_previous=1):
+def _collection(db, name, n=500, d=6, seed=3, keep_previous=1, delta=False):
+    """A collection of ``n`` items and one job; ``delta`` False: every write rewrites the run's rows in its
+    own transaction (the erasure these tests check; tests/db/test_db_delta.py: the delta's tombstones)."""
     from dbtest_helpers import make_embed_fn
 
     rng = np.random.default_rng(seed)
     y = rng.integers(0, 3, n)
     X = rng.normal(size=(n, d)) + 2.0 * np.eye(d)[y]
     X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
-    db.create_collection(name, d, [0, 1, 2], settings={"keep_previous_runs": keep_previous})
+    db.create_collection(name, d, [0, 1, 2], settings={"keep_previous_runs": keep_previous, "delta": delta})
     ids = np.asarray(db.ingest(name, X, y, external_ids=[f"e{i}" for i in range(n)])["item_ids"])
     rng2 = np.random.default_rng(seed + 1)
     A = rng2.normal(size=(90, d)) + 2.0 * np.eye(d)[np.arange(90) % 3]

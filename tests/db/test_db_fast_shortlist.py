@@ -16,7 +16,7 @@ def _make(db, cname, n=1500, dim=8, seed=3, **class_rows):
     from dbtest_helpers import data, make_embed_fn
 
     X, y = data(n, dim, seed=seed)
-    db.create_collection(cname, dim, [0, 1, 2])
+    db.create_collection(cname, dim, [0, 1, 2], settings={"delta": False})  # (rows extended in the write)
     ids = np.asarray(db.ingest(cname, X, y)["item_ids"])
     db.register_anchor_set(cname, X[:150], y[:150])
     run = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn(), class_rows=class_rows or None)

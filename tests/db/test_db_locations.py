@@ -45,12 +45,14 @@ def _blobs(n: int, seed: int):
     return (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32), y
 
 
-def _small_run(db, cname, X, y, items, anchor, dummy):
+def _small_run(db, cname, X, y, items, anchor, dummy, delta=False):
     """A collection of ``_blobs`` rows: ``items`` ingested, ``anchor``/``dummy`` its anchor sets, one
-    job (dbtest_helpers.make_embed_fn). Returns (the item ids, the run id)."""
+    job (dbtest_helpers.make_embed_fn). Returns (the item ids, the run id). ``delta`` False: writes
+    rewrite the location rows in their transaction (what these tests check; tests/db/test_db_delta.py:
+    the delta)."""
     from dbtest_helpers import make_embed_fn
 
-    db.create_collection(cname, 6, [0, 1, 2])
+    db.create_collection(cname, 6, [0, 1, 2], settings={"delta": delta})
     ids = np.asarray(db.ingest(cname, X[items], y[items])["item_ids"])
     db.register_anchor_set(cname, X[anchor], y[anchor])
     db.register_anchor_set(cname, X[dummy], y[dummy], role="dummy")
@@ -222,7 +224,7 @@ def test_a_repeated_request_takes_one_statement_and_sees_every_change_of_the_run
     from pm_vector.manifold.public_cells import PublicCells
 
     X, y = _blobs(400, 6)
-    _small_run(db, cname, X, y, np.s_[:300], np.s_[300:380], np.s_[380:])
+    _small_run(db, cname, X, y, np.s_[:300], np.s_[300:380], np.s_[380:], delta=True)  # (the delta's version)
     info = public_anchor(cname)[1]
     cells = PublicCells.from_dict(info["public_locations"])
     req = PrivateLocationKNN(cells, 8.0, n_items=300, widths=(16, 32), collection=cname,

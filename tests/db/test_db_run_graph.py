@@ -20,7 +20,7 @@ def _make(db, cname, n=3000, dim=10, max_prior=64, min_weight=0.0, seed=5):
     rng = np.random.default_rng(seed)
     y = rng.integers(0, 3, n)
     X = (rng.normal(size=(n, dim)) + 2.5 * np.eye(dim)[y]).astype(np.float32)
-    db.create_collection(cname, dim, [0, 1, 2])
+    db.create_collection(cname, dim, [0, 1, 2], settings={"delta": False})  # (rows extended in the write)
     ids = np.asarray(db.ingest(cname, X, y, external_ids=[f"e{i}" for i in range(n)],
                                payloads=[{"i": i} for i in range(n)])["item_ids"])
     db.register_anchor_set(cname, X[:300], y[:300])

@@ -54,7 +54,8 @@ def test_the_sync_status_route(service, svc_admin_key, svc_key, pm_home):
             assert r.status_code == 200, r.text
             got = r.json()
             assert set(got) == {"collection", "source_table", "queued", "oldest_queued_at", "lag_s", "rejected",
-                                "broken", "broken_at"}
+                                "broken", "broken_at", "pending_purge", "purge_age_s"}  # (+ the delta's purge)
+            assert got["pending_purge"] == 0 and got["purge_age_s"] is None
             assert got["broken"] is None and got["broken_at"] is None
             assert got["collection"] == name and got["source_table"].split(".")[-1] == t
             assert got["queued"] == 4  # an insert, an update, two deletes

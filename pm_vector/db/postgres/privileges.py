@@ -45,6 +45,9 @@ QUERY_TABLES: dict[str, tuple[str, ...]] = {
     "pm_vector.kahm_item_scores": ("SELECT",),  # stored class scores come back with resolved rows
     "pm_vector.request_log": ("INSERT",),  # a resolve logs itself; it never reads the log
     "pm_vector.request_log_id_seq": ("USAGE",),
+    # the delta beside the runs' answers (sql/0023_delta.sql): an answer ranks base minus tombstones with it
+    "pm_vector.delta_tombstones": ("SELECT",),
+    "pm_vector.delta_entries": ("SELECT",),
 }
 #: relations the query role reads some columns of: relation -> (privilege, columns)
 QUERY_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -75,7 +78,7 @@ QUERY_FUNCTIONS: frozenset[str] = frozenset({
 RELATIONS: frozenset[str] = frozenset({
     "pm_vector.alembic_version", "pm_vector.anchor_sets", "pm_vector.anchor_sets_id_seq", "pm_vector.anchors",
     "pm_vector.attach_changes", "pm_vector.attach_changes_seq_seq", "pm_vector.attach_rejected",
-    "pm_vector.attach_status",
+    "pm_vector.attach_status", "pm_vector.delta_status",
     "pm_vector.collections", "pm_vector.collections_id_seq", "pm_vector.embedding_runs",
     "pm_vector.embedding_runs_id_seq", "pm_vector.ingests", "pm_vector.ingests_id_seq", "pm_vector.items",
     "pm_vector.items_id_seq", "pm_vector.kahm_audits", "pm_vector.kahm_audits_id_seq",
@@ -174,6 +177,8 @@ def apply(conn, owner: str) -> None:
     for schema, privs in QUERY_SCHEMAS.items():
         conn.execute(sql.SQL("GRANT {} ON SCHEMA {} TO {}").format(_privs(privs), ident(schema), q))
     for rel, privs in QUERY_TABLES.items():
+        if conn.execute("SELECT to_regclass(%s) IS NULL", [rel]).fetchone()[0]:
+            continue  # (made by a later migration, which applies the matrix again: 0023's delta tables)
         word = "SEQUENCE" if rel.endswith("_seq") else "TABLE"
         conn.execute(sql.SQL("GRANT {} ON {} {} TO {}").format(_privs(privs), sql.SQL(word), _qualified(rel), q))
     for rel, (priv, cols) in QUERY_COLUMNS.items():

@@ -20,14 +20,20 @@ def item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: in
     i.label, i.payload``, and the extra columns: features, its ``code_bytes``-byte code (from
     byte ``code_offset`` of the stored code; the whole stored code when None), its stored KAHM
     class scores, each when asked): LATERAL by primary key, OFFSET 0, one index lookup per
-    candidate."""
+    candidate. A candidate the collection's active run holds a tombstone of
+    (:mod:`pm_vector.db.runs.delta`: deleted, its rows not merged yet) is left out: an inner LATERAL
+    join on the tombstones' primary key."""
+    from ..runs.delta import live_sql
     from ..store._source import feature_sql
 
     col = "features" if coll["feature_type"] == "vector" else "features_half"
     cols = ((f", i.{col}" if include_features else "") +
             (", cd.code" if codes_run_id is not None else "") +
             (", sc.predicted, sc.scores" if kahm_model_id is not None else ""))
-    joins = (" LEFT JOIN LATERAL (SELECT it.external_id, it.label, it.payload" +
+    live = (" JOIN LATERAL (SELECT 1 AS pm_live WHERE " +
+            live_sql(str(int(coll["active_run_id"])), "s.item_id") + " OFFSET 0) AS pm_lv ON true"
+            if coll.get("active_run_id") is not None else "")
+    joins = (live + " LEFT JOIN LATERAL (SELECT it.external_id, it.label, it.payload" +
              (f", {feature_sql(coll, 'it', answer=True)} AS {col}" if include_features else "") +
              " FROM pm_vector.items AS it WHERE it.id = s.item_id OFFSET 0) AS i ON true" +
              (" LEFT JOIN LATERAL (SELECT " + ("c.code" if code_bytes is None else

@@ -86,6 +86,8 @@ _CACHE_MAX = 64
 _META_SQL = (
     "SELECT c.id, c.name, c.feature_dim, c.feature_type, c.metric, c.labels, c.settings, c.active_run_id, "
     "r.anchor_set_id, r.params, r.seed, r.embedding_dim, r.created_at AS run_created_at, r.class_rows, "
+    # the delta's version (sql/0023_delta.sql): every write of the delta + 1, in every cached answer's key
+    "r.delta_version, "
     # the run row's version: any change of its class_rows document is a new tuple, a new xmin
     "r.xmin::text AS run_xmin, "
     # (a raw model that an erasure took out of service serves no scores: None, as without a model)

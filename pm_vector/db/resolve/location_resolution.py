@@ -12,8 +12,11 @@ each candidate's product code and its payload. So a resolve is a lookup:
   run's (:class:`~pm_vector.db.errors.CellsDigestMismatchError`), ``level`` is a published level,
   ``code_bytes`` a published code width;
 * the answer comes from this process's cache (:class:`AnswerCache`, keyed by the run, its data
-  version and the request's public fields) or is built once: the row's parts and the top hubs by primary
-  key, the ranking in numpy, the candidates' codes and payloads in one statement;
+  versions -- ``delta_version`` among them: every write of the delta + 1 -- and the request's public
+  fields) or is built once: the row's parts, the top hubs, the cell's delta entries and the run's
+  tombstones in one statement (:mod:`pm_vector.db.runs.delta`), the ranking in numpy
+  (:func:`pm_vector.shortlist.merged_row`: base minus tombstones with the delta entries, then
+  :func:`~pm_vector.shortlist.location_list`), the candidates' codes and payloads in one statement;
 * the request is logged (delta 0) in the same REPEATABLE READ transaction that read the run, with an
   asynchronous commit (a database crash may lose the last ``wal_writer_delay`` of log rows).
 
@@ -115,22 +118,30 @@ def check_against_run(meta: Mapping[str, Any], req: LocationRequest, collection:
 
 def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offset: int = 0) -> dict[str, Any]:
     from ...privacy.location import location_weight
-    from ...shortlist import location_list
+    from ...shortlist import location_list, merged_row
 
     t = f"pm_vector.run_{int(run_id)}_locations"
     parts: dict[tuple[int, int], list] = {}  # a row's parts (the top hubs: one)
+    # one statement: the row's parts, the top hubs, the cell's delta entries (-2) and the run's tombstones (-3)
     for lv, c, it, hb, ch in rconn.execute(
-            f"SELECT level, cell, item_ids, hubs, chubs FROM {t} WHERE (level, cell) IN ((0, 0), (%s, %s))",
-            [int(req.level), int(req.report)], binary=True).fetchall():
+            f"SELECT level, cell, item_ids, hubs, chubs FROM {t} WHERE (level, cell) IN ((0, 0), (%s, %s)) "
+            "UNION ALL SELECT -2, 0, coalesce(array_agg(d.item_id ORDER BY d.item_id), '{}'), "
+            "coalesce(array_agg(d.h_r ORDER BY d.item_id), '{}'), coalesce(array_agg(d.h ORDER BY d.item_id), '{}') "
+            "FROM pm_vector.delta_entries AS d WHERE d.run_id = %s AND d.level = %s AND d.cell = %s "
+            "UNION ALL SELECT -3, 0, coalesce(array_agg(z.item_id), '{}'), '{}', '{}' "
+            "FROM pm_vector.delta_tombstones AS z WHERE z.run_id = %s",
+            [int(req.level), int(req.report), int(run_id), int(req.level), int(req.report), int(run_id)],
+            binary=True).fetchall():
         parts.setdefault((int(lv), int(c)), []).append((it, hb, ch))
 
     def joined(key, j, kind):
         return np.concatenate([np.asarray(p[j], kind) for p in parts.get(key, [])] + [np.zeros(0, kind)])
 
-    row, top = (req.level, req.report), (0, 0)
-    ids, _ = location_list(joined(row, 0, np.int64), joined(row, 1, np.float64), joined(row, 2, np.float64),
-                           joined(top, 0, np.int64), joined(top, 2, np.float64), location_weight(req.epsilon),
-                           req.candidates)
+    row, top, new = (req.level, req.report), (0, 0), (-2, 0)
+    kinds = (np.int64, np.float64, np.float64)  # ids, h_r, h
+    base, fresh = ([joined(key, j, k) for j, k in enumerate(kinds)] for key in (row, new))
+    ids, _ = location_list(*merged_row(*base, *fresh, joined(top, 0, np.int64), joined(top, 2, np.float64),
+                                       joined((-3, 0), 0, np.int64)), location_weight(req.epsilon), req.candidates)
     zero = "'\\x" + "00" * int(code_bytes) + "'::bytea"
     got = rconn.execute(
         f"SELECT string_agg(coalesce(substring(c.code from {int(code_offset) + 1} for {int(code_bytes)}), {zero}), "
@@ -167,7 +178,8 @@ _KNOWN_LOG_SQL = (
 
 def _answer_key(rconn, meta, doc, req: LocationRequest, b: int) -> tuple:
     return (str(rconn.pgconn.db), rconn.pgconn.port, int(meta["run"]["id"]), str(meta["run"]["created_at"]),
-            int(doc.get("graph_version", 0)), int(doc.get("answers_version", 0)), req.level, req.report,
+            int(doc.get("graph_version", 0)), int(doc.get("answers_version", 0)),
+            int(meta["coll"].get("delta_version") or 0), req.level, req.report,
             req.epsilon, req.candidates, b)
 
 

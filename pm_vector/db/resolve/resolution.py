@@ -357,7 +357,11 @@ def _scored_candidates(rconn, meta: Mapping[str, Any], doc: Mapping[str, Any], r
         r_ids.append(ids)
         r_score.append(scores)
     timings["score"] = (time.perf_counter() - t) * 1e3
-    return np.concatenate(r_of), np.concatenate(r_ids), np.concatenate(r_score)
+    from ..runs.delta import live_ids  # (issue 36: a tombstoned candidate leaves the answer)
+
+    r_of, r_ids, r_score = np.concatenate(r_of), np.concatenate(r_ids), np.concatenate(r_score)
+    live = live_ids(rconn, int(meta["run"]["id"]), r_ids)
+    return r_of[live], r_ids[live], r_score[live]
 
 
 def _fetch_rows(rconn, meta: dict, doc, req: ClassRowsRequest, shortlist: int, collection: str, include_features: bool,

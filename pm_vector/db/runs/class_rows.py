@@ -303,7 +303,8 @@ def _create_codes_table(conn, run_id: int) -> None:
     conn.execute(f"CREATE TABLE pm_vector.run_{int(run_id)}_codes (item_id bigint NOT NULL, code bytea NOT NULL)")
 
 
-def _copy_codes(conn, run_id: int, ids, codes, batch: int, commit: bool) -> None:
+def copy_codes(conn, run_id: int, ids, codes, batch: int, commit: bool) -> None:
+    """COPY product codes ``codes`` of items ``ids`` into the run's ``run_<id>_codes``."""
     m = codes.shape[1]
     for s in range(0, ids.shape[0], batch):
         e = min(ids.shape[0], s + batch)
@@ -355,7 +356,7 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
         conn.execute("UPDATE pm_vector.embedding_runs SET public_projection = %s WHERE id = %s",
                      [Json(pack(data.product_codes)), rid])
         conn.commit()
-        _copy_codes(conn, rid, data.item_ids, data.codes, batch, True)
+        copy_codes(conn, rid, data.item_ids, data.codes, batch, True)
     data.timings["write_s"] = time.perf_counter() - t
     if data.cells is not None:
         from . import cell_data as _cells
@@ -421,7 +422,7 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
         pc_doc = conn.execute("SELECT public_projection FROM pm_vector.embedding_runs WHERE id = %s",
                               [rid]).fetchone()[0]
         pc = unpack(pc_doc, doc["codes"]["digest"])
-        _copy_codes(conn, rid, new_ids, pc.encode(np.asarray(new_X)), 1 << 30, False)
+        copy_codes(conn, rid, new_ids, pc.encode(np.asarray(new_X)), 1 << 30, False)
     # one exact search serves the class rows, the cells and the locations (each reads its first columns)
     degrees = [g] + [int((doc.get(x) or {}).get("graph_degree") or 0) for x in ("cells", "locations")
                      if (doc.get(x) or {}).get("status") == "ready"]

@@ -123,7 +123,8 @@ def _retire_runs(conn, coll_id: int, keep_previous: int) -> list[int]:
 def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
                       progress: JobProgress | None = None, *, embed_fn: EmbedFn,
                       write_batch_size: int = 20_000, maintenance_work_mem: str | None = None,
-                      class_rows: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                      class_rows: Mapping[str, Any] | None = None,
+                      on_switch: Callable[[Any, int], None] | None = None) -> dict[str, Any]:
     """Compute, store and index a new embedding of ``collection`` and make it the active run.
 
     ``params``: JSON-serialisable parameters (stored with the run, passed to ``embed_fn``).
@@ -134,6 +135,8 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
     ``n_components`` 4, ``clip_quantile`` 0.9, ``graph_degree`` 16, ``max_prior`` 512, ``min_weight`` 0;
     ``graph`` auto: exact up to ``graph_exact_max_items`` 50,000 items, blocked k-means cells above).
     ``maintenance_work_mem``: of the index builds (default :func:`index_build_mem_mb` of the items).
+    ``on_switch(conn, run_id)``: called in the switch transaction once the run is the active one (the
+    merge places the items ingested during the build in its delta: :mod:`pm_vector.db.runs.merge`).
 
     Returns :func:`run_info` of the new (succeeded, active) run, plus ``items_missing``: items
     ingested while the job ran, which the run does not contain
@@ -171,7 +174,7 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
         cr_data = _job_class_rows(conn, run_id, anchors, items, cr_params, int(write_batch_size), report, timings)
         _job_index(conn, run_id, settings, items["id"].shape[0], a_emb.shape[1], cr_data, maintenance_work_mem,
                    report, timings)
-        previous = _job_switch(conn, collection, coll, run_id, items, report, timings)
+        previous = _job_switch(conn, collection, coll, run_id, items, report, timings, on_switch)
     except BaseException as exc:
         if run_id is None:  # nothing written yet
             err = translate_sql_error(exc)
@@ -336,7 +339,7 @@ def _job_index(conn, run_id: int, settings, n: int, k: int, cr_data, maintenance
     timings["index_s"] = time.perf_counter() - t
 
 
-def _job_switch(conn, collection: str, coll, run_id: int, items, report, timings: dict):
+def _job_switch(conn, collection: str, coll, run_id: int, items, report, timings: dict, on_switch=None):
     """The job's switch, one transaction: items deleted since the load leave the run, the run is marked
     succeeded and becomes the collection's active run. Returns the previous active run's id."""
     from psycopg.types.json import Jsonb
@@ -367,6 +370,8 @@ def _job_switch(conn, collection: str, coll, run_id: int, items, report, timings
     conn.execute("UPDATE pm_vector.embedding_runs SET status = 'succeeded', finished_at = now(), timings = %s "
                  "WHERE id = %s", [Jsonb({k_: round(v, 6) for k_, v in timings.items()}), run_id])
     conn.execute("UPDATE pm_vector.collections SET active_run_id = %s WHERE id = %s", [run_id, coll["id"]])
+    if on_switch is not None:
+        on_switch(conn, run_id)
     conn.commit()
     report("switch", 1, 1)
     return previous

@@ -2,9 +2,11 @@
 update (:func:`embed_new_items`).
 
 An out-of-sample extension, not a job: the new items are embedded from the run's anchors
-(``embed_fn_extend``), their rows added to the run's table, and -- when the run has class rows -- its
-prior, graph, hubs, cell and location rows extended (:func:`pm_vector.db.runs.class_rows.extend`),
-all in one transaction that commits only if the run is still active. The full job and its six
+(``embed_fn_extend``), their rows added to the run's table, and -- when the run has class rows -- placed
+in the run's delta (:func:`pm_vector.db.runs.delta.place`: their codes and location entries; the
+prior, graph, hubs and cell rows take them at the next merge, :mod:`pm_vector.db.runs.merge`), or, for
+a sharded run, its rows extended as before (:func:`pm_vector.db.runs.class_rows.extend`), all in one
+transaction that commits only if the run is still active. The full job and its six
 steps are :mod:`pm_vector.db.runs.jobs`.
 """
 
@@ -65,6 +67,9 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
                        "FROM pm_vector.embedding_runs WHERE id = %s", [run_id]).fetchone()
     params, seed, anchor_set_id, k, frames_doc, cr_doc = run
     has_cr = bool(cr_doc) and cr_doc.get("status") == "ready" and frames_doc is not None
+    from . import delta
+
+    to_delta = has_cr and delta.takes_delta(cr_doc, coll)  # the new items go to the run's delta: no rows rewritten
     report("load", 0, 1)
     new = load_items(conn, coll, missing_from_run=run_id)
     m = new["id"].shape[0]
@@ -77,7 +82,8 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
     buf = _binary.copy_out(conn, f"SELECT position, embedding FROM pm_vector.run_{int(run_id)}_anchors "
                                  "ORDER BY position")
     a_emb = _binary.decode([("position", "int4", 0), ("embedding", vector_type(k), k)], buf)["embedding"]
-    old_items = (run_items if run_items is not None else load_items(conn, coll, in_run=run_id)) if has_cr else None
+    old_items = ((run_items if run_items is not None else load_items(conn, coll, in_run=run_id))
+                 if has_cr and not to_delta else None)
     if own:
         conn.rollback()
     report("load", 1, 1)
@@ -109,7 +115,10 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
             f"INSERT INTO pm_vector.run_{int(run_id)}_items (item_id, embedding) "
             "SELECT e.item_id, e.embedding FROM pm_new_emb e WHERE EXISTS (SELECT 1 FROM pm_vector.items i "
             "WHERE i.id = e.item_id) ON CONFLICT (item_id) DO NOTHING RETURNING item_id").fetchall()], dtype=np.int64)
-        if has_cr and inserted.size:
+        if to_delta and inserted.size:
+            keep = np.isin(new["id"], inserted)
+            delta.place(conn, coll, run_id, cr_doc, new["id"][keep], new["features"][keep])
+        elif has_cr and inserted.size:
             _extend_class_rows(conn, run_id, frames_doc, old_items, new, inserted, current=run_items is not None)
             if on_placed is not None:
                 keep = np.isin(new["id"], inserted)

@@ -123,11 +123,13 @@ def sync_status(collection: str | None = None, *, url: str | None = None) -> dic
     """How far behind the sync is (the view ``pm_vector.attach_status``, ``sql/0019_attach_status.sql``).
 
     With a name, that collection's ``{"collection", "source_table", "queued", "oldest_queued_at",
-    "lag_s", "rejected", "broken", "broken_at"}``: the changes queued and not yet applied, when the
+    "lag_s", "rejected", "broken", "broken_at", "pending_purge", "purge_age_s"}``: the changes queued and not yet applied, when the
     oldest of them was queued (ISO string) and how many seconds it has waited (float), both None when
     nothing is queued; the keys whose last change was rejected (``pm_vector.attach_rejected``;
     :func:`sync_rejected` lists them); ``broken`` and ``broken_at``: why and since when the
-    collection is refused (:mod:`pm_vector.db.store.capture`), None when it is not.
+    collection is refused (:mod:`pm_vector.db.store.capture`), None when it is not; ``pending_purge``
+    and ``purge_age_s``: the deleted items whose rows the derived tables still hold (never answered)
+    until the next merge, and the age of the oldest (None when none: :mod:`pm_vector.db.runs.merge`).
     CollectionNotFoundError for an unknown collection, InvalidInputError for one that is not
     attached. Without a name, the list of every attached collection's, by name."""
     from psycopg.rows import dict_row
@@ -151,7 +153,10 @@ def sync_status(collection: str | None = None, *, url: str | None = None) -> dic
             "oldest_queued_at": iso_datetime(r["oldest_queued_at"]),
             "lag_s": None if r["lag_s"] is None else float(r["lag_s"]),
             "rejected": int(rejected.get(r["collection"], 0)),
-            "broken": r["broken"], "broken_at": iso_datetime(r["broken_at"])} for r in rows]
+            "broken": r["broken"], "broken_at": iso_datetime(r["broken_at"]),
+            # the purge pending: tombstones not merged yet (sql/0023_delta.sql, pm_vector.db.runs.merge)
+            "pending_purge": int(r["pending_purge"]),
+            "purge_age_s": None if r["purge_age_s"] is None else float(r["purge_age_s"])} for r in rows]
     if collection is None:
         return out
     if not out:  # (dropped since the check above)

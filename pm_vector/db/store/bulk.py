@@ -73,8 +73,14 @@ def _existing_external_ids(conn, cid: int, ids: list[str | None], chunk: int = 2
 
 def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None = None,
            payloads: Sequence[Any] | None = None, *, batch_size: int = 10_000,
-           progress: ProgressFn | None = None, create: Mapping[str, Any] | None = None) -> dict[str, Any]:
+           progress: ProgressFn | None = None, create: Mapping[str, Any] | None = None,
+           embed_fn_extend=None) -> dict[str, Any]:
     """Add items to a collection by binary COPY, in batches, in ONE transaction: all-or-nothing.
+
+    ``embed_fn_extend``: when given and the collection has an active run, the new items are placed
+    in that run right after the commit (:func:`pm_vector.db.runs.new_items.embed_new_items`: the
+    run's delta, :mod:`pm_vector.db.runs.delta`), so the location release answers them at once
+    (``"placed"``: how many).
 
     ``features``: (n, dim) real numbers (stored as float32, or float16 above 2,000 dims); NaN/inf
     refused. ``labels``: n integers from the collection's label set; None for a collection without
@@ -129,9 +135,14 @@ def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None
             if dup:
                 raise DuplicateExternalIdError(
                     f"external id(s) {dup} already exist in collection {collection!r}; nothing was written.")
-        return _ingest_rows(conn, coll, spec, X, y, ext, pay, batch_size, progress, biggest)
+        out = _ingest_rows(conn, coll, spec, X, y, ext, pay, batch_size, progress, biggest)
     finally:
         conn.close()
+    if embed_fn_extend is not None and spec is None and coll.get("active_run_id") is not None:
+        from ..runs.new_items import embed_new_items
+
+        out["placed"] = int(embed_new_items(collection, embed_fn_extend)["n_new"])
+    return out
 
 
 def _insert_collection(conn, spec: Mapping[str, Any]) -> int:

@@ -1,9 +1,10 @@
 """Deleting items: ``delete_items(collection, item_ids=... | external_ids=...)``.
 
-ONE transaction removes the items and every row derived from them: in the active run and in every
-run kept for switching back (:func:`pm_vector.db.runs.erase.erase_from_run`, which walks the single
-registry of the run's tables, here and on the run's shards), the stored KAHM class scores, and the
-items themselves; raw KAHM models that may have been fit on a deleted item are marked
+ONE transaction removes the items from every answer: a tombstone in the active run and in every
+run kept for switching back (:mod:`pm_vector.db.runs.delta`; their derived rows leave with the next
+merge, :mod:`pm_vector.db.runs.merge`; a run without ready class rows or a sharded one is erased
+as before by :func:`pm_vector.db.runs.erase.erase_from_run`, which walks the single registry of
+the run's tables), the stored KAHM class scores, and the items themselves; raw KAHM models that may have been fit on a deleted item are marked
 ``erased_at`` and stop serving until they are refit (noisy and fabricated models keep serving).
 
 Concurrency: the transaction holds the collection row ``FOR NO KEY UPDATE``, as an embedding job's
@@ -85,9 +86,6 @@ def delete_items(collection: str, *, item_ids=None, external_ids=None, missing_o
     in ONE transaction (module doc). Unknown ids raise :class:`ItemNotFoundError` and delete nothing,
     unless ``missing_ok``. Returns ``{"collection", "deleted", "item_ids", "runs", "kahm_refit_needed",
     "seconds"}``."""
-    from ..runs import erase as _erase
-    from .api import load_items
-
     kind, vals = ids_to_erase(item_ids, external_ids)
     t = time.perf_counter()
     with connect(watch_client=True) as conn:
@@ -100,13 +98,29 @@ def delete_items(collection: str, *, item_ids=None, external_ids=None, missing_o
             conn.rollback()
             out["seconds"] = round(time.perf_counter() - t, 3)
             return out
-        out["runs"] = _erase.erase_in_runs(conn, ids, runs_with_tables(conn, coll["id"]),
-                                           lambda rid: load_items(conn, coll, in_run=rid))
+        out["runs"] = erase_or_tombstone(conn, coll, ids, runs_with_tables(conn, coll["id"]))
         out["kahm_refit_needed"] = erase_kahm(conn, coll, ids)
         conn.execute("DELETE FROM pm_vector.items WHERE collection_id = %s AND id = ANY(%s)", [coll["id"], ids.tolist()])
         conn.commit()
     out["seconds"] = round(time.perf_counter() - t, 3)
     return out
+
+
+def erase_or_tombstone(conn, coll, ids: np.ndarray, runs, load=None, *, quick: bool = False) -> list[int]:
+    """The items ``ids`` leave the answers of each run ``(run_id, class_rows)``, in the caller's
+    transaction: a tombstone where the run takes the delta (:mod:`pm_vector.db.runs.delta`: its
+    derived rows stay, never answered, until the merge), else the erasure of every run table
+    (:func:`pm_vector.db.runs.erase.erase_in_runs`; ``load(run_id)``: the run's items, read when None).
+    Returns the runs that held some of them."""
+    from ..runs import delta, erase as _erase
+    from .api import load_items
+
+    fast, slow = delta.split_runs(runs, coll)
+    touched = delta.tombstone(conn, ids, fast)
+    if slow:
+        touched += _erase.erase_in_runs(conn, ids, slow, load or (lambda rid: load_items(conn, coll, in_run=rid)),
+                                        quick=quick)
+    return sorted(touched)
 
 
 def erase_kahm(conn, coll, ids: np.ndarray) -> list[int]:

@@ -4,9 +4,10 @@
 ``sync_interval_s``) applies the queue ``pm_vector.attach_changes`` in order, in batches, each ONE
 transaction that also deletes the queue rows it applied: exactly once, and a sync killed at any
 point leaves the old state and its queue for the next sync to resume. Per key, the batch's net
-effect: a row gone or no longer valid erases its item (:mod:`pm_vector.db.store.erase`'s erasure:
-every run table); a new row, or a changed vector or label, replaces the item (erase the old, insert
-the new, placed in the active run as ``embed --new-items`` does); a change of other columns updates
+effect: a row gone or no longer valid erases its item (:mod:`pm_vector.db.store.erase`'s erasure: a
+tombstone in the runs that take the delta, :mod:`pm_vector.db.runs.delta`); a new row, or a changed
+vector or label, replaces the item (erase the old, insert the new, placed in the active run's delta
+as ``embed --new-items`` does); a change of other columns updates
 the payload only (and the runs' ``answers_version`` + 1: the cached answers carry payloads).
 
 A bad row never blocks the queue: a change that cannot be applied (a NULL vector or one of another
@@ -101,8 +102,8 @@ def sync_pending(url: str | None = None) -> dict[str, Any]:
 
 def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: str | None = None
                 ) -> dict[str, Any] | None:
-    from ..runs import array_rows, erase as _erase, prior_rows, row_cache
-    from .erase import erase_kahm, runs_with_tables
+    from ..runs import array_rows, prior_rows, row_cache
+    from .erase import erase_kahm, erase_or_tombstone, runs_with_tables
 
     with connect(url, watch_client=True) as conn:
         coll = collection_row(conn, collection, lock="FOR NO KEY UPDATE")
@@ -133,7 +134,7 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
         with array_rows.deferred(conn), prior_rows.deferred(conn):
             kept.seed(conn)  # the rows this process held after its last batch, still as the tables hold them
             if gone.size:
-                _erase.erase_in_runs(conn, gone, runs, run_items.load, quick=True)
+                erase_or_tombstone(conn, coll, gone, runs, run_items.load, quick=True)
                 run_items.erased(gone)
                 erase_kahm(conn, coll, gone)
                 conn.execute("DELETE FROM pm_vector.items WHERE id = ANY(%s)", [gone.tolist()])
@@ -190,7 +191,10 @@ def _place_new(conn, collection: str, coll, embed_fn_extend, run_items: RunItems
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0] or {}
     if doc.get("shards"):
         return []
-    ready = doc.get("status") == "ready"
+    from ..runs.delta import takes_delta
+
+    # (a run that takes the delta places them without its items: delta.place)
+    ready = doc.get("status") == "ready" and not takes_delta(doc, coll)
     if ready and rid not in run_items.items:  # (its current version: the batch erased nothing from it)
         run_items.docs[rid] = doc
     extend = _rows_apart(embed_fn_extend or anchor_frame_extend_fn)

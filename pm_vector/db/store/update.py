@@ -5,7 +5,7 @@ ONE transaction (the collection row held ``FOR NO KEY UPDATE``, as :mod:`pm_vect
 * a **payload-only** change rewrites ``items.payload`` and touches no run data (the payload is
   joined to answers by item id; the run tables never hold it);
 * a **feature or label** change is a delete and an insert under the same external id: the old
-  item is erased from every run table (:func:`pm_vector.db.runs.erase.erase_in_runs`), a new item
+  item is tombstoned (:func:`pm_vector.db.store.erase.erase_or_tombstone`), a new item
   (a new item id) takes its external id, payload (or the new one) and the new features / label,
   and is placed in the active run as ``embed --new-items`` places new items
   (:func:`pm_vector.db.runs.new_items.embed_new_items` in this transaction; ``embed_fn_extend``, the
@@ -25,7 +25,7 @@ from ...errors import InvalidInputError
 from ..postgres import connect
 from ._common import collection_row
 from ._validate import checked_features, checked_labels
-from .erase import erase_kahm, ids_to_erase, check_not_attached, resolve_item_ids, runs_with_tables
+from .erase import erase_kahm, erase_or_tombstone, ids_to_erase, check_not_attached, resolve_item_ids, runs_with_tables
 from .payloads import bump_answers_version, check_payloads, limit_of, raise_high
 
 UNSET = object()
@@ -38,10 +38,8 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
     transaction (module doc). Unknown ids raise :class:`~pm_vector.db.store.erase.ItemNotFoundError`
     and change nothing. Returns ``{"collection", "updated", "item_ids" (old -> new), "placed",
     "seconds"}``."""
-    from ..runs import erase as _erase
     from ..runs.jobs import anchor_frame_extend_fn
     from ..runs.new_items import embed_new_items
-    from .api import load_items
 
     kind, vals = ids_to_erase(item_ids, external_ids)
     given = list(item_ids if item_ids is not None else external_ids)
@@ -87,8 +85,7 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
             f = dict(conn.execute(f"SELECT id, {col}::real[] FROM pm_vector.items WHERE id = ANY(%s)",
                                   [old_ids.tolist()]).fetchall())
             X = np.array([f[int(o[0])] for o in old], dtype=np.float32)
-        _erase.erase_in_runs(conn, old_ids, runs_with_tables(conn, coll["id"]),
-                             lambda rid: load_items(conn, coll, in_run=rid))
+        erase_or_tombstone(conn, coll, old_ids, runs_with_tables(conn, coll["id"]))
         erase_kahm(conn, coll, old_ids)
         conn.execute("DELETE FROM pm_vector.items WHERE id = ANY(%s)", [old_ids.tolist()])
         new_ids = _insert(conn, coll, old, X, y, P)

@@ -1,0 +1,203 @@
+"""The delta beside a run's precomputed answers (issue 36): the ONE home of writes at database speed.
+
+A write no longer rewrites the lists a release ranks (every list that names an item, at every
+level) inside its transaction. It writes the delta of the runs it concerns (``sql/0023_delta.sql``):
+
+* **tombstones** (:func:`tombstone`): ``delete_items``, ``update_items`` (the old version of a
+  changed item) and an attached table's sync write ``(run, item)`` into
+  ``pm_vector.delta_tombstones`` for every run that holds the item. From the delete's commit on, no
+  answer of any release holds it: the location release ranks the base minus the tombstones (and
+  the first live top hubs), the class-rows, cell and paper answers leave tombstoned candidates out
+  (:func:`live_sql`, :func:`live_ids`). The item's row of ``pm_vector.items`` (its raw features,
+  label, payload) goes in the same transaction; its derived rows (embedding, codes, prior, graph,
+  hubs, cell and location rows) stay, never answered, until the merge (:mod:`pm_vector.db.runs.merge`).
+* **new items** (:func:`place`): an item ingested into a collection with an active run, an
+  update's new version and a sync's new row are embedded with the run's extension
+  (:func:`pm_vector.db.runs.new_items.embed_new_items`, whose row goes into ``run_<id>_items``),
+  get their product code (``run_<id>_codes``: the candidates' join), and one entry per published
+  location level in ``pm_vector.delta_entries``: ``(level, cell of the item at that level, h, h_r)``.
+  The estimate: the item's ``g`` nearest run items (``g``: the locations' graph degree, 32) by the
+  run's HNSW index on the embeddings; ``h`` = ``g`` (the mean in-degree of a ``g``-NN graph, exactly),
+  ``h_r`` = 1 + how many of those ``g`` lie in the item's cell at that level (the item itself, and its
+  in-edges from the cell estimated by its out-edges into it: a k-NN graph is mostly mutual). The
+  answer ranks them with the row's entries by the same :func:`pm_vector.shortlist.location_list`.
+* ``embedding_runs.delta_version`` + 1 with every write: every cached answer's key holds it, and a
+  repeated request's one statement checks the run row's version (``xmin``), which the write changes.
+
+Shared tables keyed by run id, not ``run_<id>_delta`` tables: the migration makes them once, the
+SQL ranking names them statically (no dynamic table per run in the answer's hot path), a run's
+rows go with the run row (``ON DELETE CASCADE``), and the privilege matrix grants the query role
+SELECT once; the merge and a run's drop delete a run's rows by its key.
+
+Runs whose class rows are not ready, sharded runs, and the runs of a collection created with
+``settings={"delta": False}`` keep the erasure and extension of before, in the write's transaction
+(:func:`pm_vector.db.runs.erase.erase_in_runs`, :func:`pm_vector.db.runs.class_rows.extend`):
+:func:`takes_delta` says which.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+from psycopg import sql
+
+
+def takes_delta(doc: Mapping[str, Any] | None, coll: Mapping[str, Any] | None = None) -> bool:
+    """Does a run with this ``class_rows`` document take writes into the delta (ready class rows, one
+    node), in collection ``coll`` (its ``settings["delta"]`` false: every write rewrites the rows in
+    its own transaction, as before the delta)?"""
+    if coll is not None and (coll.get("settings") or {}).get("delta") is False:
+        return False
+    return bool(doc) and doc.get("status") == "ready" and not doc.get("shards")
+
+
+def _run_table(run_id: int, kind: str) -> sql.Composable:
+    return sql.Identifier("pm_vector", f"run_{int(run_id)}_{kind}")
+
+
+def bump(conn, run_id: int, n_items: int = 0) -> None:
+    """The run's ``delta_version`` + 1, and its ``n_items`` (the column and the class-rows document's,
+    which an answer reports: the items it holds now) by ``n_items``, in the caller's transaction."""
+    conn.execute("UPDATE pm_vector.embedding_runs SET delta_version = delta_version + 1, n_items = n_items + %s, "
+                 "class_rows = CASE WHEN class_rows ? 'n_items' THEN jsonb_set(class_rows, '{n_items}', "
+                 "to_jsonb((class_rows ->> 'n_items')::bigint + %s)) ELSE class_rows END WHERE id = %s",
+                 [int(n_items), int(n_items), int(run_id)])
+
+
+def tombstone(conn, ids, runs) -> list[int]:
+    """Tombstones for ``ids`` in each run ``(run_id, class_rows)`` that holds them (its embedding row),
+    in the caller's transaction; their delta entries go. Returns the runs that held some."""
+    ids = [int(i) for i in np.asarray(ids, dtype=np.int64).tolist()]
+    touched = []
+    for rid, _doc in runs:
+        rid = int(rid)
+        n = conn.execute(sql.SQL(
+            "INSERT INTO pm_vector.delta_tombstones (run_id, item_id) SELECT %s, e.item_id FROM {} AS e "
+            "WHERE e.item_id = ANY(%s) ON CONFLICT DO NOTHING").format(_run_table(rid, "items")), [rid, ids]).rowcount
+        conn.execute("DELETE FROM pm_vector.delta_entries WHERE run_id = %s AND item_id = ANY(%s)", [rid, ids])
+        if n:
+            bump(conn, rid, -int(n))
+            touched.append(rid)
+    return touched
+
+
+def split_runs(runs, coll: Mapping[str, Any] | None = None) -> tuple[list, list]:
+    """``(runs that take the delta, the others)`` of ``(run_id, class_rows)`` pairs of collection ``coll``."""
+    runs = list(runs)
+    return [r for r in runs if takes_delta(r[1], coll)], [r for r in runs if not takes_delta(r[1], coll)]
+
+
+def tombstoned(conn, run_id: int, ids=None) -> np.ndarray:
+    """The run's tombstoned ids (of ``ids`` when given), ascending."""
+    if ids is None:
+        rows = conn.execute("SELECT item_id FROM pm_vector.delta_tombstones WHERE run_id = %s ORDER BY 1",
+                            [int(run_id)]).fetchall()
+    else:
+        rows = conn.execute("SELECT item_id FROM pm_vector.delta_tombstones WHERE run_id = %s AND item_id = ANY(%s) "
+                            "ORDER BY 1", [int(run_id), [int(i) for i in np.asarray(ids).tolist()]]).fetchall()
+    return np.array([r[0] for r in rows], dtype=np.int64)
+
+
+def live_ids(conn, run_id: int, ids) -> np.ndarray:
+    """A mask of ``ids``: True where the run holds no tombstone of the id."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.size == 0:
+        return np.zeros(0, bool)
+    return ~np.isin(ids, tombstoned(conn, run_id, np.unique(ids)))
+
+
+def live_sql(run_id_sql: str, item_sql: str) -> str:
+    """A SQL condition: no tombstone of item ``item_sql`` in run ``run_id_sql`` (both SQL expressions
+    of the caller's statement; an index lookup of the tombstones' primary key)."""
+    return (f"NOT EXISTS (SELECT 1 FROM pm_vector.delta_tombstones AS pm_z WHERE pm_z.run_id = {run_id_sql} "
+            f"AND pm_z.item_id = {item_sql})")
+
+
+def estimate(conn, coll: Mapping[str, Any], run_id: int, doc: Mapping[str, Any], ids, X) -> dict[int, tuple]:
+    """Per published location level M: ``(cells (n,), h (n,), h_r (n,))`` of the new items ``ids`` with
+    raw features ``X`` (module doc: their ``g`` nearest by the run's HNSW index, whose rows they have)."""
+    from ..store._source import feature_filter, feature_sql
+    from . import run_cells
+
+    rid = int(run_id)
+    loc = doc.get("locations") or {}
+    cells = run_cells.get(conn, rid, doc, "locations")
+    ids = np.asarray(ids, dtype=np.int64)
+    X = np.asarray(X, dtype=np.float64)
+    g = int(loc.get("graph_degree") or 32)
+    op = conn.execute("SELECT pm_vector.pm_distance_operator(%s)", [coll["metric"]]).fetchone()[0]
+    conn.execute("SELECT set_config('hnsw.ef_search', greatest(%s, 40)::text, true)", [2 * g])
+    near = dict(conn.execute(sql.SQL(
+        "SELECT n.item_id, array(SELECT e.item_id FROM {t} AS e WHERE e.item_id <> n.item_id AND NOT EXISTS "
+        "(SELECT 1 FROM pm_vector.delta_tombstones AS z WHERE z.run_id = %s AND z.item_id = e.item_id) "
+        "ORDER BY e.embedding {op} n.embedding LIMIT %s) FROM {t} AS n WHERE n.item_id = ANY(%s)").format(
+        t=_run_table(rid, "items"), op=sql.SQL(op)), [rid, g, ids.tolist()]).fetchall())
+    nb_ids = sorted({int(j) for v in near.values() for j in v})
+    feats = {}
+    if nb_ids:
+        rows = conn.execute(sql.SQL("SELECT i.id, ({f})::real[] FROM pm_vector.items AS i WHERE i.id = ANY(%s){ok}").format(
+            f=sql.SQL(feature_sql(coll, "i")), ok=sql.SQL(feature_filter(coll, "i"))), [nb_ids]).fetchall()
+        feats = {int(a): b for a, b in rows}
+    nb_ids = [j for j in nb_ids if j in feats]
+    pos = {j: k for k, j in enumerate(nb_ids)}
+    NX = np.asarray([feats[j] for j in nb_ids], dtype=np.float64).reshape(len(nb_ids), X.shape[1])
+    out = {}
+    for M in cells.levels_:
+        M = int(M)
+        own = cells.assign(X, 0, M)
+        theirs = cells.assign(NX, 0, M) if len(nb_ids) else np.zeros(0, np.int64)
+        h_r = np.array([1.0 + sum(1 for j in near.get(int(i), []) if int(j) in pos and theirs[pos[int(j)]] == own[k])
+                        for k, i in enumerate(ids.tolist())])
+        out[M] = (own.astype(np.int64), np.full(ids.size, float(g)), h_r)
+    return out
+
+
+def place(conn, coll: Mapping[str, Any], run_id: int, doc: Mapping[str, Any], ids, X) -> int:
+    """New items whose embedding rows the run holds now (in the caller's transaction) placed in its
+    delta: their product codes, and their entries at every published location level (module doc).
+    Returns how many."""
+    from .class_rows import copy_codes
+
+    rid = int(run_id)
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.size == 0:
+        return 0
+    X = np.asarray(X)
+    if (doc.get("codes") or {}).get("status") == "ready":
+        from ...protocol.published_codes import unpack
+
+        pc_doc = conn.execute("SELECT public_projection FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
+        copy_codes(conn, rid, ids, unpack(pc_doc, doc["codes"]["digest"]).encode(X), 1 << 30, False)
+    if (doc.get("locations") or {}).get("status") == "ready":
+        est = estimate(conn, coll, rid, doc, ids, X)
+        lv = np.concatenate([np.full(ids.size, M, np.int64) for M in est])
+        if lv.size:
+            conn.execute(
+                "INSERT INTO pm_vector.delta_entries (run_id, level, cell, item_id, h, h_r) "
+                "SELECT %s, u.l, u.c, u.i, u.h, u.hr FROM unnest(%s::integer[], %s::integer[], %s::bigint[], "
+                "%s::float8[], %s::float8[]) AS u(l, c, i, h, hr) ON CONFLICT DO NOTHING",
+                [rid, lv.tolist(), np.concatenate([e[0] for e in est.values()]).tolist(),
+                 np.tile(ids, len(est)).tolist(), np.concatenate([e[1] for e in est.values()]).tolist(),
+                 np.concatenate([e[2] for e in est.values()]).tolist()])
+    bump(conn, rid, int(ids.size))
+    return int(ids.size)
+
+
+def cell_entries(conn, run_id: int, level: int, cell: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(item_ids, h_r, h)`` of the delta entries of location cell ``(level, cell)`` (by id)."""
+    rows = conn.execute("SELECT item_id, h_r, h FROM pm_vector.delta_entries WHERE run_id = %s AND level = %s "
+                        "AND cell = %s ORDER BY item_id", [int(run_id), int(level), int(cell)]).fetchall()
+    return (np.array([r[0] for r in rows], np.int64), np.array([r[1] for r in rows], np.float64),
+            np.array([r[2] for r in rows], np.float64))
+
+
+def status(conn, collection: str) -> dict[str, Any] | None:
+    """The view ``pm_vector.delta_status`` of one collection: ``{"run_id", "delta_version",
+    "pending_purge", "oldest_purge_at", "purge_age_s", "delta_items"}`` (None: no active run)."""
+    from psycopg.rows import dict_row
+
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute("SELECT run_id, delta_version, pending_purge, oldest_purge_at, purge_age_s, delta_items "
+                          "FROM pm_vector.delta_status WHERE collection = %s", [collection]).fetchone()
+    return None if row is None else dict(row)

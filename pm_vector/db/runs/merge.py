@@ -1,0 +1,134 @@
+"""The bulk merge of a run's delta (:mod:`pm_vector.db.runs.delta`): ``pm_vector.db.merge(name)``,
+``pm-vector merge NAME``, and the service's sync worker when it is due (:func:`due`).
+
+Everything a change does not need for a correct answer -- the neighbour graph, hub counts, prior rows,
+the cell and location rows' counts, refills, and the deleted items' rows in every derived table --
+is done here, in bulk, beside the serving run: a merge is **a new run of the active run's
+parameters on the current items** (:func:`pm_vector.db.runs.jobs.run_embedding_job`: built beside
+the active run, which keeps serving, and switched to in one transaction). In that switch transaction
+the changes made during the build are re-applied onto the new run: items deleted since its load
+leave it (the job's :func:`~pm_vector.db.runs.erase.apply_pending`), items ingested since are placed in
+its delta (:func:`~pm_vector.db.runs.new_items.embed_new_items`, ``on_switch``). Answers and writes
+never wait on the build; the switch holds the collection row as a delete does.
+
+Then the superseded runs that hold tombstones are dropped (their tables, their delta rows): their
+rows hold deleted items, which could only be purged from them with the deleted items' raw
+features, gone at the delete's commit. So after a merge no derived table holds a deleted item (a
+merge keeps no previous run that holds one: ``keep_previous_runs`` keeps those without).
+
+When: :data:`pm_vector.defaults.MERGE_DELTA_ITEMS` delta rows or :data:`pm_vector.defaults.MERGE_AGE_S`
+seconds for the oldest, or a collection's ``settings["merge"]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import NoActiveRunError
+from ..postgres import connect
+from ..store._common import collection_row
+
+
+def merge(collection: str, *, embed_fn=None, embed_fn_extend=None, progress=None, url: str | None = None
+          ) -> dict[str, Any]:
+    """Merge the active run's delta (module doc). ``embed_fn`` / ``embed_fn_extend``: the run's
+    embedding and extension (default the AnchorFrame pair). Returns ``{"collection", "run_id" (the
+    new run), "previous_run_id", "merged_tombstones", "merged_items", "dropped_runs", "seconds"}``."""
+    import time
+
+    from .jobs import anchor_frame_embed_fn, anchor_frame_extend_fn, run_embedding_job
+    from .new_items import embed_new_items
+
+    t = time.perf_counter()
+    with connect(url) as conn:
+        coll = collection_row(conn, collection)
+        rid = coll["active_run_id"]
+        if rid is None:
+            raise NoActiveRunError(f"collection {collection!r} has no active run: nothing to merge; run "
+                                   f"`pm-vector embed {collection}` first.")
+        params, seed, cr = conn.execute("SELECT params, seed, class_rows FROM pm_vector.embedding_runs WHERE id = %s",
+                                        [rid]).fetchone()
+        n_t, n_i = _sizes(conn, rid)
+        conn.rollback()
+    extend = embed_fn_extend or anchor_frame_extend_fn
+
+    def reapply(c, new_run: int) -> None:  # (in the switch transaction: the new run is the active one)
+        embed_new_items(collection, extend, conn=c)
+
+    info = run_embedding_job(collection, dict(params or {}), int(seed), progress, embed_fn=embed_fn or anchor_frame_embed_fn,
+                             class_rows=_class_rows_params(cr), on_switch=reapply)
+    dropped = purge_superseded(collection, url=url)
+    return {"collection": collection, "run_id": int(info["run_id"]), "previous_run_id": info.get("previous_run_id"),
+            "merged_tombstones": n_t, "merged_items": n_i, "dropped_runs": dropped,
+            "seconds": round(time.perf_counter() - t, 3)}
+
+
+def _class_rows_params(doc) -> dict[str, Any] | None:
+    """The class-rows parameters the run was built with (those its document records)."""
+    doc = doc or {}
+    keep = ("n_components", "clip_quantile", "graph_degree", "max_prior", "min_weight")
+    got = {k: doc[k] for k in keep if k in doc}
+    return got or None
+
+
+def _sizes(conn, run_id: int) -> tuple[int, int]:
+    n_t = conn.execute("SELECT count(*) FROM pm_vector.delta_tombstones WHERE run_id = %s", [run_id]).fetchone()[0]
+    n_i = conn.execute("SELECT count(DISTINCT item_id) FROM pm_vector.delta_entries WHERE run_id = %s",
+                       [run_id]).fetchone()[0]
+    return int(n_t), int(n_i)
+
+
+def purge_superseded(collection: str, *, url: str | None = None) -> list[int]:
+    """Drop the collection's runs other than the active one that hold tombstones (their tables and
+    delta rows; module doc). Returns their ids."""
+    out = []
+    with connect(url) as conn:
+        coll = collection_row(conn, collection)
+        rows = conn.execute("SELECT DISTINCT t.run_id FROM pm_vector.delta_tombstones t JOIN pm_vector.embedding_runs r "
+                            "ON r.id = t.run_id WHERE r.collection_id = %s AND t.run_id IS DISTINCT FROM %s ORDER BY 1",
+                            [coll["id"], coll["active_run_id"]]).fetchall()
+        for (rid,) in rows:
+            conn.execute("SELECT pm_vector.pm_drop_run_tables(%s)", [rid])
+            conn.execute("DELETE FROM pm_vector.delta_tombstones WHERE run_id = %s", [rid])
+            conn.execute("DELETE FROM pm_vector.delta_entries WHERE run_id = %s", [rid])
+            conn.commit()
+            out.append(int(rid))
+    return out
+
+
+def due(conn, collection: str, settings: dict | None = None) -> bool:
+    """Is a merge of the collection's active run due (module doc)?"""
+    from ... import defaults
+
+    rule = dict((settings or {}).get("merge") or {})
+    n_max = int(rule.get("delta_items", defaults.MERGE_DELTA_ITEMS))
+    age_max = float(rule.get("age_s", defaults.MERGE_AGE_S))
+    row = conn.execute(
+        "SELECT (SELECT count(*) FROM pm_vector.delta_tombstones t WHERE t.run_id = c.active_run_id) + "
+        "(SELECT count(*) FROM pm_vector.delta_entries d WHERE d.run_id = c.active_run_id), "
+        "extract(epoch FROM clock_timestamp() - least((SELECT min(t.created_at) FROM pm_vector.delta_tombstones t "
+        "WHERE t.run_id = c.active_run_id), (SELECT min(d.created_at) FROM pm_vector.delta_entries d "
+        "WHERE d.run_id = c.active_run_id))) FROM pm_vector.collections c WHERE c.name = %s", [collection]).fetchone()
+    if row is None or not row[0]:
+        return False
+    return (n_max > 0 and int(row[0]) >= n_max) or (age_max > 0 and row[1] is not None and float(row[1]) >= age_max)
+
+
+def merge_due(url: str | None = None) -> dict[str, Any]:
+    """Merge every collection whose merge is due (:func:`due`): ``{collection: the merge's result, or
+    why it failed}``. The service's sync worker runs it in the background."""
+    with connect(url) as conn:
+        names = [(r[0], r[1]) for r in conn.execute(
+            "SELECT c.name, c.settings FROM pm_vector.collections c WHERE c.active_run_id IS NOT NULL "
+            "AND (EXISTS (SELECT 1 FROM pm_vector.delta_tombstones t WHERE t.run_id = c.active_run_id) "
+            "OR EXISTS (SELECT 1 FROM pm_vector.delta_entries d WHERE d.run_id = c.active_run_id)) "
+            "ORDER BY c.name").fetchall()]
+        todo = [n for n, s in names if due(conn, n, s)]
+        conn.rollback()
+    out: dict[str, Any] = {}
+    for name in todo:
+        try:
+            out[name] = merge(name, url=url)
+        except Exception as exc:  # noqa: BLE001 - one collection's failure does not stop the others
+            out[name] = f"{type(exc).__name__}: {exc}"
+    return out

@@ -1,0 +1,315 @@
+"""The delta beside the precomputed answers (issue 36, migration 0023, pm_vector/db/runs/delta.py):
+a delete writes tombstones and rewrites no derived row, yet from its commit on no answer of any
+release (every published level, every cell, several eps and code widths; class rows and cells too)
+holds a deleted item; new items are answered from the delta by the same ranking as the base
+(entry by entry against numpy); the merge leaves no row of a deleted item in any derived table;
+sync-status's view shows the pending purge."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_db_attach import user_table  # noqa: F401  (fixture)
+from test_db_erase import _cell_requests, _collection, _row_requests
+
+
+def _cells(name):
+    from pm_vector.db.resolve.resolution import public_anchor
+    from pm_vector.manifold.public_cells import PublicCells
+    from pm_vector.protocol.published_codes import unpack
+
+    info = public_anchor(name)[1]
+    return (PublicCells.from_dict(info["public_locations"]),
+            unpack(info["product_codes"], info["class_rows"]["codes"]["digest"]), info)
+
+
+def _base_request(name, X, eps, widths, **plan):
+    from pm_vector.client.location import PrivateLocationKNN
+
+    cells, pc, info = _cells(name)
+    c = PrivateLocationKNN(cells, eps, n_items=int(info["class_rows"]["n_items"]), widths=pc.widths_,
+                           collection=name, **plan)
+    return c._inject_generator(np.random.default_rng(0)).request(X[0].astype(np.float64))
+
+
+def _versions(conn, rid):
+    """Every derived row of the run as (table, key, xmin): a rewrite changes its xmin."""
+    t = f"pm_vector.run_{rid}_"
+    return {"locations": conn.execute(f"SELECT level, cell, part, xmin::text FROM {t}locations ORDER BY 1, 2, 3").fetchall(),
+            "cells": conn.execute(f"SELECT level, label, cell, xmin::text FROM {t}cells ORDER BY 1, 2, 3").fetchall(),
+            "prior": conn.execute(f"SELECT item_id, xmin::text FROM {t}prior ORDER BY 1").fetchall(),
+            "hubs": conn.execute(f"SELECT count(*) FROM {t}hubs").fetchall(),
+            "neighbors": conn.execute(f"SELECT count(*) FROM {t}neighbors").fetchall()}
+
+
+def _every_location_answer(name, X, gone, n_left, conn):
+    """Every published level, every cell, eps 1 / 4 / 16, two code widths: no answer holds a deleted
+    item, each holds min(candidates, items left), and pm_location_shortlist ranks alike."""
+    from pm_vector.db.resolve.resolution import resolve
+    from pm_vector.protocol.location import LocationRequest
+
+    cells, pc, _ = _cells(name)
+    seen = 0
+    widths = sorted(set(int(w) for w in pc.widths_))
+    for k, eps in enumerate((1.0, 4.0, 16.0)):
+        for b in (widths[k % len(widths)],):  # (each eps at one width: both widths, three eps)
+            base = _base_request(name, X, eps, pc.widths_, max_bytes=4_000).to_dict()
+            for M in cells.levels_:
+                for r in range(int(M)):
+                    q = LocationRequest.from_dict({**base, "level": int(M), "report": r, "code_bytes": b})
+                    ans = resolve(name, q, log=False)
+                    got = np.asarray(ans["item_ids"], np.int64)
+                    assert not set(got.tolist()) & gone, (eps, b, M, r)
+                    assert got.size == min(q.candidates, n_left)
+                    assert len(ans["codes_data"]) == got.size * b
+                    sql = [v for (v,) in conn.execute(
+                        "SELECT item_id FROM pm_vector.pm_location_shortlist(%s, %s, %s, %s, %s)",
+                        [name, int(M), r, eps, q.candidates]).fetchall()]
+                    assert sql == got.tolist()
+                    seen += 1
+    return seen
+
+
+def test_a_delete_writes_tombstones_and_no_answer_of_any_release_holds_the_item(db, cname, conn):
+    """The exhaustive check after deleting items: every level, cell, eps and code width of the location
+    release, the class-rows and cell requests; and the delete rewrote no derived row (the old code
+    rewrote the location, cell and prior rows in the delete's transaction)."""
+    from pm_vector.db.resolve.resolution import resolve
+    from pm_vector.db.runs import delta
+
+    X, y, ids, rid = _collection(db, cname, delta=True)
+    cell_reqs, row_reqs = _cell_requests(db, cname, X, y), _row_requests(cname, X, y)
+    before = [resolve(cname, r, log=False)["rows"] for r in cell_reqs + row_reqs]
+    hit = sorted({i for rows in before for r in rows for i in r["item_ids"]})
+    top = [int(v) for v in conn.execute(f"SELECT item_ids[1:10] FROM pm_vector.run_{rid}_locations "
+                                        "WHERE level = 0").fetchone()[0]]
+    gone = np.array(sorted(set(hit[::3][:25]) | set(top[:5])), dtype=np.int64)  # answered items, top hubs
+    v0 = _versions(conn, rid)
+    out = db.delete_items(cname, item_ids=gone.tolist())
+    assert out["deleted"] == gone.size and out["runs"] == [rid]
+    assert _versions(conn, rid) == v0  # no derived row rewritten: the work waits for the merge
+    assert delta.tombstoned(conn, rid).tolist() == gone.tolist()
+    assert conn.execute("SELECT count(*) FROM pm_vector.items WHERE id = ANY(%s)", [gone.tolist()]).fetchone()[0] == 0
+    erased = set(gone.tolist())
+    assert _every_location_answer(cname, X, erased, len(ids) - gone.size, conn) > 0
+    for req in cell_reqs + row_reqs:
+        rows = resolve(cname, req, log=False)["rows"]
+        assert not erased & {i for r in rows for i in r["item_ids"]}
+    # an update's old version is tombstoned too, and its new version is answered from the delta
+    from dbtest_helpers import make_extend_fn
+
+    old = int(ids[1]) if int(ids[1]) not in erased else int(ids[2])
+    res = db.update_items(cname, item_ids=[old], features=X[:1] * 0.5 + X[3:4] * 0.5, embed_fn_extend=make_extend_fn())
+    assert old in delta.tombstoned(conn, rid).tolist() and _versions(conn, rid) == v0
+    new = res["item_ids"][old]
+    assert conn.execute("SELECT count(*) FROM pm_vector.delta_entries WHERE run_id = %s AND item_id = %s",
+                        [rid, new]).fetchone()[0] == len(_cells(cname)[0].levels_)
+    _every_location_answer(cname, X, erased | {old}, len(ids) - gone.size, conn)
+
+
+def _row(conn, rid, level, cell):
+    """(ids, h_r, h) of the base row (its parts joined) and of the top hubs, as stored."""
+    got = {}
+    for lv, it, hb, ch in conn.execute(f"SELECT level, item_ids, hubs, chubs FROM pm_vector.run_{rid}_locations "
+                                       "WHERE (level, cell) IN ((0, 0), (%s, %s)) ORDER BY part", [level, cell]):
+        a = got.setdefault(int(lv), ([], [], []))
+        a[0].extend(it), a[1].extend(hb), a[2].extend(ch)
+    return got.get(int(level), ([], [], [])), got.get(0, ([], [], []))
+
+
+def test_new_items_are_answered_from_the_delta_by_the_same_ranking(db, cname, conn):
+    """After deletes and new items (no merge): every cell of every level answers the numpy ranking of
+    (base rows minus tombstones) and the cell's delta entries, entry by entry; the SQL function alike;
+    a new item ranking within the size is in its own cell's answer; no derived row was rewritten."""
+    from dbtest_helpers import make_extend_fn
+
+    from pm_vector.db.resolve.resolution import resolve
+    from pm_vector.privacy.location import location_weight
+    from pm_vector.protocol.location import LocationRequest
+    from pm_vector.shortlist import location_list
+
+    X, y, ids, rid = _collection(db, cname, n=460, delta=True)
+    rng = np.random.default_rng(5)
+    Xn = (X[:60] + 0.05 * rng.normal(size=X[:60].shape)).astype(np.float32)
+    Xn /= np.linalg.norm(Xn, axis=1, keepdims=True)
+    v0 = _versions(conn, rid)
+    got = db.ingest(cname, Xn, y[:60], embed_fn_extend=make_extend_fn())  # placed in the delta at once
+    new = np.asarray(got["item_ids"])
+    assert got["placed"] == 60 and db.embed_new_items(cname, make_extend_fn())["n_new"] == 0
+    gone = ids[::17]
+    db.delete_items(cname, item_ids=gone.tolist())
+    assert _versions(conn, rid) == v0
+    cells, pc, _ = _cells(cname)
+    dead = set(gone.tolist())
+    n_left = len(ids) - gone.size + new.size
+    base = _base_request(cname, X, 8.0, pc.widths_, max_bytes=6_000).to_dict()
+    answered_new = 0
+    for M in cells.levels_:
+        for r in range(int(M)):
+            (rid_, rh, rch), (tid, _th, tch) = _row(conn, rid, int(M), r)
+            d = conn.execute("SELECT item_id, h_r, h FROM pm_vector.delta_entries WHERE run_id = %s AND level = %s "
+                             "AND cell = %s", [rid, int(M), r]).fetchall()
+            keep = [k for k, i in enumerate(rid_) if i not in dead]
+            tkeep = [k for k, i in enumerate(tid) if i not in dead]
+            want, _ = location_list([rid_[k] for k in keep] + [e[0] for e in d],
+                                    [rh[k] for k in keep] + [e[1] for e in d],
+                                    [rch[k] for k in keep] + [e[2] for e in d],
+                                    [tid[k] for k in tkeep], [tch[k] for k in tkeep], location_weight(8.0),
+                                    base["candidates"])
+            q = LocationRequest.from_dict({**base, "level": int(M), "report": r})
+            got = np.asarray(resolve(cname, q, log=False)["item_ids"], np.int64)
+            assert got.tolist() == want.tolist(), (M, r)
+            assert got.size == min(q.candidates, n_left)
+            sql = [v for (v,) in conn.execute("SELECT item_id FROM pm_vector.pm_location_shortlist(%s, %s, %s, %s, %s)",
+                                              [cname, int(M), r, 8.0, q.candidates]).fetchall()]
+            assert sql == want.tolist()
+            answered_new += len(set(got.tolist()) & set(new.tolist()))
+            # a new item of this cell that ranks within the size is in the answer (its own cell's)
+            for e in d:
+                if e[0] in set(want.tolist()):
+                    assert e[0] in set(got.tolist())
+    assert answered_new > 0  # new items are answered without `embed --new-items`' rewrite of the rows
+
+
+def _ids_of(conn, rid, kind):
+    t = f"pm_vector.run_{rid}_{kind}"
+    if conn.execute("SELECT to_regclass(%s)", [t]).fetchone()[0] is None:
+        return set()
+    cols = {"items": ["item_id"], "codes": ["item_id"], "neighbors": ["item_id", "neighbor_id"],
+            "hubs": ["item_id"], "prior": ["item_id", "nbrs"], "cells": ["item_ids"], "locations": ["item_ids"]}[kind]
+    out = set()
+    for c in cols:
+        for (v,) in conn.execute(f"SELECT {c} FROM {t}").fetchall():
+            out |= set(v) if isinstance(v, list) else {v}
+    return out
+
+
+def test_the_merge_leaves_no_row_of_a_deleted_item_in_any_derived_table(db, cname, conn):
+    """Deleted items: tombstones (the pending purge in delta_status, with its age) until the merge;
+    after it, 0 rows of them in every table of RUN_TABLES of every run of the collection and in the
+    delta; the new items are in the new run's base, answers hold them and no deleted item."""
+    from dbtest_helpers import make_embed_fn, make_extend_fn
+
+    from pm_vector.db.runs import delta
+    from pm_vector.db.runs.erase import RUN_TABLES
+
+    X, y, ids, rid = _collection(db, cname, n=400, delta=True)
+    new = np.asarray(db.ingest(cname, X[:30] * 0.9 + X[30:60] * 0.1, y[:30])["item_ids"])
+    db.embed_new_items(cname, make_extend_fn())
+    gone = ids[::9]
+    db.delete_items(cname, item_ids=gone.tolist())
+    st = delta.status(conn, cname)
+    assert st["pending_purge"] == gone.size and st["purge_age_s"] >= 0 and st["delta_items"] == new.size
+    assert all(gone_id in _ids_of(conn, rid, "locations") | _ids_of(conn, rid, "prior") for gone_id in gone[:3].tolist())
+    out = db.merge(cname, embed_fn=make_embed_fn(), embed_fn_extend=make_extend_fn())
+    assert out["previous_run_id"] == rid and out["merged_tombstones"] == gone.size and rid in out["dropped_runs"]
+    runs = [r for (r,) in conn.execute("SELECT r.id FROM pm_vector.embedding_runs r JOIN pm_vector.collections c "
+                                       "ON c.id = r.collection_id WHERE c.name = %s", [cname]).fetchall()]
+    dead = set(gone.tolist())
+    for r in runs:
+        for t in RUN_TABLES:
+            assert not dead & _ids_of(conn, r, t.kind), (r, t.kind)
+    assert conn.execute("SELECT count(*) FROM pm_vector.delta_tombstones WHERE item_id = ANY(%s)",
+                        [gone.tolist()]).fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM pm_vector.delta_entries WHERE item_id = ANY(%s)",
+                        [gone.tolist()]).fetchone()[0] == 0
+    assert set(new.tolist()) <= _ids_of(conn, out["run_id"], "locations")  # in the new base
+    st = delta.status(conn, cname)
+    assert st["pending_purge"] == 0 and st["purge_age_s"] is None and st["delta_items"] == 0
+    _every_location_answer(cname, X, dead, len(ids) - gone.size + new.size, conn)
+
+
+def test_a_merge_is_due_by_its_setting(db, cname, conn):
+    from pm_vector.db.runs.merge import due
+
+    X, y, ids, rid = _collection(db, cname, n=300, delta=True)
+    assert not due(conn, cname, {})
+    db.delete_items(cname, item_ids=ids[:3].tolist())
+    assert not due(conn, cname, {})  # the defaults: 10,000 rows or an hour
+    assert due(conn, cname, {"merge": {"delta_items": 3}})
+    assert not due(conn, cname, {"merge": {"delta_items": 4, "age_s": 0}})
+    assert due(conn, cname, {"merge": {"delta_items": 0, "age_s": 1e-9}})
+
+
+@pytest.mark.parametrize("n", [0])
+def test_the_sql_ranking_reads_the_delta_of_its_run_only(db, cname, conn, n):
+    """A tombstone of another run does not hide an item from this run's answers."""
+    X, y, ids, rid = _collection(db, cname, n=300, delta=True)
+    cells, _, _ = _cells(cname)
+    M = int(cells.levels_[0])
+    want = [v for (v,) in conn.execute("SELECT item_id FROM pm_vector.pm_location_shortlist(%s, %s, 0, 4, 50)",
+                                       [cname, M]).fetchall()]
+    conn.execute("INSERT INTO pm_vector.embedding_runs (collection_id, status, params, seed) SELECT collection_id, "
+                 "'failed', '{}', 0 FROM pm_vector.embedding_runs WHERE id = %s RETURNING id", [rid])
+    other = conn.execute("SELECT max(id) FROM pm_vector.embedding_runs").fetchone()[0]
+    conn.execute("INSERT INTO pm_vector.delta_tombstones (run_id, item_id) SELECT %s, unnest(%s::bigint[])",
+                 [other, want[:5]])
+    got = [v for (v,) in conn.execute("SELECT item_id FROM pm_vector.pm_location_shortlist(%s, %s, 0, 4, 50)",
+                                      [cname, M]).fetchall()]
+    assert got == want
+
+
+def test_an_attached_tables_sync_writes_the_delta(db, cname, conn, user_table):  # noqa: F811
+    """A sync batch of deletes, vector updates and inserts rewrites no derived row; from its commit no
+    location answer holds a deleted or replaced item and the new rows are answered from the delta;
+    sync-status shows the pending purge, which the merge clears."""
+    from dbtest_helpers import make_embed_fn, make_extend_fn
+
+    from pm_vector.db.runs import delta
+    from test_db_attach import _ids_of, _served, _vec
+
+    t, X, y = user_table
+    db.attach_table(cname, table=f"public.{t}", id_column="id", vector_column="embedding",
+                    label_column="category", payload_columns=["title"], dim=6)
+    rid = _served(db, cname, X, y, delta=True)
+    before = _ids_of(conn, cname)
+    v0 = _versions(conn, rid)
+    for i in range(2, 60, 3):
+        conn.execute(f"DELETE FROM public.{t} WHERE id = %s", [i])
+    for i in range(100, 110):
+        conn.execute(f"UPDATE public.{t} SET embedding = %s::vector WHERE id = %s", [_vec(X[i + 100]), i])
+    for k in range(12):
+        conn.execute(f"INSERT INTO public.{t} VALUES (%s, %s::vector, %s, 'new')", [5000 + k, _vec(X[k + 300]),
+                                                                                     int(y[k + 300])])
+    res = db.sync(cname, embed_fn_extend=make_extend_fn())
+    assert res["applied"] == 20 + 10 + 12
+    assert _versions(conn, rid) == v0  # the batch rewrote no derived row
+    after = _ids_of(conn, cname)
+    gone = {before[str(i)] for i in range(2, 60, 3)} | {before[str(i)] for i in range(100, 110)}
+    assert set(delta.tombstoned(conn, rid).tolist()) == gone
+    st = db.sync_status(cname)
+    assert st["pending_purge"] == len(gone) and st["purge_age_s"] >= 0
+    new = {after[str(5000 + k)] for k in range(12)} | {after[str(i)] for i in range(100, 110)}
+    assert {r[0] for r in conn.execute("SELECT DISTINCT item_id FROM pm_vector.delta_entries WHERE run_id = %s",
+                                       [rid]).fetchall()} == new
+    _every_location_answer(cname, X, gone, len(after), conn)
+    db.merge(cname, embed_fn=make_embed_fn(), embed_fn_extend=make_extend_fn())
+    st = db.sync_status(cname)
+    assert st["pending_purge"] == 0 and st["purge_age_s"] is None
+
+
+def test_the_migration_goes_down_and_up(fresh_url):
+    """0023's downgrade leaves 0022's schema (no delta tables, attach_status without the purge columns,
+    the ranking of before), and the upgrade makes them again."""
+    import psycopg
+    from alembic import command
+
+    from pm_vector.db.postgres.migrate import alembic_config, upgrade_to_head
+
+    upgrade_to_head(fresh_url)
+
+    def shape():
+        with psycopg.connect(fresh_url) as c:
+            return (c.execute("SELECT to_regclass('pm_vector.delta_tombstones') IS NOT NULL, "
+                              "to_regclass('pm_vector.delta_status') IS NOT NULL").fetchone(),
+                    [r[0] for r in c.execute("SELECT attname FROM pg_attribute WHERE attrelid = "
+                                             "'pm_vector.attach_status'::regclass AND attnum > 0 ORDER BY attnum")])
+
+    up = shape()
+    assert up[0] == (True, True) and up[1][-2:] == ["pending_purge", "purge_age_s"]
+    command.downgrade(alembic_config(fresh_url), "0022_privileges")
+    down = shape()
+    assert down[0] == (False, False) and down[1][-2:] == ["broken", "broken_at"]
+    upgrade_to_head(fresh_url)
+    assert shape() == up
