@@ -16,7 +16,7 @@ SCRIPT = ROOT / "tools" / "release_switches.py"
 #: rewrite: the client (pm_vector/client/) and the paper's and the server's request paths
 #: (db/resolve/paper_resolution.py, db/resolve/requests.py), db/runs/erase.py, service/routers/resolve.py.
 #: Lower it as they go; never raise it: look the release up in pm_vector/protocol/releases.py.
-CEILING = 24
+CEILING = 18
 
 
 def _module():
