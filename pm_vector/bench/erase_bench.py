@@ -9,12 +9,15 @@ job (AnchorFrame, 16 components). Then:
 
 * ``delete_s``: one :func:`pm_vector.db.delete_items` call deleting ``fraction`` of the items
   (chosen at random);
-* ``tables``: deleted ids found in each table of the active run (items, codes, prior rows and their
-  ``nbrs``, neighbour pairs, hub counts, every cell row at every level) -- all must be 0;
+* ``tables_before_merge``: deleted ids found in each table of the active run (items, codes, prior
+  rows and their ``nbrs``, neighbour pairs, hub counts, every cell row at every level) while they are
+  tombstones (:mod:`pm_vector.db.runs.delta`: in no answer, their rows purged by the next merge);
+  ``merge_s``: :func:`pm_vector.db.merge` (run after the answers below are checked), and ``tables``:
+  the same count in the merged run -- all must be 0;
 * ``answers``: cell requests for EVERY (level, cell) of every class at eps 1, 4, 16 and inf
   (noise-free), k' = 1000, and class-rows requests of random items at eps 1, 4, 16: deleted ids
   found (must be 0) and answers with fewer than k' candidates in a row of a class that has k'
-  items (must be 0);
+  items (a class-rows answer drops a tombstoned candidate without a refill until the merge);
 * ``location``: location requests (the default release) for EVERY (level, cell) at eps 1, 4, 16
   and inf, each with the plan's candidates and code width: deleted ids found (must be 0) and
   answers shorter than ``min(S, N - deleted)`` (must be 0); ``tables`` counts the location rows;
@@ -224,8 +227,8 @@ def run(items: int = 100_000, dim: int = 128, fraction: float = 0.01, seed: int 
         out["deleted"] = res["deleted"]
         gl = gone.tolist()
         gset = set(gl)
-        with db.connect() as conn:
-            out["tables"] = _table_hits(conn, rid, gl)
+        with db.connect() as conn:  # tombstoned: in no answer, their rows still in the run's tables until the merge
+            out["tables_before_merge"] = _table_hits(conn, rid, gl)
             out["table_sizes"] = {"cells_rows": conn.execute(f"SELECT count(*) FROM pm_vector.run_{rid}_cells")
                                   .fetchone()[0]}
         say("answers")
@@ -239,6 +242,12 @@ def run(items: int = 100_000, dim: int = 128, fraction: float = 0.01, seed: int 
         say("nn_recall after the erasure")
         exact = knn_search(Xq, X[rem], 8)
         out["nn_recall"] = {"after_delete": _nn_recall(name, Xq, [set(ids[rem[r]].tolist()) for r in exact], seed)}
+        say("merge")
+        t = time.perf_counter()
+        merged = db.merge(name)
+        out["merge_s"] = round(time.perf_counter() - t, 1)
+        with db.connect() as conn:  # the merged run: the deleted items' rows are gone from every derived table
+            out["tables"] = _table_hits(conn, int(merged["run_id"]), gl)
         if fresh:
             say("a full job on the remaining items only")
             _fresh_job(out, fresh_name, dim, classes, X[rem], y[rem], Xa, ya, Xq, exact, seed)

@@ -85,6 +85,11 @@ class SyncStatus(BaseModel):
                                   "a tracked column dropped, renamed or retyped, the table rewritten or dropped); "
                                   "null when it is not. `pm-vector attach NAME --resync` mends it.")
     broken_at: Optional[str] = Field(None, description="Since when (ISO 8601); null when it is not broken.")
+    pending_purge: int = Field(0, description="Deleted or replaced items whose rows the derived tables still hold "
+                               "(tombstoned: in no answer since their delete's commit; purged by the next merge, "
+                               "`pm-vector merge NAME`).")
+    purge_age_s: Optional[float] = Field(None, description="Seconds since the oldest pending purge's delete; null "
+                                         "when nothing is pending.")
 
 
 class ItemsBody(BaseModel):
