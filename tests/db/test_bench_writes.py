@@ -1,0 +1,70 @@
+"""``pm-vector bench writes`` (pm_vector.bench.writes_bench) runs end to end, tiny: every change of the
+stream is seen by its check, for pm_vector and for plain pgvector, with positive finite delays, and
+the JSON has the keys the issue names; bad options fail with ``error:`` before anything is built."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+KEYS = ("rate", "changes_per_s", "delay_p50_s", "delay_p99_s", "query_p50_ms", "query_p99_ms", "n_changes", "errors")
+
+
+def _seen_all(s: dict, n_min: int) -> None:
+    assert s["errors"] == 0, s["error_samples"]
+    assert s["n_changes"] >= n_min and s["observed"] == s["n_changes"] and s["unobserved"] == 0
+    assert 0 < s["delay_p50_s"] <= s["delay_p99_s"] <= s["delay_max_s"] and math.isfinite(s["delay_max_s"])
+    assert s["queries"] > 0 and 0 < s["query_p50_ms"] <= s["query_p99_ms"]
+    assert s["changes_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_bench_writes_attached_against_pgvector(db, tmp_path):
+    from pm_vector.bench.writes_bench import WritesConfig, plot, run
+
+    out = run(WritesConfig(items=2000, dim=16, rates=(5.0,), seconds=5.0, compare_pgvector=True, anchors=300,
+                           queries_concurrency=1, saturate_s=2.0, drain_s=120.0))
+    json.dumps(out)  # the whole result is JSON
+    pm, pg = out["pm_vector"], out["pgvector_hnsw"]
+    for s in (pm, pg):
+        assert set(KEYS) <= set(s) and s["rate"] == 5.0
+        _seen_all(s, 20)
+    # the same stream for both
+    assert pm["n_changes"] == pg["n_changes"]
+    # pm_vector's engine figures: the single place of the merge's (None on main) and the sync's status
+    assert "merge_s" in pm and "delta_size" in pm and pm["sync_status"]["queued_max"] >= 0
+    assert pg["max_commits_per_s"] > 0 and pg["saturate_errors"] == 0
+    # the changes were checked in their own cell at the finest level, the plan's candidates
+    st = out["setup"]["pm_vector"]
+    assert st["level"] >= 2 and st["candidates"] >= 1 and st["path"] == "attached"
+    plot(out, tmp_path / "w.png")
+    assert (tmp_path / "w.png").stat().st_size > 1000
+    # nothing left behind
+    assert not [c for c in db.list_collections() if c["name"].startswith("bench_writes_")]
+
+
+@pytest.mark.slow
+def test_bench_writes_through_the_api(db):
+    from pm_vector.bench.writes_bench import WritesConfig, run
+
+    out = run(WritesConfig(items=1000, dim=16, rates=(4.0,), seconds=4.0, path="api", anchors=200,
+                           queries_concurrency=1, drain_s=120.0))
+    assert "pgvector_hnsw" not in out and out["setup"]["pm_vector"]["path"] == "api"
+    # the writer calls the API itself, one call a kind: it may get through fewer than the 16 asked
+    _seen_all(out["pm_vector"], 4)
+    assert out["pm_vector"]["n_changes"] <= 16
+
+
+def test_bench_writes_refuses_bad_options():
+    from typer.testing import CliRunner
+
+    from pm_vector.cli import app
+
+    r = CliRunner().invoke(app, ["bench", "writes", "--path", "elsewhere"])
+    assert r.exit_code == 2 and "error:" in r.output and "path must be one of" in r.output
+    r = CliRunner().invoke(app, ["bench", "writes", "--items", "300", "--rate", "100", "--seconds", "60"])
+    assert r.exit_code == 2 and "distinct items" in r.output
+    r = CliRunner().invoke(app, ["bench", "writes", "--rates", "10,x"])
+    assert r.exit_code == 2 and "--rates" in r.output
