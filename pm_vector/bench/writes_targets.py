@@ -38,7 +38,8 @@ class Change:
     data row of its new vector; the old one's for a delete), ``old_row`` (the vector it replaces or
     deletes; None for an insert). Stamped by the systems: ``commit_t`` (``perf_counter`` when its
     transaction's commit returned), ``seen_t`` (when the check that saw it returned), ``old_id`` /
-    ``new_id`` (pm_vector's item ids before and after) and ``cell`` (the cell its check asks)."""
+    ``new_id`` (pm_vector's item ids before and after), ``cell`` (the cell its check asks) and ``seq``
+    (its place in the stream's commit order)."""
 
     kind: str
     key: int
@@ -49,6 +50,7 @@ class Change:
     old_id: int | None = None
     new_id: int | None = None
     cell: int | None = None
+    seq: int | None = None
 
 
 def vector_text(v) -> str:
@@ -242,11 +244,22 @@ class PmVectorTarget:
                 c.commit_t = now
 
     # ------------------------------------------------------------------ checks and queries
-    def observe(self, conn, pending: list[Change]) -> list[Change]:
+    def observe(self, conn, pending: list[Change], n_committed: int) -> list[Change]:
         """One round of checks (oldest cell first): an insert or update is seen when its new item is in
         its cell's answer (on the attached path its item id is read from ``pm_vector.items``: the key's
         item that is not the old one), a delete when its old item is no longer in its cell's answer.
-        Each seen change is stamped with the end of the resolve that saw it."""
+        Each seen change is stamped with the end of the resolve that saw it.
+
+        On the attached path only the changes the sync has applied are checked: the queue is applied
+        in commit order, so of the ``n_committed`` changes (counted before the queue is read) the
+        first ``n_committed - queued`` are (:func:`pm_vector.db.sync_status`). The others' answers
+        cannot have changed, and building their cells' answers again after every sync would take
+        the checks' time (and the machine's) from the sync they wait for."""
+        import pm_vector.db as db
+
+        if self.path == "attached":
+            applied = n_committed - db.sync_status(self.name)["queued"]
+            pending = [c for c in pending if c.seq < applied]
         need = [c for c in pending if c.kind != "delete" and c.new_id is None]
         if need:
             for key, i in conn.execute("SELECT external_id::bigint, id FROM pm_vector.items WHERE collection_id = %s "
@@ -370,7 +383,7 @@ class PgvectorTarget:
                 conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(self.table), [c.key])
             c.commit_t = time.perf_counter()
 
-    def observe(self, conn, pending: list[Change]) -> list[Change]:
+    def observe(self, conn, pending: list[Change], n_committed: int) -> list[Change]:
         """One check per pending change: the k nearest of its vector (the new one; a delete's old
         one) hold its key (insert, update) or no longer do (delete)."""
         seen = []

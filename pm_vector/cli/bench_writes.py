@@ -34,19 +34,22 @@ def _table(result: dict) -> Table:
     cfg = result["config"]
     t = Table(title=f"writes: {cfg['items']:,} x {cfg['dim']}, {cfg['seconds']:g} s a rate, path {cfg['path']}, "
                     f"batch {cfg['batch']}, {cfg['queries_concurrency']} query threads")
-    for c in ("system", "rate", "changes/s", "commits/s", "delay p50 / p99 (s)", "query p50 / p99 (ms)",
-              "changes", "seen", "errors", "merge (s)", "delta size", "max commits/s"):
+    for c in ("system", "rate", "changes/s", "delay p50/p99 s", "query p50/p99 ms", "seen/changes", "errors",
+              "merge s, delta"):
         t.add_column(c, justify="left" if c == "system" else "right")
     for row in result["by_rate"]:
-        for system in ("pm_vector", "pgvector_hnsw"):
+        for system, short in (("pm_vector", "pm_vector"), ("pgvector_hnsw", "pgvector")):
             s = row.get(system)
             if s is None:
                 continue
-            t.add_row(system, f"{s['rate']:g}", f"{s['changes_per_s']:g}", f"{s['commits_per_s']:g}",
-                      f"{_cell(s['delay_p50_s'])} / {_cell(s['delay_p99_s'])}",
-                      f"{_cell(s['query_p50_ms'])} / {_cell(s['query_p99_ms'])}", str(s["n_changes"]),
-                      str(s["observed"]), str(s["errors"]), _cell(s.get("merge_s")), _cell(s.get("delta_size")),
-                      _cell(s.get("max_commits_per_s")))
+            t.add_row(short, f"{s['rate']:g}", f"{s['changes_per_s']:g}",
+                      f"{_cell(s['delay_p50_s'], '{:.2f}')}/{_cell(s['delay_p99_s'], '{:.2f}')}",
+                      f"{_cell(s['query_p50_ms'])}/{_cell(s['query_p99_ms'])}", f"{s['observed']}/{s['n_changes']}",
+                      str(s["errors"]), "" if system != "pm_vector" else
+                      f"{_cell(s.get('merge_s'), '{}') or '-'}, {_cell(s.get('delta_size')) or '-'}")
+    sat = (result.get("pgvector_hnsw") or {}).get("max_commits_per_s")
+    if sat is not None:
+        t.caption = f"pgvector HNSW saturated: {sat:g} single-row commits a second"
     return t
 
 
@@ -111,7 +114,10 @@ def writes(
 
         typer.echo(json.dumps(result))
         return
-    Console().print(_table(result))
+    con = Console()
+    if not con.is_terminal and con.width < 120:  # piped: the table whole, not cut to 80 columns
+        con = Console(width=120)
+    con.print(_table(result))
     bad = [s for r in result["by_rate"] for s in (r.get("pm_vector"), r.get("pgvector_hnsw")) if s]
     if any(s["errors"] or s["unobserved"] for s in bad):
         Console(stderr=True).print("some changes were not seen or some calls failed: see --json (error_samples).")
