@@ -50,8 +50,15 @@ the pending changes (a pause of ``check_pause_s`` between rounds):
   the 8 (or, for a delete, is not).
 
 So a delay is an upper bound of the true commit-to-answer delay by at most one round of checks plus
-its pause (``check_round_s`` reports the rounds). Changes not seen ``drain_s`` after the writer
-stopped are ``unobserved``.
+its pause (``check_round_s`` reports the rounds). ``checkers`` threads share the cells (pgvector:
+the keys); at most ``max_checked`` changes of a stream are checked, an even sample of it (every
+one when fewer): each check of pm_vector builds an answer (about 0.1 s on a loaded 2-core machine
+at 20,000 items), and after a sync batch of hundreds of changes checking them all would measure
+the checks. Changes not seen ``drain_s`` after the writer stopped, or once everything is applied
+(``settled``: the queue empty; always on the API path and for pgvector) and nothing was seen for
+``settle_s``, are ``unobserved`` (by kind in ``unobserved_by_kind``): on main's engine a new item
+placed by a sync or an update is often not among its own cell's answer at all (its hub counts are
+those of an item nobody has among its neighbours yet, until the next full job).
 
 **Per system and rate**: ``rate`` (asked), ``changes_per_s`` (sustained: the changes seen after the
 first one, over the time from the first one seen to the last: what the system made answerable a
@@ -100,8 +107,11 @@ class WritesConfig:
     sync_interval_s: float = 1.0  # the service's default sync_interval_s
     query_pause_s: float = 0.05
     check_pause_s: float = 0.05
+    checkers: int = 2  # checker threads, each its own share of the cells (of the keys for pgvector)
+    max_checked: int = 200  # the changes checked per stream, evenly spread over it (all when fewer)
     drain_s: float = 300.0
     saturate_s: float = 10.0
+    settle_s: float = 30.0  # after the writer stopped and everything is applied, stop checking once nothing is seen
     seed: int = 0
 
 
@@ -113,8 +123,10 @@ def check_config(cfg: WritesConfig) -> None:
         raise InvalidInputError("the benchmark needs at least 200 items, 2 dimensions and 20 anchors.")
     if not cfg.rates or any(not (r > 0) or math.isinf(r) for r in cfg.rates) or not cfg.seconds > 0:
         raise InvalidInputError("each rate and the seconds must be positive numbers.")
-    if cfg.batch < 1 or cfg.queries_concurrency < 0 or cfg.drain_s <= 0 or cfg.saturate_s < 0:
-        raise InvalidInputError("batch must be >= 1, queries_concurrency >= 0, drain_s > 0 and saturate_s >= 0.")
+    if cfg.batch < 1 or cfg.queries_concurrency < 0 or cfg.drain_s <= 0 or cfg.saturate_s < 0 or cfg.checkers < 1 \
+            or cfg.max_checked < 1:
+        raise InvalidInputError("batch, checkers and max_checked must be >= 1, queries_concurrency >= 0, drain_s > 0 "
+                                "and saturate_s >= 0.")
     need = sum(math.ceil(r * cfg.seconds) for r in cfg.rates)
     if need * 2 // 3 + 1 > cfg.items - 1:
         raise InvalidInputError(f"{need} changes need about {need * 2 // 3} distinct items to update or delete; "
@@ -156,7 +168,14 @@ class Stream:
 
 def fresh(spec: list[Change]) -> list[Change]:
     """The same changes, unstamped (one copy per system)."""
-    return [Change(c.kind, c.key, c.row, c.old_row) for c in spec]
+    return [Change(c.kind, c.key, c.row, c.old_row, checked=c.checked) for c in spec]
+
+
+def sample(spec: list[Change], most: int) -> None:
+    """Mark at most ``most`` changes of the stream to be checked, evenly spread (every one when fewer)."""
+    stride = max(1, math.ceil(len(spec) / max(1, most)))
+    for j, c in enumerate(spec):
+        c.checked = j % stride == 0
 
 
 def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: WritesConfig, Xq: np.ndarray,
@@ -175,6 +194,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
     samples: list[dict] = []
     rounds: list[float] = []
     writer_done, stop = threading.Event(), threading.Event()
+    ended: list[float] = []  # when the writer stopped
     t0 = time.perf_counter()
 
     def writer():
@@ -197,24 +217,31 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
                         c.seq = len(committed)
                         committed.append(c)
                     if check:
-                        pending.update((id(c), c) for c in done)
+                        pending.update((id(c), c) for c in done if c.checked)
         finally:
             conn.close()
+            ended.append(time.perf_counter())
             writer_done.set()
 
-    def checker():
+    def checker(i: int):
         conn = db.connect()
         deadline = None
+        mine = lambda c: (c.cell if c.cell is not None else c.key) % cfg.checkers == i  # noqa: E731
         try:
             while True:
                 with lock:
-                    now, n = list(pending.values()), len(committed)
+                    now, n = [c for c in pending.values() if mine(c)], len(committed)
+                if stop.is_set():
+                    return
                 if writer_done.is_set():
                     if not now:
                         return
                     deadline = deadline or time.perf_counter() + cfg.drain_s
                     if time.perf_counter() > deadline:
                         return
+                    if time.perf_counter() - max(ended + [c.seen_t for c in seen[-1:]]) > cfg.settle_s and \
+                            target.settled():
+                        return  # everything applied, nothing seen for settle_s: the rest will not be
                 if not now:
                     time.sleep(0.02)
                     continue
@@ -260,18 +287,22 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
                 errors.append(f"status: {exc}")
             stop.wait(1.0)
 
-    work = [threading.Thread(target=writer)] + ([threading.Thread(target=checker)] if check else [])
-    side = [threading.Thread(target=querier, args=(i,)) for i in range(cfg.queries_concurrency)]
-    side.append(threading.Thread(target=sampler))
+    work = [threading.Thread(target=writer, daemon=True)]
+    work += [threading.Thread(target=checker, args=(i,), daemon=True) for i in range(cfg.checkers if check else 0)]
+    side = [threading.Thread(target=querier, args=(i,), daemon=True) for i in range(cfg.queries_concurrency)]
+    side.append(threading.Thread(target=sampler, daemon=True))
     load = os.getloadavg()
     for th in work + side:
         th.start()
-    while any(th.is_alive() for th in work):
-        work[-1].join(10.0)
-        with lock:
-            p = len(pending)
-        say(f"{label}: {time.perf_counter() - t0:.0f} s, {len(committed)} committed, {len(seen)} seen, {p} pending")
-    stop.set()
+    try:
+        while any(th.is_alive() for th in work):
+            next(th for th in work if th.is_alive()).join(10.0)
+            with lock:
+                p = len(pending)
+            say(f"{label}: {time.perf_counter() - t0:.0f} s, {len(committed)} committed, {len(seen)} seen, "
+                f"{p} pending")
+    finally:
+        stop.set()
     for th in side:
         th.join()
     return {"t0": t0, "committed": committed, "seen": seen, "errors": errors, "query_s": query_s,
@@ -282,8 +313,11 @@ def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[
     """One system's figures of one stream (module doc)."""
     seen, committed, t0 = raw["seen"], raw["committed"], raw["t0"]
     delays = [c.seen_t - c.commit_t for c in seen]
-    by_kind = {k: _pct([c.seen_t - c.commit_t for c in seen if c.kind == k], 99, nd=2)
-               for k in ("insert", "update", "delete")}
+    checked = sum(1 for c in committed if c.checked)
+    kinds = ("insert", "update", "delete")
+    by_kind = {k: _pct([c.seen_t - c.commit_t for c in seen if c.kind == k], 99, nd=2) for k in kinds}
+    ids = {id(c) for c in seen}
+    missed = {k: sum(1 for c in committed if c.checked and c.kind == k and id(c) not in ids) for k in kinds}
     first, last = min((c.seen_t for c in seen), default=0.0), max((c.seen_t for c in seen), default=0.0)
     return {
         "rate": float(rate),
@@ -293,7 +327,8 @@ def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[
         "delay_p99_s_by_kind": by_kind,
         "query_p50_ms": _pct(raw["query_s"], 50, 1e3, 1), "query_p99_ms": _pct(raw["query_s"], 99, 1e3, 1),
         "queries": len(raw["query_s"]),
-        "n_changes": len(committed), "observed": len(seen), "unobserved": len(committed) - len(seen),
+        "n_changes": len(committed), "checked": checked, "observed": len(seen), "unobserved": checked - len(seen),
+        "unobserved_by_kind": missed,
         "errors": len(raw["errors"]), "error_samples": raw["errors"][:3],
         "check_round_s": {"p50": _pct(raw["rounds"], 50), "max": _pct(raw["rounds"], 100)},
         "load_average": raw["load_average"],
@@ -356,6 +391,7 @@ def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dic
             out["setup"][t.system] = t.setup
         for r in rates:
             spec = stream.take(math.ceil(r * cfg.seconds))
+            sample(spec, cfg.max_checked)
             row: dict[str, Any] = {"rate": r}
             for t in targets:
                 say(f"{t.system}: {len(spec)} changes at {r:g} a second")

@@ -39,7 +39,8 @@ class Change:
     deletes; None for an insert). Stamped by the systems: ``commit_t`` (``perf_counter`` when its
     transaction's commit returned), ``seen_t`` (when the check that saw it returned), ``old_id`` /
     ``new_id`` (pm_vector's item ids before and after), ``cell`` (the cell its check asks) and ``seq``
-    (its place in the stream's commit order)."""
+    (its place in the stream's commit order); ``checked``: whether its delay is measured (a stream
+    checks an even sample of its changes)."""
 
     kind: str
     key: int
@@ -51,6 +52,7 @@ class Change:
     new_id: int | None = None
     cell: int | None = None
     seq: int | None = None
+    checked: bool = True
 
 
 def vector_text(v) -> str:
@@ -297,6 +299,12 @@ class PmVectorTarget:
 
         resolve(self.name, client.request(x), conn=conn, log=True)
 
+    def settled(self) -> bool:
+        """Whether every committed change is applied: the queue empty on the attached path."""
+        import pm_vector.db as db
+
+        return self.path != "attached" or db.sync_status(self.name)["queued"] == 0
+
     def status(self) -> dict[str, Any]:
         """A sample of what the engine says of its pending writes: today
         :func:`pm_vector.db.sync_status` on the attached path (nothing on the API path)."""
@@ -401,6 +409,9 @@ class PgvectorTarget:
     def query(self, conn, client, x) -> None:
         conn.execute(self.knn, [vector_text(x)], prepare=True).fetchall()
         conn.commit()
+
+    def settled(self) -> bool:
+        return True
 
     def status(self) -> dict[str, Any]:
         return {}

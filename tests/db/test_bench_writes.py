@@ -14,7 +14,8 @@ KEYS = ("rate", "changes_per_s", "delay_p50_s", "delay_p99_s", "query_p50_ms", "
 
 def _seen_all(s: dict, n_min: int) -> None:
     assert s["errors"] == 0, s["error_samples"]
-    assert s["n_changes"] >= n_min and s["observed"] == s["n_changes"] and s["unobserved"] == 0
+    assert s["n_changes"] >= n_min and s["observed"] == s["checked"] == s["n_changes"] and s["unobserved"] == 0
+    assert s["unobserved_by_kind"] == {"insert": 0, "update": 0, "delete": 0}
     assert 0 < s["delay_p50_s"] <= s["delay_p99_s"] <= s["delay_max_s"] and math.isfinite(s["delay_max_s"])
     assert s["queries"] > 0 and 0 < s["query_p50_ms"] <= s["query_p99_ms"]
     assert s["changes_per_s"] > 0
