@@ -60,9 +60,10 @@ the checks. Changes not seen ``drain_s`` after the writer stopped, or once every
 placed by a sync or an update is often not among its own cell's answer at all (its hub counts are
 those of an item nobody has among its neighbours yet, until the next full job).
 
-**Per system and rate**: ``rate`` (asked), ``changes_per_s`` (sustained: the changes seen after the
-first one, over the time from the first one seen to the last: what the system made answerable a
-second; as asked when it keeps up, less when the delays grow along the stream),
+**Per system and rate**: ``rate`` (asked), ``changes_per_s`` (sustained: the checked changes seen
+after the first one, over the time from the first one seen to the last, times the stream's changes
+per checked one: what the system made answerable a second; as asked when it keeps up, less when
+the delays grow along the stream or changes are never seen),
 ``commits_per_s`` (the changes committed over ``seconds``: what the writer got through),
 ``delay_p50_s`` / ``delay_p99_s`` / ``delay_max_s`` (and p99 by kind), ``query_p50_ms`` /
 ``query_p99_ms`` (the queries during the stream and its drain), ``n_changes`` (committed),
@@ -321,7 +322,8 @@ def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[
     first, last = min((c.seen_t for c in seen), default=0.0), max((c.seen_t for c in seen), default=0.0)
     return {
         "rate": float(rate),
-        "changes_per_s": round((len(seen) - 1) / (last - first), 2) if last > first else 0.0,
+        # of the checked sample, scaled to the whole stream (1 in n_changes / checked was checked)
+        "changes_per_s": round((len(seen) - 1) / (last - first) * len(committed) / checked, 2) if last > first else 0.0,
         "commits_per_s": round(len(committed) / seconds, 2),
         "delay_p50_s": _pct(delays, 50), "delay_p99_s": _pct(delays, 99), "delay_max_s": _pct(delays, 100),
         "delay_p99_s_by_kind": by_kind,

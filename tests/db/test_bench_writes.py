@@ -19,6 +19,28 @@ def _seen_all(s: dict, n_min: int) -> None:
     assert 0 < s["delay_p50_s"] <= s["delay_p99_s"] <= s["delay_max_s"] and math.isfinite(s["delay_max_s"])
     assert s["queries"] > 0 and 0 < s["query_p50_ms"] <= s["query_p99_ms"]
     assert s["changes_per_s"] > 0
+    assert s["checked"] <= 200 and s["check_round_s"]["p50"] is not None
+
+
+def test_a_stream_checks_an_even_sample_and_scales_the_sustained_rate():
+    from pm_vector.bench.writes_bench import sample, summarise
+    from pm_vector.bench.writes_targets import Change
+
+    spec = [Change("insert", k, k) for k in range(600)]
+    sample(spec, 200)
+    assert sum(c.checked for c in spec) == 200 and [c.key for c in spec if c.checked][:3] == [0, 3, 6]
+    for j, c in enumerate(spec):  # committed at 10 a second, each seen 2 s later
+        c.commit_t, c.seen_t = j / 10, j / 10 + 2
+    raw = {"t0": 0.0, "committed": spec, "seen": [c for c in spec if c.checked], "errors": [], "query_s": [0.01],
+           "samples": [], "rounds": [0.1], "load_average": [0, 0, 0]}
+
+    class Plain:
+        def engine_figures(self, samples):
+            return {}
+
+    s = summarise(Plain(), raw, 10.0, 60.0)
+    assert s["changes_per_s"] == pytest.approx(10.0, rel=0.01) and s["commits_per_s"] == 10.0
+    assert s["delay_p50_s"] == s["delay_p99_s"] == 2.0 and s["unobserved"] == 0 and s["checked"] == 200
 
 
 @pytest.mark.slow
