@@ -83,11 +83,12 @@ def writes(
     """A mixed stream of inserts, updates and deletes at --rate while private queries run; the
     commit-to-answer delay of every change, and the same for plain pgvector HNSW.
 
-    Set up on the database: --items clustered vectors of --dim, pm_vector's collection without
-    labels (the location release), written through --path; each change's delay is from its commit
-    until a resolve of its own cell's location request holds it (a delete: no longer holds it); for
-    pgvector until ORDER BY v <-> q LIMIT 8 by its vector does. Reports per system changes/s
-    sustained, delay p50/p99, query p50/p99 (docs/benchmarks.md, "Writes").
+    Set up on the database: --items clustered vectors of --dim, pm_vector's collection (queried by
+    the location release), written through --path; a change's delay is from its commit until a
+    resolve of its own cell's location request holds it (a delete: no longer holds it); for
+    pgvector until ORDER BY v <-> q LIMIT 8 by its vector does (an even sample of at most 200
+    changes a stream is checked). Reports per system changes/s sustained, delay p50/p99, query
+    p50/p99, pgvector's saturated single-row commits a second (docs/benchmarks.md, "Writes").
 
     Example: pm-vector bench writes --items 20000 --dim 128 --rate 10 --seconds 60 --compare-pgvector --json
     """
