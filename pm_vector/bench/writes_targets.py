@@ -327,7 +327,8 @@ class PmVectorTarget:
         if samples and self.path == "attached":
             q = [s["queued"] for s in samples]
             lag = [s["lag_s"] for s in samples]
-            out["sync_status"] = {"queued_max": int(max(q)), "lag_s_p50": round(float(np.median(lag)), 2),
+            out["sync_status"] = {"queued_max": int(max(q)), "queued_end": int(q[-1]),
+                                  "lag_s_p50": round(float(np.median(lag)), 2),
                                   "lag_s_p99": round(float(np.percentile(lag, 99)), 2)}
         return out
 

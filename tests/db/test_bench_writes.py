@@ -58,6 +58,7 @@ def test_bench_writes_attached_against_pgvector(db, tmp_path):
     assert pm["n_changes"] == pg["n_changes"]
     # pm_vector's engine figures: the single place of the merge's (None on main) and the sync's status
     assert "merge_s" in pm and "delta_size" in pm and pm["sync_status"]["queued_max"] >= 0
+    assert pm["sync_status"]["queued_end"] == 0  # every change applied when the checks ended
     assert pg["max_commits_per_s"] > 0 and pg["saturate_errors"] == 0
     # the changes were checked in their own cell at the finest level, the plan's candidates
     st = out["setup"]["pm_vector"]
