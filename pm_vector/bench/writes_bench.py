@@ -306,6 +306,10 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
         stop.set()
     for th in side:
         th.join()
+    try:
+        samples.append(target.status())  # the state the stream ended in
+    except Exception as exc:  # noqa: BLE001 - counted
+        errors.append(f"status: {exc}")
     return {"t0": t0, "committed": committed, "seen": seen, "errors": errors, "query_s": query_s,
             "samples": samples, "rounds": rounds, "load_average": [round(v, 2) for v in load]}
 
