@@ -10,6 +10,7 @@ from . import bench_kahm  # noqa: F401  bench kahm
 from . import bench_cluster  # noqa: F401  bench cluster
 from . import bench_accounting  # noqa: F401  bench accounting
 from . import bench_service  # noqa: F401  bench outage / bench memory
+from . import bench_writes  # noqa: F401  bench writes
 from .db import db_app, embed, merge
 from .items import attach, items_app, sync, sync_status
 from .kahm import kahm_app

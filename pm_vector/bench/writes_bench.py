@@ -1,0 +1,452 @@
+"""``pm-vector bench writes``: a mixed stream of writes while private queries run, for pm_vector and,
+with ``compare_pgvector``, for a plain pgvector HNSW table given the same stream in the same run.
+
+Set-up (on the configured database: the embedded PostgreSQL, or ``PM_VECTOR_DATABASE_URL``):
+``items`` rows of ``dim`` unit-norm clustered gaussian data (:func:`pm_vector.bench.latency.clustered`,
+keys 1..items), a public anchor set of ``anchors`` other rows of the same law, and pm_vector's
+collection (:class:`~pm_vector.bench.writes_targets.PmVectorTarget`: the default job, queried by the
+location release, which uses no label) written through ``path``:
+
+* ``"attached"`` (the default: a user's own table, changed by SQL, as with plain pgvector): the
+  table (with the data's 10 cluster groups as its label column: an attached table's job needs
+  one) attached, the changes committed to it, the service's
+  :class:`~pm_vector.service.sync_worker.SyncWorker` applying them every ``sync_interval_s`` in a
+  process of its own (warmed by one change before any stream);
+* ``"api"``: a collection without labels, :func:`pm_vector.db.ingest` +
+  :func:`pm_vector.db.embed_new_items` (main's engine
+  answers a new item only once it is placed), :func:`pm_vector.db.update_items`,
+  :func:`pm_vector.db.delete_items`, called by the writer itself.
+
+With ``compare_pgvector`` the same rows in ``(id bigint PRIMARY KEY, v vector(dim))`` with an HNSW
+index (``vector_l2_ops``, default options).
+
+**The stream** (per rate of ``rates``, one after the other): ``ceil(rate * seconds)`` changes, a
+third each inserts (new keys, new vectors), vector updates and deletes, drawn once and given to
+each system in the same order. Updates and deletes hit distinct initial items whose own cell's
+answer held them at set-up (so a check can see them change), never the same key twice. pm_vector's
+writer commits ``batch`` changes a transaction (one call per kind on the API path), plain pgvector
+one change a commit; change ``j`` is due at ``j / rate`` s after the start and the writer stops
+starting batches after ``seconds``. Meanwhile ``queries_concurrency`` threads of this process
+each send a query, pause ``query_pause_s``, and again: for pm_vector a private query of the
+location release (a client's report of a random item's vector at the default plan, eps
+``epsilon``, 50 kB) resolved in this process and logged, as the service resolves it; for pgvector
+``ORDER BY v <-> q LIMIT 8``. The systems run one after the other, never together.
+
+**What is measured, per change** (``delay``): from the moment its transaction's commit returned
+to the writer until the end of the first check that saw it. A checker thread repeats rounds over
+the pending changes (a pause of ``check_pause_s`` between rounds):
+
+* pm_vector: the location request of the changed item's own cell at the finest published level,
+  with the candidates and code width of the public plan at that level (eps ``epsilon``, 50 kB),
+  resolved in this process (not logged); one resolve per cell per round, oldest change first. An
+  insert or update is seen when its new item is in the answer (on the attached path the item id is
+  read from ``pm_vector.items``: the key's item that is not the old one), a delete when its old
+  item is not. On the attached path a change is checked only once the sync has applied it (the
+  queue is applied in commit order: of n changes committed, the first n - ``queued`` of
+  :func:`pm_vector.db.sync_status`), so the checks do not rebuild the answers of cells whose
+  changes are still queued after every sync;
+* pgvector: ``ORDER BY v <-> q LIMIT 8`` with the item's own vector (the new one; the deleted one's
+  for a delete) through the HNSW index, one query per pending change: seen when the key is among
+  the 8 (or, for a delete, is not).
+
+So a delay is an upper bound of the true commit-to-answer delay by at most one round of checks plus
+its pause (``check_round_s`` reports the rounds). ``checkers`` threads share the cells (pgvector:
+the keys); at most ``max_checked`` changes of a stream are checked, an even sample of it (every
+one when fewer): each check of pm_vector builds an answer (about 0.1 s on a loaded 2-core machine
+at 20,000 items), and after a sync batch of hundreds of changes checking them all would measure
+the checks. Changes not seen ``drain_s`` after the writer stopped, or once everything is applied
+(``settled``: the queue empty; always on the API path and for pgvector) and nothing was seen for
+``settle_s``, are ``unobserved`` (by kind in ``unobserved_by_kind``): on main's engine a new item
+placed by a sync or an update is often not among its own cell's answer at all (its hub counts are
+those of an item nobody has among its neighbours yet, until the next full job).
+
+**Per system and rate**: ``rate`` (asked), ``changes_per_s`` (sustained: the checked changes seen
+after the first one, over the time from the first one seen to the last, times the stream's changes
+per checked one: what the system made answerable a second; as asked when it keeps up, less when
+the delays grow along the stream or changes are never seen),
+``commits_per_s`` (the changes committed over ``seconds``: what the writer got through),
+``delay_p50_s`` / ``delay_p99_s`` / ``delay_max_s`` (and p99 by kind), ``query_p50_ms`` /
+``query_p99_ms`` (the queries during the stream and its drain), ``n_changes`` (committed),
+``observed``, ``unobserved``, ``errors`` (writes, checks and queries that raised); pm_vector also
+``merge_s`` and ``delta_size`` (None on main's engine: read in ONE place,
+:meth:`~pm_vector.bench.writes_targets.PmVectorTarget.engine_figures`) and, on the attached path,
+``sync_status`` (:func:`pm_vector.db.sync_status` sampled every second: queue length max, ``lag_s``
+p50 / p99); pgvector also ``max_commits_per_s``: a saturating phase of ``saturate_s`` s after the
+streams, single-row commits of the same mix as fast as one writer can, the queries running.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from .writes_targets import Change
+
+PATHS = ("attached", "api")
+
+
+@dataclass
+class WritesConfig:
+    items: int = 20_000
+    dim: int = 128
+    rates: tuple = (10.0,)
+    seconds: float = 60.0
+    compare_pgvector: bool = False
+    queries_concurrency: int = 2
+    batch: int = 1
+    path: str = "attached"
+    epsilon: float = 16.0
+    anchors: int = 1000
+    sync_interval_s: float = 1.0  # the service's default sync_interval_s
+    query_pause_s: float = 0.05
+    check_pause_s: float = 0.05
+    checkers: int = 2  # checker threads, each its own share of the cells (of the keys for pgvector)
+    max_checked: int = 200  # the changes checked per stream, evenly spread over it (all when fewer)
+    drain_s: float = 300.0
+    saturate_s: float = 10.0
+    settle_s: float = 30.0  # after the writer stopped and everything is applied, stop checking once nothing is seen
+    seed: int = 0
+
+
+def check_config(cfg: WritesConfig) -> None:
+    """Refuse a configuration the benchmark cannot run, before anything is built."""
+    if cfg.path not in PATHS:
+        raise InvalidInputError(f"path must be one of {PATHS}; got {cfg.path!r}.")
+    if cfg.items < 200 or cfg.dim < 2 or cfg.anchors < 20:
+        raise InvalidInputError("the benchmark needs at least 200 items, 2 dimensions and 20 anchors.")
+    if not cfg.rates or any(not (r > 0) or math.isinf(r) for r in cfg.rates) or not cfg.seconds > 0:
+        raise InvalidInputError("each rate and the seconds must be positive numbers.")
+    if cfg.batch < 1 or cfg.queries_concurrency < 0 or cfg.drain_s <= 0 or cfg.saturate_s < 0 or cfg.checkers < 1 \
+            or cfg.max_checked < 1:
+        raise InvalidInputError("batch, checkers and max_checked must be >= 1, queries_concurrency >= 0, drain_s > 0 "
+                                "and saturate_s >= 0.")
+    need = sum(math.ceil(r * cfg.seconds) for r in cfg.rates)
+    if need * 2 // 3 + 1 > cfg.items - 1:
+        raise InvalidInputError(f"{need} changes need about {need * 2 // 3} distinct items to update or delete; "
+                                f"the collection has {cfg.items}: lower the rate or the seconds.")
+
+
+def _pct(v, q: float, scale: float = 1.0, nd: int = 3):
+    return round(scale * float(np.percentile(np.asarray(v, np.float64), q)), nd) if len(v) else None
+
+
+class Stream:
+    """The changes drawn for every system (module doc): kinds at random, fresh keys and rows for the
+    new vectors, victims from ``victims`` (each once)."""
+
+    def __init__(self, items: int, n_rows: int, victims: list[int], rng):
+        self.rng, self.victims, self.items, self.n_rows = rng, list(victims), int(items), int(n_rows)
+        self.next_key, self.made = items + 1, 0
+
+    def _row(self) -> int:
+        """The next new vector's row (after the items'; again from the first once all were used)."""
+        self.made += 1
+        return self.items + (self.made - 1) % (self.n_rows - self.items)
+
+    def take(self, n: int) -> list[Change]:
+        out = []
+        for _ in range(n):
+            kind = ("insert", "update", "delete")[int(self.rng.integers(3))] if self.victims else "insert"
+            if kind == "insert":
+                out.append(Change("insert", self.next_key, self._row()))
+                self.next_key += 1
+                continue
+            key = self.victims.pop(int(self.rng.integers(len(self.victims))))
+            if kind == "update":
+                out.append(Change("update", key, self._row(), old_row=key - 1))
+            else:
+                out.append(Change("delete", key, key - 1, old_row=key - 1))
+        return out
+
+
+def fresh(spec: list[Change]) -> list[Change]:
+    """The same changes, unstamped (one copy per system)."""
+    return [Change(c.kind, c.key, c.row, c.old_row, checked=c.checked) for c in spec]
+
+
+def sample(spec: list[Change], most: int) -> None:
+    """Mark at most ``most`` changes of the stream to be checked, evenly spread (every one when fewer)."""
+    stride = max(1, math.ceil(len(spec) / max(1, most)))
+    for j, c in enumerate(spec):
+        c.checked = j % stride == 0
+
+
+def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: WritesConfig, Xq: np.ndarray,
+          say: Callable[[str], None], label: str, check: bool = True) -> dict[str, Any]:
+    """One stream of ``ops`` against ``target`` (module doc): a writer (paced at ``rate``, or as fast
+    as it can with None), the checker (with ``check``), the query threads and a status sampler.
+    Returns the raw figures."""
+    import pm_vector.db as db
+
+    lock = threading.Lock()
+    pending: dict[int, Change] = {}
+    committed: list[Change] = []
+    seen: list[Change] = []
+    errors: list[str] = []
+    query_s: list[float] = []
+    samples: list[dict] = []
+    rounds: list[float] = []
+    writer_done, stop = threading.Event(), threading.Event()
+    ended: list[float] = []  # when the writer stopped
+    t0 = time.perf_counter()
+
+    def writer():
+        conn = target.writer()
+        try:
+            for j in range(0, len(ops), cfg.batch):
+                if rate is not None and t0 + j / rate > time.perf_counter():
+                    time.sleep(t0 + j / rate - time.perf_counter())
+                if time.perf_counter() - t0 > seconds:
+                    break
+                b = ops[j:j + cfg.batch]
+                try:
+                    target.apply(conn, b)
+                except Exception as exc:  # noqa: BLE001 - counted
+                    errors.append(f"write: {exc}")
+                    conn.rollback()
+                done = [c for c in b if c.commit_t is not None]
+                with lock:
+                    for c in done:
+                        c.seq = len(committed)
+                        committed.append(c)
+                    if check:
+                        pending.update((id(c), c) for c in done if c.checked)
+        finally:
+            conn.close()
+            ended.append(time.perf_counter())
+            writer_done.set()
+
+    def checker(i: int):
+        conn = db.connect()
+        deadline = None
+        mine = lambda c: (c.cell if c.cell is not None else c.key) % cfg.checkers == i  # noqa: E731
+        try:
+            while True:
+                with lock:
+                    now, n = [c for c in pending.values() if mine(c)], len(committed)
+                if stop.is_set():
+                    return
+                if writer_done.is_set():
+                    if not now:
+                        return
+                    deadline = deadline or time.perf_counter() + cfg.drain_s
+                    if time.perf_counter() > deadline:
+                        return
+                    if time.perf_counter() - max(ended + [c.seen_t for c in seen[-1:]]) > cfg.settle_s and \
+                            target.settled():
+                        return  # everything applied, nothing seen for settle_s: the rest will not be
+                if not now:
+                    time.sleep(0.02)
+                    continue
+                t = time.perf_counter()
+                try:
+                    got = target.observe(conn, now, n)
+                except Exception as exc:  # noqa: BLE001 - counted
+                    errors.append(f"check: {exc}")
+                    conn.rollback()
+                    got = []
+                rounds.append(time.perf_counter() - t)
+                with lock:
+                    for c in got:
+                        pending.pop(id(c), None)
+                seen.extend(got)
+                time.sleep(cfg.check_pause_s)
+        finally:
+            conn.close()
+
+    def querier(i: int):
+        conn = db.connect()
+        try:
+            client = target.query_client(cfg.seed + 101 + i)
+            rng = np.random.default_rng(cfg.seed + 31 + i)
+            while not stop.is_set():
+                x = Xq[int(rng.integers(Xq.shape[0]))]
+                t = time.perf_counter()
+                try:
+                    target.query(conn, client, x)
+                    query_s.append(time.perf_counter() - t)
+                except Exception as exc:  # noqa: BLE001 - counted
+                    errors.append(f"query: {exc}")
+                    conn.rollback()
+                stop.wait(cfg.query_pause_s)
+        finally:
+            conn.close()
+
+    def sampler():
+        while not stop.is_set():
+            try:
+                samples.append(target.status())
+            except Exception as exc:  # noqa: BLE001 - counted
+                errors.append(f"status: {exc}")
+            stop.wait(1.0)
+
+    work = [threading.Thread(target=writer, daemon=True)]
+    work += [threading.Thread(target=checker, args=(i,), daemon=True) for i in range(cfg.checkers if check else 0)]
+    side = [threading.Thread(target=querier, args=(i,), daemon=True) for i in range(cfg.queries_concurrency)]
+    side.append(threading.Thread(target=sampler, daemon=True))
+    load = os.getloadavg()
+    for th in work + side:
+        th.start()
+    try:
+        while any(th.is_alive() for th in work):
+            next(th for th in work if th.is_alive()).join(10.0)
+            with lock:
+                p = len(pending)
+            say(f"{label}: {time.perf_counter() - t0:.0f} s, {len(committed)} committed, {len(seen)} seen, "
+                f"{p} pending")
+    finally:
+        stop.set()
+    for th in side:
+        th.join()
+    try:
+        samples.append(target.status())  # the state the stream ended in
+    except Exception as exc:  # noqa: BLE001 - counted
+        errors.append(f"status: {exc}")
+    return {"t0": t0, "committed": committed, "seen": seen, "errors": errors, "query_s": query_s,
+            "samples": samples, "rounds": rounds, "load_average": [round(v, 2) for v in load]}
+
+
+def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[str, Any]:
+    """One system's figures of one stream (module doc)."""
+    seen, committed, t0 = raw["seen"], raw["committed"], raw["t0"]
+    delays = [c.seen_t - c.commit_t for c in seen]
+    checked = sum(1 for c in committed if c.checked)
+    kinds = ("insert", "update", "delete")
+    by_kind = {k: _pct([c.seen_t - c.commit_t for c in seen if c.kind == k], 99, nd=2) for k in kinds}
+    ids = {id(c) for c in seen}
+    missed = {k: sum(1 for c in committed if c.checked and c.kind == k and id(c) not in ids) for k in kinds}
+    first, last = min((c.seen_t for c in seen), default=0.0), max((c.seen_t for c in seen), default=0.0)
+    return {
+        "rate": float(rate),
+        # of the checked sample, scaled to the whole stream (1 in n_changes / checked was checked)
+        "changes_per_s": round((len(seen) - 1) / (last - first) * len(committed) / checked, 2) if last > first else 0.0,
+        "commits_per_s": round(len(committed) / seconds, 2),
+        "delay_p50_s": _pct(delays, 50), "delay_p99_s": _pct(delays, 99), "delay_max_s": _pct(delays, 100),
+        "delay_p99_s_by_kind": by_kind,
+        "query_p50_ms": _pct(raw["query_s"], 50, 1e3, 1), "query_p99_ms": _pct(raw["query_s"], 99, 1e3, 1),
+        "queries": len(raw["query_s"]),
+        "n_changes": len(committed), "checked": checked, "observed": len(seen), "unobserved": checked - len(seen),
+        "unobserved_by_kind": missed,
+        "errors": len(raw["errors"]), "error_samples": raw["errors"][:3],
+        "check_round_s": {"p50": _pct(raw["rounds"], 50), "max": _pct(raw["rounds"], 100)},
+        "load_average": raw["load_average"],
+        **target.engine_figures(raw["samples"]),
+    }
+
+
+def saturate(target, stream: Stream, cfg: WritesConfig, Xq: np.ndarray, say) -> dict[str, Any]:
+    """Plain pgvector's most single-row commits a second: one writer as fast as it can for
+    ``saturate_s`` s, the same mix, the queries running (nothing checked)."""
+    ops = stream.take(int(cfg.saturate_s * 5_000))
+    raw = drive(target, ops, None, cfg.saturate_s, cfg, Xq, say, "pgvector saturating", check=False)
+    return {"max_commits_per_s": round(len(raw["committed"]) / cfg.saturate_s, 1),
+            "saturate_query_p50_ms": _pct(raw["query_s"], 50, 1e3, 1), "saturate_errors": len(raw["errors"])}
+
+
+def _victims(pm, cfg: WritesConfig, rng, say) -> list[int]:
+    """Initial keys (never the last: the warm-up's) whose own cell's answer holds them, as many as the
+    streams may update or delete (module doc)."""
+    need = sum(math.ceil(r * cfg.seconds) for r in cfg.rates) * 2 // 3 + 16
+    keys = rng.permutation(np.arange(1, cfg.items)) if cfg.items > 1 else np.zeros(0, np.int64)
+    out: list[int] = []
+    for s in range(0, keys.size, 500):
+        out += pm.answerable(keys[s:s + 500])
+        if len(out) >= need:
+            break
+    say(f"{len(out)} items to change, each held by its own cell's answer")
+    return out[:need]
+
+
+def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The benchmark (module doc); returns the JSON-able result: ``pm_vector`` and (with
+    ``compare_pgvector``) ``pgvector_hnsw`` of the first rate, and ``by_rate`` (every rate's)."""
+    from .latency import N_FINE, clustered
+    from .writes_targets import PgvectorTarget, PmVectorTarget
+
+    say = progress or (lambda _m: None)
+    check_config(cfg)
+    rates = [float(r) for r in cfg.rates]
+    n_ops = sum(math.ceil(r * cfg.seconds) for r in rates)
+    say("data")
+    X, y = clustered(cfg.items + n_ops + 1, cfg.dim, N_FINE, seed=cfg.seed)
+    anchor, anchor_y = clustered(cfg.anchors, cfg.dim, N_FINE, seed=cfg.seed + 1)
+    Xq = X[:cfg.items]
+    tag = uuid.uuid4().hex[:8]
+    rng = np.random.default_rng(cfg.seed + 5)
+    targets: list = []
+    out: dict[str, Any] = {"config": {**asdict(cfg), "rates": rates}, "setup": {}, "by_rate": []}
+    t_start = time.perf_counter()
+    try:
+        say(f"pm_vector ({cfg.path}): {cfg.items:,} x {cfg.dim}")
+        pm = PmVectorTarget(tag, X, y // 10, cfg.items, anchor, anchor_y // 10, path=cfg.path, epsilon=cfg.epsilon, seed=cfg.seed,
+                            sync_interval_s=cfg.sync_interval_s, say=say)
+        targets.append(pm)
+        pm.start()
+        stream = Stream(cfg.items, X.shape[0], _victims(pm, cfg, rng, say), rng)
+        if cfg.compare_pgvector:
+            targets.append(PgvectorTarget(tag, X, cfg.items, say))
+        for t in targets:
+            out["setup"][t.system] = t.setup
+        for r in rates:
+            spec = stream.take(math.ceil(r * cfg.seconds))
+            sample(spec, cfg.max_checked)
+            row: dict[str, Any] = {"rate": r}
+            for t in targets:
+                say(f"{t.system}: {len(spec)} changes at {r:g} a second")
+                raw = drive(t, fresh(spec), r, cfg.seconds, cfg, Xq, say, f"{t.system} at {r:g}/s")
+                row[t.system] = summarise(t, raw, r, cfg.seconds)
+            out["by_rate"].append(row)
+        if cfg.compare_pgvector and cfg.saturate_s > 0:
+            sat = saturate(targets[1], stream, cfg, Xq, say)
+            for row in out["by_rate"]:
+                row["pgvector_hnsw"].update(sat)
+    finally:
+        for t in reversed(targets):
+            try:
+                t.close()
+            except Exception:  # noqa: BLE001 - best effort: the result (or the error) matters more
+                pass
+    for system in ("pm_vector", "pgvector_hnsw"):
+        if system in out["by_rate"][0]:
+            out[system] = out["by_rate"][0][system]
+    out["seconds_total"] = round(time.perf_counter() - t_start, 1)
+    return out
+
+
+def plot(result: dict[str, Any], path) -> None:
+    """Delay p99 against the rate asked, one line per system (log y), to ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cfg = result["config"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for system, style in (("pm_vector", "o-"), ("pgvector_hnsw", "s--")):
+        pts = [(r["rate"], r[system]["delay_p99_s"]) for r in result["by_rate"]
+               if system in r and r[system]["delay_p99_s"] is not None]
+        if pts:
+            ax.plot([p[0] for p in pts], [max(p[1], 1e-3) for p in pts], style,
+                    label=f"{system} ({cfg['path']})" if system == "pm_vector" else "pgvector HNSW")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks([r["rate"] for r in result["by_rate"]])
+    ax.set_xticklabels([f"{r['rate']:g}" for r in result["by_rate"]])
+    ax.minorticks_off()
+    ax.set_xlabel("changes a second asked")
+    ax.set_ylabel("commit-to-answer delay p99 (s)")
+    ax.set_title(f"writes: {cfg['items']:,} x {cfg['dim']}, {cfg['seconds']:g} s a rate, "
+                 f"{cfg['queries_concurrency']} query threads")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,427 @@
+"""The two systems ``pm-vector bench writes`` drives (:mod:`pm_vector.bench.writes_bench`), each set
+up on the same vectors and given the same changes:
+
+* :class:`PmVectorTarget`: a pm_vector collection queried by the location release (its default,
+  which uses no label), written through an attached table and the service's sync worker (``path
+  "attached"``: the user's table ``(id, embedding, category)`` changed by SQL,
+  :class:`~pm_vector.service.sync_worker.SyncWorker` applying the queue in a process of its own
+  every ``sync_interval_s``; an attached table needs a label column for the job's frame, so the
+  data's 10 cluster groups are its ``category``) or through the Python API (``path "api"``: a
+  collection without labels, :func:`pm_vector.db.ingest` then :func:`pm_vector.db.embed_new_items`,
+  :func:`pm_vector.db.update_items`, :func:`pm_vector.db.delete_items`); its check of a change
+  (:meth:`PmVectorTarget.observe`) is a resolve of the location request of the item's own cell at
+  the finest published level with the plan's candidates;
+* :class:`PgvectorTarget`: a plain table ``(id bigint PRIMARY KEY, v vector(dim))`` with an HNSW
+  index (``vector_l2_ops``), single-row commits; its check is ``ORDER BY v <-> q LIMIT k`` with the
+  item's own vector ``q``.
+
+A change is a :class:`Change`; ``apply`` commits a batch of them and stamps each with its commit,
+``observe`` runs one round of checks over the pending ones and returns those now seen.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from psycopg import sql
+
+#: the items of the plain pgvector check's answer (``LIMIT k``), as the private queries' k
+K = 8
+
+
+@dataclass
+class Change:
+    """One change of the stream: ``kind`` (insert, update or delete), the user's ``key``, ``row`` (the
+    data row of its new vector; the old one's for a delete), ``old_row`` (the vector it replaces or
+    deletes; None for an insert). Stamped by the systems: ``commit_t`` (``perf_counter`` when its
+    transaction's commit returned), ``seen_t`` (when the check that saw it returned), ``old_id`` /
+    ``new_id`` (pm_vector's item ids before and after), ``cell`` (the cell its check asks) and ``seq``
+    (its place in the stream's commit order); ``checked``: whether its delay is measured (a stream
+    checks an even sample of its changes)."""
+
+    kind: str
+    key: int
+    row: int
+    old_row: int | None = None
+    commit_t: float | None = None
+    seen_t: float | None = None
+    old_id: int | None = None
+    new_id: int | None = None
+    cell: int | None = None
+    seq: int | None = None
+    checked: bool = True
+
+
+def vector_text(v) -> str:
+    return "[" + ",".join(f"{x:.6f}" for x in v) + "]"
+
+
+def _copy_rows(conn, table: sql.Composable, column: str, X: np.ndarray, y: np.ndarray | None = None) -> None:
+    """``X``'s rows into ``table`` as keys 1..n, with ``y`` as ``category`` when given (text COPY:
+    the vectors as pgvector text)."""
+    cols = [sql.Identifier("id"), sql.Identifier(column)] + ([sql.Identifier("category")] if y is not None else [])
+    with conn.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN").format(table, sql.SQL(", ").join(cols))) as cp:
+        for i in range(X.shape[0]):
+            cp.write_row((i + 1, vector_text(X[i])) + ((int(y[i]),) if y is not None else ()))
+
+
+class PmVectorTarget:
+    """pm_vector (module doc). ``X``, ``y``: every data row and its group (the first ``items`` are
+    the collection's, keys 1..items; ``y`` is the attached table's label column); ``anchor``,
+    ``anchor_y``: the public anchor set; ``epsilon``: the plan's and the queries'."""
+
+    system = "pm_vector"
+
+    def __init__(self, tag: str, X: np.ndarray, y: np.ndarray, items: int, anchor: np.ndarray, anchor_y: np.ndarray,
+                 *, path: str, epsilon: float, seed: int, sync_interval_s: float, say):
+        import pm_vector.db as db
+
+        from ..db.runs.jobs import anchor_frame_embed_fn
+
+        self.X, self.y, self.items, self.path = X, y, int(items), path
+        self.epsilon, self.seed = float(epsilon), int(seed)
+        self.sync_interval_s, self.say = float(sync_interval_s), say
+        self.name = f"bench_writes_{tag}"
+        self.table = sql.Identifier("public", f"bench_writes_docs_{tag}")
+        self.worker = None
+        self.setup: dict[str, Any] = {"path": path}
+        self._conn = db.connect(autocommit=True)
+        t = time.perf_counter()
+        if path == "attached":
+            self._conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, embedding vector({}), category int)"
+                                       ).format(self.table, sql.Literal(X.shape[1])))
+            _copy_rows(self._conn, self.table, "embedding", X[:items], y[:items])
+            db.attach_table(self.name, table=self.table.as_string(self._conn), id_column="id",
+                            vector_column="embedding", label_column="category")
+            labels = anchor_y
+        else:
+            db.create_collection(self.name, X.shape[1], None)  # no labels: public partitions, fit on the anchor
+            labels = None
+        db.register_anchor_set(self.name, anchor, labels)
+        db.register_anchor_set(self.name, anchor[:300], None if labels is None else labels[:300], role="dummy")
+        if path == "api":
+            db.ingest(self.name, X[:items], None, external_ids=[str(k) for k in range(1, items + 1)],
+                      batch_size=50_000)
+        self.setup["load_s"] = round(time.perf_counter() - t, 2)
+        say(f"pm_vector ({path}): embedding job on {items:,} items")
+        t = time.perf_counter()
+        db.run_embedding_job(self.name, {"n_components": 16}, seed, embed_fn=anchor_frame_embed_fn)
+        self.setup["job_s"] = round(time.perf_counter() - t, 1)
+        self._plan()
+        self.ids = {int(k): int(i) for k, i in self._conn.execute(
+            "SELECT external_id::bigint, id FROM pm_vector.items WHERE collection_id = %s", [self.cid]).fetchall()}
+        self._answers: dict[int, set] = {}  # cell -> the ids of its answer, as read at set-up
+
+    def _plan(self) -> None:
+        """The public location cells and codes, and the check's plan: the finest published level,
+        the candidates and code width the public rule gives there (50 kB, no payloads)."""
+        import pm_vector.db as db
+
+        from ..db.resolve.resolution import public_anchor
+        from ..manifold.public_cells import PublicCells
+        from ..privacy.location import plan as location_plan
+        from ..protocol.published_codes import unpack
+
+        info = public_anchor(self.name)[1]
+        self.cells = PublicCells.from_dict(info["public_locations"])
+        self.widths = unpack(info["product_codes"], info["class_rows"]["codes"]["digest"]).widths_
+        self.level = int(max(self.cells.levels_))
+        p = location_plan(self.epsilon, n_items=self.items, levels=self.cells.levels_, widths=self.widths,
+                          level=self.level)
+        self.candidates, self.code_bytes = int(p.candidates), int(p.code_bytes)
+        self.cid = int(db.collection_info(self.name)["id"])
+        self.setup.update({"level": self.level, "candidates": self.candidates, "code_bytes": self.code_bytes})
+
+    # ------------------------------------------------------------------ the cells and their answers
+    def cell_of(self, rows) -> np.ndarray:
+        """The cell at the check's level of each data row (the client's :meth:`locate`)."""
+        from .._validation import normalize_rows
+
+        return np.asarray(self.cells.assign(normalize_rows(np.asarray(self.X[rows], np.float64)), 0, self.level))
+
+    def _answer(self, conn, cell: int) -> set:
+        """The ids of the answer to the location request of ``cell`` (the check's plan), unlogged."""
+        from ..db.resolve.resolution import resolve
+        from ..protocol.location import LocationRequest
+
+        req = LocationRequest(report=int(cell), level=self.level, epsilon=self.epsilon,
+                              locations_digest=self.cells.digest(), candidates=self.candidates,
+                              code_bytes=self.code_bytes, collection=self.name)
+        return set(np.asarray(resolve(self.name, req, conn=conn, log=False)["item_ids"]).astype(np.int64).tolist())
+
+    def answerable(self, keys) -> list[int]:
+        """Of ``keys`` (initial items), those whose own cell's answer holds them now: the victims of
+        updates and deletes are drawn from these, so that a change's check can see it happen."""
+        import pm_vector.db as db
+
+        keys = np.asarray(list(keys), np.int64)
+        cells = self.cell_of(keys - 1)
+        out = []
+        with db.connect() as conn:
+            for k, c in zip(keys.tolist(), cells.tolist()):
+                if c not in self._answers:
+                    self._answers[c] = self._answer(conn, c)
+                if self.ids.get(k) in self._answers[c]:
+                    out.append(k)
+        return out
+
+    # ------------------------------------------------------------------ writes
+    def start(self) -> None:
+        """The attached path: the service's sync worker started, and warmed by one change (a vector
+        set to itself, on a key no stream changes) applied before any stream."""
+        if self.path != "attached":
+            return
+        import pm_vector.db as db
+
+        from ..service.sync_worker import SyncWorker
+
+        self.worker = SyncWorker(db.database_url(), self.sync_interval_s).start()
+        warm = self.items  # the last initial key: never a victim (writes_bench draws them below it)
+        self._conn.execute(sql.SQL("UPDATE {} SET embedding = embedding WHERE id = %s").format(self.table), [warm])
+        t = time.perf_counter()
+        while db.sync_status(self.name)["queued"]:
+            if time.perf_counter() - t > 600:
+                raise TimeoutError("the sync worker did not apply the warm-up change within 600 s")
+            time.sleep(0.2)
+        self.setup["warm_sync_s"] = round(time.perf_counter() - t, 2)
+        self.setup["sync_worker_leads"] = bool(self.worker.leader)
+
+    def writer(self):
+        import pm_vector.db as db
+
+        return db.connect()
+
+    def apply(self, conn, batch: list[Change]) -> None:
+        """Commit ``batch``: one transaction on the attached table; through the API one call per kind
+        (ingest, update_items, delete_items), each its own transaction."""
+        for c in batch:
+            c.old_id = self.ids.get(c.key) if c.kind != "insert" else None
+            c.cell = int(self.cell_of([c.row])[0])
+        if self.path == "attached":
+            for c in batch:
+                if c.kind == "insert":
+                    conn.execute(sql.SQL("INSERT INTO {} (id, embedding, category) VALUES (%s, %s::vector, %s)").format(
+                        self.table), [c.key, vector_text(self.X[c.row]), int(self.y[c.row])])
+                elif c.kind == "update":
+                    conn.execute(sql.SQL("UPDATE {} SET embedding = %s::vector, category = %s WHERE id = %s").format(
+                        self.table), [vector_text(self.X[c.row]), int(self.y[c.row]), c.key])
+                else:
+                    conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(self.table), [c.key])
+            conn.commit()
+            now = time.perf_counter()
+            for c in batch:
+                c.commit_t = now
+            return
+        self._apply_api(batch)
+
+    def _apply_api(self, batch: list[Change]) -> None:
+        import pm_vector.db as db
+
+        from ..db.runs.jobs import anchor_frame_extend_fn
+
+        ins = [c for c in batch if c.kind == "insert"]
+        if ins:
+            got = db.ingest(self.name, self.X[[c.row for c in ins]], None, external_ids=[str(c.key) for c in ins])
+            now = time.perf_counter()
+            for c, i in zip(ins, got["item_ids"]):
+                c.commit_t, c.new_id = now, int(i)
+            # TODAY's engine answers an ingested item only once it is placed in the run (`embed
+            # --new-items`); with the delta (issue 36, item 1) ingest is enough: drop this call then.
+            db.embed_new_items(self.name, anchor_frame_extend_fn)
+        upd = [c for c in batch if c.kind == "update"]
+        if upd:
+            got = db.update_items(self.name, external_ids=[str(c.key) for c in upd],
+                                  features=self.X[[c.row for c in upd]])
+            now = time.perf_counter()
+            for c in upd:
+                c.commit_t, c.new_id = now, int(got["item_ids"][c.old_id])
+        dele = [c for c in batch if c.kind == "delete"]
+        if dele:
+            db.delete_items(self.name, external_ids=[str(c.key) for c in dele])
+            now = time.perf_counter()
+            for c in dele:
+                c.commit_t = now
+
+    # ------------------------------------------------------------------ checks and queries
+    def observe(self, conn, pending: list[Change], n_committed: int) -> list[Change]:
+        """One round of checks (oldest cell first): an insert or update is seen when its new item is in
+        its cell's answer (on the attached path its item id is read from ``pm_vector.items``: the key's
+        item that is not the old one), a delete when its old item is no longer in its cell's answer.
+        Each seen change is stamped with the end of the resolve that saw it.
+
+        On the attached path only the changes the sync has applied are checked: the queue is applied
+        in commit order, so of the ``n_committed`` changes (counted before the queue is read) the
+        first ``n_committed - queued`` are (:func:`pm_vector.db.sync_status`). The others' answers
+        cannot have changed, and building their cells' answers again after every sync would take
+        the checks' time (and the machine's) from the sync they wait for."""
+        import pm_vector.db as db
+
+        if self.path == "attached":
+            applied = n_committed - db.sync_status(self.name)["queued"]
+            pending = [c for c in pending if c.seq < applied]
+        need = [c for c in pending if c.kind != "delete" and c.new_id is None]
+        if need:
+            for key, i in conn.execute("SELECT external_id::bigint, id FROM pm_vector.items WHERE collection_id = %s "
+                                       "AND external_id = ANY(%s)", [self.cid, [str(c.key) for c in need]]).fetchall():
+                for c in need:
+                    if c.key == key and i != c.old_id:
+                        c.new_id = int(i)
+            conn.commit()
+        by_cell: dict[int, list[Change]] = {}
+        for c in sorted(pending, key=lambda c: c.commit_t):
+            if c.kind == "delete" or c.new_id is not None:
+                by_cell.setdefault(c.cell, []).append(c)
+        seen = []
+        for cell, cs in by_cell.items():
+            ids = self._answer(conn, cell)
+            now = time.perf_counter()
+            for c in cs:
+                if (c.old_id not in ids) if c.kind == "delete" else (c.new_id in ids):
+                    c.seen_t = now
+                    seen.append(c)
+        return seen
+
+    def query_client(self, seed: int):
+        """A private client of the location release (the default plan: 50 kB, the collection's size)."""
+        from ..client.location import PrivateLocationKNN
+        from ..privacy import secure_generator
+
+        client = PrivateLocationKNN(self.cells, self.epsilon, n_items=self.items, widths=self.widths,
+                                    collection=self.name)
+        return client._inject_generator(secure_generator(seed))
+
+    def query(self, conn, client, x) -> None:
+        """One private query: the client's report of ``x``, resolved (and logged) as the service does."""
+        from ..db.resolve.resolution import resolve
+
+        resolve(self.name, client.request(x), conn=conn, log=True)
+
+    def settled(self) -> bool:
+        """Whether every committed change is applied: the queue empty on the attached path."""
+        import pm_vector.db as db
+
+        return self.path != "attached" or db.sync_status(self.name)["queued"] == 0
+
+    def status(self) -> dict[str, Any]:
+        """A sample of what the engine says of its pending writes: today
+        :func:`pm_vector.db.sync_status` on the attached path (nothing on the API path)."""
+        import pm_vector.db as db
+
+        if self.path != "attached":
+            return {}
+        s = db.sync_status(self.name)
+        return {"queued": s["queued"], "lag_s": s["lag_s"] or 0.0}
+
+    def engine_figures(self, samples: list[dict]) -> dict[str, Any]:
+        """pm_vector's own figures of a stream, from its status samples.
+
+        MERGE (issue 36, the delta branch): this is the ONE place where the merge's time and the
+        delta's size are read; main's engine has neither, so both are None. Wire them here from the
+        engine's status when the delta lands."""
+        merge_s = None
+        delta_size = None
+        out: dict[str, Any] = {"merge_s": merge_s, "delta_size": delta_size}
+        if samples and self.path == "attached":
+            q = [s["queued"] for s in samples]
+            lag = [s["lag_s"] for s in samples]
+            out["sync_status"] = {"queued_max": int(max(q)), "queued_end": int(q[-1]),
+                                  "lag_s_p50": round(float(np.median(lag)), 2),
+                                  "lag_s_p99": round(float(np.percentile(lag, 99)), 2)}
+        return out
+
+    def close(self) -> None:
+        import pm_vector.db as db
+
+        try:
+            if self.worker is not None:
+                self.worker.stop()
+            db.drop_collection(self.name, missing_ok=True)
+            self._conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.table))
+        finally:
+            self._conn.close()
+
+
+class PgvectorTarget:
+    """Plain pgvector (module doc): the same first ``items`` rows as keys 1..items."""
+
+    system = "pgvector_hnsw"
+
+    def __init__(self, tag: str, X: np.ndarray, items: int, say):
+        import pm_vector.db as db
+
+        from ..db.runs.jobs import index_build_mem_mb
+
+        self.X, self.items = X, int(items)
+        self.table = sql.Identifier("public", f"bench_writes_pgv_{tag}")
+        self._conn = db.connect(autocommit=True)
+        say(f"pgvector: table and HNSW index on {items:,} rows")
+        t = time.perf_counter()
+        self._conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, v vector({}))").format(
+            self.table, sql.Literal(X.shape[1])))
+        _copy_rows(self._conn, self.table, "v", X[:items])
+        load = time.perf_counter() - t
+        t = time.perf_counter()
+        self._conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(
+            sql.Literal(f"{index_build_mem_mb(items, X.shape[1])}MB")))
+        self._conn.execute(sql.SQL("CREATE INDEX ON {} USING hnsw (v vector_l2_ops)").format(self.table))
+        self._conn.execute(sql.SQL("ANALYZE {}").format(self.table))
+        self.setup = {"load_s": round(load, 2), "index_s": round(time.perf_counter() - t, 1), "k": K}
+        self.knn = sql.SQL("SELECT id FROM {} ORDER BY v <-> %s::vector LIMIT {}").format(self.table, sql.Literal(K))
+
+    def start(self) -> None:
+        pass
+
+    def writer(self):
+        import pm_vector.db as db
+
+        return db.connect(autocommit=True)
+
+    def apply(self, conn, batch: list[Change]) -> None:
+        """Each change its own single-row commit (autocommit)."""
+        for c in batch:
+            if c.kind == "insert":
+                conn.execute(sql.SQL("INSERT INTO {} (id, v) VALUES (%s, %s::vector)").format(self.table),
+                             [c.key, vector_text(self.X[c.row])])
+            elif c.kind == "update":
+                conn.execute(sql.SQL("UPDATE {} SET v = %s::vector WHERE id = %s").format(self.table),
+                             [vector_text(self.X[c.row]), c.key])
+            else:
+                conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(self.table), [c.key])
+            c.commit_t = time.perf_counter()
+
+    def observe(self, conn, pending: list[Change], n_committed: int) -> list[Change]:
+        """One check per pending change: the k nearest of its vector (the new one; a delete's old
+        one) hold its key (insert, update) or no longer do (delete)."""
+        seen = []
+        for c in sorted(pending, key=lambda c: c.commit_t):
+            ids = {r[0] for r in conn.execute(self.knn, [vector_text(self.X[c.row])], prepare=True).fetchall()}
+            if (c.key not in ids) if c.kind == "delete" else (c.key in ids):
+                c.seen_t = time.perf_counter()
+                seen.append(c)
+        conn.commit()
+        return seen
+
+    def query_client(self, seed: int):
+        return None
+
+    def query(self, conn, client, x) -> None:
+        conn.execute(self.knn, [vector_text(x)], prepare=True).fetchall()
+        conn.commit()
+
+    def settled(self) -> bool:
+        return True
+
+    def status(self) -> dict[str, Any]:
+        return {}
+
+    def engine_figures(self, samples: list[dict]) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        try:
+            self._conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.table))
+        finally:
+            self._conn.close()

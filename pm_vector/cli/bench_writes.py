@@ -1,0 +1,124 @@
+"""``pm-vector bench writes``: a mixed stream of writes while private queries run, side by side
+with plain pgvector HNSW (table and JSON; :mod:`pm_vector.bench.writes_bench`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .bench import bench_app, fail, run_printing
+
+
+def _rates(rate: float, rates: str | None) -> tuple[float, ...]:
+    if not rates:
+        return (rate,)
+    try:
+        got = tuple(float(v) for v in rates.split(",") if v.strip())
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated numbers, e.g. 10,30,100; got {rates!r}",
+                                 param_hint="--rates") from None
+    if not got or any(not (v > 0) or v == float("inf") for v in got):
+        raise typer.BadParameter("expected positive changes a second, e.g. 10,30,100", param_hint="--rates")
+    return got
+
+
+def _cell(v, fmt: str = "{}") -> str:
+    return "" if v is None else fmt.format(v)
+
+
+def _table(result: dict) -> Table:
+    cfg = result["config"]
+    t = Table(title=f"writes: {cfg['items']:,} x {cfg['dim']}, {cfg['seconds']:g} s a rate, path {cfg['path']}, "
+                    f"batch {cfg['batch']}, {cfg['queries_concurrency']} query threads")
+    for c in ("system", "rate", "changes/s", "delay p50/p99 s", "query p50/p99 ms", "seen/changes", "errors",
+              "merge s, delta"):
+        t.add_column(c, justify="left" if c == "system" else "right")
+    for row in result["by_rate"]:
+        for system, short in (("pm_vector", "pm_vector"), ("pgvector_hnsw", "pgvector")):
+            s = row.get(system)
+            if s is None:
+                continue
+            t.add_row(short, f"{s['rate']:g}", f"{s['changes_per_s']:g}",
+                      f"{_cell(s['delay_p50_s'], '{:.2f}')}/{_cell(s['delay_p99_s'], '{:.2f}')}",
+                      f"{_cell(s['query_p50_ms'])}/{_cell(s['query_p99_ms'])}", f"{s['observed']}/{s['n_changes']}",
+                      str(s["errors"]), "" if system != "pm_vector" else
+                      f"{_cell(s.get('merge_s'), '{}') or '-'}, {_cell(s.get('delta_size')) or '-'}")
+    sat = (result.get("pgvector_hnsw") or {}).get("max_commits_per_s")
+    if sat is not None:
+        t.caption = f"pgvector HNSW saturated: {sat:g} single-row commits a second"
+    return t
+
+
+@bench_app.command("writes")
+def writes(
+    items: int = typer.Option(20_000, "--items", min=200, help="Items of the collection (and of the pgvector table)."),
+    dim: int = typer.Option(128, "--dim", min=2, max=2000, help="Dimension of the synthetic vectors."),
+    rate: float = typer.Option(10.0, "--rate", help="Changes a second (inserts, updates, deletes: a third each)."),
+    rates: str = typer.Option(None, "--rates", help="Several rates, comma-separated (e.g. 10,30,100): a stream "
+                              "each, one after the other; replaces --rate."),
+    seconds: float = typer.Option(60.0, "--seconds", min=0.1, help="Length of each stream."),
+    compare_pgvector: bool = typer.Option(False, "--compare-pgvector", help="The same stream against a plain "
+                                          "pgvector HNSW table of the same shape, in the same run."),
+    queries_concurrency: int = typer.Option(2, "--queries-concurrency", min=0, help="Threads sending private "
+                                            "queries during each stream."),
+    batch: int = typer.Option(1, "--batch", min=1, help="pm_vector's changes a transaction (pgvector: always 1)."),
+    path: str = typer.Option("attached", "--path", help="How pm_vector is written: attached (a table you change "
+                             "by SQL, the service's sync worker applying it) or api (ingest / update_items / "
+                             "delete_items)."),
+    epsilon: float = typer.Option(16.0, "--epsilon", help="eps of the private queries and of the checks' plan."),
+    anchors: int = typer.Option(1000, "--anchors", min=20, help="Rows of the public anchor set."),
+    drain: float = typer.Option(300.0, "--drain", help="Seconds to keep checking after a stream's writer stopped."),
+    saturate: float = typer.Option(10.0, "--saturate", min=0, help="Seconds of pgvector's saturating phase "
+                                   "(its most single-row commits a second); 0: none."),
+    database_url: str = typer.Option(None, "--database-url", help="A PostgreSQL with pgvector to run on (default: "
+                                     "PM_VECTOR_DATABASE_URL, else the embedded server)."),
+    plot: Path = typer.Option(None, "--plot", help="Write delay p99 against the rate to this PNG (give --rates)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the data and of the stream."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+):
+    """A mixed stream of inserts, updates and deletes at --rate while private queries run; the
+    commit-to-answer delay of every change, and the same for plain pgvector HNSW.
+
+    Set up on the database: --items clustered vectors of --dim, pm_vector's collection (queried by
+    the location release), written through --path; a change's delay is from its commit until a
+    resolve of its own cell's location request holds it (a delete: no longer holds it); for
+    pgvector until ORDER BY v <-> q LIMIT 8 by its vector does (an even sample of at most 200
+    changes a stream is checked). Reports per system changes/s sustained, delay p50/p99, query
+    p50/p99, pgvector's saturated single-row commits a second (docs/benchmarks.md, "Writes").
+
+    Example: pm-vector bench writes --items 20000 --dim 128 --rate 10 --seconds 60 --compare-pgvector --json
+    """
+    from ..bench.writes_bench import WritesConfig, check_config, plot as draw, run
+    from ..errors import PMVectorError
+
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise typer.BadParameter(f"the plot is written as PNG; give a .png file name (got {str(plot)!r}).",
+                                 param_hint="--plot")
+    cfg = WritesConfig(items=items, dim=dim, rates=_rates(rate, rates), seconds=seconds,
+                       compare_pgvector=compare_pgvector, queries_concurrency=queries_concurrency, batch=batch,
+                       path=path, epsilon=epsilon, anchors=anchors, drain_s=drain, saturate_s=saturate, seed=seed)
+    try:
+        check_config(cfg)
+    except PMVectorError as e:
+        fail(str(e))
+    if database_url:
+        os.environ["PM_VECTOR_DATABASE_URL"] = database_url
+    result = run_printing(lambda progress: run(cfg, progress), False)
+    if plot is not None:
+        draw(result, plot)
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(result))
+        return
+    con = Console()
+    if not con.is_terminal and con.width < 120:  # piped: the table whole, not cut to 80 columns
+        con = Console(width=120)
+    con.print(_table(result))
+    bad = [s for r in result["by_rate"] for s in (r.get("pm_vector"), r.get("pgvector_hnsw")) if s]
+    if any(s["errors"] or s["unobserved"] for s in bad):
+        Console(stderr=True).print("some changes were not seen or some calls failed: see --json (error_samples).")

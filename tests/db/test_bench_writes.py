@@ -1,0 +1,100 @@
+"""``pm-vector bench writes`` (pm_vector.bench.writes_bench) runs end to end, tiny: every change of the
+stream is seen by its check, for pm_vector and for plain pgvector, with positive finite delays, and
+the JSON has the keys the issue names; bad options fail with ``error:`` before anything is built."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+KEYS = ("rate", "changes_per_s", "delay_p50_s", "delay_p99_s", "query_p50_ms", "query_p99_ms", "n_changes", "errors")
+
+
+def _seen_all(s: dict, n_min: int) -> None:
+    assert s["errors"] == 0, s["error_samples"]
+    assert s["n_changes"] >= n_min and s["observed"] == s["checked"] == s["n_changes"] and s["unobserved"] == 0
+    assert s["unobserved_by_kind"] == {"insert": 0, "update": 0, "delete": 0}
+    assert 0 < s["delay_p50_s"] <= s["delay_p99_s"] <= s["delay_max_s"] and math.isfinite(s["delay_max_s"])
+    assert s["queries"] > 0 and 0 < s["query_p50_ms"] <= s["query_p99_ms"]
+    assert s["changes_per_s"] > 0
+    assert s["checked"] <= 200 and s["check_round_s"]["p50"] is not None
+
+
+def test_a_stream_checks_an_even_sample_and_scales_the_sustained_rate():
+    from pm_vector.bench.writes_bench import sample, summarise
+    from pm_vector.bench.writes_targets import Change
+
+    spec = [Change("insert", k, k) for k in range(600)]
+    sample(spec, 200)
+    assert sum(c.checked for c in spec) == 200 and [c.key for c in spec if c.checked][:3] == [0, 3, 6]
+    for j, c in enumerate(spec):  # committed at 10 a second, each seen 2 s later
+        c.commit_t, c.seen_t = j / 10, j / 10 + 2
+    raw = {"t0": 0.0, "committed": spec, "seen": [c for c in spec if c.checked], "errors": [], "query_s": [0.01],
+           "samples": [], "rounds": [0.1], "load_average": [0, 0, 0]}
+
+    class Plain:
+        def engine_figures(self, samples):
+            return {}
+
+    s = summarise(Plain(), raw, 10.0, 60.0)
+    assert s["changes_per_s"] == pytest.approx(10.0, rel=0.01) and s["commits_per_s"] == 10.0
+    assert s["delay_p50_s"] == s["delay_p99_s"] == 2.0 and s["unobserved"] == 0 and s["checked"] == 200
+
+
+@pytest.mark.slow
+def test_bench_writes_attached_against_pgvector(db, tmp_path):
+    from pm_vector.bench.writes_bench import WritesConfig, plot, run
+
+    out = run(WritesConfig(items=2000, dim=16, rates=(5.0,), seconds=5.0, compare_pgvector=True, anchors=300,
+                           queries_concurrency=1, saturate_s=2.0, drain_s=120.0))
+    json.dumps(out)  # the whole result is JSON
+    pm, pg = out["pm_vector"], out["pgvector_hnsw"]
+    for s in (pm, pg):
+        assert set(KEYS) <= set(s) and s["rate"] == 5.0
+        _seen_all(s, 20)
+    # the same stream for both (a writer lagging on a loaded machine may not start the last change before the end)
+    assert abs(pm["n_changes"] - pg["n_changes"]) <= 2 and max(pm["n_changes"], pg["n_changes"]) == 25
+    # pm_vector's engine figures: the single place of the merge's (None on main) and the sync's status
+    assert "merge_s" in pm and "delta_size" in pm and pm["sync_status"]["queued_max"] >= 0
+    assert pm["sync_status"]["queued_end"] == 0  # every change applied when the checks ended
+    assert pg["max_commits_per_s"] > 0 and pg["saturate_errors"] == 0
+    # the changes were checked in their own cell at the finest level, the plan's candidates
+    st = out["setup"]["pm_vector"]
+    assert st["level"] >= 2 and st["candidates"] >= 1 and st["path"] == "attached"
+    plot(out, tmp_path / "w.png")
+    assert (tmp_path / "w.png").stat().st_size > 1000
+    # nothing left behind
+    assert not [c for c in db.list_collections() if c["name"].startswith("bench_writes_")]
+
+
+@pytest.mark.slow
+def test_bench_writes_through_the_api_from_the_command_line(db):
+    from typer.testing import CliRunner
+
+    from pm_vector.cli import app
+
+    r = CliRunner().invoke(app, ["bench", "writes", "--items", "1000", "--dim", "16", "--rate", "4", "--seconds", "6",
+                                 "--path", "api", "--anchors", "200", "--queries-concurrency", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads([line for line in r.output.splitlines() if line.startswith("{")][-1])
+    assert "pgvector_hnsw" not in out and out["setup"]["pm_vector"]["path"] == "api"
+    # the writer calls the API itself, one call a kind: on a loaded machine it gets through fewer than the 24
+    # asked (3 of 16 in 4 s once), and says so in commits_per_s
+    s = out["pm_vector"]
+    _seen_all(s, 2)
+    assert s["n_changes"] <= 24 and s["commits_per_s"] == round(s["n_changes"] / 6, 2)
+
+
+def test_bench_writes_refuses_bad_options():
+    from typer.testing import CliRunner
+
+    from pm_vector.cli import app
+
+    r = CliRunner().invoke(app, ["bench", "writes", "--path", "elsewhere"])
+    assert r.exit_code == 2 and "error:" in r.output and "path must be one of" in r.output
+    r = CliRunner().invoke(app, ["bench", "writes", "--items", "300", "--rate", "100", "--seconds", "60"])
+    assert r.exit_code == 2 and "distinct items" in r.output
+    r = CliRunner().invoke(app, ["bench", "writes", "--rates", "10,x"])
+    assert r.exit_code == 2 and "--rates" in r.output
