@@ -56,9 +56,10 @@ one when fewer): each check of pm_vector builds an answer (about 0.1 s on a load
 at 20,000 items), and after a sync batch of hundreds of changes checking them all would measure
 the checks. Changes not seen ``drain_s`` after the writer stopped, or once everything is applied
 (``settled``: the queue empty; always on the API path and for pgvector) and nothing was seen for
-``settle_s``, are ``unobserved`` (by kind in ``unobserved_by_kind``): on main's engine a new item
-placed by a sync or an update is often not among its own cell's answer at all (its hub counts are
-those of an item nobody has among its neighbours yet, until the next full job).
+``settle_s``, are ``unobserved`` (by kind in ``unobserved_by_kind``): a new item (an
+insert, an update's new version) enters its cell's answer only if it ranks within the answer's
+size by its estimated hub counts (:mod:`pm_vector.db.runs.delta`): one that does not is not seen
+before the merge recounts them.
 
 **Per system and rate**: ``rate`` (asked), ``changes_per_s`` (sustained: the checked changes seen
 after the first one, over the time from the first one seen to the last, times the stream's changes
@@ -68,8 +69,8 @@ the delays grow along the stream or changes are never seen),
 ``delay_p50_s`` / ``delay_p99_s`` / ``delay_max_s`` (and p99 by kind), ``query_p50_ms`` /
 ``query_p99_ms`` (the queries during the stream and its drain), ``n_changes`` (committed),
 ``observed``, ``unobserved``, ``errors`` (writes, checks and queries that raised); pm_vector also
-``merge_s`` and ``delta_size`` (None on main's engine: read in ONE place,
-:meth:`~pm_vector.bench.writes_targets.PmVectorTarget.engine_figures`) and, on the attached path,
+``delta_size`` (the delta's rows when the stream ends) and ``merge_s`` (the bulk merge of that delta,
+timed after the stream: :meth:`~pm_vector.bench.writes_targets.PmVectorTarget.engine_figures`) and, on the attached path,
 ``sync_status`` (:func:`pm_vector.db.sync_status` sampled every second: queue length max, ``lag_s``
 p50 / p99); pgvector also ``max_commits_per_s``: a saturating phase of ``saturate_s`` s after the
 streams, single-row commits of the same mix as fast as one writer can, the queries running.

@@ -224,13 +224,12 @@ class PmVectorTarget:
 
         ins = [c for c in batch if c.kind == "insert"]
         if ins:
-            got = db.ingest(self.name, self.X[[c.row for c in ins]], None, external_ids=[str(c.key) for c in ins])
+            # the new items are placed in the active run's delta after their commit (its extension)
+            got = db.ingest(self.name, self.X[[c.row for c in ins]], None, external_ids=[str(c.key) for c in ins],
+                            embed_fn_extend=anchor_frame_extend_fn)
             now = time.perf_counter()
             for c, i in zip(ins, got["item_ids"]):
                 c.commit_t, c.new_id = now, int(i)
-            # TODAY's engine answers an ingested item only once it is placed in the run (`embed
-            # --new-items`); with the delta (issue 36, item 1) ingest is enough: drop this call then.
-            db.embed_new_items(self.name, anchor_frame_extend_fn)
         upd = [c for c in batch if c.kind == "update"]
         if upd:
             got = db.update_items(self.name, external_ids=[str(c.key) for c in upd],
@@ -316,13 +315,21 @@ class PmVectorTarget:
         return {"queued": s["queued"], "lag_s": s["lag_s"] or 0.0}
 
     def engine_figures(self, samples: list[dict]) -> dict[str, Any]:
-        """pm_vector's own figures of a stream, from its status samples.
+        """pm_vector's own figures of a stream, from its status samples: ``delta_size``, the delta's
+        rows when the stream ends (new items' entries and tombstones,
+        :func:`pm_vector.db.runs.delta.status`), and ``merge_s``, the bulk merge of that delta
+        (:func:`pm_vector.db.merge`, timed here; queries keep running on the previous base)."""
+        import pm_vector.db as db
 
-        MERGE (issue 36, the delta branch): this is the ONE place where the merge's time and the
-        delta's size are read; main's engine has neither, so both are None. Wire them here from the
-        engine's status when the delta lands."""
-        merge_s = None
-        delta_size = None
+        from ..db.runs import delta as _delta
+        from ..db.runs.jobs import anchor_frame_embed_fn, anchor_frame_extend_fn
+
+        with db.connect() as conn:
+            st = _delta.status(conn, self.name)
+        delta_size = None if st is None else int(st["delta_items"] or 0) + int(st["pending_purge"] or 0)
+        t = time.perf_counter()
+        db.merge(self.name, embed_fn=anchor_frame_embed_fn, embed_fn_extend=anchor_frame_extend_fn)
+        merge_s = round(time.perf_counter() - t, 2)
         out: dict[str, Any] = {"merge_s": merge_s, "delta_size": delta_size}
         if samples and self.path == "attached":
             q = [s["queued"] for s in samples]

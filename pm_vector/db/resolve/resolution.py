@@ -8,9 +8,8 @@
     class_frames(collection) -> ClassFrames              the active run's published class frames
 
 Parsing and the checks every request passes live in :mod:`pm_vector.db.resolve.requests`; the client
-side is :mod:`pm_vector.client.query`. The dispatch is the table of releases
-(:mod:`pm_vector.protocol.releases`): a parsed request's release names its resolver (the
-``resolve_*_request`` functions below for the built-in ones) and its EXPLAIN.
+side is :mod:`pm_vector.client.query`. The dispatch is the table of releases (:mod:`pm_vector.protocol.releases`):
+a request's release names its resolver (the ``resolve_*_request`` functions below) and its EXPLAIN.
 
 Class-rows requests (format ``"pm_vector.class-rows/1"``)
 ----------------------------------------------------------
@@ -169,8 +168,7 @@ def release_of(req):
     return rel
 
 
-# ----------------------------------------------------------------------------- the table's resolvers
-# (pm_vector.protocol.releases names them; each takes the keywords resolve passes and uses its own)
+# the table's resolvers (pm_vector.protocol.releases names them; each takes resolve's keywords, uses its own)
 
 def resolve_paper_request(collection, req, raw, *, k, include_features, conn, max_query_rows, ef_search, log,
                           class_scores, received, t0, timings, code_bytes=None, compact=False, **_):
