@@ -40,12 +40,13 @@ def node_urls(local_cluster):
     return {n["name"]: local_cluster.node_url(n) for n in local_cluster.topology()["nodes"]}
 
 
-def _load(name, sp, ds):
+def _load(name, sp, ds, settings=None):
     import pm_vector.db as db
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn
 
     db.drop_collection(name, missing_ok=True)
-    db.create_collection(name, ds.dim, ds.classes.tolist(), allow_raw_features=True)
+    db.create_collection(name, ds.dim, ds.classes.tolist(), allow_raw_features=True, **(
+        {"settings": settings} if settings else {}))
     Xs, ys = sp.server
     db.ingest(name, Xs, ys, external_ids=[f"d{i}" for i in range(len(ys))])
     db.register_anchor_set(name, *sp.anchor)

@@ -1,6 +1,11 @@
 """Deleting items of a sharded collection (2 shards): one call erases them on the coordinator and on
 every shard (prior, neighbour lists, hubs, fill ids, cells), and the cluster then answers exactly
-as a single node with the same data after the same delete."""
+as a single node with the same data after the same delete.
+
+Both collections take the synchronous erasure (``settings={"delta": False}``): a sharded run keeps it
+until shards take the delta's path (issue #36, item 5), and the two are compared on the same path; a
+single node's default, the delta, has its own exhaustive test (``tests/db/test_db_delta.py``)."""
+
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ from conftest import _load
 
 KP = 32
 NAME = "cl_erase"
+#: the erasure both nodes take here
+SYNC_ERASURE = {"delta": False}
 
 
 def _pair(local_cluster):
@@ -23,11 +30,11 @@ def _pair(local_cluster):
     sp = split_dataset(ds, 800, 300, 150, 100, seed=0)
     coord = local_cluster.coordinator_url()
     single = local_cluster.standalone_database(coord)
-    run = _load(NAME, sp, ds)
+    run = _load(NAME, sp, ds, SYNC_ERASURE)
     os.environ["PM_VECTOR_DATABASE_URL"] = single
     postgres.dispose_engines()
     try:
-        _load(NAME, sp, ds)
+        _load(NAME, sp, ds, SYNC_ERASURE)
     finally:
         os.environ.pop("PM_VECTOR_DATABASE_URL", None)
         postgres.dispose_engines()

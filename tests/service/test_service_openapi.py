@@ -66,7 +66,8 @@ def test_paths_operation_ids_and_bodies(app):
     ok = spec["paths"]["/collections/{name}/sync"]["get"]["responses"]["200"]["content"]["application/json"]
     assert ok["schema"]["$ref"].rsplit("/", 1)[1] == "SyncStatus"
     assert set(comps["SyncStatus"]["properties"]) == {"collection", "source_table", "queued", "oldest_queued_at",
-                                                      "lag_s", "rejected", "broken", "broken_at"}
+                                                      "lag_s", "rejected", "broken", "broken_at",
+                                                      "pending_purge", "purge_age_s"}
     for path, ops in spec["paths"].items():  # every reference resolves
         for op in ops.values():
             for v in op.get("requestBody", {}).get("content", {}).values():

@@ -137,7 +137,9 @@ def estimate(conn, coll: Mapping[str, Any], run_id: int, doc: Mapping[str, Any],
     feats = {}
     if nb_ids:
         rows = conn.execute(sql.SQL("SELECT i.id, ({f})::real[] FROM pm_vector.items AS i WHERE i.id = ANY(%s){ok}").format(
-            f=sql.SQL(feature_sql(coll, "i")), ok=sql.SQL(feature_filter(coll, "i"))), [nb_ids]).fetchall()
+            # (the attached table's quoted names may hold a '%': escaped, as a statement with parameters needs)
+            f=sql.SQL(feature_sql(coll, "i").replace("%", "%%")),
+            ok=sql.SQL(feature_filter(coll, "i").replace("%", "%%"))), [nb_ids]).fetchall()
         feats = {int(a): b for a, b in rows}
     nb_ids = [j for j in nb_ids if j in feats]
     pos = {j: k for k, j in enumerate(nb_ids)}

@@ -203,6 +203,7 @@ class EmbeddingRun(Base):
     seed: Mapped[int] = mapped_column(BigInteger)
     embedding_dim: Mapped[Optional[int]] = mapped_column(Integer)
     n_items: Mapped[Optional[int]] = mapped_column(Integer)
+    delta_version: Mapped[int] = mapped_column(BigInteger, server_default="0")  # bumped by every delta write
     n_anchors: Mapped[Optional[int]] = mapped_column(Integer)
     timings: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     error: Mapped[Optional[str]] = mapped_column(Text)
@@ -306,6 +307,37 @@ class AttachRejected(Base):
     reason: Mapped[str] = mapped_column(Text)
     rejected_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True),
                                                      server_default=text("clock_timestamp()"))
+
+
+class DeltaTombstone(Base):
+    """An item of a run that is in no answer since its delete's commit (migration 0023,
+    :mod:`pm_vector.db.runs.delta`); its rows leave the run's tables at the next merge."""
+
+    __tablename__ = "delta_tombstones"
+
+    run_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey(f"{SCHEMA}.embedding_runs.id", ondelete="CASCADE", name="delta_tombstones_run_id_fkey"),
+        primary_key=True)
+    item_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+
+
+class DeltaEntry(Base):
+    """A new item's entry in one location cell of a run, beside the precomputed rows (migration 0023,
+    :mod:`pm_vector.db.runs.delta`): its estimated hub counts ``h`` and ``h_r``."""
+
+    __tablename__ = "delta_entries"
+    __table_args__ = (Index("delta_entries_by_item", "run_id", "item_id"),)
+
+    run_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey(f"{SCHEMA}.embedding_runs.id", ondelete="CASCADE", name="delta_entries_run_id_fkey"),
+        primary_key=True)
+    level: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cell: Mapped[int] = mapped_column(Integer, primary_key=True)
+    item_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    h: Mapped[float] = mapped_column(Float(53))
+    h_r: Mapped[float] = mapped_column(Float(53))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
 
 
 class KAHMItemScore(Base):
