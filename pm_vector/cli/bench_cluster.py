@@ -46,10 +46,10 @@ def cluster_bench(
 
     Example: pm-vector bench cluster --items 100000 --release location --changes 200 --json
     """
-    from ..bench.cluster import ClusterBenchConfig, run
+    from ..bench.cluster import PARTS, ClusterBenchConfig, run
 
-    if release not in ("location", "class_rows", "both"):
-        err.print(f"error: --release must be location, class_rows or both; got {release!r}.")
+    if release not in PARTS:
+        err.print(f"error: --release must be one of {', '.join(PARTS)}; got {release!r}.")
         raise typer.Exit(2)
     if changes < 0:
         err.print(f"error: --changes must be 0 or more; got {changes}.")
@@ -62,7 +62,7 @@ def cluster_bench(
     result = run_with_spinner("cluster", run, cfg, as_json)
     if result is None:
         return
-    if "location" in result:
+    if PARTS[release].location:
         _location_table(result, items, dim, repeats, changes)
     if "same_answers" in result:
         _class_rows_table(result, items, dim, epsilon, shortlist, repeats)

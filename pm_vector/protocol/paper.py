@@ -45,6 +45,14 @@ class PrivateMailRequest:
     params: dict = field(default_factory=dict)
     collection: str | None = None
 
+    #: a post-processed request: the server answers it as it is (a :class:`ReleaseRequest` is post-processed first)
+    release_only = False
+
+    @property
+    def rows(self) -> np.ndarray:
+        """The released rows the server reads (query rows, then anchor rows)."""
+        return self.embedding
+
     def __post_init__(self):
         self.embedding = as_matrix(self.embedding, "embedding")
         bounds.check_values(self.embedding, "embedding")
@@ -145,6 +153,14 @@ class ReleaseRequest:
     post_alpha: float
     params: dict = field(default_factory=dict)
     collection: str | None = None
+
+    #: the server post-processes it (:func:`pm_vector.db.resolve.paper_resolution.post_process_release`)
+    release_only = True
+
+    @property
+    def rows(self) -> np.ndarray:
+        """The released rows the server reads (query rows, then anchor rows)."""
+        return self.release
 
     def __post_init__(self):
         self.release = as_matrix(self.release, "release")

@@ -277,7 +277,7 @@ register(Release(
     derived_tables=("codes", "prior", "neighbors", "hubs"), default_for=lambda e: True, class_rows=True,
     code_prefix="longest", replica_reads=True,
     wire_model=_W + "ClassRowsRequestBody",
-    check_request="pm_vector.db.resolve.requests:check_rows", explain=_R + "explain_class_rows_request",
+    check_request="pm_vector.db.resolve.requests:check_class_rows", explain=_R + "explain_class_rows_request",
     description="one noised row per class (the class-rows request)"))
 register(Release(
     name="privatemail", wire_format=PRIVATEMAIL_FORMAT, request_type=PrivateMailRequest, answer_type=None,
@@ -287,7 +287,7 @@ register(Release(
     client_plan="pm_vector.client.privatemail:PrivateMail", resolver=_R + "resolve_paper_request",
     derived_tables=("anchors", "items"), answers=("full", "features"),
     wire_model=_W + "PrivateMailRequestBody",
-    check_request="pm_vector.db.resolve.requests:check_rows", explain=_R + "explain_paper_request",
+    check_request="pm_vector.db.resolve.requests:check_paper_rows", explain=_R + "explain_paper_request",
     description="the paper's protocol (PrivateMail), post-processed by the client"))
 register(Release(
     name="privatemail-release", wire_format=RELEASE_FORMAT, request_type=ReleaseRequest, answer_type=None,
@@ -296,7 +296,7 @@ register(Release(
                         __name__ + ":_paper_charge"),
     client_plan=None, resolver=_R + "resolve_paper_request",
     derived_tables=("anchors", "items"), answers=("full", "features"),
-    check_request="pm_vector.db.resolve.requests:check_rows", explain=_R + "explain_paper_request",
+    check_request="pm_vector.db.resolve.requests:check_paper_rows", explain=_R + "explain_paper_request",
     description="the paper's private first iteration only; the server post-processes"))
 
 __all__ = ["GAUSSIAN_ABOVE", "Guarantee", "RELEASES", "Release", "by_format", "by_name", "by_request",

@@ -86,7 +86,7 @@ def test_bench_cluster_location_same_answers_after_feature_updates():
     assert out["location"]["after"]["same_answers"] is True, out["location"]["after"].get("first_difference")
 
 
-@pytest.mark.parametrize("args, says", [(["--release", "rows"], "--release must be location, class_rows or both"),
+@pytest.mark.parametrize("args, says", [(["--release", "rows"], "--release must be one of location, class_rows, both"),
                                         (["--changes", "-1"], "--changes must be 0 or more")])
 def test_bench_cluster_refuses_bad_options_before_starting_anything(args, says):
     from typer.testing import CliRunner

@@ -83,8 +83,8 @@ def _post_process(rf: RunFrame, rel: ReleaseRequest) -> PrivateMailRequest:
 def post_process_release(collection: str, release) -> PrivateMailRequest:
     """Server side of iteration-distribute-recursion: the post-processed request for a
     :class:`ReleaseRequest` (object, dict or JSON), computed with the active run's frame."""
-    rel = release if isinstance(release, ReleaseRequest) else parse_request(release)[0]
-    if not isinstance(rel, ReleaseRequest):
+    rel = parse_request(release)[0]  # (a request object comes back as it is)
+    if not getattr(rel, "release_only", False):
         raise RequestError("post_process_release needs a release-only request (format "
                            f"{RELEASE_FORMAT!r}).")
     with connect() as conn:
@@ -157,12 +157,12 @@ def resolve_paper(collection: str, req, raw: str | None, k: int, include_feature
     with run_snapshot(collection, conn, include_features) as (conn, meta):
         coll = meta["coll"]
         rf = run_frame(conn, collection, meta)
-        dim = (req.release if isinstance(req, ReleaseRequest) else req.embedding).shape[1]
+        dim = req.rows.shape[1]
         _check_against_run(rf, req.anchor_ids, dim, req.n_query_rows, max_query_rows, collection, req.collection)
         timings["lookup"] = (time.perf_counter() - t) * 1e3
 
         t = time.perf_counter()
-        if isinstance(req, ReleaseRequest):
+        if req.release_only:
             pm_req = _post_process(rf, req)
             timings["post_process"] = (time.perf_counter() - t) * 1e3
             t = time.perf_counter()
@@ -189,7 +189,7 @@ def resolve_paper(collection: str, req, raw: str | None, k: int, include_feature
                            kahm=kahm_id is not None)
     timings["total"] = (time.perf_counter() - t0) * 1e3
     return {"collection": collection, "run_id": rf.run_id, "k": k, "n_query_rows": C, "rows": out_rows,
-            "release_only": isinstance(req, ReleaseRequest),
+            "release_only": req.release_only,
             "kahm": None if kahm_id is None else {"model_id": int(kahm_id),
                                                   "classes": [int(c) for c in coll["kahm_classes"]]},
             "timings_ms": {a: round(b, 3) for a, b in timings.items()}, "request_log_id": log_id}
@@ -203,9 +203,9 @@ def explain_paper(collection: str, req, k: int, include_features: bool) -> dict[
     with connect() as conn:
         meta = run_row(conn, collection)
         rf = run_frame(conn, collection, meta)
-        dim = (req.release if isinstance(req, ReleaseRequest) else req.embedding).shape[1]
+        dim = req.rows.shape[1]
         _check_against_run(rf, req.anchor_ids, dim, req.n_query_rows, MAX_QUERY_ROWS, collection, req.collection)
-        pm_req = _post_process(rf, req) if isinstance(req, ReleaseRequest) else req
+        pm_req = _post_process(rf, req) if req.release_only else req
         vecs = _vectors(align_request(pm_req, rf.anchor_ids, rf.anchor_embedding))
         kahm_id = meta["coll"].get("kahm_model_id") if outputs_allowed(meta["coll"]) else None
         stmt = _knn_statement(meta["coll"], include_features, kahm_id)  # as resolve runs it

@@ -19,10 +19,9 @@ from ...errors import InvalidInputError, RequestError
 from ..postgres.adapt import json_loads
 from ...protocol import bounds
 from ...protocol.bounds import MAX_K_PRIME, MAX_QUERY_ROWS
-from ...protocol.cell_request import CellRequest
 from ...protocol.class_rows import ClassRowsRequest
 from ...protocol.formats import PRIVATEMAIL_FORMAT
-from ...protocol.paper import PrivateMailRequest, ReleaseRequest
+
 
 #: k and k' (one limit, :data:`pm_vector.protocol.bounds.MAX_K_PRIME`), the name this module gave it
 MAX_K = MAX_K_PRIME
@@ -88,21 +87,14 @@ def parse_request(request) -> tuple[Any, str | None]:
     kind = REQUEST_TYPES.get(fmt) if isinstance(fmt, str) else None
     if kind is None:
         raise RequestError(f"unsupported request format {str(fmt)[:60]!r}; expected one of {sorted(REQUEST_TYPES)}.")
-    if kind is not PrivateMailRequest:
-        try:
-            return kind.from_dict(dict(request) if kind is not ReleaseRequest else request), None
-        except InvalidInputError:
-            raise
-        except (TypeError, ValueError, KeyError) as exc:
-            raise RequestError(f"the {fmt} request has a field of the wrong type ({exc}).") from None
-    if not isinstance(request.get("anchor_ids", []), list):
+    if not isinstance(request.get("anchor_ids", []), list):  # (the paper's documents; no other has the field)
         raise RequestError("anchor_ids must be a list.")
     try:
-        return PrivateMailRequest.from_dict(dict(request)), None
+        return kind.from_dict(dict(request)), None
     except InvalidInputError:
         raise
-    except (TypeError, ValueError) as exc:
-        raise RequestError(f"the request has a field of the wrong type ({exc}).") from None
+    except (TypeError, ValueError, KeyError) as exc:
+        raise RequestError(f"the {fmt} request has a field of the wrong type ({exc}).") from None
 
 
 def outputs_allowed(coll: Mapping) -> bool:
@@ -129,14 +121,10 @@ def _finite_matrix(a, what: str) -> np.ndarray:
     return a
 
 
-def check_rows(req) -> None:
-    from ...protocol.location import LocationRequest
-
-    if isinstance(req, (CellRequest, LocationRequest)):
-        return None  # their reports, level and eps are checked when they are built (__post_init__)
-    if isinstance(req, ClassRowsRequest):
-        return _check_class_rows(req)
-    emb = _finite_matrix(req.release if isinstance(req, ReleaseRequest) else req.embedding, "embedding")
+def check_paper_rows(req) -> None:
+    """The server's checks of the paper's request (either form: :class:`PrivateMailRequest` or
+    :class:`ReleaseRequest`) beyond its type's own; the table of releases names it (``check_request``)."""
+    emb = _finite_matrix(req.rows, "embedding")
     n_q = req.n_query_rows
     if isinstance(n_q, bool) or int(n_q) != n_q or int(n_q) < 1:
         raise RequestError(f"n_query_rows must be a positive integer, got {n_q!r}.")
@@ -145,7 +133,8 @@ def check_rows(req) -> None:
                            f"{len(req.anchor_ids)} anchor rows.")
 
 
-def _check_class_rows(req: ClassRowsRequest) -> None:
+def check_class_rows(req: ClassRowsRequest) -> None:
+    """The server's checks of a class-rows request beyond its type's own (named by the table of releases)."""
     rows = _finite_matrix(req.rows, "rows")
     sig = np.asarray(req.sigmas, dtype=np.float64).reshape(-1)
     if sig.shape[0] != rows.shape[0] or not np.all(np.isfinite(sig)) or np.any(sig <= 0):

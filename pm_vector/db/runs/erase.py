@@ -249,6 +249,20 @@ def _erase_locations(conn, place: Place, plan: Plan) -> None:
     array_rows.write(conn, t, KEY_KINDS, rows)
 
 
+def _always(doc: Mapping[str, Any]) -> bool:
+    return True
+
+
+def _part_ready(part: str) -> Callable[[Mapping[str, Any]], bool]:
+    """Does a run (its ``class_rows`` document) hold the part ``part`` (its ``status`` ``"ready"``)?"""
+    return lambda doc: (doc.get(part) or {}).get("status") == "ready"
+
+
+def _class_rows_and(part: Callable | None = None) -> Callable[[Mapping[str, Any]], bool]:
+    """Ready class rows (and, when given, the part ``part`` too)."""
+    return lambda doc: is_ready(doc) and (part is None or part(doc))
+
+
 @dataclass(frozen=True)
 class RunTable:
     """A per-run table holding items: its kind (``run_<id>_<kind>``), where a sharded run keeps it,
@@ -257,7 +271,7 @@ class RunTable:
     kind: str
     where: str  # "coordinator" | "shards" | "both" (a sharded run's coordinator and its shards)
     erase: Callable[[Any, Place, Plan], None]
-    needs: str = "run"  # "run": always; "class_rows": ready class rows; "cells" / "locations": ready cells / locations
+    present: Callable[[Mapping[str, Any]], bool] = _always  # does a run (its class_rows document) have the table
 
 
 #: every per-run table that holds items (``run_<id>_anchors`` holds none). Order matters only where a
@@ -265,12 +279,15 @@ class RunTable:
 RUN_TABLES: tuple[RunTable, ...] = (
     RunTable("items", "both", _rows_of("items")),
     RunTable("codes", "coordinator", _rows_of("codes")),
-    RunTable("prior", "shards", _erase_prior, "class_rows"),
-    RunTable("neighbors", "shards", _erase_neighbors, "class_rows"),
-    RunTable("hubs", "shards", _erase_hubs, "class_rows"),
-    RunTable("cells", "shards", _erase_cells, "cells"),
-    RunTable("locations", "coordinator", _erase_locations, "locations"),
+    RunTable("prior", "shards", _erase_prior, _class_rows_and()),
+    RunTable("neighbors", "shards", _erase_neighbors, _class_rows_and()),
+    RunTable("hubs", "shards", _erase_hubs, _class_rows_and()),
+    RunTable("cells", "shards", _erase_cells, _class_rows_and(_part_ready("cells"))),
+    RunTable("locations", "coordinator", _erase_locations, _class_rows_and(_part_ready("locations"))),
 )
+
+#: the shard tables an erasure reads through foreign tables that a run may not have
+_SHARD_TABLE_PRESENT = {"cells": _part_ready("cells")}
 
 #: the run tables a private answer reads (``run_<id>_<kind>``), the ONE declaration of them: the
 #: query role (:data:`pm_vector.db.postgres.privileges.QUERY_ROLE`) gets SELECT on these at the
@@ -342,7 +359,7 @@ def places(conn, run_id: int, doc: Mapping[str, Any] | None) -> list[Place]:
             "cells": "level integer, label bigint, cell integer, item_ids bigint[], hubs float8[], chubs float8[]"}
     for s in shards:
         for kind, c in cols.items():
-            if kind == "cells" and (doc.get("cells") or {}).get("status") != "ready":
+            if not _SHARD_TABLE_PRESENT.get(kind, _always)(doc):
                 continue
             conn.execute(f'CREATE FOREIGN TABLE IF NOT EXISTS pm_vector."run_{rid}_{kind}_at_{s}" ({c}) '
                          f'SERVER "pm_shard_{s}" OPTIONS (schema_name \'pm_vector\', table_name \'run_{rid}_{kind}\')')
@@ -364,13 +381,8 @@ def erase_from_run(conn, p: Plan) -> dict[str, Any] | None:
     doc = p.doc
     coord = Place(p.run_id, None)
     shard_places = [q for q in places(conn, p.run_id, doc) if q.shard is not None]
-    cells_ready = (doc.get("cells") or {}).get("status") == "ready"
     for rt in RUN_TABLES:
-        if rt.needs == "class_rows" and not is_ready(doc):
-            continue
-        if rt.needs == "cells" and not (is_ready(doc) and cells_ready):
-            continue
-        if rt.needs == "locations" and not (is_ready(doc) and (doc.get("locations") or {}).get("status") == "ready"):
+        if not rt.present(doc):
             continue
         targets = []
         if rt.where in ("coordinator", "both") or not shard_places:
