@@ -3,8 +3,9 @@
 The compatibility modules kept for one release (``pm_vector.db.server``, ``.engine``, ``.cluster``,
 ``.migrate``, ``.recovery``, ``.replicas``, ``.kahm_common``, ``.resolution``;
 ``pm_vector.client.wire``, ``.published_codes``) were removed, and the five ``cells.py`` modules
-(client, manifold, privacy, protocol, db.runs) were renamed for what each holds; :data:`MOVED` says where their
-names live now. The package faces (``pm_vector.db``, ``pm_vector.client``) keep their public
+(client, manifold, privacy, protocol, db.runs) were renamed for what each holds, as was ``db.store.erase``
+(``db.store.deletes``: ``db.runs.erase`` is the erasure inside a run), and what ``db.store`` and ``db.runs``
+both read moved below them to ``db.core``; :data:`MOVED` says where their names live now. The package faces (``pm_vector.db``, ``pm_vector.client``) keep their public
 names, imported from the real homes.
 """
 
@@ -49,6 +50,15 @@ MOVED = {
                                                                    "cell_weight"]),
     "pm_vector.protocol.cells": ("pm_vector.protocol.cell_request", ["CellRequest"]),
     "pm_vector.db.runs.cells": ("pm_vector.db.runs.cell_data", ["CellsData", "build", "useful_entries"]),
+    # store/ and runs/ in one direction (issue #37): two erase.py in sibling packages; what both read moved below
+    "pm_vector.db.store.erase": ("pm_vector.db.store.deletes", ["delete_items", "ItemNotFoundError", "MAX_DELETE",
+                                                                "erase_or_tombstone", "erase_kahm", "ids_to_erase",
+                                                                "resolve_item_ids", "check_not_attached",
+                                                                "runs_with_tables"]),
+    "pm_vector.db.store._source": ("pm_vector.db.core.features", ["feature_sql", "feature_filter", "quote_ident"]),
+    # (its run lock kind, fail_run and cleanup_stale_runs: pm_vector.db.core.abandoned, beside cleanup)
+    "pm_vector.db.store._common": ("pm_vector.db.core.collection", ["collection_row", "AnchorSet", "load_anchor_set",
+                                                                    "iso_datetime", "worker_identity"]),
 }
 
 

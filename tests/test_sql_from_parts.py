@@ -7,7 +7,7 @@ else -- directly, through a variable assigned so in the same function, or inside
 The allow-list is debt, not a licence (issue #37): each line is a module and how many such calls it
 holds today (run tables named by an integer run id, mostly). A new pasted statement fails this test;
 a module that loses one must lower its count (the test says so), so the list only shrinks. The
-attach and sync path (``db/store/attach.py``, ``sync*.py``, ``_source.py``, ``cli/items.py``) is
+attach and sync path (``db/store/attach.py``, ``sync*.py``, ``db/core/features.py``, ``cli/items.py``) is
 not in it: every name there goes through ``psycopg.sql.Identifier`` / ``Literal``.
 
 Nothing is imported: the modules are read with :mod:`ast`."""
@@ -25,7 +25,7 @@ ALLOW = Path(__file__).parent / "sql_from_parts_allow.txt"
 CALLS = {"execute", "executemany", "copy"}
 #: the attach / sync path: never in the allow-list
 CLEAN = {"db/store/attach.py", "db/store/sync.py", "db/store/sync_items.py", "db/store/sync_rows.py",
-         "db/store/_source.py", "cli/items.py"}
+         "db/core/features.py", "cli/items.py"}
 
 
 def _is_str(node) -> bool:

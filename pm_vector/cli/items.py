@@ -49,7 +49,7 @@ def delete(name: str = typer.Argument(..., help="The collection."),
 
     Example: pm-vector items delete docs --external-ids erase.txt
     """
-    from ..db.store.erase import delete_items
+    from ..db.store.deletes import delete_items
 
     if (ids is None) == (external_ids is None):
         fail("give exactly one of --ids FILE and --external-ids FILE.")

@@ -1,17 +1,22 @@
 """PostgreSQL/pgvector layer of pm_vector: where the server's items, the public anchors and
 the SMLQ embeddings live, and where private queries are answered by pgvector k-NN SQL.
 
-Rooms (each a subpackage whose ``__init__`` says what it holds and names its modules)::
+Rooms (each a subpackage whose ``__init__`` says what it holds and names its modules), bottom
+to top: a room imports only the rooms below it, lazy imports included (``tests/test_layers.py``)::
 
+    errors.py   every database error;  _binary.py  binary COPY / array encoding (shared)
     postgres/   which server, keeping it up, connecting, migrating (config, pgvector check,
                 embedded server, cluster and replicas, engine, migrate)
-    store/      collections, items and payloads, anchor sets, ingest, plain k-NN, the request
-                log, retention, clean-up, the SQLAlchemy models
-    runs/       the embedding job and the per-run data it builds: class rows, cells, sharding
+    core/       what every room reads of a collection: its row, anchor sets and items, where raw
+                features are read from; the clean-up of work whose process died
+    runs/       the embedding job and the derived tables it builds: class rows, cells,
+                locations, sharding, the delta and the merge, the erasure inside a run
+    store/      the write API over items (ingest, delete, update, an attached table's sync),
+                keeping the runs' derived tables in step; collections, payloads, anchor sets,
+                plain k-NN, the request log, retention, the SQLAlchemy models
+    kahm/       KAHM roles: the DP anchor, class models, federation, membership audit
     resolve/    a private request against the active run: checks, public anchor and frames,
                 the run's graph, the class-rows / cell / paper resolves, the answer and its log
-    kahm/       KAHM roles: the DP anchor, class models, federation, membership audit
-    errors.py   every database error;  _binary.py  binary COPY / array encoding (shared)
 
 Server (see :mod:`pm_vector.db.postgres`; the CLI maps ``pm-vector db start|stop|status|url|upgrade``)::
 
@@ -22,7 +27,7 @@ With no configuration a private PostgreSQL 18 + pgvector from the ``embedded-pos
 runs with its data under ``PM_VECTOR_HOME`` (default ``~/.local/share/pm_vector``);
 ``PM_VECTOR_DATABASE_URL`` points pm_vector at any PostgreSQL with pgvector >= 0.7 instead.
 
-Data (see :mod:`pm_vector.db.store.api`, :mod:`pm_vector.db.runs.jobs`)::
+Data (see :mod:`pm_vector.db.store`, :mod:`pm_vector.db.runs.jobs`)::
 
     create_collection(name, dim, labels, metric="l2", allow_raw_features=False, ...) -> dict
     collection_info(name) -> dict          list_collections() -> list[dict]
@@ -33,7 +38,7 @@ Data (see :mod:`pm_vector.db.store.api`, :mod:`pm_vector.db.runs.jobs`)::
     get_anchor_set(collection, role="anchor") -> AnchorSet
     fetch_items(collection, item_ids, include_features=False) -> dict
     delete_items(collection, item_ids=... | external_ids=..., missing_ok=False) -> dict
-                                           (erasure from every run table, :mod:`pm_vector.db.store.erase`)
+                                           (erasure from every run table, :mod:`pm_vector.db.store.deletes`)
     update_items(collection, item_ids=... | external_ids=..., features=, labels=, payloads=) -> dict
     attach_table(name, table=, id_column=, vector_column=, label_column=None, payload_columns=()) -> dict
     sync(name) -> dict                     (a user's table as the collection, :mod:`pm_vector.db.store.attach`,
@@ -110,11 +115,12 @@ from .errors import (
     SchemaNotReadyError,
     UnknownLabelError,
 )
-from .runs.jobs import cleanup_stale_runs, list_runs, run_embedding_job, run_info
+from .core.abandoned import cleanup_stale_runs
+from .runs.jobs import list_runs, run_embedding_job, run_info
 from .runs.new_items import embed_new_items
 from .runs.merge import merge
 from .store.payloads import set_max_payload_bytes
-from .store.erase import ItemNotFoundError, delete_items
+from .store.deletes import ItemNotFoundError, delete_items
 from .store.update import update_items
 from .store.attach import attach_table, sync_rejected, sync_status
 from .store.sync import sync

@@ -66,7 +66,7 @@ def api_error_response(exc: ApiError) -> JSONResponse:
 def _status_of(exc: PMVectorError) -> tuple[int, str]:
     from ..db import errors as dbe
 
-    from ..db.store.erase import ItemNotFoundError
+    from ..db.store.deletes import ItemNotFoundError
 
     if isinstance(exc, (dbe.CollectionNotFoundError, dbe.RunNotFoundError, dbe.NoAnchorSetError, ItemNotFoundError)):
         return 404, "not_found"

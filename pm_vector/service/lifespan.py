@@ -94,7 +94,7 @@ def _make_jobs(settings: ServiceSettings, state: ServiceState):
     if n:
         log.warning("%d job(s) of a stopped service marked interrupted", n)
     try:  # and the runs such jobs left 'running' (no session holds their lock) become failed
-        from ..db.store._common import cleanup_stale_runs
+        from ..db.core.abandoned import cleanup_stale_runs
 
         cleanup_stale_runs()
     except Exception as exc:  # noqa: BLE001 - best effort; `pm-vector db cleanup` does it too

@@ -93,8 +93,7 @@ def test_streamed_copy_equals_the_whole_stream(db, conn, cname):
     into arrays sized by a hint (here too small: grown) and gives what decode() of the whole stream
     gives; the job's item reader (_load_items) gives the rows as ingested."""
     from pm_vector.db import _binary
-    from pm_vector.db.runs.jobs import collection_row
-    from pm_vector.db.store.api import load_items
+    from pm_vector.db.core.collection import collection_row, load_items
 
     X, y = _clustered(700, 24, seed=3)
     db.create_collection(cname, 24, list(range(100)))

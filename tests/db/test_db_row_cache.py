@@ -87,7 +87,7 @@ def test_kept_rows_changed_behind_the_process_or_by_another_version_are_not_used
     from dbtest_helpers import make_extend_fn
 
     from pm_vector.db.runs import array_rows, row_cache
-    from pm_vector.db.store.erase import runs_with_tables
+    from pm_vector.db.store.deletes import runs_with_tables
 
     rng = np.random.default_rng(5)
     y = rng.integers(0, 3, 400)

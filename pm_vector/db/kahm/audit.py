@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidInputError
-from ..store._common import collection_row, iso_datetime
+from ..core.collection import collection_row, iso_datetime
 from ..store._validate import json_safe
 from ..postgres import connect
 from .store import (DEFAULT_SMOOTHING_STEPS, KINDS, ProgressFn, checked_smoothing_steps, job_transaction, kahm_privacy,

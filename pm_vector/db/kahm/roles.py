@@ -47,9 +47,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidInputError
-from ..store._common import collection_row, iso_datetime, worker_identity
+from ..core.collection import collection_row, iso_datetime, load_items, worker_identity
 from ..store._validate import checked_features
-from ..store.api import load_items
 from ..postgres import connect
 from ..errors import DatabaseError, DimensionMismatchError, NoKAHMModelError, RawKAHMDistancesNotAllowedError
 from .anchor import fabricate_anchor_set

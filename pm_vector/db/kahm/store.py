@@ -16,10 +16,9 @@ import numpy as np
 
 from ...defaults import DEFAULT_SMOOTHING_STEPS  # noqa: F401  (the library's, one home)
 from ...errors import InvalidInputError
-from ..store._common import collection_row
+from ..core.collection import collection_row, load_items
 from ..store._names import check_name
-from ..store.api import load_items
-from ..store.maintenance import cleanup
+from ..core.abandoned import cleanup
 from ..postgres import connect
 from ..errors import (DatabaseError, NoKAHMModelError, RawFeaturesNotAllowedError,  # noqa: F401
                       RawKAHMDistancesNotAllowedError, translate_sql_error)

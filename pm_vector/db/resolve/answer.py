@@ -24,7 +24,7 @@ def item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: in
     (:mod:`pm_vector.db.runs.delta`: deleted, its rows not merged yet) is left out: an inner LATERAL
     join on the tombstones' primary key."""
     from ..runs.delta import live_sql
-    from ..store._source import feature_sql
+    from ..core.features import feature_sql
 
     col = "features" if coll["feature_type"] == "vector" else "features_half"
     cols = ((f", i.{col}" if include_features else "") +

@@ -30,7 +30,7 @@ from ...errors import FrameMismatchError, InvalidInputError  # noqa: F401  (Fram
 # the one rebuild of the public frame, its tolerance and its error
 from ...protocol.frame import FRAME_TOLERANCE, rebuild_frame  # noqa: F401
 from .. import _binary
-from ..store._common import collection_row, load_anchor_set
+from ..core.collection import collection_row, load_anchor_set
 from ..postgres import connect
 from ..errors import DatabaseError, NoActiveRunError
 

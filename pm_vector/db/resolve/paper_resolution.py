@@ -121,7 +121,7 @@ def _check_against_run(rf: RunFrame, ids, dim: int, n_query_rows: int, max_query
 
 
 def _knn_statement(coll: Mapping[str, Any], include_features: bool, kahm_model_id: int | None = None) -> str:
-    from ..store._source import feature_sql
+    from ..core.features import feature_sql
 
     col = "features" if coll["feature_type"] == "vector" else "features_half"
     feat = f", i.{col}" if include_features else ""

@@ -5,6 +5,11 @@ injected function), writes the embeddings and their pgvector indexes, and builds
 queries are answered from: the class rows (class frames, retained priors, neighbour graph, hub
 counts, product codes) and the public cells. Only a finished run is switched to active.
 
+Runs are the derived tables; :mod:`pm_vector.db.store` is the write API over items above them and
+calls into here (the delta, new items placed, an erasure inside a run) to keep them in step. This
+package imports nothing of ``store``: what it reads of a collection (its row, anchor sets, items)
+and the clean-up of dead work are in :mod:`pm_vector.db.core` below both (``tests/test_layers.py``).
+
 Modules:
 
 * :mod:`~pm_vector.db.runs.jobs` -- ``run_embedding_job``, ``run_info``, ``list_runs``;
@@ -18,7 +23,7 @@ Modules:
 * :mod:`~pm_vector.db.runs.run_copy` -- binary COPY of a run's tables (a leaf below the two above).
 """
 
-from .jobs import cleanup_stale_runs, list_runs, run_embedding_job, run_info
+from .jobs import list_runs, run_embedding_job, run_info
 from .new_items import embed_new_items
 
-__all__ = ["cleanup_stale_runs", "embed_new_items", "list_runs", "run_embedding_job", "run_info"]
+__all__ = ["embed_new_items", "list_runs", "run_embedding_job", "run_info"]

@@ -117,7 +117,7 @@ def live_sql(run_id_sql: str, item_sql: str) -> str:
 def estimate(conn, coll: Mapping[str, Any], run_id: int, doc: Mapping[str, Any], ids, X) -> dict[int, tuple]:
     """Per published location level M: ``(cells (n,), h (n,), h_r (n,))`` of the new items ``ids`` with
     raw features ``X`` (module doc: their ``g`` nearest by the run's HNSW index, whose rows they have)."""
-    from ..store._source import feature_filter, feature_sql
+    from ..core.features import feature_filter, feature_sql
     from . import run_cells
 
     rid = int(run_id)

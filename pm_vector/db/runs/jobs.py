@@ -40,7 +40,7 @@ Kill safety: until step 5 commits, nothing points at the new run (its class-rows
 included: ``pm_vector.pm_shortlist`` reads the tables of the collection's active run), so
 queries keep using the previous active run whatever happens. A failure in the job marks the
 run ``failed`` and drops its tables (class-rows tables too) before raising. A job that is
-killed leaves a ``running`` row whose lock nobody holds; :func:`cleanup_stale_runs` (run at
+killed leaves a ``running`` row whose lock nobody holds; :func:`~pm_vector.db.core.abandoned.cleanup_stale_runs` (run at
 the start of every job, and by ``pm_vector.db.cleanup()``) marks such runs ``failed`` and
 drops their tables. Triggers make
 sure only a ``succeeded`` run of the same collection, whose tables exist, can ever be active,
@@ -61,10 +61,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ...errors import InvalidInputError, PMVectorError
-from ..store._common import (RUN_LOCK_KIND, collection_row, fail_run, iso_datetime, load_anchor_set,  # noqa: F401
-                             worker_identity, cleanup_stale_runs)
-from ..store.api import load_items
-from ..store.maintenance import cleanup
+from ..core.abandoned import RUN_LOCK_KIND, cleanup, fail_run
+from ..core.collection import collection_row, iso_datetime, load_anchor_set, load_items, worker_identity
 from ..postgres import connect
 from ..errors import EmbeddingJobError, RunNotFoundError, translate_sql_error
 from .embeddings import embedding_matrix, write_embeddings

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import NoActiveRunError
 from ..postgres import connect
-from ..store._common import collection_row
+from ..core.collection import collection_row
 
 
 def merge(collection: str, *, embed_fn=None, embed_fn_extend=None, progress=None, url: str | None = None

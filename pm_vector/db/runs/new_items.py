@@ -20,8 +20,7 @@ from ...errors import PMVectorError
 from .. import _binary
 from ..errors import EmbeddingJobError, NoActiveRunError
 from ..postgres import connect
-from ..store._common import collection_row, load_anchor_set
-from ..store.api import load_items
+from ..core.collection import collection_row, load_anchor_set, load_items
 from .embeddings import embedding_matrix, vector_type, write_embeddings
 from .jobs import ExtendFn, JobProgress
 

@@ -15,7 +15,7 @@ from .. import _binary
 from ..errors import translate_sql_error
 from ..postgres import connect
 from . import partitioned
-from ._common import AnchorSet, collection_row, load_anchor_set
+from ..core.collection import AnchorSet, collection_row, load_anchor_set
 from ._validate import ROLES, checked_features, json_safe, checked_labels
 
 

@@ -1,4 +1,4 @@
-"""Items and the plain k-NN search: items by id, a collection's items by binary COPY, and the
+"""Items and the plain k-NN search: items by id and the
 k nearest items of the active run (``pm_vector.pm_knn`` / ``pm_knn_batch``), without privacy.
 
 Every function connects to :func:`pm_vector.db.postgres.database_url` (the embedded server by
@@ -10,42 +10,18 @@ default), validates its input *before* reading, and raises the exceptions of
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ..._validation import as_matrix
 from ...errors import InvalidInputError
-from .. import _binary
 from ..errors import RawFeaturesNotAllowedError, translate_sql_error
 from ..postgres import connect
-from ._common import collection_row
+from ..core.collection import collection_row
+from ..core.features import feature_sql
 
 # ----------------------------------------------------------------------------- items
-
-def load_items(conn, coll: Mapping[str, Any], where: str = "", *, missing_from_run: int | None = None,
-               in_run: int | None = None) -> dict[str, np.ndarray]:
-    """ids, labels, features (float32) of a collection's items by binary COPY, ordered by id and
-    streamed into arrays sized once: those ``where`` keeps (`` AND ...``, SQL on the items row ``i``;
-    given by the code, never by a user), and with ``missing_from_run`` only the items that have no
-    embedding in that run, with ``in_run`` only those that have one. The run's (anti-)join comes
-    first, then the features: an attached table's are read row by row, so only for the rows kept
-    (an anti-join over 100,000 items read every row's vector twice, 0.36 s of each sync batch)."""
-    from ._source import feature_filter, feature_sql
-
-    rows = f"SELECT i.* FROM pm_vector.items i WHERE i.collection_id = {int(coll['id'])}"
-    if missing_from_run is not None:
-        rows += (f" AND NOT EXISTS (SELECT 1 FROM pm_vector.run_{int(missing_from_run)}_items e "
-                 "WHERE e.item_id = i.id)")
-    if in_run is not None:
-        rows += f" AND EXISTS (SELECT 1 FROM pm_vector.run_{int(in_run)}_items e WHERE e.item_id = i.id)"
-    rows += f" {where}" if where else ""
-    n_hint = conn.execute(f"SELECT count(*) FROM ({rows}) AS q").fetchone()[0]  # an upper bound of the stream's
-    q = (f"SELECT i.id, i.label, {feature_sql(coll)} FROM ({rows} OFFSET 0) AS i WHERE true"
-         + feature_filter(coll) + " ORDER BY i.id")
-    return _binary.copy_out_columns(conn, q, [("id", "int8", 0), ("label", "int8", 0),
-                                              ("features", coll["feature_type"], coll["feature_dim"])], int(n_hint))
-
 
 def fetch_items(collection: str, item_ids: Sequence[int], *, include_features: bool = False) -> dict[str, Any]:
     """Items by id, in the order given: ``{"item_ids", "external_ids", "labels", "payloads"}``
@@ -58,8 +34,6 @@ def fetch_items(collection: str, item_ids: Sequence[int], *, include_features: b
             raise RawFeaturesNotAllowedError(
                 f"collection {collection!r} does not allow returning raw features to clients (its setting "
                 "allow_raw_features is false); create it with allow_raw_features=True to permit it.")
-        from ._source import feature_sql
-
         feat = f", {feature_sql(coll)}" if include_features else ""
         rows = conn.execute(
             f"SELECT i.id, i.external_id, i.label, i.payload{feat} FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(id, o) "

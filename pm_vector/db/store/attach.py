@@ -6,7 +6,7 @@ label_column=None, payload_columns=())`` (also ``pm-vector attach`` and, in SQL,
 ``SELECT pm_vector.pm_attach_table('docs', 'public.documents', 'id', 'embedding')``) makes
 collection ``name`` from the table: its items rows keep the key (``external_id``), the label and
 the payload columns (JSON), and NO features -- every reader of raw features reads the table's
-vector column by key (:mod:`pm_vector.db.store._source`). The run tables (embeddings, codes, lists)
+vector column by key (:mod:`pm_vector.db.core.features`). The run tables (embeddings, codes, lists)
 stay in pm_vector's schema. Rows whose vector is NULL or of another dimension are skipped and
 counted (pgvector refuses NaN and infinite values on input, so a stored vector is finite).
 
@@ -35,7 +35,7 @@ from typing import Any, Sequence
 from ...errors import InvalidInputError
 from ..errors import CollectionNotFoundError, translate_sql_error
 from ..postgres import connect
-from ._common import collection_row, iso_datetime
+from ..core.collection import collection_row, iso_datetime
 from ._names import check_name
 from .payloads import HIGH_KEY, SETTINGS_KEY, check_limit, stored_high
 from .sync_rows import reject_stored_payloads

@@ -20,10 +20,11 @@ from ..._validation import as_labels, as_matrix
 from ...errors import InvalidInputError
 from .. import _binary
 from . import partitioned, payloads as _payload_bound
-from ._common import collection_row, worker_identity
+from ..core.collection import collection_row, worker_identity
 from ._validate import collection_spec, checked_features, checked_labels
 from ..postgres import connect
 from ..errors import CollectionExistsError, DuplicateExternalIdError, translate_sql_error
+from ..runs.new_items import embed_new_items
 
 ProgressFn = Callable[[int, int], None]
 
@@ -139,8 +140,6 @@ def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None
     finally:
         conn.close()
     if embed_fn_extend is not None and spec is None and coll.get("active_run_id") is not None:
-        from ..runs.new_items import embed_new_items
-
         out["placed"] = int(embed_new_items(collection, embed_fn_extend)["n_new"])
     return out
 

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import CollectionExistsError, CollectionNotFoundError
 from ..postgres import connect, session_scope
-from ._common import collection_row, iso_datetime
+from ..core.collection import collection_row, iso_datetime
 from ._validate import collection_spec
 
 

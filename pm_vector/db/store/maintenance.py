@@ -1,91 +1,20 @@
-"""Clean-up of work whose process died, kept consistent with the runs that serve queries.
+"""``pm-vector db cleanup``: everything :func:`pm_vector.db.core.abandoned.cleanup` does (runs
+and ingests whose process died, kept consistent with the runs that serve queries), for every
+collection, plus:
 
-* :func:`cleanup` (run by every embedding job, and by ``pm-vector db cleanup``): stale
-  ``running`` runs (their worker's advisory lock is gone) are marked ``failed`` and their tables
-  dropped; abandoned ``running`` ingests are marked ``failed``.
-* :func:`drop_orphan_run_tables`: ``run_<id>_*`` tables whose run failed or no longer exists.
-* :func:`cleanup_all`: both, for every collection, plus the request log's retention
+* :func:`drop_orphan_run_tables`: ``run_<id>_*`` tables whose run failed or no longer exists;
+* :func:`prune_request_log`: the request log's retention
   (``pm_vector.db.store.retention.prune_request_log``).
 
-Ingests are one transaction (:func:`pm_vector.db.store.api.ingest`), so a killed one leaves nothing to
-delete. Ingests written by older versions committed batch by batch; an abandoned one of those
-may have rows that a run already embedded. Deleting those items would leave the run's tables
-pointing at nothing (every resolve answered 0 neighbours), so such rows are kept and the ingest
-is marked failed saying so; rows no run holds are deleted.
+:func:`cleanup_all` runs all three.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ._common import collection_row, cleanup_stale_runs
+from ..core.abandoned import cleanup
 from ..postgres import connect
-
-INGEST_LOCK_KIND = 2
-
-
-def _runs_holding(conn, cid: int, ingest_id: int) -> list[int]:
-    """Runs of the collection (not failed, tables present) whose items table has a row of the ingest."""
-    runs = conn.execute(
-        "SELECT id FROM pm_vector.embedding_runs WHERE collection_id = %s AND status <> 'failed' "
-        "AND to_regclass(pm_vector.pm_run_table(id, 'items')) IS NOT NULL ORDER BY id", [cid]).fetchall()
-    held = []
-    for (rid,) in runs:
-        hit = conn.execute(
-            f"SELECT EXISTS (SELECT 1 FROM pm_vector.run_{int(rid)}_items r JOIN pm_vector.items i "
-            "ON i.id = r.item_id WHERE i.collection_id = %s AND i.ingest_id = %s)", [cid, ingest_id]).fetchone()[0]
-        if hit:
-            held.append(int(rid))
-    return held
-
-
-def _abandoned_ingests(collection: str | None) -> list[int]:
-    done: list[int] = []
-    with connect() as conn:
-        cid = None
-        if collection is not None:
-            cid = collection_row(conn, collection)["id"]
-        rows = conn.execute(
-            "SELECT id, collection_id FROM pm_vector.ingests WHERE status = 'running' "
-            "AND (%s::bigint IS NULL OR collection_id = %s) "
-            f"AND NOT pm_vector.pm_lock_held(pm_vector.pm_lock_key({INGEST_LOCK_KIND}, id))", [cid, cid]).fetchall()
-        conn.rollback()
-        for iid, c in rows:
-            conn.execute("SET LOCAL lock_timeout = '30s'")
-            row = conn.execute("SELECT status FROM pm_vector.ingests WHERE id = %s FOR UPDATE", [iid]).fetchone()
-            held = conn.execute(f"SELECT pm_vector.pm_lock_held(pm_vector.pm_lock_key({INGEST_LOCK_KIND}, %s))",
-                                [iid]).fetchone()[0]
-            if row is None or row[0] != "running" or held:
-                conn.rollback()
-                continue
-            # as a job's switch does (NO KEY: running ingests hold KEY SHARE through their foreign
-            # key); no switch happens between the check below and the delete
-            conn.execute("SELECT 1 FROM pm_vector.collections WHERE id = %s FOR NO KEY UPDATE", [c])
-            runs = _runs_holding(conn, c, iid)
-            if runs:
-                msg = (f"abandoned: its process ended before the ingest finished; its rows were kept because "
-                       f"run(s) {runs} already embedded them")
-            else:
-                conn.execute("DELETE FROM pm_vector.items WHERE collection_id = %s AND ingest_id = %s", [c, iid])
-                msg = "abandoned: its process ended before the ingest finished; its rows were deleted"
-            conn.execute("UPDATE pm_vector.ingests SET status = 'failed', finished_at = now(), error = %s "
-                         "WHERE id = %s", [msg, iid])
-            conn.commit()
-            done.append(int(iid))
-    return done
-
-
-def cleanup(collection: str | None = None) -> dict[str, list[int]]:
-    """Find work whose process died and undo it; returns ``{"runs": [...], "ingests": [...]}``.
-
-    A ``running`` embedding run or ingest whose advisory lock no session holds has lost its
-    worker (process killed, connection gone). Such runs are marked ``failed`` and their tables
-    dropped (they were never active); such ingests are marked ``failed`` and their rows deleted
-    unless a run already embedded them (see the module doc). Safe to run any time, from any
-    process; never removes a row an active run serves.
-    """
-    runs = cleanup_stale_runs(collection)
-    return {"runs": runs, "ingests": _abandoned_ingests(collection)}
 
 
 def orphan_run_tables(conn) -> dict[int, list[str]]:

@@ -246,7 +246,7 @@ def set_max_payload_bytes(collection: str, max_payload_bytes: int) -> dict[str, 
     Lowering it below a payload already stored is refused (the stored items keep being served as
     they are, and every answer stays within the bound); the check and the change are one
     transaction that excludes concurrent ingests' commits."""
-    from ._common import collection_row
+    from ..core.collection import collection_row
     from ..postgres import connection
 
     check_name(collection)

@@ -12,7 +12,7 @@ from typing import Any
 
 from ...errors import InvalidInputError
 from ..postgres import connect
-from ._common import iso_datetime
+from ..core.collection import iso_datetime
 from ._validate import json_safe
 
 

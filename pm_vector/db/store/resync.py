@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import translate_sql_error
 from ..postgres import connect
-from ._common import collection_row
+from ..core.collection import collection_row
 from .attach import sync
 
 

@@ -4,7 +4,7 @@
 ``sync_interval_s``) applies the queue ``pm_vector.attach_changes`` in order, in batches, each ONE
 transaction that also deletes the queue rows it applied: exactly once, and a sync killed at any
 point leaves the old state and its queue for the next sync to resume. Per key, the batch's net
-effect: a row gone or no longer valid erases its item (:mod:`pm_vector.db.store.erase`'s erasure: a
+effect: a row gone or no longer valid erases its item (:mod:`pm_vector.db.store.deletes`'s erasure: a
 tombstone in the runs that take the delta, :mod:`pm_vector.db.runs.delta`); a new row, or a changed
 vector or label, replaces the item (erase the old, insert the new, placed in the active run's delta
 as ``embed --new-items`` does); a change of other columns updates
@@ -35,8 +35,13 @@ import numpy as np
 from ...errors import InvalidInputError
 from ..postgres import connect
 from . import sync_rows
-from ._common import collection_row
+from ..core.collection import collection_row, load_items
+from ..runs import array_rows, prior_rows, row_cache
+from ..runs.delta import takes_delta
+from ..runs.jobs import anchor_frame_extend_fn
+from ..runs.new_items import embed_new_items
 from .capture import check_attached
+from .deletes import erase_kahm, erase_or_tombstone, runs_with_tables
 from .payloads import bump_answers_version, payload_bytes, raise_high
 from .sync_items import RunItems
 
@@ -102,9 +107,6 @@ def sync_pending(url: str | None = None) -> dict[str, Any]:
 
 def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: str | None = None
                 ) -> dict[str, Any] | None:
-    from ..runs import array_rows, prior_rows, row_cache
-    from .erase import erase_kahm, erase_or_tombstone, runs_with_tables
-
     with connect(url, watch_client=True) as conn:
         coll = collection_row(conn, collection, lock="FOR NO KEY UPDATE")
         att = (coll["settings"] or {}).get("attached")
@@ -183,15 +185,10 @@ def _place_new(conn, collection: str, coll, embed_fn_extend, run_items: RunItems
     (an :class:`InvalidInputError` of its own, e.g. a vector with no anchor near it) are found by
     halving, their items rows removed, and the others placed: returns ``[(key, reason)]`` of the
     refused ones (empty when every row was placed)."""
-    from ..runs.jobs import anchor_frame_extend_fn
-    from ..runs.new_items import embed_new_items
-    from .api import load_items
-
     rid = int(coll["active_run_id"])
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0] or {}
     if doc.get("shards"):
         return []
-    from ..runs.delta import takes_delta
 
     # (a run that takes the delta places them without its items: delta.place)
     ready = doc.get("status") == "ready" and not takes_delta(doc, coll)

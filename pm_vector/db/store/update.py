@@ -1,11 +1,11 @@
 """Updating items: ``update_items(collection, item_ids=... | external_ids=..., features=, labels=, payloads=)``.
 
-ONE transaction (the collection row held ``FOR NO KEY UPDATE``, as :mod:`pm_vector.db.store.erase`):
+ONE transaction (the collection row held ``FOR NO KEY UPDATE``, as :mod:`pm_vector.db.store.deletes`):
 
 * a **payload-only** change rewrites ``items.payload`` and touches no run data (the payload is
   joined to answers by item id; the run tables never hold it);
 * a **feature or label** change is a delete and an insert under the same external id: the old
-  item is tombstoned (:func:`pm_vector.db.store.erase.erase_or_tombstone`), a new item
+  item is tombstoned (:func:`pm_vector.db.store.deletes.erase_or_tombstone`), a new item
   (a new item id) takes its external id, payload (or the new one) and the new features / label,
   and is placed in the active run as ``embed --new-items`` places new items
   (:func:`pm_vector.db.runs.new_items.embed_new_items` in this transaction; ``embed_fn_extend``, the
@@ -23,9 +23,11 @@ import numpy as np
 
 from ...errors import InvalidInputError
 from ..postgres import connect
-from ._common import collection_row
+from ..core.collection import collection_row
+from ..runs.jobs import anchor_frame_extend_fn
+from ..runs.new_items import embed_new_items
 from ._validate import checked_features, checked_labels
-from .erase import erase_kahm, erase_or_tombstone, ids_to_erase, check_not_attached, resolve_item_ids, runs_with_tables
+from .deletes import erase_kahm, erase_or_tombstone, ids_to_erase, check_not_attached, resolve_item_ids, runs_with_tables
 from .payloads import bump_answers_version, check_payloads, limit_of, raise_high
 
 UNSET = object()
@@ -35,12 +37,9 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
                  payloads: Any = UNSET, embed_fn_extend=None) -> dict[str, Any]:
     """Change the features, labels and/or payloads of items given by ``item_ids`` or ``external_ids``
     (one row of ``features`` / ``labels`` / ``payloads`` per id, in the order given), in one
-    transaction (module doc). Unknown ids raise :class:`~pm_vector.db.store.erase.ItemNotFoundError`
+    transaction (module doc). Unknown ids raise :class:`~pm_vector.db.store.deletes.ItemNotFoundError`
     and change nothing. Returns ``{"collection", "updated", "item_ids" (old -> new), "placed",
     "seconds"}``."""
-    from ..runs.jobs import anchor_frame_extend_fn
-    from ..runs.new_items import embed_new_items
-
     kind, vals = ids_to_erase(item_ids, external_ids)
     given = list(item_ids if item_ids is not None else external_ids)
     if len(vals) != len(given):

@@ -15,7 +15,7 @@ router = APIRouter()
 
 
 def _delete_sync(name: str, media: str, body: bytes, settings: ServiceSettings):
-    from ...db.store.erase import delete_items
+    from ...db.store.deletes import delete_items
     from ..documents import plain_json
 
     b = parse_model(schemas.DeleteItemsBody, media, body, settings)

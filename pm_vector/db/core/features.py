@@ -1,7 +1,8 @@
 """Where a collection's raw features are read from: ``pm_vector.items`` (``features`` /
 ``features_half``), or -- for a collection attached to a user's table (migration 0015,
 :mod:`pm_vector.db.store.attach`) -- that table's vector column, by the item's key. One home for the
-SQL expression every reader of raw features uses (the job's loads, ``fetch_items``, resolve)."""
+SQL expression every reader of raw features uses (the job's loads, ``fetch_items``, the delta,
+resolve)."""
 
 from __future__ import annotations
 
