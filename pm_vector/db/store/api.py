@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from psycopg import sql
 
 from ..._validation import as_matrix
 from ...errors import InvalidInputError
@@ -23,7 +24,7 @@ from ._common import collection_row
 
 # ----------------------------------------------------------------------------- items
 
-def load_items(conn, coll: Mapping[str, Any], where: str = "", *, missing_from_run: int | None = None,
+def load_items(conn, coll: Mapping[str, Any], where: str | sql.Composable = "", *, missing_from_run: int | None = None,
                in_run: int | None = None) -> dict[str, np.ndarray]:
     """ids, labels, features (float32) of a collection's items by binary COPY, ordered by id and
     streamed into arrays sized once: those ``where`` keeps (`` AND ...``, SQL on the items row ``i``;
@@ -31,18 +32,22 @@ def load_items(conn, coll: Mapping[str, Any], where: str = "", *, missing_from_r
     embedding in that run, with ``in_run`` only those that have one. The run's (anti-)join comes
     first, then the features: an attached table's are read row by row, so only for the rows kept
     (an anti-join over 100,000 items read every row's vector twice, 0.36 s of each sync batch)."""
+    from ..run_tables import run_table
     from ._source import feature_filter, feature_sql
 
-    rows = f"SELECT i.* FROM pm_vector.items i WHERE i.collection_id = {int(coll['id'])}"
+    # no parameters, literals: an attached table's names may hold a '%' (feature_sql)
+    rows = [sql.SQL("SELECT i.* FROM pm_vector.items i WHERE i.collection_id = {}").format(sql.Literal(int(coll["id"])))]
     if missing_from_run is not None:
-        rows += (f" AND NOT EXISTS (SELECT 1 FROM pm_vector.run_{int(missing_from_run)}_items e "
-                 "WHERE e.item_id = i.id)")
+        rows.append(sql.SQL("AND NOT EXISTS (SELECT 1 FROM {} e WHERE e.item_id = i.id)").format(
+            run_table(missing_from_run, "items")))
     if in_run is not None:
-        rows += f" AND EXISTS (SELECT 1 FROM pm_vector.run_{int(in_run)}_items e WHERE e.item_id = i.id)"
-    rows += f" {where}" if where else ""
-    n_hint = conn.execute(f"SELECT count(*) FROM ({rows}) AS q").fetchone()[0]  # an upper bound of the stream's
-    q = (f"SELECT i.id, i.label, {feature_sql(coll)} FROM ({rows} OFFSET 0) AS i WHERE true"
-         + feature_filter(coll) + " ORDER BY i.id")
+        rows.append(sql.SQL("AND EXISTS (SELECT 1 FROM {} e WHERE e.item_id = i.id)").format(run_table(in_run, "items")))
+    if where:
+        rows.append(where if isinstance(where, sql.Composable) else sql.SQL(where))
+    rows = sql.SQL(" ").join(rows)
+    n_hint = conn.execute(sql.SQL("SELECT count(*) FROM ({}) AS q").format(rows)).fetchone()[0]  # an upper bound of the stream's
+    q = sql.SQL("SELECT i.id, i.label, {} FROM ({} OFFSET 0) AS i WHERE true{} ORDER BY i.id").format(
+        feature_sql(coll), rows, feature_filter(coll))
     return _binary.copy_out_columns(conn, q, [("id", "int8", 0), ("label", "int8", 0),
                                               ("features", coll["feature_type"], coll["feature_dim"])], int(n_hint))
 
@@ -60,11 +65,12 @@ def fetch_items(collection: str, item_ids: Sequence[int], *, include_features: b
                 "allow_raw_features is false); create it with allow_raw_features=True to permit it.")
         from ._source import feature_sql
 
-        feat = f", {feature_sql(coll)}" if include_features else ""
-        rows = conn.execute(
-            f"SELECT i.id, i.external_id, i.label, i.payload{feat} FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(id, o) "
-            "LEFT JOIN pm_vector.items i ON i.id = u.id AND i.collection_id = %s ORDER BY u.o",
-            [ids.tolist(), coll["id"]]).fetchall()
+        feat = sql.SQL(", {}").format(feature_sql(coll)) if include_features else sql.SQL("")
+        # the ids literals, no parameters: an attached table's names may hold a '%' (feature_sql)
+        rows = conn.execute(sql.SQL(
+            "SELECT i.id, i.external_id, i.label, i.payload{} FROM unnest({}::bigint[]) WITH ORDINALITY AS u(id, o) "
+            "LEFT JOIN pm_vector.items i ON i.id = u.id AND i.collection_id = {} ORDER BY u.o").format(
+                feat, sql.Literal(ids.tolist()), sql.Literal(int(coll["id"])))).fetchall()
     missing = [int(ids[k]) for k, r in enumerate(rows) if r[0] is None]
     if missing:
         raise InvalidInputError(f"item id(s) {missing[:5]} are not in collection {collection!r}.")
