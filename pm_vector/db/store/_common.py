@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
+from psycopg import sql
 
 from ...errors import InvalidInputError
 from .. import _binary
@@ -28,16 +29,22 @@ def worker_identity() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid()}
 
 
+#: the row locks :func:`collection_row` takes
+ROW_LOCKS = ("", "FOR UPDATE", "FOR NO KEY UPDATE", "FOR SHARE", "FOR KEY SHARE")
+
+
 def collection_row(conn, name: str, *, lock: str = "") -> dict[str, Any]:
-    """The collection's row as a dict, or CollectionNotFoundError. ``lock``: '' | 'FOR UPDATE' | 'FOR SHARE'."""
+    """The collection's row as a dict, or CollectionNotFoundError. ``lock``: one of :data:`ROW_LOCKS`."""
+    if lock not in ROW_LOCKS:
+        raise ValueError(f"lock must be one of {ROW_LOCKS}, not {lock!r}")
     if not isinstance(name, str):
         raise InvalidInputError(f"collection must be a name (str), got {type(name).__name__}.")
     from psycopg.rows import dict_row
 
     with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
+        cur.execute(sql.SQL(
             "SELECT id, name, feature_dim, feature_type, metric, labels, settings, active_run_id, created_at "
-            f"FROM pm_vector.collections WHERE name = %s {lock}", [name])
+            "FROM pm_vector.collections WHERE name = %s {}").format(sql.SQL(lock)), [name])
         row = cur.fetchone()
     if row is None:
         raise CollectionNotFoundError(
@@ -89,8 +96,8 @@ def load_anchor_set(conn, coll: Mapping[str, Any], role: str, anchor_set_id: int
     set_id, description, created_at, n_rows, provenance = row
     ftype = coll["feature_type"]
     col = "features" if ftype == "vector" else "features_half"
-    buf = _binary.copy_out(conn, f"SELECT position, label, {col} FROM pm_vector.anchors "
-                                 f"WHERE anchor_set_id = {int(set_id)} ORDER BY position")
+    buf = _binary.copy_out(conn, sql.SQL("SELECT position, label, {} FROM pm_vector.anchors WHERE anchor_set_id = {} "
+                                         "ORDER BY position").format(sql.Identifier(col), sql.Literal(int(set_id))))
     d = _binary.decode([("position", "int4", 0), ("label", "int8", 0), ("f", ftype, coll["feature_dim"])], buf)
     if d["position"].size != n_rows or np.any(d["position"] != np.arange(n_rows)):
         raise NoAnchorSetError(f"anchor set {set_id} of collection {coll['name']!r} is incomplete.")

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from psycopg import sql
+
+from ..run_tables import run_table
 from ._common import collection_row, cleanup_stale_runs
 from ..postgres import connect
 
@@ -32,8 +35,9 @@ def _runs_holding(conn, cid: int, ingest_id: int) -> list[int]:
     held = []
     for (rid,) in runs:
         hit = conn.execute(
-            f"SELECT EXISTS (SELECT 1 FROM pm_vector.run_{int(rid)}_items r JOIN pm_vector.items i "
-            "ON i.id = r.item_id WHERE i.collection_id = %s AND i.ingest_id = %s)", [cid, ingest_id]).fetchone()[0]
+            sql.SQL("SELECT EXISTS (SELECT 1 FROM {} r JOIN pm_vector.items i ON i.id = r.item_id "
+                    "WHERE i.collection_id = %s AND i.ingest_id = %s)").format(run_table(rid, "items")),
+            [cid, ingest_id]).fetchone()[0]
         if hit:
             held.append(int(rid))
     return held
@@ -48,13 +52,13 @@ def _abandoned_ingests(collection: str | None) -> list[int]:
         rows = conn.execute(
             "SELECT id, collection_id FROM pm_vector.ingests WHERE status = 'running' "
             "AND (%s::bigint IS NULL OR collection_id = %s) "
-            f"AND NOT pm_vector.pm_lock_held(pm_vector.pm_lock_key({INGEST_LOCK_KIND}, id))", [cid, cid]).fetchall()
+            "AND NOT pm_vector.pm_lock_held(pm_vector.pm_lock_key(%s, id))", [cid, cid, INGEST_LOCK_KIND]).fetchall()
         conn.rollback()
         for iid, c in rows:
             conn.execute("SET LOCAL lock_timeout = '30s'")
             row = conn.execute("SELECT status FROM pm_vector.ingests WHERE id = %s FOR UPDATE", [iid]).fetchone()
-            held = conn.execute(f"SELECT pm_vector.pm_lock_held(pm_vector.pm_lock_key({INGEST_LOCK_KIND}, %s))",
-                                [iid]).fetchone()[0]
+            held = conn.execute("SELECT pm_vector.pm_lock_held(pm_vector.pm_lock_key(%s, %s))",
+                                [INGEST_LOCK_KIND, iid]).fetchone()[0]
             if row is None or row[0] != "running" or held:
                 conn.rollback()
                 continue
