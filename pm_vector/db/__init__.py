@@ -12,6 +12,7 @@ Rooms (each a subpackage whose ``__init__`` says what it holds and names its mod
                 the run's graph, the class-rows / cell / paper resolves, the answer and its log
     kahm/       KAHM roles: the DP anchor, class models, federation, membership audit
     errors.py   every database error;  _binary.py  binary COPY / array encoding (shared)
+    run_tables.py  a run's table names as sql.Identifier (the one home; shared)
 
 Server (see :mod:`pm_vector.db.postgres`; the CLI maps ``pm-vector db start|stop|status|url|upgrade``)::
 
