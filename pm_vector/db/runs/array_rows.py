@@ -160,7 +160,7 @@ def _read(conn, table: sql.Composable, keys: tuple[str, ...], where: str | sql.C
     q = sql.SQL("SELECT {cols}, array_send({t}.item_ids), array_send({t}.hubs), array_send({t}.chubs) "
                 "FROM {t} {join} WHERE {where}{lock}").format(
         cols=cols, t=table, join=_sql(join), where=_sql(where),
-        lock=sql.SQL(" FOR UPDATE OF {}").format(table.relname) if lock else sql.SQL(""))
+        lock=sql.SQL(" FOR UPDATE OF {}").format(getattr(table, "relname", table)) if lock else sql.SQL(""))
     out = []
     with conn.cursor(binary=True) as cur:
         for r in cur.execute(q, params).fetchall():
