@@ -1,31 +1,40 @@
-"""SQL built from parts, never pasted (issue #35, build item 3): no call of ``execute``,
-``executemany`` or ``copy`` in pm_vector (a connection's, a cursor's) whose SQL is an f-string with
-interpolated values, a ``%``-format, a ``.format`` of a string or a ``+`` of a string with something
-else -- directly, through a variable assigned so in the same function, or inside ``sql.SQL(...)``
--- except those counted in ``tests/sql_from_parts_allow.txt``.
+"""SQL built from parts, never pasted (issue #35, build item 3; issue #37, build item 5): in pm_vector
 
-The allow-list is debt, not a licence (issue #37): each line is a module and how many such calls it
-holds today (run tables named by an integer run id, mostly). A new pasted statement fails this test;
-a module that loses one must lower its count (the test says so), so the list only shrinks. The
-attach and sync path (``db/store/attach.py``, ``sync*.py``, ``db/core/features.py``, ``cli/items.py``) is
-not in it: every name there goes through ``psycopg.sql.Identifier`` / ``Literal``.
+* no call of ``execute``, ``executemany`` or ``copy`` (a connection's, a cursor's) whose SQL is an
+  f-string with interpolated values, a ``%``-format, a ``.format`` of a string or a ``+`` of a
+  string with something else -- directly, through a variable assigned so in the same function, or
+  inside ``sql.SQL(...)``;
+* no SQL text built so anywhere else either (:func:`sql_text`): a helper returning a fragment or a
+  statement that another function executes (``live_sql``, ``feature_sql``), a template filled
+  with ``.format``, a string passed to a COPY helper -- any pasted string whose words read as SQL
+  (``SELECT``, ``FROM``, ``WHERE``, ``JOIN``, ``DELETE FROM``, ...), an exception's message aside;
+* no run table named by pasting (:func:`run_names`): ``run_{id}_...`` in any pasted string, SQL
+  words or not (``t = f"pm_vector.run_{rid}_locations"``); :func:`pm_vector.db.run_tables.run_table`
+  is the one home of that name, a ``sql.Identifier``
+
+-- none, anywhere in pm_vector, bench included (issue #37 paid the debt the allow-list counted: about 100
+statements in 34 modules, mostly run tables named by pasting their integer id). An identifier goes
+through ``psycopg.sql.Identifier`` (a run's table through :func:`pm_vector.db.run_tables.run_table`),
+a constant of the code through ``sql.Literal`` or a parameter.
 
 Nothing is imported: the modules are read with :mod:`ast`."""
 
 from __future__ import annotations
 
 import ast
-from collections import Counter
+import re
 from pathlib import Path
 
 import pm_vector
 
 ROOT = Path(pm_vector.__file__).parent
-ALLOW = Path(__file__).parent / "sql_from_parts_allow.txt"
 CALLS = {"execute", "executemany", "copy"}
-#: the attach / sync path: never in the allow-list
-CLEAN = {"db/store/attach.py", "db/store/sync.py", "db/store/sync_items.py", "db/store/sync_rows.py",
-         "db/core/features.py", "cli/items.py"}
+#: the one home of a run table's name (``run_<id>_<kind>``), as a ``sql.Identifier``
+NAMES_HOME = "db/run_tables.py"
+#: SQL words (upper case, as pm_vector writes its SQL) that make a pasted string SQL text
+SQL_WORDS = re.compile(r"\b(SELECT|INSERT INTO|UPDATE \S+ (AS \S+ )?SET|DELETE FROM|(CREATE|DROP|ALTER) (TEMP|TABLE|INDEX|"
+                       r"FOREIGN|UNIQUE|UNLOGGED)|ANALYZE|COPY|FROM|WHERE|JOIN|NOT EXISTS|ORDER BY|GROUP BY|REINDEX|"
+                       r"TRUNCATE|VALUES|AND|OR|ON CONFLICT|GRANT|REVOKE)\b")
 
 
 def _is_str(node) -> bool:
@@ -59,10 +68,65 @@ def _sql_arg(call: ast.Call):
     return next((k.value for k in call.keywords if k.arg in ("query", "statement")), None)
 
 
+def _text(node) -> str:
+    """The literal text of a string, an f-string, or a ``+`` of them (the pasted parts left out)."""
+    if _is_str(node):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value for v in node.values if _is_str(v))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _text(node.left) + " " + _text(node.right)
+    return ""
+
+
+def _pasted_text(node) -> str | None:
+    """The literal text of ``node`` when it pastes values into a string (None: it does not)."""
+    if isinstance(node, ast.JoinedStr) and any(isinstance(v, ast.FormattedValue) for v in node.values):
+        return _text(node)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and _is_str(node.left):
+        return node.left.value
+    if isinstance(node, ast.Attribute) and node.attr == "format" and _is_str(node.value):  # a template's format
+        return node.value.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and pasted(node):
+        return _text(node)
+    return None
+
+
+def _messages(tree) -> set[int]:
+    """ids of the nodes inside an exception's message (a ``raise``, a call of ``...Error(...)``)."""
+    out = set()
+    for n in ast.walk(tree):
+        name = getattr(getattr(n, "func", None), "id", None) or getattr(getattr(n, "func", None), "attr", None) or ""
+        if isinstance(n, ast.Raise) or (isinstance(n, ast.Call) and name.endswith(("Error", "Exception", "Warning"))):
+            out |= {id(m) for m in ast.walk(n)}
+    return out
+
+
+def sql_text(tree) -> set[int]:
+    """Lines of pasted strings whose words read as SQL, wherever they are built."""
+    skip = _messages(tree)
+    return {n.lineno for n in ast.walk(tree) if id(n) not in skip
+            and (t := _pasted_text(n)) is not None and SQL_WORDS.search(t)}
+
+
+def run_names(tree) -> set[int]:
+    """Lines of f-strings that paste a run table's name: ``run_`` followed by an interpolated value."""
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.JoinedStr):
+            vs = n.values
+            if any(_is_str(a) and a.value.endswith("run_") and isinstance(b, ast.FormattedValue)
+                   for a, b in zip(vs, vs[1:])):
+                out.add(n.lineno)
+    return out
+
+
 def scan(path: Path) -> list[int]:
-    """Line numbers of the pasted statements of one module."""
+    """Line numbers of the pasted SQL of one module."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    found = set()
+    found = sql_text(tree)
+    if not str(path).endswith(NAMES_HOME):
+        found |= run_names(tree)
     for scope in ast.walk(tree):
         if not isinstance(scope, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
@@ -86,28 +150,11 @@ def scan(path: Path) -> list[int]:
     return sorted(found)
 
 
-def _allowed() -> Counter:
-    out = Counter()
-    for line in ALLOW.read_text(encoding="utf-8").splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            path, n = line.split()
-            out[path] = int(n)
-    return out
-
-
-def test_no_sql_is_pasted_beyond_the_allow_list():
-    allowed = _allowed()
-    assert not CLEAN & set(allowed), "the attach / sync path builds every statement from parts"
+def test_no_sql_is_pasted():
     found = {str(p.relative_to(ROOT)): scan(p) for p in sorted(ROOT.rglob("*.py"))}
-    found = {k: v for k, v in found.items() if v}
-    over = [f"{k}: lines {v} ({len(v)} found, {allowed.get(k, 0)} allowed)" for k, v in found.items()
-            if len(v) > allowed.get(k, 0)]
-    assert not over, ("SQL pasted from values (build it with psycopg.sql.SQL / Identifier / Literal, or pass the "
-                      "value as a parameter): " + "; ".join(over))
-    under = [f"{k}: {len(found.get(k, []))} found, {n} allowed" for k, n in allowed.items()
-             if len(found.get(k, [])) < n]
-    assert not under, "lower these counts in tests/sql_from_parts_allow.txt (debt paid): " + "; ".join(under)
+    found = [f"{k}: lines {v}" for k, v in found.items() if v]
+    assert not found, ("SQL pasted from values (build it with psycopg.sql.SQL / Identifier / Literal, a run's table "
+                       "with pm_vector.db.run_tables.run_table, or pass the value as a parameter): " + "; ".join(found))
 
 
 def test_the_scan_finds_each_form():
@@ -127,10 +174,18 @@ def test_the_scan_finds_each_form():
             conn.execute("SELECT %s", [c])
             conn.execute(sql.SQL("SELECT {} FROM {}").format(sql.Identifier(c), sql.Identifier(t)))
             conn.execute("SELECT 1 " "FROM t")
+
+        def live(run_sql):
+            return f"NOT EXISTS (SELECT 1 FROM z WHERE z.run_id = {run_sql})"  # 16
+
+        def table(rid):
+            t = f"pm_vector.run_{int(rid)}_locations"                        # 19
+            raise ValueError(f"no rows FROM {t}")
+        TEMPLATE = "SELECT {} FROM pm_vector.items".format                     # 21
         ''')
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "m.py"
         p.write_text(src)
-        assert scan(p) == [3, 4, 5, 6, 8, 9, 10]
+        assert scan(p) == [3, 4, 5, 6, 7, 8, 9, 10, 16, 19, 21]

@@ -30,6 +30,7 @@ import time
 import uuid
 
 import numpy as np
+from psycopg import sql
 
 
 def _sizes_mb(conn, table: str, name: str) -> dict:
@@ -50,26 +51,32 @@ class Changes:
     updates, 20 % deletes, of live rows chosen at random."""
 
     def __init__(self, table: str, X, y, items: int, rng, vec):
+        self.ident = table_ident(table)
         self.table, self.X, self.y, self.items, self.rng, self.vec = table, X, y, items, rng, vec
         self.nxt, self.live = items, list(range(1, items + 1))
 
     def one(self, w) -> None:
-        r, t, rng = self.rng.random(), self.table, self.rng
+        r, t, rng = self.rng.random(), self.ident, self.rng
         if r < 0.3:
-            w.execute(f"INSERT INTO {t} VALUES (%s, %s::vector, %s, 'new')",
+            w.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s::vector, %s, 'new')").format(t),
                       [self.nxt + 1, self.vec(self.X[self.nxt]), int(self.y[self.nxt])])
             self.nxt += 1
             self.live.append(self.nxt)
         elif r < 0.6:
             i = self.live[int(rng.integers(len(self.live)))]
-            w.execute(f"UPDATE {t} SET embedding = %s::vector WHERE id = %s",
+            w.execute(sql.SQL("UPDATE {} SET embedding = %s::vector WHERE id = %s").format(t),
                       [self.vec(self.X[int(rng.integers(self.items))]), i])
         elif r < 0.8:
             i = self.live[int(rng.integers(len(self.live)))]
-            w.execute(f"UPDATE {t} SET title = 'edited' WHERE id = %s", [i])
+            w.execute(sql.SQL("UPDATE {} SET title = 'edited' WHERE id = %s").format(t), [i])
         else:
             i = self.live.pop(int(rng.integers(len(self.live))))
-            w.execute(f"DELETE FROM {t} WHERE id = %s", [i])
+            w.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(t), [i])
+
+
+def table_ident(table: str) -> sql.Identifier:
+    """The benchmark's table ``schema.name`` (a name it made: no dot or quote inside a part) as an identifier."""
+    return sql.Identifier(*table.split("."))
 
 
 def _batches(name: str, stream: Changes, sizes: list[int], repeats: int, say, compare_kept: bool = False) -> dict:
@@ -254,7 +261,7 @@ def _summarise_changes(conn, name: str, table: str, commits: list, syncs: list, 
                       if delays else None)
     out["errors"] = len(errors)
     out["error_samples"] = errors[:3]
-    valid = conn.execute(f"SELECT count(*) FROM {table} WHERE embedding IS NOT NULL").fetchone()[0]
+    valid = conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE embedding IS NOT NULL").format(table_ident(table))).fetchone()[0]
     have, distinct = conn.execute(
         "SELECT count(*), count(DISTINCT external_id) FROM pm_vector.items i JOIN pm_vector.collections c "
         "ON c.id = i.collection_id WHERE c.name = %s", [name]).fetchone()
@@ -289,8 +296,10 @@ def run(items: int = 100_000, dim: int = 128, rate=100.0, seconds: float = 60.0,
     out: dict = {"items": items, "dim": dim, "rates": rates, "seconds": seconds, "queries_in": queries_in}
     conn = db.connect(autocommit=True)
     try:
-        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, embedding vector({dim}), category int, title text)")
-        with conn.cursor().copy(f"COPY {table} (id, embedding, category, title) FROM STDIN") as cp:
+        t = table_ident(table)
+        conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, embedding vector({}), category int, title text)").format(
+            t, sql.Literal(int(dim))))
+        with conn.cursor().copy(sql.SQL("COPY {} (id, embedding, category, title) FROM STDIN").format(t)) as cp:
             for i in range(items):
                 cp.write_row((i + 1, vec(X[i]), int(y[i]), f"doc {i + 1}"))
         say("attach")
@@ -337,7 +346,7 @@ def run(items: int = 100_000, dim: int = 128, rate=100.0, seconds: float = 60.0,
                     say(json.dumps(out["streams"][-1]))
     finally:
         db.drop_collection(name, missing_ok=True)
-        conn.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table_ident(table)))
         conn.close()
     return out
 

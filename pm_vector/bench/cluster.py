@@ -42,6 +42,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import numpy as np
+from psycopg import sql
+
+from ..db.run_tables import run_table
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,7 @@ def _rebuilt_answers(name: str, job: dict, reqs: list) -> list:
     from ..db.resolve.resolution import resolve
 
     with db.connect(autocommit=True) as ac:  # REINDEX of a partitioned table: no transaction
-        ac.execute(f"REINDEX TABLE pm_vector.run_{int(job['run_id'])}_prior")
+        ac.execute(sql.SQL("REINDEX TABLE {}").format(run_table(job["run_id"], "prior")))
     with db.connect() as conn:
         return [[r["external_ids"] for r in resolve(name, req, k=8, conn=conn, log=False)["rows"]]
                 for req in reqs]

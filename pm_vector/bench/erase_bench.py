@@ -38,20 +38,22 @@ import time
 import uuid
 
 import numpy as np
+from psycopg import sql
+
+from ..db.run_tables import run_table
 
 
 def _table_hits(conn, rid: int, gone: list[int]) -> dict[str, int]:
-    t = f"pm_vector.run_{rid}_"
     q = {
-        "items": f"SELECT count(*) FROM {t}items WHERE item_id = ANY(%(g)s::bigint[])",
-        "codes": f"SELECT count(*) FROM {t}codes WHERE item_id = ANY(%(g)s::bigint[])",
-        "prior": f"SELECT count(*) FROM {t}prior WHERE item_id = ANY(%(g)s::bigint[]) OR nbrs && %(g)s::bigint[]",
-        "neighbors": f"SELECT count(*) FROM {t}neighbors WHERE item_id = ANY(%(g)s::bigint[]) OR neighbor_id = ANY(%(g)s::bigint[])",
-        "hubs": f"SELECT count(*) FROM {t}hubs WHERE item_id = ANY(%(g)s::bigint[])",
-        "cells": f"SELECT count(*) FROM {t}cells WHERE item_ids && %(g)s::bigint[]",
-        "locations": f"SELECT count(*) FROM {t}locations WHERE item_ids && %(g)s::bigint[]",
+        "items": "SELECT count(*) FROM {} WHERE item_id = ANY(%(g)s::bigint[])",
+        "codes": "SELECT count(*) FROM {} WHERE item_id = ANY(%(g)s::bigint[])",
+        "prior": "SELECT count(*) FROM {} WHERE item_id = ANY(%(g)s::bigint[]) OR nbrs && %(g)s::bigint[]",
+        "neighbors": "SELECT count(*) FROM {} WHERE item_id = ANY(%(g)s::bigint[]) OR neighbor_id = ANY(%(g)s::bigint[])",
+        "hubs": "SELECT count(*) FROM {} WHERE item_id = ANY(%(g)s::bigint[])",
+        "cells": "SELECT count(*) FROM {} WHERE item_ids && %(g)s::bigint[]",
+        "locations": "SELECT count(*) FROM {} WHERE item_ids && %(g)s::bigint[]",
     }
-    return {k: int(conn.execute(v, {"g": gone}).fetchone()[0]) for k, v in q.items()}
+    return {k: int(conn.execute(sql.SQL(v).format(run_table(rid, k)), {"g": gone}).fetchone()[0]) for k, v in q.items()}
 
 
 EPSILONS = (1.0, 4.0, 16.0, float("inf"))
@@ -162,8 +164,8 @@ def _graph_recall(rid: int, ids, X, rem, rng) -> float:
     sample = rng.choice(rem, 1000, replace=False)
     exact = knn_search(X[sample], X[rem], 17)
     with db.connect() as conn:
-        stored = dict(conn.execute(f"SELECT item_id, nbrs FROM pm_vector.run_{rid}_prior WHERE item_id = ANY(%s)",
-                                   [ids[sample].tolist()]).fetchall())
+        stored = dict(conn.execute(sql.SQL("SELECT item_id, nbrs FROM {} WHERE item_id = ANY(%s)").format(
+            run_table(rid, "prior")), [ids[sample].tolist()]).fetchall())
     rec = []
     for s, row in zip(sample, exact):
         want = set([int(i) for i in ids[rem[row]] if int(i) != int(ids[s])][:16])
@@ -229,8 +231,8 @@ def run(items: int = 100_000, dim: int = 128, fraction: float = 0.01, seed: int 
         gset = set(gl)
         with db.connect() as conn:  # tombstoned: in no answer, their rows still in the run's tables until the merge
             out["tables_before_merge"] = _table_hits(conn, rid, gl)
-            out["table_sizes"] = {"cells_rows": conn.execute(f"SELECT count(*) FROM pm_vector.run_{rid}_cells")
-                                  .fetchone()[0]}
+            out["table_sizes"] = {"cells_rows": conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+                run_table(rid, "cells"))).fetchone()[0]}
         say("answers")
         keep = ~np.isin(ids, gone)
         _answers_after(out, name, X, y, Xa[:300], ya[:300], keep, gset, classes, n_row_requests, seed, rng)

@@ -218,14 +218,14 @@ def _build_raw_index(db, conn, ident, name: str, d: int, n_items: int, q0: np.nd
     setup["raw_copy_s"] = round(time.perf_counter() - t, 3)
     t = time.perf_counter()
     # room for the 1,000,000-item graph (a fixed 1 GB did not hold it: the build went on on disk)
-    conn.execute(f"SET maintenance_work_mem = '{index_build_mem_mb(n_items, d)}MB'")
+    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", [f"{int(index_build_mem_mb(n_items, d))}MB"])
     conn.execute(sql.SQL("CREATE INDEX ON {} USING hnsw (features vector_l2_ops)").format(ident))
     conn.execute(sql.SQL("ANALYZE {}").format(ident))
     setup["raw_index_s"] = round(time.perf_counter() - t, 3)
-    plain_sql = sql.SQL("SELECT id, external_id, label, payload, features <-> %s AS distance FROM {} "
-                        "ORDER BY features <-> %s LIMIT %s").format(ident).as_string(conn)
-    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + plain_sql, [q0, q0, k]).fetchall())
-    return plain_sql, "Index Scan using" in plan and "Order By: (features <-> " in plan
+    plain = sql.SQL("SELECT id, external_id, label, payload, features <-> %s AS distance FROM {} "
+                    "ORDER BY features <-> %s LIMIT %s").format(ident)
+    plan = "\n".join(r[0] for r in conn.execute(sql.SQL("EXPLAIN {}").format(plain), [q0, q0, k]).fetchall())
+    return plain.as_string(conn), "Index Scan using" in plan and "Order By: (features <-> " in plan
 
 
 def _resolve_vs_plain(db, cfg: LatencyConfig, name: str, C: int, conn, plain_sql: str, r: Requests,
@@ -238,7 +238,7 @@ def _resolve_vs_plain(db, cfg: LatencyConfig, name: str, C: int, conn, plain_sql
     shape = r.shape
     rconn = _CountingConn(db.connect())
     kconn = db.connect(autocommit=True)  # (c'): ef_search k', so that the index returns k' rows
-    kconn.execute(f"SET hnsw.ef_search = {max(40, int(cfg.shortlist))}")
+    kconn.execute("SELECT set_config('hnsw.ef_search', %s, false)", [str(max(40, int(cfg.shortlist)))])
     resolve_ms, parts, plain_ms, hits, pmv_ms, pmv_parts, plain_kp_ms = [], [], [], [], [], [], []
     cell_ms, cell_parts, loc_ms, loc_parts, loc_miss_ms = [], [], [], [], []
     try:

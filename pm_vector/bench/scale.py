@@ -245,7 +245,10 @@ def _graph_recall(name: str, run_id: int, n: int, cfg: ScaleConfig) -> dict[str,
     random items (the data regenerated from the seed; item ids checked against the features)."""
     import pm_vector.db as db
 
+    from psycopg import sql
+
     from ..db import _binary
+    from ..db.run_tables import run_table
     from .latency import N_FINE, clustered
 
     with db.connect() as conn:
@@ -255,15 +258,16 @@ def _graph_recall(name: str, run_id: int, n: int, cfg: ScaleConfig) -> dict[str,
                                "recall_sample": 0}
         cells = conn.execute("SELECT to_regclass(pm_vector.pm_run_table(%s, 'cells'))::text", [int(run_id)]).fetchone()[0]
         if cells is not None:  # the cell release's table: its size on disk and its entries (item, count) in all rows
-            size, entries = conn.execute(f"SELECT pg_total_relation_size('{cells}'::regclass), "
-                                         f"(SELECT coalesce(sum(cardinality(item_ids)), 0) FROM {cells})").fetchone()
+            size, entries = conn.execute(sql.SQL("SELECT pg_total_relation_size(%s::regclass), "
+                                                 "(SELECT coalesce(sum(cardinality(item_ids)), 0) FROM {})").format(
+                run_table(run_id, "cells")), [cells]).fetchone()
             out.update(cells_table_mb=round(size / 2**20, 1), cells_entries=int(entries))
         g = int(doc.get("graph_degree_effective") or 0)
         if cfg.recall_sample <= 0 or g < 1:
             return out
         cid = db.collection_info(name)["id"]
         ids = _binary.decode([("id", "int8", 0)], _binary.copy_out(
-            conn, f"SELECT id FROM pm_vector.items WHERE collection_id = {int(cid)} ORDER BY id"))["id"]
+            conn, "SELECT id FROM pm_vector.items WHERE collection_id = %s ORDER BY id", [int(cid)]))["id"]
         X, _ = clustered(n, cfg.dim, N_FINE, seed=cfg.seed + 2)
         rng = np.random.default_rng(cfg.seed + 3)
         rows = np.sort(rng.choice(n, min(int(cfg.recall_sample), n), replace=False))
@@ -272,8 +276,9 @@ def _graph_recall(name: str, run_id: int, n: int, cfg: ScaleConfig) -> dict[str,
             conn, "SELECT id, features FROM pm_vector.items WHERE id = ANY(%s) ORDER BY id", [ids[rows].tolist()]))
         if not np.allclose(stored["features"], X[rows], atol=1e-6):
             raise InvalidInputError("the items' ids are not in ingest order; the recall cannot be checked.")
-        lists = dict(conn.execute(f"SELECT item_id, array_agg(neighbor_id) FROM pm_vector.run_{int(run_id)}_neighbors "
-                                  "WHERE item_id = ANY(%s) GROUP BY item_id", [ids[rows].tolist()]).fetchall())
+        lists = dict(conn.execute(sql.SQL("SELECT item_id, array_agg(neighbor_id) FROM {} WHERE item_id = ANY(%s) "
+                                          "GROUP BY item_id").format(run_table(run_id, "neighbors")),
+                                  [ids[rows].tolist()]).fetchall())
         exact = ids[exact_neighbors(X, rows, g)]
         hit = [len(set(lists.get(int(ids[r]), ())) & set(exact[i].tolist())) / g for i, r in enumerate(rows)]
     out.update(graph_recall=round(float(np.mean(hit)), 4), recall_sample=int(rows.size))

@@ -379,8 +379,8 @@ class PrivacyBudget:
         if not ids:
             return 0
         with self._tx() as db:
-            return db.execute(f"UPDATE spends SET withdrawn = 1 WHERE withdrawn = 0 AND id IN "
-                              f"({','.join('?' * len(ids))})", ids).rowcount
+            return db.executemany("UPDATE spends SET withdrawn = 1 WHERE withdrawn = 0 AND id = ?",
+                                  [(i,) for i in ids]).rowcount
 
     def account(self, key: str, label: str | None = None) -> "LedgerAccount":
         """An accountant-like view of one entry (``spend(epsilon, delta, label=None)``), for

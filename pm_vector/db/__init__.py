@@ -17,6 +17,7 @@ to top: a room imports only the rooms below it, lazy imports included (``tests/t
     kahm/       KAHM roles: the DP anchor, class models, federation, membership audit
     resolve/    a private request against the active run: checks, public anchor and frames,
                 the run's graph, the class-rows / cell / paper resolves, the answer and its log
+    run_tables.py  a run's table names as sql.Identifier (the one home; shared, beside errors.py)
 
 Server (see :mod:`pm_vector.db.postgres`; the CLI maps ``pm-vector db start|stop|status|url|upgrade``)::
 

@@ -8,6 +8,7 @@ items back (``bigint, bigint, vector(d)``). pgvector's binary format of ``vector
 from __future__ import annotations
 
 import numpy as np
+from psycopg import sql
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"
 TRAILER = b"\xff\xff"
@@ -117,17 +118,24 @@ def _columns(columns: list[tuple[str, str, int]], rows: np.ndarray) -> dict[str,
     return out
 
 
-def copy_out(conn, query: str, params=None) -> bytes:
+def _copy_to_stdout(query: str | sql.Composable) -> sql.Composed:
+    """``COPY (query) TO STDOUT (FORMAT BINARY)``, built from parts (``query``: a composed statement,
+    or a statement's constant text)."""
+    return sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(
+        query if isinstance(query, sql.Composable) else sql.SQL(query))
+
+
+def copy_out(conn, query: str | sql.Composable, params=None) -> bytes:
     """Run ``COPY (query) TO STDOUT (FORMAT BINARY)`` on a psycopg connection; return the stream."""
     chunks: list[bytes] = []
     with conn.cursor() as cur:
-        with cur.copy(f"COPY ({query}) TO STDOUT (FORMAT BINARY)", params) as cp:
+        with cur.copy(_copy_to_stdout(query), params) as cp:
             for data in cp:
                 chunks.append(bytes(data))
     return b"".join(chunks)
 
 
-def copy_out_columns(conn, query: str, columns: list[tuple[str, str, int]], n_rows: int,
+def copy_out_columns(conn, query: str | sql.Composable, columns: list[tuple[str, str, int]], n_rows: int,
                      params=None, block: int = 1 << 22) -> dict[str, np.ndarray]:
     """:func:`decode` of ``COPY (query) TO STDOUT (FORMAT BINARY)``, streamed: the rows are decoded
     as they arrive (``block`` bytes at a time) into arrays of ``n_rows`` rows allocated once (grown, by doubling, only if the
@@ -156,7 +164,7 @@ def copy_out_columns(conn, query: str, columns: list[tuple[str, str, int]], n_ro
         n += m
 
     with conn.cursor() as cur:
-        with cur.copy(f"COPY ({query}) TO STDOUT (FORMAT BINARY)", params) as cp:
+        with cur.copy(_copy_to_stdout(query), params) as cp:
             pending: list[bytes] = []
             size = 0
             for data in cp:
@@ -197,7 +205,7 @@ def copy_out_columns(conn, query: str, columns: list[tuple[str, str, int]], n_ro
     return {k: v[:n] for k, v in out.items()}
 
 
-def copy_in(conn, statement: str, stream: bytes, chunk: int = 1 << 20) -> None:
+def copy_in(conn, statement: str | sql.Composable, stream: bytes, chunk: int = 1 << 20) -> None:
     """Send a complete binary COPY stream to ``COPY ... FROM STDIN (FORMAT BINARY)``."""
     with conn.cursor() as cur:
         with cur.copy(statement) as cp:

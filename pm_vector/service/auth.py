@@ -19,16 +19,18 @@ import hmac
 import secrets
 from typing import Any
 
+from psycopg import sql
+
 from ..errors import InvalidInputError, PMVectorError
 
-TABLE = "pm_vector_service.api_keys"
+TABLE = sql.Identifier("pm_vector_service", "api_keys")
 #: the channel key changes are announced on (migration 0012; pm_vector.service.keycache)
 KEY_CHANNEL = "pm_vector_keys"
 KEY_PREFIX = "pmv_"
 _MAX_KEY_LEN = 200
 #: query: anchor document + resolve (+ reading collections); admin: everything
 ROLES = ("query", "admin")
-_COLS = "id, name, prefix, created_at, revoked_at, role, collections, rate_per_minute"
+_COLS = sql.SQL("id, name, prefix, created_at, revoked_at, role, collections, rate_per_minute")
 
 
 class ApiKeyNotFoundError(PMVectorError, LookupError):
@@ -96,8 +98,8 @@ def create_key(name: str, *, role: str = "query", collections=None, rate_per_min
     key = new_key()
     c, own = _connect(conn)
     try:
-        r = c.execute(f"INSERT INTO {TABLE} (name, prefix, key_hash, role, collections, rate_per_minute) "
-                      f"VALUES (%s, %s, %s, %s, %s, %s) RETURNING {_COLS}",
+        r = c.execute(sql.SQL("INSERT INTO {} (name, prefix, key_hash, role, collections, rate_per_minute) "
+                              "VALUES (%s, %s, %s, %s, %s, %s) RETURNING {}").format(TABLE, _COLS),
                       [name.strip(), key[:12], hash_key(key), role, scope, rate_per_minute]).fetchone()
         # services forget the keys they refused (pm_vector.service.keycache): a new key works at once
         c.execute("SELECT pg_notify(%s, '')", [KEY_CHANNEL])
@@ -111,8 +113,8 @@ def create_key(name: str, *, role: str = "query", collections=None, rate_per_min
 def list_keys(*, include_revoked: bool = True, conn=None) -> list[dict[str, Any]]:
     c, own = _connect(conn)
     try:
-        rows = c.execute(f"SELECT {_COLS} FROM {TABLE} "
-                         "WHERE %s OR revoked_at IS NULL ORDER BY id", [include_revoked]).fetchall()
+        rows = c.execute(sql.SQL("SELECT {} FROM {} WHERE %s OR revoked_at IS NULL ORDER BY id").format(_COLS, TABLE),
+                         [include_revoked]).fetchall()
         c.rollback()
     finally:
         if own:
@@ -126,13 +128,13 @@ def revoke_key(ident: str | int, *, conn=None) -> dict[str, Any]:
     try:
         s = str(ident).strip()
         if s.isdigit():
-            where, arg = "id = %s", int(s)
+            where, arg = sql.SQL("id = %s"), int(s)
         elif s.startswith(KEY_PREFIX):
-            where, arg = "prefix = %s", s[:12]
+            where, arg = sql.SQL("prefix = %s"), s[:12]
         else:
             raise InvalidInputError(f"give a key's id (e.g. 3) or its prefix (e.g. pmv_AbCdEfGh); got {ident!r}.")
-        rows = c.execute(f"UPDATE {TABLE} SET revoked_at = coalesce(revoked_at, now()) WHERE {where} "
-                         f"RETURNING {_COLS}", [arg]).fetchall()
+        rows = c.execute(sql.SQL("UPDATE {} SET revoked_at = coalesce(revoked_at, now()) WHERE {} RETURNING {}").format(
+            TABLE, where, _COLS), [arg]).fetchall()
         if len(rows) != 1:
             c.rollback()
             if not rows:
@@ -155,8 +157,8 @@ def verify_key(conn, key: str | None) -> dict[str, Any] | None:
     if not well_formed(key):
         return None
     h = hash_key(key)
-    r = conn.execute(f"SELECT {_COLS}, key_hash FROM {TABLE} "
-                     "WHERE key_hash = %s AND revoked_at IS NULL", [h]).fetchone()
+    r = conn.execute(sql.SQL("SELECT {}, key_hash FROM {} WHERE key_hash = %s AND revoked_at IS NULL").format(_COLS, TABLE),
+                     [h]).fetchone()
     if r is None or not hmac.compare_digest(r[8], h):
         return None
     return _row(r[:8])

@@ -20,15 +20,18 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+from psycopg import sql
+
 from ..errors import InvalidInputError, PMVectorError
 from ..protocol.anchor import FRAME_PARAM_BOUNDS
 
-TABLE = "pm_vector_service.jobs"
+TABLE = sql.Identifier("pm_vector_service", "jobs")
 #: first key of the advisory lock a live service process holds on its owner id (the second is
 #: hashtext(owner)); recover() leaves the jobs of live owners alone
 LOCK_SPACE = 0x706D7631
-_COLS = ("job_id, collection, key_id, params, seed, status, stage, done, total, stages, result, error, "
-         "created_at, started_at, finished_at")
+_COLUMNS = ("job_id", "collection", "key_id", "params", "seed", "status", "stage", "done", "total", "stages", "result",
+            "error", "created_at", "started_at", "finished_at")
+_COLS = sql.SQL(", ").join(map(sql.Identifier, _COLUMNS))
 FINISHED = ("succeeded", "failed", "interrupted")
 
 #: (low, high) of the numeric AnchorFrame parameters a job may ask for; n_components' low end is a
@@ -84,8 +87,7 @@ def _ts(v) -> float | None:
 
 
 def _job(r) -> dict[str, Any]:
-    keys = [c.strip() for c in _COLS.split(",")]
-    j = dict(zip(keys, r))
+    j = dict(zip(_COLUMNS, r))
     for k in ("created_at", "started_at", "finished_at"):
         j[k] = _ts(j[k])
     j["stages"] = j["stages"] or {}
@@ -110,21 +112,21 @@ class JobManager:
         self._lock = threading.Lock()  # one start at a time: the queue bound is checked then kept
         self._last_write: dict[str, float] = {}
 
-    def _exec(self, sql: str, args=(), fetch: str | None = None):
+    def _exec(self, query: sql.Composable, args=(), fetch: str | None = None):
         with self._connection() as conn:
-            cur = conn.execute(sql, list(args))
+            cur = conn.execute(query, list(args))
             out = cur.fetchall() if fetch == "all" else cur.fetchone() if fetch == "one" else None
             conn.commit()
             return out
 
     def recover(self) -> int:
         """Mark the jobs a dead service left queued or running as interrupted; returns how many."""
-        rows = self._exec(
-            f"UPDATE {TABLE} j SET status = 'interrupted', finished_at = now(), error = coalesce(error, "
+        rows = self._exec(sql.SQL(
+            "UPDATE {} j SET status = 'interrupted', finished_at = now(), error = coalesce(error, "
             "'the service stopped before the job finished; the previous run keeps serving. Start it again.') "
             "WHERE status IN ('queued', 'running') AND (owner IS NULL OR NOT EXISTS (SELECT 1 FROM pg_locks l "
             "WHERE l.locktype = 'advisory' AND l.granted AND l.classid::bigint = %s AND l.objsubid = 2 "
-            "AND l.objid::bigint = (hashtext(j.owner)::bigint & 4294967295))) RETURNING job_id",
+            "AND l.objid::bigint = (hashtext(j.owner)::bigint & 4294967295))) RETURNING job_id").format(TABLE),
             [LOCK_SPACE], fetch="all")
         return len(rows)
 
@@ -139,13 +141,13 @@ class JobManager:
         with self._lock, self._connection() as conn:
             # one transaction under a lock shared by every worker: the queue bound holds across processes
             conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", [LOCK_SPACE])
-            n = conn.execute(f"SELECT count(*) FROM {TABLE} WHERE status IN ('queued', 'running')").fetchone()[0]
+            n = conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE status IN ('queued', 'running')").format(TABLE)).fetchone()[0]
             if n >= self.max_queued:
                 conn.rollback()
                 raise JobQueueFullError(f"the service already has {n} queued or running job(s), its limit; wait for "
                                         "one to finish (GET /jobs) and start this one again.")
-            conn.execute(f"INSERT INTO {TABLE} (job_id, collection, key_id, params, seed, owner) "
-                         "VALUES (%s, %s, %s, %s, %s, %s)", [job_id, collection, key_id, Jsonb(params), int(seed),
+            conn.execute(sql.SQL("INSERT INTO {} (job_id, collection, key_id, params, seed, owner) "
+                                 "VALUES (%s, %s, %s, %s, %s, %s)").format(TABLE), [job_id, collection, key_id, Jsonb(params), int(seed),
                                                             self.owner])
             conn.commit()
         self._ex.submit(self._run, job_id)
@@ -154,9 +156,9 @@ class JobManager:
     def _update(self, job_id: str, **kw) -> None:
         from psycopg.types.json import Jsonb
 
-        sets = ", ".join(f"{k} = %s" for k in kw)
+        sets = sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(k)) for k in kw)
         vals = [Jsonb(v) if k in ("stages", "result") else v for k, v in kw.items()]
-        self._exec(f"UPDATE {TABLE} SET {sets} WHERE job_id = %s", [*vals, job_id])
+        self._exec(sql.SQL("UPDATE {} SET {} WHERE job_id = %s").format(TABLE, sets), [*vals, job_id])
 
     def _run(self, job_id: str) -> None:
         from ..db.runs.jobs import anchor_frame_embed_fn, run_embedding_job
@@ -192,15 +194,15 @@ class JobManager:
             self._last_write.pop(job_id, None)
 
     def get(self, job_id: str) -> dict[str, Any]:
-        r = self._exec(f"SELECT {_COLS} FROM {TABLE} WHERE job_id = %s", [str(job_id)[:64]], fetch="one")
+        r = self._exec(sql.SQL("SELECT {} FROM {} WHERE job_id = %s").format(_COLS, TABLE), [str(job_id)[:64]], fetch="one")
         if r is None:
             raise KeyError(job_id)
         return _job(r)
 
     def list(self, collections: list[str] | None = None, limit: int = 200) -> list[dict[str, Any]]:
         """The newest ``limit`` jobs (of ``collections`` only, if given)."""
-        rows = self._exec(f"SELECT {_COLS} FROM {TABLE} WHERE %s::text[] IS NULL OR collection = ANY(%s::text[]) "
-                          "ORDER BY created_at DESC LIMIT %s", [collections, collections, int(limit)], fetch="all")
+        rows = self._exec(sql.SQL("SELECT {} FROM {} WHERE %s::text[] IS NULL OR collection = ANY(%s::text[]) "
+                                  "ORDER BY created_at DESC LIMIT %s").format(_COLS, TABLE), [collections, collections, int(limit)], fetch="all")
         return [_job(r) for r in rows]
 
     def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:

@@ -37,6 +37,8 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from psycopg import sql
+
 from .auth import KEY_CHANNEL
 
 log = logging.getLogger("pm_vector.service")
@@ -149,9 +151,9 @@ class KeyCache:
                 with psycopg.connect(self.url, autocommit=True, connect_timeout=5,
                                      application_name=APPLICATION_NAME) as conn:
                     self._conn = conn
-                    conn.execute(f"LISTEN {KEY_CHANNEL}")
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(KEY_CHANNEL)))
                     if self.on_auth_failure is not None:
-                        conn.execute(f"LISTEN {FAILURE_CHANNEL}")
+                        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(FAILURE_CHANNEL)))
                     self._forget(listening=True)  # only what is verified from now on is kept
                     warned = False
                     while not self._stop.is_set():

@@ -161,21 +161,25 @@ def test_syncs_keep_the_run_items_and_notice_another_process(db, cname, conn, us
 
 
 def test_deferred_rows_are_read_once_and_written_at_the_end(db, conn):
+    from psycopg import sql
+
     from pm_vector.db.runs import array_rows
+
+    t = sql.Identifier("pm_t_rows")  # (a table as an identifier, as every caller gives it)
 
     conn.execute("CREATE TEMP TABLE pm_t_rows (level integer, cell integer, item_ids bigint[], hubs float8[], "
                  "chubs float8[])")
     conn.execute("INSERT INTO pm_t_rows VALUES (1, 0, '{1,2,3}', '{1,1,1}', '{5,5,5}'), (1, 1, '{4,5}', '{2,2}', '{6,6}')")
     keys = (("level", "int4"), ("cell", "int4"))
     with array_rows.deferred(conn):
-        rows = array_rows.read(conn, "pm_t_rows", ("level", "cell"), "item_ids && %s::bigint[]", [[2]],
+        rows = array_rows.read(conn, t, ("level", "cell"), "item_ids && %s::bigint[]", [[2]],
                                match=lambda r: bool(array_rows.member(r.item_ids, np.array([2])).any()))
         assert [r.key for r in rows] == [(1, 0)]
         rows[0].item_ids, rows[0].hubs, rows[0].chubs = rows[0].item_ids[[0, 2]], rows[0].hubs[[0, 2]], rows[0].chubs[[0, 2]]
-        array_rows.write(conn, "pm_t_rows", keys, rows)
+        array_rows.write(conn, t, keys, rows)
         # not written yet; a second read sees the held row (changed) and reads the other one
         assert conn.execute("SELECT item_ids FROM pm_t_rows WHERE cell = 0").fetchone()[0] == [1, 2, 3]
-        again = array_rows.read(conn, "pm_t_rows", ("level", "cell"), "true", match=lambda r: True)
+        again = array_rows.read(conn, t, ("level", "cell"), "true", match=lambda r: True)
         assert sorted((r.key, r.item_ids.tolist()) for r in again) == [((1, 0), [1, 3]), ((1, 1), [4, 5])]
     assert conn.execute("SELECT item_ids, hubs, chubs FROM pm_t_rows WHERE cell = 0").fetchone() == ([1, 3], [1.0, 1.0],
                                                                                                       [5.0, 5.0])

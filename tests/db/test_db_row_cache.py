@@ -86,6 +86,7 @@ def test_batches_that_reuse_kept_rows_leave_the_rows_of_batches_that_read_them(d
 def test_kept_rows_changed_behind_the_process_or_by_another_version_are_not_used(db, cname, conn):
     from dbtest_helpers import make_extend_fn
 
+    from pm_vector.db.run_tables import run_table
     from pm_vector.db.runs import array_rows, row_cache
     from pm_vector.db.store.deletes import runs_with_tables
 
@@ -123,7 +124,7 @@ def test_kept_rows_changed_behind_the_process_or_by_another_version_are_not_used
         conn.commit()
         got, held = seeded()
         assert got == n - 1
-        cells = held[f"pm_vector.run_{rid}_cells"]
+        cells = held[run_table(rid, "cells")]  # (the table as an identifier: pm_vector.db.run_tables)
         assert tuple(key) not in cells[0] and cells[1] is False  # (not every row: the changed one is read again)
         # the entry went with the batch that took it: a failed batch leaves nothing kept
         assert row_cache.kept_rows() == 0 and seeded()[0] == 0

@@ -147,7 +147,8 @@ def test_the_cli_never_prints_a_forged_line(db, cname, conn):
 
 def test_odd_names_with_an_active_run(db, cname, conn):
     """The names above with a run: the job reads the vectors by key from the table, and a sync
-    erases and places items (the run's items read back from the table) under the same names."""
+    erases and places items (the run's items read back from the table) under the same names; the
+    raw features read back by key (``fetch_items``) too."""
     import numpy as np
     from dbtest_helpers import make_embed_fn, make_extend_fn
 
@@ -183,6 +184,14 @@ def test_odd_names_with_an_active_run(db, cname, conn):
         in_run -= {r[0] for r in conn.execute("SELECT item_id FROM pm_vector.delta_tombstones WHERE run_id = %s",
                                               [int(rid)]).fetchall()}
         assert "8" not in ids and ids["500"] in in_run and ids["7"] in in_run and len(in_run) == 200
+        # the raw features read back by key from the table named so (a '%' in the key's name: the ids go
+        # as literals, not parameters; issue #37: fetch_items failed with "the query has 3 placeholders")
+        conn.execute("UPDATE pm_vector.collections SET settings = jsonb_set(settings, '{allow_raw_features}', 'true') "
+                     "WHERE name = %s", [cname])
+        conn.commit()
+        got = db.fetch_items(cname, [ids["500"], ids["7"]], include_features=True)
+        assert got["external_ids"] == ["500", "7"]
+        assert np.allclose(got["features"], X[[3, 9]], atol=1e-6)
     finally:
         conn.rollback()
         db.drop_collection(cname, missing_ok=True)

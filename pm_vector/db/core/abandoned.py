@@ -20,7 +20,10 @@ Below :mod:`pm_vector.db.runs` and :mod:`pm_vector.db.store` (:mod:`pm_vector.db
 
 from __future__ import annotations
 
+from psycopg import sql
+
 from ..postgres import connect
+from ..run_tables import run_table
 from .collection import collection_row
 
 #: advisory-lock kind of an embedding run (``pm_vector.pm_lock_key(1, run_id)``)
@@ -37,8 +40,9 @@ def _runs_holding(conn, cid: int, ingest_id: int) -> list[int]:
     held = []
     for (rid,) in runs:
         hit = conn.execute(
-            f"SELECT EXISTS (SELECT 1 FROM pm_vector.run_{int(rid)}_items r JOIN pm_vector.items i "
-            "ON i.id = r.item_id WHERE i.collection_id = %s AND i.ingest_id = %s)", [cid, ingest_id]).fetchone()[0]
+            sql.SQL("SELECT EXISTS (SELECT 1 FROM {} r JOIN pm_vector.items i ON i.id = r.item_id "
+                    "WHERE i.collection_id = %s AND i.ingest_id = %s)").format(run_table(rid, "items")),
+            [cid, ingest_id]).fetchone()[0]
         if hit:
             held.append(int(rid))
     return held

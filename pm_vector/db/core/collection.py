@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
+from psycopg import sql
 
 from ...errors import InvalidInputError
 from .. import _binary
 from ..errors import CollectionNotFoundError, NoAnchorSetError
+from ..run_tables import run_table
 from .features import feature_filter, feature_sql
 
 
@@ -28,16 +30,22 @@ def worker_identity() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid()}
 
 
+#: the row locks :func:`collection_row` takes
+ROW_LOCKS = ("", "FOR UPDATE", "FOR NO KEY UPDATE", "FOR SHARE", "FOR KEY SHARE")
+
+
 def collection_row(conn, name: str, *, lock: str = "") -> dict[str, Any]:
-    """The collection's row as a dict, or CollectionNotFoundError. ``lock``: '' | 'FOR UPDATE' | 'FOR SHARE'."""
+    """The collection's row as a dict, or CollectionNotFoundError. ``lock``: one of :data:`ROW_LOCKS`."""
+    if lock not in ROW_LOCKS:
+        raise ValueError(f"lock must be one of {ROW_LOCKS}, not {lock!r}")
     if not isinstance(name, str):
         raise InvalidInputError(f"collection must be a name (str), got {type(name).__name__}.")
     from psycopg.rows import dict_row
 
     with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
+        cur.execute(sql.SQL(
             "SELECT id, name, feature_dim, feature_type, metric, labels, settings, active_run_id, created_at "
-            f"FROM pm_vector.collections WHERE name = %s {lock}", [name])
+            "FROM pm_vector.collections WHERE name = %s {}").format(sql.SQL(lock)), [name])
         row = cur.fetchone()
     if row is None:
         raise CollectionNotFoundError(
@@ -89,8 +97,8 @@ def load_anchor_set(conn, coll: Mapping[str, Any], role: str, anchor_set_id: int
     set_id, description, created_at, n_rows, provenance = row
     ftype = coll["feature_type"]
     col = "features" if ftype == "vector" else "features_half"
-    buf = _binary.copy_out(conn, f"SELECT position, label, {col} FROM pm_vector.anchors "
-                                 f"WHERE anchor_set_id = {int(set_id)} ORDER BY position")
+    buf = _binary.copy_out(conn, sql.SQL("SELECT position, label, {} FROM pm_vector.anchors WHERE anchor_set_id = {} "
+                                         "ORDER BY position").format(sql.Identifier(col), sql.Literal(int(set_id))))
     d = _binary.decode([("position", "int4", 0), ("label", "int8", 0), ("f", ftype, coll["feature_dim"])], buf)
     if d["position"].size != n_rows or np.any(d["position"] != np.arange(n_rows)):
         raise NoAnchorSetError(f"anchor set {set_id} of collection {coll['name']!r} is incomplete.")
@@ -98,7 +106,7 @@ def load_anchor_set(conn, coll: Mapping[str, Any], role: str, anchor_set_id: int
                      labels=d["label"], description=description, created_at=created_at, provenance=provenance)
 
 
-def load_items(conn, coll: Mapping[str, Any], where: str = "", *, missing_from_run: int | None = None,
+def load_items(conn, coll: Mapping[str, Any], where: str | sql.Composable = "", *, missing_from_run: int | None = None,
                in_run: int | None = None) -> dict[str, np.ndarray]:
     """ids, labels, features (float32) of a collection's items by binary COPY, ordered by id and
     streamed into arrays sized once: those ``where`` keeps (`` AND ...``, SQL on the items row ``i``;
@@ -106,15 +114,18 @@ def load_items(conn, coll: Mapping[str, Any], where: str = "", *, missing_from_r
     embedding in that run, with ``in_run`` only those that have one. The run's (anti-)join comes
     first, then the features: an attached table's are read row by row, so only for the rows kept
     (an anti-join over 100,000 items read every row's vector twice, 0.36 s of each sync batch)."""
-    rows = f"SELECT i.* FROM pm_vector.items i WHERE i.collection_id = {int(coll['id'])}"
+    # no parameters, literals: an attached table's names may hold a '%' (feature_sql)
+    rows = [sql.SQL("SELECT i.* FROM pm_vector.items i WHERE i.collection_id = {}").format(sql.Literal(int(coll["id"])))]
     if missing_from_run is not None:
-        rows += (f" AND NOT EXISTS (SELECT 1 FROM pm_vector.run_{int(missing_from_run)}_items e "
-                 "WHERE e.item_id = i.id)")
+        rows.append(sql.SQL("AND NOT EXISTS (SELECT 1 FROM {} e WHERE e.item_id = i.id)").format(
+            run_table(missing_from_run, "items")))
     if in_run is not None:
-        rows += f" AND EXISTS (SELECT 1 FROM pm_vector.run_{int(in_run)}_items e WHERE e.item_id = i.id)"
-    rows += f" {where}" if where else ""
-    n_hint = conn.execute(f"SELECT count(*) FROM ({rows}) AS q").fetchone()[0]  # an upper bound of the stream's
-    q = (f"SELECT i.id, i.label, {feature_sql(coll)} FROM ({rows} OFFSET 0) AS i WHERE true"
-         + feature_filter(coll) + " ORDER BY i.id")
+        rows.append(sql.SQL("AND EXISTS (SELECT 1 FROM {} e WHERE e.item_id = i.id)").format(run_table(in_run, "items")))
+    if where:
+        rows.append(where if isinstance(where, sql.Composable) else sql.SQL(where))
+    rows = sql.SQL(" ").join(rows)
+    n_hint = conn.execute(sql.SQL("SELECT count(*) FROM ({}) AS q").format(rows)).fetchone()[0]  # an upper bound of the stream's
+    q = sql.SQL("SELECT i.id, i.label, {} FROM ({} OFFSET 0) AS i WHERE true{} ORDER BY i.id").format(
+        feature_sql(coll), rows, feature_filter(coll))
     return _binary.copy_out_columns(conn, q, [("id", "int8", 0), ("label", "int8", 0),
                                               ("features", coll["feature_type"], coll["feature_dim"])], int(n_hint))

@@ -45,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from psycopg import sql
 
 from ...errors import InvalidInputError
 from ..core.collection import collection_row, iso_datetime, load_items, worker_identity
@@ -278,8 +279,9 @@ def score_new_items(collection: str, model_id: int | None = None) -> dict[str, A
     mid = int(model.model_id_)
     with connect() as conn:
         coll = collection_row(conn, collection)
-        items = load_items(conn, coll, SETTLED_ITEMS_SQL + " AND NOT EXISTS (SELECT 1 FROM pm_vector.kahm_item_scores s "
-                                                            f"WHERE s.model_id = {mid} AND s.item_id = i.id)")
+        items = load_items(conn, coll, sql.SQL("{} AND NOT EXISTS (SELECT 1 FROM pm_vector.kahm_item_scores s "
+                                               "WHERE s.model_id = {} AND s.item_id = i.id)").format(
+                                                   sql.SQL(SETTLED_ITEMS_SQL), sql.Literal(mid)))
         conn.rollback()
     if items["id"].shape[0] == 0:
         return {"model_id": mid, "scored": 0}

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+from psycopg import sql
 
 from ...defaults import DEFAULT_SMOOTHING_STEPS  # noqa: F401  (the library's, one home)
 from ...errors import InvalidInputError
@@ -203,13 +204,14 @@ def model_from_bytes(blob: bytes):
 def model_row(conn, coll, model_id: int | None, *, with_blob: bool = False) -> dict[str, Any]:
     from psycopg.rows import dict_row
 
-    cols = "id, kind, classes, n_features, n_items, params, privacy, created_at, erased_at" + (", model" if with_blob else "")
+    cols = sql.SQL("id, kind, classes, n_features, n_items, params, privacy, created_at, erased_at{}").format(
+        sql.SQL(", model") if with_blob else sql.SQL(""))
     with conn.cursor(row_factory=dict_row) as cur:
         if model_id is None:
-            cur.execute(f"SELECT {cols} FROM pm_vector.kahm_models WHERE collection_id = %s ORDER BY id DESC LIMIT 1",
-                        [coll["id"]])
+            cur.execute(sql.SQL("SELECT {} FROM pm_vector.kahm_models WHERE collection_id = %s ORDER BY id DESC LIMIT 1").format(
+                cols), [coll["id"]])
         else:
-            cur.execute(f"SELECT {cols} FROM pm_vector.kahm_models WHERE collection_id = %s AND id = %s",
+            cur.execute(sql.SQL("SELECT {} FROM pm_vector.kahm_models WHERE collection_id = %s AND id = %s").format(cols),
                         [coll["id"], int(model_id)])
         row = cur.fetchone()
     if row is not None and row["kind"] == "raw" and row["erased_at"] is not None:

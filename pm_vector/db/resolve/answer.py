@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from psycopg import sql
+
+from ..run_tables import run_table
 from .requests import finish
 
 
 def item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: int | None,
-               kahm_model_id: int | None, code_bytes: int | None = None, code_offset: int = 0) -> tuple[str, str]:
+               kahm_model_id: int | None, code_bytes: int | None = None,
+               code_offset: int = 0) -> tuple[sql.Composable, sql.Composable]:
     """``(extra columns, joins)`` that bring each candidate ``s.item_id``'s item (``i.external_id,
     i.label, i.payload``, and the extra columns: features, its ``code_bytes``-byte code (from
     byte ``code_offset`` of the stored code; the whole stored code when None), its stored KAHM
@@ -26,27 +30,32 @@ def item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: in
     from ..runs.delta import live_sql
     from ..core.features import feature_sql
 
-    col = "features" if coll["feature_type"] == "vector" else "features_half"
-    cols = ((f", i.{col}" if include_features else "") +
-            (", cd.code" if codes_run_id is not None else "") +
-            (", sc.predicted, sc.scores" if kahm_model_id is not None else ""))
-    live = (" JOIN LATERAL (SELECT 1 AS pm_live WHERE " +
-            live_sql(str(int(coll["active_run_id"])), "s.item_id") + " OFFSET 0) AS pm_lv ON true"
-            if coll.get("active_run_id") is not None else "")
-    joins = (live + " LEFT JOIN LATERAL (SELECT it.external_id, it.label, it.payload" +
-             (f", {feature_sql(coll, 'it', answer=True)} AS {col}" if include_features else "") +
-             " FROM pm_vector.items AS it WHERE it.id = s.item_id OFFSET 0) AS i ON true" +
-             (" LEFT JOIN LATERAL (SELECT " + ("c.code" if code_bytes is None else
-                                              f"substr(c.code, {int(code_offset) + 1}, {int(code_bytes)}) AS code") +
-              " FROM pm_vector.run_" + str(int(codes_run_id)) + "_codes AS c"
-              " WHERE c.item_id = s.item_id OFFSET 0) AS cd ON true" if codes_run_id is not None else "") +
-             (" LEFT JOIN LATERAL (SELECT k.predicted, k.scores FROM pm_vector.kahm_item_scores AS k"
-              f" WHERE k.model_id = {int(kahm_model_id)} AND k.item_id = s.item_id OFFSET 0) AS sc ON true"
-              if kahm_model_id is not None else ""))
-    return cols, joins
+    col = sql.Identifier("features" if coll["feature_type"] == "vector" else "features_half")
+    none = sql.SQL("")
+    cols = sql.Composed([sql.SQL(", i.{}").format(col) if include_features else none,
+                         sql.SQL(", cd.code") if codes_run_id is not None else none,
+                         sql.SQL(", sc.predicted, sc.scores") if kahm_model_id is not None else none])
+    live = (sql.SQL(" JOIN LATERAL (SELECT 1 AS pm_live WHERE {} OFFSET 0) AS pm_lv ON true").format(
+        live_sql(int(coll["active_run_id"]), sql.SQL("s.item_id"))) if coll.get("active_run_id") is not None else none)
+    item = sql.SQL(" LEFT JOIN LATERAL (SELECT it.external_id, it.label, it.payload{} FROM pm_vector.items AS it "
+                   "WHERE it.id = s.item_id OFFSET 0) AS i ON true").format(
+        sql.SQL(", {} AS {}").format(feature_sql(coll, "it", answer=True), col) if include_features else none)
+    code = (sql.SQL(" LEFT JOIN LATERAL (SELECT {} FROM {} AS c WHERE c.item_id = s.item_id OFFSET 0) AS cd ON true").format(
+        sql.SQL("c.code") if code_bytes is None else sql.SQL("substr(c.code, {}, {}) AS code").format(
+            sql.Literal(int(code_offset) + 1), sql.Literal(int(code_bytes))), run_table(codes_run_id, "codes"))
+        if codes_run_id is not None else none)
+    scores = (sql.SQL(" LEFT JOIN LATERAL (SELECT k.predicted, k.scores FROM pm_vector.kahm_item_scores AS k"
+                      " WHERE k.model_id = {} AND k.item_id = s.item_id OFFSET 0) AS sc ON true").format(
+        sql.Literal(int(kahm_model_id))) if kahm_model_id is not None else none)
+    return cols, sql.Composed([live, item, code, scores])
 
 
-def compact_columns(code_bytes: int, order: str) -> str:
+def explain(statement: sql.Composable) -> sql.Composed:
+    """``EXPLAIN`` of a statement (the explain functions show the plan of the statement resolve runs)."""
+    return sql.SQL("EXPLAIN {}").format(statement)
+
+
+def compact_columns(code_bytes: int, order: str) -> sql.Composed:
     """The select list of a compact answer's group (one row of candidates ``s`` joined by
     :func:`item_joins` with codes): the candidates' ids as one ``bytea`` of big-endian int64
     (``int8send``), their code prefixes (``code_bytes`` each; zeros for an item without a code, as
@@ -54,10 +63,9 @@ def compact_columns(code_bytes: int, order: str) -> str:
     has none), each in ``order``. Three values per row instead of three per candidate: the client
     library parses 1,300 candidates' payloads as ten JSON texts, and their ids and codes as two
     buffers each (:func:`pm_vector.db.resolve.requests.compact_groups`)."""
-    zero = "'\\x" + "00" * int(code_bytes) + "'::bytea"
-    return (f"string_agg(int8send(s.item_id), ''::bytea ORDER BY {order}), "
-            f"string_agg(coalesce(cd.code, {zero}), ''::bytea ORDER BY {order}), "
-            f"jsonb_agg(i.payload ORDER BY {order})")
+    return sql.SQL("string_agg(int8send(s.item_id), ''::bytea ORDER BY {o}), "
+                   "string_agg(coalesce(cd.code, {zero}), ''::bytea ORDER BY {o}), "
+                   "jsonb_agg(i.payload ORDER BY {o})").format(o=sql.SQL(order), zero=sql.Literal(bytes(int(code_bytes))))
 
 
 def log_on_primary(conn, collection: str, req, raw, **kw) -> int | None:

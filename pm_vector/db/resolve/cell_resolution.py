@@ -25,12 +25,14 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
+from psycopg import sql
+
 from ...protocol.cell_request import CellRequest
 from ...protocol.formats import CELL_FORMAT
 from ...errors import RequestError
 from ..errors import CellsDigestMismatchError, CellsUnavailableError  # noqa: F401  (CellsUnavailable: PM009 in SQL)
 from ..postgres.adapt import configure
-from .answer import compact_columns, item_joins, log_on_primary
+from .answer import compact_columns, explain, item_joins, log_on_primary
 from .requests import finish, run_snapshot, statement_answer
 
 
@@ -63,7 +65,7 @@ def check_against_run(meta: Mapping[str, Any], req: CellRequest, collection: str
 
 def statement(coll: Mapping[str, Any], include_features: bool, sharded: bool, *, codes_run_id: int | None = None,
               kahm_model_id: int | None = None, code_bytes: int | None = None, code_offset: int = 0,
-              compact: bool = False) -> str:
+              compact: bool = False) -> sql.Composed:
     """The one statement: every row's ranked candidates (``row_index, rank, item_id``), with their
     items: ``row_index, rank, item_id, external_id, label, score, payload[, features][, code]
     [, predicted, scores]``; ``compact`` (with ``codes_run_id`` and ``code_bytes``): one row per
@@ -74,11 +76,11 @@ def statement(coll: Mapping[str, Any], include_features: bool, sharded: bool, *,
            "pm_vector.pm_cell_shortlist_core(%s, %s, %s::bigint[], %s::integer[], %s::float8, %s)")
     if compact:
         _, joins = item_joins(coll, False, codes_run_id, None, code_bytes, code_offset)
-        return (f"SELECT s.row_index, {compact_columns(code_bytes, 's.rank')}"
-                f" FROM {src} AS s{joins} GROUP BY s.row_index ORDER BY s.row_index")
+        return sql.SQL("SELECT s.row_index, {} FROM {} AS s{} GROUP BY s.row_index ORDER BY s.row_index").format(
+            compact_columns(code_bytes, "s.rank"), sql.SQL(src), joins)
     extra, joins = item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes, code_offset)
-    return (f"SELECT s.row_index, s.rank, s.item_id, i.external_id, i.label, s.score, i.payload{extra}"
-            f" FROM {src} AS s{joins} ORDER BY s.row_index, s.rank")
+    return sql.SQL("SELECT s.row_index, s.rank, s.item_id, i.external_id, i.label, s.score, i.payload{} FROM {} AS s{} "
+                   "ORDER BY s.row_index, s.rank").format(extra, sql.SQL(src), joins)
 
 
 def statement_params(run_id: int, doc: Mapping[str, Any], req: CellRequest, shortlist: int) -> list:
@@ -160,10 +162,10 @@ def explain_cells(collection: str, req: CellRequest, include_features: bool) -> 
         params = statement_params(run_id, doc, req, int(req.shortlist))
         kahm = meta["coll"].get("kahm_model_id")
         out = {"statement": [r[0] for r in conn.execute(
-            "EXPLAIN " + statement(meta["coll"], include_features, bool(doc.get("shards")), kahm_model_id=kahm),
+            explain(statement(meta["coll"], include_features, bool(doc.get("shards")), kahm_model_id=kahm)),
             params).fetchall()]}
         if not doc.get("shards"):  # the ranking statement's generic plan (its parameters are $1..$5)
             text = conn.execute("SELECT pm_vector.pm_cell_shortlist_sql(%s)", [run_id]).fetchone()[0]
-            out["shortlist"] = [r[0] for r in conn.execute("EXPLAIN (GENERIC_PLAN) " + text).fetchall()]
+            out["shortlist"] = [r[0] for r in conn.execute(sql.SQL("EXPLAIN (GENERIC_PLAN) {}").format(sql.SQL(text))).fetchall()]
         conn.rollback()
     return out

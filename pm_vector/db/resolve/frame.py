@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
+from psycopg import sql
 
 from ...errors import FrameMismatchError, InvalidInputError  # noqa: F401  (FrameMismatchError: its old home)
 # the one rebuild of the public frame, its tolerance and its error
@@ -33,6 +34,7 @@ from .. import _binary
 from ..core.collection import collection_row, load_anchor_set
 from ..postgres import connect
 from ..errors import DatabaseError, NoActiveRunError
+from ..run_tables import run_table
 
 
 def anchor_id(anchor_set_id: int, position: int) -> str:
@@ -143,8 +145,8 @@ def run_frame(conn, collection: str, meta: Mapping[str, Any] | None = None) -> R
         return hit
     k = int(run["embedding_dim"])
     vtype = "vector" if k <= 2000 else "halfvec"
-    buf = _binary.copy_out(conn, f"SELECT position, embedding FROM pm_vector.run_{int(run['id'])}_anchors "
-                                 "ORDER BY position")
+    buf = _binary.copy_out(conn, sql.SQL("SELECT position, embedding FROM {} ORDER BY position").format(
+        run_table(run["id"], "anchors")))
     d = _binary.decode([("position", "int4", 0), ("embedding", vtype, k)], buf)
     labels = np.array([r[0] for r in conn.execute(
         "SELECT label FROM pm_vector.anchors WHERE anchor_set_id = %s ORDER BY position",

@@ -40,12 +40,14 @@ from collections import OrderedDict
 from typing import Any, Mapping
 
 import numpy as np
+from psycopg import sql
 
 from ...errors import RequestError
 from ...protocol.formats import LOCATION_FORMAT
 from ...protocol.location import LocationRequest
 from ..errors import CellsDigestMismatchError, CellsUnavailableError
 from ..postgres.adapt import Int8Array, configure
+from ..run_tables import run_table
 from .answer import log_on_primary
 from .requests import dumps_json, check_codes, code_offset, finish, run_snapshot
 
@@ -120,16 +122,16 @@ def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offse
     from ...privacy.location import location_weight
     from ...shortlist import location_list, merged_row
 
-    t = f"pm_vector.run_{int(run_id)}_locations"
     parts: dict[tuple[int, int], list] = {}  # a row's parts (the top hubs: one)
     # one statement: the row's parts, the top hubs, the cell's delta entries (-2) and the run's tombstones (-3)
-    for lv, c, it, hb, ch in rconn.execute(
-            f"SELECT level, cell, item_ids, hubs, chubs FROM {t} WHERE (level, cell) IN ((0, 0), (%s, %s)) "
-            "UNION ALL SELECT -2, 0, coalesce(array_agg(d.item_id ORDER BY d.item_id), '{}'), "
-            "coalesce(array_agg(d.h_r ORDER BY d.item_id), '{}'), coalesce(array_agg(d.h ORDER BY d.item_id), '{}') "
+    for lv, c, it, hb, ch in rconn.execute(sql.SQL(
+            "SELECT level, cell, item_ids, hubs, chubs FROM {t} WHERE (level, cell) IN ((0, 0), (%s, %s)) "
+            "UNION ALL SELECT -2, 0, coalesce(array_agg(d.item_id ORDER BY d.item_id), {e}), "
+            "coalesce(array_agg(d.h_r ORDER BY d.item_id), {e}), coalesce(array_agg(d.h ORDER BY d.item_id), {e}) "
             "FROM pm_vector.delta_entries AS d WHERE d.run_id = %s AND d.level = %s AND d.cell = %s "
-            "UNION ALL SELECT -3, 0, coalesce(array_agg(z.item_id), '{}'), '{}', '{}' "
-            "FROM pm_vector.delta_tombstones AS z WHERE z.run_id = %s",
+            "UNION ALL SELECT -3, 0, coalesce(array_agg(z.item_id), {e}), {e}, {e} "
+            "FROM pm_vector.delta_tombstones AS z WHERE z.run_id = %s").format(
+                t=run_table(run_id, "locations"), e=sql.SQL("'{}'")),
             [int(req.level), int(req.report), int(run_id), int(req.level), int(req.report), int(run_id)],
             binary=True).fetchall():
         parts.setdefault((int(lv), int(c)), []).append((it, hb, ch))
@@ -142,14 +144,13 @@ def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offse
     base, fresh = ([joined(key, j, k) for j, k in enumerate(kinds)] for key in (row, new))
     ids, _ = location_list(*merged_row(*base, *fresh, joined(top, 0, np.int64), joined(top, 2, np.float64),
                                        joined((-3, 0), 0, np.int64)), location_weight(req.epsilon), req.candidates)
-    zero = "'\\x" + "00" * int(code_bytes) + "'::bytea"
-    got = rconn.execute(
-        f"SELECT string_agg(coalesce(substring(c.code from {int(code_offset) + 1} for {int(code_bytes)}), {zero}), "
-        "''::bytea "
-        "ORDER BY u.k), jsonb_agg(i.payload ORDER BY u.k), bool_or(i.payload IS NOT NULL) "
-        "FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(id, k) "
-        "JOIN pm_vector.items AS i ON i.id = u.id "
-        f"LEFT JOIN pm_vector.run_{int(run_id)}_codes AS c ON c.item_id = u.id",
+    got = rconn.execute(sql.SQL(
+        "SELECT string_agg(coalesce(substring(c.code from {start} for {n}), {zero}), ''::bytea ORDER BY u.k), "
+        "jsonb_agg(i.payload ORDER BY u.k), bool_or(i.payload IS NOT NULL) "
+        "FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(id, k) JOIN pm_vector.items AS i ON i.id = u.id "
+        "LEFT JOIN {codes} AS c ON c.item_id = u.id").format(
+            start=sql.Literal(int(code_offset) + 1), n=sql.Literal(int(code_bytes)), zero=sql.Literal(bytes(int(code_bytes))),
+            codes=run_table(run_id, "codes")),
         [Int8Array(ids)], binary=True).fetchone()
     codes = bytes(got[0] or b"")
     if len(codes) != ids.size * int(code_bytes):  # an item of the list is gone from the items

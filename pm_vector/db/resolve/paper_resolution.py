@@ -48,6 +48,7 @@ import time
 from typing import Any, Mapping
 
 import numpy as np
+from psycopg import sql
 
 from ...protocol.formats import RELEASE_FORMAT
 from ...protocol.paper import PrivateMailRequest, ReleaseRequest
@@ -120,23 +121,24 @@ def _check_against_run(rf: RunFrame, ids, dim: int, n_query_rows: int, max_query
             "(pm_vector.db.client_frame).")
 
 
-def _knn_statement(coll: Mapping[str, Any], include_features: bool, kahm_model_id: int | None = None) -> str:
+def _knn_statement(coll: Mapping[str, Any], include_features: bool, kahm_model_id: int | None = None) -> sql.Composed:
     from ..core.features import feature_sql
 
-    col = "features" if coll["feature_type"] == "vector" else "features_half"
-    feat = f", i.{col}" if include_features else ""
-    scores = ", sc.predicted, sc.scores" if kahm_model_id is not None else ""
+    col = sql.Identifier("features" if coll["feature_type"] == "vector" else "features_half")
+    none = sql.SQL("")
     # LATERAL by primary key, OFFSET 0 so it is not flattened into a join: one index lookup per returned
     # row, whatever the planner thinks of the function's size (it would hash-join a seq scan of items)
-    return ("SELECT b.query_index, b.rank, b.item_id, b.external_id, b.label, b.distance, i.payload" + feat + scores +
-            " FROM pm_vector.pm_knn_batch(%s, %s::vector[], %s, %s) AS b"
-            " CROSS JOIN LATERAL (SELECT it.payload" + (f", {feature_sql(coll, 'it', answer=True)} AS {col}" if include_features
-                                                        else "") +
-            " FROM pm_vector.items AS it WHERE it.id = b.item_id OFFSET 0) AS i" +
-            (" LEFT JOIN LATERAL (SELECT s.predicted, s.scores FROM pm_vector.kahm_item_scores AS s"
-             f" WHERE s.model_id = {int(kahm_model_id)} AND s.item_id = b.item_id OFFSET 0) AS sc ON true"
-             if kahm_model_id is not None else "") +
-            " ORDER BY b.query_index, b.rank")
+    return sql.SQL(
+        "SELECT b.query_index, b.rank, b.item_id, b.external_id, b.label, b.distance, i.payload{feat}{scores}"
+        " FROM pm_vector.pm_knn_batch(%s, %s::vector[], %s, %s) AS b"
+        " CROSS JOIN LATERAL (SELECT it.payload{ifeat} FROM pm_vector.items AS it WHERE it.id = b.item_id OFFSET 0) AS i"
+        "{kahm} ORDER BY b.query_index, b.rank").format(
+        feat=sql.SQL(", i.{}").format(col) if include_features else none,
+        scores=sql.SQL(", sc.predicted, sc.scores") if kahm_model_id is not None else none,
+        ifeat=sql.SQL(", {} AS {}").format(feature_sql(coll, "it", answer=True), col) if include_features else none,
+        kahm=sql.SQL(" LEFT JOIN LATERAL (SELECT s.predicted, s.scores FROM pm_vector.kahm_item_scores AS s"
+                     " WHERE s.model_id = {} AND s.item_id = b.item_id OFFSET 0) AS sc ON true").format(
+            sql.Literal(int(kahm_model_id))) if kahm_model_id is not None else none)
 
 
 def _vectors(Q: np.ndarray):
@@ -209,7 +211,7 @@ def explain_paper(collection: str, req, k: int, include_features: bool) -> dict[
         vecs = _vectors(align_request(pm_req, rf.anchor_ids, rf.anchor_embedding))
         kahm_id = meta["coll"].get("kahm_model_id") if outputs_allowed(meta["coll"]) else None
         stmt = _knn_statement(meta["coll"], include_features, kahm_id)  # as resolve runs it
-        outer = [r[0] for r in conn.execute("EXPLAIN " + stmt, [collection, vecs, k, None]).fetchall()]
+        outer = [r[0] for r in conn.execute(sql.SQL("EXPLAIN {}").format(stmt), [collection, vecs, k, None]).fetchall()]
         inner = [r[0] for r in conn.execute("SELECT * FROM pm_vector.pm_knn_batch_explain(%s, %s::vector[], %s)",
                                             [collection, vecs, k]).fetchall()]
         conn.rollback()

@@ -64,6 +64,7 @@ import time
 from typing import Any, Mapping
 
 import numpy as np
+from psycopg import sql
 
 from ...protocol import bounds, releases
 from ...protocol.class_rows import ClassRowsRequest
@@ -71,7 +72,7 @@ from ...protocol.formats import CLASS_ROWS_FORMAT
 from ...errors import InvalidInputError, RequestError
 from . import run_graph
 from ..postgres.adapt import Int8Array, configure
-from .answer import compact_columns, item_joins, log_on_primary
+from .answer import compact_columns, explain, item_joins, log_on_primary
 from ..postgres import connect
 from ..errors import ClassRowsUnavailableError, DimensionMismatchError, FramesDigestMismatchError
 from .frame import run_row, class_frames, client_frame, public_anchor  # noqa: F401  (the public-anchor API)
@@ -289,7 +290,7 @@ SQL_SOURCE = ("(SELECT x.row_index, x.rank, x.item_id, x.score "
 
 def _shortlist_statement(coll: Mapping[str, Any], include_features: bool, *, codes_run_id: int | None = None,
                          kahm_model_id: int | None = None, code_bytes: int | None = None,
-                         code_offset: int = 0, compact: bool = False) -> str:
+                         code_offset: int = 0, compact: bool = False) -> sql.Composed:
     """pm_shortlist's candidates with their items: ``row_index, rank, item_id, external_id,
     label, score, payload[, features][, code][, predicted, scores]`` (sharded and older runs).
     ``codes_run_id``: join every candidate's code (its first ``code_bytes``) from that run's
@@ -298,28 +299,27 @@ def _shortlist_statement(coll: Mapping[str, Any], include_features: bool, *, cod
     :func:`~pm_vector.db.resolve.answer.compact_columns` by rank."""
     if compact:
         _, joins = item_joins(coll, False, codes_run_id, None, code_bytes, code_offset)
-        return (f"SELECT s.row_index, {compact_columns(code_bytes, 's.rank')}"
-                f" FROM {SQL_SOURCE} AS s{joins} GROUP BY s.row_index ORDER BY s.row_index")
+        return sql.SQL("SELECT s.row_index, {} FROM {} AS s{} GROUP BY s.row_index ORDER BY s.row_index").format(
+            compact_columns(code_bytes, "s.rank"), sql.SQL(SQL_SOURCE), joins)
     extra, joins = item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes, code_offset)
-    return (f"SELECT s.row_index, s.rank, s.item_id, i.external_id, i.label, s.score, i.payload{extra}"
-            f" FROM {SQL_SOURCE} AS s{joins} ORDER BY s.row_index, s.rank")
+    return sql.SQL("SELECT s.row_index, s.rank, s.item_id, i.external_id, i.label, s.score, i.payload{} FROM {} AS s{} "
+                   "ORDER BY s.row_index, s.rank").format(extra, sql.SQL(SQL_SOURCE), joins)
 
 
 def _items_statement(coll: Mapping[str, Any], include_features: bool, *, codes_run_id: int | None = None,
                      kahm_model_id: int | None = None, code_bytes: int | None = None,
-                     code_offset: int = 0, compact: bool = False) -> str:
+                     code_offset: int = 0, compact: bool = False) -> sql.Composed:
     """The items of candidates ranked here (one parameter: their ids, bigint[], in answer order):
     ``external_id, label, payload[, features][, code][, predicted, scores]`` in that order;
     ``compact`` (a second parameter: their 1-based rows, integer[]): one row per answer row,
     ``row_index`` and :func:`~pm_vector.db.resolve.answer.compact_columns` in answer order."""
     if compact:
         _, joins = item_joins(coll, False, codes_run_id, None, code_bytes, code_offset)
-        return (f"SELECT s.row_index, {compact_columns(code_bytes, 's.ord')} FROM unnest(%s::bigint[], "
-                f"%s::integer[]) WITH ORDINALITY AS s(item_id, row_index, ord){joins}"
-                f" GROUP BY s.row_index ORDER BY s.row_index")
+        return sql.SQL("SELECT s.row_index, {} FROM unnest(%s::bigint[], %s::integer[]) WITH ORDINALITY AS s(item_id, "
+                       "row_index, ord){} GROUP BY s.row_index ORDER BY s.row_index").format(compact_columns(code_bytes, "s.ord"), joins)
     extra, joins = item_joins(coll, include_features, codes_run_id, kahm_model_id, code_bytes, code_offset)
-    return (f"SELECT i.external_id, i.label, i.payload{extra} FROM unnest(%s::bigint[]) WITH ORDINALITY "
-            f"AS s(item_id, ord){joins} ORDER BY s.ord")
+    return sql.SQL("SELECT i.external_id, i.label, i.payload{} FROM unnest(%s::bigint[]) WITH ORDINALITY "
+                   "AS s(item_id, ord){} ORDER BY s.ord").format(extra, joins)
 
 
 def _scored_candidates(rconn, meta: Mapping[str, Any], doc: Mapping[str, Any], req: ClassRowsRequest, shortlist: int,
@@ -482,15 +482,15 @@ def _explain_class_rows(collection: str, req: ClassRowsRequest, include_features
             with conn.transaction():
                 conn.execute("SELECT pm_vector.pm_prepare_prior_search(%s)", [mp])
                 out["prior_knn"] = [r[0] for r in conn.execute(
-                    "EXPLAIN " + run_graph.prior_knn_statement(graph.run_id, int(doc["n_components"]), mp),
+                    explain(run_graph.prior_knn_statement(graph.run_id, int(doc["n_components"]), mp)),
                     [[rows[i] for i in search], [labels[i] for i in search]]).fetchall()] if search else []
             configure(conn)
             _, ids, _ = _scored_candidates(conn, meta, doc, req, shortlist, {})
             out["statement"] = [r[0] for r in conn.execute(
-                "EXPLAIN " + _items_statement(meta["coll"], include_features, **joins), [Int8Array(ids)]).fetchall()]
+                explain(_items_statement(meta["coll"], include_features, **joins)), [Int8Array(ids)]).fetchall()]
         else:
             out["statement"] = [r[0] for r in conn.execute(
-                "EXPLAIN " + _shortlist_statement(meta["coll"], include_features, **joins),
+                explain(_shortlist_statement(meta["coll"], include_features, **joins)),
                 [collection, rows, sig, shortlist]).fetchall()]
         # the SQL function's own statement (SQL callers; sharded and older runs through resolve)
         out["shortlist"] = [r[0] for r in conn.execute(

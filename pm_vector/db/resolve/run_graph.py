@@ -30,13 +30,16 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Mapping
 
 import numpy as np
+from psycopg import sql
 
 from ...protocol.bounds import MAX_K_PRIME  # top hubs kept per class: k' is at most this
 from .. import _binary
 from ..postgres.config import settings
+from ..run_tables import run_table
 
 #: memory for the graphs a process keeps, least recently used first out, is the database settings'
 #: ``run_graph_cache_mb`` (``PM_VECTOR_RUN_GRAPH_CACHE_MB``, default 1024). A graph takes about
@@ -51,7 +54,7 @@ _load_locks: dict[tuple, threading.Lock] = {}
 #: index, ef_search and the iterative scan set by pm_prepare_prior_search), max_prior written in
 #: (a constant of the run) and the statement planned per call, as pm_shortlist's is.
 #: Parameters: the rows (float8[][], one per searched row) and their labels.
-PRIOR_KNN = (
+PRIOR_KNN = sql.SQL(
     "SELECT ARRAY(SELECT c.item_id FROM {prior} AS c WHERE c.label = q.label "
     "             ORDER BY c.coords <-> q.zv LIMIT {max_prior}) "
     "FROM (SELECT g.i, (p.labels)[g.i] AS label, "
@@ -61,9 +64,9 @@ PRIOR_KNN = (
     "ORDER BY q.i")
 
 
-def prior_knn_statement(run_id: int, n_components: int, max_prior: int) -> str:
-    return PRIOR_KNN.format(prior=f"pm_vector.run_{int(run_id)}_prior", d=int(n_components),
-                            max_prior=int(max_prior))
+def prior_knn_statement(run_id: int, n_components: int, max_prior: int) -> sql.Composed:
+    return PRIOR_KNN.format(prior=run_table(run_id, "prior"), d=sql.Literal(int(n_components)),
+                            max_prior=sql.Literal(int(max_prior)))
 
 
 @dataclass(frozen=True)
@@ -152,21 +155,22 @@ def clear_cache() -> None:
 
 
 def _load(conn, run_id: int, doc: Mapping[str, Any]) -> RunGraph:
-    t = f"pm_vector.run_{int(run_id)}_"
+    t = partial(run_table, int(run_id))
     d = int(doc["n_components"])
-    g = conn.execute(f"SELECT cardinality(nbrs) FROM {t}prior LIMIT 1").fetchone()
+    g = conn.execute(sql.SQL("SELECT cardinality(nbrs) FROM {} LIMIT 1").format(t("prior"))).fetchone()
     g = int(g[0]) if g is not None else 0
     cols = [("item_id", "int8", 0), ("label", "int8", 0), ("coords8", "float8[]", d), ("nbrs", "int8[]", g),
             ("nhub", "float8[]", g)]
     # streamed into arrays sized by the run's class sizes (the COPY stream is never held whole)
-    a = _binary.copy_out_columns(conn, f"SELECT item_id, label, coords8, nbrs, nhub FROM {t}prior ORDER BY item_id",
-                                 cols, sum(int(v) for v in doc.get("class_sizes") or [0]))
+    a = _binary.copy_out_columns(conn, sql.SQL("SELECT item_id, label, coords8, nbrs, nhub FROM {} ORDER BY item_id").format(
+        t("prior")), cols, sum(int(v) for v in doc.get("class_sizes") or [0]))
     h = _binary.decode([("label", "int8", 0), ("item_id", "int8", 0), ("hub", "float8", 0)], _binary.copy_out(
-        conn, f"SELECT label, item_id, hub FROM (SELECT label, item_id, hub, row_number() OVER "
-              f"(PARTITION BY label ORDER BY hub DESC, item_id) AS rn FROM {t}hubs) AS s "
-              f"WHERE rn <= {MAX_K_PRIME} ORDER BY label, rn"))
+        conn, sql.SQL("SELECT label, item_id, hub FROM (SELECT label, item_id, hub, row_number() OVER "
+                      "(PARTITION BY label ORDER BY hub DESC, item_id) AS rn FROM {} AS h) AS s "
+                      "WHERE rn <= {} ORDER BY label, rn").format(t("hubs"), sql.Literal(MAX_K_PRIME))))
     fill = np.array([r[0] for r in conn.execute(
-        f"SELECT item_id FROM {t}items ORDER BY item_id LIMIT {MAX_K_PRIME}").fetchall()], dtype=np.int64)
+        sql.SQL("SELECT item_id FROM {} ORDER BY item_id LIMIT {}").format(t("items"), sql.Literal(MAX_K_PRIME))).fetchall()],
+        dtype=np.int64)
     labels = a["label"]
     members = {int(c): np.flatnonzero(labels == int(c)) for c in doc["classes"]}
     top = {}

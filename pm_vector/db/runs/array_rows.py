@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+from psycopg import sql
 
 from .. import _binary
 from .deferral import Deferral
@@ -46,10 +47,15 @@ class ArrayRow:
     chubs: np.ndarray  # float64
 
 
-def store_uncompressed(conn, table: str) -> None:
+def _sql(part: str | sql.Composable) -> sql.Composable:
+    """A condition or a join clause: composed, or the code's own constant text."""
+    return part if isinstance(part, sql.Composable) else sql.SQL(part)
+
+
+def store_uncompressed(conn, table: sql.Composable) -> None:
     """Store the three arrays of ``table`` (empty, just created) out of line without compression."""
-    conn.execute(f"ALTER TABLE {table} " + ", ".join(f"ALTER COLUMN {c} SET STORAGE EXTERNAL"
-                                                      for c in ("item_ids", "hubs", "chubs")))
+    conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN item_ids SET STORAGE EXTERNAL, ALTER COLUMN hubs SET STORAGE "
+                         "EXTERNAL, ALTER COLUMN chubs SET STORAGE EXTERNAL").format(table))
 
 
 def member(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -78,11 +84,11 @@ def deferred(conn):
     return _held.hold(conn)
 
 
-def _session(conn, table: str) -> dict:
+def _session(conn, table: sql.Composable) -> dict:
     return _held.held(conn).setdefault(table, {"rows": {}, "dirty": set(), "keys": None, "complete": False})
 
 
-def seed(conn, table: str, rows: dict, complete: bool) -> None:
+def seed(conn, table: sql.Composable, rows: dict, complete: bool) -> None:
     """Inside :func:`deferred`: hold ``rows`` (key -> :class:`ArrayRow`, as the table holds them now) as if
     read; ``complete``: they are every row of the table (:mod:`pm_vector.db.runs.row_cache`)."""
     sess = _session(conn, table)
@@ -90,14 +96,14 @@ def seed(conn, table: str, rows: dict, complete: bool) -> None:
     sess["complete"] = bool(complete)
 
 
-def held(conn, table: str) -> tuple[dict, bool] | None:
+def held(conn, table: sql.Composable) -> tuple[dict, bool] | None:
     """Inside :func:`deferred`: the rows held for ``table`` (key -> row) and whether they are every row of
     it, or None."""
     sess = (_held.held(conn) or {}).get(table)
     return None if sess is None else (sess["rows"], bool(sess.get("complete")))
 
 
-def flush(conn, table: str | None = None) -> None:
+def flush(conn, table: sql.Composable | None = None) -> None:
     """Write the changed rows held for ``conn`` (of ``table``, or of every table)."""
     for t, sess in (_held.held(conn) or {}).items():
         if (table is None or t == table) and sess["dirty"]:
@@ -105,8 +111,9 @@ def flush(conn, table: str | None = None) -> None:
             sess["dirty"] = set()
 
 
-def read(conn, table: str, keys: tuple[str, ...], where: str, params=None, lock: bool = False,
-         match: Callable[[ArrayRow], bool] | None = None, join: str = "", join_params=None) -> list[ArrayRow]:
+def read(conn, table: sql.Composable, keys: tuple[str, ...], where: str | sql.Composable, params=None,
+         lock: bool = False, match: Callable[[ArrayRow], bool] | None = None, join: str | sql.Composable = "",
+         join_params=None) -> list[ArrayRow]:
     """The rows of ``table`` that ``where`` selects (an SQL condition on ``table``'s columns, with
     ``params``), ``FOR UPDATE`` when ``lock``. ``join``: an SQL join clause after ``table`` (with
     ``join_params``; its columns must not be named as ``table``'s) that ``where`` may use, e.g. a
@@ -126,10 +133,13 @@ def read(conn, table: str, keys: tuple[str, ...], where: str, params=None, lock:
         return sorted((r for r in held if match(r)), key=_by_key)
     if held:
         k = np.array([r.key for r in held], dtype=np.int64).reshape(len(held), -1)
-        where = (f"({where}) AND ({', '.join(keys)}) NOT IN (SELECT * FROM unnest("
-                 + ", ".join(["%s::bigint[]"] * len(keys)) + "))")
+        whole = False
+        where = sql.SQL("({}) AND ({}) NOT IN (SELECT * FROM unnest({}))").format(
+            _sql(where), sql.SQL(", ").join(map(sql.Identifier, keys)),
+            sql.SQL(", ").join([sql.SQL("%s::bigint[]")] * len(keys)))
         params = list(params or []) + [k[:, j].tolist() for j in range(len(keys))]
-    whole = where.strip() == "true" and not join  # (with the held rows: the whole table)
+    else:
+        whole = isinstance(where, str) and where.strip() == "true" and not join  # (with the held rows: the whole table)
     got = _read(conn, table, keys, where, list(join_params or []) + list(params or []), lock, join)
     if _held.held(conn) is not None and sess is None:
         sess = _session(conn, table)
@@ -144,20 +154,23 @@ def _by_key(r: ArrayRow) -> tuple:
     return r.key
 
 
-def _read(conn, table: str, keys: tuple[str, ...], where: str, params, lock: bool, join: str = "") -> list[ArrayRow]:
-    cols = ", ".join(f"{table}.{k}" for k in keys)
-    sql = (f"SELECT {cols}, array_send({table}.item_ids), array_send({table}.hubs), array_send({table}.chubs) "
-           f"FROM {table} {join} WHERE {where}" + (f" FOR UPDATE OF {table.split('.')[-1]}" if lock else ""))
+def _read(conn, table: sql.Composable, keys: tuple[str, ...], where: str | sql.Composable, params, lock: bool,
+          join: str | sql.Composable = "") -> list[ArrayRow]:
+    cols = sql.SQL(", ").join(sql.SQL("{}.{}").format(table, sql.Identifier(k)) for k in keys)
+    q = sql.SQL("SELECT {cols}, array_send({t}.item_ids), array_send({t}.hubs), array_send({t}.chubs) "
+                "FROM {t} {join} WHERE {where}{lock}").format(
+        cols=cols, t=table, join=_sql(join), where=_sql(where),
+        lock=sql.SQL(" FOR UPDATE OF {}").format(getattr(table, "relname", table)) if lock else sql.SQL(""))
     out = []
     with conn.cursor(binary=True) as cur:
-        for r in cur.execute(sql, params).fetchall():
+        for r in cur.execute(q, params).fetchall():
             k = len(keys)
             out.append(ArrayRow(tuple(int(v) for v in r[:k]), unsend(r[k], "int8"), unsend(r[k + 1], "float8"),
                                 unsend(r[k + 2], "float8")))
     return out
 
 
-def write(conn, table: str, keys: tuple[tuple[str, str], ...], rows: list[ArrayRow]) -> None:
+def write(conn, table: sql.Composable, keys: tuple[tuple[str, str], ...], rows: list[ArrayRow]) -> None:
     """Replace the rows of these keys by ``rows`` (``keys``: each key column's name and binary kind,
     "int4" or "int8"): one ``DELETE`` by key, one binary ``COPY`` (inside :func:`deferred`: at its end)."""
     if not rows:
@@ -172,18 +185,18 @@ def write(conn, table: str, keys: tuple[tuple[str, str], ...], rows: list[ArrayR
     _write(conn, table, keys, rows)
 
 
-def _write(conn, table: str, keys: tuple[tuple[str, str], ...], rows: list[ArrayRow]) -> None:
+def _write(conn, table: sql.Composable, keys: tuple[tuple[str, str], ...], rows: list[ArrayRow]) -> None:
     names = [k for k, _ in keys]
-    kinds = {"int4": "int", "int8": "bigint"}
+    kinds = {"int4": sql.SQL("%s::int[]"), "int8": sql.SQL("%s::bigint[]")}
     key_arrays = [np.array([r.key[j] for r in rows], dtype=np.int64) for j in range(len(keys))]
-    unnest = ", ".join(f"%s::{kinds[kd]}[]" for _, kd in keys)
-    conn.execute(f"DELETE FROM {table} WHERE ({', '.join(names)}) IN (SELECT * FROM unnest({unnest}))",
-                 [a.tolist() for a in key_arrays])
+    cols = sql.SQL(", ").join(map(sql.Identifier, names))
+    conn.execute(sql.SQL("DELETE FROM {} WHERE ({}) IN (SELECT * FROM unnest({}))").format(
+        table, cols, sql.SQL(", ").join(kinds[kd] for _, kd in keys)), [a.tolist() for a in key_arrays])
     stream = _binary.encode_with_tail(
         [(k, kd, 0) for k, kd in keys], {k: key_arrays[j] for j, k in enumerate(names)},
         [[_binary.binary_array(r.item_ids, "int8") for r in rows], [_binary.binary_array(r.hubs, "float8") for r in rows],
          [_binary.binary_array(r.chubs, "float8") for r in rows]])
-    _binary.copy_in(conn, f"COPY {table} ({', '.join(names)}, item_ids, hubs, chubs) FROM STDIN (FORMAT BINARY)",
+    _binary.copy_in(conn, sql.SQL("COPY {} ({}, item_ids, hubs, chubs) FROM STDIN (FORMAT BINARY)").format(table, cols),
                     stream)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Mapping
 
 import numpy as np
+from psycopg import sql
 
 from . import array_rows
 
@@ -54,7 +55,7 @@ def _by_row(delta: Mapping[tuple, float]) -> tuple[dict, dict]:
 _FEW = 40
 
 
-def _read(conn, table: str, by_row: dict, moved: dict, erased: np.ndarray) -> dict[tuple, array_rows.ArrayRow]:
+def _read(conn, table: sql.Composable, by_row: dict, moved: dict, erased: np.ndarray) -> dict[tuple, array_rows.ArrayRow]:
     if erased.size + sum(v.size for v in moved.values()) > _FEW:  # every row (held ones included)
         return {r.key: r for r in array_rows.read(conn, table, tuple(k for k, _ in KEYS), "true",
                                                   match=lambda r: True)}
@@ -81,7 +82,7 @@ def _order(level: int, ids: np.ndarray, hubs: np.ndarray) -> np.ndarray:
     return np.lexsort((ids, -hubs)) if level <= 0 else np.argsort(ids, kind="stable")
 
 
-def apply(conn, table: str, delta: Mapping[tuple, float], erased, max_k: int) -> None:
+def apply(conn, table: sql.Composable, delta: Mapping[tuple, float], erased, max_k: int) -> None:
     """Apply the counts' changes ``delta`` and the erasure of ``erased`` to the cells table ``table``
     (module doc); ``max_k``: the entries a level-0 row keeps when its class keeps level -1."""
     erased = np.unique(np.asarray(list(erased), dtype=np.int64))

@@ -50,9 +50,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
+from psycopg import sql
 
 from ...errors import InvalidInputError
 from .. import _binary
+from ..run_tables import create_foreign_table, drop_foreign_table, on_shard, run_table
 from ...protocol.bounds import MAX_K_PRIME
 from . import array_rows
 
@@ -189,7 +191,7 @@ def useful_entries(group: np.ndarray, item: np.ndarray, h: np.ndarray, hc: np.nd
     return keep
 
 
-def copy_cell_rows(conn, table: str, data: CellsData, sel: np.ndarray, commit: bool = True) -> None:
+def copy_cell_rows(conn, table: sql.Composable, data: CellsData, sel: np.ndarray, commit: bool = True) -> None:
     rows = np.flatnonzero(sel)
     for s in range(0, rows.size, _BATCH):
         part = rows[s:s + _BATCH]
@@ -199,8 +201,8 @@ def copy_cell_rows(conn, table: str, data: CellsData, sel: np.ndarray, commit: b
             [[_binary.binary_array(data.item_ids[i], "int8") for i in part],
              [_binary.binary_array(data.hubs[i], "float8") for i in part],
              [_binary.binary_array(data.chubs[i], "float8") for i in part]])
-        _binary.copy_in(conn, f"COPY {table} (level, label, cell, item_ids, hubs, chubs) FROM STDIN (FORMAT BINARY)",
-                        stream)
+        _binary.copy_in(conn, sql.SQL("COPY {} (level, label, cell, item_ids, hubs, chubs) FROM STDIN (FORMAT BINARY)").format(
+            table), stream)
         if commit:
             conn.commit()
 
@@ -217,26 +219,25 @@ def write(conn, run_id: int, data: CellsData, placement: Mapping[str, list] | No
     conn.commit()
     if not placement:
         conn.execute("SELECT pm_vector.pm_create_cells_table(%s)", [rid])
-        array_rows.store_uncompressed(conn, f"pm_vector.run_{rid}_cells")
+        t = run_table(rid, "cells")
+        array_rows.store_uncompressed(conn, t)
         conn.commit()
-        copy_cell_rows(conn, f"pm_vector.run_{rid}_cells", data, np.ones(data.labels.shape[0], bool))
-        conn.execute(f"ANALYZE pm_vector.run_{rid}_cells")
+        copy_cell_rows(conn, t, data, np.ones(data.labels.shape[0], bool))
+        conn.execute(sql.SQL("ANALYZE {}").format(t))
         conn.commit()
         return
     classes = [int(c) for c in data.cells.classes_]
     ddl = conn.execute("SELECT pm_vector.pm_cells_table_ddl(%s)", [rid]).fetchone()[0]
     for s, ks in placement.items():
-        conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)",
-                     [s, f"DROP TABLE IF EXISTS pm_vector.run_{rid}_cells; {ddl}"])
-        ft = f'pm_vector."run_{rid}_cells_at_{s}"'
-        conn.execute(f"DROP FOREIGN TABLE IF EXISTS {ft}")
-        conn.execute(f"CREATE FOREIGN TABLE {ft} (level integer, label bigint, cell integer, item_ids bigint[], "
-                     f"hubs float8[], chubs float8[]) SERVER \"pm_shard_{s}\" "
-                     f"OPTIONS (schema_name 'pm_vector', table_name 'run_{rid}_cells', batch_size '500')")
+        conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)",  # (the DDL: pm_cells_table_ddl's, from parts)
+                     [s, on_shard(conn, [sql.SQL("DROP TABLE IF EXISTS {}").format(run_table(rid, "cells")), sql.SQL(ddl)])])
+        ft = create_foreign_table(conn, rid, "cells", s, sql.SQL(
+            "level integer, label bigint, cell integer, item_ids bigint[], hubs float8[], chubs float8[]"), 500)
         conn.commit()
         copy_cell_rows(conn, ft, data, np.isin(data.labels, [classes[int(k)] for k in ks]))
-        conn.execute(f"DROP FOREIGN TABLE IF EXISTS {ft}")
-        conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, f"ANALYZE pm_vector.run_{rid}_cells"])
+        drop_foreign_table(conn, rid, "cells", s)
+        conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)",
+                     [s, on_shard(conn, [sql.SQL("ANALYZE {}").format(run_table(rid, "cells"))])])
         conn.commit()
 
 
@@ -278,4 +279,4 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
             for K, cell in cell_at.items():
                 key = (K, c, int(cell[r]), i)
                 delta[key] = delta.get(key, 0.0) + 1.0
-    cell_counts.apply(conn, f"pm_vector.run_{rid}_cells", delta, (), MAX_K_PRIME)
+    cell_counts.apply(conn, run_table(rid, "cells"), delta, (), MAX_K_PRIME)

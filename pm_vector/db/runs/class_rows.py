@@ -67,12 +67,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
+from psycopg import sql
 
 from ... import shortlist as _shortlist
 from ...errors import InvalidInputError
 from ...neighbors import GRAPH_METHODS
 from .. import _binary
-from .prior_rows import REVERSE_INDEX, hub_counts, leave_room_for_updates, refresh_nhub
+from ..run_tables import run_index, run_table
+from .prior_rows import hub_counts, leave_room_for_updates, refresh_nhub, reverse_index
 from .run_copy import copy_hubs as _copy_hubs, copy_pairs as _copy_pairs, copy_prior as _copy_prior  # noqa: F401
 
 FORMAT = "pm_vector.class-rows/1"
@@ -300,7 +302,7 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
 def _create_codes_table(conn, run_id: int) -> None:
     """The run's ``run_<id>_codes(item_id bigint, code bytea)`` (dropped with the run's tables by
     ``pm_vector.pm_drop_run_tables``; its primary key comes with :func:`build_indexes`)."""
-    conn.execute(f"CREATE TABLE pm_vector.run_{int(run_id)}_codes (item_id bigint NOT NULL, code bytea NOT NULL)")
+    conn.execute(sql.SQL("CREATE TABLE {} (item_id bigint NOT NULL, code bytea NOT NULL)").format(run_table(run_id, "codes")))
 
 
 def copy_codes(conn, run_id: int, ids, codes, batch: int, commit: bool) -> None:
@@ -310,8 +312,8 @@ def copy_codes(conn, run_id: int, ids, codes, batch: int, commit: bool) -> None:
         e = min(ids.shape[0], s + batch)
         stream = _binary.encode([("item_id", "int8", 0), ("code", "bytea", m)],
                                 {"item_id": ids[s:e], "code": codes[s:e]})
-        _binary.copy_in(conn, f"COPY pm_vector.run_{int(run_id)}_codes (item_id, code) FROM STDIN (FORMAT BINARY)",
-                        stream)
+        _binary.copy_in(conn, sql.SQL("COPY {} (item_id, code) FROM STDIN (FORMAT BINARY)").format(
+            run_table(run_id, "codes")), stream)
         if commit:
             conn.commit()
 
@@ -344,9 +346,9 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
         _copy_prior(conn, rid, data.prior_ids, data.prior_labels, data.prior_coords, batch, True, progress,
                     data.prior_nbrs if fast else None, data.prior_nhub if fast else None)
         g = data.neighbors.shape[1]
-        _copy_pairs(conn, f"pm_vector.run_{rid}_neighbors", ("item_id", "neighbor_id"),
+        _copy_pairs(conn, run_table(rid, "neighbors"), ("item_id", "neighbor_id"),
                     np.repeat(data.item_ids, g), data.neighbors.ravel(), batch * 4, True)
-        _copy_hubs(conn, f"pm_vector.run_{rid}_hubs", data.hub_labels, data.hub_ids, data.hub_counts, batch * 4, True)
+        _copy_hubs(conn, run_table(rid, "hubs"), data.hub_labels, data.hub_ids, data.hub_counts, batch * 4, True)
     if data.codes is not None:
         from psycopg.types.json import Json
 
@@ -382,13 +384,13 @@ def build_indexes(conn, run_id: int, m: int = 16, ef_construction: int = 64) -> 
     else:
         conn.execute("SELECT pm_vector.pm_build_class_rows_indexes(%s, %s, %s)",
                      [int(run_id), int(m), int(ef_construction)])
-        conn.execute(REVERSE_INDEX.format(rid=int(run_id)))
+        conn.execute(reverse_index(run_id))
     if data_has_codes(conn, int(run_id)) and not conn.execute(
             "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass(pm_vector.pm_run_table(%s, 'codes')) "
             "AND indisprimary)", [int(run_id)]).fetchone()[0]:
-        conn.execute(f"ALTER TABLE pm_vector.run_{int(run_id)}_codes ADD CONSTRAINT run_{int(run_id)}_codes_pkey "
-                     "PRIMARY KEY (item_id)")
-        conn.execute(f"ANALYZE pm_vector.run_{int(run_id)}_codes")
+        conn.execute(sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY (item_id)").format(
+            run_table(run_id, "codes"), run_index(run_id, "codes_pkey")))
+        conn.execute(sql.SQL("ANALYZE {}").format(run_table(run_id, "codes")))
 
 
 def data_has_codes(conn, run_id: int) -> bool:
@@ -438,7 +440,7 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
         for r in range(new_ids.shape[0]):
             row = nb[r][nb[r] != new_ids[r]]
             out[r] = row[:g]
-        _copy_pairs(conn, f"pm_vector.run_{rid}_neighbors", ("item_id", "neighbor_id"), np.repeat(new_ids, g),
+        _copy_pairs(conn, run_table(rid, "neighbors"), ("item_id", "neighbor_id"), np.repeat(new_ids, g),
                     out.ravel(), 1 << 30, False)
     else:
         out = np.zeros((new_ids.shape[0], 0), np.int64)
@@ -456,10 +458,10 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
         if labels and g > 0:
             labels, ids, counts = np.concatenate(labels), np.concatenate(ids), np.concatenate(counts)
             conn.execute("CREATE TEMP TABLE pm_new_hubs (label bigint, item_id bigint, hub float8) ON COMMIT DROP")
-            _copy_hubs(conn, "pm_new_hubs", labels, ids, counts, 1 << 30, False)
-            conn.execute(f"INSERT INTO pm_vector.run_{rid}_hubs AS h (label, item_id, hub) "
-                         "SELECT label, item_id, hub FROM pm_new_hubs "
-                         "ON CONFLICT (label, item_id) DO UPDATE SET hub = h.hub + EXCLUDED.hub")
+            _copy_hubs(conn, sql.Identifier("pm_new_hubs"), labels, ids, counts, 1 << 30, False)
+            conn.execute(sql.SQL("INSERT INTO {} AS h (label, item_id, hub) SELECT label, item_id, hub FROM pm_new_hubs "
+                                 "ON CONFLICT (label, item_id) DO UPDATE SET hub = h.hub + EXCLUDED.hub").format(
+                                     run_table(rid, "hubs")))
             if fast:  # nhub follows: rows listing a changed item gain the change, the new rows read theirs
                 refresh_nhub(conn, rid, g, labels, ids, counts)
                 nhub = hub_counts(conn, rid, new_y[in_prior], out[in_prior])

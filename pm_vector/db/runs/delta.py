@@ -42,6 +42,8 @@ from typing import Any, Mapping
 import numpy as np
 from psycopg import sql
 
+from ..run_tables import run_table
+
 
 def takes_delta(doc: Mapping[str, Any] | None, coll: Mapping[str, Any] | None = None) -> bool:
     """Does a run with this ``class_rows`` document take writes into the delta (ready class rows, one
@@ -50,10 +52,6 @@ def takes_delta(doc: Mapping[str, Any] | None, coll: Mapping[str, Any] | None = 
     if coll is not None and (coll.get("settings") or {}).get("delta") is False:
         return False
     return bool(doc) and doc.get("status") == "ready" and not doc.get("shards")
-
-
-def _run_table(run_id: int, kind: str) -> sql.Composable:
-    return sql.Identifier("pm_vector", f"run_{int(run_id)}_{kind}")
 
 
 def bump(conn, run_id: int, n_items: int = 0) -> None:
@@ -74,7 +72,7 @@ def tombstone(conn, ids, runs) -> list[int]:
         rid = int(rid)
         n = conn.execute(sql.SQL(
             "INSERT INTO pm_vector.delta_tombstones (run_id, item_id) SELECT %s, e.item_id FROM {} AS e "
-            "WHERE e.item_id = ANY(%s) ON CONFLICT DO NOTHING").format(_run_table(rid, "items")), [rid, ids]).rowcount
+            "WHERE e.item_id = ANY(%s) ON CONFLICT DO NOTHING").format(run_table(rid, "items")), [rid, ids]).rowcount
         conn.execute("DELETE FROM pm_vector.delta_entries WHERE run_id = %s AND item_id = ANY(%s)", [rid, ids])
         if n:
             bump(conn, rid, -int(n))
@@ -107,11 +105,11 @@ def live_ids(conn, run_id: int, ids) -> np.ndarray:
     return ~np.isin(ids, tombstoned(conn, run_id, np.unique(ids)))
 
 
-def live_sql(run_id_sql: str, item_sql: str) -> str:
-    """A SQL condition: no tombstone of item ``item_sql`` in run ``run_id_sql`` (both SQL expressions
-    of the caller's statement; an index lookup of the tombstones' primary key)."""
-    return (f"NOT EXISTS (SELECT 1 FROM pm_vector.delta_tombstones AS pm_z WHERE pm_z.run_id = {run_id_sql} "
-            f"AND pm_z.item_id = {item_sql})")
+def live_sql(run_id: int, item: sql.Composable) -> sql.Composed:
+    """A SQL condition: no tombstone of item ``item`` (an SQL expression of the caller's statement) in
+    run ``run_id`` (an index lookup of the tombstones' primary key)."""
+    return sql.SQL("NOT EXISTS (SELECT 1 FROM pm_vector.delta_tombstones AS pm_z WHERE pm_z.run_id = {} "
+                   "AND pm_z.item_id = {})").format(sql.Literal(int(run_id)), item)
 
 
 def estimate(conn, coll: Mapping[str, Any], run_id: int, doc: Mapping[str, Any], ids, X) -> dict[int, tuple]:
@@ -132,14 +130,14 @@ def estimate(conn, coll: Mapping[str, Any], run_id: int, doc: Mapping[str, Any],
         "SELECT n.item_id, array(SELECT e.item_id FROM {t} AS e WHERE e.item_id <> n.item_id AND NOT EXISTS "
         "(SELECT 1 FROM pm_vector.delta_tombstones AS z WHERE z.run_id = %s AND z.item_id = e.item_id) "
         "ORDER BY e.embedding {op} n.embedding LIMIT %s) FROM {t} AS n WHERE n.item_id = ANY(%s)").format(
-        t=_run_table(rid, "items"), op=sql.SQL(op)), [rid, g, ids.tolist()]).fetchall())
+        t=run_table(rid, "items"), op=sql.SQL(op)), [rid, g, ids.tolist()]).fetchall())
     nb_ids = sorted({int(j) for v in near.values() for j in v})
     feats = {}
     if nb_ids:
-        rows = conn.execute(sql.SQL("SELECT i.id, ({f})::real[] FROM pm_vector.items AS i WHERE i.id = ANY(%s){ok}").format(
-            # (the attached table's quoted names may hold a '%': escaped, as a statement with parameters needs)
-            f=sql.SQL(feature_sql(coll, "i").replace("%", "%%")),
-            ok=sql.SQL(feature_filter(coll, "i").replace("%", "%%"))), [nb_ids]).fetchall()
+        # the ids a literal, no parameters: an attached table's names may hold a '%' (feature_sql)
+        rows = conn.execute(sql.SQL("SELECT i.id, ({f})::real[] FROM pm_vector.items AS i WHERE i.id = ANY({ids}::bigint[])"
+                                    "{ok}").format(f=feature_sql(coll, "i"), ids=sql.Literal(nb_ids),
+                                                   ok=feature_filter(coll, "i"))).fetchall()
         feats = {int(a): b for a, b in rows}
     nb_ids = [j for j in nb_ids if j in feats]
     pos = {j: k for k, j in enumerate(nb_ids)}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+from psycopg import sql
 
 from .. import _binary
 from ..errors import EmbeddingJobError
@@ -45,7 +46,7 @@ def vector_type(dim: int) -> str:
     return "vector" if dim <= 2000 else "halfvec"
 
 
-def write_embeddings(conn, table: str, key: str, key_kind: str, keys: np.ndarray, emb: np.ndarray,
+def write_embeddings(conn, table: sql.Composable, key: str, key_kind: str, keys: np.ndarray, emb: np.ndarray,
                      batch: int, progress: Callable[[int, int], None] | None, commit: bool = True) -> None:
     """COPY ``keys`` and their embeddings ``emb`` into ``table`` in batches of ``batch`` rows (binary),
     each committed when ``commit``, reporting ``progress(done, total)``."""
@@ -55,7 +56,8 @@ def write_embeddings(conn, table: str, key: str, key_kind: str, keys: np.ndarray
         stop = min(n, start + batch)
         stream = _binary.encode([(key, key_kind, 0), ("embedding", vector_type(k), k)],
                                 {key: keys[start:stop], "embedding": emb[start:stop]})
-        _binary.copy_in(conn, f"COPY {table} ({key}, embedding) FROM STDIN (FORMAT BINARY)", stream)
+        _binary.copy_in(conn, sql.SQL("COPY {} ({}, embedding) FROM STDIN (FORMAT BINARY)").format(
+            table, sql.Identifier(key)), stream)
         if commit:
             conn.commit()
         if progress is not None:

@@ -39,7 +39,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
+from psycopg import sql
 
+from ..run_tables import create_foreign_table, drop_foreign_table, run_table, run_table_exists, run_table_name
 from . import prior_rows
 from .erase_plan import Plan, is_ready, plan
 from .prior_rows import add_hub_changes, read_listing, update_lists
@@ -53,17 +55,13 @@ class Place:
     run_id: int
     shard: str | None
 
-    def table(self, kind: str) -> str:
-        if self.shard is None:
-            return f"pm_vector.run_{int(self.run_id)}_{kind}"
-        return f'pm_vector."run_{int(self.run_id)}_{kind}_at_{self.shard}"'
+    def table(self, kind: str) -> sql.Identifier:
+        """The run's table of ``kind`` here (:func:`pm_vector.db.run_tables.run_table`)."""
+        return run_table(self.run_id, kind, self.shard)
 
 
 def _exists(conn, place: Place, kind: str) -> bool:
-    if place.shard is not None:
-        return conn.execute("SELECT to_regclass(%s) IS NOT NULL", [place.table(kind)]).fetchone()[0]
-    return conn.execute("SELECT to_regclass(pm_vector.pm_run_table(%s, %s)) IS NOT NULL",
-                        [place.run_id, kind]).fetchone()[0]
+    return run_table_exists(conn, place.run_id, kind, place.shard)
 
 
 # ----------------------------------------------------------------------------- per-table erasure
@@ -73,7 +71,7 @@ def _rows_of(kind: str) -> Callable[[Any, Place, Plan], None]:
     run's fill list (its first MAX_K_PRIME item ids): it is refilled with the next remaining ids."""
 
     def erase(conn, place: Place, plan: Plan) -> None:
-        conn.execute(f"DELETE FROM {place.table(kind)} WHERE item_id = ANY(%s)", [plan.erased.tolist()])
+        conn.execute(sql.SQL("DELETE FROM {} WHERE item_id = ANY(%s)").format(place.table(kind)), [plan.erased.tolist()])
         if kind == "items" and place.shard is not None:  # the shard's fill list keeps its MAX_K_PRIME first ids
             from .sharding import FILL
 
@@ -81,7 +79,8 @@ def _rows_of(kind: str) -> Callable[[Any, Place, Plan], None]:
             after = plan.ids[~plan.gone][:FILL]
             add = np.setdiff1d(after, before)
             if add.size:
-                conn.execute(f"INSERT INTO {place.table(kind)} (item_id) SELECT unnest(%s::bigint[])", [add.tolist()])
+                conn.execute(sql.SQL("INSERT INTO {} (item_id) SELECT unnest(%s::bigint[])").format(place.table(kind)),
+                             [add.tolist()])
     return erase
 
 
@@ -89,7 +88,7 @@ def _erase_neighbors(conn, place: Place, plan: Plan) -> None:
     """The erased items' lists go; the refilled lists replace the old ones (rows of this place's items)."""
     t = place.table("neighbors")
     changed = np.array(sorted(plan.new_lists), dtype=np.int64)
-    conn.execute(f"DELETE FROM {t} WHERE item_id = ANY(%s)", [np.concatenate([plan.erased, changed]).tolist()])
+    conn.execute(sql.SQL("DELETE FROM {} WHERE item_id = ANY(%s)").format(t), [np.concatenate([plan.erased, changed]).tolist()])
     if changed.size:
         here = _items_here(conn, place, plan, changed)
         if here.size:
@@ -114,8 +113,8 @@ def _shard_classes(plan: Plan, shard: str) -> np.ndarray:
 
 def _hubs_of(conn, place: Place, item_ids) -> dict[tuple[int, int], float]:
     """The stored hub counts ``(label, item id) -> hub`` of these items at ``place``."""
-    rows = conn.execute(f"SELECT h.label, h.item_id, h.hub FROM {place.table('hubs')} AS h JOIN unnest(%s::bigint[]) "
-                        "AS s(id) ON s.id = h.item_id",  # (a hash join: = ANY of a parameter compares every pair)
+    rows = conn.execute(sql.SQL("SELECT h.label, h.item_id, h.hub FROM {} AS h JOIN unnest(%s::bigint[]) "
+                                "AS s(id) ON s.id = h.item_id").format(place.table("hubs")),  # (a hash join: = ANY of a parameter compares every pair)
                         [sorted(set(int(i) for i in item_ids))]).fetchall()
     return {(int(a), int(b)): float(c) for a, b, c in rows}
 
@@ -136,7 +135,7 @@ def _erase_hubs(conn, place: Place, plan: Plan) -> None:
         keys = sorted(set(by_class.get(c, [])) | erased)
         if not keys:
             continue
-        conn.execute(f"DELETE FROM {t} WHERE label = %s AND item_id = ANY(%s)", [c, keys])
+        conn.execute(sql.SQL("DELETE FROM {} WHERE label = %s AND item_id = ANY(%s)").format(t), [c, keys])
         rows = [(i, cur.get((c, i), 0.0) + plan.hub_delta.get((c, i), 0.0)) for i in keys if i not in erased]
         rows = [(i, v) for i, v in rows if v > 0]
         if rows:
@@ -150,12 +149,12 @@ def _erase_prior(conn, place: Place, plan: Plan) -> None:
     two columns (the frame coordinates and their index stay). Only the rows that may change are read:
     the erased, the refilled and those listing an item whose hub count changed."""
     t = place.table("prior")
-    g = conn.execute(f"SELECT cardinality(nbrs) FROM {t} LIMIT 1").fetchone()
+    g = conn.execute(sql.SQL("SELECT cardinality(nbrs) FROM {} LIMIT 1").format(t)).fetchone()
     if g is None:
         return
     g = int(g[0] or 0)
     if g == 0:  # lists of no entries: only the erased rows go
-        conn.execute(f"DELETE FROM {t} WHERE item_id = ANY(%s)", [plan.erased.tolist()])
+        conn.execute(sql.SQL("DELETE FROM {} WHERE item_id = ANY(%s)").format(t), [plan.erased.tolist()])
         return
     a = _prior_rows(conn, place, plan, g)
     ids, labels = a["item_id"], a["label"]
@@ -164,7 +163,8 @@ def _erase_prior(conn, place: Place, plan: Plan) -> None:
     gone = np.isin(ids, plan.erased)
     changed &= ~gone
     for c in np.unique(labels[gone]):
-        conn.execute(f"DELETE FROM {t} WHERE label = %s AND item_id = ANY(%s)", [int(c), ids[gone & (labels == c)].tolist()])
+        conn.execute(sql.SQL("DELETE FROM {} WHERE label = %s AND item_id = ANY(%s)").format(t),
+                     [int(c), ids[gone & (labels == c)].tolist()])
     prior_rows.forget(conn, t, labels[gone], ids[gone])
     update_lists(conn, t, ids[changed], labels[changed], nbrs[changed], nhub[changed])
 
@@ -173,17 +173,17 @@ def _prior_rows(conn, place: Place, plan: Plan, g: int) -> dict[str, np.ndarray]
     """The prior rows that may change: the erased, the refilled, and those of class c listing an item
     whose class-c hub count changed (hash joins with temp tables of those pairs, analysed so that
     the planner knows their sizes)."""
-    t = place.table("prior")
     want = np.array(sorted(set(int(i) for i in plan.new_lists) | set(int(i) for i in plan.erased)), np.int64)
     lab = plan.labels[np.searchsorted(plan.ids, want)]
     listed = np.array(sorted(plan.hub_delta), dtype=np.int64).reshape(-1, 2)
     for name, (c, i) in (("pm_erase_want", (lab, want)), ("pm_erase_listed", (listed[:, 0], listed[:, 1]))):
-        conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {name} (label bigint, item_id bigint) ON COMMIT DROP")
-        conn.execute(f"TRUNCATE {name}")
+        name = sql.Identifier(name)
+        conn.execute(sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (label bigint, item_id bigint) ON COMMIT DROP").format(name))
+        conn.execute(sql.SQL("TRUNCATE {}").format(name))
         copy_pairs(conn, name, ("label", "item_id"), c, i, 1 << 30, False)
-        conn.execute(f"ANALYZE {name}")
-    return read_listing(conn, t.replace("prior", "{kind}"), "pm_erase_listed", g, "SELECT label, item_id FROM pm_erase_want",
-                        want.size + 16 * listed.shape[0])
+        conn.execute(sql.SQL("ANALYZE {}").format(name))
+    return read_listing(conn, place.table, sql.Identifier("pm_erase_listed"), g,
+                        sql.SQL("SELECT label, item_id FROM pm_erase_want"), want.size + 16 * listed.shape[0])
 
 
 def _prior_changes(conn, place: Place, plan: Plan, ids, labels, nbrs, nhub) -> np.ndarray:
@@ -238,8 +238,8 @@ def _erase_locations(conn, place: Place, plan: Plan) -> None:
                                match=lambda r: r.key[0] == 0 and listed(r))
         rows += array_rows.read(
             conn, t, KEYS, "level <> 0 AND item_ids && pm_g.pm_ids", match=lambda r: r.key[0] != 0 and listed(r),
-            join="JOIN (SELECT u.p AS pm_part, array_agg(u.e) AS pm_ids FROM unnest(%s::int[], %s::bigint[]) AS u(p, e) "
-                 f"GROUP BY u.p) AS pm_g ON pm_g.pm_part = {t}.part",
+            join=sql.SQL("JOIN (SELECT u.p AS pm_part, array_agg(u.e) AS pm_ids FROM unnest(%s::int[], %s::bigint[]) "
+                         "AS u(p, e) GROUP BY u.p) AS pm_g ON pm_g.pm_part = {}.part").format(t),
             join_params=[[placed[int(i)] for i in erased], erased.tolist()])
     else:  # one part per row, or an erased item the rows do not place (damaged): every row that lists one
         rows = array_rows.read(conn, t, KEYS, "item_ids && %s::bigint[]", [erased.tolist()], match=listed)
@@ -303,13 +303,11 @@ def grant_answer_tables(conn, run_id: int) -> list[str]:
     """``GRANT SELECT`` to the query role on the run's :data:`ANSWER_TABLES` that exist on this node
     (a partition is read through its parent and gets nothing), in the caller's transaction; nothing
     when the role does not exist. Returns the tables granted."""
-    from psycopg import sql
-
     from ..postgres.privileges import QUERY_ROLE
 
     if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [QUERY_ROLE]).fetchone() is None:
         return []
-    names = [f"run_{int(run_id)}_{kind}" for kind in sorted(ANSWER_TABLES)]
+    names = [run_table_name(run_id, kind) for kind in sorted(ANSWER_TABLES)]
     found = [r[0] for r in conn.execute(
         "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE n.nspname = 'pm_vector' AND c.relname = ANY(%s) ORDER BY 1", [names]).fetchall()]
@@ -328,16 +326,16 @@ def stored_lists(conn, run_id: int, doc: Mapping[str, Any] | None, erased) -> di
     erased = [int(i) for i in erased]
     for place in places(conn, run_id, doc):
         t = place.table("neighbors")
-        aff = [r[0] for r in conn.execute(f"SELECT DISTINCT item_id FROM {t} WHERE neighbor_id = ANY(%s)",
+        aff = [r[0] for r in conn.execute(sql.SQL("SELECT DISTINCT item_id FROM {} WHERE neighbor_id = ANY(%s)").format(t),
                                           [erased]).fetchall()]
         want = sorted(set(aff) | set(erased))
-        for item, nbr in conn.execute(f"SELECT item_id, neighbor_id FROM {t} WHERE item_id = ANY(%s) "
-                                      "ORDER BY item_id, neighbor_id", [want]).fetchall():
+        for item, nbr in conn.execute(sql.SQL("SELECT item_id, neighbor_id FROM {} WHERE item_id = ANY(%s) "
+                                              "ORDER BY item_id, neighbor_id").format(t), [want]).fetchall():
             out.setdefault(int(item), []).append(int(nbr))
         # the prior keeps each list nearest first: that order where it has it
         if _exists(conn, place, "prior"):
-            for item, nbrs in conn.execute(f"SELECT item_id, nbrs FROM {t.replace('neighbors', 'prior')} "
-                                           "WHERE item_id = ANY(%s)", [want]).fetchall():
+            for item, nbrs in conn.execute(sql.SQL("SELECT item_id, nbrs FROM {} WHERE item_id = ANY(%s)").format(
+                    place.table("prior")), [want]).fetchall():
                 if nbrs:
                     out[int(item)] = [int(x) for x in nbrs]
     return {k: np.asarray(v, dtype=np.int64) for k, v in out.items()}
@@ -352,17 +350,16 @@ def places(conn, run_id: int, doc: Mapping[str, Any] | None) -> list[Place]:
     rid = int(run_id)
     out = []
     d = int(doc["n_components"])
-    cols = {"prior": f"item_id bigint, label bigint, coords vector({d}), coords8 float8[], nbrs bigint[], "
-                     "nhub float8[]",
-            "neighbors": "item_id bigint, neighbor_id bigint", "hubs": "label bigint, item_id bigint, hub float8",
-            "items": "item_id bigint",
-            "cells": "level integer, label bigint, cell integer, item_ids bigint[], hubs float8[], chubs float8[]"}
+    cols = {"prior": sql.SQL("item_id bigint, label bigint, coords vector({}), coords8 float8[], nbrs bigint[], "
+                             "nhub float8[]").format(sql.Literal(d)),
+            "neighbors": sql.SQL("item_id bigint, neighbor_id bigint"), "hubs": sql.SQL("label bigint, item_id bigint, hub float8"),
+            "items": sql.SQL("item_id bigint"),
+            "cells": sql.SQL("level integer, label bigint, cell integer, item_ids bigint[], hubs float8[], chubs float8[]")}
     for s in shards:
         for kind, c in cols.items():
             if not _SHARD_TABLE_PRESENT.get(kind, _always)(doc):
                 continue
-            conn.execute(f'CREATE FOREIGN TABLE IF NOT EXISTS pm_vector."run_{rid}_{kind}_at_{s}" ({c}) '
-                         f'SERVER "pm_shard_{s}" OPTIONS (schema_name \'pm_vector\', table_name \'run_{rid}_{kind}\')')
+            create_foreign_table(conn, rid, kind, s, c, replace=False)
         out.append(Place(rid, s))
     return out
 
@@ -370,7 +367,7 @@ def places(conn, run_id: int, doc: Mapping[str, Any] | None) -> list[Place]:
 def done(conn, run_id: int, doc: Mapping[str, Any] | None) -> None:
     for s in (doc or {}).get("shards") or {}:
         for kind in ("prior", "neighbors", "hubs", "items", "cells"):
-            conn.execute(f'DROP FOREIGN TABLE IF EXISTS pm_vector."run_{int(run_id)}_{kind}_at_{s}"')
+            drop_foreign_table(conn, run_id, kind, s)
 
 
 def erase_from_run(conn, p: Plan) -> dict[str, Any] | None:
@@ -422,7 +419,7 @@ def erase_in_runs(conn, ids: np.ndarray, runs, load: Callable[[int], dict], *, q
     for rid, doc in runs:
         rid = int(rid)
         present = np.array([r[0] for r in conn.execute(
-            f"SELECT item_id FROM pm_vector.run_{rid}_items WHERE item_id = ANY(%s) ORDER BY item_id",
+            sql.SQL("SELECT item_id FROM {} WHERE item_id = ANY(%s) ORDER BY item_id").format(run_table(rid, "items")),
             [ids.tolist()]).fetchall()], dtype=np.int64)
         if present.size == 0:
             continue
@@ -431,9 +428,12 @@ def erase_in_runs(conn, ids: np.ndarray, runs, load: Callable[[int], dict], *, q
         p = plan(conn, rid, doc, have["id"], have["label"], have["features"], present,
                  neighbor_lists=stored_lists(conn, rid, doc, present), cells_doc=cells, quick=quick)
         new_doc = erase_from_run(conn, p)
-        conn.execute("UPDATE pm_vector.embedding_runs SET n_items = n_items - %s"
-                     + (", class_rows = %s" if new_doc is not None else "") + " WHERE id = %s",
-                     [int(present.size)] + ([Jsonb(new_doc)] if new_doc is not None else []) + [rid])
+        if new_doc is None:
+            conn.execute("UPDATE pm_vector.embedding_runs SET n_items = n_items - %s WHERE id = %s",
+                         [int(present.size), rid])
+        else:
+            conn.execute("UPDATE pm_vector.embedding_runs SET n_items = n_items - %s, class_rows = %s WHERE id = %s",
+                         [int(present.size), Jsonb(new_doc), rid])
         touched.append(rid)
     return touched
 
@@ -443,8 +443,8 @@ def apply_pending(conn, run_id: int, items: dict) -> int:
     run the items it embedded that were deleted since the job read them. ``items``: what the job read
     (``id``, ``label``, ``features``). Returns how many."""
     gone = np.array([r[0] for r in conn.execute(
-        f"SELECT e.item_id FROM pm_vector.run_{int(run_id)}_items e WHERE NOT EXISTS "
-        "(SELECT 1 FROM pm_vector.items i WHERE i.id = e.item_id) ORDER BY 1").fetchall()], dtype=np.int64)
+        sql.SQL("SELECT e.item_id FROM {} e WHERE NOT EXISTS (SELECT 1 FROM pm_vector.items i WHERE i.id = e.item_id) "
+                "ORDER BY 1").format(run_table(run_id, "items"))).fetchall()], dtype=np.int64)
     if gone.size == 0:
         return 0
     runs = conn.execute("SELECT id, class_rows FROM pm_vector.embedding_runs WHERE id = %s",

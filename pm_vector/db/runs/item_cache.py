@@ -24,6 +24,9 @@ from collections import OrderedDict
 from typing import Any, Mapping
 
 import numpy as np
+from psycopg import sql
+
+from ..run_tables import run_table
 
 #: entries kept (least recently used out): 51 MB each at 100,000 items of 128 floats
 MAX_ENTRIES = 4
@@ -59,7 +62,7 @@ def get(conn, run_id: int, doc: Mapping[str, Any] | None) -> dict[str, np.ndarra
             _cache.move_to_end(k)
     if items is None:
         return None
-    n = conn.execute(f"SELECT count(*) FROM pm_vector.run_{int(run_id)}_items").fetchone()[0]
+    n = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(run_table(run_id, "items"))).fetchone()[0]
     if int(n) != items["id"].shape[0]:
         forget(run_id)
         return None

@@ -59,12 +59,14 @@ import time
 from typing import Any, Callable, Mapping
 
 import numpy as np
+from psycopg import sql
 
 from ...errors import InvalidInputError, PMVectorError
 from ..core.abandoned import RUN_LOCK_KIND, cleanup, fail_run
 from ..core.collection import collection_row, iso_datetime, load_anchor_set, load_items, worker_identity
 from ..postgres import connect
 from ..errors import EmbeddingJobError, RunNotFoundError, translate_sql_error
+from ..run_tables import run_table
 from .embeddings import embedding_matrix, write_embeddings
 
 JobProgress = Callable[[str, int, int], None]
@@ -282,9 +284,9 @@ def _job_write(conn, run_id: int, anchors, items, a_emb: np.ndarray, i_emb: np.n
     conn.execute("SELECT pm_vector.pm_create_run_tables(%s)", [run_id])
     conn.commit()
     report("write", 0, n)
-    write_embeddings(conn, f"pm_vector.run_{run_id}_anchors", "position", "int4",
+    write_embeddings(conn, run_table(run_id, "anchors"), "position", "int4",
                       np.arange(len(anchors), dtype=np.int32), a_emb, batch, None)
-    write_embeddings(conn, f"pm_vector.run_{run_id}_items", "item_id", "int8", items["id"], i_emb,
+    write_embeddings(conn, run_table(run_id, "items"), "item_id", "int8", items["id"], i_emb,
                       batch, lambda d, tot: report("write", d, tot))
     timings["write_s"] = time.perf_counter() - t
 
@@ -386,8 +388,9 @@ def _retire_and_count_missing(coll, settings, run_id: int) -> int:
         except psycopg.Error:
             c2.rollback()
         missing = c2.execute(
-            f"SELECT count(*) FROM pm_vector.items i WHERE i.collection_id = %s AND NOT EXISTS "
-            f"(SELECT 1 FROM pm_vector.run_{int(run_id)}_items e WHERE e.item_id = i.id)", [coll["id"]]).fetchone()[0]
+            sql.SQL("SELECT count(*) FROM pm_vector.items i WHERE i.collection_id = %s AND NOT EXISTS "
+                    "(SELECT 1 FROM {} e WHERE e.item_id = i.id)").format(run_table(run_id, "items")),
+            [coll["id"]]).fetchone()[0]
     return missing
 
 

@@ -37,8 +37,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
+from psycopg import sql
 
 from .. import _binary
+from ..run_tables import run_table
 from . import array_rows
 from .cell_data import useful_entries
 
@@ -173,7 +175,7 @@ def build(anchor_X, item_X, item_ids, *, neighbors: np.ndarray, k_max: int | Non
                          item_ids=out_ids, hubs=out_h, chubs=out_ch)
 
 
-def _copy(conn, table: str, data: LocationsData) -> None:
+def _copy(conn, table: sql.Composable, data: LocationsData) -> None:
     n = data.levels.shape[0]
     for s in range(0, n, _BATCH):
         part = np.arange(s, min(n, s + _BATCH))
@@ -183,7 +185,8 @@ def _copy(conn, table: str, data: LocationsData) -> None:
             [[_binary.binary_array(data.item_ids[i], "int8") for i in part],
              [_binary.binary_array(data.hubs[i], "float8") for i in part],
              [_binary.binary_array(data.chubs[i], "float8") for i in part]])
-        _binary.copy_in(conn, f"COPY {table} (level, cell, part, item_ids, hubs, chubs) FROM STDIN (FORMAT BINARY)", stream)
+        _binary.copy_in(conn, sql.SQL("COPY {} (level, cell, part, item_ids, hubs, chubs) FROM STDIN (FORMAT BINARY)").format(
+            table), stream)
         conn.commit()
 
 
@@ -197,14 +200,15 @@ def write(conn, run_id: int, data: LocationsData) -> None:
     conn.execute("UPDATE pm_vector.embedding_runs SET public_locations = %s WHERE id = %s",
                  [Json(data.cells.to_dict()), rid])
     conn.execute("SELECT pm_vector.pm_create_locations_table(%s)", [rid])
-    array_rows.store_uncompressed(conn, f"pm_vector.run_{rid}_locations")
+    t = run_table(rid, "locations")
+    array_rows.store_uncompressed(conn, t)
     conn.commit()
-    _copy(conn, f"pm_vector.run_{rid}_locations", data)
-    conn.execute(f"ANALYZE pm_vector.run_{rid}_locations")
+    _copy(conn, t, data)
+    conn.execute(sql.SQL("ANALYZE {}").format(t))
     conn.commit()
 
 
-def parts_of(conn, t: str, doc: Mapping[str, Any], ids) -> dict[int, int]:
+def parts_of(conn, t: sql.Composable, doc: Mapping[str, Any], ids) -> dict[int, int]:
     """The stored part of each of ``ids`` that the run holds (from the rows ``(-1, p, p)``; every id
     part 0 in a run of one part). Read through :func:`pm_vector.db.runs.array_rows.read`, so that
     inside a batch the rows it already changed are the ones seen."""
@@ -212,9 +216,11 @@ def parts_of(conn, t: str, doc: Mapping[str, Any], ids) -> dict[int, int]:
     if not int(doc.get("part_level") or 0):
         return {int(i): 0 for i in ids}
     if ids.size > _FEW:  # every part's list (about 1 MB at 100,000 items) costs less than ``&&`` with many ids
-        rows = array_rows.read(conn, t, KEYS, f"level = {BOOK_LEVEL}", match=lambda r: r.key[0] == BOOK_LEVEL)
+        rows = array_rows.read(conn, t, KEYS, sql.SQL("level = {}").format(sql.Literal(BOOK_LEVEL)),
+                               match=lambda r: r.key[0] == BOOK_LEVEL)
     else:
-        rows = array_rows.read(conn, t, KEYS, f"level = {BOOK_LEVEL} AND item_ids && %s::bigint[]", [ids.tolist()],
+        rows = array_rows.read(conn, t, KEYS, sql.SQL("level = {} AND item_ids && %s::bigint[]").format(
+                                   sql.Literal(BOOK_LEVEL)), [ids.tolist()],
                                match=lambda r: r.key[0] == BOOK_LEVEL and bool(array_rows.member(r.item_ids, ids).any()))
     out: dict[int, int] = {}
     for r in rows:
@@ -235,7 +241,7 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
     from . import run_cells
 
     rid = int(run_id)
-    t = f"pm_vector.run_{rid}_locations"
+    t = run_table(rid, "locations")
     cells = run_cells.get(conn, rid, {"locations": doc}, "locations")
     all_ids = np.asarray(all_ids, dtype=np.int64)
     ids = np.asarray(new_ids, dtype=np.int64)
@@ -272,7 +278,7 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
     _apply(conn, t, touched, dh, book)
 
 
-def _apply(conn, t: str, touched: dict, dh: dict, book: dict) -> None:
+def _apply(conn, t: sql.Composable, touched: dict, dh: dict, book: dict) -> None:
     """Rows ``(0, 0, 0)``, ``touched`` (``(level, cell, part) -> {item: added count}``) and ``book``
     (``(-1, p, p) -> new items of part p``) with the new edges: ``h`` (the rows' ``chubs``) grows by
     ``dh``; the top-hubs row takes the new ``h`` of those items and keeps its first

@@ -15,12 +15,14 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 import numpy as np
+from psycopg import sql
 
 from ...errors import PMVectorError
 from .. import _binary
 from ..errors import EmbeddingJobError, NoActiveRunError
 from ..postgres import connect
 from ..core.collection import collection_row, load_anchor_set, load_items
+from ..run_tables import run_table
 from .embeddings import embedding_matrix, vector_type, write_embeddings
 from .jobs import ExtendFn, JobProgress
 
@@ -78,8 +80,8 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
         report("load", 1, 1)
         return {"run_id": int(run_id), "n_new": 0}
     anchors = load_anchor_set(conn, coll, "anchor", anchor_set_id)
-    buf = _binary.copy_out(conn, f"SELECT position, embedding FROM pm_vector.run_{int(run_id)}_anchors "
-                                 "ORDER BY position")
+    buf = _binary.copy_out(conn, sql.SQL("SELECT position, embedding FROM {} ORDER BY position").format(
+        run_table(run_id, "anchors")))
     a_emb = _binary.decode([("position", "int4", 0), ("embedding", vector_type(k), k)], buf)["embedding"]
     old_items = ((run_items if run_items is not None else load_items(conn, coll, in_run=run_id))
                  if has_cr and not to_delta else None)
@@ -104,16 +106,16 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
             raise EmbeddingJobError(
                 f"the active run of collection {collection!r} changed while new items were embedded; "
                 "call embed_new_items() again.", run_id)
-        conn.execute(f"CREATE TEMP TABLE pm_new_emb (LIKE pm_vector.run_{int(run_id)}_items) ON COMMIT DROP")
-        write_embeddings(conn, "pm_new_emb", "item_id", "int8", new["id"], emb, int(write_batch_size),
+        conn.execute(sql.SQL("CREATE TEMP TABLE pm_new_emb (LIKE {}) ON COMMIT DROP").format(run_table(run_id, "items")))
+        write_embeddings(conn, sql.Identifier("pm_new_emb"), "item_id", "int8", new["id"], emb, int(write_batch_size),
                           lambda d, tot: report("write", d, tot), commit=False)
         if has_cr:  # one class-rows extension at a time per run
             conn.execute("SELECT pg_advisory_xact_lock(pm_vector.pm_lock_key(3, %s))", [run_id])
         # (an item deleted since the load is not added: delete_items waits for this lock or ran before it)
         inserted = np.array([r[0] for r in conn.execute(
-            f"INSERT INTO pm_vector.run_{int(run_id)}_items (item_id, embedding) "
-            "SELECT e.item_id, e.embedding FROM pm_new_emb e WHERE EXISTS (SELECT 1 FROM pm_vector.items i "
-            "WHERE i.id = e.item_id) ON CONFLICT (item_id) DO NOTHING RETURNING item_id").fetchall()], dtype=np.int64)
+            sql.SQL("INSERT INTO {} (item_id, embedding) SELECT e.item_id, e.embedding FROM pm_new_emb e WHERE EXISTS "
+                    "(SELECT 1 FROM pm_vector.items i WHERE i.id = e.item_id) ON CONFLICT (item_id) DO NOTHING "
+                    "RETURNING item_id").format(run_table(run_id, "items"))).fetchall()], dtype=np.int64)
         if to_delta and inserted.size:
             keep = np.isin(new["id"], inserted)
             delta.place(conn, coll, run_id, cr_doc, new["id"][keep], new["features"][keep])
@@ -144,7 +146,7 @@ def _extend_class_rows(conn, run_id: int, frames_doc, old_items: dict, new: dict
 
     if not current:
         still = np.array([r[0] for r in conn.execute(
-            f"SELECT item_id FROM pm_vector.run_{int(run_id)}_items WHERE item_id = ANY(%s)",
+            sql.SQL("SELECT item_id FROM {} WHERE item_id = ANY(%s)").format(run_table(run_id, "items")),
             [old_items["id"].tolist()]).fetchall()], dtype=np.int64)
         kept = np.isin(old_items["id"], still)
         old_items = {k_: v[kept] for k_, v in old_items.items()}

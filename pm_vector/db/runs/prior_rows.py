@@ -2,7 +2,7 @@
 batch of an attached table changes the hub counts of thousands of items at 100,000 items, and each
 prior row carries its neighbours' counts, ``nhub``):
 
-* :data:`REVERSE_INDEX`: the graph's pairs by neighbour, so that the rows whose list holds a changed
+* :func:`reverse_index`: the graph's pairs by neighbour, so that the rows whose list holds a changed
   item are found by index (:func:`listing`) instead of by reading every list;
 * :data:`PRIOR_FILLFACTOR`: room on the prior's pages, so that updating ``nhub`` / ``nbrs`` is a HOT
   update (the row stays on its page, the frame coordinates' HNSW index is not touched).
@@ -19,15 +19,25 @@ once (a ``DELETE``, :func:`forget` drops what was held of them).
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Callable
+
 import numpy as np
+from psycopg import sql
 
 from .. import _binary
+from ..run_tables import run_index, run_table
 from .deferral import Deferral
 
-#: the graph's pairs by neighbour: which lists hold an item (the rows whose ``nhub`` follows its hub
-#: counts), found without reading every list (1.6 million pairs at 100,000 items)
-REVERSE_INDEX = ("CREATE INDEX IF NOT EXISTS run_{rid}_neighbors_by_neighbor ON pm_vector.run_{rid}_neighbors "
-                 "(neighbor_id)")
+#: a run's (or a shard's) table of a kind: ``tables("prior")`` (:func:`pm_vector.db.run_tables.run_table`)
+Tables = Callable[[str], sql.Composable]
+
+
+def reverse_index(run_id: int) -> sql.Composed:
+    """The graph's pairs by neighbour: which lists hold an item (the rows whose ``nhub`` follows its hub
+    counts), found without reading every list (1.6 million pairs at 100,000 items)."""
+    return sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (neighbor_id)").format(
+        run_index(run_id, "neighbors_by_neighbor"), run_table(run_id, "neighbors"))
 
 #: the prior's pages are filled to this percentage: an erasure or new items change ``nhub`` (and a
 #: refilled ``nbrs``) of the rows listing the items whose hub counts changed -- tens of thousands of
@@ -41,18 +51,20 @@ PRIOR_FILLFACTOR = 50
 
 def leave_room_for_updates(conn, run_id: int) -> None:
     """Set :data:`PRIOR_FILLFACTOR` on each class partition of the run's prior (just created, empty)."""
-    for (part,) in conn.execute("SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = "
-                                "to_regclass(%s)", [f"pm_vector.run_{int(run_id)}_prior"]).fetchall():
-        conn.execute(f"ALTER TABLE {part} SET (fillfactor = {PRIOR_FILLFACTOR})")
+    for schema, name in conn.execute(
+            "SELECT n.nspname, c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE i.inhparent = to_regclass(pm_vector.pm_run_table(%s, "
+            "'prior'))", [int(run_id)]).fetchall():
+        conn.execute(sql.SQL("ALTER TABLE {} SET (fillfactor = {})").format(
+            sql.Identifier(schema, name), sql.Literal(int(PRIOR_FILLFACTOR))))
 
 
-def listing(t: str, pairs: str) -> str:
+def listing(tables: Tables, pairs: sql.Composable) -> sql.Composed:
     """SQL of the prior rows ``(label, item_id)`` of class c whose list holds an item i of a row ``(label c,
-    item_id i)`` of the table ``pairs``; ``t``: the run's table prefix (``pm_vector.run_<id>_``, or a
-    shard's foreign tables' with ``{kind}`` for the table kind)."""
-    nb, pr = (t.format(kind="neighbors"), t.format(kind="prior")) if "{kind}" in t else (f"{t}neighbors", f"{t}prior")
-    return (f"SELECT DISTINCT q.label, q.item_id FROM {pairs} AS n JOIN {nb} AS e ON e.neighbor_id = n.item_id "
-            f"JOIN {pr} AS q ON q.item_id = e.item_id AND q.label = n.label")
+    item_id i)`` of the table ``pairs``; ``tables``: the run's (or a shard's foreign) table of a kind."""
+    return sql.SQL("SELECT DISTINCT q.label, q.item_id FROM {} AS n JOIN {} AS e ON e.neighbor_id = n.item_id "
+                   "JOIN {} AS q ON q.item_id = e.item_id AND q.label = n.label").format(
+        pairs, tables("neighbors"), tables("prior"))
 
 
 def add_hub_changes(labels: np.ndarray, nbrs: np.ndarray, nhub: np.ndarray, dk: np.ndarray, dv: np.ndarray,
@@ -82,7 +94,7 @@ def deferred(conn):
     return _held.hold(conn)
 
 
-def flush(conn, table: str | None = None) -> None:
+def flush(conn, table: sql.Composable | None = None) -> None:
     """Write the changed rows held for ``conn`` (of ``table``, or of every table)."""
     for t, held in (_held.held(conn) or {}).items():
         if (table is None or t == table) and held:
@@ -93,7 +105,7 @@ def flush(conn, table: str | None = None) -> None:
             held.clear()
 
 
-def forget(conn, table: str, labels, ids) -> None:
+def forget(conn, table: sql.Composable, labels, ids) -> None:
     """These rows of ``table`` were deleted: what :func:`deferred` holds of them goes."""
     held = (_held.held(conn) or {}).get(table)
     if held:
@@ -101,7 +113,7 @@ def forget(conn, table: str, labels, ids) -> None:
             held.pop(x, None)
 
 
-def update_lists(conn, table: str, ids: np.ndarray, labels: np.ndarray, nbrs: np.ndarray, nhub: np.ndarray) -> None:
+def update_lists(conn, table: sql.Composable, ids: np.ndarray, labels: np.ndarray, nbrs: np.ndarray, nhub: np.ndarray) -> None:
     """Set ``nbrs`` and ``nhub`` of these prior rows of ``table`` (an ``UPDATE`` of those columns from a
     temp table: a HOT update where the page has room; inside :func:`deferred`, at its end)."""
     if not ids.size:
@@ -115,7 +127,7 @@ def update_lists(conn, table: str, ids: np.ndarray, labels: np.ndarray, nbrs: np
     _update(conn, table, ids, labels, nbrs, nhub)
 
 
-def _update(conn, table: str, ids: np.ndarray, labels: np.ndarray, nbrs: np.ndarray, nhub: np.ndarray) -> None:
+def _update(conn, table: sql.Composable, ids: np.ndarray, labels: np.ndarray, nbrs: np.ndarray, nhub: np.ndarray) -> None:
     g = nbrs.shape[1]
     conn.execute("CREATE TEMP TABLE IF NOT EXISTS pm_prior_lists (item_id bigint, label bigint, nbrs bigint[], "
                  "nhub float8[]) ON COMMIT DROP")
@@ -124,30 +136,33 @@ def _update(conn, table: str, ids: np.ndarray, labels: np.ndarray, nbrs: np.ndar
         [("item_id", "int8", 0), ("label", "int8", 0), ("nbrs", "int8[]", g), ("nhub", "float8[]", g)],
         {"item_id": ids, "label": labels, "nbrs": nbrs, "nhub": nhub}))
     conn.execute("ANALYZE pm_prior_lists")
-    conn.execute(f"UPDATE {table} AS p SET nbrs = n.nbrs, nhub = n.nhub FROM pm_prior_lists AS n "
-                 "WHERE p.label = n.label AND p.item_id = n.item_id")
+    conn.execute(sql.SQL("UPDATE {} AS p SET nbrs = n.nbrs, nhub = n.nhub FROM pm_prior_lists AS n "
+                         "WHERE p.label = n.label AND p.item_id = n.item_id").format(table))
 
 
 #: the planner's random page cost for :func:`read_listing`'s statement (its default, 4, is for disks;
 #: the run's tables are in memory): with it the pairs of the changed items are found through the
-#: graph's reverse index (:data:`REVERSE_INDEX`) instead of a hash join over all 1.6 million pairs
+#: graph's reverse index (:func:`reverse_index`) instead of a hash join over all 1.6 million pairs
 #: at 100,000 items (0.15 s against 0.45 s)
 LISTING_PAGE_COST = 1.1
 
 
-def read_listing(conn, t: str, pairs: str, g: int, extra: str = "", n_hint: int = 0) -> dict[str, np.ndarray]:
+def read_listing(conn, tables: Tables, pairs: sql.Composable, g: int, extra: sql.Composable | None = None,
+                 n_hint: int = 0) -> dict[str, np.ndarray]:
     """``item_id, label, nbrs, nhub`` of the prior rows :func:`listing` finds (and of the rows ``extra``,
-    an SQL query of ``(label, item_id)``, gives); ``t`` as for :func:`listing`. Inside
+    an SQL query of ``(label, item_id)``, gives); ``tables`` as for :func:`listing`. Inside
     :func:`deferred`, the rows changed earlier have their held lists."""
-    nb, pr = (t.format(kind="neighbors"), t.format(kind="prior")) if "{kind}" in t else (f"{t}neighbors", f"{t}prior")
+    pr = tables("prior")
     # listing()'s rows: the semi-join with the prior itself keeps the pairs of a prior row (the same rows)
-    listed = f"SELECT n.label, e.item_id FROM {pairs} AS n JOIN {nb} AS e ON e.neighbor_id = n.item_id"
+    listed = sql.SQL("SELECT n.label, e.item_id FROM {} AS n JOIN {} AS e ON e.neighbor_id = n.item_id").format(
+        pairs, tables("neighbors"))
     was = conn.execute("SELECT current_setting('random_page_cost')").fetchone()[0]
     conn.execute("SELECT set_config('random_page_cost', %s, true)", [str(LISTING_PAGE_COST)])
     try:
         a = _binary.copy_out_columns(
-            conn, f"SELECT p.item_id, p.label, p.nbrs, p.nhub FROM {pr} AS p WHERE (p.label, p.item_id) IN ("
-            + (f"{extra} UNION " if extra else "") + f"{listed})",
+            conn, sql.SQL("SELECT p.item_id, p.label, p.nbrs, p.nhub FROM {} AS p WHERE (p.label, p.item_id) IN "
+                          "({}{})").format(pr, sql.SQL("{} UNION ").format(extra) if extra is not None else sql.SQL(""),
+                                           listed),
             [("item_id", "int8", 0), ("label", "int8", 0), ("nbrs", "int8[]", g), ("nhub", "float8[]", g)],
             max(int(n_hint), 1))
     finally:
@@ -168,13 +183,13 @@ def refresh_nhub(conn, run_id: int, g: int, labels: np.ndarray, ids: np.ndarray,
     counts ``(labels, ids)``, also the temp table ``pm_new_hubs``): the prior rows listing a changed
     item gain the change in ``nhub``. The new items' own rows are written after it, with
     :func:`hub_counts`."""
-    t = f"pm_vector.run_{int(run_id)}_"
+    tables = partial(run_table, int(run_id))
     conn.execute("ANALYZE pm_new_hubs")  # its size, for the join's plan (unknown, a merge join ran 23 s at 100,000 items)
-    a = read_listing(conn, t, "pm_new_hubs", g, n_hint=20_000)
+    a = read_listing(conn, tables, sql.Identifier("pm_new_hubs"), g, n_hint=20_000)
     nbrs, nhub = a["nbrs"].reshape(-1, g).copy(), a["nhub"].reshape(-1, g).copy()
     dk = np.stack([np.asarray(labels, np.int64), np.asarray(ids, np.int64)], axis=1).reshape(-1, 2)
     changed = add_hub_changes(a["label"], nbrs, nhub, dk, np.asarray(hubs, np.float64), np.zeros(nbrs.shape[0], bool))
-    update_lists(conn, f"{t}prior", a["item_id"][changed], a["label"][changed], nbrs[changed], nhub[changed])
+    update_lists(conn, tables("prior"), a["item_id"][changed], a["label"][changed], nbrs[changed], nhub[changed])
 
 
 def hub_counts(conn, run_id: int, labels: np.ndarray, nbrs: np.ndarray) -> np.ndarray:
@@ -185,8 +200,9 @@ def hub_counts(conn, run_id: int, labels: np.ndarray, nbrs: np.ndarray) -> np.nd
     if not ids.size:
         return np.zeros(nbrs.shape)
     pairs = np.unique(np.stack([lab, ids], axis=1), axis=0)
-    rows = conn.execute(f"SELECT h.label, h.item_id, h.hub FROM pm_vector.run_{int(run_id)}_hubs AS h JOIN "
-                        "unnest(%s::bigint[], %s::bigint[]) AS s(label, id) ON h.label = s.label AND h.item_id = s.id",
+    rows = conn.execute(sql.SQL("SELECT h.label, h.item_id, h.hub FROM {} AS h JOIN unnest(%s::bigint[], %s::bigint[]) "
+                                "AS s(label, id) ON h.label = s.label AND h.item_id = s.id").format(
+                                    run_table(run_id, "hubs")),
                         [pairs[:, 0].tolist(), pairs[:, 1].tolist()]).fetchall()
     hub = {(int(c), int(i)): float(v) for c, i, v in rows}
     return np.array([hub.get(k, 0.0) for k in zip(lab.tolist(), ids.tolist())], np.float64).reshape(nbrs.shape)

@@ -34,6 +34,9 @@ import threading
 from collections import OrderedDict
 from typing import Any, Iterable, Mapping
 
+from psycopg import sql
+
+from ..run_tables import TableName, run_table
 from . import array_rows
 
 #: bytes of rows kept by one process (a table whose rows take more is not kept)
@@ -53,10 +56,10 @@ def _nbytes(rows: Iterable[array_rows.ArrayRow]) -> int:
     return sum(r.item_ids.nbytes + r.hubs.nbytes + r.chubs.nbytes + 64 for r in rows)
 
 
-def _xmins(conn, table: str, keys: tuple[str, ...]) -> dict[tuple, str]:
+def _xmins(conn, table: sql.Composable, keys: tuple[str, ...]) -> dict[tuple, str]:
     """Every row's key and ``xmin`` (the arrays are not read)."""
     return {tuple(int(v) for v in r[:-1]): r[-1] for r in conn.execute(
-        f"SELECT {', '.join(keys)}, xmin::text FROM {table}").fetchall()}
+        sql.SQL("SELECT {}, xmin::text FROM {}").format(sql.SQL(", ").join(map(sql.Identifier, keys)), table)).fetchall()}
 
 
 class Kept:
@@ -67,9 +70,9 @@ class Kept:
     def __init__(self, conn, runs: Iterable[tuple[int, Mapping[str, Any] | None]]):
         from . import item_cache
 
-        self.tables: dict[str, tuple[int, str]] = {}  # table -> (run id, kind)
+        self.tables: dict[TableName, tuple[int, str]] = {}  # table -> (run id, kind)
         self.before: dict[int, tuple] = {}  # run id -> its version's key when the batch began
-        self._got: dict[str, dict] = {}
+        self._got: dict[TableName, dict] = {}
         for rid, doc in runs:
             doc = doc or {}
             if doc.get("shards") or doc.get("status") != "ready":
@@ -79,7 +82,7 @@ class Kept:
                 continue
             self.before[int(rid)] = k
             if (doc.get("cells") or {}).get("status") == "ready":
-                self.tables[f"pm_vector.run_{int(rid)}_cells"] = (int(rid), "cells")
+                self.tables[run_table(rid, "cells")] = (int(rid), "cells")
 
     def seed(self, conn) -> int:
         """The rows kept for the runs' current versions, held for ``conn`` as if read now (those whose

@@ -14,6 +14,8 @@ import threading
 from collections import OrderedDict
 from typing import Any, Mapping
 
+from psycopg import sql
+
 #: documents kept (least recently used out)
 MAX_ENTRIES = 16
 
@@ -39,7 +41,8 @@ def get(conn, run_id: int, doc: Mapping[str, Any] | None, kind: str):
         if got is not None:
             _cache.move_to_end(k)
             return got
-    row = conn.execute(f"SELECT {column} FROM pm_vector.embedding_runs WHERE id = %s", [int(run_id)]).fetchone()
+    row = conn.execute(sql.SQL("SELECT {} FROM pm_vector.embedding_runs WHERE id = %s").format(sql.Identifier(column)),
+                       [int(run_id)]).fetchone()
     if row is None or row[0] is None:
         return None
     cells = PublicCells.from_dict(row[0])

@@ -12,8 +12,10 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+from psycopg import sql
 
 from .. import _binary
+from ..run_tables import run_table
 
 
 def _arrays(a: np.ndarray, kind: str) -> list[bytes]:
@@ -35,13 +37,13 @@ def _arrays(a: np.ndarray, kind: str) -> list[bytes]:
 
 def copy_prior(conn, run_id: int, ids, labels, coords, batch: int, commit: bool,
                 progress: Callable[[int, int], None] | None = None, nbrs: np.ndarray | None = None,
-                nhub: np.ndarray | None = None, table: str | None = None) -> None:
+                nhub: np.ndarray | None = None, table: sql.Composable | None = None) -> None:
     """COPY prior rows; ``nbrs``/``nhub`` (n, g): their neighbour lists and those neighbours' hub
     counts in the row's class, for runs whose prior has the columns (migration 0009: the shortlist
     reads them with the prior row instead of joining the graph and the hubs). ``table``: another
     target with the prior's columns (a shard's, through a foreign table)."""
     d = coords.shape[1]
-    table = table or f"pm_vector.run_{int(run_id)}_prior"
+    table = table or run_table(run_id, "prior")
     n = ids.shape[0]
     cols = "item_id, label, coords, coords8" + (", nbrs, nhub" if nbrs is not None else "")
     for s in range(0, n, batch):
@@ -51,26 +53,27 @@ def copy_prior(conn, run_id: int, ids, labels, coords, batch: int, commit: bool,
         stream = (_binary.encode(fixed, data) if nbrs is None else
                   _binary.encode_with_tail(fixed, data, [_arrays(np.asarray(nbrs[s:e], dtype=np.int64), "int8"),
                                                          _arrays(np.asarray(nhub[s:e], dtype=np.float64), "float8")]))
-        _binary.copy_in(conn, f"COPY {table} ({cols}) FROM STDIN (FORMAT BINARY)", stream)
+        _binary.copy_in(conn, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(table, sql.SQL(cols)), stream)
         if commit:
             conn.commit()
         if progress is not None:
             progress(e, n)
 
 
-def copy_pairs(conn, table: str, cols: tuple[str, str], a, b, batch: int, commit: bool) -> None:
+def copy_pairs(conn, table: sql.Composable, cols: tuple[str, str], a, b, batch: int, commit: bool) -> None:
     """COPY ``(a[i], b[i])`` into the two ``bigint`` columns ``cols`` of ``table`` (a run's
     neighbour pairs), ``batch`` rows a statement, committing after each when ``commit``."""
     n = a.shape[0]
     for s in range(0, n, batch):
         e = min(n, s + batch)
         stream = _binary.encode([(cols[0], "int8", 0), (cols[1], "int8", 0)], {cols[0]: a[s:e], cols[1]: b[s:e]})
-        _binary.copy_in(conn, f"COPY {table} ({cols[0]}, {cols[1]}) FROM STDIN (FORMAT BINARY)", stream)
+        _binary.copy_in(conn, sql.SQL("COPY {} ({}, {}) FROM STDIN (FORMAT BINARY)").format(
+            table, sql.Identifier(cols[0]), sql.Identifier(cols[1])), stream)
         if commit:
             conn.commit()
 
 
-def copy_hubs(conn, table: str, labels, ids, counts, batch: int, commit: bool) -> None:
+def copy_hubs(conn, table: sql.Composable, labels, ids, counts, batch: int, commit: bool) -> None:
     """COPY ``(label, item_id, hub)`` rows (a run's hub counts per class) into ``table``,
     ``batch`` rows a statement, committing after each when ``commit``."""
     n = labels.shape[0]
@@ -78,6 +81,6 @@ def copy_hubs(conn, table: str, labels, ids, counts, batch: int, commit: bool) -
         e = min(n, s + batch)
         stream = _binary.encode([("label", "int8", 0), ("item_id", "int8", 0), ("hub", "float8", 0)],
                                 {"label": labels[s:e], "item_id": ids[s:e], "hub": counts[s:e]})
-        _binary.copy_in(conn, f"COPY {table} (label, item_id, hub) FROM STDIN (FORMAT BINARY)", stream)
+        _binary.copy_in(conn, sql.SQL("COPY {} (label, item_id, hub) FROM STDIN (FORMAT BINARY)").format(table), stream)
         if commit:
             conn.commit()

@@ -28,8 +28,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
+from psycopg import sql
 
 from ...protocol.bounds import MAX_K_PRIME
+from ..run_tables import create_foreign_table, drop_foreign_table, on_shard, run_index, run_table
 from .run_copy import copy_hubs, copy_pairs, copy_prior
 
 FILL = MAX_K_PRIME  # k' <= MAX_K_PRIME: the zero-score fill needs the run's first MAX_K_PRIME item ids
@@ -49,40 +51,39 @@ def placement(n_classes: int, shards: list[str]) -> dict[str, list[int]]:
     return {s: [k for k in range(n_classes) if k % len(shards) == i] for i, s in enumerate(shards)}
 
 
-def _prior_ddl(run_id: int, d: int) -> str:
+def _prior_ddl(run_id: int, d: int) -> sql.Composed:
     # the single node's layout (migration 0009): each prior row carries its neighbour list and their hubs
-    return (f"CREATE TABLE pm_vector.run_{run_id}_prior (item_id bigint NOT NULL, label bigint NOT NULL, "
-            f"coords vector({d}) NOT NULL, coords8 float8[] NOT NULL, nbrs bigint[] NOT NULL, "
-            "nhub float8[] NOT NULL, PRIMARY KEY (label, item_id)) PARTITION BY LIST (label)")
+    return sql.SQL("CREATE TABLE {} (item_id bigint NOT NULL, label bigint NOT NULL, coords vector({}) NOT NULL, "
+                   "coords8 float8[] NOT NULL, nbrs bigint[] NOT NULL, nhub float8[] NOT NULL, "
+                   "PRIMARY KEY (label, item_id)) PARTITION BY LIST (label)").format(run_table(run_id, "prior"),
+                                                                                     sql.Literal(int(d)))
 
 
 #: the shard's mirror of the runs it holds (id, class_rows document): what the statement reads of
 #: its run (e.g. min_weight) where there is no catalog
-MIRROR = "CREATE TABLE IF NOT EXISTS pm_vector.embedding_runs (id bigint PRIMARY KEY, class_rows jsonb NOT NULL)"
+MIRROR = sql.SQL("CREATE TABLE IF NOT EXISTS pm_vector.embedding_runs (id bigint PRIMARY KEY, class_rows jsonb NOT NULL)")
 
 
 def create_tables(conn, run_id: int, n_components: int, classes: list[int], place: dict[str, list[int]]) -> None:
     """Create the run's tables on every shard and the coordinator's write-side foreign tables."""
     rid, d = int(run_id), int(n_components)
+    t = lambda kind: run_table(rid, kind)  # noqa: E731
     for s, ks in place.items():
-        ddl = [MIRROR, f"DROP TABLE IF EXISTS pm_vector.run_{rid}_prior, pm_vector.run_{rid}_neighbors, "
-               f"pm_vector.run_{rid}_hubs, pm_vector.run_{rid}_items", _prior_ddl(rid, d)]
-        ddl += [f"CREATE TABLE pm_vector.run_{rid}_prior_{k} PARTITION OF pm_vector.run_{rid}_prior "
-                f"FOR VALUES IN ({int(classes[k])})" for k in ks]
-        ddl += [f"CREATE TABLE pm_vector.run_{rid}_neighbors (item_id bigint NOT NULL, neighbor_id bigint NOT NULL)",
-                f"CREATE TABLE pm_vector.run_{rid}_hubs (label bigint NOT NULL, item_id bigint NOT NULL, "
-                "hub double precision NOT NULL)",
-                f"CREATE TABLE pm_vector.run_{rid}_items (item_id bigint PRIMARY KEY)"]
-        conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, "; ".join(ddl)])
-        srv = f"pm_shard_{s}"
-        for table, cols in (("prior", f"item_id bigint, label bigint, coords vector({d}), coords8 float8[], "
-                                      "nbrs bigint[], nhub float8[]"),
-                            ("neighbors", "item_id bigint, neighbor_id bigint"),
-                            ("hubs", "label bigint, item_id bigint, hub double precision"),
-                            ("items", "item_id bigint")):
-            conn.execute(f'DROP FOREIGN TABLE IF EXISTS pm_vector."run_{rid}_{table}_at_{s}"')
-            conn.execute(f'CREATE FOREIGN TABLE pm_vector."run_{rid}_{table}_at_{s}" ({cols}) SERVER "{srv}" '
-                         f"OPTIONS (schema_name 'pm_vector', table_name 'run_{rid}_{table}', batch_size '2000')")
+        ddl = [MIRROR, sql.SQL("DROP TABLE IF EXISTS {}, {}, {}, {}").format(
+            t("prior"), t("neighbors"), t("hubs"), t("items")), _prior_ddl(rid, d)]
+        ddl += [sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES IN ({})").format(
+            t(f"prior_{int(k)}"), t("prior"), sql.Literal(int(classes[k]))) for k in ks]
+        ddl += [sql.SQL("CREATE TABLE {} (item_id bigint NOT NULL, neighbor_id bigint NOT NULL)").format(t("neighbors")),
+                sql.SQL("CREATE TABLE {} (label bigint NOT NULL, item_id bigint NOT NULL, "
+                        "hub double precision NOT NULL)").format(t("hubs")),
+                sql.SQL("CREATE TABLE {} (item_id bigint PRIMARY KEY)").format(t("items"))]
+        conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, on_shard(conn, ddl)])
+        for table, cols in (("prior", sql.SQL("item_id bigint, label bigint, coords vector({}), coords8 float8[], "
+                                              "nbrs bigint[], nhub float8[]").format(sql.Literal(d))),
+                            ("neighbors", sql.SQL("item_id bigint, neighbor_id bigint")),
+                            ("hubs", sql.SQL("label bigint, item_id bigint, hub double precision")),
+                            ("items", sql.SQL("item_id bigint"))):
+            create_foreign_table(conn, rid, table, s, cols, 2000)
     conn.commit()
 
 
@@ -98,7 +99,8 @@ def write(conn, run_id: int, data, place: dict[str, list[int]], batch: int = 20_
     for s, ks in place.items():
         mine = classes[ks]
         sel = np.isin(data.prior_labels, mine)
-        at = f'pm_vector."run_{rid}_{{}}_at_{s}"'.format
+        def at(kind: str, s: str = s) -> sql.Identifier:
+            return run_table(rid, kind, s)
         copy_prior(conn, rid, data.prior_ids[sel], data.prior_labels[sel], data.prior_coords[sel], batch, True,
                     nbrs=data.prior_nbrs[sel], nhub=data.prior_nhub[sel], table=at("prior"))
         rows = np.isin(data.item_ids, data.prior_ids[sel])  # the neighbour lists of this shard's prior
@@ -108,7 +110,7 @@ def write(conn, run_id: int, data, place: dict[str, list[int]], batch: int = 20_
         hs = np.isin(data.hub_labels, mine)
         if hs.any():
             copy_hubs(conn, at("hubs"), data.hub_labels[hs], data.hub_ids[hs], data.hub_counts[hs], batch * 4, True)
-        conn.execute(f"INSERT INTO {at('items')} (item_id) SELECT unnest(%s::bigint[])", [fill.tolist()])
+        conn.execute(sql.SQL("INSERT INTO {} (item_id) SELECT unnest(%s::bigint[])").format(at("items")), [fill.tolist()])
         conn.commit()
         done += int(sel.sum())
         if progress is not None:
@@ -119,7 +121,7 @@ def write(conn, run_id: int, data, place: dict[str, list[int]], batch: int = 20_
 def drop_write_tables(conn, run_id: int, place: dict[str, list[int]]) -> None:
     for s in place:
         for table in ("prior", "neighbors", "hubs", "items"):
-            conn.execute(f'DROP FOREIGN TABLE IF EXISTS pm_vector."run_{int(run_id)}_{table}_at_{s}"')
+            drop_foreign_table(conn, run_id, table, s)
     conn.commit()
 
 
@@ -130,20 +132,21 @@ def build_indexes(conn, run_id: int, place: dict[str, list[int]], m: int = 16, e
 
     rid = int(run_id)
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
-    lit = "'" + json.dumps(doc).replace("'", "''") + "'"
+    t = lambda kind: run_table(rid, kind)  # noqa: E731
     for s in place:
-        ddl = ["SET maintenance_work_mem = '256MB'",
-               f"CREATE INDEX run_{rid}_prior_hnsw ON pm_vector.run_{rid}_prior USING hnsw (coords vector_l2_ops) "
-               f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)})",
-               f"ALTER TABLE pm_vector.run_{rid}_neighbors ADD CONSTRAINT run_{rid}_neighbors_pkey "
-               "PRIMARY KEY (item_id, neighbor_id)",
-               f"ALTER TABLE pm_vector.run_{rid}_hubs ADD CONSTRAINT run_{rid}_hubs_pkey PRIMARY KEY (label, item_id)",
-               f"CREATE INDEX run_{rid}_hubs_top ON pm_vector.run_{rid}_hubs (label, hub DESC, item_id)",
-               f"ANALYZE pm_vector.run_{rid}_prior", f"ANALYZE pm_vector.run_{rid}_neighbors",
-               f"ANALYZE pm_vector.run_{rid}_hubs", f"ANALYZE pm_vector.run_{rid}_items", MIRROR,
-               f"INSERT INTO pm_vector.embedding_runs (id, class_rows) VALUES ({rid}, {lit}::jsonb) "
-               "ON CONFLICT (id) DO UPDATE SET class_rows = EXCLUDED.class_rows"]
-        conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, "; ".join(ddl)])
+        ddl = [sql.SQL("SET maintenance_work_mem = '256MB'"),
+               sql.SQL("CREATE INDEX {} ON {} USING hnsw (coords vector_l2_ops) WITH (m = {}, ef_construction = {})").format(
+                   run_index(rid, "prior_hnsw"), t("prior"), sql.Literal(int(m)), sql.Literal(int(ef_construction))),
+               sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY (item_id, neighbor_id)").format(
+                   t("neighbors"), run_index(rid, "neighbors_pkey")),
+               sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY (label, item_id)").format(
+                   t("hubs"), run_index(rid, "hubs_pkey")),
+               sql.SQL("CREATE INDEX {} ON {} (label, hub DESC, item_id)").format(run_index(rid, "hubs_top"), t("hubs"))]
+        ddl += [sql.SQL("ANALYZE {}").format(t(kind)) for kind in ("prior", "neighbors", "hubs", "items")]
+        ddl += [MIRROR, sql.SQL("INSERT INTO pm_vector.embedding_runs (id, class_rows) VALUES ({}, {}::jsonb) "
+                                "ON CONFLICT (id) DO UPDATE SET class_rows = EXCLUDED.class_rows").format(
+                                    sql.Literal(rid), sql.Literal(json.dumps(doc)))]
+        conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, on_shard(conn, ddl)])
         conn.execute("SELECT pm_vector.pm_shard_install(%s)", [s])
 
 

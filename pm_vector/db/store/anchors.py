@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from psycopg import sql
 
 from ...errors import InvalidInputError
 from .. import _binary
@@ -72,8 +73,8 @@ def register_anchor_sets(collection: str, sets: Sequence[tuple]) -> list[dict[st
                      (col, ftype, X.shape[1])],
                     {"anchor_set_id": np.full(X.shape[0], set_id, dtype=np.int64),
                      "position": np.arange(X.shape[0], dtype=np.int32), "label": y, col: X})
-                _binary.copy_in(conn, f"COPY pm_vector.anchors (anchor_set_id, position, label, {col}) "
-                                      "FROM STDIN (FORMAT BINARY)", stream)
+                _binary.copy_in(conn, sql.SQL("COPY pm_vector.anchors (anchor_set_id, position, label, {}) "
+                                              "FROM STDIN (FORMAT BINARY)").format(sql.Identifier(col)), stream)
                 out.append({"anchor_set_id": int(set_id), "collection": collection, "role": role,
                             "n_rows": int(X.shape[0])})
             conn.commit()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+from psycopg import sql
 
 from ..._validation import as_matrix
 from ...errors import InvalidInputError
@@ -34,11 +35,14 @@ def fetch_items(collection: str, item_ids: Sequence[int], *, include_features: b
             raise RawFeaturesNotAllowedError(
                 f"collection {collection!r} does not allow returning raw features to clients (its setting "
                 "allow_raw_features is false); create it with allow_raw_features=True to permit it.")
-        feat = f", {feature_sql(coll)}" if include_features else ""
-        rows = conn.execute(
-            f"SELECT i.id, i.external_id, i.label, i.payload{feat} FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(id, o) "
-            "LEFT JOIN pm_vector.items i ON i.id = u.id AND i.collection_id = %s ORDER BY u.o",
-            [ids.tolist(), coll["id"]]).fetchall()
+        from ..core.features import feature_sql
+
+        feat = sql.SQL(", {}").format(feature_sql(coll)) if include_features else sql.SQL("")
+        # the ids literals, no parameters: an attached table's names may hold a '%' (feature_sql)
+        rows = conn.execute(sql.SQL(
+            "SELECT i.id, i.external_id, i.label, i.payload{} FROM unnest({}::bigint[]) WITH ORDINALITY AS u(id, o) "
+            "LEFT JOIN pm_vector.items i ON i.id = u.id AND i.collection_id = {} ORDER BY u.o").format(
+                feat, sql.Literal(ids.tolist()), sql.Literal(int(coll["id"])))).fetchall()
     missing = [int(ids[k]) for k, r in enumerate(rows) if r[0] is None]
     if missing:
         raise InvalidInputError(f"item id(s) {missing[:5]} are not in collection {collection!r}.")

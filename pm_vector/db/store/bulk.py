@@ -15,6 +15,7 @@ import json
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+from psycopg import sql
 
 from ..._validation import as_labels, as_matrix
 from ...errors import InvalidInputError
@@ -199,8 +200,8 @@ def _ingest_rows(conn, coll, spec, X, y, ext, pay, batch_size, progress, biggest
                 {"id": ids, "collection_id": np.full(m, cid, dtype=np.int64), "label": y[done:stop],
                  "ingest_id": np.full(m, ingest_id, dtype=np.int64), col: X[done:stop]},
                 tails)
-            _binary.copy_in(conn, f"COPY pm_vector.items (id, collection_id, label, ingest_id, {col}, external_id, "
-                                  "payload) FROM STDIN (FORMAT BINARY)", stream)
+            _binary.copy_in(conn, sql.SQL("COPY pm_vector.items (id, collection_id, label, ingest_id, {}, external_id, "
+                                          "payload) FROM STDIN (FORMAT BINARY)").format(sql.Identifier(col)), stream)
             done = stop
             if progress is not None:
                 progress(done, n)

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 import numpy as np
+from psycopg import sql
 
 from ...errors import InvalidInputError
 from ..errors import DatabaseError
@@ -56,8 +57,8 @@ def ids_to_erase(item_ids, external_ids) -> tuple[str, list]:
 
 
 def resolve_item_ids(conn, coll, kind: str, vals: list, missing_ok: bool) -> np.ndarray:
-    rows = conn.execute(f"SELECT id, {kind} FROM pm_vector.items WHERE collection_id = %s AND {kind} = ANY(%s)",
-                        [coll["id"], vals]).fetchall()
+    rows = conn.execute(sql.SQL("SELECT id, {k} FROM pm_vector.items WHERE collection_id = %s AND {k} = ANY(%s)").format(
+        k=sql.Identifier(kind)), [coll["id"], vals]).fetchall()
     found = {r[1] for r in rows}
     missing = [v for v in vals if v not in found]
     if missing and not missing_ok:

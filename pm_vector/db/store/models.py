@@ -63,6 +63,8 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB, REAL
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from ..run_tables import run_table_name
+
 SCHEMA = "pm_vector"
 NOW = text("now()")
 
@@ -390,13 +392,13 @@ def vector_type(dim: int):
 
 def run_items_table(run_id: int, embedding_dim: int, metadata: MetaData | None = None) -> Table:
     """``pm_vector.run_<run_id>_items (item_id bigint PK, embedding vector(k))`` as a Core table."""
-    return Table(f"run_{int(run_id)}_items", metadata or MetaData(schema=SCHEMA),
+    return Table(run_table_name(run_id, "items"), metadata or MetaData(schema=SCHEMA),
                  Column("item_id", BigInteger, primary_key=True),
                  Column("embedding", vector_type(embedding_dim), nullable=False))
 
 
 def run_anchors_table(run_id: int, embedding_dim: int, metadata: MetaData | None = None) -> Table:
     """``pm_vector.run_<run_id>_anchors (position int PK, embedding vector(k))`` as a Core table."""
-    return Table(f"run_{int(run_id)}_anchors", metadata or MetaData(schema=SCHEMA),
+    return Table(run_table_name(run_id, "anchors"), metadata or MetaData(schema=SCHEMA),
                  Column("position", Integer, primary_key=True),
                  Column("embedding", vector_type(embedding_dim), nullable=False))

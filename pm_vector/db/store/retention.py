@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from psycopg import sql
+
 from ...errors import InvalidInputError
 
 __all__ = ["prune_request_log", "DEFAULT_RETENTION"]
@@ -43,11 +45,11 @@ def prune_request_log(conn, *, older_than: dt.timedelta | None = None, drop_orph
     if drop_orphans:
         # the log's foreign key sets collection_id NULL when a collection is dropped
         conds.append("collection_id IS NULL")
-    where = " OR ".join(conds)
+    where = sql.SQL(" OR ").join(map(sql.SQL, conds))
     total = 0
     while True:
-        n = conn.execute(f"DELETE FROM pm_vector.request_log WHERE id IN (SELECT id FROM pm_vector.request_log "
-                         f"WHERE {where} LIMIT {_BATCH})", args).rowcount
+        n = conn.execute(sql.SQL("DELETE FROM pm_vector.request_log WHERE id IN (SELECT id FROM pm_vector.request_log "
+                                 "WHERE {} LIMIT {})").format(where, sql.Literal(int(_BATCH))), args).rowcount
         if not conn.autocommit:
             conn.commit()
         total += max(0, n)

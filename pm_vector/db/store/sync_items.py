@@ -13,6 +13,7 @@ from psycopg import sql
 
 from ..core.collection import load_items
 from ..runs import item_cache
+from ..run_tables import run_table
 
 
 def items_as_built(conn, coll, rid: int) -> dict[str, np.ndarray]:
@@ -26,7 +27,7 @@ def items_as_built(conn, coll, rid: int) -> dict[str, np.ndarray]:
         "SELECT DISTINCT ON (it.id) it.id, c.old_vector FROM pm_vector.items it JOIN pm_vector.attach_changes c "
         "ON c.collection_id = it.collection_id AND c.key = it.external_id WHERE it.collection_id = %s "
         "AND c.old_vector IS NOT NULL AND EXISTS (SELECT 1 FROM {} e "
-        "WHERE e.item_id = it.id) ORDER BY it.id, c.seq").format(sql.Identifier("pm_vector", f"run_{int(rid)}_items")),
+        "WHERE e.item_id = it.id) ORDER BY it.id, c.seq").format(run_table(rid, "items")),
         [coll["id"]]).fetchall())
     miss = []
     for i, v in queued.items():

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import numpy as np
+from psycopg import sql
 
 from ...errors import InvalidInputError
 from ..postgres import connect
@@ -61,8 +62,9 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
             raise_high(conn, coll["id"], biggest)  # the high-water mark, in this transaction (payloads.py)
         ids_sorted = resolve_item_ids(conn, coll, kind, vals, False)
         # the ids in the caller's order
-        rows = conn.execute(f"SELECT {kind}, id, external_id, label, payload FROM pm_vector.items "
-                            f"WHERE collection_id = %s AND id = ANY(%s)", [coll["id"], ids_sorted.tolist()]).fetchall()
+        rows = conn.execute(sql.SQL("SELECT {}, id, external_id, label, payload FROM pm_vector.items "
+                                    "WHERE collection_id = %s AND id = ANY(%s)").format(sql.Identifier(kind)),
+                            [coll["id"], ids_sorted.tolist()]).fetchall()
         by = {r[0]: r[1:] for r in rows}
         old = [by[v] for v in given]
         out = {"collection": collection, "updated": n, "item_ids": {}, "placed": None}
@@ -81,8 +83,8 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
         old_ids = np.array(sorted(int(o[0]) for o in old), dtype=np.int64)
         if X is None:
             col = "features" if coll["feature_type"] == "vector" else "features_half"
-            f = dict(conn.execute(f"SELECT id, {col}::real[] FROM pm_vector.items WHERE id = ANY(%s)",
-                                  [old_ids.tolist()]).fetchall())
+            f = dict(conn.execute(sql.SQL("SELECT id, {}::real[] FROM pm_vector.items WHERE id = ANY(%s)").format(
+                sql.Identifier(col)), [old_ids.tolist()]).fetchall())
             X = np.array([f[int(o[0])] for o in old], dtype=np.float32)
         erase_or_tombstone(conn, coll, old_ids, runs_with_tables(conn, coll["id"]))
         erase_kahm(conn, coll, old_ids)
@@ -114,8 +116,8 @@ def _insert(conn, coll, old, X: np.ndarray, y, P) -> list[int]:
         lab = int(label) if y is None else int(y[k])
         pay = payload if P is None else P[k]
         vec = "[" + ",".join(repr(float(v)) for v in X[k]) + "]"
-        out.append(conn.execute(
-            f"INSERT INTO pm_vector.items (collection_id, external_id, label, {col}, payload) "
-            f"VALUES (%s, %s, %s, %s::{cast}, %s) RETURNING id",
+        out.append(conn.execute(sql.SQL(
+            "INSERT INTO pm_vector.items (collection_id, external_id, label, {}, payload) "
+            "VALUES (%s, %s, %s, %s::{}, %s) RETURNING id").format(sql.Identifier(col), sql.SQL(cast)),
             [coll["id"], ext, lab, vec, None if pay is None else Jsonb(pay)]).fetchone()[0])
     return out
