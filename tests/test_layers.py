@@ -9,7 +9,7 @@ in the order, and the test says so.
 
 The rooms of ``pm_vector.db``, bottom to top (``docs/layout.md`` says the same):
 
-- ``errors``, ``_binary``: the database's errors and binary encodings;
+- ``errors``, ``_binary``, ``run_tables``: the database's errors, binary encodings and run tables' names;
 - ``postgres/``: which server, connecting, migrating, the privilege matrix;
 - ``core/``: what every room reads of a collection (its row, anchor sets, raw features and items)
   and the clean-up of work whose process died;
@@ -38,7 +38,7 @@ from test_import_cycles import ROOT, _modules, _targets  # the one reading of an
 #: ``pm_vector.db``'s rooms, bottom to top: a room imports its own modules and those of the rooms
 #: below it; in a layer marked ``peers`` (True) its members may import each other
 DB_LAYERS: list[tuple[set[str], bool]] = [
-    ({"errors", "_binary"}, True),
+    ({"errors", "_binary", "run_tables"}, True),
     ({"postgres"}, False),
     ({"core"}, False),
     ({"runs"}, False),

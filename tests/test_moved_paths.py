@@ -55,7 +55,7 @@ MOVED = {
                                                                 "erase_or_tombstone", "erase_kahm", "ids_to_erase",
                                                                 "resolve_item_ids", "check_not_attached",
                                                                 "runs_with_tables"]),
-    "pm_vector.db.store._source": ("pm_vector.db.core.features", ["feature_sql", "feature_filter", "quote_ident"]),
+    "pm_vector.db.store._source": ("pm_vector.db.core.features", ["feature_sql", "feature_filter"]),
     # (its run lock kind, fail_run and cleanup_stale_runs: pm_vector.db.core.abandoned, beside cleanup)
     "pm_vector.db.store._common": ("pm_vector.db.core.collection", ["collection_row", "AnchorSet", "load_anchor_set",
                                                                     "iso_datetime", "worker_identity"]),

@@ -57,13 +57,13 @@ def _abandoned_ingests(collection: str | None) -> list[int]:
         rows = conn.execute(
             "SELECT id, collection_id FROM pm_vector.ingests WHERE status = 'running' "
             "AND (%s::bigint IS NULL OR collection_id = %s) "
-            f"AND NOT pm_vector.pm_lock_held(pm_vector.pm_lock_key({INGEST_LOCK_KIND}, id))", [cid, cid]).fetchall()
+            "AND NOT pm_vector.pm_lock_held(pm_vector.pm_lock_key(%s, id))", [cid, cid, INGEST_LOCK_KIND]).fetchall()
         conn.rollback()
         for iid, c in rows:
             conn.execute("SET LOCAL lock_timeout = '30s'")
             row = conn.execute("SELECT status FROM pm_vector.ingests WHERE id = %s FOR UPDATE", [iid]).fetchone()
-            held = conn.execute(f"SELECT pm_vector.pm_lock_held(pm_vector.pm_lock_key({INGEST_LOCK_KIND}, %s))",
-                                [iid]).fetchone()[0]
+            held = conn.execute("SELECT pm_vector.pm_lock_held(pm_vector.pm_lock_key(%s, %s))",
+                                [INGEST_LOCK_KIND, iid]).fetchone()[0]
             if row is None or row[0] != "running" or held:
                 conn.rollback()
                 continue
