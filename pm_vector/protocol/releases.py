@@ -4,7 +4,8 @@ the rest of the package needs to know about it.
 A release is one row of :data:`RELEASES` (a :class:`Release`): its name, the ``"format"`` its
 request document carries, its request and answer types, the client's check of a whole answer, its
 privacy guarantee (what the ledger charges, stated by the release itself: the OpenDP habit), the
-client's builder and the server's resolver (dotted ``"module:attr"`` names, loaded on use: this
+client's plan (a :class:`~pm_vector.client.releases.base.ReleaseQuery` under
+:mod:`pm_vector.client.releases`) and the server's resolver (dotted ``"module:attr"`` names, loaded on use: this
 module sits below both the client and the server and imports neither), how the service checks
 its body, and the run tables it reads. The default release is picked by ONE rule,
 :func:`default_release`.
@@ -135,6 +136,7 @@ def _paper_charge(d: Mapping[str, Any]) -> tuple[float, float]:
 
 _R = "pm_vector.db.resolve.resolution:"
 _W = "pm_vector.protocol.wire:"
+_Q = "pm_vector.client.releases."
 
 #: name -> release, in the default rule's order of preference (the table)
 RELEASES: dict[str, Release] = {}
@@ -255,7 +257,7 @@ register(Release(
     name="location", wire_format=LOCATION_FORMAT, request_type=LocationRequest, answer_type=None,
     check_answer=check_location_answer,
     guarantee=Guarantee("the request's epsilon (M-ary randomized response over the whole anchor's cells)", 0.0),
-    client_plan="pm_vector.client.location:PrivateLocationKNN", resolver=_R + "resolve_location_request",
+    client_plan=_Q + "location:LocationQuery", resolver=_R + "resolve_location_request",
     derived_tables=("codes", "locations"), default_for=_below_gaussian, answers=("compact",),
     shape="M={level}, {candidates}x{code_bytes} B", replica_reads=True,
     wire_model=_W + "LocationRequestBody",
@@ -264,7 +266,7 @@ register(Release(
     name="cells", wire_format=CELL_FORMAT, request_type=CellRequest, answer_type=None,
     check_answer=check_rows_answer,
     guarantee=Guarantee("the request's epsilon (K-ary randomized response per class)", 0.0),
-    client_plan="pm_vector.client.cell_client:PrivateCellKNN", resolver=_R + "resolve_cell_request",
+    client_plan=_Q + "cells:CellsQuery", resolver=_R + "resolve_cell_request",
     derived_tables=("codes", "cells"), default_for=_below_gaussian, class_rows=True, code_prefix="first",
     shape="K={n_cells}", replica_reads=True,
     wire_model=_W + "CellRequestBody", explain=_R + "explain_cell_request",
@@ -273,7 +275,7 @@ register(Release(
     name="gaussian", wire_format=CLASS_ROWS_FORMAT, request_type=ClassRowsRequest, answer_type=None,
     check_answer=check_rows_answer,
     guarantee=Guarantee("the request's (epsilon, delta) (Gaussian noise on one row per class)", None),
-    client_plan="pm_vector.client.query:PrivateKNN", resolver=_R + "resolve_class_rows_request",
+    client_plan=_Q + "class_rows:GaussianQuery", resolver=_R + "resolve_class_rows_request",
     derived_tables=("codes", "prior", "neighbors", "hubs"), default_for=lambda e: True, class_rows=True,
     code_prefix="longest", replica_reads=True,
     wire_model=_W + "ClassRowsRequestBody",
@@ -284,7 +286,7 @@ register(Release(
     check_answer=None,
     guarantee=Guarantee("the request's (epsilon, delta), the paper's conversion", None,
                         __name__ + ":_paper_charge"),
-    client_plan="pm_vector.client.privatemail:PrivateMail", resolver=_R + "resolve_paper_request",
+    client_plan=_Q + "paper:PaperQuery", resolver=_R + "resolve_paper_request",
     derived_tables=("anchors", "items"), answers=("full", "features"),
     wire_model=_W + "PrivateMailRequestBody",
     check_request="pm_vector.db.resolve.requests:check_paper_rows", explain=_R + "explain_paper_request",
