@@ -21,25 +21,24 @@ refusal of another), ``BODY_CODE_BYTES`` (whether the body's ``code_bytes`` appl
 A request document's fields are declared ONCE, in its request type (a dataclass of
 :mod:`pm_vector.protocol`, each field with its wire type: :mod:`.wire_types`); its model here is
 made from them (:func:`~.wire_types.body_model`) on a class holding only the answer's rules and the
-checks across fields. The paper's request (:class:`PrivateMailRequestBody`) still declares its own."""
+checks across fields (every built-in request document: location, cells, class rows, the paper's).
+The field types and :func:`~.wire_types.int_in`, :data:`~.wire_types.Int64`, :func:`~.wire_types.matrix`
+are :mod:`.wire_types`' (read here by their older name too)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, Optional
+from typing import ClassVar, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, StrictBool, ValidationInfo, WithJsonSchema,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..errors import InvalidInputError
-from . import bounds
 from .answers_wire import LocationAnswer, RowsAnswer
 from .class_rows import ClassRowsRequest
 from .formats import CELL_FORMAT, CLASS_ROWS_FORMAT, LOCATION_FORMAT, PRIVATEMAIL_FORMAT
 from .cell_request import MAX_CELLS, CellRequest
 from .location import LocationRequest
-from .paper import MAX_ANCHOR_ID_CHARS
-from .wire_types import Collection, Delta, Epsilon, Int64, body_model, int_in, matrix  # noqa: F401 (Int64, matrix)
+from .paper import PrivateMailRequest
+from .wire_types import Int64, body_model, int_in, matrix  # noqa: F401 (Int64, int_in, matrix: older names)
 
 #: the server limits a validation context may hold (pm_vector.service.settings.ServiceSettings)
 LIMITS = ("max_rows", "max_dim", "max_k", "max_shortlist", "max_result_cells")
@@ -134,84 +133,12 @@ class _LocationRules(RequestBody):
 LocationRequestBody = body_model(LocationRequest, _LocationRules, LOCATION_FORMAT, name="LocationRequestBody")
 
 
-def _param_type(prefix: str):
-    """A params value of the paper's request: a bounded number, a flag, null or a short string
-    (:func:`~.bounds.param_value`)."""
-
-    def check(v: Any, info: ValidationInfo) -> Any:
-        try:
-            return bounds.param_value(v, f"{prefix}.{info.field_name}")
-        except InvalidInputError as exc:
-            raise PydanticCustomError("param_value", "{m}", {"m": str(exc)}) from None
-
-    return Annotated[Any, PlainValidator(check), WithJsonSchema(
-        {"anyOf": [{"type": "number"}, {"type": "boolean"}, {"type": "string", "maxLength": bounds.MAX_PARAM_STR},
-                   {"type": "null"}]})]
-
-
-ParamValue = _param_type("params")
-FrameValue = _param_type("params.frame")
-
-
-def _anchor_id(v: Any) -> Any:
-    if isinstance(v, bool) or not (isinstance(v, int) and -2 ** 63 <= v < 2 ** 63 or isinstance(v, str) and
-                                   len(v) <= MAX_ANCHOR_ID_CHARS and "\x00" not in v):
-        raise PydanticCustomError("anchor_id", "anchor_ids holds {v} (an id outside the 64-bit range or an invalid "
-                                  "string); send the ids of the anchor document.", {"v": repr(v)[:40]})
-    return v
-
-
-#: an anchor id: a 64-bit integer or a string of the anchor document
-AnchorId = Annotated[Any, PlainValidator(_anchor_id), WithJsonSchema(
-    {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": MAX_ANCHOR_ID_CHARS}]})]
-
-
-class FrameParams(BaseModel):
-    """``params.frame``: the AnchorFrame's parameters (:data:`~.bounds.FRAME_PARAMS`)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    n_components: FrameValue = None
-    sigma: FrameValue = None
-    label_sigma: FrameValue = None
-    alpha: FrameValue = None
-    n_iter: FrameValue = None
-    n_extend_iter: FrameValue = None
-    n_neighbors: FrameValue = None
-    label_graph: FrameValue = None
-    label_encoding: FrameValue = None
-    seed: FrameValue = None
-
-
-class PaperParams(BaseModel):
-    """A paper request's ``params`` (:data:`~.bounds.PAPER_PARAMS`): the request log stores this form."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    dp_sigma: ParamValue = None
-    dp_alpha: ParamValue = None
-    n_post_iter: Optional[int_in(0, bounds.MAX_POST_ITER)] = None
-    post_alpha: ParamValue = None
-    frame: Optional[FrameParams] = None
-    seeded: StrictBool = False
-
-
-class PrivateMailRequestBody(RequestBody):
+class _PrivateMailRules(RequestBody):
     """``PrivateMailRequest.to_dict()`` (the paper's protocol; ``format`` may be left out)."""
 
     ANSWER_RULE: ClassVar[str] = (f"a compact answer (ids and product codes) applies to class-rows and cell requests "
                                   f"(formats {CLASS_ROWS_FORMAT!r}, {CELL_FORMAT!r}); ask the paper's protocol for "
                                   "answer 'full' or 'features'.")
-
-    format: Literal[PRIVATEMAIL_FORMAT] = PRIVATEMAIL_FORMAT
-    anchor_ids: list[AnchorId]
-    embedding: matrix("request.embedding", "n_query_rows query rows, then one row per anchor id.")
-    n_query_rows: int_in(1, bounds.MAX_QUERY_ROWS)
-    epsilon: Epsilon
-    delta: Delta
-    sensitivity: Annotated[float, Field(strict=True, gt=0, le=bounds.MAX_ABS_VALUE)]
-    noise_sigma: Annotated[float, Field(strict=True, ge=0, le=bounds.MAX_ABS_VALUE)]
-    mechanism: Literal[bounds.PAPER_MECHANISMS]
-    params: Optional[PaperParams] = None
-    collection: Collection = None
 
     @model_validator(mode="after")
     def _query_rows_in_embedding(self):
@@ -225,6 +152,11 @@ class PrivateMailRequestBody(RequestBody):
 
     def seeded_mark(self) -> bool:
         return bool(self.params is not None and self.params.seeded)
+
+
+#: the paper's request document: its fields are PrivateMailRequest's (pm_vector.protocol.paper)
+PrivateMailRequestBody = body_model(PrivateMailRequest, _PrivateMailRules, PRIVATEMAIL_FORMAT,
+                                    name="PrivateMailRequestBody", format_default=True)
 
 
 #: what a resolve body may ask for (``answer``); a release's ``answers`` are some of these

@@ -16,18 +16,23 @@ import dataclasses
 import math
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, ValidationInfo, create_model
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StrictBool,
+                      ValidationInfo, WithJsonSchema, create_model)
 from pydantic_core import PydanticCustomError
 
+from ..errors import InvalidInputError
 from . import bounds
+from .bounds import MAX_ANCHOR_ID_CHARS
 
-#: the key of a dataclass field's metadata that holds its wire type
-WIRE = "pm_vector.wire"
+#: the keys of a dataclass field's metadata that hold its wire type (and its document's default)
+WIRE, WIRE_DEFAULT = "pm_vector.wire", "pm_vector.wire_default"
+_NONE = object()
 
 
-def wire(type_: Any) -> dict[str, Any]:
-    """The metadata of a request type's field that travels: its wire type (``field(metadata=wire(T))``)."""
-    return {WIRE: type_}
+def wire(type_: Any, default: Any = _NONE) -> dict[str, Any]:
+    """The metadata of a request type's field that travels: its wire type (``field(metadata=wire(T))``);
+    ``default``: the document's default when it is not the dataclass's (the paper's ``params``: None)."""
+    return {WIRE: type_} if default is _NONE else {WIRE: type_, WIRE_DEFAULT: default}
 
 
 def _wire_fields(request_type: type) -> list[dataclasses.Field]:
@@ -52,8 +57,11 @@ def body_model(request_type: type, base: type, fmt: str, *, name: str | None = N
     ``format_default``: a document without ``format`` is this one (the paper's)."""
     fields: dict[str, Any] = {"format": (Literal[fmt], fmt if format_default else ...)}
     for f in _wire_fields(request_type):
-        default = ... if _required(f) else (f.default if f.default is not dataclasses.MISSING else
-                                             Field(default_factory=f.default_factory))  # type: ignore[misc]
+        if WIRE_DEFAULT in f.metadata:
+            default = f.metadata[WIRE_DEFAULT]
+        else:
+            default = ... if _required(f) else (f.default if f.default is not dataclasses.MISSING else
+                                                 Field(default_factory=f.default_factory))  # type: ignore[misc]
         fields[f.name] = (f.metadata[WIRE], default)
     return create_model(name or request_type.__name__ + "Body", __base__=base, __doc__=doc or base.__doc__,
                         __module__=base.__module__, **fields)
@@ -173,5 +181,66 @@ Reports = Annotated[list[Annotated[int, Field(strict=True, json_schema_extra={"m
                     BeforeValidator(_reports_within), Field(description="One reported cell per class, each in "
                                                                         "[0, n_cells).")]
 
-__all__ = ["Collection", "Delta", "Digest", "Epsilon", "Field", "Int64", "Number", "PureEpsilon", "Reports", "Shortlist",
-           "StrictBool", "WIRE", "ZeroDelta", "body_model", "int_in", "matrix", "wire", "wire_names"]
+def _param_type(prefix: str):
+    """A params value of the paper's request: a bounded number, a flag, null or a short string
+    (:func:`~.bounds.param_value`)."""
+
+    def check(v: Any, info: ValidationInfo) -> Any:
+        try:
+            return bounds.param_value(v, f"{prefix}.{info.field_name}")
+        except InvalidInputError as exc:
+            raise PydanticCustomError("param_value", "{m}", {"m": str(exc)}) from None
+
+    return Annotated[Any, PlainValidator(check), WithJsonSchema(
+        {"anyOf": [{"type": "number"}, {"type": "boolean"}, {"type": "string", "maxLength": bounds.MAX_PARAM_STR},
+                   {"type": "null"}]})]
+
+
+ParamValue = _param_type("params")
+FrameValue = _param_type("params.frame")
+
+
+def _anchor_id(v: Any) -> Any:
+    if isinstance(v, bool) or not (isinstance(v, int) and -2 ** 63 <= v < 2 ** 63 or isinstance(v, str) and
+                                   len(v) <= MAX_ANCHOR_ID_CHARS and "\x00" not in v):
+        raise PydanticCustomError("anchor_id", "anchor_ids holds {v} (an id outside the 64-bit range or an invalid "
+                                  "string); send the ids of the anchor document.", {"v": repr(v)[:40]})
+    return v
+
+
+#: an anchor id: a 64-bit integer or a string of the anchor document
+AnchorId = Annotated[Any, PlainValidator(_anchor_id), WithJsonSchema(
+    {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": MAX_ANCHOR_ID_CHARS}]})]
+
+
+class FrameParams(BaseModel):
+    """``params.frame``: the AnchorFrame's parameters (:data:`~.bounds.FRAME_PARAMS`)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    n_components: FrameValue = None
+    sigma: FrameValue = None
+    label_sigma: FrameValue = None
+    alpha: FrameValue = None
+    n_iter: FrameValue = None
+    n_extend_iter: FrameValue = None
+    n_neighbors: FrameValue = None
+    label_graph: FrameValue = None
+    label_encoding: FrameValue = None
+    seed: FrameValue = None
+
+
+class PaperParams(BaseModel):
+    """A paper request's ``params`` (:data:`~.bounds.PAPER_PARAMS`): the request log stores this form."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    dp_sigma: ParamValue = None
+    dp_alpha: ParamValue = None
+    n_post_iter: Optional[int_in(0, bounds.MAX_POST_ITER)] = None
+    post_alpha: ParamValue = None
+    frame: Optional[FrameParams] = None
+    seeded: StrictBool = False
+
+
+__all__ = ["AnchorId", "Collection", "Delta", "Digest", "Epsilon", "Field", "FrameParams", "Int64", "Number",
+           "PaperParams", "PureEpsilon", "Reports", "Shortlist", "StrictBool", "WIRE", "ZeroDelta", "body_model",
+           "int_in", "matrix", "wire", "wire_names"]
