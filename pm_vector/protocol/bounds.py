@@ -50,6 +50,8 @@ MAX_QUERY_ROWS = 1000
 #: the classical Gaussian mechanism's calibration holds for epsilon < 1 only
 CLASSICAL_MAX_EPSILON = 1.0
 #: post-processing iterations a paper request may name (and a release-only request ask for)
+#: longest string anchor id of the paper's requests (ids are ``"S:i"``)
+MAX_ANCHOR_ID_CHARS = 200
 MAX_POST_ITER = 2000
 #: longest string value in a paper request's params (e.g. label_graph "between")
 MAX_PARAM_STR = 64

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
 from ..errors import InvalidInputError
 from .class_rows import DEFAULT_SHORTLIST
 from .formats import CELL_FORMAT, expect
+from .wire_types import (Collection, Digest, PureEpsilon, Reports, Shortlist, StrictBool, ZeroDelta, int_in, wire,
+                         wire_names)
+
+#: the most cells of a cell request's level
+MAX_CELLS = 1 << 20
 
 
 @dataclass
@@ -22,23 +28,21 @@ class CellRequest:
     eps), the published cells' digest, ``shortlist`` (k'), ``collection``, ``release`` (always
     ``"cells"``) and ``seeded`` (true only for a request built with an injected generator)."""
 
-    reports: list
-    n_cells: int
-    epsilon: float
-    cells_digest: str
-    shortlist: int = DEFAULT_SHORTLIST
-    collection: str | None = None
-    release: str = "cells"
-    delta: float = 0.0
-    seeded: bool = False
-
-    _NEED = ("reports", "n_cells", "epsilon", "cells_digest")
-    _OPTIONAL = ("shortlist", "collection", "release", "delta", "seeded")
+    # each field once, with its wire type: the document's model (CellRequestBody) is made from these
+    reports: list = field(metadata=wire(Reports))
+    n_cells: int = field(metadata=wire(int_in(2, MAX_CELLS, "K, the level of every class.")))
+    epsilon: float = field(metadata=wire(PureEpsilon))
+    cells_digest: str = field(metadata=wire(Digest))
+    shortlist: int = field(default=DEFAULT_SHORTLIST, metadata=wire(Shortlist))
+    collection: str | None = field(default=None, metadata=wire(Collection))
+    release: str = field(default="cells", metadata=wire(Literal["cells"]))
+    delta: float = field(default=0.0, metadata=wire(ZeroDelta))
+    seeded: bool = field(default=False, metadata=wire(StrictBool))
 
     def __post_init__(self):
         expect(self.release, "cells", f"a cell request has release 'cells'; got {self.release!r:.40}.")
         K = self.n_cells
-        if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or not 2 <= int(K) <= 1 << 20:
+        if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or not 2 <= int(K) <= MAX_CELLS:
             raise InvalidInputError(f"n_cells must be an integer in [2, 2^20]; got {K!r:.40}.")
         self.n_cells = int(K)
         if not isinstance(self.reports, (list, tuple, np.ndarray)) or len(self.reports) < 1:
@@ -107,3 +111,7 @@ class CellRequest:
             return cls.from_dict(json.loads(s))
         except json.JSONDecodeError as e:
             raise InvalidInputError(f"request is not valid JSON: {e}.") from None
+
+
+#: the document's required and optional keys, read from the fields
+CellRequest._NEED, CellRequest._OPTIONAL = wire_names(CellRequest)

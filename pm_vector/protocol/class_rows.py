@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Mapping, Optional
 
 import numpy as np
 
@@ -16,6 +16,8 @@ from ..errors import InvalidInputError
 from ..privacy.class_rows import NOISE
 from . import bounds
 from .formats import CLASS_ROWS_FORMAT, expect
+from .wire_types import (Collection, Delta, Epsilon, Field, Int64, Shortlist, StrictBool, matrix, wire,
+                         wire_names)
 
 if TYPE_CHECKING:
     from ..manifold.class_frames import ClassFrames
@@ -49,19 +51,21 @@ class ClassRowsRequest:
     value is an integer multiple of it), and ``release`` (always ``"gaussian"``: which release the
     request is; the cell release's requests are :class:`~pm_vector.client.request.CellRequest`)."""
 
-    rows: np.ndarray
-    classes: list
-    epsilon: float
-    delta: float
-    noise_scale: float
-    sigmas: list
-    frames_digest: str
-    shortlist: int = DEFAULT_SHORTLIST
-    seeded: bool = False
-    collection: str | None = None
-    noise: str | None = None
-    grid: list | None = None
-    release: str = "gaussian"
+    # each field once, with its wire type: the document's model (ClassRowsRequestBody) is made from these
+    rows: np.ndarray = field(metadata=wire(matrix("request.rows", "C x d noised rows, in class order.")))
+    classes: list = field(metadata=wire(Annotated[list[Int64], Field(description="The class of each row.")]))
+    epsilon: float = field(metadata=wire(Epsilon))
+    delta: float = field(metadata=wire(Delta))
+    noise_scale: float = field(metadata=wire(Annotated[float, Field(strict=True, gt=0, le=bounds.MAX_ABS_VALUE)]))
+    sigmas: list = field(metadata=wire(list[Annotated[float, Field(strict=True, ge=0, le=bounds.MAX_ABS_VALUE)]]))
+    frames_digest: str = field(metadata=wire(Annotated[str, Field(strict=True, max_length=64)]))
+    shortlist: int = field(default=DEFAULT_SHORTLIST, metadata=wire(Shortlist))
+    seeded: bool = field(default=False, metadata=wire(StrictBool))
+    collection: str | None = field(default=None, metadata=wire(Collection))
+    noise: str | None = field(default=None, metadata=wire(Optional[Literal["gaussian", NOISE]]))
+    grid: list | None = field(default=None, metadata=wire(
+        Optional[list[Annotated[float, Field(strict=True, gt=0, le=bounds.MAX_ABS_VALUE)]]]))
+    release: str = field(default="gaussian", metadata=wire(Literal["gaussian"]))
 
     def __post_init__(self):
         expect(self.release, "gaussian", f"a class-rows request has release 'gaussian'; got {self.release!r:.40}.")
@@ -103,16 +107,15 @@ class ClassRowsRequest:
     def from_dict(cls, d: Mapping[str, Any]) -> "ClassRowsRequest":
         expect(d.get("format") if isinstance(d, Mapping) else None, CLASS_ROWS_FORMAT,
                f"not a pm_vector request (format {CLASS_ROWS_FORMAT!r} expected).")
-        need = ("rows", "classes", "epsilon", "delta", "noise_scale", "sigmas", "frames_digest")
+        need, optional = cls._NEED, cls._OPTIONAL
         missing = [k for k in need if k not in d]
         if missing:
             raise InvalidInputError(f"request is missing fields: {', '.join(missing)}.")
         # a strict schema: nothing the client chose beyond these fields reaches the request log
-        unknown = sorted(set(d) - set(need) - {"format", "shortlist", "seeded", "collection", "noise", "grid",
-                                               "release"})
+        unknown = sorted(set(d) - set(need) - set(optional) - {"format"})
         if unknown:
             raise InvalidInputError(f"unknown request field(s) {unknown}; a pm_vector request has {sorted(need)} "
-                                    "and optionally shortlist, seeded, collection, noise, grid, release.")
+                                    f"and optionally {', '.join(optional)}.")
         try:
             rows = np.asarray(d["rows"])
         except (TypeError, ValueError):
@@ -125,10 +128,11 @@ class ClassRowsRequest:
         if not isinstance(d["frames_digest"], str):
             raise InvalidInputError("frames_digest must be the 32-character digest of the published frames.")
         try:
-            return cls(rows=rows, classes=list(d["classes"]), epsilon=d["epsilon"], delta=d["delta"],
-                       noise_scale=d["noise_scale"], sigmas=list(d["sigmas"]), frames_digest=d["frames_digest"],
-                       shortlist=d.get("shortlist", DEFAULT_SHORTLIST), seeded=d.get("seeded", False),
-                       collection=d.get("collection"), noise=d.get("noise"), grid=d.get("grid"),
-                       release=d.get("release", "gaussian"))
+            return cls(**{**{k: d[k] for k in need + optional if k in d},
+                          "rows": rows, "classes": list(d["classes"]), "sigmas": list(d["sigmas"])})
         except (TypeError, ValueError, OverflowError) as exc:  # a field of another type than the schema's
             raise InvalidInputError(f"invalid pm_vector request: a field has the wrong type ({exc}).") from None
+
+
+#: the document's required and optional keys, read from the fields
+ClassRowsRequest._NEED, ClassRowsRequest._OPTIONAL = wire_names(ClassRowsRequest)

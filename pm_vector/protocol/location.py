@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
 
 import numpy as np
 
 from ..errors import InvalidInputError
 from .formats import LOCATION_FORMAT, expect
+from .wire_types import Collection, Digest, PureEpsilon, StrictBool, ZeroDelta, int_in, wire, wire_names
 
 #: the most candidates a location answer may hold (pm_vector.shortlist.MAX_LOCATION_CANDIDATES)
 MAX_CANDIDATES = 65_536
@@ -53,19 +54,17 @@ class LocationRequest:
     ``collection``, ``release`` (always ``"location"``) and ``seeded`` (true only for a request built
     with an injected generator)."""
 
-    report: int
-    level: int
-    epsilon: float
-    locations_digest: str
-    candidates: int
-    code_bytes: int
-    collection: str | None = None
-    release: str = "location"
-    delta: float = 0.0
-    seeded: bool = False
-
-    _NEED = ("report", "level", "epsilon", "locations_digest", "candidates", "code_bytes")
-    _OPTIONAL = ("collection", "release", "delta", "seeded")
+    # each field once, with its wire type: the document's model (LocationRequestBody) is made from these
+    report: int = field(metadata=wire(int_in(0, MAX_LEVEL - 1, "The reported cell, in [0, level).")))
+    level: int = field(metadata=wire(int_in(2, MAX_LEVEL, "M, the cells of the collection.")))
+    epsilon: float = field(metadata=wire(PureEpsilon))
+    locations_digest: str = field(metadata=wire(Digest))
+    candidates: int = field(metadata=wire(int_in(1, MAX_CANDIDATES, "S: items in the answer.")))
+    code_bytes: int = field(metadata=wire(int_in(1, MAX_CODE_BYTES, "The code prefix of each candidate, in bytes.")))
+    collection: str | None = field(default=None, metadata=wire(Collection))
+    release: str = field(default="location", metadata=wire(Literal["location"]))
+    delta: float = field(default=0.0, metadata=wire(ZeroDelta))
+    seeded: bool = field(default=False, metadata=wire(StrictBool))
 
     def __post_init__(self):
         expect(self.release, "location", f"a location request has release 'location'; got {self.release!r:.40}.")
@@ -116,6 +115,10 @@ class LocationRequest:
             raise InvalidInputError(f"unknown location request field(s) {unknown:.200}; a location request has "
                                     f"{list(cls._NEED)} and optionally {list(cls._OPTIONAL)}.")
         return cls(**{k: d[k] for k in cls._NEED + cls._OPTIONAL if k in d})
+
+
+#: the document's required and optional keys, read from the fields
+LocationRequest._NEED, LocationRequest._OPTIONAL = wire_names(LocationRequest)
 
 
 def payload_wire_bytes(max_payload_bytes: int, wire: str = "msgpack") -> int:

@@ -9,21 +9,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Mapping
+from typing import Annotated, Literal, Mapping, Optional
 
 import numpy as np
 
 from .._validation import as_labels, as_matrix
 from ..errors import InvalidInputError, RequestError
 from . import bounds
-from .bounds import MAX_POST_ITER
+from .bounds import MAX_ANCHOR_ID_CHARS, MAX_POST_ITER
 from .formats import PRIVATEMAIL_FORMAT, RELEASE_FORMAT, expect
-
-#: the fields of a PrivateMail request document
-PAPER_FIELDS = ("format", "anchor_ids", "embedding", "n_query_rows", "epsilon", "delta", "sensitivity", "noise_sigma",
-                "mechanism", "params", "collection")
-#: longest string anchor id (ids are ``"S:i"``)
-MAX_ANCHOR_ID_CHARS = 200
+from .wire_types import AnchorId, Collection, Delta, Epsilon, Field, PaperParams, int_in, matrix, wire, wire_names
 
 
 @dataclass
@@ -34,16 +29,18 @@ class PrivateMailRequest:
     in a CSPRNG-shuffled order) followed by one row per anchor in ``anchor_ids`` order.
     """
 
-    anchor_ids: list
-    embedding: np.ndarray
-    n_query_rows: int
-    epsilon: float
-    delta: float
-    sensitivity: float
-    noise_sigma: float
-    mechanism: str
-    params: dict = field(default_factory=dict)
-    collection: str | None = None
+    # each field once, with its wire type: the document's model (PrivateMailRequestBody) is made from these
+    anchor_ids: list = field(metadata=wire(list[AnchorId]))
+    embedding: np.ndarray = field(metadata=wire(matrix("request.embedding", "n_query_rows query rows, then one row per "
+                                                                            "anchor id.")))
+    n_query_rows: int = field(metadata=wire(int_in(1, bounds.MAX_QUERY_ROWS)))
+    epsilon: float = field(metadata=wire(Epsilon))
+    delta: float = field(metadata=wire(Delta))
+    sensitivity: float = field(metadata=wire(Annotated[float, Field(strict=True, gt=0, le=bounds.MAX_ABS_VALUE)]))
+    noise_sigma: float = field(metadata=wire(Annotated[float, Field(strict=True, ge=0, le=bounds.MAX_ABS_VALUE)]))
+    mechanism: str = field(metadata=wire(Literal[bounds.PAPER_MECHANISMS]))
+    params: dict = field(default_factory=dict, metadata=wire(Optional[PaperParams], None))
+    collection: str | None = field(default=None, metadata=wire(Collection))
 
     #: a post-processed request: the server answers it as it is (a :class:`ReleaseRequest` is post-processed first)
     release_only = False
@@ -97,8 +94,7 @@ class PrivateMailRequest:
             raise InvalidInputError("a PrivateMail request must be a JSON object.")
         expect(d.get("format", PRIVATEMAIL_FORMAT), PRIVATEMAIL_FORMAT,
                f"unsupported request format {d.get('format')!r}; expected {PRIVATEMAIL_FORMAT!r}.")
-        missing = [k for k in ("anchor_ids", "embedding", "n_query_rows", "epsilon", "delta", "sensitivity",
-                               "noise_sigma", "mechanism") if k not in d]
+        missing = [k for k in cls._NEED if k not in d]
         if missing:
             raise InvalidInputError(f"request is missing fields: {', '.join(missing)}.")
         # a strict schema: nothing the client chose beyond these fields reaches the request log
@@ -115,10 +111,8 @@ class PrivateMailRequest:
         if not isinstance(d["anchor_ids"], list):
             raise InvalidInputError("anchor_ids must be a list of anchor ids.")
         # the fields' types are checked as they are (a boolean is not a number, a string not a flag)
-        return cls(anchor_ids=list(d["anchor_ids"]), embedding=emb.astype(np.float64),
-                   n_query_rows=d["n_query_rows"], epsilon=d["epsilon"], delta=d["delta"],
-                   sensitivity=d["sensitivity"], noise_sigma=d["noise_sigma"], mechanism=d["mechanism"],
-                   params=d.get("params"), collection=d.get("collection"))
+        return cls(**{**{k: d.get(k) for k in cls._NEED + cls._OPTIONAL},
+                      "anchor_ids": list(d["anchor_ids"]), "embedding": emb.astype(np.float64)})
 
     @classmethod
     def from_json(cls, s: str) -> "PrivateMailRequest":
@@ -126,6 +120,12 @@ class PrivateMailRequest:
             return cls.from_dict(json.loads(s))
         except json.JSONDecodeError as e:
             raise InvalidInputError(f"request is not valid JSON: {e}.") from None
+
+
+#: the document's required and optional keys, read from the fields
+PrivateMailRequest._NEED, PrivateMailRequest._OPTIONAL = wire_names(PrivateMailRequest)
+#: the fields of a PrivateMail request document
+PAPER_FIELDS = ("format",) + PrivateMailRequest._NEED + PrivateMailRequest._OPTIONAL
 
 
 @dataclass

@@ -4,7 +4,8 @@ the rest of the package needs to know about it.
 A release is one row of :data:`RELEASES` (a :class:`Release`): its name, the ``"format"`` its
 request document carries, its request and answer types, the client's check of a whole answer, its
 privacy guarantee (what the ledger charges, stated by the release itself: the OpenDP habit), the
-client's builder and the server's resolver (dotted ``"module:attr"`` names, loaded on use: this
+client's plan (a :class:`~pm_vector.client.releases.base.ReleaseQuery` under
+:mod:`pm_vector.client.releases`) and the server's resolver (dotted ``"module:attr"`` names, loaded on use: this
 module sits below both the client and the server and imports neither), how the service checks
 its body, and the run tables it reads. The default release is picked by ONE rule,
 :func:`default_release`.
@@ -82,7 +83,12 @@ class Release:
     for a release without that rule. ``shape``: how an answer of this release is described in one
     line (a format string over the answer's fields, :func:`describe`). ``replica_reads``: the
     service may read its answer on a streaming replica (the resolver takes ``read_conn``; the log
-    is written on the primary).
+    is written on the primary). ``derived_tables``: the kinds of run tables (``run_<id>_<kind>``)
+    its answer needs, kinds of the registry of :mod:`pm_vector.db.runs.erase` (``KINDS``: how an
+    erased item leaves each, where a sharded run keeps it, whether the query role reads it); a run
+    has the tables of the releases it serves. ``run_parts``: when a run serves it, by the run's
+    ``class_rows`` document (:meth:`served_by`): None every run (the run's embeddings are enough),
+    ``()`` a run with ready class rows, ``("cells",)`` ready class rows and a ready ``"cells"`` part.
     The resolver is called as ``resolver(collection, request, raw, *, k, include_features, conn,
     read_conn, max_query_rows, shortlist, code_bytes, compact, class_scores, ef_search, log,
     received, t0, timings)`` and returns the answer document."""
@@ -96,6 +102,7 @@ class Release:
     client_plan: str | Callable | None
     resolver: str | Callable
     derived_tables: tuple[str, ...] = ()
+    run_parts: tuple[str, ...] | None = ()
     default_for: Callable[[float], bool] | None = None
     answers: tuple[str, ...] = ("compact", "full", "features")
     class_rows: bool = False
@@ -112,6 +119,14 @@ class Release:
     def parse(self, d: Mapping[str, Any]):
         """The request object of a request document (its type's ``from_dict``)."""
         return self.request_type.from_dict(d)
+
+    def served_by(self, doc: Mapping[str, Any] | None) -> bool:
+        """Does a run with the ``class_rows`` document ``doc`` serve this release (``run_parts``)?"""
+        if self.run_parts is None:
+            return True
+        doc = doc or {}
+        return doc.get("status") == "ready" and all((doc.get(p) or {}).get("status") == "ready"
+                                                    for p in self.run_parts)
 
     def resolve(self, *args, **kwargs):
         """The server's resolver, loaded on use."""
@@ -135,6 +150,7 @@ def _paper_charge(d: Mapping[str, Any]) -> tuple[float, float]:
 
 _R = "pm_vector.db.resolve.resolution:"
 _W = "pm_vector.protocol.wire:"
+_Q = "pm_vector.client.releases."
 
 #: name -> release, in the default rule's order of preference (the table)
 RELEASES: dict[str, Release] = {}
@@ -255,8 +271,8 @@ register(Release(
     name="location", wire_format=LOCATION_FORMAT, request_type=LocationRequest, answer_type=None,
     check_answer=check_location_answer,
     guarantee=Guarantee("the request's epsilon (M-ary randomized response over the whole anchor's cells)", 0.0),
-    client_plan="pm_vector.client.location:PrivateLocationKNN", resolver=_R + "resolve_location_request",
-    derived_tables=("codes", "locations"), default_for=_below_gaussian, answers=("compact",),
+    client_plan=_Q + "location:LocationQuery", resolver=_R + "resolve_location_request",
+    derived_tables=("codes", "locations"), run_parts=("locations",), default_for=_below_gaussian, answers=("compact",),
     shape="M={level}, {candidates}x{code_bytes} B", replica_reads=True,
     wire_model=_W + "LocationRequestBody",
     description="one reported public cell of the whole collection; the answer its top-hub candidates' codes"))
@@ -264,8 +280,9 @@ register(Release(
     name="cells", wire_format=CELL_FORMAT, request_type=CellRequest, answer_type=None,
     check_answer=check_rows_answer,
     guarantee=Guarantee("the request's epsilon (K-ary randomized response per class)", 0.0),
-    client_plan="pm_vector.client.cell_client:PrivateCellKNN", resolver=_R + "resolve_cell_request",
-    derived_tables=("codes", "cells"), default_for=_below_gaussian, class_rows=True, code_prefix="first",
+    client_plan=_Q + "cells:CellsQuery", resolver=_R + "resolve_cell_request",
+    derived_tables=("codes", "cells"), run_parts=("cells",), default_for=_below_gaussian, class_rows=True,
+    code_prefix="first",
     shape="K={n_cells}", replica_reads=True,
     wire_model=_W + "CellRequestBody", explain=_R + "explain_cell_request",
     description="one reported public cell per class"))
@@ -273,7 +290,7 @@ register(Release(
     name="gaussian", wire_format=CLASS_ROWS_FORMAT, request_type=ClassRowsRequest, answer_type=None,
     check_answer=check_rows_answer,
     guarantee=Guarantee("the request's (epsilon, delta) (Gaussian noise on one row per class)", None),
-    client_plan="pm_vector.client.query:PrivateKNN", resolver=_R + "resolve_class_rows_request",
+    client_plan=_Q + "class_rows:GaussianQuery", resolver=_R + "resolve_class_rows_request",
     derived_tables=("codes", "prior", "neighbors", "hubs"), default_for=lambda e: True, class_rows=True,
     code_prefix="longest", replica_reads=True,
     wire_model=_W + "ClassRowsRequestBody",
@@ -284,8 +301,8 @@ register(Release(
     check_answer=None,
     guarantee=Guarantee("the request's (epsilon, delta), the paper's conversion", None,
                         __name__ + ":_paper_charge"),
-    client_plan="pm_vector.client.privatemail:PrivateMail", resolver=_R + "resolve_paper_request",
-    derived_tables=("anchors", "items"), answers=("full", "features"),
+    client_plan=_Q + "paper:PaperQuery", resolver=_R + "resolve_paper_request",
+    derived_tables=("anchors", "items"), run_parts=None, answers=("full", "features"),
     wire_model=_W + "PrivateMailRequestBody",
     check_request="pm_vector.db.resolve.requests:check_paper_rows", explain=_R + "explain_paper_request",
     description="the paper's protocol (PrivateMail), post-processed by the client"))
@@ -295,7 +312,7 @@ register(Release(
     guarantee=Guarantee("the request's (epsilon, delta), the paper's conversion", None,
                         __name__ + ":_paper_charge"),
     client_plan=None, resolver=_R + "resolve_paper_request",
-    derived_tables=("anchors", "items"), answers=("full", "features"),
+    derived_tables=("anchors", "items"), run_parts=None, answers=("full", "features"),
     check_request="pm_vector.db.resolve.requests:check_paper_rows", explain=_R + "explain_paper_request",
     description="the paper's private first iteration only; the server post-processes"))
 

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
-from ..protocol import wire
+from ..protocol import bounds, wire
 from .errors import ApiError
 
 
@@ -63,7 +63,7 @@ def _cell_message(path: str, e: dict) -> str | None:
     if isinstance(v, float) and v != v or v in (float("inf"), float("-inf")):
         return f"{what} row {i} holds NaN or infinite values; only finite numbers are allowed."
     if isinstance(v, (int, float)) and not isinstance(v, bool):  # a number refused: its magnitude
-        return f"{what} row {i} holds a value too large (beyond +-{wire.bounds.MAX_ABS_VALUE:g}); no valid client sends one."
+        return f"{what} row {i} holds a value too large (beyond +-{bounds.MAX_ABS_VALUE:g}); no valid client sends one."
     return f"{what} row {i} holds {str(v)[:40]!r}; only numbers are allowed."
 
 

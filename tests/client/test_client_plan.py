@@ -33,6 +33,12 @@ class _EchoQuery(ReleaseQuery):
         self.account.spend(self.q.epsilon, 0.0, label=self.q.name)  # charged before anything is drawn
         return _EchoRequest(self.q.epsilon), None
 
+    def check(self, res, req):
+        return res
+
+    def finish(self, res, checked, req, secret, q_raw):
+        return {"echo": checked}
+
 
 @pytest.fixture
 def echo_release():
@@ -61,3 +67,36 @@ def test_the_byte_budget_has_one_check(bad):
     with pytest.raises(InvalidInputError) as from_client:
         Client("http://127.0.0.1:9", None, budget=MemoryBudget(), max_answer_bytes=bad)
     assert str(from_client.value) == str(from_plan.value)
+
+
+@pytest.mark.parametrize("missing", ["build", "check", "finish"])
+def test_a_plan_missing_a_step_cannot_be_made(missing):
+    """ReleaseQuery is an abc: a plan that leaves out build, check or finish is refused when it is made
+    (not when the step is first called, after the ledger was charged)."""
+    from pm_vector.client.releases.base import Query
+
+    steps = {m: getattr(_EchoQuery, m) for m in ("build", "check", "finish") if m != missing}
+    partial = type("Partial", (ReleaseQuery,), {"release": "test-echo", **steps})
+    with pytest.raises(TypeError, match=missing):
+        partial(None, Query("coll", 1.0), None)
+    _EchoQuery(None, Query("coll", 1.0), None)  # the whole plan is made
+
+
+def test_every_release_names_its_plan_in_the_table():
+    """client_plan is the one place a release's client plan is named: each built-in release the
+    client asks names a ReleaseQuery under pm_vector/client/releases/ (no fallback table there)."""
+    import pm_vector.client.releases as client_releases
+    from pm_vector.client.releases import query_class
+
+    assert not hasattr(client_releases, "QUERIES")
+    asked = {}
+    for rel in releases.RELEASES.values():
+        if rel.client_plan is None:
+            continue
+        plan = releases.load(rel.client_plan)
+        assert isinstance(plan, type) and issubclass(plan, ReleaseQuery), rel.name
+        assert plan.__module__.startswith("pm_vector.client.releases."), plan.__module__
+        assert query_class(rel) is plan
+        asked[rel.name] = plan.__name__
+    assert asked == {"location": "LocationQuery", "cells": "CellsQuery", "gaussian": "GaussianQuery",
+                     "privatemail": "PaperQuery"}

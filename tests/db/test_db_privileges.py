@@ -53,7 +53,9 @@ def test_catalog_is_the_privilege_matrix(conn, collections):
     """Schemas, relations, columns, functions and default privileges of pm_vector's schemas: every
     object is named by the matrix, owned by the owner, and grants exactly what the matrix says."""
     from pm_vector.db.postgres import privileges as pv
-    from pm_vector.db.runs.erase import ANSWER_TABLES
+    from pm_vector.db.runs.erase import answer_tables
+
+    ANSWER_TABLES = answer_tables()
 
     assert list(pv.SCHEMAS) == SCHEMAS
 
@@ -123,7 +125,9 @@ def test_catalog_is_the_privilege_matrix(conn, collections):
 def test_an_object_outside_the_matrix_is_named(conn):
     """The matrix knows its objects, and nothing else: a new table or function is not in it."""
     from pm_vector.db.postgres import privileges as pv
-    from pm_vector.db.runs.erase import ANSWER_TABLES
+    from pm_vector.db.runs.erase import answer_tables
+
+    ANSWER_TABLES = answer_tables()
 
     assert pv.expected_relation_rights("pm_vector", "new_table", ANSWER_TABLES) is None
     assert pv.expected_relation_rights("pm_vector", "run_7_secrets", ANSWER_TABLES) is None
@@ -195,7 +199,7 @@ def test_query_login_reads_features_only_where_the_collection_allows_them(query_
 def test_answer_tables_are_granted_per_run_never_by_default(conn, collections):
     """A table the owner makes in pm_vector is not readable by the query role (no default privilege),
     nor a new function executable by PUBLIC; the run's answer tables are readable, from
-    ANSWER_TABLES at the job's switch."""
+    answer_tables() at the job's switch."""
     from pm_vector import db
 
     name = "t_" + uuid.uuid4().hex[:8]
@@ -209,7 +213,9 @@ def test_answer_tables_are_granted_per_run_never_by_default(conn, collections):
     finally:
         conn.execute(f"DROP FUNCTION IF EXISTS pm_vector.{name}()")
         conn.execute(f"DROP TABLE pm_vector.{name}")
-    from pm_vector.db.runs.erase import ANSWER_TABLES
+    from pm_vector.db.runs.erase import answer_tables
+
+    ANSWER_TABLES = answer_tables()
 
     run = db.collection_info(collections["closed"])["active_run_id"]
     granted = {r[0] for r in conn.execute(

@@ -133,3 +133,75 @@ def test_an_unregistered_release_is_refused(service, svc_collection, svc_key, re
     assert "unsupported request format" in r.text
     time.sleep(0)
     assert requests_logged(svc_collection) == before
+
+
+MARKS = "test_marks"
+
+
+def _erase_marks(conn, place, plan):
+    """The test kind's erasure: the erased items' rows go (the hook a kind registers)."""
+    from psycopg import sql
+
+    conn.execute(sql.SQL("DELETE FROM {} WHERE item_id = ANY(%s)").format(
+        sql.Identifier("pm_vector", f"run_{int(place.run_id)}_{MARKS}")), [plan.erased.tolist()])
+
+
+def test_a_run_table_kind_a_test_release_names_is_erased_and_granted(pm_home, svc_split):
+    """Build item 1: a kind of run table registered here and named by a release registered here is
+    a table of every run that serves the release: a delete reaches it (in the delete's transaction)
+    and the job's grant gives the query role SELECT on it, with no change under ``pm_vector/``.
+    Before the release names it, the same registered kind is no table of the run: the delete leaves it."""
+    import uuid
+
+    from psycopg import sql
+
+    from pm_vector import db
+    from pm_vector.db.postgres.engine import connection
+    from pm_vector.db.runs import erase
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
+    from pm_vector.protocol import releases
+
+    ds = svc_split.dataset
+    name = "marks_" + uuid.uuid4().hex[:8]
+    db.create_collection(name, ds.dim, [int(c) for c in ds.classes], settings={"delta": False})
+    Xs, ys = svc_split.server
+    ids = [int(i) for i in db.ingest(name, Xs[:300], ys[:300])["item_ids"]]
+    db.register_anchor_set(name, *svc_split.anchor, role="anchor")
+    db.register_anchor_set(name, *svc_split.dummy, role="dummy")
+    rid = int(db.run_embedding_job(name, {"n_components": 8}, 0, embed_fn=anchor_frame_embed_fn)["run_id"])
+    table = sql.Identifier("pm_vector", f"run_{rid}_{MARKS}")
+
+    def marked():
+        with connection() as conn:
+            return {int(r[0]) for r in conn.execute(sql.SQL("SELECT item_id FROM {}").format(table)).fetchall()}
+
+    erase.register_kind(erase.RunTable(MARKS, "coordinator", _erase_marks, answer=True))
+    try:
+        with connection() as conn:
+            conn.execute(sql.SQL("CREATE TABLE {} (item_id bigint PRIMARY KEY)").format(table))
+            conn.execute(sql.SQL("INSERT INTO {} SELECT unnest(%s::bigint[])").format(table), [ids])
+            conn.commit()
+        db.delete_items(name, item_ids=[ids[0]])  # no release names the kind yet: not a table of the run
+        assert ids[0] in marked()
+        rel = releases.register(releases.Release(
+            name="test-marks", wire_format="tests.marks/1", request_type=type("MarksRequest", (), {}),
+            answer_type=None, check_answer=None, guarantee=releases.Guarantee("eps", 0.0), client_plan=None,
+            resolver=lambda *a, **k: {}, derived_tables=("hubs", MARKS)))
+        try:
+            db.delete_items(name, item_ids=ids[1:4])
+            assert marked() == set(ids[4:]) | {ids[0]}  # the erasure reached it, nothing else went
+            with connection() as conn:
+                granted = erase.grant_answer_tables(conn, rid)
+                conn.commit()
+                if granted:  # the query role exists (migration 0022)
+                    assert f"run_{rid}_{MARKS}" in granted
+                    assert conn.execute("SELECT has_table_privilege('pm_vector_query', %s, 'SELECT')",
+                                        [f"pm_vector.run_{rid}_{MARKS}"]).fetchone()[0]
+        finally:
+            releases.unregister(rel.name)
+    finally:
+        erase.unregister_kind(MARKS)
+        with connection() as conn:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
+            conn.commit()
+        db.drop_collection(name, missing_ok=True)

@@ -16,8 +16,8 @@ one list per class row that the cell release shares), :mod:`.cells` (one reporte
 entry when it is made and never calls back into :mod:`pm_vector.client.http`.
 
 Which plan a release has is the table's (:mod:`pm_vector.protocol.releases`): its ``client_plan``
-when that names a :class:`~.base.ReleaseQuery` (a test registers a release of its own that way),
-else :data:`QUERIES` (the releases whose ``client_plan`` still names their builder class).
+names a :class:`~.base.ReleaseQuery` (a dotted name, or the class itself: a test registers a
+release of its own that way); a release without one is not asked by the client.
 """
 
 from __future__ import annotations
@@ -26,22 +26,16 @@ from ...errors import InvalidInputError
 from ...protocol import releases as table
 from .base import Query, ReleaseQuery
 
-#: the client plan of each release of the table whose ``client_plan`` names its builder
-QUERIES = {"location": __name__ + ".location:LocationQuery", "cells": __name__ + ".cells:CellsQuery",
-           "gaussian": __name__ + ".class_rows:GaussianQuery", "privatemail": __name__ + ".paper:PaperQuery"}
 #: the table's release of ``protocol="privatemail_paper"``
 PAPER = "privatemail"
 
-__all__ = ["PAPER", "QUERIES", "Query", "ReleaseQuery", "choose", "options", "pick", "query_class"]
+__all__ = ["PAPER", "Query", "ReleaseQuery", "choose", "options", "pick", "query_class"]
 
 
 def query_class(rel: table.Release) -> type[ReleaseQuery] | None:
     """The client plan of the release ``rel`` (None: the client cannot ask it)."""
     plan = table.load(rel.client_plan) if isinstance(rel.client_plan, str) else rel.client_plan
-    if isinstance(plan, type) and issubclass(plan, ReleaseQuery):
-        return plan
-    dotted = QUERIES.get(rel.name)
-    return table.load(dotted) if dotted else None
+    return plan if isinstance(plan, type) and issubclass(plan, ReleaseQuery) else None
 
 
 def _askable(rel: table.Release) -> bool:

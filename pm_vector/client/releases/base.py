@@ -10,6 +10,7 @@ entry to charge (``account``). It never calls back into :mod:`pm_vector.client.h
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,8 +58,9 @@ def seeded(builder, rng):
     return builder
 
 
-class ReleaseQuery:
-    """One query of one release (module doc). ``release``: the table's name of it."""
+class ReleaseQuery(abc.ABC):
+    """One query of one release (module doc). ``release``: the table's name of it. A plan implements
+    :meth:`build`, :meth:`check` and :meth:`finish` (abstract: a plan missing one cannot be made)."""
 
     release: str = ""
     #: the protocol that asks it (``Client.query(protocol=...)``)
@@ -83,10 +85,10 @@ class ReleaseQuery:
         g = by_request(req).guarantee
         return float(req.delta) if g.delta is None else float(g.delta)
 
+    @abc.abstractmethod
     def build(self, features, label=None, rng=None) -> tuple[Any, Any]:
         """``(request, secret)``, charged to ``account`` before anything is drawn (``rng``: seeded,
         tests only, not charged)."""
-        raise NotImplementedError
 
     def body(self, req) -> dict:
         """The resolve body of ``req``."""
@@ -100,10 +102,10 @@ class ReleaseQuery:
         """The error to raise for an answer the transport refused as too large."""
         return exc
 
+    @abc.abstractmethod
     def check(self, res: dict, req) -> Any:
         """The WHOLE answer checked (before the secret picks anything); what :meth:`finish` uses."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def finish(self, res: dict, checked, req, secret, q_raw: np.ndarray) -> dict:
         """The real row's result, re-ranked: the release's fields of :meth:`Client.query`'s result."""
-        raise NotImplementedError

@@ -14,7 +14,7 @@ Three roles appear (docs/operations.md, "Database roles", shows the matrix as a 
   :data:`QUERY_COLUMNS` (column privileges: ``items`` without its raw features, which only
   :data:`FEATURES_FUNCTIONS` return, and only for a collection with ``allow_raw_features``),
   :data:`QUERY_FUNCTIONS`, USAGE on the schema ``pm_vector``, and SELECT on a run's answer tables
-  (:data:`pm_vector.db.runs.erase.ANSWER_TABLES`, granted by the job where it creates them:
+  (:func:`pm_vector.db.runs.erase.answer_tables`, from the registry of run table kinds, granted by the job where it creates them:
   :func:`pm_vector.db.runs.erase.grant_answer_tables`).
 * **PUBLIC**: nothing: no USAGE on the schemas, no EXECUTE on any function (also not by default
   on the owner's future functions: ``pg_default_acl``), no right on any relation.
@@ -120,7 +120,7 @@ RUN_TABLE = re.compile(r"^run_(?P<run>[0-9]+)_(?P<kind>anchors|items|codes|prior
 def expected_relation_rights(schema: str, name: str, answer_tables) -> tuple[tuple[str, ...], dict | None] | None:
     """The query role's rights on ``schema.name`` as the matrix says: ``(table privileges,
     {privilege: columns} or None)``; None when the matrix does not know the relation (a failure).
-    ``answer_tables``: the run table kinds an answer reads (:data:`pm_vector.db.runs.erase.ANSWER_TABLES`)."""
+    ``answer_tables``: the run table kinds an answer reads (:func:`pm_vector.db.runs.erase.answer_tables`)."""
     q = f"{schema}.{name}"
     if q in RELATIONS:
         cols = QUERY_COLUMNS.get(q)

@@ -1,9 +1,12 @@
 """Erasure of items from a run: ONE registry of the run's derived tables and how an item leaves each.
 
-:data:`RUN_TABLES` lists every per-run table that holds items, where a sharded run keeps it
-(``coordinator`` or ``shards``) and the function that removes the erased items from it. A new
-per-run table is added to the erasure by one line there (and :func:`test_every_run_table_is_registered`
-in ``tests/db/test_db_erase.py`` fails while a run table is missing from it).
+:data:`KINDS` registers every kind of per-run table: where a sharded run keeps it (``coordinator``
+or ``shards``), the function that removes the erased items from it, whether an answer reads it
+(granted to the query role). Which of them a run has follows from the releases it serves: the kinds
+their ``derived_tables`` name (:func:`run_tables`; :mod:`pm_vector.protocol.releases`). A new kind
+is one :func:`register_kind` call and a release naming it (``tests/service/test_release_registry.py``
+registers one of its own; ``tests/db/test_db_erase.py`` fails while a kind of ``pm_run_table`` is
+missing, ``tests/test_run_kinds.py`` while a release names a kind the registry lacks).
 
 :func:`erase_from_run` applies an erasure plan (:func:`plan`) to one run, inside the caller's
 transaction. The plan is computed from the run's item set before the erasure (ids, labels,
@@ -61,6 +64,7 @@ class Place:
 
 
 def _exists(conn, place: Place, kind: str) -> bool:
+    """Does ``place`` have the run's table of ``kind`` (any kind of :data:`KINDS`, a test's too)?"""
     return run_table_exists(conn, place.run_id, kind, place.shard)
 
 
@@ -249,65 +253,98 @@ def _erase_locations(conn, place: Place, plan: Plan) -> None:
     array_rows.write(conn, t, KEY_KINDS, rows)
 
 
-def _always(doc: Mapping[str, Any]) -> bool:
-    return True
-
-
-def _part_ready(part: str) -> Callable[[Mapping[str, Any]], bool]:
-    """Does a run (its ``class_rows`` document) hold the part ``part`` (its ``status`` ``"ready"``)?"""
-    return lambda doc: (doc.get(part) or {}).get("status") == "ready"
-
-
-def _class_rows_and(part: Callable | None = None) -> Callable[[Mapping[str, Any]], bool]:
-    """Ready class rows (and, when given, the part ``part`` too)."""
-    return lambda doc: is_ready(doc) and (part is None or part(doc))
-
-
 @dataclass(frozen=True)
 class RunTable:
-    """A per-run table holding items: its kind (``run_<id>_<kind>``), where a sharded run keeps it,
-    and how the erased items leave it."""
+    """A kind of per-run table (``run_<id>_<kind>``), named by the releases that need it
+    (:attr:`pm_vector.protocol.releases.Release.derived_tables`): where a sharded run keeps it, how
+    the erased items leave it (None: it holds no items), whether a private answer reads it (the query
+    role gets SELECT on it at the job's switch, :func:`grant_answer_tables`) and, for a table a
+    sharded run keeps on its shards, the columns of the foreign table an erasure reaches it through
+    (``{d}``: the run's ``n_components``)."""
 
     kind: str
     where: str  # "coordinator" | "shards" | "both" (a sharded run's coordinator and its shards)
-    erase: Callable[[Any, Place, Plan], None]
-    present: Callable[[Mapping[str, Any]], bool] = _always  # does a run (its class_rows document) have the table
+    erase: Callable[[Any, Place, Plan], None] | None
+    answer: bool = False
+    shard_columns: str | None = None
 
 
-#: every per-run table that holds items (``run_<id>_anchors`` holds none). Order matters only where a
-#: function reads another table: the prior reads the hub counts as they were, so it comes before them.
-RUN_TABLES: tuple[RunTable, ...] = (
-    RunTable("items", "both", _rows_of("items")),
-    RunTable("codes", "coordinator", _rows_of("codes")),
-    RunTable("prior", "shards", _erase_prior, _class_rows_and()),
-    RunTable("neighbors", "shards", _erase_neighbors, _class_rows_and()),
-    RunTable("hubs", "shards", _erase_hubs, _class_rows_and()),
-    RunTable("cells", "shards", _erase_cells, _class_rows_and(_part_ready("cells"))),
-    RunTable("locations", "coordinator", _erase_locations, _class_rows_and(_part_ready("locations"))),
-)
+#: THE registry of the kinds of run tables, the one list of them: the erasure, the grants and the
+#: foreign tables of a sharded run read it; which of them a run has follows from the releases it
+#: serves (:func:`run_tables`). Order matters only where a function reads another table: the prior
+#: reads the hub counts as they were, so it comes before them. ``anchors``: the public frame (no
+#: items); ``items`` (the embeddings): the paper's release and the class rows' fill list; ``prior`` /
+#: ``hubs``: the class rows (``neighbors`` too, for runs built before the prior kept its lists);
+#: ``codes``: every compact answer; ``cells`` / ``locations``: the cell and location releases.
+KINDS: dict[str, RunTable] = {}
 
-#: the shard tables an erasure reads through foreign tables that a run may not have
-_SHARD_TABLE_PRESENT = {"cells": _part_ready("cells")}
 
-#: the run tables a private answer reads (``run_<id>_<kind>``), the ONE declaration of them: the
-#: query role (:data:`pm_vector.db.postgres.privileges.QUERY_ROLE`) gets SELECT on these at the
-#: job's switch (:func:`grant_answer_tables`), never by a default privilege. ``anchors``: the
-#: public frame; ``items`` (the embeddings): the paper's release and the class rows' fill list;
-#: ``prior`` / ``hubs``: the class rows (``neighbors`` too, for runs built before the prior kept
-#: its lists); ``codes``: every compact answer; ``cells`` / ``locations``: the cell and location releases.
-ANSWER_TABLES: frozenset[str] = frozenset({"anchors", "items", "codes", "prior", "neighbors", "hubs", "cells",
-                                           "locations"})
+def register_kind(rt: RunTable, *, replace: bool = False) -> RunTable:
+    """Add a kind of run table to :data:`KINDS` (a test registers its own); its kind must be new
+    unless ``replace``."""
+    if rt.kind in KINDS and not replace:
+        raise ValueError(f"a run table kind {rt.kind!r} is already registered.")
+    if rt.where not in ("coordinator", "shards", "both"):
+        raise ValueError(f"where must be coordinator, shards or both, not {rt.where!r}.")
+    KINDS[rt.kind] = rt
+    return rt
+
+
+def unregister_kind(kind: str) -> None:
+    KINDS.pop(kind, None)
+
+
+for _rt in (
+    RunTable("anchors", "coordinator", None, answer=True),
+    RunTable("items", "both", _rows_of("items"), answer=True, shard_columns="item_id bigint"),
+    RunTable("codes", "coordinator", _rows_of("codes"), answer=True),
+    RunTable("prior", "shards", _erase_prior, answer=True,
+             shard_columns="item_id bigint, label bigint, coords vector({d}), coords8 float8[], nbrs bigint[], "
+                           "nhub float8[]"),
+    RunTable("neighbors", "shards", _erase_neighbors, answer=True, shard_columns="item_id bigint, neighbor_id bigint"),
+    RunTable("hubs", "shards", _erase_hubs, answer=True, shard_columns="label bigint, item_id bigint, hub float8"),
+    RunTable("cells", "shards", _erase_cells, answer=True,
+             shard_columns="level integer, label bigint, cell integer, item_ids bigint[], hubs float8[], "
+                           "chubs float8[]"),
+    RunTable("locations", "coordinator", _erase_locations, answer=True),
+):
+    register_kind(_rt)
+
+
+def run_kinds(doc: Mapping[str, Any] | None) -> list[str]:
+    """The kinds of run tables a run with the ``class_rows`` document ``doc`` has: those the releases
+    it serves name (:meth:`~pm_vector.protocol.releases.Release.served_by`), in :data:`KINDS`' order.
+    Raises ValueError for a kind a release names that :data:`KINDS` does not know."""
+    from ...protocol.releases import RELEASES
+
+    named = {k for rel in RELEASES.values() if rel.served_by(doc) for k in rel.derived_tables}
+    unknown = named - set(KINDS)
+    if unknown:
+        raise ValueError(f"a release names run table kinds the registry does not know: {sorted(unknown)}.")
+    return [k for k in KINDS if k in named]
+
+
+def run_tables(doc: Mapping[str, Any] | None) -> list[RunTable]:
+    """The run's tables that hold items (:func:`run_kinds` with an erasure), in order."""
+    return [KINDS[k] for k in run_kinds(doc) if KINDS[k].erase is not None]
+
+
+def answer_tables() -> frozenset[str]:
+    """The kinds of run tables a private answer reads (:data:`KINDS` with ``answer``): the query
+    role (:data:`pm_vector.db.postgres.privileges.QUERY_ROLE`) gets SELECT on these at the job's
+    switch (:func:`grant_answer_tables`), never by a default privilege."""
+    return frozenset(k for k, rt in KINDS.items() if rt.answer)
 
 
 def grant_answer_tables(conn, run_id: int) -> list[str]:
-    """``GRANT SELECT`` to the query role on the run's :data:`ANSWER_TABLES` that exist on this node
+    """``GRANT SELECT`` to the query role on the run's :func:`answer_tables` that exist on this node
     (a partition is read through its parent and gets nothing), in the caller's transaction; nothing
     when the role does not exist. Returns the tables granted."""
     from ..postgres.privileges import QUERY_ROLE
 
     if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [QUERY_ROLE]).fetchone() is None:
         return []
-    names = [run_table_name(run_id, kind) for kind in sorted(ANSWER_TABLES)]
+    names = [run_table_name(run_id, kind) for kind in sorted(answer_tables())]
     found = [r[0] for r in conn.execute(
         "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE n.nspname = 'pm_vector' AND c.relname = ANY(%s) ORDER BY 1", [names]).fetchall()]
@@ -350,15 +387,9 @@ def places(conn, run_id: int, doc: Mapping[str, Any] | None) -> list[Place]:
     rid = int(run_id)
     out = []
     d = int(doc["n_components"])
-    cols = {"prior": sql.SQL("item_id bigint, label bigint, coords vector({}), coords8 float8[], nbrs bigint[], "
-                             "nhub float8[]").format(sql.Literal(d)),
-            "neighbors": sql.SQL("item_id bigint, neighbor_id bigint"), "hubs": sql.SQL("label bigint, item_id bigint, hub float8"),
-            "items": sql.SQL("item_id bigint"),
-            "cells": sql.SQL("level integer, label bigint, cell integer, item_ids bigint[], hubs float8[], chubs float8[]")}
+    cols = {k: sql.SQL(KINDS[k].shard_columns).format(d=sql.Literal(d)) for k in run_kinds(doc) if KINDS[k].shard_columns}
     for s in shards:
         for kind, c in cols.items():
-            if not _SHARD_TABLE_PRESENT.get(kind, _always)(doc):
-                continue
             create_foreign_table(conn, rid, kind, s, c, replace=False)
         out.append(Place(rid, s))
     return out
@@ -366,21 +397,19 @@ def places(conn, run_id: int, doc: Mapping[str, Any] | None) -> list[Place]:
 
 def done(conn, run_id: int, doc: Mapping[str, Any] | None) -> None:
     for s in (doc or {}).get("shards") or {}:
-        for kind in ("prior", "neighbors", "hubs", "items", "cells"):
+        for kind in (k for k, rt in KINDS.items() if rt.shard_columns):
             drop_foreign_table(conn, run_id, kind, s)
 
 
 def erase_from_run(conn, p: Plan) -> dict[str, Any] | None:
-    """Apply ``p`` to its run in the caller's transaction (every table of :data:`RUN_TABLES` the run
+    """Apply ``p`` to its run in the caller's transaction (every table of :func:`run_tables` the run
     has, here and on its shards). Returns the run's new ``class_rows`` document (None: unchanged)."""
     if not p.gone.any():
         return None
     doc = p.doc
     coord = Place(p.run_id, None)
     shard_places = [q for q in places(conn, p.run_id, doc) if q.shard is not None]
-    for rt in RUN_TABLES:
-        if not rt.present(doc):
-            continue
+    for rt in run_tables(doc):
         targets = []
         if rt.where in ("coordinator", "both") or not shard_places:
             targets.append(coord)
