@@ -43,6 +43,35 @@ def test_a_stream_checks_an_even_sample_and_scales_the_sustained_rate():
     assert s["delay_p50_s"] == s["delay_p99_s"] == 2.0 and s["unobserved"] == 0 and s["checked"] == 200
 
 
+def test_a_new_item_outside_its_cells_answer_is_counted_apart_not_late():
+    """An insert found placed but ranked outside its cell's answer is ``not_in_answer``: done (the
+    sustained rate counts it), neither a delay nor ``unobserved``."""
+    from pm_vector.bench.writes_bench import sample, summarise
+    from pm_vector.bench.writes_targets import Change
+
+    spec = [Change("insert" if j % 2 else "delete", j, j) for j in range(100)]
+    sample(spec, 100)
+    for j, c in enumerate(spec):  # at 10 a second; deletes seen 1 s later, inserts found outside 30 s later
+        c.commit_t = j / 10
+        if c.kind == "delete":
+            c.seen_t = c.commit_t + 1
+        else:
+            c.outside_t = c.commit_t + 30
+    raw = {"t0": 0.0, "committed": spec, "seen": [c for c in spec if c.kind == "delete"],
+           "outside": [c for c in spec if c.kind == "insert"], "errors": [], "query_s": [0.01], "samples": [],
+           "rounds": [0.1], "load_average": [0, 0, 0]}
+
+    class Plain:
+        def engine_figures(self, samples):
+            return {}
+
+    s = summarise(Plain(), raw, 10.0, 10.0)
+    assert s["not_in_answer"] == 50 and s["not_in_answer_by_kind"] == {"insert": 50, "update": 0, "delete": 0}
+    assert s["observed"] == 50 and s["unobserved"] == 0 and s["unobserved_by_kind"]["insert"] == 0
+    assert s["delay_p50_s"] == s["delay_p99_s"] == 1.0  # over the changes the answer holds only
+    assert s["changes_per_s"] > 0
+
+
 @pytest.mark.slow
 def test_bench_writes_attached_against_pgvector(db, tmp_path):
     from pm_vector.bench.writes_bench import WritesConfig, plot, run

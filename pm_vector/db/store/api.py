@@ -24,13 +24,14 @@ from ._common import collection_row
 # ----------------------------------------------------------------------------- items
 
 def load_items(conn, coll: Mapping[str, Any], where: str = "", *, missing_from_run: int | None = None,
-               in_run: int | None = None) -> dict[str, np.ndarray]:
+               in_run: int | None = None, ids=None) -> dict[str, np.ndarray]:
     """ids, labels, features (float32) of a collection's items by binary COPY, ordered by id and
     streamed into arrays sized once: those ``where`` keeps (`` AND ...``, SQL on the items row ``i``;
     given by the code, never by a user), and with ``missing_from_run`` only the items that have no
     embedding in that run, with ``in_run`` only those that have one. The run's (anti-)join comes
     first, then the features: an attached table's are read row by row, so only for the rows kept
-    (an anti-join over 100,000 items read every row's vector twice, 0.36 s of each sync batch)."""
+    (an anti-join over 100,000 items read every row's vector twice, 0.36 s of each sync batch).
+    ``ids``: only these items (a sync batch's new ones: no anti-join of the whole collection)."""
     from ._source import feature_filter, feature_sql
 
     rows = f"SELECT i.* FROM pm_vector.items i WHERE i.collection_id = {int(coll['id'])}"
@@ -39,12 +40,19 @@ def load_items(conn, coll: Mapping[str, Any], where: str = "", *, missing_from_r
                  "WHERE e.item_id = i.id)")
     if in_run is not None:
         rows += f" AND EXISTS (SELECT 1 FROM pm_vector.run_{int(in_run)}_items e WHERE e.item_id = i.id)"
+    params = None
+    if ids is not None:
+        rows += " AND i.id = ANY(%s)"
+        params = [[int(i) for i in np.asarray(ids, dtype=np.int64).tolist()]]
     rows += f" {where}" if where else ""
-    n_hint = conn.execute(f"SELECT count(*) FROM ({rows}) AS q").fetchone()[0]  # an upper bound of the stream's
-    q = (f"SELECT i.id, i.label, {feature_sql(coll)} FROM ({rows} OFFSET 0) AS i WHERE true"
-         + feature_filter(coll) + " ORDER BY i.id")
+    n_hint = conn.execute(f"SELECT count(*) FROM ({rows}) AS q", params).fetchone()[0]  # an upper bound of the stream's
+    # (with parameters, a '%' of an attached table's quoted names is escaped)
+    esc = (lambda t: t.replace("%", "%%") if params and isinstance(t, str) else t)  # noqa: E731
+    q = (f"SELECT i.id, i.label, {esc(feature_sql(coll))} FROM ({rows} OFFSET 0) AS i WHERE true"
+         + esc(feature_filter(coll)) + " ORDER BY i.id")
     return _binary.copy_out_columns(conn, q, [("id", "int8", 0), ("label", "int8", 0),
-                                              ("features", coll["feature_type"], coll["feature_dim"])], int(n_hint))
+                                              ("features", coll["feature_type"], coll["feature_dim"])], int(n_hint),
+                                    params=params)
 
 
 def fetch_items(collection: str, item_ids: Sequence[int], *, include_features: bool = False) -> dict[str, Any]:
