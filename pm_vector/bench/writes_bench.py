@@ -122,6 +122,7 @@ class WritesConfig:
     settle_s: float = 30.0  # after the writer stopped and everything is applied, stop checking once nothing is seen
     seed: int = 0
     reuse: bool = False  # keep the prepared collection (and pgvector's table) for the next run of the same flags
+    merge: bool = True  # time the merge of each stream's delta after it (False: merge_s None)
 
 
 def check_config(cfg: WritesConfig) -> None:
@@ -406,6 +407,7 @@ def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dic
         say(f"pm_vector ({cfg.path}): {cfg.items:,} x {cfg.dim}")
         pm = PmVectorTarget(tag, X, y // 10, cfg.items, anchor, anchor_y // 10, path=cfg.path, epsilon=cfg.epsilon, seed=cfg.seed,
                             sync_interval_s=cfg.sync_interval_s, say=say, reuse=cfg.reuse)
+        pm.merge_after = cfg.merge
         targets.append(pm)
         pm.start()
         stream = Stream(cfg.items, X.shape[0], _victims(pm, cfg, rng, say), rng, next_key=pm.state["next_key"])

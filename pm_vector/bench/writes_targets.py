@@ -88,7 +88,7 @@ class PmVectorTarget:
         self.sync_interval_s, self.say, self.reuse = float(sync_interval_s), say, bool(reuse)
         self.name = f"bench_writes_{tag}"
         self.table = sql.Identifier("public", f"bench_writes_docs_{tag}")
-        self.worker = None
+        self.worker, self.merge_after = None, True
         self.setup: dict[str, Any] = {"path": path, "reused": False}
         self._conn = db.connect(autocommit=True)
         if reuse and writes_reuse.prepared(self._conn, self.name):
@@ -366,9 +366,11 @@ class PmVectorTarget:
         with db.connect() as conn:
             st = _delta.status(conn, self.name)
         delta_size = None if st is None else int(st["delta_items"] or 0) + int(st["pending_purge"] or 0)
-        t = time.perf_counter()
-        db.merge(self.name, embed_fn=anchor_frame_embed_fn, embed_fn_extend=anchor_frame_extend_fn)
-        merge_s = round(time.perf_counter() - t, 2)
+        merge_s = None
+        if self.merge_after:  # (--no-merge: none; the service's worker merges when it is due)
+            t = time.perf_counter()
+            db.merge(self.name, embed_fn=anchor_frame_embed_fn, embed_fn_extend=anchor_frame_extend_fn)
+            merge_s = round(time.perf_counter() - t, 2)
         out: dict[str, Any] = {"merge_s": merge_s, "delta_size": delta_size}
         if samples and self.path == "attached":
             q = [s["queued"] for s in samples]

@@ -75,6 +75,8 @@ def writes(
     drain: float = typer.Option(300.0, "--drain", help="Seconds to keep checking after a stream's writer stopped."),
     saturate: float = typer.Option(10.0, "--saturate", min=0, help="Seconds of pgvector's saturating phase "
                                    "(its most single-row commits a second); 0: none."),
+    merge: bool = typer.Option(True, "--merge/--no-merge", help="Time the merge of each stream's delta after it "
+                               "(--no-merge: none, merge_s empty; the sync worker still merges when it is due)."),
     database_url: str = typer.Option(None, "--database-url", help="A PostgreSQL with pgvector to run on (default: "
                                      "PM_VECTOR_DATABASE_URL, else the embedded server)."),
     plot: Path = typer.Option(None, "--plot", help="Write delay p99 against the rate to this PNG (give --rates)."),
@@ -106,7 +108,7 @@ def writes(
     cfg = WritesConfig(items=items, dim=dim, rates=_rates(rate, rates), seconds=seconds,
                        compare_pgvector=compare_pgvector, queries_concurrency=queries_concurrency, batch=batch,
                        path=path, epsilon=epsilon, anchors=anchors, drain_s=drain, saturate_s=saturate, seed=seed,
-                       reuse=reuse)
+                       reuse=reuse, merge=merge)
     try:
         check_config(cfg)
     except PMVectorError as e:

@@ -127,3 +127,34 @@ def test_bench_writes_refuses_bad_options():
     assert r.exit_code == 2 and "distinct items" in r.output
     r = CliRunner().invoke(app, ["bench", "writes", "--rates", "10,x"])
     assert r.exit_code == 2 and "--rates" in r.output
+
+
+@pytest.mark.slow
+def test_bench_writes_reuse_keeps_the_prepared_collection_for_the_next_run(db):
+    """--reuse: the first run prepares and keeps the collection and pgvector's table, the second
+    reuses both (no job), streams on from the state the first left (its victims unchanged items,
+    new keys after the last) and every change is seen or found outside its cell's answer."""
+    from psycopg import sql
+
+    from pm_vector.bench import writes_reuse
+    from pm_vector.bench.writes_bench import WritesConfig, run
+
+    cfg = WritesConfig(items=1000, dim=16, rates=(4.0,), seconds=4.0, compare_pgvector=True, anchors=200,
+                       queries_concurrency=1, saturate_s=1.0, drain_s=120.0, reuse=True)
+    name = "bench_writes_" + writes_reuse.tag(cfg)
+    try:
+        first = run(cfg)
+        assert first["setup"]["pm_vector"]["reused"] is False and "job_s" in first["setup"]["pm_vector"]
+        assert name in [c["name"] for c in db.list_collections()]  # kept
+        second = run(cfg)
+        assert second["setup"]["pm_vector"]["reused"] is True and "job_s" not in second["setup"]["pm_vector"]
+        assert second["setup"]["pgvector_hnsw"]["reused"] is True
+        for s in (second["pm_vector"], second["pgvector_hnsw"]):
+            assert s["errors"] == 0 and s["unobserved"] == 0, s
+            assert s["observed"] + s["not_in_answer"] == s["checked"] == s["n_changes"] >= 8
+    finally:
+        db.drop_collection(name, missing_ok=True)
+        with db.connect(autocommit=True) as c:
+            for t in ("docs", "pgv"):
+                c.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
+                    sql.Identifier("public", f"bench_writes_{t}_{writes_reuse.tag(cfg)}")))
