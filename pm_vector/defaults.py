@@ -13,7 +13,7 @@ constant as :mod:`pm_vector.kahm` without loading the models.
 DEFAULT_SMOOTHING_STEPS = 5
 
 #: when the bulk merge of a run's delta is due (:mod:`pm_vector.db.runs.merge`): this many delta
-#: rows (tombstones + new items) or the oldest of them this many seconds old; a collection's
+#: items (tombstones + new items, whatever their entries at the levels) or the oldest of them this many seconds old; a collection's
 #: ``settings["merge"] = {"delta_items": N, "age_s": S}`` overrides either (0: never by that rule).
 #: The service's sync worker merges what is due in the background.
 MERGE_DELTA_ITEMS = 10_000

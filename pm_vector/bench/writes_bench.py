@@ -17,7 +17,9 @@ location release, which uses no label) written through ``path``:
   answers a new item only once it is placed), :func:`pm_vector.db.update_items`,
   :func:`pm_vector.db.delete_items`, called by the writer itself.
 
-With ``compare_pgvector`` the same rows in ``(id bigint PRIMARY KEY, v vector(dim))`` with an HNSW
+With ``reuse`` (``--reuse``, the attached path) the collection and pgvector's table are kept for the
+next run of the same flags (:mod:`pm_vector.bench.writes_reuse`): the 100,000-item set-up is paid
+once. With ``compare_pgvector`` the same rows in ``(id bigint PRIMARY KEY, v vector(dim))`` with an HNSW
 index (``vector_l2_ops``, default options).
 
 **The stream** (per rate of ``rates``, one after the other): ``ceil(rate * seconds)`` changes, a
@@ -54,21 +56,25 @@ its pause (``check_round_s`` reports the rounds). ``checkers`` threads share the
 the keys); at most ``max_checked`` changes of a stream are checked, an even sample of it (every
 one when fewer): each check of pm_vector builds an answer (about 0.1 s on a loaded 2-core machine
 at 20,000 items), and after a sync batch of hundreds of changes checking them all would measure
-the checks. Changes not seen ``drain_s`` after the writer stopped, or once everything is applied
-(``settled``: the queue empty; always on the API path and for pgvector) and nothing was seen for
-``settle_s``, are ``unobserved`` (by kind in ``unobserved_by_kind``): a new item (an
-insert, an update's new version) enters its cell's answer only if it ranks within the answer's
-size by its estimated hub counts (:mod:`pm_vector.db.runs.delta`): one that does not is not seen
-before the merge recounts them.
+the checks. **A new item outside its cell's answer** (an insert, an update's new version) is not
+late: it enters its cell's answer only if it ranks within the answer's size by its estimated hub
+counts (:mod:`pm_vector.db.runs.delta`), and one that does not is never seen before the merge
+recounts them. So a check that finds the item placed in the active run (its items table, read
+before the answer is built) and the answer without it counts the change ``not_in_answer`` (by kind
+in ``not_in_answer_by_kind``), done then, outside the delays: **the delays are over the changes
+the answer holds** (deletes, and new items that rank within it). Changes neither seen nor found
+so ``drain_s`` after the writer stopped, or once everything is applied (``settled``: the queue
+empty; always on the API path and for pgvector) and nothing was seen for ``settle_s``, are
+``unobserved`` (by kind in ``unobserved_by_kind``).
 
-**Per system and rate**: ``rate`` (asked), ``changes_per_s`` (sustained: the checked changes seen
-after the first one, over the time from the first one seen to the last, times the stream's changes
-per checked one: what the system made answerable a second; as asked when it keeps up, less when
-the delays grow along the stream or changes are never seen),
+**Per system and rate**: ``rate`` (asked), ``changes_per_s`` (sustained: the checked changes done --
+seen, or ``not_in_answer`` -- after the first one, over the time from the first one done to the
+last, times the stream's changes per checked one: what the system applied a second; as asked when
+it keeps up, less when the delays grow along the stream or changes are never seen),
 ``commits_per_s`` (the changes committed over ``seconds``: what the writer got through),
 ``delay_p50_s`` / ``delay_p99_s`` / ``delay_max_s`` (and p99 by kind), ``query_p50_ms`` /
 ``query_p99_ms`` (the queries during the stream and its drain), ``n_changes`` (committed),
-``observed``, ``unobserved``, ``errors`` (writes, checks and queries that raised); pm_vector also
+``observed``, ``not_in_answer``, ``unobserved``, ``errors`` (writes, checks and queries that raised); pm_vector also
 ``delta_size`` (the delta's rows when the stream ends) and ``merge_s`` (the bulk merge of that delta,
 timed after the stream: :meth:`~pm_vector.bench.writes_targets.PmVectorTarget.engine_figures`) and, on the attached path,
 ``sync_status`` (:func:`pm_vector.db.sync_status` sampled every second: queue length max, ``lag_s``
@@ -115,12 +121,16 @@ class WritesConfig:
     saturate_s: float = 10.0
     settle_s: float = 30.0  # after the writer stopped and everything is applied, stop checking once nothing is seen
     seed: int = 0
+    reuse: bool = False  # keep the prepared collection (and pgvector's table) for the next run of the same flags
+    merge: bool = True  # time the merge of each stream's delta after it (False: merge_s None)
 
 
 def check_config(cfg: WritesConfig) -> None:
     """Refuse a configuration the benchmark cannot run, before anything is built."""
     if cfg.path not in PATHS:
         raise InvalidInputError(f"path must be one of {PATHS}; got {cfg.path!r}.")
+    if cfg.reuse and cfg.path != "attached":
+        raise InvalidInputError("--reuse keeps an attached table's collection: use it with --path attached.")
     if cfg.items < 200 or cfg.dim < 2 or cfg.anchors < 20:
         raise InvalidInputError("the benchmark needs at least 200 items, 2 dimensions and 20 anchors.")
     if not cfg.rates or any(not (r > 0) or math.isinf(r) for r in cfg.rates) or not cfg.seconds > 0:
@@ -143,9 +153,10 @@ class Stream:
     """The changes drawn for every system (module doc): kinds at random, fresh keys and rows for the
     new vectors, victims from ``victims`` (each once)."""
 
-    def __init__(self, items: int, n_rows: int, victims: list[int], rng):
+    def __init__(self, items: int, n_rows: int, victims: list[int], rng, next_key: int | None = None):
         self.rng, self.victims, self.items, self.n_rows = rng, list(victims), int(items), int(n_rows)
-        self.next_key, self.made = items + 1, 0
+        self.next_key = int(next_key or items + 1)
+        self.made = self.next_key - items - 1  # (a reused collection: the rows after those its keys took)
 
     def _row(self) -> int:
         """The next new vector's row (after the items'; again from the first once all were used)."""
@@ -191,6 +202,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
     pending: dict[int, Change] = {}
     committed: list[Change] = []
     seen: list[Change] = []
+    outside: list[Change] = []  # placed, and not in their cell's answer (not_in_answer)
     errors: list[str] = []
     query_s: list[float] = []
     samples: list[dict] = []
@@ -258,7 +270,8 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
                 with lock:
                     for c in got:
                         pending.pop(id(c), None)
-                seen.extend(got)
+                seen.extend(c for c in got if c.outside_t is None)
+                outside.extend(c for c in got if c.outside_t is not None)
                 time.sleep(cfg.check_pause_s)
         finally:
             conn.close()
@@ -311,31 +324,35 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
         samples.append(target.status())  # the state the stream ended in
     except Exception as exc:  # noqa: BLE001 - counted
         errors.append(f"status: {exc}")
-    return {"t0": t0, "committed": committed, "seen": seen, "errors": errors, "query_s": query_s,
+    return {"t0": t0, "committed": committed, "seen": seen, "outside": outside, "errors": errors, "query_s": query_s,
             "samples": samples, "rounds": rounds, "load_average": [round(v, 2) for v in load]}
 
 
 def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[str, Any]:
     """One system's figures of one stream (module doc)."""
     seen, committed, t0 = raw["seen"], raw["committed"], raw["t0"]
+    outside = raw.get("outside", [])
     delays = [c.seen_t - c.commit_t for c in seen]
     checked = sum(1 for c in committed if c.checked)
     kinds = ("insert", "update", "delete")
     by_kind = {k: _pct([c.seen_t - c.commit_t for c in seen if c.kind == k], 99, nd=2) for k in kinds}
-    ids = {id(c) for c in seen}
+    ids = {id(c) for c in seen + outside}
     missed = {k: sum(1 for c in committed if c.checked and c.kind == k and id(c) not in ids) for k in kinds}
-    first, last = min((c.seen_t for c in seen), default=0.0), max((c.seen_t for c in seen), default=0.0)
+    # a change is done when seen, or found placed outside its cell's answer (module doc)
+    done = [c.seen_t for c in seen] + [c.outside_t for c in outside]
+    first, last = min(done, default=0.0), max(done, default=0.0)
     return {
         "rate": float(rate),
         # of the checked sample, scaled to the whole stream (1 in n_changes / checked was checked)
-        "changes_per_s": round((len(seen) - 1) / (last - first) * len(committed) / checked, 2) if last > first else 0.0,
+        "changes_per_s": round((len(done) - 1) / (last - first) * len(committed) / checked, 2) if last > first else 0.0,
         "commits_per_s": round(len(committed) / seconds, 2),
         "delay_p50_s": _pct(delays, 50), "delay_p99_s": _pct(delays, 99), "delay_max_s": _pct(delays, 100),
         "delay_p99_s_by_kind": by_kind,
         "query_p50_ms": _pct(raw["query_s"], 50, 1e3, 1), "query_p99_ms": _pct(raw["query_s"], 99, 1e3, 1),
         "queries": len(raw["query_s"]),
-        "n_changes": len(committed), "checked": checked, "observed": len(seen), "unobserved": checked - len(seen),
-        "unobserved_by_kind": missed,
+        "n_changes": len(committed), "checked": checked, "observed": len(seen), "not_in_answer": len(outside),
+        "not_in_answer_by_kind": {k: sum(1 for c in outside if c.kind == k) for k in kinds},
+        "unobserved": checked - len(seen) - len(outside), "unobserved_by_kind": missed,
         "errors": len(raw["errors"]), "error_samples": raw["errors"][:3],
         "check_round_s": {"p50": _pct(raw["rounds"], 50), "max": _pct(raw["rounds"], 100)},
         "load_average": raw["load_average"],
@@ -356,7 +373,7 @@ def _victims(pm, cfg: WritesConfig, rng, say) -> list[int]:
     """Initial keys (never the last: the warm-up's) whose own cell's answer holds them, as many as the
     streams may update or delete (module doc)."""
     need = sum(math.ceil(r * cfg.seconds) for r in cfg.rates) * 2 // 3 + 16
-    keys = rng.permutation(np.arange(1, cfg.items)) if cfg.items > 1 else np.zeros(0, np.int64)
+    keys = rng.permutation(np.asarray(pm.state["untouched"], np.int64))
     out: list[int] = []
     for s in range(0, keys.size, 500):
         out += pm.answerable(keys[s:s + 500])
@@ -369,18 +386,19 @@ def _victims(pm, cfg: WritesConfig, rng, say) -> list[int]:
 def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The benchmark (module doc); returns the JSON-able result: ``pm_vector`` and (with
     ``compare_pgvector``) ``pgvector_hnsw`` of the first rate, and ``by_rate`` (every rate's)."""
+    from . import writes_reuse
     from .latency import N_FINE, clustered
     from .writes_targets import PgvectorTarget, PmVectorTarget
 
     say = progress or (lambda _m: None)
     check_config(cfg)
     rates = [float(r) for r in cfg.rates]
-    n_ops = sum(math.ceil(r * cfg.seconds) for r in rates)
     say("data")
-    X, y = clustered(cfg.items + n_ops + 1, cfg.dim, N_FINE, seed=cfg.seed)
+    # (the data depends on --items, --dim and --seed alone: a kept collection's rows are these)
+    X, y = clustered(cfg.items + writes_reuse.NEW_ROWS, cfg.dim, N_FINE, seed=cfg.seed)
     anchor, anchor_y = clustered(cfg.anchors, cfg.dim, N_FINE, seed=cfg.seed + 1)
     Xq = X[:cfg.items]
-    tag = uuid.uuid4().hex[:8]
+    tag = writes_reuse.tag(cfg) if cfg.reuse else uuid.uuid4().hex[:8]
     rng = np.random.default_rng(cfg.seed + 5)
     targets: list = []
     out: dict[str, Any] = {"config": {**asdict(cfg), "rates": rates}, "setup": {}, "by_rate": []}
@@ -388,12 +406,13 @@ def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dic
     try:
         say(f"pm_vector ({cfg.path}): {cfg.items:,} x {cfg.dim}")
         pm = PmVectorTarget(tag, X, y // 10, cfg.items, anchor, anchor_y // 10, path=cfg.path, epsilon=cfg.epsilon, seed=cfg.seed,
-                            sync_interval_s=cfg.sync_interval_s, say=say)
+                            sync_interval_s=cfg.sync_interval_s, say=say, reuse=cfg.reuse)
+        pm.merge_after = cfg.merge
         targets.append(pm)
         pm.start()
-        stream = Stream(cfg.items, X.shape[0], _victims(pm, cfg, rng, say), rng)
+        stream = Stream(cfg.items, X.shape[0], _victims(pm, cfg, rng, say), rng, next_key=pm.state["next_key"])
         if cfg.compare_pgvector:
-            targets.append(PgvectorTarget(tag, X, cfg.items, say))
+            targets.append(PgvectorTarget(tag, X, cfg.items, say, source=pm.table if cfg.reuse else None))
         for t in targets:
             out["setup"][t.system] = t.setup
         for r in rates:

@@ -40,7 +40,8 @@ class Change:
     transaction's commit returned), ``seen_t`` (when the check that saw it returned), ``old_id`` /
     ``new_id`` (pm_vector's item ids before and after), ``cell`` (the cell its check asks) and ``seq``
     (its place in the stream's commit order); ``checked``: whether its delay is measured (a stream
-    checks an even sample of its changes)."""
+    checks an even sample of its changes); ``outside_t``: when a check found its new item placed in
+    the run and its cell's answer without it (``not_in_answer``: it ranks outside that answer)."""
 
     kind: str
     key: int
@@ -53,6 +54,7 @@ class Change:
     cell: int | None = None
     seq: int | None = None
     checked: bool = True
+    outside_t: float | None = None
 
 
 def vector_text(v) -> str:
@@ -76,19 +78,45 @@ class PmVectorTarget:
     system = "pm_vector"
 
     def __init__(self, tag: str, X: np.ndarray, y: np.ndarray, items: int, anchor: np.ndarray, anchor_y: np.ndarray,
-                 *, path: str, epsilon: float, seed: int, sync_interval_s: float, say):
+                 *, path: str, epsilon: float, seed: int, sync_interval_s: float, say, reuse: bool = False):
+        import pm_vector.db as db
+
+        from . import writes_reuse
+
+        self.X, self.y, self.items, self.path = X, y, int(items), path
+        self.epsilon, self.seed = float(epsilon), int(seed)
+        self.sync_interval_s, self.say, self.reuse = float(sync_interval_s), say, bool(reuse)
+        self.name = f"bench_writes_{tag}"
+        self.table = sql.Identifier("public", f"bench_writes_docs_{tag}")
+        self.worker, self.merge_after = None, True
+        self.setup: dict[str, Any] = {"path": path, "reused": False}
+        self._conn = db.connect(autocommit=True)
+        if reuse and writes_reuse.prepared(self._conn, self.name):
+            say(f"pm_vector ({path}): reusing the prepared collection {self.name} (--reuse)")
+            self.setup["reused"] = True
+        else:
+            if reuse:
+                say(f"pm_vector ({path}): preparing {self.name}, kept for the next run with the same flags (--reuse)")
+                db.drop_collection(self.name, missing_ok=True)  # (a set-up cut before its job ended)
+                self._conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.table))
+            self._build(X, y, items, anchor, anchor_y, path, seed, say)
+        self._plan()
+        self.ids = {int(k): int(i) for k, i in self._conn.execute(
+            "SELECT external_id::bigint, id FROM pm_vector.items WHERE collection_id = %s", [self.cid]).fetchall()}
+        self._answers: dict[int, set] = {}  # cell -> the ids of its answer, as read at set-up
+        if path == "attached":
+            self.state = writes_reuse.state(self._conn, self.table, X, items)
+        else:
+            self.state = {"keys": items, "next_key": items + 1, "untouched": list(range(1, items))}
+        if self.setup["reused"]:
+            say(f"pm_vector: {self.state['keys']:,} rows, {len(self.state['untouched']):,} initial items unchanged")
+
+    def _build(self, X, y, items, anchor, anchor_y, path, seed, say) -> None:
+        """The collection set up (module doc), its job run."""
         import pm_vector.db as db
 
         from ..db.runs.jobs import anchor_frame_embed_fn
 
-        self.X, self.y, self.items, self.path = X, y, int(items), path
-        self.epsilon, self.seed = float(epsilon), int(seed)
-        self.sync_interval_s, self.say = float(sync_interval_s), say
-        self.name = f"bench_writes_{tag}"
-        self.table = sql.Identifier("public", f"bench_writes_docs_{tag}")
-        self.worker = None
-        self.setup: dict[str, Any] = {"path": path}
-        self._conn = db.connect(autocommit=True)
         t = time.perf_counter()
         if path == "attached":
             self._conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, embedding vector({}), category int)"
@@ -110,10 +138,6 @@ class PmVectorTarget:
         t = time.perf_counter()
         db.run_embedding_job(self.name, {"n_components": 16}, seed, embed_fn=anchor_frame_embed_fn)
         self.setup["job_s"] = round(time.perf_counter() - t, 1)
-        self._plan()
-        self.ids = {int(k): int(i) for k, i in self._conn.execute(
-            "SELECT external_id::bigint, id FROM pm_vector.items WHERE collection_id = %s", [self.cid]).fetchall()}
-        self._answers: dict[int, set] = {}  # cell -> the ids of its answer, as read at set-up
 
     def _plan(self) -> None:
         """The public location cells and codes, and the check's plan: the finest published level,
@@ -273,6 +297,7 @@ class PmVectorTarget:
         for c in sorted(pending, key=lambda c: c.commit_t):
             if c.kind == "delete" or c.new_id is not None:
                 by_cell.setdefault(c.cell, []).append(c)
+        placed = self._placed(conn, [c.new_id for cs in by_cell.values() for c in cs if c.kind != "delete"])
         seen = []
         for cell, cs in by_cell.items():
             ids = self._answer(conn, cell)
@@ -281,7 +306,21 @@ class PmVectorTarget:
                 if (c.old_id not in ids) if c.kind == "delete" else (c.new_id in ids):
                     c.seen_t = now
                     seen.append(c)
+                elif c.kind != "delete" and c.new_id in placed:
+                    c.outside_t = now  # placed before this answer was built, and not in it: not_in_answer
+                    seen.append(c)
         return seen
+
+    def _placed(self, conn, new_ids: list) -> set:
+        """Of ``new_ids``, the items the active run holds now (its items table: placed by the sync, in
+        its delta or, after a merge, in its base), read before the answers they are checked in."""
+        if not new_ids:
+            return set()
+        rid = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s", [self.cid]).fetchone()[0]
+        got = {int(r[0]) for r in conn.execute(sql.SQL("SELECT item_id FROM {} WHERE item_id = ANY(%s)").format(
+            sql.Identifier("pm_vector", f"run_{int(rid)}_items")), [[int(i) for i in new_ids]]).fetchall()}
+        conn.commit()
+        return got
 
     def query_client(self, seed: int):
         """A private client of the location release (the default plan: 50 kB, the collection's size)."""
@@ -327,9 +366,11 @@ class PmVectorTarget:
         with db.connect() as conn:
             st = _delta.status(conn, self.name)
         delta_size = None if st is None else int(st["delta_items"] or 0) + int(st["pending_purge"] or 0)
-        t = time.perf_counter()
-        db.merge(self.name, embed_fn=anchor_frame_embed_fn, embed_fn_extend=anchor_frame_extend_fn)
-        merge_s = round(time.perf_counter() - t, 2)
+        merge_s = None
+        if self.merge_after:  # (--no-merge: none; the service's worker merges when it is due)
+            t = time.perf_counter()
+            db.merge(self.name, embed_fn=anchor_frame_embed_fn, embed_fn_extend=anchor_frame_extend_fn)
+            merge_s = round(time.perf_counter() - t, 2)
         out: dict[str, Any] = {"merge_s": merge_s, "delta_size": delta_size}
         if samples and self.path == "attached":
             q = [s["queued"] for s in samples]
@@ -345,6 +386,8 @@ class PmVectorTarget:
         try:
             if self.worker is not None:
                 self.worker.stop()
+            if self.reuse:
+                return  # kept for the next run with the same flags (writes_reuse)
             db.drop_collection(self.name, missing_ok=True)
             self._conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.table))
         finally:
@@ -356,27 +399,39 @@ class PgvectorTarget:
 
     system = "pgvector_hnsw"
 
-    def __init__(self, tag: str, X: np.ndarray, items: int, say):
+    def __init__(self, tag: str, X: np.ndarray, items: int, say, source: sql.Composable | None = None):
         import pm_vector.db as db
 
         from ..db.runs.jobs import index_build_mem_mb
+        from . import writes_reuse
 
-        self.X, self.items = X, int(items)
+        self.X, self.items, self.reuse = X, int(items), source is not None
         self.table = sql.Identifier("public", f"bench_writes_pgv_{tag}")
         self._conn = db.connect(autocommit=True)
+        self.knn = sql.SQL("SELECT id FROM {} ORDER BY v <-> %s::vector LIMIT {}").format(self.table, sql.Literal(K))
+        if self.reuse and self._conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                                             [self.table.as_string(self._conn)]).fetchone()[0]:
+            t = time.perf_counter()
+            got = writes_reuse.align_pgvector(self._conn, self.table, source)
+            say(f"pgvector: reusing {self.table.as_string(self._conn)} (--reuse), brought to pm_vector's table: "
+                f"{got['deleted']} deleted, {got['written']} written")
+            self.setup = {"reused": True, "align_s": round(time.perf_counter() - t, 2), "k": K, **got}
+            return
         say(f"pgvector: table and HNSW index on {items:,} rows")
         t = time.perf_counter()
         self._conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, v vector({}))").format(
             self.table, sql.Literal(X.shape[1])))
-        _copy_rows(self._conn, self.table, "v", X[:items])
+        if self.reuse:  # (the attached table's rows as they are now: both systems start from them)
+            self._conn.execute(sql.SQL("INSERT INTO {} (id, v) SELECT id, embedding FROM {}").format(self.table, source))
+        else:
+            _copy_rows(self._conn, self.table, "v", X[:items])
         load = time.perf_counter() - t
         t = time.perf_counter()
         self._conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(
             sql.Literal(f"{index_build_mem_mb(items, X.shape[1])}MB")))
         self._conn.execute(sql.SQL("CREATE INDEX ON {} USING hnsw (v vector_l2_ops)").format(self.table))
         self._conn.execute(sql.SQL("ANALYZE {}").format(self.table))
-        self.setup = {"load_s": round(load, 2), "index_s": round(time.perf_counter() - t, 1), "k": K}
-        self.knn = sql.SQL("SELECT id FROM {} ORDER BY v <-> %s::vector LIMIT {}").format(self.table, sql.Literal(K))
+        self.setup = {"reused": False, "load_s": round(load, 2), "index_s": round(time.perf_counter() - t, 1), "k": K}
 
     def start(self) -> None:
         pass
@@ -429,6 +484,7 @@ class PgvectorTarget:
 
     def close(self) -> None:
         try:
-            self._conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.table))
+            if not self.reuse:
+                self._conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.table))
         finally:
             self._conn.close()

@@ -34,8 +34,8 @@ def _table(result: dict) -> Table:
     cfg = result["config"]
     t = Table(title=f"writes: {cfg['items']:,} x {cfg['dim']}, {cfg['seconds']:g} s a rate, path {cfg['path']}, "
                     f"batch {cfg['batch']}, {cfg['queries_concurrency']} query threads")
-    for c in ("system", "rate", "changes/s", "delay p50/p99 s", "query p50/p99 ms", "seen/changes", "errors",
-              "merge s, delta"):
+    for c in ("system", "rate", "changes/s", "delay p50/p99 s", "query p50/p99 ms", "seen/outside/checked",
+              "changes", "errors", "merge s, delta"):
         t.add_column(c, justify="left" if c == "system" else "right")
     for row in result["by_rate"]:
         for system, short in (("pm_vector", "pm_vector"), ("pgvector_hnsw", "pgvector")):
@@ -44,7 +44,8 @@ def _table(result: dict) -> Table:
                 continue
             t.add_row(short, f"{s['rate']:g}", f"{s['changes_per_s']:g}",
                       f"{_cell(s['delay_p50_s'], '{:.2f}')}/{_cell(s['delay_p99_s'], '{:.2f}')}",
-                      f"{_cell(s['query_p50_ms'])}/{_cell(s['query_p99_ms'])}", f"{s['observed']}/{s['n_changes']}",
+                      f"{_cell(s['query_p50_ms'])}/{_cell(s['query_p99_ms'])}",
+                      f"{s['observed']}/{s.get('not_in_answer', 0)}/{s['checked']}", str(s["n_changes"]),
                       str(s["errors"]), "" if system != "pm_vector" else
                       f"{_cell(s.get('merge_s'), '{}') or '-'}, {_cell(s.get('delta_size')) or '-'}")
     sat = (result.get("pgvector_hnsw") or {}).get("max_commits_per_s")
@@ -74,10 +75,15 @@ def writes(
     drain: float = typer.Option(300.0, "--drain", help="Seconds to keep checking after a stream's writer stopped."),
     saturate: float = typer.Option(10.0, "--saturate", min=0, help="Seconds of pgvector's saturating phase "
                                    "(its most single-row commits a second); 0: none."),
+    merge: bool = typer.Option(True, "--merge/--no-merge", help="Time the merge of each stream's delta after it "
+                               "(--no-merge: none, merge_s empty; the sync worker still merges when it is due)."),
     database_url: str = typer.Option(None, "--database-url", help="A PostgreSQL with pgvector to run on (default: "
                                      "PM_VECTOR_DATABASE_URL, else the embedded server)."),
     plot: Path = typer.Option(None, "--plot", help="Write delay p99 against the rate to this PNG (give --rates)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the data and of the stream."),
+    reuse: bool = typer.Option(False, "--reuse", help="Keep the prepared collection (and pgvector's table) for the "
+                               "next run with the same --items, --dim, --anchors and --seed, and reuse one kept "
+                               "by the run before (attached path; the set-up of 100,000 items is paid once)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
 ):
     """A mixed stream of inserts, updates and deletes at --rate while private queries run; the
@@ -87,8 +93,9 @@ def writes(
     the location release), written through --path; a change's delay is from its commit until a
     resolve of its own cell's location request holds it (a delete: no longer holds it); for
     pgvector until ORDER BY v <-> q LIMIT 8 by its vector does (an even sample of at most 200
-    changes a stream is checked). Reports per system changes/s sustained, delay p50/p99, query
-    p50/p99, pgvector's saturated single-row commits a second (docs/benchmarks.md, "Writes").
+    changes a stream is checked; a new item placed but ranked outside its cell's answer counts as
+    not_in_answer, apart from the delays). Reports per system changes/s sustained, delay p50/p99,
+    query p50/p99, pgvector's saturated single-row commits a second (docs/benchmarks.md, "Writes").
 
     Example: pm-vector bench writes --items 20000 --dim 128 --rate 10 --seconds 60 --compare-pgvector --json
     """
@@ -100,7 +107,8 @@ def writes(
                                  param_hint="--plot")
     cfg = WritesConfig(items=items, dim=dim, rates=_rates(rate, rates), seconds=seconds,
                        compare_pgvector=compare_pgvector, queries_concurrency=queries_concurrency, batch=batch,
-                       path=path, epsilon=epsilon, anchors=anchors, drain_s=drain, saturate_s=saturate, seed=seed)
+                       path=path, epsilon=epsilon, anchors=anchors, drain_s=drain, saturate_s=saturate, seed=seed,
+                       reuse=reuse, merge=merge)
     try:
         check_config(cfg)
     except PMVectorError as e:

@@ -11,7 +11,8 @@ one batch to the next: two processes syncing in turn would each find the run cha
 and read it again. (:func:`pm_vector.db.store.attach.sync_pending` stays safe to run from several
 processes at once -- ``pm-vector sync`` beside the service -- each batch locks its collection's row.)
 
-The leader's passes (:func:`sync_once`, every ``sync_interval_s``: every attached collection with
+The leader's passes (:func:`sync_once`: at once when changes are queued -- looked for every
+:data:`POLL_S` -- and at the latest every ``sync_interval_s``: every attached collection with
 queued changes, then the bulk merge of the collections whose delta is due, on a thread of its own:
 :func:`merge_in_background`; nothing while the service's pool knows the database is down) run in a process of
 its own, :class:`SyncProcess`, which shares no GIL with the requests. :func:`lower_request_priority`
@@ -31,6 +32,8 @@ log = logging.getLogger("pm_vector.service")
 #: the advisory lock (bigint key) of the one syncing process of a database: as
 #: ``pm_vector.pm_lock_key(4, 0)`` (kinds 1-3: a run, an ingest, new items)
 SYNC_LOCK_KEY = (20557 << 48) | (4 << 40)
+#: how often an idle worker looks for queued changes between passes (a pass starts at once on them)
+POLL_S = 0.05
 
 
 def sync_once(url: str | None, health=None) -> dict[str, Any]:
@@ -43,12 +46,17 @@ def sync_once(url: str | None, health=None) -> dict[str, Any]:
     if not url or (health is not None and health.reason() is not None):
         return {}
     out = sync_pending(url)
-    merge_in_background(url)
+    if time.monotonic() - _merge_checked[0] >= MERGE_CHECK_S:  # (passes follow each other at once under a stream)
+        _merge_checked[0] = time.monotonic()
+        merge_in_background(url)
     return out
 
 
 #: the background merge of this process (one at a time): :func:`merge_in_background`
 _merging: list = []
+#: seconds between two checks of which merges are due (a pass may follow the one before at once)
+MERGE_CHECK_S = 1.0
+_merge_checked = [float("-inf")]
 
 
 def merge_in_background(url: str) -> bool:
@@ -199,11 +207,15 @@ class SyncWorker:
     :class:`SyncProcess` of this worker's, made once it leads; :func:`sync_once` runs the pass on this
     thread instead); ``lock_key``: the advisory lock that elects the one syncing process (default
     :data:`SYNC_LOCK_KEY`; another key only for workers that must not meet the database's own, as in
-    tests). :attr:`leader` says whether this one syncs; :attr:`passes` counts its passes."""
+    tests); ``poll_s``: how often it looks for queued changes between passes (:meth:`_wait_next`: a
+    pass starts as soon as changes are queued, at the latest ``interval_s`` after the one before).
+    :attr:`leader` says whether this one syncs; :attr:`passes` counts its passes."""
 
     def __init__(self, url: str, interval_s: float, *, health=None, retry_s: float = 5.0,
-                 pass_fn: Callable[[str, Any], dict] | None = None, lock_key: int = SYNC_LOCK_KEY):
+                 pass_fn: Callable[[str, Any], dict] | None = None, lock_key: int = SYNC_LOCK_KEY,
+                 poll_s: float = POLL_S):
         self.url, self.interval_s, self.health, self.retry_s = url, float(interval_s), health, float(retry_s)
+        self.poll_s = max(0.005, min(float(poll_s), self.interval_s))
         self.lock_key = int(lock_key)
         self._pass = pass_fn if pass_fn is not None else SyncProcess(url)
         self._stop = threading.Event()
@@ -296,16 +308,39 @@ class SyncWorker:
                 self._stop.wait(self.interval_s)
                 continue
             t = time.monotonic()
+            failed = True
             try:
                 done = self._pass(self.url, self.health)
                 self.passes += 1
+                failed = False
                 for name, n in done.items():
                     if isinstance(n, str):
+                        failed = True
                         log.warning("sync of %s failed (%s); its queue waits for the next pass", name, n)
                     elif n:
                         log.info("synced %d change(s) of %s in %.2f s", n, name, time.monotonic() - t)
             except Exception as exc:  # noqa: BLE001 - a database outage must not stop the loop
                 log.warning("attached-table sync failed (%s); retrying in %g s", type(exc).__name__,
                             self.interval_s)
-            # the next pass sync_interval_s after this one began (at once when it took longer)
-            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - t)))
+            self._wait_next(t, failed)
+
+    def _wait_next(self, began: float, failed: bool) -> None:
+        """Until the next pass: at once when changes are queued (polled every ``poll_s``: under a
+        stream a pass follows the one before as soon as it ends, so a change waits for one pass, not
+        for ``interval_s``), else ``interval_s`` after the pass that ``began`` (the merge's check).
+        After a failed pass, ``interval_s`` (its queue stays: no pass at once on it)."""
+        end = began + self.interval_s
+        while not self._stop.is_set():
+            left = end - time.monotonic()
+            if left <= 0 or (not failed and self._queued()):
+                return
+            self._stop.wait(min(self.poll_s, left) if not failed else left)
+
+    def _queued(self) -> bool:
+        """Changes queued for a collection the pass syncs (not a broken one: its queue waits)."""
+        try:
+            return bool(self._lock_conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pm_vector.attach_changes a JOIN pm_vector.collections c "
+                "ON c.id = a.collection_id WHERE NOT (c.settings ? 'broken'))").fetchone()[0])
+        except Exception:  # noqa: BLE001 - the pass (after interval_s) says what is wrong
+            return False

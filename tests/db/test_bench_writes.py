@@ -43,6 +43,35 @@ def test_a_stream_checks_an_even_sample_and_scales_the_sustained_rate():
     assert s["delay_p50_s"] == s["delay_p99_s"] == 2.0 and s["unobserved"] == 0 and s["checked"] == 200
 
 
+def test_a_new_item_outside_its_cells_answer_is_counted_apart_not_late():
+    """An insert found placed but ranked outside its cell's answer is ``not_in_answer``: done (the
+    sustained rate counts it), neither a delay nor ``unobserved``."""
+    from pm_vector.bench.writes_bench import sample, summarise
+    from pm_vector.bench.writes_targets import Change
+
+    spec = [Change("insert" if j % 2 else "delete", j, j) for j in range(100)]
+    sample(spec, 100)
+    for j, c in enumerate(spec):  # at 10 a second; deletes seen 1 s later, inserts found outside 30 s later
+        c.commit_t = j / 10
+        if c.kind == "delete":
+            c.seen_t = c.commit_t + 1
+        else:
+            c.outside_t = c.commit_t + 30
+    raw = {"t0": 0.0, "committed": spec, "seen": [c for c in spec if c.kind == "delete"],
+           "outside": [c for c in spec if c.kind == "insert"], "errors": [], "query_s": [0.01], "samples": [],
+           "rounds": [0.1], "load_average": [0, 0, 0]}
+
+    class Plain:
+        def engine_figures(self, samples):
+            return {}
+
+    s = summarise(Plain(), raw, 10.0, 10.0)
+    assert s["not_in_answer"] == 50 and s["not_in_answer_by_kind"] == {"insert": 50, "update": 0, "delete": 0}
+    assert s["observed"] == 50 and s["unobserved"] == 0 and s["unobserved_by_kind"]["insert"] == 0
+    assert s["delay_p50_s"] == s["delay_p99_s"] == 1.0  # over the changes the answer holds only
+    assert s["changes_per_s"] > 0
+
+
 @pytest.mark.slow
 def test_bench_writes_attached_against_pgvector(db, tmp_path):
     from pm_vector.bench.writes_bench import WritesConfig, plot, run
@@ -98,3 +127,34 @@ def test_bench_writes_refuses_bad_options():
     assert r.exit_code == 2 and "distinct items" in r.output
     r = CliRunner().invoke(app, ["bench", "writes", "--rates", "10,x"])
     assert r.exit_code == 2 and "--rates" in r.output
+
+
+@pytest.mark.slow
+def test_bench_writes_reuse_keeps_the_prepared_collection_for_the_next_run(db):
+    """--reuse: the first run prepares and keeps the collection and pgvector's table, the second
+    reuses both (no job), streams on from the state the first left (its victims unchanged items,
+    new keys after the last) and every change is seen or found outside its cell's answer."""
+    from psycopg import sql
+
+    from pm_vector.bench import writes_reuse
+    from pm_vector.bench.writes_bench import WritesConfig, run
+
+    cfg = WritesConfig(items=1000, dim=16, rates=(4.0,), seconds=4.0, compare_pgvector=True, anchors=200,
+                       queries_concurrency=1, saturate_s=1.0, drain_s=120.0, reuse=True)
+    name = "bench_writes_" + writes_reuse.tag(cfg)
+    try:
+        first = run(cfg)
+        assert first["setup"]["pm_vector"]["reused"] is False and "job_s" in first["setup"]["pm_vector"]
+        assert name in [c["name"] for c in db.list_collections()]  # kept
+        second = run(cfg)
+        assert second["setup"]["pm_vector"]["reused"] is True and "job_s" not in second["setup"]["pm_vector"]
+        assert second["setup"]["pgvector_hnsw"]["reused"] is True
+        for s in (second["pm_vector"], second["pgvector_hnsw"]):
+            assert s["errors"] == 0 and s["unobserved"] == 0, s
+            assert s["observed"] + s["not_in_answer"] == s["checked"] == s["n_changes"] >= 8
+    finally:
+        db.drop_collection(name, missing_ok=True)
+        with db.connect(autocommit=True) as c:
+            for t in ("docs", "pgv"):
+                c.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
+                    sql.Identifier("public", f"bench_writes_{t}_{writes_reuse.tag(cfg)}")))

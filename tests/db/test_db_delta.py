@@ -231,6 +231,16 @@ def test_a_merge_is_due_by_its_setting(db, cname, conn):
     assert due(conn, cname, {"merge": {"delta_items": 3}})
     assert not due(conn, cname, {"merge": {"delta_items": 4, "age_s": 0}})
     assert due(conn, cname, {"merge": {"delta_items": 0, "age_s": 1e-9}})
+    # new items count once each, not once per level of their entries
+    from dbtest_helpers import make_extend_fn
+
+    db.ingest(cname, X[:2] * 0.9 + X[2:4] * 0.1, y[:2])
+    db.embed_new_items(cname, make_extend_fn())
+    n_rows = conn.execute("SELECT count(*) FROM pm_vector.delta_entries WHERE run_id = %s", [rid]).fetchone()[0]
+    conn.rollback()
+    assert n_rows > 2
+    assert not due(conn, cname, {"merge": {"delta_items": 6, "age_s": 0}})  # 3 tombstones + 2 new items
+    assert due(conn, cname, {"merge": {"delta_items": 5, "age_s": 0}})
 
 
 @pytest.mark.parametrize("n", [0])

@@ -107,13 +107,14 @@ def load_anchor_set(conn, coll: Mapping[str, Any], role: str, anchor_set_id: int
 
 
 def load_items(conn, coll: Mapping[str, Any], where: str | sql.Composable = "", *, missing_from_run: int | None = None,
-               in_run: int | None = None) -> dict[str, np.ndarray]:
+               in_run: int | None = None, ids=None) -> dict[str, np.ndarray]:
     """ids, labels, features (float32) of a collection's items by binary COPY, ordered by id and
     streamed into arrays sized once: those ``where`` keeps (`` AND ...``, SQL on the items row ``i``;
     given by the code, never by a user), and with ``missing_from_run`` only the items that have no
     embedding in that run, with ``in_run`` only those that have one. The run's (anti-)join comes
     first, then the features: an attached table's are read row by row, so only for the rows kept
-    (an anti-join over 100,000 items read every row's vector twice, 0.36 s of each sync batch)."""
+    (an anti-join over 100,000 items read every row's vector twice, 0.36 s of each sync batch).
+    ``ids``: only these items (a sync batch's new ones: no anti-join of the whole collection)."""
     # no parameters, literals: an attached table's names may hold a '%' (feature_sql)
     rows = [sql.SQL("SELECT i.* FROM pm_vector.items i WHERE i.collection_id = {}").format(sql.Literal(int(coll["id"])))]
     if missing_from_run is not None:
@@ -121,6 +122,9 @@ def load_items(conn, coll: Mapping[str, Any], where: str | sql.Composable = "", 
             run_table(missing_from_run, "items")))
     if in_run is not None:
         rows.append(sql.SQL("AND EXISTS (SELECT 1 FROM {} e WHERE e.item_id = i.id)").format(run_table(in_run, "items")))
+    if ids is not None:
+        rows.append(sql.SQL("AND i.id = ANY({}::bigint[])").format(
+            sql.Literal([int(i) for i in np.asarray(ids, dtype=np.int64).tolist()])))
     if where:
         rows.append(where if isinstance(where, sql.Composable) else sql.SQL(where))
     rows = sql.SQL(" ").join(rows)

@@ -142,14 +142,18 @@ def estimate(conn, coll: Mapping[str, Any], run_id: int, doc: Mapping[str, Any],
     nb_ids = [j for j in nb_ids if j in feats]
     pos = {j: k for k, j in enumerate(nb_ids)}
     NX = np.asarray([feats[j] for j in nb_ids], dtype=np.float64).reshape(len(nb_ids), X.shape[1])
+    # (n, g): each new item's neighbours as rows of NX, -1 past its list or for one without features
+    P = np.full((ids.size, g), -1, np.int64)
+    for k, i in enumerate(ids.tolist()):
+        got = [pos[int(j)] for j in near.get(int(i), []) if int(j) in pos][:g]
+        P[k, :len(got)] = got
     out = {}
     for M in cells.levels_:
         M = int(M)
-        own = cells.assign(X, 0, M)
-        theirs = cells.assign(NX, 0, M) if len(nb_ids) else np.zeros(0, np.int64)
-        h_r = np.array([1.0 + sum(1 for j in near.get(int(i), []) if int(j) in pos and theirs[pos[int(j)]] == own[k])
-                        for k, i in enumerate(ids.tolist())])
-        out[M] = (own.astype(np.int64), np.full(ids.size, float(g)), h_r)
+        own = cells.assign(X, 0, M).astype(np.int64)
+        theirs = cells.assign(NX, 0, M).astype(np.int64) if len(nb_ids) else np.zeros(1, np.int64)
+        h_r = 1.0 + ((P >= 0) & (theirs[np.maximum(P, 0)] == own[:, None])).sum(1)
+        out[M] = (own, np.full(ids.size, float(g)), h_r.astype(np.float64))
     return out
 
 

@@ -97,7 +97,8 @@ def purge_superseded(collection: str, *, url: str | None = None) -> list[int]:
 
 
 def due(conn, collection: str, settings: dict | None = None) -> bool:
-    """Is a merge of the collection's active run due (module doc)?"""
+    """Is a merge of the collection's active run due (module doc)? Its delta counted in items: the
+    tombstones and the new items (not their entries, one per published level: 10 at 100,000 items)."""
     from ... import defaults
 
     rule = dict((settings or {}).get("merge") or {})
@@ -105,7 +106,7 @@ def due(conn, collection: str, settings: dict | None = None) -> bool:
     age_max = float(rule.get("age_s", defaults.MERGE_AGE_S))
     row = conn.execute(
         "SELECT (SELECT count(*) FROM pm_vector.delta_tombstones t WHERE t.run_id = c.active_run_id) + "
-        "(SELECT count(*) FROM pm_vector.delta_entries d WHERE d.run_id = c.active_run_id), "
+        "(SELECT count(DISTINCT d.item_id) FROM pm_vector.delta_entries d WHERE d.run_id = c.active_run_id), "
         "extract(epoch FROM clock_timestamp() - least((SELECT min(t.created_at) FROM pm_vector.delta_tombstones t "
         "WHERE t.run_id = c.active_run_id), (SELECT min(d.created_at) FROM pm_vector.delta_entries d "
         "WHERE d.run_id = c.active_run_id))) FROM pm_vector.collections c WHERE c.name = %s", [collection]).fetchone()

@@ -54,31 +54,45 @@ def not_attached(collection: str) -> InvalidInputError:
 
 
 def sync(collection: str, *, batch: int = SYNC_BATCH, embed_fn_extend=None, max_batches: int | None = None,
-         url: str | None = None) -> dict[str, Any]:
+         url: str | None = None, conn=None) -> dict[str, Any]:
     """Apply the changes queued before the call, in order, ``batch`` at a time, each batch one
     transaction (module doc). Returns the counts and the changes rejected (``"rejected": [(key,
     reason)]``, kept in ``pm_vector.attach_rejected`` until the key's next change: :mod:`~pm_vector.db.store.sync_rows`).
     InvalidInputError for a collection that is not attached, CollectionNotFoundError for an unknown one.
     ``url``: the database (None: pm_vector's, starting the embedded server if it is the mode; the
-    service's worker gives its pool's, so that it never starts a server)."""
+    service's worker gives its pool's, so that it never starts a server). ``conn``: a connection to use
+    (:func:`sync_pending` gives one for all its collections: no connection made per batch), left
+    open and rolled back on failure."""
     total = {"collection": collection, "applied": 0, "inserted": 0, "replaced": 0, "deleted": 0, "payloads": 0,
              "rejected": [], "batches": 0}
     t = time.perf_counter()
-    with connect(url) as conn:  # the changes queued before this call: a sync ends under a steady stream
+    own = conn is None
+    if own:
+        conn = connect(url, watch_client=True)
+    try:
+        # the changes queued before this call: a sync ends under a steady stream
         coll = collection_row(conn, collection)
         if not (coll["settings"] or {}).get("attached"):
             raise not_attached(collection)
         check_attached(conn, coll)  # (refused when broken, also with nothing queued)
         upto = conn.execute("SELECT max(seq) FROM pm_vector.attach_changes WHERE collection_id = %s",
                             [coll["id"]]).fetchone()[0]
-    while upto is not None and (max_batches is None or total["batches"] < max_batches):
-        done = _sync_batch(collection, int(batch), embed_fn_extend, int(upto), url)
-        if done is None:
-            break
-        total["batches"] += 1
-        for k in ("applied", "inserted", "replaced", "deleted", "payloads"):
-            total[k] += done[k]
-        total["rejected"] += done["rejected"]
+        conn.rollback()
+        while upto is not None and (max_batches is None or total["batches"] < max_batches):
+            done = _sync_batch(conn, collection, int(batch), embed_fn_extend, int(upto))
+            if done is None:
+                break
+            total["batches"] += 1
+            for k in ("applied", "inserted", "replaced", "deleted", "payloads"):
+                total[k] += done[k]
+            total["rejected"] += done["rejected"]
+    except BaseException:
+        if not conn.closed:
+            conn.rollback()
+        raise
+    finally:
+        if own:
+            conn.close()
     total["seconds"] = round(time.perf_counter() - t, 3)
     return total
 
@@ -92,71 +106,72 @@ def sync_pending(url: str | None = None) -> dict[str, Any]:
 
     Several processes may run it at once: a batch locks its collection's row, and a batch that
     finds its changes already applied by another process applies nothing."""
-    with connect(url) as conn:
+    out: dict[str, Any] = {}
+    with connect(url, watch_client=True) as conn:  # one connection for the pass (each costs ~60 ms to set up)
         names = [r[0] for r in conn.execute(
             "SELECT c.name FROM pm_vector.collections c WHERE EXISTS (SELECT 1 FROM pm_vector.attach_changes a "
             "WHERE a.collection_id = c.id) AND NOT (c.settings ? 'broken') ORDER BY c.name").fetchall()]
-    out: dict[str, Any] = {}
-    for name in names:
-        try:
-            out[name] = sync(name, url=url)["applied"]
-        except Exception as exc:  # noqa: BLE001 - one collection's failure must not stop the others
-            out[name] = type(exc).__name__
+        conn.rollback()
+        for name in names:
+            try:
+                out[name] = sync(name, url=url, conn=conn)["applied"]
+            except Exception as exc:  # noqa: BLE001 - one collection's failure must not stop the others
+                out[name] = type(exc).__name__
+                if conn.closed or conn.broken:  # (the session is gone: the next pass makes a new one)
+                    break
     return out
 
 
-def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: str | None = None
-                ) -> dict[str, Any] | None:
-    with connect(url, watch_client=True) as conn:
-        coll = collection_row(conn, collection, lock="FOR NO KEY UPDATE")
-        att = (coll["settings"] or {}).get("attached")
-        if not att:
-            raise not_attached(collection)
-        check_attached(conn, coll)  # (a table changed under it: marked broken, refused)
-        rows = conn.execute("SELECT seq, op, key, old_vector FROM pm_vector.attach_changes WHERE collection_id = %s "
-                            "AND seq <= %s ORDER BY seq LIMIT %s", [coll["id"], upto, batch]).fetchall()
-        if not rows:
-            conn.rollback()
-            return None
-        last = rows[-1][0]
-        ops: dict[str, list] = {}
-        for _seq, op, key, old in rows:
-            ops.setdefault(key, []).append((op, old))
-        keys = sorted(ops)
-        src = sync_rows.source_rows(conn, att, keys)
-        items = {r[0]: (r[1], r[2]) for r in conn.execute(
-            "SELECT external_id, id, label FROM pm_vector.items WHERE collection_id = %s AND external_id = ANY(%s)",
-            [coll["id"], keys]).fetchall()}
-        erase, insert, payloads, rejected = sync_rows.classify(coll, keys, ops, src, items)
-        gone = np.array(sorted(int(i) for i in erase), dtype=np.int64)
-        runs = runs_with_tables(conn, coll["id"])
-        run_items = RunItems(conn, coll, runs)
-        kept = row_cache.Kept(conn, runs)
-        # the cell and location rows, and the class rows' prior lists: written once, by the batch
-        with array_rows.deferred(conn), prior_rows.deferred(conn):
-            kept.seed(conn)  # the rows this process held after its last batch, still as the tables hold them
-            if gone.size:
-                erase_or_tombstone(conn, coll, gone, runs, run_items.load, quick=True)
-                run_items.erased(gone)
-                erase_kahm(conn, coll, gone)
-                conn.execute("DELETE FROM pm_vector.items WHERE id = ANY(%s)", [gone.tolist()])
-            _write_items(conn, coll, insert, payloads)
-            if insert and coll["active_run_id"] is not None:
-                refused = _place_new(conn, collection, coll, embed_fn_extend, run_items)
-                if refused:
-                    rejected += refused
-                    refused_keys = {k for k, _ in refused}
-                    insert = [r for r in insert if r[0] not in refused_keys]
-            kept.collect(conn)
-        # the high-water mark of the payloads this batch stored (classify measured each: none fails)
-        raise_high(conn, coll["id"], max((payload_bytes(p) for p in [r[2] for r in insert] + [p for p, _ in payloads]),
-                                         default=0))
-        if payloads:  # (new and erased items change the runs' graph_version, which the answers' keys hold too)
-            bump_answers_version(conn, coll["id"])
-        sync_rows.record(conn, coll["id"], keys, rejected)
-        conn.execute("DELETE FROM pm_vector.attach_changes WHERE collection_id = %s AND seq <= %s", [coll["id"], last])
-        cache_keys = run_items.keys()
-        conn.commit()
+def _sync_batch(conn, collection: str, batch: int, embed_fn_extend, upto: int) -> dict[str, Any] | None:
+    coll = collection_row(conn, collection, lock="FOR NO KEY UPDATE")
+    att = (coll["settings"] or {}).get("attached")
+    if not att:
+        raise not_attached(collection)
+    check_attached(conn, coll)  # (a table changed under it: marked broken, refused)
+    rows = conn.execute("SELECT seq, op, key, old_vector FROM pm_vector.attach_changes WHERE collection_id = %s "
+                        "AND seq <= %s ORDER BY seq LIMIT %s", [coll["id"], upto, batch]).fetchall()
+    if not rows:
+        conn.rollback()
+        return None
+    last = rows[-1][0]
+    ops: dict[str, list] = {}
+    for _seq, op, key, old in rows:
+        ops.setdefault(key, []).append((op, old))
+    keys = sorted(ops)
+    src = sync_rows.source_rows(conn, att, keys)
+    items = {r[0]: (r[1], r[2]) for r in conn.execute(
+        "SELECT external_id, id, label FROM pm_vector.items WHERE collection_id = %s AND external_id = ANY(%s)",
+        [coll["id"], keys]).fetchall()}
+    erase, insert, payloads, rejected = sync_rows.classify(coll, keys, ops, src, items)
+    gone = np.array(sorted(int(i) for i in erase), dtype=np.int64)
+    runs = runs_with_tables(conn, coll["id"])
+    run_items = RunItems(conn, coll, runs)
+    kept = row_cache.Kept(conn, runs)
+    # the cell and location rows, and the class rows' prior lists: written once, by the batch
+    with array_rows.deferred(conn), prior_rows.deferred(conn):
+        kept.seed(conn)  # the rows this process held after its last batch, still as the tables hold them
+        if gone.size:
+            erase_or_tombstone(conn, coll, gone, runs, run_items.load, quick=True)
+            run_items.erased(gone)
+            erase_kahm(conn, coll, gone)
+            conn.execute("DELETE FROM pm_vector.items WHERE id = ANY(%s)", [gone.tolist()])
+        new_ids = _write_items(conn, coll, insert, payloads)
+        if insert and coll["active_run_id"] is not None:
+            refused = _place_new(conn, collection, coll, embed_fn_extend, run_items, new_ids)
+            if refused:
+                rejected += refused
+                refused_keys = {k for k, _ in refused}
+                insert = [r for r in insert if r[0] not in refused_keys]
+        kept.collect(conn)
+    # the high-water mark of the payloads this batch stored (classify measured each: none fails)
+    raise_high(conn, coll["id"], max((payload_bytes(p) for p in [r[2] for r in insert] + [p for p, _ in payloads]),
+                                     default=0))
+    if payloads:  # (new and erased items change the runs' graph_version, which the answers' keys hold too)
+        bump_answers_version(conn, coll["id"])
+    sync_rows.record(conn, coll["id"], keys, rejected)
+    conn.execute("DELETE FROM pm_vector.attach_changes WHERE collection_id = %s AND seq <= %s", [coll["id"], last])
+    cache_keys = run_items.keys()
+    conn.commit()
     run_items.keep(cache_keys)
     kept.keep(cache_keys)
     n_replaced = sum(1 for k, _l, _p in insert if k in items)
@@ -164,24 +179,29 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
             "deleted": int(gone.size) - n_replaced, "payloads": len(payloads), "rejected": rejected}
 
 
-def _write_items(conn, coll, insert: list, payloads: list) -> None:
-    """The batch's new items rows and payload updates."""
+def _write_items(conn, coll, insert: list, payloads: list) -> list[int]:
+    """The batch's new items rows and payload updates, one statement each (no round trip per row).
+    Returns the new items' ids."""
     from psycopg.types.json import Jsonb
 
+    new: list[int] = []
     if insert:
-        with conn.cursor() as cur:
-            cur.executemany("INSERT INTO pm_vector.items (collection_id, external_id, label, payload) "
-                            "VALUES (%s, %s, %s, %s)",
-                            [(coll["id"], k, lab_, None if p is None else Jsonb(p)) for k, lab_, p in insert])
+        new = [r[0] for r in conn.execute(
+            "INSERT INTO pm_vector.items (collection_id, external_id, label, payload) SELECT %s, u.k, u.l, u.p "
+            "FROM unnest(%s::text[], %s::bigint[], %s::jsonb[]) AS u(k, l, p) RETURNING id",
+            [coll["id"], [k for k, _l, _p in insert], [lab_ for _k, lab_, _p in insert],
+             [None if p is None else Jsonb(p) for _k, _l, p in insert]]).fetchall()]
     if payloads:
-        with conn.cursor() as cur:
-            cur.executemany("UPDATE pm_vector.items SET payload = %s WHERE id = %s",
-                            [(None if p is None else Jsonb(p), i) for p, i in payloads])
+        conn.execute("UPDATE pm_vector.items AS i SET payload = u.p FROM unnest(%s::jsonb[], %s::bigint[]) AS u(p, id) "
+                     "WHERE i.id = u.id", [[None if p is None else Jsonb(p) for p, _i in payloads],
+                                           [i for _p, i in payloads]])
+    return new
 
 
-def _place_new(conn, collection: str, coll, embed_fn_extend, run_items: RunItems) -> list:
-    """The batch's new items placed in the active run (``embed --new-items``, against the run's items
-    as built); a sharded run takes them with the next full job. The rows the extension refuses
+def _place_new(conn, collection: str, coll, embed_fn_extend, run_items: RunItems, new_ids: list) -> list:
+    """The batch's new items ``new_ids`` placed in the active run (``embed --new-items``, against the run's
+    items as built; only those: no anti-join of the whole collection against the run); a sharded run
+    takes them with the next full job. The rows the extension refuses
     (an :class:`InvalidInputError` of its own, e.g. a vector with no anchor near it) are found by
     halving, their items rows removed, and the others placed: returns ``[(key, reason)]`` of the
     refused ones (empty when every row was placed)."""
@@ -197,12 +217,12 @@ def _place_new(conn, collection: str, coll, embed_fn_extend, run_items: RunItems
     extend = _rows_apart(embed_fn_extend or anchor_frame_extend_fn)
     try:
         embed_new_items(collection, extend, conn=conn, run_items=run_items.load(rid) if ready else None,
-                        on_placed=(lambda added: run_items.placed(rid, added)) if ready else None)
+                        on_placed=(lambda added: run_items.placed(rid, added)) if ready else None, item_ids=new_ids)
         return []
     except _Refused as exc:
         refused = exc.rows
     # the same rows embed_new_items read, in its order: the refused ones leave, the others are placed
-    ids = load_items(conn, coll, missing_from_run=rid)["id"]
+    ids = load_items(conn, coll, missing_from_run=rid, ids=new_ids)["id"]
     bad = {int(ids[i]): why for i, why in refused.items()}
     keys = dict(conn.execute("SELECT id, external_id FROM pm_vector.items WHERE id = ANY(%s)",
                              [list(bad)]).fetchall())
@@ -210,7 +230,8 @@ def _place_new(conn, collection: str, coll, embed_fn_extend, run_items: RunItems
     if ids.size > len(bad):
         embed_new_items(collection, embed_fn_extend or anchor_frame_extend_fn, conn=conn,
                         run_items=run_items.load(rid) if ready else None,
-                        on_placed=(lambda added: run_items.placed(rid, added)) if ready else None)
+                        on_placed=(lambda added: run_items.placed(rid, added)) if ready else None,
+                        item_ids=sorted(set(new_ids) - set(bad)))
     return [(keys[i], f"the active run cannot place its vector: {why}") for i, why in sorted(bad.items())]
 
 
