@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 from psycopg import sql
 
+from ..db.run_tables import run_table
+
 #: the items of the plain pgvector check's answer (``LIMIT k``), as the private queries' k
 K = 8
 
@@ -318,7 +320,7 @@ class PmVectorTarget:
             return set()
         rid = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s", [self.cid]).fetchone()[0]
         got = {int(r[0]) for r in conn.execute(sql.SQL("SELECT item_id FROM {} WHERE item_id = ANY(%s)").format(
-            sql.Identifier("pm_vector", f"run_{int(rid)}_items")), [[int(i) for i in new_ids]]).fetchall()}
+            run_table(rid, "items")), [[int(i) for i in new_ids]]).fetchall()}
         conn.commit()
         return got
 
