@@ -161,11 +161,10 @@ def test_syncs_keep_the_run_items_and_notice_another_process(db, cname, conn, us
 
 
 def test_deferred_rows_are_read_once_and_written_at_the_end(db, conn):
-    from psycopg import sql
-
+    from pm_vector.db.run_tables import TableName
     from pm_vector.db.runs import array_rows
 
-    t = sql.Identifier("pm_t_rows")  # (a table as an identifier, as every caller gives it)
+    t = TableName("pm_t_rows")  # (a table as a hashable identifier, as every caller gives it: run_table)
 
     conn.execute("CREATE TEMP TABLE pm_t_rows (level integer, cell integer, item_ids bigint[], hubs float8[], "
                  "chubs float8[])")
