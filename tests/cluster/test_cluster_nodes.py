@@ -95,8 +95,8 @@ def test_knn_order_and_limit_run_on_the_shards(node_urls, sharded_table):
         assert [i for lab, i, _ in got if lab == k] == exact.tolist()
 
 
-def test_killed_shard_names_itself_and_recovers(local_cluster, node_urls, sharded_table):
-    with psycopg.connect(node_urls["shard1"], autocommit=True) as s:
+def test_killed_shard_names_itself_and_recovers(local_cluster, node_urls, admin_urls, sharded_table):
+    with psycopg.connect(admin_urls["shard1"], autocommit=True) as s:
         s.execute("CHECKPOINT")  # test nodes run with synchronous_commit off: write out what a kill would lose
     with psycopg.connect(node_urls["coordinator"], autocommit=True) as c:
         before = sorted(c.execute(_knn_sql(4)).fetchall())
@@ -124,3 +124,47 @@ def test_replica_replays_and_leaves_rotation_when_stopped(local_cluster, node_ur
     assert local_cluster.replica_lag_bytes(node_urls["replica0"], lsn) is None
     local_cluster.start(2, 1)
     assert local_cluster.replica_urls() == [node_urls["replica0"]]
+
+
+def test_nodes_ask_every_role_for_a_password_and_pm_vector_is_no_superuser(local_cluster, node_urls, admin_urls):
+    """Issue 35, build 1, on the local cluster: every node asks every role for a password
+    (scram-sha-256 on loopback, no trust); the URLs pm_vector uses log in as the owner role, no
+    superuser, on every node; the passwords live mode 0600 under the cluster's home and are in
+    no status; the shards' foreign servers and their one user mapping are the owner's (no mapping
+    for PUBLIC). Before: trust, and ``postgres`` everywhere."""
+    import stat
+    from urllib.parse import urlsplit
+
+    from pm_vector.db import postgres
+    from pm_vector.db.postgres.cluster_logins import LOGINS_FILE, passwords
+
+    WHO = "SELECT current_user::text, rolsuper FROM pg_roles WHERE rolname = current_user"
+    f = local_cluster.cluster_dir() / LOGINS_FILE
+    assert stat.S_IMODE(f.stat().st_mode) == 0o600
+    secrets_ = set(passwords(local_cluster.cluster_dir()).values())
+    assert len(secrets_) == 2 and all(len(p) >= 40 for p in secrets_)
+    for name, url in node_urls.items():
+        with psycopg.connect(url) as c:
+            assert c.execute(WHO).fetchone() == ("pm_vector_owner", False), name
+        u = urlsplit(url)
+        for user in ("pm_vector_owner", "postgres"):  # no password, or a wrong one: refused
+            for pw in ("", ":wrong"):
+                with pytest.raises(psycopg.OperationalError, match="password"):
+                    psycopg.connect(f"postgresql://{user}{pw}@127.0.0.1:{u.port}/pm_vector", connect_timeout=5)
+        with psycopg.connect(admin_urls[name]) as c:
+            assert c.execute(WHO).fetchone() == ("postgres", True)
+            hba = c.execute("SELECT DISTINCT auth_method FROM pg_hba_file_rules WHERE error IS NULL").fetchall()
+            assert hba == [("scram-sha-256",)], (name, hba)
+    for url in (postgres.database_url(), local_cluster.coordinator_url(), *local_cluster.replica_urls()):
+        with psycopg.connect(url) as c:
+            assert c.execute(WHO).fetchone() == ("pm_vector_owner", False)
+    # no password in what is shown
+    shown = repr(local_cluster.status())
+    assert not any(p in shown for p in secrets_) and "pm_vector_owner:***@" in shown
+    with psycopg.connect(node_urls["coordinator"]) as c:
+        servers = c.execute("SELECT srvname, pg_get_userbyid(srvowner)::text FROM pg_foreign_server "
+                            "WHERE srvname LIKE 'pm_shard_%' ORDER BY 1").fetchall()
+        assert servers == [("pm_shard_shard0", "pm_vector_owner"), ("pm_shard_shard1", "pm_vector_owner")]
+        maps = c.execute("SELECT srvname, usename::text FROM pg_user_mappings WHERE srvname LIKE 'pm_shard_%' "
+                         "ORDER BY 1").fetchall()
+        assert maps == [("pm_shard_shard0", "pm_vector_owner"), ("pm_shard_shard1", "pm_vector_owner")]

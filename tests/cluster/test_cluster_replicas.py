@@ -18,14 +18,14 @@ def _until(fn, timeout=15.0):
     return False
 
 
-def test_replica_rotation_follows_lag_and_liveness(local_cluster, node_urls):
+def test_replica_rotation_follows_lag_and_liveness(local_cluster, node_urls, admin_urls):
     from pm_vector.db.postgres.replicas import ReadRouter
 
     replica = node_urls["replica0"]
     router = ReadRouter(local_cluster.coordinator_url, [replica], max_lag_bytes=4096, check_interval=0)
     assert _until(lambda: router.pick() == replica)
 
-    with psycopg.connect(replica, autocommit=True) as r:
+    with psycopg.connect(admin_urls["replica0"], autocommit=True) as r:  # (a superuser's function)
         r.execute("SELECT pg_wal_replay_pause()")
         try:
             with psycopg.connect(node_urls["coordinator"], autocommit=True) as c:

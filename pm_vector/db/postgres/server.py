@@ -53,14 +53,15 @@ def database_url() -> str:
 
 def admin_url() -> str:
     """The URL that may create roles and databases: the embedded server's superuser (started and
-    migrated if needed), else the same as :func:`database_url` (external: your URL; the local
-    cluster's coordinator). For migrations, role management and tests; pm_vector runs on
+    migrated if needed) or the local cluster coordinator's, else the same as :func:`database_url`
+    (external: your URL). For migrations, role management and tests; pm_vector runs on
     :func:`database_url`."""
     ext = external_url()
     if ext:
         return libpq_url(ext)
     if cluster.topology() is not None:
-        return cluster.ensure_running()
+        cluster.ensure_running()
+        return cluster.admin_url()
     return embedded.admin_url()
 
 

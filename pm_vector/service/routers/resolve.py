@@ -18,7 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from ...protocol.bounds import MAX_QUERY_ROWS
 from ...protocol.codec import JSON, MSGPACK
-from ..deps import AUTH, JSON_BODY, NEG, CallerDep, SettingsDep, StateDep
+from ..deps import ResolveContextDep
 from ..errors import ApiError
 from ..media import body_schema, body_type, read_body, respond
 from ..settings import ServiceSettings
@@ -99,9 +99,9 @@ def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None, sett
     return res
 
 
-@router.post("/collections/{name}/resolve", dependencies=AUTH + JSON_BODY + NEG,
-             tags=["resolve"], openapi_extra=body_schema("ResolveBody"), responses=ANSWER)
-async def resolve_endpoint(name: str, request: Request, settings: SettingsDep, state: StateDep, caller: CallerDep):
+@router.post("/collections/{name}/resolve", tags=["resolve"], openapi_extra=body_schema("ResolveBody"),
+             responses=ANSWER)
+async def resolve_endpoint(name: str, request: Request, ctx: ResolveContextDep):
     """Resolve a request of any release the service serves (``ResolveBody``: its ``request`` is one
     of the releases' request documents, by its ``format``; :mod:`pm_vector.service.resolve_body`).
 
@@ -112,6 +112,7 @@ async def resolve_endpoint(name: str, request: Request, settings: SettingsDep, s
     payloads when there are any): :func:`pm_vector.service.documents.resolve_document`; ``"features"`` the
     full rows with raw features (collections that allow them; ``"include_features": true`` says the
     same)."""
+    settings, state, caller = ctx  # (AUTH + JSON_BODY + NEG's checks, in one dependency: deps.resolve_context)
     body = await request.body()
     res = await run_in_threadpool(_resolve_sync, name, body_type(request), body, caller and caller.get("role"),
                                   settings, state)
