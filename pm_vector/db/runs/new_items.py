@@ -15,6 +15,8 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 import numpy as np
+import psycopg
+from psycopg.types.json import Jsonb
 
 from ...errors import PMVectorError
 from .. import _binary
@@ -24,6 +26,7 @@ from ..store._common import collection_row, load_anchor_set
 from ..store.api import load_items
 from .embeddings import embedding_matrix, vector_type, write_embeddings
 from .jobs import ExtendFn, JobProgress
+from . import class_rows as _cr, delta
 
 
 def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: JobProgress | None = None,
@@ -55,8 +58,6 @@ def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: Job
 
 def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, report, write_batch_size: int,
                run_items=None, on_placed=None):
-    import psycopg
-
     coll = collection_row(conn, collection)
     run_id = coll["active_run_id"]
     if run_id is None:
@@ -67,7 +68,6 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
                        "FROM pm_vector.embedding_runs WHERE id = %s", [run_id]).fetchone()
     params, seed, anchor_set_id, k, frames_doc, cr_doc = run
     has_cr = bool(cr_doc) and cr_doc.get("status") == "ready" and frames_doc is not None
-    from . import delta
 
     to_delta = has_cr and delta.takes_delta(cr_doc, coll)  # the new items go to the run's delta: no rows rewritten
     report("load", 0, 1)
@@ -139,10 +139,6 @@ def _extend_class_rows(conn, run_id: int, frames_doc, old_items: dict, new: dict
     ``current``: ``old_items`` are the run's items now (a caller that holds them under the
     collection's lock and follows its own erasures: a sync batch); else those still in the run are
     kept."""
-    from psycopg.types.json import Jsonb
-
-    from . import class_rows as _cr
-
     if not current:
         still = np.array([r[0] for r in conn.execute(
             f"SELECT item_id FROM pm_vector.run_{int(run_id)}_items WHERE item_id = ANY(%s)",

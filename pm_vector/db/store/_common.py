@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
+from psycopg.rows import dict_row
 
 from ...errors import InvalidInputError
 from .. import _binary
@@ -32,7 +33,6 @@ def collection_row(conn, name: str, *, lock: str = "") -> dict[str, Any]:
     """The collection's row as a dict, or CollectionNotFoundError. ``lock``: '' | 'FOR UPDATE' | 'FOR SHARE'."""
     if not isinstance(name, str):
         raise InvalidInputError(f"collection must be a name (str), got {type(name).__name__}.")
-    from psycopg.rows import dict_row
 
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..postgres.privileges import FEATURES_FUNCTIONS
+
 
 def quote_ident(name: str) -> str:
     return '"' + str(name).replace('"', '""') + '"'
@@ -21,8 +23,6 @@ def feature_sql(coll: Mapping[str, Any], alias: str = "i", *, answer: bool = Fal
     att = (coll.get("settings") or {}).get("attached")
     if not att:
         if answer:
-            from ..postgres.privileges import FEATURES_FUNCTIONS
-
             return f"{FEATURES_FUNCTIONS[coll['feature_type']]}({alias}.id)"
         return f"{alias}.{col}"
     # the table name is stored as regclass::text (quoted where needed); the key as the id column's type

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from pgvector import Vector
 
 from ..._validation import as_matrix
 from ...errors import InvalidInputError
@@ -20,6 +21,7 @@ from .. import _binary
 from ..errors import RawFeaturesNotAllowedError, translate_sql_error
 from ..postgres import connect
 from ._common import collection_row
+from ._source import feature_filter, feature_sql
 
 # ----------------------------------------------------------------------------- items
 
@@ -31,8 +33,6 @@ def load_items(conn, coll: Mapping[str, Any], where: str = "", *, missing_from_r
     embedding in that run, with ``in_run`` only those that have one. The run's (anti-)join comes
     first, then the features: an attached table's are read row by row, so only for the rows kept
     (an anti-join over 100,000 items read every row's vector twice, 0.36 s of each sync batch)."""
-    from ._source import feature_filter, feature_sql
-
     rows = f"SELECT i.* FROM pm_vector.items i WHERE i.collection_id = {int(coll['id'])}"
     if missing_from_run is not None:
         rows += (f" AND NOT EXISTS (SELECT 1 FROM pm_vector.run_{int(missing_from_run)}_items e "
@@ -58,7 +58,6 @@ def fetch_items(collection: str, item_ids: Sequence[int], *, include_features: b
             raise RawFeaturesNotAllowedError(
                 f"collection {collection!r} does not allow returning raw features to clients (its setting "
                 "allow_raw_features is false); create it with allow_raw_features=True to permit it.")
-        from ._source import feature_sql
 
         feat = f", {feature_sql(coll)}" if include_features else ""
         rows = conn.execute(
@@ -88,8 +87,6 @@ def _query_matrix(q, name: str) -> np.ndarray:
 def knn(collection: str, query, k: int, *, ef_search: int | None = None) -> dict[str, Any]:
     """The k items of the active run nearest to ``query`` (a point of the embedding space),
     via ``pm_vector.pm_knn``. Returns ``{"item_ids", "external_ids", "labels", "distances"}``."""
-    from pgvector import Vector
-
     qv = _query_matrix(np.asarray(query).reshape(1, -1), "query")[0]
     with connect() as conn:
         try:
@@ -113,8 +110,6 @@ def knn_batch(collection: str, queries, k: int, *, ef_search: int | None = None)
     Returns arrays of shape (n_queries, k): ``item_ids`` and ``labels`` (-1 where a query got
     fewer than k rows), ``distances`` (NaN there), ``external_ids`` (list of lists) and
     ``counts`` (rows per query)."""
-    from pgvector import Vector
-
     Q = _query_matrix(queries, "queries")
     k = int(k)
     with connect() as conn:

@@ -15,6 +15,8 @@ import json
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+import psycopg
+from psycopg.types.json import Jsonb
 
 from ..._validation import as_labels, as_matrix
 from ...errors import InvalidInputError
@@ -24,6 +26,7 @@ from ._common import collection_row, worker_identity
 from ._validate import collection_spec, checked_features, checked_labels
 from ..postgres import connect
 from ..errors import CollectionExistsError, DuplicateExternalIdError, translate_sql_error
+from ..runs.new_items import embed_new_items
 
 ProgressFn = Callable[[int, int], None]
 
@@ -139,17 +142,12 @@ def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None
     finally:
         conn.close()
     if embed_fn_extend is not None and spec is None and coll.get("active_run_id") is not None:
-        from ..runs.new_items import embed_new_items
-
         out["placed"] = int(embed_new_items(collection, embed_fn_extend)["n_new"])
     return out
 
 
 def _insert_collection(conn, spec: Mapping[str, Any]) -> int:
     """Insert a new collection row on ``conn`` (no commit); CollectionExistsError if the name is taken."""
-    import psycopg
-    from psycopg.types.json import Jsonb
-
     try:
         return conn.execute(
             "INSERT INTO pm_vector.collections (name, feature_dim, feature_type, metric, labels, settings) "
@@ -169,8 +167,6 @@ def _ingest_rows(conn, coll, spec, X, y, ext, pay, batch_size, progress, biggest
     and payload (``jsonb`` binary: version byte 1 + JSON text) appended per row. With ``spec``
     the collection row is inserted first, in the same transaction. ``biggest``: the largest
     payload's size, checked against the collection's bound again just before the commit."""
-    from psycopg.types.json import Jsonb
-
     n = X.shape[0]
     ftype = coll["feature_type"]
     col = "features" if ftype == "vector" else "features_half"
@@ -226,8 +222,6 @@ def _record_failed_ingest(conn, cid: int | None, n: int, exc: BaseException) -> 
     """Roll the ingest back and, for an existing collection, log a ``failed`` ingest row.
 
     The error kept is the exception's class only: its message may quote input values."""
-    from psycopg.types.json import Jsonb
-
     try:
         if conn.closed:
             return

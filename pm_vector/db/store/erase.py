@@ -24,6 +24,8 @@ from ...errors import InvalidInputError
 from ..errors import DatabaseError
 from ..postgres import connect
 from ._common import collection_row
+from ..runs import delta, erase as _erase
+from .api import load_items
 
 #: ids one call may delete (the run tables are rewritten in one transaction)
 MAX_DELETE = 1_000_000
@@ -112,9 +114,6 @@ def erase_or_tombstone(conn, coll, ids: np.ndarray, runs, load=None, *, quick: b
     derived rows stay, never answered, until the merge), else the erasure of every run table
     (:func:`pm_vector.db.runs.erase.erase_in_runs`; ``load(run_id)``: the run's items, read when None).
     Returns the runs that held some of them."""
-    from ..runs import delta, erase as _erase
-    from .api import load_items
-
     fast, slow = delta.split_runs(runs, coll)
     touched = delta.tombstone(conn, ids, fast)
     if slow:

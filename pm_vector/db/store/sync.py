@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 import numpy as np
+from psycopg.types.json import Jsonb
 
 from ...errors import InvalidInputError
 from ..postgres import connect
@@ -39,6 +40,12 @@ from ._common import collection_row
 from .capture import check_attached
 from .payloads import bump_answers_version, payload_bytes, raise_high
 from .sync_items import RunItems
+from ..runs import array_rows, prior_rows, row_cache
+from ..runs.delta import takes_delta
+from ..runs.jobs import anchor_frame_extend_fn
+from ..runs.new_items import embed_new_items
+from .api import load_items
+from .erase import erase_kahm, erase_or_tombstone, runs_with_tables
 
 #: queue rows one sync transaction applies
 SYNC_BATCH = 5_000
@@ -102,9 +109,6 @@ def sync_pending(url: str | None = None) -> dict[str, Any]:
 
 def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: str | None = None
                 ) -> dict[str, Any] | None:
-    from ..runs import array_rows, prior_rows, row_cache
-    from .erase import erase_kahm, erase_or_tombstone, runs_with_tables
-
     with connect(url, watch_client=True) as conn:
         coll = collection_row(conn, collection, lock="FOR NO KEY UPDATE")
         att = (coll["settings"] or {}).get("attached")
@@ -164,8 +168,6 @@ def _sync_batch(collection: str, batch: int, embed_fn_extend, upto: int, url: st
 
 def _write_items(conn, coll, insert: list, payloads: list) -> None:
     """The batch's new items rows and payload updates."""
-    from psycopg.types.json import Jsonb
-
     if insert:
         with conn.cursor() as cur:
             cur.executemany("INSERT INTO pm_vector.items (collection_id, external_id, label, payload) "
@@ -183,15 +185,10 @@ def _place_new(conn, collection: str, coll, embed_fn_extend, run_items: RunItems
     (an :class:`InvalidInputError` of its own, e.g. a vector with no anchor near it) are found by
     halving, their items rows removed, and the others placed: returns ``[(key, reason)]`` of the
     refused ones (empty when every row was placed)."""
-    from ..runs.jobs import anchor_frame_extend_fn
-    from ..runs.new_items import embed_new_items
-    from .api import load_items
-
     rid = int(coll["active_run_id"])
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0] or {}
     if doc.get("shards"):
         return []
-    from ..runs.delta import takes_delta
 
     # (a run that takes the delta places them without its items: delta.place)
     ready = doc.get("status") == "ready" and not takes_delta(doc, coll)

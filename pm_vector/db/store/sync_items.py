@@ -11,13 +11,14 @@ from __future__ import annotations
 import numpy as np
 from psycopg import sql
 
+from ..runs import item_cache
+from .api import load_items
+
 
 def items_as_built(conn, coll, rid: int) -> dict[str, np.ndarray]:
     """The run's items read from the user's table, each with the vector it was built from: the
     table's now, or -- for a row changed or gone since (changes still queued) -- the first vector
     queued for it (``old_vector``)."""
-    from .api import load_items
-
     have = load_items(conn, coll, in_run=rid)
     feats = np.asarray(have["features"], np.float32).copy()
     pos = {int(i): k for k, i in enumerate(have["id"])}
@@ -59,8 +60,6 @@ class RunItems:
         self.items: dict[int, dict] = {}
 
     def load(self, rid: int) -> dict[str, np.ndarray]:
-        from ..runs import item_cache
-
         rid = int(rid)
         if rid not in self.items:
             got = item_cache.get(self.conn, rid, self.docs.get(rid))
@@ -68,21 +67,15 @@ class RunItems:
         return self.items[rid]
 
     def erased(self, gone) -> None:
-        from ..runs import item_cache
-
         for rid, items in self.items.items():
             self.items[rid] = item_cache.after(items, gone)
 
     def placed(self, rid: int, added: dict) -> None:
-        from ..runs import item_cache
-
         self.items[int(rid)] = item_cache.after(self.load(rid), (), added)
 
     def keys(self) -> dict:
         """Before the commit: each run's cache key under its new version (the kept cell rows,
         :mod:`pm_vector.db.runs.row_cache`, are kept under it too)."""
-        from ..runs import item_cache
-
         out = {}
         for rid in self.docs:
             doc = self.conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()
@@ -91,8 +84,6 @@ class RunItems:
 
     def keep(self, keys: dict) -> None:
         """After the commit."""
-        from ..runs import item_cache
-
         for rid, items in self.items.items():
             item_cache.put(keys.get(rid), items)
 

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import numpy as np
+from psycopg.types.json import Jsonb
 
 from ...errors import InvalidInputError
 from ..postgres import connect
@@ -27,6 +28,8 @@ from ._common import collection_row
 from ._validate import checked_features, checked_labels
 from .erase import erase_kahm, erase_or_tombstone, ids_to_erase, check_not_attached, resolve_item_ids, runs_with_tables
 from .payloads import bump_answers_version, check_payloads, limit_of, raise_high
+from ..runs.jobs import anchor_frame_extend_fn
+from ..runs.new_items import embed_new_items
 
 UNSET = object()
 
@@ -38,9 +41,6 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
     transaction (module doc). Unknown ids raise :class:`~pm_vector.db.store.erase.ItemNotFoundError`
     and change nothing. Returns ``{"collection", "updated", "item_ids" (old -> new), "placed",
     "seconds"}``."""
-    from ..runs.jobs import anchor_frame_extend_fn
-    from ..runs.new_items import embed_new_items
-
     kind, vals = ids_to_erase(item_ids, external_ids)
     given = list(item_ids if item_ids is not None else external_ids)
     if len(vals) != len(given):
@@ -68,7 +68,6 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
         old = [by[v] for v in given]
         out = {"collection": collection, "updated": n, "item_ids": {}, "placed": None}
         if X is None and y is None:  # payload only: no run data changes
-            from psycopg.types.json import Jsonb
 
             with conn.cursor() as cur:
                 cur.executemany("UPDATE pm_vector.items SET payload = %s WHERE id = %s",
@@ -105,8 +104,6 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
 
 def _insert(conn, coll, old, X: np.ndarray, y, P) -> list[int]:
     """The new items (one per ``old`` row: its external id, its label unless ``y``, its payload unless ``P``)."""
-    from psycopg.types.json import Jsonb
-
     col = "features" if coll["feature_type"] == "vector" else "features_half"
     cast = "vector" if col == "features" else "halfvec"
     out = []
