@@ -18,6 +18,8 @@ import numpy as np
 from .errors import InvalidInputError
 from .neighbors import EXACT_MAX_ITEMS, graph_method, neighbor_graph
 from .deprecation import renamed_keywords
+from ._validation import as_labels, as_matrix
+from .privacy.cell_release import cell_weight
 
 #: neighbours per item in the server's raw k-NN graph
 GRAPH_DEGREE = 16
@@ -81,8 +83,6 @@ class PosteriorShortlist:
         """``neighbors``: a graph of ``X`` the caller computed already (``(N, >= graph_degree)``
         positions, nearest first, e.g. the cell release's wider one): its first ``graph_degree``
         columns are used instead of computing the graph again."""
-        from ._validation import as_labels, as_matrix
-
         X = as_matrix(X, "items", dtype=np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64)
         y = as_labels(y, X.shape[0], "item labels")
         g = int(self.graph_degree)
@@ -279,8 +279,6 @@ class CellShortlist:
         self.graph_degree = graph_degree
 
     def fit(self, cells, X, y) -> "CellShortlist":
-        from ._validation import as_labels, as_matrix
-
         X = as_matrix(X, "items")
         y = as_labels(y, X.shape[0], "item labels")
         g = self.graph_degree
@@ -303,8 +301,6 @@ class CellShortlist:
 
     def scores(self, class_index: int, K: int, report: int, epsilon) -> np.ndarray:
         """Score of every item for the report ``report`` of class position ``class_index``."""
-        from .privacy.cell_release import cell_weight
-
         K, c, r = int(K), int(class_index), int(report)
         if K not in self.cell_hubs_ or not 0 <= r < K or c not in self.hubs_:
             raise InvalidInputError(f"no cell {r} of class position {c} at level {K}.")

@@ -28,11 +28,17 @@ release keeps the zCDP calibration, which CKS prove for exactly this mechanism.
 from __future__ import annotations
 
 import math
+import secrets
+import statistics
+import time
 from typing import Any
 
+import numpy as np
+
 from ..privacy.class_rows import (DEFAULT_GRID_STEPS, ROWS_CHANGED, discrete_unit_noise_scale, row_sensitivity,
-                                  unit_noise_scale)
+                                  unit_noise_scale, ClassRowsGaussianMechanism)
 from ..privacy.discrete import zcdp_rho_for
+from ..privacy.rng import SecureRandom
 
 DEFAULT_EPSILONS = (1.0, 4.0, 16.0)
 
@@ -53,15 +59,6 @@ def opendp_epsilon(rho: float, delta: float) -> float:
 def release_ms(epsilon: float, delta: float, dim: int, rows: int = 10, repeats: int = 30) -> tuple[float, float]:
     """Median CPU milliseconds of one request's release (``rows`` x ``dim``, zero rows, unit radii)
     drawing from the OS CSPRNG, and from a PCG64 generator (the comparison only)."""
-    import secrets
-    import statistics
-    import time
-
-    import numpy as np
-
-    from ..privacy.class_rows import ClassRowsGaussianMechanism
-    from ..privacy.rng import SecureRandom
-
     mech = ClassRowsGaussianMechanism(epsilon, delta, np.ones(rows), dim)
     Z = np.zeros((rows, dim))
 

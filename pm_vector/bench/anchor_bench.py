@@ -33,6 +33,18 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from .. import db
+from ..client import PrivateMail
+from ..client.query import PrivateKNN
+from ..datasets import load_dataset, split_dataset
+from ..db.kahm import roles as dk
+from ..db.resolve.resolution import class_frames, client_frame, public_anchor, resolve
+from ..db.runs.jobs import anchor_frame_embed_fn
+from ..neighbors import knn_search
+from ..privacy import secure_generator
+from .metrics import nn_recall_at_k, precision_at_k, recall_at_k
+from .privacy_bench import BenchConfig
+
 __all__ = ["run_anchor_benchmark", "ANCHOR_SIZES"]
 
 #: server items, public anchor, public dummy pool, queries (the public reference's split)
@@ -43,10 +55,6 @@ SHORTLIST = {"digits": 32, "fashion-mnist": 64}
 
 
 def _queries(db, name, Xq, yq, ys, ids, client_epsilon, delta, cfg, seed) -> tuple[float, float, float]:
-    from .metrics import precision_at_k, recall_at_k
-    from ..client import PrivateMail
-    from ..db.resolve.resolution import client_frame, public_anchor, resolve
-
     t = time.perf_counter()
     pa, info = public_anchor(name)
     frame = client_frame(name, pa, info)
@@ -64,11 +72,6 @@ def _queries(db, name, Xq, yq, ys, ids, client_epsilon, delta, cfg, seed) -> tup
 
 def _pm_vector_queries(name, Xq, yq, ys, ids, true_idx, client_epsilon, delta, shortlist, seed) -> dict:
     """nn_recall@8 and precision@8 of pm_vector requests on the collection's current anchor."""
-    from .metrics import nn_recall_at_k, precision_at_k
-    from ..client.query import PrivateKNN
-    from ..db.resolve.resolution import class_frames, public_anchor, resolve
-    from ..privacy import secure_generator
-
     pa, _ = public_anchor(name)
     client = PrivateKNN(class_frames(name), pa.dummy_features, pa.dummy_labels, client_epsilon, delta,
                         shortlist=shortlist, collection=name)._inject_generator(secure_generator(seed))
@@ -98,9 +101,6 @@ def _register_anchors(name: str, kind: str, sp, per_class: tuple, eps, unit, vr,
                       smoothing_steps, noise_seed) -> dict | None:
     """The collection's anchor set and dummy pool: the split's public ones, or fabricated from its items
     with differential privacy; returns the fabricated set's provenance (None for the public one)."""
-    from .. import db
-    from ..db.kahm import roles as dk
-
     if kind == "public":
         db.register_anchor_set(name, *sp.anchor, role="anchor", description="public anchor")
         db.register_anchor_set(name, *sp.dummy, role="dummy", description="public dummy pool")
@@ -123,12 +123,6 @@ def run_anchor_benchmark(datasets: Iterable[str] = ("digits", "fashion-mnist"), 
 
     ``noise_seed=None`` draws the anchors' noise from a cryptographically seeded generator (an
     int makes the run repeatable)."""
-    from .. import db
-    from .privacy_bench import BenchConfig
-    from ..datasets import load_dataset, split_dataset
-    from ..db.runs.jobs import anchor_frame_embed_fn
-    from ..neighbors import knn_search
-
     say = progress or (lambda _m: None)
     cfg = BenchConfig(epsilons=(client_epsilon,), seed=seed)
     out: dict = {"anchor": [], "raw_knn": []}
@@ -145,7 +139,6 @@ def run_anchor_benchmark(datasets: Iterable[str] = ("digits", "fashion-mnist"), 
         Xq, yq = sp.query
         true_idx = knn_search(Xq, Xs, K)
         raw = ys[true_idx]
-        from .metrics import precision_at_k, recall_at_k
         out["raw_knn"].append({"dataset": dsname, "recall_at_8": recall_at_k(raw, yq, K),
                                "precision_at_8": precision_at_k(raw, yq, K)})
         per_class = {"digits": (30, 15, 90), "fashion-mnist": (100, 50, 400)}[dsname]

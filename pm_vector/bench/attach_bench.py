@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import sys
 import threading
 import time
@@ -31,6 +32,15 @@ import uuid
 
 import numpy as np
 from psycopg import sql
+
+import pm_vector.db as db
+from ..client.query import PrivateKNN
+from ..db.resolve.resolution import class_frames, resolve
+from ..db.runs import row_cache
+from ..db.runs.jobs import anchor_frame_embed_fn
+from ..db.store.attach import sync_status
+from ..privacy import secure_generator
+from .latency import N_FINE, clustered
 
 
 def _sizes_mb(conn, table: str, name: str) -> dict:
@@ -85,10 +95,6 @@ def _batches(name: str, stream: Changes, sizes: list[int], repeats: int, say, co
     ``compare_kept``: each timed sync follows one of the same size timed without the rows the
     process kept from its batch before (:mod:`pm_vector.db.runs.row_cache` emptied first), given
     beside as ``without_kept_rows``."""
-    import pm_vector.db as db
-
-    from ..db.runs import row_cache
-
     w = db.connect(autocommit=True)
     out: dict = {}
 
@@ -124,18 +130,12 @@ def _batches(name: str, stream: Changes, sizes: list[int], repeats: int, say, co
 
 def _make_client(name: str, anchor_X, anchor_y, seed: int):
     """The bench's private client (a class-rows release at eps 4) of the collection's public anchor."""
-    from ..client.query import PrivateKNN
-    from ..db.resolve.resolution import class_frames
-    from ..privacy import secure_generator
-
     return PrivateKNN(class_frames(name), np.asarray(anchor_X, np.float64), np.asarray(anchor_y), epsilon=4.0,
                       collection=name)._inject_generator(secure_generator(seed))
 
 
 def _ask(name: str, client, X, y, rng, stop, answered: list, errors: list) -> None:
     """Private queries of random rows of ``X``, one every 50 ms after the last answer, until ``stop``."""
-    from ..db.resolve.resolution import resolve
-
     while not stop.is_set():
         try:
             i = int(rng.integers(X.shape[0]))
@@ -170,12 +170,6 @@ def _change_stream(name: str, stream: Changes, rate: float, seconds: float, clie
     ``queries_in="process"`` a process of its own, with ``anchor``'s client), and this thread syncing
     the collection until the writer stops and nothing is pending. Returns (the commits, the syncs'
     (start, end, changes applied), the errors, the changes applied, each answered query's seconds)."""
-    import multiprocessing
-
-    import pm_vector.db as db
-
-    from ..db.store.attach import sync_status
-
     commits: list[tuple[float, str]] = []
     syncs: list[tuple[float, float, int]] = []  # (start, end, changes applied) of each sync
     errors: list[str] = []
@@ -240,8 +234,6 @@ def _summarise_changes(conn, name: str, table: str, commits: list, syncs: list, 
                        n_applied: int, answered: list) -> dict:
     """The change stream's figures: changes, syncs, each change's delay to the end of the first sync
     that started after it, errors, and the count check of the table against the collection."""
-    from ..db.store.attach import sync_status
-
     out: dict = {}
     delays = []
     for c, _ in commits:
@@ -277,12 +269,6 @@ def run(items: int = 100_000, dim: int = 128, rate=100.0, seconds: float = 60.0,
     """The benchmark (module doc); ``rate``: changes a second, or several (a stream each, in turn);
     ``queries_in``: "thread" (the private queries answered in the syncing process, as the service's
     own sync worker does) or "process" (in a process of their own)."""
-    import pm_vector.db as db
-
-    from ..db.resolve.resolution import resolve
-    from ..db.runs.jobs import anchor_frame_embed_fn
-    from .latency import N_FINE, clustered
-
     if queries_in not in ("thread", "process"):
         raise ValueError(f"queries_in must be 'thread' or 'process', not {queries_in!r}")
 
@@ -327,8 +313,6 @@ def run(items: int = 100_000, dim: int = 128, rate=100.0, seconds: float = 60.0,
             say("batches")
             out["batch_s"] = _batches(name, stream, list(batch_sizes), int(repeats), say, compare_kept)
         if seconds > 0:
-            from ..db.runs import row_cache
-
             out["streams"] = []
             for r in rates:
                 for kept in ((False, True) if compare_kept else (True,)):

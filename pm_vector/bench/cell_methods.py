@@ -19,9 +19,10 @@ from .._validation import normalize_rows
 from ..client.cell_client import PrivateCellKNN
 from ..manifold.public_cells import PublicCells
 from ..privacy import secure_generator
-from ..privacy.cell_release import cell_level_for_epsilon, max_cells_for
+from ..privacy.cell_release import cell_level_for_epsilon, max_cells_for, rr_probabilities
 from ..shortlist import CellShortlist
 from .metrics import wire_bytes
+from ..errors import InvalidInputError
 
 
 def cell_state(ctx):
@@ -39,7 +40,6 @@ def level_for(ctx, eps, shortlist: int | None = None) -> int:
     fixed = ctx.cfg.n_cells
     if fixed is not None:
         if fixed not in cells.levels_:
-            from ..errors import InvalidInputError
             raise InvalidInputError(f"--cells {fixed} is not a usable level; the anchor allows {list(cells.levels_)}.")
         return int(fixed)
     max_cells = max_cells_for(len(ctx.ys), cells.classes_.size, int(shortlist or ctx.cfg.shortlist))
@@ -69,8 +69,6 @@ def expected_nn_recall(ctx, K: int, eps, located, true_idx, k: int) -> float:
     """The exact expectation of nn_recall@k over the release's randomness for these queries:
     ``sum_r T(a, r) recall(answer(c, r))`` (``located``: each query's ``(row, true cell a)``;
     ``T``: the RR law; the uniform dummy rows do not change the real row's answer)."""
-    from ..privacy.cell_release import rr_probabilities
-
     table = answer_table(ctx, K, eps)
     p, q = rr_probabilities(eps, K)
     Xs = np.asarray(ctx.Xs, dtype=np.float64)

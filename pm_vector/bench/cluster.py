@@ -46,6 +46,19 @@ from psycopg import sql
 
 from ..db.run_tables import run_table
 
+import pm_vector.db as db
+from ..client.query import PrivateKNN
+from ..db import postgres
+from ..db.postgres import cluster, dispose_engines
+from ..db.resolve.resolution import resolve
+from ..db.runs.jobs import anchor_frame_embed_fn
+from ..manifold.class_frames import ClassFrames
+from ..privacy import secure_generator
+from ._home import private_home
+from .cluster_location import run_location
+from .latency import clustered
+import psycopg
+
 
 @dataclass(frozen=True)
 class Timed:
@@ -87,8 +100,6 @@ def _pct(v, q) -> float:
 
 
 def _use(url: str) -> None:
-    from ..db.postgres import dispose_engines
-
     os.environ["PM_VECTOR_DATABASE_URL"] = url
     dispose_engines()
 
@@ -112,8 +123,6 @@ def _timed(fn) -> float:
 def _data(cfg: ClusterBenchConfig, n_query: int):
     """The benchmark's features and fine labels, and the positions of its items, anchors, dummies
     (4 of every fine class) and queries."""
-    from .latency import clustered
-
     n_fine = max(cfg.rows)
     total = cfg.items + cfg.anchors + 4 * n_fine + n_query
     X, y_fine = clustered(total, cfg.dim, n_fine, seed=cfg.seed)
@@ -129,11 +138,6 @@ def _build(cfg: ClusterBenchConfig, name: str, C: int, which: str, url: str, rec
            say) -> tuple[dict, dict]:
     """On one deployment (``which``: single or cluster): the collection built (ingest, anchors,
     embedding job). Returns (the job, the run's class rows document)."""
-    import psycopg
-
-    import pm_vector.db as db
-    from ..db.runs.jobs import anchor_frame_embed_fn
-
     Xs, ys, Xa, ya, Xd, yd = data[:6]
     _use(url)
     db.drop_collection(name, missing_ok=True)
@@ -160,14 +164,6 @@ def _class_rows_resolve(cfg: ClusterBenchConfig, name: str, C: int, which: str, 
                         data: tuple, n_query: int, say) -> tuple[list, list]:
     """The client's class-rows requests on the collection built by :func:`_build`, and their timed
     resolves. Returns (the requests, every request's answered lists)."""
-    import psycopg
-
-    import pm_vector.db as db
-    from ..client.query import PrivateKNN
-    from ..db.resolve.resolution import resolve
-    from ..manifold.class_frames import ClassFrames
-    from ..privacy import secure_generator
-
     Xs, ys, Xa, ya, Xd, yd, Xq, yq = data
     _use(url)
     with psycopg.connect(url) as c:
@@ -193,9 +189,6 @@ def _class_rows_resolve(cfg: ClusterBenchConfig, name: str, C: int, which: str, 
 def _rebuilt_answers(name: str, job: dict, reqs: list) -> list:
     """The same node, its class HNSW indexes rebuilt: the requests' answered lists again (what an
     approximate index alone changes)."""
-    import pm_vector.db as db
-    from ..db.resolve.resolution import resolve
-
     with db.connect(autocommit=True) as ac:  # REINDEX of a partitioned table: no transaction
         ac.execute(sql.SQL("REINDEX TABLE {}").format(run_table(job["run_id"], "prior")))
     with db.connect() as conn:
@@ -208,10 +201,6 @@ def _fanout(cfg: ClusterBenchConfig, name: str, C: int, coord: str, replicas: li
     """On the cluster: the shortlist statement timed on the coordinator, on the first replica (once
     it has caught up) and, its core, on every shard; records the fan-out overhead (the coordinator's
     median minus the slowest shard's)."""
-    import psycopg
-
-    from ..db.postgres import cluster
-
     stmt = ("SELECT count(*) FROM pm_vector.pm_shortlist(%s, %s::float8[], %s::float8[], %s)")
     args = [[name, r.rows.tolist(), list(r.sigmas), cfg.shortlist] for r in reqs]
     with psycopg.connect(coord) as c:
@@ -291,11 +280,6 @@ def _summarise(out: dict, per: dict, loc: dict | None) -> None:
 
 
 def run(cfg: ClusterBenchConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    from ..db import postgres
-    from ..db.postgres import cluster
-    from ._home import private_home
-    from .cluster_location import run_location
-
     timed = PARTS.get(cfg.release)
     if timed is None:
         raise ValueError(f"release must be one of {', '.join(PARTS)}; got {cfg.release!r}")

@@ -26,6 +26,17 @@ from typing import Any, Callable
 
 import numpy as np
 
+import pm_vector.db as db
+from ..client.location import PrivateLocationKNN
+from ..db.postgres import cluster
+from ..db.postgres.adapt import Int8Array, configure
+from ..db.resolve.location_resolution import CACHE
+from ..db.resolve.resolution import public_anchor, resolve
+from ..manifold.public_cells import PublicCells
+from ..privacy import secure_generator
+from ..protocol.published_codes import unpack
+import psycopg
+
 #: the eps of the timed reports (coarse, middle, fine levels)
 EPSILONS = (1.0, 4.0, 16.0)
 
@@ -37,12 +48,6 @@ def _pct(v, q) -> float:
 def requests(name: str, Xq: np.ndarray, epsilons, max_bytes: int, seed: int) -> tuple[list, dict]:
     """The location requests of the queries ``Xq`` at each eps (built on the current database's
     published cells, seeded: the same reports for every node), and each eps's plan."""
-    from ..client.location import PrivateLocationKNN
-    from ..db.resolve.resolution import public_anchor
-    from ..manifold.public_cells import PublicCells
-    from ..privacy import secure_generator
-    from ..protocol.published_codes import unpack
-
     _, info = public_anchor(name)
     pc = unpack(info["product_codes"], info["class_rows"]["codes"]["digest"])
     cells = PublicCells.from_dict(info["public_locations"])
@@ -61,12 +66,6 @@ def timed(name: str, reqs: list, url: str, warmup: int, replica: str | None = No
     """Every request resolved on a kept connection to ``url`` (with ``replica``: read there, logged
     on ``url``), the answer cache emptied before each. Returns ({p50_ms, p95_ms, by_eps: {eps:
     p50_ms}}, every answer's candidates by external id)."""
-    import psycopg
-
-    from ..db.postgres.adapt import configure
-    from ..db.resolve.location_resolution import CACHE
-    from ..db.resolve.resolution import resolve
-
     ms, by, ids = [], {}, []
     with psycopg.connect(url) as conn, (psycopg.connect(replica) if replica else _Null()) as rconn:
         configure(conn)
@@ -97,8 +96,6 @@ class _Null:
 def _external_ids(conn, answers: list) -> dict[int, str | None]:
     """Item id -> external id for every id of ``answers`` (a deleted item, absent from the items: ``None``
     stands out against every external id)."""
-    from ..db.postgres.adapt import Int8Array
-
     every = np.unique(np.concatenate(answers + [np.zeros(0, np.int64)]))
     got = dict(conn.execute("SELECT id, external_id FROM pm_vector.items WHERE id = ANY(%s::bigint[])",
                             [Int8Array(every)]).fetchall())
@@ -106,10 +103,6 @@ def _external_ids(conn, answers: list) -> dict[int, str | None]:
 
 
 def wait_for_replica(coord: str, replica: str, timeout: float = 120.0) -> None:
-    import psycopg
-
-    from ..db.postgres import cluster
-
     with psycopg.connect(coord, autocommit=True) as c:
         lsn = c.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
     deadline = time.monotonic() + timeout
@@ -166,8 +159,6 @@ def apply_changes(name: str, stream: list[tuple]) -> dict[str, Any]:
     """The stream through the public write API on the current database (one call a change). Returns
     counts, seconds, updates not placed in the active run (a sharded run: the next full job), and the
     external ids whose items left (deleted)."""
-    import pm_vector.db as db
-
     t = time.perf_counter()
     counts: dict[str, int] = {}
     unplaced: list[str] = []

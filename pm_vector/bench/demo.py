@@ -35,6 +35,18 @@ from typing import Any, Callable
 import numpy as np
 
 from ..protocol import releases
+from .. import db
+from ..client.budget import PrivacyBudget
+from ..client.http import Client
+from ..client.rerank import rank
+from ..datasets import load_dataset, split_dataset
+from ..neighbors import knn_search, neighbor_graph
+from ..privacy.location import LocationRandomizedResponse
+from ..service.auth import create_key, revoke_key
+from ..service.runner import ServiceThread
+from ..service.settings import ServiceSettings
+from ..shortlist import CELL_GRAPH_DEGREE, hub_counts
+from .metrics import precision_at_k, recall_at_k, wire_answer_bytes
 
 #: (server items, anchor set, dummy pool, queries per epsilon) of each built-in dataset
 DEMO_SIZES = {"digits": (1000, 300, 150, 60), "fashion-mnist": (10000, 1000, 500, 40)}
@@ -67,9 +79,6 @@ class LabelOnly:
     shows what the location report adds over knowing the class."""
 
     def __init__(self, Xs, ys, product_codes):
-        from ..neighbors import neighbor_graph
-        from ..shortlist import CELL_GRAPH_DEGREE, hub_counts
-
         ys = np.asarray(ys)
         n = len(ys)
         graph = neighbor_graph(np.asarray(Xs), CELL_GRAPH_DEGREE)
@@ -81,8 +90,6 @@ class LabelOnly:
     def nn_recall(self, Xq, yq, exact, candidates: int, code_bytes: int) -> float:
         """Mean share of each query's exact ``K`` nearest (positions ``exact[i]``) among the top ``K``
         of its class's ``candidates`` hubs re-ranked by ``code_bytes``-byte codes."""
-        from ..client.rerank import rank
-
         hits = []
         for i in range(len(yq)):
             cand = self.order[int(yq[i])][:candidates]
@@ -94,8 +101,6 @@ class LabelOnly:
 def prepare_collection(name: str, split, *, allow_raw_features: bool = False,
                        progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Create ``name`` from a :class:`~pm_vector.datasets.Split`: items, anchor set, dummy pool."""
-    from .. import db
-
     ds = split.dataset
     db.create_collection(name, ds.dim, [int(c) for c in ds.classes], allow_raw_features=allow_raw_features,
                          description=f"{ds.name} (pm-vector demo)")
@@ -114,9 +119,6 @@ def _exact(ds, split, prep: dict):
     """The non-private reference: exact k-NN on the raw features. Returns (the queries, their labels,
     the items' labels, the exact neighbours' positions, the items' external ids, item id -> position,
     the non-private figures)."""
-    from .metrics import precision_at_k, recall_at_k
-    from ..neighbors import knn_search
-
     Xq, yq = split.query
     Xs, ys = split.server
     idx = knn_search(Xq, Xs, K)
@@ -130,8 +132,6 @@ def _exact(ds, split, prep: dict):
 def _download_all(Xs) -> dict[str, Any]:
     """The reference: the client downloads every item (ids and float32 features) and searches
     locally: exact (nn_recall 1) and private without any eps, for the whole collection's bytes."""
-    from .metrics import wire_answer_bytes
-
     n, d = np.shape(Xs)
     return {"method": "download_all", "bytes": int(wire_answer_bytes(1, n, dim=d)), "nn_recall_at_8": 1.0,
             "share_held": 1.0, "n_items": int(n)}
@@ -155,8 +155,6 @@ def _queries_at(client, name: str, eps: float, delta: float, max_bytes, data: di
     """Every query at one epsilon through the client (the default release and answer); returns (the
     result row: the plan, recall, precision, bytes, latency, the releases used), the answered
     external ids per query, and the queries done so far."""
-    from .metrics import precision_at_k, recall_at_k
-
     Xq, yq, ys, where, ext, idx = (data[k] for k in ("Xq", "yq", "ys", "where", "ext", "idx"))
     labels, lat, srv, nn, sent, got, answers, used, plans = [], [], [], [], [], [], [], set(), set()
     for i in range(len(yq)):
@@ -217,14 +215,6 @@ def run_demo(dataset: str = DEFAULT_DATASET, epsilons=(1.0, 4.0, 16.0), *, n_que
     row's own queries).
 
     ``progress(task, done, total)`` reports steps; ``keep``: leave the collection in the database."""
-    from .. import db
-    from ..client.budget import PrivacyBudget
-    from ..client.http import Client
-    from ..datasets import load_dataset, split_dataset
-    from ..service.auth import create_key, revoke_key
-    from ..service.runner import ServiceThread
-    from ..service.settings import ServiceSettings
-
     t_start = time.perf_counter()
     say = log or (lambda s: None)
     prog = progress or (lambda *a: None)
@@ -320,6 +310,4 @@ def summary(res: dict[str, Any]) -> str:
 
 def _rr_p(row: dict) -> float:
     """The probability that the row's report is the query's true cell (M-ary randomized response)."""
-    from ..privacy.location import LocationRandomizedResponse
-
     return LocationRandomizedResponse(row["epsilon"], row["level"]).p_

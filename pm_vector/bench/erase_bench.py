@@ -42,6 +42,20 @@ from psycopg import sql
 
 from ..db.run_tables import run_table
 
+import pm_vector.db as db
+from ..client.location import PrivateLocationKNN
+from ..client.query import PrivateKNN
+from ..client.rerank import rank
+from ..db.resolve.resolution import class_frames, public_anchor, resolve
+from ..db.runs.jobs import anchor_frame_embed_fn
+from ..manifold.public_cells import PublicCells
+from ..neighbors import knn_search
+from ..privacy import secure_generator
+from ..protocol.cell_request import CellRequest
+from ..protocol.location import LocationRequest
+from ..protocol.published_codes import row_codes, unpack
+from .latency import N_FINE, clustered
+
 
 def _table_hits(conn, rid: int, gone: list[int]) -> dict[str, int]:
     q = {
@@ -60,12 +74,6 @@ EPSILONS = (1.0, 4.0, 16.0, float("inf"))
 
 
 def _location_client(name: str, eps: float, seed: int):
-    from ..client.location import PrivateLocationKNN
-    from ..db.resolve.resolution import public_anchor
-    from ..manifold.public_cells import PublicCells
-    from ..privacy import secure_generator
-    from ..protocol.published_codes import unpack
-
     _, info = public_anchor(name)
     pc = unpack(info["product_codes"], info["class_rows"]["codes"]["digest"])
     c = PrivateLocationKNN(PublicCells.from_dict(info["public_locations"]), eps,
@@ -75,9 +83,6 @@ def _location_client(name: str, eps: float, seed: int):
 
 def _location_sweep(name: str, gone: set[int], seed: int) -> dict:
     """Every (level, cell) at every eps of :data:`EPSILONS`: deleted ids and short answers."""
-    from ..db.resolve.resolution import resolve
-    from ..protocol.location import LocationRequest
-
     hits = short = n = 0
     for eps in EPSILONS:
         c, _ = _location_client(name, eps, seed)
@@ -97,10 +102,6 @@ def _location_sweep(name: str, gone: set[int], seed: int) -> dict:
 def _nn_recall(name: str, Xq: np.ndarray, truth: list[set[int]], seed: int, k: int = 8) -> dict[str, float]:
     """nn_recall@k of the default release: one seeded report per query, the answer re-ranked by its
     codes (``truth``: each query's exact k nearest ids in this collection)."""
-    from ..client.rerank import rank
-    from ..db.resolve.resolution import resolve
-    from ..protocol.published_codes import row_codes
-
     out = {}
     for eps in EPSILONS:
         c, pc = _location_client(name, eps, seed)
@@ -121,12 +122,6 @@ def _answers_after(out: dict, name: str, X, y, Xd, yd, keep, gset: set, classes:
     """After the delete: every cell request of every level and report, and ``n_row_requests``
     class-rows requests per epsilon; records how many deleted ids came back and how many rows were
     short (``out["cell_requests"]``, ``out["answers"]``)."""
-    from ..client.query import PrivateKNN
-    from ..db.resolve.resolution import class_frames, public_anchor, resolve
-    from ..manifold.public_cells import PublicCells
-    from ..privacy import secure_generator
-    from ..protocol.cell_request import CellRequest
-
     cells = PublicCells.from_dict(public_anchor(name)[1]["public_cells"])
     sizes = np.bincount(y[keep], minlength=classes)
     hits = short = n_req = 0
@@ -157,10 +152,6 @@ def _answers_after(out: dict, name: str, X, y, Xd, yd, keep, gset: set, classes:
 def _graph_recall(rid: int, ids, X, rem, rng) -> float:
     """The run's stored neighbour lists against the exact 16 nearest remaining items, on 1,000
     sampled remaining items: the mean recall."""
-    import pm_vector.db as db
-
-    from ..neighbors import knn_search
-
     sample = rng.choice(rem, 1000, replace=False)
     exact = knn_search(X[sample], X[rem], 17)
     with db.connect() as conn:
@@ -176,10 +167,6 @@ def _graph_recall(rid: int, ids, X, rem, rng) -> float:
 def _fresh_job(out: dict, fresh_name: str, dim: int, classes: int, X, y, Xa, ya, Xq, exact, seed: int) -> None:
     """A full job on the remaining items only, in a new collection: its nn_recall, and the
     difference from the erased run's (``out["nn_recall"]``)."""
-    import pm_vector.db as db
-
-    from ..db.runs.jobs import anchor_frame_embed_fn
-
     db.create_collection(fresh_name, dim, list(range(classes)), keep_previous_runs=0)
     ids2 = np.asarray(db.ingest(fresh_name, X, y, batch_size=50_000)["item_ids"])
     db.register_anchor_set(fresh_name, Xa, ya)
@@ -194,12 +181,6 @@ def _fresh_job(out: dict, fresh_name: str, dim: int, classes: int, X, y, Xa, ya,
 
 def run(items: int = 100_000, dim: int = 128, fraction: float = 0.01, seed: int = 0, n_row_requests: int = 30,
         n_queries: int = 300, fresh: bool = True, say=lambda m: None) -> dict:
-    import pm_vector.db as db
-
-    from ..db.runs.jobs import anchor_frame_embed_fn
-    from ..neighbors import knn_search
-    from .latency import N_FINE, clustered
-
     name = f"bench_erase_{uuid.uuid4().hex[:8]}"
     fresh_name = name + "_fresh"
     classes = 10

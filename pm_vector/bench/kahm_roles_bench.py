@@ -21,12 +21,20 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from .. import db
+from ..client import PrivateMail
+from ..datasets import load_dataset, split_dataset
+from ..db.kahm import roles as dk
+from ..db.resolve.resolution import client_frame, public_anchor, resolve
+from ..db.runs.jobs import anchor_frame_embed_fn
+from ..errors import InvalidInputError
+from .kahm_bench import load_privacy_dataset
+from .privacy_bench import BenchConfig
+
 __all__ = ["run_federation_benchmark", "run_scores_benchmark"]
 
 
 def _data(dataset: str, max_items: int, seed: int):
-    from .kahm_bench import load_privacy_dataset
-
     X, y, _ = load_privacy_dataset(dataset, max_items=max_items, seed=seed)
     return np.asarray(X, dtype=np.float32), np.asarray(y, dtype=np.int64)
 
@@ -36,12 +44,8 @@ def run_federation_benchmark(dataset: str = "mnist", *, n_parties: int = 3, epsi
                              noise_seed: int | None = None, progress: Callable[[str], None] | None = None) -> dict:
     """Federated vs centralised KAHM classification through the database; see the module docstring.
     ``holdout``: held-out images (default 20 %, at most 1,000)."""
-    from .. import db
-    from ..db.kahm import roles as dk
-
     say = progress or (lambda _m: None)
     if n_parties < 2:
-        from ..errors import InvalidInputError
         raise InvalidInputError("n_parties must be at least 2.")
     db.start()
     db.upgrade()
@@ -98,14 +102,6 @@ def run_scores_benchmark(dataset: str = "fashion-mnist", *, sizes=(10000, 1000, 
                          client_epsilon: float = 1.0, seed: int = 0,
                          progress: Callable[[str], None] | None = None) -> dict:
     """Resolve p50 with vs without the stored class scores; see the module docstring."""
-    from .. import db
-    from ..client import PrivateMail
-    from ..datasets import load_dataset, split_dataset
-    from ..db.kahm import roles as dk
-    from ..db.runs.jobs import anchor_frame_embed_fn
-    from ..db.resolve.resolution import client_frame, public_anchor, resolve
-    from .privacy_bench import BenchConfig
-
     say = progress or (lambda _m: None)
     db.start()
     db.upgrade()

@@ -58,10 +58,16 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import numpy as np
+from psycopg import sql
 
 from ..errors import InvalidInputError
 from ..shortlist import MAX_PRIOR
 from .latency_clients import TIMED, Requests, client_requests
+import pm_vector.db as db
+from ..datasets import Dataset, load_dataset, split_dataset
+from ..db.resolve import run_graph as _run_graph
+from ..db.resolve.resolution import client_frame, public_anchor, resolve
+from ..db.runs.jobs import anchor_frame_embed_fn, index_build_mem_mb
 
 N_FINE = 100
 
@@ -112,8 +118,6 @@ def _pct(v, q) -> float:
 
 def _split(cfg: LatencyConfig, n_query: int):
     """(dataset, split) with the query, anchor and dummy parts disjoint from the items."""
-    from ..datasets import Dataset, load_dataset, split_dataset
-
     n_dummy = max(4 * N_FINE, 200)
     if cfg.data == "synthetic":
         total = cfg.items + cfg.anchors + n_dummy + n_query
@@ -205,10 +209,6 @@ def _build_raw_index(db, conn, ident, name: str, d: int, n_items: int, q0: np.nd
     """(c)'s table: the items' raw features copied out of ``name`` with an HNSW index, as a plain
     pgvector user has them. Records the copy and index times in ``setup``; returns the plain k-NN
     statement and whether its plan uses the index."""
-    from psycopg import sql
-
-    from ..db.runs.jobs import index_build_mem_mb
-
     t = time.perf_counter()
     cid = db.collection_info(name)["id"]
     conn.execute(sql.SQL("CREATE TABLE {} AS SELECT id, external_id, label, payload, features::vector({}) "
@@ -233,8 +233,6 @@ def _resolve_vs_plain(db, cfg: LatencyConfig, name: str, C: int, conn, plain_sql
     """The timed loop: every request resolved on a kept connection, interleaved with the C plain
     queries (k items, then k' items), so that both see the same machine load. Returns the times
     and resolve parts after the warm-up, the hits and the statements counted per request."""
-    from ..db.resolve.resolution import resolve
-
     shape = r.shape
     rconn = _CountingConn(db.connect())
     kconn = db.connect(autocommit=True)  # (c'): ef_search k', so that the index returns k' rows
@@ -287,7 +285,6 @@ def _resolve_vs_plain(db, cfg: LatencyConfig, name: str, C: int, conn, plain_sql
                 plain_ms.append(dt_plain)
                 parts.append(res["timings_ms"])
                 hits.append(np.mean(np.asarray(real["labels"]) == yq_c[i]))
-        from ..db.resolve import run_graph as _run_graph
 
         return {
             "resolve_ms": resolve_ms, "parts": parts, "plain_ms": plain_ms, "hits": hits,
@@ -364,12 +361,6 @@ def _summary(cfg: LatencyConfig, C: int, r: Requests, m: dict[str, Any], ingest_
 
 def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the benchmark; returns the JSON-able result (see the module doc)."""
-    import pm_vector.db as db
-    from psycopg import sql
-
-    from ..db.runs.jobs import anchor_frame_embed_fn
-    from ..db.resolve.resolution import client_frame, public_anchor
-
     say = progress or (lambda _m: None)
     _check_config(cfg)
     t_start = time.perf_counter()

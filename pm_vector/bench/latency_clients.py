@@ -10,13 +10,22 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..client import PrivateMail
+from ..client.cell_client import PrivateCellKNN
+from ..client.location import PrivateLocationKNN
+from ..client.query import PrivateKNN
+from ..manifold.class_frames import ClassFrames
+from ..manifold.codes import compact_answer_shape
+from ..manifold.public_cells import PublicCells
+from ..privacy import secure_generator
+from ..privacy.cell_release import max_cells_for
+from ..protocol.published_codes import unpack
+
 
 def answer_shape(cfg, n_rows: int, info) -> dict[str, tuple[int, int | None]]:
     """Per release, the timed answer's ``(k', code prefix bytes)``: the default compact answer's by
     the public rule (:func:`~pm_vector.manifold.codes.compact_answer_shape` of the run's published
     stages), or ``(shortlist, None)`` for ``answer="full"`` or a run without codes."""
-    from ..manifold.codes import compact_answer_shape
-
     codes = ((info.get("class_rows") or {}).get("codes") or {})
     if cfg.answer == "full" or codes.get("status") != "ready":
         return {r: (int(cfg.shortlist), None) for r in ("cells", "gaussian")}
@@ -58,8 +67,6 @@ def client_requests(cfg, name: str, C: int, n_items: int, pa, info, frame,
                      Xq: np.ndarray, yq_c: np.ndarray, n_query: int) -> Requests:
     """Every timed release's client and its ``n_query`` requests, each request timed: (a) PrivateMail,
     then the location, cell and Gaussian releases the run publishes and ``cfg.release`` asks for."""
-    from ..client import PrivateMail
-
     client = PrivateMail(frame, epsilon=cfg.epsilon, delta=cfg.delta, _rng=cfg.seed + 7)
     out, client_ms = _timed(lambda i: client.request(Xq[i], int(yq_c[i]), pa, collection=name), n_query, cfg.warmup)
     r = Requests(shape=answer_shape(cfg, C, info), client_ms=client_ms,
@@ -95,10 +102,6 @@ def _location(r: Requests, x: _Ctx) -> None:
     """The location release's client and requests, when the run publishes its cells."""
     if not x.info.get("public_locations"):
         return
-    from ..client.location import PrivateLocationKNN
-    from ..manifold.public_cells import PublicCells
-    from ..privacy import secure_generator
-    from ..protocol.published_codes import unpack
 
     cfg, Xq = x.cfg, x.Xq
     pc = unpack(x.info["product_codes"], x.info["class_rows"]["codes"]["digest"])
@@ -113,10 +116,6 @@ def _cells(r: Requests, x: _Ctx) -> None:
     """The cell release's client and requests, when the run publishes its cells."""
     if not x.info.get("public_cells"):
         return
-    from ..client.cell_client import PrivateCellKNN
-    from ..manifold.public_cells import PublicCells
-    from ..privacy import secure_generator
-    from ..privacy.cell_release import max_cells_for
 
     cfg, Xq, yq_c, shape = x.cfg, x.Xq, x.yq_c, r.shape
     cells_client = PrivateCellKNN(PublicCells.from_dict(x.info["public_cells"]), cfg.epsilon,
@@ -133,9 +132,6 @@ def _gaussian(r: Requests, x: _Ctx) -> None:
     frames_doc = x.info.get("class_frames")
     if not frames_doc:
         return
-    from ..client.query import PrivateKNN
-    from ..manifold.class_frames import ClassFrames
-    from ..privacy import secure_generator
 
     cfg, Xq, yq_c, pa = x.cfg, x.Xq, x.yq_c, x.pa
     pmv = PrivateKNN(ClassFrames.from_dict(frames_doc), pa.dummy_features, pa.dummy_labels, cfg.epsilon,

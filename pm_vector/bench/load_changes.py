@@ -14,6 +14,7 @@ applied (``n`` read before ``q``: a change committed in between only makes the c
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import threading
 import time
 import uuid
@@ -21,6 +22,12 @@ from typing import Any, Callable
 
 import numpy as np
 from psycopg import sql
+
+import pm_vector.db as db
+from ..db.runs.jobs import anchor_frame_embed_fn
+from ..db.store.attach import sync_status
+from .attach_bench import Changes
+from .latency import N_FINE, clustered
 
 
 def _pct(v: list[float], q: float) -> float | None:
@@ -58,12 +65,6 @@ class ChangeStream:
 
     def prepare(self) -> "ChangeStream":
         """The table made, filled and attached, its anchor sets registered and the default job run."""
-        import pm_vector.db as db
-
-        from ..db.runs.jobs import anchor_frame_embed_fn
-        from .attach_bench import Changes
-        from .latency import N_FINE, clustered
-
         t0 = time.perf_counter()
         classes = 10
         X, y = clustered(self.items + 20_000, self.dim, N_FINE, seed=self.seed + 2)
@@ -90,8 +91,6 @@ class ChangeStream:
 
     def close(self) -> None:
         """The stream stopped, the collection and the table dropped."""
-        import pm_vector.db as db
-
         self.stop()
         if getattr(self, "_conn", None) is None:
             return
@@ -102,8 +101,6 @@ class ChangeStream:
             self._conn.close()
 
     def _status(self) -> dict[str, Any]:
-        from ..db.store.attach import sync_status
-
         return sync_status(self.name)
 
     def warm(self, timeout: float = 600.0) -> float:
@@ -120,8 +117,6 @@ class ChangeStream:
 
     # ----------------------------------------------------------------------------- the stream
     def _writer(self) -> None:
-        import pm_vector.db as db
-
         w = db.connect(autocommit=True)
         try:
             t_start, k = time.perf_counter(), 0
@@ -211,10 +206,6 @@ def pass_beside(items: int = 20_000, dim: int = 128, changes: int = 5, rounds: i
     process), beside a process spinning Python (the CPU shared only). Each row: the wall seconds
     and the syncing thread's CPU seconds. Why the service's sync passes run in a process of their
     own (:class:`pm_vector.service.sync_worker.SyncProcess`)."""
-    import multiprocessing as mp
-
-    import pm_vector.db as db
-
     ctx = mp.get_context("spawn")
     rows = []
     with ChangeStream(items, dim, 5.0, say=say) as cs:

@@ -34,9 +34,26 @@ import uuid
 from typing import Any, Callable
 from urllib.parse import urlparse
 
+import aiohttp
+import httpx
 import numpy as np
+import psutil
 
 from ..protocol.codec import MSGPACK, encode
+from .. import db
+from ..client.budget import MemoryBudget
+from ..client.http import Client
+from ..datasets import Dataset, load_dataset, split_dataset
+from ..db.runs.jobs import anchor_frame_embed_fn
+from ..service.auth import create_key, revoke_key
+from ..service.runner import free_port
+from .demo import prepare_collection
+from .load_changes import ChangeStream
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+    uvloop = None
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -44,8 +61,6 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 def synthetic_split(n_classes: int, *, dim: int = 32, per_class_server: int = 40, per_class_anchor: int = 4,
                     per_class_dummy: int = 2, per_class_query: int = 1, seed: int = 0):
     """A :class:`~pm_vector.datasets.Split` of unit-norm Gaussian clusters, ``n_classes`` classes."""
-    from ..datasets import Dataset, split_dataset
-
     rng = np.random.default_rng(seed)
     per = per_class_server + per_class_anchor + per_class_dummy + per_class_query
     centres = rng.standard_normal((n_classes, dim))
@@ -59,18 +74,12 @@ def synthetic_split(n_classes: int, *, dim: int = 32, per_class_server: int = 40
 
 def _split_for(n_classes: int, seed: int):
     if n_classes == 10:
-        from ..datasets import load_dataset, split_dataset
-
         return split_dataset(load_dataset("digits"), 1000, 300, 150, 20, seed=seed)
     return synthetic_split(n_classes, seed=seed)
 
 
 def prepare(n_classes: int, *, seed: int = 0, n_components: int = 8) -> tuple[str, Any]:
     """Create and embed a collection with ``n_classes`` classes; returns ``(name, split)``."""
-    from .. import db
-    from ..db.runs.jobs import anchor_frame_embed_fn
-    from .demo import prepare_collection
-
     split = _split_for(n_classes, seed)
     name = f"load_c{n_classes}_{uuid.uuid4().hex[:6]}"
     prepare_collection(name, split)
@@ -88,10 +97,6 @@ class _CPU:
         self.children_of = children_of
 
     def _sample(self) -> dict[int, float] | None:
-        try:
-            import psutil
-        except ImportError:  # psutil not installed: CPU is reported as unknown (None)
-            return None
         procs = []
         for pid in self.pids:
             try:
@@ -126,8 +131,6 @@ class _CPU:
 
 def _db_postmaster() -> int | None:
     """PID of the embedded PostgreSQL server (its backends do the database's share of the work)."""
-    from .. import db
-
     try:
         st = db.status()
     except Exception:  # noqa: BLE001 - an external database: its CPU is not ours to read
@@ -140,8 +143,6 @@ async def _drive(urls: list[str] | str, api_key: str, name: str, bodies: list[by
     """``concurrency`` clients, each on its own keep-alive connection (aiohttp: its C HTTP parser
     costs the generator ~4x less CPU per request than httpx, and the generator shares the machine
     with the service it measures)."""
-    import aiohttp
-
     lat: list[float] = []
     errors: dict[str, int] = {}
     answer_bytes: list[int] = []
@@ -190,9 +191,7 @@ async def _drive(urls: list[str] | str, api_key: str, name: str, bodies: list[by
 
 def _run_async(coro):
     """``asyncio.run`` on uvloop when installed (the service's own loop: less generator CPU)."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+    if uvloop is None:  # pragma: no cover - uvloop is a dependency except on Windows
         return asyncio.run(coro)
     return uvloop.run(coro)
 
@@ -201,8 +200,6 @@ class _Subprocess:
     """``pm-vector serve`` in a child process on a free loopback port."""
 
     def __init__(self, pool_max: int):
-        from ..service.runner import free_port
-
         self.port = free_port()
         code = "import typer; from pm_vector.cli.service import serve; typer.run(serve)"  # == `pm-vector serve`
         cmd = [sys.executable, "-c", code, "--host", "127.0.0.1",
@@ -211,8 +208,6 @@ class _Subprocess:
         self.url = f"http://127.0.0.1:{self.port}"
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        import httpx
-
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
             if self.proc.poll() is not None:
@@ -272,18 +267,11 @@ def run_load(classes=(10, 100), *, concurrency: int = 32, requests: int = 500, d
     table of ``attached_items`` rows of ``vector(attached_dim)`` receives that many changes a second
     during each C's load, and each result's ``sync`` gives the service's sync lag
     (:class:`pm_vector.bench.load_changes.ChangeStream`)."""
-    from .. import db
-    from ..client.budget import MemoryBudget
-    from ..client.http import Client
-    from ..service.auth import create_key, revoke_key
-
     say = log or (lambda s: None)
     _check_load_args(concurrency, requests, duration, n_distinct, url, workers)
     db.start()
     stream = None
     if changes_rate:
-        from .load_changes import ChangeStream
-
         stream = ChangeStream(attached_items, attached_dim, changes_rate, seed=seed, say=say)
     key = None
     svcs: list[_Subprocess] = []

@@ -22,14 +22,14 @@ import numpy as np
 from ..client.location import PrivateLocationKNN
 from ..privacy import secure_generator
 from .metrics import wire_bytes
+from ..db.runs.locations import build
+from ..neighbors import neighbor_graph
+from ..privacy.location import location_weight
+from ..shortlist import CELL_GRAPH_DEGREE, location_list
 
 
 def location_state(ctx):
     """``(LocationsData, ProductCodes, codes)`` of the benchmark's split (cached on ``ctx``)."""
-    from ..db.runs.locations import build
-    from ..neighbors import neighbor_graph
-    from ..shortlist import CELL_GRAPH_DEGREE
-
     def fit():
         graph = neighbor_graph(ctx.Xs, CELL_GRAPH_DEGREE)
         return build(ctx.Xa, ctx.Xs, np.arange(len(ctx.Xs)), neighbors=graph)
@@ -42,9 +42,6 @@ def location_state(ctx):
 def answer_table(ctx, M: int, eps: float, S: int) -> list[np.ndarray]:
     """The server's answer to every report at level M (positions): a location answer is a public
     function of the report (cached on ``ctx``)."""
-    from ..privacy.location import location_weight
-    from ..shortlist import location_list
-
     data, _, _ = location_state(ctx)
 
     def build():

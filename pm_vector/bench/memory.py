@@ -21,7 +21,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+import httpx
 import numpy as np
+
+from .. import db
+from ..db import postgres
+from ..db.kahm.roles import fit_kahm_models
+from ..service.auth import create_key
+from ..service.runner import free_port
+from ._home import private_home
 
 
 @dataclass
@@ -62,8 +70,6 @@ def body_of(cfg: MemoryConfig) -> tuple[bytes, int]:
 
 
 def _wait_up(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    import httpx
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -80,15 +86,6 @@ def _wait_up(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
 def run(cfg: MemoryConfig, progress: Callable[[str], None] | None = None,
         env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run the benchmark (module doc); ``env``: extra environment of the service process."""
-    import httpx
-
-    from .. import db
-    from ..db import postgres
-    from ..db.kahm.roles import fit_kahm_models
-    from ..service.auth import create_key
-    from ..service.runner import free_port
-    from ._home import private_home
-
     say = progress or (lambda s: None)
     proc = None
     with private_home("pm_bench_memory_", stop=postgres.stop):

@@ -23,6 +23,8 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ..deprecation import renamed_keywords
+from ..client.query import rerank
+from ..protocol.codec import MSGPACK, encode
 
 __all__ = [
     "wire_answer_bytes",
@@ -272,8 +274,6 @@ def rerank_precision(results: list[dict], query_features, query_labels, k: int =
 
     ``results``: the real row of each query (``secret.pick(resolve(...)["rows"])``, resolved
     with ``k' >= k`` and ``include_features=True``)."""
-    from ..client.query import rerank
-
     yq = np.asarray(query_labels)
     plain, rer = [], []
     for r, x, y in zip(results, np.asarray(query_features), yq):
@@ -294,8 +294,6 @@ WIRE_ID_DTYPE = np.uint32
 
 def wire_bytes(doc) -> int:
     """Bytes of ``doc`` on the wire as msgpack (:func:`pm_vector.protocol.codec.encode`)."""
-    from ..protocol.codec import MSGPACK, encode
-
     return len(encode(doc, MSGPACK))
 
 

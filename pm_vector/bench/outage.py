@@ -15,6 +15,7 @@ database every 20 ms to note when it accepts connections again. Reported:
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import statistics
@@ -23,6 +24,22 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+from .. import db
+from ..client.http import Client
+from ..datasets import load_dataset, split_dataset
+from ..db import postgres
+from ..db.postgres import status
+from ..db.postgres.config import pgdata_dir
+from ..db.runs.jobs import anchor_frame_embed_fn
+from ..service.auth import create_key
+from ..service.runner import ServiceThread
+from ..service.settings import ServiceSettings
+from ._home import private_home
+from .demo import prepare_collection
+
+import httpx
+import psycopg
 
 
 @dataclass
@@ -75,9 +92,6 @@ def kill_postmaster(pgdata: Path, wait: float = 10.0) -> int:
 
 def kill_embedded_server(wait: float = 10.0) -> int:
     """:func:`kill_postmaster` of the embedded server of ``PM_VECTOR_HOME``."""
-    from ..db.postgres import status
-    from ..db.postgres.config import pgdata_dir
-
     if not status()["pid"]:
         raise RuntimeError("the embedded server is not running")
     return kill_postmaster(pgdata_dir(), wait)
@@ -90,8 +104,6 @@ class Prober:
 
     def __init__(self, base: str, collection: str, key: str, body: str, *, interval: float = 0.05,
                  health_every: int = 5, timeout: float = 30.0):
-        import httpx
-
         self.client = httpx.Client(timeout=timeout)
         self.url = f"{base}/collections/{collection}/resolve"
         self.health_url = f"{base}/health"
@@ -137,8 +149,6 @@ class Prober:
 def wait_accepting(url: str, stop: threading.Event, every: float = 0.02) -> float | None:
     """Connect to ``url`` every ``every`` seconds until a connection succeeds; return that
     moment (monotonic), or None if ``stop`` was set first."""
-    import psycopg
-
     while not stop.is_set():
         t = time.monotonic()
         try:
@@ -169,19 +179,6 @@ def summarize(records: list[tuple[float, float, str, int | None]], t_kill: float
 
 
 def run(cfg: OutageConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    import json
-
-    from .. import db
-    from ..client.http import Client
-    from ..datasets import load_dataset, split_dataset
-    from ..db import postgres
-    from ..db.runs.jobs import anchor_frame_embed_fn
-    from ..service.auth import create_key
-    from .demo import prepare_collection
-    from ..service.runner import ServiceThread
-    from ..service.settings import ServiceSettings
-    from ._home import private_home
-
     say = progress or (lambda s: None)
     with private_home("pm_bench_outage_", stop=postgres.stop):
         say("starting a private embedded server and a digits collection")

@@ -29,6 +29,8 @@ from ..shortlist import PosteriorShortlist, noise_free_shortlist
 from . import cell_methods
 from .baselines import ReferenceClassLDP, knn_search
 from .metrics import wire_answer_bytes, wire_bytes, wire_request_bytes
+from ..kahm import KAHMClassifier
+from ..manifold.partitions import PublicPartitions
 
 
 def _seed(cfg, method: str, eps) -> int:
@@ -57,7 +59,6 @@ class _Context:
         self.Xq, self.yq = split.query
         self.partitions = None
         if cfg.partitions is not None:
-            from ..manifold.partitions import PublicPartitions
             # the classes are the public partitions: every part's items get theirs from their features
             self.partitions = PublicPartitions(cfg.partitions, random_state=cfg.seed).fit(self.Xa)
             self.ys, self.ya, self.yd, self.yq = (self.partitions.predict(X) for X in
@@ -96,7 +97,6 @@ class _Context:
     @property
     def classifier(self):
         def build():
-            from ..kahm import KAHMClassifier
             return KAHMClassifier().fit(self.Xa, self.ya)
         return self.get("KAHM classifier", build)
 

@@ -43,8 +43,17 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import numpy as np
+import psutil
+from psycopg import sql
 
 from ..errors import InvalidInputError
+import pm_vector.db as db
+from ..db import _binary
+from ..db.run_tables import run_table
+from ..db.runs.jobs import anchor_frame_embed_fn
+from ..manifold import AnchorFrame
+from ..neighbors import knn_search
+from .latency import N_FINE, clustered
 
 
 @dataclass
@@ -70,8 +79,6 @@ def _rss_mb() -> float | None:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
     except (OSError, ValueError, IndexError):
         try:
-            import psutil  # type: ignore[import-not-found]
-
             return psutil.Process().memory_info().rss / 2**20
         except Exception:  # noqa: BLE001
             return None
@@ -139,12 +146,6 @@ def time_per_doubling(sizes, seconds) -> float:
 
 
 def run(cfg: ScaleConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    import pm_vector.db as db
-
-    from ..db.runs.jobs import anchor_frame_embed_fn
-    from ..manifold import AnchorFrame  # noqa: F401  torch is loaded before any memory is measured
-    from .latency import N_FINE, clustered
-
     say = progress or (lambda _m: None)
     sizes = sorted(int(n) for n in cfg.sizes)
     if len(sizes) < 2 or sizes[0] < 1 or len(set(sizes)) != len(sizes):
@@ -221,8 +222,6 @@ def exact_neighbors(X: np.ndarray, rows: np.ndarray, g: int, block: int = 100_00
     """``(len(rows), g)`` positions of the ``g`` exact nearest *other* items of ``X[rows]``
     (float64 distances, ties by the lower position), by brute force against blocks of ``block``
     items: memory ``len(rows) x block``, never ``n x n`` nor a float64 copy of ``X``."""
-    from ..neighbors import knn_search
-
     Q = np.asarray(X[rows], dtype=np.float64)
     n = X.shape[0]
     k = min(g + 1, n)
@@ -243,14 +242,6 @@ def exact_neighbors(X: np.ndarray, rows: np.ndarray, g: int, block: int = 100_00
 def _graph_recall(name: str, run_id: int, n: int, cfg: ScaleConfig) -> dict[str, Any]:
     """The run's graph method and its recall against the exact graph on ``cfg.recall_sample``
     random items (the data regenerated from the seed; item ids checked against the features)."""
-    import pm_vector.db as db
-
-    from psycopg import sql
-
-    from ..db import _binary
-    from ..db.run_tables import run_table
-    from .latency import N_FINE, clustered
-
     with db.connect() as conn:
         doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s",
                            [int(run_id)]).fetchone()[0] or {}

@@ -95,7 +95,10 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import InvalidInputError
-from .writes_targets import Change
+from .writes_targets import Change, PgvectorTarget, PmVectorTarget
+import pm_vector.db as db
+from . import writes_reuse
+from .latency import N_FINE, clustered
 
 PATHS = ("attached", "api")
 
@@ -196,8 +199,6 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
     """One stream of ``ops`` against ``target`` (module doc): a writer (paced at ``rate``, or as fast
     as it can with None), the checker (with ``check``), the query threads and a status sampler.
     Returns the raw figures."""
-    import pm_vector.db as db
-
     lock = threading.Lock()
     pending: dict[int, Change] = {}
     committed: list[Change] = []
@@ -386,10 +387,6 @@ def _victims(pm, cfg: WritesConfig, rng, say) -> list[int]:
 def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The benchmark (module doc); returns the JSON-able result: ``pm_vector`` and (with
     ``compare_pgvector``) ``pgvector_hnsw`` of the first rate, and ``by_rate`` (every rate's)."""
-    from . import writes_reuse
-    from .latency import N_FINE, clustered
-    from .writes_targets import PgvectorTarget, PmVectorTarget
-
     say = progress or (lambda _m: None)
     check_config(cfg)
     rates = [float(r) for r in cfg.rates]

@@ -29,6 +29,19 @@ import numpy as np
 from psycopg import sql
 
 from ..db.run_tables import run_table
+import pm_vector.db as db
+from . import writes_reuse
+from .._validation import normalize_rows
+from ..client.location import PrivateLocationKNN
+from ..db.resolve.resolution import public_anchor, resolve
+from ..db.runs import delta as _delta
+from ..db.runs.jobs import anchor_frame_embed_fn, anchor_frame_extend_fn, index_build_mem_mb
+from ..manifold.public_cells import PublicCells
+from ..privacy import secure_generator
+from ..privacy.location import plan as location_plan
+from ..protocol.location import LocationRequest
+from ..protocol.published_codes import unpack
+from ..service.sync_worker import SyncWorker
 
 #: the items of the plain pgvector check's answer (``LIMIT k``), as the private queries' k
 K = 8
@@ -81,10 +94,6 @@ class PmVectorTarget:
 
     def __init__(self, tag: str, X: np.ndarray, y: np.ndarray, items: int, anchor: np.ndarray, anchor_y: np.ndarray,
                  *, path: str, epsilon: float, seed: int, sync_interval_s: float, say, reuse: bool = False):
-        import pm_vector.db as db
-
-        from . import writes_reuse
-
         self.X, self.y, self.items, self.path = X, y, int(items), path
         self.epsilon, self.seed = float(epsilon), int(seed)
         self.sync_interval_s, self.say, self.reuse = float(sync_interval_s), say, bool(reuse)
@@ -115,10 +124,6 @@ class PmVectorTarget:
 
     def _build(self, X, y, items, anchor, anchor_y, path, seed, say) -> None:
         """The collection set up (module doc), its job run."""
-        import pm_vector.db as db
-
-        from ..db.runs.jobs import anchor_frame_embed_fn
-
         t = time.perf_counter()
         if path == "attached":
             self._conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, embedding vector({}), category int)"
@@ -144,13 +149,6 @@ class PmVectorTarget:
     def _plan(self) -> None:
         """The public location cells and codes, and the check's plan: the finest published level,
         the candidates and code width the public rule gives there (50 kB, no payloads)."""
-        import pm_vector.db as db
-
-        from ..db.resolve.resolution import public_anchor
-        from ..manifold.public_cells import PublicCells
-        from ..privacy.location import plan as location_plan
-        from ..protocol.published_codes import unpack
-
         info = public_anchor(self.name)[1]
         self.cells = PublicCells.from_dict(info["public_locations"])
         self.widths = unpack(info["product_codes"], info["class_rows"]["codes"]["digest"]).widths_
@@ -164,15 +162,10 @@ class PmVectorTarget:
     # ------------------------------------------------------------------ the cells and their answers
     def cell_of(self, rows) -> np.ndarray:
         """The cell at the check's level of each data row (the client's :meth:`locate`)."""
-        from .._validation import normalize_rows
-
         return np.asarray(self.cells.assign(normalize_rows(np.asarray(self.X[rows], np.float64)), 0, self.level))
 
     def _answer(self, conn, cell: int) -> set:
         """The ids of the answer to the location request of ``cell`` (the check's plan), unlogged."""
-        from ..db.resolve.resolution import resolve
-        from ..protocol.location import LocationRequest
-
         req = LocationRequest(report=int(cell), level=self.level, epsilon=self.epsilon,
                               locations_digest=self.cells.digest(), candidates=self.candidates,
                               code_bytes=self.code_bytes, collection=self.name)
@@ -181,8 +174,6 @@ class PmVectorTarget:
     def answerable(self, keys) -> list[int]:
         """Of ``keys`` (initial items), those whose own cell's answer holds them now: the victims of
         updates and deletes are drawn from these, so that a change's check can see it happen."""
-        import pm_vector.db as db
-
         keys = np.asarray(list(keys), np.int64)
         cells = self.cell_of(keys - 1)
         out = []
@@ -200,9 +191,6 @@ class PmVectorTarget:
         set to itself, on a key no stream changes) applied before any stream."""
         if self.path != "attached":
             return
-        import pm_vector.db as db
-
-        from ..service.sync_worker import SyncWorker
 
         self.worker = SyncWorker(db.database_url(), self.sync_interval_s).start()
         warm = self.items  # the last initial key: never a victim (writes_bench draws them below it)
@@ -216,8 +204,6 @@ class PmVectorTarget:
         self.setup["sync_worker_leads"] = bool(self.worker.leader)
 
     def writer(self):
-        import pm_vector.db as db
-
         return db.connect()
 
     def apply(self, conn, batch: list[Change]) -> None:
@@ -244,10 +230,6 @@ class PmVectorTarget:
         self._apply_api(batch)
 
     def _apply_api(self, batch: list[Change]) -> None:
-        import pm_vector.db as db
-
-        from ..db.runs.jobs import anchor_frame_extend_fn
-
         ins = [c for c in batch if c.kind == "insert"]
         if ins:
             # the new items are placed in the active run's delta after their commit (its extension)
@@ -282,8 +264,6 @@ class PmVectorTarget:
         first ``n_committed - queued`` are (:func:`pm_vector.db.sync_status`). The others' answers
         cannot have changed, and building their cells' answers again after every sync would take
         the checks' time (and the machine's) from the sync they wait for."""
-        import pm_vector.db as db
-
         if self.path == "attached":
             applied = n_committed - db.sync_status(self.name)["queued"]
             pending = [c for c in pending if c.seq < applied]
@@ -326,30 +306,21 @@ class PmVectorTarget:
 
     def query_client(self, seed: int):
         """A private client of the location release (the default plan: 50 kB, the collection's size)."""
-        from ..client.location import PrivateLocationKNN
-        from ..privacy import secure_generator
-
         client = PrivateLocationKNN(self.cells, self.epsilon, n_items=self.items, widths=self.widths,
                                     collection=self.name)
         return client._inject_generator(secure_generator(seed))
 
     def query(self, conn, client, x) -> None:
         """One private query: the client's report of ``x``, resolved (and logged) as the service does."""
-        from ..db.resolve.resolution import resolve
-
         resolve(self.name, client.request(x), conn=conn, log=True)
 
     def settled(self) -> bool:
         """Whether every committed change is applied: the queue empty on the attached path."""
-        import pm_vector.db as db
-
         return self.path != "attached" or db.sync_status(self.name)["queued"] == 0
 
     def status(self) -> dict[str, Any]:
         """A sample of what the engine says of its pending writes: today
         :func:`pm_vector.db.sync_status` on the attached path (nothing on the API path)."""
-        import pm_vector.db as db
-
         if self.path != "attached":
             return {}
         s = db.sync_status(self.name)
@@ -360,11 +331,6 @@ class PmVectorTarget:
         rows when the stream ends (new items' entries and tombstones,
         :func:`pm_vector.db.runs.delta.status`), and ``merge_s``, the bulk merge of that delta
         (:func:`pm_vector.db.merge`, timed here; queries keep running on the previous base)."""
-        import pm_vector.db as db
-
-        from ..db.runs import delta as _delta
-        from ..db.runs.jobs import anchor_frame_embed_fn, anchor_frame_extend_fn
-
         with db.connect() as conn:
             st = _delta.status(conn, self.name)
         delta_size = None if st is None else int(st["delta_items"] or 0) + int(st["pending_purge"] or 0)
@@ -383,8 +349,6 @@ class PmVectorTarget:
         return out
 
     def close(self) -> None:
-        import pm_vector.db as db
-
         try:
             if self.worker is not None:
                 self.worker.stop()
@@ -402,11 +366,6 @@ class PgvectorTarget:
     system = "pgvector_hnsw"
 
     def __init__(self, tag: str, X: np.ndarray, items: int, say, source: sql.Composable | None = None):
-        import pm_vector.db as db
-
-        from ..db.runs.jobs import index_build_mem_mb
-        from . import writes_reuse
-
         self.X, self.items, self.reuse = X, int(items), source is not None
         self.table = sql.Identifier("public", f"bench_writes_pgv_{tag}")
         self._conn = db.connect(autocommit=True)
@@ -439,8 +398,6 @@ class PgvectorTarget:
         pass
 
     def writer(self):
-        import pm_vector.db as db
-
         return db.connect(autocommit=True)
 
     def apply(self, conn, batch: list[Change]) -> None:

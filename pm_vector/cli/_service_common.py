@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 err = Console(stderr=True)
 
 
 def fail(msg: str, code: int = 2) -> None:
-    from rich.markup import escape
-
     err.print(f"[bold red]error:[/] {escape(msg)}")  # a message (a server's, say) is text, not markup
     raise typer.Exit(code)
 
@@ -23,8 +23,6 @@ def fail(msg: str, code: int = 2) -> None:
 def _json_value(v):
     """What json cannot write itself: numpy arrays and scalars (a msgpack answer's) as lists and
     numbers, anything else as its str."""
-    import numpy as np
-
     if isinstance(v, np.ndarray):
         return v.tolist()
     if isinstance(v, np.generic):

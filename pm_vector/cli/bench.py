@@ -4,12 +4,13 @@ This module holds the ``bench`` group and its shared helpers, and ``privacy``, `
 ``scale``; ``kahm``, ``cluster`` and ``accounting`` (:mod:`pm_vector.cli.bench_kahm`,
 :mod:`~pm_vector.cli.bench_cluster`, :mod:`~pm_vector.cli.bench_accounting`), ``outage`` and
 ``memory`` (:mod:`~pm_vector.cli.bench_service`) and ``load`` (:mod:`~pm_vector.cli.service`)
-register themselves on the group."""
+register themselves on the group, whose table :data:`BENCH_COMMANDS` imports them when they run."""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -18,8 +19,30 @@ from rich.progress import Progress
 from rich.table import Table
 
 from ..errors import PMVectorError
+from ._lazy import lazy_group
+from ..bench.latency import LatencyConfig
+from ..bench.privacy_bench import DEFAULT_SHORTLIST, BenchConfig, parse_epsilons, parse_methods, plot as draw
+from ..bench.scale import ScaleConfig
+from ..bench import latency as latency_bench, privacy_bench, scale as scale_bench
+from ..datasets import load_arrays, load_dataset, split_dataset, subsample
+from ..db.runs.class_rows import params as class_rows_params
+from ..manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES
+from ..manifold.partitions import DEFAULT_PARTITIONS
+from ..protocol import releases
 
-bench_app = typer.Typer(help="Benchmarks: each prints a table, or one JSON object with --json.", no_args_is_help=True)
+#: the benchmarks of other modules, in the order of ``pm-vector bench --help`` (after this module's)
+BENCH_COMMANDS = {
+    "kahm": ("pm_vector.cli.bench_kahm", "bench_app"),
+    "cluster": ("pm_vector.cli.bench_cluster", "bench_app"),
+    "accounting": ("pm_vector.cli.bench_accounting", "bench_app"),
+    "outage": ("pm_vector.cli.bench_service", "bench_app"),
+    "memory": ("pm_vector.cli.bench_service", "bench_app"),
+    "hostile": ("pm_vector.cli.bench_service", "bench_app"),
+    "writes": ("pm_vector.cli.bench_writes", "bench_app"),
+    "load": ("pm_vector.cli.service", "load"),
+}
+bench_app = typer.Typer(help="Benchmarks: each prints a table, or one JSON object with --json.",
+                        cls=lazy_group(BENCH_COMMANDS), no_args_is_help=True)
 err = Console(stderr=True)
 
 DEFAULT_SIZES = {"digits": (1000, 300, 150, 300), "fashion-mnist": (10000, 1000, 500, 500),
@@ -33,8 +56,6 @@ def fail(msg: str) -> None:
 
 def _privacy_options(epsilons: str, methods: str | None, plot: Path | None, code_bytes: int, code_widths: str) -> tuple:
     """``bench privacy``'s options checked as typer parameters: returns (the epsilons, the methods)."""
-    from ..bench.privacy_bench import parse_epsilons, parse_methods
-
     try:
         eps = parse_epsilons(epsilons)
     except PMVectorError as e:
@@ -46,12 +67,10 @@ def _privacy_options(epsilons: str, methods: str | None, plot: Path | None, code
     if plot is not None and plot.suffix.lower() != ".png":
         raise typer.BadParameter(f"the plot is written as PNG; give a .png file name (got {str(plot)!r}).",
                                  param_hint="--plot")
-    from ..manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES
 
     if not MIN_CODE_BYTES <= code_bytes <= MAX_CODE_BYTES:
         raise typer.BadParameter(f"the code size must be {MIN_CODE_BYTES} to {MAX_CODE_BYTES} bytes; got {code_bytes}.",
                                  param_hint="--code-bytes")
-    from ..db.runs.class_rows import params as class_rows_params
 
     try:
         widths = tuple(int(w) for w in code_widths.split(",") if w.strip()) if code_widths.strip() else ()
@@ -67,9 +86,6 @@ def _privacy_config(eps, delta: float, k: int, shortlist: int, seed: int, chosen
     """``bench privacy``'s :class:`~pm_vector.bench.privacy_bench.BenchConfig` from its options (the
     code's stages from its size: 16-byte stages when a multiple of 16; without labels, public
     partitions, 10 by default)."""
-    from ..bench.privacy_bench import BenchConfig
-    from ..manifold.partitions import DEFAULT_PARTITIONS
-
     return BenchConfig(epsilons=eps, delta=delta, k=k, shortlist=shortlist, seed=seed, methods=chosen,
                        max_prior=max_prior, graph_degree=graph_degree, n_cells=cells, code_bytes=code_bytes,
                        code_stages=(code_bytes // 16 if code_bytes % 16 == 0 and code_bytes >= 32 else
@@ -83,9 +99,6 @@ def _privacy_split(dataset: str, features: Path | None, labels: Path | None, max
     """``bench privacy``'s data: the built-in dataset or the user's files (subsampled), split into
     server / anchor / dummy / query parts (the sizes ``given``, else the dataset's defaults, else
     shares of its items). Returns (dataset, sizes, split, the default shortlist k')."""
-    from ..bench.privacy_bench import DEFAULT_SHORTLIST
-    from ..datasets import load_arrays, load_dataset, split_dataset, subsample
-
     if features is not None or labels is not None:
         if features is None:
             fail("--labels needs --features (the features file the labels belong to).")
@@ -159,10 +172,6 @@ def privacy(
 
     Example: pm-vector bench privacy --dataset fashion-mnist --json --plot out.png
     """
-    import time
-
-    from ..bench.privacy_bench import plot as draw, run
-
     eps, chosen, widths = _privacy_options(epsilons, methods, plot, code_bytes, code_widths)
     try:
         if partitions is not None and partitions < 2:
@@ -179,8 +188,8 @@ def privacy(
                   "; split "
                   f"server/anchor/dummy/query = {sizes}, seed {seed}; k'={cfg.shortlist}, k={k}")
         t0 = time.perf_counter()
-        result = run(split, cfg, progress=lambda m: err.print(f"[{time.perf_counter() - t0:7.1f}s] {m}",
-                                                              highlight=False, soft_wrap=True))
+        result = privacy_bench.run(split, cfg, progress=lambda m: err.print(
+            f"[{time.perf_counter() - t0:7.1f}s] {m}", highlight=False, soft_wrap=True))
         if plot is not None:
             draw(result, plot)
             err.print(f"plot written to {plot}")
@@ -193,8 +202,6 @@ def privacy(
 
 
 def _print_privacy_table(result: dict) -> None:
-    from ..protocol import releases  # the CLI starts without numpy and scipy; this loads them
-
     k = result["k"]
     kb = result["collection_bytes"] / 1e3
     t = Table(title=f"{result['dataset']}: k'={result['shortlist']} candidates re-ranked to {k}, "
@@ -276,12 +283,10 @@ def latency(
 
     Example: pm-vector bench latency --items 100000 --rows 10,100 --json
     """
-    from ..bench.latency import LatencyConfig, run
-
     cfg = LatencyConfig(items=items, anchors=anchors, rows=parse_ints(rows, "--rows"), data=data, dim=dim, k=k,
                         repeats=repeats, epsilon=epsilon, shortlist=shortlist, graph_degree=graph_degree,
                         max_prior=max_prior, seed=seed, release=release, answer=answer)
-    result = run_with_spinner("latency", run, cfg, as_json)
+    result = run_with_spinner("latency", latency_bench.run, cfg, as_json)
     if result is None:
         return
     t = Table(title=f"latency: {result['items']:,} items ({result['data']}, {result['dim']} dims), "
@@ -378,13 +383,11 @@ def scale(
 
     Example: pm-vector bench scale --sizes 125000,250000,500000,1000000 --dim 128 --json
     """
-    from ..bench.scale import ScaleConfig, run
-
     cfg = ScaleConfig(sizes=parse_ints(sizes, "--sizes"), anchors=anchors, dim=dim, classes=classes,
                       n_components=n_components, repeats=repeats, hnsw_m=hnsw_m,
                       hnsw_ef_construction=hnsw_ef_construction, maintenance_work_mem=maintenance_work_mem, seed=seed,
                       graph=graph, graph_exact_max_items=graph_exact_max_items, recall_sample=recall_sample)
-    result = run_with_spinner("scale", run, cfg, as_json)
+    result = run_with_spinner("scale", scale_bench.run, cfg, as_json)
     if result is None:
         return
     t = Table(title=f"scale: embedding job ({result['anchors']} anchors, {result['dim']} dims); "

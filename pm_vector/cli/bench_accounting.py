@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .bench import run_printing, bench_app, err, fail
+from ..bench.accounting import run
 
 
 @bench_app.command("accounting")
@@ -24,8 +25,6 @@ def accounting(
 
     Example: pm-vector bench accounting --epsilons 1,4,16 --json
     """
-    from ..bench.accounting import run
-
     try:
         eps = [float(e) for e in epsilons.split(",") if e.strip()]
     except ValueError:

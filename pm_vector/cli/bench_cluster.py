@@ -9,6 +9,7 @@ from rich.table import Table
 
 from ._service_common import parse_floats
 from .bench import parse_ints, run_with_spinner, bench_app, err
+from ..bench.cluster import PARTS, ClusterBenchConfig, run
 
 
 @bench_app.command("cluster")
@@ -46,8 +47,6 @@ def cluster_bench(
 
     Example: pm-vector bench cluster --items 100000 --release location --changes 200 --json
     """
-    from ..bench.cluster import PARTS, ClusterBenchConfig, run
-
     if release not in PARTS:
         err.print(f"error: --release must be one of {', '.join(PARTS)}; got {release!r}.")
         raise typer.Exit(2)

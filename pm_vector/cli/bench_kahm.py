@@ -8,6 +8,9 @@ from rich.console import Console
 from rich.table import Table
 
 from .bench import run_printing, bench_app, fail
+from ..bench.anchor_bench import ANCHOR_SIZES, run_anchor_benchmark
+from ..bench.kahm_bench import run_kahm_benchmark
+from ..bench.kahm_roles_bench import run_federation_benchmark, run_scores_benchmark
 
 
 @bench_app.command("kahm")
@@ -37,8 +40,6 @@ def kahm(
 
     Example: pm-vector bench kahm --part timings --json
     """
-    from ..bench.kahm_bench import run_kahm_benchmark
-
     parts = ("all", "timings", "privacy", "anchor", "federation", "scores")
     if part not in parts:
         fail(f"--part must be one of {', '.join(parts)}; got {part!r}.")
@@ -75,8 +76,6 @@ def kahm(
 
 def _kahm_anchor(names, anchor_epsilons: str, n_queries, seed: int, noise_seed, as_json: bool,
                  smoothing_steps: int | None, anchor_unit: str = "row") -> None:
-    from ..bench.anchor_bench import ANCHOR_SIZES, run_anchor_benchmark
-
     names = [d for d in names if d in ANCHOR_SIZES]
     if not names:
         fail(f"--part anchor runs on {', '.join(ANCHOR_SIZES)}; pass --datasets with one of them.")
@@ -113,8 +112,6 @@ def _kahm_anchor(names, anchor_epsilons: str, n_queries, seed: int, noise_seed, 
 
 
 def _kahm_roles(part: str, names, epsilons: str, seed: int, noise_seed, as_json: bool) -> None:
-    from ..bench.kahm_roles_bench import run_federation_benchmark, run_scores_benchmark
-
     if part == "federation":
         ds = names[0] if len(names) == 1 else "mnist"
         try:

@@ -11,6 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from .bench import run_printing, bench_app, fail
+from ..bench.hostile import HostileConfig
+from ..bench.memory import MemoryConfig
+from ..bench.outage import OutageConfig
+from ..bench import hostile as hostile_bench, memory as memory_bench, outage as outage_bench
 
 
 @bench_app.command("outage")
@@ -29,13 +33,11 @@ def outage(
 
     Example: pm-vector bench outage --seconds 600 --json
     """
-    from ..bench.outage import OutageConfig, run
-
     try:
         cfg = OutageConfig(seconds=seconds, interval=interval, settle=settle)
     except ValueError as e:
         fail(str(e))
-    result = run_printing(lambda progress: run(cfg, progress), as_json)
+    result = run_printing(lambda progress: outage_bench.run(cfg, progress), as_json)
     if result is None:
         return
     t = Table(title=f"outage: database SIGKILLed for {result['outage_s']:g} s (restart took {result['restart_s']:g} s)")
@@ -72,13 +74,11 @@ def memory(
 
     Example: pm-vector bench memory --rounds 100 --parallel 6 --mb 13 --json
     """
-    from ..bench.memory import MemoryConfig, run
-
     try:
         cfg = MemoryConfig(rounds=rounds, parallel=parallel, mb=mb, dim=dim, items=items, idle_s=idle_s)
     except ValueError as e:
         fail(str(e))
-    result = run_printing(lambda progress: run(cfg, progress), as_json)
+    result = run_printing(lambda progress: memory_bench.run(cfg, progress), as_json)
     if result is None:
         return
     t = Table(title=f"memory: {rounds} rounds x {parallel} parallel /kahm/distances calls of {result['body_mb']} MB "
@@ -112,13 +112,11 @@ def hostile(
 
     Example: pm-vector bench hostile --queries 60 --candidates 300000 --json
     """
-    from ..bench.hostile import HostileConfig, run
-
     try:
         cfg = HostileConfig(queries=queries, candidates=candidates, row=row, epsilon=epsilon)
     except ValueError as e:
         fail(str(e))
-    result = run_printing(lambda progress: run(cfg, progress), as_json)
+    result = run_printing(lambda progress: hostile_bench.run(cfg, progress), as_json)
     if result is None:
         return
     t = Table(title=f"hostile: {candidates:,} candidates in one row of {result['tampered_answers']} answers, "

@@ -3,6 +3,7 @@ with plain pgvector HNSW (table and JSON; :mod:`pm_vector.bench.writes_bench`)."
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from .bench import bench_app, fail, run_printing
+from ..bench.writes_bench import WritesConfig, check_config, plot as draw, run
+from ..errors import PMVectorError
 
 
 def _rates(rate: float, rates: str | None) -> tuple[float, ...]:
@@ -99,9 +102,6 @@ def writes(
 
     Example: pm-vector bench writes --items 20000 --dim 128 --rate 10 --seconds 60 --compare-pgvector --json
     """
-    from ..bench.writes_bench import WritesConfig, check_config, plot as draw, run
-    from ..errors import PMVectorError
-
     if plot is not None and plot.suffix.lower() != ".png":
         raise typer.BadParameter(f"the plot is written as PNG; give a .png file name (got {str(plot)!r}).",
                                  param_hint="--plot")
@@ -119,8 +119,6 @@ def writes(
     if plot is not None:
         draw(result, plot)
     if as_json:
-        import json
-
         typer.echo(json.dumps(result))
         return
     con = Console()

@@ -16,6 +16,15 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 
 from ..errors import PMVectorError
+from ..db import postgres
+from ..db.postgres import cluster, connect, server
+from ..db.runs.jobs import anchor_frame_embed_fn, anchor_frame_extend_fn, run_embedding_job
+from ..db.runs.merge import merge as _merge
+from ..db.runs.new_items import embed_new_items
+from ..db.store.maintenance import cleanup_all, prune_request_log
+from ..db.store.payloads import set_max_payload_bytes
+from ..manifold import AnchorFrame
+from ..service.settings import ServiceSettings
 
 db_app = typer.Typer(help="The PostgreSQL + pgvector database: the embedded server (default) or PM_VECTOR_DATABASE_URL.",
                      no_args_is_help=True)
@@ -64,8 +73,6 @@ def start(as_json: bool = JSON_OPT,
 
     Examples: pm-vector db start --json; pm-vector db start --shards 2 --replicas 1
     """
-    from ..db.postgres import cluster, server
-
     if shards or replicas:
         if server.external_url():
             fail(f"{server.ENV_URL} is set: a local cluster is for the embedded mode. Register real shards on your "
@@ -108,8 +115,6 @@ def shard_add(name: str = typer.Argument(..., help="The shard's name (lower-case
 
     Example: pm-vector db shard-add s1 postgresql://pm@10.0.0.12:5432/pm_vector
     """
-    from ..db.postgres import cluster, connect
-
     with connect(autocommit=True) as conn:
         cli_call(cluster.register_shard, conn, name, url)
         rows = conn.execute("SELECT name, host, port, dbname FROM pm_vector.shards ORDER BY name").fetchall()
@@ -123,9 +128,6 @@ def stop(as_json: bool = JSON_OPT):
 
     Example: pm-vector db stop
     """
-    from ..db import postgres
-    from ..db.postgres import cluster, server
-
     if not server.external_url() and cluster.topology() is not None:
         emit(cli_call(postgres.stop_cluster), as_json, "pm_vector local cluster")
         return
@@ -140,8 +142,6 @@ def status(as_json: bool = JSON_OPT):
 
     Example: pm-vector db status --json
     """
-    from ..db.postgres import cluster, server
-
     if not server.external_url() and cluster.topology() is not None:
         _emit_cluster(cli_call(cluster.status), as_json)
         return
@@ -155,8 +155,6 @@ def url(as_json: bool = JSON_OPT,
 
     Example: psql "$(pm-vector db url)" -c 'SELECT * FROM pm_vector.pm_collections'
     """
-    from ..db.postgres import server
-
     u = cli_call(server.database_url)
     if hide_password:
         u = server.redact(u)
@@ -172,8 +170,6 @@ def upgrade(as_json: bool = JSON_OPT):
 
     Example: PM_VECTOR_DATABASE_URL=postgresql://me@db.example.org/pm pm-vector db upgrade
     """
-    from ..db import postgres
-
     emit(cli_call(postgres.upgrade), as_json, "pm_vector schema upgrade")
 
 
@@ -182,10 +178,6 @@ def _retention_days(older_than: Optional[float]) -> Optional[float]:
     default 30); None when that is 0 (keep forever: only rows of dropped collections go)."""
     if older_than is not None:
         return older_than
-    try:
-        from ..service.settings import ServiceSettings
-    except ImportError:  # the service extra is not installed: its default
-        return 30.0
     days = cli_call(ServiceSettings.from_env).request_log_retention_days
     return float(days) if days > 0 else None
 
@@ -201,8 +193,6 @@ def cleanup_cmd(as_json: bool = JSON_OPT,
 
     Example: pm-vector db cleanup --json
     """
-    from ..db.store.maintenance import cleanup_all
-
     days = _retention_days(None) if requests else None
     res = cli_call(cleanup_all, prune_requests=requests, retention_days=days)
     res["retention_days"] = days
@@ -222,8 +212,6 @@ def prune_requests(as_json: bool = JSON_OPT,
 
     Example: pm-vector db prune-requests --older-than 30
     """
-    from ..db.store.maintenance import prune_request_log
-
     days = _retention_days(older_than)
     n = cli_call(prune_request_log, days)
     if n is None:
@@ -241,16 +229,12 @@ def payload_limit(collection: str = typer.Argument(..., help="Collection name.")
 
     Example: pm-vector db payload-limit mycoll 512
     """
-    from ..db.store.payloads import set_max_payload_bytes
-
     emit(cli_call(set_max_payload_bytes, collection, max_payload_bytes), as_json, "payload bound")
 
 
 # ----------------------------------------------------------------------------- embed
 
 def frame_defaults() -> dict[str, Any]:
-    from ..manifold import AnchorFrame
-
     sig = inspect.signature(AnchorFrame.__init__)
     return {n: p.default for n, p in sig.parameters.items()
             if n not in ("self", "seed", "device") and p.default is not inspect.Parameter.empty
@@ -317,9 +301,6 @@ def embed(
 
     Example: pm-vector embed products --new-items
     """
-    from ..db.runs.jobs import anchor_frame_embed_fn, anchor_frame_extend_fn, run_embedding_job
-    from ..db.runs.new_items import embed_new_items
-
     given = {"n_components": n_components, "sigma": _sigma(sigma), "label_sigma": label_sigma, "alpha": alpha,
              "n_iter": n_iter, "n_extend_iter": n_extend_iter, "n_neighbors": n_neighbors}
     given = {k: v for k, v in given.items() if v is not None}
@@ -355,8 +336,6 @@ def merge(collection: str = typer.Argument(..., help="The collection whose delta
 
     Example: pm-vector merge products --json
     """
-    from ..db.runs.merge import merge as _merge
-
     with JobProgressBar(progress and sys.stderr.isatty()) as bar:
         res = cli_call(_merge, collection, progress=bar)
     emit(res, as_json, f"{collection}: delta merged into run {res.get('run_id')}")

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from ..errors import PMVectorError
 from ._service_common import echo_json, fail, parse_floats, progress_bar, err
+from ..bench.demo import run_demo, summary
 
 #: the table fits this many columns (a terminal narrower than it wraps the headers)
 TABLE_WIDTH = 100
@@ -36,8 +37,6 @@ def demo(
 
     Example: pm-vector demo --dataset fashion-mnist --epsilons 1,4,16 --queries 20 --json
     """
-    from ..bench.demo import run_demo
-
     eps = parse_floats(epsilons)
     if wire not in ("msgpack", "json"):
         raise typer.BadParameter(f"--wire must be msgpack or json, not {wire!r}.")
@@ -62,8 +61,6 @@ def demo(
 
 def _print_table(res: dict) -> None:
     """The demo's table (stdout) and what it shows (stderr)."""
-    from ..bench.demo import summary
-
     n = res["sizes"]["server"]
     budget = "50,000" if res.get("max_bytes") is None else f"{res['max_bytes']:,}"  # None: the client's
     t = Table(title=f"{res['dataset']}, {n:,} items: private 8-NN through the service, {budget} B per request, "

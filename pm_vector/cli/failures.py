@@ -12,6 +12,8 @@ import errno
 import os
 import sys
 
+from .. import errors
+
 DEBUG_ENV = "PM_VECTOR_DEBUG"
 
 
@@ -30,13 +32,9 @@ def _first_line(exc: BaseException) -> str:
 
 def describe(exc: BaseException) -> str:
     """The message (after ``error: ``) for a command that failed with ``exc``."""
-    from .. import errors
-
-    try:
-        import psycopg
-        from psycopg_pool import PoolTimeout
-    except ImportError:  # pragma: no cover - psycopg is a dependency
-        psycopg = PoolTimeout = None
+    # an error of psycopg's exists only once psycopg is imported: `pm-vector --help` does not import it
+    psycopg = sys.modules.get("psycopg")
+    PoolTimeout = getattr(sys.modules.get("psycopg_pool"), "PoolTimeout", ())  # () matches nothing
     for e in _chain(exc):
         if isinstance(e, errors.PMVectorError):
             return str(e)

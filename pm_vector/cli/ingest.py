@@ -7,17 +7,19 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import typer
 
 from ..errors import PMVectorError
 from ._service_common import echo_json, fail, progress_bar, err
+from .. import db
+from .._validation import as_labels
+from ..db.store.payloads import read_jsonl
 
 
 def read_table_file(path: Path, what: str = "features"):
     """A .npy (never unpickled) or .parquet file as a real-valued or integer array; a clear error
     (exit 2, no traceback) for anything else: unreadable, truncated, pickled, complex, strings."""
-    import numpy as np
-
     if not path.is_file():
         fail(f"{path}: no such file (--{what}).")
     if path.suffix == ".npy":
@@ -77,8 +79,6 @@ def _real_array(a, path: Path, what: str):
 def _checked_rows(X, y, normalize: bool):
     """The features as float64 rows (unit norm with ``normalize``) and the labels flat, refused (with
     nothing written) when their shapes disagree, a value is not finite or a row is all zeros."""
-    import numpy as np
-
     X = np.asarray(X, dtype=np.float64)
     y = None if y is None else np.asarray(y).ravel()
     if X.ndim != 2 or (y is not None and X.shape[0] != y.shape[0]):
@@ -98,10 +98,6 @@ def _checked_rows(X, y, normalize: bool):
 def _create_kwargs(y, allow_raw_features: bool, max_payload_bytes: int | None, partitions: int | None) -> dict:
     """With ``--create``: the new collection's arguments (its labels: the distinct labels given; without
     labels, its public partitions)."""
-    import numpy as np
-
-    from .._validation import as_labels
-
     create_kw = {"labels": None if y is None else np.unique(as_labels(y, y.shape[0], "labels")).tolist(),
                  "allow_raw_features": allow_raw_features, "max_payload_bytes": max_payload_bytes}
     if y is None:
@@ -111,8 +107,6 @@ def _create_kwargs(y, allow_raw_features: bool, max_payload_bytes: int | None, p
 
 def _read_payloads(payloads: Path, n_rows: int) -> list:
     """The payloads file (JSON lines), one value per feature row."""
-    from ..db.store.payloads import read_jsonl
-
     pay = read_jsonl(payloads)
     if len(pay) != n_rows:
         fail(f"{payloads}: {len(pay)} line(s) for {n_rows} feature row(s); give one JSON value per row. "
@@ -150,8 +144,6 @@ def ingest(
 
     With payloads: pm-vector ingest mycoll --features X.npy --labels y.npy --payloads P.jsonl
     """
-    from .. import db
-
     if role not in ("items", "anchor", "dummy"):
         fail("--role must be items, anchor or dummy.")
     X = read_table_file(features, "features")

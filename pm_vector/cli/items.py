@@ -4,14 +4,25 @@ an item's features, label or payload, by id or external id; ``pm-vector attach``
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
+import psycopg
 import typer
 
-from ..errors import PMVectorError
+from ..errors import PMVectorError, InvalidInputError
 from ._service_common import echo_json, fail
 from ._text import printable
+from ..db.store.attach import attach_table, sync_rejected, sync_status as _status
+from ..db.store.deletes import delete_items
+from ..db.store.resync import resync
+from ..db.store.sync import sync as _sync
+from ..db.store.update import UNSET, update_items
+from .failures import describe
+from .ingest import read_table_file
 
 items_app = typer.Typer(help="Delete or update items of a collection (erasure reaches every run table).",
                         no_args_is_help=True)
@@ -49,8 +60,6 @@ def delete(name: str = typer.Argument(..., help="The collection."),
 
     Example: pm-vector items delete docs --external-ids erase.txt
     """
-    from ..db.store.deletes import delete_items
-
     if (ids is None) == (external_ids is None):
         fail("give exactly one of --ids FILE and --external-ids FILE.")
     try:
@@ -83,13 +92,6 @@ def update(name: str = typer.Argument(..., help="The collection."),
 
     Example: pm-vector items update docs --external-id doc-17 --payload '{"title": "fixed"}'
     """
-    import json
-
-    import numpy as np
-
-    from ..db.store.update import UNSET, update_items
-    from .ingest import read_table_file
-
     if (item_id is None) == (external_id is None):
         fail("give exactly one of --id N and --external-id S.")
     X = None
@@ -133,8 +135,6 @@ def attach(name: str = typer.Argument(..., help="The new collection's name (with
     Example: pm-vector attach docs --table public.documents --id-column id --vector-column embedding
     Example: pm-vector attach docs --resync     (after `pm-vector sync-status docs` says it is broken)
     """
-    from ..db.store.attach import attach_table
-
     if resync:
         return _resync(name, as_json, table is not None or id_column is not None or vector_column is not None)
     if table is None or id_column is None or vector_column is None:
@@ -153,8 +153,6 @@ def attach(name: str = typer.Argument(..., help="The new collection's name (with
 
 
 def _resync(name: str, as_json: bool, with_columns: bool) -> None:
-    from ..db.store.resync import resync
-
     if with_columns:
         fail("--resync takes the attached collection's name alone: it rebuilds from the columns it was attached with.")
     try:
@@ -183,14 +181,6 @@ def sync(name: str = typer.Argument(..., help="The attached collection."),
     Example: pm-vector sync docs --every 1     (in a process of its own, beside the service with
     PM_VECTOR_SERVICE_SYNC_INTERVAL_S=0)
     """
-    import time
-
-    import psycopg
-
-    from ..db.store.sync import sync as _sync
-    from ..errors import InvalidInputError
-    from .failures import describe
-
     if passes is not None and every is None:
         fail("--passes counts the passes of --every; add --every SECONDS (e.g. --every 1).")
     done = 0
@@ -243,8 +233,6 @@ def sync_status(name: Optional[str] = typer.Argument(None, help="An attached col
     Example: pm-vector sync-status docs
     Example: pm-vector sync-status --json     (every attached collection)
     """
-    from ..db.store.attach import sync_rejected, sync_status as _status
-
     try:
         out = _status(name)
         listed = sync_rejected(name, limit=21) if name is not None and out["rejected"] else []

@@ -26,7 +26,11 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from .db import JSON_OPT, JobProgressBar, cli_call, emit, fail, out
+from .db import JSON_OPT, JobProgressBar, cli_call, emit, fail, out, frame_defaults, err
+from ..db.kahm import roles as dbk
+from ..db.kahm.roles import (class_scores, fabricate_anchor_set, federated_classify, list_audits, list_kahm_models,
+                             run_membership_audit)
+from ..db.runs.jobs import anchor_frame_embed_fn, run_embedding_job
 
 kahm_app = typer.Typer(help="KAHM roles of a collection: DP fabricated anchor, class models and scores, "
                             "federated classification, membership-inference audit.", no_args_is_help=True)
@@ -125,9 +129,6 @@ def _fmt(v: Any, nd: int = 4) -> str:
 
 def _embed_collection(collection: str, bar: JobProgressBar) -> dict[str, Any]:
     """The full embedding job as ``pm-vector embed COLLECTION`` runs it (frame defaults, seed 0)."""
-    from ..db.runs.jobs import anchor_frame_embed_fn, run_embedding_job
-    from .db import frame_defaults
-
     return cli_call(run_embedding_job, collection, frame_defaults(), 0, bar, embed_fn=anchor_frame_embed_fn)
 
 
@@ -170,8 +171,6 @@ def anchor(
 
     Example: pm-vector kahm anchor digits --epsilon 1 --unit element --value-range 0,1
     """
-    from ..db.kahm.roles import fabricate_anchor_set
-
     vr = _value_range(value_range)
     steps = _steps_option(smoothing_steps, stopping_rule)
     with _bar(progress) as bar:
@@ -202,8 +201,6 @@ def anchor(
                         "embedding_dim": e.get("embedding_dim")})
     emit(summary, False, f"{collection}: DP fabricated anchor")
     for w in res.get("warnings") or []:
-        from .db import err
-
         err.print(f"[yellow]warning:[/] {w}", highlight=False)
 
 
@@ -241,8 +238,6 @@ def fit(
 
     Example: pm-vector kahm fit digits --new-items
     """
-    from ..db.kahm import roles as dbk
-
     if new_items:
         given = {"--kind": kind != "raw", "--epsilon": epsilon is not None, "--value-range": value_range is not None,
                  "--smoothing-steps": smoothing_steps is not None, "--noise-seed": noise_seed is not None,
@@ -287,8 +282,6 @@ def models(collection: Optional[str] = typer.Argument(None, help="Only this coll
 
     Example: pm-vector kahm models digits --json
     """
-    from ..db.kahm.roles import list_kahm_models
-
     rows = cli_call(list_kahm_models, collection)
     if as_json:
         _echo_json({"models": rows})
@@ -307,8 +300,6 @@ def audits(collection: Optional[str] = typer.Argument(None, help="Only this coll
 
     Example: pm-vector kahm audits digits --json
     """
-    from ..db.kahm.roles import list_audits
-
     rows = cli_call(list_audits, collection)
     if as_json:
         _echo_json({"audits": rows})
@@ -348,8 +339,6 @@ def classify(collection: str = typer.Argument(..., help="The collection whose cu
 
     Example: pm-vector kahm classify digits --features queries.npy --json
     """
-    from ..db.kahm.roles import class_scores
-
     Q = _load_features(features)
     res = cli_call(class_scores, collection, Q, model_id=model_id)
     if as_json:
@@ -370,8 +359,6 @@ def federate(collections: list[str] = typer.Argument(..., help="The parties: col
 
     Example: pm-vector kahm federate hospital_a hospital_b --features queries.npy --json
     """
-    from ..db.kahm.roles import federated_classify
-
     Q = _load_features(features)
     res = cli_call(federated_classify, list(collections), Q)
     if as_json:
@@ -415,8 +402,6 @@ def audit(
 
     Example: pm-vector kahm audit digits --epsilon 1 --value-range 0,1 --n-components 10 --repeats 5
     """
-    from ..db.kahm.roles import run_membership_audit
-
     vr = _value_range(value_range)
     steps = _steps_option(smoothing_steps, stopping_rule)
     with _bar(progress) as bar:

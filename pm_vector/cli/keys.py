@@ -11,6 +11,7 @@ from rich.table import Table
 
 from ..errors import PMVectorError
 from ._service_common import echo_json, fail, err
+from ..service.auth import create_key, list_keys, revoke_key
 
 keys_app = typer.Typer(help="API keys of the HTTP service (stored hashed; the key is shown once).",
                        no_args_is_help=True)
@@ -29,8 +30,6 @@ def keys_create(name: str = typer.Option(..., help="Who or what the key is for."
 
     Example: pm-vector keys create --name alice-laptop --collection digits
     """
-    from ..service.auth import create_key
-
     try:
         rec = create_key(name, role=role, collections=collection or None, rate_per_minute=rate_per_minute)
     except PMVectorError as e:
@@ -50,8 +49,6 @@ def keys_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 
     Example: pm-vector keys list --active
     """
-    from ..service.auth import list_keys
-
     try:
         rows = list_keys(include_revoked=all_keys)
     except PMVectorError as e:
@@ -75,8 +72,6 @@ def keys_revoke(key: str = typer.Argument(..., help="The key's id or prefix (pmv
 
     Example: pm-vector keys revoke 3
     """
-    from ..service.auth import revoke_key
-
     try:
         rec = revoke_key(key)
     except PMVectorError as e:

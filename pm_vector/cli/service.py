@@ -10,15 +10,23 @@ import os
 from pathlib import Path
 from typing import Optional
 
+import httpx
+import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import PMVectorError
+from ..errors import PMVectorError, ServiceError
 from ._service_common import echo_json, fail, err
 from .demo import demo
 from .ingest import ingest
 from .keys import keys_app
+from ..bench.loadtest import run_load
+from ..client.budget import PrivacyBudget
+from ..client.http import Client
+from ..protocol import releases
+from ..service.runner import serve as _serve
+from ..service.settings import ServiceSettings
 
 
 # ----------------------------------------------------------------------------- serve
@@ -41,9 +49,6 @@ def serve(
 
     Example: pm-vector keys create --name alice && pm-vector serve --port 8000 --request-log-retention-days 7
     """
-    from ..service.runner import serve as _serve
-    from ..service.settings import ServiceSettings
-
     try:
         st = ServiceSettings.from_env(host=host, port=port, max_rows=max_rows, max_dim=max_dim,
                                       max_body_bytes=max_body_bytes, pool_max=pool_max,
@@ -62,8 +67,6 @@ def serve(
 def _print_answer(res: dict, collection: str, k: int, epsilon: float, delta: float, protocol: str, url: str) -> None:
     """A query's answer as a table (rank, item, its external id, label and payload, distance), then
     what was spent and sent."""
-    from ..protocol import releases  # the CLI starts without numpy and scipy; this loads them
-
     how = releases.describe(res) if res.get("release") else protocol  # e.g. "cells K=64"
     if res.get("bytes_per_request"):
         how += f", {res['bytes_per_request']:,} B"
@@ -119,12 +122,6 @@ def query(
 
     Example: pm-vector query digits --features q.npy --label 3 --epsilon 1 --budget 10 --url http://127.0.0.1:8000
     """
-    import numpy as np
-
-    from ..client.budget import PrivacyBudget
-    from ..client.http import Client
-    from ..errors import ServiceError
-
     try:
         X = np.load(features, allow_pickle=False)
     except (OSError, ValueError) as e:
@@ -148,7 +145,6 @@ def query(
     except PMVectorError as e:
         fail(str(e))
     except Exception as e:  # noqa: BLE001 - network errors, and never a traceback
-        import httpx
 
         if isinstance(e, httpx.TimeoutException):
             fail(f"{url} did not answer within the timeout ({e or type(e).__name__}); nothing of an answer was "
@@ -188,8 +184,6 @@ def load(
 
     Example: pm-vector bench load --classes 10 --concurrency 16 --workers 2 --requests 2000 --duration 20 --json
     """
-    from ..bench.loadtest import run_load
-
     try:
         cs = tuple(int(v) for v in classes.split(",") if v.strip())
     except ValueError:
@@ -238,14 +232,11 @@ def _print_sync_lag(res: dict) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add the service's commands to ``app`` (and ``load`` to its ``bench`` group); idempotent."""
+    """Add the service's commands to ``app`` (``pm_vector.cli.app`` has them already, imported when they
+    run: ``pm_vector.cli.COMMANDS``); idempotent."""
     have = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
     for name, fn in (("serve", serve), ("query", query), ("demo", demo), ("ingest", ingest)):
         if name not in have:
             app.command(name)(fn)
     if "keys" not in have:
         app.add_typer(keys_app, name="keys")
-    from .bench import bench_app
-
-    if not any(c.name == "load" for c in bench_app.registered_commands):
-        bench_app.command("load")(load)

@@ -31,6 +31,7 @@ from .privatemail import PrivateMail, frame_params, paper_protocol_guarantee
 from .query import PrivateKNN
 from .request import ClientSecret
 from .rerank import rank, rerank
+from ..deprecation import renamed
 
 __all__ = ["CellRequest", "ClassRowsRequest", "Client", "ClientSecret", "MemoryBudget", "PrivacyBudget",
            "PrivateCellKNN", "PrivateKNN", "PrivateMail", "PrivateMailRequest", "PublicAnchor", "ServiceError",
@@ -38,6 +39,5 @@ __all__ = ["CellRequest", "ClassRowsRequest", "Client", "ClientSecret", "MemoryB
 
 
 def __getattr__(name):  # old names (pm_vector.deprecation.RENAMED), until its REMOVED_IN
-    from ..deprecation import renamed
 
     return renamed(__name__, name)

@@ -32,7 +32,7 @@ import numpy as np
 
 from .._validation import as_matrix, normalize_rows
 from ..errors import InvalidInputError
-from ..manifold.public_cells import PublicCells
+from ..manifold.public_cells import PublicCells, nearest_centroid
 from ..privacy.cell_release import CellRandomizedResponse, cell_level_for_epsilon
 from ..privacy.rng import secure_generator
 from .charging import ChargedRelease
@@ -79,8 +79,6 @@ class PrivateCellKNN(ChargedRelease):
 
     def nearest_cell(self, x) -> tuple[int, int]:
         """``(class position, cell)`` of the public centroid nearest to ``x`` over every class."""
-        from ..manifold.public_cells import nearest_centroid
-
         cen = self.cells.centroids_[self.n_cells]
         C, K, D = cen.shape
         flat = int(nearest_centroid(np.asarray(x, dtype=np.float64).reshape(1, -1), cen.reshape(C * K, D))[0])

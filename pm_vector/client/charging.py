@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidInputError
+from .budget import LOCAL_KEY, PrivacyBudget
 
 
 class ChargedRelease:
@@ -49,7 +50,6 @@ class ChargedRelease:
         if acc is None:
             if self._rng is not None:  # seeded: tests and benchmarks; not a private release
                 return
-            from .budget import LOCAL_KEY, PrivacyBudget
 
             acc = PrivacyBudget().account(LOCAL_KEY)  # one key: nothing published selects it
         acc.spend(self.mechanism.epsilon, float(getattr(self.mechanism, "delta", 0.0)), label=self.collection)

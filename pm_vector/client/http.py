@@ -49,6 +49,8 @@ classification (:func:`pm_vector.db.kahm.roles.federated_classify`)::
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from typing import Any
 
@@ -68,21 +70,18 @@ from .releases.cells import cell_knn
 from .releases.class_rows import knn
 from .releases.location import location_knn
 from .transport import WIRES, ServiceError, Transport, wire_bytes  # noqa: F401  (wire_bytes: its old home)
+from ..deprecation import renamed
 
 #: the ``release`` option of :meth:`Client.query` (:func:`pm_vector.client.releases.options`: the table's)
 RELEASES = tuple(releases.options())
 
 
 def __getattr__(name):  # old names (pm_vector.deprecation.RENAMED), until its REMOVED_IN
-    from ..deprecation import renamed
 
     return renamed(__name__, name)
 
 
 def _fingerprint(request) -> str:
-    import hashlib
-    import json
-
     d = request.to_dict() if hasattr(request, "to_dict") else request
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
 

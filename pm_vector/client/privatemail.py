@@ -39,6 +39,7 @@ from ..protocol import bounds
 from ..protocol.releases import by_format
 from ..protocol.anchor import PublicAnchor  # re-exported: its old home
 from .request import ClientSecret, PrivateMailRequest
+from .budget import LOCAL_KEY, PrivacyBudget
 
 #: null-record steps between the client sets of two real queries: the real row goes x -> null
 #: -> x' (same class), or two rows are replaced (the class changes)
@@ -213,7 +214,6 @@ class PrivateMail:
         bounds.mechanism(self.mechanism, self.epsilon)
         acc = self.accountant
         if acc is None and not self._seeded:  # a seeded request (tests, benchmarks) is not a private release
-            from .budget import LOCAL_KEY, PrivacyBudget
 
             acc = PrivacyBudget().account(LOCAL_KEY)
         if acc is not None:

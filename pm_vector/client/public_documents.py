@@ -29,7 +29,11 @@ from ..errors import AlignmentError, InvalidInputError, MalformedAnswerError, Ru
 from ..manifold.class_frames import ClassFrames
 from ..protocol.anchor import PublicAnchor, check_frame_params
 from ..protocol.frame import frame_from_document
-from .transport import malformed_answer
+from .transport import malformed_answer, answer_cap
+from ..manifold.partitions import PublicPartitions
+from ..manifold.public_cells import PublicCells
+from ..protocol.location import payload_wire_bytes
+from ..protocol.published_codes import unpack
 
 #: most downloads of one collection's anchor document by one client per :data:`ANCHOR_WINDOW_S`
 #: (a run changes when an embedding job finishes: minutes apart, not per query)
@@ -194,8 +198,6 @@ class PublicDocuments:
         features' width when it asks for them, and what the collection's payloads may take when
         published: :meth:`_payload_plan`, the bound or the smaller high-water mark). An answer whose
         payloads are larger than the collection published is refused by the transport, whole."""
-        from .transport import answer_cap
-
         features = body.get("answer") == "features" or bool(body.get("include_features"))
         d = None
         if features:
@@ -217,12 +219,10 @@ class PublicDocuments:
         classifiers = pub.derived
         if pub.partitions:
             if "partitions" not in classifiers:
-                from ..manifold.partitions import PublicPartitions
-
                 classifiers["partitions"] = PublicPartitions.from_dict(pub.partitions)
             return classifiers["partitions"]
         if "kahm" not in classifiers:
-            from ..kahm import KAHMClassifier
+            from ..kahm import KAHMClassifier  # lazy: start-up (pm_vector.kahm imports sklearn, ~3 s)
 
             classifiers["kahm"] = KAHMClassifier().fit(pub.anchor_features, pub.anchor_labels)  # public data only
         return classifiers["kahm"]
@@ -231,8 +231,6 @@ class PublicDocuments:
         """The collection's published :class:`~pm_vector.manifold.public_cells.PublicCells` (from the public
         anchor document, cached per run), verified against the digest the run publishes; None when the
         active run serves no cell release."""
-        from ..manifold.public_cells import PublicCells
-
         cached = self.document(name)
         doc, meta = cached.public_cells, cached.class_rows.get("cells") or {}
         if not doc or meta.get("status") != "ready":
@@ -250,8 +248,6 @@ class PublicDocuments:
         :class:`~pm_vector.manifold.public_cells.PublicCells` of the whole anchor, from the public anchor
         document, cached per run), verified against the digest the run publishes; None when the active
         run serves no location release."""
-        from ..manifold.public_cells import PublicCells
-
         cached = self.document(name)
         doc, meta = cached.public_locations, cached.class_rows.get("locations") or {}
         if not doc or meta.get("status") != "ready":
@@ -294,8 +290,6 @@ class PublicDocuments:
         or the smaller high-water mark the collection publishes): what the location plan counts per
         candidate, so that an answer with every payload at that size stays within the byte budget.
         0 when the collection publishes no bound."""
-        from ..protocol.location import payload_wire_bytes
-
         size = self._payload_plan(name)
         return 0 if size is None else payload_wire_bytes(size, getattr(self, "wire", "msgpack"))
 
@@ -303,8 +297,6 @@ class PublicDocuments:
         """The :class:`~pm_vector.manifold.codes.ProductCodes` the collection's active run publishes (from
         the public anchor document, cached per run), checked against the digest the run publishes
         (:func:`pm_vector.protocol.published_codes.unpack`); None when the run publishes none."""
-        from ..protocol.published_codes import unpack
-
         cached = self.document(name)
         doc, meta = cached.product_codes, cached.class_rows.get("codes") or {}
         if not doc or meta.get("status") != "ready":

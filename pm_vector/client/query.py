@@ -53,13 +53,13 @@ from ..protocol.formats import CLASS_ROWS_FORMAT
 from .charging import ChargedRelease
 from .request import ClientSecret
 from .rerank import rerank, rerank_ids
+from ..deprecation import renamed
 
 __all__ = ["CLASS_ROWS_FORMAT", "DEFAULT_SHORTLIST", "ClassRowsRequest", "ClientSecret", "PrivateKNN", "frames_digest",
            "rerank"]
 
 
 def __getattr__(name):  # old names (pm_vector.deprecation.RENAMED), until its REMOVED_IN
-    from ..deprecation import renamed
 
     return renamed(__name__, name)
 

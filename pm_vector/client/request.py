@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from ..protocol.cell_request import CellRequest
 from ..protocol.formats import CELL_FORMAT, PRIVATEMAIL_FORMAT
 from ..protocol.paper import PrivateMailRequest
+from ..deprecation import REMOVED_IN, renamed
 
 __all__ = ["CELL_FORMAT", "PRIVATEMAIL_FORMAT", "CellRequest", "ClientSecret", "PrivateMailRequest"]
 
 
 def __getattr__(name):  # old names (pm_vector.deprecation.RENAMED), until its REMOVED_IN
-    from ..deprecation import renamed
 
     return renamed(__name__, name)
 
@@ -38,8 +38,6 @@ class ClientSecret:
     @property
     def row(self) -> int:
         """``real_row`` under ``QuerySecret``'s name for it (FutureWarning)."""
-        from ..deprecation import REMOVED_IN
-
         warnings.warn(f"ClientSecret.row is renamed real_row; the old name is removed in pm_vector {REMOVED_IN}",
                       FutureWarning, stacklevel=2)
         return self.real_row

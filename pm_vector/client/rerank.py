@@ -14,6 +14,7 @@ import numpy as np
 
 from .._validation import as_matrix, unit_query
 from ..errors import InvalidInputError
+from ..privacy.rng import secure_generator
 
 
 def _ranked(dist_of, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -29,8 +30,6 @@ def _ranked(dist_of, n: int) -> tuple[np.ndarray, np.ndarray]:
     order would: one more sort of ``run * n + position`` keys, whose arrangement (nondecreasing
     runs, random inside a run of equal distances) does not depend on the server's order either.
     Nothing here branches on the data: the same operations run for every order."""
-    from ..privacy.rng import secure_generator
-
     p = np.argsort(secure_generator().words(n))  # a uniform permutation (ties of 64-bit words aside)
     dp = np.asarray(dist_of(p), dtype=np.float64)
     op = np.argsort(dp, kind="stable")

@@ -39,6 +39,9 @@ import time
 from contextlib import contextmanager
 from typing import Any
 
+import httpcore
+import httpx
+
 from ..errors import InvalidInputError, MalformedAnswerError, PMVectorError, ServiceError
 from ..protocol.codec import JSON, MSGPACK, TooLargeError, decode_bounded, encode
 from ..protocol.location import payload_wire_bytes
@@ -160,9 +163,6 @@ class _Clock(threading.local):
 def _deadline_transport(clock: _Clock):
     """An :class:`httpx.HTTPTransport` whose every connect, TLS handshake, read and write waits at
     most until ``clock``'s deadline, and that counts the bytes it writes."""
-    import httpcore
-    import httpx
-
     class Stream(httpcore.NetworkStream):
         def __init__(self, inner):
             self._inner = inner
@@ -250,8 +250,6 @@ class Transport:
         """The client's :class:`httpx.Client`: ``timeout`` is each exchange's one deadline (module
         doc; enforced inside every read and write unless a ``transport`` of the caller's is given,
         and then between the answer's chunks); answers asked for without a content encoding."""
-        import httpx
-
         self._deadline_s = float(timeout)
         if transport is None:
             self._clock = _Clock()
@@ -289,8 +287,6 @@ class Transport:
                   max_bytes: int | None = None) -> tuple[Any, int, int]:
         """``(answer, bytes_sent, bytes_received)`` of one request (see :func:`wire_bytes`), the
         answer streamed up to ``max_bytes`` (None: :attr:`max_document_bytes`) within one deadline."""
-        import httpx
-
         cap = int(self.max_document_bytes if max_bytes is None else max_bytes)
         kw: dict[str, Any] = {}
         if doc is not None:
@@ -327,8 +323,6 @@ class Transport:
     def _read(r, cap: int, deadline: float) -> bytes:
         """The answer's body as it arrived, refused past ``cap`` bytes, in a content encoding, or
         after ``deadline``."""
-        import httpx
-
         enc = (r.headers.get("content-encoding") or "identity").strip().lower()
         if enc != "identity":
             raise MalformedAnswerError(f"the answer came in Content-Encoding {_printable(enc, 40)!r}; this client asks "

@@ -11,6 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+from rich.text import Text
 
 from ..errors import InvalidInputError
 from .backbones import (
@@ -25,6 +29,7 @@ from .backbones import (
     read_weights_file,
 )
 from .images import ImageReadError, build_transform, check_path_list, find_images, read_image, to_uint8_chw
+from ..datasets import Dataset
 
 __all__ = ["FeatureExtractor", "RandomWeightsWarning", "SkippedImagesWarning"]
 
@@ -302,8 +307,6 @@ class FeatureExtractor:
     def dataset_from_folder(self, folder, *, name: str | None = None, recursive: bool = True):
         """A labelled :class:`~pm_vector.datasets.Dataset` from an ImageFolder-layout folder
         (class names = sorted sub-folder names, labels = their indices)."""
-        from ..datasets import Dataset
-
         feats, _, labels = self.transform_folder(folder, recursive=recursive)
         if labels is None:
             raise InvalidInputError(f"{folder}: no class sub-folders, so no labels (expected "
@@ -444,8 +447,6 @@ def _resolve_device(device) -> torch.device:
 # ---------------------------------------------------------------------------------- progress
 
 def _stderr_console():
-    from rich.console import Console
-
     return Console(stderr=True)
 
 
@@ -459,9 +460,6 @@ def _progress_bar(enabled: bool, total: int, description: str):
     if not console.is_terminal:
         yield lambda k: None
         return
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-    from rich.text import Text
 
     class _RateColumn(ProgressColumn):
         def render(self, task):

@@ -22,6 +22,8 @@ from ..defaults import DEFAULT_SMOOTHING_STEPS
 from ..errors import InvalidInputError
 from .model import (DEFAULT_CHUNK, KAHMCore, KAHMEstimatorBase, check_int, fit_deep, kmeans_partition, n_branches_for,
                     run_jobs, wide_forward)
+from ..privacy import secure_generator
+from .privacy import fabrication_jobs, make_noise, reissue_warnings
 
 __all__ = ["KAHMClassifier", "NoisyKAHMClassifier", "FabricatedKAHMClassifier", "matching_scores"]
 
@@ -189,11 +191,9 @@ class KAHMClassifier(ClassifierMixin, KAHMEstimatorBase):
 
 class _PrivateMixin:
     def _check_privacy_params(self):
-        from .privacy import make_noise
         return make_noise(self.epsilon, self.delta, self.sensitivity, self.noise, self.grid)
 
     def _release(self, X, mech):
-        from ..privacy import secure_generator
         out = mech.release(X, secure_generator(self.noise_seed))   # Algorithm 1, drawn once
         self.privacy_ = {**mech.record(), "outside_guarantee": _OUTSIDE,
                          "randomness": "OS CSPRNG (os.urandom)" if self.noise_seed is None else
@@ -296,7 +296,6 @@ class FabricatedKAHMClassifier(_PrivateMixin, KAHMClassifier):
                          device=device, dtype=dtype, chunk_size=chunk_size)
 
     def fit(self, X, y):
-        from .privacy import reissue_warnings, fabrication_jobs
         noise = self._check_privacy_params()
         X, y, classes, counts = self._validate(X, y)
         steps = check_int("max_smoothing_steps", self.max_smoothing_steps)

@@ -35,6 +35,7 @@ import numpy as np
 from .._validation import as_matrix
 from ..errors import InvalidInputError, PrivacyParameterError
 from ..privacy.rng import require_generator
+from ..privacy.discrete import sample_discrete_gaussian_var, sample_discrete_laplace, zcdp_rho_for
 
 __all__ = ["GridOptimalNoise", "RowGaussianNoise", "default_grid", "continuous_can_produce", "grid_pmf_ratio_excess"]
 
@@ -112,8 +113,6 @@ class GridOptimalNoise:
 
     def sample_units(self, shape, rng: np.random.Generator | None = None) -> np.ndarray:
         """Integer noise (grid units): 0 with probability ``delta``, else discrete Laplace."""
-        from ..privacy.discrete import sample_discrete_laplace
-
         rng = require_generator(rng)
         z = sample_discrete_laplace(self.scale_units, shape, rng)
         if self.delta > 0:
@@ -170,8 +169,6 @@ class RowGaussianNoise:
 
     def calibrate(self, n_features: int) -> dict:
         """``Delta`` (grid units, L2), ``rho`` and ``sigma`` (grid units) for rows of ``p`` features."""
-        from ..privacy.discrete import zcdp_rho_for
-
         p = int(n_features)
         if p < 1:
             raise InvalidInputError(f"rows need at least one feature; got {p}.")
@@ -190,8 +187,6 @@ class RowGaussianNoise:
         return X * np.minimum(1.0, self.clip_norm / np.maximum(nrm, 1e-300))[:, None]
 
     def release(self, X, rng: np.random.Generator | None = None) -> np.ndarray:
-        from ..privacy.discrete import sample_discrete_gaussian_var
-
         Xc = self.clip(X)
         cal = self.calibrate(Xc.shape[1])
         q = _to_grid(Xc, cal["grid"])

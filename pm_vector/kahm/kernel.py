@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from threadpoolctl import ThreadpoolController
 
 from ..errors import InvalidInputError
 
@@ -67,7 +68,6 @@ _CONTROLLER = None
 def blas_single_thread():
     """Context: BLAS/LAPACK libraries (scipy's, torch's MKL/OpenMP) on one thread."""
     global _CONTROLLER
-    from threadpoolctl import ThreadpoolController
     if _CONTROLLER is None:
         _CONTROLLER = ThreadpoolController()
     return _CONTROLLER.limit(limits=1)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ..errors import InvalidInputError
 
@@ -55,7 +56,6 @@ def lsdd(x, x2, *, sigmas=None, lams=None, n_folds: int = 5, n_centers: int = 30
     ``sigmas``/``lams``: candidate kernel widths / ridge terms (default: 12 widths from 1 % to 2x
     the pooled standard deviation, ridge 1e-6..1), picked by ``n_folds``-fold cross-validation;
     ``n_centers`` Gaussian centres drawn from the pooled sample."""
-    from threadpoolctl import threadpool_limits
     with threadpool_limits(limits=1):    # small dense problems: threads only add contention
         return _lsdd(x, x2, sigmas=sigmas, lams=lams, n_folds=n_folds, n_centers=n_centers, seed=seed)
 

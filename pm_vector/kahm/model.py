@@ -27,20 +27,22 @@ import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
+from threadpoolctl import threadpool_limits
 
 from .._validation import as_matrix
 from ..errors import InvalidInputError
 from ..manifold.laplacian import resolve_device
 from .kernel import (RANK_RTOL, RANK_RTOL_F32, Encoder, check_rank, check_sizes, eigh, eigh_np, fit_encoder,
-                     kernel_matrix, resolve_dtype, sq_dists)
+                     kernel_matrix, resolve_dtype, sq_dists, blas_single_thread)
 from .lambda_ import lambda_star
+from .persistence import load_state, save_state
 
 __all__ = ["KAHM", "DeepKAHM", "WideKAHM", "KAHMCore", "fit_core", "fit_deep", "fit_wide", "n_branches_for",
            "deep_forward", "wide_forward", "kmeans_partition"]
@@ -213,8 +215,6 @@ def _use_numpy(Y: torch.Tensor, backend: str | None) -> bool:
 def _np_threads(Y):
     """numpy's BLAS on one thread for the whole numpy fit (its idle threads would otherwise spin
     beside torch's); skipped for tiny inputs, where switching costs more than it saves."""
-    from contextlib import nullcontext
-    from .kernel import blas_single_thread
     return blas_single_thread() if Y.shape[0] >= 64 or Y.shape[0] * Y.shape[1] >= 20_000 else nullcontext()
 
 
@@ -397,7 +397,6 @@ def _single_threaded_kernels():
     Used while independent fits run side by side on a thread pool: one single-threaded solve per
     core beats nested OpenMP teams, which spin and thrash on a busy machine (measured in
     docs/benchmarks.md, "Figures behind design choices in the code")."""
-    from threadpoolctl import threadpool_limits
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -474,13 +473,11 @@ class KAHMEstimatorBase(BaseEstimator):
         """Write params (JSON) and learned tensors to ``path`` with ``torch.save`` (no pickled objects)."""
         self._check_fitted()
         tensors, meta = self._state()
-        from .persistence import save_state
         save_state(path, kind=self._kind, params=self.get_params(), meta=meta, tensors=tensors)
 
     @classmethod
     def load(cls, path, device=None):
         """Reload a model written by :meth:`save` (``torch.load(weights_only=True)``)."""
-        from .persistence import load_state
         kind, params, meta, tensors = load_state(path)
         if kind != cls._kind:
             raise InvalidInputError(f"{path} holds a {kind!r} model, not a {cls._kind!r} ({cls.__name__}).")

@@ -19,7 +19,10 @@ from .classifier import KAHMClassifier
 from .federated import federated_predict
 from .membership import membership_audit
 from .model import run_jobs
-from .privacy import reissue_warnings, fabrication_jobs
+from .privacy import reissue_warnings, fabrication_jobs, make_noise
+from ..manifold.laplacian import resolve_device
+from ..privacy import secure_generator
+from .grid import RowGaussianNoise
 
 __all__ = ["anchor_noise", "fabricate_anchor", "fit_class_models", "federated_predict", "membership_audit"]
 
@@ -34,9 +37,6 @@ def anchor_noise(epsilon: float, *, delta: float = 1e-5, unit: str = "row", clip
     (:class:`~pm_vector.kahm.grid.RowGaussianNoise`, ``(epsilon, delta)`` per item);
     ``unit="element"`` is Result 1 per element (``sensitivity`` = bound on one element's change),
     on the grid (``noise="grid"``) or the paper's floats (``noise="continuous"``)."""
-    from .grid import RowGaussianNoise
-    from .privacy import make_noise
-
     if unit == "row":
         if noise != "grid":
             raise InvalidInputError("unit='row' releases on a grid only; drop noise= or use unit='element'.")
@@ -65,8 +65,6 @@ def fabricate_anchor(X, y, epsilon: float, n: int = 20, seed: int | None = None,
     from the *original* rows of each subset (eq 96) unless a public ``r`` is given: that output is
     NOT differentially private (the number of steps depends on the raw rows).
     """
-    from ..manifold.laplacian import resolve_device
-    from ..privacy import secure_generator
     import torch
     X = as_matrix(X, "X")
     y = as_labels(y, X.shape[0], "y")

@@ -45,6 +45,7 @@ from .._validation import as_matrix
 from ..errors import DomainError, InvalidInputError, PrivacyParameterError
 from ..privacy.rng import require_generator
 from .model import fit_core, kmeans_partition, n_branches_for, run_jobs
+from .grid import GridOptimalNoise
 
 __all__ = ["OptimalNoise", "privatize", "modelling_error", "smooth", "fabricate", "fabricate_subsets", "fabrication_jobs",
            "SmootherTrace", "FabricationWarning", "make_noise", "NOISES"]
@@ -169,8 +170,6 @@ def make_noise(epsilon: float, delta: float = 1e-5, sensitivity: float = 1.0, no
     """Result 1's noise as a release mechanism: ``"grid"`` (default; floating-point safe,
     :class:`~pm_vector.kahm.grid.GridOptimalNoise`) or ``"continuous"`` (the paper's eq 76 on
     floats, :class:`OptimalNoise`; reproduction only). Both have ``release(X, rng)`` and ``record()``."""
-    from .grid import GridOptimalNoise
-
     if noise == "grid":
         return GridOptimalNoise(epsilon, delta, sensitivity, grid)
     if noise == "continuous":

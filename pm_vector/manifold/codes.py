@@ -12,6 +12,7 @@ client says so and names the fix (raw features where allowed, or a new embedding
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Mapping
 
 import numpy as np
@@ -271,8 +272,6 @@ class ProductCodes:
 
     def digest(self) -> str:
         """sha256 of the published parameters (float32, little-endian, in :meth:`to_dict` order)."""
-        import hashlib
-
         if not self.wide_:  # a residual-only code hashes as the first format did: old runs keep their digest
             h = hashlib.sha256(f"{PQ_FORMAT_V1}|{int(self.code_bytes)}|{int(self.n_stages)}|".encode())
         else:

@@ -32,6 +32,7 @@ from .codec import JSON, MEDIA_TYPES, MSGPACK, decode, encode
 from .formats import CELL_FORMAT, CLASS_ROWS_FORMAT, LOCATION_FORMAT, PRIVATEMAIL_FORMAT, RELEASE_FORMAT
 from .location import LocationRequest
 from .paper import PrivateMailRequest, ReleaseRequest
+from ..deprecation import renamed
 
 __all__ = ["CELL_FORMAT", "CLASS_ROWS_FORMAT", "LOCATION_FORMAT", "LocationRequest", "DEFAULT_SHORTLIST", "JSON", "MAX_K_PRIME", "MAX_QUERY_ROWS",
            "MEDIA_TYPES", "MSGPACK", "PRIVATEMAIL_FORMAT", "RELEASE_FORMAT", "CellRequest", "PrivateMailRequest",
@@ -39,6 +40,5 @@ __all__ = ["CELL_FORMAT", "CLASS_ROWS_FORMAT", "LOCATION_FORMAT", "LocationReque
 
 
 def __getattr__(name):  # old names (pm_vector.deprecation.RENAMED), until its REMOVED_IN
-    from ..deprecation import renamed
 
     return renamed(__name__, name)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import numbers
+
 from .._validation import as_labels, as_matrix, require_unit_rows
 from ..errors import InvalidInputError
 
@@ -41,9 +44,6 @@ def check_frame_params(params, n_anchors: int) -> dict:
     a map of at most 32 entries, each number within :data:`FRAME_PARAM_BOUNDS` (integers where
     :data:`FRAME_INT_PARAMS`; ``sigma`` may be ``"auto"``), strings of at most 40 characters, and
     at most :data:`MAX_FRAME_ANCHORS` anchor rows. :class:`InvalidInputError` says which."""
-    import math
-    import numbers
-
     if params is None:
         params = {}
     if not isinstance(params, dict) or len(params) > 32:

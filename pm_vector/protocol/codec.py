@@ -49,9 +49,12 @@ import datetime as _dt
 import struct
 from typing import Any
 
+import msgpack
 import numpy as np
+import orjson
 
 from ..errors import InvalidInputError
+from .msgpack_counts import over_containers
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
@@ -89,8 +92,6 @@ def _narrow(a: np.ndarray) -> np.ndarray:
 
 
 def _array_ext(a: np.ndarray):
-    import msgpack
-
     if a.dtype == np.bool_:
         a = a.astype(np.uint8)
     if a.dtype.kind not in "uif":
@@ -174,13 +175,9 @@ def encode(doc: Any, media_type: str = JSON) -> bytes:
     not part of a document is a :class:`TypeError`. An integer beyond 64 bits travels as the
     nearest float (jsonb gives a stored ``1e300`` back as an integer of 301 digits)."""
     if media_type == MSGPACK:
-        import msgpack
-
         return msgpack.packb(_prepare(doc), default=_default, use_bin_type=True, strict_types=False,
                              datetime=False)
     if media_type == JSON:
-        import orjson
-
         opts = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
         try:
             return orjson.dumps(doc, default=_json_default, option=opts)
@@ -381,10 +378,7 @@ def decode(body: bytes, media_type: str = JSON, *, max_bytes: int | None = None,
     if not body:
         raise InvalidInputError("the body is empty.")
     if media_type == MSGPACK:
-        import msgpack
-
         if max_containers is not None:  # counted before msgpack builds a single object
-            from .msgpack_counts import over_containers
 
             if over_containers(body, int(max_containers)):
                 raise TooLargeError(f"the document holds more than {int(max_containers):,} maps and lists; no "
@@ -419,8 +413,6 @@ def decode(body: bytes, media_type: str = JSON, *, max_bytes: int | None = None,
         bounds.leaf(doc)
         return doc
     if media_type == JSON:
-        import orjson
-
         json_counts(body, max_containers, max_values)
         try:
             doc = orjson.loads(body)

@@ -1,5 +1,7 @@
 """The format strings: every request document names its kind in ``"format"``."""
 
+from ..errors import InvalidInputError
+
 #: a PrivateMail request (the paper's protocol, post-processed by the client)
 PRIVATEMAIL_FORMAT = "pm_vector.privatemail/1"
 #: a PrivateMail request that stops after the private first iteration (the server post-processes)
@@ -22,9 +24,7 @@ def expect(value, wanted, message: str, error: type[Exception] | None = None) ->
     (one check for every type; which release a request is is :mod:`pm_vector.protocol.releases`'
     business)."""
     if value != wanted:
-        if error is None:
-            from ..errors import InvalidInputError as error
-        raise error(message)
+        raise (error or InvalidInputError)(message)
 
 
 __all__ += ["expect"]

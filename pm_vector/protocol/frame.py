@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import FrameMismatchError, InvalidInputError
 from .anchor import PublicAnchor
+from ..manifold import AnchorFrame
 
 #: how far a rebuilt frame may be from the published anchor embedding (module doc: why this one)
 FRAME_TOLERANCE = 1e-4
@@ -41,8 +42,6 @@ def rebuild_frame(anchor_features, anchor_labels, params: Mapping[str, Any], see
     ``anchor_embedding`` to ``tolerance`` (scaled by the largest coordinate when above 1).
     Raises :class:`~pm_vector.errors.FrameMismatchError` when it does not, or when ``params``
     are not AnchorFrame's; the fitted frame carries ``reproduction_error_``."""
-    from ..manifold import AnchorFrame
-
     what = f"run {run_id}" if run_id is not None else "the run"
     kwargs = {k: v for k, v in dict(params).items() if k not in _EXECUTION_PARAMS}
     try:

@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import InvalidInputError
 from .formats import LOCATION_FORMAT, expect
 from .wire_types import Collection, Digest, PureEpsilon, StrictBool, ZeroDelta, int_in, wire, wire_names
+from .published_codes import row_codes
 
 #: the most candidates a location answer may hold (pm_vector.shortlist.MAX_LOCATION_CANDIDATES)
 MAX_CANDIDATES = 65_536
@@ -175,8 +176,6 @@ def check_location_answer(answer: Any, request: LocationRequest, *, n_items: int
     and always exactly what its run holds. Anything else raises
     :class:`~pm_vector.errors.InvalidInputError` with one message that names the field; its checks
     use only the answer and public values, never the client's query."""
-    from .published_codes import row_codes
-
     if not isinstance(answer, Mapping):
         raise InvalidInputError("the answer is not a document.")
     held = answer.get("n_items", n_items)

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import AlignmentError, InvalidInputError
+from ..manifold.codes import ProductCodes
 
 #: largest array a published codes document may hold (elements): a 16,000-d rotation is 2.56e8
 MAX_ELEMENTS = 300_000_000
@@ -70,8 +71,6 @@ def summary(pc) -> dict[str, Any]:
 def unpack(doc: Mapping[str, Any], digest: str | None = None):
     """:class:`~pm_vector.manifold.codes.ProductCodes` from a published document; with ``digest``
     (the run's published one) a document that does not hash to it raises AlignmentError."""
-    from ..manifold.codes import ProductCodes
-
     if not isinstance(doc, Mapping) or not isinstance(doc.get("centroids"), list):
         raise InvalidInputError("not a product-codes document (centroids missing).")
     wide = doc.get("wide_centroids", [])

@@ -10,17 +10,15 @@ client. The programs that drive a client against the service (``pm-vector demo``
 """
 
 from .settings import ServiceSettings
+from .app import create_app
+from .runner import ServiceThread
 
 __all__ = ["ServiceSettings", "create_app", "ServiceThread"]
 
 
 def __getattr__(name):  # lazy: importing the package must not import FastAPI
     if name == "create_app":
-        from .app import create_app
-
         return create_app
     if name == "ServiceThread":
-        from .runner import ServiceThread
-
         return ServiceThread
     raise AttributeError(name)

@@ -68,6 +68,8 @@ from .middleware import install as install_middleware
 from .routers import anchor, collections, erase, health, items, jobs, kahm, keys, resolve
 from .settings import ServiceSettings
 from .state import ServiceState
+from .auth import FailedAuthLimiter
+from .resolve_body import resolve_schemas, served
 
 log = logging.getLogger("pm_vector.service")
 
@@ -78,8 +80,6 @@ _SELF_PARSED_BODIES = (schemas.DistancesBody, schemas.ItemsBody, schemas.DeleteI
 
 def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI:
     """The application. ``pool``: a :class:`~pm_vector.service.db.ServicePool` (made at start-up if None)."""
-    from .auth import FailedAuthLimiter
-
     settings = settings or ServiceSettings.from_env()
     # failed authentications per address: this process's, and those the others announce (keycache.py)
     failures = FailedAuthLimiter(settings.auth_failures_per_minute)
@@ -104,8 +104,6 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
 def _name_self_parsed_bodies(app: FastAPI) -> None:
     """Make the bodies the endpoints parse themselves part of the OpenAPI document's schemas; the
     document is made again when the table of releases changes (a release registered at run time)."""
-    from .resolve_body import resolve_schemas, served
-
     original = app.openapi
     made_for: list = [None]
 

@@ -17,11 +17,15 @@ import datetime as dt
 import hashlib
 import hmac
 import secrets
+import threading
+import time
+from collections import OrderedDict
 from typing import Any
 
 from psycopg import sql
 
 from ..errors import InvalidInputError, PMVectorError
+from ..db.postgres import connect
 
 TABLE = sql.Identifier("pm_vector_service", "api_keys")
 #: the channel key changes are announced on (migration 0012; pm_vector.service.keycache)
@@ -75,7 +79,6 @@ def _check_scope(collections) -> list[str] | None:
 def _connect(conn):
     if conn is not None:
         return conn, False
-    from ..db.postgres import connect
 
     return connect(), True
 
@@ -169,8 +172,6 @@ class RateLimiter:
     service process (a restart refills every bucket; several workers each allow the rate)."""
 
     def __init__(self, rate_per_minute: int, burst: int | None = None):
-        import threading
-
         self.rate = int(rate_per_minute)
         self.burst = int(burst) if burst is not None else max(1, self.rate // 6)
         self._buckets: dict[int, list[float]] = {}
@@ -178,8 +179,6 @@ class RateLimiter:
 
     def take(self, key_id: int, rate_per_minute: int | None = None, now: float | None = None) -> float:
         """0.0 when the request may go ahead (a token is taken), else the seconds until one is free."""
-        import time
-
         if not (rate_per_minute or self.rate):  # 0: no limit
             return 0.0
         rate = (rate_per_minute or self.rate) / 60.0
@@ -204,9 +203,6 @@ class FailedAuthLimiter:
     ``max_addresses`` addresses are tracked (least recently failed out)."""
 
     def __init__(self, per_minute: int, max_addresses: int = 65_536):
-        import threading
-        from collections import OrderedDict
-
         self.per_minute = int(per_minute)
         self.max_addresses = int(max_addresses)
         self._buckets: OrderedDict[str, list[float]] = OrderedDict()
@@ -220,8 +216,6 @@ class FailedAuthLimiter:
 
     def wait(self, address: str, now: float | None = None) -> float:
         """0.0 if ``address`` may try a key, else the seconds until it may again."""
-        import time
-
         if self.per_minute <= 0:
             return 0.0
         t = time.monotonic() if now is None else now
@@ -231,8 +225,6 @@ class FailedAuthLimiter:
 
     def fail(self, address: str, now: float | None = None) -> None:
         """Count one failed authentication of ``address``."""
-        import time
-
         if self.per_minute <= 0:
             return
         t = time.monotonic() if now is None else now

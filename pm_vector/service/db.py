@@ -12,17 +12,24 @@ answers again (:mod:`pm_vector.service.dbhealth`).
 
 from __future__ import annotations
 
+import select
+import threading
+import time
 from contextlib import contextmanager
 from typing import Iterator
+
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+from urllib.parse import unquote, urlsplit
 
 from ..db.errors import DatabaseConfigError
 from ..db.postgres.config import with_login  # noqa: F401 - the service's import path of it
 from .errors import database_down
+from ..db.postgres import configure, database_url, engine, libpq_url
+from .dbhealth import DatabaseHealth, DatabaseUnavailableError
 
 
 def _reset(conn) -> None:
-    import time
-
     conn._pm_returned = time.monotonic()  # for _check
 
 
@@ -30,8 +37,6 @@ def _session_as(conn, role: str | None) -> None:
     """Make ``conn``'s session run as ``role`` (None: the service user), with a round trip only
     when it runs as another one: a session keeps its role between requests, so a run of requests
     of one kind pays nothing (a SET ROLE and a RESET ROLE per request cost two round trips)."""
-    from psycopg import sql
-
     if getattr(conn, "_pm_session_role", None) == role:
         return
     if conn.info.transaction_status != 0:  # psycopg.pq.TransactionStatus.IDLE
@@ -55,11 +60,6 @@ def _check(conn) -> None:
     socket is quiet.
     Under load connections come back within milliseconds, so a request costs no ping; the session
     of a server that went away is still replaced before a request gets it."""
-    import select
-    import time
-
-    from psycopg_pool import ConnectionPool
-
     if time.monotonic() - getattr(conn, "_pm_returned", float("-inf")) < FRESH_S:
         try:
             if not select.select([conn.fileno()], [], [], 0)[0]:
@@ -82,11 +82,6 @@ class ServicePool:
 
     def __init__(self, url: str | None = None, *, min_size: int = 1, max_size: int = 10, timeout: float = 30.0,
                  heartbeat_s: float = 0.5, probe_s: float = 0.25):
-        import threading
-
-        from ..db.postgres import database_url, engine, libpq_url
-        from .dbhealth import DatabaseHealth
-
         self.url = libpq_url(url or database_url())
         self.min_size, self.max_size = min_size, max_size
         engine.connect(self.url).close()  # pgvector + schema at head, with pm_vector's own error messages
@@ -102,10 +97,6 @@ class ServicePool:
         self.health.start()
 
     def _open_pool(self, timeout: float):
-        from psycopg_pool import ConnectionPool
-
-        from ..db.postgres import configure
-
         # no check= here: _borrow checks each connection itself, so that a failed check asks the
         # health monitor at once instead of psycopg_pool's retry back-off (1 s and more)
         pool = ConnectionPool(self.url, min_size=self.min_size, max_size=self.max_size, timeout=GETCONN_TIMEOUT,
@@ -116,8 +107,6 @@ class ServicePool:
 
     def _close_pool(self) -> None:
         """The database went down: requests waiting for a connection fail now (PoolClosed)."""
-        import threading
-
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:  # closing joins the pool's threads: not on the monitor's time
@@ -135,10 +124,6 @@ class ServicePool:
         """A checked connection and its pool. A connection that fails its check (:func:`_check`:
         the sessions of a server that was restarted or killed) is dropped and the database probed
         at once: down, DatabaseUnavailableError; up, the next connection is tried."""
-        import time
-
-        from .dbhealth import DatabaseUnavailableError
-
         deadline = time.monotonic() + (GETCONN_TIMEOUT if timeout is None else timeout)
         while True:
             self.health.check()
@@ -234,8 +219,6 @@ def query_login(pool: ServicePool, query_db_url: str = "") -> tuple[str, str | N
     login role migration 0017 made for this database (``pm_vector_service.query_login``), else None
     (the migrating user could not create roles: query keys use ``SET ROLE``)."""
     if query_db_url:
-        from urllib.parse import unquote, urlsplit
-
         parts = urlsplit(query_db_url)
         return (unquote(parts.username), unquote(parts.password) if parts.password else None) \
             if parts.username else None

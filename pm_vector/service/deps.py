@@ -33,6 +33,7 @@ from .resolve_body import context
 from .settings import ServiceSettings
 from .state import ServiceState
 from .validation import api_error
+from ..db.store._names import NAME_PATTERN
 
 
 # async: plain look-ups and checks run on the event loop (a def dependency costs a hop to a worker thread)
@@ -78,8 +79,6 @@ async def require_admin(caller: CallerDep) -> None:
 
 async def require_scope(name: str, caller: CallerDep) -> None:
     """404 for a malformed collection name or one outside the key's scope (out of scope looks absent)."""
-    from ..db.store._names import NAME_PATTERN
-
     if not NAME_PATTERN.fullmatch(name) or not in_scope(caller, name):
         raise ApiError(404, "not_found", f"no collection {name!r} (for this key); `GET /collections` lists "
                                          "the ones it may use.")

@@ -12,8 +12,12 @@ import datetime as dt
 from typing import Any
 
 import numpy as np
+import orjson
 
 from ..db.resolve import resolution as db_resolution
+from ..db.store.collections import collection_uuid
+from ..db.store.partitioned import public_partitions
+from ..protocol.codec import float_arrays
 
 
 def plain_json(v: Any) -> Any:
@@ -52,10 +56,6 @@ def anchor_document(collection: str) -> dict[str, Any]:
     key): features, labels, the anchor embedding and every matrix of the frame (class frames,
     cells, codebooks) as numpy arrays of the same values, which :mod:`pm_vector.protocol.codec`
     writes as arrays in msgpack and as lists in JSON."""
-    from ..db.store.collections import collection_uuid
-    from ..db.store.partitioned import public_partitions
-    from ..protocol.codec import float_arrays
-
     pa, frame = public_anchor(collection)
     return {"collection": collection, "collection_uuid": collection_uuid(collection),
             "anchor_ids": plain_json(list(pa.ids)), "features": np.asarray(pa.features),
@@ -97,8 +97,6 @@ def json_bytes(v: Any) -> bytes:
     numbers, NaN and infinities as null, datetimes in ISO 8601), written by orjson in C, with
     no Python step per number (``plain_json`` + ``json`` made one for each of an answer's values);
     float32 arrays in their shortest float32 form (they read back exactly)."""
-    import orjson
-
     return orjson.dumps(v, default=_plain_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
 
 

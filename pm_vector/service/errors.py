@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import logging
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (AlignmentError, BudgetExceededError, FrameMismatchError, InvalidInputError, PMVectorError,
                       PrivacyParameterError)
+from ..db import errors as dbe, kahm as _kahm
+from ..db.kahm import NoKAHMModelError
+from ..db.store.deletes import ItemNotFoundError
+from .jobs import JobQueueFullError
 
 #: seconds a client is told to wait when the database is unreachable
 RETRY_AFTER_S = 5
@@ -40,9 +46,6 @@ def error_response(status: int, error: str, message: str, headers: dict[str, str
 def database_down(exc: BaseException) -> bool:
     """Is ``exc`` (or what caused it) the database being unreachable: a lost or refused
     connection, a server shutting down, no pooled connection in time?"""
-    import psycopg
-    from psycopg_pool import PoolTimeout
-
     seen = 0
     while exc is not None and seen < 5:
         if isinstance(exc, (psycopg.OperationalError, PoolTimeout)):
@@ -64,26 +67,19 @@ def api_error_response(exc: ApiError) -> JSONResponse:
 
 
 def _status_of(exc: PMVectorError) -> tuple[int, str]:
-    from ..db import errors as dbe
-
-    from ..db.store.deletes import ItemNotFoundError
-
     if isinstance(exc, (dbe.CollectionNotFoundError, dbe.RunNotFoundError, dbe.NoAnchorSetError, ItemNotFoundError)):
         return 404, "not_found"
     if isinstance(exc, dbe.NoActiveRunError):
         return 409, "no_active_run"
     if isinstance(exc, dbe.CollectionBrokenError):  # names the collection and the reason; resync mends it
         return 409, "collection_broken"
-    from ..db.kahm import NoKAHMModelError
 
     if isinstance(exc, NoKAHMModelError):
         return 409, "no_kahm_model"
-    from ..db import kahm as _kahm
 
     raw_dist = getattr(_kahm, "RawKAHMDistancesNotAllowedError", None)
     if raw_dist is not None and isinstance(exc, raw_dist):  # raw models' distances are a membership oracle
         return 403, "raw_distances_not_allowed"
-    from .jobs import JobQueueFullError
 
     if isinstance(exc, JobQueueFullError):
         return 429, "job_queue_full"
@@ -141,7 +137,6 @@ def install_error_handlers(app: FastAPI, log: logging.Logger) -> None:
     async def _internal(request: Request, exc: Exception):
         if database_down(exc):
             return api_error_response(database_unavailable())
-        import psycopg
 
         if isinstance(exc, psycopg.DataError):  # a value PostgreSQL cannot hold (NUL, out of range)
             return error_response(422, "invalid_input", "a value in the request is out of range for the database "

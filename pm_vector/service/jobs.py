@@ -21,9 +21,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from ..errors import InvalidInputError, PMVectorError
 from ..protocol.anchor import FRAME_PARAM_BOUNDS
+from .. import db
+from ..db.runs.jobs import anchor_frame_embed_fn, run_embedding_job
+from ..manifold import AnchorFrame
+from .documents import plain_json
 
 TABLE = sql.Identifier("pm_vector_service", "jobs")
 #: first key of the advisory lock a live service process holds on its owner id (the second is
@@ -46,8 +51,6 @@ class JobQueueFullError(PMVectorError):
 def check_params(params: Any, *, min_components: int = 1) -> dict[str, Any]:
     """AnchorFrame keyword arguments (``seed`` and ``device`` excluded), checked by name, JSON type
     and :data:`BOUNDS` (``n_components`` at least ``min_components``)."""
-    from ..manifold import AnchorFrame
-
     if params is None:
         return {}
     if not isinstance(params, dict):
@@ -131,10 +134,6 @@ class JobManager:
         return len(rows)
 
     def start(self, collection: str, params: dict[str, Any], seed: int, key_id: int | None = None) -> dict[str, Any]:
-        from psycopg.types.json import Jsonb
-
-        from .. import db
-
         db.collection_info(collection)  # unknown collection: refused now, not in the thread
         db.get_anchor_set(collection, "anchor")
         job_id = uuid.uuid4().hex[:16]
@@ -154,16 +153,11 @@ class JobManager:
         return self.get(job_id)
 
     def _update(self, job_id: str, **kw) -> None:
-        from psycopg.types.json import Jsonb
-
         sets = sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(k)) for k in kw)
         vals = [Jsonb(v) if k in ("stages", "result") else v for k, v in kw.items()]
         self._exec(sql.SQL("UPDATE {} SET {} WHERE job_id = %s").format(TABLE, sets), [*vals, job_id])
 
     def _run(self, job_id: str) -> None:
-        from ..db.runs.jobs import anchor_frame_embed_fn, run_embedding_job
-        from .documents import plain_json
-
         job = self.get(job_id)
         now = dt.datetime.now(dt.timezone.utc)
         self._update(job_id, status="running", started_at=now)

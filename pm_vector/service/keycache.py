@@ -34,9 +34,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from typing import Any
 
+import psycopg
 from psycopg import sql
 
 from .auth import KEY_CHANNEL
@@ -56,8 +58,6 @@ class KeyCache:
 
     def __init__(self, url: str, *, ttl: float = 60.0, reconnect_s: float = 1.0, failed_ttl: float = 5.0,
                  max_failed: int = 10_000, on_auth_failure=None):
-        import uuid
-
         self.url, self.ttl, self.reconnect_s = url, float(ttl), float(reconnect_s)
         #: called with a client address another service process refused (:data:`FAILURE_CHANNEL`)
         self.on_auth_failure = on_auth_failure
@@ -143,8 +143,6 @@ class KeyCache:
         return self
 
     def _run(self) -> None:
-        import psycopg
-
         warned = False
         while not self._stop.is_set():
             try:

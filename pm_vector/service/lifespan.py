@@ -16,22 +16,27 @@ import datetime as dt
 import logging
 from contextlib import asynccontextmanager
 
+import psycopg
 from fastapi.concurrency import run_in_threadpool
 
 from .settings import ServiceSettings
 from .state import ServiceState
+from ..db.core.abandoned import cleanup_stale_runs
+from ..db.postgres import cluster, server
+from ..db.postgres.replicas import ReadRouter
+from ..db.store.retention import prune_request_log
+from .db import ServicePool, query_login, with_login
+from .jobs import JobManager
+from .keycache import KeyCache
+from .sync_worker import SyncWorker, lower_request_priority
 
 log = logging.getLogger("pm_vector.service")
 
 
 def _read_router(settings: ServiceSettings, pool):
     """The replicas resolves are read on: ``settings.read_urls``, else a running local cluster's."""
-    from ..db.postgres.replicas import ReadRouter
-
     urls = [u.strip() for u in settings.read_urls.split(",") if u.strip()]
     if not urls:
-        from ..db.postgres import cluster, server
-
         if server.external_url() is None and cluster.topology() is not None:
             urls = cluster.replica_urls()
     primary = getattr(pool, "url", None)
@@ -57,8 +62,6 @@ def _query_pool(settings: ServiceSettings, state: ServiceState):
     no SQL on it can become the service user; (None, None) when there is no such login (the
     migrating user could not create roles, or the database refused the login: warned, and query
     keys use ``SET ROLE`` on the shared pool)."""
-    from .db import ServicePool, query_login, with_login
-
     if not settings.query_db_url and not state.query_role:
         return None, None
     try:
@@ -83,10 +86,6 @@ def _query_pool(settings: ServiceSettings, state: ServiceState):
 def _make_jobs(settings: ServiceSettings, state: ServiceState):
     """The job manager; jobs a stopped service left are marked interrupted, and the runs they
     left 'running' failed."""
-    import psycopg
-
-    from .jobs import JobManager
-
     url = getattr(state.pool, "url", None)
     jm = JobManager(state.pool.connection, settings.job_workers, settings.max_queued_jobs,
                     lock_connection=(lambda: psycopg.connect(url, autocommit=True)) if url else None)
@@ -94,7 +93,6 @@ def _make_jobs(settings: ServiceSettings, state: ServiceState):
     if n:
         log.warning("%d job(s) of a stopped service marked interrupted", n)
     try:  # and the runs such jobs left 'running' (no session holds their lock) become failed
-        from ..db.core.abandoned import cleanup_stale_runs
 
         cleanup_stale_runs()
     except Exception as exc:  # noqa: BLE001 - best effort; `pm-vector db cleanup` does it too
@@ -104,8 +102,6 @@ def _make_jobs(settings: ServiceSettings, state: ServiceState):
 
 def prune_once(settings: ServiceSettings, state: ServiceState) -> int:
     """Delete the request-log rows older than the retention; returns how many."""
-    from ..db.store.retention import prune_request_log
-
     with state.pool.connection() as conn:
         return prune_request_log(conn, older_than=dt.timedelta(days=settings.request_log_retention_days))
 
@@ -126,8 +122,6 @@ async def _pruner(settings: ServiceSettings, state: ServiceState) -> None:
 def _sync_worker(settings: ServiceSettings, state: ServiceState):
     """The attached tables' sync worker, started (None: ``sync_interval_s`` 0, or a pool without a
     URL, as the tests' fakes)."""
-    from .sync_worker import SyncWorker, lower_request_priority
-
     url = getattr(state.pool, "url", None)
     if settings.sync_interval_s <= 0 or not url:
         return None
@@ -140,8 +134,6 @@ async def _start(app, settings: ServiceSettings, state: ServiceState, failures) 
     """Fill ``state`` (module doc); returns whether the pool was made here (and is closed here)."""
     own = state.pool is None
     if own:
-        from .db import ServicePool
-
         state.pool = await run_in_threadpool(ServicePool, min_size=settings.pool_min, max_size=settings.pool_max)
     state.jobs = app.state.jobs = await run_in_threadpool(_make_jobs, settings, state)
     state.query_role = await run_in_threadpool(_query_role, settings, state)
@@ -149,8 +141,6 @@ async def _start(app, settings: ServiceSettings, state: ServiceState, failures) 
     state.query_login, state.query_pool = await run_in_threadpool(_query_pool, settings, state)
     state.router = _read_router(settings, state.pool)
     if settings.auth and getattr(state.pool, "url", None):
-        from .keycache import KeyCache
-
         cache = KeyCache(state.pool.url, failed_ttl=settings.failed_key_ttl_s, on_auth_failure=failures.fail)
         state.keycache = await run_in_threadpool(cache.start)
     return own

@@ -7,7 +7,11 @@ import socket
 import threading
 import time
 
+import uvicorn
+
 from .settings import ServiceSettings
+from .app import create_app
+from .header_timeout import protocol_class
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -17,10 +21,6 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _config(app, host: str, port: int, log_level: str, header_timeout_s: float = 10.0):
-    import uvicorn
-
-    from .header_timeout import protocol_class
-
     # uvicorn's httptools protocol with a header-read timeout (service/header_timeout.py)
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on",
                           timeout_keep_alive=30, backlog=2048, http=protocol_class(header_timeout_s))
@@ -28,10 +28,6 @@ def _config(app, host: str, port: int, log_level: str, header_timeout_s: float =
 
 def serve(settings: ServiceSettings, *, log_level: str = "info") -> None:
     """Serve in the foreground until interrupted."""
-    import uvicorn
-
-    from .app import create_app
-
     uvicorn.Server(_config(create_app(settings), settings.host, settings.port, log_level,
                            settings.header_timeout_s)).run()
 
@@ -41,10 +37,6 @@ class ServiceThread:
 
     def __init__(self, settings: ServiceSettings | None = None, *, port: int | None = None, log_level: str = "warning",
                  pool=None):
-        import uvicorn
-
-        from .app import create_app
-
         # request_nice 0: a service in a thread shares its host's process (an application, the demo, the
         # tests); lowering that process's threads is for a process of the service's own (pm-vector serve)
         self.settings = (settings or ServiceSettings.from_env()).with_(host="127.0.0.1", request_nice=0)

@@ -12,9 +12,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .db import ServicePool
+
 if TYPE_CHECKING:
     from ..db.postgres.replicas import ReadRouter
-    from .db import ServicePool
     from .jobs import JobManager
     from .keycache import KeyCache
     from .sync_worker import SyncWorker
@@ -54,8 +55,6 @@ class ServiceState:
 
     def read_pool(self, url: str, max_size: int) -> ServicePool:
         """The pool of the replica at ``url`` (one per replica and login), made on its first read."""
-        from .db import ServicePool
-
         with self.read_pools_lock:
             pool = self.read_pools.get(url)
             if pool is None:

@@ -23,9 +23,18 @@ the sync process is made by the worker's thread, at its priority.
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
+import signal
+import sys
 import threading
 import time
 from typing import Any, Callable
+
+from ..db.runs.merge import merge_due
+from ..db.store.attach import sync_pending
+
+import psycopg
 
 log = logging.getLogger("pm_vector.service")
 
@@ -41,8 +50,6 @@ def sync_once(url: str | None, health=None) -> dict[str, Any]:
     failed}``; nothing without a URL (a sync never starts the embedded server: an outage stays an
     outage) or while ``health`` (the pool's :class:`~pm_vector.service.dbhealth.DatabaseHealth`)
     knows the database is down."""
-    from ..db.store.attach import sync_pending
-
     if not url or (health is not None and health.reason() is not None):
         return {}
     out = sync_pending(url)
@@ -65,8 +72,6 @@ def merge_in_background(url: str) -> bool:
     passes of the sync go on beside it (a merge builds its run beside the serving one and
     switches in one transaction, so writes and answers never wait on it). Returns whether one was
     started."""
-    from ..db.runs.merge import merge_due
-
     if _merging and _merging[0].is_alive():
         return False
 
@@ -91,9 +96,6 @@ def lower_request_priority(nice: int, keep: int | None) -> int:
     thread), all but the thread whose native id is ``keep`` (the sync worker's); threads made later by
     a lowered one (the request pool's) inherit it. Returns how many threads were lowered (0 where
     the platform has no per-thread nice value, or with ``nice`` 0)."""
-    import os
-    import sys
-
     if nice <= 0 or not sys.platform.startswith("linux"):
         return 0
     target = min(19, os.getpriority(os.PRIO_PROCESS, keep or 0) + nice)  # (again: no lower than that)
@@ -112,8 +114,6 @@ def _child(conn, url: str) -> None:
     """The sync process's loop (:class:`SyncProcess`): a pass on each request, until told to stop
     or the service process is gone (its end of the pipe closes). The caches a sync keeps
     (the run's items, the cell rows) live here from one pass to the next."""
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the service stops us
     while True:
         try:
@@ -142,8 +142,6 @@ class SyncProcess:
         self._shut = False
 
     def _ensure(self) -> None:
-        import multiprocessing
-
         if self._proc is not None and self._proc.is_alive():
             return
         if self._shut:
@@ -253,8 +251,6 @@ class SyncWorker:
     def _lead(self) -> bool:
         """Whether this process holds the database's sync lock, taking it when free; a session that
         no longer answers (a restarted server) is dropped, and the lock taken again."""
-        import psycopg
-
         if self._lock_conn is not None:
             try:
                 self._lock_conn.execute("SELECT 1")

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 import numpy as np
 from psycopg import sql
+from psycopg.rows import dict_row
 
 from ...errors import InvalidInputError
 from .. import _binary
@@ -40,7 +41,6 @@ def collection_row(conn, name: str, *, lock: str = "") -> dict[str, Any]:
         raise ValueError(f"lock must be one of {ROW_LOCKS}, not {lock!r}")
     if not isinstance(name, str):
         raise InvalidInputError(f"collection must be a name (str), got {type(name).__name__}.")
-    from psycopg.rows import dict_row
 
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(sql.SQL(

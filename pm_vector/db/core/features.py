@@ -11,6 +11,8 @@ from typing import Any, Mapping
 
 from psycopg import sql
 
+from ..postgres.privileges import FEATURES_FUNCTIONS
+
 #: a part of a relation's name as PostgreSQL prints a ``regclass`` (quoted where needed, ``""`` for ``"``)
 _NAME_PART = re.compile(r'"((?:[^"]|"")*)"|([^".]+)')
 #: the types a collection stores its raw features in
@@ -51,8 +53,6 @@ def feature_sql(coll: Mapping[str, Any], alias: str = "i", *, answer: bool = Fal
     att = (coll.get("settings") or {}).get("attached")
     if not att:
         if answer:
-            from ..postgres.privileges import FEATURES_FUNCTIONS
-
             return sql.SQL("{}({}.id)").format(sql.SQL(FEATURES_FUNCTIONS[ft]), a)
         return sql.SQL("{}.{}").format(a, sql.Identifier("features" if ft == "vector" else "features_half"))
     return sql.SQL("(SELECT s.{v}::{ft} FROM {t} AS s WHERE s.{k} = {a}.external_id::{kt})").format(

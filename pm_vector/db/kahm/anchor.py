@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -12,14 +13,15 @@ from ...errors import InvalidInputError
 from ..errors import DatabaseError
 from .store import (DEFAULT_SMOOTHING_STEPS, ProgressFn, class_counts_check, load_settled_items, noop, positive_int,
                     kahm_privacy, smoothing_record, checked_smoothing_steps, checked_value_range)
+from ...kahm import FabricationWarning, fabricate_anchor
+from ...kahm.plugin import UNITS, anchor_noise
+from ..store.anchors import register_anchor_sets
 
 __all__ = ["fabricate_anchor_set"]
 
 
 def _anchor_privacy(epsilon, delta, unit, clip_norm, value_range, grid, p: int) -> dict[str, Any]:
     """The privacy record of a fabricated anchor, per-item figures first."""
-    from ...kahm.plugin import UNITS, anchor_noise
-
     if unit not in UNITS:
         raise InvalidInputError(f"unit must be one of {UNITS}; got {unit!r}.")
     if unit == "element":
@@ -56,10 +58,6 @@ def _fabricate_rows(X: np.ndarray, y: np.ndarray, prov: dict, *, n: int, noise_s
     """The DP release and KAHM fabrication of the source rows (:func:`pm_vector.kahm.fabricate_anchor`
     with the calibration ``prov``); returns (the fabricated rows, their labels, the fabrication
     warnings caught)."""
-    import warnings
-
-    from ...kahm import FabricationWarning, fabricate_anchor
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FabricationWarning)
         Xf, yf = fabricate_anchor(X, y, prov["epsilon"], n=n, seed=noise_seed, delta=prov["delta"], unit=unit,
@@ -177,7 +175,6 @@ def fabricate_anchor_set(collection: str, epsilon: float, *, unit: str = "row", 
                        sample_seed=sample_seed, noise_seed=noise_seed)
     desc = description or (f"DP fabricated anchor (KAHM, epsilon={prov['per_item_epsilon']:g} per item, "
                            f"unit {unit})")
-    from ..store.anchors import register_anchor_sets
 
     report("register", 0, 1)
     sets = [("anchor", Xf[ia], yf[ia], desc, prov)]

@@ -21,6 +21,8 @@ import time
 from typing import Any
 
 import numpy as np
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from ...errors import InvalidInputError
 from ..core.collection import collection_row, iso_datetime
@@ -28,6 +30,7 @@ from ..store._validate import json_safe
 from ..postgres import connect
 from .store import (DEFAULT_SMOOTHING_STEPS, KINDS, ProgressFn, checked_smoothing_steps, job_transaction, kahm_privacy,
                     load_settled_items, make_model, model_row, noop, positive_int, smoothing_record)
+from ...kahm.membership import clopper_pearson, membership_auc, membership_inference_score, scale_free, tpr_at_fpr
 
 __all__ = ["run_membership_audit", "list_audits", "FPRS"]
 
@@ -89,8 +92,6 @@ def _audit_configuration(collection: str, epsilon, value_range, delta, noise, n_
 def _score(st: dict[str, list], model, X: np.ndarray, y: np.ndarray, tr: np.ndarray, ho: np.ndarray) -> None:
     """One fitted model's membership scores on its training and held-out items, appended to ``st``:
     AUC, MIS (scale-free; None when a distance is not finite), accuracy, and TPR at each FPR."""
-    from ...kahm.membership import membership_auc, membership_inference_score, scale_free, tpr_at_fpr
-
     d_tr = np.asarray(model.min_distance(X[tr]), dtype=np.float64)  # float32 models: 1e300 must fit
     d_ho = np.asarray(model.min_distance(X[ho]), dtype=np.float64)
     st["auc"].append(membership_auc(np.nan_to_num(d_tr, nan=np.inf, posinf=1e300),
@@ -106,8 +107,6 @@ def _score(st: dict[str, list], model, X: np.ndarray, y: np.ndarray, tr: np.ndar
 def _summarise_kinds(out: dict[str, Any], per: dict, kinds: list) -> None:
     """Per kind, over the repeats: mean AUC (and range), MIS, accuracy, TPR at each FPR with its
     Clopper-Pearson interval; and how much fabrication reduces MIS."""
-    from ...kahm.membership import clopper_pearson
-
     for kind, st in per.items():
         tag = _TAG[kind]
         mis = [m for m in st["mis"] if m is not None]
@@ -193,7 +192,6 @@ def run_membership_audit(collection: str, epsilon: float | None = None, *, value
         "unit": "none", "outside_guarantee": "the report (AUC, TPR, MIS, accuracy) is computed from the raw items: "
                                              "it is for the data owner, not for publication"}
     json_safe(out, "audit report")
-    from psycopg.types.json import Jsonb
 
     with job_transaction() as conn:
         c2 = collection_row(conn, collection)
@@ -204,8 +202,6 @@ def run_membership_audit(collection: str, epsilon: float | None = None, *, value
 
 def list_audits(collection: str | None = None) -> list[dict[str, Any]]:
     """Stored audit reports (newest first), from the ``pm_vector.pm_kahm_audits`` view."""
-    from psycopg.rows import dict_row
-
     with connect() as conn:
         if collection is not None:
             collection_row(conn, collection)

@@ -46,18 +46,22 @@ from typing import Any
 
 import numpy as np
 from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from ...errors import InvalidInputError
 from ..core.collection import collection_row, iso_datetime, load_items, worker_identity
 from ..store._validate import checked_features
-from ..postgres import connect
+from ..postgres import connect, database_url
 from ..errors import DatabaseError, DimensionMismatchError, NoKAHMModelError, RawKAHMDistancesNotAllowedError
+from . import audit
 from .anchor import fabricate_anchor_set
 from .store import (DEFAULT_SMOOTHING_STEPS, KINDS, OUTSIDE_ELEMENT, SETTLED_ITEMS_SQL,  # noqa: F401
                     ProgressFn, checked_smoothing_steps, checked_value_range, class_counts_check,
                     job_transaction, kahm_privacy, kind_of, load_settled_items, make_model, model_bytes,
                     model_from_bytes, model_outputs_allowed, model_row, noop, positive_int, raw_distances_allowed,
                     smoothing_record)
+from ...kahm import federated_predict, matching_scores
 
 #: PostgreSQL's limit for one bytea value is 1 GB; keep a margin for the row
 MAX_MODEL_BYTES = 1_000_000_000
@@ -73,8 +77,6 @@ __all__ = [
 
 def _scores_of(model, X: np.ndarray, chunk: int = 20000) -> tuple[np.ndarray, np.ndarray]:
     """(scores (N, C) float32, predicted labels (N,)) of rows X under a fitted classifier."""
-    from ...kahm import matching_scores
-
     S, P = [], []
     for s in range(0, X.shape[0], chunk):
         D = model.class_distances(X[s:s + chunk])
@@ -124,8 +126,6 @@ def _write_model(collection: str, coll, kind: str, params: dict, priv: dict, mod
                  timings: dict, pred, scores, keep: int) -> int:
     """In one transaction: the model row and every item's class scores, and the older models beyond
     ``keep`` deleted (refused if the collection was re-created meanwhile). Returns the model's id."""
-    from psycopg.types.json import Jsonb
-
     with job_transaction() as conn:
         c2 = collection_row(conn, collection, lock="FOR SHARE")
         if c2["id"] != coll["id"]:
@@ -225,8 +225,6 @@ _models_lock = threading.Lock()
 
 
 def _cache_key(coll, model_id):
-    from ..postgres import database_url
-
     return (database_url(), int(coll["id"]), int(model_id))
 
 
@@ -259,8 +257,6 @@ def load_kahm_model(collection: str, model_id: int | None = None):
 
 def list_kahm_models(collection: str | None = None, *, model_id: int | None = None) -> list[dict[str, Any]]:
     """Stored models (newest first), from the ``pm_vector.pm_kahm_models`` view."""
-    from psycopg.rows import dict_row
-
     with connect() as conn:
         if collection is not None:
             collection_row(conn, collection)
@@ -302,8 +298,6 @@ def _query_rows(features, coll) -> np.ndarray:
 def class_scores(collection: str, features, model_id: int | None = None) -> dict[str, Any]:
     """The collection's current model on feature rows: ``{"model_id", "classes", "scores" (Q, C),
     "distances" (Q, C), "predicted" (Q,)}`` (Definitions 6-8)."""
-    from ...kahm import matching_scores
-
     with connect() as conn:
         coll = collection_row(conn, collection)
         conn.rollback()
@@ -357,8 +351,6 @@ def federated_classify(parties: Sequence[Any], features, *, classes: Sequence[in
     model is nearest for the predicted class), "parties": [{"party", "model_id", "classes"}]}``.
     Raises on parties of different feature dimensions, before any distance is combined.
     """
-    from ...kahm import federated_predict, matching_scores
-
     if isinstance(parties, (str, bytes)) or not isinstance(parties, Sequence) or len(parties) == 0:
         raise InvalidInputError("parties must be a non-empty list of collection names or callables.")
     Q = np.asarray(features, dtype=np.float64)
@@ -407,13 +399,9 @@ def federated_classify(parties: Sequence[Any], features, *, classes: Sequence[in
 def run_membership_audit(collection: str, epsilon: float | None = None, **kwargs) -> dict[str, Any]:
     """See :func:`pm_vector.db.kahm.audit.run_membership_audit` (repeated splits and noise draws,
     TPR at FPR 1 % / 0.1 % with Clopper-Pearson intervals, the deployed configuration by default)."""
-    from .audit import run_membership_audit as run
-
-    return run(collection, epsilon, **kwargs)
+    return audit.run_membership_audit(collection, epsilon, **kwargs)
 
 
 def list_audits(collection: str | None = None) -> list[dict[str, Any]]:
     """Stored audit reports (newest first), from the ``pm_vector.pm_kahm_audits`` view."""
-    from .audit import list_audits as run
-
-    return run(collection)
+    return audit.list_audits(collection)

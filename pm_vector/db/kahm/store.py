@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 from psycopg import sql
+from psycopg.rows import dict_row
 
 from ...defaults import DEFAULT_SMOOTHING_STEPS  # noqa: F401  (the library's, one home)
 from ...errors import InvalidInputError
@@ -23,6 +24,9 @@ from ..core.abandoned import cleanup
 from ..postgres import connect
 from ..errors import (DatabaseError, NoKAHMModelError, RawFeaturesNotAllowedError,  # noqa: F401
                       RawKAHMDistancesNotAllowedError, translate_sql_error)
+from ...kahm import FabricatedKAHMClassifier, KAHMClassifier, NoisyKAHMClassifier, load_model
+from ...kahm.privacy import make_noise
+from ..errors import KAHMRefitNeededError
 
 KINDS = ("raw", "noisy", "fabricated")
 #: items whose ingest is still running (or failed) are not part of a job's snapshot
@@ -106,8 +110,6 @@ OUTSIDE_ELEMENT = ("labels, per-class counts and item ids (public here); a whole
 
 
 def kahm_privacy(epsilon, delta, value_range, noise: str = "grid") -> dict[str, Any]:
-    from ...kahm.privacy import make_noise
-
     lo, hi = checked_value_range(value_range)
     mech = make_noise(epsilon, delta, hi - lo, noise)  # validates epsilon, delta, sensitivity, noise
     return {**mech.record(), "epsilon": float(mech.epsilon), "delta": float(mech.delta), "sensitivity": hi - lo,
@@ -163,8 +165,6 @@ def class_counts_check(coll, labels: np.ndarray, need: int, what: str) -> np.nda
 
 def make_model(kind: str, priv: dict | None, n_components, n_layers, branch_size, smoothing_steps, noise_seed,
                 n_jobs, dtype="float64"):
-    from ...kahm import FabricatedKAHMClassifier, KAHMClassifier, NoisyKAHMClassifier
-
     common = dict(n_components=n_components, n_layers=n_layers, branch_size=branch_size, n_jobs=n_jobs,
                   dtype=dtype)
     if kind == "raw":
@@ -190,8 +190,6 @@ def model_bytes(model) -> bytes:
 
 
 def model_from_bytes(blob: bytes):
-    from ...kahm import load_model
-
     fd, path = tempfile.mkstemp(suffix=".kahm")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -202,8 +200,6 @@ def model_from_bytes(blob: bytes):
 
 
 def model_row(conn, coll, model_id: int | None, *, with_blob: bool = False) -> dict[str, Any]:
-    from psycopg.rows import dict_row
-
     cols = sql.SQL("id, kind, classes, n_features, n_items, params, privacy, created_at, erased_at{}").format(
         sql.SQL(", model") if with_blob else sql.SQL(""))
     with conn.cursor(row_factory=dict_row) as cur:
@@ -215,8 +211,6 @@ def model_row(conn, coll, model_id: int | None, *, with_blob: bool = False) -> d
                         [coll["id"], int(model_id)])
         row = cur.fetchone()
     if row is not None and row["kind"] == "raw" and row["erased_at"] is not None:
-        from ..errors import KAHMRefitNeededError
-
         raise KAHMRefitNeededError(
             f"KAHM model {row['id']} of collection {coll['name']!r} is a raw model fit before items were deleted "
             f"(erased at {row['erased_at'].isoformat()}): it may hold them, so its outputs are refused. Refit it with "

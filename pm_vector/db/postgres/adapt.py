@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+from pgvector.psycopg import register_vector
+from psycopg.adapt import Dumper
+from psycopg.pq import Format, TransactionStatus
+from psycopg.types.json import set_json_loads
+import orjson
+
 
 def json_loads(text: str | bytes):
-    """JSON text -> Python objects: orjson when installed (faster on a request's thousands of
-    floats; measured in docs/benchmarks.md, "Figures behind design choices in the code"), else
-    the standard library; NaN/Infinity tokens (which orjson
+    """JSON text -> Python objects: orjson (faster on a request's thousands of floats; measured in
+    docs/benchmarks.md, "Figures behind design choices in the code"); NaN/Infinity tokens (which orjson
     refuses as invalid JSON) go to the standard library, so that they get the precise error."""
-    try:
-        import orjson
-    except ImportError:
-        return json.loads(text)
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -38,8 +40,6 @@ class Int8Array:
         self.values = values
 
     def binary(self) -> bytes:
-        import numpy as np
-
         n = int(self.values.size)
         body = np.empty(n, dtype=[("len", ">i4"), ("v", ">i8")])
         body["len"] = 8
@@ -48,9 +48,6 @@ class Int8Array:
 
 
 def _int8_array_dumper():
-    from psycopg.adapt import Dumper
-    from psycopg.pq import Format
-
     class Int8ArrayDumper(Dumper):
         format = Format.BINARY
         oid = 1016  # bigint[]
@@ -68,9 +65,6 @@ def configure(conn) -> None:
     pool's ``configure`` must); one inside a transaction stays in it. Idempotent."""
     if getattr(conn, "_pm_configured", False):
         return
-    from pgvector.psycopg import register_vector
-    from psycopg.pq import TransactionStatus
-    from psycopg.types.json import set_json_loads
 
     idle = conn.info.transaction_status == TransactionStatus.IDLE
     register_vector(conn)

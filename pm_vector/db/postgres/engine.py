@@ -14,11 +14,14 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
+import psycopg
+
 from ..errors import DatabaseConfigError, SchemaNotReadyError
 from .adapt import configure
 from .config import libpq_url, redact, sqlalchemy_url
 from .pgvector import ensure_pgvector
 from .server import database_url
+from .migrate import current_revision, head_revision
 
 _engines: dict[str, object] = {}
 _checked: set[str] = set()
@@ -45,7 +48,6 @@ def _check_ready(conn, url: str) -> None:
     """pgvector present and recent, schema at head. ``conn``: a psycopg connection, idle."""
     if url in _checked:
         return
-    from .migrate import current_revision, head_revision
 
     ensure_pgvector(conn, where=redact(url))
     at = current_revision(conn)
@@ -75,8 +77,6 @@ def connect(url: str | None = None, *, autocommit: bool = False, check: bool = T
     ``client_connection_check_interval`` (:data:`WATCH_CLIENT_MS`) for the session, for jobs
     and ingests whose statements run long.
     """
-    import psycopg
-
     url = libpq_url(url or database_url())
     try:
         conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=10)

@@ -13,8 +13,13 @@ The alembic version table is ``pm_vector.alembic_version``.
 from __future__ import annotations
 
 import re
+import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
+
+import psycopg
+from psycopg import sql
 
 from ..errors import DatabaseConfigError
 from .config import libpq_url, settings
@@ -30,9 +35,6 @@ _REPO_ROOT = Path(__file__).resolve().parents[3]
 def _candidates(name: str) -> list[Path]:
     """The source tree (editable install, checkout), then ``<prefix>/share/pm_vector/<name>``
     where a wheel installs them (pyproject's data-files)."""
-    import sys
-    import sysconfig
-
     out = [_REPO_ROOT / name]
     for prefix in dict.fromkeys([sysconfig.get_path("data"), sys.prefix, sys.base_prefix]):
         out.append(Path(prefix) / "share" / "pm_vector" / name)
@@ -109,7 +111,6 @@ def upgrade_to_head(url: str) -> dict[str, Any]:
 
     Concurrent upgrades of one database serialise on an advisory lock taken in ``env.py``.
     """
-    import psycopg
     from alembic import command
 
     with psycopg.connect(libpq_url(url), autocommit=True, connect_timeout=10) as conn:
@@ -139,8 +140,6 @@ def execute_sql_file(driver_connection, name: str) -> None:
     ``@vector_schema@`` in the file is replaced by the (quoted) schema of the pgvector
     extension, so the functions find the ``vector`` type wherever it was installed.
     """
-    from psycopg import sql
-
     path = sql_dir() / name
     text = path.read_text(encoding="utf-8")
     row = driver_connection.execute(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import psycopg
+
 from ..errors import PgvectorMissingError, PgvectorVersionError
 
 MIN_PGVECTOR = (0, 7, 0)
@@ -47,8 +49,6 @@ def ensure_pgvector(conn, where: str = "the database") -> str:
     Returns the installed version. Commits (or rolls back) its own work; call it on a fresh
     connection with no transaction of the caller's in progress.
     """
-    import psycopg
-
     def _installed():
         row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
         return row[0] if row else None

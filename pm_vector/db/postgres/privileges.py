@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import re
 
+from psycopg import sql
+
 QUERY_ROLE = "pm_vector_query"
 SCHEMAS = ("pm_vector", "pm_vector_service")
 #: the query role's rights on the schemas (the owner has USAGE and CREATE; PUBLIC nothing)
@@ -147,8 +149,6 @@ def apply(conn, owner: str) -> None:
     exists); EXECUTE on the owner's future functions not granted to PUBLIC; the query role's
     default privileges in the schemas dropped. The run tables' grants are
     :func:`pm_vector.db.runs.erase.grant_answer_tables`'s (per run, where the job creates them)."""
-    from psycopg import sql
-
     ident = sql.Identifier
     own(conn, owner)
     has_query = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [QUERY_ROLE]).fetchone() is not None
@@ -195,8 +195,6 @@ def own(conn, owner: str) -> None:
     """Hand the two schemas and every relation and function in them to ``owner`` (those it does not
     own yet; a sequence owned by a column follows its table), in the caller's transaction. Never
     ``REASSIGN OWNED``: that would move the role's shared objects (its databases) too."""
-    from psycopg import sql
-
     ident = sql.Identifier
     for schema in SCHEMAS:
         conn.execute(sql.SQL("ALTER SCHEMA {} OWNER TO {}").format(ident(schema), ident(owner)))
@@ -229,8 +227,6 @@ def _functions(conn) -> list:
 
 def _owned_sequence(conn, schema: str, name: str) -> bool:
     """A sequence owned by a table column (serial / identity): it follows its table's owner."""
-    from psycopg import sql
-
     return conn.execute("SELECT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = %s::regclass "
                         "AND d.classid = 'pg_class'::regclass AND d.deptype IN ('a', 'i'))",
                         [sql.Identifier(schema, name).as_string(conn)]).fetchone()[0]
@@ -240,8 +236,6 @@ def _drop_default_grants(conn, owner: str) -> None:
     """No default privilege on the schemas for anyone (migration 0006 gave the query role SELECT on
     future tables), and the owner's future functions not executable by PUBLIC (a global default:
     PostgreSQL's per-schema defaults can only add to it)."""
-    from psycopg import sql
-
     kinds = {"r": "TABLES", "S": "SEQUENCES", "f": "FUNCTIONS", "T": "TYPES", "n": "SCHEMAS"}
     rows = conn.execute(
         "SELECT pg_get_userbyid(d.defaclrole), n.nspname, d.defaclobjtype, "
@@ -258,13 +252,9 @@ def _drop_default_grants(conn, owner: str) -> None:
 
 
 def _privs(privs) -> object:
-    from psycopg import sql
-
     return sql.SQL(", ").join(sql.SQL(p) for p in privs)
 
 
 def _qualified(rel: str) -> object:
-    from psycopg import sql
-
     schema, name = rel.split(".", 1)
     return sql.Identifier(schema, name)

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 from ..errors import EmbeddedServerError
 from .config import DEFAULT_START_TIMEOUT_S, ENV_START_TIMEOUT, settings  # noqa: F401  (re-exported)
 #: what the server log says when the last shutdown was a crash (PostgreSQL's own messages)
@@ -44,7 +46,6 @@ def postmaster_state(pgdata: Path) -> tuple[str, int | None]:
         pid = int(lines[0])
     except (IndexError, ValueError):
         return "dead", None
-    import psutil
 
     try:
         if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:

@@ -16,6 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .cluster import replica_lag_bytes
+
+import psycopg
+
 
 @dataclass
 class ReplicaState:
@@ -47,10 +51,6 @@ class ReadRouter:
 
     def check(self) -> list[ReplicaState]:
         """Check every replica now (lag against the primary's current WAL insert position)."""
-        import psycopg
-
-        from .cluster import replica_lag_bytes
-
         try:
             with psycopg.connect(self._primary(), autocommit=True, connect_timeout=3) as c:
                 lsn = c.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]

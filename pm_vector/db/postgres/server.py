@@ -29,10 +29,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import psycopg
+
 from ..errors import DatabaseConfigError
 from . import cluster, embedded
 from .config import EMBEDDED_DATABASE, ENV_URL, external_url, home, libpq_url, mode, pgdata_dir, redact
 from .pgvector import ensure_pgvector
+from .migrate import current_revision, head_revision, upgrade_to_head
 
 
 def database_url() -> str:
@@ -66,8 +69,6 @@ def admin_url() -> str:
 
 
 def _check_external(url: str) -> None:
-    import psycopg
-
     with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
         ensure_pgvector(conn, where=redact(url))
 
@@ -82,8 +83,6 @@ def start(progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """
     ext = external_url()
     if ext:
-        import psycopg
-
         url = libpq_url(ext)
         try:
             _check_external(url)
@@ -115,10 +114,6 @@ def status() -> dict[str, Any]:
     ``pgdata`` (embedded), ``server_version``, ``pgvector_version``, ``schema_revision``,
     ``head_revision``, ``schema_up_to_date``, ``error`` (a connection problem, else ``None``).
     """
-    import psycopg
-
-    from .migrate import current_revision, head_revision
-
     out: dict[str, Any] = {"mode": mode(), "url": None, "running": False, "pid": None, "home": None,
                            "pgdata": None, "server_version": None, "pgvector_version": None,
                            "schema_revision": None, "head_revision": head_revision(),
@@ -153,8 +148,6 @@ def upgrade() -> dict[str, Any]:
     Returns ``{"mode", "url", "from_revision", "to_revision", "head_revision"}``. Embedded mode
     starts the server if needed.
     """
-    from .migrate import head_revision, upgrade_to_head
-
     ext = external_url()
     if ext:
         url = libpq_url(ext)

@@ -15,6 +15,9 @@ from psycopg import sql
 
 from ..run_tables import run_table
 from .requests import finish
+from ..core.features import feature_sql
+from ..postgres import connect
+from ..runs.delta import live_sql
 
 
 def item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: int | None,
@@ -27,9 +30,6 @@ def item_joins(coll: Mapping[str, Any], include_features: bool, codes_run_id: in
     candidate. A candidate the collection's active run holds a tombstone of
     (:mod:`pm_vector.db.runs.delta`: deleted, its rows not merged yet) is left out: an inner LATERAL
     join on the tombstones' primary key."""
-    from ..runs.delta import live_sql
-    from ..core.features import feature_sql
-
     col = sql.Identifier("features" if coll["feature_type"] == "vector" else "features_half")
     none = sql.SQL("")
     cols = sql.Composed([sql.SQL(", i.{}").format(col) if include_features else none,
@@ -71,8 +71,6 @@ def compact_columns(code_bytes: int, order: str) -> sql.Composed:
 def log_on_primary(conn, collection: str, req, raw, **kw) -> int | None:
     """The request log of an answer read on a replica, written on the primary (``conn``; a new
     connection when None) in its own transaction: the answer is returned only once it is logged."""
-    from ..postgres import connect
-
     own = conn is None
     if own:
         conn = connect()

@@ -22,6 +22,7 @@ run, at one level K (:mod:`pm_vector.privacy.cell_release`: pure eps, delta 0 fo
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Mapping
 
@@ -33,7 +34,11 @@ from ...errors import RequestError
 from ..errors import CellsDigestMismatchError, CellsUnavailableError  # noqa: F401  (CellsUnavailable: PM009 in SQL)
 from ..postgres.adapt import configure
 from .answer import compact_columns, explain, item_joins, log_on_primary
-from .requests import finish, run_snapshot, statement_answer
+from .requests import finish, run_snapshot, statement_answer, check_codes, code_offset
+from ...privacy.cell_release import cell_weight
+from ...protocol import bounds
+from ..postgres import connect
+from .frame import run_row
 
 
 def check_against_run(meta: Mapping[str, Any], req: CellRequest, collection: str) -> dict[str, Any]:
@@ -84,8 +89,6 @@ def statement(coll: Mapping[str, Any], include_features: bool, sharded: bool, *,
 
 
 def statement_params(run_id: int, doc: Mapping[str, Any], req: CellRequest, shortlist: int) -> list:
-    from ...privacy.cell_release import cell_weight
-
     shards = doc.get("shards")
     head: list = [int(run_id)] + ([_json(shards)] if shards else [])
     return head + [int(req.n_cells), [int(c) for c in doc["classes"]], [int(r) for r in req.reports],
@@ -93,8 +96,6 @@ def statement_params(run_id: int, doc: Mapping[str, Any], req: CellRequest, shor
 
 
 def _json(v) -> str:
-    import json
-
     return json.dumps(v)
 
 
@@ -106,9 +107,6 @@ def resolve_cells(collection: str, req: CellRequest, raw: str | None, include_fe
     ``"cells"`` and ``n_cells``; a full answer's ``rows[c]``: ``{"row", "item_ids", "external_ids",
     "labels", "scores", "payloads"[, "features"][, "codes"][, "predicted", "class_scores"]}``,
     best first; ``compact``: :func:`pm_vector.db.resolve.requests.compact_rows`."""
-    from ...protocol import bounds
-    from .requests import check_codes, code_offset
-
     shortlist = bounds.shortlist(req.shortlist if shortlist is None else shortlist)
     want_codes = compact or code_bytes is not None
     t = time.perf_counter()
@@ -152,9 +150,6 @@ def explain_cells(collection: str, req: CellRequest, include_features: bool) -> 
     """``{"statement": EXPLAIN of the statement, "shortlist": the generic plan of the ranking
     statement pm_cell_shortlist_core runs (single node: the cells' primary key, the class's top
     hubs, the fill)}``."""
-    from ..postgres import connect
-    from .frame import run_row
-
     with connect() as conn:
         meta = run_row(conn, collection)
         doc = check_against_run(meta, req, collection)

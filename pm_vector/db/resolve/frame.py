@@ -26,6 +26,7 @@ from typing import Any, Mapping
 
 import numpy as np
 from psycopg import sql
+from psycopg.rows import dict_row
 
 from ...errors import FrameMismatchError, InvalidInputError  # noqa: F401  (FrameMismatchError: its old home)
 # the one rebuild of the public frame, its tolerance and its error
@@ -33,8 +34,11 @@ from ...protocol.frame import FRAME_TOLERANCE, rebuild_frame  # noqa: F401
 from .. import _binary
 from ..core.collection import collection_row, load_anchor_set
 from ..postgres import connect
-from ..errors import DatabaseError, NoActiveRunError
+from ..errors import DatabaseError, NoActiveRunError, CollectionNotFoundError, ClassRowsUnavailableError
 from ..run_tables import run_table
+from ...manifold.class_frames import ClassFrames
+from ...protocol.anchor import PublicAnchor
+from ..store.capture import refuse_broken
 
 
 def anchor_id(anchor_set_id: int, position: int) -> str:
@@ -105,10 +109,6 @@ _META_SQL = (
 def run_row(conn, collection: str) -> dict[str, Any]:
     """Collection + active run metadata in one query: ``{"coll": ..., "run": ...}``.
     Raises CollectionNotFoundError / NoActiveRunError."""
-    from psycopg.rows import dict_row
-
-    from ..errors import CollectionNotFoundError
-
     if not isinstance(collection, str):
         raise InvalidInputError(f"collection must be a name (str), got {type(collection).__name__}.")
     with conn.cursor(row_factory=dict_row) as cur:
@@ -118,7 +118,6 @@ def run_row(conn, collection: str) -> dict[str, Any]:
         raise CollectionNotFoundError(
             f"unknown collection {collection!r}; list_collections() (or `SELECT name FROM pm_vector.pm_collections`) "
             "shows the existing ones.")
-    from ..store.capture import refuse_broken
 
     refuse_broken(row)
     if row["active_run_id"] is None:
@@ -193,9 +192,6 @@ def class_frames(collection: str):
     :func:`public_anchor`'s ``frame_info["class_frames"]``. Raises ClassRowsUnavailableError
     when the run has none (a run built before class rows, or an anchor set that cannot give
     frames)."""
-    from ...manifold.class_frames import ClassFrames
-    from ..errors import ClassRowsUnavailableError
-
     with connect() as conn:
         meta = run_row(conn, collection)
         frames, doc = _class_rows_docs(conn, meta["run"]["id"])
@@ -229,8 +225,6 @@ def public_anchor(collection: str):
     whole anchor, likewise; its digest and levels are ``class_rows["locations"]``). Raises CollectionNotFoundError, NoActiveRunError,
     NoAnchorSetError (no dummy pool registered).
     """
-    from ...protocol.anchor import PublicAnchor
-
     with connect() as conn:
         meta = run_row(conn, collection)
         rf = run_frame(conn, collection, meta)

@@ -45,11 +45,13 @@ from psycopg import sql
 from ...errors import RequestError
 from ...protocol.formats import LOCATION_FORMAT
 from ...protocol.location import LocationRequest
-from ..errors import CellsDigestMismatchError, CellsUnavailableError
+from ..errors import CellsDigestMismatchError, CellsUnavailableError, translate_sql_error
 from ..postgres.adapt import Int8Array, configure
 from ..run_tables import run_table
 from .answer import log_on_primary
 from .requests import dumps_json, check_codes, code_offset, finish, run_snapshot
+from ...privacy.location import location_weight
+from ...shortlist import location_list, merged_row
 
 #: bytes of answers one process keeps (the least recently used go first)
 CACHE_BYTES = 256 << 20
@@ -119,9 +121,6 @@ def check_against_run(meta: Mapping[str, Any], req: LocationRequest, collection:
 
 
 def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offset: int = 0) -> dict[str, Any]:
-    from ...privacy.location import location_weight
-    from ...shortlist import location_list, merged_row
-
     parts: dict[tuple[int, int], list] = {}  # a row's parts (the top hubs: one)
     # one statement: the row's parts, the top hubs, the cell's delta entries (-2) and the run's tombstones (-3)
     for lv, c, it, hb, ch in rconn.execute(sql.SQL(
@@ -208,7 +207,6 @@ def _resolve_known(collection: str, req: LocationRequest, raw: str | None, conn,
     timings["lookup"] = (time.perf_counter() - t) * 1e3
     t = time.perf_counter()
     n = int(body["item_ids"].size)
-    from ..errors import translate_sql_error
 
     auto = conn.autocommit
     conn.autocommit = True  # one statement, its own transaction: no BEGIN and COMMIT round trips

@@ -48,6 +48,7 @@ import time
 from typing import Any, Mapping
 
 import numpy as np
+from pgvector import Vector
 from psycopg import sql
 
 from ...protocol.formats import RELEASE_FORMAT
@@ -58,19 +59,20 @@ from ..errors import AnchorIdMismatchError, DimensionMismatchError
 from .frame import RunFrame, run_row, run_frame
 from .requests import (MAX_QUERY_ROWS, one_blas_thread, outputs_allowed, parse_request,
                        answer_rows, finish, run_snapshot)
+from ...alignment import align_request
+from ...manifold import post_process
+from ...manifold.laplacian import single_threaded
+from ..core.features import feature_sql
 
 
 def _post_process(rf: RunFrame, rel: ReleaseRequest) -> PrivateMailRequest:
-    from ...manifold.laplacian import single_threaded
-    from ...manifold.post_process import post_process_release
-
     frame = rf.frame()
     unknown = sorted(set(rel.query_labels) - set(int(c) for c in frame.classes_))
     if unknown:
         raise RequestError(f"query_labels {unknown} are not classes of the run's anchor set "
                            f"{frame.classes_.tolist()}.")
     with single_threaded():
-        Zq = post_process_release(frame, rel.release, np.asarray(rel.query_labels), noise_sigma=rel.noise_sigma,
+        Zq = post_process.post_process_release(frame, rel.release, np.asarray(rel.query_labels), noise_sigma=rel.noise_sigma,
                                   q_rms=rel.q_rms, n_post_iter=rel.n_post_iter, post_alpha=rel.post_alpha)
     if not np.all(np.isfinite(Zq)):
         raise RequestError("the post-processing of this release did not converge (non-finite rows); the release "
@@ -122,8 +124,6 @@ def _check_against_run(rf: RunFrame, ids, dim: int, n_query_rows: int, max_query
 
 
 def _knn_statement(coll: Mapping[str, Any], include_features: bool, kahm_model_id: int | None = None) -> sql.Composed:
-    from ..core.features import feature_sql
-
     col = sql.Identifier("features" if coll["feature_type"] == "vector" else "features_half")
     none = sql.SQL("")
     # LATERAL by primary key, OFFSET 0 so it is not flattened into a join: one index lookup per returned
@@ -142,8 +142,6 @@ def _knn_statement(coll: Mapping[str, Any], include_features: bool, kahm_model_i
 
 
 def _vectors(Q: np.ndarray):
-    from pgvector import Vector
-
     return [Vector(r) for r in np.asarray(Q, dtype=np.float32)]
 
 
@@ -153,8 +151,6 @@ def resolve_paper(collection: str, req, raw: str | None, k: int, include_feature
     """Resolve a parsed and checked PrivateMail (or release-only) request: align, ONE
     ``pm_knn_batch`` statement, log (see the module doc); called by
     :func:`pm_vector.db.resolve.resolution.resolve`, which documents the arguments and the result."""
-    from ...alignment import align_request
-
     t = time.perf_counter()
     with run_snapshot(collection, conn, include_features) as (conn, meta):
         coll = meta["coll"]
@@ -200,8 +196,6 @@ def resolve_paper(collection: str, req, raw: str | None, k: int, include_feature
 def explain_paper(collection: str, req, k: int, include_features: bool) -> dict[str, list[str]]:
     """The plans of :func:`resolve_paper`'s statement for a parsed request (see
     :func:`pm_vector.db.resolve.resolution.explain_resolution`)."""
-    from ...alignment import align_request
-
     with connect() as conn:
         meta = run_row(conn, collection)
         rf = run_frame(conn, collection, meta)

@@ -14,6 +14,8 @@ import time
 from typing import Any, Mapping
 
 import numpy as np
+import orjson
+from threadpoolctl import ThreadpoolController
 
 from ...errors import InvalidInputError, RequestError
 from ..postgres.adapt import json_loads
@@ -21,6 +23,11 @@ from ...protocol import bounds
 from ...protocol.bounds import MAX_K_PRIME, MAX_QUERY_ROWS
 from ...protocol.class_rows import ClassRowsRequest
 from ...protocol.formats import PRIVATEMAIL_FORMAT
+from ...protocol.requests import REQUEST_CLASSES, REQUEST_TYPES
+from ..errors import ClassRowsUnavailableError, RawFeaturesNotAllowedError, translate_sql_error
+from ..postgres import connect
+from ..store.request_log import log_request
+from .frame import run_row
 
 
 #: k and k' (one limit, :data:`pm_vector.protocol.bounds.MAX_K_PRIME`), the name this module gave it
@@ -30,10 +37,6 @@ MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 
 def dumps_json(obj) -> str:
-    try:
-        import orjson
-    except ImportError:
-        return json.dumps(obj, allow_nan=False)
     return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()
 
 
@@ -47,12 +50,9 @@ def one_blas_thread():
     global _blas
     try:
         if _blas is None:
-            from threadpoolctl import ThreadpoolController
-
             _blas = ThreadpoolController()
         return _blas.limit(limits=1, user_api="blas")
-    except Exception:  # noqa: BLE001 - threadpoolctl missing or failing: run as is
-        import contextlib
+    except Exception:  # noqa: BLE001 - threadpoolctl failing: run as is
 
         return contextlib.nullcontext()
 
@@ -62,8 +62,6 @@ def parse_request(request) -> tuple[Any, str | None]:
     None: the request log stores the validated request's ``to_dict()`` (known fields, checked
     types), never the text as it came (an invented field, a duplicated key or a number written as a
     string do not reach the log)."""
-    from ...protocol.requests import REQUEST_CLASSES
-
     if isinstance(request, REQUEST_CLASSES):
         return request, None
     if isinstance(request, (bytes, bytearray, memoryview)):
@@ -81,7 +79,6 @@ def parse_request(request) -> tuple[Any, str | None]:
     if not isinstance(request, Mapping):
         raise RequestError(f"a request must be a PrivateMailRequest, a ReleaseRequest, or their JSON object/text; "
                            f"got {type(request).__name__}.")
-    from ...protocol.requests import REQUEST_TYPES
 
     fmt = request.get("format", PRIVATEMAIL_FORMAT)
     kind = REQUEST_TYPES.get(fmt) if isinstance(fmt, str) else None
@@ -101,9 +98,11 @@ def outputs_allowed(coll: Mapping) -> bool:
     """May the current KAHM model's stored class scores and labels (``kahm_model_id``,
     ``kahm_kind`` of the run's metadata) come back with resolved items?
     :func:`pm_vector.db.kahm.store.model_outputs_allowed` decides, as for ``/kahm/distances``."""
-    from ..kahm.store import model_outputs_allowed
+    if coll.get("kahm_model_id") is None:
+        return False
+    from ..kahm.store import model_outputs_allowed  # lazy: start-up (db.kahm imports sklearn, ~3 s)
 
-    return coll.get("kahm_model_id") is not None and model_outputs_allowed(coll, coll.get("kahm_kind"))
+    return model_outputs_allowed(coll, coll.get("kahm_kind"))
 
 
 check_k = bounds.k_neighbours
@@ -159,10 +158,6 @@ def run_snapshot(collection: str, conn, include_features: bool):
     closed at the end) with the collection's active run read in it. Raw features asked of a
     collection that does not allow them are refused; on any error the transaction is rolled
     back (nothing written) and SQL errors become pm_vector's."""
-    from ..postgres import connect
-    from ..errors import RawFeaturesNotAllowedError, translate_sql_error
-    from .frame import run_row
-
     own = conn is None
     if own:
         conn = connect()
@@ -192,8 +187,6 @@ def finish(conn, collection: str, req, raw: str | None, *, run_id: int, n_rows: 
            log: bool, timings: dict[str, float]) -> int | None:
     """Log the request in the resolve's transaction and commit (one commit; nothing is logged
     unless all went well); ``log=False`` only commits. Returns the log row's id."""
-    from ..store.request_log import log_request
-
     if not log:
         conn.commit()
         return None
@@ -263,8 +256,6 @@ def check_codes(doc: Mapping, collection: str, run_id: int, code_bytes: int | No
     prefix when None) after checking that the run publishes codes (ClassRowsUnavailableError) and
     that ``b`` is one of their published widths (RequestError saying which are). Where the width
     sits in an item's stored code: :func:`code_offset`."""
-    from ..errors import ClassRowsUnavailableError
-
     meta = doc.get("codes") or {}
     if meta.get("status") != "ready":
         why = meta.get("error") or "it was built before product codes existed"

@@ -91,6 +91,10 @@ from .requests import (
     statement_answer,
 )
 from ...deprecation import renamed_keyword
+from ...shortlist import prior_d2, rank_retained
+from ..runs.delta import live_ids
+from .cell_resolution import explain_cells, resolve_cells
+from .location_resolution import resolve_location
 
 
 def resolve(collection: str, request, k: int = 8, include_features: bool = False, *, conn=None,
@@ -183,8 +187,6 @@ def resolve_paper_request(collection, req, raw, *, k, include_features, conn, ma
 
 def resolve_cell_request(collection, req, raw, *, include_features, conn, log, received, t0, timings, code_bytes,
                          compact, class_scores, read_conn, shortlist, **_):
-    from .cell_resolution import resolve_cells
-
     return resolve_cells(collection, req, raw, include_features, conn=conn, shortlist=shortlist, log=log,
                          received=received, t0=t0, timings=timings, code_bytes=code_bytes, compact=compact,
                          class_scores=class_scores, read_conn=read_conn)
@@ -192,8 +194,6 @@ def resolve_cell_request(collection, req, raw, *, include_features, conn, log, r
 
 def resolve_location_request(collection, req, raw, *, include_features, conn, log, received, t0, timings,
                              read_conn, **_):
-    from .location_resolution import resolve_location
-
     if include_features:
         raise InvalidInputError("a location answer carries codes, not raw features.")
     return resolve_location(collection, req, raw, conn=conn, log=log, received=received, t0=t0, timings=timings,
@@ -209,8 +209,6 @@ def resolve_class_rows_request(collection, req, raw, *, include_features, conn, 
 
 
 def explain_cell_request(collection, req, k, include_features):
-    from .cell_resolution import explain_cells
-
     return explain_cells(collection, req, include_features)
 
 
@@ -328,8 +326,6 @@ def _scored_candidates(rconn, meta: Mapping[str, Any], doc: Mapping[str, Any], r
     ``row_of`` 1-based): the retained prior found by ONE pgvector k-NN statement
     (:func:`pm_vector.db.resolve.run_graph.prior_knn`), ranked on the run's cached graph
     (:func:`pm_vector.shortlist.rank_retained`)."""
-    from ...shortlist import prior_d2, rank_retained
-
     t = time.perf_counter()
     graph = run_graph.run_graph(rconn, meta)
     timings["graph"] = (time.perf_counter() - t) * 1e3
@@ -355,7 +351,6 @@ def _scored_candidates(rconn, meta: Mapping[str, Any], doc: Mapping[str, Any], r
         r_ids.append(ids)
         r_score.append(scores)
     timings["score"] = (time.perf_counter() - t) * 1e3
-    from ..runs.delta import live_ids  # (issue 36: a tombstoned candidate leaves the answer)
 
     r_of, r_ids, r_score = np.concatenate(r_of), np.concatenate(r_ids), np.concatenate(r_score)
     live = live_ids(rconn, int(meta["run"]["id"]), r_ids)

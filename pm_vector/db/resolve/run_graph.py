@@ -40,6 +40,7 @@ from ...protocol.bounds import MAX_K_PRIME  # top hubs kept per class: k' is at 
 from .. import _binary
 from ..postgres.config import settings
 from ..run_tables import run_table
+from ..runs.class_rows import prior_has_nbrs
 
 #: memory for the graphs a process keeps, least recently used first out, is the database settings'
 #: ``run_graph_cache_mb`` (``PM_VECTOR_RUN_GRAPH_CACHE_MB``, default 1024). A graph takes about
@@ -91,8 +92,6 @@ class RunGraph:
 def supports(conn, meta: Mapping[str, Any]) -> bool:
     """Whether ``meta``'s run (:func:`pm_vector.db.resolve.frame.run_row`) can be scored here: a
     single-node run with neighbour lists in its prior and at least one neighbour per item."""
-    from ..runs.class_rows import prior_has_nbrs
-
     doc, run = meta["coll"]["class_rows"], meta["run"]
     if doc.get("shards"):
         return False

@@ -51,12 +51,16 @@ from typing import Any, Mapping
 
 import numpy as np
 from psycopg import sql
+from psycopg.types.json import Json
 
 from ...errors import InvalidInputError
 from .. import _binary
 from ..run_tables import create_foreign_table, drop_foreign_table, on_shard, run_table
 from ...protocol.bounds import MAX_K_PRIME
-from . import array_rows
+from . import array_rows, cell_counts, run_cells
+from ...manifold.public_cells import PublicCells
+from ...neighbors import knn_search, neighbor_graph
+from ...shortlist import CELL_GRAPH_DEGREE
 
 #: the cells table's rows are few (classes x sum of levels): one COPY
 _BATCH = 5_000
@@ -90,10 +94,6 @@ def build(anchor_X, anchor_y, item_X, item_y, item_ids, classes, *, neighbors: n
     item by raw features (``neighbors``: that graph when the caller has it, positions). ``classes``:
     the class frames' classes (the cells have the same). Raises InvalidInputError when the anchor
     set gives no cells."""
-    from ...manifold.public_cells import PublicCells
-    from ...neighbors import neighbor_graph
-    from ...shortlist import CELL_GRAPH_DEGREE
-
     cells = PublicCells().fit(np.asarray(anchor_X, dtype=np.float64), np.asarray(anchor_y))  # public data only
     if [int(c) for c in cells.classes_] != [int(c) for c in classes]:  # pragma: no cover - both fit on the anchor
         raise InvalidInputError("the public cells' classes differ from the class frames' classes.")
@@ -211,8 +211,6 @@ def write(conn, run_id: int, data: CellsData, placement: Mapping[str, list] | No
     """Create the run's cells table (on its shards when ``placement`` is given: each shard the rows
     of its classes) and COPY the rows in; the PublicCells document goes to
     ``embedding_runs.public_cells``. Each step committed (nothing points at the run yet)."""
-    from psycopg.types.json import Json
-
     rid = int(run_id)
     conn.execute("UPDATE pm_vector.embedding_runs SET public_cells = %s WHERE id = %s",
                  [Json(data.cells.to_dict()), rid])
@@ -250,9 +248,6 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
     The neighbour lists of existing items are not recomputed (as for the class rows). ``near``: the
     new items' nearest positions in ``all_X`` (nearest first, at least ``graph_degree`` + 1 columns)
     when the caller searched them already."""
-    from ...neighbors import knn_search
-    from . import cell_counts, run_cells
-
     rid = int(run_id)
     cells = run_cells.get(conn, rid, {"cells": doc}, "cells")
     keep = np.isin(np.asarray(new_y), cells.classes_)

@@ -68,14 +68,21 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 from psycopg import sql
+from psycopg.types.json import Json
 
 from ... import shortlist as _shortlist
 from ...errors import InvalidInputError
-from ...neighbors import GRAPH_METHODS
+from ...neighbors import GRAPH_METHODS, graph_method, neighbor_graph, EXACT_MAX_ITEMS, knn_rows
 from .. import _binary
 from ..run_tables import run_index, run_table
 from .prior_rows import hub_counts, leave_room_for_updates, refresh_nhub, reverse_index
 from .run_copy import copy_hubs as _copy_hubs, copy_pairs as _copy_pairs, copy_prior as _copy_prior  # noqa: F401
+from . import cell_data as _cells, locations as _loc, sharding
+from ...manifold.class_frames import ClassFrames
+from ...manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES, ProductCodes
+from ...protocol.class_rows import frames_digest
+from ...protocol.published_codes import pack, summary, unpack
+from ...shortlist import CELL_GRAPH_DEGREE, PosteriorShortlist
 
 FORMAT = "pm_vector.class-rows/1"
 DEFAULTS = {"n_components": 4, "clip_quantile": 0.9, "graph_degree": _shortlist.GRAPH_DEGREE,
@@ -116,7 +123,6 @@ def params(settings: Mapping[str, Any] | None = None, override: Mapping[str, Any
     if isinstance(em, bool) or not isinstance(em, (int, np.integer)) or em < 0:
         raise InvalidInputError(f"class-rows parameter graph_exact_max_items must be a non-negative integer, got {em!r}.")
     p["graph_exact_max_items"] = int(em)
-    from ...manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES
 
     b, st = p["code_bytes"], p["code_stages"]
     for k, v in (("code_bytes", b), ("code_stages", st)):
@@ -169,8 +175,6 @@ class ClassRowsData:
     timings: dict = field(default_factory=dict)
 
     def doc(self) -> dict[str, Any]:
-        from ...protocol.class_rows import frames_digest
-
         classes = self.frames.classes_
         sizes = [int(np.sum(self.prior_labels == c)) for c in classes]
         return {"format": FORMAT, "status": "ready", **self.params,
@@ -186,8 +190,6 @@ class ClassRowsData:
     def codes_doc(self) -> dict[str, Any]:
         """``class_rows["codes"]``: ``{"status": "ready", "code_bytes", "n_stages", "stage_bytes",
         "digest"}`` or ``{"status": "unavailable", "error"}``."""
-        from ...protocol.published_codes import summary
-
         if self.product_codes is None:
             return {"status": "unavailable", "error": str(self.codes_error or "no codes")[:500]}
         return {"status": "ready", **summary(self.product_codes)}
@@ -206,8 +208,6 @@ def fit_codes(anchor_X, p: Mapping[str, Any]):
     returned codes are the published ones (their float32 parameters, as
     :meth:`~pm_vector.manifold.codes.ProductCodes.to_dict` writes them), so every stored code is
     ``encode`` of the published codes."""
-    from ...manifold.codes import ProductCodes
-
     A = np.asarray(anchor_X, dtype=np.float64)
     if 2 <= A.shape[0] < _CENTROIDS:
         A = np.tile(A, (-(-_CENTROIDS // A.shape[0]), 1))
@@ -227,10 +227,6 @@ def unavailable(p: Mapping[str, Any], error: str) -> dict[str, Any]:
 def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) -> ClassRowsData:
     """Frames, prior, graph and hubs of a run (see the module doc). Raises InvalidInputError when
     the anchor set cannot give class frames."""
-    from ...manifold.class_frames import ClassFrames
-    from ...neighbors import graph_method, neighbor_graph
-    from ...shortlist import CELL_GRAPH_DEGREE, PosteriorShortlist
-
     frames = ClassFrames(int(p["n_components"]), float(p["clip_quantile"])).fit(anchor_X, anchor_y)
     pcodes, codes_error = fit_codes(np.asarray(anchor_X, dtype=np.float64), p)  # public data only
     X = np.asarray(item_X)
@@ -265,7 +261,6 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
         hi.append(ids[nz])
         hc.append(cnt[nz])
     cat = (lambda a, dt: np.concatenate(a) if a else np.zeros(0, dt))
-    from . import cell_data as _cells
 
     timings["prior_hubs_s"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -276,7 +271,6 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
         cells, cells_doc = None, _cells.unavailable(str(exc))
     timings["cells_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    from . import locations as _loc
 
     try:  # the location release: cells of the whole anchor, per-cell hub counts on the same graph
         locations = _loc.build(anchor_X, X, ids, neighbors=graph)
@@ -327,8 +321,6 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
           progress: Callable[[int, int], None] | None = None) -> None:
     """Create the run's class-rows tables (and codes table) and COPY the data in (each batch
     committed); the published codes document goes to ``embedding_runs.public_projection``."""
-    from . import sharding
-
     rid = int(run_id)
     t = time.perf_counter()
     classes = [int(c) for c in data.frames.classes_]
@@ -350,10 +342,6 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
                     np.repeat(data.item_ids, g), data.neighbors.ravel(), batch * 4, True)
         _copy_hubs(conn, run_table(rid, "hubs"), data.hub_labels, data.hub_ids, data.hub_counts, batch * 4, True)
     if data.codes is not None:
-        from psycopg.types.json import Json
-
-        from ...protocol.published_codes import pack
-
         _create_codes_table(conn, rid)
         conn.execute("UPDATE pm_vector.embedding_runs SET public_projection = %s WHERE id = %s",
                      [Json(pack(data.product_codes)), rid])
@@ -361,22 +349,16 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
         copy_codes(conn, rid, data.item_ids, data.codes, batch, True)
     data.timings["write_s"] = time.perf_counter() - t
     if data.cells is not None:
-        from . import cell_data as _cells
-
         t = time.perf_counter()
         _cells.write(conn, rid, data.cells, data.placement)
         data.timings["write_cells_s"] = time.perf_counter() - t
     if data.locations is not None:
-        from . import locations as _loc
-
         t = time.perf_counter()
         _loc.write(conn, rid, data.locations)
         data.timings["write_locations_s"] = time.perf_counter() - t
 
 
 def build_indexes(conn, run_id: int, m: int = 16, ef_construction: int = 64) -> None:
-    from . import sharding
-
     place = conn.execute("SELECT class_rows -> 'shards' FROM pm_vector.embedding_runs WHERE id = %s",
                          [int(run_id)]).fetchone()
     if place is not None and place[0]:
@@ -403,9 +385,6 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     """Add new items to a run's prior, graph and hubs, inside the caller's transaction (see the
     module doc for the approximation). ``all_ids``/``all_X``: every item of the run after the
     addition (new ones included), ascending ids. Returns the updated ``class_rows`` document."""
-    from ...manifold.class_frames import ClassFrames
-    from ...neighbors import EXACT_MAX_ITEMS, knn_rows
-
     if doc.get("shards"):
         # a sharded run's prior, graph and hubs live on its shards: a full job rebuilds them there
         raise InvalidInputError("new items cannot be added to a sharded run incrementally; run a full embedding job "
@@ -419,7 +398,6 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     if new_ids.size == 0:
         return dict(doc)
     if (doc.get("codes") or {}).get("status") == "ready":  # the new items' codes, with the run's published codes
-        from ...protocol.published_codes import unpack
 
         pc_doc = conn.execute("SELECT public_projection FROM pm_vector.embedding_runs WHERE id = %s",
                               [rid]).fetchone()[0]
@@ -470,11 +448,9 @@ def extend(conn, run_id: int, frames_doc: Mapping[str, Any], doc: Mapping[str, A
     new_doc = dict(doc)
     cells_doc = doc.get("cells") or {}
     if cells_doc.get("status") == "ready":  # the new items' cells and counts, on the cell release's graph
-        from . import cell_data as _cells
 
         _cells.extend(conn, rid, cells_doc, all_ids, all_X, new_ids, new_X, new_y, near=near)
     if (doc.get("locations") or {}).get("status") == "ready":  # the new items in the location rows
-        from . import locations as _loc
 
         _loc.extend(conn, rid, doc["locations"], all_ids, all_X, new_ids, new_X, near=near)
     sizes = list(doc["class_sizes"])

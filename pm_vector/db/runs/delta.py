@@ -41,8 +41,13 @@ from typing import Any, Mapping
 
 import numpy as np
 from psycopg import sql
+from psycopg.rows import dict_row
 
 from ..run_tables import run_table
+from . import run_cells
+from ...protocol.published_codes import unpack
+from ..core.features import feature_filter, feature_sql
+from .class_rows import copy_codes
 
 
 def takes_delta(doc: Mapping[str, Any] | None, coll: Mapping[str, Any] | None = None) -> bool:
@@ -115,9 +120,6 @@ def live_sql(run_id: int, item: sql.Composable) -> sql.Composed:
 def estimate(conn, coll: Mapping[str, Any], run_id: int, doc: Mapping[str, Any], ids, X) -> dict[int, tuple]:
     """Per published location level M: ``(cells (n,), h (n,), h_r (n,))`` of the new items ``ids`` with
     raw features ``X`` (module doc: their ``g`` nearest by the run's HNSW index, whose rows they have)."""
-    from ..core.features import feature_filter, feature_sql
-    from . import run_cells
-
     rid = int(run_id)
     loc = doc.get("locations") or {}
     cells = run_cells.get(conn, rid, doc, "locations")
@@ -161,16 +163,12 @@ def place(conn, coll: Mapping[str, Any], run_id: int, doc: Mapping[str, Any], id
     """New items whose embedding rows the run holds now (in the caller's transaction) placed in its
     delta: their product codes, and their entries at every published location level (module doc).
     Returns how many."""
-    from .class_rows import copy_codes
-
     rid = int(run_id)
     ids = np.asarray(ids, dtype=np.int64)
     if ids.size == 0:
         return 0
     X = np.asarray(X)
     if (doc.get("codes") or {}).get("status") == "ready":
-        from ...protocol.published_codes import unpack
-
         pc_doc = conn.execute("SELECT public_projection FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
         copy_codes(conn, rid, ids, unpack(pc_doc, doc["codes"]["digest"]).encode(X), 1 << 30, False)
     if (doc.get("locations") or {}).get("status") == "ready":
@@ -199,8 +197,6 @@ def cell_entries(conn, run_id: int, level: int, cell: int) -> tuple[np.ndarray, 
 def status(conn, collection: str) -> dict[str, Any] | None:
     """The view ``pm_vector.delta_status`` of one collection: ``{"run_id", "delta_version",
     "pending_purge", "oldest_purge_at", "purge_age_s", "delta_items"}`` (None: no active run)."""
-    from psycopg.rows import dict_row
-
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute("SELECT run_id, delta_version, pending_purge, oldest_purge_at, purge_age_s, delta_items "
                           "FROM pm_vector.delta_status WHERE collection = %s", [collection]).fetchone()

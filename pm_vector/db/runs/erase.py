@@ -43,12 +43,18 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from ..run_tables import create_foreign_table, drop_foreign_table, run_table, run_table_exists, run_table_name
-from . import prior_rows
+from . import prior_rows, cell_counts, array_rows, run_cells
 from .erase_plan import Plan, is_ready, plan
 from .prior_rows import add_hub_changes, read_listing, update_lists
 from .run_copy import copy_hubs, copy_pairs
+from ...protocol.bounds import MAX_K_PRIME
+from ...protocol.releases import RELEASES
+from ..postgres.privileges import QUERY_ROLE
+from .locations import KEY_KINDS, KEYS, parts_of
+from .sharding import FILL
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,6 @@ def _rows_of(kind: str) -> Callable[[Any, Place, Plan], None]:
     def erase(conn, place: Place, plan: Plan) -> None:
         conn.execute(sql.SQL("DELETE FROM {} WHERE item_id = ANY(%s)").format(place.table(kind)), [plan.erased.tolist()])
         if kind == "items" and place.shard is not None:  # the shard's fill list keeps its MAX_K_PRIME first ids
-            from .sharding import FILL
 
             before = plan.ids[:FILL]
             after = plan.ids[~plan.gone][:FILL]
@@ -214,9 +219,6 @@ def _erase_cells(conn, place: Place, plan: Plan) -> None:
     """Cell rows: the erased items leave every list; the counts change by the plan; level-0 rows are
     cut again from the class's whole counts (level -1); ``chubs`` follow the class counts
     (:func:`pm_vector.db.runs.cell_counts.apply`: only the rows that change are read and written)."""
-    from ...protocol.bounds import MAX_K_PRIME
-    from . import cell_counts
-
     cell_counts.apply(conn, place.table("cells"), plan.cell_delta, plan.erased, MAX_K_PRIME)
 
 
@@ -229,9 +231,6 @@ def _erase_locations(conn, place: Place, plan: Plan) -> None:
     listing an erased item are read and written: the erased items' stored parts (rows of level -1),
     then the rows of those parts and the top hubs that list one (a run of one part, or an erased
     item the level -1 rows do not place: every row that lists one)."""
-    from . import array_rows
-    from .locations import KEY_KINDS, KEYS, parts_of
-
     t = place.table("locations")
     erased = np.unique(plan.erased)
     listed = lambda r: bool(array_rows.member(r.item_ids, erased).any())  # noqa: E731
@@ -315,8 +314,6 @@ def run_kinds(doc: Mapping[str, Any] | None) -> list[str]:
     """The kinds of run tables a run with the ``class_rows`` document ``doc`` has: those the releases
     it serves name (:meth:`~pm_vector.protocol.releases.Release.served_by`), in :data:`KINDS`' order.
     Raises ValueError for a kind a release names that :data:`KINDS` does not know."""
-    from ...protocol.releases import RELEASES
-
     named = {k for rel in RELEASES.values() if rel.served_by(doc) for k in rel.derived_tables}
     unknown = named - set(KINDS)
     if unknown:
@@ -340,8 +337,6 @@ def grant_answer_tables(conn, run_id: int) -> list[str]:
     """``GRANT SELECT`` to the query role on the run's :func:`answer_tables` that exist on this node
     (a partition is read through its parent and gets nothing), in the caller's transaction; nothing
     when the role does not exist. Returns the tables granted."""
-    from ..postgres.privileges import QUERY_ROLE
-
     if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [QUERY_ROLE]).fetchone() is None:
         return []
     names = [run_table_name(run_id, kind) for kind in sorted(answer_tables())]
@@ -419,7 +414,6 @@ def erase_from_run(conn, p: Plan) -> dict[str, Any] | None:
             if _exists(conn, place, rt.kind):
                 rt.erase(conn, place, p)
     if shard_places:  # rows held by a deferred write (array_rows.deferred, prior_rows.deferred) reach the shards
-        from . import array_rows  # before their tables go
 
         array_rows.flush(conn)
         prior_rows.flush(conn)
@@ -439,10 +433,6 @@ def erase_in_runs(conn, ids: np.ndarray, runs, load: Callable[[int], dict], *, q
     ``load(run_id)``: the run's items before the erasure (``id``, ``label``, ``features``, ascending ids).
     ``quick``: the refill of :func:`pm_vector.db.runs.erase_plan.plan` an attached table's sync uses.
     Returns the runs that held some of them."""
-    from psycopg.types.json import Jsonb
-
-    from . import run_cells
-
     touched = []
     ids = np.asarray(ids, dtype=np.int64)
     for rid, doc in runs:

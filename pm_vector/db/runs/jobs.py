@@ -54,12 +54,16 @@ a job are :mod:`pm_vector.db.runs.new_items`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from typing import Any, Callable, Mapping
 
 import numpy as np
+import psycopg
 from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Json, Jsonb
 
 from ...errors import InvalidInputError, PMVectorError
 from ..core.abandoned import RUN_LOCK_KIND, cleanup, fail_run
@@ -68,6 +72,8 @@ from ..postgres import connect
 from ..errors import EmbeddingJobError, RunNotFoundError, translate_sql_error
 from ..run_tables import run_table
 from .embeddings import embedding_matrix, write_embeddings
+from . import class_rows as _cr, erase as _erase
+from ...manifold import AnchorFrame
 
 JobProgress = Callable[[str, int, int], None]
 EmbedFn = Callable[..., tuple[np.ndarray, np.ndarray]]
@@ -91,8 +97,6 @@ def index_build_mem_mb(n: int, dim: int) -> int:
 def _retire_runs(conn, coll_id: int, keep_previous: int) -> list[int]:
     """Drop tables of failed runs and of succeeded runs older than the ``keep_previous`` newest
     non-active ones. Never the active run, never a running one. Returns run ids dropped."""
-    import psycopg
-
     active = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s", [coll_id]).fetchone()
     active_id = active[0] if active else None
     rows = conn.execute(
@@ -143,12 +147,8 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
     (:func:`pm_vector.db.runs.new_items.embed_new_items` adds them). On failure raises :class:`EmbeddingJobError` (``.run_id`` set) after marking the
     run ``failed`` and dropping its tables; the previous active run keeps serving.
     """
-    from psycopg.types.json import Jsonb
-
     params_json, seed = _check_job_args(params, seed, embed_fn, write_batch_size)
     report = progress or _noop
-
-    from . import class_rows as _cr
 
     cleanup(collection)  # runs and ingests of dead workers; also raises CollectionNotFoundError early
     conn = connect(watch_client=True)
@@ -206,8 +206,6 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
 def _close_job_conn(conn, run_id: int | None) -> None:
     """The job connection, unless :func:`_abort` closed it: the run's advisory lock released (best
     effort: closing the session releases it anyway), then closed."""
-    import psycopg
-
     if conn is not None and not conn.closed:
         try:
             if run_id is not None:
@@ -295,10 +293,6 @@ def _job_class_rows(conn, run_id: int, anchors, items, cr_params, batch: int, re
     """The job's class-rows phase: frames on the public anchor set, prior, raw-feature graph, hubs (own
     tables, written like the embeddings: nothing points at this run before the switch), and the
     run row's class-rows document. Returns the built class rows, or None when they are unavailable."""
-    from psycopg.types.json import Json, Jsonb
-
-    from . import class_rows as _cr
-
     t = time.perf_counter()
     report("class_rows", 0, 1)
     try:
@@ -322,8 +316,6 @@ def _job_class_rows(conn, run_id: int, anchors, items, cr_params, batch: int, re
 def _job_index(conn, run_id: int, settings, n: int, k: int, cr_data, maintenance_work_mem: str | None, report,
                timings: dict) -> None:
     """The job's index phase: the run's HNSW indexes (and its class rows'), in one transaction."""
-    from . import class_rows as _cr
-
     t = time.perf_counter()
     report("index", 0, 1)
     conn.execute("SELECT set_config('maintenance_work_mem', %s, true)",
@@ -342,8 +334,6 @@ def _job_index(conn, run_id: int, settings, n: int, k: int, cr_data, maintenance
 def _job_switch(conn, collection: str, coll, run_id: int, items, report, timings: dict, on_switch=None):
     """The job's switch, one transaction: items deleted since the load leave the run, the run is marked
     succeeded and becomes the collection's active run. Returns the previous active run's id."""
-    from psycopg.types.json import Jsonb
-
     t = time.perf_counter()
     report("switch", 0, 1)
     # NO KEY UPDATE, not UPDATE: an ingest in progress (one transaction) holds KEY SHARE on
@@ -360,7 +350,6 @@ def _job_switch(conn, collection: str, coll, run_id: int, items, report, timings
             "declared it abandoned, so it is not switched to.", run_id)
     # items deleted since the load (delete_items holds the collection row as the switch does, so
     # none can be deleted between this and the commit): they leave the new run before it serves
-    from . import erase as _erase
 
     n_erased = _erase.apply_pending(conn, run_id, items)
     _erase.grant_answer_tables(conn, run_id)  # the query role reads the answer tables of the run it serves
@@ -380,8 +369,6 @@ def _job_switch(conn, collection: str, coll, run_id: int, items, report, timings
 def _retire_and_count_missing(coll, settings, run_id: int) -> int:
     """After the switch, on a fresh connection: retire old runs (best effort) and count the items
     ingested while the job ran, which the new run does not contain."""
-    import psycopg
-
     with connect() as c2:
         try:  # best effort: a run whose tables could not be dropped now is dropped by a later job
             _retire_runs(c2, coll["id"], int(settings.get("keep_previous_runs", 1)))
@@ -426,8 +413,6 @@ def run_info(run_id: int) -> dict[str, Any]:
     worker_alive (for running runs), params, seed, embedding_dim, n_items, n_anchors,
     anchor_set_id, timings, error, worker, created_at, started_at, finished_at, duration (s),
     has_tables."""
-    from psycopg.rows import dict_row
-
     with connect() as conn:
         with conn.cursor(row_factory=dict_row) as cur:
             cur.execute("SELECT * FROM pm_vector.pm_runs WHERE run_id = %s", [int(run_id)])
@@ -439,8 +424,6 @@ def run_info(run_id: int) -> dict[str, Any]:
 
 def list_runs(collection: str | None = None) -> list[dict[str, Any]]:
     """Runs (see :func:`run_info`), newest first; of one collection if given."""
-    from psycopg.rows import dict_row
-
     with connect() as conn:
         if collection is not None:
             collection_row(conn, collection)
@@ -453,8 +436,6 @@ def list_runs(collection: str | None = None) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- AnchorFrame adapters
 
 def _anchor_frame(anchor_X, anchor_y, params: Mapping[str, Any], seed: int):
-    from ...manifold import AnchorFrame
-
     kwargs = {k: v for k, v in dict(params).items() if k != "seed"}
     return AnchorFrame(**kwargs, seed=int(seed)).fit(anchor_X, anchor_y)
 
@@ -479,8 +460,6 @@ def anchor_frame_extend_fn(anchor_X, anchor_y, anchor_embedding, new_X, new_y, p
     Rebuilds the run's frame from its anchors, parameters and seed (deterministic), checks it
     reproduces the stored anchor embedding, and extends it to the new items.
     """
-    import hashlib
-
     key = (hashlib.sha256(np.ascontiguousarray(anchor_X).tobytes() + np.ascontiguousarray(anchor_y).tobytes())
            .hexdigest(), json.dumps(dict(params), sort_keys=True, default=str), int(seed))
     frame = _frames.get(key)

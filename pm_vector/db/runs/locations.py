@@ -38,11 +38,16 @@ from typing import Any, Mapping
 
 import numpy as np
 from psycopg import sql
+from psycopg.types.json import Json
 
 from .. import _binary
 from ..run_tables import run_table
-from . import array_rows
+from . import array_rows, run_cells
 from .cell_data import useful_entries
+from ...manifold.public_cells import fit_location_cells
+from ...neighbors import knn_search
+from ...shortlist import CELL_GRAPH_DEGREE, MAX_LOCATION_CANDIDATES
+from ..errors import EmbeddingJobError
 
 #: the rows of a run's locations table go in one COPY per this many rows
 _BATCH = 2_000
@@ -111,9 +116,6 @@ def _top_hubs(h: np.ndarray, k_max: int) -> np.ndarray:
 def build(anchor_X, item_X, item_ids, *, neighbors: np.ndarray, k_max: int | None = None) -> LocationsData:
     """The run's location cells and per-cell hub counts (module doc) on ``neighbors`` (positions,
     the first :data:`~pm_vector.shortlist.CELL_GRAPH_DEGREE` columns are used)."""
-    from ...manifold.public_cells import fit_location_cells
-    from ...shortlist import CELL_GRAPH_DEGREE, MAX_LOCATION_CANDIDATES
-
     k_max = int(k_max or MAX_LOCATION_CANDIDATES)
     cells = fit_location_cells(np.asarray(anchor_X, dtype=np.float64))  # public data only
     ids = np.asarray(item_ids, dtype=np.int64)
@@ -194,8 +196,6 @@ def write(conn, run_id: int, data: LocationsData) -> None:
     """Create the run's locations table on this node (the coordinator of a sharded run) and COPY the
     rows in; the cells' document goes to ``embedding_runs.public_locations``. Each step committed
     (nothing points at the run yet)."""
-    from psycopg.types.json import Json
-
     rid = int(run_id)
     conn.execute("UPDATE pm_vector.embedding_runs SET public_locations = %s WHERE id = %s",
                  [Json(data.cells.to_dict()), rid])
@@ -237,9 +237,6 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
     top-hubs row and in every row touched. The neighbour lists of existing items are not recomputed.
     A new item's part is its cell at the part level; its neighbours' parts are the stored ones.
     ``near``: the new items' nearest positions in ``all_X`` when the caller searched them already."""
-    from ...neighbors import knn_search
-    from . import run_cells
-
     rid = int(run_id)
     t = run_table(rid, "locations")
     cells = run_cells.get(conn, rid, {"locations": doc}, "locations")
@@ -259,7 +256,6 @@ def extend(conn, run_id: int, doc: Mapping[str, Any], all_ids, all_X, new_ids, n
     stored = parts_of(conn, t, doc, old)
     missing = np.setdiff1d(old, np.fromiter(stored, np.int64, len(stored)))
     if missing.size:  # a neighbour the rows do not place: the run's items and its rows disagree
-        from ..errors import EmbeddingJobError
 
         raise EmbeddingJobError(f"the location rows of run {rid} place no part for {missing.size} of its items; "
                                 "run a full embedding job for the collection (pm-vector embed COLLECTION).", rid)
@@ -285,8 +281,6 @@ def _apply(conn, t: sql.Composable, touched: dict, dh: dict, book: dict) -> None
     :data:`~pm_vector.shortlist.MAX_LOCATION_CANDIDATES` by (``h`` desc, id); a cell's row adds its
     counts, by id; a part's list adds its new items. Read and written as arrays
     (:mod:`pm_vector.db.runs.array_rows`)."""
-    from ...shortlist import MAX_LOCATION_CANDIDATES
-
     keys = [(0, 0, 0)] + list(touched) + list(book)
     wanted = set(keys)
     rows = array_rows.read(conn, t, KEYS, "(level, cell, part) IN (SELECT * FROM unnest(%s::integer[], "

@@ -22,11 +22,15 @@ seconds for the oldest, or a collection's ``settings["merge"]``.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ..errors import NoActiveRunError
 from ..postgres import connect
 from ..core.collection import collection_row
+from ... import defaults
+from .jobs import anchor_frame_embed_fn, anchor_frame_extend_fn, run_embedding_job
+from .new_items import embed_new_items
 
 
 def merge(collection: str, *, embed_fn=None, embed_fn_extend=None, progress=None, url: str | None = None
@@ -34,11 +38,6 @@ def merge(collection: str, *, embed_fn=None, embed_fn_extend=None, progress=None
     """Merge the active run's delta (module doc). ``embed_fn`` / ``embed_fn_extend``: the run's
     embedding and extension (default the AnchorFrame pair). Returns ``{"collection", "run_id" (the
     new run), "previous_run_id", "merged_tombstones", "merged_items", "dropped_runs", "seconds"}``."""
-    import time
-
-    from .jobs import anchor_frame_embed_fn, anchor_frame_extend_fn, run_embedding_job
-    from .new_items import embed_new_items
-
     t = time.perf_counter()
     with connect(url) as conn:
         coll = collection_row(conn, collection)
@@ -99,8 +98,6 @@ def purge_superseded(collection: str, *, url: str | None = None) -> list[int]:
 def due(conn, collection: str, settings: dict | None = None) -> bool:
     """Is a merge of the collection's active run due (module doc)? Its delta counted in items: the
     tombstones and the new items (not their entries, one per published level: 10 at 100,000 items)."""
-    from ... import defaults
-
     rule = dict((settings or {}).get("merge") or {})
     n_max = int(rule.get("delta_items", defaults.MERGE_DELTA_ITEMS))
     age_max = float(rule.get("age_s", defaults.MERGE_AGE_S))

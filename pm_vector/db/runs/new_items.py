@@ -16,7 +16,9 @@ from contextlib import contextmanager
 from typing import Any, Callable, Mapping
 
 import numpy as np
+import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from ...errors import PMVectorError
 from .. import _binary
@@ -26,6 +28,9 @@ from ..core.collection import collection_row, load_anchor_set, load_items
 from ..run_tables import run_table
 from .embeddings import embedding_matrix, vector_type, write_embeddings
 from .jobs import ExtendFn, JobProgress
+from . import class_rows as _cr, delta
+from ...kahm.kernel import blas_single_thread
+from ...manifold.laplacian import single_threaded
 
 
 def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: JobProgress | None = None,
@@ -58,8 +63,6 @@ def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: Job
 
 def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, report, write_batch_size: int,
                run_items=None, on_placed=None, item_ids=None):
-    import psycopg
-
     coll = collection_row(conn, collection)
     run_id = coll["active_run_id"]
     if run_id is None:
@@ -70,7 +73,6 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
                        "FROM pm_vector.embedding_runs WHERE id = %s", [run_id]).fetchone()
     params, seed, anchor_set_id, k, frames_doc, cr_doc = run
     has_cr = bool(cr_doc) and cr_doc.get("status") == "ready" and frames_doc is not None
-    from . import delta
 
     to_delta = has_cr and delta.takes_delta(cr_doc, coll)  # the new items go to the run's delta: no rows rewritten
     report("load", 0, 1)
@@ -151,8 +153,6 @@ def one_thread(m: int):
     if m >= ONE_THREAD_BELOW:
         yield
         return
-    from ...kahm.kernel import blas_single_thread
-    from ...manifold.laplacian import single_threaded
 
     with single_threaded(), blas_single_thread():
         yield
@@ -165,10 +165,6 @@ def _extend_class_rows(conn, run_id: int, frames_doc, old_items: dict, new: dict
     ``current``: ``old_items`` are the run's items now (a caller that holds them under the
     collection's lock and follows its own erasures: a sync batch); else those still in the run are
     kept."""
-    from psycopg.types.json import Jsonb
-
-    from . import class_rows as _cr
-
     if not current:
         still = np.array([r[0] for r in conn.execute(
             sql.SQL("SELECT item_id FROM {} WHERE item_id = ANY(%s)").format(run_table(run_id, "items")),

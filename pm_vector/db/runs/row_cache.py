@@ -37,7 +37,7 @@ from typing import Any, Iterable, Mapping
 from psycopg import sql
 
 from ..run_tables import TableName, run_table
-from . import array_rows
+from . import array_rows, item_cache
 
 #: bytes of rows kept by one process (a table whose rows take more is not kept)
 MAX_BYTES = 512 << 20
@@ -68,8 +68,6 @@ class Kept:
     :meth:`keep` after the commit (nothing kept without it)."""
 
     def __init__(self, conn, runs: Iterable[tuple[int, Mapping[str, Any] | None]]):
-        from . import item_cache
-
         self.tables: dict[TableName, tuple[int, str]] = {}  # table -> (run id, kind)
         self.before: dict[int, tuple] = {}  # run id -> its version's key when the batch began
         self._got: dict[TableName, dict] = {}

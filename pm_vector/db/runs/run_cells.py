@@ -16,6 +16,8 @@ from typing import Any, Mapping
 
 from psycopg import sql
 
+from ...manifold.public_cells import PublicCells
+
 #: documents kept (least recently used out)
 MAX_ENTRIES = 16
 
@@ -29,8 +31,6 @@ _lock = threading.Lock()
 def get(conn, run_id: int, doc: Mapping[str, Any] | None, kind: str):
     """The run's :class:`~pm_vector.manifold.public_cells.PublicCells` of ``kind`` ("cells" or
     "locations"), or None when its class-rows document ``doc`` has them not ready."""
-    from ...manifold.public_cells import PublicCells
-
     part, column = _WHERE[kind]
     info = (doc or {}).get(part) or {}
     if info.get("status") != "ready":

@@ -25,6 +25,7 @@ a request out (``pm_vector.pm_shortlist_sharded``).
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable
 
 import numpy as np
@@ -128,8 +129,6 @@ def drop_write_tables(conn, run_id: int, place: dict[str, list[int]]) -> None:
 def build_indexes(conn, run_id: int, place: dict[str, list[int]], m: int = 16, ef_construction: int = 64) -> None:
     """On every shard: HNSW on the prior (one per class partition), the graph's and hubs' keys,
     the hubs' top index, ANALYZE; the run's mirror row; and the coordinator's functions installed there."""
-    import json
-
     rid = int(run_id)
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
     t = lambda kind: run_table(rid, kind)  # noqa: E731

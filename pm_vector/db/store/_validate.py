@@ -14,6 +14,7 @@ from ..._validation import as_labels, as_matrix
 from ...errors import InvalidInputError
 from ._names import NAME_PATTERN, check_name  # noqa: F401  (re-exported)
 from ..errors import DimensionMismatchError, UnknownLabelError
+from . import partitioned, payloads
 
 METRICS = ("l2", "cosine", "ip")
 ROLES = ("anchor", "dummy")
@@ -75,8 +76,6 @@ def collection_spec(name: str, dim: int, labels: Iterable[int] | None, metric: s
                      settings: Mapping[str, Any] | None = None, partitions: int | None = None,
                      max_payload_bytes: int | None = None) -> dict[str, Any]:
     """The validated column values of a new collection (see :func:`create_collection`)."""
-    from . import partitioned, payloads
-
     check_name(name)
     labels, part_settings = partitioned.creation(labels, partitions)
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= int(dim) <= MAX_FEATURE_DIM:

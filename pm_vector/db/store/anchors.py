@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from ...errors import InvalidInputError
 from .. import _binary
@@ -56,8 +57,6 @@ def register_anchor_sets(collection: str, sets: Sequence[tuple]) -> list[dict[st
         col = "features" if ftype == "vector" else "features_half"
         out = []
         try:
-            from psycopg.types.json import Jsonb
-
             part = partitioned.is_partitioned(coll)
             coll = collection_row(conn, collection, lock="FOR UPDATE" if part else "FOR SHARE")
             if part:
@@ -91,8 +90,6 @@ def _partition_labels(conn, coll: Mapping[str, Any], checked: list) -> list:
     """The sets of a partitioned collection (row locked) labelled by nearest partition: the stored
     partitions, or (first anchor registration) those fit on this call's first anchor set's features,
     stored in the collection's settings in the same transaction."""
-    from psycopg.types.json import Jsonb
-
     parts = partitioned.stored(coll)
     if parts is None:
         first = next((X for role, X, *_ in checked if role == "anchor"), None)

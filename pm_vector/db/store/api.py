@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+from pgvector import Vector
 from psycopg import sql
 
 from ..._validation import as_matrix
@@ -35,7 +36,6 @@ def fetch_items(collection: str, item_ids: Sequence[int], *, include_features: b
             raise RawFeaturesNotAllowedError(
                 f"collection {collection!r} does not allow returning raw features to clients (its setting "
                 "allow_raw_features is false); create it with allow_raw_features=True to permit it.")
-        from ..core.features import feature_sql
 
         feat = sql.SQL(", {}").format(feature_sql(coll)) if include_features else sql.SQL("")
         # the ids literals, no parameters: an attached table's names may hold a '%' (feature_sql)
@@ -66,8 +66,6 @@ def _query_matrix(q, name: str) -> np.ndarray:
 def knn(collection: str, query, k: int, *, ef_search: int | None = None) -> dict[str, Any]:
     """The k items of the active run nearest to ``query`` (a point of the embedding space),
     via ``pm_vector.pm_knn``. Returns ``{"item_ids", "external_ids", "labels", "distances"}``."""
-    from pgvector import Vector
-
     qv = _query_matrix(np.asarray(query).reshape(1, -1), "query")[0]
     with connect() as conn:
         try:
@@ -91,8 +89,6 @@ def knn_batch(collection: str, queries, k: int, *, ef_search: int | None = None)
     Returns arrays of shape (n_queries, k): ``item_ids`` and ``labels`` (-1 where a query got
     fewer than k rows), ``distances`` (NaN there), ``external_ids`` (list of lists) and
     ``counts`` (rows per query)."""
-    from pgvector import Vector
-
     Q = _query_matrix(queries, "queries")
     k = int(k)
     with connect() as conn:

@@ -32,6 +32,9 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
+from psycopg import sql
+from psycopg.rows import dict_row
+
 from ...errors import InvalidInputError
 from ..errors import CollectionNotFoundError, translate_sql_error
 from ..postgres import connect
@@ -48,7 +51,6 @@ def _column_of(attr) -> tuple[str, str]:
     table = getattr(col, "table", None)
     if table is None or not getattr(col, "name", None):
         raise InvalidInputError(f"{attr!r} is not a mapped column (e.g. Document.embedding).")
-    from psycopg import sql
 
     schema = getattr(table, "schema", None)
     name = sql.Identifier(schema, table.name) if schema else sql.Identifier(table.name)
@@ -132,8 +134,6 @@ def sync_status(collection: str | None = None, *, url: str | None = None) -> dic
     until the next merge, and the age of the oldest (None when none: :mod:`pm_vector.db.runs.merge`).
     CollectionNotFoundError for an unknown collection, InvalidInputError for one that is not
     attached. Without a name, the list of every attached collection's, by name."""
-    from psycopg.rows import dict_row
-
     with connect(url) as conn:
         if collection is not None:
             coll = collection_row(conn, collection)

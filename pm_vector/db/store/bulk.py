@@ -15,7 +15,9 @@ import json
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from ..._validation import as_labels, as_matrix
 from ...errors import InvalidInputError
@@ -147,9 +149,6 @@ def ingest(collection: str, features, labels, external_ids: Sequence[Any] | None
 
 def _insert_collection(conn, spec: Mapping[str, Any]) -> int:
     """Insert a new collection row on ``conn`` (no commit); CollectionExistsError if the name is taken."""
-    import psycopg
-    from psycopg.types.json import Jsonb
-
     try:
         return conn.execute(
             "INSERT INTO pm_vector.collections (name, feature_dim, feature_type, metric, labels, settings) "
@@ -169,8 +168,6 @@ def _ingest_rows(conn, coll, spec, X, y, ext, pay, batch_size, progress, biggest
     and payload (``jsonb`` binary: version byte 1 + JSON text) appended per row. With ``spec``
     the collection row is inserted first, in the same transaction. ``biggest``: the largest
     payload's size, checked against the collection's bound again just before the commit."""
-    from psycopg.types.json import Jsonb
-
     n = X.shape[0]
     ftype = coll["feature_type"]
     col = "features" if ftype == "vector" else "features_half"
@@ -226,8 +223,6 @@ def _record_failed_ingest(conn, cid: int | None, n: int, exc: BaseException) -> 
     """Roll the ingest back and, for an existing collection, log a ``failed`` ingest row.
 
     The error kept is the exception's class only: its message may quote input values."""
-    from psycopg.types.json import Jsonb
-
     try:
         if conn.closed:
             return

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from psycopg.types.json import Jsonb
+
 from ..errors import CollectionBrokenError
 
 
@@ -41,6 +43,4 @@ def check_attached(conn, coll: Mapping[str, Any]) -> None:
 
 
 def _json(v):
-    from psycopg.types.json import Jsonb
-
     return Jsonb(v)

@@ -43,7 +43,7 @@ def create_collection(name: str, dim: int, labels: Iterable[int] | None, metric:
                             settings=settings, partitions=partitions, max_payload_bytes=max_payload_bytes)
     import sqlalchemy.exc
 
-    from .models import Collection
+    from .models import Collection  # lazy: start-up (the ORM models import sqlalchemy, ~0.5-1 s)
 
     try:
         with session_scope() as s:

@@ -11,10 +11,13 @@ collection, plus:
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from ..core.abandoned import cleanup
 from ..postgres import connect
+from . import retention
+from ...errors import InvalidInputError
 
 
 def orphan_run_tables(conn) -> dict[int, list[str]]:
@@ -61,21 +64,13 @@ def prune_request_log(older_than_days: float | None = None, *, drop_orphans: boo
     """Prune the request log (``pm_vector.db.store.retention.prune_request_log``): rows older than
     ``older_than_days`` (None: no age limit) and, with ``drop_orphans``, rows of dropped
     collections. Returns the rows deleted, or None if that module is not installed."""
-    import datetime as dt
-
-    from ...errors import InvalidInputError
-
-    try:
-        from .retention import prune_request_log as _prune
-    except ImportError:
-        return None
     age = None
     if older_than_days is not None:
         if isinstance(older_than_days, bool) or not float(older_than_days) >= 0:
             raise InvalidInputError(f"older_than_days must be a number >= 0, got {older_than_days!r}.")
         age = dt.timedelta(days=float(older_than_days))
     with connect() as conn:
-        n = _prune(conn, older_than=age, drop_orphans=drop_orphans)
+        n = retention.prune_request_log(conn, older_than=age, drop_orphans=drop_orphans)
         if not conn.closed and not conn.autocommit:
             conn.commit()
     return int(n)

@@ -22,6 +22,7 @@ import numpy as np
 from ..._validation import normalize_rows
 from ...errors import InvalidInputError
 from ...manifold.partitions import DEFAULT_PARTITIONS, PublicPartitions
+from ..postgres import connect
 
 SETTINGS_KEY = "partitions"
 #: the k-means seed of every collection's partitions (public, fixed: the fit is reproducible)
@@ -45,8 +46,6 @@ def creation(labels, partitions: int | None) -> tuple[Any, dict[str, Any] | None
 def public_partitions(collection: str) -> dict[str, Any] | None:
     """The stored public partitions of a collection without labels (``PublicPartitions.to_dict()``:
     the centroids fit on its public anchor), or None (a labelled collection, or none fit yet)."""
-    from ..postgres import connect
-
     with connect() as conn:
         row = conn.execute("SELECT settings -> %s -> 'public' FROM pm_vector.collections WHERE name = %s",
                            [SETTINGS_KEY, collection]).fetchone()

@@ -39,12 +39,16 @@ from __future__ import annotations
 
 import json
 import math
+from decimal import Decimal
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
 from ...errors import InvalidInputError
 from ._names import check_name
+from ..core.collection import collection_row
+from ..postgres import connection
 
 SETTINGS_KEY = "max_payload_bytes"
 #: the high-water mark of the payloads stored (module doc)
@@ -92,8 +96,6 @@ def stored_text(value: Any, what: str = "payload") -> str:
     store or what no answer can carry: a nesting deeper than :data:`MAX_PAYLOAD_DEPTH`, a NUL
     character or a lone surrogate, NaN or infinity, a non-string key, an integer beyond 64 bits
     (once stored), or a value that is not JSON."""
-    from decimal import Decimal
-
     _depth_of(value, what)
 
     def integer(n: int, v) -> str:
@@ -246,9 +248,6 @@ def set_max_payload_bytes(collection: str, max_payload_bytes: int) -> dict[str, 
     Lowering it below a payload already stored is refused (the stored items keep being served as
     they are, and every answer stays within the bound); the check and the change are one
     transaction that excludes concurrent ingests' commits."""
-    from ..core.collection import collection_row
-    from ..postgres import connection
-
     check_name(collection)
     limit = check_limit(max_payload_bytes)
     with connection() as conn:
@@ -288,8 +287,6 @@ def read_jsonl(path) -> list[Any]:
     """Payloads from a JSON-lines file: one JSON value per line (``null``: no payload), line i
     (1-based) for row i - 1; UTF-8, a final newline optional. A blank line, invalid JSON, NaN or
     Infinity raise InvalidInputError naming the file and the line."""
-    from pathlib import Path
-
     def _no_constant(name):
         raise ValueError(f"{name} is not JSON")
 

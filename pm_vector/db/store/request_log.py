@@ -10,6 +10,9 @@ import datetime as dt
 import math
 from typing import Any
 
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
 from ...errors import InvalidInputError
 from ..postgres import connect
 from ..core.collection import iso_datetime
@@ -27,8 +30,6 @@ def log_request(collection: str, request: Any, *, run_id: int | None = None, row
     serialising ``request`` again (the server's copy of exactly what was received; PostgreSQL
     checks it is JSON). ``conn``: an idle connection to use (committed here) instead of a new one.
     """
-    from psycopg.types.json import Jsonb
-
     if status not in ("ok", "error"):
         raise InvalidInputError("status must be 'ok' or 'error'.")
     if request_json is not None:
@@ -70,8 +71,6 @@ def log_request(collection: str, request: Any, *, run_id: int | None = None, row
 
 def list_requests(collection: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
     """The newest logged requests (rows of ``pm_vector.pm_requests``), newest first."""
-    from psycopg.rows import dict_row
-
     with connect() as conn:
         with conn.cursor(row_factory=dict_row) as cur:
             if collection is None:

@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 import numpy as np
+from psycopg.types.json import Jsonb
 
 from ...errors import InvalidInputError
 from ..postgres import connect
@@ -182,8 +183,6 @@ def _sync_batch(conn, collection: str, batch: int, embed_fn_extend, upto: int) -
 def _write_items(conn, coll, insert: list, payloads: list) -> list[int]:
     """The batch's new items rows and payload updates, one statement each (no round trip per row).
     Returns the new items' ids."""
-    from psycopg.types.json import Jsonb
-
     new: list[int] = []
     if insert:
         new = [r[0] for r in conn.execute(

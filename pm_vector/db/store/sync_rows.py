@@ -23,7 +23,7 @@ from typing import Any, Mapping
 from psycopg import sql
 
 from ...errors import InvalidInputError
-from .payloads import limit_of, payload_bytes
+from .payloads import limit_of, payload_bytes, MAX_PAYLOAD_DEPTH
 
 #: an integer label as text (a numeric column's integral ``3.00`` too); PostgreSQL's bigint input
 _INTEGER = re.compile(r"\s*[+-]?[0-9]+(\.0*)?\s*")
@@ -148,8 +148,6 @@ def reject_stored_payloads(conn, coll: Mapping[str, Any]) -> list:
     removed and recorded as rejected. Returns ``[(key, reason)]``. Only rows whose stored text could
     be over a bound are read: jsonb's text is never shorter than the compact JSON, an integer beyond
     64 bits has 19 digits or more, and a nesting deeper than 16 has more than 16 brackets."""
-    from .payloads import MAX_PAYLOAD_DEPTH
-
     limit = limit_of(coll)
     rows = conn.execute(
         "SELECT id, external_id, payload FROM pm_vector.items WHERE collection_id = %s AND payload IS NOT NULL "

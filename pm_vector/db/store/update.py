@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from ...errors import InvalidInputError
 from ..postgres import connect
@@ -69,7 +70,6 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
         old = [by[v] for v in given]
         out = {"collection": collection, "updated": n, "item_ids": {}, "placed": None}
         if X is None and y is None:  # payload only: no run data changes
-            from psycopg.types.json import Jsonb
 
             with conn.cursor() as cur:
                 cur.executemany("UPDATE pm_vector.items SET payload = %s WHERE id = %s",
@@ -106,8 +106,6 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
 
 def _insert(conn, coll, old, X: np.ndarray, y, P) -> list[int]:
     """The new items (one per ``old`` row: its external id, its label unless ``y``, its payload unless ``P``)."""
-    from psycopg.types.json import Jsonb
-
     col = "features" if coll["feature_type"] == "vector" else "features_half"
     cast = "vector" if col == "features" else "halfvec"
     out = []

@@ -29,6 +29,7 @@ from .body_limit import BodyLimitMiddleware
 from .body_timeout import BodyTimeoutMiddleware
 from .catch_all import CatchAllMiddleware
 from .large_requests import LargeRequestGate
+from ..auth import RateLimiter
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -41,8 +42,6 @@ if TYPE_CHECKING:
 def install(app: FastAPI, settings: ServiceSettings, state: ServiceState, failures: FailedAuthLimiter) -> None:
     """Add the middleware to ``app`` in their order (module doc). ``failures``: the failed
     authentications per address (this process's and those the others announce)."""
-    from ..auth import RateLimiter
-
     # added last = runs first
     app.add_middleware(CatchAllMiddleware)
     app.add_middleware(LargeRequestGate, threshold_bytes=settings.large_request_bytes,

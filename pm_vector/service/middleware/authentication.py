@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
+from fastapi.concurrency import run_in_threadpool
+
 from ..errors import ApiError, api_error_response, database_down, database_unavailable, error_response
+from ..auth import hash_key, verify_key, well_formed
 
 if TYPE_CHECKING:
     from ..state import ServiceState
@@ -48,10 +52,6 @@ class AuthMiddleware:
         return await self.app(scope, receive, send)
 
     async def _authenticate(self, scope) -> dict:
-        from fastapi.concurrency import run_in_threadpool
-
-        from ..auth import hash_key, verify_key, well_formed
-
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
         h = headers.get("authorization") or ""
         key = h[7:].strip() if h.lower().startswith("bearer ") else (headers.get("x-api-key") or "").strip()
@@ -95,8 +95,6 @@ class AuthMiddleware:
         if self.limiter is not None:
             wait = self.limiter.take(rec["id"], rec.get("rate_per_minute"))
             if wait > 0:
-                import math
-
                 raise ApiError(429, "rate_limited", f"this key's rate limit is reached; retry after {math.ceil(wait)} "
                                "s (ask the operator for a higher rate_per_minute).",
                                {"Retry-After": str(max(1, math.ceil(wait)))})
@@ -105,8 +103,6 @@ class AuthMiddleware:
     def _check_failures(self, address: str) -> None:
         wait = self.failures.wait(address) if self.failures is not None else 0.0
         if wait > 0:
-            import math
-
             raise ApiError(429, "too_many_failed_authentications", "too many failed authentications from this "
                            f"address; retry after {math.ceil(wait)} s with a valid API key.",
                            {"Retry-After": str(max(1, math.ceil(wait)))})
@@ -120,7 +116,6 @@ class AuthMiddleware:
         cache, pool = self.state.keycache, self.state.pool
         if cache is None or pool is None:
             return
-        from fastapi.concurrency import run_in_threadpool
 
         def announce():
             with pool.connection() as conn:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
+import psycopg
+
 from ..errors import api_error_response, database_down, database_unavailable, error_response
 from .send import tracking_send
 
@@ -27,9 +31,6 @@ class CatchAllMiddleware:
         except Exception as exc:  # noqa: BLE001 - every failure gets an answer, the connection stays usable
             if tracked.started:
                 raise
-            import logging
-
-            import psycopg
 
             if database_down(exc):
                 resp = api_error_response(database_unavailable())

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request
 from .. import schemas
 from ..deps import AUTH, NEG
 from ..media import respond
+from ..documents import anchor_document
 
 router = APIRouter()
 
@@ -17,6 +18,4 @@ def anchor(name: str, request: Request):
     """The public anchor set (ids, features, labels), the dummy pool and the active run's frame info.
 
     Everything here is public by construction: the client rebuilds the AnchorFrame from it."""
-    from ..documents import anchor_document
-
     return respond(request, anchor_document(name))

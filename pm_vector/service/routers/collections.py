@@ -14,6 +14,9 @@ from ..deps import ADMIN_SCOPED, AUTH, NEG, CallerDep
 from ..errors import ApiError
 from ..media import respond
 from ...db.store.payloads import high_of, limit_of
+from ... import db
+from ...db.store.attach import sync_status as _status
+from ...errors import InvalidInputError
 
 router = APIRouter()
 
@@ -36,8 +39,6 @@ def _public_collection(c: dict[str, Any]) -> dict[str, Any]:
 @router.get("/collections", dependencies=NEG, tags=["collections"])
 def collections(request: Request, caller: CallerDep):
     """The collections this key may use."""
-    from ... import db
-
     return respond(request, {"collections": [_public_collection(c) for c in db.list_collections()
                                              if in_scope(caller, c["name"])]})
 
@@ -45,8 +46,6 @@ def collections(request: Request, caller: CallerDep):
 @router.get("/collections/{name}", dependencies=AUTH + NEG, tags=["collections"])
 def describe(name: str, request: Request):
     """One collection and its active embedding run."""
-    from ... import db
-
     c = _public_collection(db.collection_info(name))
     run = None
     if c["active_run_id"] is not None:
@@ -63,9 +62,6 @@ def sync_status(name: str, request: Request):
     applied, when the oldest was queued and how many seconds it has waited (``lag_s``; null when
     nothing is queued), and ``broken``: why its queries are refused, if they are. 404 for an unknown
     collection, 409 ``not_attached`` for one that is not an attached table."""
-    from ...db.store.attach import sync_status as _status
-    from ...errors import InvalidInputError
-
     try:
         return respond(request, _status(name))
     except InvalidInputError as exc:  # (the only one: the collection is not an attached table)

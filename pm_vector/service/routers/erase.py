@@ -10,14 +10,13 @@ from ..deps import ADMIN_SCOPED, JSON_BODY, NEG, SettingsDep, parse_model
 from ..errors import ApiError
 from ..media import body_schema, body_type, respond
 from ..settings import ServiceSettings
+from ...db.store.deletes import delete_items
+from ..documents import plain_json
 
 router = APIRouter()
 
 
 def _delete_sync(name: str, media: str, body: bytes, settings: ServiceSettings):
-    from ...db.store.deletes import delete_items
-    from ..documents import plain_json
-
     b = parse_model(schemas.DeleteItemsBody, media, body, settings)
     if (b.ids is None) == (b.external_ids is None):
         raise ApiError(422, "invalid_input", "give exactly one of ids and external_ids.")

@@ -10,14 +10,13 @@ from ..deps import ADMIN_SCOPED, JSON_BODY, NEG, SettingsDep, parse_model
 from ..errors import ApiError
 from ..media import body_schema, body_type, respond
 from ..settings import ServiceSettings
+from ... import db
+from ..documents import plain_json
 
 router = APIRouter()
 
 
 def _items_sync(name: str, media: str, body: bytes, settings: ServiceSettings):
-    from ... import db
-    from ..documents import plain_json
-
     b = parse_model(schemas.ItemsBody, media, body, settings)
     if len(b.ids) > settings.max_ids:
         raise ApiError(413, "too_many_ids", f"{len(b.ids):,} ids; at most {settings.max_ids:,} per call.")

@@ -13,6 +13,7 @@ from ..deps import AUTH, JSON_BODY, NEG, SettingsDep, StateDep, parse_model
 from ..media import body_schema, body_type, read_body, respond
 from ..settings import ServiceSettings
 from ..state import ServiceState
+from ..documents import plain_json
 
 router = APIRouter()
 
@@ -21,8 +22,7 @@ router = APIRouter()
             tags=["kahm"])
 def kahm_models(name: str, request: Request):
     """The collection's stored KAHM models, newest first (``is_current``: the one that serves)."""
-    from ...db.kahm import list_kahm_models
-    from ..documents import plain_json
+    from ...db.kahm import list_kahm_models  # lazy: start-up (db.kahm imports sklearn, ~3 s)
 
     return respond(request, plain_json({"collection": name, "models": list_kahm_models(name)}))
 
@@ -31,8 +31,8 @@ def _distances_sync(name: str, media: str, body: bytes, settings: ServiceSetting
                     state: ServiceState) -> dict[str, Any]:
     d = parse_model(schemas.DistancesBody, media, body, settings)
     X, mid = d.features, d.model_id
-    from ...db.kahm import party_distances
-    from ..documents import plain_json
+
+    from ...db.kahm import party_distances  # lazy: start-up (db.kahm imports sklearn, ~3 s)
 
     with state.resolve_slots:
         return plain_json(party_distances(name, X, model_id=mid))

@@ -6,6 +6,7 @@ from fastapi import APIRouter
 
 from ..deps import ADMIN, CallerDep, PoolDep
 from ..errors import ApiError
+from ..auth import list_keys
 
 router = APIRouter()
 
@@ -14,8 +15,6 @@ router = APIRouter()
 def keys(pool: PoolDep, caller: CallerDep):
     """The API keys (id, name, prefix, role, scope, rate; never the secrets): admin keys without a
     collection scope only."""
-    from ..auth import list_keys
-
     if caller is not None and caller.get("collections") is not None:
         raise ApiError(403, "forbidden", "a key limited to some collections cannot list keys; use an admin key "
                                          "without --collection.")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import psycopg
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
@@ -24,6 +25,10 @@ from ..media import body_schema, body_type, read_body, respond
 from ..settings import ServiceSettings
 from ..state import ServiceState
 from ..resolve_body import Resolve, parse_resolve_body
+from ...db.errors import DatabaseConfigError
+from ...db.postgres import redact
+from ..db import with_login
+from ..documents import resolve_document
 
 router = APIRouter()
 
@@ -49,12 +54,6 @@ def _resolve_on_replica(name, body: Resolve, db_role, conn, settings: ServiceSet
     url = router.pick()
     if url is None:
         return None
-    import psycopg
-
-    from ...db.errors import DatabaseConfigError
-    from ...db.postgres import redact
-    from ..db import with_login
-    from ..documents import resolve_document
 
     purl = with_login(url, *login) if login else url
     try:
@@ -72,11 +71,9 @@ def _resolve_on_replica(name, body: Resolve, db_role, conn, settings: ServiceSet
 def _resolve_sync(name: str, media: str, body: bytes, key_role: str | None, settings: ServiceSettings,
                   state: ServiceState) -> dict[str, Any]:
     parsed = parse_resolve_body(read_body(media, body, settings), settings, name)
-    from ..documents import resolve_document
 
     db_role = state.query_role if key_role == "query" else None
     own = state.query_pool if key_role == "query" else None  # its own login role: nothing to SET
-    import psycopg
 
     try:
         with state.resolve_slots, (own.connection() if own is not None else
