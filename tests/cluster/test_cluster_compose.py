@@ -78,11 +78,14 @@ def test_cluster_topology_and_wiring(compose):
     assert s["api"]["depends_on"]["replica0"]["condition"] == "service_healthy"
     assert set(compose["volumes"]) == {"coordinator", "shard0", "shard1", "replica0"}
     # the command the migrate service runs exists here, with these arguments
+    import click
     import typer
 
     from pm_vector.cli import app
 
-    cmd = typer.main.get_command(app).commands["db"].commands["shard-add"]
+    root = typer.main.get_command(app)  # (a lazy group: a command's module is imported when it is asked for)
+    db = root.get_command(click.Context(root), "db")
+    cmd = db.get_command(click.Context(db), "shard-add")
     assert [p.name for p in cmd.params if p.param_type_name == "argument"] == ["name", "url"]
 
 
