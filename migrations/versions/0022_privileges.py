@@ -12,7 +12,7 @@ function executable by PUBLIC (issue 35, finding 8).
   the answer's tables and columns (``items`` without raw features: ``pm_item_features`` /
   ``pm_item_features_half`` of ``sql/0022_privileges.sql`` return them for collections that allow
   them), INSERT on ``request_log``, EXECUTE on the resolve's functions, and SELECT on the answer
-  tables of each run (:func:`pm_vector.db.runs.erase.answer_tables`, granted here for existing runs
+  tables of each run (:func:`pm_vector.db.runs.kinds.answer_tables`, granted here for existing runs
   and by each job at its switch). The owner is made a member of it (the service checks it may use it).
 * **PUBLIC** loses EXECUTE on every function of the two schemas, and on the owner's future
   functions (``ALTER DEFAULT PRIVILEGES FOR ROLE owner REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC``).
@@ -72,7 +72,7 @@ def _owner(conn) -> str:
 
 def upgrade() -> None:
     from pm_vector.db.postgres import privileges
-    from pm_vector.db.runs.erase import grant_answer_tables
+    from pm_vector.db.runs.kinds import grant_answer_tables
 
     conn = op.get_bind().connection.driver_connection
     owner = _owner(conn)

@@ -29,7 +29,7 @@ depends_on = None
 
 def _privileges(conn) -> None:
     from pm_vector.db.postgres import privileges
-    from pm_vector.db.runs.erase import grant_answer_tables
+    from pm_vector.db.runs.kinds import grant_answer_tables
 
     owner = conn.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'pm_vector'").fetchone()[0]
     privileges.apply(conn, owner)

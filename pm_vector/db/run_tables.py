@@ -2,7 +2,7 @@
 shard's foreign table ``pm_vector.run_<id>_<kind>_at_<shard>``) as a ``psycopg.sql.Identifier``, so a
 statement that reads or writes a run's table is built from parts (``sql.SQL("... {} ...").format(
 run_table(rid, "items"))``), never pasted. The kinds are the registry of
-:data:`pm_vector.db.runs.erase.KINDS` (the kinds of run tables) and ``anchors``; ``sql/``'s
+:data:`pm_vector.db.runs.kinds.KINDS` (the kinds of run tables); ``sql/``'s
 plpgsql names them the same way (``pm_vector.pm_run_table``, ``format('%I')``).
 
 A leaf below :mod:`pm_vector.db.store`, :mod:`pm_vector.db.runs`, :mod:`pm_vector.db.resolve` and the

@@ -84,7 +84,7 @@ class Release:
     line (a format string over the answer's fields, :func:`describe`). ``replica_reads``: the
     service may read its answer on a streaming replica (the resolver takes ``read_conn``; the log
     is written on the primary). ``derived_tables``: the kinds of run tables (``run_<id>_<kind>``)
-    its answer needs, kinds of the registry of :mod:`pm_vector.db.runs.erase` (``KINDS``: how an
+    its answer needs, kinds of the registry of :mod:`pm_vector.db.runs.kinds` (``KINDS``: how an
     erased item leaves each, where a sharded run keeps it, whether the query role reads it); a run
     has the tables of the releases it serves. ``run_parts``: when a run serves it, by the run's
     ``class_rows`` document (:meth:`served_by`): None every run (the run's embeddings are enough),

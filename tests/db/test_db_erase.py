@@ -170,7 +170,7 @@ def test_every_run_table_is_registered():
     """Every kind of run table (pm_vector.pm_run_table's list) holds no item or is in the erasure registry."""
     from pathlib import Path
 
-    from pm_vector.db.runs.erase import KINDS
+    from pm_vector.db.runs.kinds import KINDS
 
     # the newest definition of pm_vector.pm_run_table (a migration adding a run table redefines it)
     files = sorted((Path(__file__).resolve().parents[2] / "sql").glob("[0-9]*.sql"))

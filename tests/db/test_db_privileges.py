@@ -53,7 +53,7 @@ def test_catalog_is_the_privilege_matrix(conn, collections):
     """Schemas, relations, columns, functions and default privileges of pm_vector's schemas: every
     object is named by the matrix, owned by the owner, and grants exactly what the matrix says."""
     from pm_vector.db.postgres import privileges as pv
-    from pm_vector.db.runs.erase import answer_tables
+    from pm_vector.db.runs.kinds import answer_tables
 
     ANSWER_TABLES = answer_tables()
 
@@ -125,7 +125,7 @@ def test_catalog_is_the_privilege_matrix(conn, collections):
 def test_an_object_outside_the_matrix_is_named(conn):
     """The matrix knows its objects, and nothing else: a new table or function is not in it."""
     from pm_vector.db.postgres import privileges as pv
-    from pm_vector.db.runs.erase import answer_tables
+    from pm_vector.db.runs.kinds import answer_tables
 
     ANSWER_TABLES = answer_tables()
 
@@ -213,7 +213,7 @@ def test_answer_tables_are_granted_per_run_never_by_default(conn, collections):
     finally:
         conn.execute(f"DROP FUNCTION IF EXISTS pm_vector.{name}()")
         conn.execute(f"DROP TABLE pm_vector.{name}")
-    from pm_vector.db.runs.erase import answer_tables
+    from pm_vector.db.runs.kinds import answer_tables
 
     ANSWER_TABLES = answer_tables()
 

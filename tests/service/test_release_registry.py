@@ -157,7 +157,7 @@ def test_a_run_table_kind_a_test_release_names_is_erased_and_granted(pm_home, sv
 
     from pm_vector import db
     from pm_vector.db.postgres.engine import connection
-    from pm_vector.db.runs import erase
+    from pm_vector.db.runs import kinds
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn
     from pm_vector.protocol import releases
 
@@ -175,7 +175,7 @@ def test_a_run_table_kind_a_test_release_names_is_erased_and_granted(pm_home, sv
         with connection() as conn:
             return {int(r[0]) for r in conn.execute(sql.SQL("SELECT item_id FROM {}").format(table)).fetchall()}
 
-    erase.register_kind(erase.RunTable(MARKS, "coordinator", _erase_marks, answer=True))
+    kinds.register_kind(kinds.RunTable(MARKS, "coordinator", _erase_marks, answer=True))
     try:
         with connection() as conn:
             conn.execute(sql.SQL("CREATE TABLE {} (item_id bigint PRIMARY KEY)").format(table))
@@ -191,7 +191,7 @@ def test_a_run_table_kind_a_test_release_names_is_erased_and_granted(pm_home, sv
             db.delete_items(name, item_ids=ids[1:4])
             assert marked() == set(ids[4:]) | {ids[0]}  # the erasure reached it, nothing else went
             with connection() as conn:
-                granted = erase.grant_answer_tables(conn, rid)
+                granted = kinds.grant_answer_tables(conn, rid)
                 conn.commit()
                 if granted:  # the query role exists (migration 0022)
                     assert f"run_{rid}_{MARKS}" in granted
@@ -200,7 +200,7 @@ def test_a_run_table_kind_a_test_release_names_is_erased_and_granted(pm_home, sv
         finally:
             releases.unregister(rel.name)
     finally:
-        erase.unregister_kind(MARKS)
+        kinds.unregister_kind(MARKS)
         with connection() as conn:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
             conn.commit()

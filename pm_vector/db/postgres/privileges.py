@@ -14,8 +14,8 @@ Three roles appear (docs/operations.md, "Database roles", shows the matrix as a 
   :data:`QUERY_COLUMNS` (column privileges: ``items`` without its raw features, which only
   :data:`FEATURES_FUNCTIONS` return, and only for a collection with ``allow_raw_features``),
   :data:`QUERY_FUNCTIONS`, USAGE on the schema ``pm_vector``, and SELECT on a run's answer tables
-  (:func:`pm_vector.db.runs.erase.answer_tables`, from the registry of run table kinds, granted by the job where it creates them:
-  :func:`pm_vector.db.runs.erase.grant_answer_tables`).
+  (:func:`pm_vector.db.runs.kinds.answer_tables`, from the registry of run table kinds, granted by the job where it creates them:
+  :func:`pm_vector.db.runs.kinds.grant_answer_tables`).
 * **PUBLIC**: nothing: no USAGE on the schemas, no EXECUTE on any function (also not by default
   on the owner's future functions: ``pg_default_acl``), no right on any relation.
 
@@ -23,7 +23,7 @@ Every relation and function of the two schemas is named here (:data:`RELATIONS`,
 :data:`FUNCTIONS`), with the rights it gives, or in the run tables' pattern (:data:`RUN_TABLE`);
 the test fails on any object that is not, so a new table or function cannot widen the matrix
 silently: whoever adds one adds it here, and a migration that creates objects ends as migration
-0022 does: :func:`apply`, then :func:`pm_vector.db.runs.erase.grant_answer_tables` for every run
+0022 does: :func:`apply`, then :func:`pm_vector.db.runs.kinds.grant_answer_tables` for every run
 (:func:`apply` revokes the query role's rights on every relation, run tables included).
 """
 
@@ -122,7 +122,7 @@ RUN_TABLE = re.compile(r"^run_(?P<run>[0-9]+)_(?P<kind>anchors|items|codes|prior
 def expected_relation_rights(schema: str, name: str, answer_tables) -> tuple[tuple[str, ...], dict | None] | None:
     """The query role's rights on ``schema.name`` as the matrix says: ``(table privileges,
     {privilege: columns} or None)``; None when the matrix does not know the relation (a failure).
-    ``answer_tables``: the run table kinds an answer reads (:func:`pm_vector.db.runs.erase.answer_tables`)."""
+    ``answer_tables``: the run table kinds an answer reads (:func:`pm_vector.db.runs.kinds.answer_tables`)."""
     q = f"{schema}.{name}"
     if q in RELATIONS:
         cols = QUERY_COLUMNS.get(q)
@@ -148,7 +148,7 @@ def apply(conn, owner: str) -> None:
     of PUBLIC and of the query role revoked, then granted from the matrix (the query role only when it
     exists); EXECUTE on the owner's future functions not granted to PUBLIC; the query role's
     default privileges in the schemas dropped. The run tables' grants are
-    :func:`pm_vector.db.runs.erase.grant_answer_tables`'s (per run, where the job creates them)."""
+    :func:`pm_vector.db.runs.kinds.grant_answer_tables`'s (per run, where the job creates them)."""
     ident = sql.Identifier
     own(conn, owner)
     has_query = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [QUERY_ROLE]).fetchone() is not None

@@ -18,7 +18,8 @@ Modules:
 * :mod:`~pm_vector.db.runs.class_rows` -- the per-run data of class-rows requests;
 * :mod:`~pm_vector.db.runs.cell_data` -- the per-run data of the cell release;
 * :mod:`~pm_vector.db.runs.sharding` -- class-rows runs spread over shards (by class);
-* :mod:`~pm_vector.db.runs.erase` -- erasure: the registry of the kinds of run tables (``KINDS``) the releases name, and
+* :mod:`~pm_vector.db.runs.kinds` -- THE registry of the kinds of run tables (``KINDS``) the releases name;
+* :mod:`~pm_vector.db.runs.erase` -- erasure inside a run, and
   :mod:`~pm_vector.db.runs.erase_plan` -- what an erasure changes in a run's lists;
 * :mod:`~pm_vector.db.runs.run_copy` -- binary COPY of a run's tables (a leaf below the two above).
 """

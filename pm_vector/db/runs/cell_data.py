@@ -58,6 +58,7 @@ from .. import _binary
 from ..run_tables import create_foreign_table, drop_foreign_table, on_shard, run_table
 from ...protocol.bounds import MAX_K_PRIME
 from . import array_rows, cell_counts, run_cells
+from .kinds import shard_columns
 from ...manifold.public_cells import PublicCells
 from ...neighbors import knn_search, neighbor_graph
 from ...shortlist import CELL_GRAPH_DEGREE
@@ -229,8 +230,7 @@ def write(conn, run_id: int, data: CellsData, placement: Mapping[str, list] | No
     for s, ks in placement.items():
         conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)",  # (the DDL: pm_cells_table_ddl's, from parts)
                      [s, on_shard(conn, [sql.SQL("DROP TABLE IF EXISTS {}").format(run_table(rid, "cells")), sql.SQL(ddl)])])
-        ft = create_foreign_table(conn, rid, "cells", s, sql.SQL(
-            "level integer, label bigint, cell integer, item_ids bigint[], hubs float8[], chubs float8[]"), 500)
+        ft = create_foreign_table(conn, rid, "cells", s, shard_columns("cells"), 500)
         conn.commit()
         copy_cell_rows(conn, ft, data, np.isin(data.labels, [classes[int(k)] for k in ks]))
         drop_foreign_table(conn, rid, "cells", s)

@@ -1,12 +1,9 @@
-"""Erasure of items from a run: ONE registry of the run's derived tables and how an item leaves each.
+"""Erasure of items from a run: how an item leaves each of the run's derived tables.
 
-:data:`KINDS` registers every kind of per-run table: where a sharded run keeps it (``coordinator``
-or ``shards``), the function that removes the erased items from it, whether an answer reads it
-(granted to the query role). Which of them a run has follows from the releases it serves: the kinds
-their ``derived_tables`` name (:func:`run_tables`; :mod:`pm_vector.protocol.releases`). A new kind
-is one :func:`register_kind` call and a release naming it (``tests/service/test_release_registry.py``
-registers one of its own; ``tests/db/test_db_erase.py`` fails while a kind of ``pm_run_table`` is
-missing, ``tests/test_run_kinds.py`` while a release names a kind the registry lacks).
+The kinds of run tables are the registry of :mod:`pm_vector.db.runs.kinds` (``KINDS``); a kind
+names its erasure there (a function of this module for the built-in kinds, :func:`eraser`). Which
+tables a run has follows from the releases it serves (:func:`pm_vector.db.runs.kinds.run_kinds`);
+:func:`run_tables` are those of them that hold items.
 
 :func:`erase_from_run` applies an erasure plan (:func:`plan`) to one run, inside the caller's
 transaction. The plan is computed from the run's item set before the erasure (ids, labels,
@@ -45,15 +42,14 @@ import numpy as np
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from ..run_tables import create_foreign_table, drop_foreign_table, run_table, run_table_exists, run_table_name
+from ..run_tables import create_foreign_table, drop_foreign_table, run_table, run_table_exists
 from . import prior_rows, cell_counts, array_rows, run_cells
 from .erase_plan import Plan, is_ready, plan
 from .prior_rows import add_hub_changes, read_listing, update_lists
 from .run_copy import copy_hubs, copy_pairs
 from ...protocol.bounds import MAX_K_PRIME
-from ...protocol.releases import RELEASES
-from ..postgres.privileges import QUERY_ROLE
 from .locations import KEY_KINDS, KEYS, parts_of
+from .kinds import KINDS, RunTable, run_kinds, shard_columns
 from .sharding import FILL
 
 
@@ -91,6 +87,9 @@ def _rows_of(kind: str) -> Callable[[Any, Place, Plan], None]:
                 conn.execute(sql.SQL("INSERT INTO {} (item_id) SELECT unnest(%s::bigint[])").format(place.table(kind)),
                              [add.tolist()])
     return erase
+
+
+_erase_items, _erase_codes = _rows_of("items"), _rows_of("codes")
 
 
 def _erase_neighbors(conn, place: Place, plan: Plan) -> None:
@@ -252,101 +251,15 @@ def _erase_locations(conn, place: Place, plan: Plan) -> None:
     array_rows.write(conn, t, KEY_KINDS, rows)
 
 
-@dataclass(frozen=True)
-class RunTable:
-    """A kind of per-run table (``run_<id>_<kind>``), named by the releases that need it
-    (:attr:`pm_vector.protocol.releases.Release.derived_tables`): where a sharded run keeps it, how
-    the erased items leave it (None: it holds no items), whether a private answer reads it (the query
-    role gets SELECT on it at the job's switch, :func:`grant_answer_tables`) and, for a table a
-    sharded run keeps on its shards, the columns of the foreign table an erasure reaches it through
-    (``{d}``: the run's ``n_components``)."""
-
-    kind: str
-    where: str  # "coordinator" | "shards" | "both" (a sharded run's coordinator and its shards)
-    erase: Callable[[Any, Place, Plan], None] | None
-    answer: bool = False
-    shard_columns: str | None = None
-
-
-#: THE registry of the kinds of run tables, the one list of them: the erasure, the grants and the
-#: foreign tables of a sharded run read it; which of them a run has follows from the releases it
-#: serves (:func:`run_tables`). Order matters only where a function reads another table: the prior
-#: reads the hub counts as they were, so it comes before them. ``anchors``: the public frame (no
-#: items); ``items`` (the embeddings): the paper's release and the class rows' fill list; ``prior`` /
-#: ``hubs``: the class rows (``neighbors`` too, for runs built before the prior kept its lists);
-#: ``codes``: every compact answer; ``cells`` / ``locations``: the cell and location releases.
-KINDS: dict[str, RunTable] = {}
-
-
-def register_kind(rt: RunTable, *, replace: bool = False) -> RunTable:
-    """Add a kind of run table to :data:`KINDS` (a test registers its own); its kind must be new
-    unless ``replace``."""
-    if rt.kind in KINDS and not replace:
-        raise ValueError(f"a run table kind {rt.kind!r} is already registered.")
-    if rt.where not in ("coordinator", "shards", "both"):
-        raise ValueError(f"where must be coordinator, shards or both, not {rt.where!r}.")
-    KINDS[rt.kind] = rt
-    return rt
-
-
-def unregister_kind(kind: str) -> None:
-    KINDS.pop(kind, None)
-
-
-for _rt in (
-    RunTable("anchors", "coordinator", None, answer=True),
-    RunTable("items", "both", _rows_of("items"), answer=True, shard_columns="item_id bigint"),
-    RunTable("codes", "coordinator", _rows_of("codes"), answer=True),
-    RunTable("prior", "shards", _erase_prior, answer=True,
-             shard_columns="item_id bigint, label bigint, coords vector({d}), coords8 float8[], nbrs bigint[], "
-                           "nhub float8[]"),
-    RunTable("neighbors", "shards", _erase_neighbors, answer=True, shard_columns="item_id bigint, neighbor_id bigint"),
-    RunTable("hubs", "shards", _erase_hubs, answer=True, shard_columns="label bigint, item_id bigint, hub float8"),
-    RunTable("cells", "shards", _erase_cells, answer=True,
-             shard_columns="level integer, label bigint, cell integer, item_ids bigint[], hubs float8[], "
-                           "chubs float8[]"),
-    RunTable("locations", "coordinator", _erase_locations, answer=True),
-):
-    register_kind(_rt)
-
-
-def run_kinds(doc: Mapping[str, Any] | None) -> list[str]:
-    """The kinds of run tables a run with the ``class_rows`` document ``doc`` has: those the releases
-    it serves name (:meth:`~pm_vector.protocol.releases.Release.served_by`), in :data:`KINDS`' order.
-    Raises ValueError for a kind a release names that :data:`KINDS` does not know."""
-    named = {k for rel in RELEASES.values() if rel.served_by(doc) for k in rel.derived_tables}
-    unknown = named - set(KINDS)
-    if unknown:
-        raise ValueError(f"a release names run table kinds the registry does not know: {sorted(unknown)}.")
-    return [k for k in KINDS if k in named]
+def eraser(rt: RunTable) -> Callable[[Any, Place, Plan], None] | None:
+    """The function that erases items from a table of kind ``rt``: its own, or the function of this
+    module the registry names (the built-in kinds)."""
+    return globals()[rt.erase] if isinstance(rt.erase, str) else rt.erase
 
 
 def run_tables(doc: Mapping[str, Any] | None) -> list[RunTable]:
-    """The run's tables that hold items (:func:`run_kinds` with an erasure), in order."""
+    """The run's tables that hold items (:func:`~pm_vector.db.runs.kinds.run_kinds` with an erasure), in order."""
     return [KINDS[k] for k in run_kinds(doc) if KINDS[k].erase is not None]
-
-
-def answer_tables() -> frozenset[str]:
-    """The kinds of run tables a private answer reads (:data:`KINDS` with ``answer``): the query
-    role (:data:`pm_vector.db.postgres.privileges.QUERY_ROLE`) gets SELECT on these at the job's
-    switch (:func:`grant_answer_tables`), never by a default privilege."""
-    return frozenset(k for k, rt in KINDS.items() if rt.answer)
-
-
-def grant_answer_tables(conn, run_id: int) -> list[str]:
-    """``GRANT SELECT`` to the query role on the run's :func:`answer_tables` that exist on this node
-    (a partition is read through its parent and gets nothing), in the caller's transaction; nothing
-    when the role does not exist. Returns the tables granted."""
-    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [QUERY_ROLE]).fetchone() is None:
-        return []
-    names = [run_table_name(run_id, kind) for kind in sorted(answer_tables())]
-    found = [r[0] for r in conn.execute(
-        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = 'pm_vector' AND c.relname = ANY(%s) ORDER BY 1", [names]).fetchall()]
-    for name in found:
-        conn.execute(sql.SQL("GRANT SELECT ON TABLE {} TO {}").format(sql.Identifier("pm_vector", name),
-                                                                       sql.Identifier(QUERY_ROLE)))
-    return found
 
 
 def stored_lists(conn, run_id: int, doc: Mapping[str, Any] | None, erased) -> dict[int, np.ndarray]:
@@ -382,7 +295,7 @@ def places(conn, run_id: int, doc: Mapping[str, Any] | None) -> list[Place]:
     rid = int(run_id)
     out = []
     d = int(doc["n_components"])
-    cols = {k: sql.SQL(KINDS[k].shard_columns).format(d=sql.Literal(d)) for k in run_kinds(doc) if KINDS[k].shard_columns}
+    cols = {k: shard_columns(k, d) for k in run_kinds(doc) if KINDS[k].shard_columns}
     for s in shards:
         for kind, c in cols.items():
             create_foreign_table(conn, rid, kind, s, c, replace=False)
@@ -412,7 +325,7 @@ def erase_from_run(conn, p: Plan) -> dict[str, Any] | None:
             targets += shard_places
         for place in targets:
             if _exists(conn, place, rt.kind):
-                rt.erase(conn, place, p)
+                eraser(rt)(conn, place, p)
     if shard_places:  # rows held by a deferred write (array_rows.deferred, prior_rows.deferred) reach the shards
 
         array_rows.flush(conn)

@@ -73,6 +73,7 @@ from ..errors import EmbeddingJobError, RunNotFoundError, translate_sql_error
 from ..run_tables import run_table
 from .embeddings import embedding_matrix, write_embeddings
 from . import class_rows as _cr, erase as _erase
+from .kinds import grant_answer_tables
 from ...manifold import AnchorFrame
 
 JobProgress = Callable[[str, int, int], None]
@@ -352,7 +353,7 @@ def _job_switch(conn, collection: str, coll, run_id: int, items, report, timings
     # none can be deleted between this and the commit): they leave the new run before it serves
 
     n_erased = _erase.apply_pending(conn, run_id, items)
-    _erase.grant_answer_tables(conn, run_id)  # the query role reads the answer tables of the run it serves
+    grant_answer_tables(conn, run_id)  # the query role reads the answer tables of the run it serves
     if n_erased:  # (recorded only when it happened)
         timings["erased_at_switch"] = n_erased
     timings["switch_s"] = time.perf_counter() - t

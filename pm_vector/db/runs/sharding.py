@@ -33,6 +33,7 @@ from psycopg import sql
 
 from ...protocol.bounds import MAX_K_PRIME
 from ..run_tables import create_foreign_table, drop_foreign_table, on_shard, run_index, run_table
+from .kinds import KINDS, shard_columns, shard_table_ddl, written_on_shards
 from .run_copy import copy_hubs, copy_pairs, copy_prior
 
 FILL = MAX_K_PRIME  # k' <= MAX_K_PRIME: the zero-score fill needs the run's first MAX_K_PRIME item ids
@@ -52,39 +53,34 @@ def placement(n_classes: int, shards: list[str]) -> dict[str, list[int]]:
     return {s: [k for k in range(n_classes) if k % len(shards) == i] for i, s in enumerate(shards)}
 
 
-def _prior_ddl(run_id: int, d: int) -> sql.Composed:
-    # the single node's layout (migration 0009): each prior row carries its neighbour list and their hubs
-    return sql.SQL("CREATE TABLE {} (item_id bigint NOT NULL, label bigint NOT NULL, coords vector({}) NOT NULL, "
-                   "coords8 float8[] NOT NULL, nbrs bigint[] NOT NULL, nhub float8[] NOT NULL, "
-                   "PRIMARY KEY (label, item_id)) PARTITION BY LIST (label)").format(run_table(run_id, "prior"),
-                                                                                     sql.Literal(int(d)))
-
-
 #: the shard's mirror of the runs it holds (id, class_rows document): what the statement reads of
 #: its run (e.g. min_weight) where there is no catalog
 MIRROR = sql.SQL("CREATE TABLE IF NOT EXISTS pm_vector.embedding_runs (id bigint PRIMARY KEY, class_rows jsonb NOT NULL)")
 
 
+def shard_ddl(run_id: int, n_components: int, classes: list[int], ks: list[int]) -> list[sql.Composable]:
+    """The DDL of the run's tables on one shard holding class positions ``ks``: every kind the
+    registry has the sharded write create (:func:`pm_vector.db.runs.kinds.written_on_shards`), a kind
+    partitioned by class with the shard's partitions."""
+    rid, d = int(run_id), int(n_components)
+    t = lambda kind: run_table(rid, kind)  # noqa: E731
+    made = written_on_shards()
+    ddl = [MIRROR, sql.SQL("DROP TABLE IF EXISTS {}").format(sql.SQL(", ").join(t(k) for k in made))]
+    for kind in made:
+        ddl.append(sql.SQL("CREATE TABLE {} {}").format(t(kind), shard_table_ddl(kind, d)))
+        if KINDS[kind].by_class:
+            ddl += [sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES IN ({})").format(
+                t(f"{kind}_{int(k)}"), t(kind), sql.Literal(int(classes[k]))) for k in ks]
+    return ddl
+
+
 def create_tables(conn, run_id: int, n_components: int, classes: list[int], place: dict[str, list[int]]) -> None:
     """Create the run's tables on every shard and the coordinator's write-side foreign tables."""
     rid, d = int(run_id), int(n_components)
-    t = lambda kind: run_table(rid, kind)  # noqa: E731
     for s, ks in place.items():
-        ddl = [MIRROR, sql.SQL("DROP TABLE IF EXISTS {}, {}, {}, {}").format(
-            t("prior"), t("neighbors"), t("hubs"), t("items")), _prior_ddl(rid, d)]
-        ddl += [sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES IN ({})").format(
-            t(f"prior_{int(k)}"), t("prior"), sql.Literal(int(classes[k]))) for k in ks]
-        ddl += [sql.SQL("CREATE TABLE {} (item_id bigint NOT NULL, neighbor_id bigint NOT NULL)").format(t("neighbors")),
-                sql.SQL("CREATE TABLE {} (label bigint NOT NULL, item_id bigint NOT NULL, "
-                        "hub double precision NOT NULL)").format(t("hubs")),
-                sql.SQL("CREATE TABLE {} (item_id bigint PRIMARY KEY)").format(t("items"))]
-        conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, on_shard(conn, ddl)])
-        for table, cols in (("prior", sql.SQL("item_id bigint, label bigint, coords vector({}), coords8 float8[], "
-                                              "nbrs bigint[], nhub float8[]").format(sql.Literal(d))),
-                            ("neighbors", sql.SQL("item_id bigint, neighbor_id bigint")),
-                            ("hubs", sql.SQL("label bigint, item_id bigint, hub double precision")),
-                            ("items", sql.SQL("item_id bigint"))):
-            create_foreign_table(conn, rid, table, s, cols, 2000)
+        conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, on_shard(conn, shard_ddl(rid, d, classes, ks))])
+        for kind in written_on_shards():
+            create_foreign_table(conn, rid, kind, s, shard_columns(kind, d), 2000)
     conn.commit()
 
 
@@ -121,8 +117,8 @@ def write(conn, run_id: int, data, place: dict[str, list[int]], batch: int = 20_
 
 def drop_write_tables(conn, run_id: int, place: dict[str, list[int]]) -> None:
     for s in place:
-        for table in ("prior", "neighbors", "hubs", "items"):
-            drop_foreign_table(conn, run_id, table, s)
+        for kind in written_on_shards():
+            drop_foreign_table(conn, run_id, kind, s)
     conn.commit()
 
 
@@ -141,7 +137,7 @@ def build_indexes(conn, run_id: int, place: dict[str, list[int]], m: int = 16, e
                sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY (label, item_id)").format(
                    t("hubs"), run_index(rid, "hubs_pkey")),
                sql.SQL("CREATE INDEX {} ON {} (label, hub DESC, item_id)").format(run_index(rid, "hubs_top"), t("hubs"))]
-        ddl += [sql.SQL("ANALYZE {}").format(t(kind)) for kind in ("prior", "neighbors", "hubs", "items")]
+        ddl += [sql.SQL("ANALYZE {}").format(t(kind)) for kind in written_on_shards()]
         ddl += [MIRROR, sql.SQL("INSERT INTO pm_vector.embedding_runs (id, class_rows) VALUES ({}, {}::jsonb) "
                                 "ON CONFLICT (id) DO UPDATE SET class_rows = EXCLUDED.class_rows").format(
                                     sql.Literal(rid), sql.Literal(json.dumps(doc)))]
