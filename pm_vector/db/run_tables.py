@@ -15,12 +15,15 @@ import re
 from psycopg import sql
 
 SCHEMA = "pm_vector"
-_KIND = re.compile(r"[a-z][a-z0-9_]*")
+#: the shape of a run table's kind (the kinds themselves: :data:`pm_vector.db.runs.kinds.KINDS`); the
+#: SQL side's ``pm_vector.pm_run_table`` checks the same shape (migration 0026), the privilege
+#: matrix reads a run's tables by it (:data:`pm_vector.db.postgres.privileges.RUN_TABLE`)
+KIND = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
 
 def run_table_name(run_id: int, kind: str, shard: str | None = None) -> str:
     """The table's name in :data:`SCHEMA` (unquoted: a ``relname``, a SQLAlchemy table's name)."""
-    if not _KIND.fullmatch(kind):
+    if not KIND.fullmatch(kind):
         raise ValueError(f"not a run table kind: {kind!r}")
     name = f"run_{int(run_id)}_{kind}"
     return name if shard is None else f"{name}_at_{shard}"

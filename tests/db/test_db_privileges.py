@@ -53,7 +53,7 @@ def test_catalog_is_the_privilege_matrix(conn, collections):
     """Schemas, relations, columns, functions and default privileges of pm_vector's schemas: every
     object is named by the matrix, owned by the owner, and grants exactly what the matrix says."""
     from pm_vector.db.postgres import privileges as pv
-    from pm_vector.db.runs.kinds import answer_tables
+    from pm_vector.db.runs.kinds import KINDS, answer_tables
 
     ANSWER_TABLES = answer_tables()
 
@@ -82,7 +82,7 @@ def test_catalog_is_the_privilege_matrix(conn, collections):
         "WHERE n.nspname = ANY(%s) AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')", [SCHEMAS]).fetchall()
     run_tables = 0
     for schema, name, rel_owner, rights, col_rights in rels:
-        want = pv.expected_relation_rights(schema, name, ANSWER_TABLES)
+        want = pv.expected_relation_rights(schema, name, ANSWER_TABLES, KINDS)
         assert want is not None, f"{schema}.{name} is not in the privilege matrix (pm_vector/db/postgres/privileges.py)"
         run_tables += pv.RUN_TABLE.match(name) is not None
         assert rel_owner == owner, f"{schema}.{name} is owned by {rel_owner}, not {owner}"
@@ -125,14 +125,16 @@ def test_catalog_is_the_privilege_matrix(conn, collections):
 def test_an_object_outside_the_matrix_is_named(conn):
     """The matrix knows its objects, and nothing else: a new table or function is not in it."""
     from pm_vector.db.postgres import privileges as pv
-    from pm_vector.db.runs.kinds import answer_tables
+    from pm_vector.db.runs.kinds import KINDS, answer_tables
 
     ANSWER_TABLES = answer_tables()
 
-    assert pv.expected_relation_rights("pm_vector", "new_table", ANSWER_TABLES) is None
-    assert pv.expected_relation_rights("pm_vector", "run_7_secrets", ANSWER_TABLES) is None
-    assert pv.expected_relation_rights("pm_vector", "run_7_codes", ANSWER_TABLES) == (("SELECT",), None)
-    assert pv.expected_relation_rights("pm_vector", "run_7_prior_0", ANSWER_TABLES) == ((), None)
+    assert pv.expected_relation_rights("pm_vector", "new_table", ANSWER_TABLES, KINDS) is None
+    assert pv.expected_relation_rights("pm_vector", "run_7_secrets", ANSWER_TABLES, KINDS) is None
+    assert pv.expected_relation_rights("pm_vector", "run_7_codes", ANSWER_TABLES, KINDS) == (("SELECT",), None)
+    assert pv.expected_relation_rights("pm_vector", "run_7_prior_0", ANSWER_TABLES, KINDS) == ((), None)
+    # a kind a test registers is known to the matrix through the registry, with no list of its own
+    assert pv.expected_relation_rights("pm_vector", "run_7_test_marks", {"test_marks"}, {"test_marks"}) == (("SELECT",), None)
     assert pv.expected_function_rights("pm_vector", "pm_new_function") is None
 
 

@@ -33,6 +33,8 @@ import re
 
 from psycopg import sql
 
+from ..run_tables import KIND
+
 QUERY_ROLE = "pm_vector_query"
 SCHEMAS = ("pm_vector", "pm_vector_service")
 #: the query role's rights on the schemas (the owner has USAGE and CREATE; PUBLIC nothing)
@@ -114,21 +116,25 @@ FUNCTIONS: frozenset[str] = frozenset({
     "pm_vector.pm_shortlist_sql_v1", "pm_vector.pm_unregister_shard", "pm_vector_service.pm_keys_changed",
 }) | QUERY_FUNCTIONS
 
-#: a run's table (and a partition, or a shard's foreign table, of it): ``run_<id>_<kind>[_<k>|_at_<shard>]``
-RUN_TABLE = re.compile(r"^run_(?P<run>[0-9]+)_(?P<kind>anchors|items|codes|prior|neighbors|hubs|cells|locations)"
-                       r"(?P<part>_[0-9]+|_at_.+)?$")
+#: a run's table (and a partition, or a shard's foreign table, of it): ``run_<id>_<kind>[_<k>|_at_<shard>]``,
+#: a kind of the shape :data:`pm_vector.db.run_tables.KIND` (the kinds: the registry of
+#: :mod:`pm_vector.db.runs.kinds`, above this module; which of them the query role reads is its
+#: ``answer_tables()``, passed in)
+RUN_TABLE = re.compile(rf"^run_(?P<run>[0-9]+)_(?P<kind>{KIND.pattern}?)(?P<part>_[0-9]+|_at_.+)?$")
 
 
-def expected_relation_rights(schema: str, name: str, answer_tables) -> tuple[tuple[str, ...], dict | None] | None:
+def expected_relation_rights(schema: str, name: str, answer_tables, kinds) -> tuple[tuple[str, ...], dict | None] | None:
     """The query role's rights on ``schema.name`` as the matrix says: ``(table privileges,
     {privilege: columns} or None)``; None when the matrix does not know the relation (a failure).
-    ``answer_tables``: the run table kinds an answer reads (:func:`pm_vector.db.runs.kinds.answer_tables`)."""
+    ``kinds``: the kinds of run tables (:data:`pm_vector.db.runs.kinds.KINDS`: a run's table of
+    another kind is not in the matrix); ``answer_tables``: those an answer reads
+    (:func:`pm_vector.db.runs.kinds.answer_tables`)."""
     q = f"{schema}.{name}"
     if q in RELATIONS:
         cols = QUERY_COLUMNS.get(q)
         return QUERY_TABLES.get(q, ()), ({cols[0]: tuple(sorted(cols[1]))} if cols else None)
     m = RUN_TABLE.match(name) if schema == "pm_vector" else None
-    if m is None:
+    if m is None or m.group("kind") not in kinds:
         return None
     whole = m.group("kind") in answer_tables and m.group("part") is None
     return ("SELECT",) if whole else (), None

@@ -12,7 +12,11 @@ Every list of kinds reads this registry: the erasure and its foreign tables
 (:mod:`pm_vector.db.runs.erase`), the shards' DDL, write-side foreign tables, drop and ANALYZE
 lists (:mod:`pm_vector.db.runs.sharding`, :func:`written_on_shards`), the cells' foreign table
 (:mod:`pm_vector.db.runs.cell_data`) and the grants. It sits below both erase and sharding (erase
-reads sharding's fill size), importing neither. The SQL functions that create, index
+reads sharding's fill size), importing neither. The SQL side names a run's table by
+``pm_vector.pm_run_table(run_id, kind)``, which checks a kind's shape (:data:`pm_vector.db.run_tables.KIND`,
+migration 0026), not a list: the SQL side asks it for seven of the kinds, so a list there was a
+second registry that each new kind had to migrate (0005, 0013, 0015 did). The privilege matrix
+reads a run's tables by the same shape. The SQL functions that create, index
 and drop a run's tables (``pm_create_run_tables``, ``pm_drop_run_tables``, ...) name the tables
 they handle one by one, as the Python writers of those tables do.
 
