@@ -11,7 +11,7 @@ from pm_vector.client.settings import ClientSettings
 from pm_vector.db.errors import DatabaseConfigError
 from pm_vector.db.postgres import config
 from pm_vector.db.postgres.config import DatabaseSettings
-from pm_vector.errors import InvalidInputError
+from pm_vector.errors import InvalidInputError, PrivacyParameterError
 
 
 def test_database_settings_from_the_environment(tmp_path):
@@ -88,6 +88,24 @@ def test_the_default_ledger_follows_pm_vector_home(tmp_path, monkeypatch):
 def test_bad_client_settings_name_the_variable(env, var):
     with pytest.raises(InvalidInputError, match=var):
         ClientSettings.from_env(env)
+
+
+def test_the_client_settings_read_the_budgets_bounds_from_their_one_home(monkeypatch):
+    """The settings' budgets have the bounds the accountant (and the ledger) check,
+    pm_vector.privacy.accountant.BUDGET_UPPER, with the settings' own messages."""
+    from pm_vector.privacy import accountant
+
+    with pytest.raises(InvalidInputError, match=r"PM_VECTOR_DELTA_BUDGET=1\.0 must be a number in \(0, 1\); set it "
+                                                r"to the default total budget \(e\.g\. 1e-4\) or unset it\."):
+        ClientSettings.from_env({"PM_VECTOR_DELTA_BUDGET": "1"})
+    with pytest.raises(InvalidInputError, match=r"PM_VECTOR_EPSILON_BUDGET=inf must be a number finite and > 0; "
+                                                r"set it to the default total budget \(e\.g\. 10\)"):
+        ClientSettings.from_env({"PM_VECTOR_EPSILON_BUDGET": "inf"})
+    monkeypatch.setitem(accountant.BUDGET_UPPER, "delta_budget", 0.5)
+    with pytest.raises(InvalidInputError, match=r"PM_VECTOR_DELTA_BUDGET=0\.6 must be a number in \(0, 0\.5\)"):
+        ClientSettings.from_env({"PM_VECTOR_DELTA_BUDGET": "0.6"})
+    with pytest.raises(PrivacyParameterError):  # the accountant reads the same bound
+        accountant.PrivacyAccountant(delta_budget=0.6)
 
 
 def test_the_schema_owner_by_mode():

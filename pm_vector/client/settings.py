@@ -20,13 +20,13 @@ sides' files, but the client does not import the database layer.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, PrivacyParameterError
+from ..privacy.accountant import budget_bounds, check_budget
 
 ENV_HOME = "PM_VECTOR_HOME"
 ENV_EPSILON = "PM_VECTOR_EPSILON_BUDGET"
@@ -35,6 +35,8 @@ ENV_DELTA = "PM_VECTOR_DELTA_BUDGET"
 DEFAULT_EPSILON_BUDGET = 10.0
 #: total delta of an entry that has no budget of its own
 DEFAULT_DELTA_BUDGET = 1e-4
+#: the budgets the environment sets: (setting, variable, an example value)
+_BUDGETS = (("epsilon_budget", ENV_EPSILON, "10"), ("delta_budget", ENV_DELTA, "1e-4"))
 
 
 def _default_home() -> Path:
@@ -45,7 +47,8 @@ def _default_home() -> Path:
 class ClientSettings:
     """The client's configuration (see the module docstring for the variables).
 
-    ``epsilon_budget`` is finite and > 0; ``delta_budget`` is in (0, 1).
+    ``epsilon_budget`` is finite and > 0; ``delta_budget`` is in (0, 1): the bounds of
+    :data:`pm_vector.privacy.accountant.BUDGET_UPPER`, which the ledger checks too.
     """
 
     home: Path
@@ -55,20 +58,22 @@ class ClientSettings:
     def __post_init__(self):
         if not isinstance(self.home, Path):
             raise InvalidInputError(f"{ENV_HOME} must be a directory path, got {self.home!r}.")
-        for name, env, hi, example in (("epsilon_budget", ENV_EPSILON, math.inf, "10"),
-                                       ("delta_budget", ENV_DELTA, 1.0, "1e-4")):
+        for name, env, example in _BUDGETS:
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < hi) or not math.isfinite(v):
-                bound = "finite and > 0" if hi == math.inf else "in (0, 1)"
-                raise InvalidInputError(f"{env}={v!r} must be a number {bound}; set it to the default total budget "
-                                        f"(e.g. {example}) or unset it.")
+            try:
+                ok = v is not None and check_budget(name, v) is not None
+            except PrivacyParameterError:
+                ok = False
+            if not ok:
+                raise InvalidInputError(f"{env}={v!r} must be a number {budget_bounds(name)}; set it to the default "
+                                        f"total budget (e.g. {example}) or unset it.")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "ClientSettings":
         """The settings from ``environ`` (default ``os.environ``); unset or empty variables: defaults."""
         env = os.environ if environ is None else environ
         vals: dict = {"home": Path(env[ENV_HOME]) if env.get(ENV_HOME) else _default_home()}
-        for name, var in (("epsilon_budget", ENV_EPSILON), ("delta_budget", ENV_DELTA)):
+        for name, var, _example in _BUDGETS:
             raw = env.get(var)
             if raw is None or raw == "":
                 continue

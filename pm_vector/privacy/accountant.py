@@ -37,6 +37,24 @@ def _check_spend(epsilon, delta) -> tuple[float, float]:
     return e, d
 
 
+#: THE bounds of a budget, one home (the accountant, the client's ledger and its settings,
+#: :class:`pm_vector.client.settings.ClientSettings`, read them): each is a finite number > 0 and
+#: below this (exclusive)
+BUDGET_UPPER: dict[str, float] = {"epsilon_budget": math.inf, "delta_budget": 1.0, "delta_slack": 1.0}
+
+
+def check_budget(name: str, value) -> float | None:
+    """``value`` as a float when it is within the bounds of budget ``name`` (:data:`BUDGET_UPPER`; None
+    stays None), else :class:`~pm_vector.errors.PrivacyParameterError`."""
+    return _check_optional(name, value, upper=BUDGET_UPPER[name])
+
+
+def budget_bounds(name: str) -> str:
+    """The bounds of budget ``name`` in words: ``"finite and > 0"`` or ``"in (0, 1)"``."""
+    hi = BUDGET_UPPER[name]
+    return "finite and > 0" if hi == math.inf else f"in (0, {hi:g})"
+
+
 def _check_optional(name: str, value, *, upper: float | None = None):
     if value is None:
         return None
@@ -61,7 +79,7 @@ def advanced_composition(epsilons, deltas, delta_slack: float) -> tuple[float, f
     in its heterogeneous form). Not a stopping rule: with adaptively chosen parameters use basic
     composition (:class:`PrivacyAccountant`)."""
     spends = [Spend(*_check_spend(e, d)) for e, d in zip(epsilons, deltas, strict=True)]
-    ds = _check_optional("delta_slack", delta_slack, upper=1.0)
+    ds = check_budget("delta_slack", delta_slack)
     if ds is None:
         raise PrivacyParameterError("delta_slack must be a number in (0, 1).")
     if not spends:
@@ -106,9 +124,9 @@ class PrivacyAccountant:
 
     def __init__(self, epsilon_budget: float | None = None, delta_budget: float | None = None,
                  delta_slack: float | None = None):
-        self.epsilon_budget = _check_optional("epsilon_budget", epsilon_budget)
-        self.delta_budget = _check_optional("delta_budget", delta_budget, upper=1.0)
-        self.delta_slack = _check_optional("delta_slack", delta_slack, upper=1.0)
+        self.epsilon_budget = check_budget("epsilon_budget", epsilon_budget)
+        self.delta_budget = check_budget("delta_budget", delta_budget)
+        self.delta_slack = check_budget("delta_slack", delta_slack)
         self._spends: list[Spend] = []
 
     # ------------------------------------------------------------------ composition
@@ -133,7 +151,7 @@ class PrivacyAccountant:
         if every recorded release has the same (epsilon, delta) (class doc); otherwise basic.
         With nothing recorded: ``(0.0, 0.0)``.
         """
-        return self._compose(self._spends, _check_optional("delta_slack", delta_slack, upper=1.0))
+        return self._compose(self._spends, check_budget("delta_slack", delta_slack))
 
     # ------------------------------------------------------------------ budget
     def check(self, epsilon: float, delta: float) -> tuple[float, float]:

@@ -57,6 +57,10 @@ MAX_POST_ITER = 2000
 MAX_PARAM_STR = 64
 #: the paper protocol's noise mechanisms (pm_vector.client.privatemail)
 PAPER_MECHANISMS = ("analytic", "classical")
+#: longest digest of published public data a request names (frames, cells, location cells)
+MAX_DIGEST_CHARS = 64
+#: longest collection name a request names (the collection it was built for)
+MAX_COLLECTION_CHARS = 200
 #: the paper request's params (pm_vector.client.privatemail.PrivateMail.request)
 PAPER_PARAMS = ("dp_sigma", "dp_alpha", "n_post_iter", "post_alpha", "frame", "seeded")
 #: params["frame"]: the AnchorFrame's parameters (pm_vector.client.privatemail.frame_params)
@@ -104,6 +108,39 @@ def k_neighbours(v: Any) -> int:
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not 1 <= int(v) <= MAX_K_PRIME:
         raise InvalidInputError(f"k must be an integer in 1..{MAX_K_PRIME}, got {v!r}.")
     return int(v)
+
+
+def pure_epsilon(e: Any) -> float:
+    """Epsilon of a pure-eps release (the wire's ``PureEpsilon``): a number > 0, or infinity (``"inf"`` too)."""
+    if isinstance(e, str) and e.lower() in ("inf", "infinity"):
+        e = float("inf")
+    if isinstance(e, (bool, np.bool_)) or not isinstance(e, (int, float, np.floating, np.integer)) or \
+            not (float(e) > 0) or math.isnan(float(e)):
+        raise InvalidInputError(f"epsilon must be a number > 0 (or inf); got {e!r:.40}.")
+    return float(e)
+
+
+def zero_delta(d: Any, what: str) -> float:
+    """Delta of a pure-eps release (the wire's ``ZeroDelta``): 0; ``what``: the request, in the message."""
+    if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, float, np.floating)) or float(d) != 0.0:
+        raise InvalidInputError(f"{what} is pure eps: delta must be 0; got {d!r:.40}.")
+    return 0.0
+
+
+def digest(v: Any, message: str, *, empty: bool = False) -> str:
+    """A digest of published data (the wire's ``Digest``): a string of 1 (0 when ``empty``) to
+    :data:`MAX_DIGEST_CHARS` characters, else ``message``."""
+    if not isinstance(v, str) or not (0 if empty else 1) <= len(v) <= MAX_DIGEST_CHARS:
+        raise InvalidInputError(message)
+    return v
+
+
+def collection(v: Any) -> str | None:
+    """The collection a request was built for (the wire's ``Collection``): None or a name of at most
+    :data:`MAX_COLLECTION_CHARS` characters."""
+    if v is not None and (not isinstance(v, str) or len(v) > MAX_COLLECTION_CHARS):
+        raise InvalidInputError("collection must be a collection name.")
+    return v
 
 
 def flag(v: Any, name: str) -> bool:

@@ -4,7 +4,6 @@ client in a cell release (:mod:`pm_vector.privacy.cell_release`), one reported p
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -12,6 +11,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from .class_rows import DEFAULT_SHORTLIST
+from . import bounds
 from .formats import CELL_FORMAT, expect
 from .wire_types import (Collection, Digest, PureEpsilon, Reports, Shortlist, StrictBool, ZeroDelta, int_in, wire,
                          wire_names)
@@ -53,21 +53,10 @@ class CellRequest:
                 raise InvalidInputError(f"every report must be an integer in [0, {self.n_cells}); got {r!r:.40}.")
             reps.append(int(r))
         self.reports = reps
-        e = self.epsilon
-        if isinstance(e, str) and e.lower() in ("inf", "infinity"):
-            e = float("inf")
-        if isinstance(e, bool) or not isinstance(e, (int, float, np.floating, np.integer)) or \
-                not (float(e) > 0) or math.isnan(float(e)):
-            raise InvalidInputError(f"epsilon must be a number > 0 (or inf); got {self.epsilon!r:.40}.")
-        self.epsilon = float(e)
-        d = self.delta
-        if isinstance(d, bool) or not isinstance(d, (int, float, np.floating)) or float(d) != 0.0:
-            raise InvalidInputError(f"a cell request is pure eps: delta must be 0; got {d!r:.40}.")
-        self.delta = 0.0
-        if not isinstance(self.cells_digest, str) or not 1 <= len(self.cells_digest) <= 64:
-            raise InvalidInputError("cells_digest must be the hex digest of the published cells.")
-        if self.collection is not None and (not isinstance(self.collection, str) or len(self.collection) > 200):
-            raise InvalidInputError("collection must be a collection name.")
+        self.epsilon = bounds.pure_epsilon(self.epsilon)
+        self.delta = bounds.zero_delta(self.delta, "a cell request")
+        bounds.digest(self.cells_digest, "cells_digest must be the hex digest of the published cells.")
+        self.collection = bounds.collection(self.collection)
         k = self.shortlist
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or int(k) < 1:
             raise InvalidInputError(f"shortlist must be a positive integer; got {k!r:.40}.")

@@ -58,7 +58,7 @@ class ClassRowsRequest:
     delta: float = field(metadata=wire(Delta))
     noise_scale: float = field(metadata=wire(Annotated[float, Field(strict=True, gt=0, le=bounds.MAX_ABS_VALUE)]))
     sigmas: list = field(metadata=wire(list[Annotated[float, Field(strict=True, ge=0, le=bounds.MAX_ABS_VALUE)]]))
-    frames_digest: str = field(metadata=wire(Annotated[str, Field(strict=True, max_length=64)]))
+    frames_digest: str = field(metadata=wire(Annotated[str, Field(strict=True, max_length=bounds.MAX_DIGEST_CHARS)]))
     shortlist: int = field(default=DEFAULT_SHORTLIST, metadata=wire(Shortlist))
     seeded: bool = field(default=False, metadata=wire(StrictBool))
     collection: str | None = field(default=None, metadata=wire(Collection))
@@ -81,10 +81,9 @@ class ClassRowsRequest:
         self.sigmas = bounds.number_list(self.sigmas, "sigmas", C, lo=0.0)
         self.epsilon, self.delta = bounds.privacy(self.epsilon, self.delta)
         self.noise_scale = bounds.number(self.noise_scale, "noise_scale", lo=0.0, lo_open=True)
-        if not isinstance(self.frames_digest, str) or len(self.frames_digest) > 64:
-            raise InvalidInputError("frames_digest must be the 32-character digest of the published frames.")
-        if self.collection is not None and (not isinstance(self.collection, str) or len(self.collection) > 200):
-            raise InvalidInputError("collection must be a collection name.")
+        bounds.digest(self.frames_digest, "frames_digest must be the 32-character digest of the published frames.",
+                      empty=True)
+        self.collection = bounds.collection(self.collection)
         if isinstance(self.shortlist, bool) or int(self.shortlist) != self.shortlist or int(self.shortlist) < 1:
             raise InvalidInputError(f"shortlist must be a positive integer; got {self.shortlist!r}.")
         self.shortlist = int(self.shortlist)

@@ -19,13 +19,13 @@ count the client holds.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 import numpy as np
 
 from ..errors import InvalidInputError
+from . import bounds
 from .formats import LOCATION_FORMAT, expect
 from .wire_types import Collection, Digest, PureEpsilon, StrictBool, ZeroDelta, int_in, wire, wire_names
 from .published_codes import row_codes
@@ -73,21 +73,10 @@ class LocationRequest:
         self.report = _int("report", self.report, 0, self.level - 1)
         self.candidates = _int("candidates", self.candidates, 1, MAX_CANDIDATES)
         self.code_bytes = _int("code_bytes", self.code_bytes, 1, MAX_CODE_BYTES)
-        e = self.epsilon
-        if isinstance(e, str) and e.lower() in ("inf", "infinity"):
-            e = float("inf")
-        if isinstance(e, (bool, np.bool_)) or not isinstance(e, (int, float, np.floating, np.integer)) or \
-                not (float(e) > 0) or math.isnan(float(e)):
-            raise InvalidInputError(f"epsilon must be a number > 0 (or inf); got {self.epsilon!r:.40}.")
-        self.epsilon = float(e)
-        d = self.delta
-        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, float, np.floating)) or float(d) != 0.0:
-            raise InvalidInputError(f"a location request is pure eps: delta must be 0; got {d!r:.40}.")
-        self.delta = 0.0
-        if not isinstance(self.locations_digest, str) or not 1 <= len(self.locations_digest) <= 64:
-            raise InvalidInputError("locations_digest must be the hex digest of the published location cells.")
-        if self.collection is not None and (not isinstance(self.collection, str) or len(self.collection) > 200):
-            raise InvalidInputError("collection must be a collection name.")
+        self.epsilon = bounds.pure_epsilon(self.epsilon)
+        self.delta = bounds.zero_delta(self.delta, "a location request")
+        bounds.digest(self.locations_digest, "locations_digest must be the hex digest of the published location cells.")
+        self.collection = bounds.collection(self.collection)
         if not isinstance(self.seeded, (bool, np.bool_)):
             raise InvalidInputError("seeded must be true or false.")
         self.seeded = bool(self.seeded)

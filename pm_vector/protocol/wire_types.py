@@ -115,7 +115,7 @@ def int_in(lo: int, hi: int, description: str | None = None, limit: str | None =
 Epsilon = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=bounds.MIN_EPSILON, le=bounds.MAX_ABS_VALUE)]
 Delta = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=bounds.MIN_DELTA, lt=1.0)]
 #: a digest of published public data
-Digest = Annotated[str, Field(strict=True, min_length=1, max_length=64)]
+Digest = Annotated[str, Field(strict=True, min_length=1, max_length=bounds.MAX_DIGEST_CHARS)]
 
 
 #: k' of a class-rows or cell request: at most the protocol's MAX_K_PRIME and the server's max_shortlist
@@ -132,7 +132,8 @@ def _for_collection(v: Optional[str], info: ValidationInfo) -> Optional[str]:
 
 
 #: the collection a request was built for (None: any); a server refuses another's
-Collection = Annotated[Optional[str], Field(None, strict=True, max_length=200), AfterValidator(_for_collection)]
+Collection = Annotated[Optional[str], Field(None, strict=True, max_length=bounds.MAX_COLLECTION_CHARS),
+                       AfterValidator(_for_collection)]
 
 
 def _rows_within(what: str):

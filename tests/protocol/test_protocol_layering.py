@@ -152,3 +152,27 @@ def test_one_limit_for_k_prime_and_query_rows():
             bounds.shortlist(bad)
         with pytest.raises(InvalidInputError, match="k must be"):
             requests.check_k(bad)
+
+
+def test_a_requests_digest_and_collection_bounds_have_one_home():
+    """The wire types and the request dataclasses' own checks read the same bounds
+    (pm_vector.protocol.bounds.MAX_DIGEST_CHARS / MAX_COLLECTION_CHARS), with their messages."""
+    import pytest
+
+    from pm_vector.errors import InvalidInputError
+    from pm_vector.protocol import bounds
+    from pm_vector.protocol.wire_types import Collection, Digest
+    from pydantic import TypeAdapter
+
+    assert TypeAdapter(Digest).json_schema()["maxLength"] == bounds.MAX_DIGEST_CHARS
+    assert TypeAdapter(Collection).json_schema()["anyOf"][0]["maxLength"] == bounds.MAX_COLLECTION_CHARS
+    assert bounds.digest("a" * bounds.MAX_DIGEST_CHARS, "bad") == "a" * bounds.MAX_DIGEST_CHARS
+    with pytest.raises(InvalidInputError, match="^bad$"):
+        bounds.digest("a" * (bounds.MAX_DIGEST_CHARS + 1), "bad")
+    with pytest.raises(InvalidInputError, match="collection must be a collection name"):
+        bounds.collection("c" * (bounds.MAX_COLLECTION_CHARS + 1))
+    with pytest.raises(InvalidInputError, match=r"a location request is pure eps: delta must be 0; got 0\.1"):
+        bounds.zero_delta(0.1, "a location request")
+    assert bounds.pure_epsilon("inf") == float("inf")
+    with pytest.raises(InvalidInputError, match=r"epsilon must be a number > 0 \(or inf\); got 0"):
+        bounds.pure_epsilon(0)
