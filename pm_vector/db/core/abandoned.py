@@ -48,18 +48,25 @@ def _runs_holding(conn, cid: int, ingest_id: int) -> list[int]:
     return held
 
 
+def _lock_free(conn, collection: str | None, table: str, statuses: tuple[str, ...],
+               lock_kind: int) -> list[tuple[int, int]]:
+    """``(id, collection id)`` of the rows of ``pm_vector.<table>`` in one of ``statuses`` (of
+    ``collection``, or of every collection) whose advisory lock (``pm_lock_key(lock_kind, id)``) no
+    session holds: work whose worker is gone, by id. Ends the reading transaction; the caller
+    checks each row again under its own lock before it undoes it."""
+    cid = None if collection is None else collection_row(conn, collection)["id"]
+    rows = conn.execute(
+        sql.SQL("SELECT id, collection_id FROM {} WHERE status = ANY(%s) AND (%s::bigint IS NULL OR collection_id = %s) "
+                "AND NOT pm_vector.pm_lock_held(pm_vector.pm_lock_key(%s, id)) ORDER BY id").format(
+                    sql.Identifier("pm_vector", table)), [list(statuses), cid, cid, lock_kind]).fetchall()
+    conn.rollback()
+    return [(int(i), int(c)) for i, c in rows]
+
+
 def _abandoned_ingests(collection: str | None) -> list[int]:
     done: list[int] = []
     with connect() as conn:
-        cid = None
-        if collection is not None:
-            cid = collection_row(conn, collection)["id"]
-        rows = conn.execute(
-            "SELECT id, collection_id FROM pm_vector.ingests WHERE status = 'running' "
-            "AND (%s::bigint IS NULL OR collection_id = %s) "
-            "AND NOT pm_vector.pm_lock_held(pm_vector.pm_lock_key(%s, id))", [cid, cid, INGEST_LOCK_KIND]).fetchall()
-        conn.rollback()
-        for iid, c in rows:
+        for iid, c in _lock_free(conn, collection, "ingests", ("running",), INGEST_LOCK_KIND):
             conn.execute("SET LOCAL lock_timeout = '30s'")
             row = conn.execute("SELECT status FROM pm_vector.ingests WHERE id = %s FOR UPDATE", [iid]).fetchone()
             held = conn.execute("SELECT pm_vector.pm_lock_held(pm_vector.pm_lock_key(%s, %s))",
@@ -118,17 +125,10 @@ def cleanup_stale_runs(collection: str | None = None) -> list[int]:
     """
     done: list[int] = []
     with connect() as conn:
-        cid = None
-        if collection is not None:
-            cid = collection_row(conn, collection)["id"]
-        rows = conn.execute(
-            "SELECT id FROM pm_vector.embedding_runs WHERE status IN ('running', 'pending') "
-            "AND (%s::bigint IS NULL OR collection_id = %s) "
-            "AND NOT pm_vector.pm_lock_held(pm_vector.pm_lock_key(1, id)) ORDER BY id", [cid, cid]).fetchall()
-        conn.rollback()
-        for (rid,) in rows:
+        for rid, _c in _lock_free(conn, collection, "embedding_runs", ("running", "pending"), RUN_LOCK_KIND):
             # take the lock ourselves: if we get it, no worker can hold it (re-check under lock)
-            got = conn.execute("SELECT pg_try_advisory_lock(pm_vector.pm_lock_key(1, %s))", [rid]).fetchone()[0]
+            got = conn.execute("SELECT pg_try_advisory_lock(pm_vector.pm_lock_key(%s, %s))",
+                               [RUN_LOCK_KIND, rid]).fetchone()[0]
             conn.commit()
             if not got:
                 continue
@@ -140,6 +140,6 @@ def cleanup_stale_runs(collection: str | None = None) -> list[int]:
                                          "connection) before the run finished; its tables were dropped")
                     done.append(int(rid))
             finally:
-                conn.execute("SELECT pg_advisory_unlock(pm_vector.pm_lock_key(1, %s))", [rid])
+                conn.execute("SELECT pg_advisory_unlock(pm_vector.pm_lock_key(%s, %s))", [RUN_LOCK_KIND, rid])
                 conn.commit()
     return done
