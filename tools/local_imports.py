@@ -24,7 +24,6 @@ total; exits 1 when an import is unmarked or, with ``--max N``, when the total i
 
 from __future__ import annotations
 
-import argparse
 import ast
 import io
 import sys
@@ -33,7 +32,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared walk beside it, run or loaded by path
+from _ast_count import ROOT, above_ceiling, modules, parser, print_counts  # noqa: E402
 
 #: Third-party packages imported where they are used, not at a module's top: each costs from a
 #: fifth of a second to several seconds to import (``python -X importtime -c "import torch"``) or
@@ -115,10 +115,7 @@ def local_imports(source: str, path: str = "<string>") -> list[LocalImport]:
 
 def count(root: Path = ROOT, package: str = "pm_vector") -> list[LocalImport]:
     """The local imports of every module of ``package`` under ``root``."""
-    found: list[LocalImport] = []
-    for f in sorted((root / package).rglob("*.py")):
-        found += local_imports(f.read_text(encoding="utf-8"), f.relative_to(root).as_posix())
-    return found
+    return [imp for path, source in modules(root, package) for imp in local_imports(source, path)]
 
 
 def package_of(path: str) -> str:
@@ -128,15 +125,11 @@ def package_of(path: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--max", type=int, default=None, help="exit 1 when the total is above this")
-    ap.add_argument("--root", type=Path, default=ROOT, help="the repository (default: this one)")
+    ap = parser(__doc__)
     ap.add_argument("-q", "--quiet", action="store_true", help="the counts only, not each import")
     args = ap.parse_args(argv)
     found = count(args.root)
-    per_package = Counter(package_of(f.path) for f in found)
-    for pkg, n in sorted(per_package.items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"{n:4d}  {pkg}")
+    print_counts(Counter(package_of(f.path) for f in found))
     if not args.quiet:
         print()
         for f in found:
@@ -150,9 +143,8 @@ def main(argv: list[str] | None = None) -> int:
               f"'{MARK} <reason>': move them to the top of their module (first: {bad[0].path}:{bad[0].line}).",
               file=sys.stderr)
         status = 1
-    if args.max is not None and len(found) > args.max:
-        print(f"error: {len(found)} imports inside functions, above the ceiling {args.max}: move them to the top "
-              "of their module.", file=sys.stderr)
+    if above_ceiling(len(found), args.max, f"{len(found)} imports inside functions, above the ceiling {args.max}: "
+                     "move them to the top of their module."):
         status = 1
     return status
 

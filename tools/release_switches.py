@@ -23,12 +23,12 @@ when the total is above N. ``tests/test_release_switches.py`` runs it with the c
 
 from __future__ import annotations
 
-import argparse
 import ast
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared walk beside it, run or loaded by path
+from _ast_count import ROOT, above_ceiling, modules, parser, print_counts  # noqa: E402
 
 #: the release names of the table (and the name the paper's protocol goes by on the client)
 RELEASE_NAMES = frozenset({"location", "cells", "gaussian", "class-rows", "privatemail", "privatemail-release"})
@@ -109,35 +109,25 @@ def is_table(path: Path) -> bool:
 def count(root: Path = ROOT, package: str = "pm_vector") -> dict[str, list[tuple[int, str]]]:
     """file (relative to ``root``) -> its places, for every file of ``package`` with at least one."""
     found: dict[str, list[tuple[int, str]]] = {}
-    for f in sorted((root / package).rglob("*.py")):
-        rel = f.relative_to(root)
-        if is_table(rel):
-            continue
-        places = switches(ast.parse(f.read_text(encoding="utf-8"), filename=str(f)))
+    for path, source in modules(root, package, skip=is_table):
+        places = switches(ast.parse(source, filename=path))
         if places:
-            found[rel.as_posix()] = places
+            found[path] = places
     return found
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--max", type=int, default=None, help="exit 1 when the total is above this")
-    ap.add_argument("--root", type=Path, default=ROOT, help="the repository (default: this one)")
+    ap = parser(__doc__)
     ap.add_argument("-v", "--verbose", action="store_true", help="print every place, not only the counts")
     args = ap.parse_args(argv)
     found = count(args.root)
     total = sum(len(v) for v in found.values())
-    for path, places in sorted(found.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        print(f"{len(places):4d}  {path}")
-        if args.verbose:
-            for line, what in places:
-                print(f"        {path}:{line}  {what}")
+    print_counts({path: len(places) for path, places in found.items()},
+                 (lambda path: [f"        {path}:{line}  {what}" for line, what in found[path]]) if args.verbose else None)
     print(f"{total:4d}  total in {len(found)} files")
-    if args.max is not None and total > args.max:
-        print(f"error: {total} places switch on a release, above the ceiling {args.max}; look the release up in "
-              "pm_vector/protocol/releases.py (by_name, by_format, by_request) instead.", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if above_ceiling(total, args.max, f"{total} places switch on a release, above the ceiling {args.max}; look "
+                              "the release up in pm_vector/protocol/releases.py (by_name, by_format, by_request) "
+                              "instead.") else 0
 
 
 if __name__ == "__main__":
