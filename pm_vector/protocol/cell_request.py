@@ -13,8 +13,8 @@ from ..errors import InvalidInputError
 from .class_rows import DEFAULT_SHORTLIST
 from . import bounds
 from .formats import CELL_FORMAT, expect
-from .wire_types import (Collection, Digest, PureEpsilon, Reports, Shortlist, StrictBool, ZeroDelta, int_in, wire,
-                         wire_names)
+from .wire_types import (Collection, Digest, PureEpsilon, Reports, Shortlist, StrictBool, ZeroDelta, check_keys, int_in,
+                         wire, wire_names)
 
 #: the most cells of a cell request's level
 MAX_CELLS = 1 << 20
@@ -82,13 +82,8 @@ class CellRequest:
     def from_dict(cls, d) -> "CellRequest":
         expect(d.get("format") if isinstance(d, dict) else None, CELL_FORMAT,
                f"not a cell request (format {CELL_FORMAT!r} expected).")
-        missing = [k for k in cls._NEED if k not in d]
-        if missing:
-            raise InvalidInputError(f"cell request is missing fields: {', '.join(missing)}.")
-        unknown = sorted(set(d) - set(cls._NEED) - set(cls._OPTIONAL) - {"format"})
-        if unknown:
-            raise InvalidInputError(f"unknown cell request field(s) {unknown}; a cell request has "
-                                    f"{list(cls._NEED)} and optionally {list(cls._OPTIONAL)}.")
+        check_keys(d, cls._NEED, cls._OPTIONAL, "cell request",
+                   f"a cell request has {list(cls._NEED)} and optionally {list(cls._OPTIONAL)}")
         try:
             return cls(**{k: d[k] for k in cls._NEED + cls._OPTIONAL if k in d})
         except (TypeError, ValueError, OverflowError) as exc:  # a field of another type than the schema's

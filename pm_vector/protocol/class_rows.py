@@ -16,7 +16,7 @@ from ..errors import InvalidInputError
 from ..privacy.class_rows import NOISE
 from . import bounds
 from .formats import CLASS_ROWS_FORMAT, expect
-from .wire_types import (Collection, Delta, Epsilon, Field, Int64, Shortlist, StrictBool, matrix, wire,
+from .wire_types import (Collection, Delta, Epsilon, Field, Int64, Shortlist, StrictBool, check_keys, matrix, wire,
                          wire_names)
 
 if TYPE_CHECKING:
@@ -107,14 +107,8 @@ class ClassRowsRequest:
         expect(d.get("format") if isinstance(d, Mapping) else None, CLASS_ROWS_FORMAT,
                f"not a pm_vector request (format {CLASS_ROWS_FORMAT!r} expected).")
         need, optional = cls._NEED, cls._OPTIONAL
-        missing = [k for k in need if k not in d]
-        if missing:
-            raise InvalidInputError(f"request is missing fields: {', '.join(missing)}.")
-        # a strict schema: nothing the client chose beyond these fields reaches the request log
-        unknown = sorted(set(d) - set(need) - set(optional) - {"format"})
-        if unknown:
-            raise InvalidInputError(f"unknown request field(s) {unknown}; a pm_vector request has {sorted(need)} "
-                                    f"and optionally {', '.join(optional)}.")
+        check_keys(d, need, optional, "request",
+                   f"a pm_vector request has {sorted(need)} and optionally {', '.join(optional)}")
         try:
             rows = np.asarray(d["rows"])
         except (TypeError, ValueError):

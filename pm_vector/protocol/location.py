@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import InvalidInputError
 from . import bounds
 from .formats import LOCATION_FORMAT, expect
-from .wire_types import Collection, Digest, PureEpsilon, StrictBool, ZeroDelta, int_in, wire, wire_names
+from .wire_types import Collection, Digest, PureEpsilon, StrictBool, ZeroDelta, check_keys, int_in, wire, wire_names
 from .published_codes import row_codes
 
 #: the most candidates a location answer may hold (pm_vector.shortlist.MAX_LOCATION_CANDIDATES)
@@ -97,13 +97,8 @@ class LocationRequest:
     def from_dict(cls, d) -> "LocationRequest":
         expect(d.get("format") if isinstance(d, Mapping) else None, LOCATION_FORMAT,
                f"not a location request (format {LOCATION_FORMAT!r} expected).")
-        missing = [k for k in cls._NEED if k not in d]
-        if missing:
-            raise InvalidInputError(f"location request is missing fields: {', '.join(missing)}.")
-        unknown = sorted(set(d) - set(cls._NEED) - set(cls._OPTIONAL) - {"format"})
-        if unknown:
-            raise InvalidInputError(f"unknown location request field(s) {unknown:.200}; a location request has "
-                                    f"{list(cls._NEED)} and optionally {list(cls._OPTIONAL)}.")
+        check_keys(d, cls._NEED, cls._OPTIONAL, "location request",
+                   f"a location request has {list(cls._NEED)} and optionally {list(cls._OPTIONAL)}")
         return cls(**{k: d[k] for k in cls._NEED + cls._OPTIONAL if k in d})
 
 

@@ -18,7 +18,8 @@ from ..errors import InvalidInputError, RequestError
 from . import bounds
 from .bounds import MAX_ANCHOR_ID_CHARS, MAX_POST_ITER
 from .formats import PRIVATEMAIL_FORMAT, RELEASE_FORMAT, expect
-from .wire_types import AnchorId, Collection, Delta, Epsilon, Field, PaperParams, int_in, matrix, wire, wire_names
+from .wire_types import (AnchorId, Collection, Delta, Epsilon, Field, PaperParams, check_keys, int_in, matrix, wire,
+                         wire_names)
 
 
 @dataclass
@@ -94,14 +95,7 @@ class PrivateMailRequest:
             raise InvalidInputError("a PrivateMail request must be a JSON object.")
         expect(d.get("format", PRIVATEMAIL_FORMAT), PRIVATEMAIL_FORMAT,
                f"unsupported request format {d.get('format')!r}; expected {PRIVATEMAIL_FORMAT!r}.")
-        missing = [k for k in cls._NEED if k not in d]
-        if missing:
-            raise InvalidInputError(f"request is missing fields: {', '.join(missing)}.")
-        # a strict schema: nothing the client chose beyond these fields reaches the request log
-        unknown = sorted(set(map(str, d)) - set(PAPER_FIELDS))
-        if unknown:
-            raise InvalidInputError(f"unknown request field(s) {unknown[:10]}; a PrivateMail request has "
-                                    f"{sorted(PAPER_FIELDS)}.")
+        check_keys(d, cls._NEED, cls._OPTIONAL, "request", f"a PrivateMail request has {sorted(PAPER_FIELDS)}")
         try:
             emb = np.asarray(d["embedding"])
         except (TypeError, ValueError):

@@ -49,6 +49,19 @@ def wire_names(request_type: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(f.name for f in fs if _required(f)), tuple(f.name for f in fs if not _required(f))
 
 
+def check_keys(d, need: tuple[str, ...], optional: tuple[str, ...], what: str, has: str) -> None:
+    """A request document's keys, as its type's ``from_dict`` reads them (:func:`wire_names`): every
+    key of ``need`` present, none beyond ``need``, ``optional`` and ``format`` (a strict schema:
+    nothing the client chose beyond the fields reaches the request log). ``what``: the request in
+    the messages; ``has``: what such a request has."""
+    missing = [k for k in need if k not in d]
+    if missing:
+        raise InvalidInputError(f"{what} is missing fields: {', '.join(missing)}.")
+    unknown = sorted(set(map(str, d)) - set(need) - set(optional) - {"format"})
+    if unknown:
+        raise InvalidInputError(f"unknown {what} field(s) {unknown[:10]}; {has}.")
+
+
 def body_model(request_type: type, base: type, fmt: str, *, name: str | None = None, doc: str | None = None,
                format_default: bool = False) -> type:
     """The pydantic model of ``request_type``'s document (format ``fmt``): ``base`` (a

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections import deque
 
+import pytest
+
 from test_import_cycles import PACKAGE, import_graph
 
 
@@ -176,3 +178,25 @@ def test_a_requests_digest_and_collection_bounds_have_one_home():
     assert bounds.pure_epsilon("inf") == float("inf")
     with pytest.raises(InvalidInputError, match=r"epsilon must be a number > 0 \(or inf\); got 0"):
         bounds.pure_epsilon(0)
+
+
+@pytest.mark.parametrize("module, cls", [("location", "LocationRequest"), ("cell_request", "CellRequest"),
+                                         ("class_rows", "ClassRowsRequest"), ("paper", "PrivateMailRequest")])
+def test_a_request_document_with_an_unknown_field_is_refused_naming_it(module, cls):
+    """One check of a document's keys (wire_types.check_keys) for every request type: an unknown
+    field is an InvalidInputError naming it (the location request's formatted its list with
+    ``:.200`` and raised TypeError), a missing one names the field."""
+    import importlib
+
+    from pm_vector.errors import InvalidInputError
+    from pm_vector.protocol import formats
+
+    t = getattr(importlib.import_module(f"pm_vector.protocol.{module}"), cls)
+    fmt = {"location": formats.LOCATION_FORMAT, "cell_request": formats.CELL_FORMAT,
+           "class_rows": formats.CLASS_ROWS_FORMAT, "paper": formats.PRIVATEMAIL_FORMAT}[module]
+    doc = {"format": fmt, **{k: 1 for k in t._NEED}, "bogus": 1}
+    with pytest.raises(InvalidInputError, match=r"unknown .*field\(s\) \['bogus'\]"):
+        t.from_dict(doc)
+    del doc["bogus"], doc[t._NEED[0]]
+    with pytest.raises(InvalidInputError, match=f"missing fields: {t._NEED[0]}"):
+        t.from_dict(doc)
