@@ -157,7 +157,8 @@ def change_stream(n: int, C: int, dim: int, ext_live: list[str], seed: int,
 
 def apply_changes(name: str, stream: list[tuple]) -> dict[str, Any]:
     """The stream through the public write API on the current database (one call a change). Returns
-    counts, seconds, updates not placed in the active run (a sharded run: the next full job), and the
+    counts, seconds, updates not placed in the active run (a sharded run of a collection without the
+    delta: the next full job; 0 with the delta, on one node and on the cluster), and the
     external ids whose items left (deleted)."""
     t = time.perf_counter()
     counts: dict[str, int] = {}
