@@ -179,6 +179,16 @@ def apply_changes(name: str, stream: list[tuple]) -> dict[str, Any]:
             "deleted": [e for k, e, _, _ in stream if k == "delete"]}
 
 
+def delta_entries(url: str, name: str) -> set[tuple]:
+    """The active run's delta entries of collection ``name`` at ``url`` as ``(level, cell, external id,
+    h_r)``: what two deployments compare by external id (their item ids differ)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT d.level, d.cell, i.external_id, d.h_r FROM pm_vector.delta_entries d "
+                            "JOIN pm_vector.collections c ON c.active_run_id = d.run_id AND c.name = %s "
+                            "JOIN pm_vector.items i ON i.id = d.item_id", [name]).fetchall()
+    return {(int(a), int(b), e, round(float(h), 6)) for a, b, e, h in rows}
+
+
 def run_location(cfg, name: str, C: int, urls: dict[str, str], replica: str | None, Xq: np.ndarray,
                  ext_live: list[str], use: Callable[[str], None], say) -> dict[str, Any]:
     """The location part (module doc) on collection ``name``, built on both deployments (``urls``:
@@ -212,6 +222,11 @@ def run_location(cfg, name: str, C: int, urls: dict[str, str], replica: str | No
             use(urls[node])
             say(f"location: {cfg.changes} changes on {node}")
             out["changes"][node] = apply_changes(name, stream)
+        # the new items' estimated counts (delta.estimate: their nearest run items by each node's own
+        # HNSW index, two builds of which may differ) compared: where they differ, so may the answers
+        ents = {node: delta_entries(urls[node], name) for node in ("single", "cluster")}
+        out["changes"]["delta_entries"] = len(ents["single"])
+        out["changes"]["delta_entries_differing"] = len(ents["single"] ^ ents["cluster"])
         gone = set(out["changes"]["single"].pop("deleted"))
         out["changes"]["cluster"].pop("deleted")
         out["after"] = phase("after changes", gone)
