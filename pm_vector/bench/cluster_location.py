@@ -157,7 +157,8 @@ def change_stream(n: int, C: int, dim: int, ext_live: list[str], seed: int,
 
 def apply_changes(name: str, stream: list[tuple]) -> dict[str, Any]:
     """The stream through the public write API on the current database (one call a change). Returns
-    counts, seconds, updates not placed in the active run (a sharded run: the next full job), and the
+    counts, seconds, updates not placed in the active run (a sharded run of a collection without the
+    delta: the next full job; 0 with the delta, on one node and on the cluster), and the
     external ids whose items left (deleted)."""
     t = time.perf_counter()
     counts: dict[str, int] = {}
@@ -176,6 +177,16 @@ def apply_changes(name: str, stream: list[tuple]) -> dict[str, Any]:
             db.delete_items(name, external_ids=[ext])
     return {"counts": counts, "seconds": round(time.perf_counter() - t, 3), "updates_not_placed": len(unplaced),
             "deleted": [e for k, e, _, _ in stream if k == "delete"]}
+
+
+def delta_entries(url: str, name: str) -> set[tuple]:
+    """The active run's delta entries of collection ``name`` at ``url`` as ``(level, cell, external id,
+    h_r)``: what two deployments compare by external id (their item ids differ)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT d.level, d.cell, i.external_id, d.h_r FROM pm_vector.delta_entries d "
+                            "JOIN pm_vector.collections c ON c.active_run_id = d.run_id AND c.name = %s "
+                            "JOIN pm_vector.items i ON i.id = d.item_id", [name]).fetchall()
+    return {(int(a), int(b), e, round(float(h), 6)) for a, b, e, h in rows}
 
 
 def run_location(cfg, name: str, C: int, urls: dict[str, str], replica: str | None, Xq: np.ndarray,
@@ -211,6 +222,11 @@ def run_location(cfg, name: str, C: int, urls: dict[str, str], replica: str | No
             use(urls[node])
             say(f"location: {cfg.changes} changes on {node}")
             out["changes"][node] = apply_changes(name, stream)
+        # the new items' estimated counts (delta.estimate: their nearest run items by each node's own
+        # HNSW index, two builds of which may differ) compared: where they differ, so may the answers
+        ents = {node: delta_entries(urls[node], name) for node in ("single", "cluster")}
+        out["changes"]["delta_entries"] = len(ents["single"])
+        out["changes"]["delta_entries_differing"] = len(ents["single"] ^ ents["cluster"])
         gone = set(out["changes"]["single"].pop("deleted"))
         out["changes"]["cluster"].pop("deleted")
         out["after"] = phase("after changes", gone)

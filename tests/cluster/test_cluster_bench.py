@@ -72,15 +72,14 @@ def test_bench_cluster_location_with_writes_flowing():
     assert "replica_location_resolve" not in single and single["resolve"] == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue #36 item 5: update_items places the new item (and every item ingested "
-                   "since the job) in a single node's run, but not in a sharded run (placed false: the next full "
-                   "job), so after a feature update the cluster answers without items the single node answers with")
 def test_bench_cluster_location_same_answers_after_feature_updates():
     """Feature and label updates among the writes: the cluster still answers as one node (eps 1: the
-    answer holds every item, so any item placed on one and not the other shows)."""
+    answer holds every item, so any item placed on one and not the other shows). A sharded run takes
+    the delta's path (issue #36 item 5): every update is placed on the coordinator as on one node."""
     out = _bench("--repeats", "2", "--changes", "20", "--location-eps", "1")
     ch = out["location"]["changes"]
     assert ch["single"]["counts"].get("update", 0) > 0
+    assert ch["single"]["updates_not_placed"] == ch["cluster"]["updates_not_placed"] == 0
     assert out["location"]["before"]["same_answers"] is True
     assert out["location_deleted_in_answers"] == 0
     assert out["location"]["after"]["same_answers"] is True, out["location"]["after"].get("first_difference")

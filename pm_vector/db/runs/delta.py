@@ -29,10 +29,19 @@ SQL ranking names them statically (no dynamic table per run in the answer's hot 
 rows go with the run row (``ON DELETE CASCADE``), and the privilege matrix grants the query role
 SELECT once; the merge and a run's drop delete a run's rows by its key.
 
-Runs whose class rows are not ready, sharded runs, and the runs of a collection created with
+A **sharded run** (:mod:`pm_vector.db.runs.sharding`) takes the same path: everything the delta
+writes or reads is the coordinator's (its ``run_<id>_items`` with the embeddings, codes and location
+rows, and the delta's tables), so a new item gets its entries there exactly as on one node, and the
+tombstones filter every answer on the coordinator: the location ranking's, and the class-rows and
+cell fan-outs' after the shards' lists are merged (:func:`live_sql` in the answer's item join), as a
+single node filters its own ranked lists. The shards' prior, graph, hubs and cells take the new
+items and lose the deleted ones with the merge, which builds them anew on the shards.
+
+Runs whose class rows are not ready and the runs of a collection created with
 ``settings={"delta": False}`` keep the erasure and extension of before, in the write's transaction
 (:func:`pm_vector.db.runs.erase.erase_in_runs`, :func:`pm_vector.db.runs.class_rows.extend`):
-:func:`takes_delta` says which.
+:func:`takes_delta` says which (and :func:`waits_for_job` which runs cannot take new items at all
+before the next full job: sharded runs of such a collection).
 """
 
 from __future__ import annotations
@@ -51,12 +60,19 @@ from .class_rows import copy_codes
 
 
 def takes_delta(doc: Mapping[str, Any] | None, coll: Mapping[str, Any] | None = None) -> bool:
-    """Does a run with this ``class_rows`` document take writes into the delta (ready class rows, one
-    node), in collection ``coll`` (its ``settings["delta"]`` false: every write rewrites the rows in
-    its own transaction, as before the delta)?"""
+    """Does a run with this ``class_rows`` document take writes into the delta (ready class rows, on
+    one node or sharded), in collection ``coll`` (its ``settings["delta"]`` false: every write
+    rewrites the rows in its own transaction, as before the delta)?"""
     if coll is not None and (coll.get("settings") or {}).get("delta") is False:
         return False
-    return bool(doc) and doc.get("status") == "ready" and not doc.get("shards")
+    return bool(doc) and doc.get("status") == "ready"
+
+
+def waits_for_job(doc: Mapping[str, Any] | None, coll: Mapping[str, Any] | None = None) -> bool:
+    """Do new items wait for the next full job in a run with this ``class_rows`` document: a sharded
+    run that does not take the delta (its class rows live on the shards, which an incremental
+    extension does not reach: :func:`pm_vector.db.runs.class_rows.extend`)?"""
+    return bool((doc or {}).get("shards")) and not takes_delta(doc, coll)
 
 
 def bump(conn, run_id: int, n_items: int = 0) -> None:

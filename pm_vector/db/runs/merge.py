@@ -16,6 +16,12 @@ rows hold deleted items, which could only be purged from them with the deleted i
 features, gone at the delete's commit. So after a merge no derived table holds a deleted item (a
 merge keeps no previous run that holds one: ``keep_previous_runs`` keeps those without).
 
+A sharded run merges the same way: the new run's job places its prior, graph, hubs and cells on the
+shards (:mod:`pm_vector.db.runs.sharding`, through the coordinator's foreign tables), the switch is
+one transaction on the coordinator, and dropping a superseded run drops its tables on every shard
+(``pm_vector.pm_drop_run_tables``; a shard it cannot reach keeps them, named in a WARNING, until
+``pm-vector db cleanup``), so a deleted item leaves the shards' tables with the merge too.
+
 When: :data:`pm_vector.defaults.MERGE_DELTA_ITEMS` delta rows or :data:`pm_vector.defaults.MERGE_AGE_S`
 seconds for the oldest, or a collection's ``settings["merge"]``.
 """

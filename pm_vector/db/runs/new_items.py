@@ -3,10 +3,11 @@ update (:func:`embed_new_items`).
 
 An out-of-sample extension, not a job: the new items are embedded from the run's anchors
 (``embed_fn_extend``), their rows added to the run's table, and -- when the run has class rows -- placed
-in the run's delta (:func:`pm_vector.db.runs.delta.place`: their codes and location entries; the
-prior, graph, hubs and cell rows take them at the next merge, :mod:`pm_vector.db.runs.merge`), or, for
-a sharded run, its rows extended as before (:func:`pm_vector.db.runs.class_rows.extend`), all in one
-transaction that commits only if the run is still active. The full job and its six
+in the run's delta (:func:`pm_vector.db.runs.delta.place`: their codes and location entries, on the
+coordinator of a sharded run; the prior, graph, hubs and cell rows -- on a sharded run's shards --
+take them at the next merge, :mod:`pm_vector.db.runs.merge`), or, in a collection without the delta,
+its rows extended as before (:func:`pm_vector.db.runs.class_rows.extend`; a sharded run's then wait
+for the next full job), all in one transaction that commits only if the run is still active. The full job and its six
 steps are :mod:`pm_vector.db.runs.jobs`.
 """
 

@@ -2,8 +2,8 @@
 
 ONE transaction removes the items from every answer: a tombstone in the active run and in every
 run kept for switching back (:mod:`pm_vector.db.runs.delta`; their derived rows leave with the next
-merge, :mod:`pm_vector.db.runs.merge`; a run without ready class rows or a sharded one is erased
-as before by :func:`pm_vector.db.runs.erase.erase_from_run`, which walks the single registry of
+merge, :mod:`pm_vector.db.runs.merge`, on a sharded run's shards too; a run without ready class rows,
+or any run of a collection created with ``settings={"delta": False}``, is erased as before by :func:`pm_vector.db.runs.erase.erase_from_run`, which walks the single registry of
 the run's tables), the stored KAHM class scores, and the items themselves; raw KAHM models that may have been fit on a deleted item are marked
 ``erased_at`` and stop serving until they are refit (noisy and fabricated models keep serving).
 

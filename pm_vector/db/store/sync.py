@@ -38,7 +38,7 @@ from ..postgres import connect
 from . import sync_rows
 from ..core.collection import collection_row, load_items
 from ..runs import array_rows, prior_rows, row_cache
-from ..runs.delta import takes_delta
+from ..runs.delta import takes_delta, waits_for_job
 from ..runs.jobs import anchor_frame_extend_fn
 from ..runs.new_items import embed_new_items
 from .capture import check_attached
@@ -200,13 +200,13 @@ def _write_items(conn, coll, insert: list, payloads: list) -> list[int]:
 def _place_new(conn, collection: str, coll, embed_fn_extend, run_items: RunItems, new_ids: list) -> list:
     """The batch's new items ``new_ids`` placed in the active run (``embed --new-items``, against the run's
     items as built; only those: no anti-join of the whole collection against the run); a sharded run
-    takes them with the next full job. The rows the extension refuses
+    without the delta takes them with the next full job. The rows the extension refuses
     (an :class:`InvalidInputError` of its own, e.g. a vector with no anchor near it) are found by
     halving, their items rows removed, and the others placed: returns ``[(key, reason)]`` of the
     refused ones (empty when every row was placed)."""
     rid = int(coll["active_run_id"])
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0] or {}
-    if doc.get("shards"):
+    if waits_for_job(doc, coll):
         return []
 
     # (a run that takes the delta places them without its items: delta.place)

@@ -9,9 +9,10 @@ ONE transaction (the collection row held ``FOR NO KEY UPDATE``, as :mod:`pm_vect
   (a new item id) takes its external id, payload (or the new one) and the new features / label,
   and is placed in the active run as ``embed --new-items`` places new items
   (:func:`pm_vector.db.runs.new_items.embed_new_items` in this transaction; ``embed_fn_extend``, the
-  AnchorFrame extension by default). A sharded active run cannot take new items incrementally:
-  the new item then waits for the next full job (``placed`` false), as ``embed --new-items``
-  says there.
+  AnchorFrame extension by default): into the run's delta, a sharded run's as a single node's
+  (:mod:`pm_vector.db.runs.delta`). A sharded active run of a collection without the delta
+  (``settings={"delta": False}``) cannot take new items incrementally: the new item then waits for
+  the next full job (``placed`` false).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ...errors import InvalidInputError
 from ..postgres import connect
 from ..core.collection import collection_row
 from ..runs.jobs import anchor_frame_extend_fn
+from ..runs.delta import waits_for_job
 from ..runs.new_items import embed_new_items
 from ._validate import checked_features, checked_labels
 from .deletes import erase_kahm, erase_or_tombstone, ids_to_erase, check_not_attached, resolve_item_ids, runs_with_tables
@@ -94,8 +96,8 @@ def update_items(collection: str, *, item_ids=None, external_ids=None, features=
         if coll["active_run_id"] is not None:
             doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s",
                                [coll["active_run_id"]]).fetchone()[0] or {}
-            if doc.get("shards"):
-                out["placed"] = False  # a sharded run takes new items with the next full job
+            if waits_for_job(doc, coll):
+                out["placed"] = False  # a sharded run without the delta takes new items with the next full job
             else:
                 embed_new_items(collection, embed_fn_extend or anchor_frame_extend_fn, conn=conn)
                 out["placed"] = True
