@@ -168,6 +168,34 @@ def expected_shard_relation_rights(name: str, shard_tables) -> tuple[str, ...] |
     return ("SELECT",) if m.group("kind") in shard_tables and m.group("part") is None else ()
 
 
+#: on a shard (through pm_vector.pm_shard_exec, as the owner): SELECT to the shard's query login on
+#: those of the named tables that exist there; nothing where the shard has no such role
+_SHARD_GRANT = sql.SQL(
+    "DO $grant$ DECLARE t text; BEGIN IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = {role}) THEN "
+    "FOR t IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = 'pm_vector' AND c.relname = ANY({names}::text[]) LOOP "
+    "EXECUTE format('GRANT SELECT ON TABLE pm_vector.%I TO %I', t, {role}); END LOOP; END IF; END $grant$")
+
+
+def grant_on_shards(conn, shards: list[str], names: list[str]) -> None:
+    """``GRANT SELECT`` to each shard's query login (:data:`SHARD_QUERY_ROLE`) on those of the tables
+    ``names`` (of the shard's schema ``pm_vector``) that exist there, in ``conn``'s transaction on the
+    coordinator. The shards are reached through the owner's user mapping only
+    (``sql/0025_cluster_owner.sql``): a migration run by a superuser switches to the owner for these
+    calls, and back."""
+    stmt = _SHARD_GRANT.format(role=sql.Literal(SHARD_QUERY_ROLE), names=sql.Literal(list(names))).as_string(conn)
+    owner, me, role = conn.execute("SELECT pg_get_userbyid(nspowner), current_user, current_setting('role') "
+                                   "FROM pg_namespace WHERE nspname = 'pm_vector'").fetchone()
+    if me != owner:
+        conn.execute("SELECT set_config('role', %s, true)", [owner])
+    try:
+        for shard in shards:
+            conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [shard, stmt])
+    finally:
+        if me != owner:
+            conn.execute("SELECT set_config('role', %s, true)", [role])
+
+
 def expected_function_rights(schema: str, name: str) -> tuple[str, ...] | None:
     """The query role's rights on a function as the matrix says; None when it is not in the matrix."""
     q = f"{schema}.{name}"

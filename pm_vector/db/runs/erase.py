@@ -52,7 +52,7 @@ from .prior_rows import add_hub_changes, read_listing, update_lists
 from .run_copy import copy_hubs, copy_pairs
 from ...protocol.bounds import MAX_K_PRIME
 from ...protocol.releases import RELEASES
-from ..postgres.privileges import QUERY_ROLE, SHARD_QUERY_ROLE, SHARD_QUERY_TABLES, shard_answer_tables
+from ..postgres.privileges import QUERY_ROLE, SHARD_QUERY_TABLES, grant_on_shards, shard_answer_tables
 from .locations import KEY_KINDS, KEYS, parts_of
 from .sharding import FILL, shard_names
 
@@ -350,38 +350,14 @@ def grant_answer_tables(conn, run_id: int) -> list[str]:
     return found
 
 
-#: on a shard (through pm_vector.pm_shard_exec, as the owner): SELECT to the shard's query login on
-#: those of the named tables that exist there; nothing where the shard has no such role
-_SHARD_GRANT = sql.SQL(
-    "DO $grant$ DECLARE t text; BEGIN IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = {role}) THEN "
-    "FOR t IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-    "WHERE n.nspname = 'pm_vector' AND c.relname = ANY({names}::text[]) LOOP "
-    "EXECUTE format('GRANT SELECT ON TABLE pm_vector.%I TO %I', t, {role}); END LOOP; END IF; END $grant$")
-
-
 def _grant_on_shards(conn, run_id: int) -> None:
-    """On every registered shard: ``GRANT SELECT`` to its query login
-    (:data:`~pm_vector.db.postgres.privileges.SHARD_QUERY_ROLE`, migration 0028) on the run's tables a
-    sharded answer reads there (:func:`~pm_vector.db.postgres.privileges.shard_answer_tables`) and on
+    """On every registered shard, its query login's SELECT on the run's tables a sharded answer reads
+    there (:func:`~pm_vector.db.postgres.privileges.shard_answer_tables`) and on
     :data:`~pm_vector.db.postgres.privileges.SHARD_QUERY_TABLES`; nothing on a single node."""
     shards = shard_names(conn)
-    if not shards:
-        return
-    names = [run_table_name(run_id, k) for k in sorted(shard_answer_tables(KINDS))] + \
-        [rel.split(".", 1)[1] for rel in sorted(SHARD_QUERY_TABLES)]
-    stmt = _SHARD_GRANT.format(role=sql.Literal(SHARD_QUERY_ROLE), names=sql.Literal(names)).as_string(conn)
-    # the shards are reached through the owner's user mapping only (sql/0025_cluster_owner.sql): a
-    # migration run by a superuser switches to the owner for these calls, in its transaction, and back
-    owner, me, role = conn.execute("SELECT pg_get_userbyid(nspowner), current_user, current_setting('role') "
-                                   "FROM pg_namespace WHERE nspname = 'pm_vector'").fetchone()
-    if me != owner:
-        conn.execute("SELECT set_config('role', %s, true)", [owner])
-    try:
-        for shard in shards:
-            conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [shard, stmt])
-    finally:
-        if me != owner:
-            conn.execute("SELECT set_config('role', %s, true)", [role])
+    if shards:
+        grant_on_shards(conn, shards, [run_table_name(run_id, k) for k in sorted(shard_answer_tables(KINDS))] +
+                        [rel.split(".", 1)[1] for rel in sorted(SHARD_QUERY_TABLES)])
 
 
 def stored_lists(conn, run_id: int, doc: Mapping[str, Any] | None, erased) -> dict[int, np.ndarray]:
