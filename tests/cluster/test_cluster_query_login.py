@@ -125,3 +125,20 @@ def test_the_shards_catalog_says_what_the_matrix_says(qsvc, both, admin_urls):
                              "WHERE a.grantee = %s::regrole", [SHARD_QUERY_ROLE]).fetchone()[0] == 0
             assert c.execute("SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls FROM pg_roles "
                              "WHERE rolname = %s", [SHARD_QUERY_ROLE]).fetchone()[0] is False
+
+
+def test_an_older_clusters_logins_gain_the_shards_query_password(tmp_path):
+    """A cluster made before migration 0028 has no password for the shards' query login: the first
+    read adds one (a CSPRNG's), keeps the others, and the file stays mode 0600."""
+    import json
+    import os
+
+    from pm_vector.db.postgres.cluster_logins import passwords
+
+    (tmp_path / "logins.json").write_text(json.dumps({"postgres": "p" * 43, "pm_vector_owner": "o" * 43}))
+    os.chmod(tmp_path / "logins.json", 0o600)
+    got = passwords(tmp_path)
+    assert got["postgres"] == "p" * 43 and got["pm_vector_owner"] == "o" * 43
+    assert len(got["pm_vector_query"]) >= 43 and passwords(tmp_path) == got
+    assert os.stat(tmp_path / "logins.json").st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logins.json"]

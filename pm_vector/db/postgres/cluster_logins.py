@@ -2,7 +2,7 @@
 
 Every node of ``pm-vector db start --shards N`` (:mod:`pm_vector.db.postgres.cluster`) listens on
 127.0.0.1 only and asks every connection for a password (``scram-sha-256``, :func:`hba`): no role
-logs in by trust, the superuser included. Two roles log in:
+logs in by trust, the superuser included. These roles log in:
 
 - :data:`~pm_vector.db.postgres.config.OWNER_ROLE` (``pm_vector_owner``: LOGIN NOSUPERUSER
   NOCREATEDB NOCREATEROLE NOBYPASSRLS NOREPLICATION) on every node: it owns pm_vector's schemas on
@@ -60,11 +60,7 @@ def passwords(directory: Path) -> dict[str, str]:
     f = directory / LOGINS_FILE
     if not f.exists():
         directory.mkdir(parents=True, exist_ok=True)
-        made = {role: secrets.token_urlsafe(32) for role in ROLES}
-        tmp = directory / f".{LOGINS_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(made, out)
+        tmp = _written(directory, {role: secrets.token_urlsafe(32) for role in ROLES})
         try:
             os.link(tmp, f)  # fails if another process wrote it first: theirs is kept
         except FileExistsError:
@@ -76,15 +72,20 @@ def passwords(directory: Path) -> dict[str, str]:
         raise DatabaseConfigError(f"{f} does not hold the cluster's logins; stop the cluster and delete "
                                   f"{directory} to make a new one.")
     if not (isinstance(data.get(SHARD_QUERY_ROLE), str) and data[SHARD_QUERY_ROLE]):
-        # a cluster made before the shards' query login: its password added (callers hold the
-        # cluster's lock, pm_vector.db.postgres.embedded.locked), the file replaced, mode 0600
+        # a cluster made before the shards' query login: its password added, the file replaced
+        # (the cluster's next start, under its lock, is the first to read it and sets it on the shards)
         data[SHARD_QUERY_ROLE] = secrets.token_urlsafe(32)
-        tmp = directory / f".{LOGINS_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(data, out)
-        os.replace(tmp, f)
+        os.replace(_written(directory, data), f)
     return data
+
+
+def _written(directory: Path, data: dict[str, str]) -> Path:
+    """``data`` in a new file of ``directory`` (mode 0600, created exclusively); its path."""
+    tmp = directory / f".{LOGINS_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        json.dump(data, out)
+    return tmp
 
 
 def set_password(conn, role: str, password: str) -> None:
