@@ -49,13 +49,14 @@ def test_a_query_keys_sharded_answer_reaches_the_shards_as_the_query_login(qsvc,
     assert state.query_role == "pm_vector_query"
     assert state.query_pool is not None and state.query_login is not None
     Xq, yq = both["split"].query
-    with Client(service.url, key, budget=MemoryBudget()) as c:
-        req, _ = c.build_request("cl_digits", np.asarray(Xq[4], np.float64), int(yq[4]), epsilon=1.0, shortlist=32,
-                                 release="gaussian")
-    for _ in range(3):  # on the primary's query pool or the replica's, in rotation
-        r = httpx.post(f"{service.url}/collections/cl_digits/resolve", headers={"Authorization": f"Bearer {key}"},
-                       json={"request": req.to_dict(), "k": 8}, timeout=60)
-        assert r.status_code == 200, r.text
+    with Client(service.url, key, budget=MemoryBudget()) as c:  # the two releases answered on the shards
+        reqs = [c.build_request("cl_digits", np.asarray(Xq[4], np.float64), int(yq[4]), epsilon=1.0, shortlist=32,
+                                release=release)[0] for release in ("gaussian", "cells")]
+    for req in reqs:
+        for _ in range(3):  # on the primary's query pool or the replica's, in rotation
+            r = httpx.post(f"{service.url}/collections/cl_digits/resolve", headers={"Authorization": f"Bearer {key}"},
+                           json={"request": req.to_dict(), "k": 8}, timeout=60)
+            assert r.status_code == 200, (req.release, r.text)
     # the shard connections the answers opened (dblink keeps them per session) log in as the query login
     for shard in SHARDS:
         with psycopg.connect(admin_urls[shard], autocommit=True) as c:
