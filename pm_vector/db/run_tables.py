@@ -84,3 +84,12 @@ def drop_foreign_table(conn, run_id: int, kind: str, shard: str) -> None:
 def on_shard(conn, statements: list[sql.Composable]) -> str:
     """Statements for ``pm_vector.pm_shard_exec`` (which takes one text), each built from parts."""
     return sql.SQL("; ").join(statements).as_string(conn)
+
+
+def shard_names(conn) -> list[str]:
+    """Registered shards in name order (empty on a single node)."""
+    try:
+        return [r[0] for r in conn.execute("SELECT name FROM pm_vector.shards ORDER BY name").fetchall()]
+    except Exception:  # noqa: BLE001 - schema before 0011: no shards table, a single node
+        conn.rollback()
+        return []

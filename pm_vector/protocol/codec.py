@@ -120,14 +120,19 @@ def _scalar(v: Any):
     raise TypeError(f"not a document value: {type(v).__name__}")
 
 
+#: values :func:`_prepare` leaves as they are without a call (most of an answer's fields)
+_LEAVES = frozenset({str, int, float, bool, type(None), bytes, np.ndarray})
+
+
 def _prepare(v: Any) -> Any:
     """The document msgpack can write: dict keys as strings, tuples as lists, 0-d arrays as
     scalars (arrays and scalars themselves are left to :func:`_default`)."""
     if isinstance(v, dict):
-        return {k if isinstance(k, str) else str(_scalar(k) if isinstance(k, np.generic) else k): _prepare(x)
+        return {k if isinstance(k, str) else str(_scalar(k) if isinstance(k, np.generic) else k):
+                x if type(x) in _LEAVES and (type(x) is not np.ndarray or x.ndim) else _prepare(x)
                 for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_prepare(x) for x in v]
+        return [x if type(x) in _LEAVES and (type(x) is not np.ndarray or x.ndim) else _prepare(x) for x in v]
     if isinstance(v, np.ndarray) and v.ndim == 0:
         return _scalar(v[()])
     return v

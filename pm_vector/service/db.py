@@ -29,8 +29,6 @@ from ..db.postgres import configure, database_url, engine, libpq_url
 from .dbhealth import DatabaseHealth, DatabaseUnavailableError
 
 
-def _reset(conn) -> None:
-    conn._pm_returned = time.monotonic()  # for _check
 
 
 def _session_as(conn, role: str | None) -> None:
@@ -100,7 +98,7 @@ class ServicePool:
         # no check= here: _borrow checks each connection itself, so that a failed check asks the
         # health monitor at once instead of psycopg_pool's retry back-off (1 s and more)
         pool = ConnectionPool(self.url, min_size=self.min_size, max_size=self.max_size, timeout=GETCONN_TIMEOUT,
-                              configure=configure, reset=_reset, open=False, name="pm_vector_service",
+                              configure=configure, open=False, name="pm_vector_service",
                               kwargs={"connect_timeout": 5})
         pool.open(wait=True, timeout=timeout)
         return pool
@@ -159,6 +157,9 @@ class ServicePool:
                 self.health.report_failure()
             raise
         finally:
+            # stamped here for _check, not by a pool ``reset`` callback: with one, psycopg_pool hands
+            # every returned connection to its worker thread (a queue and a thread switch a request)
+            conn._pm_returned = time.monotonic()
             pool.putconn(conn)
 
     @contextmanager

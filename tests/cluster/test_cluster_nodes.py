@@ -142,12 +142,12 @@ def test_nodes_ask_every_role_for_a_password_and_pm_vector_is_no_superuser(local
     f = local_cluster.cluster_dir() / LOGINS_FILE
     assert stat.S_IMODE(f.stat().st_mode) == 0o600
     secrets_ = set(passwords(local_cluster.cluster_dir()).values())
-    assert len(secrets_) == 2 and all(len(p) >= 40 for p in secrets_)
+    assert len(secrets_) == 3 and all(len(p) >= 40 for p in secrets_)  # superuser, owner, shards' query login
     for name, url in node_urls.items():
         with psycopg.connect(url) as c:
             assert c.execute(WHO).fetchone() == ("pm_vector_owner", False), name
         u = urlsplit(url)
-        for user in ("pm_vector_owner", "postgres"):  # no password, or a wrong one: refused
+        for user in ("pm_vector_owner", "postgres", "pm_vector_query"):  # no password, or a wrong one: refused
             for pw in ("", ":wrong"):
                 with pytest.raises(psycopg.OperationalError, match="password"):
                     psycopg.connect(f"postgresql://{user}{pw}@127.0.0.1:{u.port}/pm_vector", connect_timeout=5)
@@ -166,5 +166,8 @@ def test_nodes_ask_every_role_for_a_password_and_pm_vector_is_no_superuser(local
                             "WHERE srvname LIKE 'pm_shard_%' ORDER BY 1").fetchall()
         assert servers == [("pm_shard_shard0", "pm_vector_owner"), ("pm_shard_shard1", "pm_vector_owner")]
         maps = c.execute("SELECT srvname, usename::text FROM pg_user_mappings WHERE srvname LIKE 'pm_shard_%' "
-                         "ORDER BY 1").fetchall()
-        assert maps == [("pm_shard_shard0", "pm_vector_owner"), ("pm_shard_shard1", "pm_vector_owner")]
+                         "ORDER BY 1, 2").fetchall()
+        (login,) = c.execute("SELECT role_name FROM pm_vector_service.query_login").fetchone()
+        # the owner's, and (migration 0028) the query role's and query keys' login role's: none for PUBLIC
+        assert maps == sorted((s, u) for s in ("pm_shard_shard0", "pm_shard_shard1")
+                              for u in ("pm_vector_owner", "pm_vector_query", login))

@@ -179,7 +179,7 @@ def test_the_service_and_the_coordinator_log_in_as_no_superuser(svc, both, local
             # connection keeps its dblink and postgres_fdw sessions open), is no superuser
             for node in ("coordinator", "shard0", "shard1", "replica0"):
                 sessions = _sessions(admin_urls[node])
-                assert sessions and all(s == ("pm_vector_owner", False) or (s[0].startswith("pm_vector_query_")
+                assert sessions and all(s == ("pm_vector_owner", False) or (s[0].startswith("pm_vector_query")
                                                                             and s[1] is False)
                                         for s in sessions), (node, sessions)
             assert ("pm_vector_owner", False) in _sessions(admin_urls["shard0"])

@@ -14,11 +14,11 @@ def test_0025_down_and_up(fresh_url):
     from alembic import command
 
     from pm_vector.db import postgres
-    from pm_vector.db.postgres.migrate import alembic_config, upgrade_to_head
+    from pm_vector.db.postgres.migrate import alembic_config
 
     with psycopg.connect(fresh_url, autocommit=True) as c:
         postgres.ensure_pgvector(c)
-    upgrade_to_head(fresh_url)
+    command.upgrade(alembic_config(fresh_url), "0025_cluster_owner")  # (0028 gives it a query login: its own test)
     with psycopg.connect(fresh_url, autocommit=True) as c:
         src = c.execute(SRC).fetchone()[0]
         acl = c.execute("SELECT p.proacl::text[], pg_get_userbyid(p.proowner)::text FROM pg_proc p "
@@ -29,6 +29,6 @@ def test_0025_down_and_up(fresh_url):
     command.downgrade(alembic_config(fresh_url), "0023_delta")
     with psycopg.connect(fresh_url, autocommit=True) as c:
         assert "CREATE USER MAPPING FOR PUBLIC" in c.execute(SRC).fetchone()[0]
-    upgrade_to_head(fresh_url)
+    command.upgrade(alembic_config(fresh_url), "0025_cluster_owner")
     with psycopg.connect(fresh_url, autocommit=True) as c:
         assert c.execute(SRC).fetchone()[0] == src

@@ -32,3 +32,42 @@ def test_resolve_checks_in_order(service, svc_collection, svc_key):
     r = httpx.post(url.format(svc_collection), content=b"{}", headers={**auth, "Content-Type": "application/json"},
                    timeout=60)
     assert r.status_code == 422, r.text  # the checks passed; the body is read and refused
+
+
+def test_resolve_is_answered_without_fastapis_router(service, svc_collection, svc_key, svc_split, monkeypatch):
+    """``POST /collections/{name}/resolve`` is answered by the innermost middleware
+    (:class:`pm_vector.service.middleware.hot_route.ResolveRoute`), not by FastAPI's router and
+    its dependency solving (a third of a repeated request's CPU in-process): with FastAPI's
+    ``solve_dependencies`` broken, every other route fails and resolve still answers, its
+    checks (404, 415, 406) and its errors (422) as the route's."""
+    import fastapi.routing
+
+    from pm_vector.client.budget import MemoryBudget
+    from pm_vector.client.http import Client
+    from pm_vector.protocol.codec import MSGPACK, encode
+
+    Xq, yq = svc_split.query
+    with Client(service.url, svc_key["key"], budget=MemoryBudget(default_epsilon=10.0, default_delta=0.5)) as c:
+        req, _ = c.build_request(svc_collection, Xq[0], int(yq[0]), epsilon=1.0)
+    body = encode({"request": req.to_dict(), "k": 8}, MSGPACK)
+
+    async def broken(*a, **k):
+        raise RuntimeError("FastAPI's dependency solving ran")
+
+    monkeypatch.setattr(fastapi.routing, "solve_dependencies", broken)
+    auth = {"Authorization": f"Bearer {svc_key['key']}"}
+    r = httpx.get(f"{service.url}/collections/{svc_collection}", headers=auth, timeout=60)
+    assert r.status_code == 500, r.text  # the router's routes do need it
+    url = f"{service.url}/collections/{svc_collection}/resolve"
+    for _ in range(2):  # the full path, then the repeated request's one statement
+        r = httpx.post(url, content=body, headers={**auth, "Content-Type": MSGPACK, "Accept": MSGPACK}, timeout=60)
+        assert r.status_code == 200 and r.headers["content-type"] == MSGPACK, r.text
+    r = httpx.post(url, content=b"{}", headers={**auth, "Content-Type": "application/json"}, timeout=60)
+    assert r.status_code == 422 and r.json()["error"] == "invalid_input", r.text
+    r = httpx.post(url, content=b"{}", headers={**auth, "Content-Type": "text/plain"}, timeout=60)
+    assert r.status_code == 415, r.text
+    r = httpx.post(service.url + "/collections/Not%20a%20name/resolve", content=b"{}",
+                   headers={**auth, "Content-Type": "application/json"}, timeout=60)
+    assert r.status_code == 404, r.text
+    r = httpx.post(url, content=b"{}", headers={"Content-Type": "application/json"}, timeout=60)
+    assert r.status_code == 401, r.text

@@ -43,7 +43,8 @@ from psycopg import connect as psycopg_connect, sql
 
 from ..errors import DatabaseConfigError, EmbeddedServerError
 from . import embedded, recovery
-from .cluster_logins import SUPERUSER, passwords, own_shard_database, secure_node
+from .cluster_logins import SUPERUSER, passwords, own_shard_database, secure_node, shard_query_login
+from .privileges import SHARD_QUERY_ROLE
 from .config import OWNER_ROLE, home, redact, settings, with_login
 from .pgvector import ensure_pgvector
 from .embedded import own_database
@@ -51,6 +52,8 @@ from .migrate import current_revision, head_revision, upgrade_to_head
 
 DATABASE = "pm_vector"
 MAX_SHARDS = 16
+#: the logins a configured cluster's shards were registered with (an older cluster is registered again)
+LOGINS = f"{OWNER_ROLE},{SHARD_QUERY_ROLE}"
 MAX_REPLICAS = 4
 
 
@@ -202,6 +205,7 @@ def _prepare_database(node: dict[str, Any]) -> None:
         ensure_pgvector(conn, where=f"cluster node {node['name']}")
         if node["role"] == "shard":
             own_shard_database(conn, DATABASE)
+            shard_query_login(conn, DATABASE, passwords(cluster_dir())[SHARD_QUERY_ROLE])
 
 
 def _replicate(node: dict[str, Any], primary: dict[str, Any]) -> None:
@@ -258,7 +262,7 @@ def start(shards: int = 2, replicas: int = 0) -> dict[str, Any]:
             _start_node(n)
             _prepare_database(n)
         coord = primaries[0]
-        if not topo.get("configured") or topo.get("logins") != OWNER_ROLE:
+        if not topo.get("configured") or topo.get("logins") != LOGINS:
             # as the superuser: the migrations hand the schemas to the owner role, the shards'
             # foreign servers and user mappings are the owner's (a cluster made before the
             # logins had trust and a mapping for PUBLIC as the superuser: registered again)
@@ -266,8 +270,8 @@ def start(shards: int = 2, replicas: int = 0) -> dict[str, Any]:
             own_database(admin_node_url(coord))
             with _connect(admin_node_url(coord)) as conn:
                 for n in primaries[1:]:
-                    register_shard(conn, n["name"], node_url(n))
-            topo["configured"], topo["logins"] = True, OWNER_ROLE
+                    register_shard(conn, n["name"], node_url(n), _login_url(n, DATABASE, SHARD_QUERY_ROLE))
+            topo["configured"], topo["logins"] = True, LOGINS
             _save(topo)
         for n in topo["nodes"]:
             if n["role"] == "replica":
@@ -363,20 +367,28 @@ def standalone_database(coord_url: str, name: str = "pm_single") -> str:
     return with_login(f"{base}/{name}", OWNER_ROLE, pw[OWNER_ROLE])
 
 
-def register_shard(conn, name: str, url: str) -> None:
+def register_shard(conn, name: str, url: str, query_url: str | None = None) -> None:
     """Register a shard on the coordinator ``conn``: a ``postgres_fdw`` server (async, vector
     shippable) owned by pm_vector's owner role, with that role's user mapping logging in as the
     URL's user and password, and a ``pm_vector.shards`` row (``sql/0011_cluster.sql``,
-    ``sql/0025_cluster_owner.sql``). ``conn`` is a superuser's the first time (the extensions
-    ``postgres_fdw`` and ``dblink`` are untrusted), or the owner's once a superuser granted it the
-    foreign-data wrapper."""
+    ``sql/0025_cluster_owner.sql``). ``query_url``: the shard's query login (its user and password
+    only are used): the query role gets USAGE on the server and it and query keys' login role a
+    user mapping logging in as that login (``sql/0028_cluster_query.sql``); without it query keys
+    cannot reach the shard (the service resolves them as its own role, and says so). ``conn`` is
+    a superuser's the first time (the extensions ``postgres_fdw`` and ``dblink`` are untrusted), or
+    the owner's once a superuser granted it the foreign-data wrapper."""
     u = urlsplit(url)
     if u.scheme not in ("postgresql", "postgres") or not u.hostname:
         raise DatabaseConfigError(f"a shard URL looks like postgresql://user[:password]@host:port/db, "
                                   f"got {redact(url)!r}")
-    conn.execute("SELECT pm_vector.pm_register_shard(%s, %s, %s, %s, %s, %s)",
+    q = urlsplit(query_url) if query_url else None
+    if q is not None and not q.username:
+        raise DatabaseConfigError(f"a shard's query URL names its login: postgresql://user:password@host:port/db, "
+                                  f"got {redact(query_url)!r}")
+    conn.execute("SELECT pm_vector.pm_register_shard(%s, %s, %s, %s, %s, %s, %s, %s)",
                  [name, u.hostname, str(u.port or 5432), (u.path or "/").lstrip("/") or DATABASE,
-                  unquote(u.username) if u.username else SUPERUSER, unquote(u.password) if u.password else None])
+                  unquote(u.username) if u.username else SUPERUSER, unquote(u.password) if u.password else None,
+                  unquote(q.username) if q else None, unquote(q.password) if q and q.password else None])
 
 
 def ensure_running() -> str:

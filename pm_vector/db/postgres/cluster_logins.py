@@ -2,7 +2,7 @@
 
 Every node of ``pm-vector db start --shards N`` (:mod:`pm_vector.db.postgres.cluster`) listens on
 127.0.0.1 only and asks every connection for a password (``scram-sha-256``, :func:`hba`): no role
-logs in by trust, the superuser included. Two roles log in:
+logs in by trust, the superuser included. These roles log in:
 
 - :data:`~pm_vector.db.postgres.config.OWNER_ROLE` (``pm_vector_owner``: LOGIN NOSUPERUSER
   NOCREATEDB NOCREATEROLE NOBYPASSRLS NOREPLICATION) on every node: it owns pm_vector's schemas on
@@ -10,6 +10,11 @@ logs in by trust, the superuser included. Two roles log in:
   the sync and the CLI log in as it, and the coordinator reaches the shards as it (the foreign
   servers' user mappings are the owner's, with its password: ``postgres_fdw`` and ``dblink`` let a
   non-superuser connect only with a password the shard asked for);
+- on every shard, :data:`~pm_vector.db.postgres.privileges.SHARD_QUERY_ROLE` (``pm_vector_query``,
+  LOGIN, no other attribute): what the coordinator's user mappings of the query role and of query
+  keys' login role log in as (migration 0028), so a query key's sharded answer reads the shards
+  as a role that may read only the run tables such an answer reads there (:func:`shard_query_login`;
+  the grants: :func:`pm_vector.db.runs.kinds.grant_answer_tables`);
 - the superuser ``postgres``, for what must run as one: ``initdb``, the migrations (``CREATE
   EXTENSION``, the roles), ``CREATE DATABASE``, the shards' registration (``postgres_fdw`` and
   ``dblink`` are untrusted extensions) and the replicas' ``pg_basebackup``.
@@ -33,6 +38,7 @@ from psycopg import sql
 
 from ..errors import DatabaseConfigError
 from .config import OWNER_ROLE
+from .privileges import SHARD_QUERY_ROLE, SHARD_QUERY_SCHEMAS
 
 SUPERUSER = "postgres"
 LOGINS_FILE = "logins.json"
@@ -40,8 +46,12 @@ LOGINS_FILE = "logins.json"
 HBA = ("# pm_vector local cluster (pm_vector.db.postgres.cluster_logins): loopback only, every role by password\n"
        "host all all 127.0.0.1/32 scram-sha-256\n"
        f"host replication {SUPERUSER} 127.0.0.1/32 scram-sha-256\n")
+#: the roles that log in, each with its password in logins.json
+ROLES = (SUPERUSER, OWNER_ROLE, SHARD_QUERY_ROLE)
 #: the owner's attributes on every node (the same as migration 0022's)
 OWNER_ATTRIBUTES = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS NOREPLICATION INHERIT"
+#: the shards' query login: it logs in and reads what it was granted, nothing else
+SHARD_QUERY_ATTRIBUTES = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS NOREPLICATION NOINHERIT"
 
 
 def passwords(directory: Path) -> dict[str, str]:
@@ -50,11 +60,7 @@ def passwords(directory: Path) -> dict[str, str]:
     f = directory / LOGINS_FILE
     if not f.exists():
         directory.mkdir(parents=True, exist_ok=True)
-        made = {SUPERUSER: secrets.token_urlsafe(32), OWNER_ROLE: secrets.token_urlsafe(32)}
-        tmp = directory / f".{LOGINS_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(made, out)
+        tmp = _written(directory, {role: secrets.token_urlsafe(32) for role in ROLES})
         try:
             os.link(tmp, f)  # fails if another process wrote it first: theirs is kept
         except FileExistsError:
@@ -65,7 +71,21 @@ def passwords(directory: Path) -> dict[str, str]:
     if not isinstance(data, dict) or not all(isinstance(data.get(r), str) and data[r] for r in (SUPERUSER, OWNER_ROLE)):
         raise DatabaseConfigError(f"{f} does not hold the cluster's logins; stop the cluster and delete "
                                   f"{directory} to make a new one.")
+    if not (isinstance(data.get(SHARD_QUERY_ROLE), str) and data[SHARD_QUERY_ROLE]):
+        # a cluster made before the shards' query login: its password added, the file replaced
+        # (the cluster's next start, under its lock, is the first to read it and sets it on the shards)
+        data[SHARD_QUERY_ROLE] = secrets.token_urlsafe(32)
+        os.replace(_written(directory, data), f)
     return data
+
+
+def _written(directory: Path, data: dict[str, str]) -> Path:
+    """``data`` in a new file of ``directory`` (mode 0600, created exclusively); its path."""
+    tmp = directory / f".{LOGINS_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        json.dump(data, out)
+    return tmp
 
 
 def set_password(conn, role: str, password: str) -> None:
@@ -108,3 +128,20 @@ def own_shard_database(conn, database: str) -> None:
             "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
             "WHERE n.nspname = 'pm_vector' AND p.proowner <> %s::regrole", [OWNER_ROLE]).fetchall()]:
         conn.execute(sql.SQL("ALTER FUNCTION {} OWNER TO {}").format(sql.SQL(sig), owner))
+
+
+def shard_query_login(conn, database: str, password: str) -> None:
+    """On a shard (``conn``: its superuser, in ``database``): the query login
+    (:data:`~pm_vector.db.postgres.privileges.SHARD_QUERY_ROLE`) made or brought back to
+    :data:`SHARD_QUERY_ATTRIBUTES`, its password set, and USAGE on the schema ``pm_vector``
+    (:data:`~pm_vector.db.postgres.privileges.SHARD_QUERY_SCHEMAS`). Its SELECTs are granted per
+    run where the job switches it (:func:`pm_vector.db.runs.kinds.grant_answer_tables`). Idempotent."""
+    role = sql.Identifier(SHARD_QUERY_ROLE)
+    verb = "ALTER" if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s",
+                                   [SHARD_QUERY_ROLE]).fetchone() else "CREATE"
+    conn.execute(sql.SQL("{} ROLE {} {}").format(sql.SQL(verb), role, sql.SQL(SHARD_QUERY_ATTRIBUTES)))
+    set_password(conn, SHARD_QUERY_ROLE, password)
+    conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(database), role))
+    for schema, privs in SHARD_QUERY_SCHEMAS.items():
+        conn.execute(sql.SQL("GRANT {} ON SCHEMA {} TO {}").format(
+            sql.SQL(", ").join(map(sql.SQL, privs)), sql.Identifier(schema), role))

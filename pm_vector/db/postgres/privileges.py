@@ -16,6 +16,12 @@ Three roles appear (docs/operations.md, "Database roles", shows the matrix as a 
   :data:`QUERY_FUNCTIONS`, USAGE on the schema ``pm_vector``, and SELECT on a run's answer tables
   (:func:`pm_vector.db.runs.kinds.answer_tables`, from the registry of run table kinds, granted by the job where it creates them:
   :func:`pm_vector.db.runs.kinds.grant_answer_tables`).
+* **the query role on a shard** (a cluster's shards: :data:`SHARD_QUERY_ROLE`, a login there that
+  the coordinator's user mappings of the query role and its login role log in as, migration 0028):
+  USAGE on the shard's schema ``pm_vector``, SELECT on the run tables a sharded answer reads there
+  (:func:`shard_answer_tables`: the answer tables a sharded run keeps on its shards, granted at the
+  job's switch by :func:`pm_vector.db.runs.kinds.grant_answer_tables`) and on
+  :data:`SHARD_QUERY_TABLES`; nothing else (no CREATE, no partition, no default privilege).
 * **PUBLIC**: nothing: no USAGE on the schemas, no EXECUTE on any function (also not by default
   on the owner's future functions: ``pg_default_acl``), no right on any relation.
 
@@ -53,12 +59,21 @@ QUERY_TABLES: dict[str, tuple[str, ...]] = {
     "pm_vector.delta_tombstones": ("SELECT",),
     "pm_vector.delta_entries": ("SELECT",),
 }
+#: the query role's login on a cluster's shards (the same name: a shard is a server of its own)
+SHARD_QUERY_ROLE = QUERY_ROLE
+#: its rights on a shard's schema, and on the shard's tables besides the run tables: the run's mirror
+#: row (``id``, ``class_rows``: what the shard's statement reads of its run, pm_vector.db.runs.sharding)
+SHARD_QUERY_SCHEMAS = {"pm_vector": ("USAGE",)}
+SHARD_QUERY_TABLES: dict[str, tuple[str, ...]] = {"pm_vector.embedding_runs": ("SELECT",)}
+
 #: relations the query role reads some columns of: relation -> (privilege, columns)
 QUERY_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
     # not features / features_half: raw features only through FEATURES_FUNCTIONS
     "pm_vector.items": ("SELECT", ("id", "collection_id", "external_id", "label", "payload")),
     # which model's scores an answer carries; not the models themselves (weights, privacy records)
     "pm_vector.kahm_models": ("SELECT", ("id", "collection_id", "classes", "kind", "erased_at")),
+    # a sharded answer finds each shard's foreign server (and names its address when it fails)
+    "pm_vector.shards": ("SELECT", ("name", "server_name", "host", "port")),
 }
 #: the one way to an item's raw features for the query role (``sql/0022_privileges.sql``), by the
 #: collection's feature type: NULL unless its collection allows raw features
@@ -74,7 +89,7 @@ QUERY_FUNCTIONS: frozenset[str] = frozenset({
     "pm_vector.pm_shortlist_sql", "pm_vector.pm_shortlist_sharded", "pm_vector.pm_class_rows_run",
     "pm_vector.pm_check_class_rows", "pm_vector.pm_shard_rows", "pm_vector.pm_shard_server",
     "pm_vector.pm_cell_shortlist", "pm_vector.pm_cell_shortlist_core", "pm_vector.pm_cell_shortlist_sql",
-    "pm_vector.pm_cell_shortlist_sharded",
+    "pm_vector.pm_cell_shortlist_sharded", "pm_vector.pm_shard_reset",
     "pm_vector.pm_location_shortlist", "pm_vector.pm_location_shortlist_core",
 })
 
@@ -138,6 +153,53 @@ def expected_relation_rights(schema: str, name: str, answer_tables, kinds) -> tu
         return None
     whole = m.group("kind") in answer_tables and m.group("part") is None
     return ("SELECT",) if whole else (), None
+
+
+def shard_answer_tables(kinds) -> frozenset[str]:
+    """The run table kinds a sharded answer reads on a shard: of ``kinds``
+    (:data:`pm_vector.db.runs.kinds.KINDS`), those an answer reads that a sharded run keeps on its
+    shards."""
+    return frozenset(k for k, rt in kinds.items() if rt.answer and rt.where in ("shards", "both"))
+
+
+def expected_shard_relation_rights(name: str, shard_tables) -> tuple[str, ...] | None:
+    """The shard query role's rights on a relation of a shard's schema ``pm_vector`` as the matrix
+    says (``shard_tables``: :func:`shard_answer_tables`); None for a relation the matrix does not know."""
+    q = f"pm_vector.{name}"
+    if q in SHARD_QUERY_TABLES:
+        return SHARD_QUERY_TABLES[q]
+    m = RUN_TABLE.match(name)
+    if m is None or (m.group("part") or "").startswith("_at_"):
+        return None
+    return ("SELECT",) if m.group("kind") in shard_tables and m.group("part") is None else ()
+
+
+#: on a shard (through pm_vector.pm_shard_exec, as the owner): SELECT to the shard's query login on
+#: those of the named tables that exist there; nothing where the shard has no such role
+_SHARD_GRANT = sql.SQL(
+    "DO $grant$ DECLARE t text; BEGIN IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = {role}) THEN "
+    "FOR t IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = 'pm_vector' AND c.relname = ANY({names}::text[]) LOOP "
+    "EXECUTE format('GRANT SELECT ON TABLE pm_vector.%I TO %I', t, {role}); END LOOP; END IF; END $grant$")
+
+
+def grant_on_shards(conn, shards: list[str], names: list[str]) -> None:
+    """``GRANT SELECT`` to each shard's query login (:data:`SHARD_QUERY_ROLE`) on those of the tables
+    ``names`` (of the shard's schema ``pm_vector``) that exist there, in ``conn``'s transaction on the
+    coordinator. The shards are reached through the owner's user mapping only
+    (``sql/0025_cluster_owner.sql``): a migration run by a superuser switches to the owner for these
+    calls, and back."""
+    stmt = _SHARD_GRANT.format(role=sql.Literal(SHARD_QUERY_ROLE), names=sql.Literal(list(names))).as_string(conn)
+    owner, me, role = conn.execute("SELECT pg_get_userbyid(nspowner), current_user, current_setting('role') "
+                                   "FROM pg_namespace WHERE nspname = 'pm_vector'").fetchone()
+    if me != owner:
+        conn.execute("SELECT set_config('role', %s, true)", [owner])
+    try:
+        for shard in shards:
+            conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [shard, stmt])
+    finally:
+        if me != owner:
+            conn.execute("SELECT set_config('role', %s, true)", [role])
 
 
 def expected_function_rights(schema: str, name: str) -> tuple[str, ...] | None:

@@ -74,7 +74,7 @@ from ... import shortlist as _shortlist
 from ...errors import InvalidInputError
 from ...neighbors import GRAPH_METHODS, graph_method, neighbor_graph, EXACT_MAX_ITEMS, knn_rows
 from .. import _binary
-from ..run_tables import run_index, run_table
+from ..run_tables import run_index, run_table, shard_names
 from .prior_rows import hub_counts, leave_room_for_updates, refresh_nhub, reverse_index
 from .run_copy import copy_hubs as _copy_hubs, copy_pairs as _copy_pairs, copy_prior as _copy_prior  # noqa: F401
 from . import cell_data as _cells, locations as _loc, sharding
@@ -324,7 +324,7 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
     rid = int(run_id)
     t = time.perf_counter()
     classes = [int(c) for c in data.frames.classes_]
-    shards = sharding.shard_names(conn)
+    shards = shard_names(conn)
     if shards:  # a coordinator: the prior, graph and hubs go to the shards, by class
         data.placement = sharding.placement(len(classes), shards)
         sharding.create_tables(conn, rid, int(data.frames.n_components), classes, data.placement)

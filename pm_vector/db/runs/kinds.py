@@ -33,8 +33,8 @@ from typing import Any, Callable, Mapping
 from psycopg import sql
 
 from ...protocol.releases import RELEASES
-from ..postgres.privileges import QUERY_ROLE
-from ..run_tables import run_table_name
+from ..postgres.privileges import QUERY_ROLE, SHARD_QUERY_TABLES, grant_on_shards, shard_answer_tables
+from ..run_tables import run_table_name, shard_names
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,10 @@ def answer_tables() -> frozenset[str]:
 def grant_answer_tables(conn, run_id: int) -> list[str]:
     """``GRANT SELECT`` to the query role on the run's :func:`answer_tables` that exist on this node
     (a partition is read through its parent and gets nothing), in the caller's transaction; nothing
-    when the role does not exist. Returns the tables granted."""
+    when the role does not exist; on a cluster also each shard's query login's SELECT on the run's
+    tables a sharded answer reads there (:func:`~pm_vector.db.postgres.privileges.shard_answer_tables`)
+    and on :data:`~pm_vector.db.postgres.privileges.SHARD_QUERY_TABLES`. Returns the tables granted
+    on this node."""
     if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [QUERY_ROLE]).fetchone() is None:
         return []
     names = [run_table_name(run_id, kind) for kind in sorted(answer_tables())]
@@ -166,4 +169,8 @@ def grant_answer_tables(conn, run_id: int) -> list[str]:
     for name in found:
         conn.execute(sql.SQL("GRANT SELECT ON TABLE {} TO {}").format(sql.Identifier("pm_vector", name),
                                                                        sql.Identifier(QUERY_ROLE)))
+    shards = shard_names(conn)  # a cluster: each shard's query login reads what a sharded answer reads there
+    if shards:
+        grant_on_shards(conn, shards, [run_table_name(run_id, k) for k in sorted(shard_answer_tables(KINDS))] +
+                        [rel.split(".", 1)[1] for rel in sorted(SHARD_QUERY_TABLES)])
     return found

@@ -39,15 +39,6 @@ from .run_copy import copy_hubs, copy_pairs, copy_prior
 FILL = MAX_K_PRIME  # k' <= MAX_K_PRIME: the zero-score fill needs the run's first MAX_K_PRIME item ids
 
 
-def shard_names(conn) -> list[str]:
-    """Registered shards in name order (empty on a single node)."""
-    try:
-        return [r[0] for r in conn.execute("SELECT name FROM pm_vector.shards ORDER BY name").fetchall()]
-    except Exception:  # noqa: BLE001 - schema before 0011: no shards table, a single node
-        conn.rollback()
-        return []
-
-
 def placement(n_classes: int, shards: list[str]) -> dict[str, list[int]]:
     """Class positions per shard: position k on shards[k mod S] (public: depends on no data)."""
     return {s: [k for k in range(n_classes) if k % len(shards) == i] for i, s in enumerate(shards)}

@@ -10,8 +10,11 @@ body_timeout       :class:`~.body_timeout.BodyTimeoutMiddleware`: 408 for a body
 large_requests     :class:`~.large_requests.LargeRequestGate`: a bounded number of large bodies
                    handled at once (reads the body under the limit and the timeout, then waits)
 catch_all          :class:`~.catch_all.CatchAllMiddleware`: any exception the handlers left,
-                   answered as JSON (innermost, so that none reaches Starlette's, which drops
-                   the connection)
+                   answered as JSON (inside the others, so that none reaches Starlette's, which
+                   drops the connection)
+hot_route          :class:`~.hot_route.ResolveRoute`: ``POST /collections/{name}/resolve``, the
+                   hottest route, answered without FastAPI's router and dependency solving (its
+                   checks and body are the route's own)
 =================  ============================================================================
 
 They answer with the helpers of :mod:`pm_vector.service.errors`, and those that answer an
@@ -28,6 +31,7 @@ from .authentication import AuthMiddleware
 from .body_limit import BodyLimitMiddleware
 from .body_timeout import BodyTimeoutMiddleware
 from .catch_all import CatchAllMiddleware
+from .hot_route import ResolveRoute
 from .large_requests import LargeRequestGate
 from ..auth import RateLimiter
 
@@ -43,6 +47,7 @@ def install(app: FastAPI, settings: ServiceSettings, state: ServiceState, failur
     """Add the middleware to ``app`` in their order (module doc). ``failures``: the failed
     authentications per address (this process's and those the others announce)."""
     # added last = runs first
+    app.add_middleware(ResolveRoute)
     app.add_middleware(CatchAllMiddleware)
     app.add_middleware(LargeRequestGate, threshold_bytes=settings.large_request_bytes,
                        slots=settings.max_large_requests)

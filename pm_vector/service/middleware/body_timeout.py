@@ -42,9 +42,10 @@ class BodyTimeoutMiddleware:
                 return await receive()
             if deadline is None:
                 deadline = loop.time() + self.timeout_s
-            try:
-                m = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
-            except asyncio.TimeoutError:
+            try:  # asyncio.timeout_at, not wait_for: no task made per message
+                async with asyncio.timeout_at(deadline):
+                    m = await receive()
+            except TimeoutError:
                 timed_out = True
                 raise self._error() from None
             if m["type"] != "http.request" or not m.get("more_body", False):

@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 from fastapi.concurrency import run_in_threadpool
 
 from ...protocol.bounds import MAX_QUERY_ROWS
@@ -109,7 +110,13 @@ async def resolve_endpoint(name: str, request: Request, ctx: ResolveContextDep):
     payloads when there are any): :func:`pm_vector.service.documents.resolve_document`; ``"features"`` the
     full rows with raw features (collections that allow them; ``"include_features": true`` says the
     same)."""
-    settings, state, caller = ctx  # (AUTH + JSON_BODY + NEG's checks, in one dependency: deps.resolve_context)
+    return await answer(request, name, *ctx)  # (AUTH + JSON_BODY + NEG's checks: deps.resolve_context)
+
+
+async def answer(request: Request, name: str, settings: ServiceSettings, state: ServiceState, caller) -> Response:
+    """The answer of a resolve whose checks passed (:func:`pm_vector.service.deps.resolve_context`):
+    the body read, resolved on a worker thread, written as negotiated. The route's one body, for
+    :func:`resolve_endpoint` and :class:`pm_vector.service.middleware.hot_route.ResolveRoute`."""
     body = await request.body()
     res = await run_in_threadpool(_resolve_sync, name, body_type(request), body, caller and caller.get("role"),
                                   settings, state)
