@@ -21,12 +21,18 @@ each candidate's product code and its payload. So a resolve is a lookup:
 * the request is logged (delta 0) in the same REPEATABLE READ transaction that read the run, with an
   asynchronous commit (a database crash may lose the last ``wal_writer_delay`` of log rows).
 
-A repeated request takes one round trip (:func:`_resolve_known`): when this process has already
-checked a request against the collection's run (its row, as read then, and the row's version
-``xmin``) and holds the answer, one statement writes the log row only if the active run is still
-that row at that version (and the collection is not marked broken: :mod:`pm_vector.db.store.capture`),
-and the answer comes from the cache. Anything else (a new run, a changed
-document, a check that fails, an answer not built yet) takes the path above, which says why.
+A request takes few round trips once this process knows the collection's run (:func:`_resolve_known`:
+it has checked a request against the run's row, as read then, and the row's version ``xmin``): one
+statement writes the log row only if the active run is still that row at that version (and the
+collection is not marked broken: :mod:`pm_vector.db.store.capture`). A repeated request takes only
+that statement, its answer from the cache; a report not answered yet (a miss) is built first, by the
+same two statements as above, each in its own snapshot, and kept only if the log's statement then
+finds the run row at the known version: every write that changes an answer (the delta's, a rewrite of
+the rows, a new run) updates the run row in its own transaction, so a row still at that version
+means no such write committed since the run was read, and both statements read the state of that
+version (3 round trips instead of the full path's 8: a miss of a freshly started service cost about
+as much again in round trips as in work). Anything else (a new run, a changed document, a check
+that fails, a write in between) takes the path above, which says why.
 
 Any cache or CDN may hold an answer: it depends on nothing but public values. A sharded run keeps
 its location rows and codes on the coordinator, so it is answered there; a replica answers from
@@ -206,7 +212,8 @@ def _known_key(conn, collection: str) -> tuple:
 
 def _resolve_known(collection: str, req: LocationRequest, raw: str | None, conn, received, t0: float,
                    timings: dict[str, float], cache: AnswerCache) -> dict[str, Any] | None:
-    """A repeated request in one round trip (module doc), or None: take the full path."""
+    """A request of a known run: one round trip when cached, three when built (module doc); or None:
+    take the full path."""
     known = _KNOWN.get(_known_key(conn, collection))
     if known is None or conn.info.transaction_status != 0:  # psycopg.pq.TransactionStatus.IDLE
         return None
@@ -217,16 +224,25 @@ def _resolve_known(collection: str, req: LocationRequest, raw: str | None, conn,
         b, digest = check_codes(doc, collection, int(meta["run"]["id"]), int(req.code_bytes))
     except Exception:  # the full path checks again on the current run and says why
         return None
-    body = cache.get(_answer_key(conn, meta, doc, req, b))
-    if body is None:
-        return None
+    key = _answer_key(conn, meta, doc, req, b)
+    body = cache.get(key)
     timings["lookup"] = (time.perf_counter() - t) * 1e3
     t = time.perf_counter()
-    n = int(body["item_ids"].size)
 
     auto = conn.autocommit
-    conn.autocommit = True  # one statement, its own transaction: no BEGIN and COMMIT round trips
+    conn.autocommit = True  # each statement its own transaction: no BEGIN and COMMIT round trips
     try:
+        built = body is None
+        if built:  # a miss: built here, kept only if the log's statement finds the run at the known version
+            try:
+                body = _built(conn, int(meta["run"]["id"]), req, b, doc)
+            except Exception:  # a write in between (an item gone, a run dropped): the full path says why
+                if conn.info.transaction_status != 0:
+                    conn.rollback()
+                return None
+            timings["shortlist"] = (time.perf_counter() - t) * 1e3
+            t = time.perf_counter()
+        n = int(body["item_ids"].size)
         log_id = conn.execute(_KNOWN_LOG_SQL, [raw if raw is not None else dumps_json(req.to_dict()), n, received,
                                                (time.perf_counter() - t0) * 1e3, collection,
                                                int(meta["run"]["id"]), xmin]).fetchone()[0]
@@ -241,12 +257,26 @@ def _resolve_known(collection: str, req: LocationRequest, raw: str | None, conn,
         raise
     finally:
         conn.autocommit = auto
-    if log_id is None:  # the run changed since: nothing was written
+    if log_id is None:  # the run changed since: nothing was written, nothing built is kept
         _KNOWN.pop(_known_key(conn, collection), None)
         return None
+    if built:
+        cache.put(key, body, _size(body))
     timings["log"] = (time.perf_counter() - t) * 1e3
     timings["total"] = (time.perf_counter() - t0) * 1e3
-    return _answer(collection, meta, req, body, b, digest, True, timings, int(log_id))
+    return _answer(collection, meta, req, body, b, digest, not built, timings, int(log_id))
+
+
+def _built(rconn, run_id: int, req: LocationRequest, b: int, doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The answer built (:func:`_build`) on ``rconn``, with the run's item count as its document says."""
+    configure(rconn)
+    body = _build(rconn, run_id, req, b, code_offset(doc, b))
+    body["n_items"] = int(doc.get("n_items") or 0)  # the run's items the list was built on
+    return body
+
+
+def _size(body: Mapping[str, Any]) -> int:
+    return len(body["codes_data"]) + body["item_ids"].nbytes + 64 * len(body["payloads"] or ())
 
 
 def _answer(collection, meta, req, body, b, digest, cached, timings, log_id) -> dict[str, Any]:
@@ -281,11 +311,8 @@ def resolve_location(collection: str, req: LocationRequest, raw: str | None, *, 
         body = cache.get(key)
         cached = body is not None
         if body is None:
-            configure(rconn)
-            body = _build(rconn, run_id, req, b, code_offset(doc, b))
-            body["n_items"] = int(doc.get("n_items") or 0)  # the run's items the list was built on (same snapshot)
-            size = len(body["codes_data"]) + body["item_ids"].nbytes + 64 * len(body["payloads"] or ())
-            cache.put(key, body, size)
+            body = _built(rconn, run_id, req, b, doc)  # (the run's item count: same snapshot)
+            cache.put(key, body, _size(body))
         n = int(body["item_ids"].size)
         timings["shortlist"] = (time.perf_counter() - t) * 1e3
         if read_conn is None:
