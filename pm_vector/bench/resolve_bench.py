@@ -86,8 +86,11 @@ def _fresh_process(name: str, reqs: list[str]) -> tuple[list[tuple[float, bool]]
     """Every request resolved once by a new process (:func:`main`): ``(ms, built)`` per request, and the
     process's CPU seconds over them (less bent by a loaded machine than the times)."""
     doc = json.dumps({"collection": name, "requests": reqs})
+    # run from the directory that holds this package: `python -m` puts its working directory first on
+    # the path, and the new process must run the code this one runs
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     got = subprocess.run([sys.executable, "-m", "pm_vector.bench.resolve_bench"], input=doc, text=True,
-                         capture_output=True, env=dict(os.environ), check=False)
+                         capture_output=True, env=dict(os.environ), cwd=here, check=False)
     if got.returncode != 0:
         raise PMVectorError(f"the fresh resolve process failed ({got.stderr.strip()[-2000:]}); run the benchmark "
                             "again, or look at the database's log.")
