@@ -156,3 +156,13 @@ def test_bench_privacy_without_labels_uses_public_partitions(tmp_path):
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["classes"] == 10 and {x["method"] for x in out["results"]} == {"pm_vector_raw", "partition_only"}
+
+
+def test_bench_resolve_refuses_bad_options_before_building_anything():
+    """`bench resolve` checks its options first: `error: ...`, exit 2, no traceback, nothing built."""
+    for args, says in ((["--items", "10"], "items"), (["--reports", "0"], "reports"),
+                       (["--items", "2000", "--delta-changes", "3000"], "more than"),
+                       (["--epsilon", "0"], "epsilon")):
+        r = runner.invoke(app, ["bench", "resolve", *args])
+        assert r.exit_code == 2 and "error:" in r.output and says in r.output, (args, r.output)
+        assert "Traceback" not in r.output

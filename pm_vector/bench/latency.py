@@ -112,11 +112,11 @@ def clustered(n: int, dim: int, n_classes: int = N_FINE, *, spread: float = 0.9,
     return X, y.astype(np.int64)
 
 
-def _pct(v, q) -> float:
+def pct(v, q) -> float:
     return float(np.percentile(np.asarray(v, dtype=np.float64), q))
 
 
-def _split(cfg: LatencyConfig, n_query: int):
+def split_data(cfg: LatencyConfig, n_query: int):
     """(dataset, split) with the query, anchor and dummy parts disjoint from the items."""
     n_dummy = max(4 * N_FINE, 200)
     if cfg.data == "synthetic":
@@ -188,7 +188,7 @@ def _check_config(cfg: LatencyConfig) -> None:
         raise InvalidInputError(f"answer must be compact or full, got {cfg.answer!r}.")
 
 
-def _build_collection(db, name: str, C: int, d: int, split, n_classes: int, cfg: LatencyConfig) -> float:
+def build_collection(db, name: str, C: int, d: int, split, n_classes: int, cfg: LatencyConfig) -> float:
     """Create the C-class collection ``name`` with the items, anchors and dummies; returns the seconds taken."""
     Xs, ys = split.server
     Xa, ya = split.anchor
@@ -304,7 +304,7 @@ def _resolve_vs_plain(db, cfg: LatencyConfig, name: str, C: int, conn, plain_sql
 
 def _parts_p50(parts: list[dict]) -> dict[str, float]:
     """The median of every resolve part (the keys of the first request's timings, but the total)."""
-    return {kk: round(_pct([p[kk] for p in parts if kk in p], 50), 3)
+    return {kk: round(pct([p[kk] for p in parts if kk in p], 50), 3)
             for kk in (parts[0] if parts else {}) if kk != "total"}
 
 
@@ -315,23 +315,23 @@ def _summary(cfg: LatencyConfig, C: int, r: Requests, m: dict[str, Any], ingest_
     resolve_ms, plain_ms, plain_kp_ms = m["resolve_ms"], m["plain_ms"], m["plain_kp_ms"]
     pmv_ms, cell_ms, loc_ms, loc_miss_ms = m["pmv_ms"], m["cell_ms"], m["loc_ms"], m["loc_miss_ms"]
     loc_client = r.loc_client
-    r_p50, p_p50 = _pct(resolve_ms, 50), _pct(plain_ms, 50)
+    r_p50, p_p50 = pct(resolve_ms, 50), pct(plain_ms, 50)
     return {
-        "rows": C, "client_p50_ms": round(_pct(r.client_ms, 50), 3), "client_p95_ms": round(_pct(r.client_ms, 95), 3),
-        "resolve_p50_ms": round(r_p50, 3), "resolve_p95_ms": round(_pct(resolve_ms, 95), 3),
-        "plain_p50_ms": round(p_p50, 3), "plain_p95_ms": round(_pct(plain_ms, 95), 3),
-        "plain_kprime_p50_ms": round(_pct(plain_kp_ms, 50), 3),
+        "rows": C, "client_p50_ms": round(pct(r.client_ms, 50), 3), "client_p95_ms": round(pct(r.client_ms, 95), 3),
+        "resolve_p50_ms": round(r_p50, 3), "resolve_p95_ms": round(pct(resolve_ms, 95), 3),
+        "plain_p50_ms": round(p_p50, 3), "plain_p95_ms": round(pct(plain_ms, 95), 3),
+        "plain_kprime_p50_ms": round(pct(plain_kp_ms, 50), 3),
         "ratio": round(r_p50 / p_p50, 3),
-        "resolve_parts_p50_ms": {kk: round(_pct([p[kk] for p in m["parts"] if kk in p], 50), 3)
+        "resolve_parts_p50_ms": {kk: round(pct([p[kk] for p in m["parts"] if kk in p], 50), 3)
                                  for kk in m["parts"][0] if kk != "total"},
         "knn_statements_per_request": m["knn_per_request"],
         "precision_at_k": round(float(np.mean(m["hits"])), 4), "repeats": len(resolve_ms),
         "pm_vector": None if r.pmv is None else {
             "shortlist": shape["gaussian"][0], "answer": cfg.answer, "code_bytes": shape["gaussian"][1],
-            "client_p50_ms": round(_pct(r.pmv_client_ms, 50), 3),
-            "resolve_p50_ms": round(_pct(pmv_ms, 50), 3), "resolve_p95_ms": round(_pct(pmv_ms, 95), 3),
-            "ratio": round(_pct(pmv_ms, 50) / p_p50, 3),
-            "ratio_kprime": round(_pct(pmv_ms, 50) / _pct(plain_kp_ms, 50), 3), "max_prior": int(cfg.max_prior),
+            "client_p50_ms": round(pct(r.pmv_client_ms, 50), 3),
+            "resolve_p50_ms": round(pct(pmv_ms, 50), 3), "resolve_p95_ms": round(pct(pmv_ms, 95), 3),
+            "ratio": round(pct(pmv_ms, 50) / p_p50, 3),
+            "ratio_kprime": round(pct(pmv_ms, 50) / pct(plain_kp_ms, 50), 3), "max_prior": int(cfg.max_prior),
             "resolve_parts_p50_ms": _parts_p50(m["pmv_parts"]),
             "shortlist_statements_per_request": m["shortlist_per_request"],
             "run_graph_mb": round(m["run_graph_mb"], 1),
@@ -339,21 +339,21 @@ def _summary(cfg: LatencyConfig, C: int, r: Requests, m: dict[str, Any], ingest_
         "cells": None if r.cells_client is None else {
             "shortlist": shape["cells"][0], "answer": cfg.answer, "code_bytes": shape["cells"][1],
             "n_cells": int(r.cells_client.n_cells),
-            "client_p50_ms": round(_pct(r.cell_client_ms, 50), 3),
-            "resolve_p50_ms": round(_pct(cell_ms, 50), 3), "resolve_p95_ms": round(_pct(cell_ms, 95), 3),
-            "ratio": round(_pct(cell_ms, 50) / p_p50, 3),
-            "ratio_kprime": round(_pct(cell_ms, 50) / _pct(plain_kp_ms, 50), 3),
+            "client_p50_ms": round(pct(r.cell_client_ms, 50), 3),
+            "resolve_p50_ms": round(pct(cell_ms, 50), 3), "resolve_p95_ms": round(pct(cell_ms, 95), 3),
+            "ratio": round(pct(cell_ms, 50) / p_p50, 3),
+            "ratio_kprime": round(pct(cell_ms, 50) / pct(plain_kp_ms, 50), 3),
             "resolve_parts_p50_ms": _parts_p50(m["cell_parts"]),
             "statements_per_request": m["cell_statements_per_request"]},
         "location": None if loc_client is None else {
             "level": loc_client.plan_.level, "candidates": loc_client.plan_.candidates,
             "code_bytes": loc_client.plan_.code_bytes, "max_bytes": loc_client.plan_.max_bytes,
-            "client_p50_ms": round(_pct(r.loc_client_ms, 50), 3),
-            "resolve_p50_ms": round(_pct(loc_ms, 50), 3), "resolve_p95_ms": round(_pct(loc_ms, 95), 3),
+            "client_p50_ms": round(pct(r.loc_client_ms, 50), 3),
+            "resolve_p50_ms": round(pct(loc_ms, 50), 3), "resolve_p95_ms": round(pct(loc_ms, 95), 3),
             # a report's first answer is built (then cached: a public function of the report)
             "answers_built": len(loc_miss_ms),
-            "build_p50_ms": round(_pct(loc_miss_ms, 50), 3) if loc_miss_ms else None,
-            "ratio": round(_pct(loc_ms, 50) / p_p50, 3),
+            "build_p50_ms": round(pct(loc_miss_ms, 50), 3) if loc_miss_ms else None,
+            "ratio": round(pct(loc_ms, 50) / p_p50, 3),
             "resolve_parts_p50_ms": _parts_p50(m["loc_parts"])},
         "setup": {"ingest_s": round(ingest_s, 3), "job_s": job.get("duration"), "job_timings": job.get("timings")},
     }
@@ -367,7 +367,7 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
     load_before = os.getloadavg()
     n_query = cfg.repeats + cfg.warmup
     say("data")
-    ds, split = _split(cfg, max(n_query, 2 * N_FINE))  # queries of every class, in random order
+    ds, split = split_data(cfg, max(n_query, 2 * N_FINE))  # queries of every class, in random order
     n_classes = ds.n_classes
     for C in cfg.rows:
         _labels_for(int(C), ds.classes, n_classes)  # refuse impossible C before building anything
@@ -393,7 +393,7 @@ def run(cfg: LatencyConfig, progress: Callable[[str], None] | None = None) -> di
             name = f"bench_latency_{tag}_c{C}"
             names.append(name)
             say(f"C={C}: collection")
-            ingest_s = _build_collection(db, name, C, d, split, n_classes, cfg)
+            ingest_s = build_collection(db, name, C, d, split, n_classes, cfg)
             if plain_sql is None:
                 say("raw-feature HNSW index")
                 plain_sql, plain_uses_index = _build_raw_index(db, conn, ident, name, d, len(ys), Xq[0], cfg.k, setup)

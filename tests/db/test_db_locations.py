@@ -249,6 +249,92 @@ def test_a_repeated_request_takes_one_statement_and_sees_every_change_of_the_run
         assert "shortlist" not in resolve(cname, req, conn=pooled)["timings_ms"] and logged() == 4
 
 
+
+class _Calls:
+    """A connection that counts what a resolve asks of it: statements, cursors and commits; ``then``
+    runs after the statement numbered ``at`` (1-based)."""
+
+    def __init__(self, conn, at=None, then=None):
+        self._conn, self.statements, self.other = conn, 0, 0
+        self._at, self._then = at, then
+
+    def execute(self, query, *a, **kw):
+        cur = self._conn.execute(query, *a, **kw)
+        self.statements += 1
+        if self.statements == self._at:
+            self._then()
+        return cur
+
+    def cursor(self, *a, **kw):
+        self.other += 1
+        return self._conn.cursor(*a, **kw)
+
+    def commit(self):
+        self.other += 1
+        return self._conn.commit()
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    @property
+    def autocommit(self):
+        return self._conn.autocommit
+
+    @autocommit.setter
+    def autocommit(self, value):
+        self._conn.autocommit = value
+
+
+def test_a_miss_of_a_known_run_takes_three_statements_and_a_write_in_between_discards_it(db, cname, conn):
+    """Once a process knows the collection's run, a report it has not answered yet is built and logged
+    in three statements (the row, the codes, the conditional log: no BEGIN, snapshot read or COMMIT),
+    answers the full path's bytes, and is cached; a write that commits between the build and the log
+    (here a delete of one of the answer's items) discards what was built: the answer comes from the
+    full path, holds no deleted item, and each request is logged once."""
+    from pm_vector.client.location import PrivateLocationKNN
+    from pm_vector.db.postgres import connect
+    from pm_vector.db.resolve import location_resolution
+    from pm_vector.db.resolve.resolution import public_anchor, resolve
+    from pm_vector.manifold.public_cells import PublicCells
+    from pm_vector.protocol.location import LocationRequest
+
+    X, y = _blobs(400, 8)
+    _small_run(db, cname, X, y, np.s_[:300], np.s_[300:380], np.s_[380:], delta=True)
+    info = public_anchor(cname)[1]
+    cells = PublicCells.from_dict(info["public_locations"])
+    base = PrivateLocationKNN(cells, 8.0, n_items=300, widths=(16, 32), collection=cname, max_bytes=3_000)._inject_generator(
+        np.random.default_rng(2)).request(X[0].astype(float)).to_dict()
+    M = int(base["level"])
+    reqs = [LocationRequest.from_dict({**base, "report": r}) for r in range(M)]
+    assert M >= 3
+
+    def logged():
+        return conn.execute("SELECT count(*) FROM pm_vector.request_log WHERE collection_name = %s",
+                            [cname]).fetchone()[0]
+
+    location_resolution.CACHE.clear()
+    with connect() as pooled:
+        resolve(cname, reqs[0], conn=pooled)  # the process learns the run
+        want = resolve(cname, reqs[1], log=False)  # the full path (no log: no known path), on its own connection
+        location_resolution.CACHE.clear()
+        seen = _Calls(pooled)
+        got = resolve(cname, reqs[1], conn=seen)
+        assert (seen.statements, seen.other) == (3, 0) and not got["cached"]
+        assert np.array_equal(got["item_ids"], want["item_ids"]) and got["codes_data"] == want["codes_data"]
+        assert got["payloads"] == want["payloads"] and got["n_items"] == want["n_items"]
+        assert resolve(cname, reqs[1], conn=pooled)["cached"] and logged() == 3
+
+        full = resolve(cname, reqs[2], log=False)
+        location_resolution.CACHE.clear()
+        victim = int(np.asarray(full["item_ids"], np.int64)[0])
+        seen = _Calls(pooled, at=2, then=lambda: db.delete_items(cname, item_ids=[victim]))
+        got = resolve(cname, reqs[2], conn=seen)
+        assert victim not in set(np.asarray(got["item_ids"], np.int64).tolist()) and not got["cached"]
+        assert "shortlist" in got["timings_ms"] and seen.other > 0  # the full path answered
+        assert logged() == 4
+        again = resolve(cname, reqs[2], conn=pooled)
+        assert again["cached"] and np.array_equal(again["item_ids"], got["item_ids"]) and logged() == 5
+
 def test_the_downgrade_of_migration_0018_joins_each_rows_parts(lserved, db):
     """sql/0018_location_parts_drop.sql (in a transaction rolled back): each (level, cell) becomes one
     row holding exactly its parts' entries, the top hubs keep their order, and the rows of level -1

@@ -13,19 +13,26 @@ each candidate's product code and its payload. So a resolve is a lookup:
   ``code_bytes`` a published code width;
 * the answer comes from this process's cache (:class:`AnswerCache`, keyed by the run, its data
   versions -- ``delta_version`` among them: every write of the delta + 1 -- and the request's public
-  fields) or is built once: the row's parts, the top hubs, the cell's delta entries and the run's
-  tombstones in one statement (:mod:`pm_vector.db.runs.delta`), the ranking in numpy
+  fields) or is built once: the row's parts, the first ``candidates`` + (the run's tombstones) top hubs
+  (the rest can never be answered), the cell's delta entries and the run's tombstones in one statement
+  (:mod:`pm_vector.db.runs.delta`), its arrays in binary parsed by numpy, the ranking in numpy
   (:func:`pm_vector.shortlist.merged_row`: base minus tombstones with the delta entries, then
   :func:`~pm_vector.shortlist.location_list`), the candidates' codes and payloads in one statement;
 * the request is logged (delta 0) in the same REPEATABLE READ transaction that read the run, with an
   asynchronous commit (a database crash may lose the last ``wal_writer_delay`` of log rows).
 
-A repeated request takes one round trip (:func:`_resolve_known`): when this process has already
-checked a request against the collection's run (its row, as read then, and the row's version
-``xmin``) and holds the answer, one statement writes the log row only if the active run is still
-that row at that version (and the collection is not marked broken: :mod:`pm_vector.db.store.capture`),
-and the answer comes from the cache. Anything else (a new run, a changed
-document, a check that fails, an answer not built yet) takes the path above, which says why.
+A request takes few round trips once this process knows the collection's run (:func:`_resolve_known`:
+it has checked a request against the run's row, as read then, and the row's version ``xmin``): one
+statement writes the log row only if the active run is still that row at that version (and the
+collection is not marked broken: :mod:`pm_vector.db.store.capture`). A repeated request takes only
+that statement, its answer from the cache; a report not answered yet (a miss) is built first, by the
+same two statements as above, each in its own snapshot, and kept only if the log's statement then
+finds the run row at the known version: every write that changes an answer (the delta's, a rewrite of
+the rows, a new run) updates the run row in its own transaction, so a row still at that version
+means no such write committed since the run was read, and both statements read the state of that
+version (3 round trips instead of the full path's 8: a miss of a freshly started service cost about
+as much again in round trips as in work). Anything else (a new run, a changed document, a check
+that fails, a write in between) takes the path above, which says why.
 
 Any cache or CDN may hold an answer: it depends on nothing but public values. A sharded run keeps
 its location rows and codes on the coordinator, so it is answered there; a replica answers from
@@ -48,6 +55,7 @@ from ...protocol.location import LocationRequest
 from ..errors import CellsDigestMismatchError, CellsUnavailableError, translate_sql_error
 from ..postgres.adapt import Int8Array, configure
 from ..run_tables import run_table
+from ..runs.array_rows import unsend
 from .answer import log_on_primary
 from .requests import dumps_json, check_codes, code_offset, finish, run_snapshot
 from ...privacy.location import location_weight
@@ -120,23 +128,37 @@ def check_against_run(meta: Mapping[str, Any], req: LocationRequest, collection:
     return doc
 
 
+#: a miss's first statement (:func:`_build`): the row's parts, the first ``size`` + (the run's tombstones)
+#: top hubs (so that ``size`` live ones remain: the rest can never be answered), the cell's delta entries
+#: (-2) and the run's tombstones (-3), every array in its binary form (``array_send``), parsed by numpy
+#: (:func:`pm_vector.db.runs.array_rows.unsend`): a list of Python numbers per entry cost 46 ms a miss at
+#: 100,000 items, most of it the 65,536 top hubs of which an answer reads at most ``size`` + tombstones
+_ROW_SQL = (
+    "SELECT level, cell, array_send(item_ids), array_send(hubs), array_send(chubs) FROM {t} "
+    "WHERE level = %(level)s AND cell = %(cell)s "
+    "UNION ALL SELECT 0, 0, array_send(r.item_ids[1:%(size)s + n.n]), array_send({ef}), "
+    "array_send(r.chubs[1:%(size)s + n.n]) FROM {t} AS r, "
+    "(SELECT count(*)::integer AS n FROM pm_vector.delta_tombstones AS z0 WHERE z0.run_id = %(run)s) AS n "
+    "WHERE r.level = 0 AND r.cell = 0 "
+    "UNION ALL SELECT -2, 0, array_send(coalesce(array_agg(d.item_id ORDER BY d.item_id), {ei})), "
+    "array_send(coalesce(array_agg(d.h_r ORDER BY d.item_id), {ef})), "
+    "array_send(coalesce(array_agg(d.h ORDER BY d.item_id), {ef})) "
+    "FROM pm_vector.delta_entries AS d WHERE d.run_id = %(run)s AND d.level = %(level)s AND d.cell = %(cell)s "
+    "UNION ALL SELECT -3, 0, array_send(coalesce(array_agg(z.item_id), {ei})), array_send({ef}), array_send({ef}) "
+    "FROM pm_vector.delta_tombstones AS z WHERE z.run_id = %(run)s")
+
+
 def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offset: int = 0) -> dict[str, Any]:
     parts: dict[tuple[int, int], list] = {}  # a row's parts (the top hubs: one)
-    # one statement: the row's parts, the top hubs, the cell's delta entries (-2) and the run's tombstones (-3)
-    for lv, c, it, hb, ch in rconn.execute(sql.SQL(
-            "SELECT level, cell, item_ids, hubs, chubs FROM {t} WHERE (level, cell) IN ((0, 0), (%s, %s)) "
-            "UNION ALL SELECT -2, 0, coalesce(array_agg(d.item_id ORDER BY d.item_id), {e}), "
-            "coalesce(array_agg(d.h_r ORDER BY d.item_id), {e}), coalesce(array_agg(d.h ORDER BY d.item_id), {e}) "
-            "FROM pm_vector.delta_entries AS d WHERE d.run_id = %s AND d.level = %s AND d.cell = %s "
-            "UNION ALL SELECT -3, 0, coalesce(array_agg(z.item_id), {e}), {e}, {e} "
-            "FROM pm_vector.delta_tombstones AS z WHERE z.run_id = %s").format(
-                t=run_table(run_id, "locations"), e=sql.SQL("'{}'")),
-            [int(req.level), int(req.report), int(run_id), int(req.level), int(req.report), int(run_id)],
+    for lv, c, it, hb, ch in rconn.execute(
+            sql.SQL(_ROW_SQL).format(t=run_table(run_id, "locations"), ei=sql.SQL("'{}'::bigint[]"),
+                                     ef=sql.SQL("'{}'::float8[]")),
+            {"level": int(req.level), "cell": int(req.report), "size": int(req.candidates), "run": int(run_id)},
             binary=True).fetchall():
-        parts.setdefault((int(lv), int(c)), []).append((it, hb, ch))
+        parts.setdefault((int(lv), int(c)), []).append((unsend(it, "int8"), unsend(hb, "float8"), unsend(ch, "float8")))
 
     def joined(key, j, kind):
-        return np.concatenate([np.asarray(p[j], kind) for p in parts.get(key, [])] + [np.zeros(0, kind)])
+        return np.concatenate([p[j] for p in parts.get(key, [])] + [np.zeros(0, kind)])
 
     row, top, new = (req.level, req.report), (0, 0), (-2, 0)
     kinds = (np.int64, np.float64, np.float64)  # ids, h_r, h
@@ -190,7 +212,8 @@ def _known_key(conn, collection: str) -> tuple:
 
 def _resolve_known(collection: str, req: LocationRequest, raw: str | None, conn, received, t0: float,
                    timings: dict[str, float], cache: AnswerCache) -> dict[str, Any] | None:
-    """A repeated request in one round trip (module doc), or None: take the full path."""
+    """A request of a known run: one round trip when cached, three when built (module doc); or None:
+    take the full path."""
     known = _KNOWN.get(_known_key(conn, collection))
     if known is None or conn.info.transaction_status != 0:  # psycopg.pq.TransactionStatus.IDLE
         return None
@@ -201,16 +224,25 @@ def _resolve_known(collection: str, req: LocationRequest, raw: str | None, conn,
         b, digest = check_codes(doc, collection, int(meta["run"]["id"]), int(req.code_bytes))
     except Exception:  # the full path checks again on the current run and says why
         return None
-    body = cache.get(_answer_key(conn, meta, doc, req, b))
-    if body is None:
-        return None
+    key = _answer_key(conn, meta, doc, req, b)
+    body = cache.get(key)
     timings["lookup"] = (time.perf_counter() - t) * 1e3
     t = time.perf_counter()
-    n = int(body["item_ids"].size)
 
     auto = conn.autocommit
-    conn.autocommit = True  # one statement, its own transaction: no BEGIN and COMMIT round trips
+    conn.autocommit = True  # each statement its own transaction: no BEGIN and COMMIT round trips
     try:
+        built = body is None
+        if built:  # a miss: built here, kept only if the log's statement finds the run at the known version
+            try:
+                body = _built(conn, int(meta["run"]["id"]), req, b, doc)
+            except Exception:  # a write in between (an item gone, a run dropped): the full path says why
+                if conn.info.transaction_status != 0:
+                    conn.rollback()
+                return None
+            timings["shortlist"] = (time.perf_counter() - t) * 1e3
+            t = time.perf_counter()
+        n = int(body["item_ids"].size)
         log_id = conn.execute(_KNOWN_LOG_SQL, [raw if raw is not None else dumps_json(req.to_dict()), n, received,
                                                (time.perf_counter() - t0) * 1e3, collection,
                                                int(meta["run"]["id"]), xmin]).fetchone()[0]
@@ -225,12 +257,26 @@ def _resolve_known(collection: str, req: LocationRequest, raw: str | None, conn,
         raise
     finally:
         conn.autocommit = auto
-    if log_id is None:  # the run changed since: nothing was written
+    if log_id is None:  # the run changed since: nothing was written, nothing built is kept
         _KNOWN.pop(_known_key(conn, collection), None)
         return None
+    if built:
+        cache.put(key, body, _size(body))
     timings["log"] = (time.perf_counter() - t) * 1e3
     timings["total"] = (time.perf_counter() - t0) * 1e3
-    return _answer(collection, meta, req, body, b, digest, True, timings, int(log_id))
+    return _answer(collection, meta, req, body, b, digest, not built, timings, int(log_id))
+
+
+def _built(rconn, run_id: int, req: LocationRequest, b: int, doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The answer built (:func:`_build`) on ``rconn``, with the run's item count as its document says."""
+    configure(rconn)
+    body = _build(rconn, run_id, req, b, code_offset(doc, b))
+    body["n_items"] = int(doc.get("n_items") or 0)  # the run's items the list was built on
+    return body
+
+
+def _size(body: Mapping[str, Any]) -> int:
+    return len(body["codes_data"]) + body["item_ids"].nbytes + 64 * len(body["payloads"] or ())
 
 
 def _answer(collection, meta, req, body, b, digest, cached, timings, log_id) -> dict[str, Any]:
@@ -265,11 +311,8 @@ def resolve_location(collection: str, req: LocationRequest, raw: str | None, *, 
         body = cache.get(key)
         cached = body is not None
         if body is None:
-            configure(rconn)
-            body = _build(rconn, run_id, req, b, code_offset(doc, b))
-            body["n_items"] = int(doc.get("n_items") or 0)  # the run's items the list was built on (same snapshot)
-            size = len(body["codes_data"]) + body["item_ids"].nbytes + 64 * len(body["payloads"] or ())
-            cache.put(key, body, size)
+            body = _built(rconn, run_id, req, b, doc)  # (the run's item count: same snapshot)
+            cache.put(key, body, _size(body))
         n = int(body["item_ids"].size)
         timings["shortlist"] = (time.perf_counter() - t) * 1e3
         if read_conn is None:
