@@ -191,6 +191,9 @@ def measure(name: str, cfg: RecallConfig, Xq: np.ndarray, truth_ids: np.ndarray,
                 "answer_bytes_mean": round(float(np.mean(got["bytes"])), 1), "answer_bytes_max": int(max(got["bytes"])),
                 "answer_p50_ms": _ms(times, 50), "answer_p99_ms": _ms(times, 99), "latency_reports": len(times),
                 "load_average": [round(v, 2) for v in os.getloadavg()]}
+            x = out[f"eps_{eps:g}"]
+            say(f"{name}: eps {eps:g}: nn_recall@{K} {x[f'nn_recall_at_{K}']} (se {x['se']}), answer p50 / p99 "
+                f"{x['answer_p50_ms']} / {x['answer_p99_ms']} ms, {x['answer_bytes_mean']:.0f} B")
     CACHE.clear()
     return out
 
