@@ -52,14 +52,26 @@ def answer_table(ctx, M: int, eps: float, S: int) -> list[np.ndarray]:
     return ctx.get(f"location answers {M} {eps} {S}", build)
 
 
+def code_ranks(pc, codes, Xq, block: int = 256) -> np.ndarray:
+    """``(q, N)`` int32: the rank of each of ``N`` coded items (``codes``: ``(N, b)`` uint8, one
+    published width) by the client's asymmetric distance to each query of ``Xq`` (the order
+    :func:`pm_vector.client.rerank.rank` gives a list of them; queries in blocks of ``block``)."""
+    codes = np.asarray(codes, np.uint8)
+    rec = pc.decode(codes)
+    R = pc.rotate(np.asarray(Xq, np.float64), codes.shape[1])
+    sq = (rec * rec).sum(1)[None, :]
+    out = np.empty((R.shape[0], rec.shape[0]), np.int32)
+    for a in range(0, R.shape[0], block):
+        d = -2.0 * R[a:a + block] @ rec.T + sq
+        out[a:a + block] = np.argsort(np.argsort(d, axis=1, kind="stable"), axis=1)
+    return out
+
+
 def _ranks(ctx, width: int) -> np.ndarray:
     """``(q, N)`` int32: every item's rank by asymmetric distance to each query at ``width`` bytes."""
     def build():
         _, pc, codes = location_state(ctx)
-        rec = pc.decode(pc.select(codes, width))
-        R = pc.rotate(ctx.Xq, width)
-        d = -2.0 * R @ rec.T + (rec * rec).sum(1)[None, :]
-        return np.argsort(np.argsort(d, axis=1, kind="stable"), axis=1).astype(np.int32)
+        return code_ranks(pc, pc.select(codes, width), ctx.Xq)
 
     return ctx.get(f"code ranks {width}", build)
 
@@ -80,19 +92,35 @@ def _raw_ranks(ctx) -> np.ndarray:
 
 
 def _hits(lists: list[np.ndarray], ranks: np.ndarray, truth: np.ndarray, k: int) -> np.ndarray:
-    """``(M, q)``: for every list and query, the true k nearest among the list's top k by code rank."""
+    """``(M, q)``: for every list and query, the share of the true k nearest among the list's top k by
+    code rank (``truth``: positions, -1 for a true neighbour that is in no list). Only the queries
+    with a true neighbour in a list are ranked in it (the others hold 0)."""
     q, N = ranks.shape
-    tm = np.zeros((q, N), bool)
-    tm[np.arange(q)[:, None], truth] = True
+    tm = np.zeros((q, N + 1), bool)  # (column N: a true neighbour in no list)
+    tm[np.arange(q)[:, None], np.where(truth < 0, N, truth)] = True
     out = np.zeros((len(lists), q))
     for r, L in enumerate(lists):
         if L.size == 0:
             continue
+        rows = np.flatnonzero(tm[:, L].any(1))
+        if rows.size == 0:
+            continue
         kk = min(k, L.size)
-        P = ranks[:, L]
+        P = ranks[rows][:, L]
         top = np.argpartition(P, kk - 1, axis=1)[:, :kk]
-        out[r] = tm[np.arange(q)[:, None], L[top]].sum(1) / k
+        out[r, rows] = tm[rows[:, None], L[top]].sum(1) / k
     return out
+
+
+def expected_recall(lists: list[np.ndarray], ranks: np.ndarray, truth: np.ndarray, true_cell: np.ndarray,
+                    p: float, q: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(expected (q,), hits (M, q))``: each query's nn_recall@k expected over the release's law
+    (report its true cell with probability ``p``, each other cell with ``q``: every answer ``lists[r]``
+    weighted by the exact probability of its report), and every list's recall of every query."""
+    hits = _hits(lists, ranks, truth, k)
+    idx = np.arange(ranks.shape[0])
+    own = hits[true_cell, idx]
+    return p * own + q * (hits.sum(0) - own), hits
 
 
 def run_location(ctx, eps: float, max_bytes: int, seed: int):
@@ -107,14 +135,13 @@ def run_location(ctx, eps: float, max_bytes: int, seed: int):
     lists = answer_table(ctx, p.level, eps, p.candidates)
     ranks = _ranks(ctx, p.code_bytes)
     true_cell = data.cells.assign(ctx.Xq, 0, p.level)
-    hits = _hits(lists, ranks, ctx.true_idx, k)
     pr, qr = client.mechanism.p_, client.mechanism.q_
+    per_query, hits = expected_recall(lists, ranks, ctx.true_idx, true_cell, pr, qr, k)
+    expected = float(np.mean(per_query))
     idx = np.arange(len(ctx.Xq))
-    expected = float(np.mean(pr * hits[true_cell, idx] + qr * (hits.sum(0) - hits[true_cell, idx])))
     raw_expected = None
     if len(ctx.Xs) <= RAW_RERANK_MAX_ITEMS:  # the same answers re-ranked by raw features: what the codes cost
-        rh = _hits(lists, _raw_ranks(ctx), ctx.true_idx, k)
-        raw_expected = float(np.mean(pr * rh[true_cell, idx] + qr * (rh.sum(0) - rh[true_cell, idx])))
+        raw_expected = float(np.mean(expected_recall(lists, _raw_ranks(ctx), ctx.true_idx, true_cell, pr, qr, k)[0]))
     retrieved, cands, req_bytes = [], [], 0
     for i, x in enumerate(ctx.Xq):
         req = client.request(x)

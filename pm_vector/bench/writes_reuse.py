@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 from psycopg import sql
 
+from ..db import _binary
+
 #: the data rows after the items that the streams' new vectors are taken from (in turn)
 NEW_ROWS = 50_000
 
@@ -37,19 +39,26 @@ def prepared(conn, name: str) -> bool:
 
 def state(conn, table: sql.Composable, X: np.ndarray, items: int) -> dict[str, Any]:
     """The attached ``table``'s state: ``{"keys" (how many rows), "next_key" (after the largest),
-    "untouched" (the initial keys below ``items`` whose vector is still ``X[key - 1]``, ascending)}``."""
-    rows = conn.execute(sql.SQL("SELECT id, embedding::real[] FROM {} ORDER BY id").format(table)).fetchall()
+    "untouched" (the initial keys below ``items`` whose vector is still ``X[key - 1]``, ascending)}``.
+    The rows by binary COPY (a text read of 100,000 vectors of 128 took 18 s on the loaded machine)."""
+    n = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()[0]
+    got = _binary.copy_out_columns(conn, sql.SQL("SELECT id, embedding FROM {} ORDER BY id").format(table),
+                                   [("id", "int8", 0), ("embedding", "vector", X.shape[1])], int(n))
     conn.rollback()
-    ids = np.array([r[0] for r in rows], np.int64)
+    ids = np.asarray(got.get("id", np.zeros(0)), np.int64)
     keep = (ids >= 1) & (ids < items)  # (key ``items`` is the warm-up's: never a victim)
     if keep.any():
-        E = np.stack([np.asarray(rows[k][1], np.float32) for k in np.flatnonzero(keep)])
-        same = np.abs(E - X[ids[keep] - 1]).max(1) < 1e-5
+        same = np.abs(got["embedding"][keep] - X[ids[keep] - 1]).max(1) < 1e-5
         untouched = ids[keep][same]
     else:
         untouched = np.zeros(0, np.int64)
     return {"keys": int(ids.size), "next_key": int(max(int(ids.max(initial=0)), items) + 1),
             "untouched": untouched.tolist()}
+
+
+def fresh(items: int) -> dict[str, Any]:
+    """The state of a table just built from the first ``items`` rows (:func:`state`, without reading it)."""
+    return {"keys": int(items), "next_key": int(items) + 1, "untouched": list(range(1, int(items)))}
 
 
 def align_pgvector(conn, pgv: sql.Composable, att: sql.Composable) -> dict[str, int]:

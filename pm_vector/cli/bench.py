@@ -40,6 +40,7 @@ BENCH_COMMANDS = {
     "hostile": ("pm_vector.cli.bench_service", "bench_app"),
     "writes": ("pm_vector.cli.bench_writes", "bench_app"),
     "resolve": ("pm_vector.cli.bench_resolve", "bench_app"),
+    "writes-recall": ("pm_vector.cli.bench_writes", "bench_app"),
     "load": ("pm_vector.cli.service", "load"),
 }
 bench_app = typer.Typer(help="Benchmarks: each prints a table, or one JSON object with --json.",

@@ -1,5 +1,7 @@
 """``pm-vector bench writes``: a mixed stream of writes while private queries run, side by side
-with plain pgvector HNSW (table and JSON; :mod:`pm_vector.bench.writes_bench`)."""
+with plain pgvector HNSW (table and JSON; :mod:`pm_vector.bench.writes_bench`); ``bench
+writes-recall``: the recall and answer time with the stream's delta, after its merge and after a
+full job (:mod:`pm_vector.bench.writes_recall`)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .bench import bench_app, fail, run_printing
+from ..bench import writes_recall
 from ..bench.writes_bench import WritesConfig, check_config, plot as draw, run
 from ..errors import PMVectorError
 
@@ -128,3 +131,83 @@ def writes(
     bad = [s for r in result["by_rate"] for s in (r.get("pm_vector"), r.get("pgvector_hnsw")) if s]
     if any(s["errors"] or s["unobserved"] for s in bad):
         Console(stderr=True).print("some changes were not seen or some calls failed: see --json (error_samples).")
+
+
+def _recall_table(result: dict) -> Table:
+    cfg, cmp = result["config"], result["compare"]
+    d = result["delta_size"]
+    t = Table(title=f"writes-recall: {cfg['items']:,} x {cfg['dim']}, {result['stream']['changes']:,} changes "
+                    f"(delta: {d['new_items']:,} new items, {d['tombstones']:,} tombstones), {cfg['queries']} queries, "
+                    f"{cfg['max_bytes']:,} B plan")
+    for c in ("eps", "state", "nn_recall@8 (se)", "- full (se)", "answer B", "answer p50/p99 ms", "level, S, b"):
+        t.add_column(c, justify="right")
+    for eps in cfg["epsilons"]:
+        e = f"eps_{eps:g}"
+        for st in writes_recall.STATES:
+            s = result["states"][st][e]
+            diff = cmp[e].get(f"{st}_minus_full")
+            t.add_row(f"{eps:g}", st, f"{s['nn_recall_at_8']:.4f} ({s['se']:.4f})",
+                      "" if diff is None else f"{diff['diff']:+.4f} ({diff['se']:.4f})",
+                      f"{s['answer_bytes_mean']:,.0f}", f"{_cell(s['answer_p50_ms'])}/{_cell(s['answer_p99_ms'])}",
+                      f"{s['level']}, {s['candidates']}, {s['code_bytes']}")
+    t.caption = (f"merge {result['merge_s']} s, full job {result['full_job_s']} s; answer p50 delta / merged, "
+                 "delta / full: " + ", ".join(f"eps {eps:g} {cmp[f'eps_{eps:g}']['ratio_p50_vs_merged']}, "
+                                             f"{cmp[f'eps_{eps:g}']['ratio_p50_vs_full']}" for eps in cfg["epsilons"]))
+    return t
+
+
+@bench_app.command("writes-recall")
+def writes_recall_command(
+    items: int = typer.Option(20_000, "--items", min=200, help="Items of the collection."),
+    dim: int = typer.Option(128, "--dim", min=2, max=2000, help="Dimension of the synthetic vectors."),
+    changes: int = typer.Option(10_000, "--changes", min=1, help="Changes of the mixed stream (inserts, updates, "
+                                "deletes: a third each) applied through the write path, no merge."),
+    epsilons: str = typer.Option("4,16", "--epsilons", help="Comma-separated eps of the location release."),
+    queries: int = typer.Option(1000, "--queries", min=2, help="Query vectors (the recall's standard error is "
+                                "over them)."),
+    latency_reports: int = typer.Option(200, "--latency-reports", min=1, help="Reports resolved (each answer "
+                                        "built) for the answer time of each state."),
+    max_bytes: int = typer.Option(50_000, "--max-bytes", help="The plan's byte budget (the default 50 kB)."),
+    batch: int = typer.Option(100, "--batch", min=1, help="Changes a transaction, each applied by a sync."),
+    anchors: int = typer.Option(1000, "--anchors", min=20, help="Rows of the public anchor set."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the data and of the stream."),
+    reuse: bool = typer.Option(False, "--reuse", help="Use (and keep) the collection bench writes --reuse prepares "
+                               "for the same --items, --dim, --anchors and --seed."),
+    database_url: str = typer.Option(None, "--database-url", help="A PostgreSQL with pgvector to run on (default: "
+                                     "PM_VECTOR_DATABASE_URL, else the embedded server)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+):
+    """nn_recall@8 of the location release with --changes in the delta, after the merge and after a
+    full job on the same final data; the answer time with that delta and with an empty one.
+
+    Set up as bench writes (an attached table), apply the mixed stream through the write path
+    (each --batch a transaction and a sync), then measure three states on the same final data:
+    the delta, the merge, a full embedding job. The recall is the exact expectation over the
+    release's law of every report's answer (resolved by the server, re-ranked by the codes as the
+    client does), over --queries queries, with its standard error and the paired differences to
+    the full job (docs/benchmarks.md, "Writes").
+
+    Example: pm-vector bench writes-recall --items 100000 --dim 128 --changes 10000 --epsilons 4,16 --reuse --json
+    """
+    try:
+        eps = tuple(float(v) for v in epsilons.split(",") if v.strip())
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated numbers, e.g. 4,16; got {epsilons!r}",
+                                 param_hint="--epsilons") from None
+    cfg = writes_recall.RecallConfig(items=items, dim=dim, changes=changes, epsilons=eps, queries=queries,
+                                     latency_reports=latency_reports, max_bytes=max_bytes, batch=batch,
+                                     anchors=anchors, seed=seed, reuse=reuse)
+    try:
+        writes_recall.check_config(cfg)
+    except PMVectorError as e:
+        fail(str(e))
+    if database_url:
+        os.environ["PM_VECTOR_DATABASE_URL"] = database_url
+    result = run_printing(lambda progress: writes_recall.run(cfg, progress), False)
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    con = Console()
+    if not con.is_terminal and con.width < 120:
+        con = Console(width=120)
+    con.print(_recall_table(result))

@@ -145,9 +145,13 @@ def test_bench_writes_reuse_keeps_the_prepared_collection_for_the_next_run(db):
     try:
         first = run(cfg)
         assert first["setup"]["pm_vector"]["reused"] is False and "job_s" in first["setup"]["pm_vector"]
+        # the prepare's stages timed; a table just built is not read back (its state is known)
+        assert {"load_s", "class_rows_s", "index_s"} <= set(first["setup"]["pm_vector"]["job_stages_s"])
+        assert "state_s" not in first["setup"]["pm_vector"] and first["setup"]["pm_vector"]["victims_s"] >= 0
         assert name in [c["name"] for c in db.list_collections()]  # kept
         second = run(cfg)
         assert second["setup"]["pm_vector"]["reused"] is True and "job_s" not in second["setup"]["pm_vector"]
+        assert second["setup"]["pm_vector"]["state_s"] >= 0  # the kept table's state read (binary COPY)
         assert second["setup"]["pgvector_hnsw"]["reused"] is True
         for s in (second["pm_vector"], second["pgvector_hnsw"]):
             assert s["errors"] == 0 and s["unobserved"] == 0, s
