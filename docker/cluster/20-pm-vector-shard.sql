@@ -10,3 +10,17 @@ BEGIN
   EXECUTE format('ALTER DATABASE %I OWNER TO pm_vector_owner', current_database());
 END $$;
 CREATE SCHEMA IF NOT EXISTS pm_vector AUTHORIZATION pm_vector_owner;
+-- The shard's login for query keys (docs/operations.md, "Query keys on a cluster"): the
+-- coordinator's user mappings of the query role and of query keys' login role log in as it
+-- (`pm-vector db shard-add ... --query-url`); it may use the schema, and each embedding job grants
+-- it SELECT on the run tables a sharded answer reads here, nothing else. Change the password (here
+-- and in compose.cluster.yaml) before using this beyond a laptop.
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pm_vector_query') THEN
+    CREATE ROLE pm_vector_query LOGIN PASSWORD 'pm_vector_query'
+      NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS NOREPLICATION NOINHERIT;
+  END IF;
+  EXECUTE format('GRANT CONNECT ON DATABASE %I TO pm_vector_query', current_database());
+END $$;
+GRANT USAGE ON SCHEMA pm_vector TO pm_vector_query;

@@ -110,13 +110,21 @@ def _emit_cluster(st: dict[str, Any], as_json: bool) -> None:
 def shard_add(name: str = typer.Argument(..., help="The shard's name (lower-case letters, digits, _)."),
               url: str = typer.Argument(..., help="postgresql://user[:password]@host:port/db of the shard "
                                         "(pgvector installed there)."),
+              query_url: str = typer.Option(None, "--query-url", help="postgresql://pm_vector_query:password@"
+                                            "host:port/db: the shard's login for query keys (made on the shard "
+                                            "with USAGE on its schema pm_vector: docker/cluster/20-pm-vector-shard.sql); "
+                                            "without it query keys cannot reach this shard and the service resolves "
+                                            "them as its own role."),
               as_json: bool = JSON_OPT):
-    """Register a shard on the coordinator (the database pm_vector talks to): a postgres_fdw server.
+    """Register a shard on the coordinator (the database pm_vector talks to): a postgres_fdw server
+    owned by pm_vector's owner role, and with --query-url the query role's mappings to the shard's
+    query login (docs/operations.md, "Query keys on a cluster").
 
-    Example: pm-vector db shard-add s1 postgresql://pm@10.0.0.12:5432/pm_vector
+    Example: pm-vector db shard-add s1 postgresql://pm_vector_owner:PW@10.0.0.12:5432/pm_vector
+    --query-url postgresql://pm_vector_query:PW2@10.0.0.12:5432/pm_vector
     """
     with connect(autocommit=True) as conn:
-        cli_call(cluster.register_shard, conn, name, url)
+        cli_call(cluster.register_shard, conn, name, url, query_url)
         rows = conn.execute("SELECT name, host, port, dbname FROM pm_vector.shards ORDER BY name").fetchall()
     emit({"shards": [dict(zip(("name", "host", "port", "dbname"), r)) for r in rows]}, as_json, "shards")
 

@@ -20,6 +20,14 @@ OWNER_SQL = DOCKER / "initdb" / "10-pm-vector-owner.sql"
 SHARD_SQL = DOCKER / "cluster" / "20-pm-vector-shard.sql"
 
 
+def _shard_query_login() -> tuple[str, str]:
+    """(role, password) the shard's init script makes for query keys, no superuser."""
+    m = re.search(r"CREATE ROLE (\w+) LOGIN PASSWORD '([^']+)'\s+NOSUPERUSER NOCREATEDB NOCREATEROLE",
+                  SHARD_SQL.read_text())
+    assert m is not None
+    return m.group(1), m.group(2)
+
+
 def _owner_login() -> tuple[str, str]:
     """(role, password) the init script makes, no superuser."""
     m = re.search(r"CREATE ROLE (\w+) LOGIN PASSWORD '([^']+)'\s+NOSUPERUSER NOCREATEDB NOCREATEROLE",
@@ -63,10 +71,12 @@ def test_cluster_topology_and_wiring(compose):
     assert "PM_VECTOR_OWNER_ROLE" not in s["api"]["environment"]
     migrate = " ".join(s["migrate"]["command"])
     assert "pm-vector db upgrade" in migrate
-    adds = re.findall(r"pm-vector db shard-add (\w+) (\S+)", migrate)
+    adds = re.findall(r"pm-vector db shard-add (\w+) (\S+) --query-url (\S+)", migrate)
     assert [a[0] for a in adds] == ["shard0", "shard1"]
-    for name, url in adds:
+    for name, url, query_url in adds:
         check(url, name, owner)  # the user mapping logs in to the shard as the owner, with its password
+        # query keys reach the shard as its query login, which the shard's init script makes
+        check(query_url, name, _shard_query_login())
         assert s["migrate"]["depends_on"][name]["condition"] == "service_healthy"
     # every primary makes the owner role when its data directory is made; the shards give it their database
     init = "/docker-entrypoint-initdb.d/"
@@ -87,6 +97,7 @@ def test_cluster_topology_and_wiring(compose):
     db = root.get_command(click.Context(root), "db")
     cmd = db.get_command(click.Context(db), "shard-add")
     assert [p.name for p in cmd.params if p.param_type_name == "argument"] == ["name", "url"]
+    assert "--query-url" in [o for p in cmd.params if p.param_type_name == "option" for o in p.opts]
 
 
 def test_cluster_scripts_exist_and_parse(compose):
@@ -130,6 +141,13 @@ def test_init_sql_runs_on_a_node(local_cluster):
             assert c.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'pm_vector'"
                              ).fetchone()[0] == role
             assert c.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is not None
+            # the shard's query login: no superuser, may use the schema and reach the database, owns nothing
+            assert c.execute("SELECT rolcanlogin, rolsuper, rolcreatedb, rolcreaterole, rolbypassrls, rolreplication, "
+                             "has_schema_privilege(rolname, 'pm_vector', 'USAGE'), "
+                             "has_schema_privilege(rolname, 'pm_vector', 'CREATE'), "
+                             "has_database_privilege(rolname, current_database(), 'CONNECT') "
+                             "FROM pg_roles WHERE rolname = %s", [_shard_query_login()[0]]).fetchone() == (
+                True, False, False, False, False, False, True, False, True)
         # and the owner may make there what the coordinator's dblink makes: a table of the schema
         with psycopg.connect(local_cluster.node_url(shard, db), autocommit=True) as c:
             c.execute("CREATE TABLE pm_vector.t (v vector(2))")
