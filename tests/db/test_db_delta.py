@@ -397,3 +397,50 @@ def test_the_migration_goes_down_and_up(fresh_url):
     assert down[0] == (False, False) and down[1][-2:] == ["broken", "broken_at"]
     upgrade_to_head(fresh_url)
     assert shape() == up
+
+
+def test_a_small_runs_new_items_are_estimated_from_their_exact_nearest(db, cname, conn):
+    """A run of at most EXACT_ESTIMATE_ITEMS items: each new item's h_r at every level counts its exact
+    g nearest live run items (brute force over the run's embeddings less the tombstoned, here in numpy)
+    in its own cell, after deletes of many of its nearest, so two
+    databases holding the same run and the same writes place it alike (an HNSW index with random levels
+    does not promise that: the cluster's same-answers check after writes)."""
+    from dbtest_helpers import make_extend_fn
+
+    from pm_vector.db.runs.delta import EXACT_ESTIMATE_ITEMS
+
+    X, y, ids, rid = _collection(db, cname, n=700, delta=True)
+    assert 700 <= EXACT_ESTIMATE_ITEMS
+    rng = np.random.default_rng(11)
+    Xn = (X[:80] + 0.05 * rng.normal(size=X[:80].shape)).astype(np.float32)
+    Xn /= np.linalg.norm(Xn, axis=1, keepdims=True)
+    gone = ids[:300]  # tombstoned first: many of the new items' nearest are deleted, the rest must be found
+    db.delete_items(cname, item_ids=gone.tolist())
+    new = np.asarray(db.ingest(cname, Xn, y[:80], embed_fn_extend=make_extend_fn())["item_ids"])
+    metric = conn.execute("SELECT metric FROM pm_vector.collections WHERE name = %s", [cname]).fetchone()[0]
+    rows = conn.execute(f"SELECT item_id, embedding::text FROM pm_vector.run_{rid}_items ORDER BY item_id").fetchall()
+    eid = np.asarray([r[0] for r in rows])
+    E = np.asarray([np.fromstring(r[1].strip("[]"), sep=",") for r in rows])
+    feats = dict(zip(ids.tolist(), X)) | dict(zip(new.tolist(), Xn))
+    cells, _, info = _cells(cname)
+    g = int(info["class_rows"]["locations"].get("graph_degree") or 32)
+    checked = 0
+    for i, x in zip(new.tolist(), Xn):
+        e = E[eid == i][0]
+        if metric == "l2":
+            dist = np.linalg.norm(E - e, axis=1)
+        elif metric == "cosine":
+            dist = 1 - E @ e / (np.linalg.norm(E, axis=1) * np.linalg.norm(e))
+        else:
+            dist = -(E @ e)
+        dist[(eid == i) | np.isin(eid, gone)] = np.inf
+        near = eid[np.lexsort((eid, dist))[:g]]
+        for M in cells.levels_:
+            own = int(cells.assign(x[None].astype(np.float64), 0, int(M))[0])
+            theirs = cells.assign(np.asarray([feats[int(j)] for j in near], np.float64), 0, int(M))
+            want = 1.0 + float((theirs == own).sum())
+            got = conn.execute("SELECT cell, h_r FROM pm_vector.delta_entries WHERE run_id = %s AND item_id = %s "
+                               "AND level = %s", [rid, i, int(M)]).fetchone()
+            assert got == (own, want), (i, int(M), got, (own, want))
+            checked += 1
+    assert checked == new.size * len(cells.levels_)

@@ -17,7 +17,9 @@ level) inside its transaction. It writes the delta of the runs it concerns (``sq
   get their product code (``run_<id>_codes``: the candidates' join), and one entry per published
   location level in ``pm_vector.delta_entries``: ``(level, cell of the item at that level, h, h_r)``.
   The estimate: the item's ``g`` nearest run items (``g``: the locations' graph degree, 32) by the
-  run's HNSW index on the embeddings; ``h`` = ``g`` (the mean in-degree of a ``g``-NN graph, exactly),
+  run's HNSW index on the embeddings (exactly, by a scan, for a run of at most
+  :data:`EXACT_ESTIMATE_ITEMS` items: two databases holding the same run then place a new item
+  alike, which an index with random levels does not promise); ``h`` = ``g`` (the mean in-degree of a ``g``-NN graph, exactly),
   ``h_r`` = 1 + how many of those ``g`` lie in the item's cell at that level (the item itself, and its
   in-edges from the cell estimated by its out-edges into it: a k-NN graph is mostly mutual). The
   answer ranks them with the row's entries by the same :func:`pm_vector.shortlist.location_list`.
@@ -133,22 +135,35 @@ def live_sql(run_id: int, item: sql.Composable) -> sql.Composed:
                    "AND pm_z.item_id = {})").format(sql.Literal(int(run_id)), item)
 
 
+#: runs of at most this many items (as built: ``class_rows["n_items"]``) find a new item's ``g``
+#: nearest exactly (a scan of the run's embeddings: about 1 ms a new item at this size), so two
+#: databases holding the same run and the same writes place a new item alike; larger runs ask
+#: their HNSW index, whose random levels differ between two databases built apart
+EXACT_ESTIMATE_ITEMS = 10_000
+
+
 def estimate(conn, coll: Mapping[str, Any], run_id: int, doc: Mapping[str, Any], ids, X) -> dict[int, tuple]:
     """Per published location level M: ``(cells (n,), h (n,), h_r (n,))`` of the new items ``ids`` with
-    raw features ``X`` (module doc: their ``g`` nearest by the run's HNSW index, whose rows they have)."""
+    raw features ``X`` (module doc: their ``g`` nearest by the run's HNSW index, whose rows they have;
+    exact for a run of at most :data:`EXACT_ESTIMATE_ITEMS` items)."""
     rid = int(run_id)
     loc = doc.get("locations") or {}
     cells = run_cells.get(conn, rid, doc, "locations")
     ids = np.asarray(ids, dtype=np.int64)
     X = np.asarray(X, dtype=np.float64)
     g = int(loc.get("graph_degree") or 32)
-    op = conn.execute("SELECT pm_vector.pm_distance_operator(%s)", [coll["metric"]]).fetchone()[0]
-    conn.execute("SELECT set_config('hnsw.ef_search', greatest(%s, 40)::text, true)", [2 * g])
+    op = sql.SQL(conn.execute("SELECT pm_vector.pm_distance_operator(%s)", [coll["metric"]]).fetchone()[0])
+    if int(doc.get("n_items") or 0) <= EXACT_ESTIMATE_ITEMS:
+        # exact: an expression the index cannot order by, so a scan and a top-g sort, ties by id
+        order = sql.SQL("(e.embedding {op} n.embedding) + 0, e.item_id").format(op=op)
+    else:
+        conn.execute("SELECT set_config('hnsw.ef_search', greatest(%s, 40)::text, true)", [2 * g])
+        order = sql.SQL("e.embedding {op} n.embedding").format(op=op)
     near = dict(conn.execute(sql.SQL(
         "SELECT n.item_id, array(SELECT e.item_id FROM {t} AS e WHERE e.item_id <> n.item_id AND NOT EXISTS "
         "(SELECT 1 FROM pm_vector.delta_tombstones AS z WHERE z.run_id = %s AND z.item_id = e.item_id) "
-        "ORDER BY e.embedding {op} n.embedding LIMIT %s) FROM {t} AS n WHERE n.item_id = ANY(%s)").format(
-        t=run_table(rid, "items"), op=sql.SQL(op)), [rid, g, ids.tolist()]).fetchall())
+        "ORDER BY {order} LIMIT %s) FROM {t} AS n WHERE n.item_id = ANY(%s)").format(
+        t=run_table(rid, "items"), order=order), [rid, g, ids.tolist()]).fetchall())
     nb_ids = sorted({int(j) for v in near.values() for j in v})
     feats = {}
     if nb_ids:
