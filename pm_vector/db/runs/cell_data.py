@@ -89,13 +89,15 @@ def unavailable(error: str) -> dict[str, Any]:
 
 
 def build(anchor_X, anchor_y, item_X, item_y, item_ids, classes, *, neighbors: np.ndarray | None = None,
-          graph_degree: int | None = None) -> CellsData:
+          graph_degree: int | None = None, cells: PublicCells | None = None) -> CellsData:
     """The run's cells and per-cell hub counts (module doc) on the cell release's graph: the
     ``graph_degree`` (:data:`pm_vector.shortlist.CELL_GRAPH_DEGREE`) nearest other items of every
     item by raw features (``neighbors``: that graph when the caller has it, positions). ``classes``:
     the class frames' classes (the cells have the same). Raises InvalidInputError when the anchor
-    set gives no cells."""
-    cells = PublicCells().fit(np.asarray(anchor_X, dtype=np.float64), np.asarray(anchor_y))  # public data only
+    set gives no cells. ``cells``: the cells to publish again (:mod:`pm_vector.db.runs.published`)
+    instead of fitting them."""
+    if cells is None:
+        cells = PublicCells().fit(np.asarray(anchor_X, dtype=np.float64), np.asarray(anchor_y))  # public data only
     if [int(c) for c in cells.classes_] != [int(c) for c in classes]:  # pragma: no cover - both fit on the anchor
         raise InvalidInputError("the public cells' classes differ from the class frames' classes.")
     X = np.asarray(item_X)

@@ -78,6 +78,7 @@ from ..run_tables import run_index, run_table, shard_names
 from .prior_rows import hub_counts, leave_room_for_updates, refresh_nhub, reverse_index
 from .run_copy import copy_hubs as _copy_hubs, copy_pairs as _copy_pairs, copy_prior as _copy_prior  # noqa: F401
 from . import cell_data as _cells, locations as _loc, sharding
+from .published import Published
 from ...manifold.class_frames import ClassFrames
 from ...manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES, ProductCodes
 from ...protocol.class_rows import frames_digest
@@ -224,11 +225,17 @@ def unavailable(p: Mapping[str, Any], error: str) -> dict[str, Any]:
     return {"format": FORMAT, "status": "unavailable", "error": str(error)[:2000], **dict(p)}
 
 
-def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) -> ClassRowsData:
+def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any],
+          published: Published | None = None) -> ClassRowsData:
     """Frames, prior, graph and hubs of a run (see the module doc). Raises InvalidInputError when
-    the anchor set cannot give class frames."""
-    frames = ClassFrames(int(p["n_components"]), float(p["clip_quantile"])).fit(anchor_X, anchor_y)
-    pcodes, codes_error = fit_codes(np.asarray(anchor_X, dtype=np.float64), p)  # public data only
+    the anchor set cannot give class frames. ``published``: the public documents to publish again
+    instead of fitting them (:mod:`pm_vector.db.runs.published`)."""
+    pub = published or Published()
+    frames = pub.frames or ClassFrames(int(p["n_components"]), float(p["clip_quantile"])).fit(anchor_X, anchor_y)
+    if pub.codes is not None:
+        pcodes, codes_error = pub.codes, None
+    else:
+        pcodes, codes_error = fit_codes(np.asarray(anchor_X, dtype=np.float64), p)  # public data only
     X = np.asarray(item_X)
     y = np.asarray(item_y, dtype=np.int64)
     ids = np.asarray(item_ids, dtype=np.int64)
@@ -265,7 +272,7 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
     timings["prior_hubs_s"] = time.perf_counter() - t
     t = time.perf_counter()
     try:  # the cell release: public cells (anchor only) and per-cell hub counts on the same graph
-        cells = _cells.build(anchor_X, anchor_y, X, y, ids, frames.classes_, neighbors=graph)
+        cells = _cells.build(anchor_X, anchor_y, X, y, ids, frames.classes_, neighbors=graph, cells=pub.cells)
         cells_doc = cells.doc()
     except InvalidInputError as exc:
         cells, cells_doc = None, _cells.unavailable(str(exc))
@@ -273,7 +280,7 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any]) ->
     t = time.perf_counter()
 
     try:  # the location release: cells of the whole anchor, per-cell hub counts on the same graph
-        locations = _loc.build(anchor_X, X, ids, neighbors=graph)
+        locations = _loc.build(anchor_X, X, ids, neighbors=graph, cells=pub.locations)
         locations_doc = locations.doc()
     except InvalidInputError as exc:
         locations, locations_doc = None, _loc.unavailable(str(exc))

@@ -72,7 +72,7 @@ from ..postgres import connect
 from ..errors import EmbeddingJobError, RunNotFoundError, translate_sql_error
 from ..run_tables import run_table
 from .embeddings import embedding_matrix, write_embeddings
-from . import class_rows as _cr, erase as _erase
+from . import class_rows as _cr, erase as _erase, published as _published
 from .kinds import grant_answer_tables
 from ...manifold import AnchorFrame
 
@@ -172,7 +172,8 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
         items = _job_load(conn, coll, collection, run_id, report, timings)
         a_emb, i_emb = _job_embed(embed_fn, anchors, items, params_json, seed, run_id, report, timings)
         _job_write(conn, run_id, anchors, items, a_emb, i_emb, int(write_batch_size), report, timings)
-        cr_data = _job_class_rows(conn, run_id, anchors, items, cr_params, int(write_batch_size), report, timings)
+        cr_data = _job_class_rows(conn, run_id, anchors, items, cr_params, int(write_batch_size), report, timings,
+                                  _published.of_active_run(conn, coll, anchors.anchor_set_id, cr_params))
         _job_index(conn, run_id, settings, items["id"].shape[0], a_emb.shape[1], cr_data, maintenance_work_mem,
                    report, timings)
         previous = _job_switch(conn, collection, coll, run_id, items, report, timings, on_switch)
@@ -290,7 +291,8 @@ def _job_write(conn, run_id: int, anchors, items, a_emb: np.ndarray, i_emb: np.n
     timings["write_s"] = time.perf_counter() - t
 
 
-def _job_class_rows(conn, run_id: int, anchors, items, cr_params, batch: int, report, timings: dict):
+def _job_class_rows(conn, run_id: int, anchors, items, cr_params, batch: int, report, timings: dict,
+                    published=None):
     """The job's class-rows phase: frames on the public anchor set, prior, raw-feature graph, hubs (own
     tables, written like the embeddings: nothing points at this run before the switch), and the
     run row's class-rows document. Returns the built class rows, or None when they are unavailable."""
@@ -298,7 +300,7 @@ def _job_class_rows(conn, run_id: int, anchors, items, cr_params, batch: int, re
     report("class_rows", 0, 1)
     try:
         cr_data = _cr.build(anchors.features, anchors.labels, items["id"], items["features"], items["label"],
-                            cr_params)
+                            cr_params, published)
     except InvalidInputError as exc:
         cr_data = None
         cr_doc, frames_doc = _cr.unavailable(cr_params, str(exc)), None

@@ -113,11 +113,14 @@ def _top_hubs(h: np.ndarray, k_max: int) -> np.ndarray:
     return np.lexsort((np.arange(h.size), -h))[:k_max]
 
 
-def build(anchor_X, item_X, item_ids, *, neighbors: np.ndarray, k_max: int | None = None) -> LocationsData:
+def build(anchor_X, item_X, item_ids, *, neighbors: np.ndarray, k_max: int | None = None,
+          cells=None) -> LocationsData:
     """The run's location cells and per-cell hub counts (module doc) on ``neighbors`` (positions,
-    the first :data:`~pm_vector.shortlist.CELL_GRAPH_DEGREE` columns are used)."""
+    the first :data:`~pm_vector.shortlist.CELL_GRAPH_DEGREE` columns are used). ``cells``: the
+    location cells to publish again (:mod:`pm_vector.db.runs.published`) instead of fitting them."""
     k_max = int(k_max or MAX_LOCATION_CANDIDATES)
-    cells = fit_location_cells(np.asarray(anchor_X, dtype=np.float64))  # public data only
+    if cells is None:
+        cells = fit_location_cells(np.asarray(anchor_X, dtype=np.float64))  # public data only
     ids = np.asarray(item_ids, dtype=np.int64)
     N = ids.shape[0]
     nb = np.asarray(neighbors)[:, :CELL_GRAPH_DEGREE]
