@@ -19,7 +19,9 @@ answer cache, as a freshly started service) that resolves every request once on 
 whether its answer was built (a miss of the process's cache). The result: per phase p50/p95/p99 in
 ms, the share of misses and the misses' own p50/p99, and the process's CPU time per report (on a
 loaded machine the times measure the wait for a core as much as the work). Everything the benchmark creates is dropped at
-the end.
+the end. With ``collection`` (``--collection NAME``) it times an existing collection instead (say the one
+``bench writes --reuse`` keeps at 10^6 items): queries drawn near its own items, no delta phase,
+nothing written.
 """
 
 from __future__ import annotations
@@ -34,8 +36,11 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import numpy as np
+from psycopg import sql
 
 import pm_vector.db as db
+from ..db.core.collection import collection_row
+from ..db.core.features import feature_filter, feature_sql
 from ..client.location import PrivateLocationKNN
 from ..errors import InvalidInputError, PMVectorError
 from ..manifold.public_cells import PublicCells
@@ -58,12 +63,16 @@ class ResolveConfig:
     reports: int = 1000
     delta_changes: int = 0  # > 0: a second phase after that many changes written to the delta (no merge)
     seed: int = 0
+    collection: str | None = None  # an existing collection instead of a temporary one (kept; no delta phase)
 
 
 def check_config(cfg: ResolveConfig) -> None:
     if cfg.items < 1000 or cfg.anchors < 2 or cfg.reports < 1 or cfg.delta_changes < 0:
         raise InvalidInputError("items must be >= 1000, anchors >= 2, reports >= 1 and delta changes >= 0.")
-    if cfg.delta_changes > cfg.items:
+    if cfg.collection is not None and cfg.delta_changes:
+        raise InvalidInputError("--delta-changes writes through update_items into a temporary collection; with "
+                                "--collection (an existing one, which the benchmark never writes) leave it out.")
+    if cfg.collection is None and cfg.delta_changes > cfg.items:
         raise InvalidInputError(f"--delta-changes {cfg.delta_changes} is more than the {cfg.items} items.")
     if not (cfg.epsilon > 0) or cfg.epsilon == float("inf"):
         raise InvalidInputError(f"epsilon must be a positive number, got {cfg.epsilon}.")
@@ -125,10 +134,43 @@ def _write_delta(name: str, n: int, Xq: np.ndarray, seed: int) -> float:
     return time.perf_counter() - t
 
 
+def _existing(cfg: ResolveConfig, say) -> dict[str, Any]:
+    """The benchmark on an existing collection ``cfg.collection`` (kept, never written): the queries are
+    ``cfg.reports`` of its items' features, each moved by a little Gaussian noise (1% of the features'
+    spread), read from wherever its features live (its items or its attached table)."""
+    t_start = time.perf_counter()
+    load_before = os.getloadavg()
+    name = cfg.collection
+    with db.connect() as conn:
+        coll = collection_row(conn, name)
+        rows = conn.execute(sql.SQL("SELECT ({f})::real[] FROM pm_vector.items AS i WHERE i.collection_id = {c}{ok} "
+                                    "ORDER BY i.id LIMIT {n}").format(
+            f=feature_sql(coll, "i"), c=sql.Literal(int(coll["id"])), ok=feature_filter(coll, "i"),
+            n=sql.Literal(20 * cfg.reports))).fetchall()
+        n_items = int(conn.execute("SELECT n_items FROM pm_vector.embedding_runs WHERE id = %s",
+                                   [coll["active_run_id"]]).fetchone()[0])
+    if not rows:
+        raise InvalidInputError(f"collection {name!r} has no items to draw queries from.")
+    F = np.asarray([r[0] for r in rows], np.float64)
+    rng = np.random.default_rng(cfg.seed + 41)
+    Xq = F[rng.choice(F.shape[0], size=cfg.reports, replace=F.shape[0] < cfg.reports)]
+    Xq = Xq + 0.01 * F.std(axis=0, keepdims=True) * rng.normal(size=Xq.shape)
+    reqs, plan = _requests(name, n_items, Xq, cfg)
+    say("fresh process")
+    phases = {"base": _phase(*_fresh_process(name, reqs))}
+    return {"items": n_items, "dim": int(F.shape[1]), "epsilon": cfg.epsilon, "plan": plan, "config": asdict(cfg),
+            "phases": phases, "setup": {"collection": name},
+            "load_average": {"before": [round(v, 2) for v in load_before],
+                             "after": [round(v, 2) for v in os.getloadavg()]},
+            "seconds": round(time.perf_counter() - t_start, 1)}
+
+
 def run(cfg: ResolveConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the benchmark; returns the JSON-able result (module doc)."""
     say = progress or (lambda _m: None)
     check_config(cfg)
+    if cfg.collection is not None:
+        return _existing(cfg, say)
     t_start = time.perf_counter()
     load_before = os.getloadavg()
     lcfg = LatencyConfig(items=cfg.items, anchors=cfg.anchors, dim=cfg.dim, seed=cfg.seed, rows=(10,))

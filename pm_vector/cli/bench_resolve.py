@@ -22,6 +22,8 @@ def resolve(
                                       "update_items (no merge), and the same requests timed again."),
     anchors: int = typer.Option(1000, "--anchors", help="Rows of the public anchor set."),
     seed: int = typer.Option(0, "--seed", help="Seed of the data and the clients."),
+    collection: str = typer.Option(None, "--collection", help="Time this existing collection instead of a temporary "
+                                   "one (kept and never written: no --delta-changes; queries near its own items)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
 ):
     """Resolve p50/p95/p99 of the location release from a FRESH process (an empty answer cache, as a
@@ -32,9 +34,10 @@ def resolve(
     changes written to the delta. Drops it all.
 
     Example: pm-vector bench resolve --items 100000 --epsilon 16 --reports 1000 --delta-changes 10000 --json
+    (or, on the collection bench writes --reuse kept: --collection NAME)
     """
     cfg = ResolveConfig(items=items, epsilon=epsilon, reports=reports, delta_changes=delta_changes, anchors=anchors,
-                        seed=seed)
+                        seed=seed, collection=collection)
     try:
         check_config(cfg)
     except PMVectorError as e:
