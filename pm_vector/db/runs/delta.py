@@ -103,6 +103,21 @@ def tombstone(conn, ids, runs) -> list[int]:
     return touched
 
 
+def tombstone_deleted(conn, run_id: int) -> int:
+    """Tombstones, in run ``run_id``, for every item it holds that ``pm_vector.items`` no longer does
+    (deleted since the run read its items: a job's catch-up and switch, :mod:`pm_vector.db.runs.merge`),
+    in the caller's transaction; their delta entries go. Returns how many."""
+    rid = int(run_id)
+    gone = [r[0] for r in conn.execute(sql.SQL(
+        "INSERT INTO pm_vector.delta_tombstones (run_id, item_id) SELECT %s, e.item_id FROM {} AS e WHERE NOT EXISTS "
+        "(SELECT 1 FROM pm_vector.items AS i WHERE i.id = e.item_id) ON CONFLICT DO NOTHING RETURNING item_id").format(
+        run_table(rid, "items")), [rid]).fetchall()]
+    if gone:
+        conn.execute("DELETE FROM pm_vector.delta_entries WHERE run_id = %s AND item_id = ANY(%s)", [rid, gone])
+        bump(conn, rid, -len(gone))
+    return len(gone)
+
+
 def split_runs(runs, coll: Mapping[str, Any] | None = None) -> tuple[list, list]:
     """``(runs that take the delta, the others)`` of ``(run_id, class_rows)`` pairs of collection ``coll``."""
     runs = list(runs)

@@ -36,7 +36,8 @@ from ...manifold.laplacian import single_threaded
 
 def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: JobProgress | None = None,
                     write_batch_size: int = 20_000, conn=None, run_items: Mapping[str, np.ndarray] | None = None,
-                    on_placed: Callable[[dict], None] | None = None, item_ids=None) -> dict[str, Any]:
+                    on_placed: Callable[[dict], None] | None = None, item_ids=None,
+                    into_run: int | None = None) -> dict[str, Any]:
     """Embed items ingested after the active run was built into that run (out-of-sample extension).
 
     ``embed_fn_extend(anchor_X, anchor_y, anchor_embedding, new_X, new_y, params, seed) -> (m, k)``
@@ -53,9 +54,11 @@ def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: Job
     of reading them; ``on_placed``
     is then called with the items added to the run's class rows (``id``, ``label``, ``features``).
     ``item_ids``: place only these of the items missing from the run (a sync batch's new items).
+    ``into_run``: place them in this run instead, a job's run before its switch (still ``running``;
+    a merge's catch-up, :mod:`pm_vector.db.runs.merge`); only a run that takes the delta.
     """
     report = progress or (lambda *_a, **_k: None)
-    extra = {"run_items": run_items, "on_placed": on_placed, "item_ids": item_ids}
+    extra = {"run_items": run_items, "on_placed": on_placed, "item_ids": item_ids, "into_run": into_run}
     if conn is not None:
         return _embed_new(conn, False, collection, embed_fn_extend, report, write_batch_size, **extra)
     with connect(watch_client=True) as own:
@@ -63,9 +66,9 @@ def embed_new_items(collection: str, embed_fn_extend: ExtendFn, *, progress: Job
 
 
 def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, report, write_batch_size: int,
-               run_items=None, on_placed=None, item_ids=None):
+               run_items=None, on_placed=None, item_ids=None, into_run=None):
     coll = collection_row(conn, collection)
-    run_id = coll["active_run_id"]
+    run_id = coll["active_run_id"] if into_run is None else int(into_run)
     if run_id is None:
         raise NoActiveRunError(
             f"collection {collection!r} has no active embedding run; run_embedding_job() builds one "
@@ -76,6 +79,8 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
     has_cr = bool(cr_doc) and cr_doc.get("status") == "ready" and frames_doc is not None
 
     to_delta = has_cr and delta.takes_delta(cr_doc, coll)  # the new items go to the run's delta: no rows rewritten
+    if into_run is not None and not to_delta:
+        raise EmbeddingJobError(f"run {run_id} does not take the delta: new items wait for its switch.", run_id)
     report("load", 0, 1)
     new = load_items(conn, coll, missing_from_run=run_id, ids=item_ids)
     m = new["id"].shape[0]
@@ -108,7 +113,12 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
     try:
         row = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s FOR SHARE",
                            [coll["id"]]).fetchone()
-        if row is None or row[0] != run_id:
+        if into_run is not None:  # a job's run before its switch: still running (its switch waits on this share)
+            st = conn.execute("SELECT status FROM pm_vector.embedding_runs WHERE id = %s", [run_id]).fetchone()
+            if row is None or st is None or st[0] != "running":
+                raise EmbeddingJobError(f"run {run_id} is no longer being built; its switch placed the new items.",
+                                        run_id)
+        elif row is None or row[0] != run_id:
             raise EmbeddingJobError(
                 f"the active run of collection {collection!r} changed while new items were embedded; "
                 "call embed_new_items() again.", run_id)
