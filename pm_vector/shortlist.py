@@ -346,6 +346,10 @@ def location_list(row_ids, row_hubs, row_chubs, top_ids, top_chubs, weight: floa
     return ids[o], s[o]
 
 
+#: :func:`merged_row` tests membership by a table of the tombstones' id range up to this many ids (bytes)
+_ISIN_TABLE = 1 << 24
+
+
 def merged_row(row_ids, row_hubs, row_chubs, new_ids, new_hubs, new_chubs, top_ids, top_chubs, dead):
     """The candidates :func:`location_list` ranks once a run has a delta (:mod:`pm_vector.db.runs.delta`):
     ``(row_ids, row_hubs, row_chubs, top_ids, top_chubs)`` of the base row minus the tombstoned ids
@@ -354,7 +358,10 @@ def merged_row(row_ids, row_hubs, row_chubs, new_ids, new_hubs, new_chubs, top_i
     (``sql/0023_delta.sql``) ranks the same union."""
     dead = np.asarray(dead, np.int64)
     row_ids, new_ids, top_ids = (np.asarray(a, np.int64) for a in (row_ids, new_ids, top_ids))
-    k, kn, kt = ~np.isin(row_ids, dead), ~np.isin(new_ids, dead), ~np.isin(top_ids, dead)
+    # a table of the ids' range when it is small (item ids of a sequence): 0.2 ms for 8,700 ids against
+    # 6,600 tombstones, against 4.4 ms by numpy's default (a hash of both)
+    kind = "table" if dead.size and int(dead.max()) - int(dead.min()) < _ISIN_TABLE else None
+    k, kn, kt = (~np.isin(a, dead, kind=kind) for a in (row_ids, new_ids, top_ids))
     f = lambda a, m: np.asarray(a, np.float64)[m]  # noqa: E731
     return (np.concatenate([row_ids[k], new_ids[kn]]), np.concatenate([f(row_hubs, k), f(new_hubs, kn)]),
             np.concatenate([f(row_chubs, k), f(new_chubs, kn)]), top_ids[kt], f(top_chubs, kt))

@@ -31,7 +31,9 @@ CSPRNG seeded by the bench, once, and given to the three states).
 
 **Answer time** per state and eps: ``latency_reports`` reports drawn from the law as above (the
 same for every state), each resolved and logged as the service does after this process's answer
-cache was cleared (every answer built: the work a delta adds), p50 / p99 ms; ``ratio_p50_vs_merged``
+cache was cleared (every answer built: the work a delta adds; the process's tombstone sets are kept, as
+a serving process keeps them: :class:`~pm_vector.db.resolve.location_resolution.TombstoneSets`, read by
+the first answer of a state), p50 / p99 ms; ``ratio_p50_vs_merged``
 and ``ratio_p50_vs_full``: the delta state's p50 over that of the states with an empty delta on the
 same data (the merged one measured right after the merge dropped the superseded run's delta rows,
 the full one later).
