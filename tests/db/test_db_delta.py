@@ -448,7 +448,9 @@ def test_new_items_are_estimated_from_their_exact_nearest(db, cname, conn):
     rng = np.random.default_rng(11)
     Xn = (X[:80] + 0.05 * rng.normal(size=X[:80].shape)).astype(np.float32)
     Xn /= np.linalg.norm(Xn, axis=1, keepdims=True)
-    gone = ids[:300]  # tombstoned first: many of the new items' nearest are deleted, the rest must be found
+    # tombstoned first: most of the new items' nearest are deleted, the rest must be found (an HNSW scan
+    # of ef_search rows filtered by the tombstones afterwards found too few)
+    gone = ids[:600]
     db.delete_items(cname, item_ids=gone.tolist())
     new = np.asarray(db.ingest(cname, Xn, y[:80], embed_fn_extend=make_extend_fn())["item_ids"])
     feats = dict(zip(ids.tolist(), X)) | dict(zip(new.tolist(), Xn))
@@ -460,6 +462,12 @@ def test_new_items_are_estimated_from_their_exact_nearest(db, cname, conn):
     more = np.asarray(db.ingest(cname, Xm, y[:40], embed_fn_extend=make_extend_fn())["item_ids"])
     feats |= dict(zip(more.tolist(), Xm))
     _check_estimates(conn, cname, rid, more, Xm, feats, set(gone.tolist()) | set(new[::2].tolist()))
+    # this process's memory of the run (the estimate's) holds no deleted item
+    from pm_vector.db.runs import run_nearest
+
+    held = [e for k, e in run_nearest._cache.items() if k[4] == rid]
+    assert len(held) == 1 and held[0].ids.size == 700 - 600 + 80 - 40 + 40
+    assert not np.isin(held[0].ids, np.concatenate([gone, new[::2]])).any()
 
 
 def test_two_runs_with_the_same_items_and_writes_place_new_items_alike(db, cname, conn):

@@ -158,7 +158,7 @@ def estimate(conn, coll: Mapping[str, Any], run_id: int, doc: Mapping[str, Any],
         for k, got in enumerate(near):
             P[k, :got.size] = at[got]
         run_nearest.cells_of(conn, coll, ent, P[P >= 0], cells)
-        theirs = ent.cells.astype(np.int64)[:, np.maximum(P, 0)]  # (L, n, g)
+        theirs = ent.cells[:, np.maximum(P, 0)].astype(np.int64)  # (L, n, g)
     out = {}
     for r, M in enumerate(levels):
         h_r = 1.0 + ((P >= 0) & (theirs[r] == own[r][:, None])).sum(1)

@@ -10,19 +10,22 @@ order of an exact SQL scan ``ORDER BY (distance) + 0, item_id``, with the distan
 float64 by a fixed sequence of elementwise operations (the same bits in every process), so two
 databases holding the same run and the same writes place a new item alike.
 
-An entry, keyed as :mod:`pm_vector.db.runs.item_cache`'s (the database, the run, its creation time),
-holds per item it has seen -- ids ascending -- its embedding (``float32 (N, k)``) and its cell at every
-published location level (``(L, N)``, -1 until known), a store that only grows: an item's
-embedding never changes while it is in the run, its features neither (a changed row is a new
-item) and an id is never reused. **Which items are live** is read at every :func:`get`, in the
-caller's transaction, never cached (so a rolled-back transaction or another process's write
-cannot leave a wrong answer behind): the run's items as built (``run_<id>_items`` less the delta's
-items, listed at the entry's first load) plus the items the delta added since (their ids in
-``pm_vector.delta_entries``, one published level) minus the tombstones
-(:func:`pm_vector.db.runs.delta.tombstoned`); both lists are bounded by the merge's threshold. The
-delta's items not seen yet are read then (their embeddings, and their cells from their entries:
-no raw features); a base item's cells are assigned from its raw features the first time it is
-someone's neighbour (:func:`cells_of`), then kept.
+An entry, keyed as :mod:`pm_vector.db.runs.item_cache`'s (the database, the collection, the run, its
+creation time), holds per live item -- ids ascending -- its embedding (``float32 (N, k)``) and its
+cell at every published location level (``(L, N)``, -1 until known): an item's embedding never
+changes while it is in the run, its features neither (a changed row is a new item) and an id is
+never reused. **Which items are live** is read at every :func:`get`, in the caller's transaction
+(so a rolled-back transaction or another process's write cannot leave a wrong answer behind): the
+run's items as built (``run_<id>_items`` less the delta's items, listed at the entry's first load)
+plus the items the delta added since (their ids in ``pm_vector.delta_entries``, one published
+level) minus the tombstones (:func:`pm_vector.db.runs.delta.tombstoned`); both lists are bounded
+by the merge's threshold. The delta's items not seen yet are read then (their embeddings, and
+their cells from their entries: no raw features); a base item's cells are assigned from its raw
+features the first time it is someone's neighbour (:func:`cells_of`), then kept. A tombstoned
+item leaves the entry at the next :func:`get` (no deleted item's embedding stays in memory), and
+so do the entries of the collection's other runs (a merge's run replaces them). A check keeps it
+honest: the live items counted must match the run's ``n_items`` (which every delta write keeps),
+else the entry is read again (a rolled-back write it followed, a run changed another way).
 
 Memory: 8 + 4k + 2L bytes an item (int16 cells below 32,768 cells a level): 94 B at k = 16 and
 L = 10, so 9.4 MB at 100,000 items and 94 MB at 10^6, plus the search's float32 copy of the live embeddings
@@ -185,6 +188,14 @@ class RunNearest:
             self.ids, self.emb, self.cells = self.ids[o], self.emb[o], self.cells[:, o]
             self.base, self.sure = self.base[o], self.sure[o]
 
+    def drop(self, gone: np.ndarray) -> None:
+        """The rows of mask ``gone`` (the run's tombstoned items) out of memory: a deleted item's
+        embedding and cells are not kept (its rows in the run's tables leave with the merge)."""
+        if gone.any():
+            keep = ~gone
+            self.ids, self.emb, self.cells = self.ids[keep], self.emb[keep], self.cells[:, keep]
+            self.base, self.sure = self.base[keep], self.sure[keep]
+
     def positions(self, ids) -> np.ndarray:
         """Positions of ``ids`` (all held)."""
         return np.searchsorted(self.ids, np.asarray(ids, np.int64))
@@ -194,14 +205,14 @@ class RunNearest:
 
 
 def key(conn, run_id: int) -> tuple[tuple, int, int] | None:
-    """The entry's key (the database, the run, its creation time), the run's embedding width and the
+    """The entry's key (the database, the collection, the run, its creation time), the run's embedding width and the
     items it holds now (``n_items``, as the caller's transaction sees it); None for a run that is gone."""
-    row = conn.execute("SELECT created_at, embedding_dim, n_items FROM pm_vector.embedding_runs WHERE id = %s",
-                       [int(run_id)]).fetchone()
+    row = conn.execute("SELECT created_at, embedding_dim, n_items, collection_id FROM pm_vector.embedding_runs "
+                       "WHERE id = %s", [int(run_id)]).fetchone()
     if row is None:
         return None
     info = conn.info
-    return (info.host, info.port, info.dbname, int(run_id), str(row[0])), int(row[1]), int(row[2] or 0)
+    return (info.host, info.port, info.dbname, int(row[3]), int(run_id), str(row[0])), int(row[1]), int(row[2] or 0)
 
 
 def read_embeddings(conn, run_id: int, k: int, ids=None) -> dict[str, np.ndarray]:
@@ -268,6 +279,8 @@ def get(conn, run_id: int, levels, dead, new_ids=(), new_cells=None) -> tuple[Ru
         ent = _cache.get(kk)
         if ent is not None:
             _cache.move_to_end(kk)
+        for other in [o for o in _cache if o[:4] == kk[:4] and o != kk]:  # (the collection's runs before: merged)
+            del _cache[other]
     if ent is not None and (ent.levels != levels or ent.k != k):
         ent = None
     delta_ids = _delta_items(conn, rid, levels[0]) if levels else np.zeros(0, np.int64)
@@ -282,7 +295,7 @@ def get(conn, run_id: int, levels, dead, new_ids=(), new_cells=None) -> tuple[Ru
         held = _mask_of(ent.ids, delta_ids)
         sure = np.zeros(delta_ids.size, bool)
         sure[held] = ent.sure[ent.positions(delta_ids[held])]
-        todo = delta_ids[~sure & ~np.isin(delta_ids, new_ids)]
+        todo = delta_ids[~sure & ~np.isin(delta_ids, new_ids) & ~np.isin(delta_ids, dead)]
         if todo.size:
             got = read_embeddings(conn, rid, k, todo)
             cells = np.full((len(levels), got["item_id"].size), -1, np.int64)
@@ -298,15 +311,15 @@ def get(conn, run_id: int, levels, dead, new_ids=(), new_cells=None) -> tuple[Ru
             at = {int(i): j for j, i in enumerate(new_ids.tolist())}
             nc = None if new_cells is None else np.asarray(new_cells)[:, [at[int(i)] for i in placed["item_id"]]]
             ent.put(placed["item_id"], placed["embedding"], nc, sure=False)
-        live = (ent.base | _mask(ent.ids, delta_ids)) & ~_mask(ent.ids, dead)
+        ent.drop(_mask(ent.ids, dead))
+        live = ent.base | _mask(ent.ids, delta_ids)
         counted = int(live.sum())
         if ent.offset is None:
             ent.offset = n_items - counted
         if n_items - counted == ent.offset or attempt:
             break
         ent = None  # (the run changed in a way the entry does not follow: loaded again)
-    live |= _mask(ent.ids, new_ids) & ~_mask(ent.ids, dead)
-    return ent, live
+    return ent, live | _mask(ent.ids, new_ids)
 
 
 def cells_of(conn, coll: Mapping[str, Any], ent: RunNearest, pos: np.ndarray, cells) -> None:
@@ -331,5 +344,5 @@ def cells_of(conn, coll: Mapping[str, Any], ent: RunNearest, pos: np.ndarray, ce
 def forget(run_id: int | None = None) -> None:
     """Drop the entries of a run (all of them with None)."""
     with _lock:
-        for kk in [kk for kk in _cache if run_id is None or kk[3] == int(run_id)]:
+        for kk in [kk for kk in _cache if run_id is None or kk[4] == int(run_id)]:
             del _cache[kk]
