@@ -496,3 +496,38 @@ def test_two_runs_with_the_same_items_and_writes_place_new_items_alike(db, cname
         assert len(entries[0]) > 0 and entries[0] == entries[1]
     finally:
         db.drop_collection(other, missing_ok=True)
+
+
+def test_an_item_deleted_while_a_merge_builds_is_tombstoned_at_its_switch(db, cname, conn):
+    """Items deleted while a merge's job embeds (after it read them): its switch tombstones them in the
+    new run (no list rewritten while the switch holds the collection row, which holds every write);
+    no answer holds them from the switch on, and the merge after leaves no row of them anywhere."""
+    from dbtest_helpers import make_embed_fn, make_extend_fn
+
+    from pm_vector.db.runs import delta
+    from pm_vector.db.runs.erase import run_tables
+
+    X, y, ids, rid = _collection(db, cname, n=400, delta=True)
+    db.delete_items(cname, item_ids=ids[:5].tolist())  # (a delta to merge)
+    gone = ids[10::20]
+    inner = make_embed_fn()
+
+    def embed_and_delete(*args):
+        db.delete_items(cname, item_ids=gone.tolist())  # committed while the job runs, after its load
+        return inner(*args)
+
+    out = db.merge(cname, embed_fn=embed_and_delete, embed_fn_extend=make_extend_fn())
+    new_rid = out["run_id"]
+    dead = set(gone.tolist())
+    assert dead <= _ids_of(conn, new_rid, "items")  # (the rows stay until the next merge)
+    assert set(delta.tombstoned(conn, new_rid).tolist()) == dead
+    assert delta.status(conn, cname)["pending_purge"] == gone.size
+    info = conn.execute("SELECT n_items, (class_rows ->> 'n_items')::bigint FROM pm_vector.embedding_runs "
+                        "WHERE id = %s", [new_rid]).fetchone()
+    assert info == (len(ids) - 5 - gone.size,) * 2
+    _every_location_answer(cname, X, dead | set(ids[:5].tolist()), len(ids) - 5 - gone.size, conn)
+    out2 = db.merge(cname, embed_fn=make_embed_fn(), embed_fn_extend=make_extend_fn())
+    assert new_rid in out2["dropped_runs"]
+    for t in run_tables({"status": "ready", "cells": {"status": "ready"}, "locations": {"status": "ready"}}):
+        assert not dead & _ids_of(conn, out2["run_id"], t.kind), t.kind
+    assert delta.status(conn, cname)["pending_purge"] == 0
