@@ -27,9 +27,10 @@ so do the entries of the collection's other runs (a merge's run replaces them). 
 honest: the live items counted must match the run's ``n_items`` (which every delta write keeps),
 else the entry is read again (a rolled-back write it followed, a run changed another way).
 
-Memory: 8 + 4k + 2L bytes an item (int16 cells below 32,768 cells a level): 94 B at k = 16 and
-L = 10, so 9.4 MB at 100,000 items and 94 MB at 10^6, plus the search's float32 copy of the live embeddings
-for its duration (6.4 MB at 100,000 items). :data:`MAX_ENTRIES` entries kept, least recently used out.
+Memory: 8 + 4k + 2L + 2 bytes an item (id, embedding, int16 cells below 32,768 cells a level, two
+flags): 94 B at k = 16 and L = 10, so 9.4 MB at 100,000 items and 94 MB at 10^6, plus the search's
+copy of the live embeddings for its duration (6.4 MB at 100,000 items). :data:`MAX_ENTRIES`
+entries kept, least recently used out; one per collection.
 """
 
 from __future__ import annotations
