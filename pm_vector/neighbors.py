@@ -54,10 +54,20 @@ def knn_rows(X, q: np.ndarray, k: int, exact: bool) -> np.ndarray:
         return np.zeros((0, 0), np.int64)
     if exact:
         return knn_search(X[q], X, k)
+    X32 = np.ascontiguousarray(X, dtype=np.float32)
+    return flat_knn(X32[q], X32, k)[1]
+
+
+def flat_knn(queries: np.ndarray, items: np.ndarray, k: int, inner_product: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """faiss's exact flat search in float32: ``(D, I)`` (``(q, k)``; squared L2 ascending, or with
+    ``inner_product`` the inner product descending; ``I`` int64, -1 past the items), ties in faiss's
+    order. The float32 pre-selection of the callers that decide exactly (or need not)."""
     import faiss
 
-    X32 = np.ascontiguousarray(X, dtype=np.float32)
-    return faiss.knn(X32[q], X32, k)[1].astype(np.int64)
+    Q = np.ascontiguousarray(queries, dtype=np.float32)
+    X = np.ascontiguousarray(items, dtype=np.float32)
+    D, I = faiss.knn(Q, X, int(k), metric=faiss.METRIC_INNER_PRODUCT if inner_product else faiss.METRIC_L2)
+    return D, I.astype(np.int64)
 
 
 def knn_search(queries: np.ndarray, items: np.ndarray, k: int, *, batch_size: int | None = None,

@@ -216,8 +216,8 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
         conn = target.writer()
         try:
             for j in range(0, len(ops), cfg.batch):
-                if rate is not None and t0 + j / rate > time.perf_counter():
-                    time.sleep(t0 + j / rate - time.perf_counter())
+                if rate is not None:  # (the time left read once: it may run out between two reads)
+                    time.sleep(max(0.0, t0 + j / rate - time.perf_counter()))
                 if time.perf_counter() - t0 > seconds:
                     break
                 b = ops[j:j + cfg.batch]

@@ -399,33 +399,20 @@ def test_the_migration_goes_down_and_up(fresh_url):
     assert shape() == up
 
 
-def test_a_small_runs_new_items_are_estimated_from_their_exact_nearest(db, cname, conn):
-    """A run of at most EXACT_ESTIMATE_ITEMS items: each new item's h_r at every level counts its exact
-    g nearest live run items (brute force over the run's embeddings less the tombstoned, here in numpy)
-    in its own cell, after deletes of many of its nearest, so two
-    databases holding the same run and the same writes place it alike (an HNSW index with random levels
-    does not promise that: the cluster's same-answers check after writes)."""
-    from dbtest_helpers import make_extend_fn
-
-    from pm_vector.db.runs.delta import EXACT_ESTIMATE_ITEMS
-
-    X, y, ids, rid = _collection(db, cname, n=700, delta=True)
-    assert 700 <= EXACT_ESTIMATE_ITEMS
-    rng = np.random.default_rng(11)
-    Xn = (X[:80] + 0.05 * rng.normal(size=X[:80].shape)).astype(np.float32)
-    Xn /= np.linalg.norm(Xn, axis=1, keepdims=True)
-    gone = ids[:300]  # tombstoned first: many of the new items' nearest are deleted, the rest must be found
-    db.delete_items(cname, item_ids=gone.tolist())
-    new = np.asarray(db.ingest(cname, Xn, y[:80], embed_fn_extend=make_extend_fn())["item_ids"])
-    metric = conn.execute("SELECT metric FROM pm_vector.collections WHERE name = %s", [cname]).fetchone()[0]
+def _run_embeddings(conn, rid):
     rows = conn.execute(f"SELECT item_id, embedding::text FROM pm_vector.run_{rid}_items ORDER BY item_id").fetchall()
-    eid = np.asarray([r[0] for r in rows])
-    E = np.asarray([np.fromstring(r[1].strip("[]"), sep=",") for r in rows])
-    feats = dict(zip(ids.tolist(), X)) | dict(zip(new.tolist(), Xn))
+    return np.asarray([r[0] for r in rows]), np.asarray([np.fromstring(r[1].strip("[]"), sep=",") for r in rows])
+
+
+def _check_estimates(conn, cname, rid, new, Xn, feats, dead):
+    """Each new item's entry at every level against numpy brute force: its exact g nearest live run
+    items (less ``dead``), ties by id, counted in its own cell."""
+    metric = conn.execute("SELECT metric FROM pm_vector.collections WHERE name = %s", [cname]).fetchone()[0]
+    eid, E = _run_embeddings(conn, rid)
     cells, _, info = _cells(cname)
     g = int(info["class_rows"]["locations"].get("graph_degree") or 32)
     checked = 0
-    for i, x in zip(new.tolist(), Xn):
+    for i, x in zip(np.asarray(new).tolist(), Xn):
         e = E[eid == i][0]
         if metric == "l2":
             dist = np.linalg.norm(E - e, axis=1)
@@ -433,8 +420,9 @@ def test_a_small_runs_new_items_are_estimated_from_their_exact_nearest(db, cname
             dist = 1 - E @ e / (np.linalg.norm(E, axis=1) * np.linalg.norm(e))
         else:
             dist = -(E @ e)
-        dist[(eid == i) | np.isin(eid, gone)] = np.inf
+        dist[(eid == i) | np.isin(eid, list(dead))] = np.inf
         near = eid[np.lexsort((eid, dist))[:g]]
+        assert np.isfinite(dist[np.isin(eid, near)]).all()
         for M in cells.levels_:
             own = int(cells.assign(x[None].astype(np.float64), 0, int(M))[0])
             theirs = cells.assign(np.asarray([feats[int(j)] for j in near], np.float64), 0, int(M))
@@ -443,4 +431,103 @@ def test_a_small_runs_new_items_are_estimated_from_their_exact_nearest(db, cname
                                "AND level = %s", [rid, i, int(M)]).fetchone()
             assert got == (own, want), (i, int(M), got, (own, want))
             checked += 1
-    assert checked == new.size * len(cells.levels_)
+    assert checked == len(new) * len(cells.levels_)
+
+
+def test_new_items_are_estimated_from_their_exact_nearest(db, cname, conn):
+    """Each new item's h_r at every level counts its exact g nearest live run items (brute force over
+    the run's embeddings less the tombstoned, here in numpy) in its own cell, at any run size (the
+    estimate searches the run's embeddings in memory, :mod:`pm_vector.db.runs.run_nearest`; it asked
+    the run's HNSW index above 10,000 items): after deletes of many of its nearest, and again for a
+    second ingest whose nearest include the first one's new items, some of them deleted (the
+    process's entry follows the delta's items and tombstones from one transaction to the next), so
+    two databases holding the same run and the same writes place it alike."""
+    from dbtest_helpers import make_extend_fn
+
+    X, y, ids, rid = _collection(db, cname, n=700, delta=True)
+    rng = np.random.default_rng(11)
+    Xn = (X[:80] + 0.05 * rng.normal(size=X[:80].shape)).astype(np.float32)
+    Xn /= np.linalg.norm(Xn, axis=1, keepdims=True)
+    # tombstoned first: most of the new items' nearest are deleted, the rest must be found (an HNSW scan
+    # of ef_search rows filtered by the tombstones afterwards found too few)
+    gone = ids[:600]
+    db.delete_items(cname, item_ids=gone.tolist())
+    new = np.asarray(db.ingest(cname, Xn, y[:80], embed_fn_extend=make_extend_fn())["item_ids"])
+    feats = dict(zip(ids.tolist(), X)) | dict(zip(new.tolist(), Xn))
+    _check_estimates(conn, cname, rid, new, Xn, feats, set(gone.tolist()))
+    # a second write: near the first new items, half of which are deleted first
+    db.delete_items(cname, item_ids=new[::2].tolist())
+    Xm = (Xn[:40] + 0.02 * rng.normal(size=Xn[:40].shape)).astype(np.float32)
+    Xm /= np.linalg.norm(Xm, axis=1, keepdims=True)
+    more = np.asarray(db.ingest(cname, Xm, y[:40], embed_fn_extend=make_extend_fn())["item_ids"])
+    feats |= dict(zip(more.tolist(), Xm))
+    _check_estimates(conn, cname, rid, more, Xm, feats, set(gone.tolist()) | set(new[::2].tolist()))
+    # this process's memory of the run (the estimate's) holds no deleted item
+    from pm_vector.db.runs import run_nearest
+
+    held = [e for k, e in run_nearest._cache.items() if k[4] == rid]
+    assert len(held) == 1 and held[0].ids.size == 700 - 600 + 80 - 40 + 40
+    assert not np.isin(held[0].ids, np.concatenate([gone, new[::2]])).any()
+
+
+def test_two_runs_with_the_same_items_and_writes_place_new_items_alike(db, cname, conn):
+    """Two collections holding the same items, each its own run (its own HNSW index, built apart), given
+    the same deletes and new items: the same delta entries, level by level, item by item (the
+    estimate is exact; the index's random levels could make it differ)."""
+    from dbtest_helpers import make_extend_fn
+
+    other = cname + "_b"
+    try:
+        entries = []
+        for name in (cname, other):
+            X, y, ids, rid = _collection(db, name, n=900, delta=True)
+            rng = np.random.default_rng(5)
+            db.delete_items(name, item_ids=ids[::3].tolist())
+            Xn = (X[:60] + 0.05 * rng.normal(size=X[:60].shape)).astype(np.float32)
+            Xn /= np.linalg.norm(Xn, axis=1, keepdims=True)
+            new = np.asarray(db.ingest(name, Xn, y[:60], embed_fn_extend=make_extend_fn())["item_ids"])
+            db.delete_items(name, item_ids=new[:10].tolist())
+            more = np.asarray(db.ingest(name, Xn[:30] * 0.9 + X[100:130] * 0.1, y[:30],
+                                        embed_fn_extend=make_extend_fn())["item_ids"])
+            rank = {int(i): k for k, i in enumerate(ids.tolist() + new.tolist() + more.tolist())}
+            rows = conn.execute("SELECT item_id, level, cell, h, h_r FROM pm_vector.delta_entries WHERE run_id = %s",
+                                [rid]).fetchall()
+            entries.append(sorted((rank[int(i)], lv, c, h, hr) for i, lv, c, h, hr in rows))
+        assert len(entries[0]) > 0 and entries[0] == entries[1]
+    finally:
+        db.drop_collection(other, missing_ok=True)
+
+
+def test_an_item_deleted_while_a_merge_builds_is_tombstoned_at_its_switch(db, cname, conn):
+    """Items deleted while a merge's job embeds (after it read them): its switch tombstones them in the
+    new run (no list rewritten while the switch holds the collection row, which holds every write);
+    no answer holds them from the switch on, and the merge after leaves no row of them anywhere."""
+    from dbtest_helpers import make_embed_fn, make_extend_fn
+
+    from pm_vector.db.runs import delta
+    from pm_vector.db.runs.erase import run_tables
+
+    X, y, ids, rid = _collection(db, cname, n=400, delta=True)
+    db.delete_items(cname, item_ids=ids[:5].tolist())  # (a delta to merge)
+    gone = ids[10::20]
+    inner = make_embed_fn()
+
+    def embed_and_delete(*args):
+        db.delete_items(cname, item_ids=gone.tolist())  # committed while the job runs, after its load
+        return inner(*args)
+
+    out = db.merge(cname, embed_fn=embed_and_delete, embed_fn_extend=make_extend_fn())
+    new_rid = out["run_id"]
+    dead = set(gone.tolist())
+    assert dead <= _ids_of(conn, new_rid, "items")  # (the rows stay until the next merge)
+    assert set(delta.tombstoned(conn, new_rid).tolist()) == dead
+    assert delta.status(conn, cname)["pending_purge"] == gone.size
+    info = conn.execute("SELECT n_items, (class_rows ->> 'n_items')::bigint FROM pm_vector.embedding_runs "
+                        "WHERE id = %s", [new_rid]).fetchone()
+    assert info == (len(ids) - 5 - gone.size,) * 2
+    _every_location_answer(cname, X, dead | set(ids[:5].tolist()), len(ids) - 5 - gone.size, conn)
+    out2 = db.merge(cname, embed_fn=make_embed_fn(), embed_fn_extend=make_extend_fn())
+    assert new_rid in out2["dropped_runs"]
+    for t in run_tables({"status": "ready", "cells": {"status": "ready"}, "locations": {"status": "ready"}}):
+        assert not dead & _ids_of(conn, out2["run_id"], t.kind), t.kind
+    assert delta.status(conn, cname)["pending_purge"] == 0

@@ -16,10 +16,12 @@ level) inside its transaction. It writes the delta of the runs it concerns (``sq
   (:func:`pm_vector.db.runs.new_items.embed_new_items`, whose row goes into ``run_<id>_items``),
   get their product code (``run_<id>_codes``: the candidates' join), and one entry per published
   location level in ``pm_vector.delta_entries``: ``(level, cell of the item at that level, h, h_r)``.
-  The estimate: the item's ``g`` nearest run items (``g``: the locations' graph degree, 32) by the
-  run's HNSW index on the embeddings (exactly, by a scan, for a run of at most
-  :data:`EXACT_ESTIMATE_ITEMS` items: two databases holding the same run then place a new item
-  alike, which an index with random levels does not promise); ``h`` = ``g`` (the mean in-degree of a ``g``-NN graph, exactly),
+  The estimate: the item's exact ``g`` nearest live run items (``g``: the locations' graph degree,
+  32), ties by id, searched in numpy over the run's embeddings the process keeps in memory with each
+  item's cells (:mod:`pm_vector.db.runs.run_nearest`: no SQL per item, no raw features read again),
+  so two databases holding the same run and the same writes place a new item alike (an HNSW
+  index, whose random levels differ between databases built apart, did not);
+  ``h`` = ``g`` (the mean in-degree of a ``g``-NN graph, exactly),
   ``h_r`` = 1 + how many of those ``g`` lie in the item's cell at that level (the item itself, and its
   in-edges from the cell estimated by its out-edges into it: a k-NN graph is mostly mutual). The
   answer ranks them with the row's entries by the same :func:`pm_vector.shortlist.location_list`.
@@ -55,9 +57,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from ..run_tables import run_table
-from . import run_cells
+from . import run_cells, run_nearest
 from ...protocol.published_codes import unpack
-from ..core.features import feature_filter, feature_sql
 from .class_rows import copy_codes
 
 
@@ -150,58 +151,33 @@ def live_sql(run_id: int, item: sql.Composable) -> sql.Composed:
                    "AND pm_z.item_id = {})").format(sql.Literal(int(run_id)), item)
 
 
-#: runs of at most this many items (as built: ``class_rows["n_items"]``) find a new item's ``g``
-#: nearest exactly (a scan of the run's embeddings: about 1 ms a new item at this size), so two
-#: databases holding the same run and the same writes place a new item alike; larger runs ask
-#: their HNSW index, whose random levels differ between two databases built apart
-EXACT_ESTIMATE_ITEMS = 10_000
-
-
 def estimate(conn, coll: Mapping[str, Any], run_id: int, doc: Mapping[str, Any], ids, X) -> dict[int, tuple]:
     """Per published location level M: ``(cells (n,), h (n,), h_r (n,))`` of the new items ``ids`` with
-    raw features ``X`` (module doc: their ``g`` nearest by the run's HNSW index, whose rows they have;
-    exact for a run of at most :data:`EXACT_ESTIMATE_ITEMS` items)."""
+    raw features ``X``, whose rows the run holds now (module doc: their exact ``g`` nearest live run
+    items, the batch's other new items among them, and the neighbours' cells, from the process's
+    memory: :mod:`pm_vector.db.runs.run_nearest`)."""
     rid = int(run_id)
     loc = doc.get("locations") or {}
     cells = run_cells.get(conn, rid, doc, "locations")
     ids = np.asarray(ids, dtype=np.int64)
     X = np.asarray(X, dtype=np.float64)
     g = int(loc.get("graph_degree") or 32)
-    op = sql.SQL(conn.execute("SELECT pm_vector.pm_distance_operator(%s)", [coll["metric"]]).fetchone()[0])
-    if int(doc.get("n_items") or 0) <= EXACT_ESTIMATE_ITEMS:
-        # exact: an expression the index cannot order by, so a scan and a top-g sort, ties by id
-        order = sql.SQL("(e.embedding {op} n.embedding) + 0, e.item_id").format(op=op)
-    else:
-        conn.execute("SELECT set_config('hnsw.ef_search', greatest(%s, 40)::text, true)", [2 * g])
-        order = sql.SQL("e.embedding {op} n.embedding").format(op=op)
-    near = dict(conn.execute(sql.SQL(
-        "SELECT n.item_id, array(SELECT e.item_id FROM {t} AS e WHERE e.item_id <> n.item_id AND NOT EXISTS "
-        "(SELECT 1 FROM pm_vector.delta_tombstones AS z WHERE z.run_id = %s AND z.item_id = e.item_id) "
-        "ORDER BY {order} LIMIT %s) FROM {t} AS n WHERE n.item_id = ANY(%s)").format(
-        t=run_table(rid, "items"), order=order), [rid, g, ids.tolist()]).fetchall())
-    nb_ids = sorted({int(j) for v in near.values() for j in v})
-    feats = {}
-    if nb_ids:
-        # the ids a literal, no parameters: an attached table's names may hold a '%' (feature_sql)
-        rows = conn.execute(sql.SQL("SELECT i.id, ({f})::real[] FROM pm_vector.items AS i WHERE i.id = ANY({ids}::bigint[])"
-                                    "{ok}").format(f=feature_sql(coll, "i"), ids=sql.Literal(nb_ids),
-                                                   ok=feature_filter(coll, "i"))).fetchall()
-        feats = {int(a): b for a, b in rows}
-    nb_ids = [j for j in nb_ids if j in feats]
-    pos = {j: k for k, j in enumerate(nb_ids)}
-    NX = np.asarray([feats[j] for j in nb_ids], dtype=np.float64).reshape(len(nb_ids), X.shape[1])
-    # (n, g): each new item's neighbours as rows of NX, -1 past its list or for one without features
-    P = np.full((ids.size, g), -1, np.int64)
-    for k, i in enumerate(ids.tolist()):
-        got = [pos[int(j)] for j in near.get(int(i), []) if int(j) in pos][:g]
-        P[k, :len(got)] = got
+    levels = [int(M) for M in cells.levels_]
+    own = np.stack([cells.assign(X, 0, M).astype(np.int64) for M in levels]) if levels else np.zeros((0, ids.size))
+    with run_nearest.LOCK:
+        ent, live = run_nearest.get(conn, rid, levels, tombstoned(conn, rid), ids, own)
+        at = np.flatnonzero(live)
+        near = run_nearest.nearest(ent.emb[at], ent.ids[at], ent.emb[ent.positions(ids)], ids, g, coll["metric"])
+        # (n, g): each new item's neighbours as positions of the entry, -1 past its list
+        P = np.full((ids.size, g), -1, np.int64)
+        for k, got in enumerate(near):
+            P[k, :got.size] = at[got]
+        run_nearest.cells_of(conn, coll, ent, P[P >= 0], cells)
+        theirs = ent.cells[:, np.maximum(P, 0)].astype(np.int64)  # (L, n, g)
     out = {}
-    for M in cells.levels_:
-        M = int(M)
-        own = cells.assign(X, 0, M).astype(np.int64)
-        theirs = cells.assign(NX, 0, M).astype(np.int64) if len(nb_ids) else np.zeros(1, np.int64)
-        h_r = 1.0 + ((P >= 0) & (theirs[np.maximum(P, 0)] == own[:, None])).sum(1)
-        out[M] = (own, np.full(ids.size, float(g)), h_r.astype(np.float64))
+    for r, M in enumerate(levels):
+        h_r = 1.0 + ((P >= 0) & (theirs[r] == own[r][:, None])).sum(1)
+        out[M] = (own[r], np.full(ids.size, float(g)), h_r.astype(np.float64))
     return out
 
 

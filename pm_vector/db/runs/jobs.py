@@ -72,7 +72,7 @@ from ..postgres import connect
 from ..errors import EmbeddingJobError, RunNotFoundError, translate_sql_error
 from ..run_tables import run_table
 from .embeddings import embedding_matrix, write_embeddings
-from . import class_rows as _cr, delta as _delta, erase as _erase, published as _published
+from . import class_rows as _cr, erase as _erase, published as _published
 from .kinds import grant_answer_tables
 from ...manifold import AnchorFrame
 
@@ -362,7 +362,7 @@ def _job_switch(conn, collection: str, coll, run_id: int, items, report, timings
     # items deleted since the load (delete_items holds the collection row as the switch does, so
     # none can be deleted between this and the commit): they leave the new run before it serves
 
-    n_erased = _leave_deleted(conn, run_id, items, coll)
+    n_erased = _erase.apply_pending(conn, run_id, items)
     grant_answer_tables(conn, run_id)  # the query role reads the answer tables of the run it serves
     if n_erased:  # (recorded only when it happened)
         timings["erased_at_switch"] = n_erased
@@ -376,18 +376,6 @@ def _job_switch(conn, collection: str, coll, run_id: int, items, report, timings
     conn.commit()
     report("switch", 1, 1)
     return previous
-
-
-def _leave_deleted(conn, run_id: int, items, coll) -> int:
-    """At the switch (the collection row locked): the items the new run embedded that were deleted since
-    the job read them leave its answers. A run that takes the delta (:func:`delta.takes_delta`) gets
-    their tombstones, one statement, and their derived rows leave with the next merge; any other run
-    is erased as before, its lists refilled (:func:`pm_vector.db.runs.erase.apply_pending`: 12,002 such
-    erasures held the switch, and every write waiting on it, for 166 s at 100,000 items). Returns how many."""
-    doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [int(run_id)]).fetchone()
-    if doc is not None and _delta.takes_delta(doc[0], coll):
-        return _delta.tombstone_deleted(conn, run_id)
-    return _erase.apply_pending(conn, run_id, items)
 
 
 def _retire_and_count_missing(coll, settings, run_id: int) -> int:

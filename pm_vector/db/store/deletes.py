@@ -9,8 +9,9 @@ the run's tables), the stored KAHM class scores, and the items themselves; raw K
 
 Concurrency: the transaction holds the collection row ``FOR NO KEY UPDATE``, as an embedding job's
 switch and ``embed --new-items`` do (``FOR SHARE``), so a delete and a switch are ordered: a job
-that switches after the delete erases the deleted items from its new run in its switch
-transaction (:func:`pm_vector.db.runs.erase.apply_pending`); a job that switched before is an active run the delete walks.
+that switches after the delete takes the deleted items out of its new run in its switch
+transaction (:func:`pm_vector.db.runs.erase.apply_pending`: tombstones where the run takes the delta,
+the erasure otherwise); a job that switched before is an active run the delete walks.
 """
 
 from __future__ import annotations
