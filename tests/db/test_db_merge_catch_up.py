@@ -25,9 +25,17 @@ def test_changes_made_during_a_merges_build_are_applied_before_its_switch(db, cn
     new: list = []
     inner = make_embed_fn()
 
-    def embed_while_writing(*a):  # the merge's build: meanwhile a delete and an ingest commit
+    placed_before: list = []
+
+    def embed_while_writing(*a):  # the merge's build: meanwhile a delete and two ingests commit
         db.delete_items(cname, item_ids=gone.tolist())
-        new.extend(db.ingest(cname, Xn, y[:40])["item_ids"])
+        got = db.ingest(cname, Xn[:25], y[:25], embed_fn_extend=make_extend_fn())  # placed in the serving run
+        new.extend(got["item_ids"])
+        placed_before.extend(conn.execute(
+            "SELECT item_id, level, cell, h, h_r FROM pm_vector.delta_entries WHERE run_id = %s AND item_id = ANY(%s) "
+            "ORDER BY 1, 2", [rid, [int(i) for i in got["item_ids"]]]).fetchall())
+        conn.commit()
+        new.extend(db.ingest(cname, Xn[25:], y[25:40])["item_ids"])  # not placed (no extension given)
         return inner(*a)
 
     switch_sql = []
@@ -55,6 +63,10 @@ def test_changes_made_during_a_merges_build_are_applied_before_its_switch(db, cn
     d = {r[0] for r in conn.execute("SELECT DISTINCT item_id FROM pm_vector.delta_entries WHERE run_id = %s",
                                     [new_run]).fetchall()}
     assert d == set(new)
+    # those the serving run had placed are copied as they were (not embedded and estimated again)
+    assert len(placed_before) == 25 * len({r[1] for r in placed_before})
+    assert conn.execute("SELECT item_id, level, cell, h, h_r FROM pm_vector.delta_entries WHERE run_id = %s "
+                        "AND item_id = ANY(%s) ORDER BY 1, 2", [new_run, [int(i) for i in new[:25]]]).fetchall() == placed_before
     n_items = conn.execute("SELECT n_items FROM pm_vector.embedding_runs WHERE id = %s", [new_run]).fetchone()[0]
     assert n_items == len(ids) - gone.size + len(new)
     conn.commit()

@@ -119,6 +119,50 @@ def tombstone_deleted(conn, run_id: int) -> int:
     return len(gone)
 
 
+def _same_space(conn, a: int, b: int) -> bool:
+    """Do runs ``a`` and ``b`` embed, code and place an item alike: the same anchor set, embedding
+    parameters, seed and dimension, and the same published codes and location cells (their digests;
+    a merge publishes the documents of the run it replaces, :mod:`pm_vector.db.runs.published`)?"""
+    rows = {r[0]: r[1:] for r in conn.execute(
+        "SELECT id, anchor_set_id, params, seed, embedding_dim, class_rows -> 'codes' ->> 'digest', "
+        "class_rows -> 'locations' ->> 'digest', class_rows -> 'codes' ->> 'status', class_rows -> 'locations' ->> 'status' "
+        "FROM pm_vector.embedding_runs WHERE id = ANY(%s)", [[int(a), int(b)]]).fetchall()}
+    ra, rb = rows.get(int(a)), rows.get(int(b))
+    return (ra is not None and ra == rb and ra[6] == "ready" and ra[7] == "ready"
+            and ra[4] is not None and ra[5] is not None)
+
+
+def copy_placed(conn, from_run: int, to_run: int) -> int:
+    """The items run ``from_run`` placed in its delta that run ``to_run`` does not hold yet (ingested
+    after ``to_run`` read its items: a merge's catch-up and switch), copied into ``to_run``: their
+    embedding rows, codes and location entries, in the caller's transaction, when the two runs embed,
+    code and place alike (:func:`_same_space`); a live item only (not deleted, not tombstoned). An item
+    is then placed once, by the write that brought it, not embedded and estimated again at the
+    merge (a merge's catch-up at 100,000 items under 100 changes a second placed about as many items
+    a second as came in, and never caught up). Returns how many (0 when the runs differ: the caller
+    places them itself)."""
+    a, b = int(from_run), int(to_run)
+    if a == b or not _same_space(conn, a, b):
+        return 0
+    ids = [r[0] for r in conn.execute(sql.SQL(
+        "INSERT INTO {tb} (item_id, embedding) SELECT e.item_id, e.embedding FROM {ta} AS e "
+        "JOIN (SELECT DISTINCT d.item_id FROM pm_vector.delta_entries AS d WHERE d.run_id = %s) AS n ON n.item_id = e.item_id "
+        "WHERE EXISTS (SELECT 1 FROM pm_vector.items AS i WHERE i.id = e.item_id) "
+        "AND NOT EXISTS (SELECT 1 FROM pm_vector.delta_tombstones AS z WHERE z.run_id = %s AND z.item_id = e.item_id) "
+        "AND NOT EXISTS (SELECT 1 FROM {tb} AS t WHERE t.item_id = e.item_id) "
+        "ON CONFLICT (item_id) DO NOTHING RETURNING item_id").format(
+        ta=run_table(a, "items"), tb=run_table(b, "items")), [a, a]).fetchall()]
+    if not ids:
+        return 0
+    conn.execute(sql.SQL("INSERT INTO {tb} (item_id, code) SELECT c.item_id, c.code FROM {ta} AS c "
+                         "WHERE c.item_id = ANY(%s)").format(ta=run_table(a, "codes"), tb=run_table(b, "codes")), [ids])
+    conn.execute("INSERT INTO pm_vector.delta_entries (run_id, level, cell, item_id, h, h_r) "
+                 "SELECT %s, d.level, d.cell, d.item_id, d.h, d.h_r FROM pm_vector.delta_entries AS d "
+                 "WHERE d.run_id = %s AND d.item_id = ANY(%s) ON CONFLICT DO NOTHING", [b, a, ids])
+    bump(conn, b, len(ids))
+    return len(ids)
+
+
 def split_runs(runs, coll: Mapping[str, Any] | None = None) -> tuple[list, list]:
     """``(runs that take the delta, the others)`` of ``(run_id, class_rows)`` pairs of collection ``coll``."""
     runs = list(runs)

@@ -42,7 +42,7 @@ from ..postgres import connect
 from ..core.collection import collection_row
 from ... import defaults
 from .jobs import anchor_frame_embed_fn, anchor_frame_extend_fn, run_embedding_job
-from .delta import tombstone_deleted
+from .delta import copy_placed, tombstone_deleted
 from .new_items import embed_new_items
 
 
@@ -67,12 +67,13 @@ def merge(collection: str, *, embed_fn=None, embed_fn_extend=None, progress=None
     extend = embed_fn_extend or anchor_frame_extend_fn
 
     def reapply(c, new_run: int) -> None:  # (in the switch transaction: the new run is the active one)
+        copy_placed(c, rid, new_run)  # those the serving run placed; then any it had not
         embed_new_items(collection, extend, conn=c)
 
     passes: list = []
 
     def catch_up(new_run: int) -> None:
-        passes.extend(catch_up_run(collection, new_run, extend, url=url))
+        passes.extend(catch_up_run(collection, new_run, extend, url=url, serving=rid))
 
     info = run_embedding_job(collection, dict(params or {}), int(seed), progress, embed_fn=embed_fn or anchor_frame_embed_fn,
                              class_rows=_class_rows_params(cr), on_switch=reapply, before_switch=catch_up)
@@ -87,20 +88,25 @@ CATCH_UP_PASSES = 6
 CATCH_UP_LEFT = 200
 
 
-def catch_up_run(collection: str, run_id: int, extend, *, url: str | None = None) -> list[tuple[int, int]]:
+def catch_up_run(collection: str, run_id: int, extend, *, url: str | None = None,
+                 serving: int | None = None) -> list[tuple[int, int]]:
     """Before a merge's switch, outside the collection's lock: the changes made while the new run was
     built applied to it -- tombstones for the items deleted since its load
-    (:func:`pm_vector.db.runs.delta.tombstone_deleted`) and the items ingested since placed in its delta
-    (:func:`~pm_vector.db.runs.new_items.embed_new_items` ``into_run``) -- in passes, each taking what
-    came in during the one before, until a pass finds fewer than :data:`CATCH_UP_LEFT` (or after
-    :data:`CATCH_UP_PASSES`). Writes go on meanwhile; the switch, holding the row as a delete does,
-    applies the last ones. Returns ``(tombstoned, placed)`` per pass."""
+    (:func:`pm_vector.db.runs.delta.tombstone_deleted`) and the items ingested since: those the serving
+    run ``serving`` placed in its delta copied as they are (:func:`pm_vector.db.runs.delta.copy_placed`:
+    the same embedding, codes and location entries, the runs embedding and publishing alike), any
+    other placed in its delta (:func:`~pm_vector.db.runs.new_items.embed_new_items` ``into_run``) --
+    in passes, each taking what came in during the one before, until a pass finds fewer than
+    :data:`CATCH_UP_LEFT` (or after :data:`CATCH_UP_PASSES`). Writes go on meanwhile; the switch,
+    holding the row as a delete does, applies the last ones the same way. Returns ``(tombstoned,
+    placed)`` per pass."""
     passes = []
     for _ in range(CATCH_UP_PASSES):
         with connect(url) as conn:
             gone = tombstone_deleted(conn, run_id)
+            placed = copy_placed(conn, serving, run_id) if serving is not None else 0
             conn.commit()
-        placed = int(embed_new_items(collection, extend, into_run=run_id)["n_new"])
+        placed += int(embed_new_items(collection, extend, into_run=run_id)["n_new"])
         passes.append((int(gone), placed))
         if gone + placed < CATCH_UP_LEFT:
             break
