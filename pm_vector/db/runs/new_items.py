@@ -111,14 +111,18 @@ def _embed_new(conn, own: bool, collection: str, embed_fn_extend: ExtendFn, repo
 
     report("write", 0, m)
     try:
-        row = conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s FOR SHARE",
-                           [coll["id"]]).fetchone()
-        if into_run is not None:  # a job's run before its switch: still running (its switch waits on this share)
-            st = conn.execute("SELECT status FROM pm_vector.embedding_runs WHERE id = %s", [run_id]).fetchone()
-            if row is None or st is None or st[0] != "running":
+        if into_run is not None:
+            # a job's run before its switch: still running. Its switch locks the run row FOR UPDATE, so
+            # a share of the RUN row orders the two; not the collection row, which every sync batch,
+            # delete and update holds for its whole transaction (sharing it stalled the sync for as long
+            # as a catch-up pass placed items: ~50 s at 100,000 items). An item deleted meanwhile is
+            # tombstoned by the switch (erase.apply_pending).
+            st = conn.execute("SELECT status FROM pm_vector.embedding_runs WHERE id = %s FOR SHARE", [run_id]).fetchone()
+            if st is None or st[0] != "running":
                 raise EmbeddingJobError(f"run {run_id} is no longer being built; its switch placed the new items.",
                                         run_id)
-        elif row is None or row[0] != run_id:
+        elif (row := conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s FOR SHARE",
+                                  [coll["id"]]).fetchone()) is None or row[0] != run_id:
             raise EmbeddingJobError(
                 f"the active run of collection {collection!r} changed while new items were embedded; "
                 "call embed_new_items() again.", run_id)
