@@ -122,3 +122,44 @@ def test_writes_wait_on_a_merges_switch_only_for_its_last_changes(db, cname, con
                                     [out["run_id"]]).fetchall()}
     assert t == set(first.tolist()) | set(late.tolist())
     assert waited and waited[0] < 5.0
+
+
+def test_a_delete_does_not_wait_while_the_catch_up_places_items(db, cname, conn):
+    """While a catch-up pass places items in the run being built (its write transaction open), a delete
+    of the serving run commits at once: the pass shares the run row its switch locks, not the collection
+    row every sync batch, delete and update holds (sharing that stalled the sync ~50 s at 100,000 items)."""
+    import time
+
+    from dbtest_helpers import make_embed_fn, make_extend_fn
+
+    from pm_vector.db.runs import delta as delta_mod, merge as merge_mod
+
+    X, y, ids, rid = _collection(db, cname, n=300, delta=True)
+    inner = make_embed_fn()
+    Xn = (X[:10] * 0.9 + X[10:20] * 0.1).astype(np.float32)
+
+    def embed_while_writing(*a):
+        db.ingest(cname, Xn, y[:10])  # not placed in the serving run: the catch-up embeds and places them
+        return inner(*a)
+
+    real_place, waited = delta_mod.place, []
+
+    def place_then_delete(c, coll, run_id, *a, **kw):
+        out = real_place(c, coll, run_id, *a, **kw)
+        if run_id != rid and not waited:  # the catch-up's pass, its transaction still open
+            t = time.perf_counter()
+            th = threading.Thread(target=lambda: db.delete_items(cname, item_ids=ids[250:253].tolist()))
+            th.start()
+            th.join(5.0)
+            waited.append((time.perf_counter() - t, th.is_alive()))
+        return out
+
+    delta_mod.place = place_then_delete
+    try:
+        out = db.merge(cname, embed_fn=embed_while_writing, embed_fn_extend=make_extend_fn())
+    finally:
+        delta_mod.place = real_place
+    assert waited and not waited[0][1] and waited[0][0] < 5.0, waited
+    t = {r[0] for r in conn.execute("SELECT item_id FROM pm_vector.delta_tombstones WHERE run_id = %s",
+                                    [out["run_id"]]).fetchall()}
+    assert set(ids[250:253].tolist()) <= t  # the delete reached the new run (by its switch)
