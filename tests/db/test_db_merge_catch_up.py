@@ -14,7 +14,7 @@ from test_db_delta import _every_location_answer
 from test_db_erase import _collection
 
 
-def test_changes_made_during_a_merges_build_are_applied_before_its_switch(db, cname, conn):
+def test_changes_made_during_a_merges_build_are_applied_before_its_switch(db, cname, conn, monkeypatch):
     from dbtest_helpers import make_embed_fn, make_extend_fn
 
     from pm_vector.db.runs import merge as merge_mod
@@ -46,11 +46,8 @@ def test_changes_made_during_a_merges_build_are_applied_before_its_switch(db, cn
         switch_sql.append(out.get("timings") or {})
         return out
 
-    merge_mod.run_embedding_job = job
-    try:
-        out = db.merge(cname, embed_fn=embed_while_writing, embed_fn_extend=make_extend_fn())
-    finally:
-        merge_mod.run_embedding_job = real_switch
+    monkeypatch.setattr(merge_mod, "run_embedding_job", job)
+    out = db.merge(cname, embed_fn=embed_while_writing, embed_fn_extend=make_extend_fn())
     new_run = out["run_id"]
     # the catch-up took every change before the switch: the switch erased and rewrote nothing
     assert sum(t for t, _ in out["catch_up"]) == gone.size
@@ -78,7 +75,7 @@ def test_changes_made_during_a_merges_build_are_applied_before_its_switch(db, cn
                         [gone.tolist()]).fetchone()[0] == 0
 
 
-def test_writes_wait_on_a_merges_switch_only_for_its_last_changes(db, cname, conn):
+def test_writes_wait_on_a_merges_switch_only_for_its_last_changes(db, cname, conn, monkeypatch):
     """A delete committed while the merge's catch-up runs neither waits for the catch-up nor is lost:
     it is in the new run's tombstones after the switch."""
     from dbtest_helpers import make_embed_fn, make_extend_fn
@@ -113,18 +110,15 @@ def test_writes_wait_on_a_merges_switch_only_for_its_last_changes(db, cname, con
         th.join()
         return got
 
-    merge_mod.catch_up_run = catch_up_then_write
-    try:
-        out = db.merge(cname, embed_fn=embed_while_writing, embed_fn_extend=make_extend_fn())
-    finally:
-        merge_mod.catch_up_run = real
+    monkeypatch.setattr(merge_mod, "catch_up_run", catch_up_then_write)
+    out = db.merge(cname, embed_fn=embed_while_writing, embed_fn_extend=make_extend_fn())
     t = {r[0] for r in conn.execute("SELECT item_id FROM pm_vector.delta_tombstones WHERE run_id = %s",
                                     [out["run_id"]]).fetchall()}
     assert t == set(first.tolist()) | set(late.tolist())
     assert waited and waited[0] < 5.0
 
 
-def test_a_delete_does_not_wait_while_the_catch_up_places_items(db, cname, conn):
+def test_a_delete_does_not_wait_while_the_catch_up_places_items(db, cname, conn, monkeypatch):
     """While a catch-up pass places items in the run being built (its write transaction open), a delete
     of the serving run commits at once: the pass shares the run row its switch locks, not the collection
     row every sync batch, delete and update holds (sharing that stalled the sync ~50 s at 100,000 items)."""
@@ -154,11 +148,8 @@ def test_a_delete_does_not_wait_while_the_catch_up_places_items(db, cname, conn)
             waited.append((time.perf_counter() - t, th.is_alive()))
         return out
 
-    delta_mod.place = place_then_delete
-    try:
-        out = db.merge(cname, embed_fn=embed_while_writing, embed_fn_extend=make_extend_fn())
-    finally:
-        delta_mod.place = real_place
+    monkeypatch.setattr(delta_mod, "place", place_then_delete)
+    out = db.merge(cname, embed_fn=embed_while_writing, embed_fn_extend=make_extend_fn())
     assert waited and not waited[0][1] and waited[0][0] < 5.0, waited
     t = {r[0] for r in conn.execute("SELECT item_id FROM pm_vector.delta_tombstones WHERE run_id = %s",
                                     [out["run_id"]]).fetchall()}
