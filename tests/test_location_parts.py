@@ -75,3 +75,39 @@ def test_part_level(n, want):
     from pm_vector.db.runs.locations import part_level
 
     assert part_level([2, 4, 8, 16, 32, 64, 128, 256, 512, 1000], n) == want
+
+
+def _location_list_sorting_all(row_ids, row_hubs, row_chubs, top_ids, top_chubs, weight, size):
+    """The ranking as it was written first: every entry sorted (the reference)."""
+    ids = np.concatenate([np.asarray(row_ids, np.int64), np.asarray(top_ids, np.int64)[:size]])
+    s = np.concatenate([np.asarray(row_chubs, np.float64) + float(weight) * np.asarray(row_hubs, np.float64),
+                        np.asarray(top_chubs, np.float64)[:size]])
+    if ids.size == 0:
+        return ids, s
+    o = np.lexsort((-s, ids))
+    first = np.r_[True, ids[o][1:] != ids[o][:-1]]
+    ids, s = ids[o][first], s[o][first]
+    o = np.lexsort((ids, -s))[:size]
+    return ids[o], s[o]
+
+
+def test_the_ranking_keeps_only_the_entries_that_can_matter_and_answers_alike():
+    """``location_list`` partitions before it sorts; on rows full of ties (small integer counts, the
+    weight 0, 1 or the cap), items in both the row and the top hubs (the top's score the larger, or
+    the row's) and sizes from 0 past the candidates, it gives the same list as sorting every entry."""
+    from pm_vector.shortlist import location_list
+
+    rng = np.random.default_rng(7)
+    for trial in range(400):
+        n = int(rng.integers(0, 300))
+        row_ids = rng.choice(1_000, size=n, replace=False).astype(np.int64)
+        row_hubs = rng.integers(0, 4, n).astype(np.float64)
+        row_chubs = rng.integers(0, 6, n).astype(np.float64)
+        m = int(rng.integers(0, 120))
+        top_ids = rng.choice(1_000, size=m, replace=False).astype(np.int64)  # many also in the row
+        top_chubs = np.sort(rng.integers(0, 9, m).astype(np.float64))[::-1]
+        w = float(rng.choice([0.0, 1.0, 2.0 ** 20, 0.37]))
+        size = int(rng.integers(0, 160))
+        got = location_list(row_ids, row_hubs, row_chubs, top_ids, top_chubs, w, size)
+        want = _location_list_sorting_all(row_ids, row_hubs, row_chubs, top_ids, top_chubs, w, size)
+        assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist(), trial

@@ -20,8 +20,9 @@ whether its answer was built (a miss of the process's cache). The result: per ph
 ms, the share of misses and the misses' own p50/p99, and the process's CPU time per report (on a
 loaded machine the times measure the wait for a core as much as the work). Everything the benchmark creates is dropped at
 the end. With ``collection`` (``--collection NAME``) it times an existing collection instead (say the one
-``bench writes --reuse`` keeps at 10^6 items): queries drawn near its own items, no delta phase,
-nothing written.
+``bench writes --reuse`` keeps at 10^6 items): queries drawn near its own items, nothing written, one
+phase: ``delta`` (with its size) when the active run has a delta (say, what ``bench writes --reuse
+--no-merge`` left), else ``base``.
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ def _write_delta(name: str, n: int, Xq: np.ndarray, seed: int) -> float:
 
 
 def _existing(cfg: ResolveConfig, say) -> dict[str, Any]:
-    """The benchmark on an existing collection ``cfg.collection`` (kept, never written): the queries are
+    """The benchmark on an existing collection ``cfg.collection`` (kept, never written; its phase ``delta``
+    when its active run has a delta, with its tombstones and new items, else ``base``): the queries are
     ``cfg.reports`` of its items' features, each moved by a little Gaussian noise (1% of the features'
     spread), read from wherever its features live (its items or its attached table)."""
     t_start = time.perf_counter()
@@ -149,6 +151,10 @@ def _existing(cfg: ResolveConfig, say) -> dict[str, Any]:
             n=sql.Literal(20 * cfg.reports))).fetchall()
         n_items = int(conn.execute("SELECT n_items FROM pm_vector.embedding_runs WHERE id = %s",
                                    [coll["active_run_id"]]).fetchone()[0])
+        dead, entries = conn.execute(
+            "SELECT (SELECT count(*) FROM pm_vector.delta_tombstones WHERE run_id = %(r)s), "
+            "(SELECT count(DISTINCT item_id) FROM pm_vector.delta_entries WHERE run_id = %(r)s)",
+            {"r": int(coll["active_run_id"])}).fetchone()
     if not rows:
         raise InvalidInputError(f"collection {name!r} has no items to draw queries from.")
     F = np.asarray([r[0] for r in rows], np.float64)
@@ -157,7 +163,10 @@ def _existing(cfg: ResolveConfig, say) -> dict[str, Any]:
     Xq = Xq + 0.01 * F.std(axis=0, keepdims=True) * rng.normal(size=Xq.shape)
     reqs, plan = _requests(name, n_items, Xq, cfg)
     say("fresh process")
-    phases = {"base": _phase(*_fresh_process(name, reqs))}
+    # the phase is named by the state it finds: "delta" when the run has one (say, what a stream of
+    # `bench writes --reuse --no-merge` left), with its size
+    got = _phase(*_fresh_process(name, reqs))
+    phases = {"delta": {**got, "tombstones": int(dead), "new_items": int(entries)}} if dead or entries else {"base": got}
     return {"items": n_items, "dim": int(F.shape[1]), "epsilon": cfg.epsilon, "plan": plan, "config": asdict(cfg),
             "phases": phases, "setup": {"collection": name},
             "load_average": {"before": [round(v, 2) for v in load_before],

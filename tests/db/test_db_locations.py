@@ -250,6 +250,35 @@ def test_a_repeated_request_takes_one_statement_and_sees_every_change_of_the_run
 
 
 
+def test_a_collection_without_payloads_answers_codes_alone_until_one_is_stored(db, cname, conn):
+    """A collection that never stored a payload builds its answers from the codes alone (no join of
+    the items); once an update stores a payload on an answered item, the next answer of the same
+    report, on the same kept connection, carries it -- and the codes stay the same."""
+    from pm_vector.client.location import PrivateLocationKNN
+    from pm_vector.db.postgres import connect
+    from pm_vector.db.resolve import location_resolution
+    from pm_vector.db.resolve.resolution import public_anchor, resolve
+    from pm_vector.manifold.public_cells import PublicCells
+
+    X, y = _blobs(400, 8)
+    _small_run(db, cname, X, y, np.s_[:300], np.s_[300:380], np.s_[380:], delta=True)
+    info = public_anchor(cname)[1]
+    req = PrivateLocationKNN(PublicCells.from_dict(info["public_locations"]), 8.0, n_items=300, widths=(16, 32),
+                             collection=cname, max_bytes=3_000)._inject_generator(np.random.default_rng(2)).request(
+        X[0].astype(float))
+    with connect() as pooled:
+        location_resolution.CACHE.clear()
+        first = resolve(cname, req, conn=pooled)
+        assert first["payloads"] is None and len(first["item_ids"])
+        item = int(np.asarray(first["item_ids"], np.int64)[0])
+        db.update_items(cname, item_ids=[item], payloads=[{"tag": "x"}])
+        after = resolve(cname, req, conn=pooled)
+    assert after["payloads"] is not None and not after["cached"]
+    k = np.asarray(after["item_ids"], np.int64).tolist().index(item)
+    assert after["payloads"][k] == {"tag": "x"} and sum(p is not None for p in after["payloads"]) == 1
+    assert after["codes_data"] == first["codes_data"] and np.array_equal(after["item_ids"], first["item_ids"])
+
+
 class _Calls:
     """A connection that counts what a resolve asks of it: statements, cursors and commits; ``then``
     runs after the statement numbered ``at`` (1-based)."""

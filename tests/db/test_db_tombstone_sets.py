@@ -14,7 +14,7 @@ from test_db_erase import _collection
 
 def _tombstones_read(seen: _Received) -> list[list[int]]:
     """The tombstone rows (-3: the run's version, then its tombstones) each binary result carried."""
-    from pm_vector.db.runs.array_rows import unsend
+    from pm_vector.db.runs.array_rows import unsend_records
 
     out = []
     for cur in seen.results:
@@ -23,7 +23,7 @@ def _tombstones_read(seen: _Received) -> list[list[int]]:
             continue
         for r in range(res.ntuples):
             if res.get_value(r, 0) == (-3).to_bytes(4, "big", signed=True):
-                out.append(unsend(res.get_value(r, 2), "int8").tolist())
+                out.append(unsend_records(res.get_value(r, 2), "int8").tolist())
     return out
 
 

@@ -77,6 +77,14 @@ def unsend(b: bytes, kind: str) -> np.ndarray:
     return body["v"].astype(np.int64 if kind == "int8" else np.float64)
 
 
+def unsend_records(b: bytes, kind: str) -> np.ndarray:
+    """A 1-d ``bigint[]`` ("int8") or ``float8[]`` ("float8") from its elements' records: ``array_send``
+    bytes less their 20-byte header (a 1-d array's; an empty array's 12 give none), of one array or of
+    several joined (no NULLs)."""
+    body = np.frombuffer(b, dtype=[("l", ">i4"), ("v", ">i8" if kind == "int8" else ">f8")])
+    return body["v"].astype(np.int64 if kind == "int8" else np.float64)
+
+
 def deferred(conn):
     """Inside: rows are held in memory once read, writes change the held rows; at the end (no
     exception) each table's changed rows are written once. Nested uses join the outer one.
