@@ -24,8 +24,12 @@ index (``vector_l2_ops``, default options).
 
 **The stream** (per rate of ``rates``, one after the other): ``ceil(rate * seconds)`` changes, a
 third each inserts (new keys, new vectors), vector updates and deletes, drawn once and given to
-each system in the same order. Updates and deletes hit distinct initial items whose own cell's
-answer held them at set-up (so a check can see them change), never the same key twice. pm_vector's
+each system in the same order. Updates and deletes hit distinct initial items, never the same key
+twice: the checked ones (:func:`Stream.take`) items whose own cell's answer held them at set-up (so
+a check can see them change), the others any initial item not changed yet. (Drawing every victim
+from the answered ones ran out on a kept collection whose answers new items had filled: 188 of
+47,171 initial items, and the stream became inserts.) The mix stays a third each until the initial
+items run out. pm_vector's
 writer commits ``batch`` changes a transaction (one call per kind on the API path), plain pgvector
 one change a commit; change ``j`` is due at ``j / rate`` s after the start and the writer stops
 starting batches after ``seconds``. Meanwhile ``queries_concurrency`` threads of this process
@@ -154,10 +158,13 @@ def _pct(v, q: float, scale: float = 1.0, nd: int = 3):
 
 class Stream:
     """The changes drawn for every system (module doc): kinds at random, fresh keys and rows for the
-    new vectors, victims from ``victims`` (each once)."""
+    new vectors; the victims of updates and deletes from ``victims`` (items a check can see change)
+    for the checked changes and from ``others`` (any other initial item) for the rest, each once."""
 
-    def __init__(self, items: int, n_rows: int, victims: list[int], rng, next_key: int | None = None):
+    def __init__(self, items: int, n_rows: int, victims: list[int], rng, next_key: int | None = None,
+                 others: list[int] = ()):
         self.rng, self.victims, self.items, self.n_rows = rng, list(victims), int(items), int(n_rows)
+        self.others = list(others)
         self.next_key = int(next_key or items + 1)
         self.made = self.next_key - items - 1  # (a reused collection: the rows after those its keys took)
 
@@ -166,19 +173,27 @@ class Stream:
         self.made += 1
         return self.items + (self.made - 1) % (self.n_rows - self.items)
 
-    def take(self, n: int) -> list[Change]:
+    def take(self, n: int, most_checked: int = 0) -> list[Change]:
+        """``n`` changes; at most ``most_checked`` of them marked checked, evenly spread (every one when
+        fewer): an update or delete among those hits a victim a check can see, the others any other
+        initial item (a victim when none is left)."""
+        stride = check_stride(n, most_checked) if most_checked > 0 else 0
         out = []
-        for _ in range(n):
-            kind = ("insert", "update", "delete")[int(self.rng.integers(3))] if self.victims else "insert"
+        for j in range(n):
+            checked = bool(stride) and j % stride == 0
+            pools = (self.victims, self.others) if checked else (self.others, self.victims)
+            pool = pools[0] if pools[0] else pools[1]
+            kind = ("insert", "update", "delete")[int(self.rng.integers(3))] if pool else "insert"
             if kind == "insert":
-                out.append(Change("insert", self.next_key, self._row()))
+                out.append(Change("insert", self.next_key, self._row(), checked=checked))
                 self.next_key += 1
                 continue
-            key = self.victims.pop(int(self.rng.integers(len(self.victims))))
+            key = pool.pop(int(self.rng.integers(len(pool))))
+            checked = checked and pool is self.victims
             if kind == "update":
-                out.append(Change("update", key, self._row(), old_row=key - 1))
+                out.append(Change("update", key, self._row(), old_row=key - 1, checked=checked))
             else:
-                out.append(Change("delete", key, key - 1, old_row=key - 1))
+                out.append(Change("delete", key, key - 1, old_row=key - 1, checked=checked))
         return out
 
 
@@ -187,9 +202,14 @@ def fresh(spec: list[Change]) -> list[Change]:
     return [Change(c.kind, c.key, c.row, c.old_row, checked=c.checked) for c in spec]
 
 
+def check_stride(n: int, most: int) -> int:
+    """Every how many changes of a stream of ``n`` one is checked, for at most ``most`` checked."""
+    return max(1, math.ceil(n / max(1, most)))
+
+
 def sample(spec: list[Change], most: int) -> None:
     """Mark at most ``most`` changes of the stream to be checked, evenly spread (every one when fewer)."""
-    stride = max(1, math.ceil(len(spec) / max(1, most)))
+    stride = check_stride(len(spec), most)
     for j, c in enumerate(spec):
         c.checked = j % stride == 0
 
@@ -370,10 +390,11 @@ def saturate(target, stream: Stream, cfg: WritesConfig, Xq: np.ndarray, say) -> 
             "saturate_query_p50_ms": _pct(raw["query_s"], 50, 1e3, 1), "saturate_errors": len(raw["errors"])}
 
 
-def _victims(pm, cfg: WritesConfig, rng, say) -> list[int]:
+def _victims(pm, cfg: WritesConfig, rng, say) -> tuple[list[int], list[int]]:
     """Initial keys (never the last: the warm-up's) whose own cell's answer holds them, as many as the
-    streams may update or delete (module doc)."""
-    need = sum(math.ceil(r * cfg.seconds) for r in cfg.rates) * 2 // 3 + 16
+    streams' checked changes may update or delete, and the other initial keys not changed yet
+    (module doc)."""
+    need = len(cfg.rates) * min(cfg.max_checked, sum(math.ceil(r * cfg.seconds) for r in cfg.rates)) * 2 // 3 + 16
     keys = rng.permutation(np.asarray(pm.state["untouched"], np.int64))
     out: list[int] = []
     t = time.perf_counter()
@@ -384,8 +405,10 @@ def _victims(pm, cfg: WritesConfig, rng, say) -> list[int]:
         if s % 5000 == 4500:  # (one answer built per cell: about 0.15 s each at 100,000 items under load)
             say(f"items to change: {len(out):,} of {need:,} ({time.perf_counter() - t:.0f} s)")
     pm.setup["victims_s"] = round(time.perf_counter() - t, 1)
-    say(f"{len(out)} items to change, each held by its own cell's answer")
-    return out[:need]
+    out = out[:need]
+    say(f"{len(out)} items to change where a check sees them, each held by its own cell's answer")
+    taken = set(out)
+    return out, [int(k) for k in keys.tolist() if int(k) not in taken]
 
 
 def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -411,14 +434,14 @@ def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dic
         pm.merge_after = cfg.merge
         targets.append(pm)
         pm.start()
-        stream = Stream(cfg.items, X.shape[0], _victims(pm, cfg, rng, say), rng, next_key=pm.state["next_key"])
+        victims, others = _victims(pm, cfg, rng, say)
+        stream = Stream(cfg.items, X.shape[0], victims, rng, next_key=pm.state["next_key"], others=others)
         if cfg.compare_pgvector:
             targets.append(PgvectorTarget(tag, X, cfg.items, say, source=pm.table if cfg.reuse else None))
         for t in targets:
             out["setup"][t.system] = t.setup
         for r in rates:
-            spec = stream.take(math.ceil(r * cfg.seconds))
-            sample(spec, cfg.max_checked)
+            spec = stream.take(math.ceil(r * cfg.seconds), cfg.max_checked)
             row: dict[str, Any] = {"rate": r}
             for t in targets:
                 say(f"{t.system}: {len(spec)} changes at {r:g} a second")

@@ -13,8 +13,8 @@ processes at once -- ``pm-vector sync`` beside the service -- each batch locks i
 
 The leader's passes (:func:`sync_once`: at once when changes are queued -- looked for every
 :data:`POLL_S` -- and at the latest every ``sync_interval_s``: every attached collection with
-queued changes, then the bulk merge of the collections whose delta is due, on a thread of its own:
-:func:`merge_in_background`; nothing while the service's pool knows the database is down) run in a process of
+queued changes, then the bulk merge of the collections whose delta is due, in a process of its own at a
+lower priority: :func:`merge_in_background`; nothing while the service's pool knows the database is down) run in a process of
 its own, :class:`SyncProcess`, which shares no GIL with the requests. :func:`lower_request_priority`
 (``request_nice``) lowers the CPU priority of the service's other threads below the worker's, and
 the sync process is made by the worker's thread, at its priority.
@@ -22,16 +22,17 @@ the sync process is made by the worker's thread, at its priority.
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 from typing import Any, Callable
 
-from ..db.runs.merge import merge_due
 from ..db.store.attach import sync_pending
 
 import psycopg
@@ -64,30 +65,52 @@ _merging: list = []
 #: seconds between two checks of which merges are due (a pass may follow the one before at once)
 MERGE_CHECK_S = 1.0
 _merge_checked = [float("-inf")]
+#: how many nice levels below the sync a merge's process runs (:mod:`pm_vector.service.merge_process`)
+MERGE_NICE = 10
 
 
-def merge_in_background(url: str) -> bool:
+def merge_finished() -> dict[str, Any] | None:
+    """The result of this process's background merge once it has ended (then forgotten; logged), None
+    while it runs or when there is none: what :mod:`pm_vector.service.merge_process` wrote."""
+    if not _merging or _merging[0].poll() is None:
+        return None
+    proc = _merging.pop()
+    try:
+        got = json.loads(proc.stdout.read() or "{}")
+    except ValueError:
+        got = {}
+    finally:
+        proc.stdout.close()
+    if proc.returncode != 0 or "merges" not in got:
+        got = {"error": got.get("error") or f"the merge process ended with code {proc.returncode}", "merges": {}}
+        log.warning("merge check failed (%s)", got["error"])
+    for name, res in got["merges"].items():
+        if isinstance(res, str):
+            log.warning("merge of %s failed (%s); it is tried again at the next pass", name, res)
+        else:
+            log.info("merged the delta of %s into run %s in %.1f s", name, res["run_id"], res["seconds"])
+    return got
+
+
+def merge_in_background(url: str, nice: int = MERGE_NICE) -> bool:
     """Start the bulk merge of every collection whose merge is due
-    (:func:`pm_vector.db.runs.merge.merge_due`) on a thread of its own, unless one runs: the
-    passes of the sync go on beside it (a merge builds its run beside the serving one and
-    switches in one transaction, so writes and answers never wait on it). Returns whether one was
-    started."""
-    if _merging and _merging[0].is_alive():
+    (:func:`pm_vector.db.runs.merge.merge_due`) in a process of its own, ``nice`` levels below this
+    one (:mod:`pm_vector.service.merge_process`: no share of the sync's GIL, the cores to the sync
+    first), unless one runs: the passes of the sync go on beside it (a merge builds its run beside the
+    serving one and switches in one transaction, so writes and answers never wait on it). Returns
+    whether one was started."""
+    merge_finished()
+    if _merging:
         return False
-
-    def run() -> None:
-        try:
-            for name, res in merge_due(url).items():
-                if isinstance(res, str):
-                    log.warning("merge of %s failed (%s); it is tried again at the next pass", name, res)
-                else:
-                    log.info("merged the delta of %s into run %s in %.1f s", name, res["run_id"], res["seconds"])
-        except Exception as exc:  # noqa: BLE001 - a database outage must not stop the sync
-            log.warning("merge check failed (%s)", type(exc).__name__)
-
-    th = threading.Thread(target=run, name="pm_vector-merge", daemon=True)
-    _merging[:] = [th]
-    th.start()
+    # from the directory that holds this package: `python -m` puts its working directory first on the
+    # path, and the merge must run the code this process runs
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.Popen([sys.executable, "-m", "pm_vector.service.merge_process", str(max(0, int(nice)))],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=here,
+                            text=True)
+    proc.stdin.write(url)
+    proc.stdin.close()
+    _merging[:] = [proc]
     return True
 
 

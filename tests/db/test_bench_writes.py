@@ -162,3 +162,25 @@ def test_bench_writes_reuse_keeps_the_prepared_collection_for_the_next_run(db):
             for t in ("docs", "pgv"):
                 c.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
                     sql.Identifier("public", f"bench_writes_{t}_{writes_reuse.tag(cfg)}")))
+
+
+def test_the_stream_keeps_its_mix_when_few_items_can_be_checked():
+    """The checked updates and deletes hit the victims a check can see; the others hit any other
+    initial item, so a kept collection whose answers hold few initial items still streams a third
+    each of inserts, updates and deletes, never one key twice."""
+    import numpy as np
+
+    from pm_vector.bench.writes_bench import Stream
+
+    victims, others = list(range(1, 41)), list(range(41, 5_000))
+    st = Stream(5_000, 20_000, victims, np.random.default_rng(3), others=others)
+    spec = st.take(6_000, 300)
+    kinds = [c.kind for c in spec]
+    assert min(kinds.count(k) for k in ("insert", "update", "delete")) > 1_700  # a third each
+    changed = [c.key for c in spec if c.kind != "insert"]
+    assert len(changed) == len(set(changed))
+    checked = [c for c in spec if c.checked]
+    assert 0 < len(checked) <= 300
+    assert all(c.key in victims for c in checked if c.kind != "insert")
+    assert all(c.checked for c in spec if c.kind != "insert" and c.key in victims)  # (others left: 1,000 or so)
+    assert st.others

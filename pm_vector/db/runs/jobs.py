@@ -354,6 +354,7 @@ def _job_switch(conn, collection: str, coll, run_id: int, items, report, timings
     if row is None:
         raise EmbeddingJobError(f"collection {collection!r} was dropped while the job ran.", run_id)
     previous = row[0]
+    timings["switch.lock_s"] = time.perf_counter() - t  # (waiting for a write that holds the row)
     st = conn.execute("SELECT status FROM pm_vector.embedding_runs WHERE id = %s FOR UPDATE", [run_id]).fetchone()
     if st is None or st[0] != "running":
         raise EmbeddingJobError(
@@ -369,7 +370,9 @@ def _job_switch(conn, collection: str, coll, run_id: int, items, report, timings
     conn.execute("UPDATE pm_vector.embedding_runs SET status = 'succeeded', finished_at = now() WHERE id = %s", [run_id])
     conn.execute("UPDATE pm_vector.collections SET active_run_id = %s WHERE id = %s", [run_id, coll["id"]])
     if on_switch is not None:
+        t_on = time.perf_counter()
         on_switch(conn, run_id)
+        timings["switch.on_switch_s"] = time.perf_counter() - t_on  # (a merge: the last changes applied)
     timings["switch_s"] = time.perf_counter() - t  # (the collection row held: the last changes applied)
     conn.execute("UPDATE pm_vector.embedding_runs SET timings = %s WHERE id = %s",
                  [Jsonb({k_: round(v, 6) for k_, v in timings.items()}), run_id])

@@ -52,7 +52,8 @@ def merge(collection: str, *, embed_fn=None, embed_fn_extend=None, progress=None
     embedding and extension (default the AnchorFrame pair). Returns ``{"collection", "run_id" (the
     new run), "previous_run_id", "merged_tombstones", "merged_items", "dropped_runs", "catch_up" (the
     catch-up's ``(tombstoned, placed)`` per pass), "switch_s" (the switch transaction's time, the
-    collection row held: the last changes applied), "seconds"}``."""
+    collection row held: the last changes applied), "switch" (in it: the new items ``copied`` and
+    ``placed``, and their seconds), "seconds"}``."""
     t = time.perf_counter()
     with connect(url) as conn:
         coll = collection_row(conn, collection)
@@ -66,9 +67,14 @@ def merge(collection: str, *, embed_fn=None, embed_fn_extend=None, progress=None
         conn.rollback()
     extend = embed_fn_extend or anchor_frame_extend_fn
 
+    switch: dict[str, Any] = {}
+
     def reapply(c, new_run: int) -> None:  # (in the switch transaction: the new run is the active one)
-        copy_placed(c, rid, new_run)  # those the serving run placed; then any it had not
-        embed_new_items(collection, extend, conn=c)
+        t0 = time.perf_counter()
+        switch["copied"] = int(copy_placed(c, rid, new_run))  # those the serving run placed; then any it had not
+        t1 = time.perf_counter()
+        switch["placed"] = int(embed_new_items(collection, extend, conn=c)["n_new"])
+        switch.update(copy_s=round(t1 - t0, 3), place_s=round(time.perf_counter() - t1, 3))
 
     passes: list = []
 
@@ -80,7 +86,8 @@ def merge(collection: str, *, embed_fn=None, embed_fn_extend=None, progress=None
     dropped = purge_superseded(collection, url=url)
     return {"collection": collection, "run_id": int(info["run_id"]), "previous_run_id": info.get("previous_run_id"),
             "merged_tombstones": n_t, "merged_items": n_i, "dropped_runs": dropped, "catch_up": passes,
-            "switch_s": (info.get("timings") or {}).get("switch_s"), "seconds": round(time.perf_counter() - t, 3)}
+            "switch_s": (info.get("timings") or {}).get("switch_s"), "switch": switch,
+            "seconds": round(time.perf_counter() - t, 3)}
 
 
 #: the catch-up's passes at most, and the changes left below which it stops (the switch applies those)

@@ -1,0 +1,64 @@
+"""The bulk merge in a process of its own, at a lower CPU priority: ``python -m
+pm_vector.service.merge_process NICE`` with the database URL on stdin (never on the command line,
+where every user of the machine could read a password in it), started by
+:func:`pm_vector.service.sync_worker.merge_in_background`.
+
+A merge is a new embedding job of the active run's parameters (:mod:`pm_vector.db.runs.merge`):
+minutes of numpy, faiss and Python on the machine's cores. It ran on a thread of the sync's
+process, so it shared that process's GIL with every sync pass and its cores with everything: in a
+10-minute stream of 100 changes a second at 100,000 items the sync fell seconds behind whenever a
+merge was building (delay p99 9.9 s over 300 s, a merge building the whole time). Here it shares
+nothing with the sync but the database, and runs ``NICE`` levels below it (Linux's nice value; the
+sync and the database keep their priority), so the sync's passes take the cores first.
+
+It writes one JSON object to stdout: ``{"nice": its nice value, "merges": {collection: {"run_id",
+"seconds", "switch_s", "catch_up"} or why it failed}}``. It ends by itself when the process that
+started it is gone (its parent's pid changes), leaving a job it had started to be marked abandoned
+as any killed job's (:func:`pm_vector.db.runs.jobs.cleanup`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+from ..db.runs.merge import merge_due
+
+#: how often the process looks whether the one that started it is still there
+PARENT_CHECK_S = 1.0
+
+
+def _orphaned_exit(parent: int) -> None:
+    while True:
+        time.sleep(PARENT_CHECK_S)
+        if os.getppid() != parent:
+            os._exit(3)
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the service stops us
+    nice = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    url = sys.stdin.read().strip()
+    if nice > 0:
+        try:
+            os.nice(nice)
+        except OSError:  # (a platform without nice values: the same priority)
+            pass
+    threading.Thread(target=_orphaned_exit, args=(os.getppid(),), daemon=True).start()
+    out: dict = {"nice": os.nice(0) if hasattr(os, "nice") else 0, "merges": {}}
+    try:
+        for name, res in merge_due(url).items():
+            out["merges"][name] = res if isinstance(res, str) else {
+                "run_id": res["run_id"], "seconds": res["seconds"], "switch_s": res["switch_s"],
+                "catch_up": res["catch_up"]}
+    except Exception as exc:  # noqa: BLE001 - said to the sync worker, which logs it
+        out["error"] = type(exc).__name__
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
