@@ -12,7 +12,7 @@ nothing with the sync but the database, and runs ``NICE`` levels below it (Linux
 sync and the database keep their priority), so the sync's passes take the cores first.
 
 It writes one JSON object to stdout: ``{"nice": its nice value, "merges": {collection: {"run_id",
-"seconds", "switch_s", "catch_up"} or why it failed}}``. It ends by itself when the process that
+"seconds", "switch_s", "switch", "catch_up"} or why it failed}}``. It ends by itself when the process that
 started it is gone (its parent's pid changes), leaving a job it had started to be marked abandoned
 as any killed job's (:func:`pm_vector.db.runs.jobs.cleanup`).
 """
@@ -54,7 +54,7 @@ def main() -> None:
         for name, res in merge_due(url).items():
             out["merges"][name] = res if isinstance(res, str) else {
                 "run_id": res["run_id"], "seconds": res["seconds"], "switch_s": res["switch_s"],
-                "catch_up": res["catch_up"]}
+                "switch": res["switch"], "catch_up": res["catch_up"]}
     except Exception as exc:  # noqa: BLE001 - said to the sync worker, which logs it
         out["error"] = type(exc).__name__
     json.dump(out, sys.stdout)
