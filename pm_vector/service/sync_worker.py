@@ -83,6 +83,7 @@ def merge_finished() -> dict[str, Any] | None:
         proc.stdout.close()
     if proc.returncode != 0 or "merges" not in got:
         got = {"error": got.get("error") or f"the merge process ended with code {proc.returncode}", "merges": {}}
+    if got.get("error"):  # (the database unreachable, say: the next pass tries again)
         log.warning("merge check failed (%s)", got["error"])
     for name, res in got["merges"].items():
         if isinstance(res, str):
