@@ -34,8 +34,8 @@ def test_job_writes_indexes_and_switches(db, cname, conn):
     # the job's stages, and their parts (class_rows.graph_s, index.run_s, ...) under the stage's name
     assert {t for t in info["timings"] if "." not in t} == {"load_s", "embed_s", "write_s", "class_rows_s", "index_s",
                                                             "switch_s"}
-    assert all(t.split(".")[0] in ("class_rows", "index") for t in info["timings"] if "." in t)
-    assert {"class_rows.graph_s", "class_rows.codes_s", "index.run_s"} <= set(info["timings"])
+    assert all(t.split(".")[0] in ("class_rows", "index", "switch") for t in info["timings"] if "." in t)
+    assert {"class_rows.graph_s", "class_rows.codes_s", "index.run_s", "switch.lock_s"} <= set(info["timings"])
     assert stages[0] == "load" and stages[-1] == "switch" and {"embed", "write", "index"} <= set(stages)
     rid = info["run_id"]
     assert db.collection_info(cname)["active_run_id"] == rid
