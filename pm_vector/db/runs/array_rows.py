@@ -69,12 +69,9 @@ def member(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 
 def unsend(b: bytes, kind: str) -> np.ndarray:
     """A 1-d ``bigint[]`` ("int8") or ``float8[]`` ("float8") from its ``array_send`` bytes (no NULLs)."""
-    ndim = int.from_bytes(b[0:4], "big")
-    if ndim == 0:
+    if int.from_bytes(b[0:4], "big") == 0:  # (no dimension: empty)
         return _EMPTY[kind].copy()
-    n = int.from_bytes(b[12:16], "big")
-    body = np.frombuffer(b, dtype=[("l", ">i4"), ("v", ">i8" if kind == "int8" else ">f8")], count=n, offset=20)
-    return body["v"].astype(np.int64 if kind == "int8" else np.float64)
+    return unsend_records(b[20:20 + 12 * int.from_bytes(b[12:16], "big")], kind)
 
 
 def unsend_records(b: bytes, kind: str) -> np.ndarray:
