@@ -206,6 +206,7 @@ class EmbeddingRun(Base):
     embedding_dim: Mapped[Optional[int]] = mapped_column(Integer)
     n_items: Mapped[Optional[int]] = mapped_column(Integer)
     delta_version: Mapped[int] = mapped_column(BigInteger, server_default="0")  # bumped by every delta write
+    index_upto: Mapped[Optional[int]] = mapped_column(BigInteger)  # the items index holds ids up to it
     n_anchors: Mapped[Optional[int]] = mapped_column(Integer)
     timings: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     error: Mapped[Optional[str]] = mapped_column(Text)
