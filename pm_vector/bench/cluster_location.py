@@ -9,8 +9,9 @@ connection, the process's answer cache emptied before each (:data:`~pm_vector.db
 every timed answer is built from the node's rows, as a first request of its report is. A sharded
 run keeps its location rows and codes on the coordinator
 (:mod:`pm_vector.db.resolve.location_resolution`), so the coordinator's p50 against the single
-node's is the cost of the cluster on this release (the target is at most 1.2). The replica answers
-from its copy (``read_conn``), the log written on the primary.
+node's is the cost of the cluster on this release (the target is at most 1.2); the two are timed
+interleaved, request by request (:func:`timed_side_by_side`). The replica answers from its copy
+(``read_conn``), the log written on the primary.
 
 ``location_same_answers``: every report gets the same candidates in the same order, by external id,
 from the single node, the coordinator and the replica. Then ``changes`` writes through the public
@@ -66,31 +67,44 @@ def timed(name: str, reqs: list, url: str, warmup: int, replica: str | None = No
     """Every request resolved on a kept connection to ``url`` (with ``replica``: read there, logged
     on ``url``), the answer cache emptied before each. Returns ({p50_ms, p95_ms, by_eps: {eps:
     p50_ms}}, every answer's candidates by external id)."""
-    ms, by, ids = [], {}, []
-    with psycopg.connect(url) as conn, (psycopg.connect(replica) if replica else _Null()) as rconn:
-        configure(conn)
-        if replica:
-            configure(rconn)
+    res, answers = timed_side_by_side(name, reqs, {"node": (url, replica)}, warmup)
+    return res["node"], answers["node"]
+
+
+def timed_side_by_side(name: str, reqs: list, nodes: dict[str, tuple], warmup: int) -> tuple[dict, dict]:
+    """:func:`timed` on several nodes (``{node: (url, replica or None)}``) at once, interleaved: each
+    request resolved on every node in turn (the order turning with the request), so that every node
+    sees the machine as the others do (one node after the other, a load that came and went favoured
+    one of them). Returns ({node: timings}, {node: answers}), as :func:`timed` per node."""
+    names = list(nodes)
+    ms: dict[str, list] = {n: [] for n in names}
+    by: dict[str, dict] = {n: {} for n in names}
+    ids: dict[str, list] = {n: [] for n in names}
+    conns, reads = {}, {}
+    try:
+        for n, (url, replica) in nodes.items():
+            conns[n] = psycopg.connect(url)
+            configure(conns[n])
+            if replica:
+                reads[n] = psycopg.connect(replica)
+                configure(reads[n])
         for i, (eps, req) in enumerate(reqs):
-            CACHE.clear()
-            t = time.perf_counter()
-            res = resolve(name, req, conn=conn, read_conn=rconn if replica else None)
-            d = (time.perf_counter() - t) * 1e3
-            if i >= warmup:
-                ms.append(d)
-                by.setdefault(str(eps), []).append(d)
-            ids.append(np.asarray(res["item_ids"], np.int64))
-        ext = _external_ids(conn, ids)
-    return ({"p50_ms": _pct(ms, 50), "p95_ms": _pct(ms, 95), "by_eps": {e: _pct(v, 50) for e, v in by.items()}},
-            [[ext[int(i)] for i in a] for a in ids])
-
-
-class _Null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *a):
-        return False
+            for n in names[i % len(names):] + names[:i % len(names)]:
+                CACHE.clear()
+                t = time.perf_counter()
+                res = resolve(name, req, conn=conns[n], read_conn=reads.get(n))
+                d = (time.perf_counter() - t) * 1e3
+                if i >= warmup:
+                    ms[n].append(d)
+                    by[n].setdefault(str(eps), []).append(d)
+                ids[n].append(np.asarray(res["item_ids"], np.int64))
+        ext = {n: _external_ids(conns[n], ids[n]) for n in names}
+    finally:
+        for c in list(conns.values()) + list(reads.values()):
+            c.close()
+    return ({n: {"p50_ms": _pct(ms[n], 50), "p95_ms": _pct(ms[n], 95),
+                 "by_eps": {e: _pct(v, 50) for e, v in by[n].items()}} for n in names},
+            {n: [[ext[n][int(i)] for i in a] for a in ids[n]] for n in names})
 
 
 def _external_ids(conn, answers: list) -> dict[int, str | None]:
@@ -201,11 +215,9 @@ def run_location(cfg, name: str, C: int, urls: dict[str, str], replica: str | No
                            "max_bytes": cfg.location_max_bytes}
 
     def phase(label: str, gone: set[str]) -> dict[str, Any]:
-        res, answers = {}, {}
-        for node, url in (("single", urls["single"]), ("cluster", urls["cluster"])):
-            use(url)
-            say(f"location {label}: {len(reqs)} resolves on {node}")
-            res[node], answers[node] = timed(name, reqs, url, cfg.warmup)
+        say(f"location {label}: {len(reqs)} resolves on the single node and the coordinator, interleaved")
+        res, answers = timed_side_by_side(name, reqs, {"single": (urls["single"], None), "cluster": (urls["cluster"], None)},
+                                          cfg.warmup)
         if replica:
             wait_for_replica(urls["cluster"], replica)
             say(f"location {label}: {len(reqs)} resolves on the replica")

@@ -84,12 +84,17 @@ timed after the stream: :meth:`~pm_vector.bench.writes_targets.PmVectorTarget.en
 ``sync_status`` (:func:`pm_vector.db.sync_status` sampled every second: queue length max, ``lag_s``
 p50 / p99); pgvector also ``max_commits_per_s``: a saturating phase of ``saturate_s`` s after the
 streams, single-row commits of the same mix as fast as one writer can, the queries running.
+
+**``match_pgvector``** (``--match-pgvector``): that saturating phase runs first, and the one stream of
+both systems runs at the rate it measured (``config.rates``): whether pm_vector sustains plain
+pgvector's single-row commit rate, measured in the same run.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import time
 import uuid
@@ -105,6 +110,12 @@ from . import writes_reuse
 from .latency import N_FINE, clustered
 
 PATHS = ("attached", "api")
+#: the interpreter's thread switch interval during a stream (Python's default is 5 ms): the writer's
+#: thread waits on the database twice a change, and each time takes the interpreter back from the
+#: query and check threads; at 5 ms a wait, one writer beside pm_vector's queries (each a client's
+#: request and an answer parsed in Python) got 150-190 single-row commits a second while its
+#: database took 1,387 (docs/benchmarks.md, "Writes")
+SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass
@@ -130,6 +141,7 @@ class WritesConfig:
     seed: int = 0
     reuse: bool = False  # keep the prepared collection (and pgvector's table) for the next run of the same flags
     merge: bool = True  # time the merge of each stream's delta after it (False: merge_s None)
+    match_pgvector: bool = False  # pgvector's saturating phase first; the one stream at its commits a second
 
 
 def check_config(cfg: WritesConfig) -> None:
@@ -146,10 +158,15 @@ def check_config(cfg: WritesConfig) -> None:
             or cfg.max_checked < 1:
         raise InvalidInputError("batch, checkers and max_checked must be >= 1, queries_concurrency >= 0, drain_s > 0 "
                                 "and saturate_s >= 0.")
-    need = sum(math.ceil(r * cfg.seconds) for r in cfg.rates)
+    if cfg.match_pgvector and not (cfg.compare_pgvector and cfg.saturate_s > 0):
+        raise InvalidInputError("--match-pgvector streams at pgvector's saturated rate: give --compare-pgvector "
+                                "and a --saturate above 0.")
+    # the checked updates and deletes need initial items of their own (the others also take the keys the
+    # stream inserted before them)
+    need = sum(min(cfg.max_checked, math.ceil(r * cfg.seconds)) for r in cfg.rates)
     if need * 2 // 3 + 1 > cfg.items - 1:
-        raise InvalidInputError(f"{need} changes need about {need * 2 // 3} distinct items to update or delete; "
-                                f"the collection has {cfg.items}: lower the rate or the seconds.")
+        raise InvalidInputError(f"{need} checked changes need about {need * 2 // 3} distinct items to update or "
+                                f"delete; the collection has {cfg.items}: lower --rates' count or the checks.")
 
 
 def _pct(v, q: float, scale: float = 1.0, nd: int = 3):
@@ -159,7 +176,9 @@ def _pct(v, q: float, scale: float = 1.0, nd: int = 3):
 class Stream:
     """The changes drawn for every system (module doc): kinds at random, fresh keys and rows for the
     new vectors; the victims of updates and deletes from ``victims`` (items a check can see change)
-    for the checked changes and from ``others`` (any other initial item) for the rest, each once."""
+    for the checked changes and from ``others`` (any other key, and the keys of the unchecked inserts
+    streamed before) for the rest, each once. An unchecked delete has no ``row`` and no ``old_row``
+    (its key's vector is not needed)."""
 
     def __init__(self, items: int, n_rows: int, victims: list[int], rng, next_key: int | None = None,
                  others: list[int] = ()):
@@ -186,14 +205,17 @@ class Stream:
             kind = ("insert", "update", "delete")[int(self.rng.integers(3))] if pool else "insert"
             if kind == "insert":
                 out.append(Change("insert", self.next_key, self._row(), checked=checked))
+                if not checked:  # (a later unchecked change may hit it: the collection keeps its size)
+                    self.others.append(self.next_key)
                 self.next_key += 1
                 continue
             key = pool.pop(int(self.rng.integers(len(pool))))
             checked = checked and pool is self.victims
+            old = key - 1 if checked else None  # (the old vector: known for a victim, what a check needs)
             if kind == "update":
-                out.append(Change("update", key, self._row(), old_row=key - 1, checked=checked))
+                out.append(Change("update", key, self._row(), old_row=old, checked=checked))
             else:
-                out.append(Change("delete", key, key - 1, old_row=key - 1, checked=checked))
+                out.append(Change("delete", key, old, old_row=old, checked=checked))
         return out
 
 
@@ -328,6 +350,8 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
     side = [threading.Thread(target=querier, args=(i,), daemon=True) for i in range(cfg.queries_concurrency)]
     side.append(threading.Thread(target=sampler, daemon=True))
     load = os.getloadavg()
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     for th in work + side:
         th.start()
     try:
@@ -339,6 +363,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
                 f"{p} pending")
     finally:
         stop.set()
+        sys.setswitchinterval(switch)
     for th in side:
         th.join()
     try:
@@ -386,15 +411,19 @@ def saturate(target, stream: Stream, cfg: WritesConfig, Xq: np.ndarray, say) -> 
     ``saturate_s`` s, the same mix, the queries running (nothing checked)."""
     ops = stream.take(int(cfg.saturate_s * 5_000))
     raw = drive(target, ops, None, cfg.saturate_s, cfg, Xq, say, "pgvector saturating", check=False)
+    # the keys of the changes it did not commit go back to the stream (the streams after it use them)
+    stream.others += [c.key for c in ops if c.commit_t is None and c.kind != "insert"]
     return {"max_commits_per_s": round(len(raw["committed"]) / cfg.saturate_s, 1),
             "saturate_query_p50_ms": _pct(raw["query_s"], 50, 1e3, 1), "saturate_errors": len(raw["errors"])}
 
 
 def _victims(pm, cfg: WritesConfig, rng, say) -> tuple[list[int], list[int]]:
     """Initial keys (never the last: the warm-up's) whose own cell's answer holds them, as many as the
-    streams' checked changes may update or delete, and the other initial keys not changed yet
-    (module doc)."""
-    need = len(cfg.rates) * min(cfg.max_checked, sum(math.ceil(r * cfg.seconds) for r in cfg.rates)) * 2 // 3 + 16
+    streams' checked changes may update or delete, and every other key of the table, in random order
+    (the unchecked updates and deletes: a reused collection has few initial items left unchanged;
+    module doc)."""
+    need = (cfg.max_checked if cfg.match_pgvector else
+            len(cfg.rates) * min(cfg.max_checked, sum(math.ceil(r * cfg.seconds) for r in cfg.rates))) * 2 // 3 + 16
     keys = rng.permutation(np.asarray(pm.state["untouched"], np.int64))
     out: list[int] = []
     t = time.perf_counter()
@@ -408,7 +437,7 @@ def _victims(pm, cfg: WritesConfig, rng, say) -> tuple[list[int], list[int]]:
     out = out[:need]
     say(f"{len(out)} items to change where a check sees them, each held by its own cell's answer")
     taken = set(out)
-    return out, [int(k) for k in keys.tolist() if int(k) not in taken]
+    return out, [int(k) for k in rng.permutation(np.asarray(pm.state["live"], np.int64)).tolist() if int(k) not in taken]
 
 
 def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -440,6 +469,12 @@ def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dic
             targets.append(PgvectorTarget(tag, X, cfg.items, say, source=pm.table if cfg.reuse else None))
         for t in targets:
             out["setup"][t.system] = t.setup
+        sat = None
+        if cfg.match_pgvector:  # the rate to sustain: pgvector's single-row commits a second, measured first
+            sat = saturate(targets[1], stream, cfg, Xq, say)
+            rates = [float(sat["max_commits_per_s"])]
+            out["config"]["rates"] = rates
+            say(f"both systems at pgvector's saturated rate, {rates[0]:g} a second")
         for r in rates:
             spec = stream.take(math.ceil(r * cfg.seconds), cfg.max_checked)
             row: dict[str, Any] = {"rate": r}
@@ -449,7 +484,7 @@ def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dic
                 row[t.system] = summarise(t, raw, r, cfg.seconds)
             out["by_rate"].append(row)
         if cfg.compare_pgvector and cfg.saturate_s > 0:
-            sat = saturate(targets[1], stream, cfg, Xq, say)
+            sat = sat or saturate(targets[1], stream, cfg, Xq, say)
             for row in out["by_rate"]:
                 row["pgvector_hnsw"].update(sat)
     finally:

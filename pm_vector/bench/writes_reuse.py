@@ -5,8 +5,9 @@ The data is a function of ``--items``, ``--dim`` and ``--seed`` alone (the items
 :data:`NEW_ROWS` rows the streams' new vectors come from, in turn), and the kept objects are
 named by those flags, ``--anchors`` and ``--path`` (:func:`tag`). A run that finds them reads
 their state instead of building them (:func:`state`): the keys there now, the next new key, and
-the initial items whose vector is still the one set up (only those are a stream's victims: a
-check knows their old vector). Every run ends with the merge of its delta
+the initial items whose vector is still the one set up (only those are the victims of a stream's
+checked changes: a check knows their old vector), and every key (its other updates and deletes hit
+any of them). Every run ends with the merge of its delta
 (:meth:`~pm_vector.bench.writes_targets.PmVectorTarget.engine_figures`), so the next one starts on
 an empty delta; plain pgvector's kept table is brought to the attached table's rows before its
 streams (:func:`align_pgvector`). Only the attached path keeps a collection (its rows are the
@@ -39,7 +40,8 @@ def prepared(conn, name: str) -> bool:
 
 def state(conn, table: sql.Composable, X: np.ndarray, items: int) -> dict[str, Any]:
     """The attached ``table``'s state: ``{"keys" (how many rows), "next_key" (after the largest),
-    "untouched" (the initial keys below ``items`` whose vector is still ``X[key - 1]``, ascending)}``.
+    "untouched" (the initial keys below ``items`` whose vector is still ``X[key - 1]``, ascending),
+    "live" (every key there but the warm-up's, ascending: what an unchecked update or delete may hit)}``.
     The rows by binary COPY (a text read of 100,000 vectors of 128 took 18 s on the loaded machine)."""
     n = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()[0]
     got = _binary.copy_out_columns(conn, sql.SQL("SELECT id, embedding FROM {} ORDER BY id").format(table),
@@ -53,12 +55,13 @@ def state(conn, table: sql.Composable, X: np.ndarray, items: int) -> dict[str, A
     else:
         untouched = np.zeros(0, np.int64)
     return {"keys": int(ids.size), "next_key": int(max(int(ids.max(initial=0)), items) + 1),
-            "untouched": untouched.tolist()}
+            "untouched": untouched.tolist(), "live": ids[ids != items].tolist()}
 
 
 def fresh(items: int) -> dict[str, Any]:
     """The state of a table just built from the first ``items`` rows (:func:`state`, without reading it)."""
-    return {"keys": int(items), "next_key": int(items) + 1, "untouched": list(range(1, int(items)))}
+    return {"keys": int(items), "next_key": int(items) + 1, "untouched": list(range(1, int(items))),
+            "live": list(range(1, int(items)))}
 
 
 def align_pgvector(conn, pgv: sql.Composable, att: sql.Composable) -> dict[str, int]:

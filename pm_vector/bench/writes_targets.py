@@ -50,8 +50,8 @@ K = 8
 @dataclass
 class Change:
     """One change of the stream: ``kind`` (insert, update or delete), the user's ``key``, ``row`` (the
-    data row of its new vector; the old one's for a delete), ``old_row`` (the vector it replaces or
-    deletes; None for an insert). Stamped by the systems: ``commit_t`` (``perf_counter`` when its
+    data row of its new vector; the old one's for a checked delete, None for an unchecked one),
+    ``old_row`` (the vector it replaces or deletes, known for a checked change; None otherwise). Stamped by the systems: ``commit_t`` (``perf_counter`` when its
     transaction's commit returned), ``seen_t`` (when the check that saw it returned), ``old_id`` /
     ``new_id`` (pm_vector's item ids before and after), ``cell`` (the cell its check asks) and ``seq``
     (its place in the stream's commit order); ``checked``: whether its delay is measured (a stream
@@ -60,7 +60,7 @@ class Change:
 
     kind: str
     key: int
-    row: int
+    row: int | None
     old_row: int | None = None
     commit_t: float | None = None
     seen_t: float | None = None
@@ -226,7 +226,10 @@ class PmVectorTarget:
         (ingest, update_items, delete_items), each its own transaction."""
         for c in batch:
             c.old_id = self.ids.get(c.key) if c.kind != "insert" else None
-            c.cell = int(self.cell_of([c.row])[0])
+        checked = [c for c in batch if c.checked]
+        if checked:  # (only a check asks a cell: no client work in the writer for the others)
+            for c, cell in zip(checked, self.cell_of([c.row for c in checked]).tolist()):
+                c.cell = int(cell)
         if self.path == "attached":
             for c in batch:
                 if c.kind == "insert":

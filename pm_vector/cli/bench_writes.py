@@ -81,6 +81,9 @@ def writes(
     drain: float = typer.Option(300.0, "--drain", help="Seconds to keep checking after a stream's writer stopped."),
     saturate: float = typer.Option(10.0, "--saturate", min=0, help="Seconds of pgvector's saturating phase "
                                    "(its most single-row commits a second); 0: none."),
+    match_pgvector: bool = typer.Option(False, "--match-pgvector", help="pgvector's saturating phase first, then "
+                                        "one stream of both systems at the single-row commits a second it measured "
+                                        "(replaces --rate; needs --compare-pgvector)."),
     merge: bool = typer.Option(True, "--merge/--no-merge", help="Time the merge of each stream's delta after it "
                                "(--no-merge: none, merge_s empty; the sync worker still merges when it is due)."),
     database_url: str = typer.Option(None, "--database-url", help="A PostgreSQL with pgvector to run on (default: "
@@ -111,7 +114,7 @@ def writes(
     cfg = WritesConfig(items=items, dim=dim, rates=_rates(rate, rates), seconds=seconds,
                        compare_pgvector=compare_pgvector, queries_concurrency=queries_concurrency, batch=batch,
                        path=path, epsilon=epsilon, anchors=anchors, drain_s=drain, saturate_s=saturate, seed=seed,
-                       reuse=reuse, merge=merge)
+                       reuse=reuse, merge=merge, match_pgvector=match_pgvector)
     try:
         check_config(cfg)
     except PMVectorError as e:

@@ -123,10 +123,26 @@ def test_bench_writes_refuses_bad_options():
 
     r = CliRunner().invoke(app, ["bench", "writes", "--path", "elsewhere"])
     assert r.exit_code == 2 and "error:" in r.output and "path must be one of" in r.output
-    r = CliRunner().invoke(app, ["bench", "writes", "--items", "300", "--rate", "100", "--seconds", "60"])
+    r = CliRunner().invoke(app, ["bench", "writes", "--items", "200", "--rates", "50,50", "--seconds", "60"])
     assert r.exit_code == 2 and "distinct items" in r.output
     r = CliRunner().invoke(app, ["bench", "writes", "--rates", "10,x"])
     assert r.exit_code == 2 and "--rates" in r.output
+    r = CliRunner().invoke(app, ["bench", "writes", "--match-pgvector"])
+    assert r.exit_code == 2 and "error:" in r.output and "--compare-pgvector" in r.output
+
+
+@pytest.mark.slow
+def test_bench_writes_streams_at_pgvectors_saturated_rate(db):
+    """--match-pgvector: pgvector's saturating phase runs first and both systems stream at the rate it
+    measured; the keys its uncommitted changes took go back to the stream (none is changed twice)."""
+    from pm_vector.bench.writes_bench import WritesConfig, run
+
+    out = run(WritesConfig(items=1500, dim=16, seconds=1.0, compare_pgvector=True, anchors=200, queries_concurrency=1,
+                           saturate_s=1.0, drain_s=120.0, match_pgvector=True, merge=False))
+    pm, pg = out["pm_vector"], out["pgvector_hnsw"]
+    assert pg["max_commits_per_s"] > 0 and out["config"]["rates"] == [pg["max_commits_per_s"]]
+    assert pm["rate"] == pg["rate"] == pg["max_commits_per_s"]
+    assert pm["errors"] == pg["errors"] == pg["saturate_errors"] == 0 and pm["n_changes"] > 0
 
 
 @pytest.mark.slow
@@ -165,15 +181,16 @@ def test_bench_writes_reuse_keeps_the_prepared_collection_for_the_next_run(db):
 
 
 def test_the_stream_keeps_its_mix_when_few_items_can_be_checked():
-    """The checked updates and deletes hit the victims a check can see; the others hit any other
-    initial item, so a kept collection whose answers hold few initial items still streams a third
-    each of inserts, updates and deletes, never one key twice."""
+    """The checked updates and deletes hit the victims a check can see; the others hit any other key
+    (initial or not), so a kept collection whose answers hold few initial items still streams a third
+    each of inserts, updates and deletes, never one key twice. Only a checked change carries the old
+    vector's row (a check needs it; an unchecked delete of a key streamed in before has none)."""
     import numpy as np
 
     from pm_vector.bench.writes_bench import Stream
 
-    victims, others = list(range(1, 41)), list(range(41, 5_000))
-    st = Stream(5_000, 20_000, victims, np.random.default_rng(3), others=others)
+    victims, others = list(range(1, 41)), list(range(41, 4_000)) + list(range(6_001, 7_000))
+    st = Stream(5_000, 20_000, victims, np.random.default_rng(3), next_key=8_000, others=others)
     spec = st.take(6_000, 300)
     kinds = [c.kind for c in spec]
     assert min(kinds.count(k) for k in ("insert", "update", "delete")) > 1_700  # a third each
@@ -184,3 +201,11 @@ def test_the_stream_keeps_its_mix_when_few_items_can_be_checked():
     assert all(c.key in victims for c in checked if c.kind != "insert")
     assert all(c.checked for c in spec if c.kind != "insert" and c.key in victims)  # (others left: 1,000 or so)
     assert st.others
+    assert {c.key for c in spec if c.kind != "insert" and 6_000 < c.key < 7_000}  # keys streamed in before, too
+    # and the keys of this stream's unchecked inserts, each after its insert (never a checked one's)
+    at = {c.key: j for j, c in enumerate(spec) if c.kind == "insert"}
+    again = [(j, c) for j, c in enumerate(spec) if c.kind != "insert" and c.key in at]
+    assert again and all(at[c.key] < j and not spec[at[c.key]].checked for j, c in again)
+    assert all(c.old_row == c.key - 1 for c in checked if c.kind != "insert")
+    assert all(c.old_row is None for c in spec if not c.checked)
+    assert all(c.row is None for c in spec if c.kind == "delete" and not c.checked)
