@@ -24,12 +24,13 @@ index (``vector_l2_ops``, default options).
 
 **The stream** (per rate of ``rates``, one after the other): ``ceil(rate * seconds)`` changes, a
 third each inserts (new keys, new vectors), vector updates and deletes, drawn once and given to
-each system in the same order. Updates and deletes hit distinct initial items, never the same key
-twice: the checked ones (:func:`Stream.take`) items whose own cell's answer held them at set-up (so
-a check can see them change), the others any initial item not changed yet. (Drawing every victim
-from the answered ones ran out on a kept collection whose answers new items had filled: 188 of
-47,171 initial items, and the stream became inserts.) The mix stays a third each until the initial
-items run out. pm_vector's
+each system in the same order (:mod:`pm_vector.bench.writes_stream`). Updates and deletes never hit
+one key twice in a stream: the checked ones items whose own cell's answer held them at set-up (so a
+check can see them change), the others any other key of the table, or one the stream's unchecked
+inserts made before them. (Drawing every victim from the answered ones ran out on a kept collection
+whose answers new items had filled: 188 of 47,171 initial items, and the stream became inserts;
+drawing the others from the initial items alone ran out too, after a few streams.) The mix stays a
+third each, and the collection its size. pm_vector's
 writer commits ``batch`` changes a transaction (one call per kind on the API path), plain pgvector
 one change a commit; change ``j`` is due at ``j / rate`` s after the start and the writer stops
 starting batches after ``seconds``. Meanwhile ``queries_concurrency`` threads of this process
@@ -104,6 +105,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import InvalidInputError
+from .writes_stream import Stream, fresh
 from .writes_targets import Change, PgvectorTarget, PmVectorTarget
 import pm_vector.db as db
 from . import writes_reuse
@@ -171,69 +173,6 @@ def check_config(cfg: WritesConfig) -> None:
 
 def _pct(v, q: float, scale: float = 1.0, nd: int = 3):
     return round(scale * float(np.percentile(np.asarray(v, np.float64), q)), nd) if len(v) else None
-
-
-class Stream:
-    """The changes drawn for every system (module doc): kinds at random, fresh keys and rows for the
-    new vectors; the victims of updates and deletes from ``victims`` (items a check can see change)
-    for the checked changes and from ``others`` (any other key, and the keys of the unchecked inserts
-    streamed before) for the rest, each once. An unchecked delete has no ``row`` and no ``old_row``
-    (its key's vector is not needed)."""
-
-    def __init__(self, items: int, n_rows: int, victims: list[int], rng, next_key: int | None = None,
-                 others: list[int] = ()):
-        self.rng, self.victims, self.items, self.n_rows = rng, list(victims), int(items), int(n_rows)
-        self.others = list(others)
-        self.next_key = int(next_key or items + 1)
-        self.made = self.next_key - items - 1  # (a reused collection: the rows after those its keys took)
-
-    def _row(self) -> int:
-        """The next new vector's row (after the items'; again from the first once all were used)."""
-        self.made += 1
-        return self.items + (self.made - 1) % (self.n_rows - self.items)
-
-    def take(self, n: int, most_checked: int = 0) -> list[Change]:
-        """``n`` changes; at most ``most_checked`` of them marked checked, evenly spread (every one when
-        fewer): an update or delete among those hits a victim a check can see, the others any other
-        initial item (a victim when none is left)."""
-        stride = check_stride(n, most_checked) if most_checked > 0 else 0
-        out = []
-        for j in range(n):
-            checked = bool(stride) and j % stride == 0
-            pools = (self.victims, self.others) if checked else (self.others, self.victims)
-            pool = pools[0] if pools[0] else pools[1]
-            kind = ("insert", "update", "delete")[int(self.rng.integers(3))] if pool else "insert"
-            if kind == "insert":
-                out.append(Change("insert", self.next_key, self._row(), checked=checked))
-                if not checked:  # (a later unchecked change may hit it: the collection keeps its size)
-                    self.others.append(self.next_key)
-                self.next_key += 1
-                continue
-            key = pool.pop(int(self.rng.integers(len(pool))))
-            checked = checked and pool is self.victims
-            old = key - 1 if checked else None  # (the old vector: known for a victim, what a check needs)
-            if kind == "update":
-                out.append(Change("update", key, self._row(), old_row=old, checked=checked))
-            else:
-                out.append(Change("delete", key, old, old_row=old, checked=checked))
-        return out
-
-
-def fresh(spec: list[Change]) -> list[Change]:
-    """The same changes, unstamped (one copy per system)."""
-    return [Change(c.kind, c.key, c.row, c.old_row, checked=c.checked) for c in spec]
-
-
-def check_stride(n: int, most: int) -> int:
-    """Every how many changes of a stream of ``n`` one is checked, for at most ``most`` checked."""
-    return max(1, math.ceil(n / max(1, most)))
-
-
-def sample(spec: list[Change], most: int) -> None:
-    """Mark at most ``most`` changes of the stream to be checked, evenly spread (every one when fewer)."""
-    stride = check_stride(len(spec), most)
-    for j, c in enumerate(spec):
-        c.checked = j % stride == 0
 
 
 def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: WritesConfig, Xq: np.ndarray,

@@ -6,7 +6,7 @@ the attached path; with ``reuse`` the collection kept by ``bench writes --reuse`
 ``--items``, ``--dim``, ``--anchors`` and ``--seed``, and kept again), its delta empty (a delta
 left by a run that was cut is merged first). Then:
 
-1. **changes**: ``changes`` of ``bench writes``' mixed stream (:class:`~pm_vector.bench.writes_bench.Stream`:
+1. **changes**: ``changes`` of ``bench writes``' mixed stream (:class:`~pm_vector.bench.writes_stream.Stream`:
    a third each inserts, vector updates and deletes of initial items, each key once) committed to the
    attached table ``batch`` a transaction, each transaction applied by :func:`pm_vector.db.sync`
    (the write path: tombstones, new items placed in the delta), no merge;
@@ -59,7 +59,8 @@ from . import writes_reuse
 from .latency import N_FINE, clustered
 from .location_methods import code_ranks, expected_recall
 from .metrics import wire_bytes
-from .writes_bench import Stream, WritesConfig
+from .writes_bench import WritesConfig
+from .writes_stream import Stream
 from .writes_targets import PmVectorTarget
 from .._validation import normalize_rows
 from ..client.location import PrivateLocationKNN

@@ -23,7 +23,8 @@ def _seen_all(s: dict, n_min: int) -> None:
 
 
 def test_a_stream_checks_an_even_sample_and_scales_the_sustained_rate():
-    from pm_vector.bench.writes_bench import sample, summarise
+    from pm_vector.bench.writes_bench import summarise
+    from pm_vector.bench.writes_stream import sample
     from pm_vector.bench.writes_targets import Change
 
     spec = [Change("insert", k, k) for k in range(600)]
@@ -46,7 +47,8 @@ def test_a_stream_checks_an_even_sample_and_scales_the_sustained_rate():
 def test_a_new_item_outside_its_cells_answer_is_counted_apart_not_late():
     """An insert found placed but ranked outside its cell's answer is ``not_in_answer``: done (the
     sustained rate counts it), neither a delay nor ``unobserved``."""
-    from pm_vector.bench.writes_bench import sample, summarise
+    from pm_vector.bench.writes_bench import summarise
+    from pm_vector.bench.writes_stream import sample
     from pm_vector.bench.writes_targets import Change
 
     spec = [Change("insert" if j % 2 else "delete", j, j) for j in range(100)]
@@ -187,7 +189,7 @@ def test_the_stream_keeps_its_mix_when_few_items_can_be_checked():
     vector's row (a check needs it; an unchecked delete of a key streamed in before has none)."""
     import numpy as np
 
-    from pm_vector.bench.writes_bench import Stream
+    from pm_vector.bench.writes_stream import Stream
 
     victims, others = list(range(1, 41)), list(range(41, 4_000)) + list(range(6_001, 7_000))
     st = Stream(5_000, 20_000, victims, np.random.default_rng(3), next_key=8_000, others=others)
