@@ -108,15 +108,14 @@ from ..errors import InvalidInputError
 from .writes_stream import Stream, fresh
 from .writes_targets import Change, PgvectorTarget, PmVectorTarget
 import pm_vector.db as db
-from . import writes_reuse
+from . import writes_reuse, writes_writer
 from .latency import N_FINE, clustered
 
 PATHS = ("attached", "api")
-#: the interpreter's thread switch interval during a stream (Python's default is 5 ms): the writer's
-#: thread waits on the database twice a change, and each time takes the interpreter back from the
-#: query and check threads; at 5 ms a wait, one writer beside pm_vector's queries (each a client's
-#: request and an answer parsed in Python) got 150-190 single-row commits a second while its
-#: database took 1,387 (docs/benchmarks.md, "Writes")
+#: the interpreter's thread switch interval during a stream (Python's default is 5 ms): a check
+#: thread stamps what it saw when its statement returns, and would wait up to that long for the
+#: interpreter held by a query thread first (the writer has a process of its own:
+#: :mod:`pm_vector.bench.writes_writer`)
 SWITCH_INTERVAL_S = 0.0005
 
 
@@ -191,7 +190,40 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
     rounds: list[float] = []
     writer_done, stop = threading.Event(), threading.Event()
     ended: list[float] = []  # when the writer stopped
+    step = 1 if target.single_row else cfg.batch
+    todo = target.statements()
+    proc = None
+    if todo is not None:  # the writer in a process of its own (pm_vector.bench.writes_writer)
+        target.stamp(ops)
+        proc = writes_writer.start(db.database_url(), todo, [[(c.kind, target.params(c)) for c in ops[j:j + step]]
+                                                             for j in range(0, len(ops), step)], rate, seconds)
     t0 = time.perf_counter()
+
+    def done(batch: list[Change]) -> None:
+        with lock:
+            for c in batch:
+                c.seq = len(committed)
+                committed.append(c)
+            if check:
+                pending.update((id(c), c) for c in batch if c.checked)
+
+    def from_process():
+        try:
+            proc.go(t0)
+            for msg in proc.results():
+                if msg[0] == "ok":
+                    for c in ops[msg[1]:msg[2]]:
+                        c.commit_t = msg[3]
+                    done(ops[msg[1]:msg[2]])
+                elif msg[0] == "error":
+                    errors.append(f"write: {msg[3]}")
+                else:
+                    ended.append(msg[1])
+        finally:
+            if not ended:
+                ended.append(time.perf_counter())
+            proc.close()
+            writer_done.set()
 
     def writer():
         conn = target.writer()
@@ -207,13 +239,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
                 except Exception as exc:  # noqa: BLE001 - counted
                     errors.append(f"write: {exc}")
                     conn.rollback()
-                done = [c for c in b if c.commit_t is not None]
-                with lock:
-                    for c in done:
-                        c.seq = len(committed)
-                        committed.append(c)
-                    if check:
-                        pending.update((id(c), c) for c in done if c.checked)
+                done([c for c in b if c.commit_t is not None])
         finally:
             conn.close()
             ended.append(time.perf_counter())
@@ -284,7 +310,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
                 errors.append(f"status: {exc}")
             stop.wait(1.0)
 
-    work = [threading.Thread(target=writer, daemon=True)]
+    work = [threading.Thread(target=writer if proc is None else from_process, daemon=True)]
     work += [threading.Thread(target=checker, args=(i,), daemon=True) for i in range(cfg.checkers if check else 0)]
     side = [threading.Thread(target=querier, args=(i,), daemon=True) for i in range(cfg.queries_concurrency)]
     side.append(threading.Thread(target=sampler, daemon=True))

@@ -101,6 +101,7 @@ class PmVectorTarget:
     ``anchor_y``: the public anchor set; ``epsilon``: the plan's and the queries'."""
 
     system = "pm_vector"
+    single_row = False  # (the stream's batch a transaction)
 
     def __init__(self, tag: str, X: np.ndarray, y: np.ndarray, items: int, anchor: np.ndarray, anchor_y: np.ndarray,
                  *, path: str, epsilon: float, seed: int, sync_interval_s: float, say, reuse: bool = False):
@@ -221,25 +222,42 @@ class PmVectorTarget:
     def writer(self):
         return db.connect()
 
-    def apply(self, conn, batch: list[Change]) -> None:
-        """Commit ``batch``: one transaction on the attached table; through the API one call per kind
-        (ingest, update_items, delete_items), each its own transaction."""
+    def stamp(self, batch: list[Change]) -> None:
+        """What a change's check needs, read before its commit: the key's item now, and the cell of a
+        checked change (only a check asks one: no client work for the others)."""
         for c in batch:
             c.old_id = self.ids.get(c.key) if c.kind != "insert" else None
         checked = [c for c in batch if c.checked]
-        if checked:  # (only a check asks a cell: no client work in the writer for the others)
+        if checked:
             for c, cell in zip(checked, self.cell_of([c.row for c in checked]).tolist()):
                 c.cell = int(cell)
+
+    def statements(self) -> dict[str, str] | None:
+        """The SQL of each kind of change on the attached table (None on the API path: the writer
+        calls pm_vector itself); :meth:`params` gives a change's parameters."""
+        if self.path != "attached":
+            return None
+        return {"insert": sql.SQL("INSERT INTO {} (id, embedding, category) VALUES (%s, %s::vector, %s)").format(
+                    self.table).as_string(self._conn),
+                "update": sql.SQL("UPDATE {} SET embedding = %s::vector, category = %s WHERE id = %s").format(
+                    self.table).as_string(self._conn),
+                "delete": sql.SQL("DELETE FROM {} WHERE id = %s").format(self.table).as_string(self._conn)}
+
+    def params(self, c: Change) -> list:
+        if c.kind == "insert":
+            return [c.key, vector_text(self.X[c.row]), int(self.y[c.row])]
+        if c.kind == "update":
+            return [vector_text(self.X[c.row]), int(self.y[c.row]), c.key]
+        return [c.key]
+
+    def apply(self, conn, batch: list[Change]) -> None:
+        """Commit ``batch`` from this process: one transaction on the attached table; through the API
+        one call per kind (ingest, update_items, delete_items), each its own transaction."""
+        self.stamp(batch)
         if self.path == "attached":
+            todo = self.statements()
             for c in batch:
-                if c.kind == "insert":
-                    conn.execute(sql.SQL("INSERT INTO {} (id, embedding, category) VALUES (%s, %s::vector, %s)").format(
-                        self.table), [c.key, vector_text(self.X[c.row]), int(self.y[c.row])])
-                elif c.kind == "update":
-                    conn.execute(sql.SQL("UPDATE {} SET embedding = %s::vector, category = %s WHERE id = %s").format(
-                        self.table), [vector_text(self.X[c.row]), int(self.y[c.row]), c.key])
-                else:
-                    conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(self.table), [c.key])
+                conn.execute(todo[c.kind], self.params(c))
             conn.commit()
             now = time.perf_counter()
             for c in batch:
@@ -418,17 +436,29 @@ class PgvectorTarget:
     def writer(self):
         return db.connect(autocommit=True)
 
+    #: one change a transaction, whatever the stream's batch
+    single_row = True
+
+    def stamp(self, batch: list[Change]) -> None:
+        pass
+
+    def statements(self) -> dict[str, str]:
+        return {"insert": sql.SQL("INSERT INTO {} (id, v) VALUES (%s, %s::vector)").format(self.table).as_string(self._conn),
+                "update": sql.SQL("UPDATE {} SET v = %s::vector WHERE id = %s").format(self.table).as_string(self._conn),
+                "delete": sql.SQL("DELETE FROM {} WHERE id = %s").format(self.table).as_string(self._conn)}
+
+    def params(self, c: Change) -> list:
+        if c.kind == "insert":
+            return [c.key, vector_text(self.X[c.row])]
+        if c.kind == "update":
+            return [vector_text(self.X[c.row]), c.key]
+        return [c.key]
+
     def apply(self, conn, batch: list[Change]) -> None:
-        """Each change its own single-row commit (autocommit)."""
+        """Each change its own single-row commit (autocommit), from this process."""
+        todo = self.statements()
         for c in batch:
-            if c.kind == "insert":
-                conn.execute(sql.SQL("INSERT INTO {} (id, v) VALUES (%s, %s::vector)").format(self.table),
-                             [c.key, vector_text(self.X[c.row])])
-            elif c.kind == "update":
-                conn.execute(sql.SQL("UPDATE {} SET v = %s::vector WHERE id = %s").format(self.table),
-                             [vector_text(self.X[c.row]), c.key])
-            else:
-                conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(self.table), [c.key])
+            conn.execute(todo[c.kind], self.params(c))
             c.commit_t = time.perf_counter()
 
     def observe(self, conn, pending: list[Change], n_committed: int) -> list[Change]:
