@@ -37,7 +37,9 @@ starting batches after ``seconds``. Meanwhile ``queries_concurrency`` threads of
 each send a query, pause ``query_pause_s``, and again: for pm_vector a private query of the
 location release (a client's report of a random item's vector at the default plan, eps
 ``epsilon``, 50 kB) resolved in this process and logged, as the service resolves it; for pgvector
-``ORDER BY v <-> q LIMIT 8``. The systems run one after the other, never together.
+``ORDER BY v <-> q LIMIT 8``. The systems run one after the other, never together: before
+pgvector's phases pm_vector's queue is applied and no merge of its is building
+(:meth:`~pm_vector.bench.writes_targets.PmVectorTarget.quiet`; ``setup.pm_vector.quiet_before_s``).
 
 **What is measured, per change** (``delay``): from the moment its transaction's commit returned
 to the writer until the end of the first check that saw it. A checker thread repeats rounds over
@@ -427,28 +429,33 @@ def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dic
                             sync_interval_s=cfg.sync_interval_s, say=say, reuse=cfg.reuse)
         pm.merge_after = cfg.merge
         targets.append(pm)
-        pm.start()
         victims, others = _victims(pm, cfg, rng, say)
         stream = Stream(cfg.items, X.shape[0], victims, rng, next_key=pm.state["next_key"], others=others)
         if cfg.compare_pgvector:
             targets.append(PgvectorTarget(tag, X, cfg.items, say, source=pm.table if cfg.reuse else None))
-        for t in targets:
-            out["setup"][t.system] = t.setup
         sat = None
-        if cfg.match_pgvector:  # the rate to sustain: pgvector's single-row commits a second, measured first
+        if cfg.match_pgvector:  # the rate to sustain: pgvector's single-row commits a second, measured first,
+            # before pm_vector's sync worker (and the merges it starts) exists
             sat = saturate(targets[1], stream, cfg, Xq, say)
             rates = [float(sat["max_commits_per_s"])]
             out["config"]["rates"] = rates
             say(f"both systems at pgvector's saturated rate, {rates[0]:g} a second")
+        pm.start()
+        for t in targets:
+            out["setup"][t.system] = t.setup
         for r in rates:
             spec = stream.take(math.ceil(r * cfg.seconds), cfg.max_checked)
             row: dict[str, Any] = {"rate": r}
             for t in targets:
+                if t is not pm:  # (pm_vector's merge and queue done first: one system at a time)
+                    pm.setup.setdefault("quiet_before_s", []).append(pm.quiet(say))
                 say(f"{t.system}: {len(spec)} changes at {r:g} a second")
                 raw = drive(t, fresh(spec), r, cfg.seconds, cfg, Xq, say, f"{t.system} at {r:g}/s")
                 row[t.system] = summarise(t, raw, r, cfg.seconds)
             out["by_rate"].append(row)
         if cfg.compare_pgvector and cfg.saturate_s > 0:
+            if sat is None:
+                pm.quiet(say)
             sat = sat or saturate(targets[1], stream, cfg, Xq, say)
             for row in out["by_rate"]:
                 row["pgvector_hnsw"].update(sat)

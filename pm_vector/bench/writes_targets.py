@@ -350,6 +350,26 @@ class PmVectorTarget:
         """One private query: the client's report of ``x``, resolved (and logged) as the service does."""
         resolve(self.name, client.request(x), conn=conn, log=True)
 
+    def quiet(self, say, timeout_s: float = 3600.0) -> float:
+        """Wait until pm_vector does nothing in the background: its queue applied and no merge
+        building (a job of the collection with a live worker), so that the other system's phase has
+        the machine to itself. Returns the seconds waited."""
+        t = time.perf_counter()
+        said = t
+        while True:
+            busy = self._conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pm_vector.pm_runs WHERE collection = %s AND status = 'running' "
+                "AND worker_alive)", [self.name]).fetchone()[0]
+            if not busy and self.settled():
+                return round(time.perf_counter() - t, 1)
+            if time.perf_counter() - t > timeout_s:
+                raise TimeoutError(f"pm_vector was still busy (its merge or its queue) after {timeout_s:g} s")
+            if time.perf_counter() - said > 30:
+                said = time.perf_counter()
+                say(f"pm_vector: waiting for its merge and queue before the other system's phase "
+                    f"({said - t:.0f} s)")
+            time.sleep(1.0)
+
     def settled(self) -> bool:
         """Whether every committed change is applied: the queue empty on the attached path."""
         return self.path != "attached" or db.sync_status(self.name)["queued"] == 0

@@ -3,12 +3,11 @@ committed on a connection of that process, at the stream's pace, each commit's t
 
 The writer was a thread of the bench process, beside the query and check threads. Each change
 waits on the database twice (the statement, the commit), and each time the thread must take the
-interpreter back from the others: beside two threads busy in Python, one writer got 27 single-row
-commits a second at Python's 5 ms switch interval and 80-93 at 0.5 ms, against 1,387 from a
-process of its own (``docs/benchmarks.md``, "Writes"). So the rate a system took measured the bench
-process's interpreter, and pm_vector's query threads (a client's request built and an answer parsed
-in Python) held it longer than plain pgvector's. In a process of its own the writer waits only on
-the database, as a user's writer does.
+interpreter back from the others, so the rate a system took measured the bench process's
+interpreter, and pm_vector's query threads (a client's request built and an answer parsed in
+Python) held it longer than plain pgvector's (``docs/benchmarks.md``, "Writes": the figures, thread
+against process). In a process of its own the writer waits only on the database, as a user's
+writer does.
 
 :func:`start` spawns the process with the database URL, the statement of each kind (``insert``,
 ``update``, ``delete``; text) and every transaction's statements' parameters, and returns once it is

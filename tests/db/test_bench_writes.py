@@ -211,3 +211,41 @@ def test_the_stream_keeps_its_mix_when_few_items_can_be_checked():
     assert all(c.old_row == c.key - 1 for c in checked if c.kind != "insert")
     assert all(c.old_row is None for c in spec if not c.checked)
     assert all(c.row is None for c in spec if c.kind == "delete" and not c.checked)
+
+
+def test_the_writer_process_commits_in_order_and_reports_each_transaction(db):
+    """The writer in a process of its own (pm_vector.bench.writes_writer): every transaction committed
+    in order and reported with its changes and commit time (after the start it was given); a failing
+    one rolled back and reported, the next ones still committed; none started after ``seconds``."""
+    import time
+
+    from psycopg import sql
+
+    from pm_vector.bench import writes_writer
+
+    t = sql.Identifier("public", "bench_writer_probe")
+    with db.connect(autocommit=True) as c:
+        c.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(t))
+        c.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v text)").format(t))
+        todo = {"insert": sql.SQL("INSERT INTO {} (id, v) VALUES (%s, %s)").format(t).as_string(c),
+                "delete": sql.SQL("DELETE FROM {} WHERE id = %s").format(t).as_string(c)}
+    txs = [[("insert", [1, "a"]), ("insert", [2, "b"])], [("insert", [3, "c"]), ("insert", [1, "again"])],
+           [("delete", [2])], [("insert", [4, "d"])]]
+    w = writes_writer.start(db.database_url(), todo, txs, rate=40.0, seconds=60.0)
+    t0 = time.perf_counter()
+    w.go(t0)
+    got = list(w.results())
+    w.close()
+    assert [m[:3] for m in got[:4]] == [("ok", 0, 2), ("error", 2, 4), ("ok", 4, 5), ("ok", 5, 6)]
+    assert "UniqueViolation" in got[1][3] and got[-1][0] == "end"
+    assert t0 < got[0][3] < got[2][3] < got[3][3] <= got[4][1]
+    assert got[3][3] - t0 >= 5 / 40.0  # paced: the fourth transaction is due after 5 changes
+    with db.connect() as c:
+        assert c.execute(sql.SQL("SELECT id, v FROM {} ORDER BY id").format(t)).fetchall() == [(1, "a"), (4, "d")]
+    w = writes_writer.start(db.database_url(), todo, [[("delete", [9])]] * 5, rate=1.0, seconds=0.5)
+    w.go(time.perf_counter())
+    got = list(w.results())
+    w.close()
+    assert [m[0] for m in got] == ["ok", "end"]  # due at 0 s, then at 1 s: past the stream's 0.5 s
+    with db.connect(autocommit=True) as c:
+        c.execute(sql.SQL("DROP TABLE {}").format(t))
