@@ -108,7 +108,8 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from .writes_stream import Stream, fresh
-from .writes_targets import Change, PgvectorTarget, PmVectorTarget
+from .writes_pgvector import PgvectorTarget
+from .writes_targets import Change, PmVectorTarget
 import pm_vector.db as db
 from . import writes_reuse, writes_writer
 from .latency import N_FINE, clustered
@@ -470,34 +471,3 @@ def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dic
             out[system] = out["by_rate"][0][system]
     out["seconds_total"] = round(time.perf_counter() - t_start, 1)
     return out
-
-
-def plot(result: dict[str, Any], path) -> None:
-    """Delay p99 against the rate asked, one line per system (log y), to ``path`` (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cfg = result["config"]
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for system, style in (("pm_vector", "o-"), ("pgvector_hnsw", "s--")):
-        pts = [(r["rate"], r[system]["delay_p99_s"]) for r in result["by_rate"]
-               if system in r and r[system]["delay_p99_s"] is not None]
-        if pts:
-            ax.plot([p[0] for p in pts], [max(p[1], 1e-3) for p in pts], style,
-                    label=f"{system} ({cfg['path']})" if system == "pm_vector" else "pgvector HNSW")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xticks([r["rate"] for r in result["by_rate"]])
-    ax.set_xticklabels([f"{r['rate']:g}" for r in result["by_rate"]])
-    ax.minorticks_off()
-    ax.set_xlabel("changes a second asked")
-    ax.set_ylabel("commit-to-answer delay p99 (s)")
-    ax.set_title(f"writes: {cfg['items']:,} x {cfg['dim']}, {cfg['seconds']:g} s a rate, "
-                 f"{cfg['queries_concurrency']} query threads")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -11,12 +11,14 @@ up on the same vectors and given the same changes:
   :func:`pm_vector.db.update_items`, :func:`pm_vector.db.delete_items`); its check of a change
   (:meth:`PmVectorTarget.observe`) is a resolve of the location request of the item's own cell at
   the finest published level with the plan's candidates;
-* :class:`PgvectorTarget`: a plain table ``(id bigint PRIMARY KEY, v vector(dim))`` with an HNSW
-  index (``vector_l2_ops``), single-row commits; its check is ``ORDER BY v <-> q LIMIT k`` with the
-  item's own vector ``q``.
+* :class:`~pm_vector.bench.writes_pgvector.PgvectorTarget` (its own module): a plain table ``(id
+  bigint PRIMARY KEY, v vector(dim))`` with an HNSW index (``vector_l2_ops``), single-row commits;
+  its check is ``ORDER BY v <-> q LIMIT k`` with the item's own vector ``q``.
 
-A change is a :class:`Change`; ``apply`` commits a batch of them and stamps each with its commit,
-``observe`` runs one round of checks over the pending ones and returns those now seen.
+A change is a :class:`Change`; a target's ``statements`` and ``params`` are the SQL the writer
+process commits (:mod:`pm_vector.bench.writes_writer`; ``apply`` commits a batch from this process,
+the API path's way), ``stamp`` reads what a change's check needs before its commit, ``observe`` runs
+one round of checks over the pending ones and returns those now seen.
 """
 
 from __future__ import annotations
@@ -43,8 +45,6 @@ from ..protocol.location import LocationRequest
 from ..protocol.published_codes import unpack
 from ..service.sync_worker import SyncWorker
 
-#: the items of the plain pgvector check's answer (``LIMIT k``), as the private queries' k
-K = 8
 
 
 @dataclass
@@ -86,7 +86,7 @@ def vector_text(v) -> str:
     return "[" + ",".join(f"{x:.6f}" for x in v) + "]"
 
 
-def _copy_rows(conn, table: sql.Composable, column: str, X: np.ndarray, y: np.ndarray | None = None) -> None:
+def copy_rows(conn, table: sql.Composable, column: str, X: np.ndarray, y: np.ndarray | None = None) -> None:
     """``X``'s rows into ``table`` as keys 1..n, with ``y`` as ``category`` when given (text COPY:
     the vectors as pgvector text)."""
     cols = [sql.Identifier("id"), sql.Identifier(column)] + ([sql.Identifier("category")] if y is not None else [])
@@ -141,7 +141,7 @@ class PmVectorTarget:
         if path == "attached":
             self._conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, embedding vector({}), category int)"
                                        ).format(self.table, sql.Literal(X.shape[1])))
-            _copy_rows(self._conn, self.table, "embedding", X[:items], y[:items])
+            copy_rows(self._conn, self.table, "embedding", X[:items], y[:items])
             db.attach_table(self.name, table=self.table.as_string(self._conn), id_column="id",
                             vector_column="embedding", label_column="category")
             labels = anchor_y
@@ -412,106 +412,5 @@ class PmVectorTarget:
                 return  # kept for the next run with the same flags (writes_reuse)
             db.drop_collection(self.name, missing_ok=True)
             self._conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.table))
-        finally:
-            self._conn.close()
-
-
-class PgvectorTarget:
-    """Plain pgvector (module doc): the same first ``items`` rows as keys 1..items."""
-
-    system = "pgvector_hnsw"
-
-    def __init__(self, tag: str, X: np.ndarray, items: int, say, source: sql.Composable | None = None):
-        self.X, self.items, self.reuse = X, int(items), source is not None
-        self.table = sql.Identifier("public", f"bench_writes_pgv_{tag}")
-        self._conn = db.connect(autocommit=True)
-        self.knn = sql.SQL("SELECT id FROM {} ORDER BY v <-> %s::vector LIMIT {}").format(self.table, sql.Literal(K))
-        if self.reuse and self._conn.execute("SELECT to_regclass(%s) IS NOT NULL",
-                                             [self.table.as_string(self._conn)]).fetchone()[0]:
-            t = time.perf_counter()
-            got = writes_reuse.align_pgvector(self._conn, self.table, source)
-            say(f"pgvector: reusing {self.table.as_string(self._conn)} (--reuse), brought to pm_vector's table: "
-                f"{got['deleted']} deleted, {got['written']} written")
-            self.setup = {"reused": True, "align_s": round(time.perf_counter() - t, 2), "k": K, **got}
-            return
-        say(f"pgvector: table and HNSW index on {items:,} rows")
-        t = time.perf_counter()
-        self._conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, v vector({}))").format(
-            self.table, sql.Literal(X.shape[1])))
-        if self.reuse:  # (the attached table's rows as they are now: both systems start from them)
-            self._conn.execute(sql.SQL("INSERT INTO {} (id, v) SELECT id, embedding FROM {}").format(self.table, source))
-        else:
-            _copy_rows(self._conn, self.table, "v", X[:items])
-        load = time.perf_counter() - t
-        t = time.perf_counter()
-        self._conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(
-            sql.Literal(f"{index_build_mem_mb(items, X.shape[1])}MB")))
-        self._conn.execute(sql.SQL("CREATE INDEX ON {} USING hnsw (v vector_l2_ops)").format(self.table))
-        self._conn.execute(sql.SQL("ANALYZE {}").format(self.table))
-        self.setup = {"reused": False, "load_s": round(load, 2), "index_s": round(time.perf_counter() - t, 1), "k": K}
-
-    def start(self) -> None:
-        pass
-
-    def writer(self):
-        return db.connect(autocommit=True)
-
-    #: one change a transaction, whatever the stream's batch
-    single_row = True
-
-    def stamp(self, batch: list[Change]) -> None:
-        pass
-
-    def statements(self) -> dict[str, str]:
-        return {"insert": sql.SQL("INSERT INTO {} (id, v) VALUES (%s, %s::vector)").format(self.table).as_string(self._conn),
-                "update": sql.SQL("UPDATE {} SET v = %s::vector WHERE id = %s").format(self.table).as_string(self._conn),
-                "delete": sql.SQL("DELETE FROM {} WHERE id = %s").format(self.table).as_string(self._conn)}
-
-    def params(self, c: Change) -> list:
-        if c.kind == "insert":
-            return [c.key, vector_text(self.X[c.row])]
-        if c.kind == "update":
-            return [vector_text(self.X[c.row]), c.key]
-        return [c.key]
-
-    def apply(self, conn, batch: list[Change]) -> None:
-        """Each change its own single-row commit (autocommit), from this process."""
-        todo = self.statements()
-        for c in batch:
-            conn.execute(todo[c.kind], self.params(c))
-            c.commit_t = time.perf_counter()
-
-    def observe(self, conn, pending: list[Change], n_committed: int) -> list[Change]:
-        """One check per pending change: the k nearest of its vector (the new one; a delete's old
-        one) hold its key (insert, update) or no longer do (delete)."""
-        seen = []
-        for c in sorted(pending, key=lambda c: c.commit_t):
-            ids = {r[0] for r in conn.execute(self.knn, [vector_text(self.X[c.row])], prepare=True).fetchall()}
-            if (c.key not in ids) if c.kind == "delete" else (c.key in ids):
-                c.seen_t = time.perf_counter()
-                seen.append(c)
-        conn.commit()
-        return seen
-
-    def query_client(self, seed: int):
-        return None
-
-    def query(self, conn, client, x) -> None:
-        conn.execute(self.knn, [vector_text(x)], prepare=True).fetchall()
-        conn.commit()
-
-    def settled(self) -> bool:
-        return True
-
-    def status(self) -> dict[str, Any]:
-        return {}
-
-    def engine_figures(self, samples: list[dict]) -> dict[str, Any]:
-        return {}
-
-    def close(self) -> None:
-        try:
-            if not self.reuse:
-                self._conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.table))
         finally:
             self._conn.close()

@@ -23,10 +23,10 @@ import multiprocessing
 import time
 from typing import Any, Iterator
 
+import psycopg
+
 
 def _run(url: str, statements: dict[str, str], txs: list, rate: float | None, seconds: float, pipe) -> None:
-    import psycopg
-
     with psycopg.connect(url) as conn:
         pipe.send(("ready",))
         t0 = pipe.recv()

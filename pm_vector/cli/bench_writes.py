@@ -15,7 +15,8 @@ from rich.table import Table
 
 from .bench import bench_app, fail, run_printing
 from ..bench import writes_recall
-from ..bench.writes_bench import WritesConfig, check_config, plot as draw, run
+from ..bench.writes_bench import WritesConfig, check_config, run
+from ..bench.writes_plot import plot as draw
 from ..errors import PMVectorError
 
 

@@ -11,10 +11,11 @@ merge was building (delay p99 9.9 s over 300 s, a merge building the whole time)
 nothing with the sync but the database, and runs ``NICE`` levels below it (Linux's nice value; the
 sync and the database keep their priority), so the sync's passes take the cores first.
 
-It writes one JSON object to stdout: ``{"nice": its nice value, "merges": {collection: {"run_id",
-"seconds", "switch_s", "switch", "catch_up"} or why it failed}}``. It ends by itself when the process that
-started it is gone (its parent's pid changes), leaving a job it had started to be marked abandoned
-as any killed job's (:func:`pm_vector.db.runs.jobs.cleanup`).
+Given a nice value above 0 it is also scheduled as Linux's ``SCHED_IDLE`` (:func:`idle_policy`).
+It writes one JSON object to stdout: ``{"nice": its nice value, "idle": whether SCHED_IDLE took,
+"merges": {collection: {"run_id", "seconds", "switch_s", "switch", "catch_up"} or why it failed}}``.
+It ends by itself when the process that started it is gone (its parent's pid changes), leaving a
+job it had started to be marked abandoned as any killed job's (:func:`pm_vector.db.runs.jobs.cleanup`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,25 @@ def _orphaned_exit(parent: int) -> None:
             os._exit(3)
 
 
+def idle_policy() -> bool:
+    """Linux: this process (and the threads it starts, faiss's among them) scheduled as ``SCHED_IDLE``,
+    run only when no other task wants the core. A nice value lowers a process's share of a busy core
+    but not the wait of a task that wakes up behind it: a single-row writer wakes twice a change
+    (its statement, its commit), and beside a merge at nice 10 on 2 cores it got 166-205 commits a
+    second where plain pgvector's got 913 (docs/benchmarks.md, "Writes"). Returns whether it took."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return False
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except OSError:
+        return False
+    return True
+
+
+def _is_idle() -> bool:
+    return hasattr(os, "SCHED_IDLE") and os.sched_getscheduler(0) == os.SCHED_IDLE
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the service stops us
     nice = int(sys.argv[1]) if len(sys.argv) > 1 else 0
@@ -48,8 +68,9 @@ def main() -> None:
             os.nice(nice)
         except OSError:  # (a platform without nice values: the same priority)
             pass
+        idle_policy()
     threading.Thread(target=_orphaned_exit, args=(os.getppid(),), daemon=True).start()
-    out: dict = {"nice": os.nice(0) if hasattr(os, "nice") else 0, "merges": {}}
+    out: dict = {"nice": os.nice(0) if hasattr(os, "nice") else 0, "idle": _is_idle(), "merges": {}}
     try:
         for name, res in merge_due(url).items():
             out["merges"][name] = res if isinstance(res, str) else {

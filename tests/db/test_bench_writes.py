@@ -76,7 +76,8 @@ def test_a_new_item_outside_its_cells_answer_is_counted_apart_not_late():
 
 @pytest.mark.slow
 def test_bench_writes_attached_against_pgvector(db, tmp_path):
-    from pm_vector.bench.writes_bench import WritesConfig, plot, run
+    from pm_vector.bench.writes_bench import WritesConfig, run
+    from pm_vector.bench.writes_plot import plot
 
     out = run(WritesConfig(items=2000, dim=16, rates=(5.0,), seconds=5.0, compare_pgvector=True, anchors=300,
                            queries_concurrency=1, saturate_s=2.0, drain_s=120.0))

@@ -51,6 +51,7 @@ def test_a_due_merge_runs_in_a_lower_priority_process_of_its_own(db, cname, conn
     base = os.nice(0) if sys.platform.startswith("linux") else None
     if base is not None:
         assert got["nice"] == min(19, base + 7)
+        assert got["idle"] is True  # SCHED_IDLE: it runs only when no other task wants a core
     res = got["merges"][cname]
     assert isinstance(res, dict), res
     active, worker = conn.execute("SELECT c.active_run_id, r.worker FROM pm_vector.collections c JOIN "
