@@ -448,7 +448,9 @@ def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dic
             spec = stream.take(math.ceil(r * cfg.seconds), cfg.max_checked)
             row: dict[str, Any] = {"rate": r}
             for t in targets:
-                if t is not pm:  # (pm_vector's merge and queue done first: one system at a time)
+                if t is pm:
+                    pm.start()
+                else:  # (pm_vector's merge and queue done first, its worker stopped: one system at a time)
                     pm.setup.setdefault("quiet_before_s", []).append(pm.quiet(say))
                 say(f"{t.system}: {len(spec)} changes at {r:g} a second")
                 raw = drive(t, fresh(spec), r, cfg.seconds, cfg, Xq, say, f"{t.system} at {r:g}/s")

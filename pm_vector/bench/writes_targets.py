@@ -204,8 +204,9 @@ class PmVectorTarget:
     # ------------------------------------------------------------------ writes
     def start(self) -> None:
         """The attached path: the service's sync worker started, and warmed by one change (a vector
-        set to itself, on a key no stream changes) applied before any stream."""
-        if self.path != "attached":
+        set to itself, on a key no stream changes) applied before any stream; again after
+        :meth:`quiet` stopped it."""
+        if self.path != "attached" or self.worker is not None:
             return
 
         self.worker = SyncWorker(db.database_url(), self.sync_interval_s).start()
@@ -351,9 +352,11 @@ class PmVectorTarget:
         resolve(self.name, client.request(x), conn=conn, log=True)
 
     def quiet(self, say, timeout_s: float = 3600.0) -> float:
-        """Wait until pm_vector does nothing in the background: its queue applied and no merge
-        building (a job of the collection with a live worker), so that the other system's phase has
-        the machine to itself. Returns the seconds waited."""
+        """Wait until pm_vector does nothing in the background -- its queue applied and no merge
+        building (a job of the collection with a live worker) -- then stop its sync worker (which
+        would start the next merge: one is due again at once when the changes made during a merge
+        reach its threshold), so that the other system's phase has the machine to itself;
+        :meth:`start` starts it again. Returns the seconds waited."""
         t = time.perf_counter()
         said = t
         while True:
@@ -361,6 +364,9 @@ class PmVectorTarget:
                 "SELECT EXISTS (SELECT 1 FROM pm_vector.pm_runs WHERE collection = %s AND status = 'running' "
                 "AND worker_alive)", [self.name]).fetchone()[0]
             if not busy and self.settled():
+                if self.worker is not None:
+                    self.worker.stop()
+                    self.worker = None
                 return round(time.perf_counter() - t, 1)
             if time.perf_counter() - t > timeout_s:
                 raise TimeoutError(f"pm_vector was still busy (its merge or its queue) after {timeout_s:g} s")
