@@ -298,11 +298,11 @@ class PmVectorTarget:
 
         On the attached path only the changes the sync has applied are checked: the queue is applied
         in commit order, so of the ``n_committed`` changes (counted before the queue is read) the
-        first ``n_committed - queued`` are (:func:`pm_vector.db.sync_status`). The others' answers
+        first ``n_committed - queued`` are (:meth:`queued`). The others' answers
         cannot have changed, and building their cells' answers again after every sync would take
         the checks' time (and the machine's) from the sync they wait for."""
         if self.path == "attached":
-            applied = n_committed - db.sync_status(self.name)["queued"]
+            applied = n_committed - self.queued(conn)
             pending = [c for c in pending if c.seq < applied]
         need = [c for c in pending if c.kind != "delete" and c.new_id is None]
         if need:
@@ -375,6 +375,15 @@ class PmVectorTarget:
                 say(f"pm_vector: waiting for its merge and queue before the other system's phase "
                     f"({said - t:.0f} s)")
             time.sleep(1.0)
+
+    def queued(self, conn) -> int:
+        """The changes queued and not yet applied (``pm_vector.attach_status``), read on ``conn``: a
+        check round asks it each time, and :func:`pm_vector.db.sync_status` opens a connection per
+        call (40 a second from two checkers: a server process forked for each, on the cores the
+        writer and the sync need)."""
+        n = conn.execute("SELECT queued FROM pm_vector.attach_status WHERE collection = %s", [self.name]).fetchone()
+        conn.commit()
+        return int(n[0]) if n else 0
 
     def settled(self) -> bool:
         """Whether every committed change is applied: the queue empty on the attached path."""

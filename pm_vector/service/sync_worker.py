@@ -33,6 +33,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from ..db.postgres import connect
+from ..db.runs.merge import due_names
 from ..db.store.attach import sync_pending
 
 import psycopg
@@ -46,17 +48,18 @@ SYNC_LOCK_KEY = (20557 << 48) | (4 << 40)
 POLL_S = 0.05
 
 
-def sync_once(url: str | None, health=None) -> dict[str, Any]:
+def sync_once(url: str | None, health=None, conn=None) -> dict[str, Any]:
     """One pass of the attached tables' sync on ``url``: ``{collection: changes synced, or why it
     failed}``; nothing without a URL (a sync never starts the embedded server: an outage stays an
     outage) or while ``health`` (the pool's :class:`~pm_vector.service.dbhealth.DatabaseHealth`)
-    knows the database is down."""
+    knows the database is down. ``conn``: a connection to ``url`` to run it on (the sync process
+    keeps one from pass to pass; None: one for the pass)."""
     if not url or (health is not None and health.reason() is not None):
         return {}
-    out = sync_pending(url)
+    out = sync_pending(url, conn=conn)
     if time.monotonic() - _merge_checked[0] >= MERGE_CHECK_S:  # (passes follow each other at once under a stream)
         _merge_checked[0] = time.monotonic()
-        merge_in_background(url)
+        merge_in_background(url, conn=conn)
     return out
 
 
@@ -93,15 +96,24 @@ def merge_finished() -> dict[str, Any] | None:
     return got
 
 
-def merge_in_background(url: str, nice: int = MERGE_NICE) -> bool:
+def merge_in_background(url: str, nice: int = MERGE_NICE, conn=None) -> bool:
     """Start the bulk merge of every collection whose merge is due
     (:func:`pm_vector.db.runs.merge.merge_due`) in a process of its own, ``nice`` levels below this
     one (:mod:`pm_vector.service.merge_process`: no share of the sync's GIL, the cores to the sync
-    first), unless one runs: the passes of the sync go on beside it (a merge builds its run beside the
-    serving one and switches in one transaction, so writes and answers never wait on it). Returns
-    whether one was started."""
+    first), unless one runs or none is due (read here first, on ``conn`` or a connection of its own:
+    the process's start alone -- its imports -- took about 4 s of a core, and it was started every
+    second while any delta waited for its merge): the passes of the sync go on beside it (a merge
+    builds its run beside the serving one and switches in one transaction, so writes and answers
+    never wait on it). Returns whether one was started."""
     merge_finished()
     if _merging:
+        return False
+    if conn is None:
+        with connect(url) as own:
+            todo = due_names(own)
+    else:
+        todo = due_names(conn)
+    if not todo:
         return False
     # from the directory that holds this package: `python -m` puts its working directory first on the
     # path, and the merge must run the code this process runs
@@ -137,19 +149,34 @@ def lower_request_priority(nice: int, keep: int | None) -> int:
 def _child(conn, url: str) -> None:
     """The sync process's loop (:class:`SyncProcess`): a pass on each request, until told to stop
     or the service process is gone (its end of the pipe closes). The caches a sync keeps
-    (the run's items, the cell rows) live here from one pass to the next."""
+    (the run's items, the cell rows) live here from one pass to the next, and so does its database
+    session (a new one per pass cost a server process and ~60 ms; made again when it broke)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the service stops us
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg is None:
-            return
-        try:
-            conn.send(("done", sync_once(url)))
-        except Exception as exc:  # noqa: BLE001 - said to the service, which logs it; the loop goes on
-            conn.send(("failed", type(exc).__name__))
+    session = None
+    try:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                return
+            if msg is None:
+                return
+            try:
+                if session is None or session.closed or session.broken:
+                    if session is not None:
+                        session.close()
+                    session = connect(url, watch_client=True)
+                conn.send(("done", sync_once(url, conn=session)))
+            except Exception as exc:  # noqa: BLE001 - said to the service, which logs it; the loop goes on
+                if session is not None and not session.closed and not session.broken:
+                    try:
+                        session.rollback()
+                    except Exception:  # noqa: BLE001 - made again at the next pass
+                        session.close()
+                conn.send(("failed", type(exc).__name__))
+    finally:
+        if session is not None:
+            session.close()
 
 
 class SyncProcess:

@@ -62,3 +62,24 @@ def test_a_due_merge_runs_in_a_lower_priority_process_of_its_own(db, cname, conn
     assert set(np.asarray(new).tolist()) <= held and gone not in held
     assert conn.execute("SELECT count(*) FROM pm_vector.delta_entries WHERE run_id = %s", [active]).fetchone()[0] == 0
     assert sync_worker.merge_finished() is None  # (reported once)
+
+
+def test_no_merge_process_starts_while_none_is_due(db, cname, conn):
+    """``merge_in_background`` reads which merges are due before it starts a process (the process's
+    start alone, its imports, took about 4 s of a core, and the sync's passes asked every second
+    while any delta waited for its merge): below the threshold it starts none, on a connection of
+    its own or on the one it is given."""
+    from pm_vector.service import sync_worker
+
+    _delta_collection(db, cname)  # (a merge is due at 2 delta items)
+    gone = conn.execute("SELECT min(id) FROM pm_vector.items WHERE collection_id = (SELECT id FROM "
+                        "pm_vector.collections WHERE name = %s)", [cname]).fetchone()[0]
+    conn.commit()
+    db.delete_items(cname, item_ids=[gone])  # one tombstone: not due
+    assert sync_worker.merge_finished() is None and not sync_worker._merging
+    assert not sync_worker.merge_in_background(db.database_url())
+    assert not sync_worker._merging
+    with db.connect() as c:
+        assert not sync_worker.merge_in_background(db.database_url(), conn=c)
+        assert c.info.transaction_status == 0  # (left idle)
+    assert not sync_worker._merging

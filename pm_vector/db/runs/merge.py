@@ -170,17 +170,24 @@ def due(conn, collection: str, settings: dict | None = None) -> bool:
     return (n_max > 0 and int(row[0]) >= n_max) or (age_max > 0 and row[1] is not None and float(row[1]) >= age_max)
 
 
+def due_names(conn) -> list[str]:
+    """The collections whose merge is due (:func:`due`), by name, read on ``conn`` (rolled back):
+    one statement for those with a delta, then the rule of each."""
+    names = [(r[0], r[1]) for r in conn.execute(
+        "SELECT c.name, c.settings FROM pm_vector.collections c WHERE c.active_run_id IS NOT NULL "
+        "AND (EXISTS (SELECT 1 FROM pm_vector.delta_tombstones t WHERE t.run_id = c.active_run_id) "
+        "OR EXISTS (SELECT 1 FROM pm_vector.delta_entries d WHERE d.run_id = c.active_run_id)) "
+        "ORDER BY c.name").fetchall()]
+    todo = [n for n, s in names if due(conn, n, s)]
+    conn.rollback()
+    return todo
+
+
 def merge_due(url: str | None = None) -> dict[str, Any]:
     """Merge every collection whose merge is due (:func:`due`): ``{collection: the merge's result, or
     why it failed}``. The service's sync worker runs it in the background."""
     with connect(url) as conn:
-        names = [(r[0], r[1]) for r in conn.execute(
-            "SELECT c.name, c.settings FROM pm_vector.collections c WHERE c.active_run_id IS NOT NULL "
-            "AND (EXISTS (SELECT 1 FROM pm_vector.delta_tombstones t WHERE t.run_id = c.active_run_id) "
-            "OR EXISTS (SELECT 1 FROM pm_vector.delta_entries d WHERE d.run_id = c.active_run_id)) "
-            "ORDER BY c.name").fetchall()]
-        todo = [n for n, s in names if due(conn, n, s)]
-        conn.rollback()
+        todo = due_names(conn)
     out: dict[str, Any] = {}
     for name in todo:
         try:

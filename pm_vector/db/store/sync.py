@@ -98,9 +98,10 @@ def sync(collection: str, *, batch: int = SYNC_BATCH, embed_fn_extend=None, max_
     return total
 
 
-def sync_pending(url: str | None = None) -> dict[str, Any]:
+def sync_pending(url: str | None = None, *, conn=None) -> dict[str, Any]:
     """:func:`sync` every attached collection that has queued changes (what the service's worker
-    runs every ``sync_interval_s``, with its pool's ``url``: it never starts a server). Returns
+    runs every ``sync_interval_s``, with its pool's ``url``: it never starts a server; ``conn``: a
+    connection to use, left open -- the worker's sync process keeps one from pass to pass). Returns
     ``{name: changes applied}``, and for a collection whose sync failed ``{name: "the error's
     type"}`` (its queue stays for the next pass). A broken collection is left out (its queue waits
     for ``pm-vector attach NAME --resync``; ``sync_status`` shows it).
@@ -108,18 +109,20 @@ def sync_pending(url: str | None = None) -> dict[str, Any]:
     Several processes may run it at once: a batch locks its collection's row, and a batch that
     finds its changes already applied by another process applies nothing."""
     out: dict[str, Any] = {}
-    with connect(url, watch_client=True) as conn:  # one connection for the pass (each costs ~60 ms to set up)
-        names = [r[0] for r in conn.execute(
-            "SELECT c.name FROM pm_vector.collections c WHERE EXISTS (SELECT 1 FROM pm_vector.attach_changes a "
-            "WHERE a.collection_id = c.id) AND NOT (c.settings ? 'broken') ORDER BY c.name").fetchall()]
-        conn.rollback()
-        for name in names:
-            try:
-                out[name] = sync(name, url=url, conn=conn)["applied"]
-            except Exception as exc:  # noqa: BLE001 - one collection's failure must not stop the others
-                out[name] = type(exc).__name__
-                if conn.closed or conn.broken:  # (the session is gone: the next pass makes a new one)
-                    break
+    if conn is None:
+        with connect(url, watch_client=True) as own:  # one connection for the pass (each costs ~60 ms to set up)
+            return sync_pending(url, conn=own)
+    names = [r[0] for r in conn.execute(
+        "SELECT c.name FROM pm_vector.collections c WHERE EXISTS (SELECT 1 FROM pm_vector.attach_changes a "
+        "WHERE a.collection_id = c.id) AND NOT (c.settings ? 'broken') ORDER BY c.name").fetchall()]
+    conn.rollback()
+    for name in names:
+        try:
+            out[name] = sync(name, url=url, conn=conn)["applied"]
+        except Exception as exc:  # noqa: BLE001 - one collection's failure must not stop the others
+            out[name] = type(exc).__name__
+            if conn.closed or conn.broken:  # (the session is gone: the next pass makes a new one)
+                break
     return out
 
 
