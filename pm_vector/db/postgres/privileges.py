@@ -21,7 +21,10 @@ Three roles appear (docs/operations.md, "Database roles", shows the matrix as a 
   USAGE on the shard's schema ``pm_vector``, SELECT on the run tables a sharded answer reads there
   (:func:`shard_answer_tables`: the answer tables a sharded run keeps on its shards, granted at the
   job's switch by :func:`pm_vector.db.runs.kinds.grant_answer_tables`) and on
-  :data:`SHARD_QUERY_TABLES`; nothing else (no CREATE, no partition, no default privilege).
+  :data:`SHARD_QUERY_TABLES`; EXECUTE on :data:`SHARD_QUERY_FUNCTIONS` only, of the functions
+  ``pm_vector.pm_shard_install`` copies there (:func:`install_on_shards`, migration 0030: it revokes
+  every function of the shard's schema from PUBLIC and the owner's future ones there too); nothing
+  else (no CREATE, no partition, no default privilege).
 * **PUBLIC**: nothing: no USAGE on the schemas, no EXECUTE on any function (also not by default
   on the owner's future functions: ``pg_default_acl``), no right on any relation.
 
