@@ -21,7 +21,10 @@ Three roles appear (docs/operations.md, "Database roles", shows the matrix as a 
   USAGE on the shard's schema ``pm_vector``, SELECT on the run tables a sharded answer reads there
   (:func:`shard_answer_tables`: the answer tables a sharded run keeps on its shards, granted at the
   job's switch by :func:`pm_vector.db.runs.kinds.grant_answer_tables`) and on
-  :data:`SHARD_QUERY_TABLES`; nothing else (no CREATE, no partition, no default privilege).
+  :data:`SHARD_QUERY_TABLES`; EXECUTE on :data:`SHARD_QUERY_FUNCTIONS` only, of the functions
+  ``pm_vector.pm_shard_install`` copies there (:func:`install_on_shards`, migration 0030: it revokes
+  every function of the shard's schema from PUBLIC and the owner's future ones there too); nothing
+  else (no CREATE, no partition, no default privilege).
 * **PUBLIC**: nothing: no USAGE on the schemas, no EXECUTE on any function (also not by default
   on the owner's future functions: ``pg_default_acl``), no right on any relation.
 
@@ -91,6 +94,18 @@ QUERY_FUNCTIONS: frozenset[str] = frozenset({
     "pm_vector.pm_cell_shortlist", "pm_vector.pm_cell_shortlist_core", "pm_vector.pm_cell_shortlist_sql",
     "pm_vector.pm_cell_shortlist_sharded", "pm_vector.pm_shard_reset",
     "pm_vector.pm_location_shortlist", "pm_vector.pm_location_shortlist_core",
+})
+#: functions the query login on a shard may execute (every overload of the name; on a shard nobody
+#: else but the owner, PUBLIC nothing): what the statements a sharded answer sends the shards call
+#: there, ``pm_shortlist_core`` (``sql/0011_cluster.sql``) and ``pm_cell_shortlist_core``
+#: (``sql/0013_cells.sql``), with every function they call (their statements' texts, the prior
+#: search's settings, ``pm_prior_weight`` inside the class-rows statement); granted by
+#: ``pm_vector.pm_shard_install`` (:func:`install_on_shards`, ``sql/0030_shard_functions.sql``)
+SHARD_QUERY_FUNCTIONS: frozenset[str] = frozenset({
+    "pm_vector.pm_shortlist_core", "pm_vector.pm_shortlist_core_sql", "pm_vector.pm_shortlist_sql",
+    "pm_vector.pm_run_has_nbrs", "pm_vector.pm_run_table", "pm_vector.pm_prior_weight",
+    "pm_vector.pm_prepare_prior_search", "pm_vector.pm_restore_prior_search",
+    "pm_vector.pm_cell_shortlist_core", "pm_vector.pm_cell_shortlist_sql",
 })
 
 #: every relation of the two schemas besides the run tables (the owner's only unless named above)
@@ -186,17 +201,32 @@ _SHARD_GRANT = sql.SQL(
 def grant_on_shards(conn, shards: list[str], names: list[str]) -> None:
     """``GRANT SELECT`` to each shard's query login (:data:`SHARD_QUERY_ROLE`) on those of the tables
     ``names`` (of the shard's schema ``pm_vector``) that exist there, in ``conn``'s transaction on the
-    coordinator. The shards are reached through the owner's user mapping only
-    (``sql/0025_cluster_owner.sql``): a migration run by a superuser switches to the owner for these
-    calls, and back."""
+    coordinator (:func:`_on_shards_as_owner`)."""
     stmt = _SHARD_GRANT.format(role=sql.Literal(SHARD_QUERY_ROLE), names=sql.Literal(list(names))).as_string(conn)
+    _on_shards_as_owner(conn, shards, "SELECT pm_vector.pm_shard_exec(%s, %s)", [stmt])
+
+
+def install_on_shards(conn, shards: list[str]) -> None:
+    """``pm_vector.pm_shard_install`` on each shard (``sql/0030_shard_functions.sql``): every
+    pm_vector function copied there, none executable by PUBLIC, the shard's query login
+    (:data:`SHARD_QUERY_ROLE`) executing :data:`SHARD_QUERY_FUNCTIONS` only; in ``conn``'s
+    transaction on the coordinator (:func:`_on_shards_as_owner`)."""
+    _on_shards_as_owner(conn, shards, "SELECT pm_vector.pm_shard_install(%s, %s, %s)",
+                        [SHARD_QUERY_ROLE, sorted(SHARD_QUERY_FUNCTIONS)])
+
+
+def _on_shards_as_owner(conn, shards: list[str], statement: str, args: list) -> None:
+    """``statement`` (its first parameter the shard's name, then ``args``) once per shard, as the
+    owner of the schema ``pm_vector``: the shards are reached through the owner's user mapping only
+    (``sql/0025_cluster_owner.sql``), so a migration run by a superuser switches to the owner for
+    these calls, and back."""
     owner, me, role = conn.execute("SELECT pg_get_userbyid(nspowner), current_user, current_setting('role') "
                                    "FROM pg_namespace WHERE nspname = 'pm_vector'").fetchone()
     if me != owner:
         conn.execute("SELECT set_config('role', %s, true)", [owner])
     try:
         for shard in shards:
-            conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [shard, stmt])
+            conn.execute(statement, [shard, *args])
     finally:
         if me != owner:
             conn.execute("SELECT set_config('role', %s, true)", [role])

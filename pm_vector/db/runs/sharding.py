@@ -32,6 +32,7 @@ import numpy as np
 from psycopg import sql
 
 from ...protocol.bounds import MAX_K_PRIME
+from ..postgres.privileges import install_on_shards
 from ..run_tables import create_foreign_table, drop_foreign_table, on_shard, run_index, run_table
 from .kinds import KINDS, shard_columns, shard_table_ddl, written_on_shards
 from .run_copy import copy_hubs, copy_pairs, copy_prior
@@ -115,7 +116,9 @@ def drop_write_tables(conn, run_id: int, place: dict[str, list[int]]) -> None:
 
 def build_indexes(conn, run_id: int, place: dict[str, list[int]], m: int = 16, ef_construction: int = 64) -> None:
     """On every shard: HNSW on the prior (one per class partition), the graph's and hubs' keys,
-    the hubs' top index, ANALYZE; the run's mirror row; and the coordinator's functions installed there."""
+    the hubs' top index, ANALYZE; the run's mirror row; and the coordinator's functions installed there
+    (:func:`pm_vector.db.postgres.privileges.install_on_shards`: its query login executes only what an
+    answer calls there)."""
     rid = int(run_id)
     doc = conn.execute("SELECT class_rows FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
     t = lambda kind: run_table(rid, kind)  # noqa: E731
@@ -133,7 +136,7 @@ def build_indexes(conn, run_id: int, place: dict[str, list[int]], m: int = 16, e
                                 "ON CONFLICT (id) DO UPDATE SET class_rows = EXCLUDED.class_rows").format(
                                     sql.Literal(rid), sql.Literal(json.dumps(doc)))]
         conn.execute("SELECT pm_vector.pm_shard_exec(%s, %s)", [s, on_shard(conn, ddl)])
-        conn.execute("SELECT pm_vector.pm_shard_install(%s)", [s])
+        install_on_shards(conn, [s])
 
 
 def doc_placement(place: dict[str, list[int]]) -> dict[str, Any]:
