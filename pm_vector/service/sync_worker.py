@@ -46,6 +46,11 @@ log = logging.getLogger("pm_vector.service")
 SYNC_LOCK_KEY = (20557 << 48) | (4 << 40)
 #: how often an idle worker looks for queued changes between passes (a pass starts at once on them)
 POLL_S = 0.05
+#: the least time from the start of one pass to the start of the next under a stream: a pass has a
+#: fixed cost (about 80 ms at 100,000 items for 3 changes: its statements, the run's state read
+#: again), and passes that followed each other at once kept a core busy whatever the rate, on the
+#: 2 cores a single-row writer of the same database needed (docs/benchmarks.md, "Writes")
+MIN_GAP_S = 0.5
 
 
 def sync_once(url: str | None, health=None, conn=None) -> dict[str, Any]:
@@ -257,14 +262,16 @@ class SyncWorker:
     thread instead); ``lock_key``: the advisory lock that elects the one syncing process (default
     :data:`SYNC_LOCK_KEY`; another key only for workers that must not meet the database's own, as in
     tests); ``poll_s``: how often it looks for queued changes between passes (:meth:`_wait_next`: a
-    pass starts as soon as changes are queued, at the latest ``interval_s`` after the one before).
+    pass starts as soon as changes are queued but no sooner than ``min_gap_s`` after the one before
+    began, at the latest ``interval_s`` after it).
     :attr:`leader` says whether this one syncs; :attr:`passes` counts its passes."""
 
     def __init__(self, url: str, interval_s: float, *, health=None, retry_s: float = 5.0,
                  pass_fn: Callable[[str, Any], dict] | None = None, lock_key: int = SYNC_LOCK_KEY,
-                 poll_s: float = POLL_S):
+                 poll_s: float = POLL_S, min_gap_s: float = MIN_GAP_S):
         self.url, self.interval_s, self.health, self.retry_s = url, float(interval_s), health, float(retry_s)
         self.poll_s = max(0.005, min(float(poll_s), self.interval_s))
+        self.min_gap_s = max(0.0, min(float(min_gap_s), self.interval_s))
         self.lock_key = int(lock_key)
         self._pass = pass_fn if pass_fn is not None else SyncProcess(url)
         self._stop = threading.Event()
@@ -372,16 +379,18 @@ class SyncWorker:
             self._wait_next(t, failed)
 
     def _wait_next(self, began: float, failed: bool) -> None:
-        """Until the next pass: at once when changes are queued (polled every ``poll_s``: under a
-        stream a pass follows the one before as soon as it ends, so a change waits for one pass, not
-        for ``interval_s``), else ``interval_s`` after the pass that ``began`` (the merge's check).
-        After a failed pass, ``interval_s`` (its queue stays: no pass at once on it)."""
-        end = began + self.interval_s
+        """Until the next pass: when changes are queued (polled every ``poll_s``), but not before
+        ``min_gap_s`` after the pass that ``began`` (under a stream a change waits for at most that
+        and one pass, not for ``interval_s``; the pass takes what queued meanwhile), else
+        ``interval_s`` after it (the merge's check). After a failed pass, ``interval_s`` (its queue
+        stays: no pass at once on it)."""
+        end, soonest = began + self.interval_s, began + self.min_gap_s
         while not self._stop.is_set():
-            left = end - time.monotonic()
-            if left <= 0 or (not failed and self._queued()):
+            now = time.monotonic()
+            left = end - now
+            if left <= 0 or (not failed and now >= soonest and self._queued()):
                 return
-            self._stop.wait(min(self.poll_s, left) if not failed else left)
+            self._stop.wait(left if failed else min(left, self.poll_s if now >= soonest else soonest - now))
 
     def _queued(self) -> bool:
         """Changes queued for a collection the pass syncs (not a broken one: its queue waits)."""

@@ -143,6 +143,34 @@ def test_one_process_of_a_database_syncs_and_another_takes_over(pm_home):
         b.stop()
 
 
+def test_under_a_stream_a_pass_starts_no_sooner_than_the_gap_after_the_last(pm_home):
+    """Changes always queued (a stream): the next pass starts ``min_gap_s`` after the last began, not
+    at once (a pass's fixed cost then kept a core busy at any rate), and well before ``interval_s``."""
+    from pm_vector.db import postgres
+    from pm_vector.service.sync_worker import SyncWorker
+
+    class Streamed(SyncWorker):
+        def _queued(self) -> bool:
+            return True
+
+    url = postgres.libpq_url(postgres.database_url())
+    began: list[float] = []
+
+    def one_pass(_url, _health):
+        began.append(time.monotonic())
+        return {}
+
+    w = Streamed(url, 5.0, retry_s=0.2, pass_fn=one_pass, lock_key=uuid.uuid4().int >> 65, min_gap_s=0.3).start()
+    try:
+        t0 = time.monotonic()
+        while len(began) < 5 and time.monotonic() - t0 < 20:
+            time.sleep(0.05)
+    finally:
+        w.stop()
+    gaps = np.diff(began[:5])
+    assert len(gaps) == 4 and gaps.min() >= 0.3 and gaps.max() < 1.5, gaps
+
+
 def test_request_nice_lowers_every_thread_but_the_sync_workers():
     """``request_nice``: the other threads N nice levels below the kept one, and threads they make
     later inherit it (run in a child process: a lowered priority cannot be raised again)."""
