@@ -39,7 +39,9 @@ location release (a client's report of a random item's vector at the default pla
 ``epsilon``, 50 kB) resolved in this process and logged, as the service resolves it; for pgvector
 ``ORDER BY v <-> q LIMIT 8``. The systems run one after the other, never together: before
 pgvector's phases pm_vector's queue is applied and no merge of its is building
-(:meth:`~pm_vector.bench.writes_targets.PmVectorTarget.quiet`; ``setup.pm_vector.quiet_before_s``).
+(:meth:`~pm_vector.bench.writes_targets.PmVectorTarget.quiet`; ``setup.pm_vector.quiet_before_s``),
+and before every phase both systems' tables are vacuumed (:func:`_vacuum`: a phase pays its own
+autovacuum, not the one before's).
 
 **What is measured, per change** (``delay``): from the moment its transaction's commit returned
 to the writer until the end of the first check that saw it. A checker thread repeats rounds over
@@ -385,6 +387,16 @@ def saturate(target, stream: Stream, cfg: WritesConfig, Xq: np.ndarray, say) -> 
             "saturate_query_p50_ms": _pct(raw["query_s"], 50, 1e3, 1), "saturate_errors": len(raw["errors"])}
 
 
+def _vacuum(targets, say) -> None:
+    """Every system's tables vacuumed before a phase: each phase pays its own autovacuum, not the
+    debt of the phase before (pgvector's HNSW index vacuumed after 70,000 changes took a core for
+    minutes, in pm_vector's next phase)."""
+    t = time.perf_counter()
+    for tg in targets:
+        tg.vacuum()
+    say(f"tables vacuumed before the phase ({time.perf_counter() - t:.0f} s)")
+
+
 def _victims(pm, cfg: WritesConfig, rng, say) -> tuple[list[int], list[int]]:
     """Initial keys (never the last: the warm-up's) whose own cell's answer holds them, as many as the
     streams' checked changes may update or delete, and every other key of the table, in random order
@@ -437,6 +449,7 @@ def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dic
         sat = None
         if cfg.match_pgvector:  # the rate to sustain: pgvector's single-row commits a second, measured first,
             # before pm_vector's sync worker (and the merges it starts) exists
+            _vacuum(targets, say)
             sat = saturate(targets[1], stream, cfg, Xq, say)
             rates = [float(sat["max_commits_per_s"])]
             out["config"]["rates"] = rates
@@ -452,6 +465,7 @@ def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dic
                     pm.start()
                 else:  # (pm_vector's merge and queue done first, its worker stopped: one system at a time)
                     pm.setup.setdefault("quiet_before_s", []).append(pm.quiet(say))
+                _vacuum(targets, say)
                 say(f"{t.system}: {len(spec)} changes at {r:g} a second")
                 raw = drive(t, fresh(spec), r, cfg.seconds, cfg, Xq, say, f"{t.system} at {r:g}/s")
                 row[t.system] = summarise(t, raw, r, cfg.seconds)
@@ -459,6 +473,7 @@ def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dic
         if cfg.compare_pgvector and cfg.saturate_s > 0:
             if sat is None:
                 pm.quiet(say)
+                _vacuum(targets, say)
             sat = sat or saturate(targets[1], stream, cfg, Xq, say)
             for row in out["by_rate"]:
                 row["pgvector_hnsw"].update(sat)

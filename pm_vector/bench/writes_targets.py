@@ -376,6 +376,20 @@ class PmVectorTarget:
                     f"({said - t:.0f} s)")
             time.sleep(1.0)
 
+    def vacuum(self) -> None:
+        """The tables pm_vector's writes churn vacuumed now (the attached table, its queue, the items,
+        the delta and the active run's items and codes), so that their debt is not paid by
+        autovacuum in the other system's phase."""
+        rid = self._conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE id = %s",
+                                 [self.cid]).fetchone()[0]
+        names = [self.table] + [sql.Identifier("pm_vector", t) for t in
+                                ("attach_changes", "items", "delta_entries", "delta_tombstones")]
+        if rid is not None:
+            names += [run_table(rid, "items"), run_table(rid, "codes")]
+        for t in names:
+            if self._conn.execute("SELECT to_regclass(%s) IS NOT NULL", [t.as_string(self._conn)]).fetchone()[0]:
+                self._conn.execute(sql.SQL("VACUUM {}").format(t))
+
     def queued(self, conn) -> int:
         """The changes queued and not yet applied (``pm_vector.attach_status``), read on ``conn``: a
         check round asks it each time, and :func:`pm_vector.db.sync_status` opens a connection per
