@@ -530,3 +530,28 @@ def test_an_item_deleted_while_a_merge_builds_is_tombstoned_at_its_switch(db, cn
     for t in run_tables({"status": "ready", "cells": {"status": "ready"}, "locations": {"status": "ready"}}):
         assert not dead & _ids_of(conn, out2["run_id"], t.kind), t.kind
     assert delta.status(conn, cname)["pending_purge"] == 0
+
+
+def test_an_answer_built_on_a_held_set_of_32767_tombstones(db, cname, conn):
+    """The tombstones a process holds (TombstoneSets) are counted into the statement's slice of the
+    hubs' row as a parameter, beside the answer's size: both below 2^15, psycopg sends them as
+    smallints, and where their sum passed 32,767 every answer built on the held set failed with
+    "smallint out of range" (a 100,000-item collection whose delta held 32,400 tombstones). The first
+    answer, which reads the set, and the next, built on it, answer alike."""
+    from pm_vector.db.resolve.location_resolution import CACHE, DEAD
+    from pm_vector.db.resolve.resolution import resolve
+    from pm_vector.protocol.location import LocationRequest
+
+    X, y, ids, rid = _collection(db, cname, n=300, delta=True)
+    conn.execute("INSERT INTO pm_vector.delta_tombstones (run_id, item_id) SELECT %s, 10000000000 + g "
+                 "FROM generate_series(1, 32767) g", [rid])  # (ids of no item: only their count matters)
+    conn.execute("UPDATE pm_vector.embedding_runs SET delta_version = delta_version + 1 WHERE id = %s", [rid])
+    conn.commit()
+    cells, pc, _ = _cells(cname)
+    base = _base_request(cname, X, 16.0, pc.widths_, max_bytes=4_000).to_dict()
+    M = int(max(cells.levels_))
+    got = []
+    for _ in range(2):
+        CACHE.clear()  # (built again: the second on the set the first read and held)
+        got.append(resolve(cname, LocationRequest.from_dict({**base, "level": M, "report": 0}), log=False)["item_ids"])
+    assert DEAD.reads >= 1 and list(got[0]) == list(got[1]) and len(got[0]) > 0

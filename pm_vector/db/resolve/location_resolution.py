@@ -140,8 +140,8 @@ def check_against_run(meta: Mapping[str, Any], req: LocationRequest, collection:
 _ROW_SQL = (
     "SELECT level, cell, {rec_ids}, {rec_hubs}, {rec_chubs} FROM {t} "
     "WHERE level = %(level)s AND cell = %(cell)s GROUP BY level, cell "
-    "UNION ALL SELECT 0, 0, substring(array_send(r.item_ids[1:%(size)s + {n_dead}]) from 21), ''::bytea, "
-    "substring(array_send(r.chubs[1:%(size)s + {n_dead}]) from 21) FROM {t} AS r WHERE r.level = 0 AND r.cell = 0 "
+    "UNION ALL SELECT 0, 0, substring(array_send(r.item_ids[1:%(size)s::integer + {n_dead}]) from 21), ''::bytea, "
+    "substring(array_send(r.chubs[1:%(size)s::integer + {n_dead}]) from 21) FROM {t} AS r WHERE r.level = 0 AND r.cell = 0 "
     "UNION ALL SELECT -2, 0, substring(array_send(coalesce(array_agg(d.item_id ORDER BY d.item_id), {ei})) from 21), "
     "substring(array_send(coalesce(array_agg(d.h_r ORDER BY d.item_id), {ef})) from 21), "
     "substring(array_send(coalesce(array_agg(d.h ORDER BY d.item_id), {ef})) from 21) "
@@ -233,7 +233,9 @@ def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offse
         t=run_table(run_id, "locations"), ei=ei, ef=ef,
         **{k: sql.SQL(_RECORDS).format(a=sql.Identifier(c))
            for k, c in (("rec_ids", "item_ids"), ("rec_hubs", "hubs"), ("rec_chubs", "chubs"))},
-        n_dead=sql.SQL("%(n_dead)s" if dead is not None else _N_DEAD_SQL),
+        # (typed: psycopg sends a Python int below 2^15 as a smallint, and size + tombstones held past
+        # 32,767 overflowed it: every answer built on a held set of that many failed)
+        n_dead=sql.SQL("%(n_dead)s::integer" if dead is not None else _N_DEAD_SQL),
         dead=sql.SQL("") if dead is not None else sql.SQL(_DEAD_SQL).format(ei=ei, ef=ef))
     for lv, c, it, hb, ch in rconn.execute(
             q, {"level": int(req.level), "cell": int(req.report), "size": int(req.candidates), "run": int(run_id),
