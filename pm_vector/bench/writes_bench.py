@@ -26,8 +26,8 @@ index (``vector_l2_ops``, default options).
 third each inserts (new keys, new vectors), vector updates and deletes, drawn once and given to
 each system in the same order (:mod:`pm_vector.bench.writes_stream`). Updates and deletes never hit
 one key twice in a stream: the checked ones items whose own cell's answer held them at set-up (so a
-check can see them change), the others any other key of the table, or one the stream's unchecked
-inserts made before them. (Drawing every victim from the answered ones ran out on a kept collection
+check can see them change), the others any other key of the table, and once those ran out one the
+stream's unchecked inserts made before them. (Drawing every victim from the answered ones ran out on a kept collection
 whose answers new items had filled: 188 of 47,171 initial items, and the stream became inserts;
 drawing the others from the initial items alone ran out too, after a few streams.) The mix stays a
 third each, and the collection its size. pm_vector's

@@ -4,8 +4,8 @@ each system is given, in which order, and which of them a check times.
 :class:`Stream` draws a third each of inserts, vector updates and deletes: fresh keys and data rows
 for the new vectors; the victims of the checked updates and deletes from the initial items a check
 can see change (their own cell's answer holds them, their old vector known), the other updates and
-deletes from any other key, and from the keys the stream's unchecked inserts made before them, so
-that a stream of any length keeps the collection's size and its mix. :func:`fresh` copies a stream
+deletes from any other key, and once those ran out from the keys the stream's unchecked inserts made
+before them, so that a stream of any length keeps the collection's size and its mix. :func:`fresh` copies a stream
 unstamped for each system; :func:`sample` and :func:`check_stride` spread the checked changes
 evenly over it.
 """
@@ -20,14 +20,15 @@ from .writes_targets import Change
 class Stream:
     """The changes drawn for every system (module doc): kinds at random, fresh keys and rows for the
     new vectors; the victims of updates and deletes from ``victims`` (items a check can see change)
-    for the checked changes and from ``others`` (any other key, and the keys of the unchecked inserts
-    streamed before) for the rest, each once. An unchecked delete has no ``row`` and no ``old_row``
+    for the checked changes and from ``others`` (any other key; once they ran out, the keys of the
+    unchecked inserts streamed before) for the rest, each once. An unchecked delete has no ``row`` and no ``old_row``
     (its key's vector is not needed)."""
 
     def __init__(self, items: int, n_rows: int, victims: list[int], rng, next_key: int | None = None,
                  others: list[int] = ()):
         self.rng, self.victims, self.items, self.n_rows = rng, list(victims), int(items), int(n_rows)
         self.others = list(others)
+        self.streamed: list[int] = []  # the keys of the unchecked inserts streamed so far, not changed since
         self.next_key = int(next_key or items + 1)
         self.made = self.next_key - items - 1  # (a reused collection: the rows after those its keys took)
 
@@ -45,12 +46,12 @@ class Stream:
         for j in range(n):
             checked = bool(stride) and j % stride == 0
             pools = (self.victims, self.others) if checked else (self.others, self.victims)
-            pool = pools[0] if pools[0] else pools[1]
+            pool = next((p for p in pools + (self.streamed,) if p), None)
             kind = ("insert", "update", "delete")[int(self.rng.integers(3))] if pool else "insert"
             if kind == "insert":
                 out.append(Change("insert", self.next_key, self._row(), checked=checked))
-                if not checked:  # (a later unchecked change may hit it: the collection keeps its size)
-                    self.others.append(self.next_key)
+                if not checked:  # (a later unchecked change may hit it once the other keys ran out)
+                    self.streamed.append(self.next_key)
                 self.next_key += 1
                 continue
             key = pool.pop(int(self.rng.integers(len(pool))))

@@ -197,6 +197,7 @@ def test_the_stream_keeps_its_mix_when_few_items_can_be_checked():
     spec = st.take(6_000, 300)
     kinds = [c.kind for c in spec]
     assert min(kinds.count(k) for k in ("insert", "update", "delete")) > 1_700  # a third each
+    assert not {c.key for c in spec if c.kind == "insert"} & {c.key for c in spec if c.kind != "insert"}
     changed = [c.key for c in spec if c.kind != "insert"]
     assert len(changed) == len(set(changed))
     checked = [c for c in spec if c.checked]
@@ -205,10 +206,16 @@ def test_the_stream_keeps_its_mix_when_few_items_can_be_checked():
     assert all(c.checked for c in spec if c.kind != "insert" and c.key in victims)  # (others left: 1,000 or so)
     assert st.others
     assert {c.key for c in spec if c.kind != "insert" and 6_000 < c.key < 7_000}  # keys streamed in before, too
-    # and the keys of this stream's unchecked inserts, each after its insert (never a checked one's)
-    at = {c.key: j for j, c in enumerate(spec) if c.kind == "insert"}
-    again = [(j, c) for j, c in enumerate(spec) if c.kind != "insert" and c.key in at]
-    assert again and all(at[c.key] < j and not spec[at[c.key]].checked for j, c in again)
+    # (the other keys left while they last: this stream's own keys only once they ran out) then the keys
+    # of this stream's unchecked inserts, each after its insert (never a checked one's)
+    more = st.take(3_000, 0)
+    kinds = [c.kind for c in more]
+    assert min(kinds.count(k) for k in ("insert", "update", "delete")) > 800 and not st.others
+    at = {c.key: j for j, c in enumerate(spec + more) if c.kind == "insert"}
+    again = [(j, c) for j, c in enumerate(spec + more) if c.kind != "insert" and c.key in at]
+    assert again and all(at[c.key] < j and not (spec + more)[at[c.key]].checked for j, c in again)
+    changed = [c.key for c in spec + more if c.kind != "insert"]
+    assert len(changed) == len(set(changed))
     assert all(c.old_row == c.key - 1 for c in checked if c.kind != "insert")
     assert all(c.old_row is None for c in spec if not c.checked)
     assert all(c.row is None for c in spec if c.kind == "delete" and not c.checked)
