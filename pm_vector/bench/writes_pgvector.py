@@ -57,9 +57,6 @@ class PgvectorTarget:
     def start(self) -> None:
         pass
 
-    def writer(self):
-        return db.connect(autocommit=True)
-
     #: one change a transaction, whatever the stream's batch
     single_row = True
 
@@ -77,13 +74,6 @@ class PgvectorTarget:
         if c.kind == "update":
             return [vector_text(self.X[c.row]), c.key]
         return [c.key]
-
-    def apply(self, conn, batch: list[Change]) -> None:
-        """Each change its own single-row commit (autocommit), from this process."""
-        todo = self.statements()
-        for c in batch:
-            conn.execute(todo[c.kind], self.params(c))
-            c.commit_t = time.perf_counter()
 
     def observe(self, conn, pending: list[Change], n_committed: int) -> list[Change]:
         """One check per pending change: the k nearest of its vector (the new one; a delete's old
