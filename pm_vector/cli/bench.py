@@ -41,6 +41,7 @@ BENCH_COMMANDS = {
     "writes": ("pm_vector.cli.bench_writes", "bench_app"),
     "resolve": ("pm_vector.cli.bench_resolve", "bench_app"),
     "writes-recall": ("pm_vector.cli.bench_writes", "bench_app"),
+    "merge": ("pm_vector.cli.bench_merge", "bench_app"),
     "load": ("pm_vector.cli.service", "load"),
 }
 bench_app = typer.Typer(help="Benchmarks: each prints a table, or one JSON object with --json.",

@@ -11,9 +11,13 @@ merge was building (delay p99 9.9 s over 300 s, a merge building the whole time)
 nothing with the sync but the database, and runs ``NICE`` levels below it (Linux's nice value; the
 sync and the database keep their priority), so the sync's passes take the cores first.
 
-Given a nice value above 0 it is also scheduled as Linux's ``SCHED_IDLE`` (:func:`idle_policy`).
+Given a nice value above 0 it is also scheduled as Linux's ``SCHED_IDLE`` (:func:`idle_policy`),
+and so are its jobs' server backends where it may (:mod:`pm_vector.db.postgres.priority`).
+``python -m pm_vector.service.merge_process NICE COLLECTION [normal]`` merges that collection whether
+or not its merge is due, its server backends at normal priority with ``normal`` (``pm-vector bench merge``).
 It writes one JSON object to stdout: ``{"nice": its nice value, "idle": whether SCHED_IDLE took,
-"merges": {collection: {"run_id", "seconds", "switch_s", "switch", "catch_up"} or why it failed}}``.
+"merges": {collection: {"run_id", "seconds", "switch_s", "switch", "catch_up"} or why it failed},
+"sessions_idle": how many of its sessions' backends took SCHED_IDLE}``.
 It ends by itself when the process that started it is gone (its parent's pid changes), leaving a
 job it had started to be marked abandoned as any killed job's (:func:`pm_vector.db.runs.jobs.cleanup`).
 """
@@ -27,7 +31,8 @@ import sys
 import threading
 import time
 
-from ..db.runs.merge import merge_due
+from ..db.postgres import priority
+from ..db.runs.merge import merge, merge_due
 
 #: how often the process looks whether the one that started it is still there
 PARENT_CHECK_S = 1.0
@@ -59,6 +64,13 @@ def _is_idle() -> bool:
     return hasattr(os, "SCHED_IDLE") and os.sched_getscheduler(0) == os.SCHED_IDLE
 
 
+def _merge_one(name: str, url: str):
+    try:
+        return merge(name, url=url)
+    except Exception as exc:  # noqa: BLE001 - said in the output, as merge_due's
+        return f"{type(exc).__name__}: {exc}"
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the service stops us
     nice = int(sys.argv[1]) if len(sys.argv) > 1 else 0
@@ -69,15 +81,19 @@ def main() -> None:
         except OSError:  # (a platform without nice values: the same priority)
             pass
         idle_policy()
+        # its jobs' server backends too, where this process may (``normal``: not; the benchmark's baseline)
+        priority.set_background(len(sys.argv) < 4 or sys.argv[3] != "normal")
     threading.Thread(target=_orphaned_exit, args=(os.getppid(),), daemon=True).start()
     out: dict = {"nice": os.nice(0) if hasattr(os, "nice") else 0, "idle": _is_idle(), "merges": {}}
     try:
-        for name, res in merge_due(url).items():
+        done = merge_due(url) if len(sys.argv) < 3 else {sys.argv[2]: _merge_one(sys.argv[2], url)}
+        for name, res in done.items():
             out["merges"][name] = res if isinstance(res, str) else {
                 "run_id": res["run_id"], "seconds": res["seconds"], "switch_s": res["switch_s"],
                 "switch": res["switch"], "catch_up": res["catch_up"]}
     except Exception as exc:  # noqa: BLE001 - said to the sync worker, which logs it
         out["error"] = type(exc).__name__
+    out["sessions_idle"] = priority.lowered()
     json.dump(out, sys.stdout)
 
 

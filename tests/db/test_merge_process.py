@@ -52,6 +52,7 @@ def test_a_due_merge_runs_in_a_lower_priority_process_of_its_own(db, cname, conn
     if base is not None:
         assert got["nice"] == min(19, base + 7)
         assert got["idle"] is True  # SCHED_IDLE: it runs only when no other task wants a core
+        assert got["sessions_idle"] >= 1  # and so does its job's server backend (the server is local)
     res = got["merges"][cname]
     assert isinstance(res, dict), res
     active, worker = conn.execute("SELECT c.active_run_id, r.worker FROM pm_vector.collections c JOIN "

@@ -13,6 +13,7 @@ The modules, from the bottom up (each imports only those above it in this list):
     server     which server: external, the local cluster, or the embedded one
     adapt      configure(conn): the one setup of every connection (pgvector, JSON, int8 arrays)
     engine     psycopg connections and SQLAlchemy engines, each set up by configure
+    priority   background sessions: a merge's backend at the lowest CPU priority, where it may
 
 This face is what the rest of pm_vector uses. :func:`stop`, :func:`stop_cluster` and
 :func:`upgrade` clear the engine's pools and checks around the server's own functions, so that
@@ -21,7 +22,7 @@ the server modules never import the engine (which imports them).
 
 from typing import Any
 
-from . import cluster
+from . import cluster, priority
 from . import server as _server
 from .adapt import configure
 from .config import EMBEDDED_DATABASE, DatabaseSettings, external_url, libpq_url, mode, redact, settings, sqlalchemy_url

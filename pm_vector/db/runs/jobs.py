@@ -68,7 +68,7 @@ from psycopg.types.json import Json, Jsonb
 from ...errors import InvalidInputError, PMVectorError
 from ..core.abandoned import RUN_LOCK_KIND, cleanup, fail_run
 from ..core.collection import collection_row, iso_datetime, load_anchor_set, load_items, worker_identity
-from ..postgres import connect
+from ..postgres import connect, priority
 from ..errors import EmbeddingJobError, RunNotFoundError, translate_sql_error
 from ..run_tables import run_table
 from .embeddings import embedding_matrix, write_embeddings
@@ -157,6 +157,7 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
 
     cleanup(collection)  # runs and ingests of dead workers; also raises CollectionNotFoundError early
     conn = connect(watch_client=True)
+    lowered = priority.lower(conn)  # (a background job's: the merge process's)
     run_id: int | None = None
     timings: dict[str, float] = {}
     try:
@@ -184,7 +185,13 @@ def run_embedding_job(collection: str, params: Mapping[str, Any], seed: int,
             t_ = time.perf_counter()
             before_switch(run_id)
             timings["catch_up_s"] = time.perf_counter() - t_
-        previous = _job_switch(conn, collection, coll, run_id, items, report, timings, on_switch)
+        # a lowered session holds no lock others wait for: the switch on one of normal priority
+        sw = connect(watch_client=True) if lowered else conn
+        try:
+            previous = _job_switch(sw, collection, coll, run_id, items, report, timings, on_switch)
+        finally:
+            if sw is not conn:
+                sw.close()  # (a failed switch's transaction rolled back before the abort)
     except BaseException as exc:
         if run_id is None:  # nothing written yet
             err = translate_sql_error(exc)

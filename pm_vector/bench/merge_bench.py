@@ -1,0 +1,138 @@
+"""``pm-vector bench merge NAME``: what a bulk merge in the background costs a writer beside it.
+
+A plain single-row writer (one session: INSERT of one row of ``dim`` floats into a scratch table,
+then COMMIT) runs throughout and its commits are counted each second: first alone, then beside a
+merge of collection NAME as the service's sync worker runs one (``python -m
+pm_vector.service.merge_process NICE NAME``, a process of its own), three times (:data:`PHASES`):
+``normal``, at ``nice`` 0 (the process and its server sessions at normal priority, as ``pm-vector
+merge``); ``process_idle``, the process at the sync worker's nice value and ``SCHED_IDLE`` but its
+server sessions at normal priority (the service's merge before background sessions); and
+``background``, the process and, where it may, its jobs' backends at ``SCHED_IDLE``
+(:mod:`pm_vector.db.postgres.priority`: the service's merge). Each merge is a real one: it builds a
+new run of the collection and switches to it. The scratch table is dropped at the end.
+
+Reported per phase: the writer's commits a second (median, the 10th percentile of the seconds, the
+lowest), the merge's seconds and its output (whether the sessions took ``SCHED_IDLE``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+from psycopg import sql
+
+from ..db import collection_info, connect, database_url
+from ..db.errors import NoActiveRunError
+
+#: the sync worker's nice value for a merge (pm_vector.service.sync_worker.MERGE_NICE)
+BACKGROUND_NICE = 10
+
+
+class _Writer:
+    """The single-row writer on a thread of its own: commits counted per second."""
+
+    def __init__(self, url: str, table: sql.Composable, dim: int):
+        self.url, self.table, self.dim = url, table, int(dim)
+        self.seconds: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        row = [0.5] * self.dim
+        stmt = sql.SQL("INSERT INTO {} (v) VALUES (%s)").format(self.table)
+        with connect(self.url) as conn:
+            n, t0 = 0, time.monotonic()
+            while not self._stop.is_set():
+                conn.execute(stmt, [row])
+                conn.commit()
+                n += 1
+                now = time.monotonic()
+                if now - t0 >= 1.0:
+                    self.seconds.append((now, n))
+                    n, t0 = 0, now
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def between(self, t0: float, t1: float) -> dict[str, Any]:
+        """The writer's commits a second over the whole seconds that ended within [t0, t1]
+        (``per_s``: each second's, in order)."""
+        c = np.array([n for t, n in self.seconds if t0 + 1.0 <= t <= t1], dtype=float)
+        if c.size == 0:
+            return {"seconds": 0}
+        return {"seconds": int(c.size), "median": float(np.median(c)), "p10": float(np.percentile(c, 10)),
+                "min": float(c.min()), "per_s": [int(x) for x in c]}
+
+
+#: the phases: (name, the merge process's nice value, its server sessions' priority)
+PHASES = (("normal", 0, "normal"), ("process_idle", BACKGROUND_NICE, "normal"), ("background", BACKGROUND_NICE, "idle"))
+
+
+def _merge(url: str, name: str, nice: int, sessions: str) -> dict[str, Any]:
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pm_vector.service.merge_process", str(int(nice)), name, sessions],
+                          input=url, capture_output=True, text=True, cwd=here, check=False)
+    out = json.loads(proc.stdout) if proc.stdout.strip() else {"error": proc.stderr.strip()[-300:]}
+    res = out.get("merges", {}).get(name)
+    if not isinstance(res, dict):
+        raise RuntimeError(f"the merge of {name!r} failed: {res or out.get('error')}")
+    return {"nice": out.get("nice"), "idle": out.get("idle"), "sessions_idle": out.get("sessions_idle"),
+            "merge_s": round(time.perf_counter() - t, 2), "run_id": res["run_id"]}
+
+
+def _stages(url: str, run_id: int) -> dict[str, float]:
+    """The merge's run's stage seconds (its ``timings``: load, embed, write, class rows, index, switch)."""
+    with connect(url) as conn:
+        t = conn.execute("SELECT timings FROM pm_vector.embedding_runs WHERE id = %s", [run_id]).fetchone()[0] or {}
+    return {k: round(float(v), 2) for k, v in t.items() if k.endswith("_s") and "." not in k}
+
+
+def run(name: str, *, dim: int = 128, alone_s: float = 10.0, url: str | None = None,
+        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The benchmark (module doc). ``alone_s``: the writer's seconds alone, before the merges and
+    between them. Returns ``{"collection", "dim", "alone": {...}, and per phase {"nice", "idle",
+    "sessions_idle", "merge_s", "run_id", "writer": {"seconds", "median", "p10", "min", "per_s"},
+    "stages_s": the merge's stages}},
+    "ratio_median": background's median over process_idle's}``."""
+    say = progress or (lambda _m: None)
+    url = url or database_url()
+    if collection_info(name)["active_run_id"] is None:  # (CollectionNotFoundError: no such collection)
+        raise NoActiveRunError(f"collection {name!r} has no active run: nothing to merge; run "
+                               f"`pm-vector embed {name}` first.")
+    table = sql.Identifier("public", f"bench_merge_writer_{os.getpid()}")
+    with connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (id bigserial PRIMARY KEY, v float8[] NOT NULL)").format(table))
+    writer = _Writer(url, table, dim)
+    out: dict[str, Any] = {"collection": name, "dim": int(dim)}
+    try:
+        writer.start()
+        t0 = time.monotonic()
+        time.sleep(alone_s)
+        out["alone"] = writer.between(t0, time.monotonic())
+        say(f"writer alone: {out['alone'].get('median')} commits a second")
+        for phase, nice, sessions in PHASES:
+            say(f"a merge of {name} at nice {nice}, its sessions {sessions}, beside the writer ...")
+            t0 = time.monotonic()
+            m = _merge(url, name, nice, sessions)
+            out[phase] = {**m, "writer": writer.between(t0, time.monotonic()), "stages_s": _stages(url, m["run_id"])}
+            say(f"{phase}: merge {m['merge_s']} s, writer median {out[phase]['writer'].get('median')} a second")
+            time.sleep(alone_s / 2)
+    finally:
+        writer.stop()
+        with connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
+    n, b = out["process_idle"]["writer"].get("median"), out["background"]["writer"].get("median")
+    out["ratio_median"] = round(b / n, 3) if n and b else None
+    return out

@@ -1,0 +1,52 @@
+"""``pm-vector bench merge``: a plain single-row writer beside real merges of a collection, at the
+three priorities (:mod:`pm_vector.bench.merge_bench`)."""
+
+from __future__ import annotations
+
+import sys
+
+from typer.testing import CliRunner
+
+
+def _collection(db, name):
+    from pm_vector.datasets import load_dataset, split_dataset
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
+
+    ds = load_dataset("digits")
+    sp = split_dataset(ds, 300, 100, 100, 100, seed=4)
+    db.create_collection(name, ds.dim, ds.classes.tolist())
+    db.ingest(name, *sp.server)
+    db.register_anchor_set(name, *sp.anchor)
+    db.register_anchor_set(name, *sp.dummy, role="dummy")
+    return db.run_embedding_job(name, {"n_components": 8}, 3, embed_fn=anchor_frame_embed_fn)["run_id"]
+
+
+def test_bench_merge_times_a_writer_beside_three_real_merges(db, cname, conn):
+    """Each phase merged the collection into a new run (the last one active) while the writer
+    committed; only the background phase's sessions took SCHED_IDLE; the scratch table is gone."""
+    from pm_vector.bench.merge_bench import run
+
+    first = _collection(db, cname)
+    res = run(cname, dim=8, alone_s=2.0)
+    runs = [res[p]["run_id"] for p in ("normal", "process_idle", "background")]
+    assert first < runs[0] < runs[1] < runs[2]
+    assert conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE name = %s",
+                        [cname]).fetchone()[0] == runs[2]
+    assert res["alone"]["median"] > 0 and all(res[p]["writer"]["seconds"] >= 1 for p in ("normal", "background"))
+    assert res["normal"]["nice"] == 0 and res["normal"]["idle"] is False
+    assert res["normal"]["sessions_idle"] == 0 and res["process_idle"]["sessions_idle"] == 0
+    if sys.platform.startswith("linux"):
+        assert res["process_idle"]["idle"] is True and res["background"]["sessions_idle"] >= 1
+    assert conn.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'bench_merge_writer_%'").fetchone()[0] == 0
+
+
+def test_bench_merge_refuses_a_collection_without_a_run(db, cname):
+    """No active run: ``error: ...`` naming the fix, no traceback, a non-zero exit."""
+    from pm_vector.cli import app
+
+    db.create_collection(cname, 4, [0, 1])
+    r = CliRunner().invoke(app, ["bench", "merge", cname, "--alone-seconds", "2"])
+    assert r.exit_code != 0
+    assert "error:" in r.output and "pm-vector embed" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(app, ["bench", "merge", cname + "_missing", "--alone-seconds", "2"])
+    assert r.exit_code != 0 and "error:" in r.output and "Traceback" not in r.output
