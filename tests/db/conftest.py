@@ -47,3 +47,17 @@ def fresh_url(db):
     yield admin.replace("/postgres?", f"/{name}?")
     with psycopg.connect(admin, autocommit=True) as c:
         c.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def digits_collection(db, cname):
+    """``cname`` made a collection of 300 digits with its anchor and dummy sets, no run yet."""
+    from pm_vector.datasets import load_dataset, split_dataset
+
+    ds = load_dataset("digits")
+    sp = split_dataset(ds, 300, 100, 100, 100, seed=2)
+    db.create_collection(cname, ds.dim, ds.classes.tolist())
+    db.ingest(cname, *sp.server)
+    db.register_anchor_set(cname, *sp.anchor)
+    db.register_anchor_set(cname, *sp.dummy, role="dummy")
+    return cname

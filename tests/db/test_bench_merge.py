@@ -8,25 +8,14 @@ import sys
 from typer.testing import CliRunner
 
 
-def _collection(db, name):
-    from pm_vector.datasets import load_dataset, split_dataset
-    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
-
-    ds = load_dataset("digits")
-    sp = split_dataset(ds, 300, 100, 100, 100, seed=4)
-    db.create_collection(name, ds.dim, ds.classes.tolist())
-    db.ingest(name, *sp.server)
-    db.register_anchor_set(name, *sp.anchor)
-    db.register_anchor_set(name, *sp.dummy, role="dummy")
-    return db.run_embedding_job(name, {"n_components": 8}, 3, embed_fn=anchor_frame_embed_fn)["run_id"]
-
-
-def test_bench_merge_times_a_writer_beside_three_real_merges(db, cname, conn):
+def test_bench_merge_times_a_writer_beside_three_real_merges(db, digits_collection, conn):
     """Each phase merged the collection into a new run (the last one active) while the writer
     committed; only the background phase's sessions took SCHED_IDLE; the scratch table is gone."""
     from pm_vector.bench.merge_bench import run
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
 
-    first = _collection(db, cname)
+    cname = digits_collection
+    first = db.run_embedding_job(cname, {"n_components": 8}, 3, embed_fn=anchor_frame_embed_fn)["run_id"]
     res = run(cname, dim=8, alone_s=2.0)
     runs = [res[p]["run_id"] for p in ("normal", "process_idle", "background")]
     assert first < runs[0] < runs[1] < runs[2]

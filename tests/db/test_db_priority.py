@@ -53,18 +53,12 @@ def test_a_session_is_lowered_only_in_a_background_process(db):
         priority.set_background(False)
 
 
-def test_a_background_job_builds_on_a_lowered_session_and_switches_on_a_normal_one(db, cname, background):
+def test_a_background_job_builds_on_a_lowered_session_and_switches_on_a_normal_one(digits_collection, background):
     """A job in a background process: while it switches, its own session's backend (the run row's
     ``worker.backend_pid``) is at SCHED_IDLE, and the session that holds the collection row is not."""
-    from pm_vector.datasets import load_dataset, split_dataset
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn, run_embedding_job
 
-    ds = load_dataset("digits")
-    sp = split_dataset(ds, 300, 100, 100, 100, seed=2)
-    db.create_collection(cname, ds.dim, ds.classes.tolist())
-    db.ingest(cname, *sp.server)
-    db.register_anchor_set(cname, *sp.anchor)
-    db.register_anchor_set(cname, *sp.dummy, role="dummy")
+    cname = digits_collection
     seen = {}
 
     def on_switch(c, run_id):
