@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from typing import Any, Callable
@@ -30,9 +29,7 @@ from psycopg import sql
 
 from ..db import collection_info, connect, database_url
 from ..db.errors import NoActiveRunError
-
-#: the sync worker's nice value for a merge (pm_vector.service.sync_worker.MERGE_NICE)
-BACKGROUND_NICE = 10
+from ..service.sync_worker import MERGE_NICE as BACKGROUND_NICE, merge_process_command
 
 
 class _Writer:
@@ -80,10 +77,9 @@ PHASES = (("normal", 0, "normal"), ("process_idle", BACKGROUND_NICE, "normal"), 
 
 
 def _merge(url: str, name: str, nice: int, sessions: str) -> dict[str, Any]:
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    argv, here = merge_process_command(nice, name, sessions)
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pm_vector.service.merge_process", str(int(nice)), name, sessions],
-                          input=url, capture_output=True, text=True, cwd=here, check=False)
+    proc = subprocess.run(argv, input=url, capture_output=True, text=True, cwd=here, check=False)
     out = json.loads(proc.stdout) if proc.stdout.strip() else {"error": proc.stderr.strip()[-300:]}
     res = out.get("merges", {}).get(name)
     if not isinstance(res, dict):

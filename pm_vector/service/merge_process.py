@@ -32,7 +32,7 @@ import threading
 import time
 
 from ..db.postgres import priority
-from ..db.runs.merge import merge, merge_due
+from ..db.runs.merge import merge_due, merge_each
 
 #: how often the process looks whether the one that started it is still there
 PARENT_CHECK_S = 1.0
@@ -64,13 +64,6 @@ def _is_idle() -> bool:
     return hasattr(os, "SCHED_IDLE") and os.sched_getscheduler(0) == os.SCHED_IDLE
 
 
-def _merge_one(name: str, url: str):
-    try:
-        return merge(name, url=url)
-    except Exception as exc:  # noqa: BLE001 - said in the output, as merge_due's
-        return f"{type(exc).__name__}: {exc}"
-
-
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the service stops us
     nice = int(sys.argv[1]) if len(sys.argv) > 1 else 0
@@ -86,7 +79,7 @@ def main() -> None:
     threading.Thread(target=_orphaned_exit, args=(os.getppid(),), daemon=True).start()
     out: dict = {"nice": os.nice(0) if hasattr(os, "nice") else 0, "idle": _is_idle(), "merges": {}}
     try:
-        done = merge_due(url) if len(sys.argv) < 3 else {sys.argv[2]: _merge_one(sys.argv[2], url)}
+        done = merge_due(url) if len(sys.argv) < 3 else merge_each([sys.argv[2]], url=url)
         for name, res in done.items():
             out["merges"][name] = res if isinstance(res, str) else {
                 "run_id": res["run_id"], "seconds": res["seconds"], "switch_s": res["switch_s"],

@@ -101,6 +101,15 @@ def merge_finished() -> dict[str, Any] | None:
     return got
 
 
+def merge_process_command(nice: int, *args: str) -> tuple[list[str], str]:
+    """The command of :mod:`pm_vector.service.merge_process` at ``nice`` (and its optional
+    arguments), and the directory to run it from: the one that holds this package (``python -m``
+    puts its working directory first on the path, and the merge must run the code this process runs).
+    The database URL goes on its stdin."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return [sys.executable, "-m", "pm_vector.service.merge_process", str(max(0, int(nice))), *args], here
+
+
 def merge_in_background(url: str, nice: int = MERGE_NICE, conn=None) -> bool:
     """Start the bulk merge of every collection whose merge is due
     (:func:`pm_vector.db.runs.merge.merge_due`) in a process of its own, ``nice`` levels below this
@@ -120,11 +129,8 @@ def merge_in_background(url: str, nice: int = MERGE_NICE, conn=None) -> bool:
         todo = due_names(conn)
     if not todo:
         return False
-    # from the directory that holds this package: `python -m` puts its working directory first on the
-    # path, and the merge must run the code this process runs
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    proc = subprocess.Popen([sys.executable, "-m", "pm_vector.service.merge_process", str(max(0, int(nice)))],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=here,
+    argv, here = merge_process_command(nice)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=here,
                             text=True)
     proc.stdin.write(url)
     proc.stdin.close()

@@ -5,7 +5,7 @@ The merge's process is scheduled as Linux's ``SCHED_IDLE`` (:mod:`pm_vector.serv
 but a good part of a merge's cores is spent by its server backend: the COPY of the new run's
 tables and its HNSW index builds, with parallel workers. At normal priority on 2 cores that backend
 took the core a single-row writer wakes up on: beside a merge of 100,000 items, a plain writer's
-commits fell from about 1,750 a second to 250-700 during the merge's index stage
+commits fell from about 1,980 a second alone to about 250 during the merge's index stage
 (``pm-vector bench merge``, docs/benchmarks.md, "A writer beside a merge").
 
 :func:`set_background` (the merge process, once) asks for it; then :func:`lower` on a session:
@@ -36,11 +36,6 @@ _state = {"background": False, "lowered": 0}
 def set_background(on: bool = True) -> None:
     """This process's sessions made by jobs are background ones (:func:`lower` acts)."""
     _state["background"] = bool(on)
-
-
-def background() -> bool:
-    """Whether :func:`set_background` asked for background sessions in this process."""
-    return bool(_state["background"])
 
 
 def lowered() -> int:
@@ -84,4 +79,3 @@ def lower(conn) -> bool:
         return False
     _state["lowered"] += 1
     return True
-

@@ -188,10 +188,16 @@ def merge_due(url: str | None = None) -> dict[str, Any]:
     why it failed}``. The service's sync worker runs it in the background."""
     with connect(url) as conn:
         todo = due_names(conn)
+    return merge_each(todo, url=url)
+
+
+def merge_each(names, url: str | None = None) -> dict[str, Any]:
+    """Merge each collection of ``names``, due or not: ``{collection: the merge's result, or why it
+    failed}`` (one collection's failure does not stop the others)."""
     out: dict[str, Any] = {}
-    for name in todo:
+    for name in names:
         try:
             out[name] = merge(name, url=url)
-        except Exception as exc:  # noqa: BLE001 - one collection's failure does not stop the others
+        except Exception as exc:  # noqa: BLE001 - said in the result
             out[name] = f"{type(exc).__name__}: {exc}"
     return out
