@@ -18,3 +18,8 @@ DEFAULT_SMOOTHING_STEPS = 5
 #: The service's sync worker merges what is due in the background.
 MERGE_DELTA_ITEMS = 10_000
 MERGE_AGE_S = 3_600
+#: and not before the active run has served this many times as long as it took to build
+#: (``settings["merge"]["pause"]``; 0: no pause): under a stream that fills the delta faster than a
+#: merge takes, merges then run at most half of the time instead of back to back, and the writes
+#: beside them get the other half to themselves (``docs/benchmarks.md``, "Writes").
+MERGE_PAUSE = 1.0

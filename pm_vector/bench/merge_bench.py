@@ -12,7 +12,10 @@ server sessions at normal priority (the service's merge before background sessio
 new run of the collection and switches to it. The scratch table is dropped at the end.
 
 Reported per phase: the writer's commits a second (median, the 10th percentile of the seconds, the
-lowest), the merge's seconds and its output (whether the sessions took ``SCHED_IDLE``).
+lowest), the merge's seconds and its output (whether the sessions took ``SCHED_IDLE``), and the
+server's WAL from the merge's start until the next phase (``wal_mb``, ``wal_fpi``: the whole pages
+in it; from ``pg_stat_wal``, the writer's own included, and what the server's autovacuum writes of
+the new run's tables meanwhile): every commit of the writer waits for the WAL before it to be flushed.
 """
 
 from __future__ import annotations
@@ -95,12 +98,19 @@ def _stages(url: str, run_id: int) -> dict[str, float]:
     return {k: round(float(v), 2) for k, v in t.items() if k.endswith("_s") and "." not in k}
 
 
+def _wal(url: str) -> tuple[float, int]:
+    """The server's WAL so far: bytes and full-page images (``pg_stat_wal``)."""
+    with connect(url) as conn:
+        b, f = conn.execute("SELECT wal_bytes, wal_fpi FROM pg_stat_wal").fetchone()
+    return float(b), int(f)
+
+
 def run(name: str, *, dim: int = 128, alone_s: float = 10.0, url: str | None = None,
         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The benchmark (module doc). ``alone_s``: the writer's seconds alone, before the merges and
     between them. Returns ``{"collection", "dim", "alone": {...}, and per phase {"nice", "idle",
     "sessions_idle", "merge_s", "run_id", "writer": {"seconds", "median", "p10", "min", "per_s"},
-    "stages_s": the merge's stages}},
+    "stages_s": the merge's stages, "wal_mb", "wal_fpi"}},
     "ratio_median": background's median over process_idle's}``."""
     say = progress or (lambda _m: None)
     url = url or database_url()
@@ -120,11 +130,13 @@ def run(name: str, *, dim: int = 128, alone_s: float = 10.0, url: str | None = N
         say(f"writer alone: {out['alone'].get('median')} commits a second")
         for phase, nice, sessions in PHASES:
             say(f"a merge of {name} at nice {nice}, its sessions {sessions}, beside the writer ...")
-            t0 = time.monotonic()
+            t0, w0 = time.monotonic(), _wal(url)
             m = _merge(url, name, nice, sessions)
             out[phase] = {**m, "writer": writer.between(t0, time.monotonic()), "stages_s": _stages(url, m["run_id"])}
             say(f"{phase}: merge {m['merge_s']} s, writer median {out[phase]['writer'].get('median')} a second")
             time.sleep(alone_s / 2)
+            w1 = _wal(url)
+            out[phase].update(wal_mb=round((w1[0] - w0[0]) / 1e6, 1), wal_fpi=w1[1] - w0[1])
     finally:
         writer.stop()
         with connect(url, autocommit=True) as conn:

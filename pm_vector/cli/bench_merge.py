@@ -32,12 +32,12 @@ def merge(
     if result is None:
         return
     t = Table(title=f"a single-row writer beside a merge of {collection!r} (commits a second)")
-    for c in ("phase", "median", "p10", "min", "merge s", "backends idle"):
+    for c in ("phase", "median", "p10", "min", "merge s", "backends idle", "WAL MB", "whole pages"):
         t.add_column(c, justify="right")
-    t.add_row("alone", *(f"{result['alone'].get(k, float('nan')):.0f}" for k in ("median", "p10", "min")), "", "")
+    t.add_row("alone", *(f"{result['alone'].get(k, float('nan')):.0f}" for k in ("median", "p10", "min")), "", "", "", "")
     for ph in ("normal", "process_idle", "background"):
         r = result[ph]
         t.add_row(ph, *(f"{r['writer'].get(k, float('nan')):.0f}" for k in ("median", "p10", "min")),
-                  f"{r['merge_s']:.1f}", str(r.get("sessions_idle")))
+                  f"{r['merge_s']:.1f}", str(r.get("sessions_idle")), f"{r['wal_mb']:.0f}", str(r["wal_fpi"]))
     Console().print(t)
     Console().print(f"background median over process_idle's: {result['ratio_median']}")

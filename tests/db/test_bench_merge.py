@@ -22,6 +22,7 @@ def test_bench_merge_times_a_writer_beside_three_real_merges(db, digits_collecti
     assert conn.execute("SELECT active_run_id FROM pm_vector.collections WHERE name = %s",
                         [cname]).fetchone()[0] == runs[2]
     assert res["alone"]["median"] > 0 and all(res[p]["writer"]["seconds"] >= 1 for p in ("normal", "background"))
+    assert all(res[p]["wal_mb"] > 0 and res[p]["wal_fpi"] >= 0 for p in ("normal", "process_idle", "background"))
     assert res["normal"]["nice"] == 0 and res["normal"]["idle"] is False
     assert res["normal"]["sessions_idle"] == 0 and res["process_idle"]["sessions_idle"] == 0
     if sys.platform.startswith("linux"):

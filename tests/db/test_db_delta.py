@@ -300,9 +300,16 @@ def test_a_merge_is_due_by_its_setting(db, cname, conn):
     assert not due(conn, cname, {})
     db.delete_items(cname, item_ids=ids[:3].tolist())
     assert not due(conn, cname, {})  # the defaults: 10,000 rows or an hour
-    assert due(conn, cname, {"merge": {"delta_items": 3}})
-    assert not due(conn, cname, {"merge": {"delta_items": 4, "age_s": 0}})
-    assert due(conn, cname, {"merge": {"delta_items": 0, "age_s": 1e-9}})
+    assert due(conn, cname, {"merge": {"delta_items": 3, "pause": 0}})
+    assert not due(conn, cname, {"merge": {"delta_items": 4, "age_s": 0, "pause": 0}})
+    assert due(conn, cname, {"merge": {"delta_items": 0, "age_s": 1e-9, "pause": 0}})
+    # not before the active run has served ``pause`` times its build's time
+    built, served = conn.execute("SELECT extract(epoch FROM finished_at - started_at), extract(epoch FROM "
+                                 "clock_timestamp() - finished_at) FROM pm_vector.embedding_runs WHERE id = %s",
+                                 [rid]).fetchone()
+    assert built > 0
+    assert not due(conn, cname, {"merge": {"delta_items": 3, "pause": 2 * float(served) / float(built) + 1000}})
+    assert due(conn, cname, {"merge": {"delta_items": 3, "pause": 0.5 * float(served) / float(built)}})
     # new items count once each, not once per level of their entries
     from dbtest_helpers import make_extend_fn
 
@@ -311,8 +318,8 @@ def test_a_merge_is_due_by_its_setting(db, cname, conn):
     n_rows = conn.execute("SELECT count(*) FROM pm_vector.delta_entries WHERE run_id = %s", [rid]).fetchone()[0]
     conn.rollback()
     assert n_rows > 2
-    assert not due(conn, cname, {"merge": {"delta_items": 6, "age_s": 0}})  # 3 tombstones + 2 new items
-    assert due(conn, cname, {"merge": {"delta_items": 5, "age_s": 0}})
+    assert not due(conn, cname, {"merge": {"delta_items": 6, "age_s": 0, "pause": 0}})  # 3 tombstones + 2 new items
+    assert due(conn, cname, {"merge": {"delta_items": 5, "age_s": 0, "pause": 0}})
 
 
 @pytest.mark.parametrize("n", [0])

@@ -82,6 +82,33 @@ def test_the_job_publishes_location_cells_fit_on_the_public_anchor(lserved, conn
     assert n == (1, len(lserved["ids"]))  # the top hubs row ranks every item
 
 
+def test_the_jobs_tables_are_written_frozen_and_the_locations_indexed_after(lserved, db):
+    """A job creates each table it fills in the transaction that fills it and writes its rows frozen
+    (``COPY ... FREEZE``, :func:`pm_vector.db._binary.copy_options`): the pages are all-visible from
+    the start (those a COPY began empty: it writes 1,000 rows at a time, and a narrow table's page
+    that the next thousand finds begun is left to vacuum; written the old way, none), so no vacuum or
+    first reader writes them again. The locations table gets its primary key and its index on
+    ``part``, with their names, once its rows are in (migration 0031)."""
+    from psycopg import sql
+
+    from pm_vector.db.run_tables import run_table
+
+    rid = lserved["info"]["run_id"]
+    with db.connect() as c:
+        c.autocommit = True
+        for kind in ("items", "anchors", "codes", "neighbors", "hubs", "cells", "locations", "prior_0"):
+            c.execute(sql.SQL("ANALYZE {}").format(run_table(rid, kind)))
+            pages, visible = c.execute("SELECT relpages, relallvisible FROM pg_class WHERE oid = to_regclass(%s)",
+                                       [f"pm_vector.run_{rid}_{kind}"]).fetchone()
+            assert pages > 0 and visible >= 0.6 * pages, (kind, pages, visible)
+        got = {r[0]: (r[1], r[2]) for r in c.execute(
+            "SELECT x.relname, i.indisprimary, pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class x "
+            "ON x.oid = i.indexrelid WHERE i.indrelid = to_regclass(%s)", [f"pm_vector.run_{rid}_locations"]).fetchall()}
+    assert got[f"run_{rid}_locations_pkey"][0] is True and "(level, cell, part)" in got[f"run_{rid}_locations_pkey"][1]
+    assert got[f"run_{rid}_locations_by_part"][0] is False and "(part)" in got[f"run_{rid}_locations_by_part"][1]
+    assert len(got) == 2
+
+
 @pytest.mark.parametrize("eps", [1.0, 8.0, float("inf")])
 def test_resolve_answers_the_in_memory_ranking_and_sql_alike(lserved, conn, eps):
     from pm_vector.db.resolve.resolution import resolve

@@ -18,7 +18,7 @@ def _delta_collection(db, name):
     ds = load_dataset("digits")
     sp = split_dataset(ds, 500, 100, 100, 100, seed=1)
     Xs, ys = sp.server
-    db.create_collection(name, ds.dim, ds.classes.tolist(), settings={"merge": {"delta_items": 2}})
+    db.create_collection(name, ds.dim, ds.classes.tolist(), settings={"merge": {"delta_items": 2, "pause": 0}})
     db.ingest(name, Xs[:450], ys[:450])
     db.register_anchor_set(name, *sp.anchor)
     db.register_anchor_set(name, *sp.dummy, role="dummy")

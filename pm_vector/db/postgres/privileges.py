@@ -138,7 +138,7 @@ FUNCTIONS: frozenset[str] = frozenset({
     "pm_vector.pm_create_class_rows_tables", "pm_vector.pm_create_codes_table",
     "pm_vector.pm_create_locations_table", "pm_vector.pm_create_run_tables", "pm_vector.pm_detach_table",
     "pm_vector.pm_drop_run_tables", "pm_vector.pm_drop_run_tables_0011", "pm_vector.pm_drop_run_tables_0013",
-    "pm_vector.pm_erased_raw_models", "pm_vector.pm_knn", "pm_vector.pm_knn_batch_explain",
+    "pm_vector.pm_erased_raw_models", "pm_vector.pm_index_locations_table", "pm_vector.pm_knn", "pm_vector.pm_knn_batch_explain",
     "pm_vector.pm_lock_held", "pm_vector.pm_lock_key", "pm_vector.pm_opclass", "pm_vector.pm_orphan_run_tables",
     "pm_vector.pm_register_shard", "pm_vector.pm_shard_exec", "pm_vector.pm_shard_install",
     "pm_vector.pm_shard_of", "pm_vector.pm_shard_partition", "pm_vector.pm_shard_partitions",

@@ -194,7 +194,10 @@ def useful_entries(group: np.ndarray, item: np.ndarray, h: np.ndarray, hc: np.nd
     return keep
 
 
-def copy_cell_rows(conn, table: sql.Composable, data: CellsData, sel: np.ndarray, commit: bool = True) -> None:
+def copy_cell_rows(conn, table: sql.Composable, data: CellsData, sel: np.ndarray, commit: bool = True,
+                   frozen: bool = False) -> None:
+    """COPY the rows ``sel`` of ``data`` into ``table``, each batch committed when ``commit``
+    (``frozen``: :func:`pm_vector.db._binary.copy_options`, nothing committed)."""
     rows = np.flatnonzero(sel)
     for s in range(0, rows.size, _BATCH):
         part = rows[s:s + _BATCH]
@@ -204,16 +207,18 @@ def copy_cell_rows(conn, table: sql.Composable, data: CellsData, sel: np.ndarray
             [[_binary.binary_array(data.item_ids[i], "int8") for i in part],
              [_binary.binary_array(data.hubs[i], "float8") for i in part],
              [_binary.binary_array(data.chubs[i], "float8") for i in part]])
-        _binary.copy_in(conn, sql.SQL("COPY {} (level, label, cell, item_ids, hubs, chubs) FROM STDIN (FORMAT BINARY)").format(
-            table), stream)
-        if commit:
+        _binary.copy_in(conn, sql.SQL("COPY {} (level, label, cell, item_ids, hubs, chubs) FROM STDIN {}").format(
+            table, _binary.copy_options(frozen)), stream)
+        if commit and not frozen:
             conn.commit()
 
 
 def write(conn, run_id: int, data: CellsData, placement: Mapping[str, list] | None = None) -> None:
     """Create the run's cells table (on its shards when ``placement`` is given: each shard the rows
     of its classes) and COPY the rows in; the PublicCells document goes to
-    ``embedding_runs.public_cells``. Each step committed (nothing points at the run yet)."""
+    ``embedding_runs.public_cells``. Each step committed (nothing points at the run yet); on one node
+    the table is created and filled in one transaction, its rows frozen
+    (:func:`pm_vector.db._binary.copy_options`)."""
     rid = int(run_id)
     conn.execute("UPDATE pm_vector.embedding_runs SET public_cells = %s WHERE id = %s",
                  [Json(data.cells.to_dict()), rid])
@@ -222,8 +227,7 @@ def write(conn, run_id: int, data: CellsData, placement: Mapping[str, list] | No
         conn.execute("SELECT pm_vector.pm_create_cells_table(%s)", [rid])
         t = run_table(rid, "cells")
         array_rows.store_uncompressed(conn, t)
-        conn.commit()
-        copy_cell_rows(conn, t, data, np.ones(data.labels.shape[0], bool))
+        copy_cell_rows(conn, t, data, np.ones(data.labels.shape[0], bool), False, frozen=True)
         conn.execute(sql.SQL("ANALYZE {}").format(t))
         conn.commit()
         return

@@ -74,6 +74,7 @@ from ... import shortlist as _shortlist
 from ...errors import InvalidInputError
 from ...neighbors import GRAPH_METHODS, graph_method, neighbor_graph, EXACT_MAX_ITEMS, knn_rows
 from .. import _binary
+from ..errors import EmbeddingJobError
 from ..run_tables import run_index, run_table, shard_names
 from .prior_rows import hub_counts, leave_room_for_updates, refresh_nhub, reverse_index
 from .run_copy import copy_hubs as _copy_hubs, copy_pairs as _copy_pairs, copy_prior as _copy_prior  # noqa: F401
@@ -306,16 +307,17 @@ def _create_codes_table(conn, run_id: int) -> None:
     conn.execute(sql.SQL("CREATE TABLE {} (item_id bigint NOT NULL, code bytea NOT NULL)").format(run_table(run_id, "codes")))
 
 
-def copy_codes(conn, run_id: int, ids, codes, batch: int, commit: bool) -> None:
-    """COPY product codes ``codes`` of items ``ids`` into the run's ``run_<id>_codes``."""
+def copy_codes(conn, run_id: int, ids, codes, batch: int, commit: bool, frozen: bool = False) -> None:
+    """COPY product codes ``codes`` of items ``ids`` into the run's ``run_<id>_codes`` (``frozen``:
+    :func:`pm_vector.db._binary.copy_options`)."""
     m = codes.shape[1]
     for s in range(0, ids.shape[0], batch):
         e = min(ids.shape[0], s + batch)
         stream = _binary.encode([("item_id", "int8", 0), ("code", "bytea", m)],
                                 {"item_id": ids[s:e], "code": codes[s:e]})
-        _binary.copy_in(conn, sql.SQL("COPY {} (item_id, code) FROM STDIN (FORMAT BINARY)").format(
-            run_table(run_id, "codes")), stream)
-        if commit:
+        _binary.copy_in(conn, sql.SQL("COPY {} (item_id, code) FROM STDIN {}").format(
+            run_table(run_id, "codes"), _binary.copy_options(frozen)), stream)
+        if commit and not frozen:
             conn.commit()
 
 
@@ -326,8 +328,11 @@ def prior_has_nbrs(conn, run_id: int) -> bool:
 
 def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
           progress: Callable[[int, int], None] | None = None) -> None:
-    """Create the run's class-rows tables (and codes table) and COPY the data in (each batch
-    committed); the published codes document goes to ``embedding_runs.public_projection``."""
+    """Create the run's class-rows tables (and codes table) and COPY the data in; the published codes
+    document goes to ``embedding_runs.public_projection``. On one node each table is created and
+    filled in one transaction, its rows written frozen (:func:`pm_vector.db._binary.copy_options`:
+    nothing writes the table again before its next change; the prior by class partition, as a
+    partitioned table takes no frozen COPY); on a cluster each batch is committed."""
     rid = int(run_id)
     t = time.perf_counter()
     classes = [int(c) for c in data.frames.classes_]
@@ -340,20 +345,31 @@ def write(conn, run_id: int, data: ClassRowsData, batch: int = 20_000,
         conn.execute("SELECT pm_vector.pm_create_class_rows_tables(%s, %s, %s::bigint[])",
                      [rid, int(data.frames.n_components), classes])
         leave_room_for_updates(conn, rid)
-        conn.commit()
         fast = prior_has_nbrs(conn, rid)  # each prior row carries its neighbour list and their hubs
-        _copy_prior(conn, rid, data.prior_ids, data.prior_labels, data.prior_coords, batch, True, progress,
-                    data.prior_nbrs if fast else None, data.prior_nhub if fast else None)
+        done, n = 0, data.prior_ids.shape[0]
+        for k, c in enumerate(classes):  # (partition k: pm_create_class_rows_tables's name for class k)
+            sel = np.flatnonzero(data.prior_labels == c)
+            _copy_prior(conn, rid, data.prior_ids[sel], data.prior_labels[sel], data.prior_coords[sel], batch, False,
+                        None, data.prior_nbrs[sel] if fast else None, data.prior_nhub[sel] if fast else None,
+                        table=run_table(rid, f"prior_{k}"), frozen=True)
+            done += sel.size
+            if progress is not None:
+                progress(done, n)
+        if done != n:  # (a row of no class: the partitioned table would have refused it)
+            raise EmbeddingJobError(f"{n - done} prior rows have a label outside the run's classes {classes}.")
         g = data.neighbors.shape[1]
         _copy_pairs(conn, run_table(rid, "neighbors"), ("item_id", "neighbor_id"),
-                    np.repeat(data.item_ids, g), data.neighbors.ravel(), batch * 4, True)
-        _copy_hubs(conn, run_table(rid, "hubs"), data.hub_labels, data.hub_ids, data.hub_counts, batch * 4, True)
+                    np.repeat(data.item_ids, g), data.neighbors.ravel(), batch * 4, False, frozen=True)
+        _copy_hubs(conn, run_table(rid, "hubs"), data.hub_labels, data.hub_ids, data.hub_counts, batch * 4, False,
+                   frozen=True)
+        conn.commit()
     if data.codes is not None:
-        _create_codes_table(conn, rid)
         conn.execute("UPDATE pm_vector.embedding_runs SET public_projection = %s WHERE id = %s",
                      [Json(pack(data.product_codes)), rid])
         conn.commit()
-        copy_codes(conn, rid, data.item_ids, data.codes, batch, True)
+        _create_codes_table(conn, rid)
+        copy_codes(conn, rid, data.item_ids, data.codes, batch, False, frozen=True)
+        conn.commit()
     data.timings["write_s"] = time.perf_counter() - t
     if data.cells is not None:
         t = time.perf_counter()

@@ -47,18 +47,20 @@ def vector_type(dim: int) -> str:
 
 
 def write_embeddings(conn, table: sql.Composable, key: str, key_kind: str, keys: np.ndarray, emb: np.ndarray,
-                     batch: int, progress: Callable[[int, int], None] | None, commit: bool = True) -> None:
+                     batch: int, progress: Callable[[int, int], None] | None, commit: bool = True,
+                     frozen: bool = False) -> None:
     """COPY ``keys`` and their embeddings ``emb`` into ``table`` in batches of ``batch`` rows (binary),
-    each committed when ``commit``, reporting ``progress(done, total)``."""
+    each committed when ``commit``, reporting ``progress(done, total)``; ``frozen``: rows written
+    frozen, none committed (:func:`pm_vector.db._binary.copy_options`)."""
     k = emb.shape[1]
     n = emb.shape[0]
     for start in range(0, n, batch):
         stop = min(n, start + batch)
         stream = _binary.encode([(key, key_kind, 0), ("embedding", vector_type(k), k)],
                                 {key: keys[start:stop], "embedding": emb[start:stop]})
-        _binary.copy_in(conn, sql.SQL("COPY {} ({}, embedding) FROM STDIN (FORMAT BINARY)").format(
-            table, sql.Identifier(key)), stream)
-        if commit:
+        _binary.copy_in(conn, sql.SQL("COPY {} ({}, embedding) FROM STDIN {}").format(
+            table, sql.Identifier(key), _binary.copy_options(frozen)), stream)
+        if commit and not frozen:
             conn.commit()
         if progress is not None:
             progress(stop, n)

@@ -18,11 +18,11 @@ Steps and their transactions:
    crash, OOM kill) the server ends the session and releases the lock.
 2. *load* anchors and items (binary COPY), *embed* (``embed_fn``).
 3. *write*: create ``pm_vector.run_<id>_items`` / ``_anchors`` (typed ``vector(k)``) and COPY
-   the embeddings in batches, each committed (no transaction held for the whole write).
+   the embeddings in, in the transaction that created them, the rows frozen (no vacuum writes them again).
    *class rows* (:mod:`pm_vector.db.runs.class_rows`): the run's ClassFrames fit on its public anchor
    set (``embedding_runs.class_frames``, with the parameters, class order and sizes in
    ``embedding_runs.class_rows``), and ``run_<id>_prior`` / ``_neighbors`` / ``_hubs`` written
-   the same way (batches, each committed), and the cell release's public cells
+   the same way, and the cell release's public cells
    (``embedding_runs.public_cells``, fit on the public anchor set) and ``run_<id>_cells``
    (:mod:`pm_vector.db.runs.cell_data`). An anchor set that cannot give class frames (a class
    with fewer than 2 anchor rows) does not fail the job: the run records ``status:
@@ -290,19 +290,19 @@ def _job_embed(embed_fn: EmbedFn, anchors, items, params_json: dict, seed: int, 
 
 def _job_write(conn, run_id: int, anchors, items, a_emb: np.ndarray, i_emb: np.ndarray, batch: int, report,
                timings: dict) -> None:
-    """The job's write phase: the run's tables created, the anchors' and items' embeddings copied in
-    (committed batch by batch: nothing points at this run before the switch)."""
+    """The job's write phase: the run's tables created and the anchors' and items' embeddings copied
+    in, one transaction, the rows frozen (:func:`pm_vector.db._binary.copy_options`)."""
     n, k = i_emb.shape[0], a_emb.shape[1]
     t = time.perf_counter()
     conn.execute("UPDATE pm_vector.embedding_runs SET embedding_dim = %s, n_items = %s, n_anchors = %s "
                  "WHERE id = %s", [k, n, len(anchors), run_id])
     conn.execute("SELECT pm_vector.pm_create_run_tables(%s)", [run_id])
-    conn.commit()
     report("write", 0, n)
     write_embeddings(conn, run_table(run_id, "anchors"), "position", "int4",
-                      np.arange(len(anchors), dtype=np.int32), a_emb, batch, None)
+                      np.arange(len(anchors), dtype=np.int32), a_emb, batch, None, frozen=True)
     write_embeddings(conn, run_table(run_id, "items"), "item_id", "int8", items["id"], i_emb,
-                      batch, lambda d, tot: report("write", d, tot))
+                      batch, lambda d, tot: report("write", d, tot), frozen=True)
+    conn.commit()
     timings["write_s"] = time.perf_counter() - t
 
 

@@ -181,6 +181,8 @@ def build(anchor_X, item_X, item_ids, *, neighbors: np.ndarray, k_max: int | Non
 
 
 def _copy(conn, table: sql.Composable, data: LocationsData) -> None:
+    """COPY the rows of ``data`` into ``table``, created in the caller's transaction: written frozen,
+    nothing committed (:func:`pm_vector.db._binary.copy_options`)."""
     n = data.levels.shape[0]
     for s in range(0, n, _BATCH):
         part = np.arange(s, min(n, s + _BATCH))
@@ -190,23 +192,24 @@ def _copy(conn, table: sql.Composable, data: LocationsData) -> None:
             [[_binary.binary_array(data.item_ids[i], "int8") for i in part],
              [_binary.binary_array(data.hubs[i], "float8") for i in part],
              [_binary.binary_array(data.chubs[i], "float8") for i in part]])
-        _binary.copy_in(conn, sql.SQL("COPY {} (level, cell, part, item_ids, hubs, chubs) FROM STDIN (FORMAT BINARY)").format(
-            table), stream)
-        conn.commit()
+        _binary.copy_in(conn, sql.SQL("COPY {} (level, cell, part, item_ids, hubs, chubs) FROM STDIN {}").format(
+            table, _binary.copy_options(True)), stream)
 
 
 def write(conn, run_id: int, data: LocationsData) -> None:
     """Create the run's locations table on this node (the coordinator of a sharded run) and COPY the
     rows in; the cells' document goes to ``embedding_runs.public_locations``. Each step committed
-    (nothing points at the run yet)."""
+    (nothing points at the run yet); the table is created and filled in one transaction, its rows
+    frozen (:func:`pm_vector.db._binary.copy_options`)."""
     rid = int(run_id)
     conn.execute("UPDATE pm_vector.embedding_runs SET public_locations = %s WHERE id = %s",
                  [Json(data.cells.to_dict()), rid])
+    conn.commit()
     conn.execute("SELECT pm_vector.pm_create_locations_table(%s)", [rid])
     t = run_table(rid, "locations")
     array_rows.store_uncompressed(conn, t)
-    conn.commit()
     _copy(conn, t, data)
+    conn.execute("SELECT pm_vector.pm_index_locations_table(%s)", [rid])  # (the B-trees built once, not row by row)
     conn.execute(sql.SQL("ANALYZE {}").format(t))
     conn.commit()
 

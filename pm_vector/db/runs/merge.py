@@ -29,7 +29,8 @@ one transaction on the coordinator, and dropping a superseded run drops its tabl
 ``pm-vector db cleanup``), so a deleted item leaves the shards' tables with the merge too.
 
 When: :data:`pm_vector.defaults.MERGE_DELTA_ITEMS` delta rows or :data:`pm_vector.defaults.MERGE_AGE_S`
-seconds for the oldest, or a collection's ``settings["merge"]``.
+seconds for the oldest, or a collection's ``settings["merge"]``; and not before the active run has
+served :data:`pm_vector.defaults.MERGE_PAUSE` times its build's time (:func:`due`).
 """
 
 from __future__ import annotations
@@ -155,10 +156,19 @@ def purge_superseded(collection: str, *, url: str | None = None) -> list[int]:
 
 def due(conn, collection: str, settings: dict | None = None) -> bool:
     """Is a merge of the collection's active run due (module doc)? Its delta counted in items: the
-    tombstones and the new items (not their entries, one per published level: 10 at 100,000 items)."""
+    tombstones and the new items (not their entries, one per published level: 10 at 100,000 items);
+    never while the active run has served less than ``pause`` times the time its build took (the
+    run's ``finished_at - started_at``: a merge's or a job's)."""
     rule = dict((settings or {}).get("merge") or {})
     n_max = int(rule.get("delta_items", defaults.MERGE_DELTA_ITEMS))
     age_max = float(rule.get("age_s", defaults.MERGE_AGE_S))
+    pause = float(rule.get("pause", defaults.MERGE_PAUSE))
+    if pause > 0:
+        young = conn.execute(
+            "SELECT clock_timestamp() - r.finished_at < %s * (r.finished_at - r.started_at) FROM pm_vector.collections c "
+            "JOIN pm_vector.embedding_runs r ON r.id = c.active_run_id WHERE c.name = %s", [pause, collection]).fetchone()
+        if young is not None and young[0]:
+            return False
     row = conn.execute(
         "SELECT (SELECT count(*) FROM pm_vector.delta_tombstones t WHERE t.run_id = c.active_run_id) + "
         "(SELECT count(DISTINCT d.item_id) FROM pm_vector.delta_entries d WHERE d.run_id = c.active_run_id), "
