@@ -85,12 +85,12 @@ def upgrade() -> None:
 def downgrade() -> None:
     from psycopg import sql
 
-    from pm_vector.db.postgres.privileges import QUERY_ROLE, own
+    from pm_vector.db.postgres.privileges import QUERY_ROLE, own, schema_owner
 
     conn = op.get_bind().connection.driver_connection
     execute_sql_file(conn, "0022_privileges_drop.sql")
     me, superuser = conn.execute("SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
-    owner = conn.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'pm_vector'").fetchone()[0]
+    owner = schema_owner(conn)
     if owner != me and superuser:
         conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES FOR ROLE {} GRANT EXECUTE ON FUNCTIONS TO PUBLIC").format(
             sql.Identifier(owner)))

@@ -31,7 +31,7 @@ def _privileges(conn) -> None:
     from pm_vector.db.postgres import privileges
     from pm_vector.db.runs.kinds import grant_answer_tables
 
-    owner = conn.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'pm_vector'").fetchone()[0]
+    owner = privileges.schema_owner(conn)
     privileges.apply(conn, owner)
     for (run_id,) in conn.execute("SELECT id FROM pm_vector.embedding_runs ORDER BY id").fetchall():
         grant_answer_tables(conn, run_id)

@@ -40,7 +40,7 @@ def upgrade() -> None:
     execute_sql_file(conn, "0028_cluster_query.sql")
     # the matrix grew (the query role reads pm_vector.shards' names and addresses, runs pm_shard_reset),
     # and every run's answer tables on the shards are granted to their query login
-    owner = conn.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'pm_vector'").fetchone()[0]
+    owner = privileges.schema_owner(conn)
     privileges.apply(conn, owner)
     for (run_id,) in conn.execute("SELECT id FROM pm_vector.embedding_runs ORDER BY id").fetchall():
         grant_answer_tables(conn, run_id)

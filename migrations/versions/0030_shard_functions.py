@@ -34,10 +34,6 @@ branch_labels = None
 depends_on = None
 
 
-def _owner(conn) -> str:
-    return conn.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'pm_vector'").fetchone()[0]
-
-
 def upgrade() -> None:
     from pm_vector.db.postgres import privileges
     from pm_vector.db.run_tables import shard_names
@@ -45,7 +41,7 @@ def upgrade() -> None:
 
     conn = op.get_bind().connection.driver_connection
     execute_sql_file(conn, "0030_shard_functions.sql")
-    privileges.apply(conn, _owner(conn))
+    privileges.apply(conn, privileges.schema_owner(conn))
     for (run_id,) in conn.execute("SELECT id FROM pm_vector.embedding_runs ORDER BY id").fetchall():
         grant_answer_tables(conn, run_id)
     privileges.install_on_shards(conn, shard_names(conn))
@@ -57,6 +53,6 @@ def downgrade() -> None:
 
     conn = op.get_bind().connection.driver_connection
     execute_sql_file(conn, "0030_shard_functions_drop.sql")
-    privileges.apply(conn, _owner(conn))
+    privileges.apply(conn, privileges.schema_owner(conn))
     for (run_id,) in conn.execute("SELECT id FROM pm_vector.embedding_runs ORDER BY id").fetchall():
         grant_answer_tables(conn, run_id)

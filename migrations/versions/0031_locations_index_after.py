@@ -28,16 +28,12 @@ branch_labels = None
 depends_on = None
 
 
-def _owner(conn) -> str:
-    return conn.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'pm_vector'").fetchone()[0]
-
-
 def upgrade() -> None:
     from pm_vector.db.postgres import privileges
 
     conn = op.get_bind().connection.driver_connection
     execute_sql_file(conn, "0031_locations_index_after.sql")
-    privileges.apply(conn, _owner(conn))  # (the new function: the owner's, nobody else's, as the matrix says)
+    privileges.apply(conn, privileges.schema_owner(conn))  # (the new function: the owner's, nobody else's, as the matrix says)
 
 
 def downgrade() -> None:

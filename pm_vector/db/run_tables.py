@@ -60,6 +60,17 @@ def run_table_exists(conn, run_id: int, kind: str, shard: str | None = None) -> 
                         [SCHEMA, run_table_name(run_id, kind, shard)]).fetchone()[0]
 
 
+def drop_superseded_run(conn, coll_id: int, run_id: int) -> None:
+    """Drop the tables of a run its collection no longer serves (``pm_vector.pm_drop_run_tables``), in
+    the caller's transaction, holding the collection's row as a write does (``FOR NO KEY UPDATE``):
+    a sync batch or a delete that read the collection's runs with tables (to tombstone or erase in
+    each) finishes first, and the next reads them after the drop, so none reaches a table dropped
+    under it (a sync pass failed so, ``UndefinedTable``, twice in ten minutes of a stream with merges).
+    The writes wait for the drop only: a few tens of milliseconds."""
+    conn.execute("SELECT 1 FROM pm_vector.collections WHERE id = %s FOR NO KEY UPDATE", [int(coll_id)])
+    conn.execute("SELECT pm_vector.pm_drop_run_tables(%s)", [int(run_id)])
+
+
 def create_foreign_table(conn, run_id: int, kind: str, shard: str, columns: sql.Composable,
                          batch_size: int | None = None, *, replace: bool = True) -> sql.Identifier:
     """The coordinator's foreign table of a shard's run table (``run_<id>_<kind>_at_<shard>`` on the

@@ -322,6 +322,36 @@ def test_a_merge_is_due_by_its_setting(db, cname, conn):
     assert due(conn, cname, {"merge": {"delta_items": 5, "age_s": 0, "pause": 0}})
 
 
+def test_a_superseded_run_is_dropped_only_between_two_writes(db, cname, conn):
+    """The merge drops a superseded run holding the collection's row as a write does: while a write
+    holds it (a sync batch or a delete, which read the runs with tables to tombstone in each), the
+    drop waits and the run's tables are still there for that write; once it ends, they go. (A sync
+    pass found a table dropped under it so, twice in a 10-minute stream.)"""
+    import threading
+
+    from dbtest_helpers import make_embed_fn
+    from pm_vector.db.runs.merge import purge_superseded
+
+    X, y, ids, rid = _collection(db, cname, n=300, delta=True)
+    db.delete_items(cname, item_ids=ids[:1].tolist())  # a tombstone in the run: the merge drops it once superseded
+    assert db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn())["run_id"] != rid
+    write = db.connect()  # (a transaction: the row stays held until it ends)
+    write.execute("SELECT 1 FROM pm_vector.collections WHERE name = %s FOR NO KEY UPDATE", [cname])
+    got: list = []
+    th = threading.Thread(target=lambda: got.append(purge_superseded(cname)), daemon=True)
+    th.start()
+    th.join(1.5)
+    waited = th.is_alive()
+    with db.connect() as c:
+        there = c.execute("SELECT to_regclass(%s) IS NOT NULL", [f"pm_vector.run_{rid}_items"]).fetchone()[0]
+    write.rollback()  # the write ends
+    write.close()
+    th.join(60)
+    assert waited and there, (waited, there, got)
+    assert got == [[rid]]
+    assert conn.execute("SELECT to_regclass(%s)", [f"pm_vector.run_{rid}_items"]).fetchone()[0] is None
+
+
 @pytest.mark.parametrize("n", [0])
 def test_the_sql_ranking_reads_the_delta_of_its_run_only(db, cname, conn, n):
     """A tombstone of another run does not hide an item from this run's answers."""

@@ -215,6 +215,12 @@ def install_on_shards(conn, shards: list[str]) -> None:
                         [SHARD_QUERY_ROLE, sorted(SHARD_QUERY_FUNCTIONS)])
 
 
+def schema_owner(conn) -> str:
+    """The owner of the schema ``pm_vector``: the role every pm_vector object belongs to (what a
+    migration gives :func:`apply`)."""
+    return conn.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'pm_vector'").fetchone()[0]
+
+
 def _on_shards_as_owner(conn, shards: list[str], statement: str, args: list) -> None:
     """``statement`` (its first parameter the shard's name, then ``args``) once per shard, as the
     owner of the schema ``pm_vector``: the shards are reached through the owner's user mapping only

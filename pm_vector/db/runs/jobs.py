@@ -70,7 +70,7 @@ from ..core.abandoned import RUN_LOCK_KIND, cleanup, fail_run
 from ..core.collection import collection_row, iso_datetime, load_anchor_set, load_items, worker_identity
 from ..postgres import connect, priority
 from ..errors import EmbeddingJobError, RunNotFoundError, translate_sql_error
-from ..run_tables import run_table
+from ..run_tables import drop_superseded_run, run_table
 from .embeddings import embedding_matrix, write_embeddings
 from . import class_rows as _cr, erase as _erase, published as _published
 from .kinds import grant_answer_tables
@@ -115,7 +115,7 @@ def _retire_runs(conn, coll_id: int, keep_previous: int) -> list[int]:
             continue
         try:
             conn.execute("SET LOCAL lock_timeout = '5s'")
-            conn.execute("SELECT pm_vector.pm_drop_run_tables(%s)", [rid])
+            drop_superseded_run(conn, coll_id, rid)
             conn.commit()
             dropped.append(int(rid))
         except psycopg.Error:  # busy (a long query on it) or became active: try next time

@@ -41,6 +41,7 @@ from typing import Any
 from ..errors import NoActiveRunError
 from ..postgres import connect
 from ..core.collection import collection_row
+from ..run_tables import drop_superseded_run
 from ... import defaults
 from .jobs import anchor_frame_embed_fn, anchor_frame_extend_fn, run_embedding_job
 from .delta import copy_placed, tombstone_deleted
@@ -146,7 +147,7 @@ def purge_superseded(collection: str, *, url: str | None = None) -> list[int]:
                             "ON r.id = t.run_id WHERE r.collection_id = %s AND t.run_id IS DISTINCT FROM %s ORDER BY 1",
                             [coll["id"], coll["active_run_id"]]).fetchall()
         for (rid,) in rows:
-            conn.execute("SELECT pm_vector.pm_drop_run_tables(%s)", [rid])
+            drop_superseded_run(conn, coll["id"], rid)
             conn.execute("DELETE FROM pm_vector.delta_tombstones WHERE run_id = %s", [rid])
             conn.execute("DELETE FROM pm_vector.delta_entries WHERE run_id = %s", [rid])
             conn.commit()
