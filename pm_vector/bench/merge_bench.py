@@ -11,6 +11,12 @@ server sessions at normal priority (the service's merge before background sessio
 (:mod:`pm_vector.db.postgres.priority`: the service's merge). Each merge is a real one: it builds a
 new run of the collection and switches to it. The scratch table is dropped at the end.
 
+Before the merges, a control (``idle_load``): the writer beside nothing but CPU work at the lowest
+priority there is, one busy-looping process per core at ``SCHED_IDLE`` (:func:`_idle_load`), for as
+long as it ran alone. What a merge at ``SCHED_IDLE`` costs the writer can be no less than what that
+costs it: on a machine whose cores are shared below the operating system (a virtual machine's, a
+core's two hyperthreads), a busy core slows the task that wakes on it at any priority.
+
 Reported per phase: the writer's commits a second (median, the 10th percentile of the seconds, the
 lowest), the merge's seconds and its output (whether the sessions took ``SCHED_IDLE``), and the
 server's WAL from the merge's start until the next phase (``wal_mb``, ``wal_fpi``: the whole pages
@@ -23,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -91,6 +98,26 @@ def _merge(url: str, name: str, nice: int, sessions: str) -> dict[str, Any]:
             "merge_s": round(time.perf_counter() - t, 2), "run_id": res["run_id"]}
 
 
+#: a process that busy-loops at SCHED_IDLE (where it may; else at nice 19): the control's load
+_BUSY = ("import os\ntry:\n    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\nexcept (AttributeError, OSError):\n"
+         "    os.nice(19)\nprint(os.sched_getscheduler(0) == getattr(os, 'SCHED_IDLE', -1), flush=True)\nwhile True:\n    pass\n")
+
+
+def _idle_load(writer: "_Writer", seconds: float) -> dict[str, Any]:
+    """The control (module doc): one busy process per core for ``seconds``, the writer counted."""
+    procs = [subprocess.Popen([sys.executable, "-c", _BUSY], stdout=subprocess.PIPE, text=True)
+             for _ in range(os.cpu_count() or 1)]
+    try:
+        idle = all(p.stdout.readline().strip() == "True" for p in procs)
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        return {"processes": len(procs), "idle": idle, "writer": writer.between(t0, time.monotonic())}
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def _stages(url: str, run_id: int) -> dict[str, float]:
     """The merge's run's stage seconds (its ``timings``: load, embed, write, class rows, index, switch)."""
     with connect(url) as conn:
@@ -110,8 +137,8 @@ def run(name: str, *, dim: int = 128, alone_s: float = 10.0, url: str | None = N
     """The benchmark (module doc). ``alone_s``: the writer's seconds alone, before the merges and
     between them. Returns ``{"collection", "dim", "alone": {...}, and per phase {"nice", "idle",
     "sessions_idle", "merge_s", "run_id", "writer": {"seconds", "median", "p10", "min", "per_s"},
-    "stages_s": the merge's stages, "wal_mb", "wal_fpi"}},
-    "ratio_median": background's median over process_idle's}``."""
+    "stages_s": the merge's stages, "wal_mb", "wal_fpi"}}, "idle_load": the control's {"processes",
+    "idle", "writer"}, "ratio_median": background's median over process_idle's}``."""
     say = progress or (lambda _m: None)
     url = url or database_url()
     if collection_info(name)["active_run_id"] is None:  # (CollectionNotFoundError: no such collection)
@@ -128,6 +155,8 @@ def run(name: str, *, dim: int = 128, alone_s: float = 10.0, url: str | None = N
         time.sleep(alone_s)
         out["alone"] = writer.between(t0, time.monotonic())
         say(f"writer alone: {out['alone'].get('median')} commits a second")
+        out["idle_load"] = _idle_load(writer, alone_s)
+        say(f"writer beside a busy process per core at SCHED_IDLE: {out['idle_load']['writer'].get('median')} a second")
         for phase, nice, sessions in PHASES:
             say(f"a merge of {name} at nice {nice}, its sessions {sessions}, beside the writer ...")
             t0, w0 = time.monotonic(), _wal(url)

@@ -115,6 +115,7 @@ from .writes_targets import Change, PmVectorTarget
 import pm_vector.db as db
 from . import writes_reuse, writes_writer
 from .latency import N_FINE, clustered
+from .machine import busy_cpu_s
 
 PATHS = ("attached", "api")
 #: the interpreter's thread switch interval during a stream (Python's default is 5 ms): a check
@@ -320,6 +321,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
     side = [threading.Thread(target=querier, args=(i,), daemon=True) for i in range(cfg.queries_concurrency)]
     side.append(threading.Thread(target=sampler, daemon=True))
     load = os.getloadavg()
+    cpu0, c0 = busy_cpu_s(), time.perf_counter()
     switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     for th in work + side:
@@ -332,6 +334,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
             say(f"{label}: {time.perf_counter() - t0:.0f} s, {len(committed)} committed, {len(seen)} seen, "
                 f"{p} pending")
     finally:
+        cpu = {"busy_s": round(busy_cpu_s() - cpu0, 2), "seconds": round(time.perf_counter() - c0, 2)}
         stop.set()
         sys.setswitchinterval(switch)
     for th in side:
@@ -341,7 +344,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
     except Exception as exc:  # noqa: BLE001 - counted
         errors.append(f"status: {exc}")
     return {"t0": t0, "committed": committed, "seen": seen, "outside": outside, "errors": errors, "query_s": query_s,
-            "samples": samples, "rounds": rounds, "load_average": [round(v, 2) for v in load]}
+            "samples": samples, "rounds": rounds, "load_average": [round(v, 2) for v in load], "cpu": cpu}
 
 
 def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[str, Any]:
@@ -372,6 +375,9 @@ def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[
         "errors": len(raw["errors"]), "error_samples": raw["errors"][:3],
         "check_round_s": {"p50": _pct(raw["rounds"], 50), "max": _pct(raw["rounds"], 100)},
         "load_average": raw["load_average"],
+        # the machine's cores busy while the stream ran and its changes were checked, and their time per change
+        "cpu_busy_cores": round(raw["cpu"]["busy_s"] / max(raw["cpu"]["seconds"], 1e-9), 2),
+        "cpu_ms_per_change": round(raw["cpu"]["busy_s"] * 1e3 / len(committed), 3) if committed else None,
         **target.engine_figures(raw["samples"]),
     }
 

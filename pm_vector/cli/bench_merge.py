@@ -19,7 +19,8 @@ def merge(
                                   help="The writer's seconds alone before the merges (half of it between them)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
 ):
-    """A plain writer's commits a second alone, then beside a merge at normal priority, one whose
+    """A plain writer's commits a second alone, beside a busy process per core at SCHED_IDLE (the
+    control: no merge), then beside a merge at normal priority, one whose
     process alone is at SCHED_IDLE, and one at the service's background priority (its process and,
     where it may, its server backends at SCHED_IDLE).
 
@@ -35,6 +36,8 @@ def merge(
     for c in ("phase", "median", "p10", "min", "merge s", "backends idle", "WAL MB", "whole pages"):
         t.add_column(c, justify="right")
     t.add_row("alone", *(f"{result['alone'].get(k, float('nan')):.0f}" for k in ("median", "p10", "min")), "", "", "", "")
+    t.add_row("idle_load (no merge)", *(f"{result['idle_load']['writer'].get(k, float('nan')):.0f}"
+                                        for k in ("median", "p10", "min")), "", "", "", "")
     for ph in ("normal", "process_idle", "background"):
         r = result[ph]
         t.add_row(ph, *(f"{r['writer'].get(k, float('nan')):.0f}" for k in ("median", "p10", "min")),

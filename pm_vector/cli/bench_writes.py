@@ -42,7 +42,7 @@ def _table(result: dict) -> Table:
     t = Table(title=f"writes: {cfg['items']:,} x {cfg['dim']}, {cfg['seconds']:g} s a rate, path {cfg['path']}, "
                     f"batch {cfg['batch']}, {cfg['queries_concurrency']} query threads")
     for c in ("system", "rate", "changes/s", "delay p50/p99 s", "query p50/p99 ms", "seen/outside/checked",
-              "changes", "errors", "merge s, delta"):
+              "changes", "errors", "cores busy, ms/change", "merge s, delta"):
         t.add_column(c, justify="left" if c == "system" else "right")
     for row in result["by_rate"]:
         for system, short in (("pm_vector", "pm_vector"), ("pgvector_hnsw", "pgvector")):
@@ -53,7 +53,8 @@ def _table(result: dict) -> Table:
                       f"{_cell(s['delay_p50_s'], '{:.2f}')}/{_cell(s['delay_p99_s'], '{:.2f}')}",
                       f"{_cell(s['query_p50_ms'])}/{_cell(s['query_p99_ms'])}",
                       f"{s['observed']}/{s.get('not_in_answer', 0)}/{s['checked']}", str(s["n_changes"]),
-                      str(s["errors"]), "" if system != "pm_vector" else
+                      str(s["errors"]), f"{_cell(s.get('cpu_busy_cores'))}, {_cell(s.get('cpu_ms_per_change'))}",
+                      "" if system != "pm_vector" else
                       f"{_cell(s.get('merge_s'), '{}') or '-'}, {_cell(s.get('delta_size')) or '-'}")
     sat = (result.get("pgvector_hnsw") or {}).get("max_commits_per_s")
     if sat is not None:

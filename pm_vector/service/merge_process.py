@@ -15,8 +15,8 @@ Given a nice value above 0 it is also scheduled as Linux's ``SCHED_IDLE`` (:func
 and so are its jobs' server backends where it may (:mod:`pm_vector.db.postgres.priority`).
 ``python -m pm_vector.service.merge_process NICE COLLECTION [normal]`` merges that collection whether
 or not its merge is due, its server backends at normal priority with ``normal`` (``pm-vector bench merge``).
-It writes one JSON object to stdout: ``{"nice": its nice value, "idle": whether SCHED_IDLE took,
-"merges": {collection: {"run_id", "seconds", "switch_s", "switch", "catch_up"} or why it failed},
+It writes one JSON object to stdout: ``{"nice": its threads' lowest nice value, "idle": whether
+SCHED_IDLE took on every thread, "merges": {collection: {"run_id", "seconds", "switch_s", "switch", "catch_up"} or why it failed},
 "sessions_idle": how many of its sessions' backends took SCHED_IDLE}``.
 It ends by itself when the process that started it is gone (its parent's pid changes), leaving a
 job it had started to be marked abandoned as any killed job's (:func:`pm_vector.db.runs.jobs.cleanup`).
@@ -45,23 +45,67 @@ def _orphaned_exit(parent: int) -> None:
             os._exit(3)
 
 
+def _threads() -> list[int]:
+    """This process's threads (their Linux ids; ``[0]``, the calling one, where there is no ``/proc``)."""
+    try:
+        return sorted(int(t) for t in os.listdir("/proc/self/task"))
+    except OSError:
+        return [0]
+
+
+def lower_nice(nice: int) -> None:
+    """Every thread of this process ``nice`` levels lower (Linux's nice value is a thread's, and
+    ``os.nice`` sets the calling one's only: numpy's BLAS threads, started at its import, kept 0)."""
+    if not hasattr(os, "setpriority"):  # (a platform without nice values: the same priority)
+        return
+    for tid in _threads():
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + int(nice)))
+        except OSError:  # a thread that ended meanwhile; a platform without per-thread values
+            pass
+
+
 def idle_policy() -> bool:
-    """Linux: this process (and the threads it starts, faiss's among them) scheduled as ``SCHED_IDLE``,
-    run only when no other task wants the core. A nice value lowers a process's share of a busy core
-    but not the wait of a task that wakes up behind it: a single-row writer wakes twice a change
-    (its statement, its commit), and beside a merge at nice 10 on 2 cores it got 166-205 commits a
-    second where plain pgvector's got 913 (docs/benchmarks.md, "Writes"). Returns whether it took."""
+    """Linux: every thread of this process (and the threads they start, faiss's among them) scheduled
+    as ``SCHED_IDLE``, run only when no other task wants the core. A nice value lowers a process's
+    share of a busy core but not the wait of a task that wakes up behind it: a single-row writer
+    wakes twice a change (its statement, its commit), and beside a merge at nice 10 on 2 cores it got
+    166-205 commits a second where plain pgvector's got 913 (docs/benchmarks.md, "Writes").
+
+    Every thread, not only the calling one: a scheduling policy is a thread's, and a thread keeps the
+    one it was started with. numpy's BLAS pool is started at its import, before this runs, and
+    stayed at normal priority doing the merge's matrix products (12 s of the 75 s of CPU a merge's
+    threads had used, beside a writer on 2 cores). Returns whether every thread took it."""
     if not hasattr(os, "SCHED_IDLE"):
         return False
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except OSError:
-        return False
-    return True
+    for tid in _threads():
+        try:
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        except OSError:  # a thread that ended meanwhile; or not allowed: _is_idle says which
+            pass
+    return _is_idle()
 
 
 def _is_idle() -> bool:
-    return hasattr(os, "SCHED_IDLE") and os.sched_getscheduler(0) == os.SCHED_IDLE
+    """Is every thread of this process scheduled ``SCHED_IDLE``?"""
+    if not hasattr(os, "SCHED_IDLE"):
+        return False
+    try:
+        return all(os.sched_getscheduler(tid) == os.SCHED_IDLE for tid in _threads())
+    except OSError:  # a thread that ended while we looked: look again
+        return all(os.sched_getscheduler(tid) == os.SCHED_IDLE for tid in _threads())
+
+
+def _nice() -> int:
+    """The lowest nice value of this process's threads (the least-lowered thread's): what the
+    JSON's ``nice`` reports."""
+    vals = []
+    for tid in _threads():
+        try:
+            vals.append(os.getpriority(os.PRIO_PROCESS, tid))
+        except OSError:
+            pass
+    return min(vals) if vals else 0
 
 
 def main() -> None:
@@ -69,15 +113,12 @@ def main() -> None:
     nice = int(sys.argv[1]) if len(sys.argv) > 1 else 0
     url = sys.stdin.read().strip()
     if nice > 0:
-        try:
-            os.nice(nice)
-        except OSError:  # (a platform without nice values: the same priority)
-            pass
+        lower_nice(nice)
         idle_policy()
         # its jobs' server backends too, where this process may (``normal``: not; the benchmark's baseline)
         priority.set_background(len(sys.argv) < 4 or sys.argv[3] != "normal")
     threading.Thread(target=_orphaned_exit, args=(os.getppid(),), daemon=True).start()
-    out: dict = {"nice": os.nice(0) if hasattr(os, "nice") else 0, "idle": _is_idle(), "merges": {}}
+    out: dict = {"nice": _nice() if hasattr(os, "getpriority") else 0, "idle": _is_idle(), "merges": {}}
     try:
         done = merge_due(url) if len(sys.argv) < 3 else merge_each([sys.argv[2]], url=url)
         for name, res in done.items():

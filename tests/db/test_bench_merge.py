@@ -3,14 +3,17 @@ three priorities (:mod:`pm_vector.bench.merge_bench`)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
+import psutil
 from typer.testing import CliRunner
 
 
 def test_bench_merge_times_a_writer_beside_three_real_merges(db, digits_collection, conn):
     """Each phase merged the collection into a new run (the last one active) while the writer
-    committed; only the background phase's sessions took SCHED_IDLE; the scratch table is gone."""
+    committed; only the background phase's sessions took SCHED_IDLE; the control's busy processes
+    ran at SCHED_IDLE and are gone; the scratch table is gone."""
     from pm_vector.bench.merge_bench import run
     from pm_vector.db.runs.jobs import anchor_frame_embed_fn
 
@@ -24,8 +27,12 @@ def test_bench_merge_times_a_writer_beside_three_real_merges(db, digits_collecti
     assert res["alone"]["median"] > 0 and all(res[p]["writer"]["seconds"] >= 1 for p in ("normal", "background"))
     assert all(res[p]["wal_mb"] > 0 and res[p]["wal_fpi"] >= 0 for p in ("normal", "process_idle", "background"))
     assert res["normal"]["nice"] == 0 and res["normal"]["idle"] is False
+    # the control: the writer counted beside a busy process per core (no merge), none left running
+    assert res["idle_load"]["processes"] == os.cpu_count() and res["idle_load"]["writer"]["seconds"] >= 1
     assert res["normal"]["sessions_idle"] == 0 and res["process_idle"]["sessions_idle"] == 0
     if sys.platform.startswith("linux"):
+        assert res["idle_load"]["idle"] is True
+        assert not [p for p in psutil.process_iter(["cmdline"]) if "sched_setscheduler" in " ".join(p.info["cmdline"] or [])]
         assert res["process_idle"]["idle"] is True and res["background"]["sessions_idle"] >= 1
     assert conn.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'bench_merge_writer_%'").fetchone()[0] == 0
 

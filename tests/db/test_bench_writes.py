@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 
@@ -33,7 +34,7 @@ def test_a_stream_checks_an_even_sample_and_scales_the_sustained_rate():
     for j, c in enumerate(spec):  # committed at 10 a second, each seen 2 s later
         c.commit_t, c.seen_t = j / 10, j / 10 + 2
     raw = {"t0": 0.0, "committed": spec, "seen": [c for c in spec if c.checked], "errors": [], "query_s": [0.01],
-           "samples": [], "rounds": [0.1], "load_average": [0, 0, 0]}
+           "samples": [], "rounds": [0.1], "load_average": [0, 0, 0], "cpu": {"busy_s": 12.0, "seconds": 60.0}}
 
     class Plain:
         def engine_figures(self, samples):
@@ -41,6 +42,8 @@ def test_a_stream_checks_an_even_sample_and_scales_the_sustained_rate():
 
     s = summarise(Plain(), raw, 10.0, 60.0)
     assert s["changes_per_s"] == pytest.approx(10.0, rel=0.01) and s["commits_per_s"] == 10.0
+    # the machine's cores busy while the writer ran (12 s of 60: 0.2), per change (12 s over 600)
+    assert s["cpu_busy_cores"] == 0.2 and s["cpu_ms_per_change"] == 20.0
     assert s["delay_p50_s"] == s["delay_p99_s"] == 2.0 and s["unobserved"] == 0 and s["checked"] == 200
 
 
@@ -61,7 +64,7 @@ def test_a_new_item_outside_its_cells_answer_is_counted_apart_not_late():
             c.outside_t = c.commit_t + 30
     raw = {"t0": 0.0, "committed": spec, "seen": [c for c in spec if c.kind == "delete"],
            "outside": [c for c in spec if c.kind == "insert"], "errors": [], "query_s": [0.01], "samples": [],
-           "rounds": [0.1], "load_average": [0, 0, 0]}
+           "rounds": [0.1], "load_average": [0, 0, 0], "cpu": {"busy_s": 1.0, "seconds": 10.0}}
 
     class Plain:
         def engine_figures(self, samples):
@@ -86,6 +89,8 @@ def test_bench_writes_attached_against_pgvector(db, tmp_path):
     for s in (pm, pg):
         assert set(KEYS) <= set(s) and s["rate"] == 5.0
         _seen_all(s, 20)
+        # the machine's busy cores while the writer ran, and their time per change
+        assert 0 < s["cpu_busy_cores"] <= os.cpu_count() and s["cpu_ms_per_change"] > 0
     # the same stream for both (a writer lagging on a loaded machine may not start the last change before the end)
     assert abs(pm["n_changes"] - pg["n_changes"]) <= 2 and max(pm["n_changes"], pg["n_changes"]) == 25
     # pm_vector's engine figures: the single place of the merge's (None on main) and the sync's status
