@@ -1,5 +1,6 @@
 """The merge process lowers every thread it has, not only the one that asks
-(:func:`pm_vector.service.merge_process.idle_policy`, :func:`~pm_vector.service.merge_process.lower_nice`):
+(:func:`pm_vector.service.merge_process.idle_policy`, and
+:func:`pm_vector.service.sync_worker.lower_request_priority` for the nice value):
 Linux keeps a scheduling policy and a nice value per thread, and numpy's BLAS pool, started at its
 import, stayed at normal priority doing a merge's matrix products beside a writer."""
 
@@ -21,11 +22,12 @@ _CHILD = r"""
 import json, os, sys, threading
 import numpy  # (its BLAS pool, where it has one, starts here)
 from pm_vector.service import merge_process as mp
+from pm_vector.service.sync_worker import lower_request_priority
 
 stop = threading.Event()
 before = threading.Thread(target=stop.wait, daemon=True)
 before.start()
-mp.lower_nice(int(sys.argv[1]))
+lower_request_priority(int(sys.argv[1]), None)
 took = mp.idle_policy()
 after = threading.Thread(target=stop.wait, daemon=True)
 after.start()

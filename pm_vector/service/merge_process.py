@@ -33,6 +33,7 @@ import time
 
 from ..db.postgres import priority
 from ..db.runs.merge import merge_due, merge_each
+from .sync_worker import lower_request_priority
 
 #: how often the process looks whether the one that started it is still there
 PARENT_CHECK_S = 1.0
@@ -51,18 +52,6 @@ def _threads() -> list[int]:
         return sorted(int(t) for t in os.listdir("/proc/self/task"))
     except OSError:
         return [0]
-
-
-def lower_nice(nice: int) -> None:
-    """Every thread of this process ``nice`` levels lower (Linux's nice value is a thread's, and
-    ``os.nice`` sets the calling one's only: numpy's BLAS threads, started at its import, kept 0)."""
-    if not hasattr(os, "setpriority"):  # (a platform without nice values: the same priority)
-        return
-    for tid in _threads():
-        try:
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + int(nice)))
-        except OSError:  # a thread that ended meanwhile; a platform without per-thread values
-            pass
 
 
 def idle_policy() -> bool:
@@ -86,26 +75,26 @@ def idle_policy() -> bool:
     return _is_idle()
 
 
+def _each_thread(read) -> list:
+    """``read(tid)`` of each thread of this process (a thread that ended meanwhile left out)."""
+    out = []
+    for tid in _threads():
+        try:
+            out.append(read(tid))
+        except OSError:
+            pass
+    return out
+
+
 def _is_idle() -> bool:
     """Is every thread of this process scheduled ``SCHED_IDLE``?"""
-    if not hasattr(os, "SCHED_IDLE"):
-        return False
-    try:
-        return all(os.sched_getscheduler(tid) == os.SCHED_IDLE for tid in _threads())
-    except OSError:  # a thread that ended while we looked: look again
-        return all(os.sched_getscheduler(tid) == os.SCHED_IDLE for tid in _threads())
+    return hasattr(os, "SCHED_IDLE") and all(p == os.SCHED_IDLE for p in _each_thread(os.sched_getscheduler))
 
 
 def _nice() -> int:
     """The lowest nice value of this process's threads (the least-lowered thread's): what the
     JSON's ``nice`` reports."""
-    vals = []
-    for tid in _threads():
-        try:
-            vals.append(os.getpriority(os.PRIO_PROCESS, tid))
-        except OSError:
-            pass
-    return min(vals) if vals else 0
+    return min(_each_thread(lambda tid: os.getpriority(os.PRIO_PROCESS, tid)), default=0)
 
 
 def main() -> None:
@@ -113,7 +102,8 @@ def main() -> None:
     nice = int(sys.argv[1]) if len(sys.argv) > 1 else 0
     url = sys.stdin.read().strip()
     if nice > 0:
-        lower_nice(nice)
+        # every thread, numpy's BLAS threads started at its import included (a nice value is a thread's)
+        lower_request_priority(nice, None)
         idle_policy()
         # its jobs' server backends too, where this process may (``normal``: not; the benchmark's baseline)
         priority.set_background(len(sys.argv) < 4 or sys.argv[3] != "normal")
