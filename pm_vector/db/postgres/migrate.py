@@ -12,6 +12,8 @@ The alembic version table is ``pm_vector.alembic_version``.
 
 from __future__ import annotations
 
+import functools
+
 import re
 import sys
 import sysconfig
@@ -85,8 +87,12 @@ def alembic_config(url: str | None = None, connection: Any = None):
     return cfg
 
 
+@functools.lru_cache(maxsize=1)
 def head_revision() -> str:
-    """The newest revision among the migration scripts."""
+    """The newest revision among the migration scripts (read once a process: the scripts ship with
+    the package. A local cluster's every connection compares it with the coordinator's revision,
+    and reading the scripts each time made an exhaustive resolve check of a sharded run take
+    minutes: 236 s for ``tests/cluster/test_cluster_delta.py``'s, most of it in alembic)."""
     from alembic.script import ScriptDirectory
 
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
