@@ -5,7 +5,7 @@ On the same collection in both deployments (built by :mod:`pm_vector.bench.clust
 ``epsilons`` the client's requests under the ``max_bytes`` plan
 (:class:`~pm_vector.client.location.PrivateLocationKNN`: reports drawn from the release's law, one
 per query) are resolved through :func:`pm_vector.db.resolve.resolution.resolve` on a kept
-connection, the process's answer cache emptied before each (:data:`~pm_vector.db.resolve.location_resolution.CACHE`):
+connection, the process's answer cache emptied before each (:data:`~pm_vector.db.resolve.location_cache.CACHE`):
 every timed answer is built from the node's rows, as a first request of its report is. A sharded
 run keeps its location rows and codes on the coordinator
 (:mod:`pm_vector.db.resolve.location_resolution`), so the coordinator's p50 against the single
@@ -31,7 +31,7 @@ import pm_vector.db as db
 from ..client.location import PrivateLocationKNN
 from ..db.postgres import cluster
 from ..db.postgres.adapt import Int8Array, configure
-from ..db.resolve.location_resolution import CACHE
+from ..db.resolve.location_cache import CACHE
 from ..db.resolve.resolution import public_anchor, resolve
 from ..manifold.public_cells import PublicCells
 from ..privacy import secure_generator

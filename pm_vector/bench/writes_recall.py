@@ -32,7 +32,7 @@ CSPRNG seeded by the bench, once, and given to the three states).
 **Answer time** per state and eps: ``latency_reports`` reports drawn from the law as above (the
 same for every state), each resolved and logged as the service does after this process's answer
 cache was cleared (every answer built: the work a delta adds; the process's tombstone sets are kept, as
-a serving process keeps them: :class:`~pm_vector.db.resolve.location_resolution.TombstoneSets`, read by
+a serving process keeps them: :class:`~pm_vector.db.resolve.location_cache.TombstoneSets`, read by
 the first answer of a state), p50 / p99 ms; ``ratio_p50_vs_merged``
 and ``ratio_p50_vs_full``: the delta state's p50 over that of the states with an empty delta on the
 same data (the merged one measured right after the merge dropped the superseded run's delta rows,
@@ -65,7 +65,7 @@ from .writes_targets import PmVectorTarget
 from .._validation import normalize_rows
 from ..client.location import PrivateLocationKNN
 from ..db.core.collection import collection_row, load_items
-from ..db.resolve.location_resolution import CACHE
+from ..db.resolve.location_cache import CACHE
 from ..db.resolve.resolution import public_anchor, resolve
 from ..db.runs import delta as _delta
 from ..db.runs.jobs import anchor_frame_embed_fn, anchor_frame_extend_fn

@@ -145,7 +145,7 @@ def test_resolve_answers_the_in_memory_ranking_and_sql_alike(lserved, conn, eps)
 def test_the_answer_is_a_public_function_of_the_report(lserved):
     """Two different queries that report the same cell get byte-identical answers (the second from
     the cache), and nothing of either query but the report reaches the server."""
-    from pm_vector.db.resolve.location_resolution import CACHE
+    from pm_vector.db.resolve.location_cache import CACHE
     from pm_vector.db.resolve.resolution import resolve
     from pm_vector.protocol.location import LocationRequest
 
@@ -344,12 +344,13 @@ class _Calls:
 def test_a_miss_of_a_known_run_takes_three_statements_and_a_write_in_between_discards_it(db, cname, conn):
     """Once a process knows the collection's run, a report it has not answered yet is built and logged
     in three statements (the row, the codes, the conditional log: no BEGIN, snapshot read or COMMIT),
-    answers the full path's bytes, and is cached; a write that commits between the build and the log
+    answers the full path's bytes, and is cached; built again with the base row and codes held
+    (location_cache.ROWS, CODES), in two (the cell's delta entries, the log), the same bytes; a write that commits between the build and the log
     (here a delete of one of the answer's items) discards what was built: the answer comes from the
     full path, holds no deleted item, and each request is logged once."""
     from pm_vector.client.location import PrivateLocationKNN
     from pm_vector.db.postgres import connect
-    from pm_vector.db.resolve import location_resolution
+    from pm_vector.db.resolve import location_cache, location_resolution
     from pm_vector.db.resolve.resolution import public_anchor, resolve
     from pm_vector.manifold.public_cells import PublicCells
     from pm_vector.protocol.location import LocationRequest
@@ -372,24 +373,34 @@ def test_a_miss_of_a_known_run_takes_three_statements_and_a_write_in_between_dis
     with connect() as pooled:
         resolve(cname, reqs[0], conn=pooled)  # the process learns the run
         want = resolve(cname, reqs[1], log=False)  # the full path (no log: no known path), on its own connection
+        location_cache.clear_all()
+        location_resolution._KNOWN.clear()
+        resolve(cname, reqs[0], conn=pooled)  # (learnt again: the caches of rows and codes emptied)
         location_resolution.CACHE.clear()
+        location_cache.ROWS.clear()
+        location_cache.CODES.clear()
         seen = _Calls(pooled)
         got = resolve(cname, reqs[1], conn=seen)
         assert (seen.statements, seen.other) == (3, 0) and not got["cached"]
         assert np.array_equal(got["item_ids"], want["item_ids"]) and got["codes_data"] == want["codes_data"]
         assert got["payloads"] == want["payloads"] and got["n_items"] == want["n_items"]
-        assert resolve(cname, reqs[1], conn=pooled)["cached"] and logged() == 3
+        location_resolution.CACHE.clear()  # built again on the row and codes the miss kept
+        seen = _Calls(pooled)
+        again = resolve(cname, reqs[1], conn=seen)
+        assert (seen.statements, seen.other) == (2, 0) and not again["cached"]
+        assert np.array_equal(again["item_ids"], want["item_ids"]) and again["codes_data"] == want["codes_data"]
+        assert resolve(cname, reqs[1], conn=pooled)["cached"] and logged() == 5
 
         full = resolve(cname, reqs[2], log=False)
         location_resolution.CACHE.clear()
         victim = int(np.asarray(full["item_ids"], np.int64)[0])
-        seen = _Calls(pooled, at=2, then=lambda: db.delete_items(cname, item_ids=[victim]))
+        seen = _Calls(pooled, at=1, then=lambda: db.delete_items(cname, item_ids=[victim]))
         got = resolve(cname, reqs[2], conn=seen)
         assert victim not in set(np.asarray(got["item_ids"], np.int64).tolist()) and not got["cached"]
         assert "shortlist" in got["timings_ms"] and seen.other > 0  # the full path answered
-        assert logged() == 4
+        assert logged() == 6
         again = resolve(cname, reqs[2], conn=pooled)
-        assert again["cached"] and np.array_equal(again["item_ids"], got["item_ids"]) and logged() == 5
+        assert again["cached"] and np.array_equal(again["item_ids"], got["item_ids"]) and logged() == 7
 
 def test_the_downgrade_of_migration_0018_joins_each_rows_parts(lserved, db):
     """sql/0018_location_parts_drop.sql (in a transaction rolled back): each (level, cell) becomes one

@@ -1,6 +1,6 @@
 """A location answer no longer reads every tombstone of its run (issue 36: an answer with a full delta
 at most 1.5 x one with an empty delta): the process holds the run's set per ``delta_version``
-(:class:`pm_vector.db.resolve.location_resolution.TombstoneSets`), read by the first miss of a version
+(:class:`pm_vector.db.resolve.location_cache.TombstoneSets`), read by the first miss of a version
 in its first statement, with the version, and used by every other answer built at that version;
 the answers stay the numpy ranking of the stored rows minus every tombstone, entry by entry."""
 

@@ -11,13 +11,17 @@ each candidate's product code and its payload. So a resolve is a lookup:
   (:class:`~pm_vector.db.errors.CellsUnavailableError`), the request's ``locations_digest`` is the
   run's (:class:`~pm_vector.db.errors.CellsDigestMismatchError`), ``level`` is a published level,
   ``code_bytes`` a published code width;
-* the answer comes from this process's cache (:class:`AnswerCache`, keyed by the run, its data
-  versions -- ``delta_version`` among them: every write of the delta + 1 -- and the request's public
-  fields) or is built once: the row's parts, the first ``candidates`` + (the run's tombstones) top hubs
-  (the rest can never be answered), the cell's delta entries and the run's tombstones in one statement
-  (:mod:`pm_vector.db.runs.delta`), its arrays in binary parsed by numpy, the ranking in numpy
-  (:func:`pm_vector.shortlist.merged_row`: base minus tombstones with the delta entries, then
-  :func:`~pm_vector.shortlist.location_list`), the candidates' codes and payloads in one statement;
+* the answer comes from this process's cache (:class:`~.location_cache.AnswerCache`, keyed by the run,
+  its data versions -- ``delta_version`` among them: every write of the delta + 1 -- and the request's
+  public fields) or is built: in one statement the cell's delta entries (:mod:`pm_vector.db.runs.delta`)
+  and what the process does not hold of the base row's parts, the first 2 x (``candidates`` + the run's
+  tombstones) top hubs (the rest can never be answered) and the run's tombstones
+  (:mod:`pm_vector.db.resolve.location_cache`: the base rows and top hubs per run and ``graph_version``,
+  which no write of the delta changes, the tombstones per ``delta_version``), its arrays in binary
+  parsed by numpy, the ranking in numpy (:func:`pm_vector.shortlist.merged_row`: base minus tombstones
+  with the delta entries, then :func:`~pm_vector.shortlist.location_list`), then the codes the process
+  does not hold and the payloads, in one statement (none when it holds every code and the collection
+  stores no payload);
 * the request is logged (delta 0) in the same REPEATABLE READ transaction that read the run, with an
   asynchronous commit (a database crash may lose the last ``wal_writer_delay`` of log rows).
 
@@ -58,53 +62,10 @@ from ..run_tables import run_table
 from ..runs.array_rows import unsend_records
 from ..store.payloads import high_of
 from .answer import log_on_primary
+from .location_cache import CACHE, CODES, DEAD, ROWS, AnswerCache, Pending, forget_runs
 from .requests import dumps_json, check_codes, code_offset, finish, run_snapshot
 from ...privacy.location import location_weight
 from ...shortlist import location_list, merged_row
-
-#: bytes of answers one process keeps (the least recently used go first)
-CACHE_BYTES = 256 << 20
-
-
-class AnswerCache:
-    """A thread-safe LRU of built answers, bounded in bytes. Keys are public values only."""
-
-    def __init__(self, max_bytes: int = CACHE_BYTES):
-        self.max_bytes = int(max_bytes)
-        self._d: OrderedDict = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = self.misses = 0
-
-    def get(self, key):
-        with self._lock:
-            v = self._d.get(key)
-            if v is None:
-                self.misses += 1
-                return None
-            self._d.move_to_end(key)
-            self.hits += 1
-            return v[0]
-
-    def put(self, key, value, size: int) -> None:
-        with self._lock:
-            if key in self._d or size > self.max_bytes:
-                return
-            self._d[key] = (value, size)
-            self._bytes += size
-            while self._bytes > self.max_bytes:
-                _, (_, s) = self._d.popitem(last=False)
-                self._bytes -= s
-
-    def clear(self) -> None:
-        with self._lock:
-            self._d.clear()
-            self._bytes = 0
-
-
-#: this process's answers
-CACHE = AnswerCache()
-
 
 def check_against_run(meta: Mapping[str, Any], req: LocationRequest, collection: str) -> dict[str, Any]:
     """The run's ``class_rows`` document, after checking the location request against it."""
@@ -129,117 +90,91 @@ def check_against_run(meta: Mapping[str, Any], req: LocationRequest, collection:
     return doc
 
 
-#: a miss's first statement (:func:`_build`): the row, the first ``size`` + {n_dead} top hubs (the run's
-#: tombstones: so that ``size`` live ones remain, the rest can never be answered), the cell's delta entries
-#: (-2); each column ONE ``bytea`` of its elements' records (:data:`_RECORDS`: each part's ``array_send``
-#: less its 20-byte header, the parts joined in the database), parsed by numpy in one call each
+
+#: a miss's first statement (:func:`_build`), its branches joined by ``UNION ALL``; each column ONE
+#: ``bytea`` of its elements' records (:data:`_RECORDS`: each part's ``array_send`` less its 20-byte
+#: header, the parts joined in the database), parsed by numpy in one call each
 #: (:func:`pm_vector.db.runs.array_rows.unsend_records`). At 10^6 items a row of the finest level spans
-#: about 800 parts: parsing their 2,450 arrays one by one cost 11 ms a miss, more than the ranking;
-#: {dead}: the run's ``delta_version`` and tombstones (-3), only when this process holds no set of the
-#: run at the version the answer is built on (:class:`TombstoneSets`)
-_ROW_SQL = (
-    "SELECT level, cell, {rec_ids}, {rec_hubs}, {rec_chubs} FROM {t} "
-    "WHERE level = %(level)s AND cell = %(cell)s GROUP BY level, cell "
-    "UNION ALL SELECT 0, 0, substring(array_send(r.item_ids[1:%(size)s::integer + {n_dead}]) from 21), ''::bytea, "
-    "substring(array_send(r.chubs[1:%(size)s::integer + {n_dead}]) from 21) FROM {t} AS r WHERE r.level = 0 AND r.cell = 0 "
-    "UNION ALL SELECT -2, 0, substring(array_send(coalesce(array_agg(d.item_id ORDER BY d.item_id), {ei})) from 21), "
-    "substring(array_send(coalesce(array_agg(d.h_r ORDER BY d.item_id), {ef})) from 21), "
-    "substring(array_send(coalesce(array_agg(d.h ORDER BY d.item_id), {ef})) from 21) "
-    "FROM pm_vector.delta_entries AS d WHERE d.run_id = %(run)s AND d.level = %(level)s AND d.cell = %(cell)s{dead}")
+#: about 800 parts: parsing their 2,450 arrays one by one cost 11 ms a miss, more than the ranking.
+#: The base row and the top hubs only when this process holds none (:data:`~.location_cache.ROWS`),
+#: the tombstones only when it holds no set of the version (:data:`~.location_cache.DEAD`); the
+#: cell's delta entries always.
+#: the base row of the cell (level, cell)
+_BASE_SQL = ("SELECT level, cell, {rec_ids}, {rec_hubs}, {rec_chubs} FROM {t} "
+             "WHERE level = %(level)s AND cell = %(cell)s GROUP BY level, cell")
+#: the top hubs' first 2 x (``size`` + {n_dead}) (the run's tombstones: so that ``size`` live ones remain,
+#: the rest can never be answered; twice that, so that the prefix held serves the next versions too)
+_TOP_SQL = ("SELECT 0, 0, substring(array_send(r.item_ids[1:2 * (%(size)s::integer + {n_dead})]) from 21), ''::bytea, "
+            "substring(array_send(r.chubs[1:2 * (%(size)s::integer + {n_dead})]) from 21) FROM {t} AS r "
+            "WHERE r.level = 0 AND r.cell = 0")
+#: the cell's delta entries (-2)
+_NEW_SQL = ("SELECT -2, 0, substring(array_send(coalesce(array_agg(d.item_id ORDER BY d.item_id), {ei})) from 21), "
+            "substring(array_send(coalesce(array_agg(d.h_r ORDER BY d.item_id), {ef})) from 21), "
+            "substring(array_send(coalesce(array_agg(d.h ORDER BY d.item_id), {ef})) from 21) "
+            "FROM pm_vector.delta_entries AS d WHERE d.run_id = %(run)s AND d.level = %(level)s AND d.cell = %(cell)s")
 #: a column of the row: its parts' records joined in part order
 _RECORDS = "coalesce(string_agg(substring(array_send({a}) from 21), ''::bytea ORDER BY part), ''::bytea)"
 #: (the tombstones counted in the statement, when not held)
 _N_DEAD_SQL = "(SELECT count(*)::integer FROM pm_vector.delta_tombstones AS z0 WHERE z0.run_id = %(run)s)"
-#: the run's version, then its tombstones ascending, in one array (one snapshot with the rows)
-_DEAD_SQL = (" UNION ALL SELECT -3, 0, substring(array_send(ARRAY[(SELECT v.delta_version FROM "
+#: the run's version, then its tombstones ascending, in one array (-3: one snapshot with the rows)
+_DEAD_SQL = ("SELECT -3, 0, substring(array_send(ARRAY[(SELECT v.delta_version FROM "
              "pm_vector.embedding_runs AS v WHERE v.id = %(run)s)] || coalesce((SELECT array_agg(z.item_id ORDER BY "
              "z.item_id) FROM pm_vector.delta_tombstones AS z WHERE z.run_id = %(run)s), {ei})) from 21), ''::bytea, "
              "''::bytea")
 
-#: runs' tombstone sets this process holds (the least recently used go first)
-DEAD_KEEP = 32
-
-
-class TombstoneSets:
-    """The tombstone sets of runs, each at one ``delta_version``, held by this process. The set of
-    (database, run, version) is a function of the database state: every write of a run's tombstones
-    bumps its ``delta_version`` in the same transaction, and they go only with the run. So a miss
-    reads it (with the version, in its first statement) only when the set of the version it is built
-    on is not held, and every other answer built at that version uses it: an answer read every
-    tombstone of its run before (about 6,600 at 100,000 items after 10,000 changes, to rank a row of
-    1,700 entries at eps 16)."""
-
-    def __init__(self, keep: int = DEAD_KEEP):
-        self.keep = int(keep)
-        self._d: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-        self.reads = 0
-
-    def get(self, key: tuple) -> np.ndarray | None:
-        """The set held under ``key`` (a run's identity and a ``delta_version``), or None."""
-        with self._lock:
-            got = self._d.get(key)
-            if got is not None:
-                self._d.move_to_end(key)
-            return got
-
-    def put(self, key: tuple, dead: np.ndarray) -> None:
-        """Hold ``dead`` (ascending) under ``key``: the version it was read at, in the same snapshot."""
-        dead.flags.writeable = False
-        with self._lock:
-            self.reads += 1
-            self._d[key] = dead
-            while len(self._d) > self.keep:
-                self._d.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._d.clear()
-
-
-#: this process's tombstone sets
-DEAD = TombstoneSets()
-
-
-#: a miss's second statement: the candidates' codes (their first ``code_bytes`` from the published
-#: offset) and payloads, in the list's order
-_CODES_PAYLOADS_SQL = (
-    "SELECT string_agg(coalesce(substring(c.code from {start} for {n}), {zero}), ''::bytea ORDER BY u.k), "
-    "jsonb_agg(i.payload ORDER BY u.k), bool_or(i.payload IS NOT NULL) "
-    "FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(id, k) JOIN pm_vector.items AS i ON i.id = u.id "
-    "LEFT JOIN {codes} AS c ON c.item_id = u.id")
-#: the same without the payloads, for a collection that never stored one (its high-water mark 0:
-#: :func:`pm_vector.db.store.payloads.high_of`): half the index lookups (713 candidates at 10^6 items).
-#: A listed item always exists: a delete tombstones it (or erases it from the rows) in its own
-#: transaction, and an answer built on a state a write changed since is never kept (the known path's
-#: log statement checks the run row's version; the full path reads everything in one snapshot)
+#: a miss's second statement: the slices of the candidates' codes this process does not hold (their
+#: ``code_bytes`` from the published offset; NULL: no code), in the list's order
 _CODES_SQL = (
-    "SELECT string_agg(coalesce(substring(c.code from {start} for {n}), {zero}), ''::bytea ORDER BY u.k) "
+    "SELECT array_agg(substring(c.code from {start} for {n}) ORDER BY u.k) "
     "FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(id, k) LEFT JOIN {codes} AS c ON c.item_id = u.id")
+#: the same with every candidate's payload, for a collection that stored one (its high-water mark above
+#: 0: :func:`pm_vector.db.store.payloads.high_of`; without one, half the index lookups: 713 candidates at
+#: 10^6 items), and how many candidates the items still hold. A listed item always exists: a delete
+#: tombstones it (or erases it from the rows) in its own transaction, and an answer built on a state a
+#: write changed since is never kept (the known path's log statement checks the run row's version; the
+#: full path reads everything in one snapshot)
+_CODES_PAYLOADS_SQL = (
+    "SELECT array_agg(substring(c.code from {start} for {n}) ORDER BY u.k), jsonb_agg(i.payload ORDER BY u.k), "
+    "bool_or(i.payload IS NOT NULL), count(*) "
+    "FROM unnest(%s::bigint[], %s::boolean[]) WITH ORDINALITY AS u(id, need, k) JOIN pm_vector.items AS i ON i.id = u.id "
+    "LEFT JOIN {codes} AS c ON u.need AND c.item_id = u.id")
 
 
 def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offset: int = 0,
-           run_key: tuple | None = None, version: int | None = None, payloads: bool = True) -> dict[str, Any]:
+           run_key: tuple | None = None, version: int | None = None, payloads: bool = True,
+           rows_key: tuple | None = None, pending: Pending | None = None) -> dict[str, Any]:
     """The answer of ``req`` on run ``run_id``; its tombstones the set :data:`DEAD` holds under
     ``(*run_key, version)`` (``version``: the run row's ``delta_version`` as the caller read it), else
     read by the first statement with the version they are at, and held under that one (a caller whose
     version differs builds on a state that a write changed since, which its own check finds:
-    :func:`_resolve_known`'s log statement, the full path's one snapshot). ``payloads`` false: the
-    collection has never stored a payload (the answer's are None, read from no table)."""
+    :func:`_resolve_known`'s log statement, the full path's one snapshot). The base row, top hubs and
+    code slices :data:`ROWS` and :data:`CODES` hold under ``rows_key`` (the run's identity and its
+    ``graph_version`` as the caller read it), else read, and added to ``pending`` (the caller keeps
+    them with the answer). ``payloads`` false: the collection has never stored a payload (the
+    answer's are None, read from no table)."""
     dead = DEAD.get((*run_key, int(version))) if run_key is not None and version is not None else None
-    parts: dict[tuple[int, int], tuple] = {}  # (level, cell) -> its columns
+    level, cell, size = int(req.level), int(req.report), int(req.candidates)
+    base = ROWS.get((*rows_key, level, cell)) if rows_key is not None else None
+    top = ROWS.top(rows_key, size + int(dead.size)) if rows_key is not None and dead is not None else None
+    t = run_table(run_id, "locations")
     ei, ef = sql.SQL("'{}'::bigint[]"), sql.SQL("'{}'::float8[]")
-    q = sql.SQL(_ROW_SQL).format(
-        t=run_table(run_id, "locations"), ei=ei, ef=ef,
-        **{k: sql.SQL(_RECORDS).format(a=sql.Identifier(c))
-           for k, c in (("rec_ids", "item_ids"), ("rec_hubs", "hubs"), ("rec_chubs", "chubs"))},
-        # (typed: psycopg sends a Python int below 2^15 as a smallint, and size + tombstones held past
-        # 32,767 overflowed it: every answer built on a held set of that many failed)
-        n_dead=sql.SQL("%(n_dead)s::integer" if dead is not None else _N_DEAD_SQL),
-        dead=sql.SQL("") if dead is not None else sql.SQL(_DEAD_SQL).format(ei=ei, ef=ef))
+    # (typed: psycopg sends a Python int below 2^15 as a smallint, and size + tombstones held past
+    # 32,767 overflowed it: every answer built on a held set of that many failed)
+    n_dead = sql.SQL("%(n_dead)s::integer" if dead is not None else _N_DEAD_SQL)
+    branches = [sql.SQL(_NEW_SQL).format(ei=ei, ef=ef)]
+    if base is None:
+        branches.insert(0, sql.SQL(_BASE_SQL).format(t=t, **{
+            k: sql.SQL(_RECORDS).format(a=sql.Identifier(c))
+            for k, c in (("rec_ids", "item_ids"), ("rec_hubs", "hubs"), ("rec_chubs", "chubs"))}))
+    if top is None:
+        branches.append(sql.SQL(_TOP_SQL).format(t=t, n_dead=n_dead))
+    if dead is None:
+        branches.append(sql.SQL(_DEAD_SQL).format(ei=ei))
+    parts: dict[tuple[int, int], tuple] = {}  # (level, cell) -> its columns
     for lv, c, it, hb, ch in rconn.execute(
-            q, {"level": int(req.level), "cell": int(req.report), "size": int(req.candidates), "run": int(run_id),
-                "n_dead": int(dead.size) if dead is not None else 0}, binary=True).fetchall():
+            sql.SQL(" UNION ALL ").join(branches), {"level": level, "cell": cell, "size": size, "run": int(run_id),
+                                                     "n_dead": int(dead.size) if dead is not None else 0},
+            binary=True).fetchall():
         parts[(int(lv), int(c))] = (unsend_records(it, "int8"), unsend_records(hb, "float8"),
                                     unsend_records(ch, "float8"))
     if dead is None:
@@ -251,27 +186,69 @@ def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offse
     def joined(key, j, kind):
         return parts[key][j] if key in parts else np.zeros(0, kind)
 
-    row, top, new = (req.level, req.report), (0, 0), (-2, 0)
     kinds = (np.int64, np.float64, np.float64)  # ids, h_r, h
-    base, fresh = ([joined(key, j, k) for j, k in enumerate(kinds)] for key in (row, new))
-    ids, _ = location_list(*merged_row(*base, *fresh, joined(top, 0, np.int64), joined(top, 2, np.float64), dead),
-                           location_weight(req.epsilon), req.candidates)
-    start, n, zero = sql.Literal(int(code_offset) + 1), sql.Literal(int(code_bytes)), sql.Literal(bytes(int(code_bytes)))
-    if not payloads:  # (no item of the collection has ever stored one: the codes alone, no join of the items)
-        got = rconn.execute(sql.SQL(_CODES_SQL).format(start=start, n=n, zero=zero, codes=run_table(run_id, "codes")),
-                            [Int8Array(ids)], binary=True).fetchone()
-        got = (got[0], None, False)
-    else:
-        got = rconn.execute(sql.SQL(_CODES_PAYLOADS_SQL).format(start=start, n=n, zero=zero,
-                                                                 codes=run_table(run_id, "codes")),
-                            [Int8Array(ids)], binary=True).fetchone()
-    codes = bytes(got[0] or b"")
-    if len(codes) != ids.size * int(code_bytes):  # an item of the list is gone from the items
-        raise RequestError("the run's location list names items that no longer exist; retry (a change is being "
-                           "applied) or run a new embedding job.")
+    if base is None:
+        base = tuple(_frozen(joined((level, cell), j, k)) for j, k in enumerate(kinds))
+        if pending is not None and rows_key is not None:
+            pending.rows.append(((*rows_key, level, cell), base, sum(a.nbytes for a in base) + 200))
+    if top is None:
+        top = (_frozen(joined((0, 0), 0, np.int64)), _frozen(joined((0, 0), 2, np.float64)))
+        if pending is not None and rows_key is not None:  # (fewer than asked: the whole row)
+            whole = top[0].size < 2 * (size + int(dead.size))
+            pending.rows.append(((*rows_key, "top"), (*top, whole), top[0].nbytes + top[1].nbytes + 200))
+    fresh = [joined((-2, 0), j, k) for j, k in enumerate(kinds)]
+    ids, _ = location_list(*merged_row(*base, *fresh, *top, dead), location_weight(req.epsilon), size)
+    codes, got = _codes(rconn, run_id, ids, int(code_bytes), int(code_offset), payloads,
+                        (*rows_key, int(code_offset), int(code_bytes)) if rows_key is not None else None, pending)
     return {"item_ids": ids.astype("<u4") if (ids.size == 0 or int(ids.max()) < 1 << 32) else ids,
-            "codes_data": codes, "payloads": list(got[1]) if got[2] else None}
+            "codes_data": codes, "payloads": list(got) if got is not None else None}
 
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+def _codes(rconn, run_id: int, ids: np.ndarray, n: int, offset: int, payloads: bool, key, pending
+           ) -> tuple[bytes, list | None]:
+    """The candidates' code slices joined in the list's order (those :data:`CODES` holds under ``key``,
+    the others read; an item without a code gets ``n`` zero bytes), and their payloads (None: none
+    stored); the slices read go to ``pending``."""
+    idl = ids.tolist()
+    held = CODES.get_many(key, idl) if key is not None else [None] * len(idl)
+    need = [s is None for s in held]
+    start, width, codes_t = sql.Literal(offset + 1), sql.Literal(n), run_table(run_id, "codes")
+    pays = None
+    if payloads and idl:  # every candidate's payload, the codes not held
+        got = rconn.execute(sql.SQL(_CODES_PAYLOADS_SQL).format(start=start, n=width, codes=codes_t),
+                            [Int8Array(ids), need], binary=True).fetchone()
+        if int(got[3]) != len(idl):  # an item of the list is gone from the items
+            raise RequestError("the run's location list names items that no longer exist; retry (a change is being "
+                               "applied) or run a new embedding job.")
+        read = iter([s for s, want in zip(got[0], need) if want])
+        pays = list(got[1]) if got[2] else None
+    elif any(need):
+        wanted = [i for i, want in zip(idl, need) if want]
+        read = iter(rconn.execute(sql.SQL(_CODES_SQL).format(start=start, n=width, codes=codes_t),
+                                  [Int8Array(np.asarray(wanted, np.int64))], binary=True).fetchone()[0])
+    else:
+        read = iter(())
+    zero, fetched, out = bytes(n), {}, []
+    for i, s in zip(idl, held):
+        if s is None:
+            s = next(read)
+            if s is None:
+                s = zero
+            else:
+                s = bytes(s)
+                if len(s) != n:
+                    raise RequestError("the run's location list names items whose codes are shorter than the published "
+                                       "width; run a new embedding job.")
+                fetched[i] = s
+        out.append(s)
+    if pending is not None and key is not None and fetched:
+        pending.codes.append((key, fetched))
+    return b"".join(out), pays
 
 #: (host, port, database, collection) -> (the run's metadata as last read, its row's xmin)
 _KNOWN: dict[tuple, tuple[Mapping[str, Any], str]] = {}
@@ -327,7 +304,7 @@ def _resolve_known(collection: str, req: LocationRequest, raw: str | None, conn,
         built = body is None
         if built:  # a miss: built here, kept only if the log's statement finds the run at the known version
             try:
-                body = _built(conn, meta, req, b, doc)
+                body, pending = _built(conn, meta, req, b, doc)
             except Exception:  # a write in between (an item gone, a run dropped): the full path says why
                 if conn.info.transaction_status != 0:
                     conn.rollback()
@@ -353,22 +330,29 @@ def _resolve_known(collection: str, req: LocationRequest, raw: str | None, conn,
         _KNOWN.pop(_known_key(conn, collection), None)
         return None
     if built:
+        pending.keep()
         cache.put(key, body, _size(body))
     timings["log"] = (time.perf_counter() - t) * 1e3
     timings["total"] = (time.perf_counter() - t0) * 1e3
     return _answer(collection, meta, req, body, b, digest, not built, timings, int(log_id))
 
 
-def _built(rconn, meta: Mapping[str, Any], req: LocationRequest, b: int, doc: Mapping[str, Any]) -> dict[str, Any]:
+def _built(rconn, meta: Mapping[str, Any], req: LocationRequest, b: int, doc: Mapping[str, Any]
+           ) -> tuple[dict[str, Any], Pending]:
     """The answer built (:func:`_build`) on ``rconn``, with the run's item count as its document says,
-    on the run's tombstones at the version ``meta`` read (:data:`DEAD`)."""
+    on the run's tombstones at the version ``meta`` read (:data:`DEAD`) and its base rows and code
+    slices at the ``graph_version`` ``doc`` says (:data:`ROWS`, :data:`CODES`), and the parts it read
+    (the caller keeps them only with the answer)."""
     configure(rconn)
     run_id = int(meta["run"]["id"])
     run_key = (str(rconn.pgconn.db), rconn.pgconn.port, run_id, str(meta["run"]["created_at"]))
+    rows_key = (*run_key, int(doc.get("graph_version", 0)))
+    forget_runs((str(rconn.pgconn.db), rconn.pgconn.port, int(meta["coll"]["id"])), rows_key)
+    pending = Pending()
     body = _build(rconn, run_id, req, b, code_offset(doc, b), run_key, meta["coll"].get("delta_version"),
-                  payloads=high_of(meta["coll"]) > 0)
+                  payloads=high_of(meta["coll"]) > 0, rows_key=rows_key, pending=pending)
     body["n_items"] = int(doc.get("n_items") or 0)  # the run's items the list was built on
-    return body
+    return body, pending
 
 
 def _size(body: Mapping[str, Any]) -> int:
@@ -407,7 +391,8 @@ def resolve_location(collection: str, req: LocationRequest, raw: str | None, *, 
         body = cache.get(key)
         cached = body is not None
         if body is None:
-            body = _built(rconn, meta, req, b, doc)  # (the run's item count: same snapshot)
+            body, pending = _built(rconn, meta, req, b, doc)  # (the run's item count: same snapshot)
+            pending.keep()
             cache.put(key, body, _size(body))
         n = int(body["item_ids"].size)
         timings["shortlist"] = (time.perf_counter() - t) * 1e3
