@@ -16,9 +16,13 @@ the finest at eps 16). Then, for each phase:
 it starts a NEW Python process (:func:`main`, ``python -m pm_vector.bench.resolve_bench``: an empty
 answer cache, as a freshly started service) that resolves every request once on a kept connection
 (as a service's pool does, each with its request-log row) and reports each resolve's time and
-whether its answer was built (a miss of the process's cache). The result: per phase p50/p95/p99 in
-ms, the share of misses and the misses' own p50/p99, and the process's CPU time per report (on a
-loaded machine the times measure the wait for a core as much as the work). Everything the benchmark creates is dropped at
+whether its answer was built (a miss of the process's cache); then resolves every request again,
+its answer cache emptied before each (``built_again``: every answer built, on the base rows, top
+hubs and code slices the first pass left it holding, :mod:`pm_vector.db.resolve.location_cache`: what
+a warm service does under a stream of writes, whose every sync pass changes the answers' key). The
+result: per phase p50/p95/p99 in ms, the share of misses and the misses' own p50/p99, the process's
+CPU time per report (on a loaded machine the times measure the wait for a core as much as the
+work), and ``built_again``'s p50/p99 and CPU time per report. Everything the benchmark creates is dropped at
 the end. With ``collection`` (``--collection NAME``) it times an existing collection instead (say the one
 ``bench writes --reuse`` keeps at 10^6 items): queries drawn near its own items, nothing written, one
 phase: ``delta`` (with its size) when the active run has a delta (say, what ``bench writes --reuse
@@ -47,6 +51,7 @@ from ..errors import InvalidInputError, PMVectorError
 from ..manifold.public_cells import PublicCells
 from ..privacy import secure_generator
 from ..protocol.published_codes import unpack
+from ..db.resolve.location_cache import CACHE
 from ..db.resolve.resolution import public_anchor, resolve
 from ..db.runs.jobs import anchor_frame_embed_fn
 from .latency import LatencyConfig, build_collection, pct, split_data
@@ -92,9 +97,10 @@ def _requests(name: str, n_items: int, Xq: np.ndarray, cfg: ResolveConfig) -> tu
                   "max_bytes": int(p.max_bytes), "distinct_reports": len({json.loads(r)["report"] for r in reqs})}
 
 
-def _fresh_process(name: str, reqs: list[str]) -> tuple[list[tuple[float, bool]], float]:
+def _fresh_process(name: str, reqs: list[str]) -> tuple[list[tuple[float, bool]], float, list[float], float]:
     """Every request resolved once by a new process (:func:`main`): ``(ms, built)`` per request, and the
-    process's CPU seconds over them (less bent by a loaded machine than the times)."""
+    process's CPU seconds over them (less bent by a loaded machine than the times); then the ms of
+    each built again, the answer cache emptied before each, and the CPU seconds of those."""
     doc = json.dumps({"collection": name, "requests": reqs})
     # run from the directory that holds this package: `python -m` puts its working directory first on
     # the path, and the new process must run the code this one runs
@@ -105,10 +111,11 @@ def _fresh_process(name: str, reqs: list[str]) -> tuple[list[tuple[float, bool]]
         raise PMVectorError(f"the fresh resolve process failed ({got.stderr.strip()[-2000:]}); run the benchmark "
                             "again, or look at the database's log.")
     out = json.loads(got.stdout)
-    return [(float(ms), bool(built)) for ms, built in out["times"]], float(out["cpu_s"])
+    return ([(float(ms), bool(built)) for ms, built in out["times"]], float(out["cpu_s"]),
+            [float(ms) for ms in out["again"]], float(out["again_cpu_s"]))
 
 
-def _phase(times: list[tuple[float, bool]], cpu_s: float) -> dict[str, Any]:
+def _phase(times: list[tuple[float, bool]], cpu_s: float, again: list[float], again_cpu_s: float) -> dict[str, Any]:
     ms = np.array([t for t, _ in times])
     built = np.array([b for _, b in times], bool)
     out = {"reports": int(ms.size), "p50_ms": round(pct(ms, 50), 3), "p95_ms": round(pct(ms, 95), 3),
@@ -117,6 +124,9 @@ def _phase(times: list[tuple[float, bool]], cpu_s: float) -> dict[str, Any]:
            "cpu_ms_per_report": round(cpu_s * 1e3 / max(1, ms.size), 3)}
     if built.any():
         out.update(miss_p50_ms=round(pct(ms[built], 50), 3), miss_p99_ms=round(pct(ms[built], 99), 3))
+    a = np.array(again)
+    out["built_again"] = {"p50_ms": round(pct(a, 50), 3), "p99_ms": round(pct(a, 99), 3),
+                          "cpu_ms_per_report": round(again_cpu_s * 1e3 / max(1, a.size), 3)}
     return out
 
 
@@ -214,7 +224,8 @@ def run(cfg: ResolveConfig, progress: Callable[[str], None] | None = None) -> di
 
 
 def main() -> None:
-    """The fresh process: ``{"collection", "requests"}`` on stdin, ``{"times": [[ms, built], ...]}`` out."""
+    """The fresh process: ``{"collection", "requests"}`` on stdin, ``{"times": [[ms, built], ...], "cpu_s",
+    "again": [ms, ...], "again_cpu_s"}`` out (module doc)."""
     doc = json.load(sys.stdin)
     name = doc["collection"]
     conn = db.connect()
@@ -225,9 +236,17 @@ def main() -> None:
             t = time.perf_counter()
             res = resolve(name, r, conn=conn)
             times.append([(time.perf_counter() - t) * 1e3, not res["cached"]])
+        cpu_s = time.process_time() - cpu
+        again = []
+        cpu = time.process_time()
+        for r in doc["requests"]:
+            CACHE.clear()
+            t = time.perf_counter()
+            resolve(name, r, conn=conn)
+            again.append((time.perf_counter() - t) * 1e3)
     finally:
         conn.close()
-    json.dump({"times": times, "cpu_s": time.process_time() - cpu}, sys.stdout)
+    json.dump({"times": times, "cpu_s": cpu_s, "again": again, "again_cpu_s": time.process_time() - cpu}, sys.stdout)
 
 
 if __name__ == "__main__":

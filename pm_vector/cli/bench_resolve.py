@@ -48,10 +48,13 @@ def resolve(
     p = result["plan"]
     t = Table(title=f"resolve from a fresh process: {result['items']:,} items, eps {result['epsilon']:g}, level "
                     f"{p['level']}, {p['candidates']} x {p['code_bytes']} B, {p['distinct_reports']} distinct reports (ms)")
-    for c in ("phase", "reports", "p50", "p95", "p99", "max", "misses", "miss p50", "miss p99"):
+    for c in ("phase", "reports", "p50", "p95", "p99", "max", "misses", "miss p50", "miss p99",
+              "built again p50 / p99", "CPU a report: first / again"):
         t.add_column(c, justify="right")
     for name, ph in result["phases"].items():
+        a = ph["built_again"]
         t.add_row(name, str(ph["reports"]), f"{ph['p50_ms']:.2f}", f"{ph['p95_ms']:.2f}", f"{ph['p99_ms']:.2f}",
                   f"{ph['max_ms']:.2f}", f"{ph['miss_share']:.1%}", f"{ph.get('miss_p50_ms', 0):.2f}",
-                  f"{ph.get('miss_p99_ms', 0):.2f}")
+                  f"{ph.get('miss_p99_ms', 0):.2f}", f"{a['p50_ms']:.2f} / {a['p99_ms']:.2f}",
+                  f"{ph['cpu_ms_per_report']:.2f} / {a['cpu_ms_per_report']:.2f}")
     Console().print(t)

@@ -17,6 +17,8 @@ def test_bench_resolve_times_a_temporary_collection_and_drops_it(db):
     for ph in out["phases"].values():
         assert ph["reports"] == 30 and 0 < ph["p50_ms"] <= ph["p99_ms"] <= ph["max_ms"]
         assert 0 < ph["misses"] <= 30  # a fresh process: the first request of each report is built
+        again = ph["built_again"]  # every answer built again, on the parts the first pass left held
+        assert 0 < again["p50_ms"] <= again["p99_ms"] and again["cpu_ms_per_report"] > 0
     assert out["phases"]["delta"]["changes"] == 60
     assert {c["name"] for c in db.list_collections()} == before
 
