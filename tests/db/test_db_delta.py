@@ -247,6 +247,21 @@ def test_a_miss_reads_only_the_top_hubs_an_answer_can_use_and_answers_alike(db, 
             reads.append(seen.top_hubs_read())
     assert reads[0] == [2 * (size + len(gone))] and 2 * (size + len(gone)) < len(top)
     assert all(r == [] for r in reads[1:]), reads
+    # more tombstones than the held prefix covers: read again (twice what an answer can use), same ranking
+    more = [i for i in top[size + 5:] if i not in dead][:size + len(gone) + 10]
+    db.delete_items(cname, item_ids=more)
+    dead |= set(more)
+    M = int(cells.levels_[-1])
+    (rid_, rh, rch), (tid, _th, tch) = _row(conn, rid, M, 0)
+    keep = [k for k, i in enumerate(rid_) if i not in dead]
+    tkeep = [k for k, i in enumerate(tid) if i not in dead]
+    want, _ = location_list([rid_[k] for k in keep], [rh[k] for k in keep], [rch[k] for k in keep],
+                            [tid[k] for k in tkeep], [tch[k] for k in tkeep], location_weight(4.0), size)
+    with connect() as c:
+        seen = _Received(c)
+        ans = resolve(cname, LocationRequest.from_dict({**base, "level": M, "report": 0}), conn=seen)
+    assert np.asarray(ans["item_ids"], np.int64).tolist() == want.tolist()
+    assert 2 * (size + len(gone)) < size + len(dead) and seen.top_hubs_read() == [min(len(top), 2 * (size + len(dead)))]
 
 def _ids_of(conn, rid, kind):
     t = f"pm_vector.run_{rid}_{kind}"

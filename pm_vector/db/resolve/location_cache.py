@@ -161,14 +161,6 @@ class BaseRows(_Lru):
     def __init__(self, max_bytes: int = ROWS_BYTES):
         super().__init__(max_bytes)
 
-    def top(self, run_key: tuple, need: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The first ``need`` top hubs ``(ids, chubs)`` (fewer when the row is shorter), or None when
-        the held prefix is too short."""
-        got = self.get((*run_key, "top"))
-        if got is None or (got[0].size < need and not got[2]):
-            return None
-        return got[0][:need], got[1][:need]
-
 
 class CodeSlices:
     """Per (run key, offset, width): item id -> its code's slice, bounded in bytes over all keys

@@ -155,7 +155,9 @@ def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offse
     dead = DEAD.get((*run_key, int(version))) if run_key is not None and version is not None else None
     level, cell, size = int(req.level), int(req.report), int(req.candidates)
     base = ROWS.get((*rows_key, level, cell)) if rows_key is not None else None
-    top = ROWS.top(rows_key, size + int(dead.size)) if rows_key is not None and dead is not None else None
+    held_top = ROWS.get((*rows_key, "top")) if rows_key is not None else None
+    # (the held prefix when it covers the tombstones held, or when none are: checked once they are read)
+    read_top = held_top is None or (dead is not None and held_top[0].size < size + dead.size and not held_top[2])
     t = run_table(run_id, "locations")
     ei, ef = sql.SQL("'{}'::bigint[]"), sql.SQL("'{}'::float8[]")
     # (typed: psycopg sends a Python int below 2^15 as a smallint, and size + tombstones held past
@@ -166,7 +168,7 @@ def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offse
         branches.insert(0, sql.SQL(_BASE_SQL).format(t=t, **{
             k: sql.SQL(_RECORDS).format(a=sql.Identifier(c))
             for k, c in (("rec_ids", "item_ids"), ("rec_hubs", "hubs"), ("rec_chubs", "chubs"))}))
-    if top is None:
+    if read_top:
         branches.append(sql.SQL(_TOP_SQL).format(t=t, n_dead=n_dead))
     if dead is None:
         branches.append(sql.SQL(_DEAD_SQL).format(ei=ei))
@@ -191,11 +193,18 @@ def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offse
         base = tuple(_frozen(joined((level, cell), j, k)) for j, k in enumerate(kinds))
         if pending is not None and rows_key is not None:
             pending.rows.append(((*rows_key, level, cell), base, sum(a.nbytes for a in base) + 200))
-    if top is None:
-        top = (_frozen(joined((0, 0), 0, np.int64)), _frozen(joined((0, 0), 2, np.float64)))
-        if pending is not None and rows_key is not None:  # (fewer than asked: the whole row)
-            whole = top[0].size < 2 * (size + int(dead.size))
-            pending.rows.append(((*rows_key, "top"), (*top, whole), top[0].nbytes + top[1].nbytes + 200))
+    need = size + int(dead.size)
+    if not read_top and held_top[0].size < need and not held_top[2]:  # (more tombstones than the prefix held)
+        read_top = True
+        for _lv, _c, it, _hb, ch in rconn.execute(sql.SQL(_TOP_SQL).format(t=t, n_dead=sql.SQL("%(n_dead)s::integer")),
+                                                  {"size": size, "n_dead": int(dead.size)}, binary=True).fetchall():
+            parts[(0, 0)] = (unsend_records(it, "int8"), None, unsend_records(ch, "float8"))
+    if read_top:
+        held_top = (_frozen(joined((0, 0), 0, np.int64)), _frozen(joined((0, 0), 2, np.float64)))
+        held_top = (*held_top, held_top[0].size < 2 * need)  # (fewer than asked: the whole row)
+        if pending is not None and rows_key is not None:
+            pending.rows.append(((*rows_key, "top"), held_top, held_top[0].nbytes + held_top[1].nbytes + 200))
+    top = (held_top[0][:need], held_top[1][:need])
     fresh = [joined((-2, 0), j, k) for j, k in enumerate(kinds)]
     ids, _ = location_list(*merged_row(*base, *fresh, *top, dead), location_weight(req.epsilon), size)
     codes, got = _codes(rconn, run_id, ids, int(code_bytes), int(code_offset), payloads,
