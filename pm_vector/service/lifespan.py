@@ -125,7 +125,8 @@ def _sync_worker(settings: ServiceSettings, state: ServiceState):
     url = getattr(state.pool, "url", None)
     if settings.sync_interval_s <= 0 or not url:
         return None
-    state.syncer = SyncWorker(url, settings.sync_interval_s, health=getattr(state.pool, "health", None)).start()
+    state.syncer = SyncWorker(url, settings.sync_interval_s, health=getattr(state.pool, "health", None),
+                              background_cpus=settings.background_cpus).start()
     lower_request_priority(settings.request_nice, state.syncer.native_id)
     return state.syncer
 

@@ -41,6 +41,7 @@ import os
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from ..db.postgres import priority
 from ..errors import InvalidInputError
 from ..protocol.bounds import MAX_K_PRIME
 
@@ -87,6 +88,11 @@ class ServiceSettings:
     #: that queries do not starve the sync (docs/benchmarks.md, the sync under query load: lag_s
     #: p50 / p99 4.1-4.7 / 8.4-9.4 s with 10, 14.4-21.3 / 25.1-38.3 s with 0, on a busy machine)
     request_nice: int = 10
+    #: the CPUs the sync process, the merges it starts and their sessions' backends (where the server
+    #: runs on this machine) are confined to, so that the others stay free for writers and queries:
+    #: "auto" the upper half of the service's CPUs (none on one CPU), "" anywhere, or a list like
+    #: "2,3" (pm_vector.db.postgres.priority; docs/operations.md, "Background cores")
+    background_cpus: str = "auto"
     #: PostgreSQL role a query key's resolve runs as (migration 0006: read + request-log insert
     #: only); "" or a role the service user cannot take: no switch
     query_db_role: str = "pm_vector_query"
@@ -129,6 +135,7 @@ class ServiceSettings:
                 raise InvalidInputError(f"service setting {name} must be >= 0 (0: off), got {getattr(self, name)}.")
         if not 0 <= self.request_nice <= 19:
             raise InvalidInputError(f"service setting request_nice must be in 0..19, got {self.request_nice}.")
+        priority.background_cpus(self.background_cpus)  # (InvalidInputError: what it may be)
         if self.max_shortlist > MAX_K_PRIME:
             raise InvalidInputError(f"service setting max_shortlist must be at most {MAX_K_PRIME} (the protocol's "
                                     f"MAX_K_PRIME), got {self.max_shortlist}.")

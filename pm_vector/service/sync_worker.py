@@ -33,7 +33,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..db.postgres import connect
+from ..db.postgres import connect, priority
 from ..db.runs.merge import due_names
 from ..db.store.attach import sync_pending
 
@@ -157,12 +157,15 @@ def lower_request_priority(nice: int, keep: int | None) -> int:
     return n
 
 
-def _child(conn, url: str) -> None:
+def _child(conn, url: str, cpus: frozenset[int] | None = None) -> None:
     """The sync process's loop (:class:`SyncProcess`): a pass on each request, until told to stop
     or the service process is gone (its end of the pipe closes). The caches a sync keeps
     (the run's items, the cell rows) live here from one pass to the next, and so does its database
-    session (a new one per pass cost a server process and ~60 ms; made again when it broke)."""
+    session (a new one per pass cost a server process and ~60 ms; made again when it broke). On
+    ``cpus`` (:func:`pm_vector.db.postgres.priority.confine`): this process, the merges it starts
+    and its session's backend."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the service stops us
+    priority.confine(cpus)
     session = None
     try:
         while True:
@@ -177,6 +180,7 @@ def _child(conn, url: str) -> None:
                     if session is not None:
                         session.close()
                     session = connect(url, watch_client=True)
+                    priority.confine_backend(session, cpus)
                 conn.send(("done", sync_once(url, conn=session)))
             except Exception as exc:  # noqa: BLE001 - said to the service, which logs it; the loop goes on
                 if session is not None and not session.closed and not session.broken:
@@ -197,8 +201,8 @@ class SyncProcess:
     process of its own (0.5-1.3 s alone; docs/benchmarks.md, the sync under query load).
     ``__call__(url, health)`` runs one pass (:func:`sync_once`) there."""
 
-    def __init__(self, url: str):
-        self.url = url
+    def __init__(self, url: str, cpus: frozenset[int] | None = None):
+        self.url, self.cpus = url, cpus
         self._proc = None
         self._conn = None
         self._shut = False
@@ -211,7 +215,8 @@ class SyncProcess:
         self.close()
         ctx = multiprocessing.get_context("spawn")
         mine, theirs = ctx.Pipe()
-        self._proc = ctx.Process(target=_child, args=(theirs, self.url), name="pm_vector-sync", daemon=True)
+        self._proc = ctx.Process(target=_child, args=(theirs, self.url, self.cpus), name="pm_vector-sync",
+                                 daemon=True)
         self._proc.start()
         theirs.close()
         self._conn = mine
@@ -274,12 +279,12 @@ class SyncWorker:
 
     def __init__(self, url: str, interval_s: float, *, health=None, retry_s: float = 5.0,
                  pass_fn: Callable[[str, Any], dict] | None = None, lock_key: int = SYNC_LOCK_KEY,
-                 poll_s: float = POLL_S, min_gap_s: float = MIN_GAP_S):
+                 poll_s: float = POLL_S, min_gap_s: float = MIN_GAP_S, background_cpus: str = "auto"):
         self.url, self.interval_s, self.health, self.retry_s = url, float(interval_s), health, float(retry_s)
         self.poll_s = max(0.005, min(float(poll_s), self.interval_s))
         self.min_gap_s = max(0.0, min(float(min_gap_s), self.interval_s))
         self.lock_key = int(lock_key)
-        self._pass = pass_fn if pass_fn is not None else SyncProcess(url)
+        self._pass = pass_fn if pass_fn is not None else SyncProcess(url, priority.background_cpus(background_cpus))
         self._stop = threading.Event()
         self._lock_conn = None
         self.leader = False

@@ -23,6 +23,18 @@ a session of normal priority (:func:`pm_vector.db.runs.jobs.run_embedding_job`).
 
 What it does not lower: the merge's WAL, which a writer's commit flushes with its own. The COPY
 stages still slow a writer (the benchmark's per-stage figures).
+
+**Background cores.** Priority is not enough on a small virtual machine: on 2 cores, a single-row
+writer kept its rate beside one busy core (normal priority or ``SCHED_IDLE``) and lost 85% of it
+beside two (``SCHED_IDLE`` both; docs/benchmarks.md, "The writer and the machine's cores"). So the
+service's background work -- the sync process, the merges it starts, and their sessions' backends
+where the server runs on this machine -- can be confined to a set of CPUs (:func:`background_cpus`:
+by default the upper half of the CPUs this process may use, none on one CPU), leaving the others
+to the writers and the queries: :func:`confine` (every thread of this process, its numerical
+libraries' thread pools sized to the set; the processes it starts inherit the set) and
+:func:`confine_backend` (a session's backend). A merge process started by a confined process
+finds the set as its own affinity (:func:`confined_to`) and confines its sessions' backends to it
+in :func:`lower`.
 """
 
 from __future__ import annotations
@@ -30,7 +42,78 @@ from __future__ import annotations
 import ipaddress
 import os
 
+from threadpoolctl import threadpool_limits
+
+from ..errors import InvalidInputError
+
 _state = {"background": False, "lowered": 0}
+
+
+def _allowed() -> frozenset[int]:
+    return frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
+
+
+def background_cpus(spec: str = "auto") -> frozenset[int] | None:
+    """The CPUs background work runs on (module doc): ``"auto"`` the upper half of the CPUs this
+    process may use (None when it may use one: nowhere to leave free), ``""`` None (anywhere), else
+    a comma-separated list of CPU numbers, each one this process may use (InvalidInputError)."""
+    allowed = _allowed()
+    spec = str(spec).strip()
+    if spec == "" or not allowed:
+        return None
+    if spec == "auto":
+        cpus = sorted(allowed)
+        return frozenset(cpus[len(cpus) // 2:]) if len(cpus) > 1 else None
+    try:
+        got = frozenset(int(x) for x in spec.split(","))
+    except ValueError:
+        raise InvalidInputError(f"background_cpus must be 'auto', '' or CPU numbers like '2,3'; got {spec!r}.") from None
+    if not got or not got <= allowed:
+        raise InvalidInputError(f"background_cpus {spec!r} names CPUs this process may not use (it may use "
+                                f"{','.join(map(str, sorted(allowed)))}).")
+    return got
+
+
+def confine(cpus: frozenset[int] | None) -> int:
+    """Every thread of this process on ``cpus`` (a thread's affinity is its own, and the threads
+    numpy's BLAS started at its import would keep theirs), and the numerical libraries' thread pools
+    (BLAS, OpenMP: faiss's) sized to them; threads and processes started later inherit the set.
+    Returns how many threads were confined (0 with None, or where the platform has no affinity)."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        return 0
+    n_threads = str(len(cpus))
+    for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # (libraries loaded later)
+        os.environ[v] = n_threads
+    n = 0
+    for tid in map(int, os.listdir("/proc/self/task")):
+        try:
+            os.sched_setaffinity(tid, cpus)
+            n += 1
+        except OSError:  # a thread that ended meanwhile
+            pass
+    threadpool_limits(limits=len(cpus))  # (libraries loaded now)
+    return n
+
+
+def confined_to() -> frozenset[int] | None:
+    """The CPUs this process is confined to, when fewer than the machine's (None otherwise)."""
+    mine, every = _allowed(), os.cpu_count() or 0
+    return mine if mine and len(mine) < every else None
+
+
+def confine_backend(conn, cpus: frozenset[int] | None) -> bool:
+    """The session's backend on ``cpus`` where the server runs on this machine and this process may
+    (module doc). Returns whether it is."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        return False
+    pid = _local_backend(conn)
+    if pid is None:
+        return False
+    try:
+        os.sched_setaffinity(pid, cpus)
+    except OSError:  # another user's server, without CAP_SYS_NICE
+        return False
+    return True
 
 
 def set_background(on: bool = True) -> None:
@@ -70,6 +153,7 @@ def lower(conn) -> bool:
     conn.execute("SELECT set_config('max_parallel_maintenance_workers', '0', false)")
     if not conn.autocommit:
         conn.commit()
+    confine_backend(conn, confined_to())
     pid = _local_backend(conn)
     if pid is None or not hasattr(os, "SCHED_IDLE"):
         return False

@@ -1,0 +1,103 @@
+"""The service's background work on a set of CPUs (:mod:`pm_vector.db.postgres.priority`: the sync
+process, the merges it starts and their sessions' backends): the set a setting names, every thread of
+the confining process on it (threads started before and after), its numerical libraries' pools sized
+to it, a process it starts inside it; and the sync process of a worker, with its session's backend,
+confined where the server runs on this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pm_vector.db.postgres import priority
+from pm_vector.errors import InvalidInputError
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+
+#: a process with a thread started before it confines itself (as numpy's BLAS pool is), then one after,
+#: then a child process: each one's CPUs, and the thread pools' sizes
+_CHILD = r"""
+import json, os, subprocess, sys, threading
+import numpy
+from threadpoolctl import threadpool_info
+from pm_vector.db.postgres import priority
+
+stop = threading.Event()
+before = threading.Thread(target=stop.wait, daemon=True)
+before.start()
+cpus = frozenset(int(c) for c in sys.argv[1].split(","))
+n = priority.confine(cpus)
+after = threading.Thread(target=stop.wait, daemon=True)
+after.start()
+tids = [int(t) for t in os.listdir("/proc/self/task")]
+child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                       capture_output=True, text=True, check=True).stdout
+out = {"n": n, "threads": [sorted(os.sched_getaffinity(t)) for t in tids], "before": before.native_id in tids,
+       "after": after.native_id in tids, "pools": [p["num_threads"] for p in threadpool_info()],
+       "child": json.loads(child), "confined_to": sorted(priority.confined_to() or [])}
+stop.set()
+print(json.dumps(out))
+"""
+
+
+def test_the_setting_names_a_set_of_the_cpus_this_process_may_use():
+    allowed = sorted(os.sched_getaffinity(0))
+    auto = priority.background_cpus("auto")
+    if len(allowed) > 1:
+        assert auto == frozenset(allowed[len(allowed) // 2:]) and 0 < len(auto) < len(allowed)
+    else:
+        assert auto is None  # (one CPU: nowhere to leave free)
+    assert priority.background_cpus("") is None
+    assert priority.background_cpus(str(allowed[-1])) == frozenset({allowed[-1]})
+    for bad in ("x", "1,,2", str(max(allowed) + 1), "-1"):
+        with pytest.raises(InvalidInputError, match="background_cpus"):
+            priority.background_cpus(bad)
+    assert priority.confine(None) == 0
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to confine a process to one")
+def test_every_thread_its_pools_and_its_children_keep_to_the_set():
+    """A thread started before ``confine``, one after and the main thread run on the set alone, the
+    BLAS pool (and any OpenMP one) is sized to it, a process started then inherits it, and the process
+    knows itself confined (``confined_to``, what a merge process reads). Without it: every CPU."""
+    cpu = max(os.sched_getaffinity(0))
+    got = json.loads(subprocess.run([sys.executable, "-c", _CHILD, str(cpu)], capture_output=True, text=True,
+                                    check=True, timeout=120).stdout)
+    assert got["before"] and got["after"] and got["n"] >= 2
+    assert got["threads"] == [[cpu]] * len(got["threads"]) and got["child"] == [cpu]
+    assert got["pools"] and all(n == 1 for n in got["pools"]) and got["confined_to"] == [cpu]
+    free = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                          capture_output=True, text=True, check=True).stdout
+    assert json.loads(free) == sorted(os.sched_getaffinity(0)) and len(json.loads(free)) > 1
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to confine a process to one")
+def test_a_sync_process_and_its_backend_run_on_the_background_cpus(db):
+    """A worker's sync process (default ``background_cpus`` "auto") runs a pass on the upper half of
+    the CPUs, every thread of it, and so does its session's backend on the embedded server (local, the
+    same user); with "" it may run anywhere."""
+    from pm_vector.service.sync_worker import SyncProcess
+
+    url = db.database_url()
+    want = priority.background_cpus("auto")
+
+    def backends():
+        with db.connect() as c:
+            return {r[0] for r in c.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                                            "AND pid <> pg_backend_pid()").fetchall()}
+
+    for cpus, expect in ((want, sorted(want)), (priority.background_cpus(""), sorted(os.sched_getaffinity(0)))):
+        before = backends()
+        proc = SyncProcess(url, cpus)
+        try:
+            proc(url)
+            tids = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task")]
+            assert tids and all(sorted(os.sched_getaffinity(t)) == expect for t in tids)
+            new = backends() - before  # (the sync process's session, kept from pass to pass)
+            assert new and all(sorted(os.sched_getaffinity(b)) == expect for b in new)
+        finally:
+            proc.close()
