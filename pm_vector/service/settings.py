@@ -90,7 +90,7 @@ class ServiceSettings:
     request_nice: int = 10
     #: the CPUs the sync process, the merges it starts and their sessions' backends (where the server
     #: runs on this machine) are confined to, so that the others stay free for writers and queries:
-    #: "auto" the upper half of the service's CPUs (none on one CPU), "" anywhere, or a list like
+    #: "auto" the upper half of the service's CPUs (none on one CPU), "off" anywhere, or a list like
     #: "2,3" (pm_vector.db.postgres.priority; docs/operations.md, "Background cores")
     background_cpus: str = "auto"
     #: PostgreSQL role a query key's resolve runs as (migration 0006: read + request-log insert

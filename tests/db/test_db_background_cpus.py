@@ -51,7 +51,7 @@ def test_the_setting_names_a_set_of_the_cpus_this_process_may_use():
         assert auto == frozenset(allowed[len(allowed) // 2:]) and 0 < len(auto) < len(allowed)
     else:
         assert auto is None  # (one CPU: nowhere to leave free)
-    assert priority.background_cpus("") is None
+    assert priority.background_cpus("off") is None and priority.background_cpus("") is None
     assert priority.background_cpus(str(allowed[-1])) == frozenset({allowed[-1]})
     for bad in ("x", "1,,2", str(max(allowed) + 1), "-1"):
         with pytest.raises(InvalidInputError, match="background_cpus"):
@@ -79,18 +79,25 @@ def test_every_thread_its_pools_and_its_children_keep_to_the_set():
 def test_a_sync_process_and_its_backend_run_on_the_background_cpus(db):
     """A worker's sync process (default ``background_cpus`` "auto") runs a pass on the upper half of
     the CPUs, every thread of it, and so does its session's backend on the embedded server (local, the
-    same user); with "" it may run anywhere."""
+    same user); with "off" it may run anywhere. The service's setting reads the variable."""
+    from pm_vector.service.settings import ServiceSettings
     from pm_vector.service.sync_worker import SyncProcess
 
     url = db.database_url()
     want = priority.background_cpus("auto")
+    for word in ("off", str(max(want))):
+        os.environ["PM_VECTOR_SERVICE_BACKGROUND_CPUS"] = word
+        try:
+            assert ServiceSettings.from_env().background_cpus == word
+        finally:
+            del os.environ["PM_VECTOR_SERVICE_BACKGROUND_CPUS"]
 
     def backends():
         with db.connect() as c:
             return {r[0] for r in c.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' "
                                             "AND pid <> pg_backend_pid()").fetchall()}
 
-    for cpus, expect in ((want, sorted(want)), (priority.background_cpus(""), sorted(os.sched_getaffinity(0)))):
+    for cpus, expect in ((want, sorted(want)), (priority.background_cpus("off"), sorted(os.sched_getaffinity(0)))):
         before = backends()
         proc = SyncProcess(url, cpus)
         try:

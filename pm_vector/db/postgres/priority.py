@@ -55,11 +55,12 @@ def _allowed() -> frozenset[int]:
 
 def background_cpus(spec: str = "auto") -> frozenset[int] | None:
     """The CPUs background work runs on (module doc): ``"auto"`` the upper half of the CPUs this
-    process may use (None when it may use one: nowhere to leave free), ``""`` None (anywhere), else
-    a comma-separated list of CPU numbers, each one this process may use (InvalidInputError)."""
+    process may use (None when it may use one: nowhere to leave free), ``"off"`` (or ``""``) None
+    (anywhere), else a comma-separated list of CPU numbers, each one this process may use
+    (InvalidInputError)."""
     allowed = _allowed()
     spec = str(spec).strip()
-    if spec == "" or not allowed:
+    if spec in ("", "off") or not allowed:
         return None
     if spec == "auto":
         cpus = sorted(allowed)
@@ -67,7 +68,7 @@ def background_cpus(spec: str = "auto") -> frozenset[int] | None:
     try:
         got = frozenset(int(x) for x in spec.split(","))
     except ValueError:
-        raise InvalidInputError(f"background_cpus must be 'auto', '' or CPU numbers like '2,3'; got {spec!r}.") from None
+        raise InvalidInputError(f"background_cpus must be 'auto', 'off' or CPU numbers like '2,3'; got {spec!r}.") from None
     if not got or not got <= allowed:
         raise InvalidInputError(f"background_cpus {spec!r} names CPUs this process may not use (it may use "
                                 f"{','.join(map(str, sorted(allowed)))}).")
