@@ -15,7 +15,11 @@ Before the merges, a control (``idle_load``): the writer beside nothing but CPU 
 priority there is, one busy-looping process per core at ``SCHED_IDLE`` (:func:`_idle_load`), for as
 long as it ran alone. What a merge at ``SCHED_IDLE`` costs the writer can be no less than what that
 costs it: on a machine whose cores are shared below the operating system (a virtual machine's, a
-core's two hyperthreads), a busy core slows the task that wakes on it at any priority.
+core's two hyperthreads), a busy core slows the task that wakes on it at any priority. A second
+control (``background_load``): one busy process per background CPU
+(:func:`pm_vector.db.postgres.priority.background_cpus`, the service's default set: the upper half),
+confined there, at normal priority -- CPU work kept to the cores the service leaves its sync and
+merges (absent on a one-CPU machine).
 
 Reported per phase: the writer's commits a second (median, the 10th percentile of the seconds, the
 lowest), the merge's seconds and its output (whether the sessions took ``SCHED_IDLE``), and the
@@ -39,6 +43,7 @@ from psycopg import sql
 
 from ..db import collection_info, connect, database_url
 from ..db.errors import NoActiveRunError
+from ..db.postgres import priority
 from ..service.sync_worker import MERGE_NICE as BACKGROUND_NICE, merge_process_command
 
 
@@ -103,15 +108,25 @@ _BUSY = ("import os\ntry:\n    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_
          "    os.nice(19)\nprint(os.sched_getscheduler(0) == getattr(os, 'SCHED_IDLE', -1), flush=True)\nwhile True:\n    pass\n")
 
 
-def _idle_load(writer: "_Writer", seconds: float) -> dict[str, Any]:
-    """The control (module doc): one busy process per core for ``seconds``, the writer counted."""
-    procs = [subprocess.Popen([sys.executable, "-c", _BUSY], stdout=subprocess.PIPE, text=True)
-             for _ in range(os.cpu_count() or 1)]
+#: a process that busy-loops at normal priority on the CPUs of its argument
+_BUSY_ON = ("import os, sys\nos.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(',')})\nprint(False, flush=True)\n"
+            "while True:\n    pass\n")
+
+
+def _idle_load(writer: "_Writer", seconds: float, cpus: frozenset[int] | None = None) -> dict[str, Any]:
+    """The controls (module doc): one busy process per core at ``SCHED_IDLE``, or with ``cpus`` one
+    per CPU of them confined there at normal priority, for ``seconds``, the writer counted."""
+    if cpus:
+        argv = [[sys.executable, "-c", _BUSY_ON, ",".join(map(str, sorted(cpus)))]] * len(cpus)
+    else:
+        argv = [[sys.executable, "-c", _BUSY]] * (os.cpu_count() or 1)
+    procs = [subprocess.Popen(a, stdout=subprocess.PIPE, text=True) for a in argv]
     try:
         idle = all(p.stdout.readline().strip() == "True" for p in procs)
         t0 = time.monotonic()
         time.sleep(seconds)
-        return {"processes": len(procs), "idle": idle, "writer": writer.between(t0, time.monotonic())}
+        return {"processes": len(procs), "idle": idle, "cpus": sorted(cpus) if cpus else None,
+                "writer": writer.between(t0, time.monotonic())}
     finally:
         for p in procs:
             p.kill()
@@ -137,8 +152,9 @@ def run(name: str, *, dim: int = 128, alone_s: float = 10.0, url: str | None = N
     """The benchmark (module doc). ``alone_s``: the writer's seconds alone, before the merges and
     between them. Returns ``{"collection", "dim", "alone": {...}, and per phase {"nice", "idle",
     "sessions_idle", "merge_s", "run_id", "writer": {"seconds", "median", "p10", "min", "per_s"},
-    "stages_s": the merge's stages, "wal_mb", "wal_fpi"}}, "idle_load": the control's {"processes",
-    "idle", "writer"}, "ratio_median": background's median over process_idle's}``."""
+    "stages_s": the merge's stages, "wal_mb", "wal_fpi"}}, "idle_load" and (on more than one CPU)
+    "background_load": the controls' {"processes", "idle", "cpus", "writer"}, "ratio_median":
+    background's median over process_idle's}``."""
     say = progress or (lambda _m: None)
     url = url or database_url()
     if collection_info(name)["active_run_id"] is None:  # (CollectionNotFoundError: no such collection)
@@ -157,6 +173,11 @@ def run(name: str, *, dim: int = 128, alone_s: float = 10.0, url: str | None = N
         say(f"writer alone: {out['alone'].get('median')} commits a second")
         out["idle_load"] = _idle_load(writer, alone_s)
         say(f"writer beside a busy process per core at SCHED_IDLE: {out['idle_load']['writer'].get('median')} a second")
+        cpus = priority.background_cpus("auto")
+        if cpus:
+            out["background_load"] = _idle_load(writer, alone_s, cpus)
+            say(f"writer beside a busy process on each background CPU ({sorted(cpus)}): "
+                f"{out['background_load']['writer'].get('median')} a second")
         for phase, nice, sessions in PHASES:
             say(f"a merge of {name} at nice {nice}, its sessions {sessions}, beside the writer ...")
             t0, w0 = time.monotonic(), _wal(url)

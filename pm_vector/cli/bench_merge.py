@@ -38,6 +38,10 @@ def merge(
     t.add_row("alone", *(f"{result['alone'].get(k, float('nan')):.0f}" for k in ("median", "p10", "min")), "", "", "", "")
     t.add_row("idle_load (no merge)", *(f"{result['idle_load']['writer'].get(k, float('nan')):.0f}"
                                         for k in ("median", "p10", "min")), "", "", "", "")
+    if "background_load" in result:
+        b = result["background_load"]
+        t.add_row(f"background_load (CPUs {','.join(map(str, b['cpus']))}, no merge)",
+                  *(f"{b['writer'].get(k, float('nan')):.0f}" for k in ("median", "p10", "min")), "", "", "", "")
     for ph in ("normal", "process_idle", "background"):
         r = result[ph]
         t.add_row(ph, *(f"{r['writer'].get(k, float('nan')):.0f}" for k in ("median", "p10", "min")),

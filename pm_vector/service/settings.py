@@ -90,9 +90,11 @@ class ServiceSettings:
     request_nice: int = 10
     #: the CPUs the sync process, the merges it starts and their sessions' backends (where the server
     #: runs on this machine) are confined to, so that the others stay free for writers and queries:
-    #: "auto" the upper half of the service's CPUs (none on one CPU), "off" anywhere, or a list like
-    #: "2,3" (pm_vector.db.postgres.priority; docs/operations.md, "Background cores")
-    background_cpus: str = "auto"
+    #: "off" anywhere (the default), "auto" the upper half of the service's CPUs (none on one CPU), or
+    #: a list like "2,3". On 2 cores "auto" let a single-row writer keep 97% of plain pgvector's rate
+    #: (74% off) but the sync, on one core, fell behind at that rate: delay p99 16.7 s (4.4 s off)
+    #: (pm_vector.db.postgres.priority; docs/operations.md, "Background cores")
+    background_cpus: str = "off"
     #: PostgreSQL role a query key's resolve runs as (migration 0006: read + request-log insert
     #: only); "" or a role the service user cannot take: no switch
     query_db_role: str = "pm_vector_query"

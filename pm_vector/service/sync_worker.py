@@ -274,12 +274,14 @@ class SyncWorker:
     :data:`SYNC_LOCK_KEY`; another key only for workers that must not meet the database's own, as in
     tests); ``poll_s``: how often it looks for queued changes between passes (:meth:`_wait_next`: a
     pass starts as soon as changes are queued but no sooner than ``min_gap_s`` after the one before
-    began, at the latest ``interval_s`` after it).
-    :attr:`leader` says whether this one syncs; :attr:`passes` counts its passes."""
+    began, at the latest ``interval_s`` after it); ``background_cpus``: the CPUs its sync process and
+    the merges it starts run on (:func:`pm_vector.db.postgres.priority.background_cpus`: "off"
+    anywhere, "auto", or a list). :attr:`leader` says whether this one syncs; :attr:`passes` counts
+    its passes."""
 
     def __init__(self, url: str, interval_s: float, *, health=None, retry_s: float = 5.0,
                  pass_fn: Callable[[str, Any], dict] | None = None, lock_key: int = SYNC_LOCK_KEY,
-                 poll_s: float = POLL_S, min_gap_s: float = MIN_GAP_S, background_cpus: str = "auto"):
+                 poll_s: float = POLL_S, min_gap_s: float = MIN_GAP_S, background_cpus: str = "off"):
         self.url, self.interval_s, self.health, self.retry_s = url, float(interval_s), health, float(retry_s)
         self.poll_s = max(0.005, min(float(poll_s), self.interval_s))
         self.min_gap_s = max(0.0, min(float(min_gap_s), self.interval_s))

@@ -29,6 +29,11 @@ def test_bench_merge_times_a_writer_beside_three_real_merges(db, digits_collecti
     assert res["normal"]["nice"] == 0 and res["normal"]["idle"] is False
     # the control: the writer counted beside a busy process per core (no merge), none left running
     assert res["idle_load"]["processes"] == os.cpu_count() and res["idle_load"]["writer"]["seconds"] >= 1
+    # the second: a busy process per background CPU, confined there (more than one CPU)
+    if (os.cpu_count() or 1) > 1:
+        b = res["background_load"]
+        assert b["cpus"] and b["processes"] == len(b["cpus"]) < os.cpu_count() and b["writer"]["seconds"] >= 1
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "sched_setaffinity" in " ".join(p.info["cmdline"] or [])]
     assert res["normal"]["sessions_idle"] == 0 and res["process_idle"]["sessions_idle"] == 0
     if sys.platform.startswith("linux"):
         assert res["idle_load"]["idle"] is True

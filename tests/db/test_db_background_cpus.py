@@ -77,14 +77,17 @@ def test_every_thread_its_pools_and_its_children_keep_to_the_set():
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to confine a process to one")
 def test_a_sync_process_and_its_backend_run_on_the_background_cpus(db):
-    """A worker's sync process (default ``background_cpus`` "auto") runs a pass on the upper half of
+    """A sync process given ``background_cpus`` "auto" runs a pass on the upper half of
     the CPUs, every thread of it, and so does its session's backend on the embedded server (local, the
     same user); with "off" it may run anywhere. The service's setting reads the variable."""
     from pm_vector.service.settings import ServiceSettings
     from pm_vector.service.sync_worker import SyncProcess
 
+    from pm_vector.service.sync_worker import SyncWorker
+
     url = db.database_url()
     want = priority.background_cpus("auto")
+    assert ServiceSettings().background_cpus == "off" and SyncWorker(url, 1.0)._pass.cpus is None  # (the default)
     for word in ("off", str(max(want))):
         os.environ["PM_VECTOR_SERVICE_BACKGROUND_CPUS"] = word
         try:

@@ -208,6 +208,18 @@ class _Received:
         return out
 
 
+def _ranked(conn, rid, M, r, dead, size, eps=4.0):
+    """The numpy ranking of cell ``(M, r)``'s whole stored row and top hubs minus ``dead``."""
+    from pm_vector.privacy.location import location_weight
+    from pm_vector.shortlist import location_list
+
+    (rid_, rh, rch), (tid, _th, tch) = _row(conn, rid, M, r)
+    keep = [k for k, i in enumerate(rid_) if i not in dead]
+    tkeep = [k for k, i in enumerate(tid) if i not in dead]
+    return location_list([rid_[k] for k in keep], [rh[k] for k in keep], [rch[k] for k in keep],
+                         [tid[k] for k in tkeep], [tch[k] for k in tkeep], location_weight(eps), size)[0]
+
+
 def test_a_miss_reads_only_the_top_hubs_an_answer_can_use_and_answers_alike(db, cname, conn):
     """A miss (an answer built) reads at most twice ``candidates`` + (the run's tombstones) of the top hubs
     row, not the whole row (65,536 entries at 10^6 items: most of a miss's time), the first miss only
@@ -217,9 +229,7 @@ def test_a_miss_reads_only_the_top_hubs_an_answer_can_use_and_answers_alike(db, 
     from pm_vector.db.postgres import connect
     from pm_vector.db.resolve import location_cache
     from pm_vector.db.resolve.resolution import resolve
-    from pm_vector.privacy.location import location_weight
     from pm_vector.protocol.location import LocationRequest
-    from pm_vector.shortlist import location_list
 
     X, y, ids, rid = _collection(db, cname, n=460, delta=True)
     cells, pc, _ = _cells(cname)
@@ -234,11 +244,7 @@ def test_a_miss_reads_only_the_top_hubs_an_answer_can_use_and_answers_alike(db, 
     reads = []
     for M in (int(cells.levels_[0]), int(cells.levels_[-1])):
         for r in range(M):
-            (rid_, rh, rch), (tid, _th, tch) = _row(conn, rid, M, r)
-            keep = [k for k, i in enumerate(rid_) if i not in dead]
-            tkeep = [k for k, i in enumerate(tid) if i not in dead]
-            want, _ = location_list([rid_[k] for k in keep], [rh[k] for k in keep], [rch[k] for k in keep],
-                                    [tid[k] for k in tkeep], [tch[k] for k in tkeep], location_weight(4.0), size)
+            want = _ranked(conn, rid, M, r, dead, size)
             with connect() as c:
                 seen = _Received(c)
                 ans = resolve(cname, LocationRequest.from_dict({**base, "level": M, "report": r}), conn=seen)
@@ -252,11 +258,7 @@ def test_a_miss_reads_only_the_top_hubs_an_answer_can_use_and_answers_alike(db, 
     db.delete_items(cname, item_ids=more)
     dead |= set(more)
     M = int(cells.levels_[-1])
-    (rid_, rh, rch), (tid, _th, tch) = _row(conn, rid, M, 0)
-    keep = [k for k, i in enumerate(rid_) if i not in dead]
-    tkeep = [k for k, i in enumerate(tid) if i not in dead]
-    want, _ = location_list([rid_[k] for k in keep], [rh[k] for k in keep], [rch[k] for k in keep],
-                            [tid[k] for k in tkeep], [tch[k] for k in tkeep], location_weight(4.0), size)
+    want = _ranked(conn, rid, M, 0, dead, size)
     with connect() as c:
         seen = _Received(c)
         ans = resolve(cname, LocationRequest.from_dict({**base, "level": M, "report": 0}), conn=seen)

@@ -11,6 +11,7 @@ import numpy as np
 
 from test_db_delta import _base_request, _cells
 from test_db_erase import _collection
+from test_db_locations import _Calls
 
 
 def _keys_of(cache_dict, run_id: int, version: int | None = None) -> list:
@@ -31,29 +32,19 @@ def _fresh(cname, req):
     return resolve(cname, req, log=False)
 
 
-class _Between:
-    """A connection that runs ``then`` after its first statement (a write between a build and its log)."""
+def _setup(db, cname, delta: bool):
+    """A 400-item collection (``delta``: its writes take the delta, else rewrite the rows), the requests
+    of every cell of its finest level, and every cache of this process emptied."""
+    from pm_vector.db.resolve import location_cache, location_resolution
+    from pm_vector.protocol.location import LocationRequest
 
-    def __init__(self, conn, then):
-        self._conn, self._then, self.n = conn, then, 0
-
-    def execute(self, query, *a, **kw):
-        cur = self._conn.execute(query, *a, **kw)
-        self.n += 1
-        if self.n == 1:
-            self._then()
-        return cur
-
-    def __getattr__(self, name):
-        return getattr(self._conn, name)
-
-    @property
-    def autocommit(self):
-        return self._conn.autocommit
-
-    @autocommit.setter
-    def autocommit(self, value):
-        self._conn.autocommit = value
+    X, y, ids, rid = _collection(db, cname, n=400, delta=delta)
+    cells, pc, _ = _cells(cname)
+    base = _base_request(cname, X, 8.0, pc.widths_, max_bytes=2_500).to_dict()
+    M = int(cells.levels_[-1])
+    location_cache.clear_all()
+    location_resolution._KNOWN.clear()
+    return X, y, rid, M, [LocationRequest.from_dict({**base, "level": M, "report": r}) for r in range(M)]
 
 
 def test_rows_and_codes_held_answer_as_the_tables_through_rewrites_and_writes_in_between(db, cname, conn):
@@ -66,15 +57,8 @@ def test_rows_and_codes_held_answer_as_the_tables_through_rewrites_and_writes_in
     from pm_vector.db.postgres import connect
     from pm_vector.db.resolve import location_cache, location_resolution
     from pm_vector.db.resolve.resolution import resolve
-    from pm_vector.protocol.location import LocationRequest
 
-    X, y, ids, rid = _collection(db, cname, n=400, delta=False)
-    cells, pc, _ = _cells(cname)
-    base = _base_request(cname, X, 8.0, pc.widths_, max_bytes=2_500).to_dict()
-    M = int(cells.levels_[-1])
-    reqs = [LocationRequest.from_dict({**base, "level": M, "report": r}) for r in range(M)]
-    location_cache.clear_all()
-    location_resolution._KNOWN.clear()
+    X, y, rid, M, reqs = _setup(db, cname, delta=False)
     v0 = _graph_version(conn, rid)
     with connect() as pooled:
         first = [resolve(cname, q, conn=pooled) for q in reqs]
@@ -110,7 +94,7 @@ def test_rows_and_codes_held_answer_as_the_tables_through_rewrites_and_writes_in
         location_resolution.CACHE.clear()
         location_cache.ROWS.clear()
         location_cache.CODES.clear()
-        got = resolve(cname, q, conn=_Between(pooled, lambda: db.delete_items(cname, item_ids=[victim])))
+        got = resolve(cname, q, conn=_Calls(pooled, at=1, then=lambda: db.delete_items(cname, item_ids=[victim])))
         v2 = _graph_version(conn, rid)
         assert v2 > v1 and victim not in set(np.asarray(got["item_ids"], np.int64).tolist())
         assert not _keys_of(location_cache.ROWS._d, rid, v1) and not _keys_of(location_cache.CODES._d, rid, v1)
@@ -126,15 +110,8 @@ def test_a_merge_takes_the_old_runs_parts_out_of_memory(db, cname, conn):
     from pm_vector.db.postgres import connect
     from pm_vector.db.resolve import location_cache, location_resolution
     from pm_vector.db.resolve.resolution import resolve
-    from pm_vector.protocol.location import LocationRequest
 
-    X, y, ids, rid = _collection(db, cname, n=400, delta=True)
-    cells, pc, _ = _cells(cname)
-    base = _base_request(cname, X, 8.0, pc.widths_, max_bytes=2_500).to_dict()
-    M = int(cells.levels_[-1])
-    reqs = [LocationRequest.from_dict({**base, "level": M, "report": r}) for r in range(M)]
-    location_cache.clear_all()
-    location_resolution._KNOWN.clear()
+    X, y, rid, M, reqs = _setup(db, cname, delta=True)
     with connect() as pooled:
         first = [resolve(cname, q, conn=pooled) for q in reqs]
         held = len(_keys_of(location_cache.ROWS._d, rid))
@@ -154,8 +131,6 @@ def test_a_merge_takes_the_old_runs_parts_out_of_memory(db, cname, conn):
         assert len(_keys_of(location_cache.ROWS._d, rid)) >= M
         new_rid = db.merge(cname, embed_fn=make_embed_fn(), embed_fn_extend=make_extend_fn())["run_id"]
         assert new_rid != rid
-        q = LocationRequest.from_dict({**_base_request(cname, X, 8.0, pc.widths_, max_bytes=2_500).to_dict(),
-                                       "level": M, "report": 0})
-        resolve(cname, q, conn=pooled)
+        resolve(cname, reqs[0], conn=pooled)
         assert not _keys_of(location_cache.ROWS._d, rid) and not _keys_of(location_cache.CODES._d, rid)
         assert _keys_of(location_cache.ROWS._d, new_rid)

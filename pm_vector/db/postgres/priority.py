@@ -26,11 +26,12 @@ stages still slow a writer (the benchmark's per-stage figures).
 
 **Background cores.** Priority is not enough on a small virtual machine: on 2 cores, a single-row
 writer kept its rate beside one busy core (normal priority or ``SCHED_IDLE``) and lost 85% of it
-beside two (``SCHED_IDLE`` both; docs/benchmarks.md, "The writer and the machine's cores"). So the
+beside two (``SCHED_IDLE`` both; docs/benchmarks.md, "Background cores"). So the
 service's background work -- the sync process, the merges it starts, and their sessions' backends
 where the server runs on this machine -- can be confined to a set of CPUs (:func:`background_cpus`:
-by default the upper half of the CPUs this process may use, none on one CPU), leaving the others
-to the writers and the queries: :func:`confine` (every thread of this process, its numerical
+``auto`` the upper half of the CPUs this process may use, none on one CPU; the service's setting
+is ``off`` by default: on one core of 2 the sync fell behind a stream at plain pgvector's rate),
+leaving the others to the writers and the queries: :func:`confine` (every thread of this process, its numerical
 libraries' thread pools sized to the set; the processes it starts inherit the set) and
 :func:`confine_backend` (a session's backend). A merge process started by a confined process
 finds the set as its own affinity (:func:`confined_to`) and confines its sessions' backends to it

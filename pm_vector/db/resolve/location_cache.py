@@ -49,15 +49,43 @@ CODE_OVERHEAD = 160
 DEAD_KEEP = 32
 
 
-class _Lru:
-    """A thread-safe LRU bounded in bytes (each value put with its size)."""
+class _Bounded:
+    """Entries in least-recently-used order, bounded in bytes, behind one lock."""
 
     def __init__(self, max_bytes: int):
         self.max_bytes = int(max_bytes)
         self._d: OrderedDict = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+
+    def _bytes_of(self, stored) -> int:
+        raise NotImplementedError
+
+    def drop_where(self, pred) -> None:
+        """Drop every entry whose key satisfies ``pred``."""
+        with self._lock:
+            for k in [k for k in self._d if pred(k)]:
+                self._bytes -= self._bytes_of(self._d.pop(k))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._d.clear()
+            self._bytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+
+class _Lru(_Bounded):
+    """A thread-safe LRU bounded in bytes (each value put with its size)."""
+
+    def __init__(self, max_bytes: int):
+        super().__init__(max_bytes)
         self.hits = self.misses = 0
+
+    def _bytes_of(self, stored) -> int:
+        return stored[1]
 
     def get(self, key):
         with self._lock:
@@ -81,22 +109,6 @@ class _Lru:
             while self._bytes > self.max_bytes:
                 _, (_, s) = self._d.popitem(last=False)
                 self._bytes -= s
-
-    def drop_where(self, pred) -> None:
-        """Drop every entry whose key satisfies ``pred``."""
-        with self._lock:
-            for k in [k for k in self._d if pred(k)]:
-                self._bytes -= self._d.pop(k)[1]
-
-    def clear(self) -> None:
-        with self._lock:
-            self._d.clear()
-            self._bytes = 0
-
-    @property
-    def nbytes(self) -> int:
-        return self._bytes
-
 
 class AnswerCache(_Lru):
     """Built answers, bounded in bytes. Keys are public values only; an answer already held stays."""
@@ -162,15 +174,15 @@ class BaseRows(_Lru):
         super().__init__(max_bytes)
 
 
-class CodeSlices:
+class CodeSlices(_Bounded):
     """Per (run key, offset, width): item id -> its code's slice, bounded in bytes over all keys
     (the least recently used key's slices go first)."""
 
     def __init__(self, max_bytes: int = CODES_BYTES):
-        self.max_bytes = int(max_bytes)
-        self._d: OrderedDict = OrderedDict()  # key -> dict id -> bytes
-        self._bytes = 0
-        self._lock = threading.Lock()
+        super().__init__(max_bytes)  # (key -> dict id -> bytes)
+
+    def _bytes_of(self, stored) -> int:
+        return sum(len(s) + CODE_OVERHEAD for s in stored.values())
 
     def get_many(self, key: Hashable, ids: Iterable[int]) -> list[bytes | None]:
         """Each id's slice held under ``key``, or None."""
@@ -196,21 +208,7 @@ class CodeSlices:
                         self._bytes -= len(old.pop(i)) + CODE_OVERHEAD
                     continue
                 self._d.popitem(last=False)
-                self._bytes -= sum(len(s) + CODE_OVERHEAD for s in old.values())
-
-    def drop_where(self, pred) -> None:
-        with self._lock:
-            for k in [k for k in self._d if pred(k)]:
-                self._bytes -= sum(len(s) + CODE_OVERHEAD for s in self._d.pop(k).values())
-
-    def clear(self) -> None:
-        with self._lock:
-            self._d.clear()
-            self._bytes = 0
-
-    @property
-    def nbytes(self) -> int:
-        return self._bytes
+                self._bytes -= self._bytes_of(old)
 
 
 #: this process's answers
