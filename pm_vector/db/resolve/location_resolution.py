@@ -45,9 +45,7 @@ its copy (the log goes to the primary).
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
 from typing import Any, Mapping
 
 import numpy as np
