@@ -52,14 +52,12 @@ DEAD_KEEP = 32
 class _Bounded:
     """Entries in least-recently-used order, bounded in bytes, behind one lock."""
 
-    def __init__(self, max_bytes: int):
+    def __init__(self, max_bytes: int, bytes_of):
         self.max_bytes = int(max_bytes)
         self._d: OrderedDict = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
-
-    def _bytes_of(self, stored) -> int:
-        raise NotImplementedError
+        self._bytes_of = bytes_of  # (what an entry as stored counts)
 
     def drop_where(self, pred) -> None:
         """Drop every entry whose key satisfies ``pred``."""
@@ -81,11 +79,8 @@ class _Lru(_Bounded):
     """A thread-safe LRU bounded in bytes (each value put with its size)."""
 
     def __init__(self, max_bytes: int):
-        super().__init__(max_bytes)
+        super().__init__(max_bytes, lambda stored: stored[1])
         self.hits = self.misses = 0
-
-    def _bytes_of(self, stored) -> int:
-        return stored[1]
 
     def get(self, key):
         with self._lock:
@@ -179,10 +174,8 @@ class CodeSlices(_Bounded):
     (the least recently used key's slices go first)."""
 
     def __init__(self, max_bytes: int = CODES_BYTES):
-        super().__init__(max_bytes)  # (key -> dict id -> bytes)
-
-    def _bytes_of(self, stored) -> int:
-        return sum(len(s) + CODE_OVERHEAD for s in stored.values())
+        # (key -> dict id -> bytes)
+        super().__init__(max_bytes, lambda stored: sum(len(s) + CODE_OVERHEAD for s in stored.values()))
 
     def get_many(self, key: Hashable, ids: Iterable[int]) -> list[bytes | None]:
         """Each id's slice held under ``key``, or None."""
