@@ -205,14 +205,15 @@ class PmVectorTarget:
     # ------------------------------------------------------------------ writes
     def start(self) -> None:
         """The attached path: the service's sync worker started (its background CPUs the service's
-        setting: ``PM_VECTOR_SERVICE_BACKGROUND_CPUS``, default ``off``), and warmed by one change (a
+        settings: ``PM_VECTOR_SERVICE_BACKGROUND_CPUS`` and ``PM_VECTOR_SERVICE_MERGE_CPUS``, default ``off``), and warmed by one change (a
         vector set to itself, on a key no stream changes) applied before any stream; again after
         :meth:`quiet` stopped it."""
         if self.path != "attached" or self.worker is not None:
             return
 
-        self.worker = SyncWorker(db.database_url(), self.sync_interval_s,
-                                 background_cpus=ServiceSettings.from_env().background_cpus).start()
+        svc = ServiceSettings.from_env()
+        self.worker = SyncWorker(db.database_url(), self.sync_interval_s, background_cpus=svc.background_cpus,
+                                 merge_cpus=svc.merge_cpus).start()
         warm = self.items  # the last initial key: never a victim (writes_bench draws them below it)
         self._conn.execute(sql.SQL("UPDATE {} SET embedding = embedding WHERE id = %s").format(self.table), [warm])
         t = time.perf_counter()

@@ -126,7 +126,7 @@ def _sync_worker(settings: ServiceSettings, state: ServiceState):
     if settings.sync_interval_s <= 0 or not url:
         return None
     state.syncer = SyncWorker(url, settings.sync_interval_s, health=getattr(state.pool, "health", None),
-                              background_cpus=settings.background_cpus).start()
+                              background_cpus=settings.background_cpus, merge_cpus=settings.merge_cpus).start()
     lower_request_priority(settings.request_nice, state.syncer.native_id)
     return state.syncer
 

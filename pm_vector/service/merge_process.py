@@ -33,7 +33,7 @@ import time
 
 from ..db.postgres import priority
 from ..db.runs.merge import merge_due, merge_each
-from .sync_worker import lower_request_priority
+from .sync_worker import MERGE_CPUS_VAR, lower_request_priority
 
 #: how often the process looks whether the one that started it is still there
 PARENT_CHECK_S = 1.0
@@ -101,6 +101,10 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the service stops us
     nice = int(sys.argv[1]) if len(sys.argv) > 1 else 0
     url = sys.stdin.read().strip()
+    # the CPUs its starter gave it (the service's merge_cpus): every thread and pool, and its sessions'
+    # backends (priority.lower reads the affinity back)
+    cpus = os.environ.get(MERGE_CPUS_VAR, "")
+    priority.confine(frozenset(int(c) for c in cpus.split(",")) if cpus else None)
     if nice > 0:
         # every thread, numpy's BLAS threads started at its import included (a nice value is a thread's)
         lower_request_priority(nice, None)
@@ -108,7 +112,8 @@ def main() -> None:
         # its jobs' server backends too, where this process may (``normal``: not; the benchmark's baseline)
         priority.set_background(len(sys.argv) < 4 or sys.argv[3] != "normal")
     threading.Thread(target=_orphaned_exit, args=(os.getppid(),), daemon=True).start()
-    out: dict = {"nice": _nice() if hasattr(os, "getpriority") else 0, "idle": _is_idle(), "merges": {}}
+    out: dict = {"nice": _nice() if hasattr(os, "getpriority") else 0, "idle": _is_idle(), "merges": {},
+                 "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
     try:
         done = merge_due(url) if len(sys.argv) < 3 else merge_each([sys.argv[2]], url=url)
         for name, res in done.items():

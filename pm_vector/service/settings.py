@@ -95,6 +95,10 @@ class ServiceSettings:
     #: (74% off) but the sync, on one core, fell behind at that rate: delay p99 16.7 s (4.4 s off)
     #: (pm_vector.db.postgres.priority; docs/operations.md, "Background cores")
     background_cpus: str = "off"
+    #: the CPUs the merges alone run on (with their sessions' backends), the sync left anywhere: the
+    #: sync is the path a change's answer waits on, a merge bulk work that can wait -- "off" (the
+    #: default), "auto" or a list, as background_cpus (which, when set, the merges inherit instead)
+    merge_cpus: str = "off"
     #: PostgreSQL role a query key's resolve runs as (migration 0006: read + request-log insert
     #: only); "" or a role the service user cannot take: no switch
     query_db_role: str = "pm_vector_query"
@@ -138,6 +142,7 @@ class ServiceSettings:
         if not 0 <= self.request_nice <= 19:
             raise InvalidInputError(f"service setting request_nice must be in 0..19, got {self.request_nice}.")
         priority.background_cpus(self.background_cpus)  # (InvalidInputError: what it may be)
+        priority.background_cpus(self.merge_cpus, "merge_cpus")
         if self.max_shortlist > MAX_K_PRIME:
             raise InvalidInputError(f"service setting max_shortlist must be at most {MAX_K_PRIME} (the protocol's "
                                     f"MAX_K_PRIME), got {self.max_shortlist}.")

@@ -75,6 +75,10 @@ MERGE_CHECK_S = 1.0
 _merge_checked = [float("-inf")]
 #: how many nice levels below the sync a merge's process runs (:mod:`pm_vector.service.merge_process`)
 MERGE_NICE = 10
+#: the variable that gives a merge's process its CPUs (the service's ``merge_cpus``; unset: anywhere)
+MERGE_CPUS_VAR = "PM_VECTOR_MERGE_CPUS"
+#: the CPUs this process's merges run on (:func:`merge_in_background`; None: anywhere)
+_merge_cpus: list = [None]
 
 
 def merge_finished() -> dict[str, Any] | None:
@@ -130,8 +134,12 @@ def merge_in_background(url: str, nice: int = MERGE_NICE, conn=None) -> bool:
     if not todo:
         return False
     argv, here = merge_process_command(nice)
+    env = dict(os.environ)
+    env.pop(MERGE_CPUS_VAR, None)
+    if _merge_cpus[0]:
+        env[MERGE_CPUS_VAR] = ",".join(map(str, sorted(_merge_cpus[0])))
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=here,
-                            text=True)
+                            text=True, env=env)
     proc.stdin.write(url)
     proc.stdin.close()
     _merging[:] = [proc]
@@ -157,7 +165,7 @@ def lower_request_priority(nice: int, keep: int | None) -> int:
     return n
 
 
-def _child(conn, url: str, cpus: frozenset[int] | None = None) -> None:
+def _child(conn, url: str, cpus: frozenset[int] | None = None, merge_cpus: frozenset[int] | None = None) -> None:
     """The sync process's loop (:class:`SyncProcess`): a pass on each request, until told to stop
     or the service process is gone (its end of the pipe closes). The caches a sync keeps
     (the run's items, the cell rows) live here from one pass to the next, and so does its database
@@ -166,6 +174,7 @@ def _child(conn, url: str, cpus: frozenset[int] | None = None) -> None:
     and its session's backend."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the service stops us
     priority.confine(cpus)
+    _merge_cpus[0] = merge_cpus
     session = None
     try:
         while True:
@@ -201,8 +210,8 @@ class SyncProcess:
     process of its own (0.5-1.3 s alone; docs/benchmarks.md, the sync under query load).
     ``__call__(url, health)`` runs one pass (:func:`sync_once`) there."""
 
-    def __init__(self, url: str, cpus: frozenset[int] | None = None):
-        self.url, self.cpus = url, cpus
+    def __init__(self, url: str, cpus: frozenset[int] | None = None, merge_cpus: frozenset[int] | None = None):
+        self.url, self.cpus, self.merge_cpus = url, cpus, merge_cpus
         self._proc = None
         self._conn = None
         self._shut = False
@@ -215,8 +224,8 @@ class SyncProcess:
         self.close()
         ctx = multiprocessing.get_context("spawn")
         mine, theirs = ctx.Pipe()
-        self._proc = ctx.Process(target=_child, args=(theirs, self.url, self.cpus), name="pm_vector-sync",
-                                 daemon=True)
+        self._proc = ctx.Process(target=_child, args=(theirs, self.url, self.cpus, self.merge_cpus),
+                                 name="pm_vector-sync", daemon=True)
         self._proc.start()
         theirs.close()
         self._conn = mine
@@ -281,12 +290,14 @@ class SyncWorker:
 
     def __init__(self, url: str, interval_s: float, *, health=None, retry_s: float = 5.0,
                  pass_fn: Callable[[str, Any], dict] | None = None, lock_key: int = SYNC_LOCK_KEY,
-                 poll_s: float = POLL_S, min_gap_s: float = MIN_GAP_S, background_cpus: str = "off"):
+                 poll_s: float = POLL_S, min_gap_s: float = MIN_GAP_S, background_cpus: str = "off",
+                 merge_cpus: str = "off"):
         self.url, self.interval_s, self.health, self.retry_s = url, float(interval_s), health, float(retry_s)
         self.poll_s = max(0.005, min(float(poll_s), self.interval_s))
         self.min_gap_s = max(0.0, min(float(min_gap_s), self.interval_s))
         self.lock_key = int(lock_key)
-        self._pass = pass_fn if pass_fn is not None else SyncProcess(url, priority.background_cpus(background_cpus))
+        self._pass = pass_fn if pass_fn is not None else SyncProcess(url, priority.background_cpus(background_cpus),
+                                                                       priority.background_cpus(merge_cpus, "merge_cpus"))
         self._stop = threading.Event()
         self._lock_conn = None
         self.leader = False

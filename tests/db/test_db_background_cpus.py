@@ -111,3 +111,30 @@ def test_a_sync_process_and_its_backend_run_on_the_background_cpus(db):
             assert new and all(sorted(os.sched_getaffinity(b)) == expect for b in new)
         finally:
             proc.close()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to confine a process to one")
+def test_a_merge_process_runs_on_the_cpus_its_starter_gives_it(db):
+    """``merge_cpus``: the merge process's every thread on the CPUs the variable names (the sync process
+    sets it for the merges it starts; nothing due here, so it merges nothing); without it, anywhere.
+    The setting reads its variable and refuses CPUs this process may not use."""
+    from pm_vector.service.merge_process import __name__ as mod
+    from pm_vector.service.settings import ServiceSettings
+    from pm_vector.service.sync_worker import MERGE_CPUS_VAR
+
+    cpu = max(os.sched_getaffinity(0))
+    for cpus, want in ((str(cpu), [cpu]), (None, sorted(os.sched_getaffinity(0)))):
+        env = {k: v for k, v in os.environ.items() if k != MERGE_CPUS_VAR}
+        if cpus:
+            env[MERGE_CPUS_VAR] = cpus
+        got = subprocess.run([sys.executable, "-m", mod, "0"], input=db.database_url(), capture_output=True,
+                             text=True, env=env, check=True, timeout=120)
+        out = json.loads(got.stdout)
+        assert out["cpus"] == want and out["merges"] == {} and "error" not in out
+    os.environ["PM_VECTOR_SERVICE_MERGE_CPUS"] = "auto"
+    try:
+        assert ServiceSettings.from_env().merge_cpus == "auto" and ServiceSettings().merge_cpus == "off"
+    finally:
+        del os.environ["PM_VECTOR_SERVICE_MERGE_CPUS"]
+    with pytest.raises(InvalidInputError, match="merge_cpus"):
+        ServiceSettings(merge_cpus=str(cpu + 1))

@@ -54,7 +54,7 @@ def _allowed() -> frozenset[int]:
     return frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
 
 
-def background_cpus(spec: str = "auto") -> frozenset[int] | None:
+def background_cpus(spec: str = "auto", setting: str = "background_cpus") -> frozenset[int] | None:
     """The CPUs background work runs on (module doc): ``"auto"`` the upper half of the CPUs this
     process may use (None when it may use one: nowhere to leave free), ``"off"`` (or ``""``) None
     (anywhere), else a comma-separated list of CPU numbers, each one this process may use
@@ -69,9 +69,9 @@ def background_cpus(spec: str = "auto") -> frozenset[int] | None:
     try:
         got = frozenset(int(x) for x in spec.split(","))
     except ValueError:
-        raise InvalidInputError(f"background_cpus must be 'auto', 'off' or CPU numbers like '2,3'; got {spec!r}.") from None
+        raise InvalidInputError(f"{setting} must be 'auto', 'off' or CPU numbers like '2,3'; got {spec!r}.") from None
     if not got or not got <= allowed:
-        raise InvalidInputError(f"background_cpus {spec!r} names CPUs this process may not use (it may use "
+        raise InvalidInputError(f"{setting} {spec!r} names CPUs this process may not use (it may use "
                                 f"{','.join(map(str, sorted(allowed)))}).")
     return got
 
