@@ -95,10 +95,12 @@ class ServiceSettings:
     #: (74% off) but the sync, on one core, fell behind at that rate: delay p99 16.7 s (4.4 s off)
     #: (pm_vector.db.postgres.priority; docs/operations.md, "Background cores")
     background_cpus: str = "off"
-    #: the CPUs the merges alone run on (with their sessions' backends), the sync left anywhere: the
-    #: sync is the path a change's answer waits on, a merge bulk work that can wait -- "off" (the
-    #: default), "auto" or a list, as background_cpus (which, when set, the merges inherit instead)
-    merge_cpus: str = "off"
+    #: the CPUs the merges alone run on (with their sessions' backends; when set, over background_cpus),
+    #: the sync left where background_cpus puts it: the sync is the path a change's answer waits on, a
+    #: merge bulk work that can wait -- "auto" (the default: the upper half, none on one CPU), "off" or
+    #: a list. On 2 cores at plain pgvector's saturated rate: 81% of its rate, delay p99 4.20 s (docs/
+    #: operations.md, "Background cores")
+    merge_cpus: str = "auto"
     #: PostgreSQL role a query key's resolve runs as (migration 0006: read + request-log insert
     #: only); "" or a role the service user cannot take: no switch
     query_db_role: str = "pm_vector_query"

@@ -131,9 +131,9 @@ def test_a_merge_process_runs_on_the_cpus_its_starter_gives_it(db):
                              text=True, env=env, check=True, timeout=120)
         out = json.loads(got.stdout)
         assert out["cpus"] == want and out["merges"] == {} and "error" not in out
-    os.environ["PM_VECTOR_SERVICE_MERGE_CPUS"] = "auto"
+    os.environ["PM_VECTOR_SERVICE_MERGE_CPUS"] = "off"
     try:
-        assert ServiceSettings.from_env().merge_cpus == "auto" and ServiceSettings().merge_cpus == "off"
+        assert ServiceSettings.from_env().merge_cpus == "off" and ServiceSettings().merge_cpus == "auto"
     finally:
         del os.environ["PM_VECTOR_SERVICE_MERGE_CPUS"]
     with pytest.raises(InvalidInputError, match="merge_cpus"):
