@@ -57,7 +57,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from ..run_tables import run_table
-from . import run_cells, run_nearest
+from . import delta_sets, run_cells, run_nearest
+from .delta_sets import tombstoned
 from ...protocol.published_codes import unpack
 from .class_rows import copy_codes
 
@@ -78,13 +79,18 @@ def waits_for_job(doc: Mapping[str, Any] | None, coll: Mapping[str, Any] | None 
     return bool((doc or {}).get("shards")) and not takes_delta(doc, coll)
 
 
-def bump(conn, run_id: int, n_items: int = 0) -> None:
+def bump(conn, run_id: int, n_items: int = 0, *, dead=(), placed=(), unplaced=()) -> None:
     """The run's ``delta_version`` + 1, and its ``n_items`` (the column and the class-rows document's,
-    which an answer reports: the items it holds now) by ``n_items``, in the caller's transaction."""
-    conn.execute("UPDATE pm_vector.embedding_runs SET delta_version = delta_version + 1, n_items = n_items + %s, "
-                 "class_rows = CASE WHEN class_rows ? 'n_items' THEN jsonb_set(class_rows, '{n_items}', "
-                 "to_jsonb((class_rows ->> 'n_items')::bigint + %s)) ELSE class_rows END WHERE id = %s",
-                 [int(n_items), int(n_items), int(run_id)])
+    which an answer reports: the items it holds now) by ``n_items``, in the caller's transaction; the
+    write recorded with what it changed -- the ids it tombstoned, the items it placed and those whose
+    entries it removed -- for the sets this process holds (:mod:`pm_vector.db.runs.delta_sets`)."""
+    row = conn.execute("UPDATE pm_vector.embedding_runs SET delta_version = delta_version + 1, n_items = n_items + %s, "
+                       "class_rows = CASE WHEN class_rows ? 'n_items' THEN jsonb_set(class_rows, '{n_items}', "
+                       "to_jsonb((class_rows ->> 'n_items')::bigint + %s)) ELSE class_rows END WHERE id = %s "
+                       "RETURNING delta_version, pg_current_xact_id()::text",
+                       [int(n_items), int(n_items), int(run_id)]).fetchone()
+    if row is not None:
+        delta_sets.wrote(conn, run_id, row[0], row[1], dead=dead, placed=placed, unplaced=unplaced)
 
 
 def tombstone(conn, ids, runs) -> list[int]:
@@ -94,12 +100,13 @@ def tombstone(conn, ids, runs) -> list[int]:
     touched = []
     for rid, _doc in runs:
         rid = int(rid)
-        n = conn.execute(sql.SQL(
+        dead = [r[0] for r in conn.execute(sql.SQL(
             "INSERT INTO pm_vector.delta_tombstones (run_id, item_id) SELECT %s, e.item_id FROM {} AS e "
-            "WHERE e.item_id = ANY(%s) ON CONFLICT DO NOTHING").format(run_table(rid, "items")), [rid, ids]).rowcount
+            "WHERE e.item_id = ANY(%s) ON CONFLICT DO NOTHING RETURNING item_id").format(run_table(rid, "items")),
+            [rid, ids]).fetchall()]
         conn.execute("DELETE FROM pm_vector.delta_entries WHERE run_id = %s AND item_id = ANY(%s)", [rid, ids])
-        if n:
-            bump(conn, rid, -int(n))
+        if dead:
+            bump(conn, rid, -len(dead), dead=dead, unplaced=ids)
             touched.append(rid)
     return touched
 
@@ -115,7 +122,7 @@ def tombstone_deleted(conn, run_id: int) -> int:
         run_table(rid, "items")), [rid]).fetchall()]
     if gone:
         conn.execute("DELETE FROM pm_vector.delta_entries WHERE run_id = %s AND item_id = ANY(%s)", [rid, gone])
-        bump(conn, rid, -len(gone))
+        bump(conn, rid, -len(gone), dead=gone, unplaced=gone)
     return len(gone)
 
 
@@ -159,7 +166,7 @@ def copy_placed(conn, from_run: int, to_run: int) -> int:
     conn.execute("INSERT INTO pm_vector.delta_entries (run_id, level, cell, item_id, h, h_r) "
                  "SELECT %s, d.level, d.cell, d.item_id, d.h, d.h_r FROM pm_vector.delta_entries AS d "
                  "WHERE d.run_id = %s AND d.item_id = ANY(%s) ON CONFLICT DO NOTHING", [b, a, ids])
-    bump(conn, b, len(ids))
+    bump(conn, b, len(ids), placed=ids)
     return len(ids)
 
 
@@ -167,17 +174,6 @@ def split_runs(runs, coll: Mapping[str, Any] | None = None) -> tuple[list, list]
     """``(runs that take the delta, the others)`` of ``(run_id, class_rows)`` pairs of collection ``coll``."""
     runs = list(runs)
     return [r for r in runs if takes_delta(r[1], coll)], [r for r in runs if not takes_delta(r[1], coll)]
-
-
-def tombstoned(conn, run_id: int, ids=None) -> np.ndarray:
-    """The run's tombstoned ids (of ``ids`` when given), ascending."""
-    if ids is None:
-        rows = conn.execute("SELECT item_id FROM pm_vector.delta_tombstones WHERE run_id = %s ORDER BY 1",
-                            [int(run_id)]).fetchall()
-    else:
-        rows = conn.execute("SELECT item_id FROM pm_vector.delta_tombstones WHERE run_id = %s AND item_id = ANY(%s) "
-                            "ORDER BY 1", [int(run_id), [int(i) for i in np.asarray(ids).tolist()]]).fetchall()
-    return np.array([r[0] for r in rows], dtype=np.int64)
 
 
 def live_ids(conn, run_id: int, ids) -> np.ndarray:
@@ -209,7 +205,7 @@ def estimate(conn, coll: Mapping[str, Any], run_id: int, doc: Mapping[str, Any],
     levels = [int(M) for M in cells.levels_]
     own = np.stack([cells.assign(X, 0, M).astype(np.int64) for M in levels]) if levels else np.zeros((0, ids.size))
     with run_nearest.LOCK:
-        ent, live = run_nearest.get(conn, rid, levels, tombstoned(conn, rid), ids, own)
+        ent, live = run_nearest.get(conn, rid, levels, ids, own)
         at = np.flatnonzero(live)
         near = run_nearest.nearest(ent.emb[at], ent.ids[at], ent.emb[ent.positions(ids)], ids, g, coll["metric"])
         # (n, g): each new item's neighbours as positions of the entry, -1 past its list
@@ -237,10 +233,12 @@ def place(conn, coll: Mapping[str, Any], run_id: int, doc: Mapping[str, Any], id
     if (doc.get("codes") or {}).get("status") == "ready":
         pc_doc = conn.execute("SELECT public_projection FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()[0]
         copy_codes(conn, rid, ids, unpack(pc_doc, doc["codes"]["digest"]).encode(X), 1 << 30, False)
+    entered = ids[:0]
     if (doc.get("locations") or {}).get("status") == "ready":
         est = estimate(conn, coll, rid, doc, ids, X)
         lv = np.concatenate([np.full(ids.size, M, np.int64) for M in est])
         if lv.size:
+            entered = ids
             conn.execute(
                 "INSERT INTO pm_vector.delta_entries (run_id, level, cell, item_id, h, h_r) "
                 "SELECT %s, u.l, u.c, u.i, u.h, u.hr FROM unnest(%s::integer[], %s::integer[], %s::bigint[], "
@@ -248,7 +246,7 @@ def place(conn, coll: Mapping[str, Any], run_id: int, doc: Mapping[str, Any], id
                 [rid, lv.tolist(), np.concatenate([e[0] for e in est.values()]).tolist(),
                  np.tile(ids, len(est)).tolist(), np.concatenate([e[1] for e in est.values()]).tolist(),
                  np.concatenate([e[2] for e in est.values()]).tolist()])
-    bump(conn, rid, int(ids.size))
+    bump(conn, rid, int(ids.size), placed=entered)
     return int(ids.size)
 
 

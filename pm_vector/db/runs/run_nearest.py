@@ -18,8 +18,9 @@ never reused. **Which items are live** is read at every :func:`get`, in the call
 (so a rolled-back transaction or another process's write cannot leave a wrong answer behind): the
 run's items as built (``run_<id>_items`` less the delta's items, listed at the entry's first load)
 plus the items the delta added since (their ids in ``pm_vector.delta_entries``, one published
-level) minus the tombstones (:func:`pm_vector.db.runs.delta.tombstoned`); both lists are bounded
-by the merge's threshold. The delta's items not seen yet are read then (their embeddings, and
+level) minus the tombstones; both lists are bounded by the merge's threshold, and the entry keeps
+them, moved forward by this process's own writes and read whole only when another wrote
+(:mod:`pm_vector.db.runs.delta_sets`). The delta's items not seen yet are read then (their embeddings, and
 their cells from their entries: no raw features); a base item's cells are assigned from its raw
 features the first time it is someone's neighbour (:func:`cells_of`), then kept. A tombstoned
 item leaves the entry at the next :func:`get` (no deleted item's embedding stays in memory), and
@@ -45,6 +46,7 @@ from psycopg import sql
 from .. import _binary
 from ..core.collection import load_items
 from ..run_tables import run_table
+from .delta_sets import DeltaSets
 from .embeddings import vector_type
 from ...neighbors import flat_knn
 
@@ -162,6 +164,7 @@ class RunNearest:
         self.base = np.zeros(0, bool)
         self.sure = np.zeros(0, bool)
         self.offset: int | None = None
+        self.sets = DeltaSets()
 
     def put(self, ids, emb, cells=None, *, base: bool = False, sure: bool = True) -> None:
         """Items with their embeddings and (``(L, n)``, -1 unknown) cells: added, or their rows
@@ -205,15 +208,19 @@ class RunNearest:
         return int(self.ids.nbytes + self.emb.nbytes + self.cells.nbytes + self.base.nbytes + self.sure.nbytes)
 
 
-def key(conn, run_id: int) -> tuple[tuple, int, int] | None:
-    """The entry's key (the database, the collection, the run, its creation time), the run's embedding width and the
-    items it holds now (``n_items``, as the caller's transaction sees it); None for a run that is gone."""
-    row = conn.execute("SELECT created_at, embedding_dim, n_items, collection_id FROM pm_vector.embedding_runs "
-                       "WHERE id = %s", [int(run_id)]).fetchone()
+def key(conn, run_id: int) -> tuple[tuple, int, int, int, str | None] | None:
+    """The entry's key (the database, the collection, the run, its creation time), the run's embedding
+    width, the items it holds now (``n_items``) and its ``delta_version``, as the caller's transaction
+    sees them, and the transaction's id when it has written (:mod:`~pm_vector.db.runs.delta_sets`);
+    None for a run that is gone."""
+    row = conn.execute("SELECT created_at, embedding_dim, n_items, collection_id, delta_version, "
+                       "pg_current_xact_id_if_assigned()::text FROM pm_vector.embedding_runs WHERE id = %s",
+                       [int(run_id)]).fetchone()
     if row is None:
         return None
     info = conn.info
-    return (info.host, info.port, info.dbname, int(row[3]), int(run_id), str(row[0])), int(row[1]), int(row[2] or 0)
+    return ((info.host, info.port, info.dbname, int(row[3]), int(run_id), str(row[0])), int(row[1]), int(row[2] or 0),
+            int(row[4]), row[5])
 
 
 def read_embeddings(conn, run_id: int, k: int, ids=None) -> dict[str, np.ndarray]:
@@ -226,13 +233,6 @@ def read_embeddings(conn, run_id: int, k: int, ids=None) -> dict[str, np.ndarray
     got = _binary.decode([("item_id", "int8", 0), ("embedding", vector_type(k), k)], buf)
     return {"item_id": np.asarray(got.get("item_id", np.zeros(0)), np.int64),
             "embedding": np.asarray(got.get("embedding", np.zeros((0, k))), np.float32).reshape(-1, k)}
-
-
-def _delta_items(conn, run_id: int, level: int) -> np.ndarray:
-    """The ids of the items the delta placed in the run (their entries at one published level), ascending."""
-    row = conn.execute("SELECT coalesce(array_agg(item_id ORDER BY item_id), '{}') FROM pm_vector.delta_entries "
-                       "WHERE run_id = %s AND level = %s", [int(run_id), int(level)]).fetchone()
-    return np.asarray(row[0], np.int64)
 
 
 def _mask(held: np.ndarray, ids) -> np.ndarray:
@@ -262,9 +262,9 @@ def _load(conn, rid: int, levels, k: int, delta_ids, new_ids) -> RunNearest:
     return ent
 
 
-def get(conn, run_id: int, levels, dead, new_ids=(), new_cells=None) -> tuple[RunNearest, np.ndarray]:
+def get(conn, run_id: int, levels, new_ids=(), new_cells=None) -> tuple[RunNearest, np.ndarray]:
     """The run's entry, brought up to the caller's transaction, and the mask of its live items: as
-    built or placed by the delta, not in ``dead`` (the run's tombstones), with the items ``new_ids``
+    built or placed by the delta, not tombstoned, with the items ``new_ids``
     the caller's transaction is placing now (their rows in ``run_<id>_items`` written, their entries
     and the run's ``n_items`` not yet; ``new_cells`` (L, n) their cells: module doc). Hold
     :data:`LOCK` while the entry is used."""
@@ -273,9 +273,8 @@ def get(conn, run_id: int, levels, dead, new_ids=(), new_cells=None) -> tuple[Ru
     got_key = key(conn, rid)
     if got_key is None:
         raise LookupError(f"run {rid} is gone")
-    kk, k, n_items = got_key
+    kk, k, n_items, version, xid = got_key
     new_ids = np.asarray(new_ids, np.int64)
-    dead = np.asarray(dead, np.int64)
     with _lock:
         ent = _cache.get(kk)
         if ent is not None:
@@ -284,10 +283,12 @@ def get(conn, run_id: int, levels, dead, new_ids=(), new_cells=None) -> tuple[Ru
             del _cache[other]
     if ent is not None and (ent.levels != levels or ent.k != k):
         ent = None
-    delta_ids = _delta_items(conn, rid, levels[0]) if levels else np.zeros(0, np.int64)
     for attempt in (0, 1):
+        sets = ent.sets if ent is not None else DeltaSets()
+        dead, delta_ids = sets.current(conn, rid, levels[0] if levels else None, version, xid)
         if ent is None:
             ent = _load(conn, rid, levels, k, delta_ids, new_ids)
+            ent.sets = sets
             with _lock:
                 _cache[kk] = ent
                 while len(_cache) > MAX_ENTRIES:
