@@ -91,8 +91,8 @@ class ServiceSettings:
     #: the CPUs the sync process, the merges it starts and their sessions' backends (where the server
     #: runs on this machine) are confined to, so that the others stay free for writers and queries:
     #: "off" anywhere (the default), "auto" the upper half of the service's CPUs (none on one CPU), or
-    #: a list like "2,3". On 2 cores "auto" let a single-row writer keep 97% of plain pgvector's rate
-    #: (74% off) but the sync, on one core, fell behind at that rate: delay p99 16.7 s (4.4 s off)
+    #: a list like "2,3". On 2 cores "auto" kept the delay p99 at 3.78 s at 355 changes a second
+    #: (the sync on one core); the default keeps the merges alone on one (merge_cpus)
     #: (pm_vector.db.postgres.priority; docs/operations.md, "Background cores")
     background_cpus: str = "off"
     #: the CPUs the merges alone run on (with their sessions' backends; when set, over background_cpus),
