@@ -36,9 +36,9 @@ def _check(conn, sets, rid, level):
     """``sets.current`` in the caller's transaction against the tables read whole in it."""
     from pm_vector.db.runs import delta_sets
 
-    v, x = conn.execute("SELECT delta_version, pg_current_xact_id_if_assigned()::text FROM pm_vector.embedding_runs "
-                        "WHERE id = %s", [rid]).fetchone()
-    dead, placed = sets.current(conn, rid, level, v, x)
+    v, x, created = conn.execute("SELECT delta_version, pg_current_xact_id_if_assigned()::text, created_at "
+                                 "FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()
+    dead, placed = sets.current(conn, rid, created, level, v, x)
     truth = ([r[0] for r in conn.execute("SELECT item_id FROM pm_vector.delta_tombstones WHERE run_id = %s "
                                          "ORDER BY 1", [rid]).fetchall()], delta_sets.placed(conn, rid, level).tolist())
     assert (dead.tolist(), placed.tolist()) == truth
@@ -129,6 +129,20 @@ def test_the_held_sets_are_the_tables_after_every_kind_of_write(db, cname, reads
         conn.commit()
         n = reads.count(conn)
         assert set(ids[80:85].tolist()) <= set(_check(conn, sets, rid, level)[0]) and reads.count(conn) == n
+        conn.rollback()
+
+        # a record of a transaction this database has not seen (another server at the same address: a
+        # replica promoted behind the old primary): no error, never applied
+        from pm_vector.db.runs import delta_sets
+
+        v, created, later = conn.execute(
+            "SELECT delta_version, created_at, (pg_snapshot_xmax(pg_current_snapshot())::text::bigint + 1000000)::text "
+            "FROM pm_vector.embedding_runs WHERE id = %s", [rid]).fetchone()
+        conn.rollback()
+        delta_sets.wrote(conn, rid, created, v + 1, later, dead=ids[90:95])
+        _foreign_write(db.database_url(), rid, ids[96])
+        dead = _check(conn, sets, rid, level)[0]
+        assert int(ids[96]) in dead and not set(ids[90:95].tolist()) & set(dead)
         conn.rollback()
     finally:
         conn.close()

@@ -87,10 +87,10 @@ def bump(conn, run_id: int, n_items: int = 0, *, dead=(), placed=(), unplaced=()
     row = conn.execute("UPDATE pm_vector.embedding_runs SET delta_version = delta_version + 1, n_items = n_items + %s, "
                        "class_rows = CASE WHEN class_rows ? 'n_items' THEN jsonb_set(class_rows, '{n_items}', "
                        "to_jsonb((class_rows ->> 'n_items')::bigint + %s)) ELSE class_rows END WHERE id = %s "
-                       "RETURNING delta_version, pg_current_xact_id()::text",
+                       "RETURNING delta_version, pg_current_xact_id()::text, created_at",
                        [int(n_items), int(n_items), int(run_id)]).fetchone()
     if row is not None:
-        delta_sets.wrote(conn, run_id, row[0], row[1], dead=dead, placed=placed, unplaced=unplaced)
+        delta_sets.wrote(conn, run_id, row[2], row[0], row[1], dead=dead, placed=placed, unplaced=unplaced)
 
 
 def tombstone(conn, ids, runs) -> list[int]:

@@ -16,8 +16,12 @@ this process no longer holds, a transaction rolled back -- makes the sets be rea
 caller's transaction would read, at every point of it.
 
 A record of a transaction that rolled back is dropped unapplied (its version may be taken again by
-a later write); the records of a run are bounded (:data:`MAX_RECORDS`, the oldest out: a gap then
-reads the sets whole).
+a later write), and so is one whose status the database cannot tell (too old, or a transaction it
+never saw: another server at the same address; asked without the error ``pg_xact_status`` raises
+for it). The records are keyed by the run's creation time too, and bounded (:data:`MAX_RECORDS`,
+the oldest out: a gap then reads the sets whole). Like every cache keyed by a run's versions, this
+takes a run's versions to follow one history: after a failover to a replica that had not received
+every write, restart the service (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -75,16 +79,18 @@ def _ids(a) -> np.ndarray:
     return np.unique(np.asarray(a, np.int64).reshape(-1))
 
 
-def run_key(conn, run_id: int) -> tuple:
+def run_key(conn, run_id: int, created) -> tuple:
+    """The records' key of a run: the database, the run and its creation time (a run id of another
+    database at the same address -- one created again -- is another run)."""
     info = conn.info
-    return info.host, info.port, info.dbname, int(run_id)
+    return info.host, info.port, info.dbname, int(run_id), str(created)
 
 
-def wrote(conn, run_id: int, version: int, xid: str, *, dead=(), placed=(), unplaced=()) -> None:
-    """Record a delta write of the caller's transaction to run ``run_id`` (module doc): the version its
-    bump set and its transaction, with what it changed."""
+def wrote(conn, run_id: int, created, version: int, xid: str, *, dead=(), placed=(), unplaced=()) -> None:
+    """Record a delta write of the caller's transaction to run ``run_id`` (created at ``created``;
+    module doc): the version its bump set and its transaction, with what it changed."""
     rec = Record(int(version), str(xid), _ids(dead), _ids(placed), _ids(unplaced))
-    k = run_key(conn, run_id)
+    k = run_key(conn, run_id, created)
     with _lock:
         got = _records.setdefault(k, [])
         _records.move_to_end(k)
@@ -102,9 +108,14 @@ def forget(run_id: int | None = None) -> None:
 
 
 def _status(conn, xids: list[str]) -> dict[str, str | None]:
+    """Each transaction's status: 'committed', 'aborted', 'in progress', or None when the database
+    cannot tell -- too old, or not one of its transactions at all (a later one than it has seen:
+    another server at the same address, e.g. a replica promoted behind the old primary), which
+    ``pg_xact_status`` would refuse with an error."""
     if not xids:
         return {}
-    return dict(conn.execute("SELECT x, pg_xact_status(x::xid8) FROM unnest(%s::text[]) AS x", [xids]).fetchall())
+    return dict(conn.execute("SELECT x, CASE WHEN x::xid8 < pg_snapshot_xmax(pg_current_snapshot()) "
+                             "THEN pg_xact_status(x::xid8) END FROM unnest(%s::text[]) AS x", [xids]).fetchall())
 
 
 def _found(held: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -144,11 +155,13 @@ class DeltaSets:
         self.dead = np.zeros(0, np.int64)
         self.delta = np.zeros(0, np.int64)
 
-    def current(self, conn, run_id: int, level: int | None, version: int, xid: str | None) -> tuple[np.ndarray, np.ndarray]:
-        """``(dead, delta)`` as the caller's transaction reads them, the run's ``delta_version`` being
-        ``version`` in it and ``xid`` its transaction (``pg_current_xact_id_if_assigned()``, None when it
-        has written nothing): the held sets moved forward by this process's records, or read whole."""
-        k = run_key(conn, run_id)
+    def current(self, conn, run_id: int, created, level: int | None, version: int,
+                xid: str | None) -> tuple[np.ndarray, np.ndarray]:
+        """``(dead, delta)`` as the caller's transaction reads them, the run (created at ``created``)
+        having ``delta_version`` ``version`` in it and ``xid`` its transaction
+        (``pg_current_xact_id_if_assigned()``, None when it has written nothing): the held sets moved
+        forward by this process's records, or read whole."""
+        k = run_key(conn, run_id, created)
         with _lock:
             recs = sorted(_records.get(k, ()), key=lambda r: r.version)
         ok = self.version is not None

@@ -285,7 +285,7 @@ def get(conn, run_id: int, levels, new_ids=(), new_cells=None) -> tuple[RunNeare
         ent = None
     for attempt in (0, 1):
         sets = ent.sets if ent is not None else DeltaSets()
-        dead, delta_ids = sets.current(conn, rid, levels[0] if levels else None, version, xid)
+        dead, delta_ids = sets.current(conn, rid, kk[5], levels[0] if levels else None, version, xid)
         if ent is None:
             ent = _load(conn, rid, levels, k, delta_ids, new_ids)
             ent.sets = sets
