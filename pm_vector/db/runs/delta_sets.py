@@ -100,13 +100,6 @@ def wrote(conn, run_id: int, created, version: int, xid: str, *, dead=(), placed
             _records.popitem(last=False)
 
 
-def forget(run_id: int | None = None) -> None:
-    """Drop the records of a run (all with None)."""
-    with _lock:
-        for k in [k for k in _records if run_id is None or k[3] == int(run_id)]:
-            del _records[k]
-
-
 def _status(conn, xids: list[str]) -> dict[str, str | None]:
     """Each transaction's status: 'committed', 'aborted', 'in progress', or None when the database
     cannot tell -- too old, or not one of its transactions at all (a later one than it has seen:
