@@ -205,7 +205,8 @@ class PmVectorTarget:
     # ------------------------------------------------------------------ writes
     def start(self) -> None:
         """The attached path: the service's sync worker started (its background CPUs the service's
-        settings: ``PM_VECTOR_SERVICE_BACKGROUND_CPUS`` and ``PM_VECTOR_SERVICE_MERGE_CPUS``, default ``off``), and warmed by one change (a
+        settings: ``PM_VECTOR_SERVICE_BACKGROUND_CPUS``, ``PM_VECTOR_SERVICE_MERGE_CPUS`` and
+        ``PM_VECTOR_SERVICE_SYNC_NICE``, recorded in the setup), and warmed by one change (a
         vector set to itself, on a key no stream changes) applied before any stream; again after
         :meth:`quiet` stopped it."""
         if self.path != "attached" or self.worker is not None:
@@ -213,7 +214,7 @@ class PmVectorTarget:
 
         svc = ServiceSettings.from_env()
         self.worker = SyncWorker(db.database_url(), self.sync_interval_s, background_cpus=svc.background_cpus,
-                                 merge_cpus=svc.merge_cpus).start()
+                                 merge_cpus=svc.merge_cpus, sync_nice=svc.sync_nice).start()
         warm = self.items  # the last initial key: never a victim (writes_bench draws them below it)
         self._conn.execute(sql.SQL("UPDATE {} SET embedding = embedding WHERE id = %s").format(self.table), [warm])
         t = time.perf_counter()
@@ -223,6 +224,8 @@ class PmVectorTarget:
             time.sleep(0.2)
         self.setup["warm_sync_s"] = round(time.perf_counter() - t, 2)
         self.setup["sync_worker_leads"] = bool(self.worker.leader)
+        self.setup["service"] = {"background_cpus": svc.background_cpus, "merge_cpus": svc.merge_cpus,
+                                 "sync_nice": svc.sync_nice}
 
     def writer(self):
         return db.connect()

@@ -126,8 +126,10 @@ def _sync_worker(settings: ServiceSettings, state: ServiceState):
     if settings.sync_interval_s <= 0 or not url:
         return None
     state.syncer = SyncWorker(url, settings.sync_interval_s, health=getattr(state.pool, "health", None),
-                              background_cpus=settings.background_cpus, merge_cpus=settings.merge_cpus).start()
-    lower_request_priority(settings.request_nice, state.syncer.native_id)
+                              background_cpus=settings.background_cpus, merge_cpus=settings.merge_cpus,
+                              sync_nice=settings.sync_nice).start()
+    # (below the sync process, which runs sync_nice below the worker's thread that makes it)
+    lower_request_priority(settings.request_nice + settings.sync_nice, state.syncer.native_id)
     return state.syncer
 
 

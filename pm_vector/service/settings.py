@@ -20,7 +20,9 @@ refused key is refused from memory, default 5; 0 = off),
 ``PM_VECTOR_SERVICE_SYNC_INTERVAL_S`` (seconds between the worker's passes over attached tables'
 change queues, default 1; 0 = off; one process of a database syncs, on a thread of its own:
 :mod:`pm_vector.service.sync_worker`), ``PM_VECTOR_SERVICE_REQUEST_NICE`` (how many nice levels
-below the sync worker the service's other threads run, 0..19, default 10; Linux),
+below the sync process the service's other threads run, 0..19, default 10; Linux),
+``PM_VECTOR_SERVICE_SYNC_NICE`` (how many nice levels below the service the sync process and its
+session's backend run, 0..19, default 10; Linux),
 ``PM_VECTOR_SERVICE_QUERY_DB_ROLE`` (the PostgreSQL role a query key's resolve runs as, default
 ``pm_vector_query``; empty: none), ``PM_VECTOR_SERVICE_ALLOW_SEEDED_REQUESTS`` (answer requests
 marked ``seeded``, whose noise a seed determines: for tests only; default ``0``, refused with a
@@ -84,10 +86,16 @@ class ServiceSettings:
     #: (then run `pm-vector sync` yourself)
     sync_interval_s: int = 1
     #: how much lower the CPU priority of the service's other threads (the event loop, the
-    #: request pool) is than the sync worker's (a Linux nice value, per thread; 0 = the same), so
+    #: request pool) is than the sync process's (a Linux nice value, per thread, at most 19; 0 = the same), so
     #: that queries do not starve the sync (docs/benchmarks.md, the sync under query load: lag_s
     #: p50 / p99 4.1-4.7 / 8.4-9.4 s with 10, 14.4-21.3 / 25.1-38.3 s with 0, on a busy machine)
     request_nice: int = 10
+    #: how much lower the CPU priority of the sync process and its session's backend (where the
+    #: server runs on this machine) is than the service's (a Linux nice value; 0 = the same): the
+    #: database's own writers take a core first, and the sync, which batches what it finds, catches
+    #: up between their commits (docs/operations.md, "Background cores": on 2 cores, a single-row
+    #: writer's rate beside the sync)
+    sync_nice: int = 10
     #: the CPUs the sync process, the merges it starts and their sessions' backends (where the server
     #: runs on this machine) are confined to, so that the others stay free for writers and queries:
     #: "off" anywhere (the default), "auto" the upper half of the service's CPUs (none on one CPU), or
@@ -141,8 +149,9 @@ class ServiceSettings:
                      "auth_failures_per_minute", "failed_key_ttl_s"):
             if getattr(self, name) < 0:
                 raise InvalidInputError(f"service setting {name} must be >= 0 (0: off), got {getattr(self, name)}.")
-        if not 0 <= self.request_nice <= 19:
-            raise InvalidInputError(f"service setting request_nice must be in 0..19, got {self.request_nice}.")
+        for name in ("request_nice", "sync_nice"):
+            if not 0 <= getattr(self, name) <= 19:
+                raise InvalidInputError(f"service setting {name} must be in 0..19, got {getattr(self, name)}.")
         priority.background_cpus(self.background_cpus)  # (InvalidInputError: what it may be)
         priority.background_cpus(self.merge_cpus, "merge_cpus")
         if self.max_shortlist > MAX_K_PRIME:

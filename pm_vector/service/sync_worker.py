@@ -15,9 +15,11 @@ The leader's passes (:func:`sync_once`: at once when changes are queued -- looke
 :data:`POLL_S` -- and at the latest every ``sync_interval_s``: every attached collection with
 queued changes, then the bulk merge of the collections whose delta is due, in a process of its own at a
 lower priority: :func:`merge_in_background`; nothing while the service's pool knows the database is down) run in a process of
-its own, :class:`SyncProcess`, which shares no GIL with the requests. :func:`lower_request_priority`
-(``request_nice``) lowers the CPU priority of the service's other threads below the worker's, and
-the sync process is made by the worker's thread, at its priority.
+its own, :class:`SyncProcess`, which shares no GIL with the requests. The sync process is made by
+the worker's thread, at its priority, and lowers itself and its session's backend ``sync_nice``
+levels below it (the database's own writers take a core first: docs/operations.md, "Background
+cores"); :func:`lower_request_priority` (``request_nice``) lowers the service's other threads
+that much further.
 """
 
 from __future__ import annotations
@@ -165,15 +167,18 @@ def lower_request_priority(nice: int, keep: int | None) -> int:
     return n
 
 
-def _child(conn, url: str, cpus: frozenset[int] | None = None, merge_cpus: frozenset[int] | None = None) -> None:
+def _child(conn, url: str, cpus: frozenset[int] | None = None, merge_cpus: frozenset[int] | None = None,
+           nice: int = 0) -> None:
     """The sync process's loop (:class:`SyncProcess`): a pass on each request, until told to stop
     or the service process is gone (its end of the pipe closes). The caches a sync keeps
     (the run's items, the cell rows) live here from one pass to the next, and so does its database
     session (a new one per pass cost a server process and ~60 ms; made again when it broke). On
     ``cpus`` (:func:`pm_vector.db.postgres.priority.confine`): this process, the merges it starts
-    and its session's backend."""
+    and its session's backend. ``nice`` levels below the priority it was started at: the same three
+    (:func:`~pm_vector.db.postgres.priority.lower_threads`, :func:`~pm_vector.db.postgres.priority.lower_backend`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the service stops us
     priority.confine(cpus)
+    priority.lower_threads(nice)
     _merge_cpus[0] = merge_cpus
     session = None
     try:
@@ -190,6 +195,7 @@ def _child(conn, url: str, cpus: frozenset[int] | None = None, merge_cpus: froze
                         session.close()
                     session = connect(url, watch_client=True)
                     priority.confine_backend(session, cpus)
+                    priority.lower_backend(session, nice)
                 conn.send(("done", sync_once(url, conn=session)))
             except Exception as exc:  # noqa: BLE001 - said to the service, which logs it; the loop goes on
                 if session is not None and not session.closed and not session.broken:
@@ -208,10 +214,12 @@ class SyncProcess:
     has changes to apply, made again if it ends): no share of the service process's GIL. Measured: a pass of 5 changes at
     20,000 items beside a thread spinning Python took 2.3-5.5 s in the same process, 0.9-2.4 s in a
     process of its own (0.5-1.3 s alone; docs/benchmarks.md, the sync under query load).
-    ``__call__(url, health)`` runs one pass (:func:`sync_once`) there."""
+    ``__call__(url, health)`` runs one pass (:func:`sync_once`) there; ``nice``: how many nice levels
+    below the service the process and its session's backend run (``sync_nice``)."""
 
-    def __init__(self, url: str, cpus: frozenset[int] | None = None, merge_cpus: frozenset[int] | None = None):
-        self.url, self.cpus, self.merge_cpus = url, cpus, merge_cpus
+    def __init__(self, url: str, cpus: frozenset[int] | None = None, merge_cpus: frozenset[int] | None = None,
+                 nice: int = 0):
+        self.url, self.cpus, self.merge_cpus, self.nice = url, cpus, merge_cpus, int(nice)
         self._proc = None
         self._conn = None
         self._shut = False
@@ -224,7 +232,7 @@ class SyncProcess:
         self.close()
         ctx = multiprocessing.get_context("spawn")
         mine, theirs = ctx.Pipe()
-        self._proc = ctx.Process(target=_child, args=(theirs, self.url, self.cpus, self.merge_cpus),
+        self._proc = ctx.Process(target=_child, args=(theirs, self.url, self.cpus, self.merge_cpus, self.nice),
                                  name="pm_vector-sync", daemon=True)
         self._proc.start()
         theirs.close()
@@ -285,19 +293,21 @@ class SyncWorker:
     pass starts as soon as changes are queued but no sooner than ``min_gap_s`` after the one before
     began, at the latest ``interval_s`` after it); ``background_cpus``: the CPUs its sync process and
     the merges it starts run on (:func:`pm_vector.db.postgres.priority.background_cpus`: "off"
-    anywhere, "auto", or a list). :attr:`leader` says whether this one syncs; :attr:`passes` counts
-    its passes."""
+    anywhere, "auto", or a list); ``sync_nice``: how many nice levels below this process its sync
+    process and that process's session's backend run (0: the same). :attr:`leader` says whether
+    this one syncs; :attr:`passes` counts its passes."""
 
     def __init__(self, url: str, interval_s: float, *, health=None, retry_s: float = 5.0,
                  pass_fn: Callable[[str, Any], dict] | None = None, lock_key: int = SYNC_LOCK_KEY,
                  poll_s: float = POLL_S, min_gap_s: float = MIN_GAP_S, background_cpus: str = "off",
-                 merge_cpus: str = "off"):
+                 merge_cpus: str = "off", sync_nice: int = 0):
         self.url, self.interval_s, self.health, self.retry_s = url, float(interval_s), health, float(retry_s)
         self.poll_s = max(0.005, min(float(poll_s), self.interval_s))
         self.min_gap_s = max(0.0, min(float(min_gap_s), self.interval_s))
         self.lock_key = int(lock_key)
         self._pass = pass_fn if pass_fn is not None else SyncProcess(url, priority.background_cpus(background_cpus),
-                                                                       priority.background_cpus(merge_cpus, "merge_cpus"))
+                                                                       priority.background_cpus(merge_cpus, "merge_cpus"),
+                                                                       sync_nice)
         self._stop = threading.Event()
         self._lock_conn = None
         self.leader = False

@@ -138,3 +138,42 @@ def test_a_merge_process_runs_on_the_cpus_its_starter_gives_it(db):
         del os.environ["PM_VECTOR_SERVICE_MERGE_CPUS"]
     with pytest.raises(InvalidInputError, match="merge_cpus"):
         ServiceSettings(merge_cpus=str(cpu + 1))
+
+
+def test_a_sync_process_and_its_backend_run_sync_nice_levels_below(db):
+    """``sync_nice``: every thread of the sync process and its session's backend on the embedded server
+    (local, the same user) run that many nice levels below where they started (at most 19); with 0
+    as they started. The setting reads its variable and keeps to 0..19."""
+    from pm_vector.service.settings import ServiceSettings
+    from pm_vector.service.sync_worker import SyncProcess
+
+    url = db.database_url()
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+
+    def backends():
+        with db.connect() as c:
+            return {r[0] for r in c.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                                            "AND pid <> pg_backend_pid()").fetchall()}
+
+    with db.connect() as c:  # (a backend's priority as the server starts it)
+        start = os.getpriority(os.PRIO_PROCESS, c.info.backend_pid)
+    for nice in (7, 0):
+        before = backends()
+        proc = SyncProcess(url, nice=nice)
+        try:
+            proc(url)
+            tids = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task")]
+            assert tids and all(os.getpriority(os.PRIO_PROCESS, t) == min(19, mine + nice) for t in tids)
+            new = backends() - before  # (the sync process's session, kept from pass to pass)
+            assert new and all(os.getpriority(os.PRIO_PROCESS, b) == min(19, start + nice) for b in new)
+        finally:
+            proc.close()
+    assert ServiceSettings().sync_nice == 10
+    os.environ["PM_VECTOR_SERVICE_SYNC_NICE"] = "3"
+    try:
+        assert ServiceSettings.from_env().sync_nice == 3
+    finally:
+        del os.environ["PM_VECTOR_SERVICE_SYNC_NICE"]
+    for bad in (-1, 20):
+        with pytest.raises(InvalidInputError, match="sync_nice"):
+            ServiceSettings(sync_nice=bad)

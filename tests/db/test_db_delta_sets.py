@@ -42,7 +42,16 @@ def _check(conn, sets, rid, level):
     truth = ([r[0] for r in conn.execute("SELECT item_id FROM pm_vector.delta_tombstones WHERE run_id = %s "
                                          "ORDER BY 1", [rid]).fetchall()], delta_sets.placed(conn, rid, level).tolist())
     assert (dead.tolist(), placed.tolist()) == truth
+    # what an entry drops by (run_nearest.get): every id tombstoned is in some call's fresh ids since the
+    # last call that read the sets whole (fresh None)
+    fresh = sets.fresh
+    dropped = _DROPPED[id(sets)] = (set(dead.tolist()) if fresh is None
+                                    else _DROPPED.get(id(sets), set()) | set(fresh.tolist()))
+    assert set(dead.tolist()) <= dropped
     return truth
+
+
+_DROPPED: dict = {}
 
 
 def _foreign_write(url, rid, item):

@@ -16,6 +16,10 @@ commits fell from about 1,980 a second alone to about 250 during the merge's ind
 - it takes no parallel maintenance workers (``max_parallel_maintenance_workers`` 0 for the
   session), which would run at normal priority.
 
+The sync process is lowered less, by a nice value (:func:`lower_threads` and :func:`lower_backend`,
+the service's ``sync_nice``): it must keep up with the stream, so it keeps a share of a busy core,
+but a writer's commit waking up takes the core first.
+
 Without :func:`set_background`, :func:`lower` does nothing: ``pm-vector embed`` and ``pm-vector
 merge`` run at the user's priority. A lowered session must not hold a lock others wait for: a task
 at ``SCHED_IDLE`` waits behind every busy one, so the job's switch (the collection row held) runs on
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import sys
 
 from threadpoolctl import threadpool_limits
 
@@ -114,6 +119,40 @@ def confine_backend(conn, cpus: frozenset[int] | None) -> bool:
     try:
         os.sched_setaffinity(pid, cpus)
     except OSError:  # another user's server, without CAP_SYS_NICE
+        return False
+    return True
+
+
+def lower_threads(nice: int) -> int:
+    """Every thread of this process ``nice`` levels below its priority now (Linux: a nice value per
+    thread, at most 19; threads started later inherit their starter's, and so do the processes it
+    starts). Returns how many threads were lowered (0 with ``nice`` 0, or where the platform has no
+    per-thread nice value)."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return 0
+    n = 0
+    for tid in map(int, os.listdir("/proc/self/task")):
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + int(nice)))
+            n += 1
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return n
+
+
+def lower_backend(conn, nice: int) -> bool:
+    """The session's backend ``nice`` levels below its priority now (at most 19), where the server runs
+    on this machine and this process may (module doc: the server's user; raising a nice value needs
+    no privilege). Returns whether it is. A lowered backend still gets its share of a busy core, so
+    the locks it holds are not held for long: not :func:`lower`'s ``SCHED_IDLE``."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return False
+    pid = _local_backend(conn)
+    if pid is None:
+        return False
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, pid) + int(nice)))
+    except OSError:  # another user's server
         return False
     return True
 

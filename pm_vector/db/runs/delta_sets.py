@@ -147,6 +147,9 @@ class DeltaSets:
         self.xid: str | None = None
         self.dead = np.zeros(0, np.int64)
         self.delta = np.zeros(0, np.int64)
+        #: the ids the last :meth:`current` tombstoned past the held state (ascending; every id of its
+        #: ``dead`` not in the held state's), or None when it read the sets whole
+        self.fresh: np.ndarray | None = None
 
     def current(self, conn, run_id: int, created, level: int | None, version: int,
                 xid: str | None) -> tuple[np.ndarray, np.ndarray]:
@@ -166,6 +169,7 @@ class DeltaSets:
             else:
                 self.xid = None
         dead, delta, at = self.dead, self.delta, self.version
+        fresh = []
         used = []
         for r in recs if ok else ():
             mine = r.xid == xid
@@ -181,6 +185,7 @@ class DeltaSets:
             if r.version != at + 1:
                 break
             dead, delta = _apply(dead, delta, r)
+            fresh.append(r.dead)
             at = r.version
             if not mine:
                 self.dead, self.delta, self.version = dead, delta, at
@@ -189,7 +194,11 @@ class DeltaSets:
             dead, delta = tombstoned(conn, run_id), placed(conn, run_id, level)
             self.dead, self.delta, self.version, self.xid = dead, delta, int(version), xid
             used = [r for r in recs if r.xid != xid and status.get(r.xid) in ("committed", "aborted")]
+            self.fresh = None
+        else:
+            self.fresh = _ids(np.concatenate(fresh)) if fresh else np.zeros(0, np.int64)
+        gone = {id(r) for r in used}
         with _lock:
-            if used and k in _records:
-                _records[k] = [r for r in _records[k] if not any(r is u for u in used)]
+            if gone and k in _records:
+                _records[k] = [r for r in _records[k] if id(r) not in gone]
         return dead, delta

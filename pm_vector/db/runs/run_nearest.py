@@ -297,7 +297,8 @@ def get(conn, run_id: int, levels, new_ids=(), new_cells=None) -> tuple[RunNeare
         held = _mask_of(ent.ids, delta_ids)
         sure = np.zeros(delta_ids.size, bool)
         sure[held] = ent.sure[ent.positions(delta_ids[held])]
-        todo = delta_ids[~sure & ~np.isin(delta_ids, new_ids) & ~np.isin(delta_ids, dead)]
+        todo = delta_ids[~sure]  # (few: the items other transactions placed since the last pass)
+        todo = todo[~_mask_of(dead, todo) & ~_mask_of(np.unique(new_ids), todo)]
         if todo.size:
             got = read_embeddings(conn, rid, k, todo)
             cells = np.full((len(levels), got["item_id"].size), -1, np.int64)
@@ -313,7 +314,8 @@ def get(conn, run_id: int, levels, new_ids=(), new_cells=None) -> tuple[RunNeare
             at = {int(i): j for j, i in enumerate(new_ids.tolist())}
             nc = None if new_cells is None else np.asarray(new_cells)[:, [at[int(i)] for i in placed["item_id"]]]
             ent.put(placed["item_id"], placed["embedding"], nc, sure=False)
-        ent.drop(_mask(ent.ids, dead))
+        # (the ids tombstoned since the sets' held state, or all: every other was dropped before)
+        ent.drop(_mask(ent.ids, dead if sets.fresh is None else sets.fresh))
         live = ent.base | _mask(ent.ids, delta_ids)
         counted = int(live.sum())
         if ent.offset is None:
