@@ -128,8 +128,10 @@ def _sync_worker(settings: ServiceSettings, state: ServiceState):
     state.syncer = SyncWorker(url, settings.sync_interval_s, health=getattr(state.pool, "health", None),
                               background_cpus=settings.background_cpus, merge_cpus=settings.merge_cpus,
                               sync_nice=settings.sync_nice).start()
-    # (below the sync process, which runs sync_nice below the worker's thread that makes it)
-    lower_request_priority(settings.request_nice + settings.sync_nice, state.syncer.native_id)
+    # (below the sync process, which runs sync_nice below the worker's thread that makes it; request_nice 0:
+    # nothing lowered, as for a service in a thread of its host's process: pm_vector.service.runner)
+    lower_request_priority(settings.request_nice + settings.sync_nice if settings.request_nice else 0,
+                           state.syncer.native_id)
     return state.syncer
 
 
