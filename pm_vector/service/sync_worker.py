@@ -175,10 +175,10 @@ def _child(conn, url: str, cpus: frozenset[int] | None = None, merge_cpus: froze
     session (a new one per pass cost a server process and ~60 ms; made again when it broke). On
     ``cpus`` (:func:`pm_vector.db.postgres.priority.confine`): this process, the merges it starts
     and its session's backend. ``nice`` levels below the priority it was started at: the same three
-    (:func:`~pm_vector.db.postgres.priority.lower_threads`, :func:`~pm_vector.db.postgres.priority.lower_backend`)."""
+    (:func:`lower_request_priority`, :func:`~pm_vector.db.postgres.priority.lower_backend`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the service stops us
     priority.confine(cpus)
-    priority.lower_threads(nice)
+    lower_request_priority(nice, None)  # (every thread of this process, as the merge process's)
     _merge_cpus[0] = merge_cpus
     session = None
     try:

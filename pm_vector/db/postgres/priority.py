@@ -16,7 +16,7 @@ commits fell from about 1,980 a second alone to about 250 during the merge's ind
 - it takes no parallel maintenance workers (``max_parallel_maintenance_workers`` 0 for the
   session), which would run at normal priority.
 
-The sync process is lowered less, by a nice value (:func:`lower_threads` and :func:`lower_backend`,
+The sync process is lowered less, by a nice value (its threads as the merge's, and :func:`lower_backend`,
 the service's ``sync_nice``): it must keep up with the stream, so it keeps a share of a busy core,
 but a writer's commit waking up takes the core first.
 
@@ -121,23 +121,6 @@ def confine_backend(conn, cpus: frozenset[int] | None) -> bool:
     except OSError:  # another user's server, without CAP_SYS_NICE
         return False
     return True
-
-
-def lower_threads(nice: int) -> int:
-    """Every thread of this process ``nice`` levels below its priority now (Linux: a nice value per
-    thread, at most 19; threads started later inherit their starter's, and so do the processes it
-    starts). Returns how many threads were lowered (0 with ``nice`` 0, or where the platform has no
-    per-thread nice value)."""
-    if nice <= 0 or not sys.platform.startswith("linux"):
-        return 0
-    n = 0
-    for tid in map(int, os.listdir("/proc/self/task")):
-        try:
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + int(nice)))
-            n += 1
-        except OSError:  # a thread that ended meanwhile
-            pass
-    return n
 
 
 def lower_backend(conn, nice: int) -> bool:
