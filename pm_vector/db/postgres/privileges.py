@@ -127,7 +127,8 @@ RELATIONS: frozenset[str] = frozenset({
 FUNCTIONS: frozenset[str] = frozenset({
     # the attached tables' capture (sql/0020_capture.sql): the trigger and event-trigger functions fire,
     # nobody calls them; the rest are the owner's (attach, sync, resync)
-    "pm_vector.pm_attach_capture", "pm_vector.pm_attach_check", "pm_vector.pm_attach_columns",
+    "pm_vector.pm_attach_capture", "pm_vector.pm_attach_capture_make", "pm_vector.pm_attach_check",
+    "pm_vector.pm_attach_columns",
     "pm_vector.pm_attach_ddl", "pm_vector.pm_attach_drop_triggers", "pm_vector.pm_attach_dropped",
     "pm_vector.pm_attach_key", "pm_vector.pm_attach_key_types", "pm_vector.pm_attach_mark_broken",
     "pm_vector.pm_attach_readable", "pm_vector.pm_attach_resync", "pm_vector.pm_attach_rewrite",
@@ -145,6 +146,10 @@ FUNCTIONS: frozenset[str] = frozenset({
     "pm_vector.pm_shard_reset", "pm_vector.pm_shortlist_explain", "pm_vector.pm_shortlist_shard_explain",
     "pm_vector.pm_shortlist_sql_v1", "pm_vector.pm_unregister_shard", "pm_vector_service.pm_keys_changed",
 }) | QUERY_FUNCTIONS
+
+#: an attached collection's own capture function, ``pm_attach_capture_<collection id>``
+#: (``pm_attach_capture_make``, ``sql/0032_capture_static.sql``): a trigger function, the owner's only
+ATTACH_CAPTURE = re.compile(r"^pm_attach_capture_[0-9]+$")
 
 #: a run's table (and a partition, or a shard's foreign table, of it): ``run_<id>_<kind>[_<k>|_at_<shard>]``,
 #: a kind of the shape :data:`pm_vector.db.run_tables.KIND` (the kinds: the registry of
@@ -241,6 +246,8 @@ def _on_shards_as_owner(conn, shards: list[str], statement: str, args: list) -> 
 def expected_function_rights(schema: str, name: str) -> tuple[str, ...] | None:
     """The query role's rights on a function as the matrix says; None when it is not in the matrix."""
     q = f"{schema}.{name}"
+    if schema == "pm_vector" and ATTACH_CAPTURE.match(name):
+        return ()
     if q not in FUNCTIONS:
         return None
     return ("EXECUTE",) if q in QUERY_FUNCTIONS else ()
