@@ -61,11 +61,12 @@ def _own(conn, cid):
                                                 (False, "Key Col", "pm_k", "x"),
                                                 (True, "k\"q", "v e", "pm_l")])
 def test_the_own_function_queues_what_pm_attach_capture_queues(db, conn, label, key, vec, lab):
-    cids = []
+    cids, names = [], []
     for own in (True, False):
         t = _table(conn, label, key, vec, lab)
+        names.append("cs_" + uuid.uuid4().hex[:8])
         try:
-            cid = db.attach_table("cs_" + uuid.uuid4().hex[:8], table=f"public.{t}", id_column=key,
+            cid = db.attach_table(names[-1], table=f"public.{t}", id_column=key,
                                   vector_column=vec, label_column=lab if label else None)["collection_id"]
             cids.append(cid)
             assert _own(conn, cid) == [(f"pm_attach_capture_{cid}",)]
@@ -84,14 +85,16 @@ def test_the_own_function_queues_what_pm_attach_capture_queues(db, conn, label, 
         finally:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS public.{}").format(sql.Identifier(t)))
     mine, theirs = _queue(conn, cids[0]), _queue(conn, cids[1])
+    for name in names:  # (their queues with them: no other test's sync meets them)
+        db.drop_collection(name, missing_ok=True)
     assert len(mine) >= 15 and mine == theirs
     assert {op for op, _, _ in mine} == {"I", "U", "P", "D"}
 
 
 def test_the_own_function_is_as_narrow_as_pm_attach_capture(db, conn, admin):
-    t = _table(conn, True)
+    t, name = _table(conn, True), "cs_" + uuid.uuid4().hex[:8]
     try:
-        cid = db.attach_table("cs_" + uuid.uuid4().hex[:8], table=f"public.{t}", id_column="id",
+        cid = db.attach_table(name, table=f"public.{t}", id_column="id",
                               vector_column="embedding", label_column="category")["collection_id"]
         q = ("SELECT p.prosecdef, p.proconfig, pg_get_userbyid(p.proowner), "
              "has_function_privilege('public', p.oid, 'EXECUTE') FROM pg_proc p WHERE p.oid = %s::regprocedure")
@@ -124,6 +127,7 @@ def test_the_own_function_is_as_narrow_as_pm_attach_capture(db, conn, admin):
         assert conn.execute("SELECT to_regprocedure(%s)", [f"pm_vector.pm_attach_capture_{cid}()"]).fetchone()[0] is None
     finally:
         conn.execute(sql.SQL("DROP TABLE IF EXISTS public.{}").format(sql.Identifier(t)))
+        db.drop_collection(name, missing_ok=True)
 
 
 @pytest.fixture
