@@ -222,3 +222,72 @@ def test_the_wide_document_round_trips_and_the_first_format_still_reads(wide, co
     v1["format"] = "pm_vector.product-codes/1"
     old = ProductCodes.from_dict(v1)
     assert old.digest() == codes.digest() and old.widths_ == old.stage_bytes_ == (8, 16)
+
+
+# ----------------------------------------------------------------------------- one-dimension sub-spaces
+
+def _faiss_codes(cen, R):
+    import faiss
+
+    m, _, ds = cen.shape
+    pq = faiss.ProductQuantizer(m * ds, m, 8)
+    faiss.copy_array_to_vector(np.ascontiguousarray(cen, dtype=np.float32).ravel(), pq.centroids)
+    return pq.compute_codes(np.ascontiguousarray(R, dtype=np.float32))
+
+
+def _one_dim_case(rng, m, n, grid):
+    """Centroids and values of one-dimension sub-spaces; ``grid`` > 0 draws them from a few grid
+    points (duplicate centroids, values on centroids and on midpoints: every kind of tie)."""
+    if grid:
+        pts = np.arange(-grid, grid + 1, dtype=np.float64) / grid
+        cen = rng.choice(pts, size=(m, 256, 1))
+        R = rng.choice(np.concatenate([pts, (pts[1:] + pts[:-1]) / 2, [-3.0, 3.0]]), size=(n, m))
+    else:
+        cen = np.sort(rng.normal(size=(m, 256, 1)), axis=1)[:, rng.permutation(256)]
+        R = rng.normal(size=(n, m)) * rng.choice([0.01, 1.0, 5.0], size=(n, 1))
+    return cen.astype(np.float32).astype(np.float64), R
+
+
+@pytest.mark.parametrize("grid", [0, 1, 3, 40])
+def test_one_dimension_codes_equal_faiss_ties_included(grid):
+    from pm_vector.manifold.codes import _StageCoder
+
+    rng = np.random.default_rng(grid)
+    cen, R = _one_dim_case(rng, 16, 4000, grid)
+    coder = _StageCoder(cen)
+    assert coder.one_dim
+    assert np.array_equal(coder.codes(R), _faiss_codes(cen, R))
+
+
+def test_one_dimension_codes_equal_faiss_on_float32_neighbours():
+    """Values one float32 step either side of every midpoint between neighbouring centroids (where
+    float32 rounding decides), and the centroids themselves."""
+    from pm_vector.manifold.codes import _StageCoder
+
+    rng = np.random.default_rng(7)
+    cen, _ = _one_dim_case(rng, 4, 1, 0)
+    s = np.sort(cen[:, :, 0].astype(np.float32), axis=1)
+    mid = ((s[:, 1:] + s[:, :-1]) / 2).astype(np.float32)
+    cols = [np.concatenate([np.nextafter(mid[j], -np.inf), mid[j], np.nextafter(mid[j], np.inf), s[j]])
+            for j in range(4)]
+    R = np.stack(cols, axis=1).astype(np.float64)
+    assert np.array_equal(_StageCoder(cen).codes(R), _faiss_codes(cen, R))
+
+
+def test_one_dimension_codes_equal_faiss_property():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from pm_vector.manifold.codes import _StageCoder
+
+    f32 = st.floats(-4, 4, width=32, allow_subnormal=False)
+
+    @settings(max_examples=200, deadline=None, derandomize=True)
+    @given(st.lists(f32, min_size=1, max_size=8), st.lists(f32, min_size=1, max_size=30), st.integers(0, 2**32 - 1))
+    def check(vals, xs, seed):
+        rng = np.random.default_rng(seed)
+        cen = rng.choice(np.asarray(vals, dtype=np.float64), size=(2, 256, 1))
+        R = rng.choice(np.asarray(xs + vals, dtype=np.float64), size=(len(xs), 2))
+        assert np.array_equal(_StageCoder(cen).codes(R), _faiss_codes(cen, R))
+
+    check()

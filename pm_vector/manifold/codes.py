@@ -114,7 +114,7 @@ class ProductCodes:
         for _ in range(s):
             cen = _train(R, m)
             self.centroids_.append(cen)
-            R = R - self._decode_stage(cen, self._encode_stage(self._quantizer(cen), R)).astype(np.float32)
+            R = R - self._decode_stage(cen, _StageCoder(cen).codes(R)).astype(np.float32)
         self.stage_bytes_ = tuple(m * (j + 1) for j in range(s))
         self._wide_rotations = [_deal(vt, w) for w in widths]
         self.wide_ = [_train(self._rotate(X, rot).astype(np.float32), w) for w, rot in zip(widths, self._wide_rotations)]
@@ -147,22 +147,6 @@ class ProductCodes:
         return (np.asarray(X, dtype=np.float64) - self.mean_) @ rot.T
 
     @staticmethod
-    def _quantizer(cen: np.ndarray):
-        """A faiss ``ProductQuantizer`` holding one stage's centroids ``(M, 256, d'/M)``."""
-        import faiss
-
-        m, _, ds = cen.shape
-        pq = faiss.ProductQuantizer(m * ds, m, 8)
-        faiss.copy_array_to_vector(np.ascontiguousarray(cen, dtype=np.float32).ravel(), pq.centroids)
-        return pq
-
-    @staticmethod
-    def _encode_stage(pq, R: np.ndarray) -> np.ndarray:
-        """``(n, M)`` uint8: each sub-vector's nearest centroid of the stage quantizer ``pq``, by
-        faiss's ``compute_codes`` (float32 distances; an exact tie goes to the lower index)."""
-        return pq.compute_codes(np.ascontiguousarray(R, dtype=np.float32))
-
-    @staticmethod
     def _decode_stage(cen: np.ndarray, codes: np.ndarray) -> np.ndarray:
         m = cen.shape[0]
         return np.concatenate([cen[j][codes[:, j]] for j in range(m)], axis=1)
@@ -174,18 +158,18 @@ class ProductCodes:
         if X.shape[1] != self.mean_.shape[0]:
             raise InvalidInputError(f"features have {X.shape[1]} columns; the codes have {self.mean_.shape[0]}.")
         out = np.empty((X.shape[0], self.total_bytes_), dtype=np.uint8)
-        quantizers = [self._quantizer(cen) for cen in self.centroids_]  # once, not per batch
-        wide = [self._quantizer(cen) for cen in self.wide_]
+        quantizers = [_StageCoder(cen) for cen in self.centroids_]  # once, not per batch
+        wide = [_StageCoder(cen) for cen in self.wide_]
         for a in range(0, X.shape[0], batch):
             R = self._rotate(X[a:a + batch])
             col = 0
             for cen, pq in zip(self.centroids_, quantizers):
-                c = self._encode_stage(pq, R)
+                c = pq.codes(R)
                 out[a:a + batch, col:col + cen.shape[0]] = c
                 R = R - self._decode_stage(cen, c)
                 col += cen.shape[0]
             for cen, pq, rot in zip(self.wide_, wide, self._wide_rotations):
-                out[a:a + batch, col:col + cen.shape[0]] = self._encode_stage(pq, self._rotate(X[a:a + batch], rot))
+                out[a:a + batch, col:col + cen.shape[0]] = pq.codes(self._rotate(X[a:a + batch], rot))
                 col += cen.shape[0]
         return out
 
@@ -280,6 +264,65 @@ class ProductCodes:
         for a in [self.mean_, self.rotation_, *self.centroids_, *self.wide_]:
             h.update(np.ascontiguousarray(a, dtype="<f4").tobytes())
         return h.hexdigest()
+
+
+class _StageCoder:
+    """One stage's coder: each sub-vector's nearest centroid, as faiss's ``ProductQuantizer.compute_codes``
+    gives it (float32 squared distances; of equal ones, the lowest centroid index).
+
+    faiss compares a sub-vector with all 256 centroids. A stage of one-dimension sub-spaces (a wide
+    table as wide as the features: 128 bytes of 128 dimensions) is coded here by a binary search of
+    each sub-space's sorted centroids instead: the nearest centroid is one of the two around the value,
+    and a float32 distance grows (never shrinks) away from them, so when the smallest of the four
+    float32 distances around the value is reached once, it is faiss's code. A row with any tie among
+    them goes to faiss (``tests/test_codes.py`` checks the codes equal faiss's, ties and duplicate
+    centroids included)."""
+
+    def __init__(self, cen: np.ndarray):
+        import faiss
+
+        m, _, ds = cen.shape
+        self.pq = faiss.ProductQuantizer(m * ds, m, 8)
+        faiss.copy_array_to_vector(np.ascontiguousarray(cen, dtype=np.float32).ravel(), self.pq.centroids)
+        self.one_dim = ds == 1
+        if self.one_dim:
+            v = cen[:, :, 0].astype(np.float32)
+            self._order = np.argsort(v, axis=1, kind="stable").astype(np.uint8)
+            srt = np.take_along_axis(v, self._order.astype(np.intp), 1)
+            self._keys = (_ordinal(srt) + _column_offsets(m)[:, None]).ravel()  # every column's keys, ascending
+            inf = np.full((m, 2), np.inf, dtype=np.float32)
+            self._padded = np.concatenate([-inf, srt, inf], axis=1).ravel()  # (m * 260): two sentinels a side
+
+    def codes(self, R) -> np.ndarray:
+        """``(n, M)`` uint8 codes of the rows of ``R`` ``(n, d')``."""
+        x = np.ascontiguousarray(R, dtype=np.float32)
+        if not self.one_dim or x.shape[0] == 0:
+            return self.pq.compute_codes(x)
+        m = x.shape[1]
+        cols = np.arange(m)
+        # p[i, j]: the sorted centroids p - 1 and p of column j are around x[i, j] (searched a column at a time)
+        p = np.searchsorted(self._keys, (_ordinal(x) + _column_offsets(m)).T).T - cols * 256
+        at = p + cols * 260  # the padded position of the sorted centroid p - 2
+        d0, d1, d2, d3 = ((x - self._padded[at + k]) ** 2 for k in range(4))  # float32, as faiss
+        right = d2 < d1  # the nearest: p - 1 or p (d0 >= d1 and d3 >= d2: farther on the same side)
+        low = np.where(right, d2, d1)
+        tied = ((d1 == d2) | (d0 == low) | (d3 == low)).any(1)
+        out = self._order[cols, np.clip(p - 1 + right, 0, 255)]
+        if tied.any():
+            out[tied] = self.pq.compute_codes(np.ascontiguousarray(x[tied]))
+        return out
+
+
+def _ordinal(v: np.ndarray) -> np.ndarray:
+    """int64 keys in the order of the float32 values ``v`` (no NaN; -0 just below +0, which is harmless
+    here: both are as far from any value)."""
+    b = v.view(np.int32).astype(np.int64)
+    return np.where(b < 0, b ^ 0x7FFFFFFF, b)
+
+
+def _column_offsets(m: int) -> np.ndarray:
+    """Keys of column ``j`` shifted by ``j * 2**33``: every column's keys above the one before's."""
+    return np.arange(m, dtype=np.int64) << 33
 
 
 def _order(dp: int, m: int) -> list[int]:
