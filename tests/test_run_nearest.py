@@ -46,3 +46,19 @@ def test_a_run_smaller_than_g_gives_every_other_row():
     ids = np.arange(10, 15, dtype=np.int64)
     got = run_nearest.nearest(E, ids, E[:2], ids[:2], 32, "l2")
     assert [ids[g].tolist() for g in got] == [[11, 12, 13, 14], [10, 12, 13, 14]]
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+@pytest.mark.parametrize("offset", [3.0, 10.0, 30.0, 300.0])
+def test_the_exact_g_nearest_far_from_the_origin(metric, offset):
+    """Rows far from the origin and close together: the pre-selection's matrix product
+    (``|q|^2 + |x|^2 - 2 q.x`` in float32) loses most of their distances' digits, and the answer is
+    still the exact one (the cut decided within the float32 error bound, else over every row)."""
+    rng = np.random.default_rng(5)
+    E = (offset + rng.normal(size=(4000, 16)) * 1e-2).astype(np.float32)
+    ids = np.arange(4000, dtype=np.int64) * 3 + 1
+    Q = np.concatenate([E[:30], (offset + rng.normal(size=(30, 16)) * 1e-2).astype(np.float32)])
+    qids = np.concatenate([ids[:30], -np.arange(1, 31)])
+    got = run_nearest.nearest(E, ids, Q, qids, 32, metric)
+    for i in range(Q.shape[0]):
+        assert [int(j) for j in ids[got[i]]] == _brute(E, ids, Q[i], qids[i], 32, metric), (metric, i)
