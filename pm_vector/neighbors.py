@@ -17,8 +17,6 @@ the lists hold a target share of the exact neighbours); ``"exact"``, ``"ivf"`` a
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from .errors import InvalidInputError
@@ -47,6 +45,14 @@ IVF_TARGET_RECALL = 0.97
 IVF_SAMPLE = 500
 
 
+def _faiss():
+    """faiss (k-means, flat and HNSW search, BLAS products; see pyproject.toml), imported where a
+    search first needs it."""
+    import faiss
+
+    return faiss
+
+
 def knn_rows(X, q: np.ndarray, k: int, exact: bool) -> np.ndarray:
     """The ``k`` nearest rows of ``X`` to its rows ``q`` (positions; a row is among its own nearest),
     nearest first, searched as an embedding job built its graph: ``exact`` -- the job's exact graph
@@ -60,40 +66,72 @@ def knn_rows(X, q: np.ndarray, k: int, exact: bool) -> np.ndarray:
     return flat_knn(X32[q], X32, k)[1]
 
 
-#: held while :func:`flat_knn` has faiss's process-wide switch to its matrix-product search turned
-#: (``blas=True``); the other faiss searches of this module may meet it turned meanwhile: they only
-#: get their float32 distances by the other formula (they decide nothing exactly)
-_BLAS_LOCK = threading.Lock()
-
-
-def flat_knn(queries: np.ndarray, items: np.ndarray, k: int, inner_product: bool = False,
-             blas: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def flat_knn(queries: np.ndarray, items: np.ndarray, k: int,
+             inner_product: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """faiss's exact flat search in float32: ``(D, I)`` (``(q, k)``; squared L2 ascending, or with
     ``inner_product`` the inner product descending; ``I`` int64, -1 past the items), ties in faiss's
-    order. The float32 pre-selection of the callers that decide exactly (or need not).
-
-    ``blas``: by a matrix product (BLAS ``sgemm``) whatever the number of queries. faiss takes it only
-    from ``distance_compute_blas_threshold`` queries (128,000 in faiss 1.15) and compares every pair
-    with SIMD loops below: 446 ms of CPU for 360 queries of 16 dimensions against 300,000 items,
-    against 136 ms by the product (one thread; a diagnosis). The product's distances
-    (``|q|^2 + |x|^2 - 2 q.x``) round differently: for a caller that re-ranks exactly within a bound of
-    the float32 error (:func:`pm_vector.db.runs.run_nearest.nearest`)."""
-    import faiss
+    order. The float32 pre-selection of the callers that decide exactly (or need not). Below
+    ``faiss.cvar.distance_compute_blas_threshold`` queries (128,000 in faiss 1.15) faiss compares
+    every pair with SIMD loops: :func:`product_knn` is the matrix-product search for fewer queries."""
+    faiss = _faiss()
 
     Q = np.ascontiguousarray(queries, dtype=np.float32)
     X = np.ascontiguousarray(items, dtype=np.float32)
     metric = faiss.METRIC_INNER_PRODUCT if inner_product else faiss.METRIC_L2
-    if not blas:
-        D, I = faiss.knn(Q, X, int(k), metric=metric)
-        return D, I.astype(np.int64)
-    with _BLAS_LOCK:
-        before = faiss.cvar.distance_compute_blas_threshold
-        faiss.cvar.distance_compute_blas_threshold = 0
-        try:
-            D, I = faiss.knn(Q, X, int(k), metric=metric)
-        finally:
-            faiss.cvar.distance_compute_blas_threshold = before
+    D, I = faiss.knn(Q, X, int(k), metric=metric)
     return D, I.astype(np.int64)
+
+
+#: items a block of :func:`product_knn` (its distances: queries x 8,192 float32)
+PRODUCT_BLOCK = 8192
+
+
+def product_knn(queries: np.ndarray, items: np.ndarray, k: int,
+                inner_product: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The exact flat search in float32 by a matrix product, for any number of queries: ``(D, I)`` as
+    :func:`flat_knn` (equal ``D`` in no promised order). Per block of :data:`PRODUCT_BLOCK` items,
+    ``faiss.pairwise_L2sqr`` (one BLAS ``sgemm``: ``|q|^2 + |x|^2 - 2 q.x``) and faiss's heaps keep the
+    ``k`` best: faiss's own product search, which its ``knn`` takes only from 128,000 queries, without
+    turning its process-wide threshold. For 360 queries of 16 dimensions against 300,000 items, about a
+    third of the SIMD loops' CPU (a diagnosis; ``docs/benchmarks.md``).
+
+    ``inner_product``: the squared L2 search of the rows lifted by one dimension, ``q' = (q, 0)`` and
+    ``x' = (x, sqrt(M^2 - |x|^2))`` with ``M`` the largest ``|x|``: ``|q' - x'|^2 = |q|^2 + M^2 - 2 q.x``
+    orders as the inner product, and ``D = (|q|^2 + M^2 - |q' - x'|^2) / 2``. Its float32 error is of the
+    order of ``(d + 1) 2^-24 (|q| + M)^2``, not faiss's ``d 2^-24 |q| M``: for a caller that re-ranks
+    exactly within a bound of it (:func:`pm_vector.db.runs.run_nearest.nearest`)."""
+    faiss = _faiss()
+
+    Q = np.ascontiguousarray(queries, dtype=np.float32)
+    X = np.ascontiguousarray(items, dtype=np.float32)
+    nq, n, k = Q.shape[0], X.shape[0], int(k)
+    D = np.empty((nq, k), np.float32)
+    I = np.empty((nq, k), np.int64)
+    heaps = faiss.float_maxheap_array_t()
+    heaps.nh, heaps.k = nq, k
+    heaps.val, heaps.ids = faiss.swig_ptr(D), faiss.swig_ptr(I)
+    heaps.heapify()
+    if inner_product:
+        xx = np.einsum("ij,ij->i", X, X)
+        top = np.float32(xx.max(initial=0.0))
+        qq = np.einsum("ij,ij->i", Q, Q)
+        Q = np.ascontiguousarray(np.hstack([Q, np.zeros((nq, 1), np.float32)]))
+    d = Q.shape[1]
+    lifted = np.empty((min(n, PRODUCT_BLOCK), d), np.float32) if inner_product else None
+    buf = np.empty(nq * min(max(n, 1), PRODUCT_BLOCK), np.float32)
+    for j0 in range(0, n, PRODUCT_BLOCK):
+        nb = min(PRODUCT_BLOCK, n - j0)
+        block = X[j0:j0 + nb]
+        if inner_product:
+            lifted[:nb, :-1] = block
+            lifted[:nb, -1] = np.sqrt(np.maximum(top - xx[j0:j0 + nb], 0))
+            block = lifted[:nb]
+        faiss.pairwise_L2sqr(d, nq, faiss.swig_ptr(Q), nb, faiss.swig_ptr(block), faiss.swig_ptr(buf), d, d, nb)
+        heaps.addn(nb, faiss.swig_ptr(buf), j0, 0, nq)
+    heaps.reorder()
+    if inner_product:
+        D = np.where(I >= 0, (qq[:, None] + top - D) / 2, -np.inf).astype(np.float32)
+    return D, I
 
 
 def knn_search(queries: np.ndarray, items: np.ndarray, k: int, *, batch_size: int | None = None,
@@ -186,7 +224,7 @@ def hnsw_graph(X: np.ndarray, g: int, *, m: int = HNSW_M, ef_construction: int =
     ``batch_size`` rows. Not bit-for-bit deterministic across thread counts (insertion order of a
     parallel build); a row the search returns fewer than ``g + 1`` results for (never seen on
     connected data) gets its exact list. ``n_threads``: faiss's OpenMP threads (default: all)."""
-    import faiss  # a kept HNSW implementation (see pyproject.toml)
+    faiss = _faiss()
 
     X32 = np.ascontiguousarray(X, dtype=np.float32)
     n, d = X32.shape
@@ -229,7 +267,7 @@ def ivf_graph(X: np.ndarray, g: int, *, cell_rows: int = IVF_CELL_ROWS, probes: 
     A cell whose probed cells hold fewer than ``g + 1`` rows gets its rows' exact lists. ``info``
     receives ``cells``, ``probe`` and ``sample_recall`` (the kept probe's share on the sample):
     figures of the server's raw data, recorded with the job's timings and never published."""
-    import faiss  # k-means and brute-force search (BLAS), see pyproject.toml
+    faiss = _faiss()
 
     X32 = np.ascontiguousarray(X, dtype=np.float32)
     n, d = X32.shape

@@ -49,11 +49,13 @@ def test_a_run_smaller_than_g_gives_every_other_row():
 
 
 @pytest.mark.parametrize("metric", ["l2", "ip"])
-@pytest.mark.parametrize("offset", [3.0, 10.0, 30.0, 300.0])
+@pytest.mark.parametrize("offset", [3.0, 10.0, 30.0, 300.0, 3000.0, 10000.0])
 def test_the_exact_g_nearest_far_from_the_origin(metric, offset):
     """Rows far from the origin and close together: the pre-selection's matrix product
-    (``|q|^2 + |x|^2 - 2 q.x`` in float32) loses most of their distances' digits, and the answer is
-    still the exact one (the cut decided within the float32 error bound, else over every row)."""
+    (``|q|^2 + |x|^2 - 2 q.x`` in float32; for ip, of the rows lifted by one dimension) loses most of
+    their distances' digits, and the answer is still the exact one (the cut decided within the float32
+    error bound, else over every row). With a bound of 0, l2 fails at offsets 3 and 10, ip at 3,000 and
+    10,000."""
     rng = np.random.default_rng(5)
     E = (offset + rng.normal(size=(4000, 16)) * 1e-2).astype(np.float32)
     ids = np.arange(4000, dtype=np.int64) * 3 + 1

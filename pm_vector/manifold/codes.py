@@ -163,13 +163,13 @@ class ProductCodes:
         for a in range(0, X.shape[0], batch):
             R = self._rotate(X[a:a + batch])
             col = 0
-            for cen, pq in zip(self.centroids_, quantizers):
-                c = pq.codes(R)
+            for cen, coder in zip(self.centroids_, quantizers):
+                c = coder.codes(R)
                 out[a:a + batch, col:col + cen.shape[0]] = c
                 R = R - self._decode_stage(cen, c)
                 col += cen.shape[0]
-            for cen, pq, rot in zip(self.wide_, wide, self._wide_rotations):
-                out[a:a + batch, col:col + cen.shape[0]] = pq.codes(self._rotate(X[a:a + batch], rot))
+            for cen, coder, rot in zip(self.wide_, wide, self._wide_rotations):
+                out[a:a + batch, col:col + cen.shape[0]] = coder.codes(self._rotate(X[a:a + batch], rot))
                 col += cen.shape[0]
         return out
 

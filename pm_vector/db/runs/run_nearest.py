@@ -48,7 +48,7 @@ from ..core.collection import load_items
 from ..run_tables import run_table
 from .delta_sets import DeltaSets
 from .embeddings import vector_type
-from ...neighbors import flat_knn
+from ...neighbors import product_knn
 
 #: entries kept (least recently used out)
 MAX_ENTRIES = 4
@@ -90,27 +90,28 @@ def distances(E: np.ndarray, x: np.ndarray, metric: str) -> np.ndarray:
 
 
 def _search(E: np.ndarray, Q: np.ndarray, k: int, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """The pre-selection: per row of ``Q``, the ``k`` rows of ``E`` nearest by faiss's exact flat
-    search in float32, by a matrix product (``(approx, positions)``, ``approx`` monotone in the
-    distance: squared for l2), and the error bound of ``approx`` per row (``tests/test_run_nearest.py``
-    checks a bound of 0 is too small for it)."""
+    """The pre-selection: per row of ``Q``, the ``k`` rows of ``E`` nearest by the exact flat search in
+    float32 by a matrix product (:func:`~pm_vector.neighbors.product_knn`; ``(approx, positions)``,
+    ``approx`` monotone in the distance: squared for l2), and the error bound of ``approx`` per row
+    (``tests/test_run_nearest.py`` checks a bound of 0 is too small for it)."""
     E32 = np.ascontiguousarray(E, np.float32)
     Q32 = np.ascontiguousarray(Q, np.float32)
-    qn = np.linalg.norm(Q32.astype(np.float64), axis=1)
-    # (a bound of the largest row norm from float32 sums of d squares: each off by at most (d + 1) u, u = 2^-24)
-    en = float(np.sqrt(float(np.einsum("ij,ij->i", E32, E32).max(initial=0.0)) * (1 + 1.2e-7 * (E32.shape[1] + 2))))
-    # the float32 error's scale: (d + 3) u of the terms' size (u = 2^-24), at least 1e-5
-    rel = max(1e-5, 1.2e-7 * (E32.shape[1] + 3))
-    if metric == "l2":
-        D, I = flat_knn(Q32, E32, k, blas=True)
-        return D.astype(np.float64), I, rel * (qn + en) ** 2 + 1e-12
     if metric == "cosine":
         Q32 = Q32 / np.maximum(np.linalg.norm(Q32, axis=1, keepdims=True), 1e-30)
         E32 = E32 / np.maximum(np.linalg.norm(E32, axis=1, keepdims=True), 1e-30)
-    D, I = flat_knn(Q32, E32, k, inner_product=True, blas=True)
+    qn = np.linalg.norm(Q32.astype(np.float64), axis=1)
+    # (a bound of the largest row norm from float32 sums of d squares: each off by at most (d + 1) u, u = 2^-24)
+    en = float(np.sqrt(float(np.einsum("ij,ij->i", E32, E32).max(initial=0.0)) * (1 + 1.2e-7 * (E32.shape[1] + 2))))
+    # the float32 error's scale: (d + 3) u of the terms' size (u = 2^-24), at least 1e-5; the inner
+    # product's search is an l2 one in d + 1 dimensions, of terms up to (|q| + M)^2 (product_knn)
+    if metric == "l2":
+        rel = max(1e-5, 1.2e-7 * (E32.shape[1] + 3))
+        D, I = product_knn(Q32, E32, k)
+        return D.astype(np.float64), I, rel * (qn + en) ** 2 + 1e-12
+    rel = max(1e-5, 1.2e-7 * (E32.shape[1] + 6))
+    D, I = product_knn(Q32, E32, k, inner_product=True)
     D = D.astype(np.float64)
-    return ((1.0 - D) if metric == "cosine" else -D), I, (
-        np.full(qn.shape, rel) if metric == "cosine" else rel * qn * en + 1e-12)
+    return ((1.0 - D) if metric == "cosine" else -D), I, rel * (qn + en) ** 2 + 1e-12
 
 
 def _approx_of(d: float, metric: str) -> float:
