@@ -259,7 +259,7 @@ def ivf_graph(X: np.ndarray, g: int, *, cell_rows: int = IVF_CELL_ROWS, probes: 
        all rows) and their lists under each probe ``p`` of ``probes`` in turn; the first ``p``
        whose lists hold ``target_recall`` of the exact neighbours is kept (else the last);
     3. for every cell, the exact ``g + 1`` nearest rows of its rows among the rows of its ``p``
-       nearest cells (itself first): one faiss brute-force search (BLAS) per cell.
+       nearest cells (itself first): one search by a matrix product per cell (:func:`product_knn`).
 
     Work: about ``n * p * cell_rows * d`` multiply-adds, linear in ``n`` for a fixed probe. Memory:
     a float32 copy of ``X`` (none when ``X`` is float32 and contiguous) and the lists. Every row
@@ -298,11 +298,11 @@ def ivf_graph(X: np.ndarray, g: int, *, cell_rows: int = IVF_CELL_ROWS, probes: 
         cand = np.concatenate([members[j] for j in near[cell, :p]])
         if cand.size < g + 1:
             return knn_search(X32[rows], X32, g + 1)
-        return cand[faiss.knn(X32[rows], X32[cand], g + 1)[1]]  # g + 1 <= cand.size: no -1 in the result
+        return cand[product_knn(X32[rows], X32[cand], g + 1)[1]]  # g + 1 <= cand.size: no -1 in the result
 
     # the probe, on a sample: the smallest whose lists hold target_recall of the exact neighbours
     sm = np.sort(rng.choice(n, min(int(sample), n), replace=False))
-    ex = faiss.knn(X32[sm], X32, g + 2)[1]
+    ex = product_knn(X32[sm], X32, g + 2)[1]
     exact = [set(r[r != i][:g].tolist()) for r, i in zip(ex, sm)]
     probe, rec = pmax, 0.0
     sm_cells = [(c, np.flatnonzero(assign[sm] == c)) for c in np.unique(assign[sm])]  # one search per cell
