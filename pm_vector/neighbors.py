@@ -54,32 +54,17 @@ def _faiss():
 
 
 def knn_rows(X, q: np.ndarray, k: int, exact: bool) -> np.ndarray:
-    """The ``k`` nearest rows of ``X`` to its rows ``q`` (positions; a row is among its own nearest),
-    nearest first, searched as an embedding job built its graph: ``exact`` -- the job's exact graph
-    (:func:`knn_search`: float64, ties by position) -- else an exact float32 search (faiss), where
-    the job's graph is approximate anyway: as fast as faiss is, and no float64 copy of ``X``."""
+    """The ``k`` nearest rows of ``X`` to its rows ``q`` (positions; a row is among its own nearest,
+    not always first among equal rows), nearest first, searched as an embedding job built its graph:
+    ``exact`` -- the job's exact graph (:func:`knn_search`: float64, ties by position) -- else an exact
+    float32 search by a matrix product (:func:`product_knn`), where the job's graph is approximate
+    anyway: no float64 copy of ``X``."""
     if not q.size or k < 1:
         return np.zeros((0, 0), np.int64)
     if exact:
         return knn_search(X[q], X, k)
     X32 = np.ascontiguousarray(X, dtype=np.float32)
-    return flat_knn(X32[q], X32, k)[1]
-
-
-def flat_knn(queries: np.ndarray, items: np.ndarray, k: int,
-             inner_product: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """faiss's exact flat search in float32: ``(D, I)`` (``(q, k)``; squared L2 ascending, or with
-    ``inner_product`` the inner product descending; ``I`` int64, -1 past the items), ties in faiss's
-    order. The float32 pre-selection of the callers that decide exactly (or need not). Below
-    ``faiss.cvar.distance_compute_blas_threshold`` queries (128,000 in faiss 1.15) faiss compares
-    every pair with SIMD loops: :func:`product_knn` is the matrix-product search for fewer queries."""
-    faiss = _faiss()
-
-    Q = np.ascontiguousarray(queries, dtype=np.float32)
-    X = np.ascontiguousarray(items, dtype=np.float32)
-    metric = faiss.METRIC_INNER_PRODUCT if inner_product else faiss.METRIC_L2
-    D, I = faiss.knn(Q, X, int(k), metric=metric)
-    return D, I.astype(np.int64)
+    return product_knn(X32[q], X32, k)[1]
 
 
 #: items a block of :func:`product_knn` (its distances: queries x 8,192 float32)
@@ -88,12 +73,15 @@ PRODUCT_BLOCK = 8192
 
 def product_knn(queries: np.ndarray, items: np.ndarray, k: int,
                 inner_product: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """The exact flat search in float32 by a matrix product, for any number of queries: ``(D, I)`` as
-    :func:`flat_knn` (equal ``D`` in no promised order). Per block of :data:`PRODUCT_BLOCK` items,
-    ``faiss.pairwise_L2sqr`` (one BLAS ``sgemm``: ``|q|^2 + |x|^2 - 2 q.x``) and faiss's heaps keep the
-    ``k`` best: faiss's own product search, which its ``knn`` takes only from 128,000 queries, without
-    turning its process-wide threshold. For 360 queries of 16 dimensions against 300,000 items, about a
-    third of the SIMD loops' CPU (a diagnosis; ``docs/benchmarks.md``).
+    """The exact flat search in float32 by a matrix product, for any number of queries: ``(D, I)``
+    (``(q, k)``; squared L2 ascending, or with ``inner_product`` the inner product descending; ``I``
+    int64, -1 past the items, with ``D`` faiss's largest float32 (negated for the inner product)); equal
+    ``D`` in no promised order. Per block of :data:`PRODUCT_BLOCK` items, ``faiss.pairwise_L2sqr`` (one
+    BLAS ``sgemm``: ``|q|^2 + |x|^2 - 2 q.x``) and faiss's heaps keep the ``k`` best: faiss's own product
+    search, which ``faiss.knn`` takes only from ``distance_compute_blas_threshold`` queries (128,000 in
+    faiss 1.15; below it compares every pair with SIMD loops), without turning that process-wide
+    threshold. For 360 queries of 16 dimensions against 300,000 items, about a third of the SIMD
+    loops' CPU (``tools/search_cpu.py``; ``docs/benchmarks.md``).
 
     ``inner_product``: the squared L2 search of the rows lifted by one dimension, ``q' = (q, 0)`` and
     ``x' = (x, sqrt(M^2 - |x|^2))`` with ``M`` the largest ``|x|``: ``|q' - x'|^2 = |q|^2 + M^2 - 2 q.x``
@@ -130,7 +118,7 @@ def product_knn(queries: np.ndarray, items: np.ndarray, k: int,
         heaps.addn(nb, faiss.swig_ptr(buf), j0, 0, nq)
     heaps.reorder()
     if inner_product:
-        D = np.where(I >= 0, (qq[:, None] + top - D) / 2, -np.inf).astype(np.float32)
+        D = np.where(I >= 0, (qq[:, None] + top - D) / 2, -np.finfo(np.float32).max).astype(np.float32)
     return D, I
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pm_vector import neighbors
 from pm_vector.neighbors import PRODUCT_BLOCK, product_knn
 
 
@@ -51,12 +50,17 @@ def test_the_k_best_as_a_float64_brute_force_ranks_them(inner_product, n):
         assert np.all(I[:, n:] == -1)
 
 
-def test_the_same_items_as_faiss_flat_search_on_separated_data():
+@pytest.mark.parametrize("n", [3, 3000])
+def test_the_same_items_as_faiss_flat_search_on_separated_data(n):
     """Distances far apart (no float32 tie): the same ordered items as faiss's own search."""
+    import faiss
+
     rng = np.random.default_rng(1)
-    X = rng.normal(size=(3000, 16)).astype(np.float32)
+    X = rng.normal(size=(n, 16)).astype(np.float32)
     Q = rng.normal(size=(40, 16)).astype(np.float32)
     for ip in (False, True):
-        _, want = neighbors.flat_knn(Q, X, 10, inner_product=ip)
-        _, got = product_knn(Q, X, 10, inner_product=ip)
+        _, want = faiss.knn(Q, X, 10, metric=faiss.METRIC_INNER_PRODUCT if ip else faiss.METRIC_L2)
+        D, got = product_knn(Q, X, 10, inner_product=ip)
         assert np.array_equal(got, want)
+        # past the items (n < k): -1, and faiss's largest float32 (negated for the inner product)
+        assert np.all(D[:, n:] == (-1 if ip else 1) * np.finfo(np.float32).max)

@@ -75,6 +75,33 @@ def test_every_thread_its_pools_and_its_children_keep_to_the_set():
     assert json.loads(free) == sorted(os.sched_getaffinity(0)) and len(json.loads(free)) > 1
 
 
+#: pools sized to one thread: the BLAS and OpenMP pools loaded before, and faiss's as imported after
+_POOLS = r"""
+import json
+import numpy
+from threadpoolctl import threadpool_info
+from pm_vector.db.postgres import priority
+
+before = [p["num_threads"] for p in threadpool_info()]
+priority.size_pools(1)
+import faiss
+print(json.dumps({"before": before, "after": [p["num_threads"] for p in threadpool_info()],
+                  "faiss": faiss.omp_get_max_threads()}))
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs for a pool of more than one")
+def test_pools_sized_to_one_thread_before_and_after_their_libraries_load():
+    """What an unconfined sync process does at its start (``size_pools(1)``): the pools loaded before
+    (numpy's BLAS, OpenMP) run one thread, and so does faiss imported after (they had more)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                             "MKL_NUM_THREADS")}
+    got = json.loads(subprocess.run([sys.executable, "-c", _POOLS], capture_output=True, text=True, check=True,
+                                    timeout=120, env=env).stdout)
+    assert max(got["before"]) > 1
+    assert got["after"] and all(n == 1 for n in got["after"]) and got["faiss"] == 1
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to confine a process to one")
 def test_a_sync_process_and_its_backend_run_on_the_background_cpus(db):
     """A sync process given ``background_cpus`` "auto" runs a pass on the upper half of

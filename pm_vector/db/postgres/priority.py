@@ -88,9 +88,6 @@ def confine(cpus: frozenset[int] | None) -> int:
     Returns how many threads were confined (0 with None, or where the platform has no affinity)."""
     if not cpus or not hasattr(os, "sched_setaffinity"):
         return 0
-    n_threads = str(len(cpus))
-    for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # (libraries loaded later)
-        os.environ[v] = n_threads
     n = 0
     for tid in map(int, os.listdir("/proc/self/task")):
         try:
@@ -98,8 +95,16 @@ def confine(cpus: frozenset[int] | None) -> int:
             n += 1
         except OSError:  # a thread that ended meanwhile
             pass
-    threadpool_limits(limits=len(cpus))  # (libraries loaded now)
+    size_pools(len(cpus))
     return n
+
+
+def size_pools(n: int) -> None:
+    """This process's numerical libraries' thread pools (BLAS, OpenMP: faiss's) sized to ``n``: the
+    libraries loaded now (threadpoolctl) and those loaded later (their variables)."""
+    for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[v] = str(int(n))
+    threadpool_limits(limits=int(n))
 
 
 def confined_to() -> frozenset[int] | None:
