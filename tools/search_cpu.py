@@ -11,19 +11,24 @@ Two parts, each on seeded synthetic rows (the figures depend on the machine, not
   floats, its per-cell searches by ``product_knn`` (the code) against ``faiss.knn``'s SIMD search (the
   code before, put in its place here), with the share of list entries the two agree on.
 
-``time.process_time`` counts every thread of the process; ``OMP_NUM_THREADS=1`` gives one thread's.
+``time.process_time`` counts every thread of the process. ``--threads 1,2``: the search part with
+the numerical libraries' pools at each size (threadpoolctl: BLAS and OpenMP, faiss's included).
+``--busy N``: N processes busy-looping at normal priority meanwhile (a machine whose cores are
+taken, as under a stream of writes): there a pool's threads spin at every parallel region.
 
-    python tools/search_cpu.py [--json] [--no-graph]
+    python tools/search_cpu.py [--json] [--no-graph] [--threads 1,2] [--busy 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 import time
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from pm_vector import neighbors
 
@@ -56,7 +61,12 @@ def _faiss_product(Q, X, k, ip):
         faiss.cvar.distance_compute_blas_threshold = before
 
 
-def search(queries: int, items: int, dim: int, k: int, repeat: int) -> list[dict]:
+def _spin() -> None:
+    while True:
+        pass
+
+
+def search(queries: int, items: int, dim: int, k: int, repeat: int, threads: int) -> list[dict]:
     rng = np.random.default_rng(0)
     X = rng.standard_normal((items, dim)).astype(np.float32)
     Q = rng.standard_normal((queries, dim)).astype(np.float32)
@@ -66,7 +76,9 @@ def search(queries: int, items: int, dim: int, k: int, repeat: int) -> list[dict
         for name, fn in (("faiss SIMD (faiss.knn)", lambda: _faiss_knn(Q, X, k, ip)),
                          ("faiss product (threshold 0)", lambda: _faiss_product(Q, X, k, ip)),
                          ("product_knn", lambda: neighbors.product_knn(Q, X, k, inner_product=ip))):
-            rows.append({"metric": "ip" if ip else "l2", "path": name, "cpu_ms": round(_cpu(fn, repeat), 1),
+            with threadpool_limits(limits=threads):
+                cpu = _cpu(fn, repeat)
+            rows.append({"metric": "ip" if ip else "l2", "path": name, "threads": threads, "cpu_ms": round(cpu, 1),
                          "same_items": bool(np.array_equal(fn()[1], mine))})
     return rows
 
@@ -102,20 +114,33 @@ def main() -> None:
     ap.add_argument("--graph-items", type=int, default=130_000)
     ap.add_argument("--graph-degree", type=int, default=32)
     ap.add_argument("--no-graph", action="store_true")
+    ap.add_argument("--threads", default="1", help="pool sizes of the search part, comma-separated")
+    ap.add_argument("--busy", type=int, default=0, help="busy-looping processes meanwhile")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    res = {"search": search(a.queries, a.items, a.dim, a.k, a.repeat)}
-    if not a.no_graph:
-        res["graph"] = graph(a.graph_items, a.graph_degree)
+    busy = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(a.busy)]
+    for p in busy:
+        p.start()
+    try:
+        res = {"busy": a.busy, "search": [r for t in a.threads.split(",")
+                                          for r in search(a.queries, a.items, a.dim, a.k, a.repeat, int(t))]}
+        if not a.no_graph:
+            with threadpool_limits(limits=1):
+                res["graph"] = graph(a.graph_items, a.graph_degree)
+    finally:
+        for p in busy:
+            p.terminate()
     if a.json:
         print(json.dumps(res))
         return
-    print(f"{a.queries} queries against {a.items:,} items of {a.dim} floats, k {a.k}: median CPU a search")
+    print(f"{a.queries} queries against {a.items:,} items of {a.dim} floats, k {a.k}: median CPU a search"
+          f" ({a.busy} busy processes beside)")
     for r in res["search"]:
-        print(f"  {r['metric']:3s} {r['path']:28s} {r['cpu_ms']:8.1f} ms   same items as product_knn: {r['same_items']}")
+        print(f"  {r['metric']:3s} {r['path']:28s} {r['threads']} thread(s) {r['cpu_ms']:8.1f} ms"
+              f"   same items as product_knn: {r['same_items']}")
     for r in res.get("graph", []):
         extra = f"   same entries: {r['same_entries']:.3%}" if "same_entries" in r else ""
-        print(f"  ivf_graph of {r['items']:,} x 128, g {r['g']}, {r['path']:20s} {r['cpu_s']:6.1f} s{extra}")
+        print(f"  ivf_graph of {r['items']:,} x 128, g {r['g']}, one thread, {r['path']:20s} {r['cpu_s']:6.1f} s{extra}")
 
 
 if __name__ == "__main__":
