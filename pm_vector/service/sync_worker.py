@@ -174,9 +174,10 @@ def _child(conn, url: str, cpus: frozenset[int] | None = None, merge_cpus: froze
     (the run's items, the cell rows) live here from one pass to the next, and so does its database
     session (a new one per pass cost a server process and ~60 ms; made again when it broke). On
     ``cpus`` (:func:`pm_vector.db.postgres.priority.confine`): this process, the merges it starts
-    and its session's backend; not confined, its numerical libraries run one thread (a search of the
-    delta's new items by a matrix product cost 1.1 s of CPU with two threads on a 2-core machine
-    whose cores were busy, 0.19 s with one: ``docs/benchmarks.md``). ``nice`` levels below the priority it was started at: the same three
+    and its session's backend; not confined, its numerical libraries run one thread, and so do the
+    merges it starts (the variables they inherit): a pool's threads spin at every parallel region
+    while the cores are busy (``python tools/search_cpu.py --threads 1,2 --busy 2``,
+    ``docs/benchmarks.md``). ``nice`` levels below the priority it was started at: the same three
     (:func:`lower_request_priority`, :func:`~pm_vector.db.postgres.priority.lower_backend`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the service stops us
     if not priority.confine(cpus):
