@@ -20,6 +20,8 @@ MERGE_DELTA_ITEMS = 10_000
 MERGE_AGE_S = 3_600
 #: and not before the active run has served this many times as long as it took to build
 #: (``settings["merge"]["pause"]``; 0: no pause): under a stream that fills the delta faster than a
-#: merge takes, merges then run at most half of the time instead of back to back, and the writes
-#: beside them get the other half to themselves (``docs/benchmarks.md``, "Writes").
-MERGE_PAUSE = 1.0
+#: merge takes, merges then take at most ``1 / (1 + pause)`` of the time (a quarter) instead of
+#: running back to back. A stream of ``R`` changes a second whose writer gets ``w_m`` commits a
+#: second while a merge builds and ``w_f`` between merges is kept up with when ``pause >= (R - w_m)
+#: / (w_f - R)``, whatever the merge costs (``docs/benchmarks.md``, "The merges' share of the time").
+MERGE_PAUSE = 3.0

@@ -193,6 +193,9 @@ def _child(conn, url: str, cpus: frozenset[int] | None = None, merge_cpus: froze
                 return
             if msg is None:
                 return
+            if msg == "pools":  # (the sizes of its numerical libraries' thread pools: SyncProcess.pools)
+                conn.send(("done", priority.pool_sizes()))
+                continue
             try:
                 if session is None or session.closed or session.broken:
                     if session is not None:
@@ -255,6 +258,15 @@ class SyncProcess:
         if kind == "failed":
             raise RuntimeError(got)
         return got
+
+    def pools(self) -> list[int]:
+        """The sizes of the sync process's numerical libraries' thread pools (BLAS, OpenMP), as
+        threadpoolctl reads them there: one each where the process is not confined (:func:`_child`).
+        Starts the process if it is not running."""
+        self._ensure()
+        self._conn.send("pools")
+        _, got = self._conn.recv()
+        return list(got)
 
     @property
     def running(self) -> bool:

@@ -102,6 +102,29 @@ def test_pools_sized_to_one_thread_before_and_after_their_libraries_load():
     assert got["after"] and all(n == 1 for n in got["after"]) and got["faiss"] == 1
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs for a pool of more than one")
+def test_a_live_sync_process_not_confined_runs_its_pools_on_one_thread(db):
+    """The sync process of the default setting (``background_cpus`` off) asked for its pools after a
+    pass: every one at one thread, though this process's (started without the variables) has more."""
+    from pm_vector.service.sync_worker import SyncProcess
+
+    env_vars = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    saved = {v: os.environ.pop(v) for v in env_vars if v in os.environ}
+    url = db.database_url()
+    proc = SyncProcess(url, priority.background_cpus("off"))
+    try:
+        proc(url)  # (a pass: its libraries loaded)
+        got = proc.pools()
+        assert got and all(n == 1 for n in got), got
+        probe = subprocess.run([sys.executable, "-c", "import numpy, faiss; from pm_vector.db.postgres import "
+                                "priority; print(max(priority.pool_sizes()))"], capture_output=True, text=True,
+                               check=True, timeout=120).stdout
+        assert int(probe) > 1  # (without the rule the pools would have more: the test can fail)
+    finally:
+        proc.close()
+        os.environ.update(saved)
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to confine a process to one")
 def test_a_sync_process_and_its_backend_run_on_the_background_cpus(db):
     """A sync process given ``background_cpus`` "auto" runs a pass on the upper half of

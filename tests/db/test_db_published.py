@@ -77,7 +77,7 @@ def test_a_merge_publishes_the_documents_of_the_run_it_replaces(db, cname, conn)
 def test_a_job_on_another_anchor_set_or_other_code_parameters_fits_anew(db, cname, conn):
     """The documents are kept only when their inputs are the same: a job on a new anchor set fits every
     document anew (the new anchor's cells); a job with other code parameters keeps the cells and fits
-    the codes anew."""
+    the codes anew, and carries none of the codes before (pm_vector/db/runs/carry.py)."""
     from dbtest_helpers import make_embed_fn
 
     X, y, ids, rid = _collection(db, cname, n=300, delta=True)
@@ -87,6 +87,9 @@ def test_a_job_on_another_anchor_set_or_other_code_parameters_fits_anew(db, cnam
     assert dig2["locations"] == dig0["locations"] and dig2["cells"] == dig0["cells"]
     assert dig2["frames"] == dig0["frames"] and docs2["public_locations"] == docs0["public_locations"]
     assert dig2["codes"] != dig0["codes"]
+    t2 = conn.execute("SELECT timings FROM pm_vector.embedding_runs WHERE id = %s", [r2]).fetchone()[0]
+    conn.rollback()
+    assert "class_rows.codes_carried" not in t2  # (other codes: every item encoded anew, none carried)
     rng = np.random.default_rng(11)
     A = rng.normal(size=(90, X.shape[1])) + 2.0 * np.eye(X.shape[1])[np.arange(90) % 3]
     A = (A / np.linalg.norm(A, axis=1, keepdims=True)).astype(np.float32)
@@ -94,3 +97,49 @@ def test_a_job_on_another_anchor_set_or_other_code_parameters_fits_anew(db, cnam
     r3 = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn(), class_rows={"code_bytes": 16})["run_id"]
     _, dig3 = _published(conn, r3)
     assert all(dig3[k] != dig2[k] for k in ("frames", "cells", "locations", "codes"))
+
+
+def _codes(conn, rid):
+    return {int(i): bytes(c) for i, c in conn.execute(f"SELECT item_id, code FROM pm_vector.run_{int(rid)}_codes")}
+
+
+def test_a_merge_carries_the_codes_of_the_items_the_replaced_run_holds(db, cname, conn):
+    """A merge takes each item's code from the run it replaces (whose codes it publishes again) and
+    encodes only the items that run holds no code of (pm_vector/db/runs/carry.py). Every code of the
+    new run is then the published codes' ``encode`` of the item's features, as a full encode gives:
+    the delta's new items' (carried), the items ingested without a placement and the one whose code
+    the replaced run lost (removed here by hand): those are encoded. One stored code altered by hand shows which were carried: the merge keeps it."""
+    from dbtest_helpers import make_embed_fn, make_extend_fn
+
+    from pm_vector.db.core.collection import collection_row, load_items
+
+    X, y, ids, rid = _collection(db, cname, n=400, delta=True)
+    new_X = X[:20] * 0.9 + X[20:40] * 0.1
+    db.ingest(cname, new_X[:10], y[:10], embed_fn_extend=make_extend_fn())  # placed in the delta, with codes
+    db.ingest(cname, new_X[10:], y[10:20])  # not placed: the run holds no code of them
+    db.delete_items(cname, item_ids=ids[::9].tolist())
+    lost, altered = int(ids[1]), int(ids[2])
+    conn.execute(f"DELETE FROM pm_vector.run_{rid}_codes WHERE item_id = %s", [lost])
+    old = _codes(conn, rid)[altered]
+    conn.execute(f"UPDATE pm_vector.run_{rid}_codes SET code = %s WHERE item_id = %s",
+                 [bytes(255 - b for b in old), altered])
+    conn.commit()
+    held = set(_codes(conn, rid))
+    conn.rollback()
+    _, pc, _ = _cells(cname)
+    out = db.merge(cname, embed_fn=make_embed_fn(), embed_fn_extend=make_extend_fn())
+    new = out["run_id"]
+    items = load_items(conn, collection_row(conn, cname))
+    conn.rollback()
+    want = pc.encode(items["features"])
+    got = _codes(conn, new)
+    assert sorted(got) == sorted(int(i) for i in items["id"])
+    for i, w in zip(items["id"].tolist(), want):
+        if i == altered:
+            assert got[i] == bytes(255 - b for b in old) != bytes(w)  # carried as the replaced run held it
+        else:
+            assert got[i] == bytes(w)
+    carried = sum(int(i) in held for i in items["id"])
+    timings = conn.execute("SELECT timings FROM pm_vector.embedding_runs WHERE id = %s", [new]).fetchone()[0]
+    conn.rollback()
+    assert timings["class_rows.codes_carried"] == carried == len(got) - 11  # (the lost one, the 10 not placed)

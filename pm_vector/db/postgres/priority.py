@@ -40,6 +40,12 @@ libraries' thread pools sized to the set; the processes it starts inherit the se
 :func:`confine_backend` (a session's backend). A merge process started by a confined process
 finds the set as its own affinity (:func:`confined_to`) and confines its sessions' backends to it
 in :func:`lower`.
+
+**One thread where not confined.** A sync process that is not confined sizes its numerical pools
+to one thread (:func:`size_pools`, :func:`pool_sizes` reads them; the merges it starts inherit the
+variables): with the cores busy, a pool's threads spin at every parallel region. The sync's search of
+360 new items among 300,000 took 3,594 ms of CPU on two threads beside two busy processes, 153 ms on
+one (``python tools/search_cpu.py --threads 1,2 --busy 2``, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ import ipaddress
 import os
 import sys
 
-from threadpoolctl import threadpool_limits
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from ..errors import InvalidInputError
 
@@ -105,6 +111,11 @@ def size_pools(n: int) -> None:
     for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[v] = str(int(n))
     threadpool_limits(limits=int(n))
+
+
+def pool_sizes() -> list[int]:
+    """The sizes of this process's numerical libraries' thread pools loaded now (threadpoolctl)."""
+    return [int(p["num_threads"]) for p in threadpool_info()]
 
 
 def confined_to() -> frozenset[int] | None:

@@ -79,6 +79,7 @@ from ..run_tables import run_index, run_table, shard_names
 from .prior_rows import hub_counts, leave_room_for_updates, refresh_nhub, reverse_index
 from .run_copy import copy_hubs as _copy_hubs, copy_pairs as _copy_pairs, copy_prior as _copy_prior  # noqa: F401
 from . import cell_data as _cells, locations as _loc, sharding
+from .carry import fill_codes
 from .published import Published
 from ...manifold.class_frames import ClassFrames
 from ...manifold.codes import MAX_CODE_BYTES, MIN_CODE_BYTES, ProductCodes
@@ -227,10 +228,11 @@ def unavailable(p: Mapping[str, Any], error: str) -> dict[str, Any]:
 
 
 def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any],
-          published: Published | None = None) -> ClassRowsData:
+          published: Published | None = None, carried=None) -> ClassRowsData:
     """Frames, prior, graph and hubs of a run (see the module doc). Raises InvalidInputError when
     the anchor set cannot give class frames. ``published``: the public documents to publish again
-    instead of fitting them (:mod:`pm_vector.db.runs.published`)."""
+    instead of fitting them (:mod:`pm_vector.db.runs.published`); ``carried``: the codes of the items
+    the run of its codes holds (:func:`pm_vector.db.runs.carry.codes`), not encoded again."""
     pub = published or Published()
     frames = pub.frames or ClassFrames(int(p["n_components"]), float(p["clip_quantile"])).fit(anchor_X, anchor_y)
     if pub.codes is not None:
@@ -288,8 +290,10 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any],
     del graph
     timings["locations_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    item_codes = None if pcodes is None else pcodes.encode(X)  # every item's product code, in batches
+    item_codes = None if pcodes is None else fill_codes(pcodes, X, carried if pub.codes is pcodes else None)
     timings["codes_s"] = time.perf_counter() - t
+    if item_codes is not None and carried is not None and pub.codes is pcodes:
+        timings["codes_carried"] = float(carried[0].sum())
     return ClassRowsData(timings=timings, frames=frames, params=dict(p), item_ids=ids, neighbors=ids[ps.neighbors_],
                          prior_ids=ids[pidx],
                          prior_labels=y[pidx], prior_coords=coords, hub_labels=cat(hl, np.int64),

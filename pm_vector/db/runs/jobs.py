@@ -72,7 +72,7 @@ from ..postgres import connect, priority
 from ..errors import EmbeddingJobError, RunNotFoundError, translate_sql_error
 from ..run_tables import drop_superseded_run, run_table
 from .embeddings import embedding_matrix, write_embeddings
-from . import class_rows as _cr, erase as _erase, published as _published
+from . import carry as _carry, class_rows as _cr, erase as _erase, published as _published
 from .kinds import grant_answer_tables
 from ...manifold import AnchorFrame
 
@@ -315,7 +315,7 @@ def _job_class_rows(conn, run_id: int, anchors, items, cr_params, batch: int, re
     report("class_rows", 0, 1)
     try:
         cr_data = _cr.build(anchors.features, anchors.labels, items["id"], items["features"], items["label"],
-                            cr_params, published)
+                            cr_params, published, _carry.codes(conn, published, items["id"]) if published else None)
     except InvalidInputError as exc:
         cr_data = None
         cr_doc, frames_doc = _cr.unavailable(cr_params, str(exc)), None

@@ -15,7 +15,10 @@ left); the last few in the switch transaction (tombstones: the job's switch,
 the build; the switch holds the collection row as a delete does, for those last few changes only.
 (It once erased every item deleted during the build in the switch, lists refilled: 12,002 erasures
 held it, and the sync's writes, for 166 s at 100,000 items.) An item deleted during a merge's build
-is thus tombstoned in the new run; its derived rows there leave with the next merge.
+is thus tombstoned in the new run; its derived rows there leave with the next merge. What the new
+run would compute again the same for an unchanged item it takes from the active run: the public
+documents (:mod:`pm_vector.db.runs.published`) and the items' product codes
+(:mod:`pm_vector.db.runs.carry`).
 
 Then the superseded runs that hold tombstones are dropped (their tables, their delta rows): their
 rows hold deleted items, which could only be purged from them with the deleted items' raw

@@ -47,6 +47,7 @@ class Published:
     cells: PublicCells | None = None
     locations: PublicCells | None = None
     codes: Any = None  # ProductCodes
+    codes_run: int | None = None  # the run whose codes document ``codes`` is (:mod:`pm_vector.db.runs.carry`)
 
     def __bool__(self) -> bool:
         return any(v is not None for v in (self.frames, self.cells, self.locations, self.codes))
@@ -94,7 +95,7 @@ def of_active_run(conn, coll: Mapping[str, Any], anchor_set_id: int, params: Map
                     got[part] = cells
         meta = _ready(doc, "codes")
         if meta and codes_doc and same("codes"):
-            got["codes"] = unpack(codes_doc, meta["digest"])
+            got["codes"], got["codes_run"] = unpack(codes_doc, meta["digest"]), int(rid)
     except (InvalidInputError, AlignmentError, KeyError, TypeError, ValueError):  # a document that does not parse: fit anew
         return Published(**got)
     return Published(**got)
