@@ -83,7 +83,11 @@ it keeps up, less when the delays grow along the stream or changes are never see
 ``commits_per_s`` (the changes committed over ``seconds``: what the writer got through),
 ``delay_p50_s`` / ``delay_p99_s`` / ``delay_max_s`` (and p99 by kind), ``query_p50_ms`` /
 ``query_p99_ms`` (the queries during the stream and its drain), ``n_changes`` (committed),
-``observed``, ``not_in_answer``, ``unobserved``, ``errors`` (writes, checks and queries that raised); pm_vector also
+``observed``, ``not_in_answer``, ``unobserved``, ``errors`` (writes, checks and queries that raised),
+``merges``, ``merging_s``, ``writer_while_merging`` and ``writer_between`` (the writer's commits a second
+while a merge of the system's was building -- a run of its collection, from ``started_at`` to
+``finished_at`` -- and outside those spans: :func:`~pm_vector.bench.writes_summary.writer_rates`;
+plain pgvector has no merges); pm_vector also
 ``delta_size`` (the delta's rows when the stream ends) and ``merge_s`` (the bulk merge of that delta,
 timed after the stream: :meth:`~pm_vector.bench.writes_targets.PmVectorTarget.engine_figures`) and, on the attached path,
 ``sync_status`` (:func:`pm_vector.db.sync_status` sampled every second: queue length max, ``lag_s``
@@ -110,6 +114,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from .writes_stream import Stream, fresh
+from .writes_summary import pct, summarise
 from .writes_pgvector import PgvectorTarget
 from .writes_targets import Change, PmVectorTarget
 import pm_vector.db as db
@@ -176,10 +181,6 @@ def check_config(cfg: WritesConfig) -> None:
                                 f"delete; the collection has {cfg.items}: lower --rates' count or the checks.")
 
 
-def _pct(v, q: float, scale: float = 1.0, nd: int = 3):
-    return round(scale * float(np.percentile(np.asarray(v, np.float64), q)), nd) if len(v) else None
-
-
 def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: WritesConfig, Xq: np.ndarray,
           say: Callable[[str], None], label: str, check: bool = True) -> dict[str, Any]:
     """One stream of ``ops`` against ``target`` (module doc): a writer (paced at ``rate``, or as fast
@@ -203,7 +204,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
         target.stamp(ops)
         proc = writes_writer.start(db.database_url(), todo, [[(c.kind, target.params(c)) for c in ops[j:j + step]]
                                                              for j in range(0, len(ops), step)], rate, seconds)
-    t0 = time.perf_counter()
+    t0, wall0 = time.perf_counter(), time.time()
 
     def done(batch: list[Change]) -> None:
         with lock:
@@ -341,45 +342,13 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
         th.join()
     try:
         samples.append(target.status())  # the state the stream ended in
+        # the system's merges during the stream, on the clock of the commits
+        spans = [(a - wall0 + t0, b - wall0 + t0) for a, b in target.busy_spans(wall0, wall0 + seconds)]
     except Exception as exc:  # noqa: BLE001 - counted
         errors.append(f"status: {exc}")
-    return {"t0": t0, "committed": committed, "seen": seen, "outside": outside, "errors": errors, "query_s": query_s,
-            "samples": samples, "rounds": rounds, "load_average": [round(v, 2) for v in load], "cpu": cpu}
-
-
-def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[str, Any]:
-    """One system's figures of one stream (module doc)."""
-    seen, committed, t0 = raw["seen"], raw["committed"], raw["t0"]
-    outside = raw.get("outside", [])
-    delays = [c.seen_t - c.commit_t for c in seen]
-    checked = sum(1 for c in committed if c.checked)
-    kinds = ("insert", "update", "delete")
-    by_kind = {k: _pct([c.seen_t - c.commit_t for c in seen if c.kind == k], 99, nd=2) for k in kinds}
-    ids = {id(c) for c in seen + outside}
-    missed = {k: sum(1 for c in committed if c.checked and c.kind == k and id(c) not in ids) for k in kinds}
-    # a change is done when seen, or found placed outside its cell's answer (module doc)
-    done = [c.seen_t for c in seen] + [c.outside_t for c in outside]
-    first, last = min(done, default=0.0), max(done, default=0.0)
-    return {
-        "rate": float(rate),
-        # of the checked sample, scaled to the whole stream (1 in n_changes / checked was checked)
-        "changes_per_s": round((len(done) - 1) / (last - first) * len(committed) / checked, 2) if last > first else 0.0,
-        "commits_per_s": round(len(committed) / seconds, 2),
-        "delay_p50_s": _pct(delays, 50), "delay_p99_s": _pct(delays, 99), "delay_max_s": _pct(delays, 100),
-        "delay_p99_s_by_kind": by_kind,
-        "query_p50_ms": _pct(raw["query_s"], 50, 1e3, 1), "query_p99_ms": _pct(raw["query_s"], 99, 1e3, 1),
-        "queries": len(raw["query_s"]),
-        "n_changes": len(committed), "checked": checked, "observed": len(seen), "not_in_answer": len(outside),
-        "not_in_answer_by_kind": {k: sum(1 for c in outside if c.kind == k) for k in kinds},
-        "unobserved": checked - len(seen) - len(outside), "unobserved_by_kind": missed,
-        "errors": len(raw["errors"]), "error_samples": raw["errors"][:3],
-        "check_round_s": {"p50": _pct(raw["rounds"], 50), "max": _pct(raw["rounds"], 100)},
-        "load_average": raw["load_average"],
-        # the machine's cores busy while the stream ran and its changes were checked, and their time per change
-        "cpu_busy_cores": round(raw["cpu"]["busy_s"] / max(raw["cpu"]["seconds"], 1e-9), 2),
-        "cpu_ms_per_change": round(raw["cpu"]["busy_s"] * 1e3 / len(committed), 3) if committed else None,
-        **target.engine_figures(raw["samples"]),
-    }
+        spans = []
+    return {"t0": t0, "spans": spans, "committed": committed, "seen": seen, "outside": outside, "errors": errors,
+            "query_s": query_s, "samples": samples, "rounds": rounds, "load_average": [round(v, 2) for v in load], "cpu": cpu}
 
 
 def saturate(target, stream: Stream, cfg: WritesConfig, Xq: np.ndarray, say) -> dict[str, Any]:
@@ -390,7 +359,7 @@ def saturate(target, stream: Stream, cfg: WritesConfig, Xq: np.ndarray, say) -> 
     # the keys of the changes it did not commit go back to the stream (the streams after it use them)
     stream.others += [c.key for c in ops if c.commit_t is None and c.kind != "insert"]
     return {"max_commits_per_s": round(len(raw["committed"]) / cfg.saturate_s, 1),
-            "saturate_query_p50_ms": _pct(raw["query_s"], 50, 1e3, 1), "saturate_errors": len(raw["errors"])}
+            "saturate_query_p50_ms": pct(raw["query_s"], 50, 1e3, 1), "saturate_errors": len(raw["errors"])}
 
 
 def _vacuum(targets, say) -> None:

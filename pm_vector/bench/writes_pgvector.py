@@ -105,6 +105,10 @@ class PgvectorTarget:
     def status(self) -> dict[str, Any]:
         return {}
 
+    def busy_spans(self, start: float, end: float) -> list[tuple[float, float]]:
+        """No merges: its index takes each change in the writer's own commit."""
+        return []
+
     def engine_figures(self, samples: list[dict]) -> dict[str, Any]:
         return {}
 

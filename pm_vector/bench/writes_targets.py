@@ -418,6 +418,19 @@ class PmVectorTarget:
         s = db.sync_status(self.name)
         return {"queued": s["queued"], "lag_s": s["lag_s"] or 0.0}
 
+    def busy_spans(self, start: float, end: float) -> list[tuple[float, float]]:
+        """The collection's runs (its merges, and any job) that were building between the epoch
+        seconds ``start`` and ``end``, each ``(started_at, finished_at)`` in epoch seconds (a run
+        still building ends now)."""
+        with db.connect() as conn:
+            rows = conn.execute(
+                "SELECT extract(epoch FROM r.started_at), extract(epoch FROM coalesce(r.finished_at, clock_timestamp())) "
+                "FROM pm_vector.embedding_runs r JOIN pm_vector.collections c ON c.id = r.collection_id "
+                "WHERE c.name = %s AND r.started_at < to_timestamp(%s) "
+                "AND coalesce(r.finished_at, clock_timestamp()) > to_timestamp(%s) ORDER BY r.started_at",
+                [self.name, end, start]).fetchall()
+        return [(float(a), float(b)) for a, b in rows]
+
     def engine_figures(self, samples: list[dict]) -> dict[str, Any]:
         """pm_vector's own figures of a stream, from its status samples: ``delta_size``, the delta's
         rows when the stream ends (new items' entries and tombstones,

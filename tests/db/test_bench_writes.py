@@ -24,7 +24,7 @@ def _seen_all(s: dict, n_min: int) -> None:
 
 
 def test_a_stream_checks_an_even_sample_and_scales_the_sustained_rate():
-    from pm_vector.bench.writes_bench import summarise
+    from pm_vector.bench.writes_summary import summarise
     from pm_vector.bench.writes_stream import sample
     from pm_vector.bench.writes_targets import Change
 
@@ -50,7 +50,7 @@ def test_a_stream_checks_an_even_sample_and_scales_the_sustained_rate():
 def test_a_new_item_outside_its_cells_answer_is_counted_apart_not_late():
     """An insert found placed but ranked outside its cell's answer is ``not_in_answer``: done (the
     sustained rate counts it), neither a delay nor ``unobserved``."""
-    from pm_vector.bench.writes_bench import summarise
+    from pm_vector.bench.writes_summary import summarise
     from pm_vector.bench.writes_stream import sample
     from pm_vector.bench.writes_targets import Change
 
@@ -77,6 +77,39 @@ def test_a_new_item_outside_its_cells_answer_is_counted_apart_not_late():
     assert s["changes_per_s"] > 0
 
 
+def test_the_writer_is_counted_apart_while_a_merge_builds_and_between_merges():
+    """Commits at 5 a second inside the merges' spans and 10 outside give exactly those figures;
+    overlapping spans count once, a span that starts before the window or ends after it counts its
+    part inside, one outside the window not at all."""
+    from pm_vector.bench.writes_summary import writer_rates
+
+    spans = [(20.0, 40.0), (30.0, 50.0), (90.0, 130.0), (-10.0, -5.0)]
+    inside = lambda t: 20 <= t < 50 or 90 <= t < 100  # noqa: E731
+    ts = [j / 10 + 0.05 for j in range(1000)]
+    commits = [t for t in ts if not inside(t) or round(t * 10 - 0.5) % 2 == 0]
+    r = writer_rates(commits, 0.0, 100.0, spans)
+    assert r["merges"] == 3 and r["merging_s"] == 40.0
+    assert r["writer_while_merging"] == 5.0 and r["writer_between"] == 10.0
+    none = writer_rates(commits, 0.0, 100.0, [])
+    assert none == {"merges": 0, "merging_s": 0.0, "writer_while_merging": None, "writer_between": 8.0}
+
+
+def test_a_collections_merges_are_the_runs_that_built_during_the_window(db, digits_collection):
+    """pm_vector's spans are its collection's runs that met the window, in epoch seconds: a job's
+    run found inside a window around it, and none in a window after it."""
+    import time
+    from types import SimpleNamespace
+
+    from pm_vector.bench.writes_targets import PmVectorTarget
+    from pm_vector.db.runs.jobs import anchor_frame_embed_fn
+
+    t = time.time()
+    db.run_embedding_job(digits_collection, {"n_components": 8}, 3, embed_fn=anchor_frame_embed_fn)
+    spans = PmVectorTarget.busy_spans(SimpleNamespace(name=digits_collection), t - 5, time.time() + 5)
+    assert len(spans) == 1 and t - 5 < spans[0][0] <= spans[0][1] < time.time() + 5
+    assert PmVectorTarget.busy_spans(SimpleNamespace(name=digits_collection), time.time() + 1, time.time() + 9) == []
+
+
 @pytest.mark.slow
 def test_bench_writes_attached_against_pgvector(db, tmp_path):
     from pm_vector.bench.writes_bench import WritesConfig, run
@@ -97,6 +130,9 @@ def test_bench_writes_attached_against_pgvector(db, tmp_path):
     assert "merge_s" in pm and "delta_size" in pm and pm["sync_status"]["queued_max"] >= 0
     assert pm["sync_status"]["queued_end"] == 0  # every change applied when the checks ended
     assert pg["max_commits_per_s"] > 0 and pg["saturate_errors"] == 0
+    # plain pgvector has no merges: the writer's whole rate is between them
+    assert pg["merges"] == 0 and pg["writer_while_merging"] is None and pg["writer_between"] > 0
+    assert pm["merges"] >= 0 and (pm["writer_between"] or 0) + (pm["writer_while_merging"] or 0) > 0
     # the changes were checked in their own cell at the finest level, the plan's candidates
     st = out["setup"]["pm_vector"]
     assert st["level"] >= 2 and st["candidates"] >= 1 and st["path"] == "attached"

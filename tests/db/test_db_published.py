@@ -77,19 +77,28 @@ def test_a_merge_publishes_the_documents_of_the_run_it_replaces(db, cname, conn)
 def test_a_job_on_another_anchor_set_or_other_code_parameters_fits_anew(db, cname, conn):
     """The documents are kept only when their inputs are the same: a job on a new anchor set fits every
     document anew (the new anchor's cells); a job with other code parameters keeps the cells and fits
-    the codes anew, and carries none of the codes before (pm_vector/db/runs/carry.py)."""
+    the codes anew, and carries none of the codes before (pm_vector/db/runs/carry.py): with other stages
+    of the same width, each of its codes is its own codes' ``encode``, none the replaced run's."""
     from dbtest_helpers import make_embed_fn
+
+    from pm_vector.db.core.collection import collection_row, load_items
 
     X, y, ids, rid = _collection(db, cname, n=300, delta=True)
     docs0, dig0 = _published(conn, rid)
-    r2 = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn(), class_rows={"code_bytes": 16})["run_id"]
+    r2 = db.run_embedding_job(cname, {"k": 3}, 1, embed_fn=make_embed_fn(), class_rows={"code_stages": 4})["run_id"]
     docs2, dig2 = _published(conn, r2)
     assert dig2["locations"] == dig0["locations"] and dig2["cells"] == dig0["cells"]
     assert dig2["frames"] == dig0["frames"] and docs2["public_locations"] == docs0["public_locations"]
     assert dig2["codes"] != dig0["codes"]
     t2 = conn.execute("SELECT timings FROM pm_vector.embedding_runs WHERE id = %s", [r2]).fetchone()[0]
+    items = load_items(conn, collection_row(conn, cname))
     conn.rollback()
-    assert "class_rows.codes_carried" not in t2  # (other codes: every item encoded anew, none carried)
+    assert "class_rows.codes_carried" not in t2 and "class_rows.codes_read_s" not in t2
+    old, got, pc2 = _codes(conn, rid), _codes(conn, r2), _cells(cname)[1]
+    assert len(next(iter(old.values()))) == len(next(iter(got.values())))  # the same width: a carry would fit
+    want = pc2.encode(items["features"])
+    assert all(got[int(i)] == bytes(w) for i, w in zip(items["id"].tolist(), want))
+    assert sum(got[i] != old[i] for i in got if i in old) > len(got) // 2  # (not the replaced run's codes)
     rng = np.random.default_rng(11)
     A = rng.normal(size=(90, X.shape[1])) + 2.0 * np.eye(X.shape[1])[np.arange(90) % 3]
     A = (A / np.linalg.norm(A, axis=1, keepdims=True)).astype(np.float32)
@@ -108,7 +117,8 @@ def test_a_merge_carries_the_codes_of_the_items_the_replaced_run_holds(db, cname
     encodes only the items that run holds no code of (pm_vector/db/runs/carry.py). Every code of the
     new run is then the published codes' ``encode`` of the item's features, as a full encode gives:
     the delta's new items' (carried), the items ingested without a placement and the one whose code
-    the replaced run lost (removed here by hand): those are encoded. One stored code altered by hand shows which were carried: the merge keeps it."""
+    the replaced run lost (removed here by hand): those are encoded. One stored code altered by hand
+    shows which were carried: the merge keeps it. The read of the carried codes is timed apart."""
     from dbtest_helpers import make_embed_fn, make_extend_fn
 
     from pm_vector.db.core.collection import collection_row, load_items
@@ -143,3 +153,4 @@ def test_a_merge_carries_the_codes_of_the_items_the_replaced_run_holds(db, cname
     timings = conn.execute("SELECT timings FROM pm_vector.embedding_runs WHERE id = %s", [new]).fetchone()[0]
     conn.rollback()
     assert timings["class_rows.codes_carried"] == carried == len(got) - 11  # (the lost one, the 10 not placed)
+    assert timings["class_rows.codes_read_s"] > 0

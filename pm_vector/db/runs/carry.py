@@ -23,6 +23,9 @@ tombstoned in the new run as before.
 
 from __future__ import annotations
 
+import time
+from typing import NamedTuple
+
 import numpy as np
 import psycopg
 from psycopg import sql
@@ -32,15 +35,23 @@ from ..run_tables import run_table
 from .published import Published
 
 
-def codes(conn, published: Published, ids) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(held, their codes)``: a mask of ``ids`` (the job's items) whose code the run ``published``
-    took its codes from holds, and those codes ``(held.sum(), total_bytes_)`` uint8, in ``ids``'
-    order; None when the job does not publish that run's codes again (module doc). Read on ``conn``,
-    whose transaction it ends (rolled back: it must hold nothing else; the job then holds no snapshot
-    through the build that follows)."""
+class Carried(NamedTuple):
+    """The codes a job carries (:func:`codes`)."""
+
+    held: np.ndarray  #: a mask of the job's items: those the replaced run holds a code of
+    codes: np.ndarray  #: their codes, ``(held.sum(), total_bytes_)`` uint8, in the items' order
+    read_s: float  #: the seconds the read of the replaced run's codes took
+
+
+def codes(conn, published: Published, ids) -> Carried | None:
+    """The codes of ``ids`` (the job's items) that the run ``published`` took its codes from holds
+    (:class:`Carried`); None when the job does not publish that run's codes again (module doc). Read
+    on ``conn``, whose transaction it ends (rolled back: it must hold nothing else; the job then
+    holds no snapshot through the build that follows)."""
     rid, pc = published.codes_run, published.codes
     if rid is None or pc is None:
         return None
+    t0 = time.perf_counter()
     t = run_table(int(rid), "codes")
     m = int(pc.total_bytes_)
     try:
@@ -55,17 +66,17 @@ def codes(conn, published: Published, ids) -> tuple[np.ndarray, np.ndarray] | No
     ids = np.asarray(ids, dtype=np.int64)
     have = got["item_id"]
     if have.size == 0 or ids.size == 0:
-        return np.zeros(ids.size, bool), np.zeros((0, m), np.uint8)
+        return Carried(np.zeros(ids.size, bool), np.zeros((0, m), np.uint8), time.perf_counter() - t0)
     pos = np.minimum(np.searchsorted(have, ids), have.size - 1)
     held = have[pos] == ids
-    return held, got["code"][pos[held]]
+    return Carried(held, got["code"][pos[held]], time.perf_counter() - t0)
 
 
-def fill_codes(pc, X, carried: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+def fill_codes(pc, X, carried: Carried | None) -> np.ndarray:
     """Every row's code: the ``carried`` ones as they are, the others ``pc.encode``d."""
     if carried is None:
         return pc.encode(X)
-    held, got = carried
+    held, got = carried.held, carried.codes
     out = np.empty((held.shape[0], int(pc.total_bytes_)), dtype=np.uint8)
     out[held] = got
     if not held.all():

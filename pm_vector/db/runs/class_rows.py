@@ -234,6 +234,7 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any],
     instead of fitting them (:mod:`pm_vector.db.runs.published`); ``carried``: the codes of the items
     the run of its codes holds (:func:`pm_vector.db.runs.carry.codes`), not encoded again."""
     pub = published or Published()
+    carried = carried if pub.codes is not None else None  # (carried codes are the published codes')
     frames = pub.frames or ClassFrames(int(p["n_components"]), float(p["clip_quantile"])).fit(anchor_X, anchor_y)
     if pub.codes is not None:
         pcodes, codes_error = pub.codes, None
@@ -290,10 +291,10 @@ def build(anchor_X, anchor_y, item_ids, item_X, item_y, p: Mapping[str, Any],
     del graph
     timings["locations_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    item_codes = None if pcodes is None else fill_codes(pcodes, X, carried if pub.codes is pcodes else None)
-    timings["codes_s"] = time.perf_counter() - t
-    if item_codes is not None and carried is not None and pub.codes is pcodes:
-        timings["codes_carried"] = float(carried[0].sum())
+    item_codes = None if pcodes is None else fill_codes(pcodes, X, carried)
+    timings["codes_s"] = time.perf_counter() - t  # (the encode of the items not carried)
+    if carried is not None:  # (the read of the carried ones, before the build)
+        timings.update(codes_carried=float(carried.held.sum()), codes_read_s=carried.read_s)
     return ClassRowsData(timings=timings, frames=frames, params=dict(p), item_ids=ids, neighbors=ids[ps.neighbors_],
                          prior_ids=ids[pidx],
                          prior_labels=y[pidx], prior_coords=coords, hub_labels=cat(hl, np.int64),
