@@ -24,10 +24,11 @@ index (``vector_l2_ops``, default options).
 
 **The stream** (per rate of ``rates``, one after the other): ``ceil(rate * seconds)`` changes, a
 third each inserts (new keys, new vectors), vector updates and deletes, drawn once and given to
-each system in the same order (:mod:`pm_vector.bench.writes_stream`). Updates and deletes never hit
-one key twice in a stream: the checked ones items whose own cell's answer held them at set-up (so a
-check can see them change), the others any other key of the table, and once those ran out one the
-stream's unchecked inserts made before them. (Drawing every victim from the answered ones ran out on a kept collection
+each system in the same order (:mod:`pm_vector.bench.writes_stream`). The checked updates and
+deletes hit items whose own cell's answer held them at set-up (so a check can see them change), and
+no change hits their key again; the others hit any other key of the table, and once those ran out a
+key the stream's unchecked inserts and updates made live before them (an update leaves its key
+live). (Drawing every victim from the answered ones ran out on a kept collection
 whose answers new items had filled: 188 of 47,171 initial items, and the stream became inserts;
 drawing the others from the initial items alone ran out too, after a few streams.) The mix stays a
 third each, and the collection its size. pm_vector's

@@ -227,8 +227,10 @@ def test_bench_writes_reuse_keeps_the_prepared_collection_for_the_next_run(db):
 def test_the_stream_keeps_its_mix_when_few_items_can_be_checked():
     """The checked updates and deletes hit the victims a check can see; the others hit any other key
     (initial or not), so a kept collection whose answers hold few initial items still streams a third
-    each of inserts, updates and deletes, never one key twice. Only a checked change carries the old
-    vector's row (a check needs it; an unchecked delete of a key streamed in before has none)."""
+    each of inserts, updates and deletes. No key is changed after its delete or after a checked
+    change; an unchecked update leaves its key live for later changes, so that a stream far longer than
+    the keys keeps the collection's size (inserts as many as deletes). Only a checked change carries the
+    old vector's row (a check needs it; an unchecked delete of a key streamed in before has none)."""
     import numpy as np
 
     from pm_vector.bench.writes_stream import Stream
@@ -239,8 +241,6 @@ def test_the_stream_keeps_its_mix_when_few_items_can_be_checked():
     kinds = [c.kind for c in spec]
     assert min(kinds.count(k) for k in ("insert", "update", "delete")) > 1_700  # a third each
     assert not {c.key for c in spec if c.kind == "insert"} & {c.key for c in spec if c.kind != "insert"}
-    changed = [c.key for c in spec if c.kind != "insert"]
-    assert len(changed) == len(set(changed))
     checked = [c for c in spec if c.checked]
     assert 0 < len(checked) <= 300
     assert all(c.key in victims for c in checked if c.kind != "insert")
@@ -255,8 +255,19 @@ def test_the_stream_keeps_its_mix_when_few_items_can_be_checked():
     at = {c.key: j for j, c in enumerate(spec + more) if c.kind == "insert"}
     again = [(j, c) for j, c in enumerate(spec + more) if c.kind != "insert" and c.key in at]
     assert again and all(at[c.key] < j and not (spec + more)[at[c.key]].checked for j, c in again)
-    changed = [c.key for c in spec + more if c.kind != "insert"]
-    assert len(changed) == len(set(changed))
+    # a long stream: the keys ran out long ago, and the collection keeps its size
+    longer = st.take(60_000, 0)
+    kinds = [c.kind for c in longer]
+    assert min(kinds.count(k) for k in ("insert", "update", "delete")) > 19_000
+    assert abs(kinds.count("insert") - kinds.count("delete")) < 2_000
+    every = spec + more + longer
+    ended = set()  # no key changed after its delete or after a checked change, nor before it was live
+    for c in every:
+        assert c.key not in ended
+        if c.kind == "delete" or c.checked:
+            ended.add(c.key)
+    updated = [c.key for c in longer if c.kind == "update"]
+    assert len(set(updated)) < len(updated)  # (an updated key changed again)
     assert all(c.old_row == c.key - 1 for c in checked if c.kind != "insert")
     assert all(c.old_row is None for c in spec if not c.checked)
     assert all(c.row is None for c in spec if c.kind == "delete" and not c.checked)
