@@ -114,7 +114,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import InvalidInputError
-from .writes_stream import Stream, fresh
+from .writes_stream import Stream, fresh, give_back
 from .writes_summary import pct, summarise
 from .writes_pgvector import PgvectorTarget
 from .writes_targets import Change, PmVectorTarget
@@ -357,8 +357,7 @@ def saturate(target, stream: Stream, cfg: WritesConfig, Xq: np.ndarray, say) -> 
     ``saturate_s`` s, the same mix, the queries running (nothing checked)."""
     ops = stream.take(int(cfg.saturate_s * 5_000))
     raw = drive(target, ops, None, cfg.saturate_s, cfg, Xq, say, "pgvector saturating", check=False)
-    # the keys of the changes it did not commit go back to the stream (the streams after it use them)
-    stream.others += [c.key for c in ops if c.commit_t is None and c.kind != "insert"]
+    give_back(stream, ops)  # (its keys as pm_vector's table has them: the streams after it use them)
     return {"max_commits_per_s": round(len(raw["committed"]) / cfg.saturate_s, 1),
             "saturate_query_p50_ms": pct(raw["query_s"], 50, 1e3, 1), "saturate_errors": len(raw["errors"])}
 

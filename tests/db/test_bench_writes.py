@@ -273,6 +273,32 @@ def test_the_stream_keeps_its_mix_when_few_items_can_be_checked():
     assert all(c.row is None for c in spec if c.kind == "delete" and not c.checked)
 
 
+def test_a_phase_only_pgvector_ran_leaves_the_other_tables_keys_to_the_streams_after_it():
+    """The saturating phase's changes reach pgvector's table only: after :func:`give_back` every later
+    update and delete hits a key pm_vector's table holds, and a long stream keeps its size."""
+    import numpy as np
+
+    from pm_vector.bench.writes_stream import Stream, give_back
+
+    live = set(range(1, 3_001))
+    st = Stream(3_000, 9_000, list(range(1, 41)), np.random.default_rng(5), next_key=3_001,
+                others=list(range(41, 3_001)))
+    ops = st.take(4_000)
+    for c in ops[:1_500]:  # committed by pgvector alone
+        c.commit_t = 1.0
+    give_back(st, ops)
+    later = st.take(20_000, 50)
+    for c in later:
+        if c.kind == "insert":
+            assert c.key not in live
+            live.add(c.key)
+        else:
+            assert c.key in live, c
+            if c.kind == "delete":
+                live.discard(c.key)
+    assert abs(len(live) - 3_000) < 600
+
+
 def test_the_writer_process_commits_in_order_and_reports_each_transaction(db):
     """The writer in a process of its own (pm_vector.bench.writes_writer): every transaction committed
     in order and reported with its changes and commit time (after the start it was given); a failing
