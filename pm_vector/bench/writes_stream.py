@@ -5,10 +5,10 @@ each system is given, in which order, and which of them a check times.
 for the new vectors; the victims of the checked updates and deletes from the initial items a check
 can see change (their own cell's answer holds them, their old vector known), the other updates and
 deletes from any other key, and once those ran out from the keys the stream's unchecked inserts and
-updates made live before them (an updated key is still live: a stream that dropped it grew the
-collection by a quarter of its changes once the keys ran out, 100,000 items to 240,000 over two
-10-minute streams at 1,000 a second), so that a stream of any length keeps the collection's size and
-its mix. :func:`give_back` returns the keys of a phase only one system ran. :func:`fresh` copies a stream
+updates made live before them (an updated key is still live: a stream that dropped it, and counted
+live the keys of a phase only plain pgvector ran, grew the collection from 100,000 items to 240,000
+over two 10-minute streams at about 1,000 a second), so that a stream of any length keeps the
+collection's size and its mix. :func:`give_back` returns the keys of a phase only one system ran. :func:`fresh` copies a stream
 unstamped for each system; :func:`sample` and :func:`check_stride` spread the checked changes
 evenly over it.
 """
@@ -24,7 +24,7 @@ class Stream:
     """The changes drawn for every system (module doc): kinds at random, fresh keys and rows for the
     new vectors; the victims of updates and deletes from ``victims`` (items a check can see change)
     for the checked changes and from ``others`` (any other key; once they ran out, the keys of the
-    unchecked inserts streamed before) for the rest, each once. An unchecked delete has no ``row`` and no ``old_row``
+    unchecked inserts and updates streamed before) for the rest. An unchecked delete has no ``row`` and no ``old_row``
     (its key's vector is not needed). A key a checked change hit is never changed again (its check
     reads the key's item); one an unchecked insert or update made live may be, after it."""
 
