@@ -80,8 +80,11 @@ empty; always on the API path and for pgvector) and nothing was seen for ``settl
 **Per system and rate**: ``rate`` (asked), ``changes_per_s`` (sustained: the checked changes done --
 seen, or ``not_in_answer`` -- after the first one, over the time from the first one done to the
 last, times the stream's changes per checked one: what the system applied a second; as asked when
-it keeps up, less when the delays grow along the stream or changes are never seen),
+it keeps up, less when the delays grow along the stream or changes are never seen; capped at
+``commits_per_s``, as no system applies more than was committed, the sample's own estimate in
+``changes_per_s_sample``),
 ``commits_per_s`` (the changes committed over ``seconds``: what the writer got through),
+``rows_after`` (the collection's items, or the table's rows, when the stream and its drain ended),
 ``delay_p50_s`` / ``delay_p99_s`` / ``delay_max_s`` (and p99 by kind), ``query_p50_ms`` /
 ``query_p99_ms`` (the queries during the stream and its drain), ``n_changes`` (committed),
 ``observed``, ``not_in_answer``, ``unobserved``, ``errors`` (writes, checks and queries that raised),
@@ -345,10 +348,11 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
         samples.append(target.status())  # the state the stream ended in
         # the system's merges during the stream, on the clock of the commits
         spans = [(a - wall0 + t0, b - wall0 + t0) for a, b in target.busy_spans(wall0, wall0 + seconds)]
+        rows = target.rows()  # the collection's size the stream left
     except Exception as exc:  # noqa: BLE001 - counted
         errors.append(f"status: {exc}")
-        spans = []
-    return {"t0": t0, "spans": spans, "committed": committed, "seen": seen, "outside": outside, "errors": errors,
+        spans, rows = [], None
+    return {"t0": t0, "spans": spans, "rows_after": rows, "committed": committed, "seen": seen, "outside": outside, "errors": errors,
             "query_s": query_s, "samples": samples, "rounds": rounds, "load_average": [round(v, 2) for v in load],
             "cpu": cpu}
 

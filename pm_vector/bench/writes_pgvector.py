@@ -105,6 +105,11 @@ class PgvectorTarget:
     def status(self) -> dict[str, Any]:
         return {}
 
+    def rows(self) -> int:
+        """Its table's rows now."""
+        with db.connect() as conn:
+            return int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(self.table)).fetchone()[0])
+
     def busy_spans(self, start: float, end: float) -> list[tuple[float, float]]:
         """No merges: its index takes each change in the writer's own commit."""
         return []

@@ -6,8 +6,8 @@ for the new vectors; the victims of the checked updates and deletes from the ini
 can see change (their own cell's answer holds them, their old vector known), the other updates and
 deletes from any other key, and once those ran out from the keys the stream's unchecked inserts and
 updates made live before them (an updated key is still live: a stream that dropped it, and counted
-live the keys of a phase only plain pgvector ran, grew the collection from 100,000 items to 240,000
-over two 10-minute streams at about 1,000 a second), so that a stream of any length keeps the
+live the keys of a phase only plain pgvector ran, grew the collection in long streams; docs/benchmarks.md,
+"What the collection was"), so that a stream of any length keeps the
 collection's size and its mix. :func:`give_back` returns the keys of a phase only one system ran. :func:`fresh` copies a stream
 unstamped for each system; :func:`sample` and :func:`check_stride` spread the checked changes
 evenly over it.
@@ -76,7 +76,7 @@ def give_back(stream: Stream, ops: list[Change]) -> None:
     streams after it (dropped from the keys streamed in; it had been counted live when drawn), an
     updated key and the key of a delete not committed are live (back among the other keys), and a
     committed delete's key, gone from one table, is changed no more. (Counting the phase's keys live
-    left deletes of keys no table had: the collection grew by 15,000 items in a 10-minute stream.)"""
+    left deletes of keys no table had, and the collection grew along the streams after it.)"""
     drawn = {c.key for c in ops if c.kind != "delete"}
     stream.streamed = [k for k in stream.streamed if k not in drawn]
     stream.others += [c.key for c in ops if c.kind == "update" or (c.kind == "delete" and c.commit_t is None)]

@@ -51,11 +51,14 @@ def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[
     # a change is done when seen, or found placed outside its cell's answer (module doc)
     done = [c.seen_t for c in seen] + [c.outside_t for c in outside]
     first, last = min(done, default=0.0), max(done, default=0.0)
+    # of the checked sample, scaled to the whole stream (1 in n_changes / checked was checked)
+    sample_rate = (len(done) - 1) / (last - first) * len(committed) / checked if last > first else 0.0
+    commits = len(committed) / seconds
     return {
         "rate": float(rate),
-        # of the checked sample, scaled to the whole stream (1 in n_changes / checked was checked)
-        "changes_per_s": round((len(done) - 1) / (last - first) * len(committed) / checked, 2) if last > first else 0.0,
-        "commits_per_s": round(len(committed) / seconds, 2),
+        # no system applies more than its writer committed: the sample's estimate, capped there
+        "changes_per_s": round(min(sample_rate, commits), 2), "changes_per_s_sample": round(sample_rate, 2),
+        "commits_per_s": round(commits, 2),
         "delay_p50_s": pct(delays, 50), "delay_p99_s": pct(delays, 99), "delay_max_s": pct(delays, 100),
         "delay_p99_s_by_kind": by_kind,
         "query_p50_ms": pct(raw["query_s"], 50, 1e3, 1), "query_p99_ms": pct(raw["query_s"], 99, 1e3, 1),
@@ -70,6 +73,7 @@ def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[
         "cpu_busy_cores": round(raw["cpu"]["busy_s"] / max(raw["cpu"]["seconds"], 1e-9), 2),
         "cpu_ms_per_change": round(raw["cpu"]["busy_s"] * 1e3 / len(committed), 3) if committed else None,
         # the writer's commits a second while a merge of the system's built, and between merges
+        "rows_after": raw.get("rows_after"),
         **writer_rates([c.commit_t for c in committed], t0, t0 + seconds, raw.get("spans", [])),
         **target.engine_figures(raw["samples"]),
     }

@@ -133,6 +133,7 @@ class PmVectorTarget:
             self.setup["state_s"] = round(time.perf_counter() - t, 2)
         else:  # (just built from the first ``items`` rows: nothing to read)
             self.state = writes_reuse.fresh(items)
+        self.setup["rows"] = self.state["keys"]
         if self.setup["reused"]:
             say(f"pm_vector: {self.state['keys']:,} rows, {len(self.state['untouched']):,} initial items unchanged")
 
@@ -417,6 +418,13 @@ class PmVectorTarget:
             return {}
         s = db.sync_status(self.name)
         return {"queued": s["queued"], "lag_s": s["lag_s"] or 0.0}
+
+    def rows(self) -> int:
+        """The collection's items now (``pm_vector.items``: on the attached path, the table's rows its
+        sync has applied)."""
+        with db.connect() as conn:
+            return int(conn.execute("SELECT count(*) FROM pm_vector.items WHERE collection_id = %s",
+                                    [self.cid]).fetchone()[0])
 
     def busy_spans(self, start: float, end: float) -> list[tuple[float, float]]:
         """The collection's runs (its merges, and any job) that were building between the epoch

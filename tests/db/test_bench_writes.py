@@ -42,6 +42,12 @@ def test_a_stream_checks_an_even_sample_and_scales_the_sustained_rate():
 
     s = summarise(Plain(), raw, 10.0, 60.0)
     assert s["changes_per_s"] == pytest.approx(10.0, rel=0.01) and s["commits_per_s"] == 10.0
+    assert s["changes_per_s_sample"] == s["changes_per_s"]
+    # a sample seen faster than the writer committed estimates more than was committed: capped there
+    for j, c in enumerate(spec):
+        c.seen_t = j / 20 + 2
+    fast = summarise(Plain(), raw, 10.0, 60.0)
+    assert fast["changes_per_s_sample"] == pytest.approx(20.0, rel=0.01) and fast["changes_per_s"] == 10.0
     # the machine's cores busy while the writer ran (12 s of 60: 0.2), per change (12 s over 600)
     assert s["cpu_busy_cores"] == 0.2 and s["cpu_ms_per_change"] == 20.0
     assert s["delay_p50_s"] == s["delay_p99_s"] == 2.0 and s["unobserved"] == 0 and s["checked"] == 200
@@ -132,7 +138,12 @@ def test_bench_writes_attached_against_pgvector(db, tmp_path):
     assert pg["max_commits_per_s"] > 0 and pg["saturate_errors"] == 0
     # plain pgvector has no merges: the writer's whole rate is between them
     assert pg["merges"] == 0 and pg["writer_while_merging"] is None and pg["writer_between"] > 0
-    assert pm["merges"] >= 0 and (pm["writer_between"] or 0) + (pm["writer_while_merging"] or 0) > 0
+    # pm_vector's merges (if one was due) and the time they took agree, and the writer's rate is split between
+    assert (pm["merging_s"] > 0) == (pm["merges"] > 0) and (pm["writer_while_merging"] is None) == (pm["merges"] == 0)
+    assert (pm["writer_between"] or 0) + (pm["writer_while_merging"] or 0) > 0
+    # the collection's size the stream left: the 2,000 items and the stream's inserts less its deletes
+    for s in (pm, pg):
+        assert abs(s["rows_after"] - 2000) <= s["n_changes"]
     # the changes were checked in their own cell at the finest level, the plan's candidates
     st = out["setup"]["pm_vector"]
     assert st["level"] >= 2 and st["candidates"] >= 1 and st["path"] == "attached"
@@ -213,6 +224,9 @@ def test_bench_writes_reuse_keeps_the_prepared_collection_for_the_next_run(db):
         assert second["setup"]["pm_vector"]["reused"] is True and "job_s" not in second["setup"]["pm_vector"]
         assert second["setup"]["pm_vector"]["state_s"] >= 0  # the kept table's state read (binary COPY)
         assert second["setup"]["pgvector_hnsw"]["reused"] is True
+        # the second run starts from the rows the first left (its rows_after), read back from the table
+        assert second["setup"]["pm_vector"]["rows"] == first["pm_vector"]["rows_after"]
+        assert first["setup"]["pm_vector"]["rows"] == 1000
         for s in (second["pm_vector"], second["pgvector_hnsw"]):
             assert s["errors"] == 0 and s["unobserved"] == 0, s
             assert s["observed"] + s["not_in_answer"] == s["checked"] == s["n_changes"] >= 8
