@@ -91,7 +91,9 @@ it keeps up, less when the delays grow along the stream or changes are never see
 ``merges``, ``merging_s``, ``writer_while_merging`` and ``writer_between`` (the writer's commits a second
 while a merge of the system's was building -- a run of its collection, from ``started_at`` to
 ``finished_at`` -- and outside those spans: :func:`~pm_vector.bench.writes_summary.writer_rates`;
-plain pgvector has no merges); pm_vector also
+plain pgvector has no merges), ``writer_waits`` (on each side of those spans, the p50 / p99 of the
+writer process's statements and COMMITs and the server's WAL MB a second:
+:func:`~pm_vector.bench.writes_summary.writer_waits`); pm_vector also
 ``delta_size`` (the delta's rows when the stream ends) and ``merge_s`` (the bulk merge of that delta,
 timed after the stream: :meth:`~pm_vector.bench.writes_targets.PmVectorTarget.engine_figures`) and, on the attached path,
 ``sync_status`` (:func:`pm_vector.db.sync_status` sampled every second: queue length max, ``lag_s``
@@ -118,7 +120,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from .writes_stream import Stream, fresh, give_back
-from .writes_summary import pct, summarise
+from .writes_summary import pct, summarise, wal_bytes
 from .writes_pgvector import PgvectorTarget
 from .writes_targets import Change, PmVectorTarget
 import pm_vector.db as db
@@ -199,6 +201,8 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
     query_s: list[float] = []
     samples: list[dict] = []
     rounds: list[float] = []
+    txs: list[tuple[float, float, float]] = []  # the writer process's transactions: (commit_t, statements_s, commit_s)
+    wal: list[tuple[float, int]] = []  # the server's WAL bytes, each second: (perf_counter, pg_stat_wal.wal_bytes)
     writer_done, stop = threading.Event(), threading.Event()
     ended: list[float] = []  # when the writer stopped
     step = 1 if target.single_row else cfg.batch
@@ -223,6 +227,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
             proc.go(t0)
             for msg in proc.results():
                 if msg[0] == "ok":
+                    txs.append(msg[3:6])
                     for c in ops[msg[1]:msg[2]]:
                         c.commit_t = msg[3]
                     done(ops[msg[1]:msg[2]])
@@ -314,12 +319,17 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
             conn.close()
 
     def sampler():
-        while not stop.is_set():
-            try:
-                samples.append(target.status())
-            except Exception as exc:  # noqa: BLE001 - counted
-                errors.append(f"status: {exc}")
-            stop.wait(1.0)
+        conn = db.connect(autocommit=True)
+        try:
+            while not stop.is_set():
+                try:
+                    wal.append((time.perf_counter(), wal_bytes(conn)))
+                    samples.append(target.status())
+                except Exception as exc:  # noqa: BLE001 - counted
+                    errors.append(f"status: {exc}")
+                stop.wait(1.0)
+        finally:
+            conn.close()
 
     work = [threading.Thread(target=writer if proc is None else from_process, daemon=True)]
     work += [threading.Thread(target=checker, args=(i,), daemon=True) for i in range(cfg.checkers if check else 0)]
@@ -352,7 +362,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
     except Exception as exc:  # noqa: BLE001 - counted
         errors.append(f"status: {exc}")
         spans, rows = [], None
-    return {"t0": t0, "spans": spans, "rows_after": rows, "committed": committed, "seen": seen, "outside": outside, "errors": errors,
+    return {"t0": t0, "spans": spans, "rows_after": rows, "txs": txs, "wal": wal, "committed": committed, "seen": seen, "outside": outside, "errors": errors,
             "query_s": query_s, "samples": samples, "rounds": rounds, "load_average": [round(v, 2) for v in load],
             "cpu": cpu}
 

@@ -16,12 +16,13 @@ def pct(v, q: float, scale: float = 1.0, nd: int = 3):
     return round(scale * float(np.percentile(np.asarray(v, np.float64), q)), nd) if len(v) else None
 
 
-def writer_rates(commit_t: list[float], start: float, end: float, spans: list[tuple[float, float]]) -> dict[str, Any]:
-    """The writer's commits a second inside and outside ``spans`` (a system's merges: each run of the
-    collection from its ``started_at`` to its ``finished_at``, on the clock of ``commit_t``), over the
-    stream's window ``[start, end]``: ``merging_s`` (the window's seconds inside a span),
-    ``writer_while_merging`` and ``writer_between`` (commits there over those seconds; None where
-    fewer than 1 s), and ``merges`` (the spans that meet the window). Spans that overlap count once."""
+def wal_bytes(conn) -> int:
+    """The server's WAL written since its statistics were reset (``pg_stat_wal.wal_bytes``)."""
+    return int(conn.execute("SELECT wal_bytes FROM pg_stat_wal").fetchone()[0])
+
+
+def _cut(spans: list[tuple[float, float]], start: float, end: float) -> tuple[int, list[list[float]]]:
+    """The spans that meet ``[start, end]`` (how many), cut to it, overlapping ones joined, in order."""
     cut = sorted((max(a, start), min(b, end)) for a, b in spans if b > start and a < end)
     merged: list[list[float]] = []
     for a, b in cut:
@@ -29,13 +30,56 @@ def writer_rates(commit_t: list[float], start: float, end: float, spans: list[tu
             merged[-1][1] = max(merged[-1][1], b)
         else:
             merged.append([a, b])
+    return len(cut), merged
+
+
+def _inside(t: np.ndarray, merged: list[list[float]]) -> np.ndarray:
+    """Which of the times ``t`` lie in one of the ``merged`` spans."""
+    m = np.zeros(t.shape, bool)
+    for a, b in merged:
+        m |= (t >= a) & (t < b)
+    return m
+
+
+def writer_rates(commit_t: list[float], start: float, end: float, spans: list[tuple[float, float]]) -> dict[str, Any]:
+    """The writer's commits a second inside and outside ``spans`` (a system's merges: each run of the
+    collection from its ``started_at`` to its ``finished_at``, on the clock of ``commit_t``), over the
+    stream's window ``[start, end]``: ``merging_s`` (the window's seconds inside a span),
+    ``writer_while_merging`` and ``writer_between`` (commits there over those seconds; None where
+    fewer than 1 s), and ``merges`` (the spans that meet the window). Spans that overlap count once."""
+    n, merged = _cut(spans, start, end)
     inside_s = sum(b - a for a, b in merged)
     t = np.asarray([x for x in commit_t if start <= x <= end], np.float64)
-    inside = int(sum(np.count_nonzero((t >= a) & (t < b)) for a, b in merged))
+    inside = int(np.count_nonzero(_inside(t, merged)))
     outside_s = (end - start) - inside_s
-    return {"merges": len(cut), "merging_s": round(inside_s, 1),
+    return {"merges": n, "merging_s": round(inside_s, 1),
             "writer_while_merging": round(inside / inside_s, 1) if inside_s >= 1.0 else None,
             "writer_between": round((t.size - inside) / outside_s, 1) if outside_s >= 1.0 else None}
+
+
+def writer_waits(txs: list[tuple[float, float, float]], wal: list[tuple[float, int]], start: float, end: float,
+                 spans: list[tuple[float, float]]) -> dict[str, Any]:
+    """Where the writer's time went while a merge built and between merges (the spans and window of
+    :func:`writer_rates`): per side, the p50 / p99 of its transactions' statements and of their
+    COMMIT, in ms (``txs``: the writer process's ``(commit_t, statements_s, commit_s)``; a COMMIT
+    waits for the WAL before it to be flushed), and the server's WAL a second, in MB (``wal``: each
+    second's ``(t, wal_bytes)``; an interval counts on the side its midpoint falls). None where the
+    side has no transaction or no interval."""
+    _, merged = _cut(spans, start, end)
+    tx = np.asarray([x for x in txs if start <= x[0] <= end], np.float64).reshape(-1, 3)
+    w = np.asarray(wal, np.float64).reshape(-1, 2)
+    mid, dt, db_ = (w[1:, 0] + w[:-1, 0]) / 2, np.diff(w[:, 0]), np.diff(w[:, 1])
+    keep = (mid >= start) & (mid <= end)
+    mid, dt, db_ = mid[keep], dt[keep], db_[keep]
+    out: dict[str, Any] = {}
+    for side, on in (("while_merging", True), ("between", False)):
+        t = tx[_inside(tx[:, 0], merged) == on]
+        k = _inside(mid, merged) == on
+        out[side] = {"transactions": int(t.shape[0]),
+                     "statements_ms_p50": pct(t[:, 1], 50, 1e3), "statements_ms_p99": pct(t[:, 1], 99, 1e3),
+                     "commit_ms_p50": pct(t[:, 2], 50, 1e3), "commit_ms_p99": pct(t[:, 2], 99, 1e3),
+                     "wal_mb_s": round(float(db_[k].sum() / dt[k].sum()) / 1e6, 2) if dt[k].sum() > 0 else None}
+    return out
 
 
 def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[str, Any]:
@@ -75,5 +119,7 @@ def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[
         # the writer's commits a second while a merge of the system's built, and between merges
         "rows_after": raw.get("rows_after"),
         **writer_rates([c.commit_t for c in committed], t0, t0 + seconds, raw.get("spans", [])),
+        # the writer process's statements and COMMITs, and the server's WAL, while merging and between
+        "writer_waits": writer_waits(raw.get("txs", []), raw.get("wal", []), t0, t0 + seconds, raw.get("spans", [])),
         **target.engine_figures(raw["samples"]),
     }

@@ -13,7 +13,8 @@ writer does.
 ``update``, ``delete``; text) and every transaction's statements' parameters, and returns once it is
 connected; :meth:`Writer.go` gives it the stream's start (``time.perf_counter``: Linux's monotonic
 clock, the same in every process) and :meth:`Writer.results` yields what it sends: ``("ok", first,
-end, commit_t)`` per committed transaction (changes ``first..end-1`` of the stream), ``("error",
+end, commit_t, statements_s, commit_s)`` per committed transaction (changes ``first..end-1`` of
+the stream; the seconds its statements took, and its COMMIT: the wait for its WAL to be flushed), ``("error",
 first, end, message)`` per failed one (rolled back), then ``("end", t)``.
 """
 
@@ -37,10 +38,13 @@ def _run(url: str, statements: dict[str, str], txs: list, rate: float | None, se
             if time.perf_counter() - t0 > seconds:
                 break
             try:
+                ta = time.perf_counter()
                 for kind, params in tx:
                     conn.execute(statements[kind], params, prepare=True)
+                tb = time.perf_counter()
                 conn.commit()
-                pipe.send(("ok", j, j + len(tx), time.perf_counter()))
+                tc = time.perf_counter()
+                pipe.send(("ok", j, j + len(tx), tc, tb - ta, tc - tb))
             except Exception as exc:  # noqa: BLE001 - counted by the bench
                 conn.rollback()
                 pipe.send(("error", j, j + len(tx), f"{type(exc).__name__}: {str(exc)[:200]}"))

@@ -100,6 +100,28 @@ def test_the_writer_is_counted_apart_while_a_merge_builds_and_between_merges():
     assert none == {"merges": 0, "merging_s": 0.0, "writer_while_merging": None, "writer_between": 8.0}
 
 
+def test_the_writers_commits_and_the_wal_are_split_between_merges_and_the_rest():
+    """writer_waits: each transaction and each second's WAL on the side of the merges' spans it falls."""
+    from pm_vector.bench.writes_summary import writer_waits
+
+    # 100 s, one merge from 40 to 60; a transaction a second: 1 ms statements and 2 ms commits outside
+    # the merge, 1 ms and 20 ms inside it; the WAL: 1 MB a second outside, 10 MB a second inside
+    txs = [(t + 0.5, 0.001, 0.020 if 40 <= t + 0.5 < 60 else 0.002) for t in range(100)]
+    wal, b = [], 0
+    for t in range(101):
+        wal.append((float(t), b))
+        b += 10_000_000 if 40 <= t < 60 else 1_000_000
+    w = writer_waits(txs, wal, 0.0, 100.0, [(40.0, 60.0), (200.0, 300.0)])
+    assert w["while_merging"] == {"transactions": 20, "statements_ms_p50": 1.0, "statements_ms_p99": 1.0,
+                                  "commit_ms_p50": 20.0, "commit_ms_p99": 20.0, "wal_mb_s": 10.0}
+    assert w["between"] == {"transactions": 80, "statements_ms_p50": 1.0, "statements_ms_p99": 1.0,
+                            "commit_ms_p50": 2.0, "commit_ms_p99": 2.0, "wal_mb_s": 1.0}
+    none = writer_waits(txs, wal, 0.0, 100.0, [])
+    assert none["while_merging"]["transactions"] == 0 and none["while_merging"]["commit_ms_p50"] is None
+    assert none["while_merging"]["wal_mb_s"] is None and none["between"]["transactions"] == 100
+    assert none["between"]["wal_mb_s"] == pytest.approx(2.8)  # (80 x 1 + 20 x 10) MB over 100 s
+
+
 def test_a_collections_merges_are_the_runs_that_built_during_the_window(db, digits_collection):
     """pm_vector's spans are its collection's runs that met the window, in epoch seconds: a job's
     run found inside a window around it, and none in a window after it."""
@@ -138,6 +160,13 @@ def test_bench_writes_attached_against_pgvector(db, tmp_path):
     assert pg["max_commits_per_s"] > 0 and pg["saturate_errors"] == 0
     # plain pgvector has no merges: the writer's whole rate is between them
     assert pg["merges"] == 0 and pg["writer_while_merging"] is None and pg["writer_between"] > 0
+    # the writer process's transactions, each timed, and the server's WAL, on the side of the merges they fell
+    for s in (pm, pg):
+        w = s["writer_waits"]
+        # (a commit that returned after the window's end is not in it)
+        assert s["n_changes"] - 1 <= w["while_merging"]["transactions"] + w["between"]["transactions"] <= s["n_changes"]
+        assert 0 < w["between"]["commit_ms_p50"] <= w["between"]["commit_ms_p99"] and w["between"]["wal_mb_s"] > 0
+    assert pg["writer_waits"]["while_merging"]["transactions"] == 0
     # pm_vector's merges (if one was due) and the time they took agree, and the writer's rate is split between
     assert (pm["merging_s"] > 0) == (pm["merges"] > 0) and (pm["writer_while_merging"] is None) == (pm["merges"] == 0)
     assert (pm["writer_between"] or 0) + (pm["writer_while_merging"] or 0) > 0
