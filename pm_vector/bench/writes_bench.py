@@ -362,8 +362,8 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
     except Exception as exc:  # noqa: BLE001 - counted
         errors.append(f"status: {exc}")
         spans, rows = [], None
-    return {"t0": t0, "spans": spans, "rows_after": rows, "txs": txs, "wal": wal, "committed": committed, "seen": seen, "outside": outside, "errors": errors,
-            "query_s": query_s, "samples": samples, "rounds": rounds, "load_average": [round(v, 2) for v in load],
+    return {"t0": t0, "spans": spans, "rows_after": rows, "txs": txs, "wal": wal, "committed": committed,
+            "seen": seen, "outside": outside, "errors": errors, "query_s": query_s, "samples": samples, "rounds": rounds, "load_average": [round(v, 2) for v in load],
             "cpu": cpu}
 
 

@@ -116,8 +116,8 @@ def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[
         # the machine's cores busy while the stream ran and its changes were checked, and their time per change
         "cpu_busy_cores": round(raw["cpu"]["busy_s"] / max(raw["cpu"]["seconds"], 1e-9), 2),
         "cpu_ms_per_change": round(raw["cpu"]["busy_s"] * 1e3 / len(committed), 3) if committed else None,
-        # the writer's commits a second while a merge of the system's built, and between merges
         "rows_after": raw.get("rows_after"),
+        # the writer's commits a second while a merge of the system's built, and between merges
         **writer_rates([c.commit_t for c in committed], t0, t0 + seconds, raw.get("spans", [])),
         # the writer process's statements and COMMITs, and the server's WAL, while merging and between
         "writer_waits": writer_waits(raw.get("txs", []), raw.get("wal", []), t0, t0 + seconds, raw.get("spans", [])),
