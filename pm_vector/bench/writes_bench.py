@@ -201,7 +201,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
     query_s: list[float] = []
     samples: list[dict] = []
     rounds: list[float] = []
-    txs: list[tuple[float, float, float]] = []  # the writer process's transactions: (commit_t, statements_s, commit_s)
+    txs: list[tuple] = []  # the writer process's transactions: (commit_t, statements_s, commit_s, paced_s)
     wal: list[tuple[float, int]] = []  # the server's WAL bytes, each second: (perf_counter, pg_stat_wal.wal_bytes)
     writer_done, stop = threading.Event(), threading.Event()
     ended: list[float] = []  # when the writer stopped
@@ -227,7 +227,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
             proc.go(t0)
             for msg in proc.results():
                 if msg[0] == "ok":
-                    txs.append(msg[3:6])
+                    txs.append(msg[3:7])
                     for c in ops[msg[1]:msg[2]]:
                         c.commit_t = msg[3]
                     done(ops[msg[1]:msg[2]])

@@ -57,25 +57,31 @@ def writer_rates(commit_t: list[float], start: float, end: float, spans: list[tu
             "writer_between": round((t.size - inside) / outside_s, 1) if outside_s >= 1.0 else None}
 
 
-def writer_waits(txs: list[tuple[float, float, float]], wal: list[tuple[float, int]], start: float, end: float,
-                 spans: list[tuple[float, float]]) -> dict[str, Any]:
+def writer_waits(txs: list[tuple[float, float, float, float]], wal: list[tuple[float, int]], start: float,
+                 end: float, spans: list[tuple[float, float]]) -> dict[str, Any]:
     """Where the writer's time went while a merge built and between merges (the spans and window of
     :func:`writer_rates`): per side, the p50 / p99 of its transactions' statements and of their
-    COMMIT, in ms (``txs``: the writer process's ``(commit_t, statements_s, commit_s)``; a COMMIT
-    waits for the WAL before it to be flushed), and the server's WAL a second, in MB (``wal``: each
-    second's ``(t, wal_bytes)``; an interval counts on the side its midpoint falls). None where the
-    side has no transaction or no interval."""
+    COMMIT, in ms (``txs``: the writer process's ``(commit_t, statements_s, commit_s, paced_s)``; a
+    COMMIT waits for the WAL before it to be flushed); the shares of the side's seconds the writer
+    spent in statements, in COMMITs and paused ahead of the stream's pace (``statements_share``,
+    ``commit_share``, ``paced_share``; a transaction counts on the side its commit falls; what is
+    left is the writer process's own time, its wait for a core included); and the server's WAL a
+    second, in MB (``wal``: each second's ``(t, wal_bytes)``; an interval counts on the side its
+    midpoint falls). None where the side has no transaction or no interval."""
     _, merged = _cut(spans, start, end)
-    tx = np.asarray([x for x in txs if start <= x[0] <= end], np.float64).reshape(-1, 3)
+    inside_s = sum(b - a for a, b in merged)
+    tx = np.asarray([x for x in txs if start <= x[0] <= end], np.float64).reshape(-1, 4)
     w = np.asarray(wal, np.float64).reshape(-1, 2)
     mid, dt, db_ = (w[1:, 0] + w[:-1, 0]) / 2, np.diff(w[:, 0]), np.diff(w[:, 1])
     keep = (mid >= start) & (mid <= end)
     mid, dt, db_ = mid[keep], dt[keep], db_[keep]
     out: dict[str, Any] = {}
-    for side, on in (("while_merging", True), ("between", False)):
+    for side, on, secs in (("while_merging", True, inside_s), ("between", False, (end - start) - inside_s)):
         t = tx[_inside(tx[:, 0], merged) == on]
         k = _inside(mid, merged) == on
-        out[side] = {"transactions": int(t.shape[0]),
+        share = {f"{name}_share": round(float(t[:, i].sum()) / secs, 4) if secs >= 1.0 else None
+                 for i, name in ((1, "statements"), (2, "commit"), (3, "paced"))}
+        out[side] = {"transactions": int(t.shape[0]), "seconds": round(secs, 1), **share,
                      "statements_ms_p50": pct(t[:, 1], 50, 1e3), "statements_ms_p99": pct(t[:, 1], 99, 1e3),
                      "commit_ms_p50": pct(t[:, 2], 50, 1e3), "commit_ms_p99": pct(t[:, 2], 99, 1e3),
                      "wal_mb_s": round(float(db_[k].sum() / dt[k].sum()) / 1e6, 2) if dt[k].sum() > 0 else None}

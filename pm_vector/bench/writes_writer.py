@@ -13,8 +13,9 @@ writer does.
 ``update``, ``delete``; text) and every transaction's statements' parameters, and returns once it is
 connected; :meth:`Writer.go` gives it the stream's start (``time.perf_counter``: Linux's monotonic
 clock, the same in every process) and :meth:`Writer.results` yields what it sends: ``("ok", first,
-end, commit_t, statements_s, commit_s)`` per committed transaction (changes ``first..end-1`` of
-the stream; the seconds its statements took, and its COMMIT: the wait for its WAL to be flushed), ``("error",
+end, commit_t, statements_s, commit_s, paced_s)`` per committed transaction (changes ``first..end-1``
+of the stream; the seconds its statements took, its COMMIT's (the wait for its WAL to be flushed),
+and the writer's pause before it, ahead of the stream's pace), ``("error",
 first, end, message)`` per failed one (rolled back), then ``("end", t)``.
 """
 
@@ -33,8 +34,9 @@ def _run(url: str, statements: dict[str, str], txs: list, rate: float | None, se
         t0 = pipe.recv()
         j = 0
         for tx in txs:
+            ts = time.perf_counter()
             if rate is not None:
-                time.sleep(max(0.0, t0 + j / rate - time.perf_counter()))
+                time.sleep(max(0.0, t0 + j / rate - ts))
             if time.perf_counter() - t0 > seconds:
                 break
             try:
@@ -44,7 +46,7 @@ def _run(url: str, statements: dict[str, str], txs: list, rate: float | None, se
                 tb = time.perf_counter()
                 conn.commit()
                 tc = time.perf_counter()
-                pipe.send(("ok", j, j + len(tx), tc, tb - ta, tc - tb))
+                pipe.send(("ok", j, j + len(tx), tc, tb - ta, tc - tb, ta - ts))
             except Exception as exc:  # noqa: BLE001 - counted by the bench
                 conn.rollback()
                 pipe.send(("error", j, j + len(tx), f"{type(exc).__name__}: {str(exc)[:200]}"))

@@ -106,15 +106,20 @@ def test_the_writers_commits_and_the_wal_are_split_between_merges_and_the_rest()
 
     # 100 s, one merge from 40 to 60; a transaction a second: 1 ms statements and 2 ms commits outside
     # the merge, 1 ms and 20 ms inside it; the WAL: 1 MB a second outside, 10 MB a second inside
-    txs = [(t + 0.5, 0.001, 0.020 if 40 <= t + 0.5 < 60 else 0.002) for t in range(100)]
+    # (paused 0.5 s before each transaction outside the merge, not inside it)
+    txs = [(t + 0.5, 0.001, 0.020 if 40 <= t + 0.5 < 60 else 0.002, 0.0 if 40 <= t + 0.5 < 60 else 0.5)
+           for t in range(100)]
     wal, b = [], 0
     for t in range(101):
         wal.append((float(t), b))
         b += 10_000_000 if 40 <= t < 60 else 1_000_000
     w = writer_waits(txs, wal, 0.0, 100.0, [(40.0, 60.0), (200.0, 300.0)])
-    assert w["while_merging"] == {"transactions": 20, "statements_ms_p50": 1.0, "statements_ms_p99": 1.0,
-                                  "commit_ms_p50": 20.0, "commit_ms_p99": 20.0, "wal_mb_s": 10.0}
-    assert w["between"] == {"transactions": 80, "statements_ms_p50": 1.0, "statements_ms_p99": 1.0,
+    assert w["while_merging"] == {"transactions": 20, "seconds": 20.0, "statements_share": 0.001,
+                                  "commit_share": 0.02, "paced_share": 0.0, "statements_ms_p50": 1.0,
+                                  "statements_ms_p99": 1.0, "commit_ms_p50": 20.0, "commit_ms_p99": 20.0,
+                                  "wal_mb_s": 10.0}
+    assert w["between"] == {"transactions": 80, "seconds": 80.0, "statements_share": 0.001, "commit_share": 0.002,
+                            "paced_share": 0.5, "statements_ms_p50": 1.0, "statements_ms_p99": 1.0,
                             "commit_ms_p50": 2.0, "commit_ms_p99": 2.0, "wal_mb_s": 1.0}
     none = writer_waits(txs, wal, 0.0, 100.0, [])
     assert none["while_merging"]["transactions"] == 0 and none["while_merging"]["commit_ms_p50"] is None
@@ -166,6 +171,9 @@ def test_bench_writes_attached_against_pgvector(db, tmp_path):
         # (a commit that returned after the window's end is not in it)
         assert s["n_changes"] - 1 <= w["while_merging"]["transactions"] + w["between"]["transactions"] <= s["n_changes"]
         assert 0 < w["between"]["commit_ms_p50"] <= w["between"]["commit_ms_p99"] and w["between"]["wal_mb_s"] > 0
+        # the writer, paced at 5 a second, spends most of the stream paused and little of it in the database
+        shares = [w["between"][f"{k}_share"] for k in ("statements", "commit", "paced")]
+        assert 0 < shares[0] < 0.5 and 0 <= shares[1] < 0.5 and 0.5 < shares[2] < 1 and sum(shares) <= 1.0
     assert pg["writer_waits"]["while_merging"]["transactions"] == 0
     # pm_vector's merges (if one was due) and the time they took agree, and the writer's rate is split between
     assert (pm["merging_s"] > 0) == (pm["merges"] > 0) and (pm["writer_while_merging"] is None) == (pm["merges"] == 0)
