@@ -93,7 +93,7 @@ while a merge of the system's was building -- a run of its collection, from ``st
 ``finished_at`` -- and outside those spans: :func:`~pm_vector.bench.writes_summary.writer_rates`;
 plain pgvector has no merges), ``writer_waits`` (on each side of those spans, the p50 / p99 of the
 writer process's statements and COMMITs and the server's WAL MB a second:
-:func:`~pm_vector.bench.writes_summary.writer_waits`); pm_vector also
+:func:`~pm_vector.bench.writes_summary.writer_waits`; None on the API path); pm_vector also
 ``delta_size`` (the delta's rows when the stream ends) and ``merge_s`` (the bulk merge of that delta,
 timed after the stream: :meth:`~pm_vector.bench.writes_targets.PmVectorTarget.engine_figures`) and, on the attached path,
 ``sync_status`` (:func:`pm_vector.db.sync_status` sampled every second: queue length max, ``lag_s``

@@ -126,6 +126,8 @@ def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[
         # the writer's commits a second while a merge of the system's built, and between merges
         **writer_rates([c.commit_t for c in committed], t0, t0 + seconds, raw.get("spans", [])),
         # the writer process's statements and COMMITs, and the server's WAL, while merging and between
-        "writer_waits": writer_waits(raw.get("txs", []), raw.get("wal", []), t0, t0 + seconds, raw.get("spans", [])),
+        # (None on the API path: its writer is a thread of the bench, calling the API, not timed so)
+        "writer_waits": writer_waits(raw["txs"], raw.get("wal", []), t0, t0 + seconds, raw.get("spans", []))
+        if raw.get("txs") else None,
         **target.engine_figures(raw["samples"]),
     }

@@ -206,6 +206,7 @@ def test_bench_writes_through_the_api_from_the_command_line(db):
     s = out["pm_vector"]
     _seen_all(s, 2)
     assert s["n_changes"] <= 24 and s["commits_per_s"] == round(s["n_changes"] / 6, 2)
+    assert s["writer_waits"] is None  # (no writer process on the API path)
 
 
 def test_bench_writes_refuses_bad_options():
