@@ -363,8 +363,8 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
         errors.append(f"status: {exc}")
         spans, rows = [], None
     return {"t0": t0, "spans": spans, "rows_after": rows, "txs": txs, "wal": wal, "committed": committed,
-            "seen": seen, "outside": outside, "errors": errors, "query_s": query_s, "samples": samples, "rounds": rounds, "load_average": [round(v, 2) for v in load],
-            "cpu": cpu}
+            "seen": seen, "outside": outside, "errors": errors, "query_s": query_s, "samples": samples,
+            "rounds": rounds, "load_average": [round(v, 2) for v in load], "cpu": cpu}
 
 
 def saturate(target, stream: Stream, cfg: WritesConfig, Xq: np.ndarray, say) -> dict[str, Any]:
