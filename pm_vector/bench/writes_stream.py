@@ -8,7 +8,10 @@ deletes from any other key, and once those ran out from the keys the stream's un
 updates made live before them (an updated key is still live: a stream that dropped it, and counted
 live the keys of a phase only plain pgvector ran, grew the collection in long streams; docs/benchmarks.md,
 "What the collection was"), so that a stream of any length keeps the
-collection's size and its mix. :func:`give_back` returns the keys of a phase only one system ran. :func:`fresh` copies a stream
+collection's size and its mix. :meth:`Stream.take_apart` draws a phase only one system runs (plain
+pgvector's saturating phase) on keys of its own, so that it takes no key from the streams after it
+(drawn from the shared keys, a saturating phase of 600 s deleted every initial item of a kept
+collection and the streams after it became inserts). :func:`fresh` copies a stream
 unstamped for each system; :func:`sample` and :func:`check_stride` spread the checked changes
 evenly over it.
 """
@@ -69,17 +72,27 @@ class Stream:
                 out.append(Change("delete", key, old, old_row=old, checked=checked))
         return out
 
-
-def give_back(stream: Stream, ops: list[Change]) -> None:
-    """Return to ``stream`` the keys of ``ops``, changes one system alone was given (plain pgvector's
-    saturating phase), as the other's table still has them: an insert's key is in no table of the
-    streams after it (dropped from the keys streamed in; it had been counted live when drawn), an
-    updated key and the key of a delete not committed are live (back among the other keys), and a
-    committed delete's key, gone from one table, is changed no more. (Counting the phase's keys live
-    left deletes of keys no table had, and the collection grew along the streams after it.)"""
-    drawn = {c.key for c in ops if c.kind != "delete"}
-    stream.streamed = [k for k in stream.streamed if k not in drawn]
-    stream.others += [c.key for c in ops if c.kind == "update" or (c.kind == "delete" and c.commit_t is None)]
+    def take_apart(self, n: int) -> list[Change]:
+        """``n`` unchecked changes on keys of their own (module doc): kinds at random, a third each,
+        fresh keys for the inserts, and each update or delete on a key an insert of these ``n`` made
+        live (an insert when there is none). The keys of the other pools are left as they were; the
+        phase's keys are never drawn again."""
+        own: list[int] = []
+        out = []
+        for _ in range(n):
+            kind = ("insert", "update", "delete")[int(self.rng.integers(3))] if own else "insert"
+            if kind == "insert":
+                out.append(Change("insert", self.next_key, self._row(), checked=False))
+                own.append(self.next_key)
+                self.next_key += 1
+                continue
+            key = own.pop(int(self.rng.integers(len(own))))
+            if kind == "update":
+                out.append(Change("update", key, self._row(), checked=False))
+                own.append(key)
+            else:
+                out.append(Change("delete", key, None, checked=False))
+        return out
 
 
 def fresh(spec: list[Change]) -> list[Change]:

@@ -58,7 +58,8 @@ def _table(result: dict) -> Table:
                       f"{_cell(s.get('merge_s'), '{}') or '-'}, {_cell(s.get('delta_size')) or '-'}")
     sat = (result.get("pgvector_hnsw") or {}).get("max_commits_per_s")
     if sat is not None:
-        t.caption = f"pgvector HNSW saturated: {sat:g} single-row commits a second"
+        t.caption = (f"pgvector HNSW saturated: {sat:g} single-row commits a second, over its "
+                     f"{cfg['saturate_s']:g} s saturating phase")
     return t
 
 

@@ -325,29 +325,45 @@ def test_the_stream_keeps_its_mix_when_few_items_can_be_checked():
     assert all(c.row is None for c in spec if c.kind == "delete" and not c.checked)
 
 
-def test_a_phase_only_pgvector_ran_leaves_the_other_tables_keys_to_the_streams_after_it():
-    """The saturating phase's changes reach pgvector's table only: after :func:`give_back` every later
-    update and delete hits a key pm_vector's table holds, and a long stream keeps its size."""
+def test_a_phase_only_pgvector_runs_takes_no_key_from_the_streams_after_it():
+    """The saturating phase (:meth:`Stream.take_apart`), however long: a third each, every update and
+    delete on a key its own inserts made live; the shared pools untouched, so that the streams after
+    it keep their mix and the collection its size. (Drawn from the shared keys, a phase of 600 s
+    deleted every initial item and the streams after it became inserts.)"""
     import numpy as np
 
-    from pm_vector.bench.writes_stream import Stream, give_back
+    from pm_vector.bench.writes_stream import Stream
 
     live = set(range(1, 3_001))
     st = Stream(3_000, 9_000, list(range(1, 41)), np.random.default_rng(5), next_key=3_001,
                 others=list(range(41, 3_001)))
-    ops = st.take(4_000)
-    for c in ops[:1_500]:  # committed by pgvector alone
-        c.commit_t = 1.0
-    give_back(st, ops)
+    before = (list(st.victims), list(st.others), list(st.streamed))
+    ops = st.take_apart(30_000)  # ten times the table's keys
+    own: set[int] = set()
+    for c in ops:
+        assert not c.checked and c.key not in live
+        if c.kind == "insert":
+            assert c.key not in own and c.key >= 3_001 and c.row is not None
+            own.add(c.key)
+        else:
+            assert c.key in own, c
+            if c.kind == "delete":
+                own.discard(c.key)
+    kinds = [c.kind for c in ops]
+    assert all(abs(kinds.count(k) - 10_000) < 600 for k in ("insert", "update", "delete"))
+    assert len(own) < 1_000  # (what pgvector's table keeps of the phase: a random walk's few)
+    assert (st.victims, st.others, st.streamed) == before
     later = st.take(20_000, 50)
     for c in later:
         if c.kind == "insert":
-            assert c.key not in live
+            assert c.key not in live and c.key not in own
             live.add(c.key)
         else:
             assert c.key in live, c
             if c.kind == "delete":
                 live.discard(c.key)
+    later_kinds = [c.kind for c in later]
+    assert all(abs(later_kinds.count(k) - 20_000 / 3) < 500 for k in ("insert", "update", "delete"))
     assert abs(len(live) - 3_000) < 600
 
 
