@@ -18,7 +18,8 @@ def merge(
     collection: str = typer.Argument(..., help="A collection with an active run: it is merged three times (three new runs)."),
     dim: int = typer.Option(128, min=1, max=16000, help="Floats in each row the writer commits."),
     alone_s: float = typer.Option(10.0, "--alone-seconds", min=2.0, max=600.0,
-                                  help="The writer's seconds alone before the merges (half of it between them)."),
+                                  help="The writer's seconds alone, and beside each control, before the merges "
+                                       "(half of it between them)."),
     scratch_dir: str | None = typer.Option(None, "--scratch-dir", help="Where the disk controls write their files "
                                     "(default the system's temporary directory): a directory on the server's disk."),
     load_mb: int = typer.Option(200, "--load-mb", min=1, max=4096, help="MB in each file the disk controls write."),
