@@ -338,30 +338,28 @@ def test_a_phase_only_pgvector_runs_takes_no_key_from_the_streams_after_it():
     st = Stream(3_000, 9_000, list(range(1, 41)), np.random.default_rng(5), next_key=3_001,
                 others=list(range(41, 3_001)))
     before = (list(st.victims), list(st.others), list(st.streamed))
+
+    def walk(changes, keys: set[int], never: set[int]) -> None:
+        """Each insert a fresh key (none of ``never``), each update or delete a key of ``keys`` then."""
+        for c in changes:
+            if c.kind == "insert":
+                assert c.key not in keys and c.key not in never and c.row is not None
+                keys.add(c.key)
+            else:
+                assert c.key in keys, c
+                if c.kind == "delete":
+                    keys.discard(c.key)
+
     ops = st.take_apart(30_000)  # ten times the table's keys
+    assert not any(c.checked for c in ops) and min(c.key for c in ops) >= 3_001
     own: set[int] = set()
-    for c in ops:
-        assert not c.checked and c.key not in live
-        if c.kind == "insert":
-            assert c.key not in own and c.key >= 3_001 and c.row is not None
-            own.add(c.key)
-        else:
-            assert c.key in own, c
-            if c.kind == "delete":
-                own.discard(c.key)
+    walk(ops, own, live)
     kinds = [c.kind for c in ops]
     assert all(abs(kinds.count(k) - 10_000) < 600 for k in ("insert", "update", "delete"))
     assert len(own) < 1_000  # (what pgvector's table keeps of the phase: a random walk's few)
     assert (st.victims, st.others, st.streamed) == before
     later = st.take(20_000, 50)
-    for c in later:
-        if c.kind == "insert":
-            assert c.key not in live and c.key not in own
-            live.add(c.key)
-        else:
-            assert c.key in live, c
-            if c.kind == "delete":
-                live.discard(c.key)
+    walk(later, live, own)
     later_kinds = [c.kind for c in later]
     assert all(abs(later_kinds.count(k) - 20_000 / 3) < 500 for k in ("insert", "update", "delete"))
     assert abs(len(live) - 3_000) < 600
