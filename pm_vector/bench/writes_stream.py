@@ -10,8 +10,8 @@ live the keys of a phase only plain pgvector ran, grew the collection in long st
 "What the collection was"), so that a stream of any length keeps the
 collection's size and its mix. :meth:`Stream.take_apart` draws a phase only one system runs (plain
 pgvector's saturating phase) on keys of its own, so that it takes no key from the streams after it
-(drawn from the shared keys, a saturating phase of 600 s deleted every initial item of a kept
-collection and the streams after it became inserts). :func:`fresh` copies a stream
+(drawn from the shared keys, a saturating phase of 600 s deleted nearly every key of a kept
+collection from pgvector's table, and the streams after it became mostly inserts). :func:`fresh` copies a stream
 unstamped for each system; :func:`sample` and :func:`check_stride` spread the checked changes
 evenly over it.
 """

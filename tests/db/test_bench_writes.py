@@ -329,7 +329,7 @@ def test_a_phase_only_pgvector_runs_takes_no_key_from_the_streams_after_it():
     """The saturating phase (:meth:`Stream.take_apart`), however long: a third each, every update and
     delete on a key its own inserts made live; the shared pools untouched, so that the streams after
     it keep their mix and the collection its size. (Drawn from the shared keys, a phase of 600 s
-    deleted every initial item and the streams after it became inserts.)"""
+    deleted nearly every key from pgvector's table and the streams after it became mostly inserts.)"""
     import numpy as np
 
     from pm_vector.bench.writes_stream import Stream
