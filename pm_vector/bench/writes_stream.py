@@ -73,25 +73,14 @@ class Stream:
         return out
 
     def take_apart(self, n: int) -> list[Change]:
-        """``n`` unchecked changes on keys of their own (module doc): kinds at random, a third each,
-        fresh keys for the inserts, and each update or delete on a key an insert of these ``n`` made
-        live (an insert when there is none). The keys of the other pools are left as they were; the
-        phase's keys are never drawn again."""
-        own: list[int] = []
-        out = []
-        for _ in range(n):
-            kind = ("insert", "update", "delete")[int(self.rng.integers(3))] if own else "insert"
-            if kind == "insert":
-                out.append(Change("insert", self.next_key, self._row(), checked=False))
-                own.append(self.next_key)
-                self.next_key += 1
-                continue
-            key = own.pop(int(self.rng.integers(len(own))))
-            if kind == "update":
-                out.append(Change("update", key, self._row(), checked=False))
-                own.append(key)
-            else:
-                out.append(Change("delete", key, None, checked=False))
+        """``n`` unchecked changes on keys of their own (module doc): :meth:`take` on a stream with no
+        pool of keys yet, the same keys and rows counted on -- kinds at random, a third each, each
+        update or delete on a key an insert of these ``n`` made live (an insert when there is none).
+        The keys of this stream's pools are left as they were; the phase's keys are never drawn again."""
+        apart = Stream(self.items, self.n_rows, [], self.rng, next_key=self.next_key)
+        apart.made = self.made
+        out = apart.take(n)
+        self.next_key, self.made = apart.next_key, apart.made
         return out
 
 
