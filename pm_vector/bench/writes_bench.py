@@ -128,7 +128,7 @@ from .writes_targets import Change, PmVectorTarget
 import pm_vector.db as db
 from . import writes_reuse, writes_writer
 from .latency import N_FINE, clustered
-from .machine import busy_cpu_s
+from .machine import BENCH_APP, CHECK_APP, QUERY_APP, CpuParts
 
 PATHS = ("attached", "api")
 #: the interpreter's thread switch interval during a stream (Python's default is 5 ms): a check
@@ -214,6 +214,10 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
         target.stamp(ops)
         proc = writes_writer.start(db.database_url(), todo, [[(c.kind, target.params(c)) for c in ops[j:j + step]]
                                                              for j in range(0, len(ops), step)], rate, seconds)
+    parts = CpuParts(db.connect(autocommit=True, application_name=BENCH_APP))
+    parts.start()
+    for pid, part, children in target.processes() + ([(proc.pid, "writer", None)] if proc is not None else []):
+        parts.process(pid, part, children)
     t0, wall0 = time.perf_counter(), time.time()
 
     def done(batch: list[Change]) -> None:
@@ -264,7 +268,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
             writer_done.set()
 
     def checker(i: int):
-        conn = db.connect()
+        conn = db.connect(application_name=CHECK_APP)
         deadline = None
         mine = lambda c: (c.cell if c.cell is not None else c.key) % cfg.checkers == i  # noqa: E731
         try:
@@ -303,7 +307,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
             conn.close()
 
     def querier(i: int):
-        conn = db.connect()
+        conn = db.connect(application_name=QUERY_APP)
         try:
             client = target.query_client(cfg.seed + 101 + i)
             rng = np.random.default_rng(cfg.seed + 31 + i)
@@ -321,24 +325,27 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
             conn.close()
 
     def sampler():
-        conn = db.connect(autocommit=True)
+        conn = db.connect(autocommit=True, application_name=BENCH_APP)
         try:
             while not stop.is_set():
                 try:
                     wal.append((time.perf_counter(), wal_bytes(conn)))
                     samples.append(target.status())
+                    parts.sample()
                 except Exception as exc:  # noqa: BLE001 - counted
                     errors.append(f"status: {exc}")
                 stop.wait(1.0)
         finally:
             conn.close()
 
-    work = [threading.Thread(target=writer if proc is None else from_process, daemon=True)]
-    work += [threading.Thread(target=checker, args=(i,), daemon=True) for i in range(cfg.checkers if check else 0)]
-    side = [threading.Thread(target=querier, args=(i,), daemon=True) for i in range(cfg.queries_concurrency)]
+    work = [threading.Thread(target=parts.runs("writer", writer) if proc is None else from_process, daemon=True)]
+    work += [threading.Thread(target=parts.runs("checks", checker), args=(i,), daemon=True)
+             for i in range(cfg.checkers if check else 0)]
+    side = [threading.Thread(target=parts.runs("queries", querier), args=(i,), daemon=True)
+            for i in range(cfg.queries_concurrency)]
     side.append(threading.Thread(target=sampler, daemon=True))
     load = os.getloadavg()
-    cpu0, c0 = busy_cpu_s(), time.perf_counter()
+    c0 = time.perf_counter()
     switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     for th in work + side:
@@ -351,11 +358,14 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
             say(f"{label}: {time.perf_counter() - t0:.0f} s, {len(committed)} committed, {len(seen)} seen, "
                 f"{p} pending")
     finally:
-        cpu = {"busy_s": round(busy_cpu_s() - cpu0, 2), "seconds": round(time.perf_counter() - c0, 2)}
-        stop.set()
+        try:
+            cpu = {**parts.stop(), "seconds": round(time.perf_counter() - c0, 2)}
+        finally:
+            stop.set()
         sys.setswitchinterval(switch)
     for th in side:
         th.join()
+    parts.conn.close()
     try:
         samples.append(target.status())  # the state the stream ended in
         # the system's merges during the stream, on the clock of the commits

@@ -110,6 +110,10 @@ class PgvectorTarget:
         with db.connect() as conn:
             return int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(self.table)).fetchone()[0])
 
+    def processes(self) -> list[tuple[int, str, str | None]]:
+        """None of its own: its writes are the writer's sessions'."""
+        return []
+
     def busy_spans(self, start: float, end: float) -> list[tuple[float, float]]:
         """No merges: its index takes each change in the writer's own commit."""
         return []

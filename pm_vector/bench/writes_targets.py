@@ -45,6 +45,7 @@ from ..protocol.location import LocationRequest
 from ..protocol.published_codes import unpack
 from ..service.settings import ServiceSettings
 from ..service.sync_worker import SyncWorker
+from .writes_writer import APPLICATION_NAME as WRITER_APP
 
 
 
@@ -229,7 +230,7 @@ class PmVectorTarget:
                                  "sync_nice": svc.sync_nice}
 
     def writer(self):
-        return db.connect()
+        return db.connect(application_name=WRITER_APP)
 
     def stamp(self, batch: list[Change]) -> None:
         """What a change's check needs, read before its commit: the key's item now, and the cell of a
@@ -425,6 +426,12 @@ class PmVectorTarget:
         with db.connect() as conn:
             return int(conn.execute("SELECT count(*) FROM pm_vector.items WHERE collection_id = %s",
                                     [self.cid]).fetchone()[0])
+
+    def processes(self) -> list[tuple[int, str, str | None]]:
+        """The processes of its own that run beside the bench's, for :meth:`pm_vector.bench.machine.CpuParts.process`:
+        the sync worker's process, the merges it starts below it."""
+        pid = self.worker.process_pid if self.worker is not None else None
+        return [] if pid is None else [(pid, "sync", "merge")]
 
     def busy_spans(self, start: float, end: float) -> list[tuple[float, float]]:
         """The collection's runs (its merges, and any job) that were building between the epoch

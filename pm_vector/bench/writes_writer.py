@@ -27,9 +27,12 @@ from typing import Any, Iterator
 
 import psycopg
 
+#: its session's ``application_name`` (``pg_stat_activity``; :class:`pm_vector.bench.machine.CpuParts`)
+APPLICATION_NAME = "pm_vector bench writer"
+
 
 def _run(url: str, statements: dict[str, str], txs: list, rate: float | None, seconds: float, pipe) -> None:
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url, application_name=APPLICATION_NAME) as conn:
         pipe.send(("ready",))
         t0 = pipe.recv()
         j = 0
@@ -59,6 +62,10 @@ class Writer:
 
     def __init__(self, proc, pipe):
         self.proc, self.pipe = proc, pipe
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
 
     def go(self, t0: float) -> None:
         self.pipe.send(t0)

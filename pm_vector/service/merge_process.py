@@ -33,7 +33,7 @@ import time
 
 from ..db.postgres import priority
 from ..db.runs.merge import merge_due, merge_each
-from .sync_worker import MERGE_CPUS_VAR, lower_request_priority
+from .sync_worker import MERGE_APPLICATION_NAME, MERGE_CPUS_VAR, lower_request_priority
 
 #: how often the process looks whether the one that started it is still there
 PARENT_CHECK_S = 1.0
@@ -101,6 +101,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the service stops us
     nice = int(sys.argv[1]) if len(sys.argv) > 1 else 0
     url = sys.stdin.read().strip()
+    os.environ["PGAPPNAME"] = MERGE_APPLICATION_NAME  # (its sessions, in pg_stat_activity; a name in the URL wins)
     # the CPUs its starter gave it (the service's merge_cpus): every thread and pool, and its sessions'
     # backends (priority.lower reads the affinity back)
     cpus = os.environ.get(MERGE_CPUS_VAR, "")

@@ -46,6 +46,12 @@ log = logging.getLogger("pm_vector.service")
 #: the advisory lock (bigint key) of the one syncing process of a database: as
 #: ``pm_vector.pm_lock_key(4, 0)`` (kinds 1-3: a run, an ingest, new items)
 SYNC_LOCK_KEY = (20557 << 48) | (4 << 40)
+#: the ``application_name`` of the sessions of the sync process (:func:`_child`: ``PGAPPNAME``, which
+#: a name in the URL overrides), of the session that holds :data:`SYNC_LOCK_KEY`, and of a merge's
+#: process (:mod:`pm_vector.service.merge_process`): what ``pg_stat_activity`` shows of them
+SYNC_APPLICATION_NAME = "pm_vector sync"
+SYNC_LOCK_APPLICATION_NAME = "pm_vector sync worker"
+MERGE_APPLICATION_NAME = "pm_vector merge"
 #: how often an idle worker looks for queued changes between passes (a pass starts at once on them)
 POLL_S = 0.05
 #: the least time from the start of one pass to the start of the next under a stream: a pass has a
@@ -180,6 +186,7 @@ def _child(conn, url: str, cpus: frozenset[int] | None = None, merge_cpus: froze
     ``docs/benchmarks.md``). ``nice`` levels below the priority it was started at: the same three
     (:func:`lower_request_priority`, :func:`~pm_vector.db.postgres.priority.lower_backend`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the service stops us
+    os.environ["PGAPPNAME"] = SYNC_APPLICATION_NAME  # (this process's sessions; its merges name theirs)
     if not priority.confine(cpus):
         priority.size_pools(1)  # (a pool's threads spin at each parallel region while the cores are busy)
     lower_request_priority(nice, None)  # (every thread of this process, as the merge process's)
@@ -339,6 +346,11 @@ class SyncWorker:
         """The worker thread's id for the operating system (None before it runs)."""
         return self._thread.native_id
 
+    @property
+    def process_pid(self) -> int | None:
+        """The pid of its sync process (:class:`SyncProcess`; None before its first pass, or with a ``pass_fn``)."""
+        return self._pass.pid if isinstance(self._pass, SyncProcess) else None
+
     def stop(self, timeout: float = 30.0) -> None:
         """Stop after the pass running (a cut pass would leave its batch's changes queued anyway)."""
         self._stop.set()
@@ -368,7 +380,7 @@ class SyncWorker:
                 if isinstance(self._pass, SyncProcess):  # another process may lead by now
                     self._pass.close()
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5,
-                               application_name="pm_vector sync worker")
+                               application_name=SYNC_LOCK_APPLICATION_NAME)
         try:
             got = conn.execute("SELECT pg_try_advisory_lock(%s)", [self.lock_key]).fetchone()[0]
         except Exception:

@@ -157,6 +157,13 @@ def test_bench_writes_attached_against_pgvector(db, tmp_path):
         _seen_all(s, 20)
         # the machine's busy cores while the writer ran, and their time per change
         assert 0 < s["cpu_busy_cores"] <= os.cpu_count() and s["cpu_ms_per_change"] > 0
+        # whose: every part the run had, and together the machine's busy time
+        by = s["cpu_ms_per_change_by_part"]
+        assert by["writer"] > 0 and by["queries"] > 0 and by["checks"] > 0
+        assert sum(by.values()) == pytest.approx(s["cpu_ms_per_change"], abs=0.01 * len(by))
+    # pm_vector's sync process applied its changes; pgvector has none (its sync worker is stopped first)
+    assert pm["cpu_ms_per_change_by_part"]["sync"] > 0
+    assert pg["cpu_ms_per_change_by_part"]["sync"] == pg["cpu_ms_per_change_by_part"]["merge"] == 0
     # the same stream for both (a writer lagging on a loaded machine may not start the last change before the end)
     assert abs(pm["n_changes"] - pg["n_changes"]) <= 2 and max(pm["n_changes"], pg["n_changes"]) == 25
     # pm_vector's engine figures: the single place of the merge's (None on main) and the sync's status

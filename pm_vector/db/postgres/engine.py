@@ -69,17 +69,20 @@ def _check_ready(conn, url: str) -> None:
 WATCH_CLIENT_MS = 1000
 
 
-def connect(url: str | None = None, *, autocommit: bool = False, check: bool = True, watch_client: bool = False):
+def connect(url: str | None = None, *, autocommit: bool = False, check: bool = True, watch_client: bool = False,
+            application_name: str | None = None):
     """A new psycopg connection (caller closes it), set up by :func:`~pm_vector.db.postgres.adapt.configure`.
 
     ``url`` defaults to :func:`pm_vector.db.postgres.server.database_url` (which starts and migrates
     the embedded server if that is the mode). ``watch_client``: set
     ``client_connection_check_interval`` (:data:`WATCH_CLIENT_MS`) for the session, for jobs
-    and ingests whose statements run long.
+    and ingests whose statements run long. ``application_name``: the session's, as
+    ``pg_stat_activity`` shows it (None: the URL's, else ``PGAPPNAME``'s, else none).
     """
     url = libpq_url(url or database_url())
     try:
-        conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=10)
+        named = {} if application_name is None else {"application_name": application_name}
+        conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=10, **named)
     except psycopg.OperationalError as exc:
         raise DatabaseConfigError(
             f"cannot connect to {redact(url)} ({str(exc).strip()}). Check PM_VECTOR_DATABASE_URL, or unset it to "
