@@ -78,6 +78,7 @@ class CpuParts:
         self._procs: dict[int, tuple[str, str | None]] = {}
         self._last: dict[tuple[str, int], float] = {}
         self._parts = dict.fromkeys(PARTS, 0.0)
+        self._server = dict.fromkeys(PARTS, 0.0)  # of which in the server's processes
         self._busy0 = None
         self._postmaster = self._find_postmaster()
         self.server_local = self._postmaster is not None
@@ -146,7 +147,7 @@ class CpuParts:
                 part = ("autovacuum" if kind.startswith("autovacuum") else
                         APPLICATION_PARTS.get(app, "other") if kind == "client backend" else "postgres")
                 try:
-                    got[("p", c.pid)] = (part, _cpu(c.cpu_times()))
+                    got[("b", c.pid)] = (part, _cpu(c.cpu_times()))
                 except psutil.Error:
                     pass
         return got
@@ -163,16 +164,21 @@ class CpuParts:
         now = self._read()
         with self._lock:
             for k, (part, v) in now.items():
-                self._parts[part] += max(0.0, v - self._last.get(k, 0.0))
+                used = max(0.0, v - self._last.get(k, 0.0))
+                self._parts[part] += used
+                if k[0] == "b":
+                    self._server[part] += used
                 # (never lower: a child that ended, not yet waited for, leaves a sum that dips and comes back)
                 self._last[k] = max(v, self._last.get(k, 0.0))
 
     def stop(self) -> dict:
-        """The last sample, and ``{"busy_s": the machine's busy seconds, "parts": {part: seconds}}``
-        (``other``: the busy seconds no part holds)."""
+        """The last sample, and ``{"busy_s": the machine's busy seconds, "parts": {part: seconds},
+        "server": {part: the seconds of it in the server's processes}}`` (``other``: the busy seconds
+        no part holds; in ``server``, the client backends no part names)."""
         self.sample()
         busy = busy_cpu_s() - self._busy0
         with self._lock:
-            parts = dict(self._parts)
+            parts, server = dict(self._parts), dict(self._server)
         parts["other"] = max(0.0, busy - sum(v for k, v in parts.items() if k != "other"))
-        return {"busy_s": round(busy, 2), "parts": {k: round(v, 2) for k, v in parts.items()}}
+        return {"busy_s": round(busy, 2), "parts": {k: round(v, 2) for k, v in parts.items()},
+                "server": {k: round(v, 2) for k, v in server.items()}}

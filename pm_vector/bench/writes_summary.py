@@ -124,8 +124,9 @@ def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[
         "cpu_ms_per_change": round(raw["cpu"]["busy_s"] * 1e3 / len(committed), 3) if committed else None,
         # whose it was: the system's writer, sync and merges, the bench's queries and checks, ...
         # (pm_vector.bench.machine.CpuParts)
-        "cpu_ms_per_change_by_part": {k: round(v * 1e3 / len(committed), 3) for k, v in raw["cpu"]["parts"].items()}
-        if committed and "parts" in raw["cpu"] else None,
+        **{key: {k: round(v * 1e3 / len(committed), 3) for k, v in raw["cpu"][part].items()}
+           if committed and part in raw["cpu"] else None
+           for key, part in (("cpu_ms_per_change_by_part", "parts"), ("cpu_ms_per_change_in_server", "server"))},
         "rows_after": raw.get("rows_after"),
         # the writer's commits a second while a merge of the system's built, and between merges
         **writer_rates([c.commit_t for c in committed], t0, t0 + seconds, raw.get("spans", [])),

@@ -79,6 +79,10 @@ def test_each_process_thread_and_session_is_in_its_part(db):
     assert used["checks"] - 0.02 <= p["checks"] <= used["checks"] + 0.05
     assert used["sync"] - 0.02 <= p["sync"] <= used["sync"] + 0.2
     assert SPIN - 0.02 <= p["merge"] <= SPIN + 0.5
+    # the sessions' backends are the server's, the thread and the processes are not
+    srv = got["server"]
+    assert srv["sync"] <= used["sync"] + 0.05 and srv["checks"] == p["checks"]
+    assert srv["queries"] == srv["merge"] == 0.0
     # nothing of the 0.2 + 0.3 s before start; the writer part had no one
     assert p["bench"] < 0.25 and p["writer"] == 0.0
     # the parts make up the machine's busy time

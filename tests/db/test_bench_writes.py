@@ -161,6 +161,8 @@ def test_bench_writes_attached_against_pgvector(db, tmp_path):
         by = s["cpu_ms_per_change_by_part"]
         assert by["writer"] > 0 and by["queries"] > 0 and by["checks"] > 0
         assert sum(by.values()) == pytest.approx(s["cpu_ms_per_change"], abs=0.01 * len(by))
+        srv = s["cpu_ms_per_change_in_server"]
+        assert 0 < srv["writer"] <= by["writer"] and all(srv[k] <= by[k] + 0.001 for k in by if k != "other")
     # pm_vector's sync process applied its changes; pgvector has none (its sync worker is stopped first)
     assert pm["cpu_ms_per_change_by_part"]["sync"] > 0
     assert pg["cpu_ms_per_change_by_part"]["sync"] == pg["cpu_ms_per_change_by_part"]["merge"] == 0
