@@ -63,6 +63,25 @@ def _table(result: dict) -> Table:
     return t
 
 
+def _parts_table(result: dict) -> Table | None:
+    """The CPU a change of each stream, by part (:class:`pm_vector.bench.machine.CpuParts`), and of it
+    in the server's processes; None when no stream has them."""
+    from ..bench.machine import PARTS
+
+    rows = [(row, system, s) for row in result["by_rate"] for system in ("pm_vector", "pgvector_hnsw")
+            if (s := row.get(system)) is not None and s.get("cpu_ms_per_change_by_part")]
+    if not rows:
+        return None
+    t = Table(title="CPU a change, by part: ms (of it in the server's processes)")
+    for c in ("system", "rate") + PARTS:
+        t.add_column(c, justify="left" if c == "system" else "right")
+    for _row, system, s in rows:
+        by, srv = s["cpu_ms_per_change_by_part"], s["cpu_ms_per_change_in_server"] or {}
+        t.add_row(system.replace("_hnsw", ""), f"{s['rate']:g}",
+                  *(f"{by[p]:.3f}" + (f" ({srv[p]:.3f})" if srv.get(p) else "") for p in PARTS))
+    return t
+
+
 @bench_app.command("writes")
 def writes(
     items: int = typer.Option(20_000, "--items", min=200, help="Items of the collection (and of the pgvector table)."),
@@ -134,6 +153,9 @@ def writes(
     if not con.is_terminal and con.width < 120:  # piped: the table whole, not cut to 80 columns
         con = Console(width=120)
     con.print(_table(result))
+    parts = _parts_table(result)
+    if parts is not None:
+        con.print(parts)
     bad = [s for r in result["by_rate"] for s in (r.get("pm_vector"), r.get("pgvector_hnsw")) if s]
     if any(s["errors"] or s["unobserved"] for s in bad):
         Console(stderr=True).print("some changes were not seen or some calls failed: see --json (error_samples).")

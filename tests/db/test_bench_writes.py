@@ -162,7 +162,8 @@ def test_bench_writes_attached_against_pgvector(db, tmp_path):
         assert by["writer"] > 0 and by["queries"] > 0 and by["checks"] > 0
         assert sum(by.values()) == pytest.approx(s["cpu_ms_per_change"], abs=0.01 * len(by))
         srv = s["cpu_ms_per_change_in_server"]
-        assert 0 < srv["writer"] <= by["writer"] and all(srv[k] <= by[k] + 0.001 for k in by if k != "other")
+        # (the queries' resolves run in their sessions' backends; the other parts' may be below a tick here)
+        assert srv["queries"] > 0 and all(srv[k] <= by[k] + 0.001 for k in by if k != "other")
     # pm_vector's sync process applied its changes; pgvector has none (its sync worker is stopped first)
     assert pm["cpu_ms_per_change_by_part"]["sync"] > 0
     assert pg["cpu_ms_per_change_by_part"]["sync"] == pg["cpu_ms_per_change_by_part"]["merge"] == 0
@@ -195,6 +196,17 @@ def test_bench_writes_attached_against_pgvector(db, tmp_path):
     assert st["level"] >= 2 and st["candidates"] >= 1 and st["path"] == "attached"
     plot(out, tmp_path / "w.png")
     assert (tmp_path / "w.png").stat().st_size > 1000
+    # the command's second table: each system's CPU a change by part
+    from rich.console import Console
+
+    from pm_vector.bench.machine import PARTS
+    from pm_vector.cli.bench_writes import _parts_table
+
+    con = Console(width=240, record=True)
+    con.print(_parts_table(out))
+    text = con.export_text()
+    assert all(p in text for p in PARTS) and "pm_vector" in text and "pgvector" in text
+    assert f"{pm['cpu_ms_per_change_by_part']['sync']:.3f}" in text
     # nothing left behind
     assert not [c for c in db.list_collections() if c["name"].startswith("bench_writes_")]
 
