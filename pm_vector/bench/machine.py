@@ -79,6 +79,7 @@ class CpuParts:
         self._last: dict[tuple[str, int], float] = {}
         self._parts = dict.fromkeys(PARTS, 0.0)
         self._server = dict.fromkeys(PARTS, 0.0)  # of which in the server's processes
+        self._timeline: list[tuple[float, dict[str, float]]] = []  # (perf_counter, the parts so far) at each sample
         self._busy0 = None
         self._postmaster = self._find_postmaster()
         self.server_local = self._postmaster is not None
@@ -158,6 +159,7 @@ class CpuParts:
         with self._lock:
             self._last.update((k, v) for k, (_, v) in now.items())
             self._busy0 = busy_cpu_s()
+            self._timeline.append((time.perf_counter(), dict.fromkeys(PARTS, 0.0)))
 
     def sample(self) -> None:
         """Add each process's and thread's CPU since the last sample to its part (a new one's since its start)."""
@@ -170,15 +172,17 @@ class CpuParts:
                     self._server[part] += used
                 # (never lower: a child that ended, not yet waited for, leaves a sum that dips and comes back)
                 self._last[k] = max(v, self._last.get(k, 0.0))
+            self._timeline.append((time.perf_counter(), dict(self._parts)))
 
     def stop(self) -> dict:
         """The last sample, and ``{"busy_s": the machine's busy seconds, "parts": {part: seconds},
-        "server": {part: the seconds of it in the server's processes}}`` (``other``: the busy seconds
-        no part holds; in ``server``, the client backends no part names)."""
+        "server": {part: the seconds of it in the server's processes}, "timeline": [(perf_counter,
+        {part: seconds so far}) at each sample, the start's first]}`` (``other``: the busy seconds no
+        part holds, not in the timeline; in ``server``, the client backends no part names)."""
         self.sample()
         busy = busy_cpu_s() - self._busy0
         with self._lock:
-            parts, server = dict(self._parts), dict(self._server)
+            parts, server, timeline = dict(self._parts), dict(self._server), list(self._timeline)
         parts["other"] = max(0.0, busy - sum(v for k, v in parts.items() if k != "other"))
         return {"busy_s": round(busy, 2), "parts": {k: round(v, 2) for k, v in parts.items()},
-                "server": {k: round(v, 2) for k, v in server.items()}}
+                "server": {k: round(v, 2) for k, v in server.items()}, "timeline": timeline}

@@ -57,6 +57,30 @@ def writer_rates(commit_t: list[float], start: float, end: float, spans: list[tu
             "writer_between": round((t.size - inside) / outside_s, 1) if outside_s >= 1.0 else None}
 
 
+def cpu_split(timeline: list[tuple[float, dict[str, float]]], start: float, end: float,
+              spans: list[tuple[float, float]]) -> dict[str, Any] | None:
+    """Each part's cores busy while a merge built and between merges (the spans and window of
+    :func:`writer_rates`), from :class:`~pm_vector.bench.machine.CpuParts`'s ``timeline`` (the parts'
+    seconds so far at each sample, about every second): an interval between two samples counts on
+    the side its midpoint falls. ``{"while_merging", "between"}``, each ``{part: cores}`` (None where
+    the side has less than 1 s of intervals); None without a timeline."""
+    if len(timeline) < 2:
+        return None
+    t = np.asarray([x for x, _ in timeline], np.float64)
+    parts = list(timeline[0][1])
+    c = np.asarray([[got[k] for k in parts] for _, got in timeline], np.float64)
+    mid, dt, dc = (t[1:] + t[:-1]) / 2, np.diff(t), np.diff(c, axis=0)
+    keep = (mid >= start) & (mid <= end)
+    _, merged = _cut(spans, start, end)
+    on = _inside(mid, merged)
+    out: dict[str, Any] = {}
+    for side, want in (("while_merging", True), ("between", False)):
+        k = keep & (on == want)
+        secs = float(dt[k].sum())
+        out[side] = {p: round(float(dc[k, j].sum()) / secs, 3) for j, p in enumerate(parts)} if secs >= 1.0 else None
+    return out
+
+
 def writer_waits(txs: list[tuple[float, float, float, float]], wal: list[tuple[float, int]], start: float,
                  end: float, spans: list[tuple[float, float]]) -> dict[str, Any]:
     """Where the writer's time went while a merge built and between merges (the spans and window of
@@ -130,6 +154,8 @@ def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[
         "rows_after": raw.get("rows_after"),
         # the writer's commits a second while a merge of the system's built, and between merges
         **writer_rates([c.commit_t for c in committed], t0, t0 + seconds, raw.get("spans", [])),
+        # whose cores were busy while merging and between (None without the parts' timeline)
+        "cpu_cores_split": cpu_split(raw["cpu"].get("timeline", []), t0, t0 + seconds, raw.get("spans", [])),
         # the writer process's statements and COMMITs, and the server's WAL, while merging and between
         # (None on the API path: its writer is a thread of the bench, calling the API, not timed so)
         "writer_waits": writer_waits(raw["txs"], raw.get("wal", []), t0, t0 + seconds, raw.get("spans", []))

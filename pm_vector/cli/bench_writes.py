@@ -15,6 +15,7 @@ from rich.table import Table
 
 from .bench import bench_app, fail, run_printing
 from ..bench import writes_recall
+from ..bench.machine import PARTS
 from ..bench.writes_bench import WritesConfig, check_config, run
 from ..bench.writes_plot import plot as draw
 from ..errors import PMVectorError
@@ -66,8 +67,6 @@ def _table(result: dict) -> Table:
 def _parts_table(result: dict) -> Table | None:
     """The CPU a change of each stream, by part (:class:`pm_vector.bench.machine.CpuParts`), and of it
     in the server's processes; None when no stream has them."""
-    from ..bench.machine import PARTS
-
     rows = [(row, system, s) for row in result["by_rate"] for system in ("pm_vector", "pgvector_hnsw")
             if (s := row.get(system)) is not None and s.get("cpu_ms_per_change_by_part")]
     if not rows:

@@ -127,6 +127,28 @@ def test_the_writers_commits_and_the_wal_are_split_between_merges_and_the_rest()
     assert none["between"]["wal_mb_s"] == pytest.approx(2.8)  # (80 x 1 + 20 x 10) MB over 100 s
 
 
+def test_each_parts_cores_are_split_between_merges_and_the_rest():
+    """``cpu_split``: an interval of the parts' timeline counts on the side its midpoint falls; each
+    part's seconds there over the side's seconds; a side under 1 s is None."""
+    from pm_vector.bench.writes_summary import cpu_split
+
+    # a sample a second over 0..10; the merge part busy 1 core while a merge builds (2..5), the writer 0.5
+    # throughout, and the sync 0.2 only between merges
+    tl, acc = [], {"writer": 0.0, "merge": 0.0, "sync": 0.0}
+    for t in range(11):
+        tl.append((float(t), dict(acc)))
+        inside = 2 <= t + 0.5 <= 5
+        acc = {"writer": acc["writer"] + 0.5, "merge": acc["merge"] + (1.0 if inside else 0.0),
+               "sync": acc["sync"] + (0.0 if inside else 0.2)}
+    got = cpu_split(tl, 0.0, 10.0, [(2.0, 5.0)])
+    assert got["while_merging"] == {"writer": 0.5, "merge": 1.0, "sync": 0.0}
+    assert got["between"] == {"writer": 0.5, "merge": 0.0, "sync": 0.2}
+    # the window's end: intervals after it count on neither side; no merge: no side while merging
+    assert cpu_split(tl, 0.0, 10.0, [])["while_merging"] is None
+    assert cpu_split(tl, 0.0, 4.0, [])["between"]["sync"] == pytest.approx(0.1)  # (2 of its 4 s at 0.2)
+    assert cpu_split(tl[:1], 0.0, 10.0, []) is None
+
+
 def test_a_collections_merges_are_the_runs_that_built_during_the_window(db, digits_collection):
     """pm_vector's spans are its collection's runs that met the window, in epoch seconds: a job's
     run found inside a window around it, and none in a window after it."""
@@ -161,6 +183,9 @@ def test_bench_writes_attached_against_pgvector(db, tmp_path):
         by = s["cpu_ms_per_change_by_part"]
         assert by["writer"] > 0 and by["queries"] > 0 and by["checks"] > 0
         assert sum(by.values()) == pytest.approx(s["cpu_ms_per_change"], abs=0.01 * len(by))
+        # the parts' cores between merges (the whole stream when none built), each at most the machine's cores
+        between = s["cpu_cores_split"]["between"]
+        assert between["writer"] > 0 and all(0 <= v <= os.cpu_count() for v in between.values())
         srv = s["cpu_ms_per_change_in_server"]
         # (the queries' resolves run in their sessions' backends; the other parts' may be below a tick here)
         assert srv["queries"] > 0 and all(srv[k] <= by[k] + 0.001 for k in by if k != "other")
