@@ -68,7 +68,8 @@ class CpuParts:
     ``conn``: an autocommit connection to the server (``pg_stat_activity``). A thread's
     target wrapped by :meth:`runs` puts this process's thread in a part; :meth:`process` puts a child process (and,
     with ``children``, the processes it starts) in one. :meth:`sample` from any thread (a sampler's,
-    every second); :meth:`stop` returns ``{"busy_s", "parts": {part: seconds}}``."""
+    every second); :meth:`stop` returns the busy seconds, each part's, the part of each in the
+    server's processes and the parts' timeline."""
 
     def __init__(self, conn):
         self.conn = conn

@@ -195,7 +195,7 @@ def test_a_sync_process_and_its_backend_run_sync_nice_levels_below(db):
     (local, the same user) run that many nice levels below where they started (at most 19); with 0
     as they started. The setting reads its variable and keeps to 0..19."""
     from pm_vector.service.settings import ServiceSettings
-    from pm_vector.service.sync_worker import SyncProcess
+    from pm_vector.service.sync_worker import SYNC_APPLICATION_NAME, SyncProcess
 
     url = db.database_url()
     mine = os.getpriority(os.PRIO_PROCESS, 0)
@@ -216,6 +216,10 @@ def test_a_sync_process_and_its_backend_run_sync_nice_levels_below(db):
             assert tids and all(os.getpriority(os.PRIO_PROCESS, t) == min(19, mine + nice) for t in tids)
             new = backends() - before  # (the sync process's session, kept from pass to pass)
             assert new and all(os.getpriority(os.PRIO_PROCESS, b) == min(19, start + nice) for b in new)
+            with db.connect() as c:  # (named, as pg_stat_activity shows it: pm_vector.bench.machine reads it)
+                names = {r[0] for r in c.execute("SELECT application_name FROM pg_stat_activity WHERE pid = ANY(%s)",
+                                                  [sorted(new)]).fetchall()}
+            assert names == {SYNC_APPLICATION_NAME}
         finally:
             proc.close()
     assert ServiceSettings().sync_nice == 10
