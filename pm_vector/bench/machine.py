@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import psutil
 
+from ..db.postgres import priority
 from ..service.sync_worker import MERGE_APPLICATION_NAME, SYNC_APPLICATION_NAME, SYNC_LOCK_APPLICATION_NAME
 from .writes_writer import APPLICATION_NAME as WRITER_APP
 
@@ -86,12 +87,12 @@ class CpuParts:
         self.server_local = self._postmaster is not None
 
     def _find_postmaster(self):
+        """The server's postmaster when it runs on this machine (:func:`~pm_vector.db.postgres.priority.local_backend`:
+        the rule the background sessions' priority follows), else None."""
+        pid = priority.local_backend(self.conn)
         try:
-            pid = self.conn.execute("SELECT pg_backend_pid()").fetchone()[0]
-            me = psutil.Process(pid)
-            parent = me.parent()
-            return parent if parent is not None and parent.name() == me.name() else None
-        except (psutil.Error, OSError):  # not on this machine (or not ours to read)
+            return psutil.Process(pid).parent() if pid is not None else None
+        except psutil.Error:  # (not ours to read)
             return None
 
     def runs(self, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:

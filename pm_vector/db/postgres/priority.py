@@ -129,7 +129,7 @@ def confine_backend(conn, cpus: frozenset[int] | None) -> bool:
     (module doc). Returns whether it is."""
     if not cpus or not hasattr(os, "sched_setaffinity"):
         return False
-    pid = _local_backend(conn)
+    pid = local_backend(conn)
     if pid is None:
         return False
     try:
@@ -146,7 +146,7 @@ def lower_backend(conn, nice: int) -> bool:
     the locks it holds are not held for long: not :func:`lower`'s ``SCHED_IDLE``."""
     if nice <= 0 or not sys.platform.startswith("linux"):
         return False
-    pid = _local_backend(conn)
+    pid = local_backend(conn)
     if pid is None:
         return False
     try:
@@ -166,7 +166,7 @@ def lowered() -> int:
     return int(_state["lowered"])
 
 
-def _local_backend(conn) -> int | None:
+def local_backend(conn) -> int | None:
     """The session's backend pid if the server runs on this machine (module doc), else None."""
     host = conn.info.host or ""
     if not host.startswith("/"):
@@ -194,7 +194,7 @@ def lower(conn) -> bool:
     if not conn.autocommit:
         conn.commit()
     confine_backend(conn, confined_to())
-    pid = _local_backend(conn)
+    pid = local_backend(conn)
     if pid is None or not hasattr(os, "SCHED_IDLE"):
         return False
     try:
