@@ -355,22 +355,50 @@ def location_list(row_ids, row_hubs, row_chubs, top_ids, top_chubs, weight: floa
     return ids[o], s[o]
 
 
-#: :func:`merged_row` tests membership by a table of the tombstones' id range up to this many ids (bytes)
+#: :func:`live` tests many ids by a table of the tombstones' id range up to this many ids (bytes)
 _ISIN_TABLE = 1 << 24
+#: :func:`live` tests up to this many ids by a binary search each
+_SEARCH_MAX = 8192
 
 
-def merged_row(row_ids, row_hubs, row_chubs, new_ids, new_hubs, new_chubs, top_ids, top_chubs, dead):
+def live(ids, dead: np.ndarray) -> np.ndarray:
+    """A mask of ``ids``: True where the id is not in ``dead`` (ascending, as the tombstones are read:
+    ``ORDER BY item_id``). Up to :data:`_SEARCH_MAX` ids, a binary search of each (a cell's row: at
+    324,000 tombstones ``np.isin`` built a table of their whole range for each row, about 0.5 ms);
+    more ids (the top hubs, once per tombstone set: :func:`live_top`) by ``np.isin``, a table of the
+    ids' range when it is small (item ids of a sequence)."""
+    ids = np.asarray(ids, np.int64)
+    if dead.size == 0 or ids.size == 0:
+        return np.ones(ids.shape, bool)
+    if ids.size <= _SEARCH_MAX:
+        pos = np.searchsorted(dead, ids)
+        return dead[np.minimum(pos, dead.size - 1)] != ids
+    kind = "table" if int(dead[-1]) - int(dead[0]) < _ISIN_TABLE else None
+    return ~np.isin(ids, dead, kind=kind)
+
+
+def live_top(top_ids, top_chubs, dead) -> tuple[np.ndarray, np.ndarray]:
+    """The top hubs ``(ids, chubs)`` minus the tombstoned ids ``dead`` (ascending), in their order: the
+    same for every answer at one tombstone set, so a resolving process filters them once per set
+    (:mod:`pm_vector.db.resolve.location_cache`)."""
+    top_ids = np.asarray(top_ids, np.int64)
+    kt = live(top_ids, np.asarray(dead, np.int64))
+    return top_ids[kt], np.asarray(top_chubs, np.float64)[kt]
+
+
+def merged_row(row_ids, row_hubs, row_chubs, new_ids, new_hubs, new_chubs, top_ids, top_chubs, dead, *,
+               top_live: bool = False):
     """The candidates :func:`location_list` ranks once a run has a delta (:mod:`pm_vector.db.runs.delta`):
     ``(row_ids, row_hubs, row_chubs, top_ids, top_chubs)`` of the base row minus the tombstoned ids
-    ``dead`` together with the cell's delta entries (``new_*``: ``h_r``, ``h``), and the top hubs minus
-    ``dead`` (in their order, so that their first ``size`` are live). ``pm_location_shortlist_core``
-    (``sql/0023_delta.sql``) ranks the same union."""
+    ``dead`` (ascending) together with the cell's delta entries (``new_*``: ``h_r``, ``h``), and the
+    top hubs minus ``dead`` (:func:`live_top`; ``top_live``: the caller passes them so already).
+    ``pm_location_shortlist_core`` (``sql/0023_delta.sql``) ranks the same union."""
     dead = np.asarray(dead, np.int64)
-    row_ids, new_ids, top_ids = (np.asarray(a, np.int64) for a in (row_ids, new_ids, top_ids))
-    # a table of the ids' range when it is small (item ids of a sequence): 0.2 ms for 8,700 ids against
-    # 6,600 tombstones, against 4.4 ms by numpy's default (a hash of both)
-    kind = "table" if dead.size and int(dead.max()) - int(dead.min()) < _ISIN_TABLE else None
-    k, kn, kt = (~np.isin(a, dead, kind=kind) for a in (row_ids, new_ids, top_ids))
+    row_ids, new_ids = (np.asarray(a, np.int64) for a in (row_ids, new_ids))
+    k, kn = live(row_ids, dead), live(new_ids, dead)
+    if not top_live:
+        top_ids, top_chubs = live_top(top_ids, top_chubs, dead)
     f = lambda a, m: np.asarray(a, np.float64)[m]  # noqa: E731
     return (np.concatenate([row_ids[k], new_ids[kn]]), np.concatenate([f(row_hubs, k), f(new_hubs, kn)]),
-            np.concatenate([f(row_chubs, k), f(new_chubs, kn)]), top_ids[kt], f(top_chubs, kt))
+            np.concatenate([f(row_chubs, k), f(new_chubs, kn)]), np.asarray(top_ids, np.int64),
+            np.asarray(top_chubs, np.float64))

@@ -111,3 +111,38 @@ def test_the_ranking_keeps_only_the_entries_that_can_matter_and_answers_alike():
         got = location_list(row_ids, row_hubs, row_chubs, top_ids, top_chubs, w, size)
         want = _location_list_sorting_all(row_ids, row_hubs, row_chubs, top_ids, top_chubs, w, size)
         assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist(), trial
+
+
+def test_the_tombstones_leave_the_row_and_the_top_hubs_as_a_set_difference_would():
+    """``merged_row`` (a binary search of each row id in the ascending tombstones; the top hubs
+    filtered once per set by ``live_top``) keeps exactly the ids not tombstoned, in their order, with
+    their own counts, on both sides of the search's threshold (a row of a few ids, a top of 20,000),
+    for tombstones at the ends of the id range, and empty ones."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from pm_vector import shortlist
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.integers(0, 2**31), st.sampled_from([0, 1, 7, 300, 20_000]), st.sampled_from([0, 5, 9000, 20_000]),
+           st.sampled_from([0, 1, 50, 4000]))
+    def check(seed, n_row, n_top, n_dead):
+        rng = np.random.default_rng(seed)
+        rest = 2 + rng.permutation(59_998)
+        universe = np.r_[60_000, rest[:n_row // 2], 1, rest[n_row // 2:]]  # (the ends of the range in each row)
+        row_ids = universe[:n_row + 1] if n_row else universe[:0]
+        new_ids = np.r_[universe[n_row + 1:n_row + 40], 1]
+        top_ids = rng.permutation(universe[:max(n_top, 1)])[:n_top]
+        dead = np.unique(np.r_[rng.choice(universe[:25_000], n_dead), [1, 60_000][:min(n_dead, 2)]])
+        hubs = [rng.random(a.size) for a in (row_ids, row_ids, new_ids, new_ids, top_ids)]
+        got = shortlist.merged_row(row_ids, hubs[0], hubs[1], new_ids, hubs[2], hubs[3], top_ids, hubs[4], dead)
+        live_top = shortlist.live_top(top_ids, hubs[4], dead)
+        held = shortlist.merged_row(row_ids, hubs[0], hubs[1], new_ids, hubs[2], hubs[3], *live_top, dead,
+                                    top_live=True)
+        k, kn, kt = (~np.isin(a, dead) for a in (row_ids, new_ids, top_ids))
+        want = (np.r_[row_ids[k], new_ids[kn]], np.r_[hubs[0][k], hubs[2][kn]], np.r_[hubs[1][k], hubs[3][kn]],
+                top_ids[kt], hubs[4][kt])
+        for a, b, c in zip(got, held, want):
+            assert np.array_equal(a, c) and np.array_equal(b, c)
+
+    check()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import pm_vector
 
@@ -21,7 +22,7 @@ def test_connect_engine_and_pool_connections_are_set_up_once(db, monkeypatch):
     import pgvector.psycopg
 
     from pm_vector.db.postgres import configure, get_engine
-    from pm_vector.db.postgres.adapt import Int8Array
+    from pm_vector.db.postgres.adapt import Float8Array, Int4Array, Int8Array
     from pm_vector.service.db import ServicePool
 
     with db.connect() as conn:
@@ -29,6 +30,16 @@ def test_connect_engine_and_pool_connections_are_set_up_once(db, monkeypatch):
         v, j, ids = conn.execute("SELECT '[1,2,3]'::vector, '{\"a\": [1, 2.5]}'::jsonb, %s::bigint[]",
                                  [Int8Array(np.array([3, 1, 2**40], dtype=np.int64))]).fetchone()
         assert _floats(v) == [1, 2, 3] and j == {"a": [1, 2.5]} and ids == [3, 1, 2**40]
+        # the other binary arrays: their values exactly (a float8's every bit), their types, empty ones
+        fl = np.array([0.1, -2.5e-300, 1 / 3, 7.0, np.nextafter(1.0, 2.0)])
+        i4, f8, t4, t8, e4 = conn.execute(
+            "SELECT %s, %s, pg_typeof(%s)::text, pg_typeof(%s)::text, %s::integer[]",
+            [Int4Array(np.array([-2**31, 0, 2**31 - 1])), Float8Array(fl), Int4Array(np.array([1])),
+             Float8Array(np.array([1.0])), Int4Array(np.zeros(0, np.int64))]).fetchone()
+        assert i4 == [-2**31, 0, 2**31 - 1] and f8 == fl.tolist() and (t4, t8) == ("integer[]", "double precision[]")
+        assert e4 == []
+        with pytest.raises(OverflowError):
+            Int4Array(np.array([2**31]))
 
         def boom(conn):
             raise AssertionError("registered twice")

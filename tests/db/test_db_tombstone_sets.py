@@ -38,16 +38,20 @@ def _want(conn, rid, M, r, dead, eps, size):
                          [tid[k] for k in tkeep], [tch[k] for k in tkeep], location_weight(eps), size)[0].tolist()
 
 
-def test_answers_read_the_runs_tombstones_once_per_version_and_answer_alike(db, cname, conn):
+def test_answers_read_the_runs_tombstones_once_per_version_and_answer_alike(db, cname, conn, monkeypatch):
     """Every cell of the finest level, every answer built (the answer cache cleared): the first reads
-    the run's tombstones (with the version), the others none (the old code read all of them in every
-    answer); each equals the numpy ranking; a delete (a new version) is read by the next answer once,
+    the run's tombstones (with the version) and filters the top hubs by them, the others do neither
+    (the old code read all of them in every answer, then filtered the top hubs in every answer); each
+    equals the numpy ranking; a delete (a new version) is read and filtered by the next answer once,
     and its item is in no answer from then on."""
     from pm_vector.db.postgres import connect
     from pm_vector.db.resolve import location_resolution
     from pm_vector.db.resolve.resolution import resolve
     from pm_vector.protocol.location import LocationRequest
 
+    filtered = []
+    live_top = location_resolution.live_top
+    monkeypatch.setattr(location_resolution, "live_top", lambda *a: filtered.append(1) or live_top(*a))
     X, y, ids, rid = _collection(db, cname, n=460, delta=True)
     cells, pc, _ = _cells(cname)
     base = _base_request(cname, X, 4.0, pc.widths_, max_bytes=2_500).to_dict()
@@ -60,6 +64,7 @@ def test_answers_read_the_runs_tombstones_once_per_version_and_answer_alike(db, 
 
     def answer(r, c):
         location_resolution.CACHE.clear()  # every answer built
+        filtered.clear()
         seen = _Received(c)
         ans = resolve(cname, LocationRequest.from_dict({**base, "level": M, "report": r}), conn=seen)
         assert not ans["cached"]
@@ -71,8 +76,9 @@ def test_answers_read_the_runs_tombstones_once_per_version_and_answer_alike(db, 
             assert got == _want(conn, rid, M, r, dead, 4.0, size), r
             if r == 0:
                 assert len(read) == 1 and set(read[0]) >= dead  # the first: every tombstone (and the version), once
+                assert len(filtered) == 1  # and the top hubs filtered by them
             else:
-                assert read == [], r  # the others: none
+                assert read == [] and filtered == [], r  # the others: none
         more = sorted(set([i for i in ids.tolist() if i not in dead][:3] + [int(i) for i in top if i not in dead][:1]))
         db.delete_items(cname, item_ids=more)
         dead |= set(more)
@@ -80,3 +86,4 @@ def test_answers_read_the_runs_tombstones_once_per_version_and_answer_alike(db, 
             got, read = answer(r, c)
             assert got == _want(conn, rid, M, r, dead, 4.0, size) and not set(got) & dead, r
             assert len(read) == (1 if r == 0 else 0) and (not read or set(read[0]) >= dead), r
+            assert len(filtered) == (1 if r == 0 else 0), r

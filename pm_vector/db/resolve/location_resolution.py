@@ -60,10 +60,10 @@ from ..run_tables import run_table
 from ..runs.array_rows import unsend_records
 from ..store.payloads import high_of
 from .answer import log_on_primary
-from .location_cache import CACHE, CODES, DEAD, ROWS, AnswerCache, Pending, forget_runs
+from .location_cache import CACHE, CODES, DEAD, ROWS, TOPS, AnswerCache, Pending, forget_runs
 from .requests import dumps_json, check_codes, code_offset, finish, run_snapshot
 from ...privacy.location import location_weight
-from ...shortlist import location_list, merged_row
+from ...shortlist import live_top, location_list, merged_row
 
 def check_against_run(meta: Mapping[str, Any], req: LocationRequest, collection: str) -> dict[str, Any]:
     """The run's ``class_rows`` document, after checking the location request against it."""
@@ -151,6 +151,7 @@ def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offse
     them with the answer). ``payloads`` false: the collection has never stored a payload (the
     answer's are None, read from no table)."""
     dead = DEAD.get((*run_key, int(version))) if run_key is not None and version is not None else None
+    dead_v = int(version) if dead is not None else None  # (the version of the tombstones ranked against)
     level, cell, size = int(req.level), int(req.report), int(req.candidates)
     base = ROWS.get((*rows_key, level, cell)) if rows_key is not None else None
     held_top = ROWS.get((*rows_key, "top")) if rows_key is not None else None
@@ -181,7 +182,8 @@ def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offse
         got = parts.get((-3, 0), (np.zeros(1, np.int64),))[0]
         dead = got[1:]
         if run_key is not None and got.size and got[0] >= 0:
-            DEAD.put((*run_key, int(got[0])), dead)
+            dead_v = int(got[0])
+            DEAD.put((*run_key, dead_v), dead)
 
     def joined(key, j, kind):
         return parts[key][j] if key in parts else np.zeros(0, kind)
@@ -202,9 +204,16 @@ def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offse
         held_top = (*held_top, held_top[0].size < 2 * need)  # (fewer than asked: the whole row)
         if pending is not None and rows_key is not None:
             pending.rows.append(((*rows_key, "top"), held_top, held_top[0].nbytes + held_top[1].nbytes + 200))
-    top = (held_top[0][:need], held_top[1][:need])
+    # the top hubs less the tombstones: held per (rows, tombstones' version, prefix), else filtered here
+    tops_key = (*rows_key, "live", dead_v, need) if rows_key is not None and dead_v is not None else None
+    top = TOPS.get(tops_key) if tops_key is not None else None
+    if top is None:
+        top = tuple(_frozen(a) for a in live_top(held_top[0][:need], held_top[1][:need], dead))
+        if pending is not None and tops_key is not None:
+            pending.tops.append((tops_key, top, top[0].nbytes + top[1].nbytes + 200))
     fresh = [joined((-2, 0), j, k) for j, k in enumerate(kinds)]
-    ids, _ = location_list(*merged_row(*base, *fresh, *top, dead), location_weight(req.epsilon), size)
+    ids, _ = location_list(*merged_row(*base, *fresh, *top, dead, top_live=True), location_weight(req.epsilon),
+                           size)
     codes, got = _codes(rconn, run_id, ids, int(code_bytes), int(code_offset), payloads,
                         (*rows_key, int(code_offset), int(code_bytes)) if rows_key is not None else None, pending)
     return {"item_ids": ids.astype("<u4") if (ids.size == 0 or int(ids.max()) < 1 << 32) else ids,

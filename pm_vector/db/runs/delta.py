@@ -56,6 +56,7 @@ import numpy as np
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from ..postgres.adapt import Float8Array, Int4Array, Int8Array
 from ..run_tables import run_table
 from . import delta_sets, run_cells, run_nearest
 from .delta_sets import tombstoned
@@ -243,9 +244,9 @@ def place(conn, coll: Mapping[str, Any], run_id: int, doc: Mapping[str, Any], id
                 "INSERT INTO pm_vector.delta_entries (run_id, level, cell, item_id, h, h_r) "
                 "SELECT %s, u.l, u.c, u.i, u.h, u.hr FROM unnest(%s::integer[], %s::integer[], %s::bigint[], "
                 "%s::float8[], %s::float8[]) AS u(l, c, i, h, hr) ON CONFLICT DO NOTHING",
-                [rid, lv.tolist(), np.concatenate([e[0] for e in est.values()]).tolist(),
-                 np.tile(ids, len(est)).tolist(), np.concatenate([e[1] for e in est.values()]).tolist(),
-                 np.concatenate([e[2] for e in est.values()]).tolist()])
+                [rid, Int4Array(lv), Int4Array(np.concatenate([e[0] for e in est.values()])),
+                 Int8Array(np.tile(ids, len(est))), Float8Array(np.concatenate([e[1] for e in est.values()])),
+                 Float8Array(np.concatenate([e[2] for e in est.values()]))])
     bump(conn, rid, int(ids.size), placed=entered)
     return int(ids.size)
 
