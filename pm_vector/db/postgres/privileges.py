@@ -145,6 +145,8 @@ FUNCTIONS: frozenset[str] = frozenset({
     "pm_vector.pm_shard_of", "pm_vector.pm_shard_partition", "pm_vector.pm_shard_partitions",
     "pm_vector.pm_shard_reset", "pm_vector.pm_shortlist_explain", "pm_vector.pm_shortlist_shard_explain",
     "pm_vector.pm_shortlist_sql_v1", "pm_vector.pm_unregister_shard", "pm_vector_service.pm_keys_changed",
+    # a tombstone's version (sql/0033_tombstone_version.sql): a trigger function, it fires, nobody calls it
+    "pm_vector.pm_tombstone_version",
 }) | QUERY_FUNCTIONS
 
 #: an attached collection's own capture function, ``pm_attach_capture_<collection id>``

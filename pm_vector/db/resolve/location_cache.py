@@ -5,7 +5,8 @@ built answers, and the parts a miss builds from that no write of the delta chang
   (``delta_version`` among them: every write of the delta + 1) and the request's public fields.
   Under a stream of writes the version moves with every sync pass, so nearly every answer is built.
 * :class:`TombstoneSets` (:data:`DEAD`): a run's tombstones at one ``delta_version``, read with the
-  version in one statement.
+  version in one statement: whole, or, when a set of an earlier version is held, only the tombstones
+  of the versions after it (each records its version: migration 0033), joined to it (:func:`join_sets`).
 * :class:`BaseRows` (:data:`ROWS`): a run's **base** location row of a cell (its parts joined) and the
   first entries of its top-hubs row. The delta's writes never change them (they write tombstones and
   delta entries beside them, :mod:`pm_vector.db.runs.delta`); the writes that do -- the erasure and
@@ -147,6 +148,18 @@ class TombstoneSets:
                 self._d.move_to_end(key)
             return got
 
+    def latest(self, run_key: tuple, below: int) -> tuple[int, np.ndarray] | None:
+        """The set of run ``run_key`` held at the highest version below ``below``, with its version, or
+        None: a miss at version ``below`` reads only the tombstones of the later versions
+        (``delta_tombstones.version``, migration 0033) and joins them to it (:func:`join_sets`)."""
+        n = len(run_key)
+        with self._lock:
+            best = None
+            for k in self._d:
+                if len(k) == n + 1 and k[:n] == run_key and k[n] < below and (best is None or k[n] > best[n]):
+                    best = k
+            return None if best is None else (int(best[n]), self._d[best])
+
     def put(self, key: tuple, dead: np.ndarray) -> None:
         """Hold ``dead`` (ascending) under ``key``: the version it was read at, in the same snapshot."""
         dead.flags.writeable = False
@@ -164,6 +177,18 @@ class TombstoneSets:
     def clear(self) -> None:
         with self._lock:
             self._d.clear()
+
+
+def join_sets(held: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """The ascending union of two ascending id sets (the tombstones held at one version, and those of
+    the versions after it): ``new`` put in its places, O(len(held)); an id in both kept once."""
+    new = np.asarray(new, np.int64)
+    if new.size == 0:
+        return held
+    out = np.insert(held, np.searchsorted(held, new), new)
+    if out.size > 1 and not bool((out[1:] > out[:-1]).all()):
+        out = np.unique(out)
+    return out
 
 
 class BaseRows(_Lru):

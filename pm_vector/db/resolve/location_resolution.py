@@ -60,7 +60,7 @@ from ..run_tables import run_table
 from ..runs.array_rows import unsend_records
 from ..store.payloads import high_of
 from .answer import log_on_primary
-from .location_cache import CACHE, CODES, DEAD, ROWS, TOPS, AnswerCache, Pending, forget_runs
+from .location_cache import CACHE, CODES, DEAD, ROWS, TOPS, AnswerCache, Pending, forget_runs, join_sets
 from .requests import dumps_json, check_codes, code_offset, finish, run_snapshot
 from ...privacy.location import location_weight
 from ...shortlist import live_top, location_list, merged_row
@@ -114,11 +114,15 @@ _NEW_SQL = ("SELECT -2, 0, substring(array_send(coalesce(array_agg(d.item_id ORD
 _RECORDS = "coalesce(string_agg(substring(array_send({a}) from 21), ''::bytea ORDER BY part), ''::bytea)"
 #: (the tombstones counted in the statement, when not held)
 _N_DEAD_SQL = "(SELECT count(*)::integer FROM pm_vector.delta_tombstones AS z0 WHERE z0.run_id = %(run)s)"
-#: the run's version, then its tombstones ascending, in one array (-3: one snapshot with the rows)
+#: the run's version, then its tombstones ascending, in one array (-3: one snapshot with the rows);
+#: ``{since}`` empty (every tombstone), or only those of the versions after ``%(since)s`` (a set of that
+#: version held: :meth:`~.location_cache.TombstoneSets.latest`; each tombstone records its version,
+#: migration 0033, read by a range of the index ``delta_tombstones_by_version``)
 _DEAD_SQL = ("SELECT -3, 0, substring(array_send(ARRAY[(SELECT v.delta_version FROM "
              "pm_vector.embedding_runs AS v WHERE v.id = %(run)s)] || coalesce((SELECT array_agg(z.item_id ORDER BY "
-             "z.item_id) FROM pm_vector.delta_tombstones AS z WHERE z.run_id = %(run)s), {ei})) from 21), ''::bytea, "
-             "''::bytea")
+             "z.item_id) FROM pm_vector.delta_tombstones AS z WHERE z.run_id = %(run)s{since}), {ei})) from 21), "
+             "''::bytea, ''::bytea")
+_SINCE = " AND z.version > %(since)s"
 
 #: a miss's second statement: the slices of the candidates' codes this process does not hold (their
 #: ``code_bytes`` from the published offset; NULL: no code), in the list's order
@@ -152,6 +156,9 @@ def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offse
     answer's are None, read from no table)."""
     dead = DEAD.get((*run_key, int(version))) if run_key is not None and version is not None else None
     dead_v = int(version) if dead is not None else None  # (the version of the tombstones ranked against)
+    # (else a set of an earlier version: only the later versions' tombstones read, joined to it)
+    since = DEAD.latest(run_key, int(version)) if dead is None and run_key is not None and version is not None \
+        else None
     level, cell, size = int(req.level), int(req.report), int(req.candidates)
     base = ROWS.get((*rows_key, level, cell)) if rows_key is not None else None
     held_top = ROWS.get((*rows_key, "top")) if rows_key is not None else None
@@ -170,17 +177,24 @@ def _build(rconn, run_id: int, req: LocationRequest, code_bytes: int, code_offse
     if read_top:
         branches.append(sql.SQL(_TOP_SQL).format(t=t, n_dead=n_dead))
     if dead is None:
-        branches.append(sql.SQL(_DEAD_SQL).format(ei=ei))
+        branches.append(sql.SQL(_DEAD_SQL).format(ei=ei, since=sql.SQL("" if since is None else _SINCE)))
     parts: dict[tuple[int, int], tuple] = {}  # (level, cell) -> its columns
     for lv, c, it, hb, ch in rconn.execute(
             sql.SQL(" UNION ALL ").join(branches), {"level": level, "cell": cell, "size": size, "run": int(run_id),
-                                                     "n_dead": int(dead.size) if dead is not None else 0},
+                                                     "n_dead": int(dead.size) if dead is not None else 0,
+                                                     "since": since[0] if since is not None else 0},
             binary=True).fetchall():
         parts[(int(lv), int(c))] = (unsend_records(it, "int8"), unsend_records(hb, "float8"),
                                     unsend_records(ch, "float8"))
     if dead is None:
         got = parts.get((-3, 0), (np.zeros(1, np.int64),))[0]
         dead = got[1:]
+        if since is not None:
+            if not got.size or got[0] < since[0]:  # (below the set held: not one history) the run's sets go,
+                DEAD.drop_where(lambda k: k[:len(run_key)] == run_key)  # and the answer is built again
+                return _build(rconn, run_id, req, code_bytes, code_offset, run_key, version, payloads, rows_key,
+                              pending)
+            dead = join_sets(since[1], dead)
         if run_key is not None and got.size and got[0] >= 0:
             dead_v = int(got[0])
             DEAD.put((*run_key, dead_v), dead)

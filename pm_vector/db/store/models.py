@@ -317,12 +317,16 @@ class DeltaTombstone(Base):
     :mod:`pm_vector.db.runs.delta`); its rows leave the run's tables at the next merge."""
 
     __tablename__ = "delta_tombstones"
+    __table_args__ = (Index("delta_tombstones_by_version", "run_id", "version"),)
 
     run_id: Mapped[int] = mapped_column(
         BigInteger, ForeignKey(f"{SCHEMA}.embedding_runs.id", ondelete="CASCADE", name="delta_tombstones_run_id_fkey"),
         primary_key=True)
     item_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+    #: the run's ``delta_version`` its write made visible, set by the trigger ``pm_tombstone_version``
+    #: (migration 0033; NULL: written before it)
+    version: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class DeltaEntry(Base):
