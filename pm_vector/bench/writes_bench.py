@@ -93,7 +93,9 @@ while a merge of the system's was building -- a run of its collection, from ``st
 ``finished_at`` -- and outside those spans: :func:`~pm_vector.bench.writes_summary.writer_rates`;
 plain pgvector has no merges), ``writer_waits`` (on each side of those spans, the p50 / p99 of the
 writer process's statements and COMMITs and the server's WAL MB a second:
-:func:`~pm_vector.bench.writes_summary.writer_waits`; None on the API path); pm_vector also
+:func:`~pm_vector.bench.writes_summary.writer_waits`; None on the API path), ``wal`` (the server's
+checkpoints and WAL per change during the stream: :func:`~pm_vector.bench.writes_summary.wal_figures`;
+its settings in ``setup.server``), ``timeline`` (the stream by 10 s buckets); pm_vector also
 ``delta_size`` (the delta's rows when the stream ends) and ``merge_s`` (the bulk merge of that delta,
 timed after the stream: :meth:`~pm_vector.bench.writes_targets.PmVectorTarget.engine_figures`) and, on the attached path,
 ``sync_status`` (:func:`pm_vector.db.sync_status` sampled every second: queue length max, ``lag_s``
@@ -122,7 +124,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from .writes_stream import Stream, fresh
-from .writes_summary import pct, summarise, wal_bytes
+from .writes_summary import pct, server_counters, server_settings, summarise, wal_bytes
 from .writes_pgvector import PgvectorTarget
 from .writes_targets import Change, PmVectorTarget
 import pm_vector.db as db
@@ -205,6 +207,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
     rounds: list[float] = []
     txs: list[tuple] = []  # the writer process's transactions: (commit_t, statements_s, commit_s, paced_s)
     wal: list[tuple[float, int]] = []  # the server's WAL bytes, each second: (perf_counter, pg_stat_wal.wal_bytes)
+    counters: list[dict] = []  # the server's checkpoints and full-page images, at the sampler's start and end
     writer_done, stop = threading.Event(), threading.Event()
     ended: list[float] = []  # when the writer stopped
     step = 1 if target.single_row else cfg.batch
@@ -327,6 +330,7 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
     def sampler():
         conn = db.connect(autocommit=True, application_name=BENCH_APP)
         try:
+            counters.append(server_counters(conn))
             while not stop.is_set():
                 try:
                     wal.append((time.perf_counter(), wal_bytes(conn)))
@@ -335,6 +339,8 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
                 except Exception as exc:  # noqa: BLE001 - counted
                     errors.append(f"status: {exc}")
                 stop.wait(1.0)
+            wal.append((time.perf_counter(), wal_bytes(conn)))
+            counters.append(server_counters(conn))
         finally:
             conn.close()
 
@@ -374,9 +380,9 @@ def drive(target, ops: list[Change], rate: float | None, seconds: float, cfg: Wr
     except Exception as exc:  # noqa: BLE001 - counted
         errors.append(f"status: {exc}")
         spans, rows = [], None
-    return {"t0": t0, "spans": spans, "rows_after": rows, "txs": txs, "wal": wal, "committed": committed,
-            "seen": seen, "outside": outside, "errors": errors, "query_s": query_s, "samples": samples,
-            "rounds": rounds, "load_average": [round(v, 2) for v in load], "cpu": cpu}
+    return {"t0": t0, "spans": spans, "rows_after": rows, "txs": txs, "wal": wal, "counters": counters,
+            "committed": committed, "seen": seen, "outside": outside, "errors": errors, "query_s": query_s,
+            "samples": samples, "rounds": rounds, "load_average": [round(v, 2) for v in load], "cpu": cpu}
 
 
 def saturate(target, stream: Stream, cfg: WritesConfig, Xq: np.ndarray, say) -> dict[str, Any]:
@@ -459,6 +465,8 @@ def run(cfg: WritesConfig, progress: Callable[[str], None] | None = None) -> dic
         pm.start()
         for t in targets:
             out["setup"][t.system] = t.setup
+        with db.connect(autocommit=True, application_name=BENCH_APP) as conn:
+            out["setup"]["server"] = server_settings(conn)  # (one server: both systems' tables are on it)
         for r in rates:
             spec = stream.take(math.ceil(r * cfg.seconds), cfg.max_checked)
             row: dict[str, Any] = {"rate": r}

@@ -21,6 +21,43 @@ def wal_bytes(conn) -> int:
     return int(conn.execute("SELECT wal_bytes FROM pg_stat_wal").fetchone()[0])
 
 
+#: the server's settings a stream's WAL and commits depend on (``setup.server``)
+SERVER_SETTINGS = ("max_wal_size", "checkpoint_timeout", "shared_buffers", "synchronous_commit", "wal_compression",
+                   "full_page_writes")
+
+
+def server_settings(conn) -> dict[str, str]:
+    """:data:`SERVER_SETTINGS` as the server reports them (``SHOW``)."""
+    return {k: conn.execute("SELECT current_setting(%s)", [k]).fetchone()[0] for k in SERVER_SETTINGS}
+
+
+def server_counters(conn) -> dict[str, int]:
+    """The server's checkpoints since its statistics were reset -- ``requested`` (the WAL since the
+    last one reached ``max_wal_size``, or a command asked) and ``timed`` (``checkpoint_timeout``) --
+    and the full-page images in its WAL (``pg_stat_wal.wal_fpi``: the first change of a page after a
+    checkpoint writes the whole page into the WAL)."""
+    if conn.info.server_version >= 170000:
+        req, timed = conn.execute("SELECT num_requested, num_timed FROM pg_stat_checkpointer").fetchone()
+    else:  # (PostgreSQL 14 to 16: the background writer's view)
+        req, timed = conn.execute("SELECT checkpoints_req, checkpoints_timed FROM pg_stat_bgwriter").fetchone()
+    fpi = conn.execute("SELECT wal_fpi FROM pg_stat_wal").fetchone()[0]
+    return {"requested": int(req), "timed": int(timed), "wal_fpi": int(fpi)}
+
+
+def wal_figures(counters: list[dict[str, int]], wal: list[tuple[float, int]], n_changes: int) -> dict[str, Any] | None:
+    """A stream's WAL, from the sampler's start to its end (the stream and its drain): the server's
+    checkpoints (``checkpoints``: requested, timed), its WAL in kB and its full-page images per
+    committed change (``wal_kb_per_change``, ``wal_fpi_per_change``; the whole server's: one system
+    runs at a time). None without both snapshots (``counters``: :func:`server_counters` at the start
+    and the end) or a change."""
+    if len(counters) != 2 or n_changes <= 0:
+        return None
+    first, last = counters
+    kb = round((wal[-1][1] - wal[0][1]) / 1e3 / n_changes, 2) if len(wal) >= 2 else None
+    return {"checkpoints": {k: last[k] - first[k] for k in ("requested", "timed")},
+            "wal_kb_per_change": kb, "wal_fpi_per_change": round((last["wal_fpi"] - first["wal_fpi"]) / n_changes, 3)}
+
+
 def _cut(spans: list[tuple[float, float]], start: float, end: float) -> tuple[int, list[list[float]]]:
     """The spans that meet ``[start, end]`` (how many), cut to it, overlapping ones joined, in order."""
     cut = sorted((max(a, start), min(b, end)) for a, b in spans if b > start and a < end)
@@ -79,6 +116,51 @@ def cpu_split(timeline: list[tuple[float, dict[str, float]]], start: float, end:
         secs = float(dt[k].sum())
         out[side] = {p: round(float(dc[k, j].sum()) / secs, 3) for j, p in enumerate(parts)} if secs >= 1.0 else None
     return out
+
+
+#: the width of a bucket of :func:`timeline` (s)
+TIMELINE_S = 10.0
+
+
+def timeline(commits: list[float], cpu: list[tuple[float, dict[str, float]]], wal: list[tuple[float, int]],
+             start: float, end: float, spans: list[tuple[float, float]]) -> list[dict[str, Any]]:
+    """The stream by :data:`TIMELINE_S`-second buckets from ``start`` to ``end``: each bucket's start
+    (``t``, s from ``start``), the writer's commits a second (``commits_s``: ``commits``, each commit's
+    time), the share of it a merge of the system's was building (``merging``: the spans of
+    :func:`writer_rates`), each part's cores busy (``cores``: :class:`~pm_vector.bench.machine.CpuParts`'s
+    timeline, an interval counted in the bucket its midpoint falls in; None without two samples in
+    it) and the server's WAL MB a second (``wal_mb_s``, the same way). What a merge's start, its
+    switch and the seconds after it cost the writer, second by second."""
+    n = max(1, int(np.ceil((end - start) / TIMELINE_S - 1e-9)))
+    edges = start + TIMELINE_S * np.arange(n + 1)
+    edges[-1] = end  # (the last bucket ends with the window)
+    width = np.diff(edges)
+    got = np.histogram(np.asarray(commits, np.float64), bins=edges)[0]
+    _, merged = _cut(spans, start, end)
+    merging = [sum(max(0.0, min(b, edges[i + 1]) - max(a, edges[i])) for a, b in merged) / width[i] for i in range(n)]
+
+    def by_bucket(ts: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mid, dt, dv = (ts[1:] + ts[:-1]) / 2, np.diff(ts), np.diff(vals, axis=0)
+        idx = np.searchsorted(edges, mid, side="right") - 1
+        ok = (idx >= 0) & (idx < n)
+        secs = np.bincount(idx[ok], weights=dt[ok], minlength=n)
+        sums = np.stack([np.bincount(idx[ok], weights=dv[ok, j], minlength=n) for j in range(dv.shape[1])], axis=1)
+        return secs, sums
+
+    cores = [None] * n
+    if len(cpu) >= 2:
+        parts = list(cpu[0][1])
+        secs, sums = by_bucket(np.asarray([x for x, _ in cpu], np.float64),
+                               np.asarray([[v[k] for k in parts] for _, v in cpu], np.float64))
+        cores = [{p: round(float(sums[i, j] / secs[i]), 2) for j, p in enumerate(parts)} if secs[i] >= 1.0 else None
+                 for i in range(n)]
+    wal_s = [None] * n
+    if len(wal) >= 2:
+        w = np.asarray(wal, np.float64).reshape(-1, 2)
+        secs, sums = by_bucket(w[:, 0], w[:, 1:])
+        wal_s = [round(float(sums[i, 0] / secs[i]) / 1e6, 1) if secs[i] >= 1.0 else None for i in range(n)]
+    return [{"t": round(float(edges[i] - start), 1), "commits_s": round(float(got[i] / width[i]), 1),
+             "merging": round(float(merging[i]), 2), "cores": cores[i], "wal_mb_s": wal_s[i]} for i in range(n)]
 
 
 def writer_waits(txs: list[tuple[float, float, float, float]], wal: list[tuple[float, int]], start: float,
@@ -160,5 +242,10 @@ def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[
         # (None on the API path: its writer is a thread of the bench, calling the API, not timed so)
         "writer_waits": writer_waits(raw["txs"], raw.get("wal", []), t0, t0 + seconds, raw.get("spans", []))
         if raw.get("txs") else None,
+        # the stream by 10-second buckets: commits, merging, each part's cores, WAL
+        "timeline": timeline([c.commit_t for c in committed], raw["cpu"].get("timeline", []), raw.get("wal", []),
+                             t0, t0 + seconds, raw.get("spans", [])),
+        # the server's checkpoints during the stream, and its WAL per change (None without the snapshots)
+        "wal": wal_figures(raw.get("counters") or [], raw.get("wal", []), len(committed)),
         **target.engine_figures(raw["samples"]),
     }

@@ -166,6 +166,47 @@ def test_a_collections_merges_are_the_runs_that_built_during_the_window(db, digi
 
 
 @pytest.mark.slow
+def test_the_stream_is_cut_into_ten_second_buckets():
+    """``timeline``: each bucket's commits a second, the share of it inside a merge, each part's cores
+    and the WAL a second (an interval of a sampled series in the bucket its midpoint falls in); the
+    last bucket runs to the window's end."""
+    from pm_vector.bench.writes_summary import timeline
+
+    # 25 s: 100 commits a second in 0..10, 50 in 10..25; a merge from 5 to 12; the writer's part 0.5
+    # core throughout, the merge's 1 core from 5 to 12; 1 MB of WAL a second, 3 inside the merge
+    commits = [i / 100 for i in range(1000)] + [10 + i / 50 for i in range(750)]
+    cpu, acc, wal, b = [], {"writer": 0.0, "merge": 0.0}, [], 0
+    for t in range(26):
+        cpu.append((float(t), dict(acc)))
+        wal.append((float(t), b))
+        inside = 5 <= t + 0.5 <= 12
+        acc = {"writer": acc["writer"] + 0.5, "merge": acc["merge"] + (1.0 if inside else 0.0)}
+        b += 3_000_000 if inside else 1_000_000
+    got = timeline(commits, cpu, wal, 0.0, 25.0, [(5.0, 12.0), (40.0, 50.0)])
+    assert [g["t"] for g in got] == [0.0, 10.0, 20.0]
+    assert [g["commits_s"] for g in got] == [100.0, 50.0, 50.0]
+    assert [g["merging"] for g in got] == [0.5, 0.2, 0.0]
+    assert got[0]["cores"] == {"writer": 0.5, "merge": 0.5} and got[1]["cores"] == {"writer": 0.5, "merge": 0.2}
+    assert got[2]["cores"] == {"writer": 0.5, "merge": 0.0}
+    assert [g["wal_mb_s"] for g in got] == [2.0, 1.4, 1.0]
+    # no samples: the commits and the merges alone
+    bare = timeline(commits, [], [], 0.0, 25.0, [])
+    assert [g["cores"] for g in bare] == [None] * 3 and [g["merging"] for g in bare] == [0.0] * 3
+
+
+def test_the_streams_wal_counts_the_checkpoints_and_whole_pages_per_change():
+    """``wal_figures``: the checkpoints between the two snapshots, the WAL and the full-page images per
+    committed change; None without both snapshots or a change."""
+    from pm_vector.bench.writes_summary import wal_figures
+
+    a = {"requested": 10, "timed": 3, "wal_fpi": 1_000}
+    z = {"requested": 14, "timed": 4, "wal_fpi": 6_000}
+    got = wal_figures([a, z], [(0.0, 5_000_000), (1.0, 7_000_000), (2.0, 25_000_000)], 2_000)
+    assert got == {"checkpoints": {"requested": 4, "timed": 1}, "wal_kb_per_change": 10.0, "wal_fpi_per_change": 2.5}
+    assert wal_figures([a], [(0.0, 0), (1.0, 1)], 10) is None and wal_figures([a, z], [], 0) is None
+    assert wal_figures([a, z], [(0.0, 0)], 10)["wal_kb_per_change"] is None
+
+
 def test_bench_writes_attached_against_pgvector(db, tmp_path):
     from pm_vector.bench.writes_bench import WritesConfig, run
     from pm_vector.bench.writes_plot import plot
@@ -213,6 +254,16 @@ def test_bench_writes_attached_against_pgvector(db, tmp_path):
     # pm_vector's merges (if one was due) and the time they took agree, and the writer's rate is split between
     assert (pm["merging_s"] > 0) == (pm["merges"] > 0) and (pm["writer_while_merging"] is None) == (pm["merges"] == 0)
     assert (pm["writer_between"] or 0) + (pm["writer_while_merging"] or 0) > 0
+    # the server's checkpoints and WAL over each stream; its settings (one server for both systems)
+    for s in (pm, pg):
+        assert s["wal"]["wal_kb_per_change"] > 0 and s["wal"]["wal_fpi_per_change"] >= 0
+        assert min(s["wal"]["checkpoints"].values()) >= 0
+        # the stream by 10 s buckets: 5 s of it, the writer's 25 commits in them
+        assert len(s["timeline"]) == 1 and s["timeline"][0]["t"] == 0.0
+        assert s["timeline"][0]["commits_s"] * 5.0 == pytest.approx(s["n_changes"], abs=1)
+        # (the writer's part at 5 a second rounds to 0.0 cores; the checks and the queries do not)
+        assert sum(s["timeline"][0]["cores"].values()) > 0 and s["timeline"][0]["wal_mb_s"] >= 0
+    assert out["setup"]["server"]["max_wal_size"] and out["setup"]["server"]["full_page_writes"] in ("on", "off")
     # the collection's size the stream left: the 2,000 items and the stream's inserts less its deletes
     for s in (pm, pg):
         assert abs(s["rows_after"] - 2000) <= s["n_changes"]
