@@ -37,7 +37,9 @@ from .._validation import normalize_rows
 from ..client.location import PrivateLocationKNN
 from ..db.resolve.resolution import public_anchor, resolve
 from ..db.runs import delta as _delta
+from ..db.core.collection import collection_row
 from ..db.runs.jobs import anchor_frame_embed_fn, anchor_frame_extend_fn, index_build_mem_mb
+from ..db.runs.merge import rule_of
 from ..manifold.public_cells import PublicCells
 from ..privacy import secure_generator
 from ..privacy.location import plan as location_plan
@@ -450,16 +452,18 @@ class PmVectorTarget:
         """pm_vector's own figures of a stream, from its status samples: ``delta_size``, the delta's
         rows when the stream ends (new items' entries and tombstones,
         :func:`pm_vector.db.runs.delta.status`), and ``merge_s``, the bulk merge of that delta
-        (:func:`pm_vector.db.merge`, timed here; queries keep running on the previous base)."""
+        (:func:`pm_vector.db.merge`, timed here; queries keep running on the previous base); and
+        ``merge_rule``, the collection's rule in force (``pm-vector db merge-rule``)."""
         with db.connect() as conn:
             st = _delta.status(conn, self.name)
+            rule = rule_of(collection_row(conn, self.name)["settings"])
         delta_size = None if st is None else int(st["delta_items"] or 0) + int(st["pending_purge"] or 0)
         merge_s = None
         if self.merge_after:  # (--no-merge: none; the service's worker merges when it is due)
             t = time.perf_counter()
             db.merge(self.name, embed_fn=anchor_frame_embed_fn, embed_fn_extend=anchor_frame_extend_fn)
             merge_s = round(time.perf_counter() - t, 2)
-        out: dict[str, Any] = {"merge_s": merge_s, "delta_size": delta_size}
+        out: dict[str, Any] = {"merge_s": merge_s, "delta_size": delta_size, "merge_rule": rule}
         if samples and self.path == "attached":
             q = [s["queued"] for s in samples]
             lag = [s["lag_s"] for s in samples]

@@ -19,7 +19,7 @@ from ..errors import PMVectorError
 from ..db import postgres
 from ..db.postgres import cluster, connect, server
 from ..db.runs.jobs import anchor_frame_embed_fn, anchor_frame_extend_fn, run_embedding_job
-from ..db.runs.merge import merge as _merge
+from ..db.runs.merge import merge as _merge, merge_rule as _merge_rule
 from ..db.runs.new_items import embed_new_items
 from ..db.store.maintenance import cleanup_all, prune_request_log
 from ..db.store.payloads import set_max_payload_bytes
@@ -238,6 +238,28 @@ def payload_limit(collection: str = typer.Argument(..., help="Collection name.")
     Example: pm-vector db payload-limit mycoll 512
     """
     emit(cli_call(set_max_payload_bytes, collection, max_payload_bytes), as_json, "payload bound")
+
+
+@db_app.command("merge-rule")
+def merge_rule(collection: str = typer.Argument(..., help="Collection name."),
+               delta_items: Optional[int] = typer.Option(None, "--delta-items", help="Merge after this many delta "
+                                                         "items (tombstones and new items; 0: never by this rule)."),
+               age_s: Optional[float] = typer.Option(None, "--age-s", help="Merge when the oldest delta item is this "
+                                                     "many seconds old (0: never by this rule)."),
+               pause: Optional[float] = typer.Option(None, "--pause", help="Not before the active run has served "
+                                                     "this many times as long as its build took (0: no pause)."),
+               reset: bool = typer.Option(False, "--reset", help="Clear the collection's own values first (the "
+                                          "defaults apply again)."),
+               as_json: bool = JSON_OPT):
+    """Show, or change, when the service merges a collection's delta (admin). Without options it
+    prints the rule in force, the collection's own values, the defaults and when the active run's
+    pause ends. A longer pause keeps more of a fast stream's writes; the delta grows meanwhile and
+    a deleted item's derived rows wait longer (docs/operations.md, "The merge").
+
+    Example: pm-vector db merge-rule mycoll --pause 10
+    """
+    emit(cli_call(_merge_rule, collection, delta_items=delta_items, age_s=age_s, pause=pause, reset=reset),
+         as_json, f"{collection}: merge rule")
 
 
 # ----------------------------------------------------------------------------- embed

@@ -119,7 +119,7 @@ from .errors import (
 from .core.abandoned import cleanup_stale_runs
 from .runs.jobs import list_runs, run_embedding_job, run_info
 from .runs.new_items import embed_new_items
-from .runs.merge import merge
+from .runs.merge import merge, merge_rule
 from .store.payloads import set_max_payload_bytes
 from .store.deletes import ItemNotFoundError, delete_items
 from .store.update import update_items
@@ -131,7 +131,7 @@ from .postgres import database_url, start, status, stop, upgrade
 __all__ = [
     "AnchorSet", "attach_table", "cleanup", "cleanup_stale_runs", "collection_info", "connect", "create_collection",
     "database_url", "delete_items", "drop_collection", "embed_new_items", "fetch_items", "get_anchor_set", "get_engine",
-    "ingest", "knn", "knn_batch", "list_collections", "list_requests", "list_runs", "log_request", "merge",
+    "ingest", "knn", "knn_batch", "list_collections", "list_requests", "list_runs", "log_request", "merge", "merge_rule",
     "register_anchor_set", "resync", "run_embedding_job", "run_info", "session_scope", "set_max_payload_bytes",
     "start", "status", "stop", "sync", "sync_rejected", "sync_status", "update_items", "upgrade",
     "ClassRowsUnavailableError", "CollectionBrokenError", "CollectionExistsError", "CollectionNotFoundError",

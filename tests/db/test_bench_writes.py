@@ -237,6 +237,8 @@ def test_bench_writes_attached_against_pgvector(db, tmp_path):
     assert abs(pm["n_changes"] - pg["n_changes"]) <= 2 and max(pm["n_changes"], pg["n_changes"]) == 25
     # pm_vector's engine figures: the single place of the merge's (None on main) and the sync's status
     assert "merge_s" in pm and "delta_size" in pm and pm["sync_status"]["queued_max"] >= 0
+    from pm_vector.db.runs.merge import RULE  # the collection's merge rule in force: the defaults here
+    assert pm["merge_rule"] == {k: d for k, (d, _, _) in RULE.items()}
     assert pm["sync_status"]["queued_end"] == 0  # every change applied when the checks ended
     assert pg["max_commits_per_s"] > 0 and pg["saturate_errors"] == 0
     # plain pgvector has no merges: the writer's whole rate is between them

@@ -343,6 +343,60 @@ def test_a_merge_is_due_by_its_setting(db, cname, conn):
     assert due(conn, cname, {"merge": {"delta_items": 5, "age_s": 0, "pause": 0}})
 
 
+def test_the_merge_rule_is_read_and_set_within_its_bounds(db, cname, conn):
+    """``pm_vector.db.merge_rule`` / ``pm-vector db merge-rule``: the defaults until a collection sets
+    its own; a bad value (type, bound, NaN) is refused before anything is written; the rule set is the
+    one the sync worker's ``due_names`` applies; a value written by hand that is not valid falls back
+    to the default instead of stopping every collection's merges."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from pm_vector import defaults
+    from pm_vector.cli import app
+    from pm_vector.db.runs.merge import due_names
+    from pm_vector.errors import InvalidInputError
+
+    X, y, ids, rid = _collection(db, cname, n=300, delta=True)
+    first = db.merge_rule(cname)
+    assert first["own"] == {} and first["rule"] == {"delta_items": defaults.MERGE_DELTA_ITEMS,
+                                                    "age_s": float(defaults.MERGE_AGE_S),
+                                                    "pause": float(defaults.MERGE_PAUSE)} == first["defaults"]
+    ends = conn.execute("SELECT finished_at + %s * (finished_at - started_at) FROM pm_vector.embedding_runs "
+                        "WHERE id = %s", [float(defaults.MERGE_PAUSE), rid]).fetchone()[0]
+    conn.rollback()
+    assert first["pause_ends_at"] == ends.isoformat()
+    db.delete_items(cname, item_ids=ids[:3].tolist())
+    assert cname not in due_names(conn)
+    got = db.merge_rule(cname, delta_items=3, pause=0)
+    assert got["own"] == {"delta_items": 3, "pause": 0.0} and got["rule"]["age_s"] == float(defaults.MERGE_AGE_S)
+    assert cname in due_names(conn)
+    got = db.merge_rule(cname, pause=1_000)  # the run has not served 1,000 times its build
+    assert got["own"] == {"delta_items": 3, "pause": 1000.0} and cname not in due_names(conn)
+    for bad in ({"pause": -1}, {"pause": float("nan")}, {"pause": True}, {"pause": 1_001}, {"age_s": float("inf")},
+                {"delta_items": 2.5}, {"delta_items": "5"}, {"delta_items": 10**9 + 1}):
+        with pytest.raises(InvalidInputError, match="merge rule"):
+            db.merge_rule(cname, **bad)
+    assert db.merge_rule(cname)["own"] == {"delta_items": 3, "pause": 1000.0}  # nothing was written
+    # by hand, a value of the wrong type: the default in force, and the worker's pass still runs
+    conn.execute("UPDATE pm_vector.collections SET settings = jsonb_set(settings, '{merge}', "
+                 "'{\"delta_items\": 3, \"pause\": \"soon\"}') WHERE name = %s", [cname])
+    conn.commit()
+    assert db.merge_rule(cname)["rule"]["pause"] == float(defaults.MERGE_PAUSE)
+    due_names(conn)
+    runner = CliRunner()
+    r = runner.invoke(app, ["db", "merge-rule", cname, "--reset", "--pause", "7", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["own"] == {"pause": 7.0} and out["rule"]["pause"] == 7.0
+    r = runner.invoke(app, ["db", "merge-rule", cname, "--pause", "-2"])
+    assert r.exit_code == 2 and "error:" in r.output and "Traceback" not in r.output
+    assert "merge rule 'pause' must be" in " ".join(r.output.split())
+    r = runner.invoke(app, ["db", "merge-rule", cname + "_missing"])
+    assert r.exit_code == 2 and "unknown collection" in r.output
+    assert db.merge_rule(cname)["own"] == {"pause": 7.0}
+
+
 def test_a_superseded_run_is_dropped_only_between_two_writes(db, cname, conn):
     """The merge drops a superseded run holding the collection's row as a write does: while a write
     holds it (a sync batch or a delete, which read the runs with tables to tombstone in each), the

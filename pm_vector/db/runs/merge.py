@@ -38,9 +38,12 @@ served :data:`pm_vector.defaults.MERGE_PAUSE` times its build's time (:func:`due
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from typing import Any
 
+from ...errors import InvalidInputError
 from ..errors import NoActiveRunError
 from ..postgres import connect
 from ..core.collection import collection_row
@@ -158,15 +161,79 @@ def purge_superseded(collection: str, *, url: str | None = None) -> list[int]:
     return out
 
 
+#: the keys of a collection's merge rule (``settings["merge"]``), each with its default and bounds
+RULE = {"delta_items": (defaults.MERGE_DELTA_ITEMS, 0, 10**9),
+        "age_s": (float(defaults.MERGE_AGE_S), 0.0, 30 * 86_400.0),
+        "pause": (float(defaults.MERGE_PAUSE), 0.0, 1_000.0)}
+
+
+def _rule_value(key: str, value):
+    """``value`` as the rule's ``key``, or InvalidInputError: a whole number of delta items, finite
+    seconds and pause, each within :data:`RULE`'s bounds (booleans and strings refused)."""
+    _, lo, hi = RULE[key]
+    whole = key == "delta_items"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and not float(value).is_integer()) \
+            or not math.isfinite(float(value)) or not lo <= value <= hi:
+        kind = "a whole number" if whole else "a finite number"
+        raise InvalidInputError(f"merge rule {key!r} must be {kind} in [{lo:g}, {hi:g}] (0: never by that rule"
+                                f"{'' if key != 'pause' else '; for the pause: none'}), got {value!r}.")
+    return int(value) if whole else float(value)
+
+
+def rule_of(settings: dict | None) -> dict[str, Any]:
+    """The merge rule in force for a collection's ``settings``: each key its ``settings["merge"]``
+    value when that is a valid one (:func:`_rule_value`), else the default of :data:`RULE`."""
+    stored = (settings or {}).get("merge")
+    stored = stored if isinstance(stored, dict) else {}
+    out = {}
+    for key, (default, _, _) in RULE.items():
+        try:
+            out[key] = _rule_value(key, stored[key]) if key in stored else default
+        except InvalidInputError:
+            out[key] = default
+    return out
+
+
+def merge_rule(collection: str, *, delta_items: int | None = None, age_s: float | None = None,
+               pause: float | None = None, reset: bool = False, url: str | None = None) -> dict[str, Any]:
+    """Read, and change when given, when a collection's delta is merged (an admin's action): after
+    ``delta_items`` delta items or when the oldest is ``age_s`` seconds old (0: never by that rule),
+    and not before the active run has served ``pause`` times as long as its build took (0: no
+    pause). ``reset`` first clears the collection's own values (the defaults apply again). Every
+    value is checked before anything is written; the change is one statement on the collection's
+    row. Returns ``{"collection", "rule" (in force), "own" (the keys the collection sets),
+    "defaults", "pause_ends_at" (when the active run's pause ends, None without a run)}``.
+
+    A longer pause keeps more of a fast stream's writes (docs/operations.md, "The merge"): the delta
+    grows meanwhile, and a deleted item's derived rows wait up to ``1 + pause`` merges' builds."""
+    if not isinstance(collection, str) or not collection:
+        raise InvalidInputError(f"collection must be a name (str), got {collection!r}.")
+    given = {k: _rule_value(k, v) for k, v in (("delta_items", delta_items), ("age_s", age_s), ("pause", pause))
+             if v is not None}
+    with connect(url) as conn:
+        coll = collection_row(conn, collection, lock="FOR NO KEY UPDATE")
+        own = {} if reset else dict((coll["settings"] or {}).get("merge") or {})
+        own = {k: v for k, v in own.items() if k in RULE and rule_of({"merge": {k: v}})[k] == v}  # (valid ones)
+        own.update(given)
+        if given or reset:
+            conn.execute("UPDATE pm_vector.collections SET settings = jsonb_set(coalesce(settings, '{}'::jsonb), "
+                         "'{merge}', %s::jsonb), updated_at = now() WHERE id = %s", [json.dumps(own), coll["id"]])
+        rule = rule_of({"merge": own})
+        row = conn.execute("SELECT r.finished_at + %s * (r.finished_at - r.started_at) FROM pm_vector.embedding_runs r "
+                           "WHERE r.id = %s", [rule["pause"], coll["active_run_id"]]).fetchone()
+        conn.commit()
+    return {"collection": collection, "rule": rule, "own": own,
+            "defaults": {k: d for k, (d, _, _) in RULE.items()},
+            "pause_ends_at": None if row is None or row[0] is None else row[0].isoformat()}
+
+
 def due(conn, collection: str, settings: dict | None = None) -> bool:
     """Is a merge of the collection's active run due (module doc)? Its delta counted in items: the
     tombstones and the new items (not their entries, one per published level: 10 at 100,000 items);
     never while the active run has served less than ``pause`` times the time its build took (the
-    run's ``finished_at - started_at``: a merge's or a job's)."""
-    rule = dict((settings or {}).get("merge") or {})
-    n_max = int(rule.get("delta_items", defaults.MERGE_DELTA_ITEMS))
-    age_max = float(rule.get("age_s", defaults.MERGE_AGE_S))
-    pause = float(rule.get("pause", defaults.MERGE_PAUSE))
+    run's ``finished_at - started_at``: a merge's or a job's). The rule: :func:`rule_of`."""
+    rule = rule_of(settings)
+    n_max, age_max, pause = rule["delta_items"], rule["age_s"], rule["pause"]
     if pause > 0:
         young = conn.execute(
             "SELECT clock_timestamp() - r.finished_at < %s * (r.finished_at - r.started_at) FROM pm_vector.collections c "
