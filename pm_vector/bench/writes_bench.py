@@ -91,7 +91,8 @@ it keeps up, less when the delays grow along the stream or changes are never see
 ``merges``, ``merging_s``, ``writer_while_merging`` and ``writer_between`` (the writer's commits a second
 while a merge of the system's was building -- a run of its collection, from ``started_at`` to
 ``finished_at`` -- and outside those spans: :func:`~pm_vector.bench.writes_summary.writer_rates`;
-plain pgvector has no merges), ``writer_waits`` (on each side of those spans, the p50 / p99 of the
+plain pgvector has no merges), ``writer_behind``, ``pause_bound`` and ``cycle`` (the pause's model:
+:func:`~pm_vector.bench.writes_summary.merge_model`), ``writer_waits`` (on each side of those spans, the p50 / p99 of the
 writer process's statements and COMMITs and the server's WAL MB a second:
 :func:`~pm_vector.bench.writes_summary.writer_waits`; None on the API path), ``wal`` (the server's
 checkpoints and WAL per change during the stream: :func:`~pm_vector.bench.writes_summary.wal_figures`;
@@ -100,9 +101,8 @@ its settings in ``setup.server``), ``timeline`` (the stream by 10 s buckets); pm
 timed after the stream: :meth:`~pm_vector.bench.writes_targets.PmVectorTarget.engine_figures`) and, on the attached path,
 ``sync_status`` (:func:`pm_vector.db.sync_status` sampled every second: queue length max, ``lag_s``
 p50 / p99); pgvector also ``max_commits_per_s``: a saturating phase of ``saturate_s`` s after the
-streams, single-row commits of the same mix as fast as one writer can, the queries running; its
-updates and deletes hit keys its own inserts made (:meth:`~pm_vector.bench.writes_stream.Stream.take_apart`),
-so its table keeps those of them still live, a few hundred, which pm_vector's never had.
+streams, single-row commits of the same mix as fast as one writer can, the queries running (its updates
+and deletes hit keys its own inserts made: :meth:`~pm_vector.bench.writes_stream.Stream.take_apart`).
 
 **``match_pgvector``** (``--match-pgvector``): that saturating phase runs first, and the one stream of
 both systems runs at the rate it measured (``config.rates``): whether pm_vector sustains plain

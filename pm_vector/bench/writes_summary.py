@@ -94,6 +94,49 @@ def writer_rates(commit_t: list[float], start: float, end: float, spans: list[tu
             "writer_between": round((t.size - inside) / outside_s, 1) if outside_s >= 1.0 else None}
 
 
+#: a writer is behind when its commits so far trail the schedule by more than this many seconds of the rate
+BEHIND_S = 1.0
+
+
+def merge_model(commit_t: list[float], start: float, end: float, spans: list[tuple[float, float]], rate: float,
+                while_merging: float | None) -> dict[str, Any]:
+    """The figures of the pause's model (docs/benchmarks.md, "The merges' share of the time"), over the
+    window ``[start, end]`` by 1-second bins: ``writer_behind`` (``w_f``: the writer's commits a second in
+    the bins that meet no merge and begin with it behind the schedule of ``rate`` by more than
+    :data:`BEHIND_S`; None under 10 such bins), ``pause_bound`` (``(rate - while_merging) /
+    (writer_behind - rate)``: the least pause that keeps up; 0 when the writer kept the rate while
+    merging, None when it never was behind, or when no pause would do, ``"none"``) and ``cycle``
+    (from the start of the window's first merge to the next one's: ``{"start_s", "seconds", "share"}``,
+    the share of the rate committed in it, above 1 when the writer gained; None under two merge starts)."""
+    n = int(np.floor(end - start))
+    out: dict[str, Any] = {"writer_behind": None, "pause_bound": None, "cycle": None}
+    if n < 1 or rate <= 0:
+        return out
+    edges = start + np.arange(n + 1, dtype=np.float64)
+    t = np.sort(np.asarray([x for x in commit_t if start <= x <= end], np.float64))
+    got = np.histogram(t, bins=edges)[0]
+    before = np.concatenate([[0], np.cumsum(got)[:-1]])
+    behind = before < rate * (edges[:-1] - start - BEHIND_S)
+    _, merged = _cut(spans, start, end)
+    meets = np.zeros(n, bool)
+    for a, b in merged:
+        meets |= (edges[1:] > a) & (edges[:-1] < b)
+    sel = behind & ~meets
+    if int(sel.sum()) >= 10:
+        w_f = float(got[sel].sum()) / float(sel.sum())
+        out["writer_behind"] = round(w_f, 1)
+        if while_merging is not None:
+            out["pause_bound"] = (0.0 if while_merging >= rate else
+                                  round((rate - while_merging) / (w_f - rate), 2) if w_f > rate else "none")
+    starts = sorted(a for a, _ in spans if start <= a < end)
+    if len(starts) >= 2:
+        a, b = starts[0], starts[1]
+        done = int(np.count_nonzero((t >= a) & (t < b)))
+        out["cycle"] = {"start_s": round(a - start, 1), "seconds": round(b - a, 1),
+                        "share": round(done / (rate * (b - a)), 4)}
+    return out
+
+
 def cpu_split(timeline: list[tuple[float, dict[str, float]]], start: float, end: float,
               spans: list[tuple[float, float]]) -> dict[str, Any] | None:
     """Each part's cores busy while a merge built and between merges (the spans and window of
@@ -210,6 +253,8 @@ def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[
     # of the checked sample, scaled to the whole stream (1 in n_changes / checked was checked)
     sample_rate = (len(done) - 1) / (last - first) * len(committed) / checked if last > first else 0.0
     commits = len(committed) / seconds
+    commit_t = [c.commit_t for c in committed]
+    rates = writer_rates(commit_t, t0, t0 + seconds, raw.get("spans", []))
     return {
         "rate": float(rate),
         # no system applies more than its writer committed: the sample's estimate, capped there
@@ -235,7 +280,9 @@ def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[
            for key, part in (("cpu_ms_per_change_by_part", "parts"), ("cpu_ms_per_change_in_server", "server"))},
         "rows_after": raw.get("rows_after"),
         # the writer's commits a second while a merge of the system's built, and between merges
-        **writer_rates([c.commit_t for c in committed], t0, t0 + seconds, raw.get("spans", [])),
+        **rates,
+        # the pause's model: the writer's rate while behind between merges, the least pause, one whole cycle
+        **merge_model(commit_t, t0, t0 + seconds, raw.get("spans", []), rate, rates["writer_while_merging"]),
         # whose cores were busy while merging and between (None without the parts' timeline)
         "cpu_cores_split": cpu_split(raw["cpu"].get("timeline", []), t0, t0 + seconds, raw.get("spans", [])),
         # the writer process's statements and COMMITs, and the server's WAL, while merging and between
@@ -243,7 +290,7 @@ def summarise(target, raw: dict[str, Any], rate: float, seconds: float) -> dict[
         "writer_waits": writer_waits(raw["txs"], raw.get("wal", []), t0, t0 + seconds, raw.get("spans", []))
         if raw.get("txs") else None,
         # the stream by 10-second buckets: commits, merging, each part's cores, WAL
-        "timeline": timeline([c.commit_t for c in committed], raw["cpu"].get("timeline", []), raw.get("wal", []),
+        "timeline": timeline(commit_t, raw["cpu"].get("timeline", []), raw.get("wal", []),
                              t0, t0 + seconds, raw.get("spans", [])),
         # the server's checkpoints during the stream, and its WAL per change (None without the snapshots)
         "wal": wal_figures(raw.get("counters") or [], raw.get("wal", []), len(committed)),

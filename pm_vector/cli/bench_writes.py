@@ -43,7 +43,7 @@ def _table(result: dict) -> Table:
     t = Table(title=f"writes: {cfg['items']:,} x {cfg['dim']}, {cfg['seconds']:g} s a rate, path {cfg['path']}, "
                     f"batch {cfg['batch']}, {cfg['queries_concurrency']} query threads")
     for c in ("system", "rate", "changes/s", "delay p50/p99 s", "query p50/p99 ms", "seen/outside/checked",
-              "changes", "errors", "cores busy, ms/change", "merge s, delta"):
+              "changes", "errors", "cores busy, ms/change", "merge s, delta", "writer merging/behind, pause >="):
         t.add_column(c, justify="left" if c == "system" else "right")
     for row in result["by_rate"]:
         for system, short in (("pm_vector", "pm_vector"), ("pgvector_hnsw", "pgvector")):
@@ -56,7 +56,9 @@ def _table(result: dict) -> Table:
                       f"{s['observed']}/{s.get('not_in_answer', 0)}/{s['checked']}", str(s["n_changes"]),
                       str(s["errors"]), f"{_cell(s.get('cpu_busy_cores'))}, {_cell(s.get('cpu_ms_per_change'))}",
                       "" if system != "pm_vector" else
-                      f"{_cell(s.get('merge_s'), '{}') or '-'}, {_cell(s.get('delta_size')) or '-'}")
+                      f"{_cell(s.get('merge_s'), '{}') or '-'}, {_cell(s.get('delta_size')) or '-'}",
+                      f"{_cell(s.get('writer_while_merging')) or '-'}/{_cell(s.get('writer_behind')) or '-'}, "
+                      f"{_cell(s.get('pause_bound')) or '-'}")
     sat = (result.get("pgvector_hnsw") or {}).get("max_commits_per_s")
     if sat is not None:
         t.caption = (f"pgvector HNSW saturated: {sat:g} single-row commits a second, over its "

@@ -194,6 +194,45 @@ def test_the_stream_is_cut_into_ten_second_buckets():
     assert [g["cores"] for g in bare] == [None] * 3 and [g["merging"] for g in bare] == [0.0] * 3
 
 
+def _paced(rate, end, slow):
+    """A writer paced at ``rate`` over [0, end) that goes at ``slow(t)`` commits a second at most
+    (the commit times: each change when due, or as soon as its slowed writer can)."""
+    out, t, j = [], 0.0, 0
+    while t < end:
+        t = max(t + 1.0 / slow(t), j / rate)
+        if t < end:
+            out.append(t)
+        j += 1
+    return out
+
+
+def test_the_pause_model_reads_the_writers_rate_while_behind_and_one_whole_cycle():
+    """Merges at 10-20 s and 60-70 s: the writer goes at 50 a second while one builds and at 150 at
+    most otherwise, paced at 100. So it catches up at 150 a second (not at ``writer_between``, which
+    counts the paced stretches), the least pause is (100 - 50) / (150 - 100) = 1, and the cycle from
+    10 s to 60 s makes up what its merge cost (share 1)."""
+    from pm_vector.bench.writes_summary import merge_model, writer_rates
+
+    spans = [(10.0, 20.0), (60.0, 70.0)]
+    commits = _paced(100.0, 100.0, lambda t: 50.0 if any(a <= t < b for a, b in spans) else 150.0)
+    rates = writer_rates(commits, 0.0, 100.0, spans)
+    got = merge_model(commits, 0.0, 100.0, spans, 100.0, rates["writer_while_merging"])
+    assert rates["writer_while_merging"] == pytest.approx(50.0, abs=1.0)
+    assert rates["writer_between"] < 115.0  # mostly paced at 100
+    assert got["writer_behind"] == pytest.approx(150.0, abs=2.0)
+    assert got["pause_bound"] == pytest.approx(1.0, abs=0.06)
+    assert got["cycle"]["start_s"] == 10.0 and got["cycle"]["seconds"] == 50.0
+    assert got["cycle"]["share"] == pytest.approx(1.0, abs=0.01)
+    # a writer that cannot go faster than the rate between merges: no pause keeps up
+    flat = _paced(100.0, 100.0, lambda t: 50.0 if any(a <= t < b for a, b in spans) else 100.0)
+    got = merge_model(flat, 0.0, 100.0, spans, 100.0, writer_rates(flat, 0.0, 100.0, spans)["writer_while_merging"])
+    assert got["pause_bound"] == "none" and got["cycle"]["share"] < 0.95
+    # a writer that keeps the rate throughout is never behind; one merge start gives no cycle
+    even = _paced(100.0, 100.0, lambda t: 1e6)
+    got = merge_model(even, 0.0, 100.0, spans[:1], 100.0, 100.0)
+    assert got == {"writer_behind": None, "pause_bound": None, "cycle": None}
+
+
 def test_the_streams_wal_counts_the_checkpoints_and_whole_pages_per_change():
     """``wal_figures``: the checkpoints between the two snapshots, the WAL and the full-page images per
     committed change; None without both snapshots or a change."""
