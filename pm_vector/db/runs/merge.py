@@ -175,8 +175,8 @@ def _rule_value(key: str, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and not float(value).is_integer()) \
             or not math.isfinite(float(value)) or not lo <= value <= hi:
         kind = "a whole number" if whole else "a finite number"
-        raise InvalidInputError(f"merge rule {key!r} must be {kind} in [{lo:g}, {hi:g}] (0: never by that rule"
-                                f"{'' if key != 'pause' else '; for the pause: none'}), got {value!r}.")
+        zero = "no pause" if key == "pause" else "never by this rule"
+        raise InvalidInputError(f"merge rule {key!r} must be {kind} in [{lo:g}, {hi:g}] (0: {zero}), got {value!r}.")
     return int(value) if whole else float(value)
 
 
