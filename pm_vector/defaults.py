@@ -22,8 +22,10 @@ MERGE_AGE_S = 3_600
 #: (``settings["merge"]["pause"]``; 0: no pause): under a stream that fills the delta faster than a
 #: merge takes, merges then take at most ``1 / (1 + pause)`` of the time (a sixth) instead of
 #: running back to back. A stream of ``R`` changes a second whose writer gets ``w_m`` commits a
-#: second while a merge builds and ``w_f`` between merges is kept up with when ``pause >= (R - w_m)
-#: / (w_f - R)``, whatever the merge costs (``docs/benchmarks.md``, "The merges' share of the time";
-#: 5 since a 10-minute stream at plain pgvector's saturated 1,274 a second gave ``w_m`` 871.4 and
-#: ``w_f`` at least 1,369.0: a bound of 4.2, above the 3 before: "Whose CPU").
+#: second while a merge builds and ``w_f`` between merges while it is behind is kept up with when
+#: ``pause >= (R - w_m) / (w_f - R)``, whatever the merge costs (``docs/benchmarks.md``, "The merges'
+#: share of the time"; ``bench writes`` reports the bound: ``pause_bound``). 5 since a 10-minute
+#: stream at plain pgvector's saturated 1,274 a second gave ``w_m`` 871.4 and ``w_f`` at least
+#: 1,369.0: a bound of 4.2, above the 3 before ("Whose CPU"). A collection sets its own:
+#: ``pm-vector db merge-rule NAME --pause P``.
 MERGE_PAUSE = 5.0
