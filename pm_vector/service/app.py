@@ -65,7 +65,7 @@ from .errors import install_error_handlers
 from .lifespan import lifespan
 from .memory import configure_malloc
 from .middleware import install as install_middleware
-from .routers import anchor, collections, erase, health, items, jobs, kahm, keys, resolve
+from .routers import anchor, collections, erase, health, items, jobs, kahm, keys, merges, resolve
 from .settings import ServiceSettings
 from .state import ServiceState
 from .auth import FailedAuthLimiter
@@ -75,7 +75,8 @@ log = logging.getLogger("pm_vector.service")
 
 #: the bodies the endpoints parse themselves, named in the OpenAPI document's schemas (and the
 #: resolve body with its answers, built from the table of releases: resolve_body.resolve_schemas)
-_SELF_PARSED_BODIES = (schemas.DistancesBody, schemas.ItemsBody, schemas.DeleteItemsBody, schemas.JobBody)
+_SELF_PARSED_BODIES = (schemas.DistancesBody, schemas.ItemsBody, schemas.DeleteItemsBody, schemas.JobBody,
+                       schemas.MergeRuleBody)
 
 
 def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI:
@@ -95,7 +96,7 @@ def create_app(settings: ServiceSettings | None = None, *, pool=None) -> FastAPI
     install_middleware(app, settings, state, failures)
     install_error_handlers(app, log)
     # one router per resource (service/routers/), in the order of the OpenAPI document's paths
-    for module in (health, collections, anchor, items, erase, jobs, keys, resolve, kahm):
+    for module in (health, collections, anchor, items, erase, merges, jobs, keys, resolve, kahm):
         app.include_router(module.router)
     _name_self_parsed_bodies(app)
     return app

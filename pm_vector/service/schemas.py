@@ -9,6 +9,7 @@ from typing import Annotated, Any, Optional
 
 from pydantic import BaseModel, Field, StrictBool, StrictInt
 
+from ..db.runs.merge import RULE
 from ..protocol.wire import Int64, matrix  # Int64: a PostgreSQL bigint, strictly an integer
 
 
@@ -132,3 +133,47 @@ class DeleteItemsBody(BaseModel):
     missing_ok: bool = Field(False, description="Delete the ids that exist and skip the others (else 404, "
                                                 "nothing deleted).")
     model_config = {"extra": "forbid"}
+
+
+def _rule_field(key: str, description: str):
+    """A merge rule's key as a body field: strict, within :data:`pm_vector.db.runs.merge.RULE`'s bounds."""
+    _, lo, hi = RULE[key]
+    kind = Annotated[int, Field(strict=True, ge=lo, le=hi)] if key == "delta_items" else \
+        Annotated[float, Field(strict=True, ge=lo, le=hi, allow_inf_nan=False)]
+    return Optional[kind], Field(None, description=description)
+
+
+_DI, _DI_F = _rule_field("delta_items", "Merge after this many delta items (tombstones and new items; 0: never "
+                                        "by this rule).")
+_AGE, _AGE_F = _rule_field("age_s", "Merge when the oldest delta item is this many seconds old (0: never by "
+                                    "this rule).")
+_PAUSE, _PAUSE_F = _rule_field("pause", "Not before the active run has served this many times as long as its "
+                                        "build took (0: no pause).")
+
+
+class MergeRuleBody(BaseModel):
+    """``PUT /collections/{name}/merge-rule``: the keys to set (the others keep their values);
+    ``reset`` first clears the collection's own values."""
+
+    delta_items: _DI = _DI_F  # type: ignore[valid-type]
+    age_s: _AGE = _AGE_F  # type: ignore[valid-type]
+    pause: _PAUSE = _PAUSE_F  # type: ignore[valid-type]
+    reset: StrictBool = Field(False, description="Clear the collection's own values first (the defaults apply).")
+    model_config = {"extra": "forbid"}
+
+
+class MergeRuleValues(BaseModel):
+    delta_items: int
+    age_s: float
+    pause: float
+
+
+class MergeRule(BaseModel):
+    """:func:`pm_vector.db.merge_rule`: when the service's sync worker merges a collection's delta."""
+
+    collection: str
+    rule: MergeRuleValues = Field(description="The rule in force.")
+    own: dict[str, float] = Field(description="The keys the collection sets itself.")
+    defaults: MergeRuleValues = Field(description="pm_vector.defaults: MERGE_DELTA_ITEMS, MERGE_AGE_S, MERGE_PAUSE.")
+    pause_ends_at: Optional[str] = Field(None, description="When the active run's pause ends (ISO 8601); null "
+                                                           "without an active run.")

@@ -23,6 +23,10 @@ EXPECTED = {
                                             ["200", *_COMMON]),
     ("POST", "/collections/{name}/items/delete"): ("delete_collections__name__items_delete_post", ["collections"],
                                                    "DeleteItemsBody", ["200", *_COMMON]),
+    ("GET", "/collections/{name}/merge-rule"): ("read_rule_collections__name__merge_rule_get", ["collections"], None,
+                                                ["200", *_COMMON]),
+    ("PUT", "/collections/{name}/merge-rule"): ("set_rule_collections__name__merge_rule_put", ["collections"],
+                                                "MergeRuleBody", ["200", *_COMMON]),
     ("POST", "/collections/{name}/jobs"): ("start_job_collections__name__jobs_post", ["jobs"], "JobBody",
                                            ["202", *_COMMON]),
     ("GET", "/jobs"): ("list_jobs_jobs_get", ["jobs"], None, ["200", *_COMMON]),
@@ -60,7 +64,8 @@ def test_paths_operation_ids_and_bodies(app):
         assert seen[key] == (want[0], want[1], want[2], sorted(want[3])), key
     # the self-parsed bodies are documented in full, with the schemas they refer to
     comps = spec["components"]["schemas"]
-    for name in ("ResolveBody", "PrivateMailRequestBody", "DistancesBody", "ItemsBody", "DeleteItemsBody", "JobBody"):
+    for name in ("ResolveBody", "PrivateMailRequestBody", "DistancesBody", "ItemsBody", "DeleteItemsBody", "JobBody",
+                 "MergeRuleBody"):
         assert comps[name]["type"] == "object" and comps[name]["properties"], name
     # the sync status's answer is documented by its model
     ok = spec["paths"]["/collections/{name}/sync"]["get"]["responses"]["200"]["content"]["application/json"]

@@ -7,6 +7,8 @@ includes them in this order (the order of the OpenAPI document's paths):
                     ``GET /collections/{name}/sync`` (admin)
 ``anchor``          ``GET /collections/{name}/anchor``
 ``items``           ``POST /collections/{name}/items`` (admin)
+``erase``           ``POST /collections/{name}/items/delete`` (admin)
+``merges``          ``GET`` / ``PUT /collections/{name}/merge-rule`` (admin)
 ``jobs``            ``POST /collections/{name}/jobs``, ``GET /jobs``, ``GET /jobs/{job_id}`` (admin)
 ``keys``            ``GET /keys`` (admin without a collection scope)
 ``resolve``         ``POST /collections/{name}/resolve``
