@@ -180,18 +180,23 @@ def _rule_value(key: str, value):
     return int(value) if whole else float(value)
 
 
+def _own(settings: dict | None) -> dict[str, Any]:
+    """The valid values a collection's ``settings["merge"]`` sets (:func:`_rule_value`); any other is left out."""
+    stored = (settings or {}).get("merge")
+    out = {}
+    for key, value in (stored.items() if isinstance(stored, dict) else ()):
+        if key in RULE:
+            try:
+                out[key] = _rule_value(key, value)
+            except InvalidInputError:
+                pass
+    return out
+
+
 def rule_of(settings: dict | None) -> dict[str, Any]:
     """The merge rule in force for a collection's ``settings``: each key its ``settings["merge"]``
-    value when that is a valid one (:func:`_rule_value`), else the default of :data:`RULE`."""
-    stored = (settings or {}).get("merge")
-    stored = stored if isinstance(stored, dict) else {}
-    out = {}
-    for key, (default, _, _) in RULE.items():
-        try:
-            out[key] = _rule_value(key, stored[key]) if key in stored else default
-        except InvalidInputError:
-            out[key] = default
-    return out
+    value when that is a valid one (:func:`_own`), else the default of :data:`RULE`."""
+    return {**{k: d for k, (d, _, _) in RULE.items()}, **_own(settings)}
 
 
 def merge_rule(collection: str, *, delta_items: int | None = None, age_s: float | None = None,
@@ -200,22 +205,20 @@ def merge_rule(collection: str, *, delta_items: int | None = None, age_s: float 
     ``delta_items`` delta items or when the oldest is ``age_s`` seconds old (0: never by that rule),
     and not before the active run has served ``pause`` times as long as its build took (0: no
     pause). ``reset`` first clears the collection's own values (the defaults apply again). Every
-    value is checked before anything is written; the change is one statement on the collection's
-    row. Returns ``{"collection", "rule" (in force), "own" (the keys the collection sets),
-    "defaults", "pause_ends_at" (when the active run's pause ends, None without a run)}``.
+    value is checked before anything is written; a change is one statement on the collection's row,
+    which only a change locks (a read does not wait on a sync batch). Returns ``{"collection", "rule"
+    (in force), "own" (the keys the collection sets), "defaults", "pause_ends_at" (when the active
+    run's pause ends, None without a run)}``.
 
     A longer pause keeps more of a fast stream's writes (docs/operations.md, "The merge"): the delta
     grows meanwhile, and a deleted item's derived rows wait up to ``1 + pause`` merges' builds."""
-    if not isinstance(collection, str) or not collection:
-        raise InvalidInputError(f"collection must be a name (str), got {collection!r}.")
     given = {k: _rule_value(k, v) for k, v in (("delta_items", delta_items), ("age_s", age_s), ("pause", pause))
              if v is not None}
+    change = bool(given) or reset
     with connect(url) as conn:
-        coll = collection_row(conn, collection, lock="FOR NO KEY UPDATE")
-        own = {} if reset else dict((coll["settings"] or {}).get("merge") or {})
-        own = {k: v for k, v in own.items() if k in RULE and rule_of({"merge": {k: v}})[k] == v}  # (valid ones)
-        own.update(given)
-        if given or reset:
+        coll = collection_row(conn, collection, lock="FOR NO KEY UPDATE" if change else "")
+        own = {**({} if reset else _own(coll["settings"])), **given}
+        if change:
             conn.execute("UPDATE pm_vector.collections SET settings = jsonb_set(coalesce(settings, '{}'::jsonb), "
                          "'{merge}', %s::jsonb), updated_at = now() WHERE id = %s", [json.dumps(own), coll["id"]])
         rule = rule_of({"merge": own})
